@@ -1,0 +1,91 @@
+#include "cf_log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+cf_log_level cf_log_current_level = CF_LOG_INFO;
+static cf_log_format log_format = CF_LOG_TEXT;
+static char log_program[64] = "codefleet";
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void cf_log_setup(cf_log_level level, cf_log_format format, const char *program)
+{
+    cf_log_current_level = level;
+    log_format = format;
+    if (program)
+        snprintf(log_program, sizeof(log_program), "%s", program);
+}
+
+int cf_log_level_parse(const char *name, cf_log_level *out)
+{
+    for (unsigned i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
+        if (strcmp(name, level_names[i]) == 0) {
+            *out = (cf_log_level)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Appends s to out as JSON string content (without quotes). */
+static size_t json_escape(char *out, size_t cap, const char *s)
+{
+    size_t n = 0;
+    for (; *s && n + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)c;
+        } else if (c == '\n') {
+            out[n++] = '\\';
+            out[n++] = 'n';
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", c);
+        } else {
+            out[n++] = (char)c;
+        }
+    }
+    out[n] = '\0';
+    return n;
+}
+
+void cf_log_write(cf_log_level level, const char *subsystem, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    char ts[40];
+    size_t tl = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + tl, sizeof(ts) - tl, ".%03ldZ", (long)(tv.tv_usec / 1000));
+
+    const char *lname = level_names[level <= CF_LOG_DEBUG ? level : CF_LOG_DEBUG];
+    char line[4096 + 256];
+    if (log_format == CF_LOG_JSON) {
+        char emsg[4096];
+        char esub[64];
+        json_escape(emsg, sizeof(emsg), msg);
+        json_escape(esub, sizeof(esub), subsystem ? subsystem : "");
+        snprintf(line, sizeof(line),
+                 "{\"ts\":\"%s\",\"level\":\"%s\",\"program\":\"%s\",\"pid\":%ld,\"sub\":\"%s\",\"msg\":\"%s\"}\n",
+                 ts, lname, log_program, (long)getpid(), esub, emsg);
+    } else {
+        snprintf(line, sizeof(line), "%s %s[%ld] %-5s %s: %s\n", ts, log_program, (long)getpid(), lname,
+                 subsystem ? subsystem : "-", msg);
+    }
+    /* One write per line keeps lines from concurrent threads whole. */
+    size_t len = strnlen(line, sizeof(line));
+    ssize_t w = write(STDERR_FILENO, line, len);
+    (void)w;
+}

@@ -1,0 +1,245 @@
+#include "cf_util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t cf_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t cf_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int cf_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out, const char *what, cf_error *err)
+{
+    if (!s || !*s)
+        return cf_error_set(err, CF_E_INVALID, "%s: empty value", what);
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (errno == ERANGE)
+        return cf_error_set(err, CF_E_INVALID, "%s: '%s' is out of range", what, s);
+    if (end == s || *end != '\0')
+        return cf_error_set(err, CF_E_INVALID, "%s: '%s' is not an integer", what, s);
+    if (v < min || v > max)
+        return cf_error_set(err, CF_E_INVALID, "%s: %lld is outside [%lld, %lld]", what, v, (long long)min,
+                            (long long)max);
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* Splits "123unit" into a number and a unit suffix. */
+static int split_number_unit(const char *s, double *num, const char **unit, const char *what, cf_error *err)
+{
+    if (!s || !*s)
+        return cf_error_set(err, CF_E_INVALID, "%s: empty value", what);
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || errno == ERANGE || v < 0 || v != v)
+        return cf_error_set(err, CF_E_INVALID, "%s: '%s' is not a non-negative number", what, s);
+    while (*end == ' ')
+        end++;
+    *num = v;
+    *unit = end;
+    return 0;
+}
+
+int cf_parse_duration_us(const char *s, int64_t *out, const char *what, cf_error *err)
+{
+    double v;
+    const char *unit;
+    if (split_number_unit(s, &v, &unit, what, err) < 0)
+        return -1;
+    double mul;
+    if (*unit == '\0' || strcmp(unit, "s") == 0)
+        mul = 1e6;
+    else if (strcmp(unit, "ms") == 0)
+        mul = 1e3;
+    else if (strcmp(unit, "us") == 0)
+        mul = 1;
+    else if (strcmp(unit, "m") == 0 || strcmp(unit, "min") == 0)
+        mul = 60e6;
+    else if (strcmp(unit, "h") == 0)
+        mul = 3600e6;
+    else
+        return cf_error_set(err, CF_E_INVALID, "%s: unknown duration unit '%s' (use us, ms, s, m, h)", what, unit);
+    double r = v * mul;
+    if (r > 9.0e18)
+        return cf_error_set(err, CF_E_INVALID, "%s: '%s' is too large", what, s);
+    *out = (int64_t)r;
+    return 0;
+}
+
+int cf_parse_size(const char *s, int64_t *out, const char *what, cf_error *err)
+{
+    double v;
+    const char *unit;
+    if (split_number_unit(s, &v, &unit, what, err) < 0)
+        return -1;
+    double mul;
+    if (*unit == '\0' || strcasecmp(unit, "b") == 0)
+        mul = 1;
+    else if (strcasecmp(unit, "k") == 0 || strcasecmp(unit, "kb") == 0 || strcasecmp(unit, "kib") == 0)
+        mul = 1024.0;
+    else if (strcasecmp(unit, "m") == 0 || strcasecmp(unit, "mb") == 0 || strcasecmp(unit, "mib") == 0)
+        mul = 1024.0 * 1024;
+    else if (strcasecmp(unit, "g") == 0 || strcasecmp(unit, "gb") == 0 || strcasecmp(unit, "gib") == 0)
+        mul = 1024.0 * 1024 * 1024;
+    else
+        return cf_error_set(err, CF_E_INVALID, "%s: unknown size unit '%s' (use B, KiB, MiB, GiB)", what, unit);
+    double r = v * mul;
+    if (r > 9.0e18)
+        return cf_error_set(err, CF_E_INVALID, "%s: '%s' is too large", what, s);
+    *out = (int64_t)r;
+    return 0;
+}
+
+int cf_parse_bool(const char *s, bool *out, const char *what, cf_error *err)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    static const char *const no[] = {"0", "false", "no", "off"};
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return cf_error_set(err, CF_E_INVALID, "%s: '%s' is not a boolean (true/false)", what, s);
+}
+
+void cf_format_duration(int64_t us, char *buf, size_t cap)
+{
+    if (us < 1000)
+        snprintf(buf, cap, "%lldus", (long long)us);
+    else if (us < 1000000)
+        snprintf(buf, cap, "%.2fms", (double)us / 1e3);
+    else
+        snprintf(buf, cap, "%.2fs", (double)us / 1e6);
+}
+
+size_t cf_strlcpy(char *dst, const char *src, size_t cap)
+{
+    size_t n = strlen(src);
+    if (cap) {
+        size_t c = n < cap - 1 ? n : cap - 1;
+        memcpy(dst, src, c);
+        dst[c] = '\0';
+    }
+    return n;
+}
+
+char *cf_strdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+char *cf_strndup(const char *s, size_t n)
+{
+    char *r = malloc(n + 1);
+    if (!r)
+        return NULL;
+    memcpy(r, s, n);
+    r[n] = '\0';
+    return r;
+}
+
+void cf_buf_init(cf_buf *b, size_t cap)
+{
+    b->data = NULL;
+    b->len = 0;
+    b->alloc = 0;
+    b->cap = cap ? cap : SIZE_MAX;
+}
+
+static int buf_reserve(cf_buf *b, size_t need)
+{
+    if (need <= b->alloc)
+        return 0;
+    size_t n = b->alloc ? b->alloc : 256;
+    while (n < need)
+        n = n > SIZE_MAX / 2 ? need : n * 2;
+    uint8_t *d = realloc(b->data, n);
+    if (!d)
+        return -1;
+    b->data = d;
+    b->alloc = n;
+    return 0;
+}
+
+size_t cf_buf_append_capped(cf_buf *b, const void *data, size_t len)
+{
+    size_t room = b->cap - b->len;
+    size_t n = len < room ? len : room;
+    if (n == 0 || buf_reserve(b, b->len + n) < 0)
+        return 0;
+    memcpy(b->data + b->len, data, n);
+    b->len += n;
+    return n;
+}
+
+int cf_buf_append(cf_buf *b, const void *data, size_t len, cf_error *err)
+{
+    if (len > b->cap - b->len)
+        return cf_error_set(err, CF_E_LIMIT, "buffer limit of %zu bytes exceeded", b->cap);
+    if (len == 0)
+        return 0;
+    if (buf_reserve(b, b->len + len) < 0)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory growing a buffer to %zu bytes", b->len + len);
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    return 0;
+}
+
+uint8_t *cf_buf_steal(cf_buf *b, size_t *len)
+{
+    uint8_t *d = b->data;
+    if (len)
+        *len = b->len;
+    b->data = NULL;
+    b->len = b->alloc = 0;
+    return d;
+}
+
+void cf_buf_free(cf_buf *b)
+{
+    if (!b)
+        return;
+    free(b->data);
+    b->data = NULL;
+    b->len = b->alloc = 0;
+}
+
+void cf_cleanup_freep(void *p)
+{
+    void **pp = (void **)p;
+    free(*pp);
+    *pp = NULL;
+}
+
+void cf_cleanup_closep(int *fd)
+{
+    if (*fd >= 0) {
+        int saved = errno;
+        close(*fd);
+        errno = saved;
+        *fd = -1;
+    }
+}

@@ -1,0 +1,77 @@
+/* cf_util: small shared helpers: clocks, bounded number parsing, durations
+ * and sizes with units, a growable byte buffer with a hard cap. */
+#ifndef CF_UTIL_H
+#define CF_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cf_error.h"
+
+/* Microseconds: the one time unit of codefleet (wire schema, config, logs). */
+int64_t cf_now_us(void);  /* wall clock, since the Unix epoch */
+int64_t cf_mono_us(void); /* monotonic, for measuring intervals */
+
+/* Parses a whole decimal integer in [min, max]; rejects empty strings,
+ * trailing garbage and overflow.  what names the value in the error. */
+int cf_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out, const char *what, cf_error *err);
+
+/* "250ms", "5s", "2m", "1h", "100us"; a bare number means seconds.
+ * Result in microseconds. */
+int cf_parse_duration_us(const char *s, int64_t *out, const char *what, cf_error *err);
+
+/* "64MiB", "1k" (=1024), "10M", "512"; bare number = bytes. */
+int cf_parse_size(const char *s, int64_t *out, const char *what, cf_error *err);
+
+/* "true/false/yes/no/on/off/1/0" */
+int cf_parse_bool(const char *s, bool *out, const char *what, cf_error *err);
+
+/* Formats a duration in microseconds for humans ("1.25s", "830us"). */
+void cf_format_duration(int64_t us, char *buf, size_t cap);
+
+/* Bounded copy that always NUL-terminates; returns strlen(src). */
+size_t cf_strlcpy(char *dst, const char *src, size_t cap);
+
+/* strdup that returns NULL for NULL. */
+char *cf_strdup(const char *s);
+char *cf_strndup(const char *s, size_t n);
+
+/* A growable byte buffer that refuses to grow past cap. */
+typedef struct cf_buf {
+    uint8_t *data;
+    size_t len;
+    size_t alloc;
+    size_t cap; /* hard limit on len; 0 means SIZE_MAX */
+} cf_buf;
+
+void cf_buf_init(cf_buf *b, size_t cap);
+/* Appends up to the cap; returns the number of bytes actually stored. */
+size_t cf_buf_append_capped(cf_buf *b, const void *data, size_t len);
+/* Appends all or fails with CF_E_LIMIT / CF_E_NOMEM. */
+int cf_buf_append(cf_buf *b, const void *data, size_t len, cf_error *err);
+/* Hands the bytes to the caller (who frees them) and resets b. */
+uint8_t *cf_buf_steal(cf_buf *b, size_t *len);
+void cf_buf_free(cf_buf *b);
+
+/* Scope-bound cleanup (crun/bubblewrap style). */
+void cf_cleanup_freep(void *p);
+void cf_cleanup_closep(int *fd);
+#define cf_autofree __attribute__((cleanup(cf_cleanup_freep)))
+#define cf_autoclose __attribute__((cleanup(cf_cleanup_closep)))
+
+/* Transfers ownership out of a cleanup-bound variable. */
+#define cf_steal_ptr(pp)                                                                  \
+    ({                                                                                    \
+        __typeof__(*(pp)) _stolen = *(pp);                                                \
+        *(pp) = NULL;                                                                     \
+        _stolen;                                                                          \
+    })
+#define cf_steal_fd(pfd)                                                                  \
+    ({                                                                                    \
+        int _stolen = *(pfd);                                                             \
+        *(pfd) = -1;                                                                      \
+        _stolen;                                                                          \
+    })
+
+#endif
