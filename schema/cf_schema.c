@@ -1,0 +1,1352 @@
+/* cf_schema: wire schema v1 (msgpack).  Normative description: SPEC.md.
+ *
+ * Decoding never calls msgpack_unpack: a bounded cursor (mp_reader.c) reads
+ * the bytes directly into the structs.  Each message is scanned twice: a
+ * first pass checks the whole structure (sizes, counts, depth, trailing
+ * bytes) and the version without allocating; the second pass decodes.
+ * Encoding uses msgpack-c's packer with a fixed key order, omitting absent
+ * fields, so equal structs give byte-identical messages.
+ */
+#include "cf_schema.h"
+
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cf_schema_int.h"
+#include "cf_util.h"
+
+const cf_decode_limits cf_decode_limits_default = {
+    .max_total_bytes = 16u << 20,
+    .max_str_bytes = 64u << 10,
+    .max_bin_bytes = 8u << 20,
+    .max_elements = 65536,
+    .max_depth = 32,
+};
+
+/* ---- names -------------------------------------------------------------- */
+
+static const char *const lang_names[CF_LANG__COUNT] = {
+    [CF_LANG_NONE] = "none",         [CF_LANG_COMMAND] = "command",       [CF_LANG_SHELL] = "shell",
+    [CF_LANG_PYTHON] = "python",     [CF_LANG_JAVASCRIPT] = "javascript", [CF_LANG_WASM] = "wasm",
+};
+
+static const char *const status_names[CF_STATUS__COUNT] = {
+    [CF_STATUS_SUCCESS] = "success",
+    [CF_STATUS_FAILED] = "failed",
+    [CF_STATUS_TIMEOUT] = "timeout",
+    [CF_STATUS_MEMORY_EXCEEDED] = "memory_exceeded",
+    [CF_STATUS_COMPILE_FAILED] = "compile_failed",
+    [CF_STATUS_REJECTED] = "rejected",
+    [CF_STATUS_INTERNAL_ERROR] = "internal_error",
+};
+
+static const char *const net_names[] = {"unspecified", "disabled", "enabled"};
+static const char *const fs_names[] = {"unspecified", "none", "workspace_ro", "workspace_rw", "paths"};
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+const char *cf_language_name(cf_language l)
+{
+    return (unsigned)l < CF_LANG__COUNT ? lang_names[l] : "unknown";
+}
+
+int cf_language_parse(const char *name, cf_language *out)
+{
+    for (int i = CF_LANG_NONE + 1; name && i < CF_LANG__COUNT; i++)
+        if (strcmp(name, lang_names[i]) == 0) {
+            *out = (cf_language)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *cf_status_name(cf_status s)
+{
+    return (unsigned)s < CF_STATUS__COUNT ? status_names[s] : "unknown";
+}
+
+int cf_status_parse(const char *name, cf_status *out)
+{
+    for (int i = 0; name && i < CF_STATUS__COUNT; i++)
+        if (strcmp(name, status_names[i]) == 0) {
+            *out = (cf_status)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *cf_network_name(cf_network_policy n)
+{
+    return (unsigned)n < NELEM(net_names) ? net_names[n] : "unknown";
+}
+
+const char *cf_fs_mode_name(cf_fs_mode m)
+{
+    return (unsigned)m < NELEM(fs_names) ? fs_names[m] : "unknown";
+}
+
+/* Index of a non-"unspecified" name in table, or -1. */
+static int name_index(const char *const *table, size_t n, const uint8_t *s, size_t len)
+{
+    for (size_t i = 1; i < n; i++)
+        if (strlen(table[i]) == len && memcmp(table[i], s, len) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* ---- small helpers ---------------------------------------------------- */
+
+bool cf_id_valid(const char *id, size_t len)
+{
+    if (!id || len == 0 || len > CF_ID_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)id[i] < 0x21 || (unsigned char)id[i] > 0x7e)
+            return false;
+    return true;
+}
+
+int cf_bytes_set(cf_bytes *b, const void *data, size_t len)
+{
+    /* One extra NUL so text fields can be used as C strings. */
+    uint8_t *d = malloc(len + 1);
+    if (!d)
+        return -1;
+    if (len)
+        memcpy(d, data, len);
+    d[len] = '\0';
+    free(b->data);
+    b->data = d;
+    b->len = len;
+    return 0;
+}
+
+int cf_str_set(char **dst, const char *src)
+{
+    char *s = NULL;
+    if (src && !(s = strdup(src)))
+        return -1;
+    free(*dst);
+    *dst = s;
+    return 0;
+}
+
+int cf_result_set_reason(cf_result *res, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -1;
+    char *s = malloc((size_t)n + 1);
+    if (!s)
+        return -1;
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    free(res->reason);
+    res->reason = s;
+    return 0;
+}
+
+static void free_strv(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void free_strmap(cf_strmap_entry *m, size_t n)
+{
+    for (size_t i = 0; m && i < n; i++) {
+        free(m[i].key);
+        free(m[i].value);
+    }
+    free(m);
+}
+
+void cf_request_clear(cf_request *req)
+{
+    if (!req)
+        return;
+    free(req->id);
+    free(req->backend);
+    free(req->code.data);
+    free_strv(req->argv, req->argc);
+    free(req->module.data);
+    free(req->stdin_data.data);
+    free(req->input.data);
+    free_strmap(req->env, req->n_env);
+    for (size_t i = 0; req->files && i < req->n_files; i++) {
+        free(req->files[i].path);
+        free(req->files[i].content.data);
+    }
+    free(req->files);
+    free_strv(req->policy.fs_read_only, req->policy.n_fs_read_only);
+    free_strv(req->policy.fs_read_write, req->policy.n_fs_read_write);
+    free_strv(req->policy.env_allow, req->policy.n_env_allow);
+    free(req->workspace);
+    free(req->thread);
+    free(req->identity);
+    free(req->reply_to);
+    free_strmap(req->trace, req->n_trace);
+    memset(req, 0, sizeof(*req));
+}
+
+void cf_result_clear(cf_result *res)
+{
+    if (!res)
+        return;
+    free(res->id);
+    free(res->stdout_data.data);
+    free(res->stderr_data.data);
+    free(res->output.data);
+    for (size_t i = 0; res->diagnostics && i < res->n_diagnostics; i++) {
+        free(res->diagnostics[i].level);
+        free(res->diagnostics[i].message);
+        free(res->diagnostics[i].file);
+    }
+    free(res->diagnostics);
+    free(res->meta.backend);
+    free(res->meta.isolation);
+    free(res->meta.language);
+    free(res->meta.worker);
+    free(res->meta.identity);
+    free(res->reason);
+    free_strv(res->changed_paths, res->n_changed_paths);
+    memset(res, 0, sizeof(*res));
+}
+
+/* ---- semantic checks (shared by msgpack, JSON and the encoders) ------- */
+
+static int strv_check(char *const *v, size_t n, const char *field, cf_error *err)
+{
+    if (n && !v)
+        return cf_error_set(err, CF_E_INVALID, "%s: %zu entries but no array", field, n);
+    for (size_t i = 0; i < n; i++)
+        if (!v[i])
+            return cf_error_set(err, CF_E_INVALID, "%s[%zu]: missing string", field, i);
+    return 0;
+}
+
+static int strcmp_p(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Duplicate keys make env/files ambiguous: sort a copy (n log n, n is
+ * bounded by max_elements) and compare neighbours. */
+static int dup_check(const char **keys, size_t n, const char *field, cf_error *err)
+{
+    if (n < 2)
+        return 0;
+    qsort(keys, n, sizeof(*keys), strcmp_p);
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(keys[i - 1], keys[i]) == 0)
+            return cf_error_set(err, CF_E_INVALID, "%s: duplicate key", field);
+    return 0;
+}
+
+static int strmap_check(const cf_strmap_entry *m, size_t n, const char *field, bool env_names, cf_error *err)
+{
+    if (n && !m)
+        return cf_error_set(err, CF_E_INVALID, "%s: %zu entries but no array", field, n);
+    const char **keys = malloc((n ? n : 1) * sizeof(*keys));
+    if (!keys)
+        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", field);
+    for (size_t i = 0; i < n; i++) {
+        if (!m[i].key || !m[i].value) {
+            free(keys);
+            return cf_error_set(err, CF_E_INVALID, "%s[%zu]: missing key or value", field, i);
+        }
+        /* An environment name with '=' or an empty one cannot be set. */
+        if (env_names && (m[i].key[0] == '\0' || strchr(m[i].key, '='))) {
+            free(keys);
+            return cf_error_set(err, CF_E_INVALID, "%s[%zu]: invalid variable name", field, i);
+        }
+        keys[i] = m[i].key;
+    }
+    int rc = dup_check(keys, n, field, err);
+    free(keys);
+    return rc;
+}
+
+int cf_value_check(const cf_bytes *v, const char *field, cf_error *err)
+{
+    if (v->len == 0)
+        return 0;
+    /* The value sits inside the top-level map: one level less for it. */
+    cf_decode_limits lim = cf_decode_limits_default;
+    lim.max_depth = lim.max_depth > 1 ? lim.max_depth - 1 : 0;
+    if (cf_msgpack_validate(v->data, v->len, &lim, err) < 0)
+        return cf_error_wrap(err, "%s", field);
+    return 0;
+}
+
+#define NONNEG(val, name)                                                                          \
+    do {                                                                                           \
+        if ((val) < 0)                                                                             \
+            return cf_error_set(err, CF_E_INVALID, "%s: expected non-negative integer", name);    \
+    } while (0)
+
+/* check_values: re-validate input/output.  The decoders skip it: they
+ * already validated the value under the caller's (maybe larger) limits. */
+static int request_check(const cf_request *req, bool check_values, cf_error *err)
+{
+    if (!req->id)
+        return cf_error_set(err, CF_E_INVALID, "missing required field \"id\"");
+    if (!cf_id_valid(req->id, strlen(req->id)))
+        return cf_error_set(err, CF_E_INVALID, "id: must be 1..%d printable ASCII characters without spaces",
+                            CF_ID_MAX);
+    if (req->language <= CF_LANG_NONE || req->language >= CF_LANG__COUNT)
+        return cf_error_set(err, CF_E_INVALID, "missing required field \"language\"");
+    const char *ln = cf_language_name(req->language);
+    switch (req->language) {
+    case CF_LANG_COMMAND:
+        if (req->argc == 0)
+            return cf_error_set(err, CF_E_INVALID, "argv: required and non-empty for language \"%s\"", ln);
+        break;
+    case CF_LANG_WASM:
+        if (!req->module.data || req->module.len == 0)
+            return cf_error_set(err, CF_E_INVALID, "module: required for language \"%s\"", ln);
+        break;
+    default:
+        if (!req->code.data)
+            return cf_error_set(err, CF_E_INVALID, "code: required for language \"%s\"", ln);
+        break;
+    }
+    if (strv_check(req->argv, req->argc, "argv", err) < 0)
+        return -1;
+    if (req->argc && req->argv[0][0] == '\0' && req->language == CF_LANG_COMMAND)
+        return cf_error_set(err, CF_E_INVALID, "argv[0]: empty program name");
+    if (check_values && cf_value_check(&req->input, "input", err) < 0)
+        return -1;
+    if (strmap_check(req->env, req->n_env, "env", true, err) < 0)
+        return -1;
+    if (req->n_files && !req->files)
+        return cf_error_set(err, CF_E_INVALID, "files: %zu entries but no array", req->n_files);
+    if (req->n_files) {
+        const char **keys = malloc(req->n_files * sizeof(*keys));
+        if (!keys)
+            return cf_error_set(err, CF_E_NOMEM, "files: out of memory");
+        for (size_t i = 0; i < req->n_files; i++) {
+            if (!req->files[i].path || req->files[i].path[0] == '\0') {
+                free(keys);
+                return cf_error_set(err, CF_E_INVALID, "files[%zu]: empty path", i);
+            }
+            keys[i] = req->files[i].path;
+        }
+        int rc = dup_check(keys, req->n_files, "files", err);
+        free(keys);
+        if (rc < 0)
+            return -1;
+    }
+    const cf_policy *p = &req->policy;
+    if ((unsigned)p->network >= NELEM(net_names))
+        return cf_error_set(err, CF_E_INVALID, "policy.network: unknown value");
+    if ((unsigned)p->fs_mode >= NELEM(fs_names))
+        return cf_error_set(err, CF_E_INVALID, "policy.filesystem.mode: unknown value");
+    if (strv_check(p->fs_read_only, p->n_fs_read_only, "policy.filesystem.read_only", err) < 0 ||
+        strv_check(p->fs_read_write, p->n_fs_read_write, "policy.filesystem.read_write", err) < 0 ||
+        strv_check(p->env_allow, p->n_env_allow, "policy.env_allow", err) < 0)
+        return -1;
+    if ((p->n_fs_read_only || p->n_fs_read_write) && p->fs_mode != CF_FS_PATHS)
+        return cf_error_set(err, CF_E_INVALID,
+                            "policy.filesystem: read_only/read_write are only valid with mode \"paths\"");
+    NONNEG(p->timeout_us, "policy.timeout_us");
+    NONNEG(p->cpu_time_us, "policy.cpu_time_us");
+    NONNEG(p->memory_bytes, "policy.memory_bytes");
+    NONNEG(p->max_processes, "policy.max_processes");
+    NONNEG(p->max_stdout_bytes, "policy.max_stdout_bytes");
+    NONNEG(p->max_stderr_bytes, "policy.max_stderr_bytes");
+    NONNEG(p->max_file_size_bytes, "policy.max_file_size_bytes");
+    NONNEG(req->deadline_us, "deadline_us");
+    NONNEG(req->created_us, "created_us");
+    if (strmap_check(req->trace, req->n_trace, "trace", false, err) < 0)
+        return -1;
+    return 0;
+}
+
+int cf_request_check(const cf_request *req, cf_error *err)
+{
+    return request_check(req, true, err);
+}
+
+static int result_check(const cf_result *res, bool check_values, cf_error *err)
+{
+    if (!res->id)
+        return cf_error_set(err, CF_E_INVALID, "missing required field \"id\"");
+    if (!cf_id_valid(res->id, strlen(res->id)))
+        return cf_error_set(err, CF_E_INVALID, "id: must be 1..%d printable ASCII characters without spaces",
+                            CF_ID_MAX);
+    if ((unsigned)res->status >= CF_STATUS__COUNT)
+        return cf_error_set(err, CF_E_INVALID, "status: unknown value");
+    NONNEG(res->signal, "signal");
+    if (check_values && cf_value_check(&res->output, "output", err) < 0)
+        return -1;
+    if (res->n_diagnostics && !res->diagnostics)
+        return cf_error_set(err, CF_E_INVALID, "diagnostics: %zu entries but no array", res->n_diagnostics);
+    for (size_t i = 0; i < res->n_diagnostics; i++) {
+        const cf_diagnostic *dg = &res->diagnostics[i];
+        if (!dg->message)
+            return cf_error_set(err, CF_E_INVALID, "diagnostics[%zu]: missing required field \"message\"", i);
+        if (dg->line < 0 || dg->column < 0)
+            return cf_error_set(err, CF_E_INVALID, "diagnostics[%zu].line: expected non-negative integer", i);
+    }
+    NONNEG(res->wall_time_us, "wall_time_us");
+    NONNEG(res->cpu_time_us, "cpu_time_us");
+    NONNEG(res->peak_memory_bytes, "peak_memory_bytes");
+    NONNEG(res->meta.attempt, "metadata.attempt");
+    NONNEG(res->workspace_revision, "workspace_revision");
+    NONNEG(res->finished_us, "finished_us");
+    if (strv_check(res->changed_paths, res->n_changed_paths, "changed_paths", err) < 0)
+        return -1;
+    return 0;
+}
+
+int cf_result_check(const cf_result *res, cf_error *err)
+{
+    return result_check(res, true, err);
+}
+
+/* ---- encoder ----------------------------------------------------------- */
+
+/* A map under construction: entries go to body while counted, then
+ * enc_map_into() writes the header and body into the parent.  Failures are
+ * sticky in rc so call sites stay linear. */
+typedef struct enc {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    uint32_t n;
+    int rc;
+} enc;
+
+static void enc_init(enc *e)
+{
+    msgpack_sbuffer_init(&e->sb);
+    msgpack_packer_init(&e->pk, &e->sb, msgpack_sbuffer_write);
+    e->n = 0;
+    e->rc = 0;
+}
+
+static void enc_free(enc *e)
+{
+    msgpack_sbuffer_destroy(&e->sb);
+}
+
+static void enc_key(enc *e, const char *k)
+{
+    e->n++;
+    if (msgpack_pack_str_with_body(&e->pk, k, strlen(k)) != 0)
+        e->rc = -1;
+}
+
+static void enc_ok(enc *e, int rc)
+{
+    if (rc != 0)
+        e->rc = -1;
+}
+
+static void pack_cstr(enc *e, const char *s)
+{
+    enc_ok(e, msgpack_pack_str_with_body(&e->pk, s, strlen(s)));
+}
+
+static void put_str(enc *e, const char *k, const char *s)
+{
+    if (!s)
+        return;
+    enc_key(e, k);
+    pack_cstr(e, s);
+}
+
+static void put_int(enc *e, const char *k, int64_t v)
+{
+    if (v == 0)
+        return;
+    enc_key(e, k);
+    enc_ok(e, msgpack_pack_int64(&e->pk, v));
+}
+
+static void put_true(enc *e, const char *k, bool v)
+{
+    if (!v)
+        return;
+    enc_key(e, k);
+    enc_ok(e, msgpack_pack_true(&e->pk));
+}
+
+/* msgpack-c memcpy()s the body even when empty: never hand it NULL. */
+static const void *bytes_ptr(const cf_bytes *b)
+{
+    return b->data ? (const void *)b->data : (const void *)"";
+}
+
+static void pack_bin(enc *e, const cf_bytes *b)
+{
+    enc_ok(e, msgpack_pack_bin_with_body(&e->pk, bytes_ptr(b), b->len));
+}
+
+/* Text-like byte fields travel as str when they are valid UTF-8 (what a
+ * Python or Go client expects for source code), as bin otherwise. */
+static void pack_text(enc *e, const cf_bytes *b)
+{
+    if (cf_utf8_valid(bytes_ptr(b), b->len))
+        enc_ok(e, msgpack_pack_str_with_body(&e->pk, bytes_ptr(b), b->len));
+    else
+        pack_bin(e, b);
+}
+
+static void put_strv(enc *e, const char *k, char *const *v, size_t n, bool even_empty)
+{
+    if (n == 0 && !even_empty)
+        return;
+    enc_key(e, k);
+    enc_ok(e, msgpack_pack_array(&e->pk, n));
+    for (size_t i = 0; i < n; i++)
+        pack_cstr(e, v[i]);
+}
+
+static void put_strmap(enc *e, const char *k, const cf_strmap_entry *m, size_t n)
+{
+    if (n == 0)
+        return;
+    enc_key(e, k);
+    enc_ok(e, msgpack_pack_map(&e->pk, n));
+    for (size_t i = 0; i < n; i++) {
+        pack_cstr(e, m[i].key);
+        pack_cstr(e, m[i].value);
+    }
+}
+
+static void put_raw(enc *e, const char *k, const cf_bytes *v)
+{
+    if (v->len == 0)
+        return;
+    enc_key(e, k);
+    enc_ok(e, msgpack_sbuffer_write(&e->sb, (const char *)v->data, v->len));
+}
+
+/* Writes child as a map value under key k (skipped when empty). */
+static void put_map(enc *e, const char *k, enc *child)
+{
+    if (child->rc)
+        e->rc = -1;
+    if (child->n == 0)
+        return;
+    enc_key(e, k);
+    enc_ok(e, msgpack_pack_map(&e->pk, child->n));
+    enc_ok(e, msgpack_sbuffer_write(&e->sb, child->sb.data, child->sb.size));
+}
+
+static int enc_finish(enc *top, cf_bytes *out, cf_error *err)
+{
+    enc whole;
+    enc_init(&whole);
+    if (top->rc == 0) {
+        enc_ok(&whole, msgpack_pack_map(&whole.pk, top->n));
+        enc_ok(&whole, msgpack_sbuffer_write(&whole.sb, top->sb.data, top->sb.size));
+    }
+    if (top->rc || whole.rc) {
+        enc_free(&whole);
+        return cf_error_set(err, CF_E_NOMEM, "out of memory encoding a message");
+    }
+    out->len = whole.sb.size;
+    out->data = (uint8_t *)msgpack_sbuffer_release(&whole.sb);
+    return 0;
+}
+
+int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
+{
+    out->data = NULL;
+    out->len = 0;
+    if (cf_request_check(req, err) < 0)
+        return cf_error_wrap(err, "cannot encode request");
+    enc e, pol, fs;
+    enc_init(&e);
+    enc_init(&pol);
+    enc_init(&fs);
+
+    const cf_policy *p = &req->policy;
+    if (p->fs_mode != CF_FS_UNSPECIFIED) {
+        enc_key(&fs, "mode");
+        pack_cstr(&fs, cf_fs_mode_name(p->fs_mode));
+    }
+    put_strv(&fs, "read_only", p->fs_read_only, p->n_fs_read_only, false);
+    put_strv(&fs, "read_write", p->fs_read_write, p->n_fs_read_write, false);
+    if (p->network != CF_NET_UNSPECIFIED) {
+        enc_key(&pol, "network");
+        pack_cstr(&pol, cf_network_name(p->network));
+    }
+    put_map(&pol, "filesystem", &fs);
+    put_strv(&pol, "env_allow", p->env_allow, p->n_env_allow, p->env_allow_set);
+    put_int(&pol, "timeout_us", p->timeout_us);
+    put_int(&pol, "cpu_time_us", p->cpu_time_us);
+    put_int(&pol, "memory_bytes", p->memory_bytes);
+    put_int(&pol, "max_processes", p->max_processes);
+    put_int(&pol, "max_stdout_bytes", p->max_stdout_bytes);
+    put_int(&pol, "max_stderr_bytes", p->max_stderr_bytes);
+    put_int(&pol, "max_file_size_bytes", p->max_file_size_bytes);
+
+    put_int(&e, "v", CF_SCHEMA_VERSION);
+    put_str(&e, "id", req->id);
+    put_str(&e, "language", cf_language_name(req->language));
+    put_str(&e, "backend", req->backend);
+    if (req->code.data) {
+        enc_key(&e, "code");
+        pack_text(&e, &req->code);
+    }
+    put_strv(&e, "argv", req->argv, req->argc, false);
+    if (req->module.len) {
+        enc_key(&e, "module");
+        pack_bin(&e, &req->module);
+    }
+    if (req->stdin_data.len) {
+        enc_key(&e, "stdin");
+        pack_text(&e, &req->stdin_data);
+    }
+    put_raw(&e, "input", &req->input);
+    put_strmap(&e, "env", req->env, req->n_env);
+    if (req->n_files) {
+        enc_key(&e, "files");
+        enc_ok(&e, msgpack_pack_map(&e.pk, req->n_files));
+        for (size_t i = 0; i < req->n_files; i++) {
+            pack_cstr(&e, req->files[i].path);
+            pack_text(&e, &req->files[i].content);
+        }
+    }
+    put_map(&e, "policy", &pol);
+    put_str(&e, "workspace", req->workspace);
+    put_str(&e, "thread", req->thread);
+    put_str(&e, "identity", req->identity);
+    put_str(&e, "reply_to", req->reply_to);
+    put_int(&e, "deadline_us", req->deadline_us);
+    put_int(&e, "created_us", req->created_us);
+    put_strmap(&e, "trace", req->trace, req->n_trace);
+
+    int rc = enc_finish(&e, out, err);
+    enc_free(&fs);
+    enc_free(&pol);
+    enc_free(&e);
+    return rc;
+}
+
+int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
+{
+    out->data = NULL;
+    out->len = 0;
+    if (cf_result_check(res, err) < 0)
+        return cf_error_wrap(err, "cannot encode result");
+    enc e, meta;
+    enc_init(&e);
+    enc_init(&meta);
+
+    put_int(&e, "v", CF_SCHEMA_VERSION);
+    put_str(&e, "id", res->id);
+    put_str(&e, "status", cf_status_name(res->status));
+    if (res->has_exit_code) {
+        enc_key(&e, "exit_code");
+        enc_ok(&e, msgpack_pack_int64(&e.pk, res->exit_code));
+    }
+    put_int(&e, "signal", res->signal);
+    if (res->stdout_data.len) {
+        enc_key(&e, "stdout");
+        pack_bin(&e, &res->stdout_data);
+    }
+    if (res->stderr_data.len) {
+        enc_key(&e, "stderr");
+        pack_bin(&e, &res->stderr_data);
+    }
+    put_true(&e, "stdout_truncated", res->stdout_truncated);
+    put_true(&e, "stderr_truncated", res->stderr_truncated);
+    put_raw(&e, "output", &res->output);
+    if (res->n_diagnostics) {
+        enc_key(&e, "diagnostics");
+        enc_ok(&e, msgpack_pack_array(&e.pk, res->n_diagnostics));
+        for (size_t i = 0; i < res->n_diagnostics; i++) {
+            const cf_diagnostic *dg = &res->diagnostics[i];
+            enc d;
+            enc_init(&d);
+            put_str(&d, "level", dg->level);
+            put_str(&d, "message", dg->message);
+            put_str(&d, "file", dg->file);
+            put_int(&d, "line", dg->line);
+            put_int(&d, "column", dg->column);
+            if (d.rc)
+                e.rc = -1;
+            enc_ok(&e, msgpack_pack_map(&e.pk, d.n));
+            if (d.sb.size)
+                enc_ok(&e, msgpack_sbuffer_write(&e.sb, d.sb.data, d.sb.size));
+            enc_free(&d);
+        }
+    }
+    put_int(&e, "wall_time_us", res->wall_time_us);
+    put_int(&e, "cpu_time_us", res->cpu_time_us);
+    put_int(&e, "peak_memory_bytes", res->peak_memory_bytes);
+    put_str(&meta, "backend", res->meta.backend);
+    put_str(&meta, "isolation", res->meta.isolation);
+    put_str(&meta, "language", res->meta.language);
+    put_str(&meta, "worker", res->meta.worker);
+    put_str(&meta, "identity", res->meta.identity);
+    put_int(&meta, "attempt", res->meta.attempt);
+    put_map(&e, "metadata", &meta);
+    put_str(&e, "reason", res->reason);
+    put_int(&e, "workspace_revision", res->workspace_revision);
+    put_strv(&e, "changed_paths", res->changed_paths, res->n_changed_paths, false);
+    put_true(&e, "workspace_conflict", res->workspace_conflict);
+    put_int(&e, "finished_us", res->finished_us);
+
+    int rc = enc_finish(&e, out, err);
+    enc_free(&meta);
+    enc_free(&e);
+    return rc;
+}
+
+/* ---- decoder ----------------------------------------------------------- */
+
+#define PATH_MAX_LEN 96
+
+typedef struct dec {
+    cf_mp_reader r;
+    const cf_decode_limits *lim;
+    cf_error *err;
+} dec;
+
+/* Adds the field path to an error from the reader. */
+static int dec_wrap(dec *d, const char *path)
+{
+    return cf_error_wrap(d->err, "%s", path);
+}
+
+static int dec_expect(dec *d, const char *path, const char *what)
+{
+    if (cf_mp_peek(&d->r) == CF_MP_END)
+        return cf_error_set(d->err, CF_E_INVALID, "%s: truncated message", path);
+    return cf_error_set(d->err, CF_E_INVALID, "%s: expected %s", path, what);
+}
+
+static void sub_path(char *buf, const char *parent, const char *key)
+{
+    if (parent[0])
+        snprintf(buf, PATH_MAX_LEN, "%s.%s", parent, key);
+    else
+        snprintf(buf, PATH_MAX_LEN, "%s", key);
+}
+
+static void idx_path(char *buf, const char *parent, size_t i)
+{
+    snprintf(buf, PATH_MAX_LEN, "%s[%zu]", parent, i);
+}
+
+/* nil stands for "absent" on optional fields (what Python's None and Go's
+ * nil encode to); consumes it. */
+static bool dec_nil(dec *d)
+{
+    if (cf_mp_peek(&d->r) != CF_MP_NIL)
+        return false;
+    d->r.p++;
+    return true;
+}
+
+static int dec_str(dec *d, const char *path, char **out)
+{
+    if (cf_mp_peek(&d->r) != CF_MP_STR)
+        return dec_expect(d, path, "string");
+    const uint8_t *s;
+    size_t len;
+    if (cf_mp_read_str(&d->r, d->lim->max_str_bytes, &s, &len, d->err) < 0)
+        return dec_wrap(d, path);
+    /* char * fields must be usable as C strings and as JSON strings. */
+    if (memchr(s, 0, len) || !cf_utf8_valid(s, len))
+        return cf_error_set(d->err, CF_E_INVALID, "%s: string is not valid UTF-8 without NUL bytes", path);
+    char *c = cf_strndup((const char *)s, len);
+    if (!c)
+        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+    free(*out);
+    *out = c;
+    return 0;
+}
+
+/* Integers are type-checked before reading so that a value read but out
+ * of range still reports "expected ...", not a cursor state. */
+static int dec_integer(dec *d, const char *path, int64_t lo, int64_t hi, int64_t *out, const char *what)
+{
+    cf_mp_kind k = cf_mp_peek(&d->r);
+    if (k == CF_MP_END)
+        return cf_error_set(d->err, CF_E_INVALID, "%s: truncated message", path);
+    int64_t v;
+    if ((k != CF_MP_UINT && k != CF_MP_INT) || cf_mp_read_int(&d->r, &v, NULL) < 0 || v < lo || v > hi)
+        return cf_error_set(d->err, CF_E_INVALID, "%s: expected %s", path, what);
+    *out = v;
+    return 0;
+}
+
+static int dec_nonneg(dec *d, const char *path, int64_t *out)
+{
+    return dec_integer(d, path, 0, INT64_MAX, out, "non-negative integer");
+}
+
+static int dec_bool(dec *d, const char *path, bool *out)
+{
+    if (cf_mp_peek(&d->r) != CF_MP_BOOL)
+        return dec_expect(d, path, "bool");
+    return cf_mp_read_bool(&d->r, out, d->err);
+}
+
+static int dec_bytes(dec *d, const char *path, cf_bytes *out)
+{
+    cf_mp_kind k = cf_mp_peek(&d->r);
+    if (k != CF_MP_BIN && k != CF_MP_STR)
+        return dec_expect(d, path, "bin or string");
+    const uint8_t *s;
+    size_t len;
+    if (cf_mp_read_bytes(&d->r, d->lim->max_bin_bytes, &s, &len, d->err) < 0)
+        return dec_wrap(d, path);
+    if (cf_bytes_set(out, s, len) < 0)
+        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+    return 0;
+}
+
+static int dec_strv(dec *d, const char *path, unsigned depth, char ***out, size_t *n_out)
+{
+    if (cf_mp_peek(&d->r) != CF_MP_ARRAY)
+        return dec_expect(d, path, "array of strings");
+    uint32_t n;
+    if (cf_mp_read_array(&d->r, depth, &n, d->err) < 0)
+        return dec_wrap(d, path);
+    /* n is bounded by the bytes that remain (checked by the reader). */
+    char **v = calloc(n ? n : 1, sizeof(*v));
+    if (!v)
+        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+    free_strv(*out, *n_out);
+    *out = v;
+    *n_out = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        char ip[PATH_MAX_LEN];
+        idx_path(ip, path, i);
+        if (dec_str(d, ip, &v[i]) < 0)
+            return -1;
+        *n_out = i + 1;
+    }
+    return 0;
+}
+
+static int dec_strmap(dec *d, const char *path, unsigned depth, cf_strmap_entry **out, size_t *n_out)
+{
+    if (cf_mp_peek(&d->r) != CF_MP_MAP)
+        return dec_expect(d, path, "map of string to string");
+    uint32_t n;
+    if (cf_mp_read_map(&d->r, depth, &n, d->err) < 0)
+        return dec_wrap(d, path);
+    cf_strmap_entry *m = calloc(n ? n : 1, sizeof(*m));
+    if (!m)
+        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+    free_strmap(*out, *n_out);
+    *out = m;
+    *n_out = n; /* entries are zeroed: clear() copes with partial fills */
+    for (uint32_t i = 0; i < n; i++) {
+        char ip[PATH_MAX_LEN];
+        idx_path(ip, path, i);
+        if (dec_str(d, ip, &m[i].key) < 0 || dec_str(d, ip, &m[i].value) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int dec_files(dec *d, const char *path, unsigned depth, cf_request *req)
+{
+    if (cf_mp_peek(&d->r) != CF_MP_MAP)
+        return dec_expect(d, path, "map of path to bytes");
+    uint32_t n;
+    if (cf_mp_read_map(&d->r, depth, &n, d->err) < 0)
+        return dec_wrap(d, path);
+    cf_file *f = calloc(n ? n : 1, sizeof(*f));
+    if (!f)
+        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+    req->files = f;
+    req->n_files = n;
+    for (uint32_t i = 0; i < n; i++) {
+        char ip[PATH_MAX_LEN];
+        idx_path(ip, path, i);
+        if (dec_str(d, ip, &f[i].path) < 0 || dec_bytes(d, ip, &f[i].content) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Any msgpack value, kept as its raw bytes. */
+static int dec_value(dec *d, const char *path, unsigned depth, cf_bytes *out)
+{
+    const uint8_t *start = d->r.p;
+    if (cf_mp_skip(&d->r, depth, d->err) < 0)
+        return dec_wrap(d, path);
+    if (cf_bytes_set(out, start, (size_t)(d->r.p - start)) < 0)
+        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+    return 0;
+}
+
+static int dec_enum(dec *d, const char *path, const char *const *table, size_t n, int *out, const char *choices)
+{
+    if (cf_mp_peek(&d->r) != CF_MP_STR)
+        return dec_expect(d, path, "string");
+    const uint8_t *s;
+    size_t len;
+    if (cf_mp_read_str(&d->r, d->lim->max_str_bytes, &s, &len, d->err) < 0)
+        return dec_wrap(d, path);
+    int i = name_index(table, n, s, len);
+    /* The value itself is not echoed: it is hostile and may be anything. */
+    if (i < 0)
+        return cf_error_set(d->err, CF_E_INVALID, "%s: unknown value (expected one of %s)", path, choices);
+    *out = i;
+    return 0;
+}
+
+/* Iterates a schema map: reads the header, then for each entry the key
+ * (which must be a string) and hands known keys to the caller by index.
+ * Unknown keys have their value skipped; duplicates of known keys are
+ * refused. */
+typedef int (*field_fn)(dec *d, void *obj, int idx, const char *path, unsigned depth);
+
+static int dec_object(dec *d, const char *path, unsigned depth, const char *const *keys, size_t nkeys,
+                      field_fn fn, void *obj, uint64_t *seen_out)
+{
+    if (cf_mp_peek(&d->r) != CF_MP_MAP)
+        return dec_expect(d, path[0] ? path : "message", "map");
+    uint32_t n;
+    if (cf_mp_read_map(&d->r, depth, &n, d->err) < 0)
+        return dec_wrap(d, path[0] ? path : "message");
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (cf_mp_peek(&d->r) != CF_MP_STR)
+            return dec_expect(d, path[0] ? path : "message", "string keys");
+        const uint8_t *k;
+        size_t klen;
+        if (cf_mp_read_str(&d->r, d->lim->max_str_bytes, &k, &klen, d->err) < 0)
+            return dec_wrap(d, path[0] ? path : "message");
+        int idx = -1;
+        for (size_t j = 0; j < nkeys; j++)
+            if (strlen(keys[j]) == klen && memcmp(keys[j], k, klen) == 0) {
+                idx = (int)j;
+                break;
+            }
+        char fp[PATH_MAX_LEN];
+        if (idx < 0) {
+            /* Forward compatibility: newer minor versions add fields. */
+            sub_path(fp, path, "(unknown field)");
+            if (cf_mp_skip(&d->r, depth + 1, d->err) < 0)
+                return dec_wrap(d, fp);
+            continue;
+        }
+        sub_path(fp, path, keys[idx]);
+        if (seen & (1ull << idx))
+            return cf_error_set(d->err, CF_E_INVALID, "%s: duplicate field", fp);
+        seen |= 1ull << idx;
+        if (fn(d, obj, idx, fp, depth + 1) < 0)
+            return -1;
+    }
+    if (seen_out)
+        *seen_out = seen;
+    return 0;
+}
+
+/* Request fields, in encoding order. */
+enum {
+    RQ_V, RQ_ID, RQ_LANGUAGE, RQ_BACKEND, RQ_CODE, RQ_ARGV, RQ_MODULE, RQ_STDIN, RQ_INPUT, RQ_ENV, RQ_FILES,
+    RQ_POLICY, RQ_WORKSPACE, RQ_THREAD, RQ_IDENTITY, RQ_REPLY_TO, RQ_DEADLINE, RQ_CREATED, RQ_TRACE, RQ__COUNT
+};
+static const char *const rq_keys[RQ__COUNT] = {
+    "v", "id", "language", "backend", "code", "argv", "module", "stdin", "input", "env", "files",
+    "policy", "workspace", "thread", "identity", "reply_to", "deadline_us", "created_us", "trace",
+};
+
+enum { PO_NETWORK, PO_FILESYSTEM, PO_ENV_ALLOW, PO_TIMEOUT, PO_CPU, PO_MEMORY, PO_PROCS, PO_STDOUT, PO_STDERR,
+       PO_FSIZE, PO__COUNT };
+static const char *const po_keys[PO__COUNT] = {
+    "network", "filesystem", "env_allow", "timeout_us", "cpu_time_us", "memory_bytes", "max_processes",
+    "max_stdout_bytes", "max_stderr_bytes", "max_file_size_bytes",
+};
+
+enum { FS_MODE, FS_RO, FS_RW, FS__COUNT };
+static const char *const fs_keys[FS__COUNT] = {"mode", "read_only", "read_write"};
+
+static int fs_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    cf_policy *p = obj;
+    if (dec_nil(d))
+        return 0;
+    switch (idx) {
+    case FS_MODE: {
+        int m;
+        if (dec_enum(d, path, fs_names, NELEM(fs_names), &m, "none, workspace_ro, workspace_rw, paths") < 0)
+            return -1;
+        p->fs_mode = (cf_fs_mode)m;
+        return 0;
+    }
+    case FS_RO: return dec_strv(d, path, depth, &p->fs_read_only, &p->n_fs_read_only);
+    default: return dec_strv(d, path, depth, &p->fs_read_write, &p->n_fs_read_write);
+    }
+}
+
+static int policy_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    cf_policy *p = obj;
+    if (dec_nil(d))
+        return 0;
+    switch (idx) {
+    case PO_NETWORK: {
+        int m;
+        if (dec_enum(d, path, net_names, NELEM(net_names), &m, "disabled, enabled") < 0)
+            return -1;
+        p->network = (cf_network_policy)m;
+        return 0;
+    }
+    case PO_FILESYSTEM: return dec_object(d, path, depth, fs_keys, FS__COUNT, fs_field, p, NULL);
+    case PO_ENV_ALLOW:
+        p->env_allow_set = true;
+        return dec_strv(d, path, depth, &p->env_allow, &p->n_env_allow);
+    case PO_TIMEOUT: return dec_nonneg(d, path, &p->timeout_us);
+    case PO_CPU: return dec_nonneg(d, path, &p->cpu_time_us);
+    case PO_MEMORY: return dec_nonneg(d, path, &p->memory_bytes);
+    case PO_PROCS: return dec_nonneg(d, path, &p->max_processes);
+    case PO_STDOUT: return dec_nonneg(d, path, &p->max_stdout_bytes);
+    case PO_STDERR: return dec_nonneg(d, path, &p->max_stderr_bytes);
+    default: return dec_nonneg(d, path, &p->max_file_size_bytes);
+    }
+}
+
+static int request_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    cf_request *req = obj;
+    switch (idx) {
+    case RQ_V: return cf_mp_skip(&d->r, depth, d->err); /* checked by the first pass */
+    case RQ_ID: return dec_str(d, path, &req->id);
+    case RQ_LANGUAGE: {
+        int l;
+        if (dec_enum(d, path, lang_names, CF_LANG__COUNT, &l, "command, shell, python, javascript, wasm") < 0)
+            return -1;
+        req->language = (cf_language)l;
+        return 0;
+    }
+    case RQ_INPUT: return dec_value(d, path, depth, &req->input); /* nil is a value here */
+    default: break;
+    }
+    if (dec_nil(d))
+        return 0;
+    switch (idx) {
+    case RQ_BACKEND: return dec_str(d, path, &req->backend);
+    case RQ_CODE: return dec_bytes(d, path, &req->code);
+    case RQ_ARGV: return dec_strv(d, path, depth, &req->argv, &req->argc);
+    case RQ_MODULE: return dec_bytes(d, path, &req->module);
+    case RQ_STDIN: return dec_bytes(d, path, &req->stdin_data);
+    case RQ_ENV: return dec_strmap(d, path, depth, &req->env, &req->n_env);
+    case RQ_FILES: return dec_files(d, path, depth, req);
+    case RQ_POLICY: return dec_object(d, path, depth, po_keys, PO__COUNT, policy_field, &req->policy, NULL);
+    case RQ_WORKSPACE: return dec_str(d, path, &req->workspace);
+    case RQ_THREAD: return dec_str(d, path, &req->thread);
+    case RQ_IDENTITY: return dec_str(d, path, &req->identity);
+    case RQ_REPLY_TO: return dec_str(d, path, &req->reply_to);
+    case RQ_DEADLINE: return dec_nonneg(d, path, &req->deadline_us);
+    case RQ_CREATED: return dec_nonneg(d, path, &req->created_us);
+    default: return dec_strmap(d, path, depth, &req->trace, &req->n_trace);
+    }
+}
+
+enum {
+    RS_V, RS_ID, RS_STATUS, RS_EXIT, RS_SIGNAL, RS_STDOUT, RS_STDERR, RS_STDOUT_TR, RS_STDERR_TR, RS_OUTPUT,
+    RS_DIAG, RS_WALL, RS_CPU, RS_PEAK, RS_META, RS_REASON, RS_WSREV, RS_CHANGED, RS_CONFLICT, RS_FINISHED,
+    RS__COUNT
+};
+static const char *const rs_keys[RS__COUNT] = {
+    "v", "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
+    "output", "diagnostics", "wall_time_us", "cpu_time_us", "peak_memory_bytes", "metadata", "reason",
+    "workspace_revision", "changed_paths", "workspace_conflict", "finished_us",
+};
+
+enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD__COUNT };
+static const char *const md_keys[MD__COUNT] = {"backend", "isolation", "language", "worker", "identity", "attempt"};
+
+enum { DG_LEVEL, DG_MESSAGE, DG_FILE, DG_LINE, DG_COLUMN, DG__COUNT };
+static const char *const dg_keys[DG__COUNT] = {"level", "message", "file", "line", "column"};
+
+static int meta_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    cf_result_meta *m = obj;
+    if (dec_nil(d))
+        return 0;
+    switch (idx) {
+    case MD_BACKEND: return dec_str(d, path, &m->backend);
+    case MD_ISOLATION: return dec_str(d, path, &m->isolation);
+    case MD_LANGUAGE: return dec_str(d, path, &m->language);
+    case MD_WORKER: return dec_str(d, path, &m->worker);
+    case MD_IDENTITY: return dec_str(d, path, &m->identity);
+    default: return dec_nonneg(d, path, &m->attempt);
+    }
+}
+
+static int diag_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    cf_diagnostic *dg = obj;
+    if (dec_nil(d))
+        return 0;
+    switch (idx) {
+    case DG_LEVEL: return dec_str(d, path, &dg->level);
+    case DG_MESSAGE: return dec_str(d, path, &dg->message);
+    case DG_FILE: return dec_str(d, path, &dg->file);
+    case DG_LINE: return dec_nonneg(d, path, &dg->line);
+    default: return dec_nonneg(d, path, &dg->column);
+    }
+}
+
+static int dec_diagnostics(dec *d, const char *path, unsigned depth, cf_result *res)
+{
+    if (cf_mp_peek(&d->r) != CF_MP_ARRAY)
+        return dec_expect(d, path, "array of maps");
+    uint32_t n;
+    if (cf_mp_read_array(&d->r, depth, &n, d->err) < 0)
+        return dec_wrap(d, path);
+    cf_diagnostic *v = calloc(n ? n : 1, sizeof(*v));
+    if (!v)
+        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+    res->diagnostics = v;
+    res->n_diagnostics = n;
+    for (uint32_t i = 0; i < n; i++) {
+        char ip[PATH_MAX_LEN];
+        idx_path(ip, path, i);
+        if (dec_object(d, ip, depth + 1, dg_keys, DG__COUNT, diag_field, &v[i], NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int result_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    cf_result *res = obj;
+    switch (idx) {
+    case RS_V: return cf_mp_skip(&d->r, depth, d->err);
+    case RS_ID: return dec_str(d, path, &res->id);
+    case RS_STATUS: {
+        int s;
+        if (cf_mp_peek(&d->r) != CF_MP_STR)
+            return dec_expect(d, path, "string");
+        /* status names have no "unspecified" slot: index from 0 */
+        const uint8_t *sv;
+        size_t len;
+        if (cf_mp_read_str(&d->r, d->lim->max_str_bytes, &sv, &len, d->err) < 0)
+            return dec_wrap(d, path);
+        for (s = 0; s < CF_STATUS__COUNT; s++)
+            if (strlen(status_names[s]) == len && memcmp(status_names[s], sv, len) == 0)
+                break;
+        if (s == CF_STATUS__COUNT)
+            return cf_error_set(d->err, CF_E_INVALID, "%s: unknown value", path);
+        res->status = (cf_status)s;
+        return 0;
+    }
+    case RS_OUTPUT: return dec_value(d, path, depth, &res->output);
+    default: break;
+    }
+    if (dec_nil(d))
+        return 0;
+    int64_t v;
+    switch (idx) {
+    case RS_EXIT:
+        if (dec_integer(d, path, INT32_MIN, INT32_MAX, &v, "32-bit integer") < 0)
+            return -1;
+        res->has_exit_code = true;
+        res->exit_code = (int)v;
+        return 0;
+    case RS_SIGNAL:
+        if (dec_integer(d, path, 0, INT32_MAX, &v, "non-negative 32-bit integer") < 0)
+            return -1;
+        res->signal = (int)v;
+        return 0;
+    case RS_STDOUT: return dec_bytes(d, path, &res->stdout_data);
+    case RS_STDERR: return dec_bytes(d, path, &res->stderr_data);
+    case RS_STDOUT_TR: return dec_bool(d, path, &res->stdout_truncated);
+    case RS_STDERR_TR: return dec_bool(d, path, &res->stderr_truncated);
+    case RS_DIAG: return dec_diagnostics(d, path, depth, res);
+    case RS_WALL: return dec_nonneg(d, path, &res->wall_time_us);
+    case RS_CPU: return dec_nonneg(d, path, &res->cpu_time_us);
+    case RS_PEAK: return dec_nonneg(d, path, &res->peak_memory_bytes);
+    case RS_META: return dec_object(d, path, depth, md_keys, MD__COUNT, meta_field, &res->meta, NULL);
+    case RS_REASON: return dec_str(d, path, &res->reason);
+    case RS_WSREV: return dec_nonneg(d, path, &res->workspace_revision);
+    case RS_CHANGED: return dec_strv(d, path, depth, &res->changed_paths, &res->n_changed_paths);
+    case RS_CONFLICT: return dec_bool(d, path, &res->workspace_conflict);
+    default: return dec_nonneg(d, path, &res->finished_us);
+    }
+}
+
+/* First pass: the whole message is one well-formed map within limits, with
+ * nothing after it, and its "v" is 1.  Allocates nothing. */
+static int prescan(const void *buf, size_t len, const cf_decode_limits *lim, cf_error *err)
+{
+    if (!buf || len == 0)
+        return cf_error_set(err, CF_E_INVALID, "empty message");
+    if (len > lim->max_total_bytes)
+        return cf_error_set(err, CF_E_LIMIT, "message of %zu bytes exceeds the limit of %zu", len,
+                            lim->max_total_bytes);
+    cf_mp_reader r;
+    cf_mp_reader_init(&r, buf, len, lim);
+    if (cf_mp_peek(&r) != CF_MP_MAP)
+        return cf_error_set(err, CF_E_INVALID, "message: expected a msgpack map, got %s",
+                            cf_mp_kind_name(cf_mp_peek(&r)));
+    uint32_t n;
+    if (cf_mp_read_map(&r, 1, &n, err) < 0)
+        return cf_error_wrap(err, "message");
+    bool have_v = false;
+    int64_t v = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *k;
+        size_t klen;
+        if (cf_mp_peek(&r) != CF_MP_STR) {
+            if (cf_mp_peek(&r) == CF_MP_END)
+                return cf_error_set(err, CF_E_INVALID, "message: truncated message");
+            return cf_error_set(err, CF_E_INVALID, "message: expected string keys");
+        }
+        if (cf_mp_read_str(&r, lim->max_str_bytes, &k, &klen, err) < 0)
+            return cf_error_wrap(err, "message");
+        if (klen == 1 && k[0] == 'v') {
+            cf_mp_kind kind = cf_mp_peek(&r);
+            if (have_v)
+                return cf_error_set(err, CF_E_INVALID, "v: duplicate field");
+            if (kind == CF_MP_END)
+                return cf_error_set(err, CF_E_INVALID, "v: truncated message");
+            if ((kind != CF_MP_UINT && kind != CF_MP_INT) || cf_mp_read_int(&r, &v, NULL) < 0)
+                return cf_error_set(err, CF_E_INVALID, "v: expected integer");
+            have_v = true;
+            continue;
+        }
+        if (cf_mp_skip(&r, 2, err) < 0) {
+            char key[48];
+            size_t kl = klen < sizeof(key) - 1 ? klen : sizeof(key) - 1;
+            /* Name the field only if it is printable: the bytes are hostile. */
+            bool printable = cf_id_valid((const char *)k, kl);
+            if (printable) {
+                memcpy(key, k, kl);
+                key[kl] = '\0';
+            }
+            return cf_error_wrap(err, "%s", printable ? key : "(field)");
+        }
+    }
+    if (r.p != r.end)
+        return cf_error_set(err, CF_E_INVALID, "%zu trailing bytes after the message", cf_mp_remaining(&r));
+    if (!have_v)
+        return cf_error_set(err, CF_E_INVALID, "missing required field \"v\"");
+    if (v != CF_SCHEMA_VERSION)
+        return cf_error_set(err, CF_E_UNSUPPORTED, "unsupported schema version %lld", (long long)v);
+    return 0;
+}
+
+int cf_request_decode(const void *buf, size_t len, const cf_decode_limits *limits, cf_request *out, cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    dec d = {.lim = limits ? limits : &cf_decode_limits_default, .err = err};
+    if (prescan(buf, len, d.lim, err) < 0)
+        return -1;
+    cf_mp_reader_init(&d.r, buf, len, d.lim);
+    if (dec_object(&d, "", 1, rq_keys, RQ__COUNT, request_field, out, NULL) < 0 || request_check(out, false, err) < 0) {
+        cf_request_clear(out);
+        return -1;
+    }
+    return 0;
+}
+
+int cf_result_decode(const void *buf, size_t len, const cf_decode_limits *limits, cf_result *out, cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    dec d = {.lim = limits ? limits : &cf_decode_limits_default, .err = err};
+    if (prescan(buf, len, d.lim, err) < 0)
+        return -1;
+    cf_mp_reader_init(&d.r, buf, len, d.lim);
+    uint64_t seen = 0;
+    if (dec_object(&d, "", 1, rs_keys, RS__COUNT, result_field, out, &seen) < 0) {
+        cf_result_clear(out);
+        return -1;
+    }
+    /* status is required: its zero value is "success", so check presence
+     * on the wire rather than in the struct. */
+    if (out->id && !(seen & (1ull << RS_STATUS))) {
+        cf_error_set(err, CF_E_INVALID, "missing required field \"status\"");
+        cf_result_clear(out);
+        return -1;
+    }
+    if (result_check(out, false, err) < 0) {
+        cf_result_clear(out);
+        return -1;
+    }
+    return 0;
+}
+
+int cf_request_peek_id(const void *buf, size_t len, char *id, size_t idsz)
+{
+    if (!id || idsz == 0)
+        return -1;
+    id[0] = '\0';
+    if (!buf || len == 0)
+        return -1;
+    cf_mp_reader r;
+    cf_mp_reader_init(&r, buf, len, NULL);
+    uint8_t b = *r.p;
+    uint64_t n;
+    /* Read the header by hand: a lying count must not stop us from finding
+     * an "id" that comes early; the loop below stops at the buffer end. */
+    if (b >= 0x80 && b <= 0x8f) {
+        n = b & 0x0f;
+        r.p++;
+    } else if ((b == 0xde && len >= 3) || (b == 0xdf && len >= 5)) {
+        unsigned w = b == 0xde ? 2 : 4;
+        n = 0;
+        for (unsigned i = 1; i <= w; i++)
+            n = (n << 8) | r.p[i];
+        r.p += 1 + w;
+    } else {
+        return -1;
+    }
+    for (uint64_t i = 0; i < n && r.p < r.end; i++) {
+        const uint8_t *k;
+        size_t klen;
+        if (cf_mp_peek(&r) == CF_MP_STR) {
+            if (cf_mp_read_str(&r, cf_decode_limits_default.max_str_bytes, &k, &klen, NULL) < 0)
+                return -1;
+        } else {
+            k = NULL;
+            klen = 0;
+            if (cf_mp_skip(&r, 2, NULL) < 0)
+                return -1;
+        }
+        if (klen == 2 && memcmp(k, "id", 2) == 0) {
+            const uint8_t *s;
+            size_t slen;
+            if (cf_mp_read_str(&r, CF_ID_MAX, &s, &slen, NULL) < 0)
+                return -1;
+            if (!cf_id_valid((const char *)s, slen) || slen >= idsz)
+                return -1;
+            memcpy(id, s, slen);
+            id[slen] = '\0';
+            return 0;
+        }
+        if (cf_mp_skip(&r, 2, NULL) < 0)
+            return -1;
+    }
+    return -1;
+}
+
+int cf_msgpack_validate(const void *buf, size_t len, const cf_decode_limits *limits, cf_error *err)
+{
+    const cf_decode_limits *lim = limits ? limits : &cf_decode_limits_default;
+    if (!buf || len == 0)
+        return cf_error_set(err, CF_E_INVALID, "empty value");
+    if (len > lim->max_total_bytes)
+        return cf_error_set(err, CF_E_LIMIT, "value of %zu bytes exceeds the limit of %zu", len,
+                            lim->max_total_bytes);
+    cf_mp_reader r;
+    cf_mp_reader_init(&r, buf, len, lim);
+    if (cf_mp_skip(&r, 1, err) < 0)
+        return -1;
+    if (r.p != r.end)
+        return cf_error_set(err, CF_E_INVALID, "%zu trailing bytes after the value", cf_mp_remaining(&r));
+    return 0;
+}

@@ -1,0 +1,213 @@
+/* cf_schema: wire schema v1 for execution requests and results.
+ *
+ * The normative, language-neutral description is schema/SPEC.md; this header
+ * is the C view of it.  Encoding is msgpack: a map with string keys and a
+ * "v" (major version) field.  Decoders treat bytes as hostile (see
+ * cf_decode_limits).  All times are microseconds (durations) or
+ * microseconds since the Unix epoch (timestamps).
+ *
+ * Ownership: every pointer inside a decoded cf_request / cf_result is owned
+ * by that struct and released by cf_request_clear / cf_result_clear.
+ * Structs start zeroed (= all optional fields absent).
+ */
+#ifndef CF_SCHEMA_H
+#define CF_SCHEMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cf_error.h"
+
+#define CF_SCHEMA_VERSION 1
+#define CF_ID_MAX 128 /* max bytes of a request id */
+
+typedef enum cf_language {
+    CF_LANG_NONE = 0,
+    CF_LANG_COMMAND,    /* argv, no source */
+    CF_LANG_SHELL,      /* POSIX sh source */
+    CF_LANG_PYTHON,     /* python3 source */
+    CF_LANG_JAVASCRIPT, /* JavaScript source (node on process/sandbox) */
+    CF_LANG_WASM,       /* a WebAssembly module (module bytes) */
+    CF_LANG__COUNT
+} cf_language;
+
+typedef enum cf_status {
+    CF_STATUS_SUCCESS = 0,      /* ran, exited 0 */
+    CF_STATUS_FAILED,           /* user code exited non-zero or was signalled */
+    CF_STATUS_TIMEOUT,          /* wall-clock or CPU-time limit hit */
+    CF_STATUS_MEMORY_EXCEEDED,  /* killed by the memory limit */
+    CF_STATUS_COMPILE_FAILED,   /* a build/compile step failed before running */
+    CF_STATUS_REJECTED,         /* never ran: invalid, unenforceable policy, deadline passed */
+    CF_STATUS_INTERNAL_ERROR,   /* the worker or sandbox broke, not the user's code */
+    CF_STATUS__COUNT
+} cf_status;
+
+typedef enum cf_network_policy {
+    CF_NET_UNSPECIFIED = 0, /* no requirement: the backend's own isolation applies */
+    CF_NET_DISABLED,        /* no network at all (empty network namespace) */
+    CF_NET_ENABLED,         /* network wanted */
+} cf_network_policy;
+
+typedef enum cf_fs_mode {
+    CF_FS_UNSPECIFIED = 0, /* no requirement */
+    CF_FS_NONE,            /* nothing of the host: only the private work directory */
+    CF_FS_WORKSPACE_RO,    /* the request's workspace, read-only */
+    CF_FS_WORKSPACE_RW,    /* the request's workspace, read-write (written back) */
+    CF_FS_PATHS,           /* explicit host paths, read-only and read-write */
+} cf_fs_mode;
+
+typedef struct cf_bytes {
+    uint8_t *data; /* NULL when absent */
+    size_t len;
+} cf_bytes;
+
+typedef struct cf_strmap_entry {
+    char *key;
+    char *value;
+} cf_strmap_entry;
+
+typedef struct cf_file {
+    char *path;       /* relative path inside the work directory (validated by backends) */
+    cf_bytes content;
+} cf_file;
+
+/* Requested controls.  Zero means "not requested" for every number: the
+ * worker fills timeout and output caps from its configured defaults. */
+typedef struct cf_policy {
+    cf_network_policy network;
+    cf_fs_mode fs_mode;
+    char **fs_read_only; /* CF_FS_PATHS */
+    size_t n_fs_read_only;
+    char **fs_read_write;
+    size_t n_fs_read_write;
+    bool env_allow_set;  /* environment allowlist given (possibly empty) */
+    char **env_allow;    /* names of worker environment variables passed through */
+    size_t n_env_allow;
+    int64_t timeout_us;        /* wall clock */
+    int64_t cpu_time_us;
+    int64_t memory_bytes;
+    int64_t max_processes;
+    int64_t max_stdout_bytes;
+    int64_t max_stderr_bytes;
+    int64_t max_file_size_bytes;
+} cf_policy;
+
+typedef struct cf_request {
+    char *id;            /* required: idempotency key, 1..CF_ID_MAX bytes, printable */
+    cf_language language; /* required */
+    char *backend;       /* optional backend name */
+    cf_bytes code;       /* source text (shell, python, javascript) */
+    char **argv;         /* command: argv[0] is the program; others: extra arguments */
+    size_t argc;
+    cf_bytes module;     /* wasm module bytes */
+    cf_bytes stdin_data; /* bytes fed to stdin; absent = empty stdin */
+    cf_bytes input;      /* structured input: one msgpack value, validated; absent = len 0 */
+    cf_strmap_entry *env; /* extra environment variables */
+    size_t n_env;
+    cf_file *files;
+    size_t n_files;
+    cf_policy policy;
+    char *workspace;     /* workspace id (issue 4) */
+    char *thread;        /* thread id (checkpoints) */
+    char *identity;      /* caller identity for audit */
+    char *reply_to;      /* result topic override */
+    int64_t deadline_us; /* absolute, epoch us; 0 = none */
+    int64_t created_us;  /* epoch us; 0 = unknown */
+    cf_strmap_entry *trace; /* trace context (W3C traceparent/tracestate...) */
+    size_t n_trace;
+} cf_request;
+
+typedef struct cf_diagnostic {
+    char *level;   /* "error", "warning", "note" */
+    char *message;
+    char *file;    /* optional */
+    int64_t line;  /* 0 = unknown */
+    int64_t column;
+} cf_diagnostic;
+
+typedef struct cf_result_meta {
+    char *backend;
+    char *isolation; /* "host_local", "sandbox", "container", "wasm", "in_process" */
+    char *language;
+    char *worker;
+    char *identity;
+    int64_t attempt; /* 1 for the first delivery; higher after redelivery */
+} cf_result_meta;
+
+typedef struct cf_result {
+    char *id;                 /* the request id */
+    cf_status status;
+    bool has_exit_code;
+    int exit_code;
+    int signal;               /* terminating signal, 0 = none */
+    cf_bytes stdout_data;
+    cf_bytes stderr_data;
+    bool stdout_truncated;
+    bool stderr_truncated;
+    cf_bytes output;          /* structured output: one msgpack value; len 0 = absent */
+    cf_diagnostic *diagnostics;
+    size_t n_diagnostics;
+    int64_t wall_time_us;
+    int64_t cpu_time_us;
+    int64_t peak_memory_bytes;
+    cf_result_meta meta;
+    char *reason;             /* why: rejection reason, error text, limit hit */
+    /* Workspace outcome (issue 4): set when the request named a workspace. */
+    int64_t workspace_revision; /* 0 = unchanged/absent */
+    char **changed_paths;
+    size_t n_changed_paths;
+    bool workspace_conflict;
+    int64_t finished_us;      /* epoch us when the result was produced */
+} cf_result;
+
+/* Limits applied by every decoder before anything is allocated. */
+typedef struct cf_decode_limits {
+    size_t max_total_bytes;   /* whole message */
+    size_t max_str_bytes;     /* any string (code is bin/str: max_bin_bytes) */
+    size_t max_bin_bytes;     /* any binary or large text field */
+    size_t max_elements;      /* declared entries of one array or map */
+    unsigned max_depth;       /* nesting depth, the top-level map is depth 1 */
+} cf_decode_limits;
+
+extern const cf_decode_limits cf_decode_limits_default;
+
+/* Names <-> enums.  _parse returns -1 for unknown names. */
+const char *cf_language_name(cf_language l);
+int cf_language_parse(const char *name, cf_language *out);
+const char *cf_status_name(cf_status s);
+int cf_status_parse(const char *name, cf_status *out);
+const char *cf_network_name(cf_network_policy n);
+const char *cf_fs_mode_name(cf_fs_mode m);
+
+/* Encoders: *out is malloc'd, caller frees out->data. */
+int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err);
+int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err);
+
+/* Decoders.  On failure the struct is cleared and err says what and where
+ * ("policy.timeout_us: expected integer").  limits may be NULL (defaults).
+ * Unknown keys are ignored; a "v" other than 1 is rejected. */
+int cf_request_decode(const void *buf, size_t len, const cf_decode_limits *limits, cf_request *out, cf_error *err);
+int cf_result_decode(const void *buf, size_t len, const cf_decode_limits *limits, cf_result *out, cf_error *err);
+
+/* Best-effort: reads the top-level "id" string of a message that may
+ * otherwise be malformed (so it can still be answered "rejected").
+ * Returns 0 and fills id (NUL-terminated) or -1 if no usable id. */
+int cf_request_peek_id(const void *buf, size_t len, char *id, size_t idsz);
+
+/* Checks an id: 1..CF_ID_MAX bytes of printable ASCII without spaces. */
+bool cf_id_valid(const char *id, size_t len);
+
+/* Validates that buf holds exactly one msgpack value within limits
+ * (used for input/output fields and checkpoint state). */
+int cf_msgpack_validate(const void *buf, size_t len, const cf_decode_limits *limits, cf_error *err);
+
+void cf_request_clear(cf_request *req);
+void cf_result_clear(cf_result *res);
+
+/* Convenience setters that copy their argument (return -1 on ENOMEM). */
+int cf_bytes_set(cf_bytes *b, const void *data, size_t len);
+int cf_str_set(char **dst, const char *src);
+int cf_result_set_reason(cf_result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
