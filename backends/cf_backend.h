@@ -1,0 +1,129 @@
+/* cf_backend: the execution backend interface and registry.
+ *
+ * A backend is a const vtable (cf_backend_ops) in a static registry.  The
+ * worker creates one instance of each enabled backend at start-up; create()
+ * probes the host and fills the instance's capabilities with what it can
+ * actually enforce *here*.  Before running a request the worker calls
+ * cf_policy_check(): a request asking for a control the backend cannot
+ * enforce is answered "rejected" with a reason naming the control.
+ *
+ * execute() contract:
+ *   returns 0  -> res->status says what happened to the user's code
+ *                 (success, failed, timeout, memory_exceeded, compile_failed)
+ *                 or that the request itself was unacceptable (rejected, with
+ *                 res->reason) - e.g. an unsafe file path;
+ *   returns -1 -> the backend/sandbox broke (err filled, err->retriable says
+ *                 whether another attempt may succeed); the worker answers
+ *                 internal_error.  Never used for the user's code failing.
+ */
+#ifndef CF_BACKEND_H
+#define CF_BACKEND_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cf_error.h"
+#include "cf_schema.h"
+
+/* Controls a backend may enforce (bit flags). */
+enum {
+    CF_CTL_TIMEOUT = 1u << 0,          /* wall clock; kills every process of the execution */
+    CF_CTL_CPU_TIME = 1u << 1,
+    CF_CTL_MEMORY = 1u << 2,
+    CF_CTL_MAX_PROCESSES = 1u << 3,
+    CF_CTL_STDOUT_CAP = 1u << 4,
+    CF_CTL_STDERR_CAP = 1u << 5,
+    CF_CTL_FILE_SIZE = 1u << 6,
+    CF_CTL_NETWORK_DISABLED = 1u << 7, /* can run with no network */
+    CF_CTL_NETWORK_ENABLED = 1u << 8,  /* can give network access */
+    CF_CTL_FS_NONE = 1u << 9,          /* can hide the host filesystem */
+    CF_CTL_FS_WORKSPACE_RO = 1u << 10,
+    CF_CTL_FS_WORKSPACE_RW = 1u << 11,
+    CF_CTL_FS_PATHS = 1u << 12,
+    CF_CTL_ENV_ALLOWLIST = 1u << 13,   /* environment cleared except the allowlist */
+};
+
+/* Stable names for each control bit ("timeout", "memory", ...). */
+const char *cf_control_name(uint32_t control_bit);
+
+typedef struct cf_backend_caps {
+    const char *isolation; /* "host_local", "sandbox", "container", "wasm", "in_process" */
+    uint32_t languages;    /* bit (1u << cf_language) per supported language */
+    uint32_t controls;     /* CF_CTL_* enforced on this host */
+    /* Free text per control that needs a qualifier, e.g. memory enforced as
+     * an address-space rlimit.  May be NULL. */
+    const char *notes;
+} cf_backend_caps;
+
+/* Settings the worker hands to backends (from its configuration table). */
+typedef struct cf_backend_config {
+    const char *work_root;      /* parent of per-execution work directories */
+    const char *python_path;    /* resolved interpreter paths */
+    const char *node_path;
+    const char *shell_path;
+    const char *exec_path;      /* PATH given to user code and used to resolve argv[0] */
+    int slots;                  /* concurrent executions of this worker */
+    int64_t run_uid_base;       /* >0: run slot i as uid/gid run_uid_base+i (root only) */
+    int64_t max_files_bytes;    /* cap on files placed into / collected from a work dir */
+    int64_t max_output_file_bytes; /* cap on the structured output file */
+    const char *cgroup_root;    /* for sandbox-type backends; NULL = autodetect */
+} cf_backend_config;
+
+/* Per-execution context from the worker. */
+typedef struct cf_exec_ctx {
+    int slot;                 /* 0..slots-1, stable while the execution runs */
+    const char *worker_id;
+    /* Set (to non-zero) by another thread to abandon the execution early
+     * (shutdown past its grace period).  Backends poll it. */
+    volatile int *cancel;
+} cf_exec_ctx;
+
+typedef struct cf_backend_ops {
+    const char *name;        /* registry key, e.g. "process" */
+    const char *description; /* one line for --help and docs */
+    /* Probes the host, allocates the instance state, fills caps. */
+    int (*create)(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err);
+    void (*destroy)(void *state); /* NULL-safe */
+    int (*execute)(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err);
+} cf_backend_ops;
+
+/* The static registry (NULL-terminated). */
+const cf_backend_ops *const *cf_backend_registry(void);
+const cf_backend_ops *cf_backend_find(const char *name);
+
+/* A created backend. */
+typedef struct cf_backend {
+    const cf_backend_ops *ops;
+    void *state;
+    cf_backend_caps caps;
+} cf_backend;
+
+/* The set of backends a worker runs with. */
+typedef struct cf_backend_set cf_backend_set;
+
+/* names: comma-separated list ("sandbox,process"); the first is the default
+ * for requests that name no backend.  Unknown or duplicate names fail. */
+int cf_backend_set_new(const char *names, const cf_backend_config *cfg, cf_backend_set **out, cf_error *err);
+void cf_backend_set_destroy(cf_backend_set *set);
+size_t cf_backend_set_count(const cf_backend_set *set);
+const cf_backend *cf_backend_set_get(const cf_backend_set *set, size_t i);
+
+/* Chooses the backend for req: the one it names, else the default.  When
+ * nothing fits, returns NULL and writes a reason ("backend 'x' is not
+ * enabled on this worker", "language python not supported by ...").  Does
+ * not check the policy. */
+const cf_backend *cf_backend_set_select(const cf_backend_set *set, const cf_request *req, char *reason,
+                                        size_t reason_size);
+
+/* Checks req->policy against caps.  Returns 0 when every requested control
+ * is enforced; otherwise -1 with a reason naming the first control that is
+ * not ("backend process cannot enforce network=disabled"). */
+int cf_policy_check(const cf_backend_caps *caps, const char *backend_name, const cf_request *req, char *reason,
+                    size_t reason_size);
+
+/* Writes a human-readable capability matrix of the set (one line per
+ * backend: isolation, languages, enforced controls) for the start-up log. */
+void cf_backend_set_describe(const cf_backend_set *set, char *buf, size_t size);
+
+#endif

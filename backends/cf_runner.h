@@ -1,0 +1,94 @@
+/* cf_runner: spawn one program and supervise it to the end.
+ *
+ * Shared by every process-based backend (process, sandbox, container):
+ * they differ only in what happens in the child before exec (child_setup)
+ * and in the parent right after the child exists (parent_setup), and in how
+ * "kill everything of this execution" is done (kill_all).
+ *
+ * What the runner guarantees:
+ *   - the child starts in a new session and process group, with stdin,
+ *     stdout and stderr on pipes and every other fd closed;
+ *   - stdin is fed, stdout/stderr drained concurrently (poll), each capped:
+ *     bytes past the cap are read and discarded (the flag says so), so a
+ *     child never blocks on a full pipe and the worker never buffers more
+ *     than the caps; a child that ignores its stdin does not block anyone;
+ *   - the wall-clock timeout (and cancel) kill every process of the
+ *     execution (kill_all, default: the process group);
+ *   - when the main process exits, leftover processes are killed too and the
+ *     pipes are drained without blocking;
+ *   - failures in the child before exec travel back over a CLOEXEC pipe and
+ *     are reported as setup failures (the sandbox broke), not user failures.
+ */
+#ifndef CF_RUNNER_H
+#define CF_RUNNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "cf_error.h"
+#include "cf_util.h"
+
+#define CF_RUN_MAX_RLIMITS 8
+
+typedef struct cf_run_rlimit {
+    int resource; /* RLIMIT_* */
+    rlim_t value; /* soft = hard = value, except RLIMIT_CPU (hard = soft + 1s) */
+} cf_run_rlimit;
+
+typedef struct cf_run_spec {
+    const char *path;      /* absolute path of the program to exec */
+    char *const *argv;
+    char *const *envp;
+    const char *cwd;       /* chdir() target in the child (after child_setup) */
+    const uint8_t *stdin_data;
+    size_t stdin_len;
+    size_t max_stdout;
+    size_t max_stderr;
+    int64_t timeout_us;    /* wall clock; 0 = none (not allowed by backends) */
+    cf_run_rlimit rlimits[CF_RUN_MAX_RLIMITS];
+    int n_rlimits;
+    bool set_ids;          /* setgid/setgroups/setuid to uid/gid before exec */
+    uid_t uid;
+    gid_t gid;
+    int clone_flags;       /* extra CLONE_NEW* flags for the child (sandbox) */
+
+    /* Runs in the child before exec: only async-signal-safe calls.  Returns
+     * 0 or -1 with errno set; msg (static text) says what failed. */
+    int (*child_setup)(void *arg, const char **msg);
+    void *child_setup_arg;
+    /* Runs in the parent after the child exists and before it is released
+     * from its start barrier (uid maps, cgroup attach). */
+    int (*parent_setup)(pid_t pid, void *arg, cf_error *err);
+    void *parent_setup_arg;
+    /* Kills every process of the execution.  NULL = kill(-pgid, SIGKILL). */
+    void (*kill_all)(pid_t pid, void *arg);
+    void *kill_all_arg;
+
+    volatile int *cancel;  /* non-zero: stop now (shutdown) */
+} cf_run_spec;
+
+typedef struct cf_run_outcome {
+    bool exited;           /* exited normally; exit_code valid */
+    int exit_code;
+    int signal;            /* terminating signal, 0 if exited */
+    bool timed_out;        /* killed by the wall-clock timeout */
+    bool cancelled;        /* killed because *cancel became non-zero */
+    cf_buf out;            /* captured stdout (at most max_stdout) */
+    cf_buf err;            /* captured stderr (at most max_stderr) */
+    bool out_truncated;
+    bool err_truncated;
+    int64_t wall_us;
+    int64_t cpu_us;        /* user+sys of the child and its reaped descendants */
+    int64_t peak_rss_bytes;
+} cf_run_outcome;
+
+/* Runs spec to completion.  Returns 0 when the program ran (whatever it
+ * did), -1 when it could not be started or supervised (err filled;
+ * CF_E_SANDBOX when child_setup/exec failed in the child).
+ * out must be freed with cf_run_outcome_free even on failure. */
+int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err);
+void cf_run_outcome_free(cf_run_outcome *out);
+
+#endif

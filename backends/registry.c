@@ -1,0 +1,333 @@
+/* The static backend registry, backend sets, and the policy check. */
+#include "cf_backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every backend compiled in.  Order is only cosmetic (describe output). */
+extern const cf_backend_ops cf_backend_process_ops;
+
+static const cf_backend_ops *const registry[] = {
+    &cf_backend_process_ops,
+    NULL,
+};
+
+#define SET_MAX 16      /* more backends than we will ever compile in */
+#define NAME_MAX_LEN 64 /* a backend name in a names list */
+
+struct cf_backend_set {
+    cf_backend items[SET_MAX];
+    size_t n;
+};
+
+const cf_backend_ops *const *cf_backend_registry(void)
+{
+    return registry;
+}
+
+const cf_backend_ops *cf_backend_find(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; registry[i]; i++)
+        if (strcmp(registry[i]->name, name) == 0)
+            return registry[i];
+    return NULL;
+}
+
+/* Names as they appear in policies and reasons ("network=disabled"), so a
+ * rejection names the control the way the request spelled it. */
+static const struct {
+    uint32_t bit;
+    const char *name;
+} control_names[] = {
+    {CF_CTL_TIMEOUT, "timeout"},
+    {CF_CTL_CPU_TIME, "cpu_time"},
+    {CF_CTL_MEMORY, "memory"},
+    {CF_CTL_MAX_PROCESSES, "max_processes"},
+    {CF_CTL_STDOUT_CAP, "max_stdout"},
+    {CF_CTL_STDERR_CAP, "max_stderr"},
+    {CF_CTL_FILE_SIZE, "max_file_size"},
+    {CF_CTL_NETWORK_DISABLED, "network=disabled"},
+    {CF_CTL_NETWORK_ENABLED, "network=enabled"},
+    {CF_CTL_FS_NONE, "fs_mode=none"},
+    {CF_CTL_FS_WORKSPACE_RO, "fs_mode=workspace_ro"},
+    {CF_CTL_FS_WORKSPACE_RW, "fs_mode=workspace_rw"},
+    {CF_CTL_FS_PATHS, "fs_mode=paths"},
+    {CF_CTL_ENV_ALLOWLIST, "env_allow"},
+};
+
+const char *cf_control_name(uint32_t control_bit)
+{
+    for (size_t i = 0; i < sizeof(control_names) / sizeof(control_names[0]); i++)
+        if (control_names[i].bit == control_bit)
+            return control_names[i].name;
+    return "unknown";
+}
+
+static void set_destroy_items(cf_backend_set *set)
+{
+    for (size_t i = set->n; i > 0; i--) {
+        cf_backend *b = &set->items[i - 1];
+        if (b->ops->destroy)
+            b->ops->destroy(b->state);
+    }
+    set->n = 0;
+}
+
+int cf_backend_set_new(const char *names, const cf_backend_config *cfg, cf_backend_set **out, cf_error *err)
+{
+    *out = NULL;
+    if (!names || !cfg)
+        return cf_error_set(err, CF_E_INVALID, "backends: no backend names given");
+    cf_backend_set *set = calloc(1, sizeof(*set));
+    if (!set)
+        return cf_error_set(err, CF_E_NOMEM, "backends: out of memory");
+
+    const char *p = names;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        /* Trim blanks so "sandbox, process" works from a config file. */
+        while (len && (*p == ' ' || *p == '\t')) {
+            p++;
+            len--;
+        }
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        char name[NAME_MAX_LEN];
+        if (len == 0) {
+            set_destroy_items(set);
+            free(set);
+            return cf_error_set(err, CF_E_INVALID, "backends: empty name in list '%s'", names);
+        }
+        if (len >= sizeof(name)) {
+            set_destroy_items(set);
+            free(set);
+            return cf_error_set(err, CF_E_INVALID, "backends: name too long in list '%s'", names);
+        }
+        memcpy(name, p, len);
+        name[len] = '\0';
+
+        const cf_backend_ops *ops = cf_backend_find(name);
+        if (!ops) {
+            set_destroy_items(set);
+            free(set);
+            return cf_error_set(err, CF_E_NOT_FOUND, "backends: unknown backend '%s'", name);
+        }
+        for (size_t i = 0; i < set->n; i++) {
+            if (set->items[i].ops == ops) {
+                set_destroy_items(set);
+                free(set);
+                return cf_error_set(err, CF_E_INVALID, "backends: '%s' listed twice", name);
+            }
+        }
+        if (set->n == SET_MAX) {
+            set_destroy_items(set);
+            free(set);
+            return cf_error_set(err, CF_E_LIMIT, "backends: more than %d backends", SET_MAX);
+        }
+        cf_backend *b = &set->items[set->n];
+        memset(b, 0, sizeof(*b));
+        b->ops = ops;
+        if (ops->create(cfg, &b->state, &b->caps, err) < 0) {
+            cf_error_wrap(err, "backend '%s'", name);
+            set_destroy_items(set);
+            free(set);
+            return -1;
+        }
+        set->n++;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    *out = set;
+    return 0;
+}
+
+void cf_backend_set_destroy(cf_backend_set *set)
+{
+    if (!set)
+        return;
+    set_destroy_items(set);
+    free(set);
+}
+
+size_t cf_backend_set_count(const cf_backend_set *set)
+{
+    return set ? set->n : 0;
+}
+
+const cf_backend *cf_backend_set_get(const cf_backend_set *set, size_t i)
+{
+    if (!set || i >= set->n)
+        return NULL;
+    return &set->items[i];
+}
+
+/* Names from hostile requests go into reasons: keep them printable and short. */
+static void printable(const char *s, char *buf, size_t size)
+{
+    size_t j = 0;
+    for (size_t i = 0; s[i] && j + 1 < size && i < 64; i++) {
+        unsigned char c = (unsigned char)s[i];
+        buf[j++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    buf[j] = '\0';
+}
+
+const cf_backend *cf_backend_set_select(const cf_backend_set *set, const cf_request *req, char *reason,
+                                        size_t reason_size)
+{
+    if (!set || set->n == 0) {
+        snprintf(reason, reason_size, "no backend is enabled on this worker");
+        return NULL;
+    }
+    const cf_backend *b = NULL;
+    if (req->backend && req->backend[0]) {
+        for (size_t i = 0; i < set->n; i++)
+            if (strcmp(set->items[i].ops->name, req->backend) == 0)
+                b = &set->items[i];
+        if (!b) {
+            char name[80];
+            printable(req->backend, name, sizeof(name));
+            if (cf_backend_find(req->backend))
+                snprintf(reason, reason_size, "backend '%s' is not enabled on this worker", name);
+            else
+                snprintf(reason, reason_size, "unknown backend '%s'", name);
+            return NULL;
+        }
+    } else {
+        b = &set->items[0];
+    }
+    unsigned lang = (unsigned)req->language;
+    if (lang == CF_LANG_NONE || lang >= CF_LANG__COUNT || !(b->caps.languages & (1u << lang))) {
+        snprintf(reason, reason_size, "language %s not supported by backend '%s'",
+                 lang < CF_LANG__COUNT ? cf_language_name(req->language) : "unknown", b->ops->name);
+        return NULL;
+    }
+    return b;
+}
+
+/* The controls req asks for, in the order a rejection reports them. */
+static uint32_t requested_controls(const cf_policy *p, uint32_t order[], size_t *n)
+{
+    uint32_t want = 0;
+    *n = 0;
+#define WANT(bit)                                                                         \
+    do {                                                                                  \
+        want |= (bit);                                                                    \
+        order[(*n)++] = (bit);                                                            \
+    } while (0)
+    if (p->network == CF_NET_DISABLED)
+        WANT(CF_CTL_NETWORK_DISABLED);
+    else if (p->network == CF_NET_ENABLED)
+        WANT(CF_CTL_NETWORK_ENABLED);
+    switch (p->fs_mode) {
+    case CF_FS_NONE: WANT(CF_CTL_FS_NONE); break;
+    case CF_FS_WORKSPACE_RO: WANT(CF_CTL_FS_WORKSPACE_RO); break;
+    case CF_FS_WORKSPACE_RW: WANT(CF_CTL_FS_WORKSPACE_RW); break;
+    case CF_FS_PATHS: WANT(CF_CTL_FS_PATHS); break;
+    default: break;
+    }
+    if (p->env_allow_set)
+        WANT(CF_CTL_ENV_ALLOWLIST);
+    if (p->timeout_us)
+        WANT(CF_CTL_TIMEOUT);
+    if (p->cpu_time_us)
+        WANT(CF_CTL_CPU_TIME);
+    if (p->memory_bytes)
+        WANT(CF_CTL_MEMORY);
+    if (p->max_processes)
+        WANT(CF_CTL_MAX_PROCESSES);
+    if (p->max_stdout_bytes)
+        WANT(CF_CTL_STDOUT_CAP);
+    if (p->max_stderr_bytes)
+        WANT(CF_CTL_STDERR_CAP);
+    if (p->max_file_size_bytes)
+        WANT(CF_CTL_FILE_SIZE);
+#undef WANT
+    return want;
+}
+
+static const char *why_not(uint32_t bit)
+{
+    if (bit & (CF_CTL_NETWORK_DISABLED | CF_CTL_NETWORK_ENABLED))
+        return "no network isolation on";
+    if (bit & (CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW | CF_CTL_FS_PATHS))
+        return "no filesystem isolation on";
+    return "not available on";
+}
+
+int cf_policy_check(const cf_backend_caps *caps, const char *backend_name, const cf_request *req, char *reason,
+                    size_t reason_size)
+{
+    uint32_t order[16];
+    size_t n;
+    uint32_t want = requested_controls(&req->policy, order, &n);
+    if ((want & ~caps->controls) == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (caps->controls & order[i])
+            continue;
+        snprintf(reason, reason_size, "backend '%s' cannot enforce %s (%s %s)", backend_name,
+                 cf_control_name(order[i]), why_not(order[i]), caps->isolation ? caps->isolation : "this host");
+        return -1;
+    }
+    return -1; /* not reached: some wanted bit was missing */
+}
+
+/* Appends to buf at *used, never past size. */
+static void appendf(char *buf, size_t size, size_t *used, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void appendf(char *buf, size_t size, size_t *used, const char *fmt, ...)
+{
+    if (*used >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vsnprintf(buf + *used, size - *used, fmt, ap);
+    va_end(ap);
+    if (r < 0)
+        return;
+    *used += (size_t)r;
+    if (*used >= size)
+        *used = size - 1;
+}
+
+void cf_backend_set_describe(const cf_backend_set *set, char *buf, size_t size)
+{
+    if (!buf || size == 0)
+        return;
+    buf[0] = '\0';
+    size_t used = 0;
+    for (size_t i = 0; set && i < set->n; i++) {
+        const cf_backend *b = &set->items[i];
+        appendf(buf, size, &used, "%s%s: isolation=%s languages=", b->ops->name, i == 0 ? " (default)" : "",
+                b->caps.isolation ? b->caps.isolation : "?");
+        bool first = true;
+        for (unsigned l = 1; l < CF_LANG__COUNT; l++) {
+            if (!(b->caps.languages & (1u << l)))
+                continue;
+            appendf(buf, size, &used, "%s%s", first ? "" : ",", cf_language_name((cf_language)l));
+            first = false;
+        }
+        if (first)
+            appendf(buf, size, &used, "none");
+        appendf(buf, size, &used, " controls=");
+        first = true;
+        for (size_t c = 0; c < sizeof(control_names) / sizeof(control_names[0]); c++) {
+            if (!(b->caps.controls & control_names[c].bit))
+                continue;
+            appendf(buf, size, &used, "%s%s", first ? "" : ",", control_names[c].name);
+            first = false;
+        }
+        if (first)
+            appendf(buf, size, &used, "none");
+        if (b->caps.notes)
+            appendf(buf, size, &used, " notes=\"%s\"", b->caps.notes);
+        appendf(buf, size, &used, "\n");
+    }
+}

@@ -1,0 +1,542 @@
+/* cf_run: spawn one program and supervise it (see cf_runner.h).
+ *
+ * No global state, no signal handlers, no SIGCHLD: the child is watched
+ * through a pidfd, so several threads may run cf_run at once.  Every fd is
+ * opened O_CLOEXEC so children of other threads never keep our pipes past
+ * their exec.
+ */
+#include "cf_runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+
+/* After the main process exits, output still held open by an escaped
+ * descendant is drained at most this long. */
+#define DRAIN_AFTER_EXIT_US 100000
+/* How often *cancel is looked at while nothing else happens. */
+#define CANCEL_POLL_US 50000
+#define IO_CHUNK 65536
+
+/* The first version of struct clone_args (CLONE_ARGS_SIZE_VER0): declared
+ * here because glibc 2.36 does not export it and <linux/sched.h> clashes
+ * with <sched.h>. */
+struct run_clone_args {
+    uint64_t flags;
+    uint64_t pidfd;
+    uint64_t child_tid;
+    uint64_t parent_tid;
+    uint64_t exit_signal;
+    uint64_t stack;
+    uint64_t stack_size;
+    uint64_t tls;
+};
+
+/* What a child that failed before exec writes back: fixed size, below
+ * PIPE_BUF, so it arrives whole or not at all. */
+struct run_report {
+    int err;
+    char msg[124];
+};
+
+struct child_args {
+    const cf_run_spec *spec;
+    int in_r, out_w, err_w, rep_w, bar_r, bar_w;
+};
+
+/* ---- child side: async-signal-safe calls only from here to execve ---- */
+
+static __attribute__((noreturn)) void child_fail(int fd, int e, const char *msg)
+{
+    struct run_report r;
+    memset(&r, 0, sizeof(r));
+    r.err = e;
+    for (size_t i = 0; msg && msg[i] && i + 1 < sizeof(r.msg); i++)
+        r.msg[i] = msg[i];
+    ssize_t w;
+    do
+        w = write(fd, &r, sizeof(r));
+    while (w < 0 && errno == EINTR);
+    _exit(127);
+}
+
+static __attribute__((noreturn)) void child_main(const struct child_args *a)
+{
+    const cf_run_spec *spec = a->spec;
+    int rep = a->rep_w;
+
+    /* Wait for the parent (parent_setup: uid maps, cgroups).  Our copy of
+     * the write end goes first so a dead parent means EOF, not a hang. */
+    close(a->bar_w);
+    char c;
+    ssize_t r;
+    do
+        r = read(a->bar_r, &c, 1);
+    while (r < 0 && errno == EINTR);
+    if (r != 1)
+        _exit(127);
+
+    if (setsid() < 0)
+        child_fail(rep, errno, "setsid");
+
+    /* Signals are all blocked (the parent blocked them around clone); make
+     * every disposition default before unblocking so no handler of the
+     * worker runs here and no SIG_IGN (SIGPIPE!) leaks into the program. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++) {
+        if (s == SIGKILL || s == SIGSTOP)
+            continue;
+        (void)sigaction(s, &sa, NULL); /* glibc-internal signals refuse: fine */
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+        child_fail(rep, errno, "sigprocmask");
+
+    /* The fd limit before our rlimits apply, for the close fallback. */
+    struct rlimit nofile = {1024, 1024};
+    (void)getrlimit(RLIMIT_NOFILE, &nofile);
+
+    /* Move our pipe ends above 3 first so dup2 onto 0..3 cannot clobber one
+     * another (the worker's stdio might have been closed). */
+    int src[4] = {a->in_r, a->out_w, a->err_w, a->rep_w};
+    int hi[4];
+    for (int i = 0; i < 4; i++) {
+        hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 4);
+        if (hi[i] < 0)
+            child_fail(rep, errno, "dup stdio");
+    }
+    rep = hi[3];
+    for (int i = 0; i < 3; i++)
+        if (dup2(hi[i], i) < 0)
+            child_fail(rep, errno, "dup stdio");
+    if (dup3(hi[3], 3, O_CLOEXEC) < 0)
+        child_fail(rep, errno, "dup report pipe");
+    rep = 3;
+
+    for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++) {
+        const cf_run_rlimit *l = &spec->rlimits[i];
+        struct rlimit cur;
+        if (getrlimit(l->resource, &cur) < 0)
+            child_fail(rep, errno, "getrlimit");
+        struct rlimit nl = {l->value, l->value};
+        /* CPU: SIGXCPU at the soft limit, SIGKILL one second later. */
+        if (l->resource == RLIMIT_CPU && l->value != RLIM_INFINITY)
+            nl.rlim_max = l->value + 1;
+        /* Never ask for more than the worker has: lower is stricter, and
+         * raising would fail without CAP_SYS_RESOURCE. */
+        if (cur.rlim_max != RLIM_INFINITY && (nl.rlim_max == RLIM_INFINITY || nl.rlim_max > cur.rlim_max))
+            nl.rlim_max = cur.rlim_max;
+        if (nl.rlim_cur == RLIM_INFINITY || nl.rlim_cur > nl.rlim_max)
+            nl.rlim_cur = nl.rlim_max;
+        if (setrlimit(l->resource, &nl) < 0)
+            child_fail(rep, errno, "setrlimit");
+    }
+    struct rlimit nocore = {0, 0};
+    if (setrlimit(RLIMIT_CORE, &nocore) < 0)
+        child_fail(rep, errno, "setrlimit core");
+
+    if (spec->set_ids) {
+        /* Raw syscalls: glibc's wrappers would try to broadcast to the
+         * worker's other threads, which do not exist in this child. */
+        if (syscall(SYS_setgroups, 0, NULL) < 0)
+            child_fail(rep, errno, "setgroups");
+        if (syscall(SYS_setresgid, spec->gid, spec->gid, spec->gid) < 0)
+            child_fail(rep, errno, "setgid");
+        if (syscall(SYS_setresuid, spec->uid, spec->uid, spec->uid) < 0)
+            child_fail(rep, errno, "setuid");
+    }
+
+    if (spec->child_setup) {
+        const char *msg = "child_setup";
+        if (spec->child_setup(spec->child_setup_arg, &msg) < 0)
+            child_fail(rep, errno, msg);
+    }
+
+    if (spec->cwd && chdir(spec->cwd) < 0)
+        child_fail(rep, errno, "chdir");
+
+    /* Everything but stdio and the report pipe (CLOEXEC, closes at exec). */
+    if (syscall(SYS_close_range, 4u, ~0u, 0u) < 0) {
+        rlim_t max = nofile.rlim_cur == RLIM_INFINITY || nofile.rlim_cur > 65536 ? 65536 : nofile.rlim_cur;
+        for (rlim_t fd = 4; fd < max; fd++)
+            close((int)fd);
+    }
+
+    execve(spec->path, spec->argv, spec->envp);
+    child_fail(rep, errno, "execve");
+}
+
+/* ---- parent side ---- */
+
+/* clone3 gives the pidfd atomically with the child; fork + pidfd_open is
+ * the fallback for kernels without clone3 (no namespaces then). */
+static pid_t spawn(const struct child_args *a, int *pidfd)
+{
+    *pidfd = -1;
+#ifdef SYS_clone3
+    struct run_clone_args ca;
+    memset(&ca, 0, sizeof(ca));
+    ca.flags = CLONE_PIDFD | (uint64_t)(unsigned)a->spec->clone_flags;
+    ca.pidfd = (uint64_t)(uintptr_t)pidfd;
+    /* SIGCHLD: execve resets the exit signal to SIGCHLD anyway, so the
+     * worker must not ignore SIGCHLD (SIG_IGN/SA_NOCLDWAIT auto-reap and
+     * wait4 would fail with ECHILD); it never needs a handler for it. */
+    ca.exit_signal = SIGCHLD;
+    long r = syscall(SYS_clone3, &ca, sizeof(ca));
+    if (r == 0)
+        child_main(a);
+    if (r > 0)
+        return (pid_t)r;
+    if (errno != ENOSYS)
+        return -1;
+#endif
+    if (a->spec->clone_flags) {
+        errno = ENOSYS;
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0)
+        child_main(a);
+    if (pid < 0)
+        return -1;
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (fd < 0) {
+        int e = errno;
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        errno = e;
+        return -1;
+    }
+    *pidfd = fd;
+    return pid;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static void kill_everything(const cf_run_spec *spec, pid_t pid)
+{
+    if (spec->kill_all)
+        spec->kill_all(pid, spec->kill_all_arg);
+    else
+        kill(-pid, SIGKILL); /* the child leads its own process group */
+}
+
+/* Reads what is available; keeps up to cap bytes, discards the rest. */
+static void read_capped(int *fd, cf_buf *b, size_t cap, bool *truncated)
+{
+    char chunk[IO_CHUNK];
+    /* A bounded number of reads per wake-up keeps the other pipe served. */
+    for (int i = 0; i < 16 && *fd >= 0; i++) {
+        ssize_t r = read(*fd, chunk, sizeof(chunk));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN)
+                close_fd(fd);
+            return;
+        }
+        if (r == 0) {
+            close_fd(fd);
+            return;
+        }
+        size_t room = b->len < cap ? cap - b->len : 0;
+        size_t keep = (size_t)r < room ? (size_t)r : room;
+        if (keep < (size_t)r)
+            *truncated = true;
+        if (keep && cf_buf_append(b, chunk, keep, NULL) < 0)
+            *truncated = true; /* out of memory: drop, never fail the run for it */
+    }
+}
+
+static int set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -1;
+    return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+void cf_run_outcome_free(cf_run_outcome *out)
+{
+    if (!out)
+        return;
+    cf_buf_free(&out->out);
+    cf_buf_free(&out->err);
+}
+
+int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    cf_buf_init(&out->out, 0);
+    cf_buf_init(&out->err, 0);
+    if (!spec || !spec->path || !spec->argv || !spec->argv[0])
+        return cf_error_set(err, CF_E_INVALID, "runner: no program given");
+    if (spec->n_rlimits < 0 || spec->n_rlimits > CF_RUN_MAX_RLIMITS)
+        return cf_error_set(err, CF_E_INVALID, "runner: %d rlimits (max %d)", spec->n_rlimits, CF_RUN_MAX_RLIMITS);
+
+    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, rep_p[2] = {-1, -1}, bar_p[2] = {-1, -1};
+    int pidfd = -1;
+    int rc = -1;
+    pid_t pid = -1;
+    bool reaped = false;
+
+    if (pipe2(in_p, O_CLOEXEC) < 0 || pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0 ||
+        pipe2(rep_p, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(bar_p, O_CLOEXEC) < 0) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: pipe2");
+        goto done;
+    }
+
+    /* All signals blocked across clone: the child must not run a worker
+     * handler before it has reset them.  SIGPIPE stays blocked while we
+     * feed stdin, so a reader that went away is an EPIPE, not our death. */
+    sigset_t all, old_mask, run_mask, pending_before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old_mask);
+    sigpending(&pending_before);
+    bool sigpipe_was_pending = sigismember(&pending_before, SIGPIPE) == 1;
+
+    struct child_args ca = {spec, in_p[0], out_p[1], err_p[1], rep_p[1], bar_p[0], bar_p[1]};
+    pid = spawn(&ca, &pidfd);
+    int spawn_errno = errno;
+    run_mask = old_mask;
+    sigaddset(&run_mask, SIGPIPE);
+    pthread_sigmask(SIG_SETMASK, &run_mask, NULL);
+
+    if (pid < 0) {
+        cf_error_set_errno(err, CF_E_SYSTEM, spawn_errno, "runner: clone");
+        if (err)
+            err->retriable = true;
+        goto restore;
+    }
+    close_fd(&in_p[0]);
+    close_fd(&out_p[1]);
+    close_fd(&err_p[1]);
+    close_fd(&rep_p[1]);
+    close_fd(&bar_p[0]);
+
+    if (spec->parent_setup && spec->parent_setup(pid, spec->parent_setup_arg, err) < 0) {
+        cf_error_wrap(err, "runner: parent setup");
+        kill(pid, SIGKILL);
+        goto reap_fail;
+    }
+    int64_t start = cf_mono_us();
+    ssize_t w;
+    do
+        w = write(bar_p[1], "g", 1);
+    while (w < 0 && errno == EINTR);
+    if (w != 1) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: releasing the child");
+        kill(pid, SIGKILL);
+        goto reap_fail;
+    }
+    close_fd(&bar_p[1]);
+
+    if (set_nonblock(in_p[1]) < 0 || set_nonblock(out_p[0]) < 0 || set_nonblock(err_p[0]) < 0) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: fcntl");
+        kill_everything(spec, pid);
+        goto reap_fail;
+    }
+    if (spec->stdin_len == 0 || !spec->stdin_data)
+        close_fd(&in_p[1]);
+
+    size_t in_off = 0;
+    bool child_done = false, killed = false;
+    int64_t deadline = spec->timeout_us > 0 ? start + spec->timeout_us : INT64_MAX;
+    int64_t exit_at = 0, drain_deadline = 0;
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof(ru));
+
+    for (;;) {
+        int64_t now = cf_mono_us();
+        if (!child_done && !killed) {
+            bool cancel = spec->cancel && *spec->cancel;
+            if (cancel || now >= deadline) {
+                kill_everything(spec, pid);
+                kill(pid, SIGKILL); /* in case a custom kill_all missed it */
+                killed = true;
+                if (cancel)
+                    out->cancelled = true;
+                else
+                    out->timed_out = true;
+            }
+        }
+        if (child_done && (now >= drain_deadline || (out_p[0] < 0 && err_p[0] < 0)))
+            break;
+
+        struct pollfd pfd[4];
+        int n = 0, i_pid = -1, i_in = -1, i_out = -1, i_err = -1;
+        if (!child_done) {
+            i_pid = n;
+            pfd[n++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
+        }
+        if (in_p[1] >= 0) {
+            i_in = n;
+            pfd[n++] = (struct pollfd){.fd = in_p[1], .events = POLLOUT};
+        }
+        if (out_p[0] >= 0) {
+            i_out = n;
+            pfd[n++] = (struct pollfd){.fd = out_p[0], .events = POLLIN};
+        }
+        if (err_p[0] >= 0) {
+            i_err = n;
+            pfd[n++] = (struct pollfd){.fd = err_p[0], .events = POLLIN};
+        }
+        int64_t wake = INT64_MAX;
+        if (child_done)
+            wake = drain_deadline;
+        else if (!killed) {
+            wake = deadline;
+            if (spec->cancel && now + CANCEL_POLL_US < wake)
+                wake = now + CANCEL_POLL_US;
+        }
+        int timeout_ms = -1;
+        if (wake != INT64_MAX) {
+            int64_t ms = (wake - now + 999) / 1000;
+            timeout_ms = ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms;
+        }
+        int pr = poll(pfd, (nfds_t)n, timeout_ms);
+        if (pr < 0) {
+            if (errno == EINTR)
+                continue;
+            cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: poll");
+            kill_everything(spec, pid);
+            kill(pid, SIGKILL);
+            goto reap_fail;
+        }
+        if (i_out >= 0 && pfd[i_out].revents)
+            read_capped(&out_p[0], &out->out, spec->max_stdout, &out->out_truncated);
+        if (i_err >= 0 && pfd[i_err].revents)
+            read_capped(&err_p[0], &out->err, spec->max_stderr, &out->err_truncated);
+        if (i_in >= 0 && pfd[i_in].revents) {
+            if (pfd[i_in].revents & (POLLERR | POLLHUP)) {
+                close_fd(&in_p[1]);
+            } else {
+                size_t left = spec->stdin_len - in_off;
+                ssize_t wr = write(in_p[1], spec->stdin_data + in_off, left < IO_CHUNK ? left : IO_CHUNK);
+                if (wr > 0) {
+                    in_off += (size_t)wr;
+                    if (in_off == spec->stdin_len)
+                        close_fd(&in_p[1]); /* EOF for the program */
+                } else if (wr < 0 && errno != EAGAIN && errno != EINTR) {
+                    close_fd(&in_p[1]); /* EPIPE: the program stopped reading */
+                }
+            }
+        }
+        if (i_pid >= 0 && (pfd[i_pid].revents & POLLIN)) {
+            /* The main process is a zombie: its pid (our process group id)
+             * cannot be reused yet, so killing the group is still safe. */
+            kill_everything(spec, pid);
+            pid_t wr;
+            do
+                wr = wait4(pid, &status, __WALL, &ru);
+            while (wr < 0 && errno == EINTR);
+            if (wr != pid) {
+                cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: wait4%s",
+                                   errno == ECHILD ? " (is SIGCHLD ignored in the worker?)" : "");
+                goto restore;
+            }
+            reaped = true;
+            child_done = true;
+            exit_at = cf_mono_us();
+            drain_deadline = exit_at + DRAIN_AFTER_EXIT_US;
+            close_fd(&in_p[1]);
+        }
+    }
+
+    out->wall_us = exit_at - start;
+    out->cpu_us = (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec + (int64_t)ru.ru_stime.tv_sec * 1000000 +
+                  ru.ru_stime.tv_usec;
+    out->peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
+    if (WIFEXITED(status)) {
+        out->exited = true;
+        out->exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+        out->signal = WTERMSIG(status);
+    }
+
+    /* Did the child die before exec?  Its report was written before _exit. */
+    struct run_report rep;
+    ssize_t rr;
+    do
+        rr = read(rep_p[0], &rep, sizeof(rep));
+    while (rr < 0 && errno == EINTR);
+    if (rr == (ssize_t)sizeof(rep)) {
+        rep.msg[sizeof(rep.msg) - 1] = '\0';
+        cf_error_set_errno(err, CF_E_SANDBOX, rep.err, "runner: child setup failed before exec (%s of %s)",
+                           rep.msg, spec->path);
+        if (err)
+            err->retriable = false;
+        goto restore;
+    }
+    rc = 0;
+    goto restore;
+
+reap_fail:
+    close_fd(&bar_p[1]); /* a child still at the barrier sees EOF and exits */
+    if (!reaped) {
+        pid_t wr;
+        do
+            wr = waitpid(pid, NULL, __WALL);
+        while (wr < 0 && errno == EINTR);
+        reaped = true;
+    }
+
+restore:
+    if (pid > 0 && !reaped) {
+        /* Only reached when wait4 failed: never leave a process behind. */
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, __WALL);
+    }
+    /* Swallow a SIGPIPE our stdin writes raised, then restore the mask. */
+    if (!sigpipe_was_pending) {
+        sigset_t p;
+        sigpending(&p);
+        if (sigismember(&p, SIGPIPE) == 1) {
+            sigset_t only;
+            sigemptyset(&only);
+            sigaddset(&only, SIGPIPE);
+            struct timespec zero = {0, 0};
+            while (sigtimedwait(&only, NULL, &zero) < 0 && errno == EINTR)
+                ;
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+
+done:
+    close_fd(&in_p[0]);
+    close_fd(&in_p[1]);
+    close_fd(&out_p[0]);
+    close_fd(&out_p[1]);
+    close_fd(&err_p[0]);
+    close_fd(&err_p[1]);
+    close_fd(&rep_p[0]);
+    close_fd(&rep_p[1]);
+    close_fd(&bar_p[0]);
+    close_fd(&bar_p[1]);
+    close_fd(&pidfd);
+    return rc;
+}

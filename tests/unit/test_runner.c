@@ -1,0 +1,545 @@
+/* cf_run: exit codes, signals, capture, caps, stdin, timeouts that kill the
+ * whole process group, setup failures, hooks and concurrent use. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cf_runner.h"
+
+static char *const no_env[] = {"PATH=/usr/bin:/bin", NULL};
+
+static void sh_spec(cf_run_spec *s, const char *script, char **argv_store)
+{
+    memset(s, 0, sizeof(*s));
+    argv_store[0] = "sh";
+    argv_store[1] = "-c";
+    argv_store[2] = (char *)script;
+    argv_store[3] = NULL;
+    s->path = "/bin/sh";
+    s->argv = argv_store;
+    s->envp = no_env;
+    s->max_stdout = 1 << 20;
+    s->max_stderr = 1 << 20;
+    s->timeout_us = 10 * 1000000LL;
+}
+
+static int run_sh(const char *script, cf_run_outcome *o)
+{
+    cf_run_spec s;
+    char *argv[4];
+    sh_spec(&s, script, argv);
+    cf_error err;
+    int rc = cf_run(&s, o, &err);
+    if (rc < 0)
+        print_error("cf_run: %s\n", err.msg);
+    return rc;
+}
+
+static bool out_is(const cf_buf *b, const char *s)
+{
+    return b->len == strlen(s) && (b->len == 0 || memcmp(b->data, s, b->len) == 0);
+}
+
+/* A pid is gone when it no longer exists or is a zombie nobody reaped yet. */
+static bool pid_dead(pid_t pid)
+{
+    if (kill(pid, 0) < 0 && errno == ESRCH)
+        return true;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static bool wait_dead(pid_t pid, int ms)
+{
+    for (int i = 0; i < ms / 10; i++) {
+        if (pid_dead(pid))
+            return true;
+        usleep(10000);
+    }
+    return pid_dead(pid);
+}
+
+static void test_exit_codes(void **state)
+{
+    (void)state;
+    cf_run_outcome o;
+    assert_int_equal(run_sh("exit 0", &o), 0);
+    assert_true(o.exited);
+    assert_int_equal(o.exit_code, 0);
+    assert_int_equal(o.signal, 0);
+    assert_false(o.timed_out);
+    cf_run_outcome_free(&o);
+
+    assert_int_equal(run_sh("exit 3", &o), 0);
+    assert_true(o.exited);
+    assert_int_equal(o.exit_code, 3);
+    cf_run_outcome_free(&o);
+
+    /* 127 from the program itself is not a setup failure. */
+    assert_int_equal(run_sh("exit 127", &o), 0);
+    assert_int_equal(o.exit_code, 127);
+    cf_run_outcome_free(&o);
+}
+
+static void test_signals(void **state)
+{
+    (void)state;
+    cf_run_outcome o;
+    assert_int_equal(run_sh("kill -SEGV $$", &o), 0);
+    assert_false(o.exited);
+    assert_int_equal(o.signal, SIGSEGV);
+    cf_run_outcome_free(&o);
+
+    assert_int_equal(run_sh("kill -TERM $$", &o), 0);
+    assert_int_equal(o.signal, SIGTERM);
+    cf_run_outcome_free(&o);
+}
+
+static void test_capture(void **state)
+{
+    (void)state;
+    cf_run_outcome o;
+    assert_int_equal(run_sh("echo out; echo err >&2; printf more", &o), 0);
+    assert_true(out_is(&o.out, "out\nmore"));
+    assert_true(out_is(&o.err, "err\n"));
+    assert_false(o.out_truncated);
+    assert_false(o.err_truncated);
+    assert_true(o.wall_us > 0);
+    cf_run_outcome_free(&o);
+}
+
+static void test_caps_truncate_10mb(void **state)
+{
+    (void)state;
+    cf_run_spec s;
+    char *argv[4];
+    sh_spec(&s, "head -c 10485760 /dev/zero; head -c 10485760 /dev/zero >&2; echo end", argv);
+    s.max_stdout = 1000;
+    s.max_stderr = 4096;
+    cf_run_outcome o;
+    cf_error err;
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(o.exited);
+    assert_int_equal(o.exit_code, 0); /* the writer was never blocked */
+    assert_int_equal(o.out.len, 1000);
+    assert_int_equal(o.err.len, 4096);
+    assert_true(o.out_truncated);
+    assert_true(o.err_truncated);
+    for (size_t i = 0; i < o.out.len; i++)
+        assert_int_equal(o.out.data[i], 0);
+    assert_true(cf_mono_us() - t0 < 5000000);
+    cf_run_outcome_free(&o);
+
+    /* Exactly at the cap is not truncated. */
+    sh_spec(&s, "printf 12345", argv);
+    s.max_stdout = 5;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(out_is(&o.out, "12345"));
+    assert_false(o.out_truncated);
+    cf_run_outcome_free(&o);
+}
+
+static void test_large_ignored_stdin(void **state)
+{
+    (void)state;
+    size_t len = 8u << 20;
+    uint8_t *data = malloc(len);
+    assert_non_null(data);
+    memset(data, 'x', len);
+    const char *scripts[] = {"true", "sleep 0.2", "head -c 10 >/dev/null; exit 4"};
+    for (size_t i = 0; i < 3; i++) {
+        cf_run_spec s;
+        char *argv[4];
+        sh_spec(&s, scripts[i], argv);
+        s.stdin_data = data;
+        s.stdin_len = len;
+        s.timeout_us = 5000000;
+        cf_run_outcome o;
+        cf_error err;
+        int64_t t0 = cf_mono_us();
+        assert_int_equal(cf_run(&s, &o, &err), 0);
+        assert_false(o.timed_out);
+        assert_true(o.exited);
+        assert_int_equal(o.exit_code, i == 2 ? 4 : 0);
+        assert_true(cf_mono_us() - t0 < 3000000);
+        cf_run_outcome_free(&o);
+    }
+    free(data);
+}
+
+static void test_stdin_delivered(void **state)
+{
+    (void)state;
+    size_t len = 3u << 20; /* larger than any pipe buffer: needs concurrent feed and drain */
+    uint8_t *data = malloc(len);
+    assert_non_null(data);
+    for (size_t i = 0; i < len; i++)
+        data[i] = (uint8_t)(i * 7 + (i >> 9));
+    cf_run_spec s;
+    char *argv[4];
+    sh_spec(&s, "cat", argv);
+    s.stdin_data = data;
+    s.stdin_len = len;
+    s.max_stdout = len;
+    cf_run_outcome o;
+    cf_error err;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_int_equal(o.exit_code, 0);
+    assert_int_equal(o.out.len, len);
+    assert_memory_equal(o.out.data, data, len);
+    assert_false(o.out_truncated);
+    cf_run_outcome_free(&o);
+
+    /* No stdin at all: EOF at once. */
+    sh_spec(&s, "wc -c", argv);
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(o.out.len >= 2 && o.out.data[o.out.len - 2] == '0');
+    cf_run_outcome_free(&o);
+    free(data);
+}
+
+static void test_timeout_kills_group(void **state)
+{
+    (void)state;
+    cf_run_spec s;
+    char *argv[4];
+    sh_spec(&s, "sleep 30 & echo $!; (sleep 31 & echo $!; wait) & sleep 32", argv);
+    /* Long enough for a loaded machine to print both pids first. */
+    s.timeout_us = 1000000;
+    cf_run_outcome o;
+    cf_error err;
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    int64_t took = cf_mono_us() - t0;
+    assert_true(o.timed_out);
+    assert_false(o.exited);
+    assert_int_equal(o.signal, SIGKILL);
+    assert_true(took >= 1000000 && took < 4000000);
+    assert_true(o.wall_us >= 1000000);
+
+    /* Every background pid the script printed is gone. */
+    char text[256];
+    size_t n = o.out.len < sizeof(text) - 1 ? o.out.len : sizeof(text) - 1;
+    memcpy(text, o.out.data, n);
+    text[n] = '\0';
+    int count = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        pid_t pid = (pid_t)strtol(line, NULL, 10);
+        assert_true(pid > 1);
+        assert_true(wait_dead(pid, 1000));
+        count++;
+    }
+    assert_int_equal(count, 2);
+    cf_run_outcome_free(&o);
+}
+
+static void test_leftovers_killed_after_exit(void **state)
+{
+    (void)state;
+    cf_run_outcome o;
+    /* The main process exits at once; its background child must not survive. */
+    assert_int_equal(run_sh("sleep 30 >/dev/null 2>&1 & echo $!", &o), 0);
+    assert_int_equal(o.exit_code, 0);
+    assert_true(o.out.len > 0);
+    char num[32];
+    size_t nn = o.out.len < sizeof(num) ? o.out.len : sizeof(num) - 1;
+    memcpy(num, o.out.data, nn);
+    num[nn] = '\0';
+    pid_t pid = (pid_t)strtol(num, NULL, 10);
+    assert_true(pid > 1);
+    assert_true(wait_dead(pid, 1000));
+    cf_run_outcome_free(&o);
+}
+
+static void test_escaped_grandchild_does_not_hang(void **state)
+{
+    (void)state;
+    cf_run_outcome o;
+    /* setsid leaves the process group and keeps stdout open: the drain after
+     * exit is bounded instead of waiting for its EOF. */
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(run_sh("setsid sleep 5 & echo $!", &o), 0);
+    int64_t took = cf_mono_us() - t0;
+    assert_true(took < 2000000);
+    assert_int_equal(o.exit_code, 0);
+    char num[32];
+    size_t nn = o.out.len < sizeof(num) ? o.out.len : sizeof(num) - 1;
+    memcpy(num, o.out.data, nn);
+    num[nn] = '\0';
+    pid_t pid = (pid_t)strtol(num, NULL, 10);
+    assert_true(pid > 1);
+    kill(pid, SIGKILL);
+    cf_run_outcome_free(&o);
+}
+
+static void test_exec_failure_is_setup_failure(void **state)
+{
+    (void)state;
+    char *argv[] = {"nothing", NULL};
+    cf_run_spec s;
+    memset(&s, 0, sizeof(s));
+    s.path = "/nonexistent/definitely/not/here";
+    s.argv = argv;
+    s.envp = no_env;
+    s.max_stdout = s.max_stderr = 100;
+    s.timeout_us = 5000000;
+    cf_run_outcome o;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_run(&s, &o, &err), -1);
+    assert_int_equal(err.code, CF_E_SANDBOX);
+    assert_int_equal(err.sys_errno, ENOENT);
+    assert_non_null(strstr(err.msg, "execve"));
+    cf_run_outcome_free(&o);
+
+    /* A bad cwd fails before exec too. */
+    char *argv2[] = {"true", NULL};
+    s.path = "/bin/true";
+    s.argv = argv2;
+    s.cwd = "/nonexistent-cwd";
+    cf_error_clear(&err);
+    assert_int_equal(cf_run(&s, &o, &err), -1);
+    assert_int_equal(err.code, CF_E_SANDBOX);
+    assert_non_null(strstr(err.msg, "chdir"));
+    cf_run_outcome_free(&o);
+}
+
+static int failing_child_setup(void *arg, const char **msg)
+{
+    (void)arg;
+    *msg = "test hook refused";
+    errno = EPERM;
+    return -1;
+}
+
+static int failing_parent_setup(pid_t pid, void *arg, cf_error *err)
+{
+    *(pid_t *)arg = pid;
+    return cf_error_set(err, CF_E_SYSTEM, "parent hook refused");
+}
+
+struct barrier_arg {
+    const char *path;
+};
+
+/* Creates the file the child needs only after a delay: the child can only
+ * see it if it really waited for us. */
+static int slow_parent_setup(pid_t pid, void *arg, cf_error *err)
+{
+    (void)pid;
+    (void)err;
+    struct barrier_arg *b = arg;
+    usleep(100000);
+    int fd = open(b->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return cf_error_set(err, CF_E_SYSTEM, "create");
+    close(fd);
+    return 0;
+}
+
+static void test_hooks(void **state)
+{
+    (void)state;
+    cf_run_spec s;
+    char *argv[4];
+    cf_run_outcome o;
+    cf_error err;
+
+    sh_spec(&s, "exit 0", argv);
+    s.child_setup = failing_child_setup;
+    cf_error_clear(&err);
+    assert_int_equal(cf_run(&s, &o, &err), -1);
+    assert_int_equal(err.code, CF_E_SANDBOX);
+    assert_int_equal(err.sys_errno, EPERM);
+    assert_non_null(strstr(err.msg, "test hook refused"));
+    cf_run_outcome_free(&o);
+
+    pid_t child = 0;
+    sh_spec(&s, "exit 0", argv);
+    s.parent_setup = failing_parent_setup;
+    s.parent_setup_arg = &child;
+    cf_error_clear(&err);
+    assert_int_equal(cf_run(&s, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "parent hook refused"));
+    assert_true(child > 0);
+    assert_true(pid_dead(child)); /* reaped, not left behind */
+    cf_run_outcome_free(&o);
+
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/cf-runner-barrier-%d", (int)getpid());
+    unlink(path);
+    struct barrier_arg ba = {path};
+    char script[128];
+    snprintf(script, sizeof(script), "test -e %s", path);
+    sh_spec(&s, script, argv);
+    s.parent_setup = slow_parent_setup;
+    s.parent_setup_arg = &ba;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_int_equal(o.exit_code, 0);
+    cf_run_outcome_free(&o);
+    unlink(path);
+}
+
+static void test_child_environment(void **state)
+{
+    (void)state;
+    cf_run_outcome o;
+    /* Only stdio is open in the program (checked by the shell itself:
+     * a pipeline would show its own transient fds).  A worker fd without
+     * O_CLOEXEC must not leak either. */
+    int leak = open("/dev/null", O_RDONLY);
+    assert_true(leak >= 3);
+    assert_int_equal(run_sh("for i in 0 1 2; do [ -e /proc/$$/fd/$i ] || echo closed $i; done; "
+                            "i=3; while [ $i -lt 256 ]; do [ -e /proc/$$/fd/$i ] && echo open $i; i=$((i+1)); done; "
+                            "echo end", &o), 0);
+    assert_true(out_is(&o.out, "end\n"));
+    close(leak);
+    cf_run_outcome_free(&o);
+
+    /* SIGPIPE is back to default even when the worker ignores it: `yes`
+     * dies quietly instead of complaining about EPIPE. */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+    sigaction(SIGPIPE, &ign, &old);
+    assert_int_equal(run_sh("yes | head -n 1", &o), 0);
+    assert_true(out_is(&o.out, "y\n"));
+    assert_int_equal(o.err.len, 0);
+    cf_run_outcome_free(&o);
+    sigaction(SIGPIPE, &old, NULL);
+
+    /* A new session: the program leads its own process group. */
+    assert_int_equal(run_sh("ps -o pid=,pgid=,sid= -p $$ | awk '{print ($1==$2 && $2==$3)}'", &o), 0);
+    assert_true(out_is(&o.out, "1\n"));
+    cf_run_outcome_free(&o);
+
+    /* The given environment, nothing else. */
+    assert_int_equal(run_sh("env | sort | tr '\\n' ' '", &o), 0);
+    assert_non_null(memmem(o.out.data, o.out.len, "PATH=/usr/bin:/bin", 18));
+    assert_null(memmem(o.out.data, o.out.len, "HOME=", 5));
+    cf_run_outcome_free(&o);
+}
+
+static void test_rlimits(void **state)
+{
+    (void)state;
+    cf_run_spec s;
+    char *argv[4];
+    cf_run_outcome o;
+    cf_error err;
+
+    sh_spec(&s, "ulimit -n; ulimit -c; ulimit -f", argv);
+    s.rlimits[0] = (cf_run_rlimit){RLIMIT_NOFILE, 64};
+    s.rlimits[1] = (cf_run_rlimit){RLIMIT_FSIZE, 1024 * 512}; /* ulimit -f counts 512-byte blocks */
+    s.n_rlimits = 2;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(out_is(&o.out, "64\n0\n1024\n"));
+    cf_run_outcome_free(&o);
+
+    /* CPU: SIGXCPU at the soft limit. */
+    sh_spec(&s, "while :; do :; done", argv);
+    s.rlimits[0] = (cf_run_rlimit){RLIMIT_CPU, 1};
+    s.n_rlimits = 1;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_int_equal(o.signal, SIGXCPU);
+    assert_false(o.timed_out);
+    assert_true(o.cpu_us >= 900000);
+    cf_run_outcome_free(&o);
+}
+
+static void *thread_runs(void *arg)
+{
+    long id = (long)(intptr_t)arg;
+    for (int i = 0; i < 8; i++) {
+        char in[64], script[128];
+        int n = snprintf(in, sizeof(in), "thread-%ld-run-%d\n", id, i);
+        snprintf(script, sizeof(script), "cat; exit %d", (int)((id * 8 + i) % 50));
+        cf_run_spec s;
+        char *argv[4];
+        sh_spec(&s, script, argv);
+        s.stdin_data = (const uint8_t *)in;
+        s.stdin_len = (size_t)n;
+        s.timeout_us = 5000000;
+        cf_run_outcome o;
+        cf_error err;
+        if (cf_run(&s, &o, &err) < 0 || o.timed_out || !o.exited || o.exit_code != (int)((id * 8 + i) % 50) ||
+            !out_is(&o.out, in)) {
+            cf_run_outcome_free(&o);
+            return (void *)1;
+        }
+        cf_run_outcome_free(&o);
+    }
+    return NULL;
+}
+
+static void test_concurrent_threads(void **state)
+{
+    (void)state;
+    pthread_t t[4];
+    for (long i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, thread_runs, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        assert_null(r);
+    }
+}
+
+static void test_cancel(void **state)
+{
+    (void)state;
+    cf_run_spec s;
+    char *argv[4];
+    sh_spec(&s, "sleep 20", argv);
+    volatile int cancel = 1;
+    s.cancel = &cancel;
+    cf_run_outcome o;
+    cf_error err;
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(o.cancelled);
+    assert_false(o.timed_out);
+    assert_true(cf_mono_us() - t0 < 2000000);
+    cf_run_outcome_free(&o);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exit_codes),
+        cmocka_unit_test(test_signals),
+        cmocka_unit_test(test_capture),
+        cmocka_unit_test(test_caps_truncate_10mb),
+        cmocka_unit_test(test_large_ignored_stdin),
+        cmocka_unit_test(test_stdin_delivered),
+        cmocka_unit_test(test_timeout_kills_group),
+        cmocka_unit_test(test_leftovers_killed_after_exit),
+        cmocka_unit_test(test_escaped_grandchild_does_not_hang),
+        cmocka_unit_test(test_exec_failure_is_setup_failure),
+        cmocka_unit_test(test_hooks),
+        cmocka_unit_test(test_child_environment),
+        cmocka_unit_test(test_rlimits),
+        cmocka_unit_test(test_concurrent_threads),
+        cmocka_unit_test(test_cancel),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
