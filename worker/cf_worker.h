@@ -1,0 +1,69 @@
+/* cf_worker: a stateless execution worker in a Kafka consumer group.
+ *
+ * Takes execution requests from the request topic, runs each under the
+ * requested backend, and produces the result (to the result topic, or the
+ * request's reply_to) keyed by request id with the idempotent producer.
+ * Offsets advance only after the result's delivery report succeeded, so a
+ * worker killed at any point loses no request (at-least-once; consumers
+ * deduplicate by request id).  See README "Architecture" and
+ * docs/CONFIGURATION-worker.md.
+ */
+#ifndef CF_WORKER_H
+#define CF_WORKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cf_config.h"
+#include "cf_error.h"
+
+typedef struct cf_worker_config {
+    char *brokers;
+    char *group;
+    char *worker_id;
+    char *request_topic;
+    char *result_topic;
+    char *dlq_topic;
+    int64_t slots;              /* concurrent executions */
+    int64_t prefetch;           /* requests buffered beyond the slots before pausing */
+    char *backends;             /* "process" or "sandbox,process": first = default */
+    char *work_root;
+    char *python_path;
+    char *node_path;
+    char *shell_path;
+    char *exec_path;
+    int64_t run_uid_base;
+    int64_t default_timeout_us;
+    int64_t max_timeout_us;
+    int64_t default_output_bytes;
+    int64_t max_output_bytes;
+    int64_t max_request_bytes;
+    int64_t max_files_bytes;
+    int64_t max_output_file_bytes;
+    int64_t shutdown_grace_us;
+    int64_t rebalance_wait_us;
+    int64_t log_level;          /* enum index: error|warn|info|debug */
+    int64_t log_format;         /* enum index: text|json */
+    cf_kvlist kafka;            /* librdkafka pass-through ("kafka.<property>") */
+} cf_worker_config;
+
+extern const cf_conf_table cf_worker_conf_table;
+
+typedef struct cf_worker cf_worker;
+
+/* Creates the worker: backends (probing the host), Kafka clients.  cfg is
+ * borrowed and must outlive the worker. */
+int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err);
+
+/* Runs until cf_worker_stop() or SIGTERM/SIGINT (blocked in the caller and
+ * received through a signalfd when handle_signals is true).  Shuts down
+ * gracefully: stops taking work, lets running executions finish within
+ * shutdown_grace, commits, closes the consumer.  Returns 0 on a clean stop. */
+int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err);
+
+/* Asks a running worker to stop (thread-safe and async-signal-safe). */
+void cf_worker_stop(cf_worker *w);
+
+void cf_worker_destroy(cf_worker *w);
+
+#endif

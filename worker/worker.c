@@ -1,0 +1,1015 @@
+/* The worker's Kafka loop.
+ *
+ * Threads: the main thread owns both Kafka handles' callbacks (consumer
+ * poll, rebalance, delivery reports), the offset trackers and the partition
+ * state; slot threads (exec_pool) only run executions and produce their
+ * results (rd_kafka_producev is thread-safe).  The main thread sleeps in
+ * poll(2) on one eventfd that librdkafka (queue io events), the slots and
+ * cf_worker_stop() write to, plus a signalfd.
+ *
+ * Delivery guarantee: an offset is stored for commit only when every
+ * request up to it has a delivered result (or dead letter).  A request
+ * whose result could not be delivered, or whose execution was abandoned at
+ * shutdown, keeps its partition's position: another worker runs it again.
+ */
+#include "cf_worker.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cf_backend.h"
+#include "cf_log.h"
+#include "cf_schema.h"
+#include "cf_util.h"
+#include "exec_pool.h"
+#include "offset_tracker.h"
+
+#define LOG_SUB "worker"
+#define HDR_PREFIX "codefleet-"
+
+typedef enum job_kind {
+    JOB_EXECUTE,  /* decoded, admitted: runs in a slot */
+    JOB_ANSWERED, /* answered on the main thread (rejected) */
+    JOB_DEAD,     /* dead-lettered */
+} job_kind;
+
+typedef struct job {
+    cf_pool_job pj; /* first: the pool hands this pointer back */
+    job_kind kind;
+    int32_t partition;
+    int64_t offset;
+    uint64_t gen; /* assignment generation of the partition when taken */
+    cf_request req;
+    const cf_backend *backend;
+    const char *result_topic; /* req.reply_to or the worker's result topic */
+    int delivery_tries;
+    struct job *abandoned_next;
+} job;
+
+typedef struct part_state {
+    bool assigned;
+    bool paused;
+    uint64_t gen;
+    cf_offset_tracker *tracker;
+} part_state;
+
+#define MAX_PARTITIONS 100000
+
+struct cf_worker {
+    const cf_worker_config *cfg;
+    char worker_id[CF_ID_MAX + 1];
+    cf_backend_config bcfg;
+    cf_backend_set *backends;
+    rd_kafka_t *consumer;
+    rd_kafka_t *producer;
+    rd_kafka_queue_t *consumer_q;
+    rd_kafka_queue_t *producer_q;
+    int wake_fd;
+    cf_exec_pool *pool;
+    part_state *parts;
+    size_t nparts;
+    uint64_t gen_counter;
+    bool paused_all;
+    bool stopping;
+    atomic_int stop_requested;
+    volatile int cancel_exec;  /* read by runners: abandon executions */
+    size_t inflight;           /* jobs taken and not yet finished (main thread) */
+    pthread_mutex_t abandoned_lock;
+    job *abandoned;            /* jobs a slot gave up on: main thread frees them */
+    /* Counters for the shutdown summary. */
+    uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned;
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+static void wake(cf_worker *w)
+{
+    uint64_t one = 1;
+    ssize_t r = write(w->wake_fd, &one, sizeof(one));
+    (void)r; /* EAGAIN means a wake-up is already pending */
+}
+
+static void pool_notify(void *arg)
+{
+    wake(arg);
+}
+
+static void job_free(job *j)
+{
+    if (!j)
+        return;
+    cf_request_clear(&j->req);
+    free(j->pj.key);
+    free(j);
+}
+
+static part_state *part_get(cf_worker *w, int32_t partition, bool create)
+{
+    if (partition < 0 || partition >= MAX_PARTITIONS)
+        return NULL;
+    if ((size_t)partition >= w->nparts) {
+        if (!create)
+            return NULL;
+        size_t n = (size_t)partition + 1;
+        part_state *p = realloc(w->parts, n * sizeof(*p));
+        if (!p)
+            return NULL;
+        memset(p + w->nparts, 0, (n - w->nparts) * sizeof(*p));
+        w->parts = p;
+        w->nparts = n;
+    }
+    return &w->parts[partition];
+}
+
+static bool valid_topic_name(const char *t)
+{
+    size_t n = strlen(t);
+    if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* Marks a job's offset done (if its partition is still ours) and frees it. */
+static void job_finished(cf_worker *w, job *j, bool delivered)
+{
+    part_state *ps = part_get(w, j->partition, false);
+    if (delivered && ps && ps->assigned && ps->gen == j->gen)
+        cf_offset_tracker_done(ps->tracker, j->offset);
+    w->inflight--;
+    job_free(j);
+}
+
+/* ---------------------------------------------------------------- results */
+
+static void result_fill_meta(cf_worker *w, const job *j, cf_result *res)
+{
+    if (!res->id && j->req.id)
+        cf_str_set(&res->id, j->req.id);
+    if (!res->meta.backend && j->backend)
+        cf_str_set(&res->meta.backend, j->backend->ops->name);
+    if (!res->meta.isolation && j->backend)
+        cf_str_set(&res->meta.isolation, j->backend->caps.isolation);
+    if (!res->meta.language && j->req.language != CF_LANG_NONE)
+        cf_str_set(&res->meta.language, cf_language_name(j->req.language));
+    cf_str_set(&res->meta.worker, w->worker_id);
+    if (j->req.identity)
+        cf_str_set(&res->meta.identity, j->req.identity);
+    res->finished_us = cf_now_us();
+}
+
+/* Produces an encoded payload (ownership passes to librdkafka on success).
+ * on_main: the caller is the main thread and may serve the producer queue
+ * while the local queue is full; slot threads sleep instead. */
+static int produce_payload(cf_worker *w, job *j, const char *topic, const char *key, void *payload, size_t len,
+                           rd_kafka_headers_t *hdrs, bool on_main)
+{
+    for (int tries = 0;; tries++) {
+        rd_kafka_resp_err_t e;
+        if (hdrs) {
+            rd_kafka_headers_t *copy = rd_kafka_headers_copy(hdrs);
+            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                                  RD_KAFKA_V_VALUE(payload, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
+                                  RD_KAFKA_V_HEADERS(copy), RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
+            if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+                rd_kafka_headers_destroy(copy);
+        } else {
+            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                                  RD_KAFKA_V_VALUE(payload, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
+                                  RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
+        }
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return 0;
+        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 6000) {
+            cf_log_error(LOG_SUB, "produce to %s failed: %s", topic, rd_kafka_err2str(e));
+            return -1;
+        }
+        if (on_main)
+            rd_kafka_poll(w->producer, 10);
+        else
+            nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+    }
+}
+
+static void abandon_from_slot(cf_worker *w, job *j)
+{
+    pthread_mutex_lock(&w->abandoned_lock);
+    j->abandoned_next = w->abandoned;
+    w->abandoned = j;
+    pthread_mutex_unlock(&w->abandoned_lock);
+    wake(w);
+}
+
+/* Encodes res and produces it for job j.  On failure the job is abandoned
+ * (its offset is never stored: the request will be redelivered). */
+static void send_result(cf_worker *w, job *j, cf_result *res, bool on_main)
+{
+    result_fill_meta(w, j, res);
+    cf_bytes enc = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_result_encode(res, &enc, &err) < 0) {
+        /* Only allocation failure gets here; try a bare internal_error. */
+        cf_log_error(LOG_SUB, "request %s: encoding result: %s", j->req.id ? j->req.id : "?", err.msg);
+        cf_result bare = {0};
+        bare.status = CF_STATUS_INTERNAL_ERROR;
+        cf_str_set(&bare.id, res->id);
+        cf_result_set_reason(&bare, "worker could not encode the result: %s", err.msg);
+        int r = cf_result_encode(&bare, &enc, &err);
+        cf_result_clear(&bare);
+        if (r < 0)
+            goto fail;
+    }
+    if (produce_payload(w, j, j->result_topic, res->id, enc.data, enc.len, NULL, on_main) < 0) {
+        free(enc.data);
+        goto fail;
+    }
+    return;
+fail:
+    if (on_main) {
+        w->n_abandoned++;
+        job_finished(w, j, false);
+    } else {
+        abandon_from_slot(w, j);
+    }
+}
+
+static void answer_rejected(cf_worker *w, job *j, const char *id, const char *reason)
+{
+    cf_result res = {0};
+    res.status = CF_STATUS_REJECTED;
+    cf_str_set(&res.id, id);
+    cf_result_set_reason(&res, "%s", reason);
+    j->kind = JOB_ANSWERED;
+    w->n_rejected++;
+    cf_log_info(LOG_SUB, "request %s rejected: %s", id, reason);
+    send_result(w, j, &res, true);
+    cf_result_clear(&res);
+}
+
+/* A message we cannot answer (no readable id) goes to the dead-letter topic
+ * with its origin and the reason in headers, bytes unchanged. */
+static void dead_letter(cf_worker *w, job *j, const rd_kafka_message_t *m, const char *reason)
+{
+    j->kind = JOB_DEAD;
+    w->n_dead++;
+    cf_log_warn(LOG_SUB, "dead-lettering %s[%" PRId32 "]@%" PRId64 ": %s", rd_kafka_topic_name(m->rkt), m->partition,
+                m->offset, reason);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(5);
+    char num[32];
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    rd_kafka_header_add(h, HDR_PREFIX "origin-topic", -1, topic, -1);
+    snprintf(num, sizeof(num), "%" PRId32, m->partition);
+    rd_kafka_header_add(h, HDR_PREFIX "origin-partition", -1, num, -1);
+    snprintf(num, sizeof(num), "%" PRId64, m->offset);
+    rd_kafka_header_add(h, HDR_PREFIX "origin-offset", -1, num, -1);
+    rd_kafka_header_add(h, HDR_PREFIX "reason", -1, reason, -1);
+    rd_kafka_header_add(h, HDR_PREFIX "worker", -1, w->worker_id, -1);
+    void *copy = NULL;
+    if (m->len) {
+        copy = malloc(m->len);
+        if (copy)
+            memcpy(copy, m->payload, m->len);
+    }
+    char *key = m->key_len ? cf_strndup(m->key, m->key_len) : NULL;
+    if (m->len && !copy) {
+        w->n_abandoned++;
+        job_finished(w, j, false);
+    } else if (produce_payload(w, j, w->cfg->dlq_topic, key, copy, copy ? m->len : 0, h, true) < 0) {
+        free(copy);
+        w->n_abandoned++;
+        job_finished(w, j, false);
+    }
+    free(key);
+    rd_kafka_headers_destroy(h);
+}
+
+/* Delivery report: runs on the main thread from rd_kafka_poll(producer). */
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    cf_worker *w = opaque;
+    job *j = m->_private;
+    if (!j)
+        return;
+    if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (j->kind != JOB_DEAD)
+            w->n_results++;
+        job_finished(w, j, true);
+        return;
+    }
+    j->delivery_tries++;
+    cf_log_warn(LOG_SUB, "delivery of %s for %s failed (try %d): %s", j->kind == JOB_DEAD ? "dead letter" : "result",
+                j->req.id ? j->req.id : "?", j->delivery_tries, rd_kafka_err2str(m->err));
+    /* A reply_to topic that does not work falls back to the result topic;
+     * other failures are retried a few times, then the request is left
+     * uncommitted (redelivered later) rather than lost. */
+    const char *topic = j->result_topic;
+    if (j->kind != JOB_DEAD && j->result_topic != w->cfg->result_topic) {
+        j->result_topic = w->cfg->result_topic;
+        topic = j->result_topic;
+    } else if (j->delivery_tries >= 5 || rd_kafka_fatal_error(w->producer, NULL, 0)) {
+        w->n_abandoned++;
+        job_finished(w, j, false);
+        return;
+    }
+    if (j->kind == JOB_DEAD)
+        topic = w->cfg->dlq_topic;
+    void *copy = malloc(m->len ? m->len : 1);
+    if (!copy) {
+        w->n_abandoned++;
+        job_finished(w, j, false);
+        return;
+    }
+    memcpy(copy, m->payload, m->len);
+    char *key = m->key_len ? cf_strndup(m->key, m->key_len) : NULL;
+    rd_kafka_headers_t *hdrs = NULL;
+    rd_kafka_message_headers((rd_kafka_message_t *)m, &hdrs); /* still owned by m */
+    if (produce_payload(w, j, topic, key, copy, m->len, hdrs, true) < 0) {
+        free(copy);
+        w->n_abandoned++;
+        job_finished(w, j, false);
+    }
+    free(key);
+}
+
+/* ---------------------------------------------------------------- admission */
+
+/* Fills defaults and checks the request against the worker's maxima and the
+ * chosen backend's capabilities.  Returns -1 with a reason to reject. */
+static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
+{
+    const cf_worker_config *c = w->cfg;
+    cf_request *req = &j->req;
+    j->backend = cf_backend_set_select(w->backends, req, reason, rsz);
+    if (!j->backend)
+        return -1;
+    if (req->reply_to) {
+        if (!valid_topic_name(req->reply_to)) {
+            snprintf(reason, rsz, "reply_to: '%.64s' is not a valid topic name", req->reply_to);
+            return -1;
+        }
+        j->result_topic = req->reply_to;
+    }
+    cf_policy *p = &req->policy;
+    if (p->timeout_us == 0)
+        p->timeout_us = c->default_timeout_us;
+    if (p->timeout_us > c->max_timeout_us) {
+        snprintf(reason, rsz, "policy.timeout_us %" PRId64 " exceeds this worker's maximum %" PRId64, p->timeout_us,
+                 c->max_timeout_us);
+        return -1;
+    }
+    if (p->max_stdout_bytes == 0)
+        p->max_stdout_bytes = c->default_output_bytes;
+    if (p->max_stderr_bytes == 0)
+        p->max_stderr_bytes = c->default_output_bytes;
+    if (p->max_stdout_bytes > c->max_output_bytes || p->max_stderr_bytes > c->max_output_bytes) {
+        snprintf(reason, rsz, "policy.max_stdout_bytes/max_stderr_bytes exceed this worker's maximum %" PRId64,
+                 c->max_output_bytes);
+        return -1;
+    }
+    if (p->cpu_time_us > c->max_timeout_us) {
+        snprintf(reason, rsz, "policy.cpu_time_us %" PRId64 " exceeds this worker's maximum %" PRId64, p->cpu_time_us,
+                 c->max_timeout_us);
+        return -1;
+    }
+    return cf_policy_check(&j->backend->caps, j->backend->ops->name, req, reason, rsz);
+}
+
+static bool deadline_passed(const cf_request *req, char *reason, size_t rsz)
+{
+    if (req->deadline_us <= 0)
+        return false;
+    int64_t now = cf_now_us();
+    if (now <= req->deadline_us)
+        return false;
+    char ago[32];
+    cf_format_duration(now - req->deadline_us, ago, sizeof(ago));
+    snprintf(reason, rsz, "deadline passed %s before execution could start", ago);
+    return true;
+}
+
+static void handle_message(cf_worker *w, rd_kafka_message_t *m)
+{
+    if (m->err) {
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            cf_log_warn("kafka", "consumer: %s", rd_kafka_message_errstr(m));
+        return;
+    }
+    part_state *ps = part_get(w, m->partition, false);
+    if (!ps || !ps->assigned || w->stopping)
+        return; /* not ours (any more): not tracked, so never committed */
+    if (cf_offset_tracker_add(ps->tracker, m->offset) < 0) {
+        cf_log_debug(LOG_SUB, "partition %" PRId32 " offset %" PRId64 " seen already", m->partition, m->offset);
+        return;
+    }
+    w->n_received++;
+    w->inflight++;
+    job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        /* Not tracked as done: the partition stalls here until restart,
+         * which is the honest outcome of running out of memory. */
+        cf_log_error(LOG_SUB, "out of memory taking offset %" PRId64, m->offset);
+        w->inflight--;
+        return;
+    }
+    j->partition = m->partition;
+    j->offset = m->offset;
+    j->gen = ps->gen;
+    j->result_topic = w->cfg->result_topic;
+    j->pj.partition = m->partition;
+    if (m->key_len)
+        j->pj.key = cf_strndup(m->key, m->key_len);
+
+    char reason[600];
+    cf_error err;
+    cf_error_clear(&err);
+    if ((int64_t)m->len > w->cfg->max_request_bytes) {
+        snprintf(reason, sizeof(reason), "request of %zu bytes exceeds this worker's max-request of %" PRId64 " bytes",
+                 m->len, w->cfg->max_request_bytes);
+    } else {
+        cf_decode_limits lim = cf_decode_limits_default;
+        lim.max_total_bytes = (size_t)w->cfg->max_request_bytes;
+        if (cf_request_decode(m->payload, m->len, &lim, &j->req, &err) == 0) {
+            if (deadline_passed(&j->req, reason, sizeof(reason)) || admit(w, j, reason, sizeof(reason)) < 0) {
+                answer_rejected(w, j, j->req.id, reason);
+                return;
+            }
+            j->kind = JOB_EXECUTE;
+            cf_log_debug(LOG_SUB, "request %s (%s) queued", j->req.id, cf_language_name(j->req.language));
+            cf_exec_pool_submit(w->pool, &j->pj);
+            return;
+        }
+        snprintf(reason, sizeof(reason), "malformed request: %s", err.msg);
+    }
+    char id[CF_ID_MAX + 1];
+    if (m->len && cf_request_peek_id(m->payload, m->len, id, sizeof(id)) == 0)
+        answer_rejected(w, j, id, reason);
+    else
+        dead_letter(w, j, m, reason);
+}
+
+/* ---------------------------------------------------------------- slots */
+
+static void run_job(cf_pool_job *pj, int slot, void *arg)
+{
+    cf_worker *w = arg;
+    job *j = (job *)pj;
+    cf_result res = {0};
+    char reason[600];
+    if (deadline_passed(&j->req, reason, sizeof(reason))) {
+        /* It waited in the queue past its deadline. */
+        res.status = CF_STATUS_REJECTED;
+        cf_result_set_reason(&res, "%s", reason);
+    } else {
+        cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &w->cancel_exec};
+        cf_error err;
+        cf_error_clear(&err);
+        int64_t t0 = cf_mono_us();
+        if (j->backend->ops->execute(j->backend->state, &ctx, &j->req, &res, &err) < 0) {
+            cf_result_clear(&res);
+            res.status = CF_STATUS_INTERNAL_ERROR;
+            cf_result_set_reason(&res, "%s backend failed (%s): %s", j->backend->ops->name, cf_errcode_name(err.code),
+                                 err.msg);
+            res.wall_time_us = cf_mono_us() - t0;
+            cf_log_error(LOG_SUB, "request %s: %s", j->req.id, res.reason);
+        }
+    }
+    if (w->cancel_exec) {
+        /* Shutdown grace ran out: the execution was killed by us, not by its
+         * own doing.  No result: the request stays uncommitted and another
+         * worker runs it. */
+        cf_result_clear(&res);
+        abandon_from_slot(w, j);
+        return;
+    }
+    cf_log_debug(LOG_SUB, "request %s finished: %s", j->req.id, cf_status_name(res.status));
+    send_result(w, j, &res, false);
+    cf_result_clear(&res);
+}
+
+/* ---------------------------------------------------------------- partitions */
+
+static bool job_in_partitions(const cf_pool_job *pj, void *arg)
+{
+    const rd_kafka_topic_partition_list_t *parts = arg;
+    for (int i = 0; i < parts->cnt; i++)
+        if (parts->elems[i].partition == pj->partition)
+            return true;
+    return false;
+}
+
+static void drain_abandoned(cf_worker *w)
+{
+    pthread_mutex_lock(&w->abandoned_lock);
+    job *list = w->abandoned;
+    w->abandoned = NULL;
+    pthread_mutex_unlock(&w->abandoned_lock);
+    while (list) {
+        job *next = list->abandoned_next;
+        w->n_abandoned++;
+        job_finished(w, list, false);
+        list = next;
+    }
+}
+
+static void drop_jobs(cf_worker *w, cf_pool_job *list)
+{
+    while (list) {
+        cf_pool_job *next = list->next;
+        job_finished(w, (job *)list, false);
+        list = next;
+    }
+}
+
+/* Stores every committable position (the next auto-commit, or an explicit
+ * commit, sends them). */
+static void store_offsets(cf_worker *w)
+{
+    rd_kafka_topic_partition_list_t *l = NULL;
+    for (size_t p = 0; p < w->nparts; p++) {
+        part_state *ps = &w->parts[p];
+        if (!ps->assigned)
+            continue;
+        int64_t pos = cf_offset_tracker_take_committable(ps->tracker);
+        if (pos < 0)
+            continue;
+        if (!l)
+            l = rd_kafka_topic_partition_list_new(4);
+        rd_kafka_topic_partition_list_add(l, w->cfg->request_topic, (int32_t)p)->offset = pos;
+    }
+    if (!l)
+        return;
+    rd_kafka_resp_err_t e = rd_kafka_offsets_store(w->consumer, l);
+    if (e)
+        cf_log_warn("kafka", "storing offsets: %s", rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void set_paused(cf_worker *w, bool pause)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+    for (size_t p = 0; p < w->nparts; p++) {
+        part_state *ps = &w->parts[p];
+        if (ps->assigned && ps->paused != pause) {
+            rd_kafka_topic_partition_list_add(l, w->cfg->request_topic, (int32_t)p);
+            ps->paused = pause;
+        }
+    }
+    if (l->cnt) {
+        rd_kafka_resp_err_t e =
+            pause ? rd_kafka_pause_partitions(w->consumer, l) : rd_kafka_resume_partitions(w->consumer, l);
+        if (e)
+            cf_log_warn("kafka", "%s partitions: %s", pause ? "pausing" : "resuming", rd_kafka_err2str(e));
+        else
+            cf_log_debug("kafka", "%s %d partition(s)", pause ? "paused" : "resumed", l->cnt);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    w->paused_all = pause;
+}
+
+static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *parts)
+{
+    for (int i = 0; i < parts->cnt; i++) {
+        part_state *ps = part_get(w, parts->elems[i].partition, true);
+        if (!ps)
+            continue;
+        cf_offset_tracker_destroy(ps->tracker);
+        ps->tracker = cf_offset_tracker_new();
+        ps->assigned = ps->tracker != NULL;
+        ps->paused = false;
+        ps->gen = ++w->gen_counter;
+    }
+}
+
+/* Revocation: queued jobs of the partitions are dropped (the new owner gets
+ * them from the committed position); running ones get rebalance_wait to
+ * finish so their offsets can be committed before we let go. */
+static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *parts, bool lost)
+{
+    drop_jobs(w, cf_exec_pool_drop_queued(w->pool, job_in_partitions, parts));
+    if (!lost) {
+        int64_t until = cf_mono_us() + w->cfg->rebalance_wait_us;
+        while (cf_exec_pool_count_running(w->pool, job_in_partitions, parts) > 0 && cf_mono_us() < until) {
+            rd_kafka_poll(w->producer, 20);
+            drain_abandoned(w);
+        }
+        rd_kafka_flush(w->producer, 2000);
+        drain_abandoned(w);
+        store_offsets(w);
+        rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, 0);
+        if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+            cf_log_warn("kafka", "commit on revoke: %s", rd_kafka_err2str(e));
+    }
+    for (int i = 0; i < parts->cnt; i++) {
+        part_state *ps = part_get(w, parts->elems[i].partition, false);
+        if (!ps)
+            continue;
+        ps->assigned = false;
+        ps->paused = false;
+        cf_offset_tracker_destroy(ps->tracker);
+        ps->tracker = NULL;
+    }
+}
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
+                         void *opaque)
+{
+    cf_worker *w = opaque;
+    bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        cf_log_info("kafka", "assigned %d partition(s)", parts->cnt);
+        partitions_assigned(w, parts);
+        rd_kafka_error_t *e = NULL;
+        if (cooperative)
+            e = rd_kafka_incremental_assign(rk, parts);
+        else
+            rd_kafka_assign(rk, parts);
+        if (e) {
+            cf_log_error("kafka", "assign: %s", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+        }
+        /* Partitions assigned while we are busy arrive unpaused. */
+        if (w->paused_all || w->stopping) {
+            rd_kafka_pause_partitions(rk, parts);
+            for (int i = 0; i < parts->cnt; i++) {
+                part_state *ps = part_get(w, parts->elems[i].partition, false);
+                if (ps)
+                    ps->paused = true;
+            }
+        }
+    } else {
+        bool lost = err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS || rd_kafka_assignment_lost(rk);
+        cf_log_info("kafka", "%s %d partition(s)", lost ? "lost" : "revoked", parts->cnt);
+        partitions_revoked(w, parts, lost);
+        if (cooperative) {
+            rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, parts);
+            if (e) {
+                cf_log_error("kafka", "unassign: %s", rd_kafka_error_string(e));
+                rd_kafka_error_destroy(e);
+            }
+        } else {
+            rd_kafka_assign(rk, NULL);
+        }
+    }
+}
+
+static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    (void)opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char buf[512];
+        rd_kafka_fatal_error(rk, buf, sizeof(buf));
+        cf_log_error("kafka", "%s: fatal error: %s", rd_kafka_name(rk), buf);
+        return;
+    }
+    cf_log_warn("kafka", "%s: %s: %s", rd_kafka_name(rk), rd_kafka_err2name(err), reason);
+}
+
+static void on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk;
+    cf_log_level l = level <= 3 ? CF_LOG_ERROR : level <= 4 ? CF_LOG_WARN : level <= 6 ? CF_LOG_INFO : CF_LOG_DEBUG;
+    CF_LOG(l, "kafka", "%s: %s", fac, buf);
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, cf_error *err)
+{
+    char errstr[512];
+    if (rd_kafka_conf_set(conf, k, v, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+        return cf_error_set(err, CF_E_INVALID, "kafka property %s=%s: %s", k, v, errstr);
+    return 0;
+}
+
+static bool is_consumer_only(const char *k)
+{
+    static const char *const keys[] = {"group.", "session.timeout.ms", "max.poll.interval.ms", "heartbeat.interval.ms",
+                                       "partition.assignment.strategy", "auto.", "enable.auto", "fetch.",
+                                       "isolation.level", "queued.", "enable.partition.eof", "check.crcs"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (strncmp(k, keys[i], strlen(keys[i])) == 0)
+            return true;
+    return false;
+}
+
+static bool is_producer_only(const char *k)
+{
+    static const char *const keys[] = {"enable.idempotence", "acks", "linger.ms", "queue.buffering.", "batch.",
+                                       "message.timeout.ms", "retries", "retry.", "compression.", "partitioner",
+                                       "delivery.timeout.ms", "max.in.flight", "request.required.acks",
+                                       "transactional.id", "transaction.timeout.ms"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (strncmp(k, keys[i], strlen(keys[i])) == 0)
+            return true;
+    return false;
+}
+
+static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *err)
+{
+    const cf_worker_config *c = w->cfg;
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char client_id[200];
+    snprintf(client_id, sizeof(client_id), "codefleet-worker-%s%s", w->worker_id, consumer ? "" : "-producer");
+    if (conf_set(conf, "bootstrap.servers", c->brokers, err) < 0 || conf_set(conf, "client.id", client_id, err) < 0)
+        goto fail;
+    if (consumer) {
+        /* Offsets are stored by us after delivery, committed by the
+         * auto-committer (and explicitly on revoke and shutdown). */
+        static const char *const kv[][2] = {
+            {"enable.auto.commit", "true"},     {"enable.auto.offset.store", "false"},
+            {"auto.commit.interval.ms", "500"}, {"auto.offset.reset", "earliest"},
+            {"fetch.wait.max.ms", "10"},        {"fetch.error.backoff.ms", "50"},
+            {"partition.assignment.strategy", "cooperative-sticky"},
+            {"isolation.level", "read_committed"},
+        };
+        if (conf_set(conf, "group.id", c->group, err) < 0)
+            goto fail;
+        for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+            if (conf_set(conf, kv[i][0], kv[i][1], err) < 0)
+                goto fail;
+        rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
+    } else {
+        static const char *const kv[][2] = {
+            {"enable.idempotence", "true"}, {"acks", "all"},
+            {"linger.ms", "0"},             {"partitioner", "murmur2_random"},
+            {"message.max.bytes", "33554432"},
+        };
+        for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+            if (conf_set(conf, kv[i][0], kv[i][1], err) < 0)
+                goto fail;
+        rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    }
+    for (size_t i = 0; i < c->kafka.count; i++) {
+        const char *k = c->kafka.items[i].key;
+        if ((consumer && is_producer_only(k)) || (!consumer && is_consumer_only(k)))
+            continue;
+        if (conf_set(conf, k, c->kafka.items[i].value, err) < 0)
+            goto fail;
+    }
+    rd_kafka_conf_set_error_cb(conf, on_kafka_error);
+    rd_kafka_conf_set_log_cb(conf, on_kafka_log);
+    rd_kafka_conf_set_opaque(conf, w);
+    return conf;
+fail:
+    rd_kafka_conf_destroy(conf);
+    return NULL;
+}
+
+int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
+{
+    *out = NULL;
+    cf_worker *w = calloc(1, sizeof(*w));
+    if (!w)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    w->cfg = cfg;
+    w->wake_fd = -1;
+    pthread_mutex_init(&w->abandoned_lock, NULL);
+    if (cfg->worker_id && cfg->worker_id[0]) {
+        cf_strlcpy(w->worker_id, cfg->worker_id, sizeof(w->worker_id));
+    } else {
+        char host[64] = "host";
+        gethostname(host, sizeof(host));
+        host[sizeof(host) - 1] = '\0';
+        snprintf(w->worker_id, sizeof(w->worker_id), "%s-%ld", host, (long)getpid());
+    }
+    if (!cf_id_valid(w->worker_id, strlen(w->worker_id))) {
+        cf_error_set(err, CF_E_INVALID, "worker-id '%s' must be printable ASCII without spaces", w->worker_id);
+        goto fail;
+    }
+
+    w->bcfg = (cf_backend_config){
+        .work_root = cfg->work_root,
+        .python_path = cfg->python_path,
+        .node_path = cfg->node_path,
+        .shell_path = cfg->shell_path,
+        .exec_path = cfg->exec_path,
+        .slots = (int)cfg->slots,
+        .run_uid_base = cfg->run_uid_base,
+        .max_files_bytes = cfg->max_files_bytes,
+        .max_output_file_bytes = cfg->max_output_file_bytes,
+    };
+    if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0) {
+        cf_error_wrap(err, "backends");
+        goto fail;
+    }
+    char matrix[4096];
+    cf_backend_set_describe(w->backends, matrix, sizeof(matrix));
+    cf_log_info(LOG_SUB, "worker %s capabilities:\n%s", w->worker_id, matrix);
+
+    w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->wake_fd < 0) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "eventfd");
+        goto fail;
+    }
+
+    char errstr[512];
+    rd_kafka_conf_t *pconf = kafka_conf_new(w, false, err);
+    if (!pconf)
+        goto fail;
+    w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pconf, errstr, sizeof(errstr));
+    if (!w->producer) {
+        rd_kafka_conf_destroy(pconf);
+        cf_error_set(err, CF_E_KAFKA, "creating producer: %s", errstr);
+        goto fail;
+    }
+    rd_kafka_conf_t *cconf = kafka_conf_new(w, true, err);
+    if (!cconf)
+        goto fail;
+    w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cconf, errstr, sizeof(errstr));
+    if (!w->consumer) {
+        rd_kafka_conf_destroy(cconf);
+        cf_error_set(err, CF_E_KAFKA, "creating consumer: %s", errstr);
+        goto fail;
+    }
+    rd_kafka_poll_set_consumer(w->consumer);
+    w->consumer_q = rd_kafka_queue_get_consumer(w->consumer);
+    w->producer_q = rd_kafka_queue_get_main(w->producer);
+    static const uint64_t one = 1;
+    rd_kafka_queue_io_event_enable(w->consumer_q, w->wake_fd, &one, sizeof(one));
+    rd_kafka_queue_io_event_enable(w->producer_q, w->wake_fd, &one, sizeof(one));
+
+    w->pool = cf_exec_pool_new((int)cfg->slots, run_job, pool_notify, w);
+    if (!w->pool) {
+        cf_error_set(err, CF_E_NOMEM, "starting %" PRId64 " execution slots", cfg->slots);
+        goto fail;
+    }
+    *out = w;
+    return 0;
+fail:
+    cf_worker_destroy(w);
+    return -1;
+}
+
+void cf_worker_stop(cf_worker *w)
+{
+    atomic_store(&w->stop_requested, 1);
+    wake(w);
+}
+
+/* Serves everything that is ready, without blocking. */
+static void serve(cf_worker *w)
+{
+    uint64_t v;
+    while (read(w->wake_fd, &v, sizeof(v)) > 0)
+        ;
+    rd_kafka_message_t *m;
+    while ((m = rd_kafka_consumer_poll(w->consumer, 0)) != NULL) {
+        handle_message(w, m);
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_poll(w->producer, 0);
+    drain_abandoned(w);
+    if (!w->stopping) {
+        size_t cap = (size_t)(w->cfg->slots + w->cfg->prefetch);
+        size_t pending = cf_exec_pool_pending(w->pool);
+        if (!w->paused_all && pending >= cap)
+            set_paused(w, true);
+        else if (w->paused_all && pending < cap)
+            set_paused(w, false);
+    }
+    store_offsets(w);
+}
+
+static void wait_events(cf_worker *w, int sig_fd, int timeout_ms)
+{
+    struct pollfd pfd[2] = {{.fd = w->wake_fd, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
+    int n = poll(pfd, sig_fd >= 0 ? 2 : 1, timeout_ms);
+    if (n > 0 && sig_fd >= 0 && (pfd[1].revents & POLLIN)) {
+        struct signalfd_siginfo si;
+        if (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+            cf_log_info(LOG_SUB, "received signal %u: shutting down", si.ssi_signo);
+            atomic_store(&w->stop_requested, 1);
+        }
+    }
+}
+
+static void shutdown_gracefully(cf_worker *w, int sig_fd)
+{
+    w->stopping = true;
+    set_paused(w, true);
+    drop_jobs(w, cf_exec_pool_drop_queued(w->pool, NULL, NULL));
+    int64_t until = cf_mono_us() + w->cfg->shutdown_grace_us;
+    size_t running = cf_exec_pool_running(w->pool);
+    if (running)
+        cf_log_info(LOG_SUB, "waiting up to %.1fs for %zu running execution(s)", w->cfg->shutdown_grace_us / 1e6,
+                    running);
+    while (cf_exec_pool_running(w->pool) > 0 && cf_mono_us() < until) {
+        wait_events(w, -1, 100);
+        serve(w);
+    }
+    if (cf_exec_pool_running(w->pool) > 0) {
+        cf_log_warn(LOG_SUB, "shutdown grace over: abandoning %zu execution(s) (they stay uncommitted)",
+                    cf_exec_pool_running(w->pool));
+        w->cancel_exec = 1;
+        while (cf_exec_pool_running(w->pool) > 0) {
+            wait_events(w, -1, 50);
+            serve(w);
+        }
+    }
+    (void)sig_fd;
+    rd_kafka_resp_err_t e = rd_kafka_flush(w->producer, 10000);
+    if (e)
+        cf_log_warn("kafka", "flush: %s (%d message(s) left)", rd_kafka_err2str(e), rd_kafka_outq_len(w->producer));
+    serve(w);
+    store_offsets(w);
+    e = rd_kafka_commit(w->consumer, NULL, 0);
+    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        cf_log_warn("kafka", "final commit: %s", rd_kafka_err2str(e));
+    e = rd_kafka_consumer_close(w->consumer);
+    if (e)
+        cf_log_warn("kafka", "consumer close: %s", rd_kafka_err2str(e));
+    cf_log_info(LOG_SUB,
+                "stopped: %" PRIu64 " received, %" PRIu64 " answered (%" PRIu64 " rejected), %" PRIu64
+                " dead-lettered, %" PRIu64 " left for redelivery",
+                w->n_received, w->n_results, w->n_rejected, w->n_dead, w->n_abandoned);
+}
+
+int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
+{
+    int sig_fd = -1;
+    if (handle_signals) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        sig_fd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (sig_fd < 0)
+            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "signalfd");
+    }
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(topics, w->cfg->request_topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t e = rd_kafka_subscribe(w->consumer, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (e) {
+        if (sig_fd >= 0)
+            close(sig_fd);
+        return cf_error_set(err, CF_E_KAFKA, "subscribing to %s: %s", w->cfg->request_topic, rd_kafka_err2str(e));
+    }
+    cf_log_info(LOG_SUB, "worker %s consuming %s (group %s, %" PRId64 " slot(s))", w->worker_id,
+                w->cfg->request_topic, w->cfg->group, w->cfg->slots);
+    int rc = 0;
+    while (!atomic_load(&w->stop_requested)) {
+        if (rd_kafka_fatal_error(w->producer, NULL, 0)) {
+            char buf[512];
+            rd_kafka_fatal_error(w->producer, buf, sizeof(buf));
+            rc = cf_error_set(err, CF_E_KAFKA, "producer fatal error: %s", buf);
+            break;
+        }
+        serve(w);
+        /* A periodic wake keeps max.poll.interval.ms satisfied and commits
+         * flowing even when nothing happens. */
+        wait_events(w, sig_fd, 200);
+    }
+    shutdown_gracefully(w, sig_fd);
+    if (sig_fd >= 0)
+        close(sig_fd);
+    return rc;
+}
+
+void cf_worker_destroy(cf_worker *w)
+{
+    if (!w)
+        return;
+    if (w->pool) {
+        w->cancel_exec = 1;
+        drop_jobs(w, cf_exec_pool_drop_queued(w->pool, NULL, NULL));
+        cf_exec_pool_destroy(w->pool);
+    }
+    if (w->consumer_q)
+        rd_kafka_queue_destroy(w->consumer_q);
+    if (w->producer_q)
+        rd_kafka_queue_destroy(w->producer_q);
+    if (w->consumer)
+        rd_kafka_destroy(w->consumer);
+    if (w->producer) {
+        rd_kafka_flush(w->producer, 1000);
+        rd_kafka_destroy(w->producer);
+    }
+    drain_abandoned(w);
+    for (size_t p = 0; p < w->nparts; p++)
+        cf_offset_tracker_destroy(w->parts[p].tracker);
+    free(w->parts);
+    cf_backend_set_destroy(w->backends);
+    if (w->wake_fd >= 0)
+        close(w->wake_fd);
+    pthread_mutex_destroy(&w->abandoned_lock);
+    free(w);
+}

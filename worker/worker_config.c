@@ -1,0 +1,78 @@
+/* The worker's configuration table: the single source for defaults,
+ * bounds, the config file, CODEFLEET_WORKER_* variables, flags and
+ * docs/CONFIGURATION-worker.md. */
+#include <stddef.h>
+
+#include "cf_worker.h"
+
+#define OFF(field) offsetof(cf_worker_config, field)
+#define SEC 1000000LL
+#define MIB (1024LL * 1024)
+
+static const cf_conf_prop worker_props[] = {
+    {"brokers", CF_CONF_STRING, OFF(brokers), 0, 1024, "127.0.0.1:19092", NULL,
+     "Kafka bootstrap servers (host:port, comma-separated).", NULL},
+    {"group", CF_CONF_STRING, OFF(group), 0, 249, "codefleet-workers", NULL,
+     "Consumer group shared by every worker of the fleet.", NULL},
+    {"worker-id", CF_CONF_STRING, OFF(worker_id), 0, 128, NULL, NULL,
+     "Name reported in results and logs; default <hostname>-<pid>.", NULL},
+    {"request-topic", CF_CONF_STRING, OFF(request_topic), 0, 249, "codefleet.requests", NULL,
+     "Topic the worker consumes execution requests from.", NULL},
+    {"result-topic", CF_CONF_STRING, OFF(result_topic), 0, 249, "codefleet.results", NULL,
+     "Topic results go to unless a request names reply_to.", NULL},
+    {"dlq-topic", CF_CONF_STRING, OFF(dlq_topic), 0, 249, "codefleet.dlq", NULL,
+     "Dead-letter topic for messages that cannot be answered (no readable id).", NULL},
+    {"slots", CF_CONF_INT, OFF(slots), 1, 256, "2", NULL,
+     "Executions run concurrently by this worker.", NULL},
+    {"prefetch", CF_CONF_INT, OFF(prefetch), 0, 4096, "4", NULL,
+     "Requests held beyond the busy slots before the worker pauses its partitions.", NULL},
+    {"backends", CF_CONF_STRING, OFF(backends), 0, 256, "process", NULL,
+     "Enabled backends, comma-separated; the first is used when a request names none.", NULL},
+    {"work-root", CF_CONF_STRING, OFF(work_root), 0, 1024, "/tmp", NULL,
+     "Directory under which each execution gets a fresh private work directory.", NULL},
+    {"python", CF_CONF_STRING, OFF(python_path), 0, 1024, "/usr/bin/python3", NULL,
+     "Python interpreter (absolute path; resolved once at start, never through PATH).", NULL},
+    {"node", CF_CONF_STRING, OFF(node_path), 0, 1024, "/usr/bin/node", NULL,
+     "Node.js interpreter for javascript (absolute path).", NULL},
+    {"shell", CF_CONF_STRING, OFF(shell_path), 0, 1024, "/bin/sh", NULL,
+     "POSIX shell for shell requests (absolute path).", NULL},
+    {"exec-path", CF_CONF_STRING, OFF(exec_path), 0, 4096, "/usr/local/bin:/usr/bin:/bin", NULL,
+     "PATH given to user code, and the only path used to resolve a command's argv[0].", NULL},
+    {"run-uid-base", CF_CONF_INT, OFF(run_uid_base), 0, 4000000000LL, "0", NULL,
+     "When >0 and running as root, slot i runs user code as uid/gid run-uid-base+i "
+     "(enables the processes limit and kill-by-uid clean-up).", NULL},
+    {"default-timeout", CF_CONF_DURATION, OFF(default_timeout_us), 1000, 24 * 3600 * SEC, "30s", NULL,
+     "Wall-clock timeout for requests that set none.", NULL},
+    {"max-timeout", CF_CONF_DURATION, OFF(max_timeout_us), 1000, 24 * 3600 * SEC, "15m", NULL,
+     "Largest timeout a request may ask for; larger ones are rejected.", NULL},
+    {"default-output", CF_CONF_SIZE, OFF(default_output_bytes), 0, 64 * MIB, "1MiB", NULL,
+     "stdout and stderr cap for requests that set none.", NULL},
+    {"max-output", CF_CONF_SIZE, OFF(max_output_bytes), 0, 64 * MIB, "4MiB", NULL,
+     "Largest stdout/stderr cap a request may ask for (results must fit a Kafka message).", NULL},
+    {"max-request", CF_CONF_SIZE, OFF(max_request_bytes), 1024, 256 * MIB, "16MiB", NULL,
+     "Largest request message accepted; larger ones are rejected or dead-lettered.", NULL},
+    {"max-files", CF_CONF_SIZE, OFF(max_files_bytes), 0, 1024 * MIB, "64MiB", NULL,
+     "Cap on the bytes of files placed into or collected from a work directory.", NULL},
+    {"max-output-file", CF_CONF_SIZE, OFF(max_output_file_bytes), 0, 64 * MIB, "1MiB", NULL,
+     "Cap on the structured output file (CODEFLEET_OUTPUT) read back after a run.", NULL},
+    {"shutdown-grace", CF_CONF_DURATION, OFF(shutdown_grace_us), 0, 3600 * SEC, "30s", NULL,
+     "On SIGTERM, how long running executions may take to finish before they are abandoned "
+     "(abandoned requests are not committed: another worker runs them).", NULL},
+    {"rebalance-wait", CF_CONF_DURATION, OFF(rebalance_wait_us), 0, 600 * SEC, "5s", NULL,
+     "When partitions are revoked, how long to wait for their running executions so their "
+     "offsets can be committed (past it, the new owner may run them again).", NULL},
+    {"log-level", CF_CONF_ENUM, OFF(log_level), 0, 0, "info", "error|warn|info|debug",
+     "Log verbosity.", NULL},
+    {"log-format", CF_CONF_ENUM, OFF(log_format), 0, 0, "text", "text|json",
+     "Log lines as text or JSON objects.", NULL},
+    {"kafka.", CF_CONF_KVLIST, OFF(kafka), 0, 0, NULL, NULL,
+     "Any librdkafka property, e.g. kafka.session.timeout.ms=10000 (applied to the consumer "
+     "and producer; librdkafka validates it).", NULL},
+};
+
+const cf_conf_table cf_worker_conf_table = {
+    .program = "codefleet-worker",
+    .env_prefix = "CODEFLEET_WORKER_",
+    .props = worker_props,
+    .nprops = sizeof(worker_props) / sizeof(worker_props[0]),
+};

@@ -1,0 +1,77 @@
+/* codefleet-worker: thin main around cf_worker. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cf_log.h"
+#include "cf_worker.h"
+
+extern char **environ;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: codefleet-worker [--config FILE] [--name=value ...]\n"
+            "\n"
+            "Consumes execution requests from Kafka, runs them, publishes results.\n"
+            "Settings come from defaults < --config FILE (or CODEFLEET_WORKER_CONFIG) <\n"
+            "CODEFLEET_WORKER_* environment variables < flags.  --help-config prints the\n"
+            "reference as Markdown.  SIGTERM/SIGINT stop it gracefully.\n\n");
+    cf_conf_print_help(&cf_worker_conf_table, out);
+}
+
+int main(int argc, char **argv)
+{
+    /* Block the stop signals before any thread exists so that every thread
+     * (librdkafka's, the slots) inherits the mask and only the signalfd of
+     * the main loop sees them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    /* Writes to a child's closed stdin must fail with EPIPE, not kill us. */
+    signal(SIGPIPE, SIG_IGN);
+
+    cf_worker_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cf_error err;
+    cf_error_clear(&err);
+    int next = 0, wants_help = 0;
+    if (cf_conf_load_all(&cf_worker_conf_table, &cfg, argc, argv, environ, &next, &wants_help, &err) < 0 ||
+        cf_conf_validate(&cf_worker_conf_table, &cfg, &err) < 0) {
+        fprintf(stderr, "codefleet-worker: %s\n", err.msg);
+        fprintf(stderr, "Try 'codefleet-worker --help'.\n");
+        cf_conf_free(&cf_worker_conf_table, &cfg);
+        return 2;
+    }
+    if (wants_help) {
+        if (wants_help == 2)
+            cf_conf_print_markdown(&cf_worker_conf_table, stdout);
+        else
+            usage(stdout);
+        cf_conf_free(&cf_worker_conf_table, &cfg);
+        return 0;
+    }
+    if (next < argc) {
+        fprintf(stderr, "codefleet-worker: unexpected argument '%s'\n", argv[next]);
+        cf_conf_free(&cf_worker_conf_table, &cfg);
+        return 2;
+    }
+    cf_log_setup((cf_log_level)cfg.log_level, (cf_log_format)cfg.log_format, "codefleet-worker");
+
+    cf_worker *w = NULL;
+    if (cf_worker_new(&cfg, &w, &err) < 0) {
+        cf_log_error("main", "%s", err.msg);
+        cf_conf_free(&cf_worker_conf_table, &cfg);
+        return 1;
+    }
+    int rc = cf_worker_run(w, true, &err);
+    if (rc < 0)
+        cf_log_error("main", "%s", err.msg);
+    cf_worker_destroy(w);
+    cf_conf_free(&cf_worker_conf_table, &cfg);
+    return rc < 0 ? 1 : 0;
+}
