@@ -1,0 +1,963 @@
+/* cf_cli: the pure parts of the `codefleet` CLI: global options, submit flag
+ * parsing, batch line parsing, statistics and output formatting.  Nothing here
+ * talks to Kafka (see cf_cli_cmd.c). */
+#include "cf_cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cf_dispatcher.h"
+#include "cf_schema_json.h"
+#include "cf_util.h"
+
+/* ---------------------------------------------------------------------------
+ * Global options: one cf_config table feeds --help, flags and environment.
+ */
+static const cf_conf_prop global_props[] = {
+    {"brokers", CF_CONF_STRING, offsetof(cf_cli_globals, brokers), 0, 4096, CF_DEFAULT_BROKERS, NULL,
+     "Kafka bootstrap servers (host:port,...).", NULL},
+    {"request-topic", CF_CONF_STRING, offsetof(cf_cli_globals, request_topic), 0, 249, CF_DEFAULT_REQUEST_TOPIC,
+     NULL, "Topic requests are produced to.", NULL},
+    {"result-topic", CF_CONF_STRING, offsetof(cf_cli_globals, result_topic), 0, 249, CF_DEFAULT_RESULT_TOPIC, NULL,
+     "Topic results are read from.", NULL},
+    {"json", CF_CONF_BOOL, offsetof(cf_cli_globals, json), 0, 0, "false", NULL,
+     "Machine output: JSON (one object per line).", NULL},
+    {"timeout", CF_CONF_DURATION, offsetof(cf_cli_globals, timeout_us), 1000, INT64_C(86400000000) * 7, "30s", NULL,
+     "How long to wait for results (submit, wait: per result; batch: overall; tail: stop after).", NULL},
+    {"kafka.", CF_CONF_KVLIST, offsetof(cf_cli_globals, kafka), 0, 0, NULL, NULL,
+     "Extra librdkafka property (--kafka.NAME=VALUE, or -X NAME=VALUE).", NULL},
+};
+
+static const cf_conf_table global_table = {
+    .program = "codefleet",
+    .env_prefix = "CODEFLEET_",
+    .props = global_props,
+    .nprops = sizeof(global_props) / sizeof(global_props[0]),
+};
+
+/* Only these variables are read: the CODEFLEET_ namespace is shared with the
+ * worker, whose settings must not make the CLI fail as unknown keys. */
+static const char *const global_env[] = {"CODEFLEET_BROKERS", "CODEFLEET_REQUEST_TOPIC", "CODEFLEET_RESULT_TOPIC"};
+
+static bool global_takes_value(const char *arg)
+{
+    /* "--name=value" carries its own value; bools take none. */
+    if (strchr(arg, '='))
+        return false;
+    return strcmp(arg, "--json") != 0 && strcmp(arg, "--no-json") != 0;
+}
+
+int cf_cli_parse_globals(int argc, char **argv, cf_cli_globals *g, int *cmd_index, bool *help, cf_error *err)
+{
+    memset(g, 0, sizeof(*g));
+    *help = false;
+    *cmd_index = argc;
+    if (cf_conf_init(&global_table, g, err) < 0)
+        return -1;
+
+    /* Environment (a filtered envp: see global_env). */
+    char *envp[sizeof(global_env) / sizeof(global_env[0]) + 1];
+    size_t ne = 0;
+    char *envbuf[sizeof(global_env) / sizeof(global_env[0])] = {0};
+    int rc = -1;
+    for (size_t i = 0; i < sizeof(global_env) / sizeof(global_env[0]); i++) {
+        const char *v = getenv(global_env[i]);
+        if (!v)
+            continue;
+        size_t n = strlen(global_env[i]) + strlen(v) + 2;
+        envbuf[i] = malloc(n);
+        if (!envbuf[i]) {
+            cf_error_set(err, CF_E_NOMEM, "out of memory");
+            goto out;
+        }
+        snprintf(envbuf[i], n, "%s=%s", global_env[i], v);
+        envp[ne++] = envbuf[i];
+    }
+    envp[ne] = NULL;
+    if (cf_conf_load_env(&global_table, g, envp, NULL, err) < 0)
+        goto out;
+
+    /* Flags: rewrite -X k=v into --kafka.k=v, spot --help, find the command. */
+    char **args = calloc((size_t)argc + 1, sizeof(*args));
+    char **owned = calloc((size_t)argc + 1, sizeof(*owned));
+    size_t nowned = 0;
+    int nargs = 0, i = 1;
+    bool bad = false;
+    if (!args || !owned) {
+        free(args);
+        free(owned);
+        cf_error_set(err, CF_E_NOMEM, "out of memory");
+        goto out;
+    }
+    args[nargs++] = argv[0];
+    while (i < argc) {
+        const char *a = argv[i];
+        if (a[0] != '-' || a[1] == '\0')
+            break;
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            *help = true;
+            i++;
+            continue;
+        }
+        if (strncmp(a, "-X", 2) == 0) {
+            const char *kvs = a[2] ? a + 2 : (i + 1 < argc ? argv[i + 1] : NULL);
+            if (!kvs || !strchr(kvs, '=') || kvs[0] == '=') {
+                bad = true;
+                cf_error_set(err, CF_E_INVALID, "-X needs NAME=VALUE");
+                break;
+            }
+            size_t n = strlen(kvs) + sizeof("--kafka.");
+            char *s = malloc(n);
+            if (!s) {
+                bad = true;
+                cf_error_set(err, CF_E_NOMEM, "out of memory");
+                break;
+            }
+            snprintf(s, n, "--kafka.%s", kvs);
+            owned[nowned++] = s;
+            args[nargs++] = s;
+            i += a[2] ? 1 : 2;
+            continue;
+        }
+        if (a[1] != '-') {
+            bad = true;
+            cf_error_set(err, CF_E_INVALID, "unknown option %s (see codefleet --help)", a);
+            break;
+        }
+        if (strcmp(a, "--timeout") == 0 || strncmp(a, "--timeout=", 10) == 0)
+            g->timeout_given = true;
+        args[nargs++] = argv[i++];
+        if (global_takes_value(a) && i < argc)
+            args[nargs++] = argv[i++];
+    }
+    if (!bad) {
+        *cmd_index = i;
+        int next = 0;
+        args[nargs] = NULL;
+        if (cf_conf_parse_flags(&global_table, g, nargs, args, &next, err) == 0)
+            rc = 0;
+    }
+    for (size_t k = 0; k < nowned; k++)
+        free(owned[k]);
+    free(owned);
+    free(args);
+out:
+    for (size_t k = 0; k < sizeof(envbuf) / sizeof(envbuf[0]); k++)
+        free(envbuf[k]);
+    return rc;
+}
+
+void cf_cli_globals_free(cf_cli_globals *g)
+{
+    cf_conf_free(&global_table, g);
+}
+
+void cf_cli_print_usage(FILE *out)
+{
+    fputs("Usage: codefleet [GLOBAL OPTIONS] COMMAND [ARGS]\n"
+          "\n"
+          "Commands:\n"
+          "  submit [FLAGS] [-- ARGV...]   submit one request and (by default) wait for its result\n"
+          "  wait ID [--since AGO | --since-us EPOCH_US]\n"
+          "                                wait for the result of a request submitted elsewhere\n"
+          "  batch FILE.jsonl [--concurrency N]\n"
+          "                                submit one JSON request per line, wait for all, summarize\n"
+          "  tail [--from-beginning] [--count N]\n"
+          "                                print results as they arrive\n"
+          "  topics create [--partitions N] [NAME...]\n"
+          "                                create topics (default: the request and result topics)\n"
+          "\n"
+          "Global options (before the command):\n",
+          out);
+    for (size_t i = 0; i < global_table.nprops; i++) {
+        const cf_conf_prop *p = &global_props[i];
+        bool kvl = p->type == CF_CONF_KVLIST;
+        char flag[64];
+        snprintf(flag, sizeof(flag), "--%s%s", p->name,
+                 kvl ? "NAME=VALUE" : p->type == CF_CONF_BOOL ? "" : p->type == CF_CONF_DURATION ? " DURATION" : " VALUE");
+        fprintf(out, "  %-29s %s", flag, p->doc);
+        if (p->def && p->type != CF_CONF_BOOL)
+            fprintf(out, " (default: %s)", p->def);
+        fputc('\n', out);
+    }
+    fputs("  -X NAME=VALUE                 same as --kafka.NAME=VALUE\n"
+          "Environment: CODEFLEET_BROKERS, CODEFLEET_REQUEST_TOPIC, CODEFLEET_RESULT_TOPIC.\n"
+          "\n"
+          "Exit codes:\n"
+          "  0  success (result status success, or the command succeeded)\n"
+          "  1  the execution finished with failed, timeout, memory_exceeded or compile_failed\n"
+          "     (batch: not every request succeeded)\n"
+          "  2  usage error or invalid input\n"
+          "  3  the request was rejected\n"
+          "  4  internal_error reported by the worker\n"
+          "  5  no result within --timeout\n"
+          "  6  Kafka / transport error\n"
+          "\n"
+          "Run 'codefleet COMMAND --help' for the flags of a command.\n",
+          out);
+}
+
+int cf_cli_exit_for_status(cf_status s)
+{
+    switch (s) {
+    case CF_STATUS_SUCCESS:
+        return CF_EXIT_OK;
+    case CF_STATUS_REJECTED:
+        return CF_EXIT_REJECTED;
+    case CF_STATUS_INTERNAL_ERROR:
+        return CF_EXIT_INTERNAL;
+    case CF_STATUS_FAILED:
+    case CF_STATUS_TIMEOUT:
+    case CF_STATUS_MEMORY_EXCEEDED:
+    case CF_STATUS_COMPILE_FAILED:
+    default:
+        return CF_EXIT_FAILED;
+    }
+}
+
+int cf_cli_exit_for_error(const cf_error *err)
+{
+    switch (err->code) {
+    case CF_E_INVALID:
+    case CF_E_LIMIT:
+    case CF_E_NOT_FOUND:
+    case CF_E_UNSUPPORTED:
+        return CF_EXIT_USAGE;
+    case CF_E_TIMEOUT:
+        return CF_EXIT_NO_RESULT;
+    default:
+        return CF_EXIT_TRANSPORT;
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Files.
+ */
+int cf_cli_read_file(const char *path, size_t cap, cf_bytes *out, cf_error *err)
+{
+    out->data = NULL;
+    out->len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return cf_error_set_errno(err, errno == ENOENT ? CF_E_NOT_FOUND : CF_E_SYSTEM, errno, "%s", path);
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return cf_error_set_errno(err, CF_E_SYSTEM, e, "%s", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return cf_error_set(err, CF_E_INVALID, "%s: not a regular file", path);
+    }
+    cf_buf b;
+    cf_buf_init(&b, cap);
+    uint8_t chunk[65536];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            close(fd);
+            cf_buf_free(&b);
+            return cf_error_set_errno(err, CF_E_SYSTEM, e, "%s", path);
+        }
+        if (n == 0)
+            break;
+        if (cf_buf_append(&b, chunk, (size_t)n, err) < 0) {
+            close(fd);
+            cf_buf_free(&b);
+            return cf_error_wrap(err, "%s (limit %zu bytes)", path, cap);
+        }
+    }
+    close(fd);
+    out->data = cf_buf_steal(&b, &out->len);
+    if (!out->data) {
+        /* Empty file: keep "present but empty" distinguishable from absent. */
+        out->data = malloc(1);
+        if (!out->data)
+            return cf_error_set(err, CF_E_NOMEM, "out of memory");
+        out->len = 0;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Request building.
+ */
+static int set_str(char **dst, const char *src, cf_error *err)
+{
+    if (cf_str_set(dst, src) < 0)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    return 0;
+}
+
+static int strv_push(char ***v, size_t *n, const char *s, cf_error *err)
+{
+    char **nv = realloc(*v, (*n + 1) * sizeof(**v));
+    if (!nv)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    *v = nv;
+    nv[*n] = cf_strdup(s);
+    if (!nv[*n])
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    (*n)++;
+    return 0;
+}
+
+/* "K=V" -> appended entry; K must be non-empty. */
+static int strmap_push_kv(cf_strmap_entry **m, size_t *n, const char *kv, const char *what, cf_error *err)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv)
+        return cf_error_set(err, CF_E_INVALID, "%s: expected NAME=VALUE, got '%s'", what, kv);
+    cf_strmap_entry *nm = realloc(*m, (*n + 1) * sizeof(**m));
+    if (!nm)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    *m = nm;
+    nm[*n].key = cf_strndup(kv, (size_t)(eq - kv));
+    nm[*n].value = cf_strdup(eq + 1);
+    if (!nm[*n].key || !nm[*n].value) {
+        free(nm[*n].key);
+        free(nm[*n].value);
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    }
+    (*n)++;
+    return 0;
+}
+
+static int add_file(cf_request *req, const char *spec, cf_error *err)
+{
+    const char *eq = strchr(spec, '=');
+    if (!eq || eq == spec || !eq[1])
+        return cf_error_set(err, CF_E_INVALID, "--file: expected REL=LOCALPATH, got '%s'", spec);
+    cf_file *nf = realloc(req->files, (req->n_files + 1) * sizeof(*nf));
+    if (!nf)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    req->files = nf;
+    cf_file *f = &nf[req->n_files];
+    memset(f, 0, sizeof(*f));
+    if (cf_cli_read_file(eq + 1, CF_CLI_MAX_FILE_BYTES, &f->content, err) < 0)
+        return cf_error_wrap(err, "--file");
+    f->path = cf_strndup(spec, (size_t)(eq - spec));
+    if (!f->path) {
+        free(f->content.data);
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    }
+    req->n_files++;
+    return 0;
+}
+
+static int parse_duration_flag(const char *v, int64_t *out, const char *what, cf_error *err)
+{
+    if (cf_parse_duration_us(v, out, what, err) < 0)
+        return -1;
+    if (*out <= 0)
+        return cf_error_set(err, CF_E_INVALID, "%s must be positive", what);
+    return 0;
+}
+
+static int parse_size_flag(const char *v, int64_t *out, const char *what, cf_error *err)
+{
+    if (cf_parse_size(v, out, what, err) < 0)
+        return -1;
+    if (*out <= 0)
+        return cf_error_set(err, CF_E_INVALID, "%s must be positive", what);
+    return 0;
+}
+
+static cf_language language_from_path(const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    if (!dot || strchr(dot, '/'))
+        return CF_LANG_NONE;
+    if (strcmp(dot, ".py") == 0)
+        return CF_LANG_PYTHON;
+    if (strcmp(dot, ".js") == 0 || strcmp(dot, ".mjs") == 0 || strcmp(dot, ".cjs") == 0)
+        return CF_LANG_JAVASCRIPT;
+    if (strcmp(dot, ".sh") == 0)
+        return CF_LANG_SHELL;
+    if (strcmp(dot, ".wasm") == 0)
+        return CF_LANG_WASM;
+    return CF_LANG_NONE;
+}
+
+enum {
+    OPT_ID = 256,
+    OPT_CODE,
+    OPT_CODE_FILE,
+    OPT_FILE,
+    OPT_STDIN_FILE,
+    OPT_INPUT,
+    OPT_ENV,
+    OPT_BACKEND,
+    OPT_TIMEOUT_EXEC,
+    OPT_CPU_TIME,
+    OPT_MEMORY,
+    OPT_MAX_PROCESSES,
+    OPT_MAX_STDOUT,
+    OPT_MAX_STDERR,
+    OPT_MAX_FILE_SIZE,
+    OPT_NETWORK,
+    OPT_FILESYSTEM,
+    OPT_ENV_ALLOW,
+    OPT_WORKSPACE,
+    OPT_THREAD,
+    OPT_IDENTITY,
+    OPT_REPLY_TO,
+    OPT_DEADLINE,
+    OPT_REQUEST_FILE,
+    OPT_NO_WAIT,
+};
+
+static const struct option submit_longopts[] = {
+    {"id", required_argument, NULL, OPT_ID},
+    {"language", required_argument, NULL, 'l'},
+    {"code", required_argument, NULL, OPT_CODE},
+    {"code-file", required_argument, NULL, OPT_CODE_FILE},
+    {"file", required_argument, NULL, OPT_FILE},
+    {"stdin-file", required_argument, NULL, OPT_STDIN_FILE},
+    {"input", required_argument, NULL, OPT_INPUT},
+    {"env", required_argument, NULL, OPT_ENV},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"timeout-exec", required_argument, NULL, OPT_TIMEOUT_EXEC},
+    {"cpu-time", required_argument, NULL, OPT_CPU_TIME},
+    {"memory", required_argument, NULL, OPT_MEMORY},
+    {"max-processes", required_argument, NULL, OPT_MAX_PROCESSES},
+    {"max-stdout", required_argument, NULL, OPT_MAX_STDOUT},
+    {"max-stderr", required_argument, NULL, OPT_MAX_STDERR},
+    {"max-file-size", required_argument, NULL, OPT_MAX_FILE_SIZE},
+    {"network", required_argument, NULL, OPT_NETWORK},
+    {"filesystem", required_argument, NULL, OPT_FILESYSTEM},
+    {"env-allow", required_argument, NULL, OPT_ENV_ALLOW},
+    {"workspace", required_argument, NULL, OPT_WORKSPACE},
+    {"thread", required_argument, NULL, OPT_THREAD},
+    {"identity", required_argument, NULL, OPT_IDENTITY},
+    {"reply-to", required_argument, NULL, OPT_REPLY_TO},
+    {"deadline", required_argument, NULL, OPT_DEADLINE},
+    {"request-file", required_argument, NULL, OPT_REQUEST_FILE},
+    {"no-wait", no_argument, NULL, OPT_NO_WAIT},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int getopt_error(int argc, char **argv, cf_error *err)
+{
+    const char *bad = optind - 1 < argc && optind > 0 ? argv[optind - 1] : "?";
+    if (optopt && optopt < 256)
+        return cf_error_set(err, CF_E_INVALID, "option -%c: unknown or missing its value", optopt);
+    return cf_error_set(err, CF_E_INVALID, "option %s: unknown or missing its value", bad);
+}
+
+static int load_request_file(const char *path, cf_request *req, cf_error *err)
+{
+    cf_bytes text = {0};
+    if (cf_cli_read_file(path, CF_CLI_MAX_FILE_BYTES, &text, err) < 0)
+        return cf_error_wrap(err, "--request-file");
+    json_error_t je;
+    json_t *obj = json_loadb((const char *)text.data, text.len, JSON_REJECT_DUPLICATES, &je);
+    free(text.data);
+    if (!obj)
+        return cf_error_set(err, CF_E_INVALID, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+    int rc = cf_cli_request_from_json(obj, req, err);
+    json_decref(obj);
+    if (rc < 0)
+        return cf_error_wrap(err, "%s", path);
+    return 0;
+}
+
+static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submit_opts *opts, cf_error *err)
+{
+    cf_policy *p = &req->policy;
+    switch (c) {
+    case OPT_ID:
+        if (!cf_id_valid(v, strlen(v)))
+            return cf_error_set(err, CF_E_INVALID, "--id: 1..%d printable characters without spaces", CF_ID_MAX);
+        return set_str(&req->id, v, err);
+    case 'l':
+        if (cf_language_parse(v, &req->language) < 0)
+            return cf_error_set(err, CF_E_INVALID,
+                                "--language: unknown '%s' (command|shell|python|javascript|wasm)", v);
+        return 0;
+    case OPT_CODE:
+        free(req->code.data);
+        req->code.data = NULL;
+        if (cf_bytes_set(&req->code, v, strlen(v)) < 0)
+            return cf_error_set(err, CF_E_NOMEM, "out of memory");
+        return 0;
+    case OPT_CODE_FILE: {
+        cf_bytes b;
+        if (cf_cli_read_file(v, CF_CLI_MAX_FILE_BYTES, &b, err) < 0)
+            return cf_error_wrap(err, "--code-file");
+        if (req->language == CF_LANG_NONE)
+            req->language = language_from_path(v);
+        if (req->language == CF_LANG_WASM) {
+            free(req->module.data);
+            req->module = b;
+        } else {
+            free(req->code.data);
+            req->code = b;
+        }
+        return 0;
+    }
+    case OPT_FILE:
+        return add_file(req, v, err);
+    case OPT_STDIN_FILE:
+        free(req->stdin_data.data);
+        req->stdin_data.data = NULL;
+        if (cf_cli_read_file(v, CF_CLI_MAX_FILE_BYTES, &req->stdin_data, err) < 0)
+            return cf_error_wrap(err, "--stdin-file");
+        return 0;
+    case OPT_INPUT: {
+        json_error_t je;
+        json_t *j = json_loads(v, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+        if (!j)
+            return cf_error_set(err, CF_E_INVALID, "--input: invalid JSON: %s", je.text);
+        free(req->input.data);
+        req->input.data = NULL;
+        req->input.len = 0;
+        int rc = cf_json_to_msgpack(j, &req->input, err);
+        json_decref(j);
+        return rc < 0 ? cf_error_wrap(err, "--input") : 0;
+    }
+    case OPT_ENV:
+        return strmap_push_kv(&req->env, &req->n_env, v, "--env", err);
+    case OPT_BACKEND:
+        return set_str(&req->backend, v, err);
+    case OPT_TIMEOUT_EXEC:
+        return parse_duration_flag(v, &p->timeout_us, "--timeout-exec", err);
+    case OPT_CPU_TIME:
+        return parse_duration_flag(v, &p->cpu_time_us, "--cpu-time", err);
+    case OPT_MEMORY:
+        return parse_size_flag(v, &p->memory_bytes, "--memory", err);
+    case OPT_MAX_PROCESSES:
+        return cf_parse_i64(v, 1, 1000000, &p->max_processes, "--max-processes", err);
+    case OPT_MAX_STDOUT:
+        return parse_size_flag(v, &p->max_stdout_bytes, "--max-stdout", err);
+    case OPT_MAX_STDERR:
+        return parse_size_flag(v, &p->max_stderr_bytes, "--max-stderr", err);
+    case OPT_MAX_FILE_SIZE:
+        return parse_size_flag(v, &p->max_file_size_bytes, "--max-file-size", err);
+    case OPT_NETWORK:
+        if (strcmp(v, "disabled") == 0)
+            p->network = CF_NET_DISABLED;
+        else if (strcmp(v, "enabled") == 0)
+            p->network = CF_NET_ENABLED;
+        else
+            return cf_error_set(err, CF_E_INVALID, "--network: expected disabled|enabled, got '%s'", v);
+        return 0;
+    case OPT_FILESYSTEM:
+        if (strcmp(v, "none") == 0)
+            p->fs_mode = CF_FS_NONE;
+        else if (strcmp(v, "workspace_ro") == 0)
+            p->fs_mode = CF_FS_WORKSPACE_RO;
+        else if (strcmp(v, "workspace_rw") == 0)
+            p->fs_mode = CF_FS_WORKSPACE_RW;
+        else
+            return cf_error_set(err, CF_E_INVALID, "--filesystem: expected none|workspace_ro|workspace_rw, got '%s'",
+                                v);
+        return 0;
+    case OPT_ENV_ALLOW:
+        p->env_allow_set = true;
+        return strv_push(&p->env_allow, &p->n_env_allow, v, err);
+    case OPT_WORKSPACE:
+        return set_str(&req->workspace, v, err);
+    case OPT_THREAD:
+        return set_str(&req->thread, v, err);
+    case OPT_IDENTITY:
+        return set_str(&req->identity, v, err);
+    case OPT_REPLY_TO:
+        return set_str(&req->reply_to, v, err);
+    case OPT_DEADLINE: {
+        int64_t d;
+        if (parse_duration_flag(v, &d, "--deadline", err) < 0)
+            return -1;
+        req->deadline_us = cf_now_us() + d;
+        return 0;
+    }
+    case OPT_REQUEST_FILE:
+        return 0; /* applied in the first pass */
+    case OPT_NO_WAIT:
+        opts->no_wait = true;
+        return 0;
+    case 'h':
+        opts->help = true;
+        return 0;
+    default:
+        return cf_error_set(err, CF_E_INVALID, "internal: unhandled option %d", c);
+    }
+}
+
+int cf_cli_parse_submit(int argc, char **argv, cf_request *req, cf_cli_submit_opts *opts, cf_error *err)
+{
+    memset(opts, 0, sizeof(*opts));
+    const char *request_file = NULL;
+    int c;
+
+    /* Pass 1: find --request-file (the base the other flags modify) and
+     * syntax errors.  optind = 0 fully re-initialises glibc's getopt. */
+    opterr = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "+l:h", submit_longopts, NULL)) != -1) {
+        if (c == '?' || c == ':')
+            return getopt_error(argc, argv, err);
+        if (c == OPT_REQUEST_FILE)
+            request_file = optarg;
+        if (c == 'h')
+            opts->help = true;
+    }
+    if (opts->help)
+        return 0;
+    if (optind < argc && strcmp(argv[optind - 1], "--") != 0)
+        return cf_error_set(err, CF_E_INVALID, "unexpected argument '%s' (program arguments go after --)",
+                            argv[optind]);
+    if (request_file && load_request_file(request_file, req, err) < 0)
+        goto fail;
+
+    /* Pass 2: apply flags in order. */
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "+l:h", submit_longopts, NULL)) != -1) {
+        if (apply_submit_flag(c, optarg, req, opts, err) < 0)
+            goto fail;
+    }
+    if (optind < argc) {
+        /* Program arguments replace any from the request file. */
+        for (size_t i = 0; i < req->argc; i++)
+            free(req->argv[i]);
+        free(req->argv);
+        req->argv = NULL;
+        req->argc = 0;
+        for (int i = optind; i < argc; i++)
+            if (strv_push(&req->argv, &req->argc, argv[i], err) < 0)
+                goto fail;
+    }
+
+    if (req->language == CF_LANG_NONE) {
+        if (req->argc > 0 && !req->code.data)
+            req->language = CF_LANG_COMMAND;
+        else {
+            cf_error_set(err, CF_E_INVALID, "--language is required (command|shell|python|javascript|wasm)");
+            goto fail;
+        }
+    }
+    if (req->language == CF_LANG_COMMAND && req->argc == 0) {
+        cf_error_set(err, CF_E_INVALID, "language command needs a program after --");
+        goto fail;
+    }
+    if (req->language == CF_LANG_WASM && req->code.data && !req->module.data) {
+        cf_error_set(err, CF_E_INVALID, "wasm takes a module (--code-file FILE.wasm), not --code");
+        goto fail;
+    }
+    if ((req->language == CF_LANG_SHELL || req->language == CF_LANG_PYTHON ||
+         req->language == CF_LANG_JAVASCRIPT) &&
+        !req->code.data) {
+        cf_error_set(err, CF_E_INVALID, "language %s needs --code or --code-file",
+                     cf_language_name(req->language));
+        goto fail;
+    }
+    if (!req->id) {
+        char id[64];
+        if (cf_dispatcher_new_id(id, sizeof(id), err) < 0 || set_str(&req->id, id, err) < 0)
+            goto fail;
+    }
+    return 0;
+fail:
+    cf_request_clear(req);
+    return -1;
+}
+
+int cf_cli_request_from_json(json_t *obj, cf_request *out, cf_error *err)
+{
+    if (!json_is_object(obj))
+        return cf_error_set(err, CF_E_INVALID, "a request must be a JSON object");
+    if (!json_object_get(obj, "id")) {
+        char id[64];
+        if (cf_dispatcher_new_id(id, sizeof(id), err) < 0)
+            return -1;
+        if (json_object_set_new(obj, "id", json_string(id)) < 0)
+            return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    }
+    return cf_request_from_json(obj, out, err);
+}
+
+int cf_cli_parse_request_line(const char *line, size_t len, cf_request *out, cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    size_t i = 0;
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n'))
+        i++;
+    if (i == len || line[i] == '#')
+        return 1;
+    json_error_t je;
+    json_t *obj = json_loadb(line + i, len - i, JSON_REJECT_DUPLICATES, &je);
+    if (!obj)
+        return cf_error_set(err, CF_E_INVALID, "invalid JSON at column %d: %s", je.column, je.text);
+    int rc = cf_cli_request_from_json(obj, out, err);
+    json_decref(obj);
+    if (rc < 0) {
+        cf_request_clear(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Statistics.
+ */
+int cf_cli_stats_add(cf_cli_batch_stats *s, cf_status status, int64_t latency_us)
+{
+    if (s->n_latency == s->cap_latency) {
+        size_t ncap = s->cap_latency ? s->cap_latency * 2 : 256;
+        int64_t *nl = realloc(s->latency_us, ncap * sizeof(*nl));
+        if (!nl)
+            return -1;
+        s->latency_us = nl;
+        s->cap_latency = ncap;
+    }
+    s->latency_us[s->n_latency++] = latency_us < 0 ? 0 : latency_us;
+    s->received++;
+    if ((unsigned)status < CF_STATUS__COUNT)
+        s->by_status[status]++;
+    return 0;
+}
+
+void cf_cli_stats_free(cf_cli_batch_stats *s)
+{
+    free(s->latency_us);
+    memset(s, 0, sizeof(*s));
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int64_t cf_cli_percentile(const int64_t *sorted, size_t n, double pct)
+{
+    if (n == 0)
+        return 0;
+    if (pct <= 0)
+        return sorted[0];
+    if (pct >= 100)
+        return sorted[n - 1];
+    /* Nearest rank: the smallest value with at least pct% of values <= it. */
+    double r = pct / 100.0 * (double)n;
+    size_t rank = (size_t)r;
+    if ((double)rank < r)
+        rank++; /* ceil without libm */
+    size_t idx = rank < 1 ? 0 : rank - 1;
+    if (idx >= n)
+        idx = n - 1;
+    return sorted[idx];
+}
+
+int64_t cf_cli_stats_percentile(cf_cli_batch_stats *s, double pct)
+{
+    qsort(s->latency_us, s->n_latency, sizeof(*s->latency_us), cmp_i64);
+    return cf_cli_percentile(s->latency_us, s->n_latency, pct);
+}
+
+bool cf_cli_stats_all_success(const cf_cli_batch_stats *s)
+{
+    return s->bad_lines == 0 && s->submit_errors == 0 && s->missing == 0 && s->received == s->submitted &&
+           s->by_status[CF_STATUS_SUCCESS] == s->received;
+}
+
+static double ms(int64_t us)
+{
+    return (double)us / 1000.0;
+}
+
+static double throughput(const cf_cli_batch_stats *s)
+{
+    return s->elapsed_us > 0 ? (double)s->received * 1e6 / (double)s->elapsed_us : 0.0;
+}
+
+json_t *cf_cli_stats_to_json(cf_cli_batch_stats *s)
+{
+    json_t *by = json_object();
+    json_t *lat = json_object();
+    json_t *o = json_object();
+    if (!by || !lat || !o) {
+        json_decref(by);
+        json_decref(lat);
+        json_decref(o);
+        return NULL;
+    }
+    for (int st = 0; st < CF_STATUS__COUNT; st++)
+        json_object_set_new(by, cf_status_name((cf_status)st), json_integer((json_int_t)s->by_status[st]));
+    json_object_set_new(lat, "p50", json_real(ms(cf_cli_stats_percentile(s, 50))));
+    json_object_set_new(lat, "p90", json_real(ms(cf_cli_stats_percentile(s, 90))));
+    json_object_set_new(lat, "p99", json_real(ms(cf_cli_stats_percentile(s, 99))));
+    json_object_set_new(lat, "max", json_real(ms(cf_cli_stats_percentile(s, 100))));
+    json_object_set_new(o, "summary", json_true());
+    json_object_set_new(o, "submitted", json_integer((json_int_t)s->submitted));
+    json_object_set_new(o, "received", json_integer((json_int_t)s->received));
+    json_object_set_new(o, "missing", json_integer((json_int_t)s->missing));
+    json_object_set_new(o, "bad_lines", json_integer((json_int_t)s->bad_lines));
+    json_object_set_new(o, "submit_errors", json_integer((json_int_t)s->submit_errors));
+    json_object_set_new(o, "by_status", by);
+    json_object_set_new(o, "latency_ms", lat);
+    json_object_set_new(o, "elapsed_s", json_real((double)s->elapsed_us / 1e6));
+    json_object_set_new(o, "throughput_per_s", json_real(throughput(s)));
+    return o;
+}
+
+void cf_cli_print_summary(FILE *out, cf_cli_batch_stats *s)
+{
+    fprintf(out, "submitted %" PRIu64 ", received %" PRIu64 ", missing %" PRIu64 ", bad lines %" PRIu64
+                 ", submit errors %" PRIu64 "\n",
+            s->submitted, s->received, s->missing, s->bad_lines, s->submit_errors);
+    fputs("by status:", out);
+    for (int st = 0; st < CF_STATUS__COUNT; st++)
+        if (s->by_status[st])
+            fprintf(out, " %s %" PRIu64, cf_status_name((cf_status)st), s->by_status[st]);
+    fputs(s->received ? "\n" : " (none)\n", out);
+    if (s->n_latency)
+        fprintf(out, "latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", ms(cf_cli_stats_percentile(s, 50)),
+                ms(cf_cli_stats_percentile(s, 90)), ms(cf_cli_stats_percentile(s, 99)),
+                ms(cf_cli_stats_percentile(s, 100)));
+    fprintf(out, "elapsed %.3f s, throughput %.1f results/s\n", (double)s->elapsed_us / 1e6, throughput(s));
+}
+
+void cf_cli_format_progress(const cf_cli_batch_stats *s, char *buf, size_t cap)
+{
+    size_t off = 0;
+    int n = snprintf(buf, cap, "submitted %" PRIu64 "  received %" PRIu64, s->submitted, s->received);
+    if (n < 0)
+        return;
+    off = (size_t)n < cap ? (size_t)n : cap;
+    for (int st = 0; st < CF_STATUS__COUNT && off < cap; st++) {
+        if (!s->by_status[st])
+            continue;
+        n = snprintf(buf + off, cap - off, "  %s %" PRIu64, cf_status_name((cf_status)st), s->by_status[st]);
+        if (n < 0)
+            return;
+        off += (size_t)n < cap - off ? (size_t)n : cap - off;
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Result output.
+ */
+void cf_cli_format_size(int64_t bytes, char *buf, size_t cap)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%" PRId64 " B", bytes);
+    else
+        snprintf(buf, cap, "%.1f %s", v, units[u]);
+}
+
+static void print_stream(FILE *out, const char *name, const cf_bytes *b, bool truncated)
+{
+    if (b->len == 0 && !truncated)
+        return;
+    fprintf(out, "--- %s ---\n", name);
+    if (b->len)
+        fwrite(b->data, 1, b->len, out);
+    if (b->len && b->data[b->len - 1] != '\n')
+        fputc('\n', out);
+    if (truncated)
+        fputs("[truncated]\n", out);
+}
+
+void cf_cli_print_result(FILE *out, const cf_result *res)
+{
+    char a[32], b[32], c[32];
+    fprintf(out, "id:       %s\n", res->id ? res->id : "?");
+    fprintf(out, "status:   %s", cf_status_name(res->status));
+    if (res->signal)
+        fprintf(out, " (signal %d)", res->signal);
+    else if (res->has_exit_code)
+        fprintf(out, " (exit %d)", res->exit_code);
+    fputc('\n', out);
+    cf_format_duration(res->wall_time_us, a, sizeof(a));
+    cf_format_duration(res->cpu_time_us, b, sizeof(b));
+    cf_cli_format_size(res->peak_memory_bytes, c, sizeof(c));
+    fprintf(out, "time:     wall %s, cpu %s, peak memory %s\n", a, b, c);
+    if (res->meta.backend || res->meta.isolation || res->meta.worker) {
+        fprintf(out, "backend:  %s", res->meta.backend ? res->meta.backend : "?");
+        if (res->meta.isolation)
+            fprintf(out, " (%s)", res->meta.isolation);
+        if (res->meta.worker)
+            fprintf(out, ", worker %s", res->meta.worker);
+        if (res->meta.attempt > 1)
+            fprintf(out, ", attempt %" PRId64, res->meta.attempt);
+        fputc('\n', out);
+    }
+    if (res->reason && res->reason[0])
+        fprintf(out, "reason:   %s\n", res->reason);
+    for (size_t i = 0; i < res->n_diagnostics; i++) {
+        const cf_diagnostic *dg = &res->diagnostics[i];
+        fprintf(out, "%s:", dg->level ? dg->level : "note");
+        if (dg->file)
+            fprintf(out, " %s:%" PRId64 ":%" PRId64 ":", dg->file, dg->line, dg->column);
+        fprintf(out, " %s\n", dg->message ? dg->message : "");
+    }
+    if (res->workspace_revision || res->workspace_conflict)
+        fprintf(out, "workspace: revision %" PRId64 "%s, %zu changed path(s)\n", res->workspace_revision,
+                res->workspace_conflict ? " (conflict)" : "", res->n_changed_paths);
+    print_stream(out, "stdout", &res->stdout_data, res->stdout_truncated);
+    print_stream(out, "stderr", &res->stderr_data, res->stderr_truncated);
+}
+
+int cf_cli_print_result_json(FILE *out, const cf_result *res, cf_error *err)
+{
+    json_t *j = cf_result_to_json(res);
+    if (!j)
+        return cf_error_set(err, CF_E_NOMEM, "result to JSON: out of memory");
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(j);
+    if (!s)
+        return cf_error_set(err, CF_E_NOMEM, "result to JSON: out of memory");
+    fputs(s, out);
+    fputc('\n', out);
+    free(s);
+    return 0;
+}
+
+void cf_cli_format_result_line(const cf_result *res, char *buf, size_t cap)
+{
+    char exitbuf[24], wall[32], first[81];
+    if (res->signal)
+        snprintf(exitbuf, sizeof(exitbuf), "sig=%d", res->signal);
+    else if (res->has_exit_code)
+        snprintf(exitbuf, sizeof(exitbuf), "exit=%d", res->exit_code);
+    else
+        snprintf(exitbuf, sizeof(exitbuf), "exit=-");
+    cf_format_duration(res->wall_time_us, wall, sizeof(wall));
+    /* First line of stdout, control characters replaced: output is hostile. */
+    size_t n = 0;
+    for (size_t i = 0; i < res->stdout_data.len && n + 1 < sizeof(first); i++) {
+        uint8_t ch = res->stdout_data.data[i];
+        if (ch == '\n')
+            break;
+        first[n++] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+    }
+    first[n] = '\0';
+    const char *idp = res->id ? res->id : "?";
+    if (res->status != CF_STATUS_SUCCESS && res->reason && res->reason[0] && n == 0)
+        snprintf(buf, cap, "%s  %s  %s  %s  (%.80s)", idp, cf_status_name(res->status), exitbuf, wall, res->reason);
+    else
+        snprintf(buf, cap, "%s  %s  %s  %s  %s", idp, cf_status_name(res->status), exitbuf, wall, first);
+}

@@ -1,0 +1,113 @@
+/* cf_cli: the `codefleet` command line, as a library so its pure parts
+ * (argument parsing, JSON-lines parsing, statistics, output formatting) can be
+ * unit-tested and codefleet_main.c stays a one-liner.
+ */
+#ifndef CF_CLI_H
+#define CF_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "cf_config.h"
+#include "cf_error.h"
+#include "cf_schema.h"
+
+/* Exit codes (documented in --help and docs/CLI.md). */
+enum {
+    CF_EXIT_OK = 0,        /* result status success, or the command succeeded */
+    CF_EXIT_FAILED = 1,    /* finished with failed, timeout, memory_exceeded, compile_failed; batch: not all success */
+    CF_EXIT_USAGE = 2,     /* bad flags or unreadable/invalid input */
+    CF_EXIT_REJECTED = 3,  /* the worker rejected the request */
+    CF_EXIT_INTERNAL = 4,  /* the worker reported internal_error */
+    CF_EXIT_NO_RESULT = 5, /* no result within --timeout */
+    CF_EXIT_TRANSPORT = 6, /* Kafka / transport error */
+};
+
+/* Largest file read for --code-file, --file, --stdin-file, --request-file. */
+#define CF_CLI_MAX_FILE_BYTES (64u * 1024 * 1024)
+
+/* Global options (the cf_config table of the CLI). */
+typedef struct cf_cli_globals {
+    char *brokers;
+    char *request_topic;
+    char *result_topic;
+    bool json;
+    int64_t timeout_us;
+    cf_kvlist kafka; /* -X key=value / --kafka.key=value */
+    bool timeout_given; /* --timeout appeared on the command line */
+} cf_cli_globals;
+
+/* Runs the whole CLI; returns the process exit code. */
+int cf_cli_main(int argc, char **argv);
+
+/* Parses the global options of argv (stops at the command).  -X k=v is
+ * accepted as --kafka.k=v.  *cmd_index gets the index of the command word
+ * (argc if none); *help is set for -h/--help.  g must be freed with
+ * cf_cli_globals_free.  Environment: CODEFLEET_BROKERS, CODEFLEET_REQUEST_TOPIC,
+ * CODEFLEET_RESULT_TOPIC (flags win). */
+int cf_cli_parse_globals(int argc, char **argv, cf_cli_globals *g, int *cmd_index, bool *help, cf_error *err);
+void cf_cli_globals_free(cf_cli_globals *g);
+void cf_cli_print_usage(FILE *out);
+
+/* Exit code of a finished result / of a failed operation. */
+int cf_cli_exit_for_status(cf_status s);
+int cf_cli_exit_for_error(const cf_error *err);
+
+/* `submit` flags (argv[0] is "submit").  Fills req (zeroed by the caller;
+ * cleared on failure).  A missing --id gets a generated one. */
+typedef struct cf_cli_submit_opts {
+    bool no_wait;
+    bool help;
+} cf_cli_submit_opts;
+int cf_cli_parse_submit(int argc, char **argv, cf_request *req, cf_cli_submit_opts *opts, cf_error *err);
+
+/* One line of a batch file.  Returns 1 for a skipped line (blank, or '#'
+ * comment), 0 with *out filled, -1 on error (out cleared).  A missing "id"
+ * gets a generated one. */
+int cf_cli_parse_request_line(const char *line, size_t len, cf_request *out, cf_error *err);
+
+/* Builds a request from a parsed JSON object, generating the id if absent. */
+int cf_cli_request_from_json(json_t *obj, cf_request *out, cf_error *err);
+
+/* Reads a whole regular file, refusing more than cap bytes. */
+int cf_cli_read_file(const char *path, size_t cap, cf_bytes *out, cf_error *err);
+
+/* Batch statistics. */
+typedef struct cf_cli_batch_stats {
+    uint64_t submitted;
+    uint64_t bad_lines;     /* unparsable lines */
+    uint64_t submit_errors; /* lines that parsed but could not be submitted */
+    uint64_t received;
+    uint64_t missing;       /* submitted, no result within the timeout */
+    uint64_t by_status[CF_STATUS__COUNT];
+    int64_t *latency_us;    /* submit -> result received */
+    size_t n_latency, cap_latency;
+    int64_t elapsed_us;     /* first submit -> last result (or end) */
+} cf_cli_batch_stats;
+
+int cf_cli_stats_add(cf_cli_batch_stats *s, cf_status status, int64_t latency_us);
+void cf_cli_stats_free(cf_cli_batch_stats *s);
+/* Sorts the latencies (once) and returns the nearest-rank percentile pct
+ * (0 < pct <= 100) in microseconds; 0 when there are none. */
+int64_t cf_cli_stats_percentile(cf_cli_batch_stats *s, double pct);
+/* Nearest-rank percentile of an ascending array. */
+int64_t cf_cli_percentile(const int64_t *sorted, size_t n, double pct);
+bool cf_cli_stats_all_success(const cf_cli_batch_stats *s);
+json_t *cf_cli_stats_to_json(cf_cli_batch_stats *s);
+void cf_cli_print_summary(FILE *out, cf_cli_batch_stats *s);
+/* The single progress line ("submitted 10  received 8  success 7 failed 1"). */
+void cf_cli_format_progress(const cf_cli_batch_stats *s, char *buf, size_t cap);
+
+/* Output of one result: human-readable (several lines, then stdout and
+ * stderr), one compact JSON line, or the one-line tail form. */
+void cf_cli_print_result(FILE *out, const cf_result *res);
+int cf_cli_print_result_json(FILE *out, const cf_result *res, cf_error *err);
+void cf_cli_format_result_line(const cf_result *res, char *buf, size_t cap);
+/* "1.5 KiB", "12 MiB". */
+void cf_cli_format_size(int64_t bytes, char *buf, size_t cap);
+
+#endif

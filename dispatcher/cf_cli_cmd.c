@@ -1,0 +1,632 @@
+/* cf_cli_cmd: the `codefleet` commands (the parts that talk to Kafka). */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cf_cli.h"
+#include "cf_dispatcher.h"
+#include "cf_log.h"
+#include "cf_schema_json.h"
+#include "cf_util.h"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static int fail(const cf_error *err, const char *what)
+{
+    fprintf(stderr, "codefleet: %s%s%s\n", what ? what : "", what ? ": " : "", err->msg);
+    return cf_cli_exit_for_error(err);
+}
+
+static int usage_error(const char *cmd, const char *msg)
+{
+    fprintf(stderr, "codefleet %s: %s (see codefleet %s --help)\n", cmd, msg, cmd);
+    return CF_EXIT_USAGE;
+}
+
+static int open_dispatcher(const cf_cli_globals *g, bool collect, cf_dispatcher **d, cf_error *err)
+{
+    cf_dispatcher_config cfg = {
+        .brokers = g->brokers,
+        .request_topic = g->request_topic,
+        .result_topic = g->result_topic,
+        .client_id = "codefleet-cli",
+        .kafka = &g->kafka,
+        .collect_results = collect,
+    };
+    return cf_dispatcher_new(&cfg, d, err);
+}
+
+/* One-line JSON object {key: value[, "status": status]} (escaping done by jansson). */
+static void print_json_kv(const char *key, const char *value, const char *status)
+{
+    json_t *o = status ? json_pack("{s:s, s:s}", key, value, "status", status) : json_pack("{s:s}", key, value);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(o);
+}
+
+/* Prints a result as the globals ask and returns its exit code. */
+static int emit_result(const cf_cli_globals *g, const cf_result *res)
+{
+    cf_error err = {0};
+    if (g->json) {
+        if (cf_cli_print_result_json(stdout, res, &err) < 0)
+            return fail(&err, "output");
+    } else {
+        cf_cli_print_result(stdout, res);
+    }
+    fflush(stdout);
+    return cf_cli_exit_for_status(res->status);
+}
+
+/* ------------------------------------------------------------------------- */
+
+static const char submit_help[] =
+    "Usage: codefleet [GLOBAL OPTIONS] submit [FLAGS] [-- ARGV...]\n"
+    "\n"
+    "Builds a request, submits it and waits for the result (--no-wait: print the id).\n"
+    "  --request-file PATH     start from a JSON request (SPEC.md JSON form); flags override\n"
+    "  --id ID                 request id (default: generated, time-ordered)\n"
+    "  -l, --language LANG     command|shell|python|javascript|wasm (default: command with\n"
+    "                          ARGV, else from the --code-file extension)\n"
+    "  --code TEXT             source code\n"
+    "  --code-file PATH        source code (or the module, for wasm) from a file\n"
+    "  --file REL=LOCALPATH    place a file in the work directory (repeatable)\n"
+    "  --stdin-file PATH       bytes fed to stdin\n"
+    "  --input JSON            structured input (any JSON value)\n"
+    "  --env NAME=VALUE        environment variable (repeatable)\n"
+    "  --env-allow NAME        pass a worker environment variable through (repeatable)\n"
+    "  --backend NAME          backend to use\n"
+    "  --timeout-exec DURATION wall-clock limit (policy.timeout_us)\n"
+    "  --cpu-time DURATION     CPU-time limit\n"
+    "  --memory SIZE           memory limit (\"64MiB\")\n"
+    "  --max-processes N       process limit\n"
+    "  --max-stdout SIZE, --max-stderr SIZE, --max-file-size SIZE\n"
+    "  --network disabled|enabled\n"
+    "  --filesystem none|workspace_ro|workspace_rw\n"
+    "  --workspace ID, --thread ID, --identity NAME, --reply-to TOPIC\n"
+    "  --deadline DURATION     reject if not started within DURATION from now\n"
+    "  --no-wait               do not wait: print the id once the broker has the request\n";
+
+static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
+{
+    cf_request req = {0};
+    cf_cli_submit_opts opts;
+    cf_error err = {0};
+    if (cf_cli_parse_submit(argc, argv, &req, &opts, &err) < 0)
+        return usage_error("submit", err.msg);
+    if (opts.help) {
+        fputs(submit_help, stdout);
+        return CF_EXIT_OK;
+    }
+    cf_dispatcher *d = NULL;
+    int rc;
+    if (open_dispatcher(g, !opts.no_wait, &d, &err) < 0) {
+        rc = fail(&err, NULL);
+        goto out;
+    }
+    if (cf_dispatcher_submit(d, &req, &err) < 0) {
+        rc = fail(&err, "submit");
+        goto out;
+    }
+    if (opts.no_wait) {
+        if (cf_dispatcher_flush(d, g->timeout_us, &err) < 0) {
+            rc = fail(&err, "submit");
+            goto out;
+        }
+        if (g->json)
+            print_json_kv("id", req.id, NULL);
+        else
+            printf("%s\n", req.id);
+        rc = CF_EXIT_OK;
+        goto out;
+    }
+    cf_result res = {0};
+    if (cf_dispatcher_wait(d, req.id, g->timeout_us, &res, &err) < 0) {
+        /* A delivery failure explains a missing result better than the timeout. */
+        cf_error ferr = {0};
+        if (cf_dispatcher_flush(d, 0, &ferr) < 0 && ferr.code == CF_E_KAFKA)
+            rc = fail(&ferr, "submit");
+        else
+            rc = fail(&err, "wait");
+        goto out;
+    }
+    rc = emit_result(g, &res);
+    cf_result_clear(&res);
+out:
+    cf_dispatcher_destroy(d);
+    cf_request_clear(&req);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+
+static const char wait_help[] = "Usage: codefleet [GLOBAL OPTIONS] wait ID [--since DURATION-AGO | --since-us EPOCH_US]\n"
+                                "\n"
+                                "Waits up to --timeout for the result of request ID, scanning the result topic\n"
+                                "from --since ago (default 10m) or from --since-us (epoch microseconds).\n";
+
+static int cmd_wait(const cf_cli_globals *g, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"since", required_argument, NULL, 's'},
+        {"since-us", required_argument, NULL, 'u'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    cf_error err = {0};
+    int64_t since_us = cf_now_us() - INT64_C(600000000);
+    int c;
+    opterr = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int64_t v;
+        switch (c) {
+        case 's':
+            if (cf_parse_duration_us(optarg, &v, "--since", &err) < 0)
+                return usage_error("wait", err.msg);
+            since_us = cf_now_us() - v;
+            break;
+        case 'u':
+            if (cf_parse_i64(optarg, 0, INT64_MAX, &since_us, "--since-us", &err) < 0)
+                return usage_error("wait", err.msg);
+            break;
+        case 'h':
+            fputs(wait_help, stdout);
+            return CF_EXIT_OK;
+        default:
+            return usage_error("wait", "unknown option or missing value");
+        }
+    }
+    if (optind + 1 != argc)
+        return usage_error("wait", "expected exactly one request ID");
+    const char *id = argv[optind];
+    if (!cf_id_valid(id, strlen(id)))
+        return usage_error("wait", "invalid request ID");
+    cf_dispatcher *d = NULL;
+    if (open_dispatcher(g, false, &d, &err) < 0)
+        return fail(&err, NULL);
+    cf_result res = {0};
+    int rc;
+    if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0)
+        rc = fail(&err, "wait");
+    else
+        rc = emit_result(g, &res);
+    cf_result_clear(&res);
+    cf_dispatcher_destroy(d);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+
+static const char batch_help[] =
+    "Usage: codefleet [GLOBAL OPTIONS] batch FILE.jsonl [--concurrency N]\n"
+    "\n"
+    "Submits one JSON request per line (missing \"id\" -> generated; blank lines and lines\n"
+    "starting with '#' are skipped; a bad line is reported and counted, the batch goes on),\n"
+    "keeps at most N (default 100) in flight, waits for all results within --timeout overall,\n"
+    "then prints a summary: counts by status, latency p50/p90/p99/max (ms), throughput.\n"
+    "Human output lists every non-success result; --json prints every result (one JSON\n"
+    "object per line) and then a summary object.  FILE may be '-' for stdin.\n"
+    "Exit code: 0 if every request succeeded, 1 otherwise.\n";
+
+typedef struct batch_state {
+    const cf_cli_globals *g;
+    cf_dispatcher *d;
+    json_t *inflight; /* id -> submit time (cf_mono_us) */
+    cf_cli_batch_stats st;
+    int64_t t0;
+    int64_t deadline;
+    bool progress;
+    int64_t last_progress;
+} batch_state;
+
+static void batch_progress(batch_state *b, bool force)
+{
+    if (!b->progress)
+        return;
+    int64_t now = cf_mono_us();
+    if (!force && now - b->last_progress < 100000)
+        return;
+    b->last_progress = now;
+    char line[256];
+    cf_cli_format_progress(&b->st, line, sizeof(line));
+    fprintf(stderr, "\r%s\033[K", line);
+    fflush(stderr);
+}
+
+static void batch_progress_clear(batch_state *b)
+{
+    if (b->progress)
+        fputs("\r\033[K", stderr);
+}
+
+/* Receives one result (of ours) or returns -1 on timeout/stop. */
+static int batch_receive_one(batch_state *b)
+{
+    for (;;) {
+        if (g_stop)
+            return -1;
+        int64_t left = b->deadline - cf_mono_us();
+        if (left <= 0)
+            return -1;
+        cf_result res = {0};
+        int64_t received = 0;
+        cf_error err = {0};
+        /* Short slices so progress and Ctrl-C stay responsive. */
+        if (cf_dispatcher_wait_any(b->d, left < 200000 ? left : 200000, &res, &received, &err) < 0) {
+            batch_progress(b, false);
+            continue;
+        }
+        json_t *t = res.id ? json_object_get(b->inflight, res.id) : NULL;
+        if (!t) { /* someone else's result */
+            cf_result_clear(&res);
+            continue;
+        }
+        int64_t lat = received - (int64_t)json_integer_value(t);
+        json_object_del(b->inflight, res.id);
+        cf_cli_stats_add(&b->st, res.status, lat);
+        b->st.elapsed_us = cf_mono_us() - b->t0;
+        if (b->g->json || res.status != CF_STATUS_SUCCESS) {
+            batch_progress_clear(b);
+            if (b->g->json) {
+                cf_cli_print_result_json(stdout, &res, &err);
+            } else {
+                char line[512];
+                cf_cli_format_result_line(&res, line, sizeof(line));
+                printf("%s\n", line);
+            }
+            fflush(stdout);
+        }
+        cf_result_clear(&res);
+        batch_progress(b, false);
+        return 0;
+    }
+}
+
+static int cmd_batch(const cf_cli_globals *g, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"concurrency", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    cf_error err = {0};
+    int64_t concurrency = 100;
+    int c;
+    opterr = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "c:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            if (cf_parse_i64(optarg, 1, 100000, &concurrency, "--concurrency", &err) < 0)
+                return usage_error("batch", err.msg);
+            break;
+        case 'h':
+            fputs(batch_help, stdout);
+            return CF_EXIT_OK;
+        default:
+            return usage_error("batch", "unknown option or missing value");
+        }
+    }
+    if (optind + 1 != argc)
+        return usage_error("batch", "expected exactly one FILE");
+    const char *path = argv[optind];
+    FILE *in = strcmp(path, "-") == 0 ? stdin : fopen(path, "re");
+    if (!in) {
+        fprintf(stderr, "codefleet batch: %s: %s\n", path, strerror(errno));
+        return CF_EXIT_USAGE;
+    }
+
+    batch_state b = {.g = g, .progress = isatty(STDERR_FILENO) == 1};
+    int rc = CF_EXIT_OK;
+    b.inflight = json_object();
+    if (!b.inflight || open_dispatcher(g, true, &b.d, &err) < 0) {
+        rc = b.inflight ? fail(&err, NULL) : CF_EXIT_TRANSPORT;
+        goto out;
+    }
+    b.t0 = cf_mono_us();
+    b.deadline = b.t0 + g->timeout_us;
+
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    uint64_t lineno = 0;
+    bool timed_out = false;
+    while (!g_stop && (len = getline(&line, &lcap, in)) >= 0) {
+        lineno++;
+        cf_request req = {0};
+        int pr = (size_t)len > CF_CLI_MAX_FILE_BYTES
+                     ? cf_error_set(&err, CF_E_LIMIT, "line longer than %u bytes", CF_CLI_MAX_FILE_BYTES)
+                     : cf_cli_parse_request_line(line, (size_t)len, &req, &err);
+        if (pr == 1)
+            continue;
+        if (pr < 0) {
+            batch_progress_clear(&b);
+            fprintf(stderr, "codefleet batch: %s:%" PRIu64 ": %s\n", path, lineno, err.msg);
+            b.st.bad_lines++;
+            continue;
+        }
+        if (json_object_get(b.inflight, req.id)) {
+            batch_progress_clear(&b);
+            fprintf(stderr, "codefleet batch: %s:%" PRIu64 ": duplicate id %s (still in flight)\n", path, lineno,
+                    req.id);
+            b.st.bad_lines++;
+            cf_request_clear(&req);
+            continue;
+        }
+        while (json_object_size(b.inflight) >= (size_t)concurrency) {
+            if (batch_receive_one(&b) < 0) {
+                timed_out = true;
+                break;
+            }
+        }
+        if (timed_out) {
+            cf_request_clear(&req);
+            break;
+        }
+        int64_t t = cf_mono_us();
+        if (cf_dispatcher_submit(b.d, &req, &err) < 0) {
+            batch_progress_clear(&b);
+            fprintf(stderr, "codefleet batch: %s:%" PRIu64 ": %s\n", path, lineno, err.msg);
+            b.st.submit_errors++;
+        } else {
+            json_object_set_new(b.inflight, req.id, json_integer((json_int_t)t));
+            b.st.submitted++;
+        }
+        cf_request_clear(&req);
+        batch_progress(&b, false);
+    }
+    free(line);
+    if (timed_out || g_stop) {
+        batch_progress_clear(&b);
+        fprintf(stderr, "codefleet batch: %s before every line was submitted (stopped at line %" PRIu64 ")\n",
+                g_stop ? "interrupted" : "timeout", lineno);
+    }
+    if (cf_dispatcher_flush(b.d, g->timeout_us, &err) < 0) {
+        batch_progress_clear(&b);
+        fprintf(stderr, "codefleet batch: %s\n", err.msg);
+    }
+    while (json_object_size(b.inflight) > 0 && batch_receive_one(&b) == 0)
+        ;
+    b.st.missing = json_object_size(b.inflight);
+    if (b.st.missing) {
+        batch_progress_clear(&b);
+        const char *id;
+        json_t *v;
+        fprintf(stderr, "codefleet batch: %" PRIu64 " request(s) without a result within %" PRId64 " ms\n",
+                b.st.missing, g->timeout_us / 1000);
+        size_t shown = 0;
+        json_object_foreach(b.inflight, id, v)
+        {
+            if (shown++ >= 10)
+                break;
+            fprintf(stderr, "  missing: %s\n", id);
+        }
+    }
+    if (!b.st.received)
+        b.st.elapsed_us = cf_mono_us() - b.t0;
+    batch_progress_clear(&b);
+    if (g->json) {
+        json_t *sum = cf_cli_stats_to_json(&b.st);
+        char *s = sum ? json_dumps(sum, JSON_COMPACT | JSON_REAL_PRECISION(10)) : NULL;
+        if (s)
+            printf("%s\n", s);
+        free(s);
+        json_decref(sum);
+    } else {
+        cf_cli_print_summary(stdout, &b.st);
+    }
+    rc = cf_cli_stats_all_success(&b.st) ? CF_EXIT_OK : CF_EXIT_FAILED;
+out:
+    if (in != stdin)
+        fclose(in);
+    cf_dispatcher_destroy(b.d);
+    json_decref(b.inflight);
+    cf_cli_stats_free(&b.st);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+
+static const char tail_help[] = "Usage: codefleet [GLOBAL OPTIONS] tail [--from-beginning] [--count N]\n"
+                                "\n"
+                                "Prints results as they arrive (human: id, status, exit, wall time, first line\n"
+                                "of stdout; --json: one object per line).  Stops after N results, on Ctrl-C, or\n"
+                                "after --timeout when given explicitly.\n";
+
+typedef struct tail_state {
+    const cf_cli_globals *g;
+    int64_t count; /* 0 = unlimited */
+    int64_t seen;
+} tail_state;
+
+static int tail_print(void *ctx, const cf_result *res, const cf_error *derr, int32_t partition, int64_t offset)
+{
+    tail_state *t = ctx;
+    if (!res) {
+        fprintf(stderr, "codefleet tail: skipping malformed result at partition %" PRId32 " offset %" PRId64
+                        ": %s\n",
+                partition, offset, derr ? derr->msg : "?");
+        return 0;
+    }
+    if (t->g->json) {
+        cf_error err = {0};
+        cf_cli_print_result_json(stdout, res, &err);
+    } else {
+        char line[512];
+        cf_cli_format_result_line(res, line, sizeof(line));
+        printf("%s\n", line);
+    }
+    fflush(stdout);
+    t->seen++;
+    return t->count > 0 && t->seen >= t->count;
+}
+
+static int cmd_tail(const cf_cli_globals *g, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"from-beginning", no_argument, NULL, 'b'},
+        {"count", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    cf_error err = {0};
+    tail_state t = {.g = g};
+    bool from_beginning = false;
+    int c;
+    opterr = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "n:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'b':
+            from_beginning = true;
+            break;
+        case 'n':
+            if (cf_parse_i64(optarg, 1, INT64_MAX, &t.count, "--count", &err) < 0)
+                return usage_error("tail", err.msg);
+            break;
+        case 'h':
+            fputs(tail_help, stdout);
+            return CF_EXIT_OK;
+        default:
+            return usage_error("tail", "unknown option or missing value");
+        }
+    }
+    if (optind != argc)
+        return usage_error("tail", "unexpected argument");
+    cf_dispatcher *d = NULL;
+    if (open_dispatcher(g, false, &d, &err) < 0)
+        return fail(&err, NULL);
+    int rc = CF_EXIT_OK;
+    if (cf_dispatcher_tail(d, from_beginning, &g_stop, g->timeout_given ? g->timeout_us : 0, tail_print, &t, &err) <
+        0)
+        rc = fail(&err, "tail");
+    cf_dispatcher_destroy(d);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+
+static const char topics_help[] = "Usage: codefleet [GLOBAL OPTIONS] topics create [--partitions N] [NAME...]\n"
+                                  "\n"
+                                  "Creates topics (default: the request and result topics) with N partitions\n"
+                                  "(default 6) and the broker's default replication factor.  Existing topics\n"
+                                  "are left as they are.\n";
+
+static int cmd_topics(const cf_cli_globals *g, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"partitions", required_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    cf_error err = {0};
+    int64_t partitions = 6;
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(topics_help, argc < 2 ? stderr : stdout);
+        return argc < 2 ? CF_EXIT_USAGE : CF_EXIT_OK;
+    }
+    if (strcmp(argv[1], "create") != 0)
+        return usage_error("topics", "unknown subcommand (expected: create)");
+    int c;
+    opterr = 0;
+    optind = 0;
+    while ((c = getopt_long(argc - 1, argv + 1, "p:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            if (cf_parse_i64(optarg, 1, 10000, &partitions, "--partitions", &err) < 0)
+                return usage_error("topics", err.msg);
+            break;
+        case 'h':
+            fputs(topics_help, stdout);
+            return CF_EXIT_OK;
+        default:
+            return usage_error("topics", "unknown option or missing value");
+        }
+    }
+    const char *defaults[] = {g->request_topic, g->result_topic};
+    const char *const *names = defaults;
+    size_t n = 2;
+    if (optind < argc - 1) {
+        names = (const char *const *)(argv + 1 + optind);
+        n = (size_t)(argc - 1 - optind);
+    }
+    if (cf_kafka_create_topics_ex(g->brokers, &g->kafka, names, n, (int)partitions, -1, g->timeout_us, &err) < 0)
+        return fail(&err, "topics create");
+    for (size_t i = 0; i < n; i++) {
+        if (g->json)
+            print_json_kv("topic", names[i], "created_or_exists");
+        else
+            printf("topic %s ready\n", names[i]);
+    }
+    return CF_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------- */
+
+int cf_cli_main(int argc, char **argv)
+{
+    cf_cli_globals g;
+    cf_error err = {0};
+    int cmd = 0;
+    bool help = false;
+    cf_log_setup(CF_LOG_WARN, CF_LOG_TEXT, "codefleet");
+    if (cf_cli_parse_globals(argc, argv, &g, &cmd, &help, &err) < 0) {
+        fprintf(stderr, "codefleet: %s\n", err.msg);
+        cf_cli_globals_free(&g);
+        return CF_EXIT_USAGE;
+    }
+    int rc;
+    if (help || cmd >= argc) {
+        cf_cli_print_usage(help ? stdout : stderr);
+        cf_cli_globals_free(&g);
+        return help ? CF_EXIT_OK : CF_EXIT_USAGE;
+    }
+    install_signals();
+    const char *name = argv[cmd];
+    int sub_argc = argc - cmd;
+    char **sub_argv = argv + cmd;
+    if (strcmp(name, "submit") == 0)
+        rc = cmd_submit(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "wait") == 0)
+        rc = cmd_wait(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "batch") == 0)
+        rc = cmd_batch(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "tail") == 0)
+        rc = cmd_tail(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "topics") == 0)
+        rc = cmd_topics(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "help") == 0) {
+        cf_cli_print_usage(stdout);
+        rc = CF_EXIT_OK;
+    } else {
+        fprintf(stderr, "codefleet: unknown command '%s' (see codefleet --help)\n", name);
+        rc = CF_EXIT_USAGE;
+    }
+    cf_cli_globals_free(&g);
+    return rc;
+}

@@ -1,0 +1,125 @@
+/* cf_dispatcher: the client side of codefleet.
+ *
+ * Submits execution requests (schema v1, msgpack) to the request topic and
+ * collects results from the result topic.  One cf_dispatcher owns one
+ * idempotent producer and, optionally, a background result collector (a
+ * consumer thread that keeps every result it sees until someone waits for it).
+ *
+ * Thread safety: submit, flush, wait and wait_any may be called from several
+ * threads at once; new/destroy may not race with anything else.
+ */
+#ifndef CF_DISPATCHER_H
+#define CF_DISPATCHER_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cf_config.h"
+#include "cf_error.h"
+#include "cf_schema.h"
+
+#define CF_DEFAULT_BROKERS "127.0.0.1:19092"
+#define CF_DEFAULT_REQUEST_TOPIC "codefleet.requests"
+#define CF_DEFAULT_RESULT_TOPIC "codefleet.results"
+#define CF_DISPATCHER_MAX_PENDING_DEFAULT 100000
+
+typedef struct cf_dispatcher cf_dispatcher;
+
+typedef struct cf_dispatcher_config {
+    const char *brokers;       /* "127.0.0.1:19092"; NULL = CF_DEFAULT_BROKERS */
+    const char *request_topic; /* NULL = CF_DEFAULT_REQUEST_TOPIC */
+    const char *result_topic;  /* NULL = CF_DEFAULT_RESULT_TOPIC */
+    const char *client_id;     /* NULL = "codefleet-dispatcher" */
+    const cf_kvlist *kafka;    /* extra librdkafka properties (producer and consumers), may be NULL */
+    bool collect_results;      /* start a result collector at creation (for wait) */
+    size_t max_pending;        /* collector map bound; 0 = CF_DISPATCHER_MAX_PENDING_DEFAULT */
+} cf_dispatcher_config;
+
+/* Counters, for tests and the CLI's diagnostics. */
+typedef struct cf_dispatcher_stats {
+    uint64_t submitted;        /* requests handed to the producer */
+    uint64_t delivery_failed;  /* delivery reports with an error */
+    uint64_t results_seen;     /* result messages the collector decoded */
+    uint64_t results_malformed;/* result messages that failed to decode (skipped) */
+    uint64_t results_evicted;  /* dropped from the collector map past max_pending */
+    uint64_t results_pending;  /* currently held in the collector map */
+} cf_dispatcher_stats;
+
+/* Creates the producer and, with collect_results, the collector: the result
+ * topic must then exist (its partitions are assigned at their current high
+ * watermarks before this returns, so no result of a later submit is missed).
+ * The config strings are copied. */
+int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_error *err);
+
+/* Flushes outstanding messages (up to 10 s), stops the collector; NULL-safe. */
+void cf_dispatcher_destroy(cf_dispatcher *d);
+
+/* Encodes and produces req to the request topic.  Key: req->workspace if set
+ * (one workspace's requests stay ordered on one partition), else req->id.
+ * Sets created_us if 0 (on the encoded copy; req is not modified).
+ * Asynchronous; a delivery failure of an earlier submit is reported by
+ * cf_dispatcher_flush or by the next submit (CF_E_KAFKA, message prefixed
+ * "earlier submit"; that next request is then not produced). */
+int cf_dispatcher_submit(cf_dispatcher *d, const cf_request *req, cf_error *err);
+
+/* Waits until every submitted message is acknowledged or timeout_us passes
+ * (CF_E_TIMEOUT); reports the first delivery failure since the last report. */
+int cf_dispatcher_flush(cf_dispatcher *d, int64_t timeout_us, cf_error *err);
+
+/* Waits for the result of request `id` (needs collect_results).  A result that
+ * arrived before the call is not missed: the collector keeps every result it
+ * sees (oldest evicted past max_pending) until it is waited for; the entry is
+ * removed when returned.  *out must be zeroed or cleared; the caller clears it.
+ * CF_E_TIMEOUT when nothing arrived within timeout_us. */
+int cf_dispatcher_wait(cf_dispatcher *d, const char *id, int64_t timeout_us, cf_result *out, cf_error *err);
+
+/* Like cf_dispatcher_wait for whichever result arrived first (any id); for
+ * batch callers that track their own set of ids.  received_mono_us (may be
+ * NULL) gets the cf_mono_us() time the collector decoded the message. */
+int cf_dispatcher_wait_any(cf_dispatcher *d, int64_t timeout_us, cf_result *out, int64_t *received_mono_us,
+                           cf_error *err);
+
+/* Standalone wait (another process submitted): scans the result topic from
+ * offsets_for_times(since_us) on every partition for a result whose key (or,
+ * without a key, decoded id) is id.  Needs no collector; when one runs, its
+ * map is checked first. */
+int cf_dispatcher_wait_since(cf_dispatcher *d, const char *id, int64_t since_us, int64_t timeout_us,
+                             cf_result *out, cf_error *err);
+
+/* Callback of cf_dispatcher_tail: res is decoded (NULL when the message did
+ * not decode; then decode_err says why).  Return non-zero to stop. */
+typedef int (*cf_tail_fn)(void *ctx, const cf_result *res, const cf_error *decode_err, int32_t partition,
+                          int64_t offset);
+
+/* Streams results from the result topic: from the beginning or from the
+ * current end, until the callback returns non-zero, *stop becomes non-zero
+ * (a signal handler's flag, may be NULL) or timeout_us passes (0 = forever;
+ * reaching it is not an error). */
+int cf_dispatcher_tail(cf_dispatcher *d, bool from_beginning, volatile sig_atomic_t *stop, int64_t timeout_us,
+                       cf_tail_fn fn, void *ctx, cf_error *err);
+
+/* Raw produce for tests and tools (e.g. inject malformed bytes).  topic NULL =
+ * the request topic; key may be NULL.  Asynchronous like submit. */
+int cf_dispatcher_produce_raw(cf_dispatcher *d, const char *topic, const void *key, size_t keylen,
+                              const void *value, size_t len, cf_error *err);
+
+void cf_dispatcher_get_stats(cf_dispatcher *d, cf_dispatcher_stats *out);
+
+const char *cf_dispatcher_request_topic(const cf_dispatcher *d);
+const char *cf_dispatcher_result_topic(const cf_dispatcher *d);
+
+/* Admin: creates topics with `partitions` partitions, replication factor 1
+ * (idempotent: an existing topic is fine).  kafka (may be NULL) adds
+ * librdkafka properties.  timeout_us bounds the whole operation. */
+int cf_kafka_create_topics(const char *brokers, const char *const *names, size_t n, int partitions,
+                           int64_t timeout_us, cf_error *err);
+int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const char *const *names, size_t n,
+                              int partitions, int replication_factor, int64_t timeout_us, cf_error *err);
+
+/* A fresh request id: 13 hex digits of epoch microseconds, '-', 16 random hex
+ * digits (getrandom), so ids sort by creation time.  cap >= 31. */
+int cf_dispatcher_new_id(char *buf, size_t cap, cf_error *err);
+
+#endif

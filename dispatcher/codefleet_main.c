@@ -1,0 +1,6 @@
+#include "cf_cli.h"
+
+int main(int argc, char **argv)
+{
+    return cf_cli_main(argc, argv);
+}

@@ -1,0 +1,275 @@
+#include "it_support.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cf_util.h"
+
+const char *it_brokers(void)
+{
+    const char *b = getenv("CF_TEST_BROKERS");
+    return b && *b ? b : NULL;
+}
+
+const char *it_redis(void)
+{
+    const char *r = getenv("CF_TEST_REDIS");
+    return r && *r ? r : NULL;
+}
+
+void it_unique_name(const char *prefix, char *buf, size_t size)
+{
+    static unsigned counter;
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rnd = (uint32_t)time(NULL);
+    snprintf(buf, size, "%s-%ld-%u-%08x", prefix, (long)getpid(), ++counter, rnd);
+}
+
+void it_topics_create(it_topics *t, const char *prefix, int partitions)
+{
+    char base[64];
+    it_unique_name(prefix, base, sizeof(base));
+    snprintf(t->requests, sizeof(t->requests), "%s.req", base);
+    snprintf(t->results, sizeof(t->results), "%s.res", base);
+    snprintf(t->dlq, sizeof(t->dlq), "%s.dlq", base);
+    snprintf(t->group, sizeof(t->group), "%s.grp", base);
+    const char *names[] = {t->requests, t->results, t->dlq};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_kafka_create_topics(it_brokers(), names, 3, partitions, 30 * 1000000LL, &err) < 0)
+        fail_msg("creating topics: %s", err.msg);
+}
+
+static const char *worker_bin(void)
+{
+    static char path[1024];
+    const char *bin = getenv("CF_BINARY_DIR");
+    snprintf(path, sizeof(path), "%s/worker/codefleet-worker", bin ? bin : "build");
+    return path;
+}
+
+void it_worker_start(it_worker *w, const it_topics *t, const char *id, const char *const *extra_args)
+{
+    memset(w, 0, sizeof(*w));
+    snprintf(w->id, sizeof(w->id), "%s", id);
+    snprintf(w->log_path, sizeof(w->log_path), "/tmp/cf-it-%ld-%s.log", (long)getpid(), id);
+    char *argv[64];
+    int n = 0;
+    char a_brokers[256], a_group[128], a_req[128], a_res[128], a_dlq[128], a_id[96];
+    snprintf(a_brokers, sizeof(a_brokers), "--brokers=%s", it_brokers());
+    snprintf(a_group, sizeof(a_group), "--group=%s", t->group);
+    snprintf(a_req, sizeof(a_req), "--request-topic=%s", t->requests);
+    snprintf(a_res, sizeof(a_res), "--result-topic=%s", t->results);
+    snprintf(a_dlq, sizeof(a_dlq), "--dlq-topic=%s", t->dlq);
+    snprintf(a_id, sizeof(a_id), "--worker-id=%s", id);
+    argv[n++] = (char *)worker_bin();
+    argv[n++] = a_brokers;
+    argv[n++] = a_group;
+    argv[n++] = a_req;
+    argv[n++] = a_res;
+    argv[n++] = a_dlq;
+    argv[n++] = a_id;
+    argv[n++] = (char *)"--log-level=debug";
+    argv[n++] = (char *)"--kafka.session.timeout.ms=6000";
+    argv[n++] = (char *)"--kafka.heartbeat.interval.ms=500";
+    for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
+        argv[n++] = (char *)extra_args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open(w->log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0)
+            dup2(nul, 0);
+        /* Unblock what the test runner may have blocked. */
+        sigset_t set;
+        sigemptyset(&set);
+        sigprocmask(SIG_SETMASK, &set, NULL);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    w->pid = pid;
+}
+
+int it_worker_stop(it_worker *w, int sig, int timeout_ms)
+{
+    if (w->pid <= 0)
+        return -1;
+    kill(w->pid, sig);
+    int status = 0;
+    for (int waited = 0; waited <= timeout_ms; waited += 20) {
+        pid_t r = waitpid(w->pid, &status, WNOHANG);
+        if (r == w->pid) {
+            w->pid = 0;
+            return status;
+        }
+        usleep(20 * 1000);
+    }
+    kill(w->pid, SIGKILL);
+    waitpid(w->pid, &status, 0);
+    w->pid = 0;
+    return -1;
+}
+
+bool it_worker_log_contains(const it_worker *w, const char *needle)
+{
+    FILE *f = fopen(w->log_path, "r");
+    if (!f)
+        return false;
+    char line[8192];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f))
+        found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
+}
+
+bool it_worker_wait_log(const it_worker *w, const char *needle, int timeout_ms)
+{
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        if (it_worker_log_contains(w, needle))
+            return true;
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+void it_worker_dump_log(const it_worker *w)
+{
+    FILE *f = fopen(w->log_path, "r");
+    if (!f)
+        return;
+    fprintf(stderr, "---- log of worker %s (%s) ----\n", w->id, w->log_path);
+    char line[8192];
+    while (fgets(line, sizeof(line), f))
+        fputs(line, stderr);
+    fclose(f);
+}
+
+cf_dispatcher *it_dispatcher_new(const it_topics *t)
+{
+    cf_dispatcher_config cfg = {
+        .brokers = it_brokers(),
+        .request_topic = t->requests,
+        .result_topic = t->results,
+        .collect_results = true,
+    };
+    cf_dispatcher *d = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_new(&cfg, &d, &err) < 0)
+        fail_msg("dispatcher: %s", err.msg);
+    return d;
+}
+
+void it_request_init(cf_request *req, cf_language lang, const char *code)
+{
+    memset(req, 0, sizeof(*req));
+    char id[64];
+    it_unique_name("req", id, sizeof(id));
+    req->id = strdup(id);
+    req->language = lang;
+    if (lang == CF_LANG_COMMAND) {
+        /* code is a single shell-free program path with no arguments */
+        req->argv = calloc(2, sizeof(char *));
+        req->argv[0] = strdup(code);
+        req->argc = 1;
+    } else if (code) {
+        cf_bytes_set(&req->code, code, strlen(code));
+    }
+}
+
+void it_submit_wait(cf_dispatcher *d, const cf_request *req, int64_t timeout_us, cf_result *res)
+{
+    cf_error err;
+    cf_error_clear(&err);
+    memset(res, 0, sizeof(*res));
+    if (cf_dispatcher_submit(d, req, &err) < 0)
+        fail_msg("submit %s: %s", req->id, err.msg);
+    if (cf_dispatcher_wait(d, req->id, timeout_us, res, &err) < 0)
+        fail_msg("waiting for %s: %s", req->id, err.msg);
+}
+
+it_message *it_consume_first(const char *topic, int timeout_ms)
+{
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char group[96];
+    it_unique_name("it-probe", group, sizeof(group));
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", it_brokers(), errstr, sizeof(errstr)) ||
+        rd_kafka_conf_set(conf, "group.id", group, errstr, sizeof(errstr)) ||
+        rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", errstr, sizeof(errstr)) ||
+        rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof(errstr)))
+        fail_msg("conf: %s", errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    if (!rk)
+        fail_msg("consumer: %s", errstr);
+    rd_kafka_poll_set_consumer(rk);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_subscribe(rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    it_message *copy = NULL;
+    int64_t until = cf_mono_us() + (int64_t)timeout_ms * 1000;
+    while (!copy && cf_mono_us() < until) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+        if (!m)
+            continue;
+        if (!m->err) {
+            copy = calloc(1, sizeof(*copy));
+            copy->partition = m->partition;
+            copy->offset = m->offset;
+            copy->len = m->len;
+            copy->payload = malloc(m->len + 1);
+            memcpy(copy->payload, m->payload, m->len);
+            copy->key_len = m->key_len;
+            copy->key = cf_strndup(m->key ? (const char *)m->key : "", m->key_len);
+            rd_kafka_headers_t *h = NULL;
+            if (rd_kafka_message_detach_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                copy->headers = h;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return copy;
+}
+
+void it_message_free(it_message *m)
+{
+    if (!m)
+        return;
+    free(m->payload);
+    free(m->key);
+    if (m->headers)
+        rd_kafka_headers_destroy(m->headers);
+    free(m);
+}
+
+const char *it_message_header(const it_message *m, const char *name, char *buf, size_t size)
+{
+    const void *v = NULL;
+    size_t n = 0;
+    if (!m->headers || rd_kafka_header_get_last(m->headers, name, &v, &n) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return NULL;
+    if (n >= size)
+        n = size - 1;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    return buf;
+}

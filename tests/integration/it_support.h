@@ -1,0 +1,92 @@
+/* Support for integration tests: they run against the real broker and Redis
+ * started by deploy/stack.sh (addresses in CF_TEST_BROKERS / CF_TEST_REDIS)
+ * and spawn real codefleet-worker processes from the build tree. */
+#ifndef IT_SUPPORT_H
+#define IT_SUPPORT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <librdkafka/rdkafka.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "cf_dispatcher.h"
+
+const char *it_brokers(void); /* NULL when no broker is configured */
+const char *it_redis(void);   /* "host:port" or NULL */
+
+/* Skips the current test (cmocka skip) when no broker is configured. */
+#define IT_REQUIRE_BROKER()                                                               \
+    do {                                                                                  \
+        if (!it_brokers()) {                                                              \
+            print_message("CF_TEST_BROKERS not set: skipping (run tests/run_all.sh)\n");   \
+            skip();                                                                       \
+        }                                                                                 \
+    } while (0)
+
+/* "<prefix>-<pid>-<counter>-<random>": unique topic / group / id names. */
+void it_unique_name(const char *prefix, char *buf, size_t size);
+
+/* A private set of topics for one test. */
+typedef struct it_topics {
+    char requests[96];
+    char results[96];
+    char dlq[96];
+    char group[96];
+} it_topics;
+
+/* Creates unique request/result/dlq topics (partitions each) and a group name. */
+void it_topics_create(it_topics *t, const char *prefix, int partitions);
+
+typedef struct it_worker {
+    pid_t pid;
+    char log_path[256];
+    char id[64];
+} it_worker;
+
+/* Starts codefleet-worker for topics t with extra "--k=v" args (NULL-terminated,
+ * may be NULL).  Fails the test on error. */
+void it_worker_start(it_worker *w, const it_topics *t, const char *id, const char *const *extra_args);
+/* Sends sig and waits up to timeout_ms; returns the wait status or -1 on timeout
+ * (the worker is then SIGKILLed). */
+int it_worker_stop(it_worker *w, int sig, int timeout_ms);
+/* True when the worker's log contains needle. */
+bool it_worker_log_contains(const it_worker *w, const char *needle);
+/* Waits until the log contains needle (polling), up to timeout_ms. */
+bool it_worker_wait_log(const it_worker *w, const char *needle, int timeout_ms);
+/* Prints the worker's log to stderr (for failure diagnosis). */
+void it_worker_dump_log(const it_worker *w);
+
+/* A dispatcher with a result collector on t. */
+cf_dispatcher *it_dispatcher_new(const it_topics *t);
+
+/* Fills a minimal request (caller clears): language, code (or argv for
+ * command), network/fs unspecified, generated id. */
+void it_request_init(cf_request *req, cf_language lang, const char *code);
+
+/* Submits and waits for the result; fails the test on transport errors. */
+void it_submit_wait(cf_dispatcher *d, const cf_request *req, int64_t timeout_us, cf_result *res);
+
+/* A consumed message, copied out of librdkafka. */
+typedef struct it_message {
+    void *payload;
+    size_t len;
+    char *key; /* NUL-terminated copy */
+    size_t key_len;
+    int32_t partition;
+    int64_t offset;
+    rd_kafka_headers_t *headers; /* may be NULL */
+} it_message;
+
+/* Reads the first message of topic (from the beginning, all partitions)
+ * within timeout_ms; NULL on timeout.  Free with it_message_free. */
+it_message *it_consume_first(const char *topic, int timeout_ms);
+void it_message_free(it_message *m);
+/* Header value as a NUL-terminated string in buf, or NULL. */
+const char *it_message_header(const it_message *m, const char *name, char *buf, size_t size);
+
+#endif

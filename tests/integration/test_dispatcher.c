@@ -1,0 +1,383 @@
+/* Integration tests of cf_dispatcher against a real broker (CF_TEST_BROKERS).
+ * No worker is involved: results are produced by the test itself with
+ * cf_dispatcher_produce_raw, which is exactly what a worker puts on the wire. */
+#include "it_support.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cf_dispatcher.h"
+#include "cf_util.h"
+
+static const int64_t SEC = 1000000;
+
+static cf_dispatcher *plain_dispatcher(const it_topics *t)
+{
+    cf_dispatcher_config cfg = {
+        .brokers = it_brokers(),
+        .request_topic = t->requests,
+        .result_topic = t->results,
+        .collect_results = false,
+    };
+    cf_dispatcher *d = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_new(&cfg, &d, &err) < 0)
+        fail_msg("dispatcher: %s", err.msg);
+    return d;
+}
+
+/* Produces an encoded result for id (keyed by id) and waits for the ack. */
+static void produce_result(cf_dispatcher *d, const it_topics *t, const char *id, cf_status status, const char *out)
+{
+    cf_result r = {0};
+    r.id = (char *)id;
+    r.status = status;
+    r.has_exit_code = true;
+    r.exit_code = status == CF_STATUS_SUCCESS ? 0 : 1;
+    r.stdout_data.data = (uint8_t *)out;
+    r.stdout_data.len = strlen(out);
+    r.wall_time_us = 4321;
+    r.finished_us = cf_now_us();
+    cf_bytes b = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_result_encode(&r, &b, &err), 0);
+    assert_int_equal(cf_dispatcher_produce_raw(d, t->results, id, strlen(id), b.data, b.len, &err), 0);
+    free(b.data);
+    if (cf_dispatcher_flush(d, 10 * SEC, &err) < 0)
+        fail_msg("flush: %s", err.msg);
+}
+
+static void produce_garbage(cf_dispatcher *d, const it_topics *t, const char *key)
+{
+    /* A map header promising 15 entries, then nothing: must be skipped. */
+    static const uint8_t junk[] = {0x8f, 0xa2, 'i', 'd'};
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_dispatcher_produce_raw(d, t->results, key, strlen(key), junk, sizeof(junk), &err), 0);
+    assert_int_equal(cf_dispatcher_produce_raw(d, t->results, key, strlen(key), "not msgpack at all", 18, &err), 0);
+    if (cf_dispatcher_flush(d, 10 * SEC, &err) < 0)
+        fail_msg("flush: %s", err.msg);
+}
+
+static void test_topics_create_idempotent(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    char a[96], b[96];
+    it_unique_name("disp-topics-a", a, sizeof(a));
+    it_unique_name("disp-topics-b", b, sizeof(b));
+    const char *names[] = {a, b};
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_kafka_create_topics(it_brokers(), names, 2, 4, 30 * SEC, &err), 0);
+    /* Again: TOPIC_ALREADY_EXISTS is success. */
+    assert_int_equal(cf_kafka_create_topics(it_brokers(), names, 2, 4, 30 * SEC, &err), 0);
+    /* Bad arguments are refused before the broker is asked. */
+    assert_int_equal(cf_kafka_create_topics(it_brokers(), names, 2, 0, 30 * SEC, &err), -1);
+    assert_int_equal(err.code, CF_E_INVALID);
+    /* The topic exists with its partitions: a collector on it can be created. */
+    it_topics t = {0};
+    snprintf(t.requests, sizeof(t.requests), "%s", a);
+    snprintf(t.results, sizeof(t.results), "%s", b);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_dispatcher_destroy(d);
+}
+
+static void test_collector_needs_existing_topic(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    char missing[96];
+    it_unique_name("disp-missing", missing, sizeof(missing));
+    cf_dispatcher_config cfg = {.brokers = it_brokers(), .result_topic = missing, .collect_results = true};
+    cf_dispatcher *d = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_dispatcher_new(&cfg, &d, &err), -1);
+    assert_null(d);
+    assert_int_equal(err.code, CF_E_KAFKA);
+    assert_non_null(strstr(err.msg, missing));
+}
+
+static void test_submit_reads_back(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-submit", 3);
+    cf_dispatcher *d = plain_dispatcher(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_PYTHON, "print('hi')");
+    static const char *env_allow[] = {"HOME"};
+    req.policy.timeout_us = 2 * SEC;
+    req.policy.memory_bytes = 64 << 20;
+    req.policy.network = CF_NET_DISABLED;
+    req.policy.env_allow = calloc(1, sizeof(char *));
+    req.policy.env_allow[0] = strdup(env_allow[0]);
+    req.policy.n_env_allow = 1;
+    req.policy.env_allow_set = true;
+    cf_error err;
+    cf_error_clear(&err);
+    int64_t before = cf_now_us();
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    assert_int_equal(req.created_us, 0); /* the caller's struct is not modified */
+    assert_int_equal(cf_dispatcher_flush(d, 10 * SEC, &err), 0);
+
+    it_message *m = it_consume_first(t.requests, 15000);
+    assert_non_null(m);
+    assert_string_equal(m->key, req.id); /* no workspace: keyed by id */
+    cf_request got = {0};
+    if (cf_request_decode(m->payload, m->len, NULL, &got, &err) < 0)
+        fail_msg("decode: %s", err.msg);
+    assert_string_equal(got.id, req.id);
+    assert_int_equal(got.language, CF_LANG_PYTHON);
+    assert_int_equal(got.code.len, req.code.len);
+    assert_memory_equal(got.code.data, req.code.data, req.code.len);
+    assert_int_equal(got.policy.timeout_us, 2 * SEC);
+    assert_int_equal(got.policy.memory_bytes, 64 << 20);
+    assert_int_equal(got.policy.network, CF_NET_DISABLED);
+    assert_true(got.policy.env_allow_set);
+    assert_int_equal(got.policy.n_env_allow, 1);
+    assert_string_equal(got.policy.env_allow[0], "HOME");
+    assert_true(got.created_us >= before && got.created_us <= cf_now_us());
+    cf_request_clear(&got);
+    it_message_free(m);
+
+    cf_dispatcher_stats st;
+    cf_dispatcher_get_stats(d, &st);
+    assert_int_equal(st.submitted, 1);
+    assert_int_equal(st.delivery_failed, 0);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+}
+
+static void test_submit_keyed_by_workspace(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-ws", 1);
+    cf_dispatcher *d = plain_dispatcher(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "echo hi");
+    req.workspace = strdup("ws-42");
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    assert_int_equal(cf_dispatcher_flush(d, 10 * SEC, &err), 0);
+    it_message *m = it_consume_first(t.requests, 15000);
+    assert_non_null(m);
+    assert_string_equal(m->key, "ws-42");
+    it_message_free(m);
+    /* An invalid id is refused locally. */
+    free(req.id);
+    req.id = strdup("has space");
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), -1);
+    assert_int_equal(err.code, CF_E_INVALID);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+}
+
+static void test_result_before_wait_is_kept(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-early", 3);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    produce_result(d, &t, "early-1", CF_STATUS_SUCCESS, "early bird\n");
+    /* Let the collector read it well before anyone waits. */
+    cf_dispatcher_stats st = {0};
+    for (int i = 0; i < 100 && st.results_pending == 0; i++) {
+        usleep(50000);
+        cf_dispatcher_get_stats(d, &st);
+    }
+    assert_int_equal(st.results_pending, 1);
+
+    cf_result res = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_wait(d, "early-1", 5 * SEC, &res, &err) < 0)
+        fail_msg("wait: %s", err.msg);
+    assert_string_equal(res.id, "early-1");
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_int_equal(res.wall_time_us, 4321);
+    assert_int_equal(res.stdout_data.len, strlen("early bird\n"));
+    assert_memory_equal(res.stdout_data.data, "early bird\n", res.stdout_data.len);
+    cf_result_clear(&res);
+    /* Taken: a second wait does not find it again. */
+    cf_dispatcher_get_stats(d, &st);
+    assert_int_equal(st.results_pending, 0);
+    assert_int_equal(cf_dispatcher_wait(d, "early-1", 200000, &res, &err), -1);
+    assert_int_equal(err.code, CF_E_TIMEOUT);
+    cf_dispatcher_destroy(d);
+}
+
+static void test_wait_picks_its_id(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-block", 2);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_dispatcher *p = plain_dispatcher(&t);
+    /* Results for other ids first, then ours: wait picks the right one and
+     * wait_any hands out the others in arrival order. */
+    produce_result(p, &t, "other-1", CF_STATUS_FAILED, "");
+    produce_result(p, &t, "mine-1", CF_STATUS_TIMEOUT, "");
+    produce_result(p, &t, "other-2", CF_STATUS_SUCCESS, "");
+    cf_result res = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_wait(d, "mine-1", 10 * SEC, &res, &err) < 0)
+        fail_msg("wait: %s", err.msg);
+    assert_int_equal(res.status, CF_STATUS_TIMEOUT);
+    int64_t rcv = 0;
+    assert_int_equal(cf_dispatcher_wait_any(d, 10 * SEC, &res, &rcv, &err), 0);
+    assert_string_equal(res.id, "other-1");
+    assert_true(rcv > 0 && rcv <= cf_mono_us());
+    assert_int_equal(cf_dispatcher_wait_any(d, 10 * SEC, &res, NULL, &err), 0);
+    assert_string_equal(res.id, "other-2");
+    cf_result_clear(&res);
+    cf_dispatcher_destroy(p);
+    cf_dispatcher_destroy(d);
+}
+
+static void test_wait_since_finds_older_result(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-since", 3);
+    cf_dispatcher *p = plain_dispatcher(&t);
+    int64_t t0 = cf_now_us();
+    produce_result(p, &t, "old-1", CF_STATUS_REJECTED, "");
+    produce_garbage(p, &t, "old-2"); /* same key as the next, undecodable */
+    produce_result(p, &t, "old-2", CF_STATUS_SUCCESS, "second\n");
+    cf_dispatcher_destroy(p);
+
+    /* A different dispatcher, created after the results were written. */
+    cf_dispatcher *d = plain_dispatcher(&t);
+    cf_result res = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_wait_since(d, "old-1", t0 - 60 * SEC, 10 * SEC, &res, &err) < 0)
+        fail_msg("wait_since: %s", err.msg);
+    assert_string_equal(res.id, "old-1");
+    assert_int_equal(res.status, CF_STATUS_REJECTED);
+    if (cf_dispatcher_wait_since(d, "old-2", t0 - 60 * SEC, 10 * SEC, &res, &err) < 0)
+        fail_msg("wait_since: %s", err.msg);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_memory_equal(res.stdout_data.data, "second\n", 7);
+    cf_result_clear(&res);
+    /* A since after every message: nothing older is considered. */
+    assert_int_equal(cf_dispatcher_wait_since(d, "old-1", cf_now_us() + 1000000, 500000, &res, &err), -1);
+    assert_int_equal(err.code, CF_E_TIMEOUT);
+    cf_dispatcher_destroy(d);
+}
+
+static void test_wait_times_out(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-tmo", 1);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_result res = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(cf_dispatcher_wait(d, "never", 300000, &res, &err), -1);
+    int64_t took = cf_mono_us() - t0;
+    assert_int_equal(err.code, CF_E_TIMEOUT);
+    assert_true(err.retriable);
+    assert_true(took >= 300000);
+    assert_true(took < 3 * SEC);
+    assert_null(res.id);
+    assert_int_equal(cf_dispatcher_wait_since(d, "never", cf_now_us() - SEC, 300000, &res, &err), -1);
+    assert_int_equal(err.code, CF_E_TIMEOUT);
+    /* Waiting without a collector is a usage error, not a hang. */
+    cf_dispatcher *p = plain_dispatcher(&t);
+    assert_int_equal(cf_dispatcher_wait(p, "never", 300000, &res, &err), -1);
+    assert_int_equal(err.code, CF_E_INVALID);
+    cf_dispatcher_destroy(p);
+    cf_dispatcher_destroy(d);
+}
+
+static void test_malformed_result_skipped(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-bad", 1);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    produce_garbage(d, &t, "bad-1");
+    produce_result(d, &t, "good-1", CF_STATUS_SUCCESS, "ok\n");
+    cf_result res = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_wait(d, "good-1", 10 * SEC, &res, &err) < 0)
+        fail_msg("wait: %s", err.msg);
+    assert_string_equal(res.id, "good-1");
+    cf_result_clear(&res);
+    cf_dispatcher_stats st;
+    cf_dispatcher_get_stats(d, &st);
+    assert_int_equal(st.results_malformed, 2);
+    assert_int_equal(st.results_seen, 1);
+    /* The garbage's key is not a result. */
+    assert_int_equal(cf_dispatcher_wait(d, "bad-1", 200000, &res, &err), -1);
+    assert_int_equal(err.code, CF_E_TIMEOUT);
+    cf_dispatcher_destroy(d);
+}
+
+static void test_collector_bound_evicts_oldest(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-evict", 1);
+    cf_dispatcher_config cfg = {
+        .brokers = it_brokers(),
+        .request_topic = t.requests,
+        .result_topic = t.results,
+        .collect_results = true,
+        .max_pending = 2,
+    };
+    cf_dispatcher *d = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_dispatcher_new(&cfg, &d, &err), 0);
+    produce_result(d, &t, "e-1", CF_STATUS_SUCCESS, "");
+    produce_result(d, &t, "e-2", CF_STATUS_SUCCESS, "");
+    produce_result(d, &t, "e-3", CF_STATUS_SUCCESS, "");
+    cf_result res = {0};
+    assert_int_equal(cf_dispatcher_wait(d, "e-3", 10 * SEC, &res, &err), 0);
+    assert_int_equal(cf_dispatcher_wait(d, "e-2", SEC, &res, &err), 0);
+    assert_int_equal(cf_dispatcher_wait(d, "e-1", 200000, &res, &err), -1); /* evicted */
+    cf_dispatcher_stats st;
+    cf_dispatcher_get_stats(d, &st);
+    assert_int_equal(st.results_evicted, 1);
+    cf_result_clear(&res);
+    cf_dispatcher_destroy(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_topics_create_idempotent),
+        cmocka_unit_test(test_collector_needs_existing_topic),
+        cmocka_unit_test(test_submit_reads_back),
+        cmocka_unit_test(test_submit_keyed_by_workspace),
+        cmocka_unit_test(test_result_before_wait_is_kept),
+        cmocka_unit_test(test_wait_picks_its_id),
+        cmocka_unit_test(test_wait_since_finds_older_result),
+        cmocka_unit_test(test_wait_times_out),
+        cmocka_unit_test(test_malformed_result_skipped),
+        cmocka_unit_test(test_collector_bound_evicts_oldest),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
