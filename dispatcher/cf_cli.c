@@ -917,6 +917,13 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
     if (res->workspace_revision || res->workspace_conflict)
         fprintf(out, "workspace: revision %" PRId64 "%s, %zu changed path(s)\n", res->workspace_revision,
                 res->workspace_conflict ? " (conflict)" : "", res->n_changed_paths);
+    if (res->output.len) {
+        json_t *j = cf_msgpack_to_json(res->output.data, res->output.len, NULL);
+        char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY) : NULL;
+        fprintf(out, "output:   %s\n", s ? s : "(not representable as JSON; use --json)");
+        free(s);
+        json_decref(j);
+    }
     print_stream(out, "stdout", &res->stdout_data, res->stdout_truncated);
     print_stream(out, "stderr", &res->stderr_data, res->stderr_truncated);
 }

@@ -557,6 +557,21 @@ static int start_collector(cf_dispatcher *d, cf_error *err)
     return 0;
 }
 
+/* librdkafka holds the first message for a topic whose metadata it has not
+ * seen yet and, with linger.ms=0, sends it only at the broker thread's next
+ * periodic wake-up (about 1 s later).  Asking for the topic's metadata up
+ * front takes that second off the first submit. */
+static void warm_topic_metadata(rd_kafka_t *rk, const char *topic)
+{
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    if (!rkt)
+        return;
+    const struct rd_kafka_metadata *md = NULL;
+    if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+}
+
 int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_error *err)
 {
     *out = NULL;
@@ -617,6 +632,7 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
     }
     if (cfg->collect_results && start_collector(d, err) < 0)
         goto fail;
+    warm_topic_metadata(d->producer, d->request_topic);
     *out = d;
     return 0;
 fail:

@@ -728,7 +728,9 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char client_id[200];
     snprintf(client_id, sizeof(client_id), "codefleet-worker-%s%s", w->worker_id, consumer ? "" : "-producer");
-    if (conf_set(conf, "bootstrap.servers", c->brokers, err) < 0 || conf_set(conf, "client.id", client_id, err) < 0)
+    if (conf_set(conf, "bootstrap.servers", c->brokers, err) < 0 || conf_set(conf, "client.id", client_id, err) < 0 ||
+        /* Small request/response exchanges: Nagle would only add delay. */
+        conf_set(conf, "socket.nagle.disable", "true", err) < 0)
         goto fail;
     if (consumer) {
         /* Offsets are stored by us after delivery, committed by the
@@ -771,6 +773,24 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
 fail:
     rd_kafka_conf_destroy(conf);
     return NULL;
+}
+
+/* librdkafka holds the first message for a topic whose metadata it has not
+ * seen and, with linger.ms=0, sends it at the broker thread's next periodic
+ * wake-up (about 1 s later): fetching the metadata at start-up takes that
+ * second off the first result. */
+static void warm_topic_metadata(rd_kafka_t *rk, const char *topic)
+{
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    if (!rkt)
+        return;
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, 5000);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_metadata_destroy(md);
+    else
+        cf_log_warn("kafka", "metadata of %s: %s", topic, rd_kafka_err2str(e));
+    rd_kafka_topic_destroy(rkt);
 }
 
 int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
@@ -830,6 +850,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         cf_error_set(err, CF_E_KAFKA, "creating producer: %s", errstr);
         goto fail;
     }
+    warm_topic_metadata(w->producer, cfg->result_topic);
+    warm_topic_metadata(w->producer, cfg->dlq_topic);
     rd_kafka_conf_t *cconf = kafka_conf_new(w, true, err);
     if (!cconf)
         goto fail;
@@ -878,11 +900,15 @@ static void serve(cf_worker *w)
     rd_kafka_poll(w->producer, 0);
     drain_abandoned(w);
     if (!w->stopping) {
-        size_t cap = (size_t)(w->cfg->slots + w->cfg->prefetch);
+        /* Hysteresis: a resumed partition takes up to ~100 ms to deliver
+         * again in librdkafka 2.0.2, so resume once half the prefetch is
+         * used up rather than at the first free place. */
+        size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
+        size_t low = (size_t)(w->cfg->slots + w->cfg->prefetch / 2);
         size_t pending = cf_exec_pool_pending(w->pool);
-        if (!w->paused_all && pending >= cap)
+        if (!w->paused_all && pending >= high)
             set_paused(w, true);
-        else if (w->paused_all && pending < cap)
+        else if (w->paused_all && pending <= low)
             set_paused(w, false);
     }
     store_offsets(w);

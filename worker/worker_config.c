@@ -24,8 +24,9 @@ static const cf_conf_prop worker_props[] = {
      "Dead-letter topic for messages that cannot be answered (no readable id).", NULL},
     {"slots", CF_CONF_INT, OFF(slots), 1, 256, "2", NULL,
      "Executions run concurrently by this worker.", NULL},
-    {"prefetch", CF_CONF_INT, OFF(prefetch), 0, 4096, "4", NULL,
-     "Requests held beyond the busy slots before the worker pauses its partitions.", NULL},
+    {"prefetch", CF_CONF_INT, OFF(prefetch), 0, 4096, "32", NULL,
+     "Requests held beyond the busy slots before the worker pauses its partitions; it "
+     "resumes them when half of these are used up.  Held requests are not committed.", NULL},
     {"backends", CF_CONF_STRING, OFF(backends), 0, 256, "process", NULL,
      "Enabled backends, comma-separated; the first is used when a request names none.", NULL},
     {"work-root", CF_CONF_STRING, OFF(work_root), 0, 1024, "/tmp", NULL,
