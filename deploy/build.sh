@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Configures and builds codefleet with CMake + Ninja.
+#
+# Usage: deploy/build.sh [--sanitize] [--jobs N]
+#   (default)     RelWithDebInfo build in <repo>/build
+#   --sanitize    ASan + UBSan (-DCF_SANITIZE=ON, Debug) in <repo>/build-asan
+#   --jobs N      parallel compile jobs (default: number of CPUs)
+# Environment: CODEFLEET_CMAKE_ARGS  extra arguments for cmake (word-split).
+set -euo pipefail
+# shellcheck source=deploy/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+sanitize=0
+jobs=$(nproc 2>/dev/null || echo 2)
+while (($#)); do
+    case $1 in
+    --sanitize) sanitize=1 ;;
+    --jobs)
+        (($# >= 2)) || cf_die "--jobs needs a number"
+        jobs=$2
+        shift
+        ;;
+    --jobs=*) jobs=${1#--jobs=} ;;
+    -h | --help)
+        sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *) cf_die "unknown argument '$1' (see --help)" ;;
+    esac
+    shift
+done
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || cf_die "--jobs must be a positive number"
+
+if ((sanitize)); then
+    dir=$CF_REPO/build-asan
+    args=(-DCMAKE_BUILD_TYPE=Debug -DCF_SANITIZE=ON)
+else
+    dir=$CF_REPO/build
+    args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCF_SANITIZE=OFF)
+fi
+# shellcheck disable=SC2206 # word splitting is the documented interface
+[[ -n ${CODEFLEET_CMAKE_ARGS:-} ]] && args+=($CODEFLEET_CMAKE_ARGS)
+
+# A directory configured with another generator cannot be reused by Ninja.
+if [[ -f $dir/CMakeCache.txt ]] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$dir/CMakeCache.txt"; then
+    cf_log "$dir was configured with another generator: reconfiguring from scratch"
+    rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
+fi
+
+cmake -S "$CF_REPO" -B "$dir" -G Ninja "${args[@]}" >/dev/null </dev/null ||
+    cf_die "cmake configure failed (run: cmake -S $CF_REPO -B $dir -G Ninja ${args[*]})"
+ninja -C "$dir" -j "$jobs" </dev/null
+cf_log "built in $dir"

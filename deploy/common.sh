@@ -1,0 +1,32 @@
+# shellcheck shell=bash disable=SC2034 # the variables are used by the sourcing scripts
+# Shared settings for the deploy/ scripts (sourced, never run).
+#
+# Everything is overridable from the environment; nothing here prompts.
+
+CF_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CF_KAFKA_VERSION=3.9.1
+CF_CACHE=${CODEFLEET_CACHE:-${HOME:-/root}/.cache/codefleet}
+CF_KAFKA_HOME=$CF_CACHE/kafka-$CF_KAFKA_VERSION
+CF_KAFKA_LIBS=$CF_KAFKA_HOME/libs
+CF_KAFKA_STAMP=$CF_KAFKA_HOME/.complete
+
+cf_log() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
+cf_die() {
+    cf_log "error: $*"
+    exit 1
+}
+
+# True when something accepts TCP connections on 127.0.0.1:$1.
+cf_port_busy() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# True when $1 is a live process whose command line contains $2: pid files
+# can outlive their process, and pids get reused.
+cf_pid_matches() {
+    local pid=$1 marker=$2 cmdline
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    [[ -r /proc/$pid/cmdline ]] || return 1
+    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    [[ -n $cmdline && $cmdline == *"$marker"* ]]
+}

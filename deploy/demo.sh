@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: install what is needed, build, bring up
+# the local stack (Kafka broker, Redis, workers) and run a demo that submits
+# requests in each language, including one that times out and one that is
+# rejected, and prints the results.  The stack keeps running afterwards:
+# `deploy/stack.sh down` stops it (or run this with --down).
+#
+#   deploy/demo.sh [--workers N] [--down]
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=deploy/common.sh
+source "$here/common.sh"
+
+workers=2
+stop_after=0
+while (($#)); do
+    case $1 in
+    --workers) workers=$2; shift 2 ;;
+    --down) stop_after=1; shift ;;
+    -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) cf_die "unknown argument: $1" ;;
+    esac
+done
+
+"$here/install.sh"
+"$here/build.sh"
+"$here/stack.sh" up --workers "$workers"
+eval "$("$here/stack.sh" env)"
+if ((stop_after)); then
+    trap '"$here/stack.sh" down' EXIT
+fi
+
+cli=${CODEFLEET_BIN:-$CF_REPO/build/dispatcher}/codefleet
+[[ -x $cli ]] || cli=$CF_REPO/build/dispatcher/codefleet
+failures=0
+
+# expect WANT_EXIT TITLE -- codefleet arguments...
+expect() {
+    local want=$1 title=$2
+    shift 3
+    printf '\n\033[1m=== %s\033[0m\n$ codefleet %s\n' "$title" "$*"
+    local rc=0
+    "$cli" "$@" || rc=$?
+    if ((rc != want)); then
+        printf '!!! expected exit code %d, got %d\n' "$want" "$rc"
+        failures=$((failures + 1))
+    fi
+}
+
+expect 0 "shell" -- submit -l shell --code 'echo "hello from $(basename "$0") in $PWD"; echo "to stderr" >&2'
+expect 0 "python, with structured input and output" -- submit -l python --input '{"numbers": [3, 1, 2]}' --code '
+import json, os
+data = json.load(open(os.environ["CODEFLEET_INPUT"]))
+result = {"sorted": sorted(data["numbers"]), "sum": sum(data["numbers"])}
+json.dump(result, open(os.environ["CODEFLEET_OUTPUT"], "w"))
+print("sorted", result["sorted"])'
+expect 0 "javascript" -- submit -l javascript --code 'const fib = n => n < 2 ? n : fib(n - 1) + fib(n - 2); console.log("fib(20) =", fib(20));'
+hello=$(mktemp /tmp/codefleet-demo-XXXXXX.txt)
+printf 'file content\n' >"$hello"
+expect 0 "command (argv), with a file placed in the work directory" -- \
+    submit --file "data/hello.txt=$hello" -- /bin/cat data/hello.txt
+rm -f "$hello"
+expect 1 "a program that fails" -- submit -l python --code 'import sys; print("bad input", file=sys.stderr); sys.exit(4)'
+expect 1 "a program that times out (1s wall clock)" -- submit -l python --timeout-exec 1s --code 'while True: pass'
+expect 3 "rejected: the process backend cannot take the network away" -- \
+    submit -l shell --network disabled --code 'echo this never runs'
+expect 3 "rejected: deadline already passed" -- submit -l shell --deadline 1ms --code 'echo too late'
+
+batch=$(mktemp /tmp/codefleet-demo-XXXXXX.jsonl)
+for i in $(seq 1 50); do
+    printf '{"language":"shell","code":"echo request %d"}\n' "$i"
+done >"$batch"
+expect 0 "batch of 50 requests across the workers" -- batch "$batch"
+rm -f "$batch"
+
+echo
+if ((failures)); then
+    echo "demo: $failures step(s) did not behave as expected"
+    exit 1
+fi
+echo "demo: every step behaved as expected."
+if ((!stop_after)); then
+    echo "The stack is still running: 'deploy/stack.sh status', 'deploy/stack.sh down'."
+    echo "Try: eval \"\$(deploy/stack.sh env)\"; build/dispatcher/codefleet submit -l python --code 'print(42)'"
+fi

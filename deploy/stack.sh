@@ -1,0 +1,484 @@
+#!/usr/bin/env bash
+# The local codefleet stack: a single-node KRaft Kafka broker, Redis and N
+# workers, all on 127.0.0.1, with state, logs and pid files in one directory.
+#
+# Usage:
+#   deploy/stack.sh up [--workers N] [--no-topics]
+#   deploy/stack.sh down [--purge]      (--purge also deletes the state dir)
+#   deploy/stack.sh status              (exit 3 if Kafka or Redis is not running)
+#   deploy/stack.sh env                 (export lines, for: eval "$(deploy/stack.sh env)")
+#
+# Environment (default):
+#   CODEFLEET_STATE                state dir (<repo>/.stack)
+#   CODEFLEET_KAFKA_PORT           broker port (19092); the controller uses port+1
+#   CODEFLEET_REDIS_PORT           Redis port (16379)
+#   CODEFLEET_PARTITIONS           partitions per topic (6)
+#   CODEFLEET_TOPIC_REQUESTS       codefleet.requests
+#   CODEFLEET_TOPIC_RESULTS        codefleet.results
+#   CODEFLEET_TOPIC_DLQ            codefleet.dlq
+#   CODEFLEET_TOPIC_EVENTS         codefleet.events
+#   CODEFLEET_WORKERS              workers started by `up` (2)
+#   CODEFLEET_GROUP                the workers' consumer group (codefleet)
+#   CODEFLEET_STACK_WORKER_ARGS    extra arguments for every worker (word-split)
+#   CODEFLEET_BIN                  directory holding codefleet and codefleet-worker
+#                                  (default: <repo>/build/dispatcher and <repo>/build/worker)
+#   CODEFLEET_KAFKA_START_TIMEOUT  seconds to wait for the broker (90)
+#   CODEFLEET_CACHE                where deploy/install.sh put the Kafka jars
+#
+# `up` and `down` are idempotent; nothing prompts.  Ports, topics and group
+# are recorded at `up`, so later `down`/`status`/`env` use the same ones.
+set -euo pipefail
+# shellcheck source=deploy/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+STATE=${CODEFLEET_STATE:-$CF_REPO/.stack}
+SETTINGS=$STATE/stack.env
+
+KAFKA_PORT=${CODEFLEET_KAFKA_PORT:-19092}
+REDIS_PORT=${CODEFLEET_REDIS_PORT:-16379}
+PARTITIONS=${CODEFLEET_PARTITIONS:-6}
+TOPIC_REQUESTS=${CODEFLEET_TOPIC_REQUESTS:-codefleet.requests}
+TOPIC_RESULTS=${CODEFLEET_TOPIC_RESULTS:-codefleet.results}
+TOPIC_DLQ=${CODEFLEET_TOPIC_DLQ:-codefleet.dlq}
+TOPIC_EVENTS=${CODEFLEET_TOPIC_EVENTS:-codefleet.events}
+GROUP=${CODEFLEET_GROUP:-codefleet}
+KAFKA_START_TIMEOUT=${CODEFLEET_KAFKA_START_TIMEOUT:-90}
+
+# Script-only variables share the CODEFLEET_ prefix with the programs' own
+# settings; the programs reject unknown CODEFLEET_* variables, so these are
+# removed from the environment of everything this script starts.
+SCRIPT_VARS=(CODEFLEET_STATE CODEFLEET_KAFKA_PORT CODEFLEET_REDIS_PORT CODEFLEET_PARTITIONS
+    CODEFLEET_TOPIC_REQUESTS CODEFLEET_TOPIC_RESULTS CODEFLEET_TOPIC_DLQ CODEFLEET_TOPIC_EVENTS
+    CODEFLEET_WORKERS CODEFLEET_GROUP CODEFLEET_STACK_WORKER_ARGS CODEFLEET_BIN
+    CODEFLEET_KAFKA_START_TIMEOUT CODEFLEET_CACHE)
+CLEAN_ENV=(env)
+for v in "${SCRIPT_VARS[@]}"; do CLEAN_ENV+=(-u "$v"); done
+
+KAFKA_DIR=$STATE/kafka
+REDIS_DIR=$STATE/redis
+WORKER_DIR=$STATE/workers
+
+usage() {
+    sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+
+# Reads the settings recorded by `up` (only known keys: the file is data,
+# never sourced).
+load_settings() {
+    [[ -f $SETTINGS ]] || return 0
+    local key value
+    while IFS='=' read -r key value; do
+        case $key in
+        KAFKA_PORT) KAFKA_PORT=$value ;;
+        REDIS_PORT) REDIS_PORT=$value ;;
+        PARTITIONS) PARTITIONS=$value ;;
+        TOPIC_REQUESTS) TOPIC_REQUESTS=$value ;;
+        TOPIC_RESULTS) TOPIC_RESULTS=$value ;;
+        TOPIC_DLQ) TOPIC_DLQ=$value ;;
+        TOPIC_EVENTS) TOPIC_EVENTS=$value ;;
+        GROUP) GROUP=$value ;;
+        esac
+    done <"$SETTINGS"
+}
+
+save_settings() {
+    mkdir -p "$STATE"
+    {
+        printf 'KAFKA_PORT=%s\nREDIS_PORT=%s\nPARTITIONS=%s\n' "$KAFKA_PORT" "$REDIS_PORT" "$PARTITIONS"
+        printf 'TOPIC_REQUESTS=%s\nTOPIC_RESULTS=%s\n' "$TOPIC_REQUESTS" "$TOPIC_RESULTS"
+        printf 'TOPIC_DLQ=%s\nTOPIC_EVENTS=%s\nGROUP=%s\n' "$TOPIC_DLQ" "$TOPIC_EVENTS" "$GROUP"
+    } >"$SETTINGS"
+}
+
+brokers() { printf '127.0.0.1:%s' "$KAFKA_PORT"; }
+ctrl_port() { printf '%s' $((KAFKA_PORT + 1)); }
+
+binary() { # name subdir-under-build
+    if [[ -n ${CODEFLEET_BIN:-} ]]; then
+        printf '%s/%s' "$CODEFLEET_BIN" "$1"
+    else
+        printf '%s/build/%s/%s' "$CF_REPO" "$2" "$1"
+    fi
+}
+
+read_pid() { [[ -f $1 ]] && head -c 32 "$1" | tr -dc '0-9'; }
+
+kafka_marker() { printf '%s' "$KAFKA_DIR/server.properties"; }
+kafka_running() {
+    local pid
+    pid=$(read_pid "$KAFKA_DIR/kafka.pid") && cf_pid_matches "$pid" "kafka.Kafka" &&
+        cf_pid_matches "$pid" "$(kafka_marker)"
+}
+# Redis rewrites its process title to "redis-server 127.0.0.1:PORT".
+redis_running() {
+    local pid
+    pid=$(read_pid "$REDIS_DIR/redis.pid") && cf_pid_matches "$pid" "redis-server" &&
+        cf_pid_matches "$pid" ":$REDIS_PORT"
+}
+worker_running() { # pidfile
+    local pid name
+    name=$(basename "$1" .pid)
+    pid=$(read_pid "$1") && cf_pid_matches "$pid" "codefleet-worker" && cf_pid_matches "$pid" "--worker-id $name "
+}
+
+# Starts a command detached (own session, no stdin), logging to $1, pid to $2.
+spawn() {
+    local log=$1 pidfile=$2
+    shift 2
+    # In a non-interactive shell the background child is no group leader,
+    # so setsid execs in place and $! is the final process.
+    setsid "$@" >"$log" 2>&1 </dev/null &
+    printf '%s\n' "$!" >"$pidfile"
+}
+
+# SIGTERM, wait up to $3 seconds, then SIGKILL; $2 is a function that says
+# whether the process of pid file $1 still runs.
+stop_pidfile() {
+    local pidfile=$1 check=$2 grace=$3 what=$4 pid i
+    [[ -f $pidfile ]] || return 0
+    pid=$(read_pid "$pidfile")
+    if ! "$check" "$pidfile"; then
+        rm -f "$pidfile"
+        return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < grace * 5; i++)); do
+        "$check" "$pidfile" || break
+        sleep 0.2
+    done
+    if "$check" "$pidfile"; then
+        cf_log "$what (pid $pid) ignored SIGTERM for ${grace}s: SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do
+            "$check" "$pidfile" || break
+            sleep 0.1
+        done
+    fi
+    if "$check" "$pidfile"; then
+        cf_log "error: $what (pid $pid) is still running"
+        return 1
+    fi
+    rm -f "$pidfile"
+    cf_log "stopped $what (pid $pid)"
+}
+kafka_check() { kafka_running; }
+redis_check() { redis_running; }
+worker_check() { worker_running "$1"; }
+
+write_kafka_config() {
+    mkdir -p "$KAFKA_DIR/data"
+    cat >"$KAFKA_DIR/server.properties" <<EOF
+# Generated by deploy/stack.sh: a single-node KRaft broker for development.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$(ctrl_port)
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$(ctrl_port)
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+log.dirs=$KAFKA_DIR/data
+num.partitions=1
+# One node: internal topics cannot have more than one replica.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+EOF
+    # Without an appender the broker logs nothing, and "started" never shows.
+    cat >"$KAFKA_DIR/log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.org.apache.kafka.storage.internals.log=WARN
+log4j.logger.kafka.log.LogCleaner=WARN
+EOF
+}
+
+start_kafka() {
+    if kafka_running; then
+        cf_log "kafka already running (pid $(read_pid "$KAFKA_DIR/kafka.pid")) on $(brokers)"
+        return 0
+    fi
+    [[ -f $CF_KAFKA_STAMP ]] || cf_die "Kafka jars not found in $CF_KAFKA_LIBS: run deploy/install.sh"
+    command -v java >/dev/null 2>&1 || cf_die "java not found: run deploy/install.sh"
+    local p
+    for p in "$KAFKA_PORT" "$(ctrl_port)"; do
+        ! cf_port_busy "$p" || cf_die "port $p is in use by another process (set CODEFLEET_KAFKA_PORT)"
+    done
+    write_kafka_config
+    local cp="$CF_KAFKA_LIBS/*"
+    local java_log=(-Dlog4j.configuration="file:$KAFKA_DIR/log4j.properties")
+    if [[ ! -f $KAFKA_DIR/data/meta.properties ]]; then
+        local id
+        if [[ -s $KAFKA_DIR/cluster.id ]]; then
+            id=$(<"$KAFKA_DIR/cluster.id")
+        else
+            id=$(java "${java_log[@]}" -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+            [[ $id =~ ^[A-Za-z0-9_-]{22}$ ]] || cf_die "StorageTool random-uuid returned '$id'"
+            printf '%s\n' "$id" >"$KAFKA_DIR/cluster.id"
+        fi
+        java "${java_log[@]}" -cp "$cp" kafka.tools.StorageTool format -t "$id" \
+            -c "$KAFKA_DIR/server.properties" --ignore-formatted >"$KAFKA_DIR/format.log" 2>&1 ||
+            {
+                cat "$KAFKA_DIR/format.log" >&2
+                cf_die "formatting the Kafka storage failed"
+            }
+    fi
+    cf_log "starting kafka on $(brokers) (controller $(ctrl_port)), log $KAFKA_DIR/kafka.log"
+    spawn "$KAFKA_DIR/kafka.log" "$KAFKA_DIR/kafka.pid" "${CLEAN_ENV[@]}" \
+        java -Xms256m -Xmx512m "${java_log[@]}" -cp "$cp" kafka.Kafka "$KAFKA_DIR/server.properties"
+    local deadline=$((SECONDS + KAFKA_START_TIMEOUT))
+    until grep -q 'Kafka Server started' "$KAFKA_DIR/kafka.log" 2>/dev/null; do
+        if ! kafka_running; then
+            tail -n 40 "$KAFKA_DIR/kafka.log" >&2 || true
+            cf_die "kafka exited during start-up (log above)"
+        fi
+        if ((SECONDS >= deadline)); then
+            tail -n 40 "$KAFKA_DIR/kafka.log" >&2 || true
+            stop_pidfile "$KAFKA_DIR/kafka.pid" kafka_check 10 kafka || true
+            cf_die "kafka did not start within ${KAFKA_START_TIMEOUT}s (log above)"
+        fi
+        sleep 0.5
+    done
+    cf_log "kafka started (pid $(read_pid "$KAFKA_DIR/kafka.pid"))"
+}
+
+redis_ping() { [[ $(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]; }
+
+start_redis() {
+    if redis_running; then
+        cf_log "redis already running (pid $(read_pid "$REDIS_DIR/redis.pid")) on 127.0.0.1:$REDIS_PORT"
+        return 0
+    fi
+    command -v redis-server >/dev/null 2>&1 || cf_die "redis-server not found: run deploy/install.sh"
+    ! cf_port_busy "$REDIS_PORT" || cf_die "port $REDIS_PORT is in use by another process (set CODEFLEET_REDIS_PORT)"
+    mkdir -p "$REDIS_DIR"
+    cf_log "starting redis on 127.0.0.1:$REDIS_PORT, log $REDIS_DIR/redis.log"
+    spawn "$REDIS_DIR/redis.log" "$REDIS_DIR/redis.pid" "${CLEAN_ENV[@]}" \
+        redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+        --daemonize no --dir "$REDIS_DIR" --logfile ''
+    local i
+    for ((i = 0; i < 100; i++)); do
+        redis_ping && break
+        if ! redis_running; then
+            tail -n 20 "$REDIS_DIR/redis.log" >&2 || true
+            cf_die "redis exited during start-up (log above)"
+        fi
+        sleep 0.1
+    done
+    redis_ping || cf_die "redis does not answer PING on 127.0.0.1:$REDIS_PORT"
+    cf_log "redis started (pid $(read_pid "$REDIS_DIR/redis.pid"))"
+}
+
+# Topics that already exist are left alone, so `up` can run again.
+create_topics() {
+    local cli existing missing=() t
+    cli=$(binary codefleet dispatcher)
+    existing=$(kcat -b "$(brokers)" -L -m 10 2>/dev/null | sed -n 's/^ *topic "\([^"]*\)".*/\1/p') || existing=
+    for t in "$TOPIC_REQUESTS" "$TOPIC_RESULTS" "$TOPIC_DLQ" "$TOPIC_EVENTS"; do
+        grep -qxF "$t" <<<"$existing" || missing+=("$t")
+    done
+    if ((${#missing[@]} == 0)); then
+        cf_log "topics exist"
+        return 0
+    fi
+    [[ -x $cli ]] || cf_die "$cli not found: build first (deploy/build.sh) or pass --no-topics"
+    cf_log "creating topics (${PARTITIONS} partitions): ${missing[*]}"
+    "${CLEAN_ENV[@]}" "$cli" --brokers "$(brokers)" topics create --partitions "$PARTITIONS" "${missing[@]}" </dev/null ||
+        cf_die "topic creation failed"
+}
+
+start_workers() {
+    local n=$1 worker i pidfile
+    ((n > 0)) || return 0
+    worker=$(binary codefleet-worker worker)
+    [[ -x $worker ]] || cf_die "$worker not found: build first (deploy/build.sh) or pass --workers 0"
+    mkdir -p "$WORKER_DIR"
+    local -a extra=()
+    # shellcheck disable=SC2206 # word splitting is the documented interface
+    [[ -n ${CODEFLEET_STACK_WORKER_ARGS:-} ]] && extra=($CODEFLEET_STACK_WORKER_ARGS)
+    local started=()
+    for ((i = 1; i <= n; i++)); do
+        pidfile=$WORKER_DIR/w$i.pid
+        if worker_running "$pidfile"; then
+            cf_log "worker w$i already running (pid $(read_pid "$pidfile"))"
+            continue
+        fi
+        spawn "$WORKER_DIR/w$i.log" "$pidfile" "${CLEAN_ENV[@]}" "$worker" \
+            --brokers "$(brokers)" --group "$GROUP" --worker-id "w$i" \
+            --request-topic "$TOPIC_REQUESTS" --result-topic "$TOPIC_RESULTS" --dlq-topic "$TOPIC_DLQ" \
+            "${extra[@]}"
+        started+=("$i")
+    done
+    ((${#started[@]})) || return 0
+    # A worker that rejects its flags or cannot reach the broker exits at once.
+    sleep 1
+    for i in "${started[@]}"; do
+        if ! worker_running "$WORKER_DIR/w$i.pid"; then
+            tail -n 20 "$WORKER_DIR/w$i.log" >&2 || true
+            cf_die "worker w$i exited right after start (log above: $WORKER_DIR/w$i.log)"
+        fi
+    done
+    cf_log "started ${#started[@]} worker(s), logs in $WORKER_DIR"
+}
+
+cmd_up() {
+    local workers=${CODEFLEET_WORKERS:-2} topics=1
+    while (($#)); do
+        case $1 in
+        --workers)
+            (($# >= 2)) || cf_die "--workers needs a number"
+            workers=$2
+            shift
+            ;;
+        --workers=*) workers=${1#--workers=} ;;
+        --no-topics) topics=0 ;;
+        -h | --help)
+            usage
+            return 0
+            ;;
+        *) cf_die "up: unknown argument '$1' (see --help)" ;;
+        esac
+        shift
+    done
+    is_uint "$workers" || cf_die "--workers must be a number, not '$workers'"
+    if ! is_uint "$PARTITIONS" || ((PARTITIONS == 0)); then
+        cf_die "CODEFLEET_PARTITIONS must be a positive number"
+    fi
+    if ! is_uint "$KAFKA_PORT" || ((KAFKA_PORT == 0 || KAFKA_PORT >= 65535)); then
+        cf_die "bad CODEFLEET_KAFKA_PORT '$KAFKA_PORT'"
+    fi
+    if ! is_uint "$REDIS_PORT" || ((REDIS_PORT == 0 || REDIS_PORT > 65535)); then
+        cf_die "bad CODEFLEET_REDIS_PORT '$REDIS_PORT'"
+    fi
+    is_uint "$KAFKA_START_TIMEOUT" || cf_die "bad CODEFLEET_KAFKA_START_TIMEOUT"
+
+    # A stack that is partly up keeps the settings it was started with.
+    if [[ -f $SETTINGS ]]; then
+        local want_k=$KAFKA_PORT want_r=$REDIS_PORT
+        load_settings
+        if kafka_running || redis_running; then
+            [[ $want_k == "$KAFKA_PORT" && $want_r == "$REDIS_PORT" ]] ||
+                cf_log "stack already running on ports $KAFKA_PORT/$REDIS_PORT; keeping them"
+        else
+            KAFKA_PORT=$want_k REDIS_PORT=$want_r
+            PARTITIONS=${CODEFLEET_PARTITIONS:-6}
+            TOPIC_REQUESTS=${CODEFLEET_TOPIC_REQUESTS:-codefleet.requests}
+            TOPIC_RESULTS=${CODEFLEET_TOPIC_RESULTS:-codefleet.results}
+            TOPIC_DLQ=${CODEFLEET_TOPIC_DLQ:-codefleet.dlq}
+            TOPIC_EVENTS=${CODEFLEET_TOPIC_EVENTS:-codefleet.events}
+            GROUP=${CODEFLEET_GROUP:-codefleet}
+        fi
+    fi
+    mkdir -p "$STATE"
+    save_settings
+    start_kafka
+    start_redis
+    ((topics)) && create_topics
+    start_workers "$workers"
+    cf_log "stack is up: kafka $(brokers), redis 127.0.0.1:$REDIS_PORT (eval \"\$(${0} env)\")"
+}
+
+cmd_down() {
+    local purge=0 rc=0 f
+    while (($#)); do
+        case $1 in
+        --purge) purge=1 ;;
+        *) cf_die "down: unknown argument '$1'" ;;
+        esac
+        shift
+    done
+    load_settings
+    # Workers first: they want the broker to commit offsets while stopping.
+    for f in "$WORKER_DIR"/w*.pid; do
+        [[ -e $f ]] || continue
+        stop_pidfile "$f" worker_check 20 "worker $(basename "$f" .pid)" || rc=1
+    done
+    stop_pidfile "$KAFKA_DIR/kafka.pid" kafka_check 30 kafka || rc=1
+    stop_pidfile "$REDIS_DIR/redis.pid" redis_check 10 redis || rc=1
+    ((rc == 0)) || cf_die "some processes could not be stopped"
+    if ((purge)); then
+        rm -rf "$STATE"
+        cf_log "removed $STATE"
+    fi
+}
+
+cmd_status() {
+    load_settings
+    local rc=0 f
+    if kafka_running; then
+        printf 'kafka   running  pid %-7s %s\n' "$(read_pid "$KAFKA_DIR/kafka.pid")" "$(brokers)"
+    else
+        printf 'kafka   stopped\n'
+        rc=3
+    fi
+    if redis_running; then
+        printf 'redis   running  pid %-7s 127.0.0.1:%s\n' "$(read_pid "$REDIS_DIR/redis.pid")" "$REDIS_PORT"
+    else
+        printf 'redis   stopped\n'
+        rc=3
+    fi
+    for f in "$WORKER_DIR"/w*.pid; do
+        [[ -e $f ]] || continue
+        if worker_running "$f"; then
+            printf 'worker  running  pid %-7s %s\n' "$(read_pid "$f")" "$(basename "$f" .pid)"
+        else
+            printf 'worker  stopped  %s (stale pid file)\n' "$(basename "$f" .pid)"
+        fi
+    done
+    printf 'state   %s\n' "$STATE"
+    return "$rc"
+}
+
+cmd_env() {
+    load_settings
+    local b r
+    b=$(brokers)
+    r=127.0.0.1:$REDIS_PORT
+    printf 'export %s=%q\n' \
+        CODEFLEET_BROKERS "$b" \
+        CODEFLEET_REDIS "$r" \
+        CODEFLEET_WORKER_BROKERS "$b" \
+        CODEFLEET_REQUEST_TOPIC "$TOPIC_REQUESTS" \
+        CODEFLEET_RESULT_TOPIC "$TOPIC_RESULTS" \
+        CF_TEST_BROKERS "$b" \
+        CF_TEST_REDIS "$r" \
+        CF_TEST_REDIS_HOST 127.0.0.1 \
+        CF_TEST_REDIS_PORT "$REDIS_PORT" \
+        CF_TEST_TOPIC_REQUESTS "$TOPIC_REQUESTS" \
+        CF_TEST_TOPIC_RESULTS "$TOPIC_RESULTS" \
+        CF_TEST_TOPIC_DLQ "$TOPIC_DLQ" \
+        CF_TEST_TOPIC_EVENTS "$TOPIC_EVENTS" \
+        CF_TEST_PARTITIONS "$PARTITIONS"
+}
+
+main() {
+    (($#)) || {
+        usage >&2
+        exit 2
+    }
+    local cmd=$1
+    shift
+    case $cmd in
+    up) cmd_up "$@" ;;
+    down) cmd_down "$@" ;;
+    status) cmd_status "$@" ;;
+    env) cmd_env "$@" ;;
+    -h | --help | help) usage ;;
+    *)
+        usage >&2
+        exit 2
+        ;;
+    esac
+}
+
+main "$@"

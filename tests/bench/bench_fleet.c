@@ -1,0 +1,199 @@
+/* bench_fleet: fleet-level figures through the real broker.
+ *
+ *   bench_fleet latency    --brokers B --requests T --results T [-n 200]
+ *   bench_fleet throughput --brokers B --requests T --results T [-n 2000]
+ *   bench_fleet publish    --brokers B --requests T [-n 20000]
+ *
+ * latency:    one request at a time (command /bin/true), submit -> result;
+ *             the bare fork+exec+wait of /bin/true is measured in the same
+ *             run as the anchor.
+ * throughput: n trivial requests submitted at once; requests/s from the
+ *             first submit to the last result.
+ * publish:    n requests produced and flushed; messages/s.
+ * Lines starting with RESULT are for tests/bench/run.sh to collect. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cf_dispatcher.h"
+#include "cf_util.h"
+
+#define SEC 1000000LL
+
+extern char **environ;
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int64_t pct(int64_t *v, int n, double p)
+{
+    return v[(int)(p * (n - 1) + 0.5)];
+}
+
+static int64_t bare_median(int n)
+{
+    int64_t *v = calloc((size_t)n, sizeof(int64_t));
+    for (int i = 0; i < n; i++) {
+        int64_t t0 = cf_mono_us();
+        pid_t pid = fork();
+        if (pid == 0) {
+            char *const argv[] = {(char *)"/bin/true", NULL};
+            execve("/bin/true", argv, environ);
+            _exit(127);
+        }
+        int st;
+        waitpid(pid, &st, 0);
+        v[i] = cf_mono_us() - t0;
+    }
+    qsort(v, (size_t)n, sizeof(int64_t), cmp_i64);
+    int64_t m = pct(v, n, 0.5);
+    free(v);
+    return m;
+}
+
+static void trivial_request(cf_request *req, char *av[2])
+{
+    memset(req, 0, sizeof(*req));
+    av[0] = (char *)"/bin/true";
+    av[1] = NULL;
+    req->language = CF_LANG_COMMAND;
+    req->argv = av;
+    req->argc = 1;
+}
+
+static void die(const char *what, const cf_error *err)
+{
+    fprintf(stderr, "bench_fleet: %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_fleet latency|throughput|publish --brokers B --requests T --results T [-n N]\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    const char *brokers = "127.0.0.1:19092", *requests = "codefleet.requests", *results = "codefleet.results";
+    int n = 0;
+    static const struct option opts[] = {{"brokers", required_argument, NULL, 'b'},
+                                         {"requests", required_argument, NULL, 'q'},
+                                         {"results", required_argument, NULL, 'r'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "n:", opts, NULL)) != -1) {
+        switch (c) {
+        case 'b': brokers = optarg; break;
+        case 'q': requests = optarg; break;
+        case 'r': results = optarg; break;
+        case 'n': n = (int)strtol(optarg, NULL, 10); break;
+        default: return 2;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+    bool publish = strcmp(mode, "publish") == 0;
+    cf_dispatcher_config cfg = {
+        .brokers = brokers, .request_topic = requests, .result_topic = results, .collect_results = !publish};
+    cf_dispatcher *d = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_new(&cfg, &d, &err) < 0)
+        die("dispatcher", &err);
+    char *av[2];
+    cf_request req;
+    char id[64];
+
+    if (strcmp(mode, "latency") == 0) {
+        n = n ? n : 200;
+        /* Warm the path (connections, partition leaders, the worker's caches). */
+        for (int i = 0; i < 200; i++) {
+            trivial_request(&req, av);
+            cf_dispatcher_new_id(id, sizeof(id), NULL);
+            req.id = id;
+            if (cf_dispatcher_submit(d, &req, &err) < 0)
+                die("submit", &err);
+            cf_result res = {0};
+            if (cf_dispatcher_wait(d, id, 30 * SEC, &res, &err) < 0)
+                die("wait", &err);
+            cf_result_clear(&res);
+        }
+        int64_t *lat = calloc((size_t)n, sizeof(int64_t));
+        for (int i = 0; i < n; i++) {
+            trivial_request(&req, av);
+            cf_dispatcher_new_id(id, sizeof(id), NULL);
+            req.id = id;
+            int64_t t0 = cf_mono_us();
+            if (cf_dispatcher_submit(d, &req, &err) < 0)
+                die("submit", &err);
+            cf_result res = {0};
+            if (cf_dispatcher_wait(d, id, 30 * SEC, &res, &err) < 0)
+                die("wait", &err);
+            lat[i] = cf_mono_us() - t0;
+            if (res.status != CF_STATUS_SUCCESS) {
+                fprintf(stderr, "bench_fleet: request failed: %s %s\n", cf_status_name(res.status),
+                        res.reason ? res.reason : "");
+                return 1;
+            }
+            cf_result_clear(&res);
+        }
+        qsort(lat, (size_t)n, sizeof(int64_t), cmp_i64);
+        int64_t bare = bare_median(300);
+        int64_t p50 = pct(lat, n, 0.5), p99 = pct(lat, n, 0.99);
+        printf("end-to-end n=%d p50=%lldus p90=%lldus p99=%lldus max=%lldus; bare fork+exec median=%lldus\n", n,
+               (long long)p50, (long long)pct(lat, n, 0.9), (long long)p99, (long long)lat[n - 1], (long long)bare);
+        printf("RESULT e2e_latency p50_us=%lld p99_us=%lld bare_us=%lld p50_minus_bare_us=%lld p50_ratio=%.1f\n",
+               (long long)p50, (long long)p99, (long long)bare, (long long)(p50 - bare), (double)p50 / (double)bare);
+        free(lat);
+    } else if (strcmp(mode, "throughput") == 0) {
+        n = n ? n : 2000;
+        char (*ids)[64] = calloc((size_t)n, 64);
+        int64_t t0 = cf_mono_us();
+        for (int i = 0; i < n; i++) {
+            trivial_request(&req, av);
+            cf_dispatcher_new_id(ids[i], 64, NULL);
+            req.id = ids[i];
+            if (cf_dispatcher_submit(d, &req, &err) < 0)
+                die("submit", &err);
+        }
+        int ok = 0;
+        for (int i = 0; i < n; i++) {
+            cf_result res = {0};
+            if (cf_dispatcher_wait_any(d, 120 * SEC, &res, NULL, &err) < 0)
+                die("wait", &err);
+            ok += res.status == CF_STATUS_SUCCESS;
+            cf_result_clear(&res);
+        }
+        int64_t dt = cf_mono_us() - t0;
+        printf("throughput n=%d in %.3fs: %.0f requests/s (%d success)\n", n, dt / 1e6, n / (dt / 1e6), ok);
+        printf("RESULT throughput requests_per_s=%.0f n=%d success=%d\n", n / (dt / 1e6), n, ok);
+        free(ids);
+    } else if (publish) {
+        n = n ? n : 20000;
+        int64_t t0 = cf_mono_us();
+        for (int i = 0; i < n; i++) {
+            trivial_request(&req, av);
+            cf_dispatcher_new_id(id, sizeof(id), NULL);
+            req.id = id;
+            if (cf_dispatcher_submit(d, &req, &err) < 0)
+                die("submit", &err);
+        }
+        if (cf_dispatcher_flush(d, 120 * SEC, &err) < 0)
+            die("flush", &err);
+        int64_t dt = cf_mono_us() - t0;
+        printf("publish n=%d in %.3fs: %.0f requests/s (acknowledged)\n", n, dt / 1e6, n / (dt / 1e6));
+        printf("RESULT publish requests_per_s=%.0f n=%d\n", n / (dt / 1e6), n);
+    } else {
+        fprintf(stderr, "bench_fleet: unknown mode %s\n", mode);
+        return 2;
+    }
+    cf_dispatcher_destroy(d);
+    return 0;
+}

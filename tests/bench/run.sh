@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Benchmarks of the foundation, in one run on this machine, each figure next
+# to an anchor measured in the same run (see BENCHMARKS.md for the numbers
+# and how to read them).
+#
+#   tests/bench/run.sh [--quick]
+#
+#   1. process backend per-execution cost vs bare fork+exec+wait (/bin/true)
+#   2. end-to-end latency (p50, p99) of a trivial request through Kafka with
+#      one idle worker, vs the bare execution
+#   3. throughput of trivial requests with 1 and with 2 workers
+#   4. dispatcher publish rate (produced and acknowledged)
+#   5. idle worker RSS
+# Uses its own stack (state dir .stack-bench, ports 19292/16579) so it never
+# disturbs a development or test stack, and stops it at the end.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+exec </dev/null
+
+quick=0
+[[ ${1:-} == --quick ]] && quick=1
+n_exec=500 n_lat=300 n_thr=3000 n_pub=20000
+((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000
+
+export CODEFLEET_STATE=$repo/.stack-bench
+export CODEFLEET_KAFKA_PORT=19292
+export CODEFLEET_REDIS_PORT=16579
+brokers=127.0.0.1:$CODEFLEET_KAFKA_PORT
+
+deploy/install.sh
+deploy/build.sh
+bin=$repo/build
+deploy/stack.sh up --workers 0 --no-topics
+workers=()
+cleanup() {
+    for pid in "${workers[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${workers[@]}"; do wait "$pid" 2>/dev/null || true; done
+    deploy/stack.sh down >/dev/null || true
+}
+trap cleanup EXIT
+
+results=()
+collect() { # prints the tool's output and keeps its RESULT lines
+    local line
+    while IFS= read -r line; do
+        printf '%s\n' "$line"
+        [[ $line == RESULT* ]] && results+=("${line#RESULT }")
+    done
+}
+
+echo "== 1. process backend vs bare fork+exec ($n_exec interleaved iterations)"
+collect < <("$bin/tests/bench_exec" --backend process --iterations "$n_exec")
+
+run=$(date +%s)
+topics() { # name partitions
+    "$bin/dispatcher/codefleet" --brokers "$brokers" topics create --partitions "$2" "$1.req" "$1.res" "$1.dlq" >/dev/null
+}
+start_worker() { # topics-prefix id
+    env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
+        "$bin/worker/codefleet-worker" --brokers "$brokers" --group "bench-$1" --worker-id "$2" \
+        --request-topic "$1.req" --result-topic "$1.res" --dlq-topic "$1.dlq" --log-level warn \
+        >"$CODEFLEET_STATE/$2.log" 2>&1 &
+    workers+=($!)
+    sleep 3 # join the group
+}
+
+echo
+echo "== 2. end-to-end latency, one idle worker ($n_lat sequential requests)"
+t=bench-lat-$run
+topics "$t" 1
+start_worker "$t" lat-w1
+# A freshly started broker JIT-compiles its hot paths during the first few
+# thousand requests: warm it up so the figures describe steady state.
+"$bin/tests/bench_fleet" throughput --brokers "$brokers" --requests "$t.req" --results "$t.res" -n 2000 >/dev/null
+collect < <("$bin/tests/bench_fleet" latency --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_lat")
+
+echo
+echo "== 5. idle worker RSS"
+sleep 2
+rss_kb=$(awk '/^VmRSS:/ {print $2}' "/proc/${workers[0]}/status")
+echo "idle worker RSS: ${rss_kb} kB"
+results+=("worker_idle_rss kb=$rss_kb")
+
+for n_workers in 1 2; do
+    echo
+    echo "== 3. throughput with $n_workers worker(s), $n_thr trivial requests, 2 slots each"
+    t=bench-thr$n_workers-$run
+    topics "$t" 6
+    for i in $(seq 1 "$n_workers"); do start_worker "$t" "thr$n_workers-w$i"; done
+    collect < <("$bin/tests/bench_fleet" throughput --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_thr" |
+        sed "s/^RESULT throughput /RESULT throughput workers=$n_workers /")
+done
+
+echo
+echo "== 4. dispatcher publish rate ($n_pub requests)"
+t=bench-pub-$run
+topics "$t" 6
+collect < <("$bin/tests/bench_fleet" publish --brokers "$brokers" --requests "$t.req" -n "$n_pub")
+
+echo
+echo "== summary ($(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ))"
+printf '  %s\n' "${results[@]}"

@@ -1,0 +1,380 @@
+/* The fleet end to end on the real broker: real codefleet-worker processes,
+ * the dispatcher library, unique topics per test. */
+#include "it_support.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cf_util.h"
+
+#define SEC 1000000LL
+
+static void check_result(const cf_result *res, cf_status want, const char *what)
+{
+    if (res->status != want) {
+        fail_msg("%s: status %s (want %s), reason: %s, stderr: %.*s", what, cf_status_name(res->status),
+                 cf_status_name(want), res->reason ? res->reason : "-", (int)res->stderr_data.len,
+                 res->stderr_data.data ? (const char *)res->stderr_data.data : "");
+    }
+}
+
+static bool stdout_is(const cf_result *res, const char *want)
+{
+    size_t n = strlen(want);
+    return res->stdout_data.len == n && memcmp(res->stdout_data.data, want, n) == 0;
+}
+
+/* One request per language, plus a timeout and a rejection. */
+static void each_language_through_the_fleet(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "lang", 3);
+    it_worker w;
+    it_worker_start(&w, &t, "lang-w1", NULL);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+
+    struct {
+        cf_language lang;
+        const char *code;
+        const char *want;
+    } cases[] = {
+        {CF_LANG_SHELL, "echo hello from sh", "hello from sh\n"},
+        {CF_LANG_PYTHON, "import sys; print('py', sys.version_info[0])", "py 3\n"},
+        {CF_LANG_JAVASCRIPT, "console.log('js', 1 + 1)", "js 2\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cf_request req;
+        it_request_init(&req, cases[i].lang, cases[i].code);
+        cf_result res;
+        it_submit_wait(d, &req, 60 * SEC, &res);
+        check_result(&res, CF_STATUS_SUCCESS, cf_language_name(cases[i].lang));
+        assert_true(stdout_is(&res, cases[i].want));
+        assert_string_equal(res.id, req.id);
+        assert_string_equal(res.meta.worker, "lang-w1");
+        assert_string_equal(res.meta.backend, "process");
+        assert_string_equal(res.meta.isolation, "host_local");
+        assert_true(res.has_exit_code && res.exit_code == 0);
+        cf_request_clear(&req);
+        cf_result_clear(&res);
+    }
+
+    /* command: argv, with an argument */
+    cf_request req;
+    it_request_init(&req, CF_LANG_COMMAND, "echo");
+    req.argv = realloc(req.argv, 3 * sizeof(char *));
+    req.argv[1] = strdup("argv works");
+    req.argv[2] = NULL;
+    req.argc = 2;
+    cf_result res;
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    check_result(&res, CF_STATUS_SUCCESS, "command");
+    assert_true(stdout_is(&res, "argv works\n"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+
+    /* a failing program: status failed with its exit code */
+    it_request_init(&req, CF_LANG_SHELL, "echo oops >&2; exit 3");
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    check_result(&res, CF_STATUS_FAILED, "exit 3");
+    assert_true(res.has_exit_code);
+    assert_int_equal(res.exit_code, 3);
+    assert_int_equal(res.stderr_data.len, 5);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+
+    /* a timeout */
+    it_request_init(&req, CF_LANG_SHELL, "sleep 30");
+    req.policy.timeout_us = 500 * 1000;
+    int64_t t0 = cf_mono_us();
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    check_result(&res, CF_STATUS_TIMEOUT, "timeout");
+    assert_true(cf_mono_us() - t0 < 10 * SEC);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+
+    /* rejected: the process backend cannot take the network away */
+    it_request_init(&req, CF_LANG_SHELL, "echo should not run");
+    req.policy.network = CF_NET_DISABLED;
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    check_result(&res, CF_STATUS_REJECTED, "unenforceable policy");
+    assert_non_null(res.reason);
+    assert_non_null(strstr(res.reason, "network"));
+    assert_int_equal(res.stdout_data.len, 0);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+
+    /* rejected: deadline already passed */
+    it_request_init(&req, CF_LANG_SHELL, "echo too late");
+    req.deadline_us = cf_now_us() - SEC;
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    check_result(&res, CF_STATUS_REJECTED, "deadline");
+    assert_non_null(strstr(res.reason, "deadline"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+
+    cf_dispatcher_destroy(d);
+    int st = it_worker_stop(&w, SIGTERM, 30000);
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        it_worker_dump_log(&w);
+    assert_true(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Three workers in one group share a 6-partition topic: every request is
+ * answered, and the work is spread. */
+static void three_workers_share_partitions(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "three", 6);
+    it_worker w[3];
+    it_worker_start(&w[0], &t, "three-w1", NULL);
+    it_worker_start(&w[1], &t, "three-w2", NULL);
+    it_worker_start(&w[2], &t, "three-w3", NULL);
+    /* Let the group settle so all three own partitions. */
+    for (int i = 0; i < 3; i++)
+        assert_true(it_worker_wait_log(&w[i], "assigned", 30000));
+    sleep(2);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    enum { N = 60 };
+    cf_request reqs[N];
+    cf_error err;
+    cf_error_clear(&err);
+    for (int i = 0; i < N; i++) {
+        char code[64];
+        snprintf(code, sizeof(code), "echo %d", i);
+        it_request_init(&reqs[i], CF_LANG_SHELL, code);
+        assert_int_equal(cf_dispatcher_submit(d, &reqs[i], &err), 0);
+    }
+    int by_worker[3] = {0, 0, 0};
+    for (int i = 0; i < N; i++) {
+        cf_result res = {0};
+        if (cf_dispatcher_wait(d, reqs[i].id, 60 * SEC, &res, &err) < 0)
+            fail_msg("request %d: %s", i, err.msg);
+        check_result(&res, CF_STATUS_SUCCESS, "shared");
+        char want[16];
+        snprintf(want, sizeof(want), "%d\n", i);
+        assert_true(stdout_is(&res, want));
+        for (int k = 0; k < 3; k++)
+            if (strcmp(res.meta.worker, w[k].id) == 0)
+                by_worker[k]++;
+        cf_result_clear(&res);
+        cf_request_clear(&reqs[i]);
+    }
+    assert_int_equal(by_worker[0] + by_worker[1] + by_worker[2], N);
+    int used = (by_worker[0] > 0) + (by_worker[1] > 0) + (by_worker[2] > 0);
+    print_message("requests per worker: %d %d %d\n", by_worker[0], by_worker[1], by_worker[2]);
+    assert_true(used >= 2);
+    cf_dispatcher_destroy(d);
+    for (int i = 0; i < 3; i++)
+        assert_true(it_worker_stop(&w[i], SIGTERM, 30000) >= 0);
+}
+
+/* A worker SIGKILLed in the middle of an execution loses nothing: the
+ * request is redelivered to another worker of the group and answered. */
+static void sigkill_mid_execution_is_redelivered(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "kill", 1);
+    it_worker w1, w2;
+    it_worker_start(&w1, &t, "kill-w1", NULL);
+    assert_true(it_worker_wait_log(&w1, "assigned", 30000));
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "sleep 2; echo survived");
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    char needle[160];
+    snprintf(needle, sizeof(needle), "request %s", req.id);
+    if (!it_worker_wait_log(&w1, needle, 30000)) {
+        it_worker_dump_log(&w1);
+        fail_msg("worker 1 never took the request");
+    }
+    it_worker_stop(&w1, SIGKILL, 5000);
+    it_worker_start(&w2, &t, "kill-w2", NULL);
+    cf_result res = {0};
+    if (cf_dispatcher_wait(d, req.id, 90 * SEC, &res, &err) < 0) {
+        it_worker_dump_log(&w2);
+        fail_msg("no result after the SIGKILL: %s", err.msg);
+    }
+    check_result(&res, CF_STATUS_SUCCESS, "redelivered");
+    assert_true(stdout_is(&res, "survived\n"));
+    assert_string_equal(res.meta.worker, "kill-w2");
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w2, SIGTERM, 30000) >= 0);
+}
+
+/* Malformed messages: without a readable id they go to the dead-letter
+ * topic with their origin in headers; with one they are answered
+ * "rejected".  Either way the worker keeps serving. */
+static void malformed_messages_dead_letter_or_rejected(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "bad", 1);
+    it_worker w;
+    it_worker_start(&w, &t, "bad-w1", NULL);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_error err;
+    cf_error_clear(&err);
+
+    static const char garbage[] = "\xc1\xc1 this is not msgpack";
+    assert_int_equal(cf_dispatcher_produce_raw(d, t.requests, "k1", 2, garbage, sizeof(garbage) - 1, &err), 0);
+    /* A map with an id but a wrong type for language. */
+    static const unsigned char with_id[] = {0x83, 0xa1, 'v', 0x01, 0xa2, 'i', 'd', 0xa6, 'b', 'a', 'd', '-', 'i',
+                                            'd', 0xa8, 'l', 'a', 'n', 'g', 'u', 'a', 'g', 'e', 0x2a};
+    assert_int_equal(cf_dispatcher_produce_raw(d, t.requests, "k2", 2, with_id, sizeof(with_id), &err), 0);
+    assert_int_equal(cf_dispatcher_flush(d, 10 * SEC, &err), 0);
+
+    cf_result res = {0};
+    if (cf_dispatcher_wait(d, "bad-id", 60 * SEC, &res, &err) < 0) {
+        it_worker_dump_log(&w);
+        fail_msg("no rejected result for the malformed request: %s", err.msg);
+    }
+    check_result(&res, CF_STATUS_REJECTED, "malformed with id");
+    assert_non_null(strstr(res.reason, "language"));
+    cf_result_clear(&res);
+
+    it_message *dl = it_consume_first(t.dlq, 30000);
+    assert_non_null(dl);
+    assert_int_equal(dl->len, sizeof(garbage) - 1);
+    assert_memory_equal(dl->payload, garbage, dl->len);
+    char buf[256];
+    assert_non_null(it_message_header(dl, "codefleet-origin-topic", buf, sizeof(buf)));
+    assert_string_equal(buf, t.requests);
+    assert_non_null(it_message_header(dl, "codefleet-origin-partition", buf, sizeof(buf)));
+    assert_string_equal(buf, "0");
+    assert_non_null(it_message_header(dl, "codefleet-origin-offset", buf, sizeof(buf)));
+    assert_string_equal(buf, "0");
+    assert_non_null(it_message_header(dl, "codefleet-reason", buf, sizeof(buf)));
+    assert_non_null(strstr(buf, "malformed"));
+    it_message_free(dl);
+
+    /* Still up and serving. */
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "echo still here");
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    check_result(&res, CF_STATUS_SUCCESS, "after malformed");
+    assert_true(stdout_is(&res, "still here\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(kill(w.pid, 0) == 0);
+    int st = it_worker_stop(&w, SIGTERM, 30000);
+    assert_true(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* SIGTERM while busy: running executions finish within the grace period,
+ * queued ones stay uncommitted; a worker started afterwards answers the
+ * rest.  Every request gets exactly its result. */
+static void graceful_shutdown_loses_nothing(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "term", 2);
+    it_worker w1, w2;
+    static const char *const args[] = {"--slots=2", "--prefetch=8", NULL};
+    it_worker_start(&w1, &t, "term-w1", args);
+    assert_true(it_worker_wait_log(&w1, "assigned", 30000));
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    enum { N = 16 };
+    cf_request reqs[N];
+    cf_error err;
+    cf_error_clear(&err);
+    for (int i = 0; i < N; i++) {
+        char code[64];
+        snprintf(code, sizeof(code), "sleep 0.3; echo %d", i);
+        it_request_init(&reqs[i], CF_LANG_SHELL, code);
+        assert_int_equal(cf_dispatcher_submit(d, &reqs[i], &err), 0);
+    }
+    /* Let a few finish, then stop the worker in the middle of the batch. */
+    cf_result res = {0};
+    assert_int_equal(cf_dispatcher_wait(d, reqs[0].id, 60 * SEC, &res, &err), 0);
+    cf_result_clear(&res);
+    int st = it_worker_stop(&w1, SIGTERM, 60000);
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        it_worker_dump_log(&w1);
+    assert_true(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_true(it_worker_log_contains(&w1, "stopped:"));
+    /* The running executions finished within the grace period. */
+    assert_false(it_worker_log_contains(&w1, "abandoning"));
+
+    it_worker_start(&w2, &t, "term-w2", args);
+    int from_w2 = 0;
+    for (int i = 0; i < N; i++) {
+        if (i > 0 && cf_dispatcher_wait(d, reqs[i].id, 90 * SEC, &res, &err) < 0) {
+            it_worker_dump_log(&w2);
+            fail_msg("request %d lost: %s", i, err.msg);
+        }
+        if (i == 0)
+            continue;
+        check_result(&res, CF_STATUS_SUCCESS, "after shutdown");
+        char want[16];
+        snprintf(want, sizeof(want), "%d\n", i);
+        assert_true(stdout_is(&res, want));
+        from_w2 += strcmp(res.meta.worker, "term-w2") == 0;
+        cf_result_clear(&res);
+    }
+    print_message("answered by the second worker: %d of %d\n", from_w2, N - 1);
+    assert_true(from_w2 > 0);
+    for (int i = 0; i < N; i++)
+        cf_request_clear(&reqs[i]);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w2, SIGTERM, 30000) >= 0);
+}
+
+/* An execution longer than max.poll.interval.ms does not get the worker
+ * evicted from the group (the main loop keeps polling while slots run). */
+static void long_execution_keeps_membership(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "long", 1);
+    it_worker w;
+    static const char *const args[] = {"--kafka.max.poll.interval.ms=7000", NULL};
+    it_worker_start(&w, &t, "long-w1", args);
+    assert_true(it_worker_wait_log(&w, "assigned", 30000));
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "sleep 10; echo done");
+    req.policy.timeout_us = 30 * SEC;
+    cf_result res;
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    check_result(&res, CF_STATUS_SUCCESS, "long");
+    assert_true(stdout_is(&res, "done\n"));
+    assert_true(res.wall_time_us >= 10 * SEC);
+    assert_false(it_worker_log_contains(&w, "revoked"));
+    assert_false(it_worker_log_contains(&w, "lost"));
+    assert_false(it_worker_log_contains(&w, "MAX_POLL_EXCEEDED"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(each_language_through_the_fleet),
+        cmocka_unit_test(malformed_messages_dead_letter_or_rejected),
+        cmocka_unit_test(three_workers_share_partitions),
+        cmocka_unit_test(sigkill_mid_execution_is_redelivered),
+        cmocka_unit_test(graceful_shutdown_loses_nothing),
+        cmocka_unit_test(long_execution_keeps_membership),
+    };
+    return cmocka_run_group_tests_name("fleet", tests, NULL, NULL);
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The one test command of codefleet (CI runs it through .ci/run).
+#
+#   1. deploy/install.sh            packages and Kafka jars (fast when present)
+#   2. deploy/build.sh              <repo>/build (RelWithDebInfo)
+#      deploy/build.sh --sanitize   <repo>/build-asan (ASan + UBSan)
+#   3. deploy/stack.sh up --workers 0   (integration tests start their own workers)
+#   4. ctest -L unit, ctest -L integration (build), ctest -L unit (build-asan)
+#   5. deploy/stack.sh down (always, from a trap)
+# The last line is "N passed, N failed" summed over the ctest runs; a step
+# that breaks (install, build, stack) counts as one failure.  Exit status is
+# non-zero when anything failed.  Needs no stdin; works with CI=true.
+#
+# The test stack is kept apart from a development stack: its own state dir
+# and ports (override with CODEFLEET_STATE, CODEFLEET_KAFKA_PORT,
+# CODEFLEET_REDIS_PORT).  CF_CTEST_JOBS sets ctest --parallel (default 1).
+set -uo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo" || exit 1
+exec </dev/null
+
+export CODEFLEET_STATE=${CODEFLEET_STATE:-$repo/.stack-test}
+export CODEFLEET_KAFKA_PORT=${CODEFLEET_KAFKA_PORT:-19192}
+export CODEFLEET_REDIS_PORT=${CODEFLEET_REDIS_PORT:-16479}
+jobs=${CF_CTEST_JOBS:-1}
+
+passed=0
+failed=0
+notes=()
+
+say() { printf '\n=== %s\n' "$*"; }
+
+step_failed() {
+    failed=$((failed + 1))
+    notes+=("FAILED: $1")
+    printf 'run_all: FAILED: %s\n' "$1" >&2
+}
+
+# Runs ctest and adds its counts, parsed from
+# "NN% tests passed, F tests failed out of T".
+run_ctest() {
+    local what=$1 dir=$2 label=$3 out line f t
+    say "ctest -L $label ($what)"
+    out=$(mktemp)
+    ctest --test-dir "$dir" --output-on-failure --parallel "$jobs" -L "$label" 2>&1 | tee "$out"
+    line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$out" | tail -n 1)
+    if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
+        f=${BASH_REMATCH[1]}
+        t=${BASH_REMATCH[2]}
+        passed=$((passed + t - f))
+        failed=$((failed + f))
+        notes+=("$what: $((t - f)) passed, $f failed")
+    elif grep -q 'No tests were found' "$out"; then
+        notes+=("$what: no tests")
+    else
+        step_failed "$what: ctest gave no summary"
+    fi
+    rm -f "$out"
+}
+
+stack_up=0
+cleanup() {
+    if ((stack_up)); then
+        say "stack down"
+        deploy/stack.sh down || printf 'run_all: stack down failed\n' >&2
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "install"
+deploy/install.sh || step_failed "deploy/install.sh"
+
+say "build"
+build_ok=0
+if deploy/build.sh; then build_ok=1; else step_failed "deploy/build.sh"; fi
+
+say "build --sanitize"
+asan_ok=0
+if deploy/build.sh --sanitize; then asan_ok=1; else step_failed "deploy/build.sh --sanitize"; fi
+
+if ((build_ok)); then
+    say "stack up"
+    # Start from nothing: no topics or offsets left by an earlier run.
+    deploy/stack.sh down --purge >/dev/null 2>&1 || true
+    stack_up=1
+    if deploy/stack.sh up --workers 0; then
+        eval "$(deploy/stack.sh env)"
+        export CF_TEST_BROKERS CF_TEST_REDIS
+    else
+        step_failed "deploy/stack.sh up"
+        stack_up_failed=1
+    fi
+
+    run_ctest "unit" build unit
+    if [[ -z ${stack_up_failed:-} ]]; then
+        run_ctest "integration" build integration
+    else
+        notes+=("integration: skipped (no stack)")
+    fi
+fi
+
+if ((asan_ok)); then
+    run_ctest "unit (asan)" build-asan unit
+fi
+
+say "summary"
+for n in "${notes[@]}"; do printf '  %s\n' "$n"; done
+printf '%d passed, %d failed\n' "$passed" "$failed"
+((failed == 0 && passed > 0))
