@@ -1,0 +1,71 @@
+/* Helpers shared by cf_workspace and cf_checkpoint. */
+#include "cf_state_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cf_state_name_check(const char *name, const char *what, cf_error *err)
+{
+    if (!name || !name[0])
+        return cf_error_set(err, CF_E_INVALID, "%s is empty", what);
+    size_t n = strnlen(name, CF_STATE_NAME_MAX + 1);
+    if (n > CF_STATE_NAME_MAX)
+        return cf_error_set(err, CF_E_INVALID, "%s longer than %d bytes", what, CF_STATE_NAME_MAX);
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                  c == '_' || c == '-';
+        if (!ok)
+            return cf_error_set(err, CF_E_INVALID, "%s has a byte outside [A-Za-z0-9._-] at offset %zu", what, i);
+    }
+    return 0;
+}
+
+int cf_state_prefix_check(const char *prefix, cf_error *err)
+{
+    if (!prefix)
+        return cf_error_set(err, CF_E_INVALID, "key prefix is NULL");
+    size_t n = strnlen(prefix, CF_STATE_PREFIX_MAX + 1);
+    if (n > CF_STATE_PREFIX_MAX)
+        return cf_error_set(err, CF_E_INVALID, "key prefix longer than %d bytes", CF_STATE_PREFIX_MAX);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)prefix[i];
+        if (c <= 0x20 || c >= 0x7f || c == '{' || c == '}')
+            return cf_error_set(err, CF_E_INVALID, "key prefix: bad byte at offset %zu", i);
+    }
+    return 0;
+}
+
+int cf_state_key(char *buf, size_t cap, cf_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= cap)
+        return cf_error_set(err, CF_E_LIMIT, "redis key too long");
+    return 0;
+}
+
+char *cf_state_reply_dup(const redisReply *rep, size_t *len)
+{
+    if (!rep || (rep->type != REDIS_REPLY_STRING && rep->type != REDIS_REPLY_STATUS))
+        return NULL;
+    char *s = malloc(rep->len + 1);
+    if (!s)
+        return NULL;
+    if (rep->len)
+        memcpy(s, rep->str, rep->len);
+    s[rep->len] = '\0';
+    if (len)
+        *len = rep->len;
+    return s;
+}
+
+const char *cf_state_i64(char *buf, size_t cap, long long v)
+{
+    snprintf(buf, cap, "%lld", v);
+    return buf;
+}

@@ -1,0 +1,572 @@
+/* cf_workspace: versioned file workspaces in Redis (see docs/STATE.md). */
+#include "cf_workspace.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cf_state_int.h"
+#include "cf_util.h"
+
+#define WS_META_STR_MAX 128
+
+struct cf_workspace_store {
+    cf_redis *r;
+    char prefix[CF_STATE_PREFIX_MAX + 1];
+    cf_workspace_config cfg;
+};
+
+typedef struct ws_keys {
+    char meta[CF_STATE_KEY_MAX];
+    char files[CF_STATE_KEY_MAX];
+    char blobs[CF_STATE_KEY_MAX];
+    char hist[CF_STATE_KEY_MAX];
+    const char *v[4];
+} ws_keys;
+
+void cf_workspace_config_init(cf_workspace_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->key_prefix = "cf:";
+    cfg->max_file_bytes = (size_t)8 << 20;
+    cfg->max_files = 1000;
+    cfg->max_total_bytes = (size_t)64 << 20;
+    cfg->max_path_bytes = 1024;
+    cfg->max_component_bytes = 255;
+    cfg->ttl_us = INT64_C(24) * 3600 * 1000000;
+    cfg->history = 16;
+}
+
+cf_workspace_store *cf_workspace_store_new(cf_redis *r, const cf_workspace_config *cfg, cf_error *err)
+{
+    cf_workspace_config def;
+    if (!cfg) {
+        cf_workspace_config_init(&def);
+        cfg = &def;
+    }
+    if (!r) {
+        cf_error_set(err, CF_E_INVALID, "workspace store: no redis handle");
+        return NULL;
+    }
+    if (cf_state_prefix_check(cfg->key_prefix, err) < 0) {
+        cf_error_wrap(err, "workspace store");
+        return NULL;
+    }
+    /* Bounds keep Lua arithmetic exact (doubles) and keys/args reasonable. */
+    if (cfg->max_file_bytes == 0 || cfg->max_file_bytes > ((size_t)512 << 20) || cfg->max_files == 0 ||
+        cfg->max_files > 1000000 || cfg->max_total_bytes == 0 || cfg->max_total_bytes > ((size_t)1 << 30) ||
+        cfg->max_path_bytes == 0 || cfg->max_path_bytes > 4096 || cfg->max_component_bytes == 0 ||
+        cfg->max_component_bytes > 4096 || cfg->ttl_us < 0 || (cfg->ttl_us > 0 && cfg->ttl_us < 1000) ||
+        cfg->history > 100000) {
+        cf_error_set(err, CF_E_INVALID, "workspace store: a cap, ttl_us or history is out of range");
+        return NULL;
+    }
+    cf_workspace_store *ws = calloc(1, sizeof(*ws));
+    if (!ws) {
+        cf_error_set(err, CF_E_NOMEM, "workspace store: out of memory");
+        return NULL;
+    }
+    ws->r = r;
+    cf_strlcpy(ws->prefix, cfg->key_prefix, sizeof(ws->prefix));
+    ws->cfg = *cfg;
+    ws->cfg.key_prefix = ws->prefix;
+    return ws;
+}
+
+void cf_workspace_store_destroy(cf_workspace_store *ws)
+{
+    free(ws);
+}
+
+static int ws_keys_init(const cf_workspace_store *ws, const char *id, ws_keys *k, cf_error *err)
+{
+    if (cf_state_name_check(id, "workspace id", err) < 0)
+        return -1;
+    if (cf_state_key(k->meta, sizeof(k->meta), err, "%s{ws:%s}:meta", ws->prefix, id) < 0 ||
+        cf_state_key(k->files, sizeof(k->files), err, "%s{ws:%s}:files", ws->prefix, id) < 0 ||
+        cf_state_key(k->blobs, sizeof(k->blobs), err, "%s{ws:%s}:blobs", ws->prefix, id) < 0 ||
+        cf_state_key(k->hist, sizeof(k->hist), err, "%s{ws:%s}:hist", ws->prefix, id) < 0)
+        return -1;
+    k->v[0] = k->meta;
+    k->v[1] = k->files;
+    k->v[2] = k->blobs;
+    k->v[3] = k->hist;
+    return 0;
+}
+
+int cf_workspace_path_check(const cf_workspace_store *ws, const char *path, cf_error *err)
+{
+    if (!path || !path[0])
+        return cf_error_set(err, CF_E_INVALID, "workspace path is empty");
+    size_t max = ws->cfg.max_path_bytes;
+    size_t n = strnlen(path, max + 1);
+    if (n > max)
+        return cf_error_set(err, CF_E_INVALID, "workspace path longer than %zu bytes", max);
+    if (path[0] == '/')
+        return cf_error_set(err, CF_E_INVALID, "workspace path is absolute: %.64s", path);
+    size_t comp_start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        unsigned char c = (unsigned char)path[i];
+        if (i < n && (c < 0x20 || c == 0x7f))
+            return cf_error_set(err, CF_E_INVALID, "workspace path has a control byte at offset %zu", i);
+        if (i == n || c == '/') {
+            size_t clen = i - comp_start;
+            const char *comp = path + comp_start;
+            if (clen == 0)
+                return cf_error_set(err, CF_E_INVALID, "workspace path has an empty component: %.64s", path);
+            if ((clen == 1 && comp[0] == '.') || (clen == 2 && comp[0] == '.' && comp[1] == '.'))
+                return cf_error_set(err, CF_E_INVALID, "workspace path has a '.' or '..' component: %.64s",
+                                    path);
+            if (clen > ws->cfg.max_component_bytes)
+                return cf_error_set(err, CF_E_INVALID, "workspace path component longer than %zu bytes",
+                                    ws->cfg.max_component_bytes);
+            comp_start = i + 1;
+        }
+    }
+    return 0;
+}
+
+static int meta_str_check(const char *s, const char *what, cf_error *err)
+{
+    size_t n = strnlen(s, WS_META_STR_MAX + 1);
+    if (n > WS_META_STR_MAX)
+        return cf_error_set(err, CF_E_INVALID, "workspace %s longer than %d bytes", what, WS_META_STR_MAX);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] == 0x7f)
+            return cf_error_set(err, CF_E_INVALID, "workspace %s has a control byte", what);
+    return 0;
+}
+
+/* Replies of the scripts are arrays whose first element is a status word. */
+static int reply_head(const redisReply *rep, const char *script, cf_error *err)
+{
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 || !rep->element[0] ||
+        rep->element[0]->type != REDIS_REPLY_STRING)
+        return cf_error_set(err, CF_E_REDIS, "%s: malformed script reply", script);
+    return 0;
+}
+
+static int64_t reply_elem_i64(const redisReply *rep, size_t i)
+{
+    int64_t v = -1;
+    if (i < rep->elements && cf_redis_reply_i64(rep->element[i], &v, NULL) == 0)
+        return v;
+    return -1;
+}
+
+int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *project, const char *session,
+                        cf_error *err)
+{
+    ws_keys k;
+    if (ws_keys_init(ws, id, &k, err) < 0)
+        return -1;
+    project = project ? project : "";
+    session = session ? session : "";
+    if (meta_str_check(project, "project", err) < 0 || meta_str_check(session, "session", err) < 0)
+        return -1;
+    char now[24], ttl[24], hist[24];
+    cf_state_i64(now, sizeof(now), (long long)cf_now_us());
+    /* Round a positive TTL up so sub-millisecond values do not mean "none". */
+    cf_state_i64(ttl, sizeof(ttl), (long long)((ws->cfg.ttl_us + 999) / 1000));
+    cf_state_i64(hist, sizeof(hist), (long long)ws->cfg.history);
+    const char *args[5] = {project, session, now, ttl, hist};
+    redisReply *rep = NULL;
+    if (cf_redis_eval(ws->r, &cf_ws_script_create, 4, k.v, NULL, 5, args, NULL, &rep, err) < 0)
+        return cf_error_wrap(err, "workspace %s: create", id);
+    int rc = reply_head(rep, "ws_create", err);
+    if (rc == 0 && cf_redis_reply_is(rep->element[0], "exists"))
+        rc = cf_error_set(err, CF_E_CONFLICT, "workspace %s already exists", id);
+    else if (rc == 0 && !cf_redis_reply_is(rep->element[0], "ok"))
+        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: create: unexpected reply", id);
+    cf_redis_reply_free(rep);
+    return rc;
+}
+
+static int cmp_str_ptr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Validates a whole batch in C so that bad input never reaches Redis. */
+static int commit_check(const cf_workspace_store *ws, const cf_ws_file *puts, size_t nputs,
+                        const char *const *deletes, size_t ndeletes, cf_error *err)
+{
+    if ((nputs && !puts) || (ndeletes && !deletes))
+        return cf_error_set(err, CF_E_INVALID, "workspace commit: NULL file list");
+    if (nputs > ws->cfg.max_files)
+        return cf_error_set(err, CF_E_LIMIT, "workspace commit: %zu files exceed the cap of %zu", nputs,
+                            ws->cfg.max_files);
+    if (ndeletes > ws->cfg.max_files)
+        return cf_error_set(err, CF_E_LIMIT, "workspace commit: %zu deletes exceed the file cap of %zu", ndeletes,
+                            ws->cfg.max_files);
+    size_t total = 0;
+    for (size_t i = 0; i < nputs; i++) {
+        if (cf_workspace_path_check(ws, puts[i].path, err) < 0)
+            return -1;
+        if (puts[i].len && !puts[i].data)
+            return cf_error_set(err, CF_E_INVALID, "workspace commit: %s: NULL data", puts[i].path);
+        if (puts[i].len > ws->cfg.max_file_bytes)
+            return cf_error_set(err, CF_E_LIMIT, "workspace commit: %s: %zu bytes exceed the file cap of %zu",
+                                puts[i].path, puts[i].len, ws->cfg.max_file_bytes);
+        total += puts[i].len;
+        if (total > ws->cfg.max_total_bytes)
+            return cf_error_set(err, CF_E_LIMIT, "workspace commit: files exceed the total cap of %zu bytes",
+                                ws->cfg.max_total_bytes);
+    }
+    for (size_t i = 0; i < ndeletes; i++)
+        if (cf_workspace_path_check(ws, deletes[i], err) < 0)
+            return -1;
+    size_t n = nputs + ndeletes;
+    if (n < 2)
+        return 0;
+    const char **sorted = malloc(n * sizeof(*sorted));
+    if (!sorted)
+        return cf_error_set(err, CF_E_NOMEM, "workspace commit: out of memory");
+    for (size_t i = 0; i < nputs; i++)
+        sorted[i] = puts[i].path;
+    for (size_t i = 0; i < ndeletes; i++)
+        sorted[nputs + i] = deletes[i];
+    qsort(sorted, n, sizeof(*sorted), cmp_str_ptr);
+    int rc = 0;
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(sorted[i - 1], sorted[i]) == 0) {
+            rc = cf_error_set(err, CF_E_INVALID, "workspace commit: path listed twice: %.64s", sorted[i]);
+            break;
+        }
+    free(sorted);
+    return rc;
+}
+
+static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_rev, const cf_ws_file *puts,
+                       size_t nputs, const char *const *deletes, size_t ndeletes, bool strict, int64_t *new_rev,
+                       cf_error *err)
+{
+    ws_keys k;
+    if (ws_keys_init(ws, id, &k, err) < 0)
+        return -1;
+    if (expected_rev < CF_WS_ANY_REV)
+        return cf_error_set(err, CF_E_INVALID, "workspace %s: bad expected revision %" PRId64, id, expected_rev);
+    if (commit_check(ws, puts, nputs, deletes, ndeletes, err) < 0)
+        return cf_error_wrap(err, "workspace %s", id);
+
+    size_t nargs = 9 + 2 * nputs + ndeletes;
+    const char **args = calloc(nargs, sizeof(*args));
+    size_t *lens = calloc(nargs, sizeof(*lens));
+    if (!args || !lens) {
+        free(args);
+        free(lens);
+        return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+    }
+    char num[9][24];
+    cf_state_i64(num[0], 24, (long long)expected_rev);
+    cf_state_i64(num[1], 24, (long long)cf_now_us());
+    cf_state_i64(num[2], 24, (long long)ws->cfg.max_files);
+    cf_state_i64(num[3], 24, (long long)ws->cfg.max_total_bytes);
+    cf_state_i64(num[4], 24, (long long)ws->cfg.max_file_bytes);
+    cf_state_i64(num[5], 24, (long long)ws->cfg.max_path_bytes);
+    cf_state_i64(num[6], 24, (long long)nputs);
+    cf_state_i64(num[7], 24, (long long)ndeletes);
+    cf_strlcpy(num[8], strict ? "1" : "0", 24);
+    for (size_t i = 0; i < 9; i++) {
+        args[i] = num[i];
+        lens[i] = strlen(num[i]);
+    }
+    static const char empty[1] = "";
+    for (size_t i = 0; i < nputs; i++) {
+        args[9 + i] = puts[i].path;
+        lens[9 + i] = strlen(puts[i].path);
+        args[9 + nputs + i] = puts[i].len ? (const char *)puts[i].data : empty;
+        lens[9 + nputs + i] = puts[i].len;
+    }
+    for (size_t i = 0; i < ndeletes; i++) {
+        args[9 + 2 * nputs + i] = deletes[i];
+        lens[9 + 2 * nputs + i] = strlen(deletes[i]);
+    }
+    redisReply *rep = NULL;
+    int rc = cf_redis_eval(ws->r, &cf_ws_script_commit, 4, k.v, NULL, (int)nargs, args, lens, &rep, err);
+    free(args);
+    free(lens);
+    if (rc < 0)
+        return cf_error_wrap(err, "workspace %s: commit", id);
+    rc = reply_head(rep, "ws_commit", err);
+    if (rc < 0) {
+        /* fall through to free */
+    } else if (cf_redis_reply_is(rep->element[0], "ok")) {
+        int64_t rev = reply_elem_i64(rep, 1);
+        if (rev < 0)
+            rc = cf_error_set(err, CF_E_REDIS, "workspace %s: commit: bad revision in reply", id);
+        else if (new_rev)
+            *new_rev = rev;
+    } else if (cf_redis_reply_is(rep->element[0], "conflict")) {
+        int64_t cur = reply_elem_i64(rep, 1);
+        if (new_rev)
+            *new_rev = cur;
+        rc = cf_error_set(err, CF_E_CONFLICT, "workspace %s: revision is %" PRId64 ", expected %" PRId64, id, cur,
+                          expected_rev);
+    } else if (cf_redis_reply_is(rep->element[0], "notfound")) {
+        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
+    } else if (cf_redis_reply_is(rep->element[0], "nofile")) {
+        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s: no such file", id);
+    } else if (cf_redis_reply_is(rep->element[0], "invalid")) {
+        rc = cf_error_set(err, CF_E_INVALID, "workspace %s: bad or repeated path (checked by Redis)", id);
+    } else if (cf_redis_reply_is(rep->element[0], "limit")) {
+        const redisReply *kind = rep->elements > 1 ? rep->element[1] : NULL;
+        if (cf_redis_reply_is(kind, "files"))
+            rc = cf_error_set(err, CF_E_LIMIT, "workspace %s: commit would leave %" PRId64 " files, cap is %zu", id,
+                              reply_elem_i64(rep, 2), ws->cfg.max_files);
+        else if (cf_redis_reply_is(kind, "bytes"))
+            rc = cf_error_set(err, CF_E_LIMIT, "workspace %s: commit would leave %" PRId64 " bytes, cap is %zu",
+                              id, reply_elem_i64(rep, 2), ws->cfg.max_total_bytes);
+        else
+            rc = cf_error_set(err, CF_E_LIMIT, "workspace %s: a file exceeds the cap of %zu bytes", id,
+                              ws->cfg.max_file_bytes);
+    } else {
+        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: commit: unexpected reply", id);
+    }
+    cf_redis_reply_free(rep);
+    return rc;
+}
+
+int cf_workspace_commit(cf_workspace_store *ws, const char *id, int64_t expected_rev, const cf_ws_file *puts,
+                        size_t nputs, const char *const *deletes, size_t ndeletes, int64_t *new_rev, cf_error *err)
+{
+    return commit_impl(ws, id, expected_rev, puts, nputs, deletes, ndeletes, false, new_rev, err);
+}
+
+int cf_workspace_put(cf_workspace_store *ws, const char *id, int64_t expected_rev, const char *path, const void *data,
+                     size_t len, int64_t *new_rev, cf_error *err)
+{
+    cf_ws_file f = {.path = path, .data = data, .len = len};
+    return commit_impl(ws, id, expected_rev, &f, 1, NULL, 0, false, new_rev, err);
+}
+
+int cf_workspace_delete_file(cf_workspace_store *ws, const char *id, int64_t expected_rev, const char *path,
+                             int64_t *new_rev, cf_error *err)
+{
+    const char *d[1] = {path};
+    return commit_impl(ws, id, expected_rev, NULL, 0, d, 1, true, new_rev, err);
+}
+
+int cf_workspace_get(cf_workspace_store *ws, const char *id, const char *path, uint8_t **data, size_t *len,
+                     int64_t *rev, cf_error *err)
+{
+    *data = NULL;
+    *len = 0;
+    ws_keys k;
+    if (ws_keys_init(ws, id, &k, err) < 0 || cf_workspace_path_check(ws, path, err) < 0)
+        return -1;
+    const char *args[1] = {path};
+    redisReply *rep = NULL;
+    if (cf_redis_eval(ws->r, &cf_ws_script_get, 4, k.v, NULL, 1, args, NULL, &rep, err) < 0)
+        return cf_error_wrap(err, "workspace %s: get", id);
+    int rc = reply_head(rep, "ws_get", err);
+    if (rc < 0) {
+    } else if (cf_redis_reply_is(rep->element[0], "ok") && rep->elements == 3) {
+        if (rep->element[2]->type != REDIS_REPLY_STRING || rep->element[2]->len > ws->cfg.max_file_bytes) {
+            rc = cf_error_set(err, CF_E_REDIS, "workspace %s: get: bad file in reply", id);
+        } else {
+            *data = (uint8_t *)cf_state_reply_dup(rep->element[2], len);
+            if (!*data)
+                rc = cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+            else if (rev)
+                *rev = reply_elem_i64(rep, 1);
+        }
+    } else if (cf_redis_reply_is(rep->element[0], "nofile")) {
+        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s: no file %.64s", id, path);
+    } else if (cf_redis_reply_is(rep->element[0], "notfound")) {
+        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
+    } else {
+        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: get: unexpected reply", id);
+    }
+    cf_redis_reply_free(rep);
+    return rc;
+}
+
+void cf_ws_listing_clear(cf_ws_listing *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->entries[i].path);
+        free(l->entries[i].data);
+    }
+    free(l->entries);
+    memset(l, 0, sizeof(*l));
+}
+
+/* Parses {'ok', rev, current, path, size, [content], ...}; everything in it
+ * is checked again (sizes, paths, caps) because Redis content is hostile. */
+static int parse_listing(const cf_workspace_store *ws, const char *id, const redisReply *rep, bool with_content,
+                         cf_ws_listing *out, cf_error *err)
+{
+    size_t per = with_content ? 3 : 2;
+    if (rep->elements < 3 || (rep->elements - 3) % per != 0)
+        return cf_error_set(err, CF_E_REDIS, "workspace %s: malformed listing", id);
+    size_t n = (rep->elements - 3) / per;
+    if (n > ws->cfg.max_files)
+        return cf_error_set(err, CF_E_LIMIT, "workspace %s: listing has %zu files, cap is %zu", id, n,
+                            ws->cfg.max_files);
+    out->rev = reply_elem_i64(rep, 1);
+    out->current_rev = reply_elem_i64(rep, 2);
+    if (out->rev < 0 || out->current_rev < 0)
+        return cf_error_set(err, CF_E_REDIS, "workspace %s: bad revision in listing", id);
+    out->entries = n ? calloc(n, sizeof(*out->entries)) : NULL;
+    if (n && !out->entries)
+        return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *p = rep->element[3 + i * per];
+        const redisReply *s = rep->element[4 + i * per];
+        int64_t size = -1;
+        if (p->type != REDIS_REPLY_STRING || p->len > ws->cfg.max_path_bytes || memchr(p->str, 0, p->len) ||
+            cf_redis_reply_i64(s, &size, NULL) < 0 || size < 0 || (uint64_t)size > ws->cfg.max_file_bytes)
+            return cf_error_set(err, CF_E_REDIS, "workspace %s: bad entry %zu in listing", id, i);
+        cf_ws_entry *e = &out->entries[out->n++];
+        e->size = (size_t)size;
+        e->path = cf_state_reply_dup(p, NULL);
+        if (!e->path)
+            return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+        total += (uint64_t)size;
+        if (with_content) {
+            const redisReply *c = rep->element[5 + i * per];
+            if (c->type != REDIS_REPLY_STRING || c->len != e->size)
+                return cf_error_set(err, CF_E_REDIS, "workspace %s: %.64s: content does not match its size", id,
+                                    e->path);
+            size_t len = 0;
+            e->data = (uint8_t *)cf_state_reply_dup(c, &len);
+            if (!e->data)
+                return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+        }
+    }
+    if (total > ws->cfg.max_total_bytes)
+        return cf_error_set(err, CF_E_LIMIT, "workspace %s: listing totals %" PRIu64 " bytes, cap is %zu", id, total,
+                            ws->cfg.max_total_bytes);
+    return 0;
+}
+
+static int listing_impl(cf_workspace_store *ws, const char *id, int64_t rev, bool with_content, cf_ws_listing *out,
+                        cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    ws_keys k;
+    if (ws_keys_init(ws, id, &k, err) < 0)
+        return -1;
+    if (rev < CF_WS_ANY_REV)
+        return cf_error_set(err, CF_E_INVALID, "workspace %s: bad revision %" PRId64, id, rev);
+    char revs[24];
+    cf_state_i64(revs, sizeof(revs), (long long)rev);
+    const char *args[2] = {revs, with_content ? "1" : "0"};
+    redisReply *rep = NULL;
+    const char *what = with_content ? "snapshot" : "list";
+    if (cf_redis_eval(ws->r, &cf_ws_script_snapshot, 4, k.v, NULL, 2, args, NULL, &rep, err) < 0)
+        return cf_error_wrap(err, "workspace %s: %s", id, what);
+    int rc = reply_head(rep, "ws_snapshot", err);
+    if (rc < 0) {
+    } else if (cf_redis_reply_is(rep->element[0], "ok")) {
+        rc = parse_listing(ws, id, rep, with_content, out, err);
+        if (rc < 0)
+            cf_ws_listing_clear(out);
+    } else if (cf_redis_reply_is(rep->element[0], "notfound")) {
+        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
+    } else if (cf_redis_reply_is(rep->element[0], "gone")) {
+        rc = cf_error_set(err, CF_E_NOT_FOUND,
+                          "workspace %s: revision %" PRId64 " is no longer retained (oldest is %" PRId64 ")", id, rev,
+                          reply_elem_i64(rep, 1));
+    } else if (cf_redis_reply_is(rep->element[0], "future")) {
+        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s: revision %" PRId64 " is newer than %" PRId64, id, rev,
+                          reply_elem_i64(rep, 1));
+    } else {
+        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: %s: unexpected reply", id, what);
+    }
+    cf_redis_reply_free(rep);
+    return rc;
+}
+
+int cf_workspace_list(cf_workspace_store *ws, const char *id, cf_ws_listing *out, cf_error *err)
+{
+    return listing_impl(ws, id, CF_WS_ANY_REV, false, out, err);
+}
+
+int cf_workspace_snapshot(cf_workspace_store *ws, const char *id, int64_t rev, cf_ws_listing *out, cf_error *err)
+{
+    return listing_impl(ws, id, rev, true, out, err);
+}
+
+void cf_ws_info_clear(cf_ws_info *info)
+{
+    if (!info)
+        return;
+    free(info->project);
+    free(info->session);
+    memset(info, 0, sizeof(*info));
+}
+
+int cf_workspace_info(cf_workspace_store *ws, const char *id, cf_ws_info *out, cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    ws_keys k;
+    if (ws_keys_init(ws, id, &k, err) < 0)
+        return -1;
+    redisReply *rep = NULL;
+    if (cf_redis_eval(ws->r, &cf_ws_script_info, 4, k.v, NULL, 0, NULL, NULL, &rep, err) < 0)
+        return cf_error_wrap(err, "workspace %s: info", id);
+    int rc = reply_head(rep, "ws_info", err);
+    if (rc == 0 && cf_redis_reply_is(rep->element[0], "notfound")) {
+        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
+    } else if (rc == 0 && (!cf_redis_reply_is(rep->element[0], "ok") || rep->elements % 2 != 1)) {
+        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: info: unexpected reply", id);
+    } else if (rc == 0) {
+        int64_t ttl_ms = 0, history = 0, nfiles = 0, bytes = 0;
+        for (size_t i = 1; i + 1 < rep->elements && rc == 0; i += 2) {
+            const redisReply *f = rep->element[i], *v = rep->element[i + 1];
+            if (v->type != REDIS_REPLY_STRING || v->len > WS_META_STR_MAX) {
+                rc = cf_error_set(err, CF_E_REDIS, "workspace %s: info: bad field", id);
+            } else if (cf_redis_reply_is(f, "project")) {
+                free(out->project);
+                out->project = cf_state_reply_dup(v, NULL);
+            } else if (cf_redis_reply_is(f, "session")) {
+                free(out->session);
+                out->session = cf_state_reply_dup(v, NULL);
+            } else {
+                int64_t *dst = cf_redis_reply_is(f, "created_us") ? &out->created_us
+                               : cf_redis_reply_is(f, "updated_us") ? &out->updated_us
+                               : cf_redis_reply_is(f, "rev")        ? &out->rev
+                               : cf_redis_reply_is(f, "oldest")     ? &out->oldest_rev
+                               : cf_redis_reply_is(f, "nfiles")     ? &nfiles
+                               : cf_redis_reply_is(f, "bytes")      ? &bytes
+                               : cf_redis_reply_is(f, "ttl_ms")     ? &ttl_ms
+                               : cf_redis_reply_is(f, "history")    ? &history
+                                                                    : NULL;
+                if (dst && (cf_redis_reply_i64(v, dst, NULL) < 0 || *dst < 0))
+                    rc = cf_error_set(err, CF_E_REDIS, "workspace %s: info: bad number", id);
+            }
+        }
+        if (rc == 0 && (!out->project || !out->session))
+            rc = cf_error_set(err, CF_E_REDIS, "workspace %s: info: missing fields or out of memory", id);
+        out->nfiles = (size_t)nfiles;
+        out->total_bytes = (uint64_t)bytes;
+        out->ttl_us = ttl_ms * 1000;
+        out->history = history > 100000 ? 100000u : (unsigned)history;
+        if (rc < 0)
+            cf_ws_info_clear(out);
+    }
+    cf_redis_reply_free(rep);
+    return rc;
+}
+
+int cf_workspace_delete(cf_workspace_store *ws, const char *id, cf_error *err)
+{
+    ws_keys k;
+    if (ws_keys_init(ws, id, &k, err) < 0)
+        return -1;
+    redisReply *rep = NULL;
+    if (cf_redis_eval(ws->r, &cf_ws_script_delete, 4, k.v, NULL, 0, NULL, NULL, &rep, err) < 0)
+        return cf_error_wrap(err, "workspace %s: delete", id);
+    int64_t existed = 0;
+    int rc = cf_redis_reply_i64(rep, &existed, err);
+    cf_redis_reply_free(rep);
+    if (rc == 0 && existed != 1)
+        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
+    return rc;
+}
