@@ -1,0 +1,120 @@
+/* sandbox_cgroup: one cgroup per execution, on cgroup v1 or v2.
+ *
+ * A cf_cgroup_env says where cgroups live on this host (detected once at
+ * backend create); cf_cgroup_new() makes the execution's cgroup and sets its
+ * limits; the parent attaches the child (cf_cgroup_attach) before releasing
+ * it to exec; afterwards cf_cgroup_stats() says whether the OOM killer
+ * struck and how much memory was used at peak; cf_cgroup_kill_all() kills
+ * every process in it; cf_cgroup_remove() deletes it.
+ *
+ * Layout: <mount>/<parent>/<exec-id> on v2 and
+ * <mount>/<controller>/<parent>/<exec-id> on v1, for the memory, pids,
+ * freezer (kill) and, when a cpu quota is asked, cpu controllers.  The
+ * parent defaults to the worker's own cgroup plus "/codefleet", so limits
+ * set on the worker (a container, a systemd unit) still bound its
+ * executions.  On v2 the parent's ancestors up to the worker's own cgroup
+ * must delegate the controllers (a systemd unit with Delegate=yes whose
+ * processes live in a leaf); a non-delegated tree is reported, not forced.
+ *
+ * Memory accounting includes tmpfs and shm pages written by the execution
+ * (memcg charges shmem to the writer), so a private /tmp cannot be used to
+ * escape the limit.
+ */
+#ifndef CF_SANDBOX_CGROUP_H
+#define CF_SANDBOX_CGROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cf_error.h"
+
+typedef enum cf_cgroup_version {
+    CF_CGROUP_AUTO = 0, /* detect from the mount (opts only) */
+    CF_CGROUP_V1,
+    CF_CGROUP_V2,
+} cf_cgroup_version;
+
+typedef struct cf_cgroup_env_opts {
+    cf_cgroup_version version; /* AUTO: detect */
+    const char *mount_dir;     /* NULL: /sys/fs/cgroup */
+    /* Parent of the executions' cgroups, relative to each hierarchy root
+     * ("/codefleet").  NULL: the worker's own cgroup + "/codefleet". */
+    const char *parent;
+    const char *proc_self_cgroup; /* NULL: /proc/self/cgroup (tests point elsewhere) */
+    /* Tests only: the tree is a plain directory; create interface files on
+     * write and delete them on remove, never signal anything. */
+    bool fake_fs;
+} cf_cgroup_env_opts;
+
+typedef struct cf_cgroup_env cf_cgroup_env;
+
+/* Detects the hierarchy and prepares the parent directory (created if
+ * missing; on v2 the needed controllers are enabled in subtree_control of
+ * the parent and of its ancestors below the worker's own cgroup).
+ * opts may be NULL.  Fails with CF_E_UNSUPPORTED when no usable memory and
+ * pids controllers are found. */
+int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_error *err);
+void cf_cgroup_env_destroy(cf_cgroup_env *env); /* NULL-safe */
+
+cf_cgroup_version cf_cgroup_env_version(const cf_cgroup_env *env);
+/* The parent directory of the memory controller (v1) or the unified tree. */
+const char *cf_cgroup_env_parent_dir(const cf_cgroup_env *env);
+bool cf_cgroup_env_has_cpu(const cf_cgroup_env *env);
+bool cf_cgroup_env_has_freezer(const cf_cgroup_env *env); /* v1 only; v2 uses cgroup.kill */
+
+/* Removes leftover execution cgroups whose name starts with prefix ("" =
+ * all) under the parent, killing what still runs in them: call at start-up
+ * to clean up after a crashed worker.  Returns the number removed, or -1
+ * (err filled) if one could not be removed. */
+int cf_cgroup_sweep(cf_cgroup_env *env, const char *prefix, cf_error *err);
+
+typedef struct cf_cgroup_limits {
+    int64_t memory_bytes;  /* 0: none; also caps swap at 0 extra */
+    int64_t pids_max;      /* 0: none */
+    int64_t cpu_quota_us;  /* 0: none; CPU time allowed per period */
+    int64_t cpu_period_us; /* 0: 100000 */
+} cf_cgroup_limits;
+
+typedef struct cf_cgroup cf_cgroup;
+
+/* Creates the cgroup of one execution.  name: printable, no '/', no
+ * leading '.', at most 128 bytes.  An existing cgroup of that name is a
+ * conflict (CF_E_CONFLICT), never reused.  env must outlive the cgroup. */
+int cf_cgroup_new(cf_cgroup_env *env, const char *name, const cf_cgroup_limits *lim, cf_cgroup **out,
+                  cf_error *err);
+
+/* Moves pid (a whole process) into the cgroup.  For parent_setup. */
+int cf_cgroup_attach(cf_cgroup *cg, pid_t pid, cf_error *err);
+
+typedef struct cf_cgroup_stats {
+    int64_t oom_kills;          /* processes killed by the OOM killer in this cgroup */
+    bool memory_limit_hit;      /* the limit was reached at least once (v1 failcnt, v2 max events) */
+    int64_t memory_peak_bytes;  /* -1 when the kernel does not say */
+    int64_t memory_current_bytes;
+    int64_t pids_current;       /* -1 when unknown */
+} cf_cgroup_stats;
+
+int cf_cgroup_stats_read(cf_cgroup *cg, cf_cgroup_stats *st, cf_error *err);
+
+/* Kills every process of the cgroup and waits (briefly, bounded) until it
+ * is empty.  Safe to call from any thread of the parent; fits the runner's
+ * kill_all hook via cf_cgroup_kill_all_hook(pid, cg).  Returns 0 when the
+ * cgroup is empty, -1 otherwise. */
+int cf_cgroup_kill_all(cf_cgroup *cg);
+void cf_cgroup_kill_all_hook(pid_t pid, void *cg);
+
+/* Number of processes in the cgroup, -1 on error. */
+int cf_cgroup_nprocs(cf_cgroup *cg);
+
+/* Kills what is left, removes the directories (retrying while the kernel
+ * finishes the last exits).  Idempotent. */
+int cf_cgroup_remove(cf_cgroup *cg, cf_error *err);
+
+/* Best-effort remove, then frees.  NULL-safe. */
+void cf_cgroup_destroy(cf_cgroup *cg);
+
+/* The directory of the cgroup in the memory (v1) / unified (v2) tree. */
+const char *cf_cgroup_path(const cf_cgroup *cg);
+
+#endif

@@ -1,0 +1,105 @@
+#include "sandbox_exec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- child (async-signal-safe only) ----------------------------------- */
+
+static int sx_child_setup(void *arg, const char **msg)
+{
+    const cf_sandbox_exec *sx = arg;
+    const char *hn = sx->hostname ? sx->hostname : "sandbox";
+    if (sethostname(hn, strlen(hn)) < 0) {
+        *msg = "sandbox: sethostname";
+        return -1;
+    }
+    /* The parent attached us to the execution's cgroup before releasing
+     * us: a cgroup namespace created now is rooted there, so the program
+     * never sees the worker's cgroup path. */
+    if (sx->cg && unshare(CLONE_NEWCGROUP) < 0) {
+        *msg = "sandbox: cgroup namespace";
+        return -1;
+    }
+    if (cf_sandbox_become(sx->uid, sx->gid) < 0) {
+        *msg = "sandbox: set uid/gid";
+        return -1;
+    }
+    if (cf_sandbox_fs_apply(sx->fs, msg) < 0)
+        return -1;
+    if (cf_sandbox_drop_caps() < 0) {
+        *msg = "sandbox: drop capabilities";
+        return -1;
+    }
+    /* Last: everything above uses calls the filter denies. */
+    if (sx->seccomp && cf_seccomp_load(sx->seccomp) < 0) {
+        *msg = "sandbox: load seccomp filter";
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- parent ----------------------------------------------------------- */
+
+static int write_proc(pid_t pid, const char *file, const char *val, cf_error *err)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return cf_error_set_errno(err, CF_E_SANDBOX, errno, "sandbox: open %s", path);
+    size_t len = strlen(val);
+    ssize_t n = write(fd, val, len);
+    int saved = errno;
+    close(fd);
+    if (n != (ssize_t)len)
+        return cf_error_set_errno(err, CF_E_SANDBOX, n < 0 ? saved : EIO, "sandbox: write %s", path);
+    return 0;
+}
+
+static int sx_parent_setup(pid_t pid, void *arg, cf_error *err)
+{
+    cf_sandbox_exec *sx = arg;
+    /* setgroups stays "allow": the child must be able to drop the worker's
+     * supplementary groups (root's group 0 would otherwise stay attached to
+     * it, unmapped but effective for permission checks on host files). */
+    if (write_proc(pid, "uid_map", sx->uid_map, err) < 0 || write_proc(pid, "gid_map", sx->gid_map, err) < 0)
+        return -1;
+    if (sx->cg && cf_cgroup_attach(sx->cg, pid, err) < 0)
+        return -1;
+    return 0;
+}
+
+static void sx_kill_all(pid_t pid, void *arg)
+{
+    cf_sandbox_exec *sx = arg;
+    /* The pid namespace's init: its death kills every process in it. */
+    kill(pid, SIGKILL);
+    if (sx->cg)
+        cf_cgroup_kill_all(sx->cg);
+}
+
+int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *err)
+{
+    if (!sx->fs)
+        return cf_error_set(err, CF_E_INVALID, "sandbox: no filesystem plan");
+    if (sx->host_uid == 0 || sx->host_gid == 0)
+        return cf_error_set(err, CF_E_INVALID, "sandbox: refusing to map host root into the sandbox");
+    snprintf(sx->uid_map, sizeof(sx->uid_map), "%u %u 1\n", (unsigned)sx->uid, (unsigned)sx->host_uid);
+    snprintf(sx->gid_map, sizeof(sx->gid_map), "%u %u 1\n", (unsigned)sx->gid, (unsigned)sx->host_gid);
+    spec->clone_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (!sx->network)
+        spec->clone_flags |= CLONE_NEWNET;
+    spec->set_ids = false; /* ids are set inside the user namespace */
+    spec->child_setup = sx_child_setup;
+    spec->child_setup_arg = sx;
+    spec->parent_setup = sx_parent_setup;
+    spec->parent_setup_arg = sx;
+    spec->kill_all = sx_kill_all;
+    spec->kill_all_arg = sx;
+    return 0;
+}

@@ -1,0 +1,41 @@
+/* sandbox_exec: turns a cf_run_spec into a sandboxed one.
+ *
+ * Glue between the runner and the sandbox building blocks: the child is
+ * cloned into new user, pid, mount, ipc, uts (and, unless network is
+ * wanted, net) namespaces; the parent maps one inside uid/gid to one
+ * outside uid/gid and attaches the execution's cgroup before the child
+ * runs; the child then (async-signal-safe, in this order) sets the
+ * hostname, enters a cgroup namespace rooted at its own cgroup, becomes
+ * the inside uid/gid, builds its root filesystem (sandbox_fs), drops every
+ * capability and loads the seccomp filter last.  kill_all kills the
+ * cgroup and the pid namespace's init (which takes the namespace with it).
+ */
+#ifndef CF_SANDBOX_EXEC_H
+#define CF_SANDBOX_EXEC_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "cf_runner.h"
+#include "sandbox_cgroup.h"
+#include "sandbox_fs.h"
+#include "sandbox_seccomp.h"
+
+typedef struct cf_sandbox_exec {
+    const cf_seccomp_prog *seccomp; /* NULL: no filter (tests only) */
+    const cf_sandbox_fs *fs;        /* required */
+    cf_cgroup *cg;                  /* NULL: no cgroup (limits then rest on rlimits) */
+    uid_t uid, gid;                 /* ids inside the namespace */
+    uid_t host_uid, host_gid;       /* what they are outside (never 0) */
+    bool network;                   /* true: keep the host network namespace */
+    const char *hostname;           /* NULL: "sandbox" */
+    /* filled by cf_sandbox_exec_prepare */
+    char uid_map[64], gid_map[64];
+} cf_sandbox_exec;
+
+/* Sets spec's clone flags and the child_setup/parent_setup/kill_all hooks
+ * (with sx as their argument; sx must outlive cf_run).  Fails when
+ * host ids are 0 or fs is missing. */
+int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *err);
+
+#endif
