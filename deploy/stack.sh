@@ -189,6 +189,10 @@ transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
+# Results carry stdout, stderr and output (each capped by the worker's
+# max-output); the default 1 MiB message limit is too small for them.
+message.max.bytes=16777216
+replica.fetch.max.bytes=16777216
 EOF
     # Without an appender the broker logs nothing, and "started" never shows.
     cat >"$KAFKA_DIR/log4j.properties" <<'EOF'

@@ -178,34 +178,39 @@ static void result_fill_meta(cf_worker *w, const job *j, cf_result *res)
 /* Produces an encoded payload (ownership passes to librdkafka on success).
  * on_main: the caller is the main thread and may serve the producer queue
  * while the local queue is full; slot threads sleep instead. */
-static int produce_payload(cf_worker *w, job *j, const char *topic, const char *key, void *payload, size_t len,
-                           rd_kafka_headers_t *hdrs, bool on_main)
+static rd_kafka_resp_err_t produce_payload(cf_worker *w, job *j, const char *topic, const char *key, void *payload,
+                                           size_t len, rd_kafka_headers_t *hdrs, bool on_main)
 {
     for (int tries = 0;; tries++) {
         rd_kafka_resp_err_t e;
-        if (hdrs) {
-            rd_kafka_headers_t *copy = rd_kafka_headers_copy(hdrs);
+        rd_kafka_headers_t *copy = hdrs ? rd_kafka_headers_copy(hdrs) : NULL;
+        if (copy)
             e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
                                   RD_KAFKA_V_VALUE(payload, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
                                   RD_KAFKA_V_HEADERS(copy), RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
-            if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-                rd_kafka_headers_destroy(copy);
-        } else {
+        else
             e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
                                   RD_KAFKA_V_VALUE(payload, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
                                   RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
-        }
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-            return 0;
+            return e;
+        if (copy)
+            rd_kafka_headers_destroy(copy);
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 6000) {
             cf_log_error(LOG_SUB, "produce to %s failed: %s", topic, rd_kafka_err2str(e));
-            return -1;
+            return e;
         }
         if (on_main)
             rd_kafka_poll(w->producer, 10);
         else
             nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
     }
+}
+
+static bool too_large(rd_kafka_resp_err_t e)
+{
+    return e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
+           e == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
 }
 
 static void abandon_from_slot(cf_worker *w, job *j)
@@ -217,38 +222,82 @@ static void abandon_from_slot(cf_worker *w, job *j)
     wake(w);
 }
 
-/* Encodes res and produces it for job j.  On failure the job is abandoned
- * (its offset is never stored: the request will be redelivered). */
-static void send_result(cf_worker *w, job *j, cf_result *res, bool on_main)
+static void give_up(cf_worker *w, job *j, bool on_main)
 {
-    result_fill_meta(w, j, res);
-    cf_bytes enc = {0};
-    cf_error err;
-    cf_error_clear(&err);
-    if (cf_result_encode(res, &enc, &err) < 0) {
-        /* Only allocation failure gets here; try a bare internal_error. */
-        cf_log_error(LOG_SUB, "request %s: encoding result: %s", j->req.id ? j->req.id : "?", err.msg);
-        cf_result bare = {0};
-        bare.status = CF_STATUS_INTERNAL_ERROR;
-        cf_str_set(&bare.id, res->id);
-        cf_result_set_reason(&bare, "worker could not encode the result: %s", err.msg);
-        int r = cf_result_encode(&bare, &enc, &err);
-        cf_result_clear(&bare);
-        if (r < 0)
-            goto fail;
-    }
-    if (produce_payload(w, j, j->result_topic, res->id, enc.data, enc.len, NULL, on_main) < 0) {
-        free(enc.data);
-        goto fail;
-    }
-    return;
-fail:
     if (on_main) {
         w->n_abandoned++;
         job_finished(w, j, false);
     } else {
         abandon_from_slot(w, j);
     }
+}
+
+#define SLIM_STREAM_BYTES (64 * 1024)
+
+/* A result the result topic refused as too large keeps its status and
+ * metadata but loses most of its bulk, and says so: better a truncated
+ * answer than none (or an endless redelivery of the request). */
+static void slim_result(cf_result *res, size_t refused_bytes)
+{
+    if (res->stdout_data.len > SLIM_STREAM_BYTES) {
+        res->stdout_data.len = SLIM_STREAM_BYTES;
+        res->stdout_truncated = true;
+    }
+    if (res->stderr_data.len > SLIM_STREAM_BYTES) {
+        res->stderr_data.len = SLIM_STREAM_BYTES;
+        res->stderr_truncated = true;
+    }
+    bool dropped_output = res->output.len > SLIM_STREAM_BYTES;
+    if (dropped_output) {
+        free(res->output.data);
+        res->output.data = NULL;
+        res->output.len = 0;
+    }
+    cf_diagnostic *d = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*d));
+    if (!d)
+        return;
+    res->diagnostics = d;
+    memset(&d[res->n_diagnostics], 0, sizeof(*d));
+    char msg[256];
+    snprintf(msg, sizeof(msg),
+             "the result (%zu bytes) exceeded the result topic's message size limit: stdout and stderr were cut "
+             "to %d KiB%s",
+             refused_bytes, SLIM_STREAM_BYTES / 1024, dropped_output ? " and the structured output dropped" : "");
+    if (cf_str_set(&d[res->n_diagnostics].level, "warning") == 0 &&
+        cf_str_set(&d[res->n_diagnostics].message, msg) == 0)
+        res->n_diagnostics++;
+}
+
+/* Encodes res and produces it for job j.  If even that fails, the job is
+ * abandoned: its offset is never stored and the request is redelivered. */
+static void send_result(cf_worker *w, job *j, cf_result *res, bool on_main)
+{
+    result_fill_meta(w, j, res);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        cf_bytes enc = {0};
+        cf_error err;
+        cf_error_clear(&err);
+        if (cf_result_encode(res, &enc, &err) < 0) {
+            /* Only allocation failure gets here; try a bare internal_error. */
+            cf_log_error(LOG_SUB, "request %s: encoding result: %s", j->req.id ? j->req.id : "?", err.msg);
+            cf_result bare = {0};
+            bare.status = CF_STATUS_INTERNAL_ERROR;
+            cf_str_set(&bare.id, res->id);
+            cf_result_set_reason(&bare, "worker could not encode the result: %s", err.msg);
+            int r = cf_result_encode(&bare, &enc, &err);
+            cf_result_clear(&bare);
+            if (r < 0)
+                break;
+        }
+        rd_kafka_resp_err_t e = produce_payload(w, j, j->result_topic, res->id, enc.data, enc.len, NULL, on_main);
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+            return;
+        free(enc.data);
+        if (!too_large(e) || attempt > 0)
+            break;
+        slim_result(res, enc.len);
+    }
+    give_up(w, j, on_main);
 }
 
 static void answer_rejected(cf_worker *w, job *j, const char *id, const char *reason)
@@ -264,41 +313,50 @@ static void answer_rejected(cf_worker *w, job *j, const char *id, const char *re
     cf_result_clear(&res);
 }
 
-/* A message we cannot answer (no readable id) goes to the dead-letter topic
- * with its origin and the reason in headers, bytes unchanged. */
-static void dead_letter(cf_worker *w, job *j, const rd_kafka_message_t *m, const char *reason)
+/* Sends bytes to the dead-letter topic with their origin and the reason in
+ * headers.  A dead letter the topic refuses as too large goes out without
+ * its value (the headers still say where the original is). */
+static void dead_letter_bytes(cf_worker *w, job *j, const char *key, const void *value, size_t len,
+                              const char *reason)
 {
     j->kind = JOB_DEAD;
     w->n_dead++;
-    cf_log_warn(LOG_SUB, "dead-lettering %s[%" PRId32 "]@%" PRId64 ": %s", rd_kafka_topic_name(m->rkt), m->partition,
-                m->offset, reason);
-    rd_kafka_headers_t *h = rd_kafka_headers_new(5);
+    cf_log_warn(LOG_SUB, "dead-lettering %s[%" PRId32 "]@%" PRId64 ": %s", w->cfg->request_topic, j->partition,
+                j->offset, reason);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(6);
     char num[32];
-    const char *topic = rd_kafka_topic_name(m->rkt);
-    rd_kafka_header_add(h, HDR_PREFIX "origin-topic", -1, topic, -1);
-    snprintf(num, sizeof(num), "%" PRId32, m->partition);
+    rd_kafka_header_add(h, HDR_PREFIX "origin-topic", -1, w->cfg->request_topic, -1);
+    snprintf(num, sizeof(num), "%" PRId32, j->partition);
     rd_kafka_header_add(h, HDR_PREFIX "origin-partition", -1, num, -1);
-    snprintf(num, sizeof(num), "%" PRId64, m->offset);
+    snprintf(num, sizeof(num), "%" PRId64, j->offset);
     rd_kafka_header_add(h, HDR_PREFIX "origin-offset", -1, num, -1);
     rd_kafka_header_add(h, HDR_PREFIX "reason", -1, reason, -1);
     rd_kafka_header_add(h, HDR_PREFIX "worker", -1, w->worker_id, -1);
     void *copy = NULL;
-    if (m->len) {
-        copy = malloc(m->len);
-        if (copy)
-            memcpy(copy, m->payload, m->len);
+    if (len && (copy = malloc(len)) != NULL)
+        memcpy(copy, value, len);
+    if (len && !copy) {
+        give_up(w, j, true);
+    } else {
+        rd_kafka_resp_err_t e = produce_payload(w, j, w->cfg->dlq_topic, key, copy, copy ? len : 0, h, true);
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            free(copy);
+            if (too_large(e)) {
+                rd_kafka_header_add(h, HDR_PREFIX "value-dropped", -1, "too large for the dead-letter topic", -1);
+                e = produce_payload(w, j, w->cfg->dlq_topic, key, NULL, 0, h, true);
+            }
+            if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+                give_up(w, j, true);
+        }
     }
-    char *key = m->key_len ? cf_strndup(m->key, m->key_len) : NULL;
-    if (m->len && !copy) {
-        w->n_abandoned++;
-        job_finished(w, j, false);
-    } else if (produce_payload(w, j, w->cfg->dlq_topic, key, copy, copy ? m->len : 0, h, true) < 0) {
-        free(copy);
-        w->n_abandoned++;
-        job_finished(w, j, false);
-    }
-    free(key);
     rd_kafka_headers_destroy(h);
+}
+
+static void dead_letter(cf_worker *w, job *j, const rd_kafka_message_t *m, const char *reason)
+{
+    char *key = m->key_len ? cf_strndup(m->key, m->key_len) : NULL;
+    dead_letter_bytes(w, j, key, m->payload, m->len, reason);
+    free(key);
 }
 
 /* Delivery report: runs on the main thread from rd_kafka_poll(producer). */
@@ -317,36 +375,63 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     j->delivery_tries++;
     cf_log_warn(LOG_SUB, "delivery of %s for %s failed (try %d): %s", j->kind == JOB_DEAD ? "dead letter" : "result",
                 j->req.id ? j->req.id : "?", j->delivery_tries, rd_kafka_err2str(m->err));
-    /* A reply_to topic that does not work falls back to the result topic;
-     * other failures are retried a few times, then the request is left
-     * uncommitted (redelivered later) rather than lost. */
-    const char *topic = j->result_topic;
-    if (j->kind != JOB_DEAD && j->result_topic != w->cfg->result_topic) {
+    if (rd_kafka_fatal_error(w->producer, NULL, 0)) {
+        give_up(w, j, true); /* the worker stops; the request is redelivered */
+        return;
+    }
+    if (j->kind == JOB_DEAD) {
+        if (j->delivery_tries >= 5) {
+            give_up(w, j, true);
+            return;
+        }
+        char *key = m->key_len ? cf_strndup(m->key, m->key_len) : NULL;
+        rd_kafka_headers_t *hdrs = NULL;
+        rd_kafka_message_headers((rd_kafka_message_t *)m, &hdrs); /* still owned by m */
+        void *copy = m->len ? malloc(m->len) : NULL;
+        if (copy)
+            memcpy(copy, m->payload, m->len);
+        if ((m->len && !copy) || produce_payload(w, j, w->cfg->dlq_topic, key, copy, copy ? m->len : 0, hdrs, true)) {
+            free(copy);
+            give_up(w, j, true);
+        }
+        free(key);
+        return;
+    }
+    /* A result: decode what we sent to adjust it. */
+    cf_result res = {0};
+    cf_decode_limits lim = cf_decode_limits_default;
+    lim.max_total_bytes = lim.max_bin_bytes = m->len;
+    if (cf_result_decode(m->payload, m->len, &lim, &res, NULL) < 0) {
+        give_up(w, j, true);
+        return;
+    }
+    if (j->delivery_tries >= 5) {
+        /* The result cannot be delivered: dead-letter the request itself
+         * (re-encoded) so it is neither lost nor retried forever. */
+        cf_result_clear(&res);
+        cf_bytes enc = {0};
+        char reason[300];
+        snprintf(reason, sizeof(reason), "result could not be delivered: %s", rd_kafka_err2str(m->err));
+        if (cf_request_encode(&j->req, &enc, NULL) < 0) {
+            give_up(w, j, true);
+            return;
+        }
+        j->delivery_tries = 0;
+        dead_letter_bytes(w, j, j->pj.key, enc.data, enc.len, reason);
+        free(enc.data);
+        return;
+    }
+    if (too_large(m->err)) {
+        slim_result(&res, m->len);
+    } else if (j->result_topic != w->cfg->result_topic) {
+        /* A reply_to topic that does not take it: fall back to ours. */
+        cf_result_set_reason(&res, "%s%sreply_to topic '%.64s' failed (%s): result sent to '%s'",
+                             res.reason ? res.reason : "", res.reason ? "; " : "", j->result_topic,
+                             rd_kafka_err2str(m->err), w->cfg->result_topic);
         j->result_topic = w->cfg->result_topic;
-        topic = j->result_topic;
-    } else if (j->delivery_tries >= 5 || rd_kafka_fatal_error(w->producer, NULL, 0)) {
-        w->n_abandoned++;
-        job_finished(w, j, false);
-        return;
     }
-    if (j->kind == JOB_DEAD)
-        topic = w->cfg->dlq_topic;
-    void *copy = malloc(m->len ? m->len : 1);
-    if (!copy) {
-        w->n_abandoned++;
-        job_finished(w, j, false);
-        return;
-    }
-    memcpy(copy, m->payload, m->len);
-    char *key = m->key_len ? cf_strndup(m->key, m->key_len) : NULL;
-    rd_kafka_headers_t *hdrs = NULL;
-    rd_kafka_message_headers((rd_kafka_message_t *)m, &hdrs); /* still owned by m */
-    if (produce_payload(w, j, topic, key, copy, m->len, hdrs, true) < 0) {
-        free(copy);
-        w->n_abandoned++;
-        job_finished(w, j, false);
-    }
-    free(key);
+    send_result(w, j, &res, true);
+    cf_result_clear(&res);
 }
 
 /* ---------------------------------------------------------------- admission */

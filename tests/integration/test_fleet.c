@@ -366,6 +366,36 @@ static void long_execution_keeps_membership(void **state)
     assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
 }
 
+
+/* A result larger than the result topic accepts is still answered: its
+ * streams are cut and a diagnostic says why (here the producer's own
+ * message.max.bytes plays the topic's limit). */
+static void oversized_result_is_slimmed_not_lost(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "big", 1);
+    it_worker w;
+    static const char *const args[] = {"--kafka.message.max.bytes=1000000", NULL};
+    it_worker_start(&w, &t, "big-w1", args);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_PYTHON, "import sys; sys.stdout.write('x' * (3 << 20))");
+    req.policy.max_stdout_bytes = 4 << 20;
+    cf_result res;
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    check_result(&res, CF_STATUS_SUCCESS, "oversized");
+    assert_true(res.stdout_truncated);
+    assert_int_equal(res.stdout_data.len, 64 * 1024);
+    assert_true(res.n_diagnostics >= 1);
+    assert_non_null(strstr(res.diagnostics[res.n_diagnostics - 1].message, "message size limit"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -375,6 +405,7 @@ int main(void)
         cmocka_unit_test(sigkill_mid_execution_is_redelivered),
         cmocka_unit_test(graceful_shutdown_loses_nothing),
         cmocka_unit_test(long_execution_keeps_membership),
+        cmocka_unit_test(oversized_result_is_slimmed_not_lost),
     };
     return cmocka_run_group_tests_name("fleet", tests, NULL, NULL);
 }
