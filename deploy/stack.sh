@@ -111,11 +111,12 @@ kafka_running() {
     pid=$(read_pid "$KAFKA_DIR/kafka.pid") && cf_pid_matches "$pid" "kafka.Kafka" &&
         cf_pid_matches "$pid" "$(kafka_marker)"
 }
-# Redis rewrites its process title to "redis-server 127.0.0.1:PORT".
+# Redis rewrites its process title to "redis-server 127.0.0.1:PORT" once it
+# is initialised; until then the title is still our command line.
 redis_running() {
     local pid
     pid=$(read_pid "$REDIS_DIR/redis.pid") && cf_pid_matches "$pid" "redis-server" &&
-        cf_pid_matches "$pid" ":$REDIS_PORT"
+        { cf_pid_matches "$pid" ":$REDIS_PORT" || cf_pid_matches "$pid" "--port $REDIS_PORT "; }
 }
 worker_running() { # pidfile
     local pid name

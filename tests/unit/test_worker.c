@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -229,6 +230,33 @@ static void worker_config_defaults_are_valid(void **state)
     cf_conf_free(&cf_worker_conf_table, &cfg);
 }
 
+
+/* docs/CONFIGURATION-worker.md is generated from the table; a table change
+ * without regenerating it fails here (regenerate with
+ * `codefleet-worker --help-config > docs/CONFIGURATION-worker.md`). */
+static void worker_config_doc_is_current(void **state)
+{
+    (void)state;
+    const char *src = getenv("CF_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/docs/CONFIGURATION-worker.md", src ? src : ".");
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char committed[1 << 16];
+    size_t n = fread(committed, 1, sizeof(committed) - 1, f);
+    fclose(f);
+    committed[n] = '\0';
+    char *generated = NULL;
+    size_t glen = 0;
+    FILE *m = open_memstream(&generated, &glen);
+    assert_non_null(m);
+    cf_conf_print_markdown(&cf_worker_conf_table, m);
+    fclose(m);
+    if (strcmp(committed, generated) != 0)
+        fail_msg("%s is out of date: regenerate it with codefleet-worker --help-config", path);
+    free(generated);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +266,7 @@ int main(void)
         cmocka_unit_test(pool_orders_same_key_and_parallelises_others),
         cmocka_unit_test(pool_drops_only_queued_jobs),
         cmocka_unit_test(worker_config_defaults_are_valid),
+        cmocka_unit_test(worker_config_doc_is_current),
     };
     return cmocka_run_group_tests_name("worker", tests, NULL, NULL);
 }
