@@ -533,8 +533,9 @@ static void rm_contents(cf_workdir *wd, int dfd, int depth, unsigned long *progr
         }
         /* A read-only (or unsearchable) directory cannot be emptied by a
          * non-root owner: make it ours again.  Never follows a symlink. */
-        if ((st.st_mode & 0700) != 0700)
-            (void)fchmodat(dirfd(d), name, 0700, AT_SYMLINK_NOFOLLOW);
+        if ((st.st_mode & 0700) != 0700 && fchmodat(dirfd(d), name, 0700, AT_SYMLINK_NOFOLLOW) < 0) {
+            /* unlinkat below fails too and the retry logic reports it */
+        }
         if (unlinkat(dirfd(d), name, AT_REMOVEDIR) == 0) {
             (*progress)++;
             continue;
