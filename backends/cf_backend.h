@@ -68,7 +68,36 @@ typedef struct cf_backend_config {
     int64_t max_files_bytes;    /* cap on files placed into / collected from a work dir */
     int64_t max_output_file_bytes; /* cap on the structured output file */
     const char *cgroup_root;    /* for sandbox-type backends; NULL = autodetect */
+    /* sandbox backend (0 = the default in parentheses) */
+    int64_t sandbox_memory_bytes; /* memory limit when a request sets none (512 MiB) */
+    int64_t sandbox_pids_max;     /* process/thread limit when a request sets none (256) */
+    int64_t sandbox_tmp_bytes;    /* size of /tmp and of /dev/shm inside (64 MiB each) */
+    int64_t sandbox_work_bytes;   /* size of the per-execution tmpfs holding work/ and run/ (128 MiB) */
+    int64_t sandbox_inodes;       /* inode cap of each of those tmpfs (16384) */
 } cf_backend_config;
+
+/* Workspace files for one execution (requests naming a workspace).
+ *
+ * The work directory a program sees as its current directory holds the
+ * workspace files (placed first) and the request's own files; the
+ * program's source, input.json and output.json live outside it, so what is
+ * collected afterwards is exactly the program's view of the workspace. */
+typedef struct cf_exec_files {
+    const cf_file *place;     /* workspace snapshot to place (borrowed) */
+    size_t n_place;
+    bool read_only;           /* workspace_ro: placed files and their directories read-only */
+    bool collect;             /* workspace_rw: collect the work directory after a successful run */
+    size_t max_files;         /* collection limits (CF_E_LIMIT past them) */
+    size_t max_bytes;
+    /* Out (when collect): every regular file of the work directory after
+     * the run, sorted by path; owned by the caller, freed with
+     * cf_workdir_files_free (cf_workdir.h). */
+    cf_file *collected;
+    size_t n_collected;
+    /* Out: why collection failed (limits exceeded, unreadable entry), or
+     * NULL; owned by the caller (free). */
+    char *collect_error;
+} cf_exec_files;
 
 /* Per-execution context from the worker. */
 typedef struct cf_exec_ctx {
@@ -77,6 +106,9 @@ typedef struct cf_exec_ctx {
     /* Set (to non-zero) by another thread to abandon the execution early
      * (shutdown past its grace period).  Backends poll it. */
     volatile int *cancel;
+    /* NULL unless the request names a workspace.  Only backends declaring
+     * CF_CTL_FS_WORKSPACE_RO/RW get requests that use it. */
+    cf_exec_files *files;
 } cf_exec_ctx;
 
 typedef struct cf_backend_ops {

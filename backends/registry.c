@@ -8,9 +8,11 @@
 
 /* Every backend compiled in.  Order is only cosmetic (describe output). */
 extern const cf_backend_ops cf_backend_process_ops;
+extern const cf_backend_ops cf_backend_sandbox_ops;
 
 static const cf_backend_ops *const registry[] = {
     &cf_backend_process_ops,
+    &cf_backend_sandbox_ops,
     NULL,
 };
 

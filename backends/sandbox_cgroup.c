@@ -23,8 +23,8 @@
 #endif
 
 /* v1 controllers we use; on v2 only slot 0 (the unified tree) is used. */
-enum { C_MEM = 0, C_PIDS, C_FREEZER, C_CPU, C__N };
-static const char *const ctrl_names[C__N] = {"memory", "pids", "freezer", "cpu"};
+enum { C_MEM = 0, C_PIDS, C_FREEZER, C_CPU, C_CPUACCT, C__N };
+static const char *const ctrl_names[C__N] = {"memory", "pids", "freezer", "cpu", "cpuacct"};
 
 #define KILL_WAIT_US 2000000 /* bound on waiting for a killed cgroup to empty */
 
@@ -32,6 +32,9 @@ struct cf_cgroup_env {
     cf_cgroup_version version;
     bool fake_fs;
     bool avail[C__N];
+    /* v1: cpuacct is co-mounted with cpu (one hierarchy): accounting then
+     * comes from the cpu directory, which is always made. */
+    bool acct_in_cpu;
     char parent[C__N][PATH_MAX]; /* absolute parent dir per controller (v2: [0]) */
 };
 
@@ -40,6 +43,7 @@ struct cf_cgroup {
     bool made[C__N];
     char dir[C__N][PATH_MAX];
     bool removed;
+    cf_cgroup_limits lim; /* what is set now */
 };
 
 /* ---- small file helpers ------------------------------------------- */
@@ -390,6 +394,8 @@ int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_er
             char base[PATH_MAX];
             if (snprintf(base, sizeof(base), "%s/%s", mount, ctrl_names[c]) >= (int)sizeof(base))
                 goto toolong;
+            if (c == C_CPUACCT && !o.cpuacct)
+                continue;
             if (!o.fake_fs && !is_fs(base, CGROUP_SUPER_MAGIC))
                 continue;
             if (o.fake_fs && access(base, F_OK) != 0)
@@ -411,6 +417,12 @@ int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_er
             cf_error_set(err, CF_E_UNSUPPORTED, "cgroup v1: memory and pids controllers are not both mounted under %s",
                          mount);
             goto fail;
+        }
+        struct stat a, b;
+        if (env->avail[C_CPU] && env->avail[C_CPUACCT] && stat(env->parent[C_CPU], &a) == 0 &&
+            stat(env->parent[C_CPUACCT], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            env->avail[C_CPUACCT] = false;
+            env->acct_in_cpu = true;
         }
     }
     *out = env;
@@ -539,8 +551,9 @@ int cf_cgroup_new(cf_cgroup_env *env, const char *name, const cf_cgroup_limits *
     for (int c = 0; c < n_slots(env); c++) {
         if (!env->avail[c] && env->version == CF_CGROUP_V1)
             continue;
-        /* cpu only when asked: fewer directories, cheaper create/remove. */
-        if (env->version == CF_CGROUP_V1 && c == C_CPU && lim->cpu_quota_us == 0)
+        /* cpu only when asked (or when it carries the accounting): fewer
+         * directories, cheaper create/remove. */
+        if (env->version == CF_CGROUP_V1 && c == C_CPU && lim->cpu_quota_us == 0 && !env->acct_in_cpu)
             continue;
         if (path_join(cg->dir[c], PATH_MAX, env->parent[c], name, err) < 0)
             goto fail;
@@ -555,11 +568,152 @@ int cf_cgroup_new(cf_cgroup_env *env, const char *name, const cf_cgroup_limits *
     }
     if ((env->version == CF_CGROUP_V2 ? set_limits_v2(cg, lim, err) : set_limits_v1(cg, lim, err)) < 0)
         goto fail;
+    cg->lim = *lim;
     *out = cg;
     return 0;
 fail:
     cf_cgroup_destroy(cg);
     return -1;
+}
+
+int cf_cgroup_set_limits(cf_cgroup *cg, const cf_cgroup_limits *lim, cf_error *err)
+{
+    const cf_cgroup_env *env = cg->env;
+    if (lim->memory_bytes < 0 || lim->pids_max < 0 || lim->cpu_quota_us < 0 || lim->cpu_period_us < 0)
+        return cf_error_set(err, CF_E_INVALID, "cgroup: negative limit");
+    if (lim->cpu_quota_us > 0 && lim->cpu_quota_us < 1000)
+        return cf_error_set(err, CF_E_INVALID, "cgroup: cpu quota below 1ms");
+    bool v2 = env->version == CF_CGROUP_V2;
+    if (lim->memory_bytes != cg->lim.memory_bytes) {
+        int64_t v = lim->memory_bytes > 0 ? lim->memory_bytes : -1;
+        if (v2) {
+            int rc = v > 0 ? write_i64(env, cg->dir[0], "memory.max", v, err)
+                           : write_str(env, cg->dir[0], "memory.max", "max", err);
+            if (rc < 0)
+                return -1;
+            if ((env->fake_fs || file_exists(cg->dir[0], "memory.swap.max")) &&
+                write_str(env, cg->dir[0], "memory.swap.max", v > 0 ? "0" : "max", err) < 0)
+                return -1;
+            if ((env->fake_fs || file_exists(cg->dir[0], "memory.oom.group")) &&
+                write_str(env, cg->dir[0], "memory.oom.group", "1", err) < 0)
+                return -1;
+        } else {
+            const char *d = cg->dir[C_MEM];
+            bool memsw = env->fake_fs || file_exists(d, "memory.memsw.limit_in_bytes");
+            /* memsw >= limit at every moment: raise memsw first, lower it last. */
+            bool raise = v < 0 || (cg->lim.memory_bytes > 0 && v > cg->lim.memory_bytes);
+            if (raise && memsw && write_i64(env, d, "memory.memsw.limit_in_bytes", v, err) < 0)
+                return -1;
+            if (write_i64(env, d, "memory.limit_in_bytes", v, err) < 0)
+                return -1;
+            if (!raise && memsw && write_i64(env, d, "memory.memsw.limit_in_bytes", v, err) < 0)
+                return -1;
+        }
+        cg->lim.memory_bytes = lim->memory_bytes;
+    }
+    if (lim->pids_max != cg->lim.pids_max) {
+        const char *d = v2 ? cg->dir[0] : cg->dir[C_PIDS];
+        int rc = lim->pids_max > 0 ? write_i64(env, d, "pids.max", lim->pids_max, err)
+                                   : write_str(env, d, "pids.max", "max", err);
+        if (rc < 0)
+            return -1;
+        cg->lim.pids_max = lim->pids_max;
+    }
+    if (lim->cpu_quota_us != cg->lim.cpu_quota_us || lim->cpu_period_us != cg->lim.cpu_period_us) {
+        bool have = v2 ? env->avail[C_CPU] : cg->made[C_CPU];
+        if (!have) {
+            if (lim->cpu_quota_us > 0)
+                return cf_error_set(err, CF_E_UNSUPPORTED, "cgroup: cpu controller not available here");
+        } else if (v2) {
+            char buf[64];
+            int64_t period = lim->cpu_period_us > 0 ? lim->cpu_period_us : 100000;
+            if (lim->cpu_quota_us > 0)
+                snprintf(buf, sizeof(buf), "%lld %lld", (long long)lim->cpu_quota_us, (long long)period);
+            else
+                snprintf(buf, sizeof(buf), "max %lld", (long long)period);
+            if (write_str(env, cg->dir[0], "cpu.max", buf, err) < 0)
+                return -1;
+        } else {
+            int64_t period = lim->cpu_period_us > 0 ? lim->cpu_period_us : 100000;
+            if (write_i64(env, cg->dir[C_CPU], "cpu.cfs_quota_us", -1, err) < 0 ||
+                write_i64(env, cg->dir[C_CPU], "cpu.cfs_period_us", period, err) < 0 ||
+                (lim->cpu_quota_us > 0 && write_i64(env, cg->dir[C_CPU], "cpu.cfs_quota_us", lim->cpu_quota_us, err) < 0))
+                return -1;
+        }
+        cg->lim.cpu_quota_us = lim->cpu_quota_us;
+        cg->lim.cpu_period_us = lim->cpu_period_us;
+    }
+    return 0;
+}
+
+bool cf_cgroup_env_has_cpuacct(const cf_cgroup_env *env)
+{
+    return env->version == CF_CGROUP_V2 || env->avail[C_CPUACCT] || env->acct_in_cpu;
+}
+
+int64_t cf_cgroup_cpu_usage_us(cf_cgroup *cg)
+{
+    if (cg->env->version == CF_CGROUP_V2)
+        return read_key(cg->dir[0], "cpu.stat", "usage_usec");
+    const char *d = cg->made[C_CPUACCT] ? cg->dir[C_CPUACCT] : (cg->env->acct_in_cpu && cg->made[C_CPU]) ? cg->dir[C_CPU] : NULL;
+    if (!d)
+        return -1;
+    int64_t ns = read_i64(d, "cpuacct.usage");
+    return ns < 0 ? -1 : ns / 1000;
+}
+
+int64_t cf_cgroup_oom_kills(cf_cgroup *cg)
+{
+    if (cg->env->version == CF_CGROUP_V2)
+        return read_key(cg->dir[0], "memory.events", "oom_kill");
+    return read_key(cg->dir[C_MEM], "memory.oom_control", "oom_kill");
+}
+
+int cf_cgroup_join_fds(cf_cgroup *cg, int *fds, int max, cf_error *err)
+{
+    if (cg->env->version != CF_CGROUP_V1 || cg->env->fake_fs)
+        return 0;
+    int n = 0;
+    for (int c = 0; c < C__N; c++) {
+        if (!cg->made[c])
+            continue;
+        char path[PATH_MAX];
+        if (n == max || path_join(path, sizeof(path), cg->dir[c], "tasks", err) < 0)
+            goto fail;
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0) {
+            cf_error_set_errno(err, CF_E_SANDBOX, errno, "cgroup: open %s", path);
+            goto fail;
+        }
+        /* Above stdio and the runner's report pipe: the runner's child
+         * puts its own pipes on 0..3 before the sandbox setup runs. */
+        fds[n] = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+        int saved = errno;
+        close(fd);
+        if (fds[n] < 0) {
+            cf_error_set_errno(err, CF_E_SANDBOX, saved, "cgroup: dup %s", path);
+            goto fail;
+        }
+        n++;
+    }
+    return n;
+fail:
+    while (n > 0)
+        close(fds[--n]);
+    return -1;
+}
+
+int cf_cgroup_join_self(const int *fds, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ssize_t w;
+        do
+            w = write(fds[i], "0", 1);
+        while (w < 0 && errno == EINTR);
+        if (w != 1)
+            return -1;
+    }
+    return 0;
 }
 
 int cf_cgroup_attach(cf_cgroup *cg, pid_t pid, cf_error *err)
@@ -600,6 +754,7 @@ int cf_cgroup_stats_read(cf_cgroup *cg, cf_cgroup_stats *st, cf_error *err)
     memset(st, 0, sizeof(*st));
     st->memory_peak_bytes = -1;
     st->pids_current = -1;
+    st->cpu_usage_us = cf_cgroup_cpu_usage_us(cg);
     if (cg->env->version == CF_CGROUP_V2) {
         const char *d = cg->dir[0];
         int64_t oom = read_key(d, "memory.events", "oom_kill");

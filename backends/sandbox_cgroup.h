@@ -45,6 +45,9 @@ typedef struct cf_cgroup_env_opts {
     /* Tests only: the tree is a plain directory; create interface files on
      * write and delete them on remove, never signal anything. */
     bool fake_fs;
+    /* v1: also make a cpuacct cgroup per execution (exact cpu time); v2
+     * always has cpu.stat. */
+    bool cpuacct;
 } cf_cgroup_env_opts;
 
 typedef struct cf_cgroup_env cf_cgroup_env;
@@ -84,6 +87,32 @@ typedef struct cf_cgroup cf_cgroup;
 int cf_cgroup_new(cf_cgroup_env *env, const char *name, const cf_cgroup_limits *lim, cf_cgroup **out,
                   cf_error *err);
 
+/* Changes the limits of an existing cgroup so one cgroup can serve many
+ * executions (one per slot): only values that differ from what is set are
+ * written.  Lowering memory below what the cgroup holds may fail (EBUSY on
+ * v1). */
+int cf_cgroup_set_limits(cf_cgroup *cg, const cf_cgroup_limits *lim, cf_error *err);
+
+/* Cumulative counters, for per-execution deltas on a reused cgroup:
+ * processes killed by the OOM killer, and cpu time (v1 cpuacct, v2
+ * cpu.stat).  -1 when the kernel does not say. */
+int64_t cf_cgroup_oom_kills(cf_cgroup *cg);
+int64_t cf_cgroup_cpu_usage_us(cf_cgroup *cg);
+/* Whether cpu accounting is available (v2, or v1 cpuacct mounted). */
+bool cf_cgroup_env_has_cpuacct(const cf_cgroup_env *env);
+
+/* v1 only: opens (O_WRONLY|O_CLOEXEC) the "tasks" file of each of the
+ * cgroup's controllers into fds (at most max).  A single-threaded child
+ * that writes "0" to each (cf_cgroup_join_self) moves itself without the
+ * global threadgroup lock a write to cgroup.procs takes (one RCU grace
+ * period, milliseconds, per attach).  The fds are >= 10 (the runner's
+ * child owns 0..3).  Returns the number of fds, 0 on v2
+ * (use cf_cgroup_attach there), -1 on error.  The caller closes them. */
+int cf_cgroup_join_fds(cf_cgroup *cg, int *fds, int max, cf_error *err);
+
+/* Child side, async-signal-safe: writes "0" to each fd.  0 or -1 (errno). */
+int cf_cgroup_join_self(const int *fds, int n);
+
 /* Moves pid (a whole process) into the cgroup.  For parent_setup. */
 int cf_cgroup_attach(cf_cgroup *cg, pid_t pid, cf_error *err);
 
@@ -93,6 +122,7 @@ typedef struct cf_cgroup_stats {
     int64_t memory_peak_bytes;  /* -1 when the kernel does not say */
     int64_t memory_current_bytes;
     int64_t pids_current;       /* -1 when unknown */
+    int64_t cpu_usage_us;       /* cumulative cpu time of the cgroup, -1 when unknown */
 } cf_cgroup_stats;
 
 int cf_cgroup_stats_read(cf_cgroup *cg, cf_cgroup_stats *st, cf_error *err);

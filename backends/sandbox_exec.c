@@ -2,20 +2,53 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---- child (async-signal-safe only) ----------------------------------- */
 
+/* Brings loopback up in the new, empty network namespace: programs that
+ * talk to themselves over 127.0.0.1 work; nothing else is reachable. */
+static int loopback_up(void)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "lo", 3);
+    int rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
+    if (rc == 0) {
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
+    }
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
 static int sx_child_setup(void *arg, const char **msg)
 {
     const cf_sandbox_exec *sx = arg;
+    /* First, so everything below is charged and counted there. */
+    if (sx->cg && sx->n_join > 0 && cf_cgroup_join_self(sx->join_fds, sx->n_join) < 0) {
+        *msg = "sandbox: join cgroup";
+        return -1;
+    }
     const char *hn = sx->hostname ? sx->hostname : "sandbox";
     if (sethostname(hn, strlen(hn)) < 0) {
         *msg = "sandbox: sethostname";
+        return -1;
+    }
+    if (!sx->network && sx->loopback && loopback_up() < 0) {
+        *msg = "sandbox: loopback up";
         return -1;
     }
     /* The parent attached us to the execution's cgroup before releasing
@@ -25,11 +58,16 @@ static int sx_child_setup(void *arg, const char **msg)
         *msg = "sandbox: cgroup namespace";
         return -1;
     }
+    /* Bind sources are opened with our original host credentials, before
+     * the uid change, then bound once the stage exists. */
+    int fds[CF_SANDBOX_MAX_BINDS];
+    if (cf_sandbox_fs_open_binds(sx->fs, fds, msg) < 0)
+        return -1;
     if (cf_sandbox_become(sx->uid, sx->gid) < 0) {
         *msg = "sandbox: set uid/gid";
         return -1;
     }
-    if (cf_sandbox_fs_apply(sx->fs, msg) < 0)
+    if (cf_sandbox_fs_apply_fds(sx->fs, fds, msg) < 0)
         return -1;
     if (cf_sandbox_drop_caps() < 0) {
         *msg = "sandbox: drop capabilities";
@@ -69,7 +107,7 @@ static int sx_parent_setup(pid_t pid, void *arg, cf_error *err)
      * it, unmapped but effective for permission checks on host files). */
     if (write_proc(pid, "uid_map", sx->uid_map, err) < 0 || write_proc(pid, "gid_map", sx->gid_map, err) < 0)
         return -1;
-    if (sx->cg && cf_cgroup_attach(sx->cg, pid, err) < 0)
+    if (sx->cg && sx->n_join == 0 && cf_cgroup_attach(sx->cg, pid, err) < 0)
         return -1;
     return 0;
 }

@@ -25,9 +25,14 @@ typedef struct cf_sandbox_exec {
     const cf_seccomp_prog *seccomp; /* NULL: no filter (tests only) */
     const cf_sandbox_fs *fs;        /* required */
     cf_cgroup *cg;                  /* NULL: no cgroup (limits then rest on rlimits) */
+    /* v1: the cgroup's tasks fds (cf_cgroup_join_fds): the child joins
+     * itself, the parent does not attach.  n_join 0: parent attaches. */
+    const int *join_fds;
+    int n_join;
     uid_t uid, gid;                 /* ids inside the namespace */
     uid_t host_uid, host_gid;       /* what they are outside (never 0) */
     bool network;                   /* true: keep the host network namespace */
+    bool loopback;                  /* no network: bring lo up in the empty namespace */
     const char *hostname;           /* NULL: "sandbox" */
     /* filled by cf_sandbox_exec_prepare */
     char uid_map[64], gid_map[64];

@@ -43,11 +43,22 @@ struct op {
     char *desc; /* what failed, for the child's error report */
 };
 
+/* A bind made after the fixed tree (cf_sandbox_bind, resolved). */
+struct late_bind {
+    char *src;
+    char *dst;  /* staged */
+    char *desc; /* "open ..." for a failing open */
+    char *bdesc; /* "bind ..." for a failing mount */
+    bool rw, dir, check_id;
+    dev_t dev;
+    ino_t ino;
+};
+
 struct cf_sandbox_fs {
     struct op *ops;
     size_t n, cap;
-    char *work_dir;      /* host path, NULL when none */
-    bool work_rw;
+    struct late_bind *binds;
+    size_t n_binds;
     char *stage_opts;    /* tmpfs options of the root */
 };
 
@@ -231,18 +242,27 @@ int cf_sandbox_fs_new(const cf_sandbox_fs_spec *spec, cf_sandbox_fs **out, cf_er
     if (strchr(hostname, '\n'))
         return cf_error_set(err, CF_E_INVALID, "sandbox fs: bad hostname");
 
+    if (spec->n_binds + 1 > CF_SANDBOX_MAX_BINDS)
+        return cf_error_set(err, CF_E_LIMIT, "sandbox fs: more than %d binds", CF_SANDBOX_MAX_BINDS - 1);
+
     cf_sandbox_fs *fs = calloc(1, sizeof(*fs));
     if (!fs)
         return cf_error_set(err, CF_E_NOMEM, "sandbox fs: out of memory");
     char opts[128];
     snprintf(opts, sizeof(opts), "size=%lld,nr_inodes=%lld,mode=0755", (long long)root_size, (long long)inodes);
     fs->stage_opts = cf_strdup(opts);
-    fs->work_dir = spec->work_dir ? cf_strdup(spec->work_dir) : NULL;
-    fs->work_rw = spec->work_rw;
-    if (!fs->stage_opts || (spec->work_dir && !fs->work_dir)) {
+    if (!fs->stage_opts) {
         cf_error_set(err, CF_E_NOMEM, "sandbox fs: out of memory");
         goto fail;
     }
+    cf_sandbox_bind all[CF_SANDBOX_MAX_BINDS];
+    size_t nb = 0;
+    if (spec->work_dir)
+        all[nb++] = (cf_sandbox_bind){.src = spec->work_dir, .dst = "/work", .rw = spec->work_rw};
+    for (size_t i = 0; i < spec->n_binds; i++)
+        all[nb++] = spec->binds[i];
+    if (cf_sandbox_fs_set_binds(fs, all, nb, err) < 0)
+        goto fail;
 
     /* Runtimes: /usr and the top-level library/binary dirs (symlinks on
      * usrmerge systems, directories elsewhere). */
@@ -341,10 +361,74 @@ fail:
     return -1;
 }
 
+static void binds_free(cf_sandbox_fs *fs)
+{
+    for (size_t i = 0; i < fs->n_binds; i++) {
+        free(fs->binds[i].src);
+        free(fs->binds[i].dst);
+        free(fs->binds[i].desc);
+        free(fs->binds[i].bdesc);
+    }
+    free(fs->binds);
+    fs->binds = NULL;
+    fs->n_binds = 0;
+}
+
+int cf_sandbox_fs_set_binds(cf_sandbox_fs *fs, const cf_sandbox_bind *binds, size_t n, cf_error *err)
+{
+    binds_free(fs);
+    if (n == 0)
+        return 0;
+    if (n > CF_SANDBOX_MAX_BINDS)
+        return cf_error_set(err, CF_E_LIMIT, "sandbox fs: more than %d binds", CF_SANDBOX_MAX_BINDS);
+    fs->binds = calloc(n, sizeof(*fs->binds));
+    if (!fs->binds)
+        return cf_error_set(err, CF_E_NOMEM, "sandbox fs: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const cf_sandbox_bind *b = &binds[i];
+        if (!b->src || !b->dst || b->src[0] != '/' || b->dst[0] != '/' || strcmp(b->dst, "/") == 0 ||
+            strstr(b->dst, "/..") || strlen(b->dst) + sizeof(STAGE) >= PATH_MAX) {
+            binds_free(fs);
+            return cf_error_set(err, CF_E_INVALID, "sandbox fs: bad bind %s -> %s", b->src ? b->src : "(null)",
+                                b->dst ? b->dst : "(null)");
+        }
+        struct stat st;
+        if (lstat(b->src, &st) < 0) {
+            /* Gone now: the child's open fails and says which bind. */
+            if (errno != ENOENT) {
+                cf_error_set_errno(err, CF_E_SANDBOX, errno, "sandbox fs: bind source %s", b->src);
+                binds_free(fs);
+                return -1;
+            }
+            st.st_mode = S_IFDIR;
+        }
+        if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+            binds_free(fs);
+            return cf_error_set(err, CF_E_INVALID, "sandbox fs: bind source %s is not a directory or file", b->src);
+        }
+        struct late_bind *l = &fs->binds[fs->n_binds++];
+        l->src = cf_strdup(b->src);
+        l->dst = staged(b->dst);
+        l->desc = strcmp(b->dst, "/work") == 0 ? cf_strdup("fs: open work dir") : cat2("fs: open bind source of ", b->dst);
+        l->bdesc = cat2("fs: bind ", b->dst);
+        l->rw = b->rw;
+        l->dir = S_ISDIR(st.st_mode);
+        l->check_id = b->check_id;
+        l->dev = b->dev;
+        l->ino = b->ino;
+        if (!l->src || !l->dst || !l->desc || !l->bdesc) {
+            binds_free(fs);
+            return cf_error_set(err, CF_E_NOMEM, "sandbox fs: out of memory");
+        }
+    }
+    return 0;
+}
+
 void cf_sandbox_fs_destroy(cf_sandbox_fs *fs)
 {
     if (!fs)
         return;
+    binds_free(fs);
     for (size_t i = 0; i < fs->n; i++) {
         free(fs->ops[i].a);
         free(fs->ops[i].b);
@@ -352,7 +436,6 @@ void cf_sandbox_fs_destroy(cf_sandbox_fs *fs)
         free(fs->ops[i].desc);
     }
     free(fs->ops);
-    free(fs->work_dir);
     free(fs->stage_opts);
     free(fs);
 }
@@ -470,42 +553,97 @@ static int run_op(const struct op *o)
     return -1;
 }
 
-int cf_sandbox_fs_apply(const cf_sandbox_fs *fs, const char **msg)
+static void close_fds(int *fds, size_t n)
 {
-    /* Nothing we mount may propagate back to the host. */
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
-        *msg = "fs: make / private";
-        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+        fds[i] = -1;
     }
-    int wfd = -1;
-    if (fs->work_dir) {
-        wfd = open(fs->work_dir, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        if (wfd < 0) {
-            *msg = "fs: open work dir";
+}
+
+int cf_sandbox_fs_open_binds(const cf_sandbox_fs *fs, int *fds, const char **msg)
+{
+    for (size_t i = 0; i < CF_SANDBOX_MAX_BINDS; i++)
+        fds[i] = -1;
+    for (size_t i = 0; i < fs->n_binds && i < CF_SANDBOX_MAX_BINDS; i++) {
+        const struct late_bind *l = &fs->binds[i];
+        fds[i] = open(l->src, O_PATH | O_NOFOLLOW | O_CLOEXEC | (l->dir ? O_DIRECTORY : 0));
+        struct stat st;
+        bool bad = fds[i] < 0 || fstat(fds[i], &st) < 0;
+        if (!bad && (l->dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)))
+            bad = (errno = ENOTDIR, true);
+        if (!bad && l->check_id && (st.st_dev != l->dev || st.st_ino != l->ino))
+            bad = (errno = ESTALE, true);
+        if (bad) {
+            int saved = errno;
+            close_fds(fds, i + 1);
+            errno = saved;
+            *msg = l->desc;
             return -1;
         }
     }
+    return 0;
+}
+
+/* mkdir -p of an absolute staged path (a stack copy: no allocation). */
+static int mkdir_p_child(const char *path, bool last_is_file)
+{
+    char buf[PATH_MAX];
+    size_t n = 0;
+    while (path[n] && n + 1 < sizeof(buf)) {
+        buf[n] = path[n];
+        n++;
+    }
+    buf[n] = '\0';
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (c == '\0' && last_is_file) {
+            int fd = open(buf, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+            if (fd < 0)
+                return -1;
+            close(fd);
+        } else if (mkdir(buf, 0755) < 0 && errno != EEXIST) {
+            return -1;
+        }
+        buf[i] = c;
+    }
+    return 0;
+}
+
+int cf_sandbox_fs_apply_fds(const cf_sandbox_fs *fs, int *fds, const char **msg)
+{
+    size_t nb = fs->n_binds < CF_SANDBOX_MAX_BINDS ? fs->n_binds : CF_SANDBOX_MAX_BINDS;
+    /* Nothing we mount may propagate back to the host. */
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+        *msg = "fs: make / private";
+        goto fail;
+    }
     if (mount("tmpfs", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, fs->stage_opts) < 0) {
         *msg = "fs: mount root tmpfs";
-        return -1;
+        goto fail;
     }
     for (size_t i = 0; i < fs->n; i++) {
         if (run_op(&fs->ops[i]) < 0) {
             *msg = fs->ops[i].desc;
-            return -1;
+            goto fail;
         }
     }
-    if (wfd >= 0) {
+    /* Binds of host paths through the fds opened before the stage hid
+     * whatever lived below it. */
+    for (size_t i = 0; i < nb; i++) {
+        const struct late_bind *l = &fs->binds[i];
         char src[32];
-        fd_path(src, wfd);
-        int rc = bind_remount(src, STAGE "/work", !fs->work_rw, MS_NODEV);
-        int saved = errno;
-        close(wfd);
-        errno = saved;
-        if (rc < 0) {
-            *msg = "fs: bind /work";
-            return -1;
+        fd_path(src, fds[i]);
+        if (mkdir_p_child(l->dst, !l->dir) < 0 || bind_remount(src, l->dst, !l->rw, MS_NODEV) < 0) {
+            *msg = l->bdesc;
+            goto fail;
         }
+        close(fds[i]);
+        fds[i] = -1;
     }
     /* pivot_root(".", ".") stacks the old root on the new one; detaching
      * it leaves only the new tree (no old-root directory needed). */
@@ -530,6 +668,19 @@ int cf_sandbox_fs_apply(const cf_sandbox_fs *fs, const char **msg)
         return -1;
     }
     return 0;
+fail:;
+    int saved = errno;
+    close_fds(fds, nb);
+    errno = saved;
+    return -1;
+}
+
+int cf_sandbox_fs_apply(const cf_sandbox_fs *fs, const char **msg)
+{
+    int fds[CF_SANDBOX_MAX_BINDS];
+    if (cf_sandbox_fs_open_binds(fs, fds, msg) < 0)
+        return -1;
+    return cf_sandbox_fs_apply_fds(fs, fds, msg);
 }
 
 int cf_sandbox_become(uid_t uid, gid_t gid)

@@ -31,6 +31,22 @@
 
 #include "cf_error.h"
 
+#define CF_SANDBOX_MAX_BINDS 64
+
+/* A host path bound into the sandbox after the fixed tree (in order, so a
+ * later bind may sit inside an earlier one).  The child opens src with
+ * O_PATH|O_NOFOLLOW before it changes uid and, when dev/ino are given
+ * (check_id), refuses a source that is no longer the object the parent
+ * validated. */
+typedef struct cf_sandbox_bind {
+    const char *src; /* absolute host path: a directory or a regular file */
+    const char *dst; /* absolute path inside */
+    bool rw;
+    bool check_id;
+    dev_t dev;
+    ino_t ino;
+} cf_sandbox_bind;
+
 typedef struct cf_sandbox_fs_spec {
     const char *work_dir;     /* host path bound at /work; NULL: /work is an empty tmpfs dir */
     bool work_rw;
@@ -43,6 +59,11 @@ typedef struct cf_sandbox_fs_spec {
     /* Extra read-only host paths needed by a runtime (absolute, may be
      * NULL-terminated list or NULL).  Missing ones are skipped. */
     const char *const *extra_ro;
+    /* Binds made after the fixed tree (see cf_sandbox_bind); at most
+     * CF_SANDBOX_MAX_BINDS - 1 (work_dir counts as one).  Replaceable per
+     * execution with cf_sandbox_fs_set_binds. */
+    const cf_sandbox_bind *binds;
+    size_t n_binds;
 } cf_sandbox_fs_spec;
 
 typedef struct cf_sandbox_fs cf_sandbox_fs;
@@ -51,11 +72,24 @@ typedef struct cf_sandbox_fs cf_sandbox_fs;
 int cf_sandbox_fs_new(const cf_sandbox_fs_spec *spec, cf_sandbox_fs **out, cf_error *err);
 void cf_sandbox_fs_destroy(cf_sandbox_fs *fs); /* NULL-safe */
 
+/* Replaces the plan's binds (work_dir and spec->binds included: pass the
+ * whole list) so one plan of the fixed tree serves many executions.  The
+ * plan must not be in use by a child being set up. */
+int cf_sandbox_fs_set_binds(cf_sandbox_fs *fs, const cf_sandbox_bind *binds, size_t n, cf_error *err);
+
 /* Child side, async-signal-safe.  Must run in a fresh mount namespace (and
  * a fresh pid namespace for /proc) with CAP_SYS_ADMIN over it.  Ends with
  * cwd "/" in the new root.  Returns 0, or -1 with errno set and *msg naming
- * the step that failed (a string owned by fs). */
+ * the step that failed (a string owned by fs).
+ * = cf_sandbox_fs_open_binds + cf_sandbox_fs_apply_fds. */
 int cf_sandbox_fs_apply(const cf_sandbox_fs *fs, const char **msg);
+
+/* The two halves, for a child that changes uid in between (the bind
+ * sources are opened with the child's original host credentials, so a
+ * source in a directory only root may search still works).  fds holds
+ * CF_SANDBOX_MAX_BINDS entries; apply_fds closes them. */
+int cf_sandbox_fs_open_binds(const cf_sandbox_fs *fs, int *fds, const char **msg);
+int cf_sandbox_fs_apply_fds(const cf_sandbox_fs *fs, int *fds, const char **msg);
 
 /* Child side, async-signal-safe: clears supplementary groups and sets
  * real/effective/saved uid and gid.  Call it before cf_sandbox_fs_apply:

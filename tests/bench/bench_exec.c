@@ -2,10 +2,19 @@
  * measured in the same run on the same program.
  *
  *   bench_exec [--backend process] [--iterations N] [--program /bin/true]
+ *              [--bwrap | --no-bwrap]
  *
  * Prints one line per variant: median, p90 and p99 in microseconds, and the
  * backend's median as a ratio and a difference against the bare anchor.
- * Iterations of both variants are interleaved so machine noise hits both. */
+ * Iterations of all variants are interleaved so machine noise hits each.
+ *
+ * --bwrap (the default for --backend sandbox when /usr/bin/bwrap exists)
+ * adds Debian's bubblewrap doing the same isolation as a second anchor:
+ * new user, pid, mount, net, ipc, uts and cgroup namespaces, a new session,
+ * die-with-parent, uid/gid 1000, no capabilities, a cleared environment, a
+ * root of read-only /usr (+ the usrmerge symlinks or read-only binds of
+ * /bin /lib /lib64 /sbin), fresh /proc, /dev and /tmp, and an empty /work.
+ * (The sandbox does more on top: a cgroup, seccomp, a capped work tmpfs.) */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -32,6 +41,84 @@ static int64_t pct(int64_t *v, int n, double p)
     return v[i];
 }
 
+#define BWRAP "/usr/bin/bwrap"
+
+/* bwrap's argv for the isolation described above, ending with program. */
+static int bwrap_argv(const char *program, char **av, int cap)
+{
+    int n = 0;
+#define A(x) \
+    do { \
+        if (n + 1 >= cap) \
+            return -1; \
+        av[n++] = (char *)(x); \
+    } while (0)
+    A(BWRAP);
+    A("--unshare-all");
+    A("--die-with-parent");
+    A("--new-session");
+    A("--uid");
+    A("1000");
+    A("--gid");
+    A("1000");
+    A("--cap-drop");
+    A("ALL");
+    A("--clearenv");
+    A("--setenv");
+    A("PATH");
+    A("/usr/bin:/bin");
+    A("--ro-bind");
+    A("/usr");
+    A("/usr");
+    static const char *const top[][2] = {{"/bin", "usr/bin"}, {"/lib", "usr/lib"}, {"/lib64", "usr/lib64"},
+                                         {"/sbin", "usr/sbin"}};
+    static char targets[4][64];
+    for (int i = 0; i < 4; i++) {
+        char buf[64];
+        ssize_t l = readlink(top[i][0], buf, sizeof(buf) - 1);
+        if (l > 0) {
+            buf[l] = '\0';
+            cf_strlcpy(targets[i], buf, sizeof(targets[i]));
+            A("--symlink");
+            A(targets[i]);
+            A(top[i][0]);
+        } else if (access(top[i][0], F_OK) == 0) {
+            A("--ro-bind");
+            A(top[i][0]);
+            A(top[i][0]);
+        }
+    }
+    A("--proc");
+    A("/proc");
+    A("--dev");
+    A("/dev");
+    A("--tmpfs");
+    A("/tmp");
+    A("--dir");
+    A("/work");
+    A("--chdir");
+    A("/work");
+    A(program);
+#undef A
+    av[n] = NULL;
+    return n;
+}
+
+static int64_t argv_once(char *const *av)
+{
+    int64_t t0 = cf_mono_us();
+    pid_t pid = fork();
+    if (pid == 0) {
+        execve(av[0], av, environ);
+        _exit(127);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return -1;
+    return cf_mono_us() - t0;
+}
+
 static int64_t bare_once(const char *program)
 {
     int64_t t0 = cf_mono_us();
@@ -51,9 +138,12 @@ int main(int argc, char **argv)
     const char *backend_name = "process";
     const char *program = "/bin/true";
     int iterations = 300;
+    int want_bwrap = -1; /* -1: default (sandbox backend and bwrap installed) */
     static const struct option opts[] = {{"backend", required_argument, NULL, 'b'},
                                          {"iterations", required_argument, NULL, 'n'},
                                          {"program", required_argument, NULL, 'p'},
+                                         {"bwrap", no_argument, NULL, 'w'},
+                                         {"no-bwrap", no_argument, NULL, 'W'},
                                          {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "b:n:p:", opts, NULL)) != -1) {
@@ -61,8 +151,17 @@ int main(int argc, char **argv)
         case 'b': backend_name = optarg; break;
         case 'n': iterations = (int)strtol(optarg, NULL, 10); break;
         case 'p': program = optarg; break;
+        case 'w': want_bwrap = 1; break;
+        case 'W': want_bwrap = 0; break;
         default: return 2;
         }
+    }
+    if (want_bwrap < 0)
+        want_bwrap = strcmp(backend_name, "sandbox") == 0 && access(BWRAP, X_OK) == 0;
+    char *bwrap_av[64];
+    if (want_bwrap && (access(BWRAP, X_OK) != 0 || bwrap_argv(program, bwrap_av, 64) < 0)) {
+        fprintf(stderr, "bench_exec: %s is not usable\n", BWRAP);
+        return 2;
     }
     if (iterations < 10 || iterations > 1000000) {
         fprintf(stderr, "bench_exec: --iterations must be 10..1000000\n");
@@ -94,6 +193,7 @@ int main(int argc, char **argv)
     }
     int64_t *bare = calloc((size_t)iterations, sizeof(int64_t));
     int64_t *be = calloc((size_t)iterations, sizeof(int64_t));
+    int64_t *bw = calloc((size_t)iterations, sizeof(int64_t));
     cf_request req = {0};
     req.id = (char *)"bench";
     req.language = CF_LANG_COMMAND;
@@ -105,8 +205,13 @@ int main(int argc, char **argv)
     req.policy.max_stderr_bytes = 1 << 20;
     cf_exec_ctx ctx = {.slot = 0, .worker_id = "bench"};
     /* Warm-up: page cache, first-touch costs. */
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 10; i++) {
         bare_once(program);
+        if (want_bwrap && argv_once(bwrap_av) < 0) {
+            fprintf(stderr, "bench_exec: bwrap run failed\n");
+            return 1;
+        }
+    }
     for (int i = 0; i < iterations; i++) {
         bare[i] = bare_once(program);
         cf_result res = {0};
@@ -119,6 +224,10 @@ int main(int argc, char **argv)
             return 1;
         }
         cf_result_clear(&res);
+        if (want_bwrap && (bw[i] = argv_once(bwrap_av)) < 0) {
+            fprintf(stderr, "bench_exec: bwrap execution %d failed\n", i);
+            return 1;
+        }
     }
     qsort(bare, (size_t)iterations, sizeof(int64_t), cmp_i64);
     qsort(be, (size_t)iterations, sizeof(int64_t), cmp_i64);
@@ -129,8 +238,21 @@ int main(int argc, char **argv)
            (long long)mk, (long long)pct(be, iterations, 0.9), (long long)pct(be, iterations, 0.99));
     printf("RESULT exec_overhead backend=%s median_ratio=%.2f median_extra_us=%lld executions_per_s_one_slot=%.0f\n",
            backend_name, (double)mk / (double)mb, (long long)(mk - mb), 1e6 / (double)mk);
+    if (want_bwrap) {
+        qsort(bw, (size_t)iterations, sizeof(int64_t), cmp_i64);
+        int64_t mw = pct(bw, iterations, 0.5);
+        printf("bubblewrap %-10s %-10s n=%d median=%lldus p90=%lldus p99=%lldus\n", "0.8.0", program, iterations,
+               (long long)mw, (long long)pct(bw, iterations, 0.9), (long long)pct(bw, iterations, 0.99));
+        printf("RESULT exec_overhead backend=bwrap median_ratio=%.2f median_extra_us=%lld\n",
+               (double)mw / (double)mb, (long long)(mw - mb));
+        printf("RESULT sandbox_vs_bwrap backend=%s median_us=%lld bwrap_median_us=%lld overhead_ratio=%.2f "
+               "(extra over bare: %lld us vs %lld us)\n",
+               backend_name, (long long)mk, (long long)mw, (double)(mk - mb) / (double)(mw - mb > 0 ? mw - mb : 1),
+               (long long)(mk - mb), (long long)(mw - mb));
+    }
     ops->destroy(state);
     free(bare);
     free(be);
+    free(bw);
     return 0;
 }

@@ -11,6 +11,7 @@
 #   3. throughput of trivial requests with 1 and with 2 workers
 #   4. dispatcher publish rate (produced and acknowledged)
 #   5. idle worker RSS
+#   6. sandbox backend per-execution cost vs bare and vs bubblewrap (root)
 # Uses its own stack (state dir .stack-bench, ports 19292/16579) so it never
 # disturbs a development or test stack, and stops it at the end.
 set -euo pipefail
@@ -109,6 +110,20 @@ echo "== 4. dispatcher publish rate ($n_pub requests)"
 t=bench-pub-$run
 topics "$t" 6
 collect < <("$bin/tests/bench_fleet" publish --brokers "$brokers" --requests "$t.req" -n "$n_pub")
+
+# ---- sandbox backend (issue 3) ------------------------------------------
+# 6. Per-execution cost of the sandbox backend for /bin/true against bare
+#    fork+exec and against Debian's bubblewrap doing the same isolation,
+#    interleaved in one run (needs root; see bench_exec.c for the bwrap
+#    arguments).
+echo
+if [[ $EUID -eq 0 && -x /usr/bin/bwrap ]]; then
+    echo "== 6. sandbox backend vs bare fork+exec vs bubblewrap ($n_exec interleaved iterations)"
+    collect < <("$bin/tests/bench_exec" --backend sandbox --bwrap --iterations "$n_exec")
+else
+    echo "== 6. sandbox backend: skipped (needs root and /usr/bin/bwrap)"
+fi
+# ---- end of sandbox backend section --------------------------------------
 
 echo
 echo "== summary ($(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ))"

@@ -1,0 +1,709 @@
+/* Request handling shared by process-based backends (see exec_common.h). */
+#include "exec_common.h"
+
+#include "cf_schema_json.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define DEFAULT_EXEC_PATH "/usr/local/bin:/usr/bin:/bin"
+#define FALLBACK_OUTPUT_CAP (1024 * 1024)
+#define FALLBACK_FILES_BYTES (64 * 1024 * 1024)
+#define FALLBACK_OUTPUT_FILE_BYTES (16 * 1024 * 1024)
+#define FALLBACK_COLLECT_FILES 10000
+#define OPEN_FILES_LIMIT 256
+
+/* ---- configuration ---- */
+
+static bool is_executable_file(const char *path)
+{
+    struct stat sb;
+    return path && path[0] == '/' && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 0111);
+}
+
+/* The worker's own binary (or anything reached through /proc) is never
+ * what a request runs: it would start a second worker with the rights of
+ * the execution. */
+static bool is_forbidden_program(const char *path)
+{
+    if (strncmp(path, "/proc/", 6) == 0 || strcmp(path, "/proc") == 0)
+        return true;
+    struct stat a, b;
+    return stat(path, &a) == 0 && stat("/proc/self/exe", &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+void cf_exec_notes_add(cf_exec_base *b, const char *fmt, ...)
+{
+    size_t used = strlen(b->notes);
+    if (used + 3 >= sizeof(b->notes))
+        return;
+    if (used)
+        used += (size_t)snprintf(b->notes + used, sizeof(b->notes) - used, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->notes + used, sizeof(b->notes) - used, fmt, ap);
+    va_end(ap);
+}
+
+void cf_exec_base_free(cf_exec_base *b)
+{
+    if (!b)
+        return;
+    free(b->work_root);
+    free(b->python_path);
+    free(b->node_path);
+    free(b->shell_path);
+    free(b->exec_path);
+    memset(b, 0, sizeof(*b));
+}
+
+int cf_exec_base_init(cf_exec_base *b, const char *who, const cf_backend_config *cfg, cf_error *err)
+{
+    memset(b, 0, sizeof(*b));
+    if (!cfg || !cfg->work_root || !cfg->work_root[0])
+        return cf_error_set(err, CF_E_INVALID, "%s: work_root is not set", who);
+    b->max_files_bytes = cfg->max_files_bytes > 0 ? (size_t)cfg->max_files_bytes : FALLBACK_FILES_BYTES;
+    b->max_output_file_bytes =
+        cfg->max_output_file_bytes > 0 ? (size_t)cfg->max_output_file_bytes : FALLBACK_OUTPUT_FILE_BYTES;
+    b->work_root = cf_strdup(cfg->work_root);
+    b->exec_path = cf_strdup(cfg->exec_path && cfg->exec_path[0] ? cfg->exec_path : DEFAULT_EXEC_PATH);
+    if (!b->work_root || !b->exec_path)
+        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", who);
+
+    /* The work root: created if missing (0711: slot uids must traverse it
+     * but not list it). */
+    struct stat sb;
+    if (stat(b->work_root, &sb) < 0) {
+        if (errno != ENOENT || mkdir(b->work_root, 0711) < 0 || stat(b->work_root, &sb) < 0)
+            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "%s: work_root '%s'", who, b->work_root);
+    }
+    if (!S_ISDIR(sb.st_mode))
+        return cf_error_set(err, CF_E_INVALID, "%s: work_root '%s' is not a directory", who, b->work_root);
+
+    b->languages = 1u << CF_LANG_COMMAND;
+    /* A configured interpreter that is not there disables its language
+     * (and says so) instead of failing every request later. */
+    const struct {
+        const char *path;
+        char **dst;
+        cf_language lang;
+    } interp[] = {
+        {cfg->shell_path, &b->shell_path, CF_LANG_SHELL},
+        {cfg->python_path, &b->python_path, CF_LANG_PYTHON},
+        {cfg->node_path, &b->node_path, CF_LANG_JAVASCRIPT},
+    };
+    for (size_t i = 0; i < sizeof(interp) / sizeof(interp[0]); i++) {
+        if (!interp[i].path || !interp[i].path[0])
+            continue;
+        if (!is_executable_file(interp[i].path)) {
+            cf_exec_notes_add(b, "%s disabled: '%s' is not an executable absolute path",
+                              cf_language_name(interp[i].lang), interp[i].path);
+            continue;
+        }
+        *interp[i].dst = cf_strdup(interp[i].path);
+        if (!*interp[i].dst)
+            return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", who);
+        b->languages |= 1u << interp[i].lang;
+    }
+    return 0;
+}
+
+/* ---- helpers ---- */
+
+void cf_exec_printable(const char *s, size_t len, char *buf, size_t size)
+{
+    size_t j = 0;
+    if (size == 0)
+        return;
+    for (size_t i = 0; i < len && j + 4 < size; i++) {
+        unsigned char c = (unsigned char)s[i];
+        buf[j++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+        if (i == 80) {
+            memcpy(buf + j, "...", 3);
+            j += 3;
+            break;
+        }
+    }
+    buf[j] = '\0';
+}
+
+int cf_exec_reject(cf_result *res, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    res->status = CF_STATUS_REJECTED;
+    cf_result_set_reason(res, "%s", msg);
+    return 0;
+}
+
+/* Rejects the job (see cf_exec_reject). */
+static int job_reject(cf_exec_job *job, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int job_reject(cf_exec_job *job, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    job->rejected = true;
+    return cf_exec_reject(job->res, "%s", msg);
+}
+
+static void env_free(cf_exec_envb *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        free(e->v[i]);
+    e->n = 0;
+    e->v[0] = NULL;
+}
+
+static bool env_name_ok(const char *k)
+{
+    if (!k || !k[0] || strlen(k) > 256)
+        return false;
+    for (const char *p = k; *p; p++)
+        if (*p == '=' || (unsigned char)*p < 0x20 || *p == 0x7f)
+            return false;
+    return true;
+}
+
+/* Sets key=value, replacing an earlier entry of the same key. */
+static int env_set(cf_exec_envb *e, const char *key, const char *value)
+{
+    size_t kl = strlen(key), vl = strlen(value);
+    char *s = malloc(kl + vl + 2);
+    if (!s)
+        return -1;
+    memcpy(s, key, kl);
+    s[kl] = '=';
+    memcpy(s + kl + 1, value, vl + 1);
+    for (size_t i = 0; i < e->n; i++) {
+        if (strncmp(e->v[i], key, kl) == 0 && e->v[i][kl] == '=') {
+            free(e->v[i]);
+            e->v[i] = s;
+            return 0;
+        }
+    }
+    if (e->n == CF_EXEC_ENV_MAX) {
+        free(s);
+        errno = E2BIG;
+        return -1;
+    }
+    e->v[e->n++] = s;
+    e->v[e->n] = NULL;
+    return 0;
+}
+
+/* The worker's value of name, or NULL.  environ is only read: the worker
+ * does not modify its environment after start-up. */
+static const char *worker_env(const char *name)
+{
+    size_t nl = strlen(name);
+    for (char **p = environ; p && *p; p++)
+        if (strncmp(*p, name, nl) == 0 && (*p)[nl] == '=')
+            return *p + nl + 1;
+    return NULL;
+}
+
+static int add_diag(cf_result *res, const char *level, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int add_diag(cf_result *res, const char *level, const char *file, const char *fmt, ...)
+{
+    cf_diagnostic *d = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*d));
+    if (!d)
+        return -1;
+    res->diagnostics = d;
+    cf_diagnostic *x = &d[res->n_diagnostics];
+    memset(x, 0, sizeof(*x));
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    x->level = cf_strdup(level);
+    x->message = cf_strdup(msg);
+    x->file = cf_strdup(file);
+    res->n_diagnostics++;
+    if (!x->level || !x->message || (file && !x->file))
+        return -1;
+    return 0;
+}
+
+static const char *code_file_for(cf_language l)
+{
+    switch (l) {
+    case CF_LANG_SHELL: return "main.sh";
+    case CF_LANG_PYTHON: return "main.py";
+    case CF_LANG_JAVASCRIPT: return "main.js";
+    default: return NULL;
+    }
+}
+
+/* ---- check ---- */
+
+int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *who, const char *isolation,
+                      const cf_request *req, cf_result *res, cf_error *err)
+{
+    memset(job, 0, sizeof(*job));
+    job->base = base;
+    job->who = who;
+    job->req = req;
+    job->res = res;
+    if (cf_str_set(&res->meta.backend, who) < 0 || cf_str_set(&res->meta.isolation, isolation) < 0 ||
+        cf_str_set(&res->meta.language, cf_language_name(req->language)) < 0)
+        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", who);
+
+    switch (req->language) {
+    case CF_LANG_COMMAND: break;
+    case CF_LANG_SHELL: job->interp = base->shell_path; break;
+    case CF_LANG_PYTHON: job->interp = base->python_path; break;
+    case CF_LANG_JAVASCRIPT: job->interp = base->node_path; break;
+    default: break;
+    }
+    job->code_file = code_file_for(req->language);
+    if (req->language != CF_LANG_COMMAND && !job->interp)
+        return job_reject(job, "language %s not supported by backend '%s'", cf_language_name(req->language), who);
+    if (req->language == CF_LANG_COMMAND && (req->argc == 0 || !req->argv || !req->argv[0]))
+        return job_reject(job, "language command needs argv[0]");
+    if (req->argc > CF_EXEC_ARGV_MAX)
+        return job_reject(job, "more than %d arguments", CF_EXEC_ARGV_MAX);
+    for (size_t i = 0; i < req->argc; i++)
+        if (!req->argv[i])
+            return job_reject(job, "argv[%zu] is missing", i);
+
+    /* Everything about the request's files is checked before anything is
+     * created: an unsafe path must not run anything. */
+    size_t files_total = 0;
+    for (size_t i = 0; i < req->n_files; i++) {
+        const char *path = req->files[i].path ? req->files[i].path : "";
+        char why[96], shown[100];
+        if (cf_path_check(path, strlen(path), why, sizeof(why)) < 0) {
+            cf_exec_printable(path, strlen(path), shown, sizeof(shown));
+            return job_reject(job, "unsafe file path '%s': %s", shown, why);
+        }
+        files_total += req->files[i].content.len;
+        if (files_total > base->max_files_bytes)
+            return job_reject(job, "files exceed %zu bytes in total", base->max_files_bytes);
+    }
+    for (size_t i = 0; i < req->n_env; i++) {
+        if (!env_name_ok(req->env[i].key) || !req->env[i].value) {
+            char shown[100];
+            const char *k = req->env[i].key ? req->env[i].key : "";
+            cf_exec_printable(k, strlen(k), shown, sizeof(shown));
+            return job_reject(job, "invalid environment variable name '%s'", shown);
+        }
+    }
+    return 0;
+}
+
+/* ---- directories and files ---- */
+
+int cf_exec_job_dirs(cf_exec_job *job, const char *parent, uid_t owner, gid_t group, cf_error *err)
+{
+    if (cf_workdir_create(parent, owner, group, &job->work, err) < 0 ||
+        cf_workdir_create(parent, owner, group, &job->run, err) < 0)
+        goto fail;
+    int rfd = cf_workdir_dirfd(job->run);
+    if (mkdirat(rfd, "out", 0755) < 0 ||
+        (owner != (uid_t)-1 && fchownat(rfd, "out", owner, group, AT_SYMLINK_NOFOLLOW) < 0)) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "%s: creating the output directory", job->who);
+        goto fail;
+    }
+    return 0;
+fail:
+    cf_error_wrap(err, "%s", job->who);
+    if (err)
+        err->retriable = true;
+    return -1;
+}
+
+/* A failed put: the request's fault (rejected) or the backend's (-1). */
+static int put_failed(cf_exec_job *job, const char *what, const char *path, cf_error *ferr, cf_error *err)
+{
+    char shown[100];
+    cf_exec_printable(path, strlen(path), shown, sizeof(shown));
+    if (ferr->code == CF_E_INVALID)
+        return job_reject(job, "%s '%s' rejected: %s", what, shown, ferr->msg);
+    if (ferr->sys_errno == ENOSPC || ferr->sys_errno == EDQUOT || ferr->sys_errno == EFBIG)
+        return job_reject(job, "%s '%s' does not fit in the work directory: %s", what, shown, ferr->msg);
+    if (err) {
+        *err = *ferr;
+        cf_error_wrap(err, "%s: placing %s '%s'", job->who, what, shown);
+    }
+    return -1;
+}
+
+/* workspace_ro: every directory that holds a placed file becomes 0555
+ * (files were created 0444).  Nothing but the worker has touched the tree
+ * yet, so the walk needs no symlink defence beyond cf_workdir's own. */
+static int seal_dirs(cf_exec_job *job, const cf_exec_files *files, cf_error *err)
+{
+    int dfd = cf_workdir_dirfd(job->work);
+    for (size_t i = 0; i < files->n_place; i++) {
+        char buf[CF_PATH_MAX_BYTES + 1];
+        if (cf_strlcpy(buf, files->place[i].path, sizeof(buf)) >= sizeof(buf))
+            continue;
+        for (char *slash = strrchr(buf, '/'); slash; slash = strrchr(buf, '/')) {
+            *slash = '\0';
+            if (fchmodat(dfd, buf, 0555, 0) < 0 && errno != ENOENT)
+                return cf_error_set_errno(err, CF_E_SYSTEM, errno, "%s: sealing workspace directory", job->who);
+        }
+    }
+    return 0;
+}
+
+static int write_input(cf_exec_job *job, cf_error *err)
+{
+    cf_error jerr;
+    cf_error_clear(&jerr);
+    json_t *j = cf_msgpack_to_json(job->req->input.data, job->req->input.len, &jerr);
+    if (!j)
+        return job_reject(job, "input cannot be given to the program as JSON: %s", jerr.msg);
+    char *txt = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(j);
+    if (!txt)
+        return cf_error_set(err, CF_E_NOMEM, "%s: encoding input.json", job->who);
+    int rc = cf_workdir_put(job->run, "input.json", txt, strlen(txt), 0644, &jerr);
+    free(txt);
+    if (rc < 0)
+        return put_failed(job, "structured input", "input.json", &jerr, err);
+    return 0;
+}
+
+/* Resolves a command's argv[0]: a name is looked up in exec_path only; a
+ * path with '/' is absolute or relative to the work dir.  The check is made
+ * on the host path; job->exe gets the path the program's root sees. */
+static int resolve_command(cf_exec_job *job, const char *name)
+{
+    char shown[100], host[CF_EXEC_PATH_BYTES];
+    cf_exec_printable(name, strlen(name), shown, sizeof(shown));
+    if (!name[0] || strlen(name) > 4096)
+        return job_reject(job, "command name is empty or too long");
+    for (const char *p = name; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return job_reject(job, "command '%s' contains control characters", shown);
+    if (strchr(name, '/')) {
+        int n, m;
+        if (name[0] == '/') {
+            n = snprintf(host, sizeof(host), "%s", name);
+            m = snprintf(job->exe, sizeof(job->exe), "%s", name);
+        } else {
+            n = snprintf(host, sizeof(host), "%s/%s", cf_workdir_path(job->work), name);
+            m = snprintf(job->exe, sizeof(job->exe), "%s/%s", job->work_in, name);
+        }
+        if (n < 0 || (size_t)n >= sizeof(host) || m < 0 || (size_t)m >= sizeof(job->exe) || !is_executable_file(host))
+            return job_reject(job, "command '%s' is not an executable file", shown);
+        if (is_forbidden_program(host))
+            return job_reject(job, "command '%s' is not allowed", shown);
+        return 0;
+    }
+    const char *p = job->base->exec_path;
+    while (*p) {
+        const char *colon = strchr(p, ':');
+        size_t dl = colon ? (size_t)(colon - p) : strlen(p);
+        if (dl > 0 && p[0] == '/') { /* relative PATH entries would depend on the cwd */
+            int n = snprintf(job->exe, sizeof(job->exe), "%.*s/%s", (int)dl, p, name);
+            if (n > 0 && (size_t)n < sizeof(job->exe) && is_executable_file(job->exe)) {
+                if (is_forbidden_program(job->exe))
+                    return job_reject(job, "command '%s' is not allowed", shown);
+                return 0;
+            }
+        }
+        if (!colon)
+            break;
+        p = colon + 1;
+    }
+    job->exe[0] = '\0';
+    return job_reject(job, "command '%s' not found in exec_path", shown);
+}
+
+#define NOMEM(job, err) cf_error_set(err, CF_E_NOMEM, "%s: out of memory", (job)->who)
+
+int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec_view *view, cf_error *err)
+{
+    const cf_request *req = job->req;
+    const cf_policy *pol = &req->policy;
+    const char *wv = view && view->work ? view->work : cf_workdir_path(job->work);
+    const char *rv = view && view->run ? view->run : cf_workdir_path(job->run);
+    if (cf_strlcpy(job->work_in, wv, sizeof(job->work_in)) >= sizeof(job->work_in) ||
+        cf_strlcpy(job->run_in, rv, sizeof(job->run_in)) >= sizeof(job->run_in))
+        return cf_error_set(err, CF_E_LIMIT, "%s: work directory path too long", job->who);
+
+    /* Workspace first, so a request file may not silently replace one
+     * (O_EXCL: a clash is the request's fault). */
+    if (files) {
+        size_t total = 0;
+        for (size_t i = 0; i < files->n_place; i++) {
+            const cf_file *f = &files->place[i];
+            const char *path = f->path ? f->path : "";
+            char why[96], shown[100];
+            if (cf_path_check(path, strlen(path), why, sizeof(why)) < 0) {
+                cf_exec_printable(path, strlen(path), shown, sizeof(shown));
+                return job_reject(job, "unsafe workspace path '%s': %s", shown, why);
+            }
+            total += f->content.len;
+            if (total > job->base->max_files_bytes)
+                return job_reject(job, "workspace files exceed %zu bytes in total", job->base->max_files_bytes);
+            cf_error ferr;
+            cf_error_clear(&ferr);
+            if (cf_workdir_put(job->work, path, f->content.data ? (const void *)f->content.data : "", f->content.len,
+                               files->read_only ? 0444 : 0644, &ferr) < 0)
+                return put_failed(job, "workspace file", path, &ferr, err);
+        }
+    }
+    for (size_t i = 0; i < req->n_files; i++) {
+        cf_error ferr;
+        cf_error_clear(&ferr);
+        if (cf_workdir_put(job->work, req->files[i].path, req->files[i].content.data, req->files[i].content.len, 0644,
+                           &ferr) < 0)
+            return put_failed(job, "file path", req->files[i].path, &ferr, err);
+    }
+    if (files && files->read_only && seal_dirs(job, files, err) < 0)
+        return -1;
+
+    if (job->code_file) {
+        cf_error ferr;
+        cf_error_clear(&ferr);
+        if (cf_workdir_put(job->run, job->code_file, req->code.data ? (const void *)req->code.data : "",
+                           req->code.len, 0644, &ferr) < 0)
+            return put_failed(job, "code", job->code_file, &ferr, err);
+    }
+
+    /* Environment: nothing of the worker's except the allowlist. */
+    cf_exec_envb *env = &job->env;
+    char pathbuf[CF_EXEC_PATH_BYTES + 32];
+    if (env_set(env, "HOME", job->work_in) < 0 || env_set(env, "PATH", job->base->exec_path) < 0)
+        return NOMEM(job, err);
+    /* The code lives outside the work directory: let modules placed next
+     * to the program's files import as they did when both shared a dir. */
+    if (req->language == CF_LANG_PYTHON && env_set(env, "PYTHONPATH", job->work_in) < 0)
+        return NOMEM(job, err);
+    /* No __pycache__ written into the work directory (it would be
+     * collected into the workspace). */
+    if (req->language == CF_LANG_PYTHON && env_set(env, "PYTHONDONTWRITEBYTECODE", "1") < 0)
+        return NOMEM(job, err);
+    if (req->language == CF_LANG_JAVASCRIPT && env_set(env, "NODE_PATH", job->work_in) < 0)
+        return NOMEM(job, err);
+    for (size_t i = 0; pol->env_allow_set && i < pol->n_env_allow; i++) {
+        const char *name = pol->env_allow[i];
+        if (!env_name_ok(name))
+            continue;
+        const char *v = worker_env(name);
+        if (v && env_set(env, name, v) < 0)
+            return NOMEM(job, err);
+    }
+    for (size_t i = 0; i < req->n_env; i++) {
+        if (env_set(env, req->env[i].key, req->env[i].value) < 0) {
+            if (errno == E2BIG)
+                return job_reject(job, "more than %d environment variables", CF_EXEC_ENV_MAX);
+            return NOMEM(job, err);
+        }
+    }
+    if (req->input.len > 0) {
+        if (write_input(job, err) < 0 || job->rejected)
+            return job->rejected ? 0 : -1;
+        snprintf(pathbuf, sizeof(pathbuf), "%s/input.json", job->run_in);
+        if (env_set(env, "CODEFLEET_INPUT", pathbuf) < 0)
+            return NOMEM(job, err);
+    }
+    snprintf(pathbuf, sizeof(pathbuf), "%s/out/output.json", job->run_in);
+    if (env_set(env, "CODEFLEET_OUTPUT", pathbuf) < 0 || env_set(env, "CODEFLEET_WORKDIR", job->work_in) < 0)
+        return NOMEM(job, err);
+
+    /* argv: interpreter + code file + extra arguments, or the command. */
+    job->argv = calloc(req->argc + 3, sizeof(char *));
+    if (!job->argv)
+        return NOMEM(job, err);
+    size_t ac = 0;
+    if (req->language == CF_LANG_COMMAND) {
+        if (resolve_command(job, req->argv[0]) < 0 || job->rejected)
+            return 0;
+        for (size_t i = 0; i < req->argc; i++)
+            job->argv[ac++] = req->argv[i];
+    } else {
+        cf_strlcpy(job->exe, job->interp, sizeof(job->exe));
+        snprintf(pathbuf, sizeof(pathbuf), "%s/%s", job->run_in, job->code_file);
+        char *code_path = cf_strdup(pathbuf);
+        if (!code_path)
+            return NOMEM(job, err);
+        job->argv[ac++] = (char *)job->interp;
+        job->argv[ac++] = code_path; /* freed in cf_exec_job_free (argv[1]) */
+        for (size_t i = 0; i < req->argc; i++)
+            job->argv[ac++] = req->argv[i];
+    }
+    job->argv[ac] = NULL;
+    return 0;
+}
+
+void cf_exec_job_spec(const cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_spec *spec)
+{
+    const cf_policy *pol = &job->req->policy;
+    memset(spec, 0, sizeof(*spec));
+    spec->path = job->exe;
+    spec->argv = job->argv;
+    spec->envp = (char *const *)job->env.v;
+    spec->cwd = job->work_in;
+    spec->stdin_data = job->req->stdin_data.data;
+    spec->stdin_len = job->req->stdin_data.len;
+    spec->max_stdout = pol->max_stdout_bytes > 0 ? (size_t)pol->max_stdout_bytes : FALLBACK_OUTPUT_CAP;
+    spec->max_stderr = pol->max_stderr_bytes > 0 ? (size_t)pol->max_stderr_bytes : FALLBACK_OUTPUT_CAP;
+    spec->timeout_us = pol->timeout_us > 0 ? pol->timeout_us : CF_EXEC_FALLBACK_TIMEOUT_US;
+    spec->cancel = ctx ? ctx->cancel : NULL;
+    int nl = 0;
+    if (pol->cpu_time_us > 0) /* whole seconds, rounded up (rlimit granularity) */
+        spec->rlimits[nl++] = (cf_run_rlimit){RLIMIT_CPU, (rlim_t)((pol->cpu_time_us + 999999) / 1000000)};
+    if (pol->max_file_size_bytes > 0)
+        spec->rlimits[nl++] = (cf_run_rlimit){RLIMIT_FSIZE, (rlim_t)pol->max_file_size_bytes};
+    spec->rlimits[nl++] = (cf_run_rlimit){RLIMIT_NOFILE, OPEN_FILES_LIMIT};
+    spec->n_rlimits = nl;
+}
+
+/* ---- results ---- */
+
+static void read_output(cf_exec_job *job)
+{
+    cf_result *res = job->res;
+    size_t max = job->base->max_output_file_bytes;
+    cf_buf b;
+    cf_buf_init(&b, 0);
+    bool too_big = false;
+    cf_error e;
+    cf_error_clear(&e);
+    if (cf_workdir_read(job->run, "out/output.json", max, &b, &too_big, &e) < 0) {
+        if (e.code != CF_E_NOT_FOUND)
+            add_diag(res, "warning", "output.json", "output.json ignored: %s", e.msg);
+        cf_buf_free(&b);
+        return;
+    }
+    if (too_big) {
+        add_diag(res, "warning", "output.json", "output.json ignored: larger than %zu bytes", max);
+        cf_buf_free(&b);
+        return;
+    }
+    json_error_t jerr;
+    json_t *j = json_loadb((const char *)b.data, b.len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    cf_buf_free(&b);
+    if (!j) {
+        add_diag(res, "warning", "output.json", "output.json is not valid JSON (line %d, column %d): %s", jerr.line,
+                 jerr.column, jerr.text);
+        return;
+    }
+    if (cf_json_to_msgpack(j, &res->output, &e) < 0)
+        add_diag(res, "warning", "output.json", "output.json cannot be converted: %s", e.msg);
+    json_decref(j);
+}
+
+static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom_killed, bool rlimit_as,
+                        cf_result *res)
+{
+    const cf_policy *p = &req->policy;
+    char d[32];
+    res->has_exit_code = o->exited;
+    res->exit_code = o->exited ? o->exit_code : 0;
+    res->signal = o->signal;
+    if (oom_killed && !o->timed_out) {
+        res->status = CF_STATUS_MEMORY_EXCEEDED;
+        if (p->memory_bytes > 0)
+            cf_result_set_reason(res, "memory limit of %lld bytes exceeded (killed by the OOM killer)",
+                                 (long long)p->memory_bytes);
+        else
+            cf_result_set_reason(res, "default memory limit exceeded (killed by the OOM killer)");
+    } else if (o->timed_out) {
+        res->status = CF_STATUS_TIMEOUT;
+        cf_format_duration(p->timeout_us > 0 ? p->timeout_us : CF_EXEC_FALLBACK_TIMEOUT_US, d, sizeof(d));
+        cf_result_set_reason(res, "wall-clock timeout of %s exceeded", d);
+    } else if (o->signal == SIGXCPU || (o->signal == SIGKILL && p->cpu_time_us > 0 && o->cpu_us >= p->cpu_time_us)) {
+        res->status = CF_STATUS_TIMEOUT;
+        cf_format_duration(p->cpu_time_us, d, sizeof(d));
+        cf_result_set_reason(res, "cpu time limit of %s exceeded", d);
+    } else if (o->signal == SIGXFSZ) {
+        res->status = CF_STATUS_FAILED;
+        cf_result_set_reason(res, "file size limit of %lld bytes exceeded", (long long)p->max_file_size_bytes);
+    } else if (o->signal) {
+        res->status = CF_STATUS_FAILED;
+        const char *abbrev = sigabbrev_np(o->signal);
+        if (rlimit_as && o->signal == SIGTRAP && req->language == CF_LANG_JAVASCRIPT && p->memory_bytes > 0)
+            cf_result_set_reason(res, "killed by signal %d (SIG%s); node needs an address space of at least "
+                                      "~720 MiB, the memory limit is %lld bytes",
+                                 o->signal, abbrev ? abbrev : "?", (long long)p->memory_bytes);
+        else
+            cf_result_set_reason(res, "killed by signal %d (SIG%s)", o->signal, abbrev ? abbrev : "?");
+    } else if (o->exit_code != 0) {
+        res->status = CF_STATUS_FAILED;
+        cf_result_set_reason(res, "exited with code %d", o->exit_code);
+    } else {
+        res->status = CF_STATUS_SUCCESS;
+    }
+}
+
+static void collect(cf_exec_job *job, cf_exec_files *files)
+{
+    size_t max_files = files->max_files > 0 ? files->max_files : FALLBACK_COLLECT_FILES;
+    size_t max_bytes = files->max_bytes > 0 ? files->max_bytes : job->base->max_files_bytes;
+    cf_error e;
+    cf_error_clear(&e);
+    if (cf_workdir_collect(job->work, max_files, max_bytes, &files->collected, &files->n_collected, &e) < 0) {
+        files->collected = NULL;
+        files->n_collected = 0;
+        free(files->collect_error);
+        files->collect_error = cf_strdup(e.msg[0] ? e.msg : "collection failed");
+    }
+}
+
+int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome *o, bool oom_killed, int64_t cpu_us,
+                       cf_error *err)
+{
+    cf_result *res = job->res;
+    if (o->cancelled) {
+        cf_error_set(err, CF_E_TIMEOUT, "%s: execution cancelled (worker shutting down)", job->who);
+        if (err)
+            err->retriable = true;
+        return -1;
+    }
+    if (cpu_us >= 0)
+        o->cpu_us = cpu_us;
+    map_outcome(o, job->req, oom_killed, job->base->memory_is_rlimit_as, res);
+    res->stdout_truncated = o->out_truncated;
+    res->stderr_truncated = o->err_truncated;
+    size_t len;
+    res->stdout_data.data = cf_buf_steal(&o->out, &len);
+    res->stdout_data.len = len;
+    res->stderr_data.data = cf_buf_steal(&o->err, &len);
+    res->stderr_data.len = len;
+    res->wall_time_us = o->wall_us;
+    res->cpu_time_us = o->cpu_us;
+    res->peak_memory_bytes = o->peak_rss_bytes;
+    read_output(job);
+    /* The worker decides what to write back; it gets the final state
+     * whenever the program ran to its end. */
+    cf_exec_files *files = ctx ? ctx->files : NULL;
+    if (files && files->collect && o->exited)
+        collect(job, files);
+    return 0;
+}
+
+void cf_exec_job_free(cf_exec_job *job)
+{
+    if (!job)
+        return;
+    cf_workdir_destroy(job->work);
+    cf_workdir_destroy(job->run);
+    job->work = job->run = NULL;
+    env_free(&job->env);
+    if (job->argv && job->req && job->req->language != CF_LANG_COMMAND)
+        free(job->argv[1]);
+    free(job->argv);
+    job->argv = NULL;
+}

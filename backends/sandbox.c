@@ -1,0 +1,675 @@
+/* The `sandbox` backend: every execution in its own user, pid, mount, ipc,
+ * uts, cgroup and (unless network is wanted) network namespaces, on a
+ * private read-only root, with no capabilities, no_new_privs and a seccomp
+ * filter, its memory and processes bounded by a cgroup.
+ *
+ * Built from sandbox_probe (what this host allows), sandbox_seccomp (the
+ * filter, compiled once at create), sandbox_fs (the private root; one plan
+ * per slot, its binds replaced per execution), sandbox_cgroup (one cgroup
+ * per slot, reused: limits rewritten only when they change, OOM kills and
+ * cpu time counted as deltas) and sandbox_exec (the runner hooks); the
+ * request handling is exec_common's.
+ *
+ * Per execution:
+ *   <work_root>/cfsb-<pid>.<n>/s<slot>   a tmpfs mounted for this execution
+ *                                        (size and inode capped), holding
+ *     cf-XXXXXX  work/  -> /work (read-write, or read-only for workspace_ro)
+ *     cf-XXXXXX  run/   -> /run/codefleet (read-only; out/ read-write)
+ * then the runner, then collection, then the tmpfs is unmounted: whatever
+ * the program left there goes with it.  The instance directory is a
+ * private mount, so nothing of this propagates to other namespaces.
+ *
+ * Start-up sweep: instance directories and cgroups named cfsb-<pid>.* whose
+ * worker process no longer exists are unmounted and removed (a crashed
+ * worker's leftovers); live workers' entries are never touched.
+ *
+ * The program runs as uid/gid 1000 inside, mapped to run_uid_base + slot
+ * outside (100000 + slot when run_uid_base is 0): never root on the host.
+ */
+#include "cf_backend.h"
+#include "cf_runner.h"
+#include "cf_workdir.h"
+#include "exec_common.h"
+#include "sandbox_cgroup.h"
+#include "sandbox_exec.h"
+#include "sandbox_fs.h"
+#include "sandbox_probe.h"
+#include "sandbox_seccomp.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SB_PREFIX "cfsb-"
+#define IN_ID 1000
+#define DEFAULT_UID_BASE 100000
+#define DEFAULT_MEMORY (512LL << 20)
+#define DEFAULT_PIDS 256
+#define DEFAULT_TMP (64LL << 20)
+#define DEFAULT_WORK (128LL << 20)
+#define DEFAULT_INODES 16384
+#define RUN_DIR "/run/codefleet"
+
+#define MAX_JOIN_FDS 8
+
+typedef struct sb_slot {
+    cf_cgroup *cg;        /* reused across executions of the slot */
+    int join_fds[MAX_JOIN_FDS]; /* v1 tasks files of cg (the child joins itself) */
+    int n_join;
+    unsigned gen;         /* bumped when a cgroup had to be thrown away */
+    cf_sandbox_fs *fs;    /* the fixed tree; binds set per execution */
+    char mnt[PATH_MAX];   /* mount point of the per-execution tmpfs */
+    bool mnt_made;
+} sb_slot;
+
+typedef struct sb_state {
+    cf_exec_base base;
+    cf_sandbox_probe probe;
+    cf_seccomp_prog *seccomp;
+    cf_cgroup_env *cgenv; /* NULL: no usable cgroups */
+    char tag[64];         /* cfsb-<pid>.<n> */
+    char inst[PATH_MAX];  /* <work_root>/<tag> */
+    char real_root[PATH_MAX];
+    bool inst_bound;      /* private bind of inst onto itself */
+    char resolv[PATH_MAX]; /* /etc/resolv.conf resolved, "" when none */
+    int slots;
+    sb_slot *slot;
+    int64_t uid_base;
+    int64_t def_memory, def_pids, tmp_bytes, work_bytes, inodes;
+} sb_state;
+
+static atomic_int instance_counter;
+
+/* ---- start-up sweep ---- */
+
+/* "cfsb-<pid>.<n>..." -> pid, or -1. */
+static long tag_pid(const char *name)
+{
+    if (strncmp(name, SB_PREFIX, strlen(SB_PREFIX)) != 0)
+        return -1;
+    const char *p = name + strlen(SB_PREFIX);
+    char *end;
+    errno = 0;
+    long pid = strtol(p, &end, 10);
+    if (errno || end == p || *end != '.' || pid <= 0 || pid > INT_MAX)
+        return -1;
+    return pid;
+}
+
+static bool pid_gone(long pid)
+{
+    return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Unmounts every mount at or below dir (deepest first, from mountinfo). */
+static void umount_below(const char *dir)
+{
+    size_t dl = strlen(dir);
+    for (int round = 0; round < 8; round++) {
+        FILE *f = fopen("/proc/self/mountinfo", "re");
+        if (!f)
+            return;
+        char line[4096], best[PATH_MAX] = "";
+        while (fgets(line, sizeof(line), f)) {
+            /* id parent maj:min root mountpoint ... */
+            char *save = NULL, *tok = strtok_r(line, " ", &save);
+            for (int i = 0; tok && i < 4; i++)
+                tok = strtok_r(NULL, " ", &save);
+            if (!tok || strncmp(tok, dir, dl) != 0 || (tok[dl] != '/' && tok[dl] != '\0'))
+                continue;
+            if (strlen(tok) > strlen(best))
+                cf_strlcpy(best, tok, sizeof(best));
+        }
+        fclose(f);
+        if (!best[0] || umount2(best, MNT_DETACH) < 0)
+            return;
+    }
+}
+
+/* Removes a dead instance directory: its mounts first, then the (now
+ * empty) slot mount points, then itself.  Anything else in it is left. */
+static void remove_instance_dir(const char *dir)
+{
+    umount_below(dir);
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d)))
+            if (de->d_name[0] == 's')
+                unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static int sweep(sb_state *st, int *dirs, int *cgroups)
+{
+    *dirs = *cgroups = 0;
+    DIR *d = opendir(st->base.work_root);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            long pid = tag_pid(de->d_name);
+            if (pid < 0 || !pid_gone(pid))
+                continue;
+            char path[PATH_MAX];
+            if (snprintf(path, sizeof(path), "%s/%s", st->real_root, de->d_name) >= (int)sizeof(path))
+                continue;
+            remove_instance_dir(path);
+            (*dirs)++;
+        }
+        closedir(d);
+    }
+    if (st->cgenv) {
+        d = opendir(cf_cgroup_env_parent_dir(st->cgenv));
+        if (d) {
+            struct dirent *de;
+            while ((de = readdir(d))) {
+                long pid = tag_pid(de->d_name);
+                if (pid < 0 || !pid_gone(pid))
+                    continue;
+                char prefix[64];
+                snprintf(prefix, sizeof(prefix), SB_PREFIX "%ld.", pid);
+                cf_error e;
+                int n = cf_cgroup_sweep(st->cgenv, prefix, &e);
+                if (n > 0)
+                    *cgroups += n;
+            }
+            closedir(d);
+        }
+    }
+    return 0;
+}
+
+/* ---- create / destroy ---- */
+
+static void slot_drop_cgroup(sb_slot *s)
+{
+    while (s->n_join > 0)
+        close(s->join_fds[--s->n_join]);
+    cf_cgroup_destroy(s->cg);
+    s->cg = NULL;
+}
+
+static void slot_release(sb_state *st, sb_slot *s)
+{
+    (void)st;
+    slot_drop_cgroup(s);
+    cf_sandbox_fs_destroy(s->fs);
+    s->fs = NULL;
+    if (s->mnt_made) {
+        umount_below(s->mnt);
+        rmdir(s->mnt);
+        s->mnt_made = false;
+    }
+}
+
+static void sb_destroy(void *state)
+{
+    sb_state *st = state;
+    if (!st)
+        return;
+    for (int i = 0; st->slot && i < st->slots; i++)
+        slot_release(st, &st->slot[i]);
+    free(st->slot);
+    if (st->inst[0]) {
+        umount_below(st->inst);
+        rmdir(st->inst);
+    }
+    cf_cgroup_env_destroy(st->cgenv);
+    cf_seccomp_prog_destroy(st->seccomp);
+    cf_exec_base_free(&st->base);
+    free(st);
+}
+
+static int64_t or_default(int64_t v, int64_t def)
+{
+    return v > 0 ? v : def;
+}
+
+static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err)
+{
+    *state = NULL;
+    sb_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return cf_error_set(err, CF_E_NOMEM, "sandbox: out of memory");
+    if (cf_exec_base_init(&st->base, "sandbox", cfg, err) < 0)
+        goto fail;
+    st->slots = cfg->slots > 0 ? cfg->slots : 1;
+    st->uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
+    st->def_memory = or_default(cfg->sandbox_memory_bytes, DEFAULT_MEMORY);
+    st->def_pids = or_default(cfg->sandbox_pids_max, DEFAULT_PIDS);
+    st->tmp_bytes = or_default(cfg->sandbox_tmp_bytes, DEFAULT_TMP);
+    st->work_bytes = or_default(cfg->sandbox_work_bytes, DEFAULT_WORK);
+    st->inodes = or_default(cfg->sandbox_inodes, DEFAULT_INODES);
+    if (st->uid_base + st->slots > INT32_MAX) {
+        cf_error_set(err, CF_E_INVALID, "sandbox: run_uid_base %lld too large", (long long)st->uid_base);
+        goto fail;
+    }
+    if (geteuid() != 0) {
+        /* uid maps to other uids and the per-execution tmpfs need root. */
+        cf_error_set(err, CF_E_UNSUPPORTED, "sandbox: the worker must run as root to use this backend");
+        goto fail;
+    }
+    if (!realpath(st->base.work_root, st->real_root)) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: work_root '%s'", st->base.work_root);
+        goto fail;
+    }
+
+    /* What this host allows, tried for real. */
+    cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
+                              .cpuacct = true};
+    if (cf_sandbox_probe_run(&cgo, &st->probe, err) < 0)
+        goto fail;
+    char matrix[1024];
+    cf_sandbox_probe_describe(&st->probe, matrix, sizeof(matrix));
+    if (!st->probe.userns || !st->probe.pidns || !st->probe.mountns || !st->probe.netns || !st->probe.ipcns ||
+        !st->probe.utsns || !st->probe.seccomp) {
+        for (char *p = matrix; *p; p++)
+            if (*p == '\n')
+                *p = ';';
+        cf_error_set(err, CF_E_UNSUPPORTED, "sandbox: this host cannot isolate executions (%s)", matrix);
+        goto fail;
+    }
+    if (cf_seccomp_prog_new(NULL, &st->seccomp, err) < 0)
+        goto fail;
+    if (st->probe.cgroup_version != 0) {
+        cf_error cgerr;
+        if (cf_cgroup_env_new(&cgo, &st->cgenv, &cgerr) < 0)
+            st->cgenv = NULL; /* the probe said yes a moment ago; caps follow reality */
+    }
+
+    int swept_dirs = 0, swept_cgroups = 0;
+    sweep(st, &swept_dirs, &swept_cgroups);
+
+    /* This instance's directory, a private mount so the per-execution
+     * tmpfs mounts below it never propagate to other namespaces. */
+    snprintf(st->tag, sizeof(st->tag), SB_PREFIX "%d.%d", (int)getpid(), atomic_fetch_add(&instance_counter, 1));
+    if (snprintf(st->inst, sizeof(st->inst), "%s/%s", st->real_root, st->tag) >= (int)sizeof(st->inst)) {
+        st->inst[0] = '\0';
+        cf_error_set(err, CF_E_LIMIT, "sandbox: work_root path too long");
+        goto fail;
+    }
+    if (mkdir(st->inst, 0711) < 0) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: mkdir %s", st->inst);
+        st->inst[0] = '\0';
+        goto fail;
+    }
+    if (mount(st->inst, st->inst, NULL, MS_BIND, NULL) == 0) {
+        st->inst_bound = true;
+        (void)mount(NULL, st->inst, NULL, MS_PRIVATE, NULL);
+    }
+    st->slot = calloc((size_t)st->slots, sizeof(*st->slot));
+    if (!st->slot) {
+        cf_error_set(err, CF_E_NOMEM, "sandbox: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < st->slots; i++) {
+        int n = snprintf(st->slot[i].mnt, sizeof(st->slot[i].mnt), "%.4000s/s%d", st->inst, i);
+        if (n < 0 || (size_t)n >= sizeof(st->slot[i].mnt)) {
+            cf_error_set(err, CF_E_LIMIT, "sandbox: work_root path too long");
+            goto fail;
+        }
+    }
+    char resolv[PATH_MAX];
+    if (realpath("/etc/resolv.conf", resolv))
+        cf_strlcpy(st->resolv, resolv, sizeof(st->resolv));
+
+    memset(caps, 0, sizeof(*caps));
+    caps->isolation = "sandbox";
+    caps->languages = st->base.languages;
+    caps->controls = CF_CTL_TIMEOUT | CF_CTL_CPU_TIME | CF_CTL_STDOUT_CAP | CF_CTL_STDERR_CAP | CF_CTL_FILE_SIZE |
+                     CF_CTL_ENV_ALLOWLIST | CF_CTL_NETWORK_DISABLED | CF_CTL_NETWORK_ENABLED | CF_CTL_FS_NONE |
+                     CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW | CF_CTL_FS_PATHS;
+    if (st->cgenv) {
+        caps->controls |= CF_CTL_MEMORY | CF_CTL_MAX_PROCESSES;
+        cf_exec_notes_add(&st->base,
+                          "memory = cgroup v%d memory%s limit incl. tmpfs/shm (default %lld MiB), OOM -> "
+                          "memory_exceeded; max_processes = pids cgroup, threads count (default %lld)",
+                          st->probe.cgroup_version, st->probe.cg_memsw ? "+swap" : "",
+                          (long long)(st->def_memory >> 20), (long long)st->def_pids);
+    } else {
+        cf_exec_notes_add(&st->base, "NO cgroups (%s): memory and max_processes are NOT enforced, requests asking "
+                                     "for them are rejected and other executions run without a memory cap",
+                          st->probe.cgroup_note[0] ? st->probe.cgroup_note : "unusable");
+    }
+    cf_exec_notes_add(&st->base,
+                      "cpu_time = RLIMIT_CPU per process, whole seconds%s; network=enabled shares the host network "
+                      "namespace, otherwise an empty one (loopback only); host uids %lld..%lld; work dir tmpfs "
+                      "%lld MiB, /tmp %lld MiB",
+                      st->cgenv && cf_cgroup_env_has_cpuacct(st->cgenv) ? " (cpu time reported from the cgroup)" : "",
+                      (long long)st->uid_base, (long long)(st->uid_base + st->slots - 1),
+                      (long long)(st->work_bytes >> 20), (long long)(st->tmp_bytes >> 20));
+    if (swept_dirs || swept_cgroups)
+        cf_exec_notes_add(&st->base, "swept %d stale dir(s) and %d cgroup(s) of dead workers", swept_dirs,
+                          swept_cgroups);
+    /* The probe matrix, one line per item joined with " | ". */
+    size_t used = strlen(st->base.notes);
+    for (char *line = matrix; *line && used + 8 < sizeof(st->base.notes);) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        if (*line) {
+            int w = snprintf(st->base.notes + used, sizeof(st->base.notes) - used, "%s%s",
+                             used ? (line == matrix ? "; probe: " : " | ") : "probe: ", line);
+            if (w > 0)
+                used += (size_t)w < sizeof(st->base.notes) - used ? (size_t)w : sizeof(st->base.notes) - used - 1;
+        }
+        if (!nl)
+            break;
+        line = nl + 1;
+    }
+    caps->notes = st->base.notes;
+    *state = st;
+    return 0;
+fail:
+    sb_destroy(st);
+    return -1;
+}
+
+/* ---- per execution ---- */
+
+/* fs_mode=paths: an absolute, normalized host path without a symlink in
+ * any component, not in /proc, /sys, /dev or the worker's work root.
+ * Fills b (dst = src) with the identity the child re-checks. */
+static int check_host_path(const sb_state *st, const char *path, bool rw, cf_sandbox_bind *b, char *why, size_t wsz)
+{
+    size_t len = path ? strlen(path) : 0;
+    if (len == 0 || path[0] != '/' || len >= PATH_MAX - 64) {
+        snprintf(why, wsz, "not an absolute path");
+        return -1;
+    }
+    if (strcmp(path, "/") == 0) {
+        snprintf(why, wsz, "the host root cannot be bound");
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)path[i];
+        if (c < 0x20 || c == 0x7f) {
+            snprintf(why, wsz, "control character");
+            return -1;
+        }
+    }
+    if (path[len - 1] == '/' || strstr(path, "//") || strstr(path, "/./") || strstr(path, "/../") ||
+        (len >= 2 && strcmp(path + len - 2, "/.") == 0) || (len >= 3 && strcmp(path + len - 3, "/..") == 0)) {
+        snprintf(why, wsz, "not normalized");
+        return -1;
+    }
+    static const char *const banned[] = {"/proc", "/sys", "/dev", "/work", RUN_DIR};
+    for (size_t i = 0; i < sizeof(banned) / sizeof(banned[0]); i++) {
+        size_t bl = strlen(banned[i]);
+        if (strncmp(path, banned[i], bl) == 0 && (path[bl] == '/' || path[bl] == '\0')) {
+            snprintf(why, wsz, "%s is off limits", banned[i]);
+            return -1;
+        }
+    }
+    size_t rl = strlen(st->real_root);
+    if ((strncmp(path, st->real_root, rl) == 0 && (path[rl] == '/' || path[rl] == '\0' || rl == 1)) ||
+        (strncmp(st->real_root, path, len) == 0 && st->real_root[len] == '/')) {
+        snprintf(why, wsz, "overlaps the worker's work root");
+        return -1;
+    }
+    /* Walk it one component at a time, never following a symlink. */
+    int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, wsz, "cannot open /");
+        return -1;
+    }
+    char comp[NAME_MAX + 1];
+    const char *p = path + 1;
+    struct stat sb;
+    while (*p) {
+        const char *e = strchr(p, '/');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n > NAME_MAX) {
+            close(fd);
+            snprintf(why, wsz, "component too long");
+            return -1;
+        }
+        memcpy(comp, p, n);
+        comp[n] = '\0';
+        int nfd = openat(fd, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        int saved = errno;
+        close(fd);
+        if (nfd < 0) {
+            snprintf(why, wsz, "%s", saved == ENOENT ? "does not exist" : strerror(saved));
+            return -1;
+        }
+        fd = nfd;
+        if (fstat(fd, &sb) < 0 || S_ISLNK(sb.st_mode)) {
+            close(fd);
+            snprintf(why, wsz, "symlink in path");
+            return -1;
+        }
+        if (e && !S_ISDIR(sb.st_mode)) {
+            close(fd);
+            snprintf(why, wsz, "not a directory on the way");
+            return -1;
+        }
+        p = e ? e + 1 : p + n;
+    }
+    close(fd);
+    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)) {
+        snprintf(why, wsz, "neither a directory nor a regular file");
+        return -1;
+    }
+    *b = (cf_sandbox_bind){.src = path, .dst = path, .rw = rw, .check_id = true, .dev = sb.st_dev, .ino = sb.st_ino};
+    return 0;
+}
+
+/* The slot's cgroup with this execution's limits; a cgroup that cannot
+ * take them (or still holds processes) is replaced by a fresh one. */
+static int slot_cgroup(sb_state *st, sb_slot *s, int slot, const cf_cgroup_limits *lim, cf_error *err)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (s->cg) {
+            if (cf_cgroup_nprocs(s->cg) == 0 && cf_cgroup_set_limits(s->cg, lim, NULL) == 0)
+                return 0;
+            slot_drop_cgroup(s);
+            s->gen++;
+        }
+        char name[96];
+        snprintf(name, sizeof(name), "%s-s%d-g%u", st->tag, slot, s->gen);
+        if (cf_cgroup_new(st->cgenv, name, lim, &s->cg, err) == 0) {
+            int n = cf_cgroup_join_fds(s->cg, s->join_fds, MAX_JOIN_FDS, err);
+            if (n < 0) {
+                slot_drop_cgroup(s);
+                return -1;
+            }
+            s->n_join = n;
+            return 0;
+        }
+        if (err && err->code != CF_E_CONFLICT)
+            return -1;
+        s->gen++;
+    }
+    return -1;
+}
+
+static int mount_work(sb_state *st, sb_slot *s, cf_error *err)
+{
+    if (!s->mnt_made) {
+        if (mkdir(s->mnt, 0711) < 0 && errno != EEXIST)
+            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: mkdir %s", s->mnt);
+        s->mnt_made = true;
+    }
+    char opts[128];
+    snprintf(opts, sizeof(opts), "size=%lld,nr_inodes=%lld,mode=0711", (long long)st->work_bytes,
+             (long long)st->inodes);
+    if (mount("tmpfs", s->mnt, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: mounting the work tmpfs on %s", s->mnt);
+    return 0;
+}
+
+static int dir_bind(cf_workdir *wd, const char *sub, const char *dst, bool rw, cf_sandbox_bind *b, char *buf,
+                    size_t bufsz, cf_error *err)
+{
+    struct stat sb;
+    int rc = sub ? fstatat(cf_workdir_dirfd(wd), sub, &sb, AT_SYMLINK_NOFOLLOW) : fstat(cf_workdir_dirfd(wd), &sb);
+    if (rc < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: stat of %s", cf_workdir_path(wd));
+    if (sub)
+        snprintf(buf, bufsz, "%s/%s", cf_workdir_path(wd), sub);
+    else
+        cf_strlcpy(buf, cf_workdir_path(wd), bufsz);
+    *b = (cf_sandbox_bind){.src = buf, .dst = dst, .rw = rw, .check_id = true, .dev = sb.st_dev, .ino = sb.st_ino};
+    return 0;
+}
+
+static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err)
+{
+    sb_state *st = state;
+    const cf_policy *pol = &req->policy;
+    cf_exec_job job;
+    cf_run_outcome outcome;
+    memset(&outcome, 0, sizeof(outcome));
+    bool mounted = false;
+    int rc = -1;
+
+    if (cf_exec_job_check(&job, &st->base, "sandbox", "sandbox", req, res, err) < 0)
+        return -1;
+    if (job.rejected)
+        return 0;
+    if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots)
+        return cf_error_set(err, CF_E_INVALID, "sandbox: slot %d outside 0..%d", ctx ? ctx->slot : -1,
+                            st->slots - 1);
+    int slot = ctx->slot;
+    sb_slot *s = &st->slot[slot];
+    cf_exec_files *files = ctx->files;
+
+    /* Host paths first: a bad one must not cost a mount. */
+    cf_sandbox_bind binds[CF_SANDBOX_MAX_BINDS];
+    size_t nb = 4; /* work, run, run/out, resolv.conf */
+    if (pol->fs_mode == CF_FS_PATHS) {
+        if (pol->n_fs_read_only + pol->n_fs_read_write > CF_SANDBOX_MAX_BINDS - nb)
+            return cf_exec_reject(res, "fs_mode=paths: more than %zu paths", (size_t)CF_SANDBOX_MAX_BINDS - nb);
+        for (size_t i = 0; i < pol->n_fs_read_only + pol->n_fs_read_write; i++) {
+            bool rw = i >= pol->n_fs_read_only;
+            const char *p = rw ? pol->fs_read_write[i - pol->n_fs_read_only] : pol->fs_read_only[i];
+            char why[128], shown[100];
+            if (check_host_path(st, p, rw, &binds[nb], why, sizeof(why)) < 0) {
+                cf_exec_printable(p ? p : "", p ? strlen(p) : 0, shown, sizeof(shown));
+                return cf_exec_reject(res, "fs_mode=paths: %s path '%s' refused: %s", rw ? "read-write" : "read-only",
+                                      shown, why);
+            }
+            nb++;
+        }
+    }
+    if (!st->cgenv && (pol->memory_bytes > 0 || pol->max_processes > 0))
+        return cf_exec_reject(res, "backend 'sandbox' cannot enforce %s on this host (no usable cgroups)",
+                              pol->memory_bytes > 0 ? "memory" : "max_processes");
+
+    cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
+                            .pids_max = pol->max_processes > 0 ? pol->max_processes : st->def_pids};
+    int64_t oom_before = 0, cpu_before = -1;
+    if (st->cgenv) {
+        if (slot_cgroup(st, s, slot, &lim, err) < 0) {
+            cf_error_wrap(err, "sandbox: slot cgroup");
+            if (err)
+                err->retriable = true;
+            return -1;
+        }
+        oom_before = cf_cgroup_oom_kills(s->cg);
+        cpu_before = cf_cgroup_cpu_usage_us(s->cg);
+    }
+    if (!s->fs) {
+        cf_sandbox_fs_spec fspec = {.tmp_size_bytes = st->tmp_bytes, .nr_inodes = st->inodes, .uid = IN_ID,
+                                    .gid = IN_ID};
+        if (cf_sandbox_fs_new(&fspec, &s->fs, err) < 0)
+            return cf_error_wrap(err, "sandbox");
+    }
+
+    if (mount_work(st, s, err) < 0) {
+        if (err)
+            err->retriable = true;
+        return -1;
+    }
+    mounted = true;
+    uid_t host_id = (uid_t)(st->uid_base + slot);
+    if (cf_exec_job_dirs(&job, s->mnt, host_id, host_id, err) < 0)
+        goto out;
+    cf_exec_view view = {.work = "/work", .run = RUN_DIR};
+    if (cf_exec_job_fill(&job, files, &view, err) < 0)
+        goto out;
+    if (job.rejected) {
+        rc = 0;
+        goto out;
+    }
+
+    bool work_rw = !(pol->fs_mode == CF_FS_WORKSPACE_RO || (files && files->read_only));
+    bool network = pol->network == CF_NET_ENABLED;
+    char wbuf[PATH_MAX], rbuf[PATH_MAX], obuf[PATH_MAX];
+    if (dir_bind(job.work, NULL, "/work", work_rw, &binds[0], wbuf, sizeof(wbuf), err) < 0 ||
+        dir_bind(job.run, NULL, RUN_DIR, false, &binds[1], rbuf, sizeof(rbuf), err) < 0 ||
+        dir_bind(job.run, "out", RUN_DIR "/out", true, &binds[2], obuf, sizeof(obuf), err) < 0)
+        goto out;
+    /* Name resolution needs the host's resolver config, only with network. */
+    size_t first = 0;
+    if (network && st->resolv[0]) {
+        binds[3] = (cf_sandbox_bind){.src = st->resolv, .dst = "/etc/resolv.conf"};
+    } else {
+        binds[3] = binds[2];
+        binds[2] = binds[1];
+        binds[1] = binds[0];
+        first = 1;
+    }
+    if (cf_sandbox_fs_set_binds(s->fs, binds + first, nb - first, err) < 0) {
+        cf_error_wrap(err, "sandbox");
+        goto out;
+    }
+
+    cf_run_spec spec;
+    cf_exec_job_spec(&job, ctx, &spec);
+    cf_sandbox_exec sx = {.seccomp = st->seccomp, .fs = s->fs, .cg = s->cg, .uid = IN_ID, .gid = IN_ID,
+                          .host_uid = host_id, .host_gid = host_id, .network = network, .loopback = true,
+                          .join_fds = s->join_fds, .n_join = s->n_join};
+    if (cf_sandbox_exec_prepare(&sx, &spec, err) < 0)
+        goto out;
+    if (cf_run(&spec, &outcome, err) < 0) {
+        cf_error_wrap(err, "sandbox");
+        goto out;
+    }
+    bool oom = false;
+    int64_t cpu_us = -1;
+    if (s->cg) {
+        /* Every process of the execution is gone before anything is read
+         * or removed (the pid namespace died with its init; this is the
+         * check). */
+        cf_cgroup_kill_all(s->cg);
+        int64_t oom_after = cf_cgroup_oom_kills(s->cg);
+        oom = oom_after > oom_before;
+        int64_t cpu_after = cf_cgroup_cpu_usage_us(s->cg);
+        if (cpu_before >= 0 && cpu_after >= cpu_before)
+            cpu_us = cpu_after - cpu_before;
+    }
+    rc = cf_exec_job_finish(&job, ctx, &outcome, oom, cpu_us, err);
+
+out:
+    if (s->cg && cf_cgroup_nprocs(s->cg) != 0)
+        cf_cgroup_kill_all(s->cg);
+    cf_exec_job_free(&job);
+    /* Whatever the program left in work/ and run/ goes with the tmpfs.  A
+     * failed unmount leaves it stacked: the next execution mounts over it
+     * and destroy unmounts everything below the instance directory. */
+    if (mounted)
+        (void)umount2(s->mnt, MNT_DETACH);
+    cf_run_outcome_free(&outcome);
+    return rc;
+}
+
+const cf_backend_ops cf_backend_sandbox_ops = {
+    .name = "sandbox",
+    .description = "namespaces, private read-only root, seccomp, no capabilities, cgroup limits (sandbox)",
+    .create = sb_create,
+    .destroy = sb_destroy,
+    .execute = sb_execute,
+};

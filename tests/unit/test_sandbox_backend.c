@@ -1,0 +1,822 @@
+/* The `sandbox` backend through the backend API, the way the worker drives
+ * it (needs root: skipped otherwise).  Each test checks that nothing of an
+ * execution (process, cgroup, mount, directory) outlives it. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cf_backend.h"
+#include "cf_schema_json.h"
+#include "cf_util.h"
+#include "cf_workdir.h"
+
+#define SEC 1000000LL
+#define UID_BASE 231000 /* not the default: other suites may run sandboxes meanwhile */
+
+typedef struct fixture {
+    char root[64];
+    char cg_parent[64];
+    cf_backend_config cfg;
+    cf_backend_set *set;
+    const cf_backend *be;
+} fixture;
+
+static bool have_root(void)
+{
+    return geteuid() == 0;
+}
+
+static int make_set(fixture *f)
+{
+    memset(&f->cfg, 0, sizeof(f->cfg));
+    f->cfg.work_root = f->root;
+    f->cfg.python_path = "/usr/bin/python3";
+    f->cfg.node_path = "/usr/bin/node";
+    f->cfg.shell_path = "/bin/sh";
+    f->cfg.exec_path = "/usr/bin:/bin";
+    f->cfg.slots = 2;
+    f->cfg.max_files_bytes = 1 << 20;
+    f->cfg.max_output_file_bytes = 1 << 16;
+    f->cfg.cgroup_root = f->cg_parent;
+    f->cfg.run_uid_base = UID_BASE;
+    cf_error err;
+    if (cf_backend_set_new("sandbox", &f->cfg, &f->set, &err) < 0) {
+        fprintf(stderr, "set: %s\n", err.msg);
+        return -1;
+    }
+    f->be = cf_backend_set_get(f->set, 0);
+    return f->be ? 0 : -1;
+}
+
+static const char *const ctrls[] = {"memory", "pids", "freezer", "cpu", "cpuacct"};
+
+/* Number of cgroups below the test's parent in any controller. */
+static int count_cgroups(const fixture *f)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof(ctrls) / sizeof(ctrls[0]); i++) {
+        char p[256];
+        snprintf(p, sizeof(p), "/sys/fs/cgroup/%s%s", ctrls[i], f->cg_parent);
+        DIR *d = opendir(p);
+        if (!d)
+            continue;
+        struct dirent *de;
+        while ((de = readdir(d)))
+            if (de->d_type == DT_DIR && de->d_name[0] != '.')
+                n++;
+        closedir(d);
+    }
+    return n;
+}
+
+/* Processes in the test's cgroups (all controllers). */
+static int count_cgroup_procs(const fixture *f)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof(ctrls) / sizeof(ctrls[0]); i++) {
+        char p[256];
+        snprintf(p, sizeof(p), "/sys/fs/cgroup/%s%s", ctrls[i], f->cg_parent);
+        DIR *d = opendir(p);
+        if (!d)
+            continue;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            if (de->d_type != DT_DIR || de->d_name[0] == '.')
+                continue;
+            char q[1024];
+            snprintf(q, sizeof(q), "%s/%.255s/cgroup.procs", p, de->d_name);
+            FILE *fp = fopen(q, "r");
+            if (!fp)
+                continue;
+            int c;
+            while ((c = fgetc(fp)) != EOF)
+                if (c == '\n')
+                    n++;
+            fclose(fp);
+        }
+        closedir(d);
+    }
+    return n;
+}
+
+/* Host processes running as a sandbox uid. */
+static int count_sandbox_uid_procs(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        char p[300];
+        snprintf(p, sizeof(p), "/proc/%.255s", de->d_name);
+        struct stat sb;
+        if (stat(p, &sb) == 0 && sb.st_uid >= UID_BASE && sb.st_uid < UID_BASE + 2)
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Mounts below the test root other than the instance directory itself. */
+static int count_work_mounts(const fixture *f)
+{
+    FILE *fp = fopen("/proc/self/mountinfo", "r");
+    char line[4096];
+    int n = 0;
+    size_t rl = strlen(f->root);
+    while (fp && fgets(line, sizeof(line), fp)) {
+        char *save = NULL, *tok = strtok_r(line, " ", &save);
+        for (int i = 0; tok && i < 4; i++)
+            tok = strtok_r(NULL, " ", &save);
+        if (tok && strncmp(tok, f->root, rl) == 0 && strstr(tok + rl, "/s"))
+            n++;
+    }
+    if (fp)
+        fclose(fp);
+    return n;
+}
+
+static void assert_nothing_left(const fixture *f)
+{
+    assert_int_equal(count_cgroup_procs(f), 0);
+    assert_int_equal(count_sandbox_uid_procs(), 0);
+    assert_int_equal(count_work_mounts(f), 0);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    *state = f;
+    if (!have_root())
+        return 0;
+    cf_strlcpy(f->root, "/tmp/cf-sbtest-XXXXXX", sizeof(f->root));
+    if (!mkdtemp(f->root) || chmod(f->root, 0711) < 0)
+        return -1;
+    snprintf(f->cg_parent, sizeof(f->cg_parent), "/cf-sbtest-%d", (int)getpid());
+    return make_set(f);
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    int rc = 0;
+    if (have_root()) {
+        cf_backend_set_destroy(f->set);
+        /* Destroy removed the instance directory and every cgroup. */
+        if (count_cgroups(f) != 0) {
+            fprintf(stderr, "cgroups left below %s\n", f->cg_parent);
+            rc = -1;
+        }
+        for (size_t i = 0; i < sizeof(ctrls) / sizeof(ctrls[0]); i++) {
+            char p[256];
+            snprintf(p, sizeof(p), "/sys/fs/cgroup/%s%s", ctrls[i], f->cg_parent);
+            rmdir(p);
+        }
+        if (rmdir(f->root) < 0) {
+            fprintf(stderr, "work root %s not empty\n", f->root);
+            rc = -1;
+        }
+    }
+    free(f);
+    return rc;
+}
+
+#define REQUIRE_ROOT()                                                                                         \
+    do {                                                                                                       \
+        if (!have_root())                                                                                      \
+            skip();                                                                                            \
+    } while (0)
+
+static void req_init(cf_request *r, cf_language lang, const char *code)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = strdup("req-1");
+    r->language = lang;
+    if (code)
+        cf_bytes_set(&r->code, code, strlen(code));
+    r->policy.timeout_us = 20 * SEC;
+    r->policy.max_stdout_bytes = 1 << 20;
+    r->policy.max_stderr_bytes = 1 << 20;
+}
+
+static void req_argv(cf_request *r, size_t n, const char *const *argv)
+{
+    r->argv = calloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+        r->argv[i] = strdup(argv[i]);
+    r->argc = n;
+}
+
+static void req_env(cf_request *r, const char *k, const char *v)
+{
+    r->env = realloc(r->env, (r->n_env + 1) * sizeof(*r->env));
+    r->env[r->n_env].key = strdup(k);
+    r->env[r->n_env].value = strdup(v);
+    r->n_env++;
+}
+
+static void req_file(cf_request *r, const char *path, const char *content)
+{
+    r->files = realloc(r->files, (r->n_files + 1) * sizeof(*r->files));
+    memset(&r->files[r->n_files], 0, sizeof(r->files[0]));
+    r->files[r->n_files].path = strdup(path);
+    cf_bytes_set(&r->files[r->n_files].content, content, strlen(content));
+    r->n_files++;
+}
+
+static char **strv(size_t n, const char *const *v)
+{
+    char **out = calloc(n, sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+        out[i] = strdup(v[i]);
+    return out;
+}
+
+static int run_ctx(fixture *f, cf_exec_ctx *ctx, const cf_request *req, cf_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    cf_error err;
+    cf_error_clear(&err);
+    int rc = f->be->ops->execute(f->be->state, ctx, req, res, &err);
+    if (rc < 0)
+        print_error("execute: %s\n", err.msg);
+    else if (res->status != CF_STATUS_SUCCESS)
+        print_message("status %s reason %s stderr %.*s\n", cf_status_name(res->status),
+                      res->reason ? res->reason : "-", (int)res->stderr_data.len,
+                      res->stderr_data.data ? (const char *)res->stderr_data.data : "");
+    return rc;
+}
+
+static int run(fixture *f, const cf_request *req, cf_result *res)
+{
+    cf_exec_ctx ctx = {.slot = 0, .worker_id = "test"};
+    return run_ctx(f, &ctx, req, res);
+}
+
+static bool out_is(const cf_bytes *b, const char *s)
+{
+    return b->len == strlen(s) && (b->len == 0 || memcmp(b->data, s, b->len) == 0);
+}
+
+static bool out_has(const cf_bytes *b, const char *s)
+{
+    return b->data && memmem(b->data, b->len, s, strlen(s)) != NULL;
+}
+
+/* ---- tests ---- */
+
+static void test_caps(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    const cf_backend_caps *c = &f->be->caps;
+    assert_string_equal(f->be->ops->name, "sandbox");
+    assert_string_equal(c->isolation, "sandbox");
+    for (int l = CF_LANG_COMMAND; l <= CF_LANG_JAVASCRIPT; l++)
+        assert_true(c->languages & (1u << l));
+    uint32_t want = CF_CTL_TIMEOUT | CF_CTL_CPU_TIME | CF_CTL_MEMORY | CF_CTL_MAX_PROCESSES | CF_CTL_STDOUT_CAP |
+                    CF_CTL_STDERR_CAP | CF_CTL_FILE_SIZE | CF_CTL_ENV_ALLOWLIST | CF_CTL_NETWORK_DISABLED |
+                    CF_CTL_NETWORK_ENABLED | CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW |
+                    CF_CTL_FS_PATHS;
+    assert_int_equal(c->controls & want, want);
+    /* The probe matrix travels in the notes, on one line. */
+    assert_non_null(strstr(c->notes, "probe: namespaces: user yes"));
+    assert_non_null(strstr(c->notes, "memory = cgroup"));
+    assert_null(strchr(c->notes, '\n'));
+    char line[4096];
+    cf_backend_set_describe(f->set, line, sizeof(line));
+    assert_non_null(strstr(line, "seccomp: yes"));
+}
+
+static void test_languages(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+
+    req_init(&req, CF_LANG_COMMAND, NULL);
+    const char *argv[] = {"echo", "hello", "world"};
+    req_argv(&req, 3, argv);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "hello world\n"));
+    assert_string_equal(res.meta.backend, "sandbox");
+    assert_string_equal(res.meta.isolation, "sandbox");
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* Who and where the program is: uid 1000 in /work, pid 1 of its own
+     * namespace, no capabilities, no_new_privs, seccomp filter, only
+     * stdio (and ls's own directory fd) open. */
+    req_init(&req, CF_LANG_SHELL,
+             "echo \"$(id -u):$(id -g) $(pwd) $(hostname) $$\"; "
+             "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t' ' '; "
+             "ls /proc/self/fd | tr '\\n' ' '; echo; exit 3");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_FAILED);
+    assert_int_equal(res.exit_code, 3);
+    assert_true(out_has(&res.stdout_data, "1000:1000 /work sandbox 1\n"));
+    assert_true(out_has(&res.stdout_data, "CapEff: 0000000000000000\n"));
+    assert_true(out_has(&res.stdout_data, "CapBnd: 0000000000000000\n"));
+    assert_true(out_has(&res.stdout_data, "NoNewPrivs: 1\n"));
+    assert_true(out_has(&res.stdout_data, "Seccomp: 2\n"));
+    assert_true(out_has(&res.stdout_data, "\n0 1 2 3 \n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    req_init(&req, CF_LANG_PYTHON, "import sys, os\nprint(sys.version_info[0], sys.argv[1:], os.getcwd())\n");
+    const char *a[] = {"arg1"};
+    req_argv(&req, 1, a);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "3 ['arg1'] /work\n"));
+    assert_true(res.cpu_time_us > 0);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    req_init(&req, CF_LANG_JAVASCRIPT, "console.log(6*7, process.argv.slice(2).join(','))");
+    req_argv(&req, 1, a);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "42 arg1\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* The worker's own binary is never what runs. */
+    req_init(&req, CF_LANG_COMMAND, NULL);
+    const char *self[] = {"/proc/self/exe"};
+    req_argv(&req, 1, self);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_REJECTED);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    assert_nothing_left(f);
+}
+
+static void test_env_isolation(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    setenv("CF_TEST_CANARY", "leaked", 1);
+    setenv("CF_TEST_ALLOWED", "passed-through", 1);
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "env");
+    req.policy.env_allow_set = true;
+    req.policy.env_allow = calloc(1, sizeof(char *));
+    req.policy.env_allow[0] = strdup("CF_TEST_ALLOWED");
+    req.policy.n_env_allow = 1;
+    req_env(&req, "REQ_VAR", "from request");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_false(out_has(&res.stdout_data, "leaked"));
+    assert_true(out_has(&res.stdout_data, "CF_TEST_ALLOWED=passed-through\n"));
+    assert_true(out_has(&res.stdout_data, "REQ_VAR=from request\n"));
+    assert_true(out_has(&res.stdout_data, "HOME=/work\n"));
+    assert_true(out_has(&res.stdout_data, "CODEFLEET_OUTPUT=/run/codefleet/out/output.json\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    unsetenv("CF_TEST_CANARY");
+    unsetenv("CF_TEST_ALLOWED");
+}
+
+static void test_files_and_io(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_PYTHON,
+             "import json, os, helper\n"
+             "d = json.load(open(os.environ['CODEFLEET_INPUT']))\n"
+             "print(helper.VALUE, open('data/in.txt').read(), sorted(os.listdir('.')))\n"
+             "try:\n"
+             "    open('/run/codefleet/main.py', 'a')\n"
+             "except OSError as e:\n"
+             "    print('code is read-only', e.errno)\n"
+             "json.dump({'sum': sum(d['xs'])}, open(os.environ['CODEFLEET_OUTPUT'], 'w'))\n");
+    req_file(&req, "helper.py", "VALUE = 'from helper'\n");
+    req_file(&req, "data/in.txt", "hello");
+    json_error_t jerr;
+    json_t *in = json_loads("{\"xs\": [1, 2, 39]}", 0, &jerr);
+    cf_error err;
+    assert_int_equal(cf_json_to_msgpack(in, &req.input, &err), 0);
+    json_decref(in);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_has(&res.stdout_data, "from helper hello ['data', 'helper.py']\n"));
+    assert_true(out_has(&res.stdout_data, "code is read-only 30\n")); /* EROFS */
+    json_t *out = cf_msgpack_to_json(res.output.data, res.output.len, &err);
+    assert_non_null(out);
+    assert_int_equal(json_integer_value(json_object_get(out, "sum")), 42);
+    json_decref(out);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* A symlink planted as output.json is not followed by the worker. */
+    req_init(&req, CF_LANG_SHELL, "ln -s /etc/hostname \"$CODEFLEET_OUTPUT\"");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_int_equal(res.output.len, 0);
+    assert_int_equal(res.n_diagnostics, 1);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* Unsafe paths are rejected before anything runs. */
+    req_init(&req, CF_LANG_SHELL, "echo ran");
+    req_file(&req, "../evil", "x");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_REJECTED);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    assert_nothing_left(f);
+}
+
+static cf_file *ws_files(size_t *n)
+{
+    static const char *const paths[] = {"README", "src/a.txt", "src/deep/b.txt"};
+    static const char *const data[] = {"readme\n", "alpha\n", "beta\n"};
+    cf_file *v = calloc(3, sizeof(*v));
+    for (size_t i = 0; i < 3; i++) {
+        v[i].path = strdup(paths[i]);
+        cf_bytes_set(&v[i].content, data[i], strlen(data[i]));
+    }
+    *n = 3;
+    return v;
+}
+
+static void test_workspace_ro(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    size_t n;
+    cf_file *place = ws_files(&n);
+    cf_exec_files files = {.place = place, .n_place = n, .read_only = true};
+    cf_exec_ctx ctx = {.slot = 1, .worker_id = "test", .files = &files};
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL,
+             "cat README src/deep/b.txt; echo x > README || echo write-refused; "
+             "touch new || echo create-refused; rm src/a.txt || echo rm-refused; echo to tmp > /tmp/ok && cat /tmp/ok");
+    req.policy.fs_mode = CF_FS_WORKSPACE_RO;
+    assert_int_equal(run_ctx(f, &ctx, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "readme\nbeta\nwrite-refused\ncreate-refused\nrm-refused\nto tmp\n"));
+    assert_null(files.collected);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_workdir_files_free(place, n);
+    assert_nothing_left(f);
+}
+
+static void test_workspace_rw_collect(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    size_t n;
+    cf_file *place = ws_files(&n);
+    cf_exec_files files = {.place = place, .n_place = n, .collect = true, .max_files = 100, .max_bytes = 1 << 20};
+    cf_exec_ctx ctx = {.slot = 1, .worker_id = "test", .files = &files};
+    cf_request req;
+    cf_result res;
+    /* Modify, add, delete; plant a symlink to a host file and a FIFO: the
+     * collection holds regular files only and never blocks. */
+    req_init(&req, CF_LANG_SHELL,
+             "echo changed > README; mkdir -p out && echo new > out/n.txt; rm src/a.txt; "
+             "ln -s /etc/passwd link; mkfifo fifo");
+    req.policy.fs_mode = CF_FS_WORKSPACE_RW;
+    req_file(&req, "req.txt", "from request\n");
+    assert_int_equal(run_ctx(f, &ctx, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_null(files.collect_error);
+    assert_int_equal(files.n_collected, 4);
+    const char *want_paths[] = {"README", "out/n.txt", "req.txt", "src/deep/b.txt"};
+    const char *want_data[] = {"changed\n", "new\n", "from request\n", "beta\n"};
+    for (size_t i = 0; i < 4; i++) {
+        assert_string_equal(files.collected[i].path, want_paths[i]);
+        assert_true(out_is(&files.collected[i].content, want_data[i]));
+    }
+    cf_workdir_files_free(files.collected, files.n_collected);
+    files.collected = NULL;
+    files.n_collected = 0;
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* Past the limits: the run stands, collection says why it failed. */
+    files.max_files = 2;
+    req_init(&req, CF_LANG_SHELL, "touch x y z");
+    req.policy.fs_mode = CF_FS_WORKSPACE_RW;
+    assert_int_equal(run_ctx(f, &ctx, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_non_null(files.collect_error);
+    assert_null(files.collected);
+    free(files.collect_error);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_workdir_files_free(place, n);
+    assert_nothing_left(f);
+}
+
+static void test_memory_limit(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_PYTHON, "x = bytearray(300 << 20)\nprint('allocated')\n");
+    req.policy.memory_bytes = 64LL << 20;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_MEMORY_EXCEEDED);
+    assert_non_null(strstr(res.reason, "memory limit"));
+    cf_result_clear(&res);
+    /* The same slot right after: a small allocation is fine (the OOM
+     * count is per execution, the limit is rewritten). */
+    cf_bytes_set(&req.code, "x = bytearray(20 << 20)\nprint('allocated')\n", 42);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* tmpfs pages count too. */
+    req_init(&req, CF_LANG_SHELL, "head -c 50000000 /dev/zero > /tmp/fill; echo done");
+    req.policy.memory_bytes = 24LL << 20;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_MEMORY_EXCEEDED);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    assert_nothing_left(f);
+}
+
+static void test_fork_bomb(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_PYTHON,
+             "import os, time\nn = 0\ntry:\n    for i in range(200):\n        if os.fork() == 0:\n"
+             "            time.sleep(30)\n            os._exit(0)\n        n += 1\nexcept OSError as e:\n"
+             "    print('blocked after', n)\n");
+    req.policy.max_processes = 16;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_has(&res.stdout_data, "blocked after"));
+    int forked = atoi((const char *)res.stdout_data.data + strlen("blocked after "));
+    assert_true(forked < 16);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    /* The sleeping children died with the namespace. */
+    assert_nothing_left(f);
+}
+
+static void test_timeout_kills_everything(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "(sleep 100 &); setsid sleep 100 & nohup sleep 100 >/dev/null & echo started; sleep 100");
+    req.policy.timeout_us = 500000;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_TIMEOUT);
+    assert_true(out_has(&res.stdout_data, "started"));
+    assert_true(res.wall_time_us < 3 * SEC);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    assert_nothing_left(f);
+}
+
+static void test_network(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(ls >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(ls, 8), 0);
+    socklen_t al = sizeof(a);
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&a, &al), 0);
+    char code[512];
+    snprintf(code, sizeof(code),
+             "import socket\ns = socket.socket(); s.settimeout(3)\n"
+             "try:\n    s.connect(('127.0.0.1', %d)); print('connected')\n"
+             "except OSError as e:\n    print('failed', e.errno)\n",
+             ntohs(a.sin_port));
+    const cf_network_policy modes[] = {CF_NET_DISABLED, CF_NET_UNSPECIFIED, CF_NET_ENABLED};
+    for (size_t i = 0; i < 3; i++) {
+        cf_request req;
+        cf_result res;
+        req_init(&req, CF_LANG_PYTHON, code);
+        req.policy.network = modes[i];
+        assert_int_equal(run(f, &req, &res), 0);
+        assert_int_equal(res.status, CF_STATUS_SUCCESS);
+        if (modes[i] == CF_NET_ENABLED)
+            assert_true(out_is(&res.stdout_data, "connected\n"));
+        else
+            assert_true(out_is(&res.stdout_data, "failed 111\n")); /* ECONNREFUSED: only its own loopback */
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+    }
+    close(ls);
+    assert_nothing_left(f);
+}
+
+static void test_proc_shows_only_sandbox(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "for p in /proc/[0-9]*; do echo -n \"${p#/proc/} \"; done; echo; cat /proc/1/cmdline | tr '\\0' ' '");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    /* The shell (1) and nothing else of the host. */
+    assert_true(out_has(&res.stdout_data, "1 \n/bin/sh /run/codefleet/main.sh"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+}
+
+static void test_paths_policy(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    char ro[64], rw[64], link[80], fpath[128];
+    cf_strlcpy(ro, "/var/tmp/cf-sbro-XXXXXX", sizeof(ro));
+    cf_strlcpy(rw, "/var/tmp/cf-sbrw-XXXXXX", sizeof(rw));
+    assert_non_null(mkdtemp(ro));
+    assert_non_null(mkdtemp(rw));
+    assert_int_equal(chmod(ro, 0755), 0);
+    assert_int_equal(chown(rw, UID_BASE, UID_BASE), 0); /* slot 0's host uid may write */
+    snprintf(fpath, sizeof(fpath), "%s/data.txt", ro);
+    FILE *fp = fopen(fpath, "w");
+    fputs("host data\n", fp);
+    fclose(fp);
+    chmod(fpath, 0644);
+
+    cf_request req;
+    cf_result res;
+    char code[512];
+    snprintf(code, sizeof(code), "cat %s/data.txt; touch %s/x || echo ro-refused; echo out > %s/made && echo rw-ok; "
+                                 "ls /var/tmp | wc -l",
+             ro, ro, rw);
+    req_init(&req, CF_LANG_SHELL, code);
+    req.policy.fs_mode = CF_FS_PATHS;
+    const char *rov[] = {ro};
+    const char *rwv[] = {rw};
+    req.policy.fs_read_only = strv(1, rov);
+    req.policy.n_fs_read_only = 1;
+    req.policy.fs_read_write = strv(1, rwv);
+    req.policy.n_fs_read_write = 1;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    /* Only the two named directories exist below /var/tmp inside. */
+    assert_true(out_is(&res.stdout_data, "host data\nro-refused\nrw-ok\n2\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    char made[128];
+    snprintf(made, sizeof(made), "%s/made", rw);
+    assert_int_equal(access(made, F_OK), 0);
+
+    /* Refused: symlinks on the way, relative, unnormalized, /proc, the
+     * work root, missing. */
+    snprintf(link, sizeof(link), "%s-link", ro);
+    assert_int_equal(symlink(ro, link), 0);
+    char under_link[128];
+    snprintf(under_link, sizeof(under_link), "%s/data.txt", link);
+    char under_root[128];
+    snprintf(under_root, sizeof(under_root), "%s/x", f->root);
+    const char *bad[] = {link, under_link, "var/tmp", "/var//tmp", "/var/tmp/../etc", "/proc/1", "/sys",
+                         under_root, "/nonexistent-cf", "/"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        req_init(&req, CF_LANG_SHELL, "echo ran");
+        req.policy.fs_mode = CF_FS_PATHS;
+        req.policy.fs_read_only = strv(1, &bad[i]);
+        req.policy.n_fs_read_only = 1;
+        assert_int_equal(run(f, &req, &res), 0);
+        if (res.status != CF_STATUS_REJECTED)
+            fail_msg("path '%s' was not refused", bad[i]);
+        assert_non_null(strstr(res.reason, "fs_mode=paths"));
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+    }
+    unlink(link);
+    unlink(made);
+    unlink(fpath);
+    rmdir(ro);
+    rmdir(rw);
+    assert_nothing_left(f);
+}
+
+/* A host without usable cgroups: memory is not claimed, a request asking
+ * for it is refused with the control named, other requests still run. */
+static void test_no_cgroups_is_honest(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_backend_config cfg = f->cfg;
+    cfg.cgroup_root = "/../not-allowed";
+    cf_backend_set *set = NULL;
+    cf_error err;
+    assert_int_equal(cf_backend_set_new("sandbox", &cfg, &set, &err), 0);
+    const cf_backend *be = cf_backend_set_get(set, 0);
+    assert_false(be->caps.controls & CF_CTL_MEMORY);
+    assert_false(be->caps.controls & CF_CTL_MAX_PROCESSES);
+    assert_true(be->caps.controls & CF_CTL_NETWORK_DISABLED);
+    assert_non_null(strstr(be->caps.notes, "NO cgroups"));
+    cf_request req;
+    req_init(&req, CF_LANG_SHELL, "echo hi");
+    req.policy.memory_bytes = 64LL << 20;
+    char reason[256];
+    assert_int_equal(cf_policy_check(&be->caps, "sandbox", &req, reason, sizeof(reason)), -1);
+    assert_non_null(strstr(reason, "memory"));
+    req.policy.memory_bytes = 0;
+    assert_int_equal(cf_policy_check(&be->caps, "sandbox", &req, reason, sizeof(reason)), 0);
+    cf_result res;
+    memset(&res, 0, sizeof(res));
+    cf_exec_ctx ctx = {.slot = 0};
+    assert_int_equal(be->ops->execute(be->state, &ctx, &req, &res, &err), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "hi\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_backend_set_destroy(set);
+}
+
+/* Leftovers of a crashed worker (a dead pid's instance directory with a
+ * mounted work tmpfs, and its cgroup) are swept at create; a live
+ * worker's are not. */
+static void test_startup_sweep(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    long dead = 0;
+    for (long p = 4000000; p > 3000000; p -= 7919)
+        if (kill((pid_t)p, 0) < 0 && errno == ESRCH) {
+            dead = p;
+            break;
+        }
+    assert_true(dead > 0);
+    char inst[128], slot[160], live[128], cg[256];
+    snprintf(inst, sizeof(inst), "%s/cfsb-%ld.0", f->root, dead);
+    snprintf(slot, sizeof(slot), "%s/s0", inst);
+    snprintf(live, sizeof(live), "%s/cfsb-1.0", f->root); /* pid 1 is alive */
+    assert_int_equal(mkdir(inst, 0711), 0);
+    assert_int_equal(mkdir(slot, 0711), 0);
+    assert_int_equal(mount("tmpfs", slot, "tmpfs", 0, "size=1m"), 0);
+    assert_int_equal(mkdir(live, 0711), 0);
+    snprintf(cg, sizeof(cg), "/sys/fs/cgroup/memory%s/cfsb-%ld.0-s0-g0", f->cg_parent, dead);
+    assert_int_equal(mkdir(cg, 0755), 0);
+
+    cf_backend_set *set = NULL;
+    cf_error err;
+    assert_int_equal(cf_backend_set_new("sandbox", &f->cfg, &set, &err), 0);
+    assert_non_null(strstr(cf_backend_set_get(set, 0)->caps.notes, "swept 1 stale dir(s) and 1 cgroup(s)"));
+    cf_backend_set_destroy(set);
+    assert_int_equal(access(inst, F_OK), -1);
+    assert_int_equal(access(cg, F_OK), -1);
+    assert_int_equal(access(live, F_OK), 0);
+    rmdir(live);
+    assert_int_equal(count_work_mounts(f), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_languages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_env_isolation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_files_and_io, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_workspace_ro, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_workspace_rw_collect, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fork_bomb, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timeout_kills_everything, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_network, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_proc_shows_only_sandbox, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_paths_policy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_cgroups_is_honest, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_startup_sweep, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
