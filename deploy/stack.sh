@@ -321,7 +321,7 @@ start_workers() {
         spawn "$WORKER_DIR/w$i.log" "$pidfile" "${CLEAN_ENV[@]}" "$worker" \
             --brokers "$(brokers)" --group "$GROUP" --worker-id "w$i" \
             --request-topic "$TOPIC_REQUESTS" --result-topic "$TOPIC_RESULTS" --dlq-topic "$TOPIC_DLQ" \
-            "${extra[@]}"
+            --redis "127.0.0.1:$REDIS_PORT" "${extra[@]}"
         started+=("$i")
     done
     ((${#started[@]})) || return 0

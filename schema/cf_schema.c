@@ -217,6 +217,7 @@ void cf_result_clear(cf_result *res)
     free(res->meta.identity);
     free(res->reason);
     free_strv(res->changed_paths, res->n_changed_paths);
+    free(res->checkpoint_id);
     memset(res, 0, sizeof(*res));
 }
 
@@ -404,6 +405,9 @@ static int result_check(const cf_result *res, bool check_values, cf_error *err)
     NONNEG(res->finished_us, "finished_us");
     if (strv_check(res->changed_paths, res->n_changed_paths, "changed_paths", err) < 0)
         return -1;
+    if (res->checkpoint_id && !cf_id_valid(res->checkpoint_id, strlen(res->checkpoint_id)))
+        return cf_error_set(err, CF_E_INVALID, "checkpoint_id: must be 1..%d printable ASCII characters without spaces",
+                            CF_ID_MAX);
     return 0;
 }
 
@@ -697,6 +701,8 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     put_int(&e, "workspace_revision", res->workspace_revision);
     put_strv(&e, "changed_paths", res->changed_paths, res->n_changed_paths, false);
     put_true(&e, "workspace_conflict", res->workspace_conflict);
+    put_str(&e, "checkpoint_id", res->checkpoint_id);
+    put_true(&e, "checkpoint_conflict", res->checkpoint_conflict);
     put_int(&e, "finished_us", res->finished_us);
 
     int rc = enc_finish(&e, out, err);
@@ -1056,13 +1062,14 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
 
 enum {
     RS_V, RS_ID, RS_STATUS, RS_EXIT, RS_SIGNAL, RS_STDOUT, RS_STDERR, RS_STDOUT_TR, RS_STDERR_TR, RS_OUTPUT,
-    RS_DIAG, RS_WALL, RS_CPU, RS_PEAK, RS_META, RS_REASON, RS_WSREV, RS_CHANGED, RS_CONFLICT, RS_FINISHED,
-    RS__COUNT
+    RS_DIAG, RS_WALL, RS_CPU, RS_PEAK, RS_META, RS_REASON, RS_WSREV, RS_CHANGED, RS_CONFLICT, RS_CP_ID,
+    RS_CP_CONFLICT, RS_FINISHED, RS__COUNT
 };
 static const char *const rs_keys[RS__COUNT] = {
     "v", "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
     "output", "diagnostics", "wall_time_us", "cpu_time_us", "peak_memory_bytes", "metadata", "reason",
-    "workspace_revision", "changed_paths", "workspace_conflict", "finished_us",
+    "workspace_revision", "changed_paths", "workspace_conflict", "checkpoint_id", "checkpoint_conflict",
+    "finished_us",
 };
 
 enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD__COUNT };
@@ -1175,6 +1182,8 @@ static int result_field(dec *d, void *obj, int idx, const char *path, unsigned d
     case RS_WSREV: return dec_nonneg(d, path, &res->workspace_revision);
     case RS_CHANGED: return dec_strv(d, path, depth, &res->changed_paths, &res->n_changed_paths);
     case RS_CONFLICT: return dec_bool(d, path, &res->workspace_conflict);
+    case RS_CP_ID: return dec_str(d, path, &res->checkpoint_id);
+    case RS_CP_CONFLICT: return dec_bool(d, path, &res->checkpoint_conflict);
     default: return dec_nonneg(d, path, &res->finished_us);
     }
 }

@@ -158,6 +158,9 @@ typedef struct cf_result {
     char **changed_paths;
     size_t n_changed_paths;
     bool workspace_conflict;
+    /* Checkpoint outcome (issue 4): set when the request named a thread. */
+    char *checkpoint_id;      /* the checkpoint the run saved; NULL = none */
+    bool checkpoint_conflict; /* a newer checkpoint was saved meanwhile: nothing saved */
     int64_t finished_us;      /* epoch us when the result was produced */
 } cf_result;
 

@@ -502,6 +502,9 @@ json_t *cf_result_to_json(const cf_result *res)
         jset(o, "changed_paths", strv_json(res->changed_paths, res->n_changed_paths), &ok);
     if (res->workspace_conflict)
         jset(o, "workspace_conflict", json_true(), &ok);
+    jset_str(o, "checkpoint_id", res->checkpoint_id, &ok);
+    if (res->checkpoint_conflict)
+        jset(o, "checkpoint_conflict", json_true(), &ok);
     jset_int(o, "finished_us", res->finished_us, &ok);
     if (!ok) {
         json_decref(o);
@@ -868,6 +871,8 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
         jnonneg(o, "", "workspace_revision", &r->workspace_revision, err) < 0 ||
         jstrv(o, "", "changed_paths", &r->changed_paths, &r->n_changed_paths, NULL, err) < 0 ||
         jbool(o, "workspace_conflict", &r->workspace_conflict, err) < 0 ||
+        jstr(o, "", "checkpoint_id", &r->checkpoint_id, err) < 0 ||
+        jbool(o, "checkpoint_conflict", &r->checkpoint_conflict, err) < 0 ||
         jnonneg(o, "", "finished_us", &r->finished_us, err) < 0)
         return -1;
     return cf_result_check(r, err);

@@ -7,6 +7,10 @@
  * worker killed at any point loses no request (at-least-once; consumers
  * deduplicate by request id).  See README "Architecture" and
  * docs/CONFIGURATION-worker.md.
+ *
+ * With `redis` set, requests naming a workspace run against its files
+ * (written back as one revision) and requests naming a thread carry its
+ * checkpoints (worker_state.h; docs/STATE.md, "Through the fleet").
  */
 #ifndef CF_WORKER_H
 #define CF_WORKER_H
@@ -33,6 +37,12 @@ typedef struct cf_worker_config {
     char *shell_path;
     char *exec_path;
     int64_t run_uid_base;
+    char *cgroup_root;          /* sandbox cgroups' parent, relative to each hierarchy */
+    int64_t sandbox_memory_bytes;
+    int64_t sandbox_pids_max;
+    int64_t sandbox_tmp_bytes;
+    int64_t sandbox_work_bytes;
+    int64_t sandbox_inodes;
     int64_t default_timeout_us;
     int64_t max_timeout_us;
     int64_t default_output_bytes;
@@ -42,6 +52,21 @@ typedef struct cf_worker_config {
     int64_t max_output_file_bytes;
     int64_t shutdown_grace_us;
     int64_t rebalance_wait_us;
+    /* Redis (workspaces, checkpoints, attempt counts); redis "" = none. */
+    char *redis;
+    char *redis_user;
+    char *redis_password;
+    int64_t redis_db;
+    int64_t redis_connect_timeout_us;
+    int64_t redis_command_timeout_us;
+    int64_t redis_retry_budget_us;
+    int64_t workspace_max_file_bytes;
+    int64_t workspace_max_files;
+    int64_t workspace_max_total_bytes;
+    int64_t workspace_ttl_us;
+    int64_t workspace_history;
+    int64_t checkpoint_max_per_thread;
+    int64_t checkpoint_ttl_us;
     int64_t log_level;          /* enum index: error|warn|info|debug */
     int64_t log_format;         /* enum index: text|json */
     cf_kvlist kafka;            /* librdkafka pass-through ("kafka.<property>") */

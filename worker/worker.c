@@ -35,6 +35,7 @@
 #include "cf_util.h"
 #include "exec_pool.h"
 #include "offset_tracker.h"
+#include "worker_state.h"
 
 #define LOG_SUB "worker"
 #define HDR_PREFIX "codefleet-"
@@ -88,6 +89,8 @@ struct cf_worker {
     size_t inflight;           /* jobs taken and not yet finished (main thread) */
     pthread_mutex_t abandoned_lock;
     job *abandoned;            /* jobs a slot gave up on: main thread frees them */
+    bool have_redis;
+    cf_wstate **wstate;        /* per slot, created lazily by that slot's thread */
     /* Counters for the shutdown summary. */
     uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned;
 };
@@ -474,6 +477,8 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
                  c->max_timeout_us);
         return -1;
     }
+    if (cf_wstate_admit(req, w->have_redis, reason, rsz) < 0)
+        return -1;
     return cf_policy_check(&j->backend->caps, j->backend->ops->name, req, reason, rsz);
 }
 
@@ -552,6 +557,89 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
 
 /* ---------------------------------------------------------------- slots */
 
+/* The slot's Redis state, created on first use (slot threads only). */
+static cf_wstate *slot_state(cf_worker *w, int slot, cf_error *err)
+{
+    if (!w->have_redis)
+        return NULL;
+    if (!w->wstate[slot])
+        w->wstate[slot] = cf_wstate_new(w->cfg, w->worker_id, &w->cancel_exec, err);
+    return w->wstate[slot];
+}
+
+/* Fencing token for a checkpoint save: Kafka offsets order the requests of
+ * a thread only when they share a partition, which the message key
+ * guarantees when it is the thread id.  Otherwise 0 (expected_latest still
+ * fences; docs/STATE.md). */
+static int64_t writer_seq_for(const job *j)
+{
+    if (j->req.thread && j->pj.key && strcmp(j->pj.key, j->req.thread) == 0)
+        return j->offset + 1;
+    return 0;
+}
+
+/* Runs a request that names a workspace or thread, or neither, with the
+ * Redis steps around the backend. */
+static void execute_job(cf_worker *w, job *j, int slot, cf_result *res)
+{
+    cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &w->cancel_exec};
+    cf_error err;
+    cf_error_clear(&err);
+    bool needs_state = j->req.workspace || j->req.thread;
+    cf_wstate *st = slot_state(w, slot, &err);
+    int64_t attempt = 0;
+    if (st) {
+        cf_error aerr;
+        cf_error_clear(&aerr);
+        if (cf_wstate_attempt(st, j->req.id, &attempt, &aerr) < 0)
+            cf_log_warn(LOG_SUB, "request %s: delivery count unavailable: %s", j->req.id, aerr.msg);
+    }
+    cf_wstate_run run;
+    memset(&run, 0, sizeof(run));
+    bool run_it = true;
+    if (needs_state) {
+        if (!st) {
+            res->status = CF_STATUS_INTERNAL_ERROR;
+            cf_result_set_reason(res, "workspace store unavailable: %s", err.msg);
+            run_it = false;
+        } else if (cf_wstate_prepare(st, &j->req, writer_seq_for(j), &run, &run_it, res, &err) < 0) {
+            cf_result_clear(res);
+            res->status = CF_STATUS_INTERNAL_ERROR;
+            cf_result_set_reason(res, "%s", err.msg);
+            run_it = false;
+        }
+        if (res->status == CF_STATUS_INTERNAL_ERROR)
+            cf_log_error(LOG_SUB, "request %s: %s", j->req.id, res->reason);
+    }
+    if (run_it) {
+        ctx.files = run.ws_active ? &run.files : NULL;
+        int64_t t0 = cf_mono_us();
+        bool executed = j->backend->ops->execute(j->backend->state, &ctx, &j->req, res, &err) == 0;
+        if (!executed) {
+            cf_result_clear(res);
+            res->status = CF_STATUS_INTERNAL_ERROR;
+            cf_result_set_reason(res, "%s backend failed (%s): %s", j->backend->ops->name, cf_errcode_name(err.code),
+                                 err.msg);
+            res->wall_time_us = cf_mono_us() - t0;
+            cf_log_error(LOG_SUB, "request %s: %s", j->req.id, res->reason);
+        }
+        cf_error_clear(&err);
+        if (needs_state && cf_wstate_finish(st, &j->req, &run, executed, res, &err) < 0) {
+            /* The program ran but its changes could not be stored: the
+             * caller must not take the run as applied. */
+            res->status = CF_STATUS_INTERNAL_ERROR;
+            cf_result_set_reason(res, "%s", err.msg);
+            cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
+        }
+        if (run.ws_active)
+            cf_log_debug(LOG_SUB, "request %s: workspace %s revision %" PRId64 " -> %" PRId64 " (%zu changed%s)",
+                         j->req.id, j->req.workspace, run.ws_rev, res->workspace_revision, res->n_changed_paths,
+                         res->workspace_conflict ? ", conflict" : "");
+    }
+    cf_wstate_run_clear(&run, &j->req);
+    res->meta.attempt = attempt;
+}
+
 static void run_job(cf_pool_job *pj, int slot, void *arg)
 {
     cf_worker *w = arg;
@@ -563,18 +651,7 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
         res.status = CF_STATUS_REJECTED;
         cf_result_set_reason(&res, "%s", reason);
     } else {
-        cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &w->cancel_exec};
-        cf_error err;
-        cf_error_clear(&err);
-        int64_t t0 = cf_mono_us();
-        if (j->backend->ops->execute(j->backend->state, &ctx, &j->req, &res, &err) < 0) {
-            cf_result_clear(&res);
-            res.status = CF_STATUS_INTERNAL_ERROR;
-            cf_result_set_reason(&res, "%s backend failed (%s): %s", j->backend->ops->name, cf_errcode_name(err.code),
-                                 err.msg);
-            res.wall_time_us = cf_mono_us() - t0;
-            cf_log_error(LOG_SUB, "request %s: %s", j->req.id, res.reason);
-        }
+        execute_job(w, j, slot, &res);
     }
     if (w->cancel_exec) {
         /* Shutdown grace ran out: the execution was killed by us, not by its
@@ -900,6 +977,21 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         goto fail;
     }
 
+    w->have_redis = cfg->redis && cfg->redis[0];
+    if (cf_wstate_config_check(cfg, err) < 0)
+        goto fail;
+    w->wstate = calloc((size_t)cfg->slots, sizeof(*w->wstate));
+    if (!w->wstate) {
+        cf_error_set(err, CF_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (w->have_redis)
+        cf_log_info(LOG_SUB, "redis %s (db %" PRId64 "%s%s)", cfg->redis, cfg->redis_db,
+                    cfg->redis_user && cfg->redis_user[0] ? ", user " : "",
+                    cfg->redis_user && cfg->redis_user[0] ? cfg->redis_user : "");
+    else
+        cf_log_info(LOG_SUB, "no redis configured: requests naming a workspace or thread are rejected");
+
     w->bcfg = (cf_backend_config){
         .work_root = cfg->work_root,
         .python_path = cfg->python_path,
@@ -910,6 +1002,12 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .run_uid_base = cfg->run_uid_base,
         .max_files_bytes = cfg->max_files_bytes,
         .max_output_file_bytes = cfg->max_output_file_bytes,
+        .cgroup_root = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
+        .sandbox_memory_bytes = cfg->sandbox_memory_bytes,
+        .sandbox_pids_max = cfg->sandbox_pids_max,
+        .sandbox_tmp_bytes = cfg->sandbox_tmp_bytes,
+        .sandbox_work_bytes = cfg->sandbox_work_bytes,
+        .sandbox_inodes = cfg->sandbox_inodes,
     };
     if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0) {
         cf_error_wrap(err, "backends");
@@ -1115,6 +1213,9 @@ void cf_worker_destroy(cf_worker *w)
         rd_kafka_destroy(w->producer);
     }
     drain_abandoned(w);
+    for (int64_t s = 0; w->wstate && s < w->cfg->slots; s++)
+        cf_wstate_destroy(w->wstate[s]);
+    free(w->wstate);
     for (size_t p = 0; p < w->nparts; p++)
         cf_offset_tracker_destroy(w->parts[p].tracker);
     free(w->parts);

@@ -13,7 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cf_schema_json.h"
+#include "cf_util.h"
 #include "cf_worker.h"
+#include "redis_test_server.h"
+#include "worker_state.h"
 #include "exec_pool.h"
 #include "offset_tracker.h"
 
@@ -257,6 +261,688 @@ static void worker_config_doc_is_current(void **state)
     free(generated);
 }
 
+
+/* ---- worker_state: the Redis side of executions */
+
+static void state_addr_parse(void **state)
+{
+    (void)state;
+    char host[64];
+    int port = 0;
+    assert_int_equal(cf_wstate_addr_parse("127.0.0.1:23379", host, sizeof(host), &port, NULL), 0);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 23379);
+    assert_int_equal(cf_wstate_addr_parse("redis", host, sizeof(host), &port, NULL), 0);
+    assert_string_equal(host, "redis");
+    assert_int_equal(port, 6379);
+    assert_int_equal(cf_wstate_addr_parse("[::1]:7000", host, sizeof(host), &port, NULL), 0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 7000);
+    assert_int_equal(cf_wstate_addr_parse("/run/redis.sock", host, sizeof(host), &port, NULL), 0);
+    assert_string_equal(host, "/run/redis.sock");
+    cf_error err;
+    assert_int_equal(cf_wstate_addr_parse("host:0", host, sizeof(host), &port, &err), -1);
+    assert_int_equal(cf_wstate_addr_parse("host:65536", host, sizeof(host), &port, &err), -1);
+    assert_int_equal(cf_wstate_addr_parse("host:12x", host, sizeof(host), &port, &err), -1);
+    assert_int_equal(cf_wstate_addr_parse(":6379", host, sizeof(host), &port, &err), -1);
+    assert_int_equal(cf_wstate_addr_parse("::1:6379", host, sizeof(host), &port, &err), -1);
+    assert_int_equal(cf_wstate_addr_parse("", host, sizeof(host), &port, &err), -1);
+}
+
+static void state_admission(void **state)
+{
+    (void)state;
+    cf_request req;
+    memset(&req, 0, sizeof(req));
+    char reason[300];
+    req.language = CF_LANG_SHELL;
+    assert_int_equal(cf_wstate_admit(&req, false, reason, sizeof(reason)), 0);
+    req.workspace = (char *)"ws-1";
+    /* No Redis on this worker: named workspaces cannot run. */
+    assert_int_equal(cf_wstate_admit(&req, false, reason, sizeof(reason)), -1);
+    assert_non_null(strstr(reason, "no Redis"));
+    assert_int_equal(cf_wstate_admit(&req, true, reason, sizeof(reason)), 0);
+    req.policy.fs_mode = CF_FS_NONE;
+    assert_int_equal(cf_wstate_admit(&req, true, reason, sizeof(reason)), -1);
+    assert_non_null(strstr(reason, "contradicts workspace"));
+    req.policy.fs_mode = CF_FS_PATHS;
+    assert_int_equal(cf_wstate_admit(&req, true, reason, sizeof(reason)), -1);
+    req.policy.fs_mode = CF_FS_WORKSPACE_RO;
+    assert_int_equal(cf_wstate_admit(&req, true, reason, sizeof(reason)), 0);
+    req.workspace = (char *)"../etc";
+    assert_int_equal(cf_wstate_admit(&req, true, reason, sizeof(reason)), -1);
+    assert_non_null(strstr(reason, "workspace"));
+    req.workspace = NULL;
+    /* workspace_rw without a workspace names nothing to write to. */
+    req.policy.fs_mode = CF_FS_WORKSPACE_RW;
+    assert_int_equal(cf_wstate_admit(&req, true, reason, sizeof(reason)), -1);
+    assert_non_null(strstr(reason, "needs a workspace"));
+    req.policy.fs_mode = CF_FS_UNSPECIFIED;
+    req.thread = (char *)"t{1}";
+    assert_int_equal(cf_wstate_admit(&req, true, reason, sizeof(reason)), -1);
+    req.thread = (char *)"t-1";
+    assert_int_equal(cf_wstate_admit(&req, true, reason, sizeof(reason)), 0);
+    assert_int_equal(cf_wstate_admit(&req, false, reason, sizeof(reason)), -1);
+    assert_non_null(strstr(reason, "thread"));
+}
+
+/* msgpack of a JSON text (for building fixtures). */
+static void mp_of_json(const char *text, cf_bytes *out)
+{
+    json_error_t je;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, &je);
+    assert_non_null(j);
+    assert_int_equal(cf_json_to_msgpack(j, out, NULL), 0);
+    json_decref(j);
+}
+
+static char *json_of_mp(const void *buf, size_t len)
+{
+    json_t *j = cf_msgpack_to_json(buf, len, NULL);
+    assert_non_null(j);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    json_decref(j);
+    return s;
+}
+
+static void state_envelope_and_output(void **state)
+{
+    (void)state;
+    cf_bytes in = {0}, st = {0}, env = {0};
+    mp_of_json("[1,2]", &in);
+    mp_of_json("{\"n\":3}", &st);
+    assert_int_equal(cf_wstate_envelope(&in, st.data, st.len, "0000000000000001-000000000001", &env, NULL), 0);
+    assert_int_equal(cf_msgpack_validate(env.data, env.len, NULL, NULL), 0);
+    char *s = json_of_mp(env.data, env.len);
+    assert_string_equal(s, "{\"checkpoint\":{\"n\":3},\"checkpoint_id\":\"0000000000000001-000000000001\",\"input\":[1,2]}");
+    free(s);
+    free(env.data);
+    /* A new thread and a request without input: nils. */
+    cf_bytes none = {0};
+    assert_int_equal(cf_wstate_envelope(&none, NULL, 0, NULL, &env, NULL), 0);
+    s = json_of_mp(env.data, env.len);
+    assert_string_equal(s, "{\"checkpoint\":null,\"checkpoint_id\":null,\"input\":null}");
+    free(s);
+    free(env.data);
+    free(in.data);
+
+    /* The program's output: only a map under "checkpoint" is saved. */
+    const uint8_t *cp;
+    size_t len;
+    cf_bytes out = {0};
+    mp_of_json("{\"answer\":42,\"checkpoint\":{\"n\":4,\"deep\":[{}]}}", &out);
+    assert_int_equal(cf_wstate_output_checkpoint(&out, &cp, &len, NULL), 1);
+    s = json_of_mp(cp, len);
+    assert_string_equal(s, "{\"deep\":[{}],\"n\":4}");
+    free(s);
+    free(out.data);
+    static const char *const no_cp[] = {"{\"answer\":1}", "[1]", "7", "{\"checkpoint\":null}"};
+    for (size_t i = 0; i < sizeof(no_cp) / sizeof(no_cp[0]); i++) {
+        mp_of_json(no_cp[i], &out);
+        assert_int_equal(cf_wstate_output_checkpoint(&out, &cp, &len, NULL), 0);
+        free(out.data);
+    }
+    cf_error err;
+    mp_of_json("{\"checkpoint\":[1,2]}", &out);
+    assert_int_equal(cf_wstate_output_checkpoint(&out, &cp, &len, &err), -1);
+    assert_non_null(strstr(err.msg, "must be a map"));
+    free(out.data);
+    assert_int_equal(cf_wstate_output_checkpoint(&none, &cp, &len, NULL), 0);
+    free(st.data);
+}
+
+static void state_diff(void **state)
+{
+    (void)state;
+    cf_ws_entry e[3] = {
+        {.path = (char *)"b", .size = 1, .data = (uint8_t *)"B"},
+        {.path = (char *)"a", .size = 1, .data = (uint8_t *)"A"},
+        {.path = (char *)"gone/x", .size = 0, .data = (uint8_t *)""},
+    };
+    cf_ws_listing snap = {.rev = 3, .current_rev = 3, .entries = e, .n = 3};
+    cf_file col[3] = {
+        {.path = (char *)"a", .content = {(uint8_t *)"A", 1}},     /* unchanged */
+        {.path = (char *)"b", .content = {(uint8_t *)"BB", 2}},    /* changed */
+        {.path = (char *)"c/new", .content = {(uint8_t *)"", 0}},  /* added (empty) */
+    };
+    cf_ws_file *puts;
+    const char **dels, **changed;
+    size_t np, nd, nc;
+    assert_int_equal(cf_wstate_diff(&snap, col, 3, &puts, &np, &dels, &nd, &changed, &nc, NULL), 0);
+    assert_int_equal(np, 2);
+    assert_string_equal(puts[0].path, "b");
+    assert_int_equal(puts[0].len, 2);
+    assert_string_equal(puts[1].path, "c/new");
+    assert_int_equal(nd, 1);
+    assert_string_equal(dels[0], "gone/x");
+    assert_int_equal(nc, 3);
+    assert_string_equal(changed[0], "b");
+    assert_string_equal(changed[1], "c/new");
+    assert_string_equal(changed[2], "gone/x");
+    free(puts);
+    free(dels);
+    free(changed);
+    /* Nothing collected from an empty workspace: no change. */
+    cf_ws_listing empty = {0};
+    assert_int_equal(cf_wstate_diff(&empty, NULL, 0, &puts, &np, &dels, &nd, &changed, &nc, NULL), 0);
+    assert_int_equal(np + nd + nc, 0);
+    free(puts);
+    free(dels);
+    free(changed);
+}
+
+/* The config table's workspace/checkpoint defaults are the libraries'. */
+static void state_config_defaults_match_libraries(void **state)
+{
+    (void)state;
+    cf_worker_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    assert_int_equal(cf_conf_init(&cf_worker_conf_table, &cfg, NULL), 0);
+    cf_workspace_config wc;
+    cf_workspace_config_init(&wc);
+    assert_int_equal(cfg.workspace_max_file_bytes, (int64_t)wc.max_file_bytes);
+    assert_int_equal(cfg.workspace_max_files, (int64_t)wc.max_files);
+    assert_int_equal(cfg.workspace_max_total_bytes, (int64_t)wc.max_total_bytes);
+    assert_int_equal(cfg.workspace_ttl_us, wc.ttl_us);
+    assert_int_equal(cfg.workspace_history, (int64_t)wc.history);
+    cf_checkpoint_config cc;
+    cf_checkpoint_config_init(&cc);
+    assert_int_equal(cfg.checkpoint_max_per_thread, (int64_t)cc.max_per_thread);
+    assert_int_equal(cfg.checkpoint_ttl_us, cc.ttl_us);
+    assert_string_equal(cfg.redis, "");
+    /* The password never shows in a dump. */
+    assert_int_equal(cf_conf_set(&cf_worker_conf_table, &cfg, "redis-password", "s3cret-pw", NULL), 0);
+    char *dump = NULL;
+    size_t dlen = 0;
+    FILE *f = open_memstream(&dump, &dlen);
+    cf_conf_dump(&cf_worker_conf_table, &cfg, f);
+    fclose(f);
+    assert_null(strstr(dump, "s3cret-pw"));
+    free(dump);
+    /* A user without a password is refused at start-up. */
+    assert_int_equal(cf_conf_set(&cf_worker_conf_table, &cfg, "redis", "127.0.0.1:1", NULL), 0);
+    assert_int_equal(cf_conf_set(&cf_worker_conf_table, &cfg, "redis-password", "", NULL), 0);
+    assert_int_equal(cf_conf_set(&cf_worker_conf_table, &cfg, "redis-user", "bob", NULL), 0);
+    assert_int_equal(cf_wstate_config_check(&cfg, NULL), -1);
+    cf_conf_free(&cf_worker_conf_table, &cfg);
+}
+
+/* The additive result fields survive both wire forms. */
+static void state_result_checkpoint_fields_roundtrip(void **state)
+{
+    (void)state;
+    cf_result res = {0};
+    res.id = strdup("r-1");
+    res.status = CF_STATUS_SUCCESS;
+    res.checkpoint_id = strdup("0001700000000000-000000000007");
+    res.checkpoint_conflict = true;
+    cf_bytes enc = {0};
+    assert_int_equal(cf_result_encode(&res, &enc, NULL), 0);
+    cf_result back = {0};
+    assert_int_equal(cf_result_decode(enc.data, enc.len, NULL, &back, NULL), 0);
+    assert_string_equal(back.checkpoint_id, res.checkpoint_id);
+    assert_true(back.checkpoint_conflict);
+    json_t *j = cf_result_to_json(&back);
+    cf_result back2 = {0};
+    assert_int_equal(cf_result_from_json(j, &back2, NULL), 0);
+    assert_string_equal(back2.checkpoint_id, res.checkpoint_id);
+    assert_true(back2.checkpoint_conflict);
+    json_decref(j);
+    free(enc.data);
+    free(res.checkpoint_id);
+    res.checkpoint_id = strdup("bad id");
+    cf_bytes enc2 = {0};
+    assert_int_equal(cf_result_encode(&res, &enc2, NULL) < 0, 1);
+    free(enc2.data);
+    cf_result_clear(&res);
+    cf_result_clear(&back);
+    cf_result_clear(&back2);
+}
+
+/* ---- worker_state against a real redis-server */
+
+typedef struct rfix {
+    cf_test_redis srv;
+    cf_worker_config cfg;
+    cf_wstate *st;
+    cf_redis *r;                 /* a second client: "someone else" */
+    cf_workspace_store *ws;
+    cf_checkpoint_store *cp;
+} rfix;
+
+static int rfix_setup(void **state)
+{
+    if (!cf_test_redis_available())
+        return -1;
+    rfix *f = calloc(1, sizeof(*f));
+    if (cf_test_redis_start(&f->srv, NULL, false) < 0)
+        return -1;
+    if (cf_conf_init(&cf_worker_conf_table, &f->cfg, NULL) < 0)
+        return -1;
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f->srv.port);
+    cf_conf_set(&cf_worker_conf_table, &f->cfg, "redis", addr, NULL);
+    cf_conf_set(&cf_worker_conf_table, &f->cfg, "redis-retry-budget", "300ms", NULL);
+    cf_conf_set(&cf_worker_conf_table, &f->cfg, "redis-connect-timeout", "200ms", NULL);
+    cf_conf_set(&cf_worker_conf_table, &f->cfg, "workspace-max-file", "1KiB", NULL);
+    cf_conf_set(&cf_worker_conf_table, &f->cfg, "workspace-max-files", "4", NULL);
+    f->st = cf_wstate_new(&f->cfg, "w-test", NULL, NULL);
+    cf_redis_config rc;
+    cf_test_redis_config(&f->srv, &rc);
+    f->r = cf_redis_new(&rc, true, NULL);
+    f->ws = cf_workspace_store_new(f->r, NULL, NULL);
+    f->cp = cf_checkpoint_store_new(f->r, NULL, NULL);
+    if (!f->st || !f->r || !f->ws || !f->cp)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int rfix_teardown(void **state)
+{
+    rfix *f = *state;
+    cf_wstate_destroy(f->st);
+    cf_workspace_store_destroy(f->ws);
+    cf_checkpoint_store_destroy(f->cp);
+    cf_redis_destroy(f->r);
+    cf_test_redis_stop(&f->srv);
+    cf_conf_free(&cf_worker_conf_table, &f->cfg);
+    free(f);
+    return 0;
+}
+
+static void req_init(cf_request *req, const char *id, const char *ws, const char *thread)
+{
+    memset(req, 0, sizeof(*req));
+    req->id = strdup(id);
+    req->language = CF_LANG_SHELL;
+    req->workspace = ws ? strdup(ws) : NULL;
+    req->thread = thread ? strdup(thread) : NULL;
+}
+
+/* Plays the backend: the program left `files` in its work directory. */
+static void fake_collect(cf_wstate_run *run, const char *const *kv, size_t n)
+{
+    run->files.collected = calloc(n ? n : 1, sizeof(cf_file));
+    for (size_t i = 0; i < n; i++) {
+        run->files.collected[i].path = strdup(kv[2 * i]);
+        cf_bytes_set(&run->files.collected[i].content, kv[2 * i + 1], strlen(kv[2 * i + 1]));
+    }
+    run->files.n_collected = n;
+}
+
+static char *ws_read(rfix *f, const char *ws, const char *path)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (cf_workspace_get(f->ws, ws, path, &data, &len, NULL, NULL) < 0)
+        return NULL;
+    return (char *)data;
+}
+
+static void state_workspace_rw_write_back(void **state)
+{
+    rfix *f = *state;
+    cf_request req;
+    req_init(&req, "r1", "proj", NULL);
+    cf_result res = {0};
+    cf_wstate_run run;
+    bool run_it = false;
+    /* A read-write run on a new workspace creates it empty. */
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, NULL), 0);
+    assert_true(run_it);
+    assert_true(run.ws_active);
+    assert_true(run.files.collect);
+    assert_false(run.files.read_only);
+    assert_int_equal(run.files.n_place, 0);
+    assert_int_equal(run.files.max_files, 4);
+    static const char *const out1[] = {"a.txt", "one", "dir/b.txt", "two"};
+    fake_collect(&run, out1, 2);
+    res.status = CF_STATUS_SUCCESS;
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    cf_wstate_run_clear(&run, &req);
+    assert_int_equal(res.workspace_revision, 1);
+    assert_false(res.workspace_conflict);
+    assert_int_equal(res.n_changed_paths, 2);
+    assert_string_equal(res.changed_paths[0], "a.txt");
+    assert_string_equal(res.changed_paths[1], "dir/b.txt");
+    cf_result_clear(&res);
+
+    /* Second run: sees both files, changes one, deletes one, adds one. */
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, NULL), 0);
+    assert_int_equal(run.files.n_place, 2);
+    assert_string_equal(run.files.place[0].path, "a.txt");
+    assert_memory_equal(run.files.place[0].content.data, "one", 3);
+    static const char *const out2[] = {"a.txt", "ONE", "c", ""};
+    fake_collect(&run, out2, 2);
+    res.status = CF_STATUS_SUCCESS;
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    cf_wstate_run_clear(&run, &req);
+    assert_int_equal(res.workspace_revision, 2);
+    assert_int_equal(res.n_changed_paths, 3);
+    assert_string_equal(res.changed_paths[2], "dir/b.txt");
+    char *a = ws_read(f, "proj", "a.txt");
+    assert_string_equal(a, "ONE");
+    free(a);
+    assert_null(ws_read(f, "proj", "dir/b.txt"));
+    cf_result_clear(&res);
+
+    /* No change: no new revision. */
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, NULL), 0);
+    static const char *const out3[] = {"a.txt", "ONE", "c", ""};
+    fake_collect(&run, out3, 2);
+    res.status = CF_STATUS_SUCCESS;
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    cf_wstate_run_clear(&run, &req);
+    assert_int_equal(res.workspace_revision, 2);
+    assert_int_equal(res.n_changed_paths, 0);
+    cf_result_clear(&res);
+
+    /* A failed program writes nothing back. */
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, NULL), 0);
+    static const char *const out4[] = {"a.txt", "half-written"};
+    fake_collect(&run, out4, 1);
+    res.status = CF_STATUS_FAILED;
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    cf_wstate_run_clear(&run, &req);
+    assert_int_equal(res.workspace_revision, 2);
+    a = ws_read(f, "proj", "a.txt");
+    assert_string_equal(a, "ONE");
+    free(a);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+}
+
+static void state_workspace_conflict_and_bad_output(void **state)
+{
+    rfix *f = *state;
+    cf_request req;
+    req_init(&req, "r2", "shared", NULL);
+    assert_int_equal(cf_workspace_create(f->ws, "shared", NULL, NULL, NULL), 0);
+    assert_int_equal(cf_workspace_put(f->ws, "shared", 0, "n", "1", 1, NULL, NULL), 0);
+    cf_result res = {0};
+    cf_wstate_run run;
+    bool run_it;
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, NULL), 0);
+    assert_int_equal(run.ws_rev, 1);
+    /* Someone else writes while the program runs. */
+    assert_int_equal(cf_workspace_put(f->ws, "shared", 1, "n", "7", 1, NULL, NULL), 0);
+    static const char *const out[] = {"n", "2"};
+    fake_collect(&run, out, 1);
+    res.status = CF_STATUS_SUCCESS;
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    cf_wstate_run_clear(&run, &req);
+    assert_true(res.workspace_conflict);
+    assert_int_equal(res.workspace_revision, 2);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_non_null(strstr(res.reason, "conflict"));
+    char *n = ws_read(f, "shared", "n");
+    assert_string_equal(n, "7"); /* the other write is preserved */
+    free(n);
+    cf_result_clear(&res);
+
+    /* Bad output: a file over the per-file cap, too many files, a path the
+     * workspace refuses, a failed collection: clear diagnostic, nothing written. */
+    char big[1100];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    const char *const bad_big[] = {"n", "2", "big", big};
+    const char *const bad_many[] = {"1", "", "2", "", "3", "", "4", "", "5", ""};
+    const char *const bad_path[] = {"n", "2", "x\x01y", "ctl"};
+    struct {
+        const char *const *kv;
+        size_t n;
+        const char *collect_error;
+        const char *expect;
+    } cases[] = {
+        {bad_big, 2, NULL, "big"},
+        {bad_many, 5, NULL, "files"},
+        {bad_path, 2, NULL, "path"},
+        {bad_big, 0, "more than 4 files in the work directory", "more than 4 files"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, NULL), 0);
+        fake_collect(&run, cases[i].kv, cases[i].n);
+        if (cases[i].collect_error)
+            run.files.collect_error = strdup(cases[i].collect_error);
+        res.status = CF_STATUS_SUCCESS;
+        assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+        cf_wstate_run_clear(&run, &req);
+        assert_false(res.workspace_conflict);
+        assert_int_equal(res.workspace_revision, 2);
+        assert_int_equal(res.n_changed_paths, 0);
+        assert_true(res.n_diagnostics >= 1);
+        if (!strstr(res.diagnostics[res.n_diagnostics - 1].message, cases[i].expect))
+            fail_msg("case %zu: diagnostic '%s' lacks '%s'", i, res.diagnostics[res.n_diagnostics - 1].message,
+                     cases[i].expect);
+        assert_non_null(strstr(res.reason, "not written back"));
+        cf_ws_info info;
+        assert_int_equal(cf_workspace_info(f->ws, "shared", &info, NULL), 0);
+        assert_int_equal(info.rev, 2);
+        assert_int_equal(info.nfiles, 1);
+        cf_ws_info_clear(&info);
+        cf_result_clear(&res);
+    }
+    cf_request_clear(&req);
+}
+
+static void state_workspace_read_only(void **state)
+{
+    rfix *f = *state;
+    cf_request req;
+    req_init(&req, "r3", "ro-ws", NULL);
+    req.policy.fs_mode = CF_FS_WORKSPACE_RO;
+    cf_result res = {0};
+    cf_wstate_run run;
+    bool run_it = true;
+    /* A read-only run does not create the workspace. */
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, NULL), 0);
+    assert_false(run_it);
+    assert_int_equal(res.status, CF_STATUS_REJECTED);
+    assert_non_null(strstr(res.reason, "does not exist"));
+    cf_wstate_run_clear(&run, &req);
+    cf_result_clear(&res);
+    assert_int_equal(cf_workspace_create(f->ws, "ro-ws", NULL, NULL, NULL), 0);
+    assert_int_equal(cf_workspace_put(f->ws, "ro-ws", 0, "f", "x", 1, NULL, NULL), 0);
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, NULL), 0);
+    assert_true(run_it);
+    assert_true(run.files.read_only);
+    assert_false(run.files.collect);
+    assert_int_equal(run.files.n_place, 1);
+    res.status = CF_STATUS_SUCCESS;
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    cf_wstate_run_clear(&run, &req);
+    assert_int_equal(res.workspace_revision, 1);
+    assert_int_equal(res.n_changed_paths, 0);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+}
+
+/* Sets the program's output to a JSON text (as the backend would). */
+static void set_output(cf_result *res, const char *json)
+{
+    free(res->output.data);
+    mp_of_json(json, &res->output);
+}
+
+static void state_checkpoints_through_runs(void **state)
+{
+    rfix *f = *state;
+    cf_request req;
+    req_init(&req, "c1", NULL, "th");
+    mp_of_json("{\"q\":\"hi\"}", &req.input);
+    uint8_t *orig = req.input.data;
+    cf_result res = {0};
+    cf_wstate_run run;
+    bool run_it;
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 11, &run, &run_it, &res, NULL), 0);
+    /* The program sees the envelope ... */
+    char *s = json_of_mp(req.input.data, req.input.len);
+    assert_string_equal(s, "{\"checkpoint\":null,\"checkpoint_id\":null,\"input\":{\"q\":\"hi\"}}");
+    free(s);
+    res.status = CF_STATUS_SUCCESS;
+    set_output(&res, "{\"checkpoint\":{\"step\":1}}");
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    /* ... and the request gets its own input back. */
+    assert_ptr_equal(req.input.data, orig);
+    cf_wstate_run_clear(&run, &req);
+    assert_non_null(res.checkpoint_id);
+    assert_false(res.checkpoint_conflict);
+    char first[CF_CHECKPOINT_ID_MAX + 1];
+    cf_strlcpy(first, res.checkpoint_id, sizeof(first));
+    cf_result_clear(&res);
+
+    /* The next run gets that state; two runs that started from it: the
+     * one that saves second is a stale writer and is refused. */
+    cf_request req2;
+    req_init(&req2, "c2", NULL, "th");
+    cf_wstate_run run_a, run_b;
+    cf_result res_a = {0}, res_b = {0};
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 12, &run_a, &run_it, &res_a, NULL), 0);
+    s = json_of_mp(req.input.data, req.input.len);
+    char want[200];
+    snprintf(want, sizeof(want), "{\"checkpoint\":{\"step\":1},\"checkpoint_id\":\"%s\",\"input\":{\"q\":\"hi\"}}", first);
+    assert_string_equal(s, want);
+    free(s);
+    assert_int_equal(cf_wstate_prepare(f->st, &req2, 13, &run_b, &run_it, &res_b, NULL), 0);
+    res_b.status = CF_STATUS_SUCCESS;
+    set_output(&res_b, "{\"checkpoint\":{\"step\":2,\"by\":\"b\"}}");
+    assert_int_equal(cf_wstate_finish(f->st, &req2, &run_b, true, &res_b, NULL), 0);
+    assert_non_null(res_b.checkpoint_id);
+    res_a.status = CF_STATUS_SUCCESS;
+    set_output(&res_a, "{\"checkpoint\":{\"step\":2,\"by\":\"a\"}}");
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run_a, true, &res_a, NULL), 0);
+    assert_true(res_a.checkpoint_conflict);
+    assert_null(res_a.checkpoint_id);
+    assert_int_equal(res_a.status, CF_STATUS_SUCCESS);
+    cf_checkpoint latest;
+    assert_int_equal(cf_checkpoint_latest(f->cp, "th", &latest, NULL), 0);
+    assert_string_equal(latest.id, res_b.checkpoint_id);
+    assert_string_equal(latest.parent, first);
+    assert_int_equal(latest.writer_seq, 13);
+    cf_checkpoint_clear(&latest);
+    cf_wstate_run_clear(&run_a, &req);
+    cf_wstate_run_clear(&run_b, &req2);
+    cf_result_clear(&res_a);
+    cf_result_clear(&res_b);
+
+    /* A save with an older fencing token is refused even when the
+     * expected latest matches (a worker that lost its partition). */
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 5, &run, &run_it, &res, NULL), 0);
+    res.status = CF_STATUS_SUCCESS;
+    set_output(&res, "{\"checkpoint\":{\"step\":3}}");
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    assert_true(res.checkpoint_conflict);
+    cf_wstate_run_clear(&run, &req);
+    cf_result_clear(&res);
+
+    /* Not a map: a diagnostic, nothing saved, not a conflict; a failed
+     * program saves nothing. */
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 20, &run, &run_it, &res, NULL), 0);
+    res.status = CF_STATUS_SUCCESS;
+    set_output(&res, "{\"checkpoint\":\"oops\"}");
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    assert_false(res.checkpoint_conflict);
+    assert_null(res.checkpoint_id);
+    assert_non_null(strstr(res.diagnostics[0].message, "must be a map"));
+    cf_wstate_run_clear(&run, &req);
+    cf_result_clear(&res);
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 21, &run, &run_it, &res, NULL), 0);
+    res.status = CF_STATUS_FAILED;
+    set_output(&res, "{\"checkpoint\":{\"step\":9}}");
+    assert_int_equal(cf_wstate_finish(f->st, &req, &run, true, &res, NULL), 0);
+    assert_null(res.checkpoint_id);
+    cf_wstate_run_clear(&run, &req);
+    cf_result_clear(&res);
+    cf_checkpoints all;
+    assert_int_equal(cf_checkpoint_list(f->cp, "th", NULL, &all, NULL), 0);
+    assert_int_equal(all.n, 2);
+    cf_checkpoints_clear(&all);
+    cf_request_clear(&req);
+    cf_request_clear(&req2);
+}
+
+typedef struct relaunch {
+    cf_test_redis *srv;
+    volatile int done;
+} relaunch;
+
+/* Restarts the server after 400 ms, then stays alive until told: the
+ * server dies with the thread that forked it (PR_SET_PDEATHSIG). */
+static void *relaunch_later(void *arg)
+{
+    relaunch *rl = arg;
+    cf_test_sleep_us(400000);
+    cf_test_redis_launch(rl->srv);
+    while (!rl->done)
+        cf_test_sleep_us(10000);
+    return NULL;
+}
+
+static void state_attempts_and_outage(void **state)
+{
+    rfix *f = *state;
+    int64_t n = 0;
+    assert_int_equal(cf_wstate_attempt(f->st, "req-a", &n, NULL), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(cf_wstate_attempt(f->st, "req-a", &n, NULL), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(cf_wstate_attempt(f->st, "req-b", &n, NULL), 0);
+    assert_int_equal(n, 1);
+    redisContext *raw = cf_test_redis_raw(&f->srv);
+    long long ttl = cf_test_redis_int(raw, "PTTL cf:attempt:{req-a}");
+    assert_true(ttl > 0 && ttl <= 86400000);
+    redisFree(raw);
+
+    /* Redis gone: prepare retries for the budget (300 ms) then fails with a
+     * clear, retriable error; after a restart it works again. */
+    cf_test_redis_kill(&f->srv);
+    cf_request req;
+    req_init(&req, "r-out", "outage", "th-out");
+    cf_result res = {0};
+    cf_wstate_run run;
+    bool run_it;
+    cf_error err;
+    cf_error_clear(&err);
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, &err), -1);
+    int64_t took = cf_mono_us() - t0;
+    assert_true(took >= 250000 && took < 3000000);
+    assert_non_null(strstr(err.msg, "workspace store unavailable"));
+    assert_true(err.retriable);
+    cf_wstate_run_clear(&run, &req);
+    cf_result_clear(&res);
+    assert_int_equal(cf_test_redis_launch(&f->srv), 0);
+    assert_int_equal(cf_wstate_prepare(f->st, &req, 0, &run, &run_it, &res, &err), 0);
+    assert_true(run_it);
+    assert_true(run.cp_active);
+    cf_wstate_run_clear(&run, &req);
+    cf_result_clear(&res);
+
+    /* A blip shorter than the budget is ridden out by the retries. */
+    cf_conf_set(&cf_worker_conf_table, &f->cfg, "redis-retry-budget", "5s", NULL);
+    cf_wstate *patient = cf_wstate_new(&f->cfg, "w-patient", NULL, NULL);
+    assert_non_null(patient);
+    assert_int_equal(cf_wstate_attempt(patient, "warm-up", &n, NULL), 0);
+    cf_test_redis_kill(&f->srv);
+    pthread_t th;
+    relaunch rl = {.srv = &f->srv, .done = 0};
+    assert_int_equal(pthread_create(&th, NULL, relaunch_later, &rl), 0);
+    t0 = cf_mono_us();
+    int rc = cf_wstate_prepare(patient, &req, 0, &run, &run_it, &res, &err);
+    took = cf_mono_us() - t0;
+    rl.done = 1;
+    pthread_join(th, NULL);
+    if (rc < 0)
+        fail_msg("prepare across a blip: %s", err.msg);
+    assert_true(run_it);
+    assert_true(took >= 300000);
+    cf_wstate_run_clear(&run, &req);
+    cf_result_clear(&res);
+    cf_wstate_destroy(patient);
+    cf_request_clear(&req);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +953,17 @@ int main(void)
         cmocka_unit_test(pool_drops_only_queued_jobs),
         cmocka_unit_test(worker_config_defaults_are_valid),
         cmocka_unit_test(worker_config_doc_is_current),
+        cmocka_unit_test(state_addr_parse),
+        cmocka_unit_test(state_admission),
+        cmocka_unit_test(state_envelope_and_output),
+        cmocka_unit_test(state_diff),
+        cmocka_unit_test(state_config_defaults_match_libraries),
+        cmocka_unit_test(state_result_checkpoint_fields_roundtrip),
+        cmocka_unit_test_setup_teardown(state_workspace_rw_write_back, rfix_setup, rfix_teardown),
+        cmocka_unit_test_setup_teardown(state_workspace_conflict_and_bad_output, rfix_setup, rfix_teardown),
+        cmocka_unit_test_setup_teardown(state_workspace_read_only, rfix_setup, rfix_teardown),
+        cmocka_unit_test_setup_teardown(state_checkpoints_through_runs, rfix_setup, rfix_teardown),
+        cmocka_unit_test_setup_teardown(state_attempts_and_outage, rfix_setup, rfix_teardown),
     };
     return cmocka_run_group_tests_name("worker", tests, NULL, NULL);
 }

@@ -1,0 +1,874 @@
+/* The worker's Redis side: workspaces, checkpoints, delivery counts (see
+ * worker_state.h and docs/STATE.md, "Through the fleet"). */
+#include "worker_state.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cf_redis.h"
+#include "cf_schema_int.h" /* cf_mp_reader: the bounded msgpack cursor */
+#include "cf_util.h"
+#include "cf_workdir.h"
+
+#define ATTEMPT_TTL_MS "86400000" /* delivery counts live one day */
+#define RETRY_FIRST_US 50000
+#define RETRY_MAX_US 500000
+#define HOST_MAX 1024
+
+struct cf_wstate {
+    const cf_worker_config *cfg;
+    const char *worker_id;
+    const volatile int *cancel;
+    char host[HOST_MAX];
+    int port;
+    cf_redis *r;
+    cf_workspace_store *ws;
+    cf_checkpoint_store *cp;
+};
+
+static const cf_redis_script attempt_script = {
+    "attempt",
+    "local n = redis.call('INCR', KEYS[1])\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[1])\n"
+    "return n\n",
+};
+
+/* ---------------------------------------------------------------- config */
+
+int cf_wstate_addr_parse(const char *addr, char *host, size_t hostsz, int *port, cf_error *err)
+{
+    if (!addr || !addr[0])
+        return cf_error_set(err, CF_E_INVALID, "redis: empty address");
+    size_t n = strlen(addr);
+    if (addr[0] == '/') {
+        if (n >= hostsz)
+            return cf_error_set(err, CF_E_INVALID, "redis: socket path too long");
+        memcpy(host, addr, n + 1);
+        *port = 0;
+        return 0;
+    }
+    const char *hs = addr, *he, *ps = NULL;
+    if (addr[0] == '[') {
+        he = strchr(addr, ']');
+        if (!he)
+            return cf_error_set(err, CF_E_INVALID, "redis: '%s': missing ']'", addr);
+        hs = addr + 1;
+        if (he[1] == ':')
+            ps = he + 2;
+        else if (he[1] != '\0')
+            return cf_error_set(err, CF_E_INVALID, "redis: '%s': expected ':' after ']'", addr);
+    } else {
+        const char *colon = strrchr(addr, ':');
+        if (colon && strchr(addr, ':') != colon)
+            return cf_error_set(err, CF_E_INVALID, "redis: '%s': put IPv6 addresses in brackets", addr);
+        he = colon ? colon : addr + n;
+        ps = colon ? colon + 1 : NULL;
+    }
+    size_t hl = (size_t)(he - hs);
+    if (hl == 0 || hl >= hostsz)
+        return cf_error_set(err, CF_E_INVALID, "redis: '%s': bad host", addr);
+    for (size_t i = 0; i < hl; i++)
+        if ((unsigned char)hs[i] <= ' ' || hs[i] == 0x7f)
+            return cf_error_set(err, CF_E_INVALID, "redis: '%s': bad host", addr);
+    memcpy(host, hs, hl);
+    host[hl] = '\0';
+    *port = 6379;
+    if (ps) {
+        char *end = NULL;
+        errno = 0;
+        long v = strtol(ps, &end, 10);
+        if (errno || end == ps || *end || v < 1 || v > 65535)
+            return cf_error_set(err, CF_E_INVALID, "redis: '%s': bad port", addr);
+        *port = (int)v;
+    }
+    return 0;
+}
+
+static void ws_config(const cf_worker_config *c, cf_workspace_config *wc)
+{
+    cf_workspace_config_init(wc);
+    wc->max_file_bytes = (size_t)c->workspace_max_file_bytes;
+    wc->max_files = (size_t)c->workspace_max_files;
+    wc->max_total_bytes = (size_t)c->workspace_max_total_bytes;
+    wc->ttl_us = c->workspace_ttl_us;
+    wc->history = (unsigned)c->workspace_history;
+}
+
+static void cp_config(const cf_worker_config *c, cf_checkpoint_config *cc)
+{
+    cf_checkpoint_config_init(cc);
+    cc->max_per_thread = (size_t)c->checkpoint_max_per_thread;
+    cc->ttl_us = c->checkpoint_ttl_us;
+}
+
+int cf_wstate_config_check(const cf_worker_config *cfg, cf_error *err)
+{
+    if (!cfg->redis || !cfg->redis[0])
+        return 0;
+    char host[HOST_MAX];
+    int port;
+    if (cf_wstate_addr_parse(cfg->redis, host, sizeof(host), &port, err) < 0)
+        return -1;
+    if (cfg->redis_user && cfg->redis_user[0] && !(cfg->redis_password && cfg->redis_password[0]))
+        return cf_error_set(err, CF_E_INVALID, "redis-user needs redis-password");
+    if (cfg->workspace_ttl_us > 0 && cfg->workspace_ttl_us < 1000)
+        return cf_error_set(err, CF_E_INVALID, "workspace-ttl: at least 1ms (or 0 for none)");
+    if (cfg->checkpoint_ttl_us > 0 && cfg->checkpoint_ttl_us < 1000)
+        return cf_error_set(err, CF_E_INVALID, "checkpoint-ttl: at least 1ms (or 0 for none)");
+    /* Let the stores validate the rest exactly as they will at run time. */
+    cf_wstate *st = cf_wstate_new(cfg, "check", NULL, err);
+    if (!st)
+        return -1;
+    cf_wstate_destroy(st);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- lifecycle */
+
+cf_wstate *cf_wstate_new(const cf_worker_config *cfg, const char *worker_id, const volatile int *cancel,
+                         cf_error *err)
+{
+    cf_wstate *st = calloc(1, sizeof(*st));
+    if (!st) {
+        cf_error_set(err, CF_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    st->cfg = cfg;
+    st->worker_id = worker_id;
+    st->cancel = cancel;
+    if (cf_wstate_addr_parse(cfg->redis, st->host, sizeof(st->host), &st->port, err) < 0)
+        goto fail;
+    cf_redis_config rc;
+    cf_redis_config_init(&rc);
+    rc.host = st->host;
+    rc.port = st->port;
+    rc.user = cfg->redis_user && cfg->redis_user[0] ? cfg->redis_user : NULL;
+    rc.password = cfg->redis_password && cfg->redis_password[0] ? cfg->redis_password : NULL;
+    rc.db = (int)cfg->redis_db;
+    rc.connect_timeout_us = cfg->redis_connect_timeout_us;
+    rc.command_timeout_us = cfg->redis_command_timeout_us;
+    /* A reconnect backoff longer than the retry budget would let the budget
+     * run out without a single new connection attempt. */
+    int64_t backoff_cap = cfg->redis_retry_budget_us / 4;
+    if (backoff_cap < rc.retry_initial_us)
+        backoff_cap = rc.retry_initial_us;
+    if (backoff_cap < rc.retry_max_us)
+        rc.retry_max_us = backoff_cap;
+    /* A snapshot reply carries up to max_total bytes plus per-file framing. */
+    size_t need = (size_t)cfg->workspace_max_total_bytes + (size_t)cfg->workspace_max_files * 2048 + ((size_t)1 << 20);
+    if (need > rc.max_reply_bytes)
+        rc.max_reply_bytes = need;
+    st->r = cf_redis_new(&rc, false, err);
+    if (!st->r)
+        goto fail;
+    cf_workspace_config wc;
+    ws_config(cfg, &wc);
+    st->ws = cf_workspace_store_new(st->r, &wc, err);
+    if (!st->ws)
+        goto fail;
+    cf_checkpoint_config cc;
+    cp_config(cfg, &cc);
+    st->cp = cf_checkpoint_store_new(st->r, &cc, err);
+    if (!st->cp)
+        goto fail;
+    return st;
+fail:
+    cf_wstate_destroy(st);
+    return NULL;
+}
+
+void cf_wstate_destroy(cf_wstate *st)
+{
+    if (!st)
+        return;
+    cf_checkpoint_store_destroy(st->cp);
+    cf_workspace_store_destroy(st->ws);
+    cf_redis_destroy(st->r);
+    free(st);
+}
+
+/* ---------------------------------------------------------------- retries */
+
+typedef struct retry {
+    int64_t until;
+    int64_t delay;
+    int tries;
+} retry;
+
+static void retry_init(const cf_wstate *st, retry *r)
+{
+    r->until = cf_mono_us() + st->cfg->redis_retry_budget_us;
+    r->delay = RETRY_FIRST_US;
+    r->tries = 0;
+}
+
+/* After a failed try: true (having slept) when err is transient and the
+ * budget allows another try. */
+static bool retry_again(const cf_wstate *st, retry *r, const cf_error *err)
+{
+    r->tries++;
+    if (!err->retriable || (st->cancel && *st->cancel))
+        return false;
+    int64_t now = cf_mono_us();
+    if (now >= r->until)
+        return false;
+    int64_t d = r->delay;
+    if (now + d > r->until)
+        d = r->until - now;
+    struct timespec ts = {.tv_sec = d / 1000000, .tv_nsec = (long)(d % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+    r->delay = r->delay * 2 > RETRY_MAX_US ? RETRY_MAX_US : r->delay * 2;
+    return true;
+}
+
+/* ---------------------------------------------------------------- admission */
+
+bool cf_wstate_name_ok(const char *s)
+{
+    if (!s)
+        return false;
+    size_t n = strlen(s);
+    if (n == 0 || n > 128)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+int cf_wstate_admit(const cf_request *req, bool have_redis, char *reason, size_t rsz)
+{
+    cf_fs_mode m = req->policy.fs_mode;
+    if (req->workspace) {
+        if (!cf_wstate_name_ok(req->workspace)) {
+            snprintf(reason, rsz, "workspace: an id is 1..128 characters of A-Z a-z 0-9 . _ -");
+            return -1;
+        }
+        if (m == CF_FS_NONE || m == CF_FS_PATHS) {
+            snprintf(reason, rsz, "policy.filesystem.mode=%s contradicts workspace '%s' (use workspace_ro, "
+                     "workspace_rw or leave it unspecified)", cf_fs_mode_name(m), req->workspace);
+            return -1;
+        }
+    } else if (m == CF_FS_WORKSPACE_RO || m == CF_FS_WORKSPACE_RW) {
+        snprintf(reason, rsz, "policy.filesystem.mode=%s needs a workspace", cf_fs_mode_name(m));
+        return -1;
+    }
+    if (req->thread && !cf_wstate_name_ok(req->thread)) {
+        snprintf(reason, rsz, "thread: an id is 1..128 characters of A-Z a-z 0-9 . _ -");
+        return -1;
+    }
+    if ((req->workspace || req->thread) && !have_redis) {
+        snprintf(reason, rsz, "this worker has no Redis configured: requests naming a %s cannot run here",
+                 req->workspace ? "workspace" : "thread");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- msgpack */
+
+static int buf_str(cf_buf *b, const char *s, size_t n)
+{
+    uint8_t hdr[2];
+    size_t hl;
+    if (n < 32) {
+        hdr[0] = (uint8_t)(0xa0 | n);
+        hl = 1;
+    } else if (n < 256) {
+        hdr[0] = 0xd9;
+        hdr[1] = (uint8_t)n;
+        hl = 2;
+    } else {
+        return -1; /* only short keys and ids are written here */
+    }
+    return cf_buf_append(b, hdr, hl, NULL) < 0 || cf_buf_append(b, s, n, NULL) < 0 ? -1 : 0;
+}
+
+static int buf_value_or_nil(cf_buf *b, const void *v, size_t n)
+{
+    static const uint8_t nil = 0xc0;
+    return n ? cf_buf_append(b, v, n, NULL) : cf_buf_append(b, &nil, 1, NULL);
+}
+
+int cf_wstate_envelope(const cf_bytes *input, const void *state, size_t state_len, const char *checkpoint_id,
+                       cf_bytes *out, cf_error *err)
+{
+    cf_buf b;
+    cf_buf_init(&b, 0);
+    static const uint8_t map3 = 0x83;
+    static const uint8_t nil = 0xc0;
+    bool has_id = checkpoint_id && checkpoint_id[0];
+    if (cf_buf_append(&b, &map3, 1, NULL) < 0 || buf_str(&b, "checkpoint", 10) < 0 ||
+        buf_value_or_nil(&b, state, state_len) < 0 || buf_str(&b, "checkpoint_id", 13) < 0 ||
+        (has_id ? buf_str(&b, checkpoint_id, strlen(checkpoint_id)) : cf_buf_append(&b, &nil, 1, NULL)) < 0 ||
+        buf_str(&b, "input", 5) < 0 || buf_value_or_nil(&b, input ? input->data : NULL, input ? input->len : 0) < 0) {
+        cf_buf_free(&b);
+        return cf_error_set(err, CF_E_NOMEM, "building the checkpoint input");
+    }
+    out->data = cf_buf_steal(&b, &out->len);
+    return 0;
+}
+
+int cf_wstate_output_checkpoint(const cf_bytes *output, const uint8_t **state, size_t *len, cf_error *err)
+{
+    *state = NULL;
+    *len = 0;
+    if (!output || !output->data || output->len == 0)
+        return 0;
+    cf_decode_limits lim = cf_decode_limits_default;
+    lim.max_total_bytes = lim.max_bin_bytes = lim.max_str_bytes = output->len;
+    cf_mp_reader r;
+    cf_mp_reader_init(&r, output->data, output->len, &lim);
+    if (cf_mp_peek(&r) != CF_MP_MAP)
+        return 0;
+    uint32_t n;
+    if (cf_mp_read_map(&r, 1, &n, err) < 0)
+        return cf_error_wrap(err, "output");
+    for (uint32_t i = 0; i < n; i++) {
+        bool is_cp = false;
+        if (cf_mp_peek(&r) == CF_MP_STR) {
+            const uint8_t *k;
+            size_t kl;
+            if (cf_mp_read_str(&r, output->len, &k, &kl, err) < 0)
+                return cf_error_wrap(err, "output");
+            is_cp = kl == 10 && memcmp(k, "checkpoint", 10) == 0;
+        } else if (cf_mp_skip(&r, 2, err) < 0) {
+            return cf_error_wrap(err, "output");
+        }
+        const uint8_t *vstart = r.p;
+        cf_mp_kind kind = cf_mp_peek(&r);
+        if (cf_mp_skip(&r, 2, err) < 0)
+            return cf_error_wrap(err, "output");
+        if (!is_cp)
+            continue;
+        if (kind == CF_MP_NIL)
+            return 0;
+        if (kind != CF_MP_MAP)
+            return cf_error_set(err, CF_E_INVALID, "output.checkpoint must be a map (JSON object), not %s",
+                                cf_mp_kind_name(kind));
+        *state = vstart;
+        *len = (size_t)(r.p - vstart);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- diff */
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp((*(const cf_ws_entry *const *)a)->path, (*(const cf_ws_entry *const *)b)->path);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int cf_wstate_diff(const cf_ws_listing *snap, const cf_file *collected, size_t ncollected, cf_ws_file **puts,
+                   size_t *nputs, const char ***deletes, size_t *ndeletes, const char ***changed, size_t *nchanged,
+                   cf_error *err)
+{
+    *puts = NULL;
+    *deletes = NULL;
+    *changed = NULL;
+    *nputs = *ndeletes = *nchanged = 0;
+    size_t ns = snap ? snap->n : 0;
+    const cf_ws_entry **idx = calloc(ns ? ns : 1, sizeof(*idx));
+    bool *seen = calloc(ns ? ns : 1, sizeof(*seen));
+    cf_ws_file *p = calloc(ncollected ? ncollected : 1, sizeof(*p));
+    const char **d = calloc(ns ? ns : 1, sizeof(*d));
+    const char **c = calloc(ncollected + ns ? ncollected + ns : 1, sizeof(*c));
+    if (!idx || !seen || !p || !d || !c) {
+        free(idx);
+        free(seen);
+        free(p);
+        free(d);
+        free(c);
+        return cf_error_set(err, CF_E_NOMEM, "workspace diff: out of memory");
+    }
+    for (size_t i = 0; i < ns; i++)
+        idx[i] = &snap->entries[i];
+    qsort(idx, ns, sizeof(*idx), cmp_entry);
+    size_t np = 0, nd = 0, nc = 0;
+    for (size_t i = 0; i < ncollected; i++) {
+        const cf_file *f = &collected[i];
+        cf_ws_entry key = {.path = f->path};
+        const cf_ws_entry *kp = &key;
+        const cf_ws_entry **hit = ns ? bsearch(&kp, idx, ns, sizeof(*idx), cmp_entry) : NULL;
+        if (hit) {
+            seen[hit - idx] = true;
+            const cf_ws_entry *e = *hit;
+            if (e->size == f->content.len && (e->size == 0 || memcmp(e->data, f->content.data, e->size) == 0))
+                continue;
+        }
+        p[np++] = (cf_ws_file){.path = f->path, .data = f->content.data ? (const void *)f->content.data : "",
+                               .len = f->content.len};
+        c[nc++] = f->path;
+    }
+    for (size_t i = 0; i < ns; i++)
+        if (!seen[i]) {
+            d[nd++] = idx[i]->path;
+            c[nc++] = idx[i]->path;
+        }
+    qsort(c, nc, sizeof(*c), cmp_str);
+    free(idx);
+    free(seen);
+    *puts = p;
+    *nputs = np;
+    *deletes = d;
+    *ndeletes = nd;
+    *changed = c;
+    *nchanged = nc;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- results */
+
+static void add_diag(cf_result *res, const char *level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add_diag(cf_result *res, const char *level, const char *fmt, ...)
+{
+    char msg[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    cf_diagnostic *d = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*d));
+    if (!d)
+        return;
+    res->diagnostics = d;
+    memset(&d[res->n_diagnostics], 0, sizeof(*d));
+    if (cf_str_set(&d[res->n_diagnostics].level, level) == 0 && cf_str_set(&d[res->n_diagnostics].message, msg) == 0)
+        res->n_diagnostics++;
+    else {
+        free(d[res->n_diagnostics].level);
+        free(d[res->n_diagnostics].message);
+    }
+}
+
+/* Appends to the reason ("a; b") so an existing one is kept. */
+static void add_reason(cf_result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add_reason(cf_result *res, const char *fmt, ...)
+{
+    char msg[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (res->reason && res->reason[0])
+        cf_result_set_reason(res, "%s; %s", res->reason, msg);
+    else
+        cf_result_set_reason(res, "%s", msg);
+}
+
+static int set_changed_paths(cf_result *res, const char *const *paths, size_t n)
+{
+    if (n == 0)
+        return 0;
+    char **v = calloc(n, sizeof(*v));
+    if (!v)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = cf_strdup(paths[i]);
+        if (!v[i]) {
+            for (size_t k = 0; k < i; k++)
+                free(v[k]);
+            free(v);
+            return -1;
+        }
+    }
+    res->changed_paths = v;
+    res->n_changed_paths = n;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- prepare */
+
+static void restore_input(cf_wstate_run *run, cf_request *req)
+{
+    if (!run->input_swapped)
+        return;
+    free(req->input.data);
+    req->input = run->orig_input;
+    run->orig_input = (cf_bytes){0};
+    run->input_swapped = false;
+}
+
+void cf_wstate_run_clear(cf_wstate_run *run, cf_request *req)
+{
+    if (!run)
+        return;
+    if (req)
+        restore_input(run, req);
+    else
+        free(run->orig_input.data);
+    cf_ws_listing_clear(&run->snap);
+    free(run->place);
+    cf_workdir_files_free(run->files.collected, run->files.n_collected);
+    free(run->files.collect_error);
+    memset(run, 0, sizeof(*run));
+}
+
+static int prepare_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run *run, bool *run_it, cf_result *res,
+                             cf_error *err)
+{
+    run->ws_active = true;
+    /* Unspecified means read-write on any backend; explicit modes are
+     * enforced by the backend (admission checked its capabilities). */
+    run->ws_rw = req->policy.fs_mode != CF_FS_WORKSPACE_RO;
+    retry r;
+    retry_init(st, &r);
+    bool created = false;
+    for (;;) {
+        cf_error_clear(err);
+        if (cf_workspace_snapshot(st->ws, req->workspace, CF_WS_ANY_REV, &run->snap, err) == 0)
+            break;
+        if (err->code == CF_E_NOT_FOUND && !created) {
+            if (!run->ws_rw) {
+                res->status = CF_STATUS_REJECTED;
+                cf_result_set_reason(res, "workspace '%s' does not exist (a read-only run cannot create it)",
+                                     req->workspace);
+                *run_it = false;
+                return 0;
+            }
+            /* A read-write run on a new workspace starts it empty. */
+            cf_error cerr;
+            cf_error_clear(&cerr);
+            if (cf_workspace_create(st->ws, req->workspace, NULL, NULL, &cerr) == 0 || cerr.code == CF_E_CONFLICT) {
+                created = true;
+                continue;
+            }
+            *err = cerr;
+        }
+        if (err->code == CF_E_INVALID || err->code == CF_E_LIMIT) {
+            /* The stored workspace breaks our caps (written by a more
+             * permissive store): refuse rather than run on part of it. */
+            res->status = CF_STATUS_REJECTED;
+            cf_result_set_reason(res, "workspace '%s' cannot be used: %s", req->workspace, err->msg);
+            *run_it = false;
+            return 0;
+        }
+        if (!retry_again(st, &r, err))
+            return cf_error_wrap(err, "workspace store unavailable");
+    }
+    run->ws_rev = run->snap.rev;
+    run->place = calloc(run->snap.n ? run->snap.n : 1, sizeof(*run->place));
+    if (!run->place)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < run->snap.n; i++) {
+        run->place[i].path = run->snap.entries[i].path;
+        run->place[i].content.data = run->snap.entries[i].data;
+        run->place[i].content.len = run->snap.entries[i].size;
+    }
+    run->files = (cf_exec_files){
+        .place = run->place,
+        .n_place = run->snap.n,
+        .read_only = !run->ws_rw,
+        .collect = run->ws_rw,
+        .max_files = (size_t)st->cfg->workspace_max_files,
+        .max_bytes = (size_t)st->cfg->workspace_max_total_bytes,
+    };
+    res->workspace_revision = run->ws_rev;
+    return 0;
+}
+
+static int prepare_thread(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool *run_it, cf_result *res,
+                          cf_error *err)
+{
+    run->cp_active = true;
+    cf_checkpoint cp;
+    memset(&cp, 0, sizeof(cp));
+    retry r;
+    retry_init(st, &r);
+    bool have = false;
+    for (;;) {
+        cf_error_clear(err);
+        if (cf_checkpoint_latest(st->cp, req->thread, &cp, err) == 0) {
+            have = true;
+            break;
+        }
+        if (err->code == CF_E_NOT_FOUND)
+            break;
+        if (err->code == CF_E_INVALID || err->code == CF_E_LIMIT) {
+            res->status = CF_STATUS_REJECTED;
+            cf_result_set_reason(res, "thread '%s': latest checkpoint cannot be used: %s", req->thread, err->msg);
+            *run_it = false;
+            return 0;
+        }
+        if (!retry_again(st, &r, err))
+            return cf_error_wrap(err, "checkpoint store unavailable");
+    }
+    cf_strlcpy(run->cp_expected, have ? cp.id : "", sizeof(run->cp_expected));
+    cf_bytes env = {0};
+    int rc = cf_wstate_envelope(&req->input, have ? cp.state : NULL, have ? cp.state_len : 0,
+                                have ? cp.id : NULL, &env, err);
+    cf_checkpoint_clear(&cp);
+    if (rc < 0)
+        return -1;
+    run->orig_input = req->input;
+    req->input = env;
+    run->input_swapped = true;
+    return 0;
+}
+
+int cf_wstate_prepare(cf_wstate *st, cf_request *req, int64_t writer_seq, cf_wstate_run *run, bool *run_it,
+                      cf_result *res, cf_error *err)
+{
+    cf_error local;
+    if (!err)
+        err = &local; /* the steps below inspect error codes */
+    memset(run, 0, sizeof(*run));
+    *run_it = true;
+    run->writer_seq = writer_seq;
+    if (req->workspace && (prepare_workspace(st, req, run, run_it, res, err) < 0 || !*run_it))
+        return *run_it ? -1 : 0;
+    if (req->thread && (prepare_thread(st, req, run, run_it, res, err) < 0 || !*run_it))
+        return *run_it ? -1 : 0;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- finish */
+
+/* After a commit whose outcome was ambiguous (a retry got CF_E_CONFLICT):
+ * did our own earlier try land?  True when the revision right after ours
+ * holds exactly the files we meant to write. */
+static bool commit_landed(cf_wstate *st, const char *id, int64_t expected_rev, const cf_file *want, size_t nwant)
+{
+    cf_ws_listing l;
+    memset(&l, 0, sizeof(l));
+    cf_error e;
+    cf_error_clear(&e);
+    if (cf_workspace_snapshot(st->ws, id, expected_rev + 1, &l, &e) < 0)
+        return false;
+    bool same = l.n == nwant;
+    for (size_t i = 0; same && i < nwant; i++) {
+        /* Both sorted by path (bytewise). */
+        same = strcmp(l.entries[i].path, want[i].path) == 0 && l.entries[i].size == want[i].content.len &&
+               (want[i].content.len == 0 || memcmp(l.entries[i].data, want[i].content.data, want[i].content.len) == 0);
+    }
+    cf_ws_listing_clear(&l);
+    return same;
+}
+
+/* 0: done (res says how); -1: Redis failed past the budget. */
+static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run *run, cf_result *res, bool *written,
+                            cf_error *err)
+{
+    *written = false;
+    res->workspace_revision = run->ws_rev;
+    if (!run->ws_rw)
+        return 0;
+    if (res->status != CF_STATUS_SUCCESS) {
+        add_diag(res, "note", "workspace '%s': the program did not succeed (%s): changes not written back",
+                 req->workspace, cf_status_name(res->status));
+        return 0;
+    }
+    if (run->files.collect_error) {
+        add_diag(res, "error", "workspace '%s': changes not written back: %s", req->workspace,
+                 run->files.collect_error);
+        add_reason(res, "workspace changes not written back: %s", run->files.collect_error);
+        return 0;
+    }
+    cf_ws_file *puts = NULL;
+    const char **dels = NULL, **changed = NULL;
+    size_t np = 0, nd = 0, nc = 0;
+    if (cf_wstate_diff(&run->snap, run->files.collected, run->files.n_collected, &puts, &np, &dels, &nd, &changed,
+                       &nc, err) < 0)
+        return -1;
+    int rc = 0;
+    if (nc == 0) {
+        *written = true; /* nothing to write: the workspace stays as it was */
+        goto out;
+    }
+    retry r;
+    retry_init(st, &r);
+    int64_t new_rev = 0;
+    for (;;) {
+        cf_error_clear(err);
+        if (cf_workspace_commit(st->ws, req->workspace, run->ws_rev, puts, np, dels, nd, &new_rev, err) == 0)
+            break;
+        if (err->code == CF_E_CONFLICT && r.tries > 0 &&
+            commit_landed(st, req->workspace, run->ws_rev, run->files.collected, run->files.n_collected)) {
+            new_rev = run->ws_rev + 1;
+            break;
+        }
+        if (err->code == CF_E_CONFLICT) {
+            res->workspace_conflict = true;
+            res->workspace_revision = new_rev > 0 ? new_rev : run->ws_rev;
+            add_diag(res, "error",
+                     "workspace '%s' changed while the program ran (revision %" PRId64 " -> %" PRId64
+                     "): its changes were not written back",
+                     req->workspace, run->ws_rev, res->workspace_revision);
+            add_reason(res, "workspace conflict: '%s' moved from revision %" PRId64 " to %" PRId64
+                       " meanwhile; changes not written back", req->workspace, run->ws_rev, res->workspace_revision);
+            goto out;
+        }
+        if (err->code == CF_E_INVALID || err->code == CF_E_LIMIT || err->code == CF_E_NOT_FOUND) {
+            /* Bad paths or caps (checked before anything is written), or the
+             * workspace was deleted meanwhile: nothing written. */
+            add_diag(res, "error", "workspace '%s': changes not written back: %s", req->workspace, err->msg);
+            add_reason(res, "workspace changes not written back: %s", err->msg);
+            cf_error_clear(err);
+            goto out;
+        }
+        if (!retry_again(st, &r, err)) {
+            rc = cf_error_wrap(err, "workspace store unavailable: write-back of '%s'", req->workspace);
+            goto out;
+        }
+    }
+    *written = true;
+    res->workspace_revision = new_rev;
+    if (set_changed_paths(res, changed, nc) < 0)
+        rc = cf_error_set(err, CF_E_NOMEM, "out of memory");
+out:
+    free(puts);
+    free(dels);
+    free(changed);
+    return rc;
+}
+
+/* Checkpoint metadata: who saved it, so an ambiguous retry can recognise
+ * its own save.  {"request_id": id, "worker": worker_id} */
+static int cp_meta(const cf_wstate *st, const cf_request *req, cf_buf *b)
+{
+    static const uint8_t map2 = 0x82;
+    return cf_buf_append(b, &map2, 1, NULL) < 0 || buf_str(b, "request_id", 10) < 0 ||
+                   buf_str(b, req->id, strlen(req->id)) < 0 || buf_str(b, "worker", 6) < 0 ||
+                   buf_str(b, st->worker_id, strlen(st->worker_id)) < 0
+               ? -1
+               : 0;
+}
+
+static bool save_landed(cf_wstate *st, const cf_request *req, const cf_wstate_run *run, const cf_buf *meta,
+                        char id_out[CF_CHECKPOINT_ID_MAX + 1])
+{
+    cf_checkpoint cp;
+    memset(&cp, 0, sizeof(cp));
+    if (cf_checkpoint_latest(st->cp, req->thread, &cp, NULL) < 0)
+        return false;
+    bool mine = strcmp(cp.parent, run->cp_expected) == 0 && cp.meta && cp.meta_len == meta->len &&
+                memcmp(cp.meta, meta->data, meta->len) == 0;
+    if (mine)
+        cf_strlcpy(id_out, cp.id, CF_CHECKPOINT_ID_MAX + 1);
+    cf_checkpoint_clear(&cp);
+    return mine;
+}
+
+static int finish_thread(cf_wstate *st, const cf_request *req, cf_wstate_run *run, bool ws_ok, cf_result *res,
+                         cf_error *err)
+{
+    if (res->status != CF_STATUS_SUCCESS)
+        return 0;
+    const uint8_t *state;
+    size_t len;
+    cf_error perr;
+    cf_error_clear(&perr);
+    int found = cf_wstate_output_checkpoint(&res->output, &state, &len, &perr);
+    if (found < 0) {
+        add_diag(res, "error", "thread '%s': checkpoint not saved: %s", req->thread, perr.msg);
+        return 0;
+    }
+    if (found == 0)
+        return 0;
+    if (!ws_ok) {
+        add_diag(res, "error", "thread '%s': checkpoint not saved because the workspace changes were not written back",
+                 req->thread);
+        return 0;
+    }
+    cf_buf meta;
+    cf_buf_init(&meta, 0);
+    if (cp_meta(st, req, &meta) < 0) {
+        cf_buf_free(&meta);
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    }
+    cf_checkpoint_save_opts o = {
+        .parent = NULL,
+        .expected_latest = run->cp_expected,
+        .writer_seq = run->writer_seq,
+        .meta = meta.data,
+        .meta_len = meta.len,
+    };
+    char id[CF_CHECKPOINT_ID_MAX + 1] = "";
+    retry r;
+    retry_init(st, &r);
+    int rc = 0;
+    for (;;) {
+        cf_error_clear(err);
+        if (cf_checkpoint_save(st->cp, req->thread, state, len, &o, id, err) == 0)
+            break;
+        if (err->code == CF_E_CONFLICT && r.tries > 0 && save_landed(st, req, run, &meta, id))
+            break;
+        if (err->code == CF_E_CONFLICT) {
+            res->checkpoint_conflict = true;
+            add_diag(res, "error",
+                     "thread '%s': checkpoint not saved: the thread moved on while the program ran (stale writer): %s",
+                     req->thread, err->msg);
+            add_reason(res, "checkpoint conflict on thread '%s': not saved", req->thread);
+            cf_error_clear(err);
+            id[0] = '\0';
+            break;
+        }
+        if (err->code == CF_E_INVALID || err->code == CF_E_LIMIT || err->code == CF_E_NOT_FOUND) {
+            add_diag(res, "error", "thread '%s': checkpoint not saved: %s", req->thread, err->msg);
+            cf_error_clear(err);
+            id[0] = '\0';
+            break;
+        }
+        if (!retry_again(st, &r, err)) {
+            rc = cf_error_wrap(err, "checkpoint store unavailable: saving thread '%s'", req->thread);
+            id[0] = '\0';
+            break;
+        }
+    }
+    cf_buf_free(&meta);
+    if (id[0] && cf_str_set(&res->checkpoint_id, id) < 0)
+        rc = cf_error_set(err, CF_E_NOMEM, "out of memory");
+    return rc;
+}
+
+int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool executed, cf_result *res,
+                     cf_error *err)
+{
+    cf_error local;
+    if (!err)
+        err = &local;
+    restore_input(run, req);
+    if (!executed)
+        return 0;
+    bool ws_ok = true;
+    if (run->ws_active && finish_workspace(st, req, run, res, &ws_ok, err) < 0)
+        return -1;
+    if (run->cp_active && finish_thread(st, req, run, !run->ws_active || !run->ws_rw || ws_ok, res, err) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- attempts */
+
+int cf_wstate_attempt(cf_wstate *st, const char *id, int64_t *attempt, cf_error *err)
+{
+    *attempt = 0;
+    char key[CF_ID_MAX + 32];
+    int n = snprintf(key, sizeof(key), "cf:attempt:{%s}", id);
+    if (n < 0 || (size_t)n >= sizeof(key))
+        return cf_error_set(err, CF_E_INVALID, "request id too long");
+    const char *keys[1] = {key};
+    const char *args[1] = {ATTEMPT_TTL_MS};
+    redisReply *rep = NULL;
+    if (cf_redis_eval(st->r, &attempt_script, 1, keys, NULL, 1, args, NULL, &rep, err) < 0)
+        return -1;
+    int rc = cf_redis_reply_i64(rep, attempt, err);
+    cf_redis_reply_free(rep);
+    if (rc == 0 && *attempt < 1)
+        rc = cf_error_set(err, CF_E_REDIS, "attempt counter: unexpected value");
+    return rc;
+}

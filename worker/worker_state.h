@@ -1,0 +1,128 @@
+/* worker_state: the worker's Redis side (workspaces, checkpoints, attempts).
+ *
+ * Each slot thread owns one cf_wstate (one cf_redis connection and its
+ * stores, created lazily: cf_redis is not thread-safe).  Around an
+ * execution the slot calls:
+ *
+ *   cf_wstate_prepare()  reads a consistent snapshot of the request's
+ *                        workspace (to place in the work directory) and the
+ *                        latest checkpoint of its thread (handed to the
+ *                        program inside its structured input);
+ *   backend execute()    with ctx.files = &run.files when a workspace is named;
+ *   cf_wstate_finish()   writes the program's changes back as one revision
+ *                        (compare-and-set on the snapshot's revision) and
+ *                        saves the checkpoint the program returned.
+ *
+ * Transient Redis failures are retried with backoff for up to
+ * redis-retry-budget; past it (or on a persistent failure) the functions
+ * return -1 with a retriable or fatal error and the caller answers
+ * internal_error.  The contract for programs (input envelope, output key)
+ * is in docs/STATE.md, "Through the fleet".
+ */
+#ifndef CF_WORKER_STATE_H
+#define CF_WORKER_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cf_backend.h"
+#include "cf_checkpoint.h"
+#include "cf_error.h"
+#include "cf_schema.h"
+#include "cf_worker.h"
+#include "cf_workspace.h"
+
+typedef struct cf_wstate cf_wstate;
+
+/* Parses the worker's "redis" setting: "host:port", "[v6]:port", "host"
+ * (port 6379) or a unix socket path starting with '/'.  host is written
+ * NUL-terminated (at most hostsz-1 bytes). */
+int cf_wstate_addr_parse(const char *addr, char *host, size_t hostsz, int *port, cf_error *err);
+
+/* Checks the Redis-related settings of cfg (address, caps) once at start-up. */
+int cf_wstate_config_check(const cf_worker_config *cfg, cf_error *err);
+
+/* A slot's state.  cfg and worker_id are borrowed and must outlive it;
+ * cancel (may be NULL) cuts retries short when it becomes non-zero.  No
+ * connection is made until the first operation.  NULL + err on failure. */
+cf_wstate *cf_wstate_new(const cf_worker_config *cfg, const char *worker_id, const volatile int *cancel,
+                         cf_error *err);
+void cf_wstate_destroy(cf_wstate *st); /* NULL-safe */
+
+/* Workspace and thread ids: 1..128 bytes of [A-Za-z0-9._-] (the rule of the
+ * state library, checked here so bad ids are rejected at admission). */
+bool cf_wstate_name_ok(const char *s);
+
+/* Admission checks that need no Redis: a workspace with filesystem mode
+ * none/paths is a contradiction, workspace_ro/rw need a workspace, ids must
+ * be valid, and without Redis (have_redis false) requests naming a
+ * workspace or thread cannot run.  Returns -1 with a reason to reject. */
+int cf_wstate_admit(const cf_request *req, bool have_redis, char *reason, size_t rsz);
+
+/* Per-execution bookkeeping between prepare and finish. */
+typedef struct cf_wstate_run {
+    bool ws_active;          /* the request names a workspace */
+    bool ws_rw;              /* changes are written back */
+    int64_t ws_rev;          /* revision of the snapshot placed */
+    cf_ws_listing snap;      /* the snapshot (owns the bytes `place` points to) */
+    cf_file *place;          /* views into snap for ctx.files */
+    cf_exec_files files;     /* hand &files to the backend as ctx.files */
+    bool cp_active;          /* the request names a thread */
+    char cp_expected[CF_CHECKPOINT_ID_MAX + 1]; /* latest id when the run started ("" = none) */
+    int64_t writer_seq;      /* fencing token for the save (0 = none) */
+    cf_bytes orig_input;     /* the request's own input while the envelope is in place */
+    bool input_swapped;
+} cf_wstate_run;
+
+/* Before execute.  writer_seq: the fencing token for a checkpoint save (the
+ * request's Kafka offset + 1 when the thread's requests share a partition,
+ * else 0).  Returns 0 with *run_it true: execute with ctx.files =
+ * run->ws_active ? &run->files : NULL.  Returns 0 with *run_it false: res
+ * holds the answer (rejected: e.g. a read-only request on a missing
+ * workspace).  Returns -1: Redis failed past the retry budget (err).  req's
+ * input may be replaced by the checkpoint envelope until finish. */
+int cf_wstate_prepare(cf_wstate *st, cf_request *req, int64_t writer_seq, cf_wstate_run *run, bool *run_it,
+                      cf_result *res, cf_error *err);
+
+/* After execute (executed: the backend returned 0 and res is the program's
+ * result).  Restores req's input, writes the workspace changes back and
+ * saves the checkpoint as described in docs/STATE.md, filling
+ * res->workspace_revision, changed_paths, workspace_conflict,
+ * checkpoint_id, checkpoint_conflict and diagnostics.  Returns -1 when
+ * Redis failed past the retry budget (res keeps what was done so far). */
+int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool executed, cf_result *res,
+                     cf_error *err);
+
+/* Frees what prepare allocated (collected files included); restores req's
+ * input if finish did not run.  NULL-safe; leaves run zeroed. */
+void cf_wstate_run_clear(cf_wstate_run *run, cf_request *req);
+
+/* Counts a delivery of request id (INCR with a one-day expiry) and returns
+ * the count (1 = first delivery).  One try, no retries. */
+int cf_wstate_attempt(cf_wstate *st, const char *id, int64_t *attempt, cf_error *err);
+
+/* ---- pure helpers (exposed for unit tests) ---- */
+
+/* Differences between a snapshot and the collected work directory: files
+ * added or changed become puts (pointing into collected), snapshot paths
+ * missing from collected become deletes (pointing into snap).  *changed
+ * receives the sorted, malloc'd union of those paths (strings borrowed).
+ * Free the three arrays with free(). */
+int cf_wstate_diff(const cf_ws_listing *snap, const cf_file *collected, size_t ncollected, cf_ws_file **puts,
+                   size_t *nputs, const char ***deletes, size_t *ndeletes, const char ***changed, size_t *nchanged,
+                   cf_error *err);
+
+/* Builds the structured input of a thread's run: a msgpack map
+ * {"checkpoint": <state map> | nil, "checkpoint_id": <str> | nil,
+ *  "input": <the request's input> | nil}.  state/input may be empty (nil). */
+int cf_wstate_envelope(const cf_bytes *input, const void *state, size_t state_len, const char *checkpoint_id,
+                       cf_bytes *out, cf_error *err);
+
+/* Finds the "checkpoint" entry of a structured output.  Returns 1 with
+ * state and len pointing into output when it is a map; 0 when the output is
+ * absent, not a map, has no such key or its value is nil; -1 (CF_E_INVALID)
+ * when the key holds something other than a map. */
+int cf_wstate_output_checkpoint(const cf_bytes *output, const uint8_t **state, size_t *len, cf_error *err);
+
+#endif
