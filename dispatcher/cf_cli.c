@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "cf_dispatcher.h"
+#include "cf_events.h"
 #include "cf_schema_json.h"
 #include "cf_util.h"
 
@@ -33,6 +35,16 @@ static const cf_conf_prop global_props[] = {
      "How long to wait for results (submit, wait: per result; batch: overall; tail: stop after).", NULL},
     {"kafka.", CF_CONF_KVLIST, offsetof(cf_cli_globals, kafka), 0, 0, NULL, NULL,
      "Extra librdkafka property (--kafka.NAME=VALUE, or -X NAME=VALUE).", NULL},
+    {"events-topic", CF_CONF_STRING, offsetof(cf_cli_globals, events_topic), 0, 249, CF_DEFAULT_EVENTS_TOPIC, NULL,
+     "Topic of collaboration events (events commands).", NULL},
+    {"redis", CF_CONF_STRING, offsetof(cf_cli_globals, redis), 0, 4096, "127.0.0.1:6379", NULL,
+     "Redis of workspaces and checkpoints: host:port, [v6]:port or a unix socket path.", NULL},
+    {"redis-user", CF_CONF_STRING, offsetof(cf_cli_globals, redis_user), 0, 256, NULL, NULL,
+     "Redis ACL user (with --redis-password).", NULL},
+    {"redis-password", CF_CONF_STRING, offsetof(cf_cli_globals, redis_password), 0, 4096, NULL, NULL,
+     "Redis password (prefer the environment: CODEFLEET_REDIS_PASSWORD).", NULL},
+    {"redis-prefix", CF_CONF_STRING, offsetof(cf_cli_globals, redis_prefix), 0, 64, "cf:", NULL,
+     "Key prefix of workspaces and checkpoints in Redis.", NULL},
 };
 
 static const cf_conf_table global_table = {
@@ -44,7 +56,9 @@ static const cf_conf_table global_table = {
 
 /* Only these variables are read: the CODEFLEET_ namespace is shared with the
  * worker, whose settings must not make the CLI fail as unknown keys. */
-static const char *const global_env[] = {"CODEFLEET_BROKERS", "CODEFLEET_REQUEST_TOPIC", "CODEFLEET_RESULT_TOPIC"};
+static const char *const global_env[] = {"CODEFLEET_BROKERS",      "CODEFLEET_REQUEST_TOPIC", "CODEFLEET_RESULT_TOPIC",
+                                         "CODEFLEET_EVENTS_TOPIC", "CODEFLEET_REDIS",         "CODEFLEET_REDIS_USER",
+                                         "CODEFLEET_REDIS_PASSWORD", "CODEFLEET_REDIS_PREFIX"};
 
 static bool global_takes_value(const char *arg)
 {
@@ -177,6 +191,11 @@ void cf_cli_print_usage(FILE *out)
           "                                print results as they arrive\n"
           "  topics create [--partitions N] [NAME...]\n"
           "                                create topics (default: the request and result topics)\n"
+          "  workspace create|put|get|ls|rm|snapshot|info|delete ...\n"
+          "                                versioned file workspaces in Redis\n"
+          "  checkpoint save|load|list|history|rollback|rm ...\n"
+          "                                per-thread checkpoints of agent state in Redis\n"
+          "  events publish|tail|wait ...  collaboration events on the events topic\n"
           "\n"
           "Global options (before the command):\n",
           out);
@@ -192,7 +211,9 @@ void cf_cli_print_usage(FILE *out)
         fputc('\n', out);
     }
     fputs("  -X NAME=VALUE                 same as --kafka.NAME=VALUE\n"
-          "Environment: CODEFLEET_BROKERS, CODEFLEET_REQUEST_TOPIC, CODEFLEET_RESULT_TOPIC.\n"
+          "Environment: CODEFLEET_BROKERS, CODEFLEET_REQUEST_TOPIC, CODEFLEET_RESULT_TOPIC,\n"
+          "CODEFLEET_EVENTS_TOPIC, CODEFLEET_REDIS, CODEFLEET_REDIS_USER, CODEFLEET_REDIS_PASSWORD,\n"
+          "CODEFLEET_REDIS_PREFIX.\n"
           "\n"
           "Exit codes:\n"
           "  0  success (result status success, or the command succeeded)\n"
@@ -202,7 +223,9 @@ void cf_cli_print_usage(FILE *out)
           "  3  the request was rejected\n"
           "  4  internal_error reported by the worker\n"
           "  5  no result within --timeout\n"
-          "  6  Kafka / transport error\n"
+          "  6  Kafka / Redis / transport error\n"
+          "  7  not found (workspace, file, thread, checkpoint)\n"
+          "  8  conflict (compare-and-set lost, already exists, stale writer)\n"
           "\n"
           "Run 'codefleet COMMAND --help' for the flags of a command.\n",
           out);
@@ -226,6 +249,24 @@ int cf_cli_exit_for_status(cf_status s)
     }
 }
 
+int cf_cli_exit_for_state_error(const cf_error *err)
+{
+    switch (err->code) {
+    case CF_E_INVALID:
+    case CF_E_LIMIT:
+    case CF_E_UNSUPPORTED:
+        return CF_EXIT_USAGE;
+    case CF_E_NOT_FOUND:
+        return CF_EXIT_NOT_FOUND;
+    case CF_E_CONFLICT:
+        return CF_EXIT_CONFLICT;
+    case CF_E_TIMEOUT:
+        return CF_EXIT_NO_RESULT;
+    default:
+        return CF_EXIT_TRANSPORT;
+    }
+}
+
 int cf_cli_exit_for_error(const cf_error *err)
 {
     switch (err->code) {
@@ -239,6 +280,35 @@ int cf_cli_exit_for_error(const cf_error *err)
     default:
         return CF_EXIT_TRANSPORT;
     }
+}
+
+/* ---------------------------------------------------------------------------
+ * Helpers shared by the command files.
+ */
+volatile sig_atomic_t cf_cli_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    cf_cli_stop = 1;
+}
+
+void cf_cli_catch_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+const char *cf_cli_opt_name(const struct option *opts, int val)
+{
+    for (const struct option *o = opts; o->name; o++)
+        if (o->val == val)
+            return o->name;
+    return "?";
 }
 
 /* ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #ifndef CF_CLI_H
 #define CF_CLI_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,7 +25,9 @@ enum {
     CF_EXIT_REJECTED = 3,  /* the worker rejected the request */
     CF_EXIT_INTERNAL = 4,  /* the worker reported internal_error */
     CF_EXIT_NO_RESULT = 5, /* no result within --timeout */
-    CF_EXIT_TRANSPORT = 6, /* Kafka / transport error */
+    CF_EXIT_TRANSPORT = 6, /* Kafka / Redis / transport error */
+    CF_EXIT_NOT_FOUND = 7, /* workspace, file, thread or checkpoint not found (state commands) */
+    CF_EXIT_CONFLICT = 8,  /* compare-and-set lost, already exists, stale writer (state commands) */
 };
 
 /* Largest file read for --code-file, --file, --stdin-file, --request-file. */
@@ -39,10 +42,30 @@ typedef struct cf_cli_globals {
     int64_t timeout_us;
     cf_kvlist kafka; /* -X key=value / --kafka.key=value */
     bool timeout_given; /* --timeout appeared on the command line */
+    char *redis;          /* "host:port", "[v6]:port" or a unix socket path */
+    char *redis_user;     /* ACL user, may be NULL */
+    char *redis_password; /* may be NULL */
+    char *redis_prefix;   /* key prefix of workspaces and checkpoints */
+    char *events_topic;
 } cf_cli_globals;
 
+/* The state and event commands (argv[0] is "workspace", "checkpoint" or
+ * "events"); each returns an exit code. */
+int cf_cli_cmd_workspace(const cf_cli_globals *g, int argc, char **argv);
+int cf_cli_cmd_checkpoint(const cf_cli_globals *g, int argc, char **argv);
+int cf_cli_cmd_events(const cf_cli_globals *g, int argc, char **argv);
 /* Runs the whole CLI; returns the process exit code. */
 int cf_cli_main(int argc, char **argv);
+
+/* Set by SIGINT/SIGTERM once cf_cli_catch_signals() ran, so long commands
+ * (batch, tail, wait) stop at their next check and still print a summary. */
+extern volatile sig_atomic_t cf_cli_stop;
+void cf_cli_catch_signals(void);
+
+/* The long name of the option whose val is val in opts (terminated by a
+ * NULL name), or "?": for "option --NAME does not apply" errors. */
+struct option;
+const char *cf_cli_opt_name(const struct option *opts, int val);
 
 /* Parses the global options of argv (stops at the command).  -X k=v is
  * accepted as --kafka.k=v.  *cmd_index gets the index of the command word
@@ -56,6 +79,28 @@ void cf_cli_print_usage(FILE *out);
 /* Exit code of a finished result / of a failed operation. */
 int cf_cli_exit_for_status(cf_status s);
 int cf_cli_exit_for_error(const cf_error *err);
+/* Exit code of a failed workspace/checkpoint/events operation: invalid
+ * input and limits 2, timeout 5, not found 7, conflict 8, else 6. */
+int cf_cli_exit_for_state_error(const cf_error *err);
+
+/* Parses --redis: "host:port", "host" (port 6379), "[v6addr]:port" or an
+ * absolute unix socket path (port 0). */
+int cf_cli_parse_redis_addr(const char *s, char *host, size_t hostcap, int *port, cf_error *err);
+
+/* Checkpoint state or metadata from JSON text: must be a JSON object;
+ * *out (msgpack map, caller frees out->data). what names the input. */
+int cf_cli_state_from_json(const char *text, size_t len, const char *what, cf_bytes *out, cf_error *err);
+
+/* Writes a snapshot listing (entries with data) into dir, which is created
+ * if missing and must otherwise be an empty directory (not a symlink).
+ * Every path is checked with the store's rules (ws may be an unconnected
+ * store); files and directories are created relative to directory fds with
+ * O_NOFOLLOW and O_EXCL, so nothing outside dir is touched and no symlink
+ * is followed.  On failure files written so far stay. */
+struct cf_ws_listing;
+struct cf_workspace_store;
+int cf_cli_materialize(const char *dir, const struct cf_ws_listing *l, const struct cf_workspace_store *ws,
+                       cf_error *err);
 
 /* `submit` flags (argv[0] is "submit").  Fills req (zeroed by the caller;
  * cleared on failure).  A missing --id gets a generated one. */

@@ -14,24 +14,6 @@
 #include "cf_schema_json.h"
 #include "cf_util.h"
 
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
-
-static void install_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 static int fail(const cf_error *err, const char *what)
 {
     fprintf(stderr, "codefleet: %s%s%s\n", what ? what : "", what ? ": " : "", err->msg);
@@ -268,7 +250,7 @@ static void batch_progress_clear(batch_state *b)
 static int batch_receive_one(batch_state *b)
 {
     for (;;) {
-        if (g_stop)
+        if (cf_cli_stop)
             return -1;
         int64_t left = b->deadline - cf_mono_us();
         if (left <= 0)
@@ -356,7 +338,7 @@ static int cmd_batch(const cf_cli_globals *g, int argc, char **argv)
     ssize_t len;
     uint64_t lineno = 0;
     bool timed_out = false;
-    while (!g_stop && (len = getline(&line, &lcap, in)) >= 0) {
+    while (!cf_cli_stop && (len = getline(&line, &lcap, in)) >= 0) {
         lineno++;
         cf_request req = {0};
         int pr = (size_t)len > CF_CLI_MAX_FILE_BYTES
@@ -401,10 +383,10 @@ static int cmd_batch(const cf_cli_globals *g, int argc, char **argv)
         batch_progress(&b, false);
     }
     free(line);
-    if (timed_out || g_stop) {
+    if (timed_out || cf_cli_stop) {
         batch_progress_clear(&b);
         fprintf(stderr, "codefleet batch: %s before every line was submitted (stopped at line %" PRIu64 ")\n",
-                g_stop ? "interrupted" : "timeout", lineno);
+                cf_cli_stop ? "interrupted" : "timeout", lineno);
     }
     if (cf_dispatcher_flush(b.d, g->timeout_us, &err) < 0) {
         batch_progress_clear(&b);
@@ -522,7 +504,7 @@ static int cmd_tail(const cf_cli_globals *g, int argc, char **argv)
     if (open_dispatcher(g, false, &d, &err) < 0)
         return fail(&err, NULL);
     int rc = CF_EXIT_OK;
-    if (cf_dispatcher_tail(d, from_beginning, &g_stop, g->timeout_given ? g->timeout_us : 0, tail_print, &t, &err) <
+    if (cf_dispatcher_tail(d, from_beginning, &cf_cli_stop, g->timeout_given ? g->timeout_us : 0, tail_print, &t, &err) <
         0)
         rc = fail(&err, "tail");
     cf_dispatcher_destroy(d);
@@ -606,7 +588,7 @@ int cf_cli_main(int argc, char **argv)
         cf_cli_globals_free(&g);
         return help ? CF_EXIT_OK : CF_EXIT_USAGE;
     }
-    install_signals();
+    cf_cli_catch_signals();
     const char *name = argv[cmd];
     int sub_argc = argc - cmd;
     char **sub_argv = argv + cmd;
@@ -620,6 +602,12 @@ int cf_cli_main(int argc, char **argv)
         rc = cmd_tail(&g, sub_argc, sub_argv);
     else if (strcmp(name, "topics") == 0)
         rc = cmd_topics(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "workspace") == 0)
+        rc = cf_cli_cmd_workspace(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "checkpoint") == 0)
+        rc = cf_cli_cmd_checkpoint(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "events") == 0)
+        rc = cf_cli_cmd_events(&g, sub_argc, sub_argv);
     else if (strcmp(name, "help") == 0) {
         cf_cli_print_usage(stdout);
         rc = CF_EXIT_OK;

@@ -14,15 +14,9 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include "cf_kafka_int.h"
 #include "cf_log.h"
 #include "cf_util.h"
-
-#define CF_KAFKA_ERRSTR 512
-#define CF_MAX_PARTITIONS 100000
-/* Poll slice of the collector and scanners: bounds how long a stop request
- * (destroy, signal) waits when the queue cannot be woken directly. */
-#define CF_POLL_SLICE_MS 100
-#define CF_METADATA_TIMEOUT_MS 10000
 
 /* ---------------------------------------------------------------------------
  * Pending-result map: hash chains for lookup by id plus an arrival-ordered
@@ -165,11 +159,7 @@ struct cf_dispatcher {
     cf_kvlist kafka; /* private copy */
 
     rd_kafka_t *producer;
-
-    /* Delivery reports: served by whichever thread polls the producer. */
-    pthread_mutex_t dr_mu;
-    char dr_error[CF_KAFKA_ERRSTR]; /* first unreported failure, "" = none */
-    bool dr_error_retriable;
+    cf_kafka_dr dr; /* the producer's delivery reports */
 
     /* Collector. */
     bool collecting;
@@ -184,299 +174,15 @@ struct cf_dispatcher {
     char last_error[CF_KAFKA_ERRSTR];
 
     atomic_uint_fast64_t n_submitted;
-    atomic_uint_fast64_t n_delivery_failed;
     atomic_uint_fast64_t n_seen;
     atomic_uint_fast64_t n_malformed;
     atomic_uint_fast64_t n_evicted;
 };
 
-static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    /* librdkafka uses syslog levels. */
-    cf_log_level l = level <= 3 ? CF_LOG_ERROR : level == 4 ? CF_LOG_WARN : level <= 6 ? CF_LOG_INFO : CF_LOG_DEBUG;
-    /* Pass-through properties go to producer and consumers alike; the
-     * "is a producer property" notices that causes are expected. */
-    if (strcmp(fac, "CONFWARN") == 0 && (strstr(buf, "is a producer property") || strstr(buf, "is a consumer property")))
-        l = CF_LOG_DEBUG;
-    CF_LOG(l, "kafka", "%s: %s: %s", rk ? rd_kafka_name(rk) : "rdkafka", fac, buf);
-}
-
-static int conf_set(rd_kafka_conf_t *conf, const char *key, const char *value, cf_error *err)
-{
-    char errstr[CF_KAFKA_ERRSTR];
-    if (rd_kafka_conf_set(conf, key, value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-        return cf_error_set(err, CF_E_INVALID, "kafka property %s=%s: %s", key, value, errstr);
-    return 0;
-}
-
-typedef struct kv {
-    const char *k, *v;
-} kv;
-
-/* Base properties, then role-specific ones, then the user's pass-through
- * (last, so -X can override anything). */
-static rd_kafka_conf_t *make_conf(const char *brokers, const char *client_id, const kv *role, size_t nrole,
-                                  const cf_kvlist *extra, cf_error *err)
-{
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    if (!conf) {
-        cf_error_set(err, CF_E_NOMEM, "rd_kafka_conf_new failed");
-        return NULL;
-    }
-    rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
-    if (conf_set(conf, "bootstrap.servers", brokers, err) < 0 ||
-        conf_set(conf, "client.id", client_id ? client_id : "codefleet-dispatcher", err) < 0 ||
-        /* Latency: small request/response exchanges on loopback. */
-        conf_set(conf, "socket.nagle.disable", "true", err) < 0)
-        goto fail;
-    for (size_t i = 0; i < nrole; i++)
-        if (conf_set(conf, role[i].k, role[i].v, err) < 0)
-            goto fail;
-    if (extra)
-        for (size_t i = 0; i < extra->count; i++)
-            if (conf_set(conf, extra->items[i].key, extra->items[i].value, err) < 0)
-                goto fail;
-    return conf;
-fail:
-    rd_kafka_conf_destroy(conf);
-    return NULL;
-}
-
-static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
-{
-    cf_dispatcher *d = opaque;
-    if (!m->err)
-        return;
-    atomic_fetch_add(&d->n_delivery_failed, 1);
-    pthread_mutex_lock(&d->dr_mu);
-    if (!d->dr_error[0]) {
-        if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
-            char fatal[CF_KAFKA_ERRSTR - 32];
-            rd_kafka_fatal_error(rk, fatal, sizeof(fatal));
-            snprintf(d->dr_error, sizeof(d->dr_error), "fatal producer error: %s", fatal);
-            d->dr_error_retriable = false;
-        } else {
-            snprintf(d->dr_error, sizeof(d->dr_error), "delivery to %s failed: %s",
-                     m->rkt ? rd_kafka_topic_name(m->rkt) : "?", rd_kafka_err2str(m->err));
-            d->dr_error_retriable = true;
-        }
-    }
-    pthread_mutex_unlock(&d->dr_mu);
-}
-
-/* Reports (and resets) the first delivery failure since the last report. */
-static int take_delivery_error(cf_dispatcher *d, cf_error *err)
-{
-    int rc = 0;
-    pthread_mutex_lock(&d->dr_mu);
-    if (d->dr_error[0]) {
-        cf_error_set(err, CF_E_KAFKA, "%s", d->dr_error);
-        cf_error_set_retriable(err, d->dr_error_retriable);
-        d->dr_error[0] = '\0';
-        rc = -1;
-    }
-    pthread_mutex_unlock(&d->dr_mu);
-    return rc;
-}
-
-static int ms_of_us(int64_t us)
-{
-    if (us <= 0)
-        return 0;
-    int64_t ms = (us + 999) / 1000;
-    return ms > INT32_MAX ? INT32_MAX : (int)ms;
-}
-
-/* Errors worth retrying for a moment: a topic that was just created is
- * briefly unknown or leaderless on its broker. */
-static bool kafka_transient(rd_kafka_resp_err_t e)
-{
-    switch (e) {
-    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
-    case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
-    case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
-    case RD_KAFKA_RESP_ERR_REPLICA_NOT_AVAILABLE:
-    case RD_KAFKA_RESP_ERR_NOT_COORDINATOR:
-    case RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH:
-    case RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH:
-    case RD_KAFKA_RESP_ERR__TRANSPORT:
-    case RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION:
-    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
-        return true;
-    default:
-        return false;
-    }
-}
-
-/* How long a missing or leaderless topic is retried before giving up: long
- * enough for a topic created a moment ago, short enough that a typo in a
- * topic name is reported promptly. */
-#define CF_UNKNOWN_TOPIC_RETRY_US 3000000
-#define CF_TRANSIENT_RETRY_US 10000000
-
-/* Partition count of topic (which must exist, with a leader for every
- * partition).  *kerr gets the Kafka error for retry decisions. */
-static int topic_partitions(rd_kafka_t *rk, const char *topic, int32_t *out, rd_kafka_resp_err_t *kerr,
-                            cf_error *err)
-{
-    *kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-    if (!rkt)
-        return cf_error_set(err, CF_E_KAFKA, "topic %s: %s", topic, rd_kafka_err2str(rd_kafka_last_error()));
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, CF_METADATA_TIMEOUT_MS);
-    rd_kafka_topic_destroy(rkt);
-    if (e) {
-        *kerr = e;
-        cf_error_set(err, CF_E_KAFKA, "metadata for topic %s: %s", topic, rd_kafka_err2str(e));
-        return cf_error_set_retriable(err, true);
-    }
-    int rc = 0;
-    if (md->topic_cnt != 1 || md->topics[0].err) {
-        rd_kafka_resp_err_t te = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
-        *kerr = te;
-        rc = cf_error_set(err, CF_E_KAFKA, "topic %s: %s%s", topic, rd_kafka_err2str(te),
-                          te == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ? " (create it: codefleet topics create)" : "");
-    } else if (md->topics[0].partition_cnt <= 0 || md->topics[0].partition_cnt > CF_MAX_PARTITIONS) {
-        rc = cf_error_set(err, CF_E_KAFKA, "topic %s: unusable partition count %d", topic,
-                          md->topics[0].partition_cnt);
-    } else {
-        for (int i = 0; i < md->topics[0].partition_cnt; i++) {
-            const rd_kafka_metadata_partition_t *mp = &md->topics[0].partitions[i];
-            if (mp->err || mp->leader < 0) {
-                *kerr = mp->err ? mp->err : RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
-                rc = cf_error_set(err, CF_E_KAFKA, "topic %s partition %d: %s", topic, mp->id,
-                                  rd_kafka_err2str(*kerr));
-                break;
-            }
-        }
-        *out = md->topics[0].partition_cnt;
-    }
-    rd_kafka_metadata_destroy(md);
-    return rc;
-}
-
-typedef enum start_mode { START_BEGINNING, START_END, START_TIME } start_mode;
-
-/* One attempt of assign_all (below). */
-static int assign_all_once(rd_kafka_t *rk, const char *topic, start_mode mode, int64_t since_us,
-                           rd_kafka_resp_err_t *kerr, cf_error *err)
-{
-    int32_t np = 0;
-    if (topic_partitions(rk, topic, &np, kerr, err) < 0)
-        return -1;
-    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(np);
-    if (!parts)
-        return cf_error_set(err, CF_E_NOMEM, "partition list: out of memory");
-    int rc = -1;
-    for (int32_t p = 0; p < np; p++) {
-        rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_add(parts, topic, p);
-        tp->offset = mode == START_BEGINNING ? RD_KAFKA_OFFSET_BEGINNING
-                     : mode == START_TIME   ? (since_us > 0 ? since_us / 1000 : 0)
-                                            : RD_KAFKA_OFFSET_END;
-    }
-    if (mode == START_TIME) {
-        rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(rk, parts, CF_METADATA_TIMEOUT_MS);
-        if (e) {
-            *kerr = e;
-            cf_error_set(err, CF_E_KAFKA, "offsets_for_times on %s: %s", topic, rd_kafka_err2str(e));
-            goto out;
-        }
-    }
-    for (int i = 0; i < parts->cnt; i++) {
-        rd_kafka_topic_partition_t *tp = &parts->elems[i];
-        if (mode == START_TIME && tp->err) {
-            *kerr = tp->err;
-            cf_error_set(err, CF_E_KAFKA, "offsets_for_times on %s[%" PRId32 "]: %s", topic, tp->partition,
-                         rd_kafka_err2str(tp->err));
-            goto out;
-        }
-        /* offsets_for_times answers -1 when no message is that recent. */
-        if (tp->offset == RD_KAFKA_OFFSET_END) {
-            int64_t lo = 0, hi = 0;
-            rd_kafka_resp_err_t e =
-                rd_kafka_query_watermark_offsets(rk, topic, tp->partition, &lo, &hi, CF_METADATA_TIMEOUT_MS);
-            if (e) {
-                *kerr = e;
-                cf_error_set(err, CF_E_KAFKA, "watermarks of %s[%" PRId32 "]: %s", topic, tp->partition,
-                             rd_kafka_err2str(e));
-                goto out;
-            }
-            tp->offset = hi;
-        }
-    }
-    rd_kafka_resp_err_t e = rd_kafka_assign(rk, parts);
-    if (e) {
-        *kerr = e;
-        cf_error_set(err, CF_E_KAFKA, "assign %s: %s", topic, rd_kafka_err2str(e));
-        goto out;
-    }
-    rc = 0;
-out:
-    rd_kafka_topic_partition_list_destroy(parts);
-    return rc;
-}
-
-/* Assigns every partition of topic to the consumer rk at an explicit offset.
- * START_END queries the high watermark now (not the lazy OFFSET_END, which is
- * resolved later and could skip a message produced in between).  Transient
- * metadata errors (a just-created topic) are retried for a few seconds. */
-static int assign_all(rd_kafka_t *rk, const char *topic, start_mode mode, int64_t since_us, cf_error *err)
-{
-    int64_t t0 = cf_mono_us();
-    for (;;) {
-        rd_kafka_resp_err_t kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
-        if (assign_all_once(rk, topic, mode, since_us, &kerr, err) == 0)
-            return 0;
-        int64_t waited = cf_mono_us() - t0;
-        int64_t limit =
-            kerr == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ? CF_UNKNOWN_TOPIC_RETRY_US : CF_TRANSIENT_RETRY_US;
-        if (!kafka_transient(kerr) || waited >= limit)
-            return -1;
-        struct timespec ts = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* A manually assigned consumer: no group membership, no commits. */
+/* A consumer of the result topic, assigned by the caller. */
 static rd_kafka_t *new_result_consumer(cf_dispatcher *d, cf_error *err)
 {
-    char group[64], errstr[CF_KAFKA_ERRSTR];
-    uint64_t rnd = 0;
-    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-        rnd = (uint64_t)cf_mono_us();
-    /* librdkafka needs a group.id for assign()/consumer_poll(); it is never
-     * joined or committed to, so a unique throwaway name is right. */
-    snprintf(group, sizeof(group), "codefleet-dispatcher-%016" PRIx64, rnd);
-    const kv role[] = {
-        {"group.id", group},
-        {"enable.auto.commit", "false"},
-        {"enable.auto.offset.store", "false"},
-        {"enable.partition.eof", "false"},
-        {"isolation.level", "read_committed"},
-        {"fetch.wait.max.ms", "5"},
-        {"fetch.error.backoff.ms", "10"},
-        {"allow.auto.create.topics", "false"},
-    };
-    rd_kafka_conf_t *conf = make_conf(d->brokers, d->client_id, role, sizeof(role) / sizeof(role[0]), &d->kafka, err);
-    if (!conf)
-        return NULL;
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
-    if (!rk) {
-        rd_kafka_conf_destroy(conf); /* consumed only on success */
-        cf_error_set(err, CF_E_KAFKA, "creating consumer: %s", errstr);
-        return NULL;
-    }
-    rd_kafka_poll_set_consumer(rk);
-    return rk;
-}
-
-static void close_consumer(rd_kafka_t *rk)
-{
-    if (!rk)
-        return;
-    rd_kafka_consumer_close(rk);
-    rd_kafka_destroy(rk);
+    return cf_kafka_consumer_new(d->brokers, d->client_id, &d->kafka, "codefleet-dispatcher", "consumer", err);
 }
 
 static void set_last_error(cf_dispatcher *d, const char *what)
@@ -516,7 +222,7 @@ static void *collector_main(void *arg)
 {
     cf_dispatcher *d = arg;
     while (!atomic_load(&d->stop)) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(d->consumer, CF_POLL_SLICE_MS);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(d->consumer, CF_KAFKA_POLL_SLICE_MS);
         if (!m)
             continue;
         if (m->err) {
@@ -547,7 +253,7 @@ static int start_collector(cf_dispatcher *d, cf_error *err)
     d->consumer = new_result_consumer(d, err);
     if (!d->consumer)
         return -1;
-    if (assign_all(d->consumer, d->result_topic, START_END, 0, err) < 0)
+    if (cf_kafka_assign(d->consumer, d->result_topic, NULL, true, CF_KAFKA_FROM_END, 0, err) < 0)
         return cf_error_wrap(err, "result collector");
     d->consumer_q = rd_kafka_queue_get_consumer(d->consumer);
     e = pthread_create(&d->thread, NULL, collector_main, d);
@@ -557,28 +263,13 @@ static int start_collector(cf_dispatcher *d, cf_error *err)
     return 0;
 }
 
-/* librdkafka holds the first message for a topic whose metadata it has not
- * seen yet and, with linger.ms=0, sends it only at the broker thread's next
- * periodic wake-up (about 1 s later).  Asking for the topic's metadata up
- * front takes that second off the first submit. */
-static void warm_topic_metadata(rd_kafka_t *rk, const char *topic)
-{
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-    if (!rkt)
-        return;
-    const struct rd_kafka_metadata *md = NULL;
-    if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR)
-        rd_kafka_metadata_destroy(md);
-    rd_kafka_topic_destroy(rkt);
-}
-
 int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_error *err)
 {
     *out = NULL;
     cf_dispatcher *d = calloc(1, sizeof(*d));
     if (!d)
         return cf_error_set(err, CF_E_NOMEM, "dispatcher: out of memory");
-    pthread_mutex_init(&d->dr_mu, NULL);
+    cf_kafka_dr_init(&d->dr);
     pthread_mutex_init(&d->mu, NULL);
     atomic_init(&d->stop, false);
     d->map.max = cfg->max_pending ? cfg->max_pending : CF_DISPATCHER_MAX_PENDING_DEFAULT;
@@ -591,48 +282,16 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
         cf_error_set(err, CF_E_NOMEM, "dispatcher: out of memory");
         goto fail;
     }
-    if (cfg->kafka) {
-        d->kafka.items = calloc(cfg->kafka->count ? cfg->kafka->count : 1, sizeof(*d->kafka.items));
-        if (!d->kafka.items) {
-            cf_error_set(err, CF_E_NOMEM, "dispatcher: out of memory");
-            goto fail;
-        }
-        for (size_t i = 0; i < cfg->kafka->count; i++) {
-            d->kafka.items[i].key = cf_strdup(cfg->kafka->items[i].key);
-            d->kafka.items[i].value = cf_strdup(cfg->kafka->items[i].value);
-            d->kafka.count++;
-            if (!d->kafka.items[i].key || !d->kafka.items[i].value) {
-                cf_error_set(err, CF_E_NOMEM, "dispatcher: out of memory");
-                goto fail;
-            }
-        }
-    }
-
-    const kv role[] = {
-        {"enable.idempotence", "true"},
-        {"acks", "all"},
-        /* 0, not 1: measured here, a 1 ms linger costs ~1.7 ms per hop (p50
-         * round trip 4.8 ms vs 1.4 ms); under load messages still batch
-         * behind in-flight requests. */
-        {"linger.ms", "0"},
-        {"partitioner", "murmur2_random"}, /* same partition as Java clients for a key */
-    };
-    rd_kafka_conf_t *conf =
-        make_conf(d->brokers, d->client_id, role, sizeof(role) / sizeof(role[0]), &d->kafka, err);
-    if (!conf)
-        goto fail;
-    rd_kafka_conf_set_dr_msg_cb(conf, dr_msg_cb);
-    rd_kafka_conf_set_opaque(conf, d);
-    char errstr[CF_KAFKA_ERRSTR];
-    d->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-    if (!d->producer) {
-        rd_kafka_conf_destroy(conf);
-        cf_error_set(err, CF_E_KAFKA, "creating producer: %s", errstr);
+    if (cf_kafka_kvlist_copy(&d->kafka, cfg->kafka) < 0) {
+        cf_error_set(err, CF_E_NOMEM, "dispatcher: out of memory");
         goto fail;
     }
+    d->producer = cf_kafka_producer_new(d->brokers, d->client_id, &d->kafka, &d->dr, "producer", err);
+    if (!d->producer)
+        goto fail;
     if (cfg->collect_results && start_collector(d, err) < 0)
         goto fail;
-    warm_topic_metadata(d->producer, d->request_topic);
+    cf_kafka_warm_topic(d->producer, d->request_topic);
     *out = d;
     return 0;
 fail:
@@ -652,23 +311,15 @@ void cf_dispatcher_destroy(cf_dispatcher *d)
     }
     if (d->consumer_q)
         rd_kafka_queue_destroy(d->consumer_q);
-    close_consumer(d->consumer);
-    if (d->producer) {
-        if (rd_kafka_flush(d->producer, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR)
-            cf_log_warn("dispatcher", "%d message(s) not delivered at shutdown", rd_kafka_outq_len(d->producer));
-        rd_kafka_destroy(d->producer);
-    }
+    cf_kafka_consumer_close(d->consumer);
+    cf_kafka_producer_destroy(d->producer, "dispatcher", "message");
     if (d->collecting) {
         pending_destroy(&d->map);
         pthread_cond_destroy(&d->cond);
     }
     pthread_mutex_destroy(&d->mu);
-    pthread_mutex_destroy(&d->dr_mu);
-    for (size_t i = 0; i < d->kafka.count; i++) {
-        free(d->kafka.items[i].key);
-        free(d->kafka.items[i].value);
-    }
-    free(d->kafka.items);
+    cf_kafka_dr_destroy(&d->dr);
+    cf_kvlist_free(&d->kafka);
     free(d->brokers);
     free(d->request_topic);
     free(d->result_topic);
@@ -681,29 +332,17 @@ void cf_dispatcher_destroy(cf_dispatcher *d)
 static int produce(cf_dispatcher *d, const char *topic, const void *key, size_t keylen, void *value, size_t len,
                    bool own_value, cf_error *err)
 {
-    int flags = own_value ? RD_KAFKA_MSG_F_FREE : RD_KAFKA_MSG_F_COPY;
-    /* Queue full: serve delivery reports and retry for up to ~5 s. */
-    for (int attempt = 0;; attempt++) {
-        rd_kafka_resp_err_t e = rd_kafka_producev(d->producer, RD_KAFKA_V_TOPIC(topic),
-                                                  RD_KAFKA_V_KEY((void *)key, key ? keylen : 0),
-                                                  RD_KAFKA_V_VALUE(value, len), RD_KAFKA_V_MSGFLAGS(flags),
-                                                  RD_KAFKA_V_END);
-        if (!e)
-            break;
-        if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL && attempt < 50) {
-            rd_kafka_poll(d->producer, CF_POLL_SLICE_MS);
-            continue;
-        }
-        cf_error_set(err, CF_E_KAFKA, "produce to %s: %s", topic, rd_kafka_err2str(e));
-        return cf_error_set_retriable(err, e == RD_KAFKA_RESP_ERR__QUEUE_FULL);
-    }
-    rd_kafka_poll(d->producer, 0); /* serve delivery reports */
-    return 0;
+    rd_kafka_resp_err_t e = cf_kafka_produce(d->producer, topic, key, keylen, value, len,
+                                             own_value ? RD_KAFKA_MSG_F_FREE : RD_KAFKA_MSG_F_COPY);
+    if (!e)
+        return 0;
+    cf_error_set(err, CF_E_KAFKA, "produce to %s: %s", topic, rd_kafka_err2str(e));
+    return cf_error_set_retriable(err, e == RD_KAFKA_RESP_ERR__QUEUE_FULL);
 }
 
 int cf_dispatcher_submit(cf_dispatcher *d, const cf_request *req, cf_error *err)
 {
-    if (take_delivery_error(d, err) < 0)
+    if (cf_kafka_dr_take(&d->dr, err) < 0)
         return cf_error_wrap(err, "earlier submit");
     if (!req->id || !cf_id_valid(req->id, strlen(req->id)))
         return cf_error_set(err, CF_E_INVALID, "request id missing or invalid");
@@ -713,7 +352,12 @@ int cf_dispatcher_submit(cf_dispatcher *d, const cf_request *req, cf_error *err)
     cf_bytes enc = {0};
     if (cf_request_encode(&copy, &enc, err) < 0)
         return cf_error_wrap(err, "request %s", req->id);
-    const char *key = req->workspace && req->workspace[0] ? req->workspace : req->id;
+    /* One workspace's requests, or else one thread's, share a partition:
+     * they run in order and the worker can fence checkpoint writers by
+     * offset. */
+    const char *key = req->workspace && req->workspace[0] ? req->workspace
+                      : req->thread && req->thread[0]     ? req->thread
+                                                          : req->id;
     if (produce(d, d->request_topic, key, strlen(key), enc.data, enc.len, true, err) < 0) {
         free(enc.data);
         return cf_error_wrap(err, "request %s", req->id);
@@ -730,16 +374,7 @@ int cf_dispatcher_produce_raw(cf_dispatcher *d, const char *topic, const void *k
 
 int cf_dispatcher_flush(cf_dispatcher *d, int64_t timeout_us, cf_error *err)
 {
-    rd_kafka_resp_err_t e = rd_kafka_flush(d->producer, ms_of_us(timeout_us));
-    if (take_delivery_error(d, err) < 0)
-        return -1;
-    if (e == RD_KAFKA_RESP_ERR__TIMED_OUT) {
-        cf_error_set(err, CF_E_TIMEOUT, "flush: %d message(s) still in flight", rd_kafka_outq_len(d->producer));
-        return cf_error_set_retriable(err, true);
-    }
-    if (e)
-        return cf_error_set(err, CF_E_KAFKA, "flush: %s", rd_kafka_err2str(e));
-    return 0;
+    return cf_kafka_flush(d->producer, &d->dr, timeout_us, "message", err);
 }
 
 static struct timespec abs_deadline(int64_t deadline_mono_us)
@@ -806,7 +441,7 @@ int cf_dispatcher_wait_any(cf_dispatcher *d, int64_t timeout_us, cf_result *out,
  */
 typedef int (*scan_fn)(void *ctx, const rd_kafka_message_t *m);
 
-static int scan_results(cf_dispatcher *d, start_mode mode, int64_t since_us, volatile sig_atomic_t *stop,
+static int scan_results(cf_dispatcher *d, cf_kafka_start mode, int64_t since_us, volatile sig_atomic_t *stop,
                         int64_t timeout_us, scan_fn fn, void *ctx, bool *stopped_by_fn, cf_error *err)
 {
     *stopped_by_fn = false;
@@ -814,28 +449,14 @@ static int scan_results(cf_dispatcher *d, start_mode mode, int64_t since_us, vol
     if (!rk)
         return -1;
     int rc = 0;
-    if (assign_all(rk, d->result_topic, mode, since_us, err) < 0) {
-        close_consumer(rk);
+    if (cf_kafka_assign(rk, d->result_topic, NULL, true, mode, since_us, err) < 0) {
+        cf_kafka_consumer_close(rk);
         return -1;
     }
     int64_t deadline = timeout_us > 0 ? cf_mono_us() + timeout_us : INT64_MAX;
     char last[CF_KAFKA_ERRSTR] = "";
-    for (;;) {
-        if (stop && *stop)
-            break;
-        int64_t left = deadline - cf_mono_us();
-        if (left <= 0)
-            break;
-        int slice = left > CF_POLL_SLICE_MS * 1000 ? CF_POLL_SLICE_MS : ms_of_us(left);
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, slice);
-        if (!m)
-            continue;
-        if (m->err) {
-            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                snprintf(last, sizeof(last), "%s", rd_kafka_message_errstr(m));
-            rd_kafka_message_destroy(m);
-            continue;
-        }
+    rd_kafka_message_t *m;
+    while ((m = cf_kafka_consume(rk, deadline, stop, NULL, last, sizeof(last)))) {
         int r = fn(ctx, m);
         rd_kafka_message_destroy(m);
         if (r) {
@@ -845,7 +466,7 @@ static int scan_results(cf_dispatcher *d, start_mode mode, int64_t since_us, vol
     }
     if (!*stopped_by_fn && last[0])
         cf_log_debug("dispatcher", "result scan: last Kafka error: %s", last);
-    close_consumer(rk);
+    cf_kafka_consumer_close(rk);
     return rc;
 }
 
@@ -895,7 +516,8 @@ int cf_dispatcher_wait_since(cf_dispatcher *d, const char *id, int64_t since_us,
     }
     find_ctx f = {.id = id, .idlen = strlen(id), .out = out};
     bool found = false;
-    if (scan_results(d, START_TIME, since_us, NULL, timeout_us > 0 ? timeout_us : 1, find_cb, &f, &found, err) < 0)
+    if (scan_results(d, CF_KAFKA_FROM_TIME, since_us, NULL, timeout_us > 0 ? timeout_us : 1, find_cb, &f, &found,
+                     err) < 0)
         return cf_error_wrap(err, "wait for %s", id);
     if (!found) {
         cf_error_set(err, CF_E_TIMEOUT, "no result for %s within %" PRId64 " ms", id, timeout_us / 1000);
@@ -931,8 +553,8 @@ int cf_dispatcher_tail(cf_dispatcher *d, bool from_beginning, volatile sig_atomi
 {
     tail_ctx t = {.fn = fn, .ctx = ctx};
     bool by_fn = false;
-    if (scan_results(d, from_beginning ? START_BEGINNING : START_END, 0, stop, timeout_us, tail_cb, &t, &by_fn,
-                     err) < 0)
+    cf_kafka_start start = from_beginning ? CF_KAFKA_FROM_BEGINNING : CF_KAFKA_FROM_END;
+    if (scan_results(d, start, 0, stop, timeout_us, tail_cb, &t, &by_fn, err) < 0)
         return cf_error_wrap(err, "tail %s", d->result_topic);
     return 0;
 }
@@ -941,7 +563,7 @@ void cf_dispatcher_get_stats(cf_dispatcher *d, cf_dispatcher_stats *out)
 {
     memset(out, 0, sizeof(*out));
     out->submitted = atomic_load(&d->n_submitted);
-    out->delivery_failed = atomic_load(&d->n_delivery_failed);
+    out->delivery_failed = atomic_load(&d->dr.failed);
     out->results_seen = atomic_load(&d->n_seen);
     out->results_malformed = atomic_load(&d->n_malformed);
     out->results_evicted = atomic_load(&d->n_evicted);
@@ -970,18 +592,16 @@ int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const
 {
     if (n == 0)
         return 0;
-    if (partitions < 1 || partitions > CF_MAX_PARTITIONS)
-        return cf_error_set(err, CF_E_INVALID, "partitions must be in [1, %d]", CF_MAX_PARTITIONS);
+    if (partitions < 1 || partitions > CF_KAFKA_MAX_PARTITIONS)
+        return cf_error_set(err, CF_E_INVALID, "partitions must be in [1, %d]", CF_KAFKA_MAX_PARTITIONS);
     char errstr[CF_KAFKA_ERRSTR];
     rd_kafka_conf_t *conf =
-        make_conf(brokers ? brokers : CF_DEFAULT_BROKERS, "codefleet-admin", NULL, 0, kafka, err);
+        cf_kafka_conf_new(brokers ? brokers : CF_DEFAULT_BROKERS, "codefleet-admin", NULL, 0, kafka, err);
     if (!conf)
         return -1;
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-    if (!rk) {
-        rd_kafka_conf_destroy(conf);
-        return cf_error_set(err, CF_E_KAFKA, "creating admin client: %s", errstr);
-    }
+    rd_kafka_t *rk = cf_kafka_client_new(RD_KAFKA_PRODUCER, conf, "admin client", err);
+    if (!rk)
+        return -1;
     int rc = -1;
     rd_kafka_NewTopic_t **topics = calloc(n, sizeof(*topics));
     rd_kafka_AdminOptions_t *opts = NULL;
@@ -999,7 +619,7 @@ int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const
         }
     }
     opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
-    int tmo = ms_of_us(timeout_us > 0 ? timeout_us : 30000000);
+    int tmo = cf_kafka_ms_of_us(timeout_us > 0 ? timeout_us : 30000000);
     if (!opts || rd_kafka_AdminOptions_set_request_timeout(opts, tmo, errstr, sizeof(errstr)) ||
         rd_kafka_AdminOptions_set_operation_timeout(opts, tmo, errstr, sizeof(errstr))) {
         cf_error_set(err, CF_E_KAFKA, "admin options: %s", opts ? errstr : "out of memory");
@@ -1039,9 +659,9 @@ int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const
         for (;;) {
             int32_t np = 0;
             rd_kafka_resp_err_t kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
-            if (topic_partitions(rk, names[i], &np, &kerr, err) == 0)
+            if (cf_kafka_topic_partitions(rk, names[i], true, &np, &kerr, err) == 0)
                 break;
-            if (!kafka_transient(kerr) || cf_mono_us() >= until) {
+            if (!cf_kafka_transient(kerr) || cf_mono_us() >= until) {
                 cf_error_wrap(err, "created, but not usable yet");
                 goto out;
             }

@@ -57,7 +57,8 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
 void cf_dispatcher_destroy(cf_dispatcher *d);
 
 /* Encodes and produces req to the request topic.  Key: req->workspace if set
- * (one workspace's requests stay ordered on one partition), else req->id.
+ * (one workspace's requests stay ordered on one partition), else req->thread
+ * (likewise for a thread's checkpoints), else req->id.
  * Sets created_us if 0 (on the encoded copy; req is not modified).
  * Asynchronous; a delivery failure of an earlier submit is reported by
  * cf_dispatcher_flush or by the next submit (CF_E_KAFKA, message prefixed
