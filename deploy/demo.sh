@@ -30,6 +30,7 @@ if ((stop_after)); then
     trap '"$here/stack.sh" down' EXIT
 fi
 
+BACKENDS_IN_USE=$( ((EUID == 0)) && echo "${CODEFLEET_BACKENDS:-sandbox,process}" || echo "${CODEFLEET_BACKENDS:-process}")
 cli=${CODEFLEET_BIN:-$CF_REPO/build/dispatcher}/codefleet
 [[ -x $cli ]] || cli=$CF_REPO/build/dispatcher/codefleet
 failures=0
@@ -38,7 +39,8 @@ failures=0
 expect() {
     local want=$1 title=$2
     shift 3
-    printf '\n\033[1m=== %s\033[0m\n$ codefleet %s\n' "$title" "$*"
+    [[ -n $title ]] && printf '\n\033[1m=== %s\033[0m\n' "$title"
+    printf '$ codefleet %s\n' "$*"
     local rc=0
     "$cli" "$@" || rc=$?
     if ((rc != want)); then
@@ -62,9 +64,42 @@ expect 0 "command (argv), with a file placed in the work directory" -- \
 rm -f "$hello"
 expect 1 "a program that fails" -- submit -l python --code 'import sys; print("bad input", file=sys.stderr); sys.exit(4)'
 expect 1 "a program that times out (1s wall clock)" -- submit -l python --timeout-exec 1s --code 'while True: pass'
-expect 3 "rejected: the process backend cannot take the network away" -- \
-    submit -l shell --network disabled --code 'echo this never runs'
+expect 3 "rejected: the host-local process backend cannot take the network away" -- \
+    submit --backend process -l shell --network disabled --code 'echo this never runs'
+if [[ $BACKENDS_IN_USE == sandbox* ]]; then
+    expect 1 "sandbox: no network unless asked for (connecting to the broker fails)" -- \
+        submit -l python --code "import socket; socket.create_connection(('127.0.0.1', ${CODEFLEET_BROKERS##*:}), timeout=2)"
+    expect 1 "sandbox: a memory hog is stopped by its 64 MiB limit (memory_exceeded)" -- \
+        submit -l python --memory 64MiB --code 'blocks = [bytearray(16 << 20) for _ in range(64)]'
+fi
 expect 3 "rejected: deadline already passed" -- submit -l shell --deadline 1ms --code 'echo too late'
+
+ws=demo-$(date +%s)
+notes=$(mktemp /tmp/codefleet-demo-XXXXXX.txt)
+printf 'first line\n' >"$notes"
+expect 0 "workspace: create it and put a file" -- workspace create "$ws" --project demo
+expect 0 "" -- workspace put "$ws" "notes.txt=$notes"
+expect 0 "an execution against the workspace writes back one new revision" -- \
+    submit --workspace "$ws" -l shell --code 'cat notes.txt; echo "second line" >> notes.txt; date > stamp.txt'
+expect 0 "" -- workspace ls "$ws"
+rm -f "$notes"
+
+thread=$ws-thread
+counter='import json, os
+ctx = json.load(open(os.environ["CODEFLEET_INPUT"]))
+state = ctx["checkpoint"] or {"runs": 0}
+state["runs"] += 1
+print("run number", state["runs"])
+json.dump({"checkpoint": state}, open(os.environ["CODEFLEET_OUTPUT"], "w"))'
+expect 0 "checkpoints: each run of a thread continues from the last saved state" -- \
+    submit --thread "$thread" -l python --code "$counter"
+expect 0 "" -- submit --thread "$thread" -l python --code "$counter"
+expect 0 "" -- checkpoint history "$thread"
+
+expect 0 "collaboration events: publish, then a wait that starts afterwards still sees it" -- \
+    events publish --workspace "$ws" --correlation-id "$ws-task" --kind need_work --topic review \
+    --producer planner --payload '{"file": "notes.txt"}'
+expect 0 "" -- events wait "$ws-task" --workspace "$ws" --kind need_work
 
 batch=$(mktemp /tmp/codefleet-demo-XXXXXX.jsonl)
 for i in $(seq 1 50); do

@@ -20,6 +20,7 @@
 #   CODEFLEET_WORKERS              workers started by `up` (2)
 #   CODEFLEET_GROUP                the workers' consumer group (codefleet)
 #   CODEFLEET_STACK_WORKER_ARGS    extra arguments for every worker (word-split)
+#   CODEFLEET_BACKENDS             the workers' backends (sandbox,process as root, else process)
 #   CODEFLEET_BIN                  directory holding codefleet and codefleet-worker
 #                                  (default: <repo>/build/dispatcher and <repo>/build/worker)
 #   CODEFLEET_KAFKA_START_TIMEOUT  seconds to wait for the broker (90)
@@ -49,7 +50,7 @@ KAFKA_START_TIMEOUT=${CODEFLEET_KAFKA_START_TIMEOUT:-90}
 # removed from the environment of everything this script starts.
 SCRIPT_VARS=(CODEFLEET_STATE CODEFLEET_KAFKA_PORT CODEFLEET_REDIS_PORT CODEFLEET_PARTITIONS
     CODEFLEET_TOPIC_REQUESTS CODEFLEET_TOPIC_RESULTS CODEFLEET_TOPIC_DLQ CODEFLEET_TOPIC_EVENTS
-    CODEFLEET_WORKERS CODEFLEET_GROUP CODEFLEET_STACK_WORKER_ARGS CODEFLEET_BIN
+    CODEFLEET_WORKERS CODEFLEET_GROUP CODEFLEET_STACK_WORKER_ARGS CODEFLEET_BACKENDS CODEFLEET_BIN
     CODEFLEET_KAFKA_START_TIMEOUT CODEFLEET_CACHE)
 CLEAN_ENV=(env)
 for v in "${SCRIPT_VARS[@]}"; do CLEAN_ENV+=(-u "$v"); done
@@ -59,7 +60,7 @@ REDIS_DIR=$STATE/redis
 WORKER_DIR=$STATE/workers
 
 usage() {
-    sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'
 }
 
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
@@ -302,6 +303,10 @@ create_topics() {
         cf_die "topic creation failed"
 }
 
+# The hardened sandbox needs root (user namespaces with uid maps, cgroups);
+# without it the workers offer the host-local process backend only.
+if ((EUID == 0)); then BACKENDS=${CODEFLEET_BACKENDS:-sandbox,process}; else BACKENDS=${CODEFLEET_BACKENDS:-process}; fi
+
 start_workers() {
     local n=$1 worker i pidfile
     ((n > 0)) || return 0
@@ -318,10 +323,13 @@ start_workers() {
             cf_log "worker w$i already running (pid $(read_pid "$pidfile"))"
             continue
         fi
+        # Each worker of this host gets its own range of host uids for the
+        # programs it runs (per slot), so two workers never share one.
         spawn "$WORKER_DIR/w$i.log" "$pidfile" "${CLEAN_ENV[@]}" "$worker" \
             --brokers "$(brokers)" --group "$GROUP" --worker-id "w$i" \
             --request-topic "$TOPIC_REQUESTS" --result-topic "$TOPIC_RESULTS" --dlq-topic "$TOPIC_DLQ" \
-            --redis "127.0.0.1:$REDIS_PORT" "${extra[@]}"
+            --redis "127.0.0.1:$REDIS_PORT" --backends "$BACKENDS" --run-uid-base $((100000 + i * 1000)) \
+            "${extra[@]}"
         started+=("$i")
     done
     ((${#started[@]})) || return 0
