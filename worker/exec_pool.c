@@ -1,14 +1,24 @@
 #include "exec_pool.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The pool's own record of a job: it outlives the job's run, so the slot
+ * thread can unlink it after run() without touching the (possibly freed)
+ * job. */
+typedef struct pool_node {
+    cf_pool_job *job; /* valid until run() is called */
+    char *key;        /* copy; NULL = unordered */
+    int32_t partition;
+    bool running;
+    struct pool_node *next;
+} pool_node;
 
 struct cf_exec_pool {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    cf_pool_job *head; /* queued and running jobs, in arrival order */
+    pool_node *head; /* queued and running, in arrival order */
     size_t queued;
     size_t running;
     bool stopping;
@@ -24,42 +34,42 @@ typedef struct slot_arg {
     int slot;
 } slot_arg;
 
-static bool has_key(const cf_pool_job *j)
+/* The first queued node that no earlier node (queued or running) with the
+ * same key precedes.  Caller holds the lock. */
+static pool_node *next_runnable(cf_exec_pool *p)
 {
-    return j->key && j->key[0];
-}
-
-/* The first queued job that no earlier job (queued or running) with the same
- * key precedes.  Caller holds the lock. */
-static cf_pool_job *next_runnable(cf_exec_pool *p)
-{
-    for (cf_pool_job *j = p->head; j; j = j->next) {
-        if (j->running)
+    for (pool_node *n = p->head; n; n = n->next) {
+        if (n->running)
             continue;
-        if (!has_key(j))
-            return j;
+        if (!n->key)
+            return n;
         bool blocked = false;
-        for (cf_pool_job *e = p->head; e != j; e = e->next) {
-            if (has_key(e) && strcmp(e->key, j->key) == 0) {
+        for (pool_node *e = p->head; e != n; e = e->next) {
+            if (e->key && strcmp(e->key, n->key) == 0) {
                 blocked = true;
                 break;
             }
         }
         if (!blocked)
-            return j;
+            return n;
     }
     return NULL;
 }
 
-static void unlink_job(cf_exec_pool *p, cf_pool_job *job)
+static void unlink_node(cf_exec_pool *p, pool_node *node)
 {
-    for (cf_pool_job **pp = &p->head; *pp; pp = &(*pp)->next) {
-        if (*pp == job) {
-            *pp = job->next;
-            job->next = NULL;
+    for (pool_node **pp = &p->head; *pp; pp = &(*pp)->next) {
+        if (*pp == node) {
+            *pp = node->next;
             return;
         }
     }
+}
+
+static void node_free(pool_node *n)
+{
+    free(n->key);
+    free(n);
 }
 
 static void *slot_main(void *argp)
@@ -71,12 +81,14 @@ static void *slot_main(void *argp)
 
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        cf_pool_job *job = NULL;
-        while (!p->stopping && !(job = next_runnable(p)))
+        pool_node *node = NULL;
+        while (!p->stopping && !(node = next_runnable(p)))
             pthread_cond_wait(&p->cond, &p->lock);
         if (p->stopping)
             break;
-        job->running = true;
+        node->running = true;
+        cf_pool_job *job = node->job;
+        node->job = NULL; /* handed over: may be freed before run() returns */
         p->queued--;
         p->running++;
         pthread_mutex_unlock(&p->lock);
@@ -84,7 +96,8 @@ static void *slot_main(void *argp)
         p->run(job, slot, p->arg);
 
         pthread_mutex_lock(&p->lock);
-        unlink_job(p, job);
+        unlink_node(p, node);
+        node_free(node);
         p->running--;
         /* A finished keyed job may unblock a follower. */
         pthread_cond_broadcast(&p->cond);
@@ -140,24 +153,38 @@ void cf_exec_pool_destroy(cf_exec_pool *p)
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->nslots; i++)
         pthread_join(p->threads[i], NULL);
+    while (p->head) {
+        pool_node *n = p->head;
+        p->head = n->next;
+        node_free(n);
+    }
     free(p->threads);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p);
 }
 
-void cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job)
+int cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job)
 {
+    pool_node *n = calloc(1, sizeof(*n));
+    if (!n)
+        return -1;
+    if (job->key && job->key[0] && !(n->key = strdup(job->key))) {
+        free(n);
+        return -1;
+    }
+    n->job = job;
+    n->partition = job->partition;
     job->next = NULL;
-    job->running = false;
     pthread_mutex_lock(&p->lock);
-    cf_pool_job **pp = &p->head;
+    pool_node **pp = &p->head;
     while (*pp)
         pp = &(*pp)->next;
-    *pp = job;
+    *pp = n;
     p->queued++;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
+    return 0;
 }
 
 size_t cf_exec_pool_pending(cf_exec_pool *p)
@@ -176,34 +203,35 @@ size_t cf_exec_pool_running(cf_exec_pool *p)
     return n;
 }
 
-cf_pool_job *cf_exec_pool_drop_queued(cf_exec_pool *p, bool (*match)(const cf_pool_job *, void *), void *arg)
+cf_pool_job *cf_exec_pool_drop_queued(cf_exec_pool *p, cf_pool_match_fn match, void *arg)
 {
     cf_pool_job *dropped = NULL, **tail = &dropped;
     pthread_mutex_lock(&p->lock);
-    cf_pool_job **pp = &p->head;
+    pool_node **pp = &p->head;
     while (*pp) {
-        cf_pool_job *j = *pp;
-        if (!j->running && (!match || match(j, arg))) {
-            *pp = j->next;
-            j->next = NULL;
-            *tail = j;
-            tail = &j->next;
+        pool_node *n = *pp;
+        if (!n->running && (!match || match(n->partition, arg))) {
+            *pp = n->next;
+            n->job->next = NULL;
+            *tail = n->job;
+            tail = &n->job->next;
             p->queued--;
+            node_free(n);
         } else {
-            pp = &j->next;
+            pp = &n->next;
         }
     }
     pthread_mutex_unlock(&p->lock);
     return dropped;
 }
 
-size_t cf_exec_pool_count_running(cf_exec_pool *p, bool (*match)(const cf_pool_job *, void *), void *arg)
+size_t cf_exec_pool_count_running(cf_exec_pool *p, cf_pool_match_fn match, void *arg)
 {
-    size_t n = 0;
+    size_t count = 0;
     pthread_mutex_lock(&p->lock);
-    for (cf_pool_job *j = p->head; j; j = j->next)
-        if (j->running && (!match || match(j, arg)))
-            n++;
+    for (pool_node *n = p->head; n; n = n->next)
+        if (n->running && (!match || match(n->partition, arg)))
+            count++;
     pthread_mutex_unlock(&p->lock);
-    return n;
+    return count;
 }

@@ -1,9 +1,14 @@
 /* exec_pool: execution slots with per-key ordering.
  *
  * A fixed set of slot threads runs jobs.  Jobs with the same non-empty key
- * (the Kafka message key: a workspace id, so one workspace's requests are
- * never run concurrently and run in arrival order) are run one after
- * another; jobs with different keys run in parallel. */
+ * (the Kafka message key: a workspace or thread id, so one workspace's
+ * requests are never run concurrently and run in arrival order) are run one
+ * after another; jobs with different keys run in parallel.
+ *
+ * Ownership: the pool never touches a job once run() has been called on it
+ * (the job's owner may free it as soon as its result is delivered, possibly
+ * before run() returns): what the pool needs for ordering and bookkeeping
+ * (key, partition) is copied at submit. */
 #ifndef CF_EXEC_POOL_H
 #define CF_EXEC_POOL_H
 
@@ -14,15 +19,13 @@
 typedef struct cf_pool_job {
     char *key;                  /* NULL or "" = no ordering constraint */
     int32_t partition;          /* for rebalance bookkeeping */
-    struct cf_pool_job *next;   /* pool-internal */
-    bool running;               /* pool-internal */
+    struct cf_pool_job *next;   /* links jobs returned by cf_exec_pool_drop_queued */
 } cf_pool_job;
 
 typedef struct cf_exec_pool cf_exec_pool;
 
-/* run(job, slot, arg) executes one job in a slot thread.  After it returns
- * the pool forgets the job (ownership stays with the caller's run code) and
- * calls notify(arg) so the owner can wake up. */
+/* run(job, slot, arg) executes one job in a slot thread and takes the job
+ * over; afterwards the pool calls notify(arg) so the owner can wake up. */
 typedef void (*cf_pool_run_fn)(cf_pool_job *job, int slot, void *arg);
 typedef void (*cf_pool_notify_fn)(void *arg);
 
@@ -31,17 +34,21 @@ cf_exec_pool *cf_exec_pool_new(int slots, cf_pool_run_fn run, cf_pool_notify_fn 
  * are not run (use drop first to reclaim them).  NULL-safe. */
 void cf_exec_pool_destroy(cf_exec_pool *p);
 
-void cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job);
+/* Queues a job; -1 when out of memory (the job stays the caller's). */
+int cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job);
 
 /* Jobs queued plus running. */
 size_t cf_exec_pool_pending(cf_exec_pool *p);
 size_t cf_exec_pool_running(cf_exec_pool *p);
 
-/* Removes queued (not running) jobs for which match(job, arg) is true (all
- * when match is NULL) and returns them as a list linked through ->next. */
-cf_pool_job *cf_exec_pool_drop_queued(cf_exec_pool *p, bool (*match)(const cf_pool_job *, void *), void *arg);
+/* Selects jobs by partition (NULL = all). */
+typedef bool (*cf_pool_match_fn)(int32_t partition, void *arg);
 
-/* Counts running jobs for which match(job, arg) is true (all when NULL). */
-size_t cf_exec_pool_count_running(cf_exec_pool *p, bool (*match)(const cf_pool_job *, void *), void *arg);
+/* Removes queued (not running) jobs that match and returns them, linked
+ * through ->next, back to the caller. */
+cf_pool_job *cf_exec_pool_drop_queued(cf_exec_pool *p, cf_pool_match_fn match, void *arg);
+
+/* Counts running jobs that match. */
+size_t cf_exec_pool_count_running(cf_exec_pool *p, cf_pool_match_fn match, void *arg);
 
 #endif

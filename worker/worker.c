@@ -543,7 +543,10 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
             }
             j->kind = JOB_EXECUTE;
             cf_log_debug(LOG_SUB, "request %s (%s) queued", j->req.id, cf_language_name(j->req.language));
-            cf_exec_pool_submit(w->pool, &j->pj);
+            if (cf_exec_pool_submit(w->pool, &j->pj) < 0) {
+                cf_log_error(LOG_SUB, "out of memory queueing request %s: left for redelivery", j->req.id);
+                give_up(w, j, true);
+            }
             return;
         }
         snprintf(reason, sizeof(reason), "malformed request: %s", err.msg);
@@ -668,11 +671,11 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
 
 /* ---------------------------------------------------------------- partitions */
 
-static bool job_in_partitions(const cf_pool_job *pj, void *arg)
+static bool job_in_partitions(int32_t partition, void *arg)
 {
     const rd_kafka_topic_partition_list_t *parts = arg;
     for (int i = 0; i < parts->cnt; i++)
-        if (parts->elems[i].partition == pj->partition)
+        if (parts->elems[i].partition == partition)
             return true;
     return false;
 }

@@ -138,7 +138,7 @@ static void pool_orders_same_key_and_parallelises_others(void **state)
     for (int i = 0; i < 8; i++) {
         jobs[i].seq = i;
         jobs[i].pj.key = (i % 2 == 0) ? "A" : NULL;
-        cf_exec_pool_submit(p, &jobs[i].pj);
+        assert_int_equal(cf_exec_pool_submit(p, &jobs[i].pj), 0);
     }
     for (int waited = 0; waited < 5000; waited += 10) {
         pthread_mutex_lock(&log.lock);
@@ -173,10 +173,10 @@ static void block_run(cf_pool_job *pj, int slot, void *arg)
         usleep(1000);
 }
 
-static bool match_partition_one(const cf_pool_job *pj, void *arg)
+static bool match_partition_one(int32_t partition, void *arg)
 {
     (void)arg;
-    return pj->partition == 1;
+    return partition == 1;
 }
 
 static void pool_drops_only_queued_jobs(void **state)
@@ -188,7 +188,7 @@ static void pool_drops_only_queued_jobs(void **state)
     memset(jobs, 0, sizeof(jobs));
     for (int i = 0; i < 4; i++) {
         jobs[i].pj.partition = i % 2;
-        cf_exec_pool_submit(p, &jobs[i].pj);
+        assert_int_equal(cf_exec_pool_submit(p, &jobs[i].pj), 0);
     }
     /* Wait until the single slot took job 0. */
     for (int i = 0; i < 1000 && cf_exec_pool_running(p) == 0; i++)
@@ -943,6 +943,47 @@ static void state_attempts_and_outage(void **state)
     cf_request_clear(&req);
 }
 
+
+/* The worker frees a job as soon as its result is delivered, which can be
+ * before run() returns: the pool must not touch a job after handing it to
+ * run().  (Under ASan the old pool read the freed job when unlinking it.) */
+typedef struct freeing_job {
+    cf_pool_job pj;
+    int seq;
+} freeing_job;
+
+static void run_and_free(cf_pool_job *pj, int slot, void *arg)
+{
+    (void)slot;
+    int *done = arg;
+    free(pj->key);
+    memset(pj, 0xab, sizeof(freeing_job)); /* poison: a later read would see garbage */
+    free(pj);
+    __atomic_add_fetch(done, 1, __ATOMIC_SEQ_CST);
+}
+
+static void pool_never_touches_a_job_after_run(void **state)
+{
+    (void)state;
+    int done = 0;
+    cf_exec_pool *p = cf_exec_pool_new(3, run_and_free, NULL, &done);
+    assert_non_null(p);
+    for (int i = 0; i < 300; i++) {
+        freeing_job *j = calloc(1, sizeof(*j));
+        assert_non_null(j);
+        j->seq = i;
+        j->pj.partition = i % 3;
+        if (i % 2)
+            j->pj.key = strdup(i % 4 == 1 ? "A" : "B");
+        assert_int_equal(cf_exec_pool_submit(p, &j->pj), 0);
+    }
+    for (int waited = 0; waited < 5000 && __atomic_load_n(&done, __ATOMIC_SEQ_CST) < 300; waited++)
+        usleep(1000);
+    assert_int_equal(done, 300);
+    assert_int_equal(cf_exec_pool_pending(p), 0);
+    cf_exec_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -951,6 +992,7 @@ int main(void)
         cmocka_unit_test(tracker_grows_past_initial_ring),
         cmocka_unit_test(pool_orders_same_key_and_parallelises_others),
         cmocka_unit_test(pool_drops_only_queued_jobs),
+        cmocka_unit_test(pool_never_touches_a_job_after_run),
         cmocka_unit_test(worker_config_defaults_are_valid),
         cmocka_unit_test(worker_config_doc_is_current),
         cmocka_unit_test(state_addr_parse),
