@@ -45,14 +45,8 @@ cf_checkpoint_store *cf_checkpoint_store_new(cf_redis *r, const cf_checkpoint_co
         cf_checkpoint_config_init(&def);
         cfg = &def;
     }
-    if (!r) {
-        cf_error_set(err, CF_E_INVALID, "checkpoint store: no redis handle");
+    if (cf_state_store_check(r, cfg->key_prefix, "checkpoint store", err) < 0)
         return NULL;
-    }
-    if (cf_state_prefix_check(cfg->key_prefix, err) < 0) {
-        cf_error_wrap(err, "checkpoint store");
-        return NULL;
-    }
     if (cfg->max_per_thread > 1000000 || cfg->ttl_us < 0 || (cfg->ttl_us > 0 && cfg->ttl_us < 1000) ||
         cfg->max_state_bytes == 0 || cfg->max_state_bytes > ((size_t)512 << 20) || cfg->max_meta_bytes == 0 ||
         cfg->max_meta_bytes > ((size_t)16 << 20)) {
@@ -177,14 +171,6 @@ static int parse_record(const cf_checkpoint_store *cs, redisReply **f, bool with
     return 0;
 }
 
-static int reply_head(const redisReply *rep, const char *script, cf_error *err)
-{
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 || !rep->element[0] ||
-        rep->element[0]->type != REDIS_REPLY_STRING)
-        return cf_error_set(err, CF_E_REDIS, "%s: malformed script reply", script);
-    return 0;
-}
-
 static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback, const char *target,
                      const void *state, size_t state_len, const cf_checkpoint_save_opts *opts,
                      char id_out[CF_CHECKPOINT_ID_MAX + 1], cf_error *err)
@@ -225,7 +211,7 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
     char seq[24], maxc[24], ttl[24];
     cf_state_i64(seq, sizeof(seq), (long long)opts->writer_seq);
     cf_state_i64(maxc, sizeof(maxc), (long long)cs->cfg.max_per_thread);
-    cf_state_i64(ttl, sizeof(ttl), (long long)((cs->cfg.ttl_us + 999) / 1000));
+    cf_state_i64(ttl, sizeof(ttl), cf_state_ttl_ms(cs->cfg.ttl_us));
     const char *args[12] = {k.cpre,
                             thread,
                             rollback ? "rollback" : "save",
@@ -246,7 +232,7 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
     redisReply *rep = NULL;
     if (cf_redis_eval(cs->r, &cf_cp_script_save, 2, k.v, NULL, 12, args, lens, &rep, err) < 0)
         return cf_error_wrap(err, "thread %s: %s", thread, rollback ? "rollback" : "save");
-    int rc = reply_head(rep, "cp_save", err);
+    int rc = cf_state_reply_head(rep, "cp_save", err);
     const char *w = rollback ? "rollback" : "save";
     if (rc < 0) {
     } else if (cf_redis_reply_is(rep->element[0], "ok") && rep->elements == 4) {
@@ -256,12 +242,9 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
         else if (id_out)
             cf_strlcpy(id_out, id, CF_CHECKPOINT_ID_MAX + 1);
     } else if (cf_redis_reply_is(rep->element[0], "stale")) {
-        int64_t stored = -1;
-        if (rep->elements > 1)
-            (void)cf_redis_reply_i64(rep->element[1], &stored, NULL);
         rc = cf_error_set(err, CF_E_CONFLICT,
                           "thread %s: %s: stale writer: writer_seq %" PRId64 " is older than %" PRId64, thread, w,
-                          opts->writer_seq, stored);
+                          opts->writer_seq, cf_state_reply_elem_i64(rep, 1));
     } else if (cf_redis_reply_is(rep->element[0], "conflict")) {
         char latest[CF_CHECKPOINT_ID_MAX + 1] = "?";
         if (rep->elements > 1 && copy_name(latest, rep->element[1], true) < 0)
@@ -358,7 +341,7 @@ int cf_checkpoint_latest(cf_checkpoint_store *cs, const char *thread, cf_checkpo
     redisReply *rep = NULL;
     if (cf_redis_eval(cs->r, &cf_cp_script_latest, 2, k.v, NULL, 1, args, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "thread %s: latest", thread);
-    int rc = reply_head(rep, "cp_latest", err);
+    int rc = cf_state_reply_head(rep, "cp_latest", err);
     if (rc < 0) {
     } else if (cf_redis_reply_is(rep->element[0], "none")) {
         rc = cf_error_set(err, CF_E_NOT_FOUND, "thread %s has no checkpoint", thread);
@@ -393,7 +376,7 @@ static int run_list_script(cf_checkpoint_store *cs, const char *thread, const cf
     redisReply *rep = NULL;
     if (cf_redis_eval(cs->r, script, 2, k->v, NULL, nargs, args, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "thread %s: %s", thread, script->name);
-    int rc = reply_head(rep, script->name, err);
+    int rc = cf_state_reply_head(rep, script->name, err);
     if (rc < 0) {
     } else if (cf_redis_reply_is(rep->element[0], "notfound")) {
         rc = cf_error_set(err, CF_E_NOT_FOUND, "thread %s: start checkpoint does not exist", thread);
@@ -453,15 +436,12 @@ int cf_checkpoint_delete(cf_checkpoint_store *cs, const char *thread, const char
     if (cp_keys_init(cs, thread, &k, err) < 0 || cf_state_name_check(id, "checkpoint id", err) < 0)
         return -1;
     const char *args[2] = {k.cpre, id};
-    redisReply *rep = NULL;
-    if (cf_redis_eval(cs->r, &cf_cp_script_delete, 2, k.v, NULL, 2, args, NULL, &rep, err) < 0)
-        return cf_error_wrap(err, "thread %s: delete %s", thread, id);
     int64_t existed = 0;
-    int rc = cf_redis_reply_i64(rep, &existed, err);
-    cf_redis_reply_free(rep);
-    if (rc == 0 && existed != 1)
-        rc = cf_error_set(err, CF_E_NOT_FOUND, "thread %s: no checkpoint %s", thread, id);
-    return rc;
+    if (cf_state_eval_i64(cs->r, &cf_cp_script_delete, 2, k.v, 2, args, &existed, err) < 0)
+        return cf_error_wrap(err, "thread %s: delete %s", thread, id);
+    if (existed != 1)
+        return cf_error_set(err, CF_E_NOT_FOUND, "thread %s: no checkpoint %s", thread, id);
+    return 0;
 }
 
 int cf_checkpoint_delete_thread(cf_checkpoint_store *cs, const char *thread, cf_error *err)
@@ -470,13 +450,10 @@ int cf_checkpoint_delete_thread(cf_checkpoint_store *cs, const char *thread, cf_
     if (cp_keys_init(cs, thread, &k, err) < 0)
         return -1;
     const char *args[1] = {k.cpre};
-    redisReply *rep = NULL;
-    if (cf_redis_eval(cs->r, &cf_cp_script_delete_thread, 2, k.v, NULL, 1, args, NULL, &rep, err) < 0)
-        return cf_error_wrap(err, "thread %s: delete thread", thread);
     int64_t n = 0;
-    int rc = cf_redis_reply_i64(rep, &n, err);
-    cf_redis_reply_free(rep);
-    if (rc == 0 && n < 0)
-        rc = cf_error_set(err, CF_E_NOT_FOUND, "thread %s does not exist", thread);
-    return rc;
+    if (cf_state_eval_i64(cs->r, &cf_cp_script_delete_thread, 2, k.v, 1, args, &n, err) < 0)
+        return cf_error_wrap(err, "thread %s: delete thread", thread);
+    if (n < 0)
+        return cf_error_set(err, CF_E_NOT_FOUND, "thread %s does not exist", thread);
+    return 0;
 }

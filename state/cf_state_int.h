@@ -4,12 +4,13 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cf_error.h"
 #include "cf_redis.h"
 
 /* Lua scripts, embedded so the library never reads files at run time
- * (state/scripts.c; documented in docs/STATE.md). */
+ * (state/cf_state_scripts.c; documented in docs/STATE.md). */
 extern const cf_redis_script cf_ws_script_create;
 extern const cf_redis_script cf_ws_script_commit;
 extern const cf_redis_script cf_ws_script_get;
@@ -44,5 +45,23 @@ char *cf_state_reply_dup(const redisReply *rep, size_t *len);
 
 /* Decimal formatting of an int64 into buf (>= 24 bytes). */
 const char *cf_state_i64(char *buf, size_t cap, long long v);
+
+/* The checks every store constructor makes: a Redis handle and a valid key
+ * prefix.  what ("workspace store") prefixes the error. */
+int cf_state_store_check(const cf_redis *r, const char *key_prefix, const char *what, cf_error *err);
+
+/* A store TTL in microseconds as the milliseconds the scripts take. */
+long long cf_state_ttl_ms(int64_t ttl_us);
+
+/* Most script replies are arrays whose first element is a status word;
+ * fails (CF_E_REDIS, naming script) on anything else. */
+int cf_state_reply_head(const redisReply *rep, const char *script, cf_error *err);
+
+/* Element i of an array reply as an integer; -1 when missing or not one. */
+int64_t cf_state_reply_elem_i64(const redisReply *rep, size_t i);
+
+/* Runs a script whose reply is a single integer, stored in *out. */
+int cf_state_eval_i64(cf_redis *r, const cf_redis_script *script, int nkeys, const char *const *keys, int nargs,
+                      const char *const *args, int64_t *out, cf_error *err);
 
 #endif

@@ -1,35 +1,95 @@
 /* The Lua scripts of the state library, embedded as string constants so the
- * library never reads files at run time.  Each script is self-contained (a
- * shared prelude is repeated in each) and runs atomically in Redis: every
- * multi-key change is one script, never a client-side read-modify-write.
- * Key layout and reply shapes: docs/STATE.md.
+ * library never reads files at run time.  Each script runs atomically in
+ * Redis: every multi-key change is one script, never a client-side
+ * read-modify-write.  Key layout and reply shapes: docs/STATE.md.
+ *
+ * Scripts cannot share code on the server (SCRIPT LOAD/EVALSHA runs one
+ * self-contained chunk), so the helpers below are string macros that the
+ * compiler concatenates into each script's single source string: each
+ * script defines exactly the helpers it calls.
  *
  * Workspace scripts: KEYS = meta, files, blobs, hist of one workspace.
  * Checkpoint scripts: KEYS = thread meta, thread index; ARGV[1] = prefix of
  * the checkpoint hashes (same hash tag, so same cluster slot). */
 #include "cf_state_int.h"
 
+/* Integers as decimal strings (tostring would give 1e+15 style floats). */
+#define LUA_FMT \
+    "local function fmt(n) return string.format('%d', n) end\n"
+
+#define WS_LUA_KEYS \
+    "-- KEYS: 1 meta (hash), 2 files (hash path -> \"size:blobid\"), 3 blobs (hash blobid -> bytes),\n" \
+    "--       4 hist (hash rev -> msgpack undo log)\n"
+
+/* Numeric metadata of the workspace, or nil when any field is missing or corrupt. */
+#define WS_LUA_LOAD_META \
+    "local function load_meta()\n" \
+    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms')\n" \
+    "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n" \
+    "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6])}\n" \
+    "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl) then return nil end\n" \
+    "  return t\n" \
+    "end\n"
+
+/* Every key of the workspace shares one TTL, renewed on each access. */
+#define WS_LUA_REFRESH \
+    "local function refresh(ttl)\n" \
+    "  if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n" \
+    "end\n"
+
+/* Manifest entry "size:blobid" -> size, blobid. */
+#define WS_LUA_PARSE_ENTRY \
+    "local function parse_entry(v)\n" \
+    "  local sz, bid = string.match(v, '^(%d+):(.+)$')\n" \
+    "  if not sz then error({err = 'ERR workspace corrupt: bad manifest entry'}) end\n" \
+    "  return tonumber(sz), bid\n" \
+    "end\n"
+
+/* Everything a script that reads the files of a workspace calls. */
+#define WS_LUA_PRELUDE WS_LUA_KEYS LUA_FMT WS_LUA_LOAD_META WS_LUA_REFRESH WS_LUA_PARSE_ENTRY
+
+/* Start of a script on an existing workspace (needs load_meta): m is its
+ * metadata; a missing workspace answers {'notfound'}, corrupt metadata an error. */
+#define WS_LUA_OPEN \
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end\n" \
+    "local m = load_meta()\n" \
+    "if not m then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n"
+
+#define CP_LUA_PRELUDE \
+    "-- KEYS: 1 thread meta (hash: seq, last_us, n), 2 index (zset id by created_us)\n" \
+    "-- ARGV[1]: key prefix of checkpoint hashes (\"<prefix>{cp:<thread>}:c:\")\n" \
+    "local pre = ARGV[1]\n"
+
+#define CP_LUA_NEWEST \
+    "-- Newest checkpoint that still exists (hashes expire on their own TTL).\n" \
+    "local function newest()\n" \
+    "  local off = 0\n" \
+    "  while true do\n" \
+    "    local ids = redis.call('ZREVRANGE', KEYS[2], off, off + 15)\n" \
+    "    if #ids == 0 then return '' end\n" \
+    "    for _, id in ipairs(ids) do\n" \
+    "      if redis.call('EXISTS', pre .. id) == 1 then return id end\n" \
+    "    end\n" \
+    "    off = off + #ids\n" \
+    "  end\n" \
+    "end\n"
+
+#define CP_LUA_APPEND_RECORD \
+    "-- Appends the 7 record fields of id to out; false if it does not exist.\n" \
+    "local function append_record(out, id, with_state)\n" \
+    "  local f = redis.call('HMGET', pre .. id, 'id', 'thread', 'parent', with_state and 'state' or 'id',\n" \
+    "                       'meta', 'created_us', 'seq')\n" \
+    "  if not f[1] then return false end\n" \
+    "  if not with_state then f[4] = '' end\n" \
+    "  for i = 1, 7 do out[#out + 1] = f[i] or '' end\n" \
+    "  return true\n" \
+    "end\n"
+
 const cf_redis_script cf_ws_script_create = {
     .name = "ws_create",
     .source =
-    "-- KEYS: 1 meta (hash), 2 files (hash path -> \"size:blobid\"), 3 blobs (hash blobid -> bytes),\n"
-    "--       4 hist (hash rev -> msgpack undo log)\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "local function load_meta()\n"
-    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms')\n"
-    "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n"
-    "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6])}\n"
-    "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl) then return nil end\n"
-    "  return t\n"
-    "end\n"
-    "local function refresh(ttl)\n"
-    "  if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n"
-    "end\n"
-    "local function parse_entry(v)\n"
-    "  local sz, bid = string.match(v, '^(%d+):(.+)$')\n"
-    "  if not sz then error({err = 'ERR workspace corrupt: bad manifest entry'}) end\n"
-    "  return tonumber(sz), bid\n"
-    "end\n"
+    WS_LUA_KEYS
+    WS_LUA_REFRESH
     "-- ARGV: 1 project, 2 session, 3 now_us, 4 ttl_ms, 5 history\n"
     "if redis.call('EXISTS', KEYS[1]) == 1 then\n"
     "  return {'exists', redis.call('HGET', KEYS[1], 'rev') or '0'}\n"
@@ -46,31 +106,12 @@ const cf_redis_script cf_ws_script_create = {
 const cf_redis_script cf_ws_script_commit = {
     .name = "ws_commit",
     .source =
-    "-- KEYS: 1 meta (hash), 2 files (hash path -> \"size:blobid\"), 3 blobs (hash blobid -> bytes),\n"
-    "--       4 hist (hash rev -> msgpack undo log)\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "local function load_meta()\n"
-    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms')\n"
-    "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n"
-    "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6])}\n"
-    "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl) then return nil end\n"
-    "  return t\n"
-    "end\n"
-    "local function refresh(ttl)\n"
-    "  if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n"
-    "end\n"
-    "local function parse_entry(v)\n"
-    "  local sz, bid = string.match(v, '^(%d+):(.+)$')\n"
-    "  if not sz then error({err = 'ERR workspace corrupt: bad manifest entry'}) end\n"
-    "  return tonumber(sz), bid\n"
-    "end\n"
+    WS_LUA_PRELUDE
     "-- ARGV: 1 expected_rev (-1 any), 2 now_us, 3 max_files, 4 max_total, 5 max_file, 6 max_path,\n"
     "--       7 nputs, 8 ndels, 9 strict_delete, then nputs paths, nputs contents, ndels paths.\n"
     "-- Everything is validated before the first write: a Lua error after a write\n"
     "-- would leave that write in place.\n"
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end\n"
-    "local m = load_meta()\n"
-    "if not m then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n"
+    WS_LUA_OPEN
     "local expected = tonumber(ARGV[1])\n"
     "if expected >= 0 and expected ~= m.rev then return {'conflict', fmt(m.rev)} end\n"
     "local maxf, maxt, maxfile, maxpath = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
@@ -162,28 +203,9 @@ const cf_redis_script cf_ws_script_commit = {
 const cf_redis_script cf_ws_script_get = {
     .name = "ws_get",
     .source =
-    "-- KEYS: 1 meta (hash), 2 files (hash path -> \"size:blobid\"), 3 blobs (hash blobid -> bytes),\n"
-    "--       4 hist (hash rev -> msgpack undo log)\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "local function load_meta()\n"
-    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms')\n"
-    "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n"
-    "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6])}\n"
-    "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl) then return nil end\n"
-    "  return t\n"
-    "end\n"
-    "local function refresh(ttl)\n"
-    "  if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n"
-    "end\n"
-    "local function parse_entry(v)\n"
-    "  local sz, bid = string.match(v, '^(%d+):(.+)$')\n"
-    "  if not sz then error({err = 'ERR workspace corrupt: bad manifest entry'}) end\n"
-    "  return tonumber(sz), bid\n"
-    "end\n"
+    WS_LUA_PRELUDE
     "-- ARGV: 1 path.  Returns {'ok', rev, content} | {'nofile', rev} | {'notfound'}\n"
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end\n"
-    "local m = load_meta()\n"
-    "if not m then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n"
+    WS_LUA_OPEN
     "refresh(m.ttl)\n"
     "local v = redis.call('HGET', KEYS[2], ARGV[1])\n"
     "if not v then return {'nofile', fmt(m.rev)} end\n"
@@ -196,28 +218,11 @@ const cf_redis_script cf_ws_script_get = {
 const cf_redis_script cf_ws_script_info = {
     .name = "ws_info",
     .source =
-    "-- KEYS: 1 meta (hash), 2 files (hash path -> \"size:blobid\"), 3 blobs (hash blobid -> bytes),\n"
-    "--       4 hist (hash rev -> msgpack undo log)\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "local function load_meta()\n"
-    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms')\n"
-    "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n"
-    "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6])}\n"
-    "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl) then return nil end\n"
-    "  return t\n"
-    "end\n"
-    "local function refresh(ttl)\n"
-    "  if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n"
-    "end\n"
-    "local function parse_entry(v)\n"
-    "  local sz, bid = string.match(v, '^(%d+):(.+)$')\n"
-    "  if not sz then error({err = 'ERR workspace corrupt: bad manifest entry'}) end\n"
-    "  return tonumber(sz), bid\n"
-    "end\n"
+    WS_LUA_KEYS
+    WS_LUA_LOAD_META
+    WS_LUA_REFRESH
     "-- Returns {'ok', field, value, ...} of the metadata hash, or {'notfound'}\n"
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end\n"
-    "local m = load_meta()\n"
-    "if not m then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n"
+    WS_LUA_OPEN
     "refresh(m.ttl)\n"
     "local out = {'ok'}\n"
     "local all = redis.call('HGETALL', KEYS[1])\n"
@@ -228,30 +233,11 @@ const cf_redis_script cf_ws_script_info = {
 const cf_redis_script cf_ws_script_snapshot = {
     .name = "ws_snapshot",
     .source =
-    "-- KEYS: 1 meta (hash), 2 files (hash path -> \"size:blobid\"), 3 blobs (hash blobid -> bytes),\n"
-    "--       4 hist (hash rev -> msgpack undo log)\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "local function load_meta()\n"
-    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms')\n"
-    "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n"
-    "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6])}\n"
-    "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl) then return nil end\n"
-    "  return t\n"
-    "end\n"
-    "local function refresh(ttl)\n"
-    "  if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n"
-    "end\n"
-    "local function parse_entry(v)\n"
-    "  local sz, bid = string.match(v, '^(%d+):(.+)$')\n"
-    "  if not sz then error({err = 'ERR workspace corrupt: bad manifest entry'}) end\n"
-    "  return tonumber(sz), bid\n"
-    "end\n"
+    WS_LUA_PRELUDE
     "-- ARGV: 1 revision (-1 = current), 2 with_content ('1'/'0')\n"
     "-- Returns {'ok', rev, current_rev, path, size, [content], ...} sorted by path,\n"
     "-- or {'gone', oldest} / {'future', rev} / {'notfound'}\n"
-    "if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end\n"
-    "local m = load_meta()\n"
-    "if not m then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n"
+    WS_LUA_OPEN
     "local want = tonumber(ARGV[1])\n"
     "if want < 0 then want = m.rev end\n"
     "if want > m.rev then return {'future', fmt(m.rev)} end\n"
@@ -289,24 +275,7 @@ const cf_redis_script cf_ws_script_snapshot = {
 const cf_redis_script cf_ws_script_delete = {
     .name = "ws_delete",
     .source =
-    "-- KEYS: 1 meta (hash), 2 files (hash path -> \"size:blobid\"), 3 blobs (hash blobid -> bytes),\n"
-    "--       4 hist (hash rev -> msgpack undo log)\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "local function load_meta()\n"
-    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms')\n"
-    "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n"
-    "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6])}\n"
-    "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl) then return nil end\n"
-    "  return t\n"
-    "end\n"
-    "local function refresh(ttl)\n"
-    "  if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n"
-    "end\n"
-    "local function parse_entry(v)\n"
-    "  local sz, bid = string.match(v, '^(%d+):(.+)$')\n"
-    "  if not sz then error({err = 'ERR workspace corrupt: bad manifest entry'}) end\n"
-    "  return tonumber(sz), bid\n"
-    "end\n"
+    WS_LUA_KEYS
     "-- Returns 1 if the workspace existed.  UNLINK frees big blob hashes off the main thread.\n"
     "local existed = redis.call('EXISTS', KEYS[1])\n"
     "redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4])\n"
@@ -316,32 +285,9 @@ const cf_redis_script cf_ws_script_delete = {
 const cf_redis_script cf_cp_script_save = {
     .name = "cp_save",
     .source =
-    "-- KEYS: 1 thread meta (hash: seq, last_us, n), 2 index (zset id by created_us)\n"
-    "-- ARGV[1]: key prefix of checkpoint hashes (\"<prefix>{cp:<thread>}:c:\")\n"
-    "local pre = ARGV[1]\n"
-    "local FIELDS = {'id', 'thread', 'parent', 'state', 'meta', 'created_us', 'seq'}\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "-- Newest checkpoint that still exists (hashes expire on their own TTL).\n"
-    "local function newest()\n"
-    "  local off = 0\n"
-    "  while true do\n"
-    "    local ids = redis.call('ZREVRANGE', KEYS[2], off, off + 15)\n"
-    "    if #ids == 0 then return '' end\n"
-    "    for _, id in ipairs(ids) do\n"
-    "      if redis.call('EXISTS', pre .. id) == 1 then return id end\n"
-    "    end\n"
-    "    off = off + #ids\n"
-    "  end\n"
-    "end\n"
-    "-- Appends the 7 record fields of id to out; false if it does not exist.\n"
-    "local function append_record(out, id, with_state)\n"
-    "  local f = redis.call('HMGET', pre .. id, 'id', 'thread', 'parent', with_state and 'state' or 'id',\n"
-    "                       'meta', 'created_us', 'seq')\n"
-    "  if not f[1] then return false end\n"
-    "  if not with_state then f[4] = '' end\n"
-    "  for i = 1, 7 do out[#out + 1] = f[i] or '' end\n"
-    "  return true\n"
-    "end\n"
+    CP_LUA_PRELUDE
+    LUA_FMT
+    CP_LUA_NEWEST
     "-- ARGV: 1 prefix, 2 thread, 3 mode ('save'|'rollback'), 4 parent_mode ('latest'|'id'|'none'),\n"
     "--       5 parent or rollback target id, 6 expect_mode ('any'|'id'), 7 expected latest ('' = empty),\n"
     "--       8 writer seq (0 = none), 9 state, 10 meta, 11 max count (0 = unlimited), 12 ttl_ms (0 = none)\n"
@@ -400,32 +346,9 @@ const cf_redis_script cf_cp_script_save = {
 const cf_redis_script cf_cp_script_latest = {
     .name = "cp_latest",
     .source =
-    "-- KEYS: 1 thread meta (hash: seq, last_us, n), 2 index (zset id by created_us)\n"
-    "-- ARGV[1]: key prefix of checkpoint hashes (\"<prefix>{cp:<thread>}:c:\")\n"
-    "local pre = ARGV[1]\n"
-    "local FIELDS = {'id', 'thread', 'parent', 'state', 'meta', 'created_us', 'seq'}\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "-- Newest checkpoint that still exists (hashes expire on their own TTL).\n"
-    "local function newest()\n"
-    "  local off = 0\n"
-    "  while true do\n"
-    "    local ids = redis.call('ZREVRANGE', KEYS[2], off, off + 15)\n"
-    "    if #ids == 0 then return '' end\n"
-    "    for _, id in ipairs(ids) do\n"
-    "      if redis.call('EXISTS', pre .. id) == 1 then return id end\n"
-    "    end\n"
-    "    off = off + #ids\n"
-    "  end\n"
-    "end\n"
-    "-- Appends the 7 record fields of id to out; false if it does not exist.\n"
-    "local function append_record(out, id, with_state)\n"
-    "  local f = redis.call('HMGET', pre .. id, 'id', 'thread', 'parent', with_state and 'state' or 'id',\n"
-    "                       'meta', 'created_us', 'seq')\n"
-    "  if not f[1] then return false end\n"
-    "  if not with_state then f[4] = '' end\n"
-    "  for i = 1, 7 do out[#out + 1] = f[i] or '' end\n"
-    "  return true\n"
-    "end\n"
+    CP_LUA_PRELUDE
+    CP_LUA_NEWEST
+    CP_LUA_APPEND_RECORD
     "-- ARGV: 1 prefix.  Returns {'ok', 7 fields} | {'none'}\n"
     "local id = newest()\n"
     "local out = {'ok'}\n"
@@ -436,32 +359,8 @@ const cf_redis_script cf_cp_script_latest = {
 const cf_redis_script cf_cp_script_list = {
     .name = "cp_list",
     .source =
-    "-- KEYS: 1 thread meta (hash: seq, last_us, n), 2 index (zset id by created_us)\n"
-    "-- ARGV[1]: key prefix of checkpoint hashes (\"<prefix>{cp:<thread>}:c:\")\n"
-    "local pre = ARGV[1]\n"
-    "local FIELDS = {'id', 'thread', 'parent', 'state', 'meta', 'created_us', 'seq'}\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "-- Newest checkpoint that still exists (hashes expire on their own TTL).\n"
-    "local function newest()\n"
-    "  local off = 0\n"
-    "  while true do\n"
-    "    local ids = redis.call('ZREVRANGE', KEYS[2], off, off + 15)\n"
-    "    if #ids == 0 then return '' end\n"
-    "    for _, id in ipairs(ids) do\n"
-    "      if redis.call('EXISTS', pre .. id) == 1 then return id end\n"
-    "    end\n"
-    "    off = off + #ids\n"
-    "  end\n"
-    "end\n"
-    "-- Appends the 7 record fields of id to out; false if it does not exist.\n"
-    "local function append_record(out, id, with_state)\n"
-    "  local f = redis.call('HMGET', pre .. id, 'id', 'thread', 'parent', with_state and 'state' or 'id',\n"
-    "                       'meta', 'created_us', 'seq')\n"
-    "  if not f[1] then return false end\n"
-    "  if not with_state then f[4] = '' end\n"
-    "  for i = 1, 7 do out[#out + 1] = f[i] or '' end\n"
-    "  return true\n"
-    "end\n"
+    CP_LUA_PRELUDE
+    CP_LUA_APPEND_RECORD
     "-- ARGV: 1 prefix, 2 max score ('+inf' or '(us'), 3 min score ('-inf' or '(us'), 4 limit, 5 with_state\n"
     "-- Returns {'ok', 7 fields per record...}, newest first\n"
     "local limit, with_state = tonumber(ARGV[4]), ARGV[5] == '1'\n"
@@ -483,32 +382,9 @@ const cf_redis_script cf_cp_script_list = {
 const cf_redis_script cf_cp_script_history = {
     .name = "cp_history",
     .source =
-    "-- KEYS: 1 thread meta (hash: seq, last_us, n), 2 index (zset id by created_us)\n"
-    "-- ARGV[1]: key prefix of checkpoint hashes (\"<prefix>{cp:<thread>}:c:\")\n"
-    "local pre = ARGV[1]\n"
-    "local FIELDS = {'id', 'thread', 'parent', 'state', 'meta', 'created_us', 'seq'}\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "-- Newest checkpoint that still exists (hashes expire on their own TTL).\n"
-    "local function newest()\n"
-    "  local off = 0\n"
-    "  while true do\n"
-    "    local ids = redis.call('ZREVRANGE', KEYS[2], off, off + 15)\n"
-    "    if #ids == 0 then return '' end\n"
-    "    for _, id in ipairs(ids) do\n"
-    "      if redis.call('EXISTS', pre .. id) == 1 then return id end\n"
-    "    end\n"
-    "    off = off + #ids\n"
-    "  end\n"
-    "end\n"
-    "-- Appends the 7 record fields of id to out; false if it does not exist.\n"
-    "local function append_record(out, id, with_state)\n"
-    "  local f = redis.call('HMGET', pre .. id, 'id', 'thread', 'parent', with_state and 'state' or 'id',\n"
-    "                       'meta', 'created_us', 'seq')\n"
-    "  if not f[1] then return false end\n"
-    "  if not with_state then f[4] = '' end\n"
-    "  for i = 1, 7 do out[#out + 1] = f[i] or '' end\n"
-    "  return true\n"
-    "end\n"
+    CP_LUA_PRELUDE
+    CP_LUA_NEWEST
+    CP_LUA_APPEND_RECORD
     "-- ARGV: 1 prefix, 2 start id ('' = latest), 3 limit, 4 with_state\n"
     "-- Returns {'ok', 7 fields per record...} from start towards the root | {'notfound'}\n"
     "local cur = ARGV[2]\n"
@@ -526,32 +402,7 @@ const cf_redis_script cf_cp_script_history = {
 const cf_redis_script cf_cp_script_delete = {
     .name = "cp_delete",
     .source =
-    "-- KEYS: 1 thread meta (hash: seq, last_us, n), 2 index (zset id by created_us)\n"
-    "-- ARGV[1]: key prefix of checkpoint hashes (\"<prefix>{cp:<thread>}:c:\")\n"
-    "local pre = ARGV[1]\n"
-    "local FIELDS = {'id', 'thread', 'parent', 'state', 'meta', 'created_us', 'seq'}\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "-- Newest checkpoint that still exists (hashes expire on their own TTL).\n"
-    "local function newest()\n"
-    "  local off = 0\n"
-    "  while true do\n"
-    "    local ids = redis.call('ZREVRANGE', KEYS[2], off, off + 15)\n"
-    "    if #ids == 0 then return '' end\n"
-    "    for _, id in ipairs(ids) do\n"
-    "      if redis.call('EXISTS', pre .. id) == 1 then return id end\n"
-    "    end\n"
-    "    off = off + #ids\n"
-    "  end\n"
-    "end\n"
-    "-- Appends the 7 record fields of id to out; false if it does not exist.\n"
-    "local function append_record(out, id, with_state)\n"
-    "  local f = redis.call('HMGET', pre .. id, 'id', 'thread', 'parent', with_state and 'state' or 'id',\n"
-    "                       'meta', 'created_us', 'seq')\n"
-    "  if not f[1] then return false end\n"
-    "  if not with_state then f[4] = '' end\n"
-    "  for i = 1, 7 do out[#out + 1] = f[i] or '' end\n"
-    "  return true\n"
-    "end\n"
+    CP_LUA_PRELUDE
     "-- ARGV: 1 prefix, 2 id.  Returns 1 if it existed.\n"
     "local existed = redis.call('EXISTS', pre .. ARGV[2])\n"
     "local z = redis.call('ZREM', KEYS[2], ARGV[2])\n"
@@ -563,32 +414,7 @@ const cf_redis_script cf_cp_script_delete = {
 const cf_redis_script cf_cp_script_delete_thread = {
     .name = "cp_delete_thread",
     .source =
-    "-- KEYS: 1 thread meta (hash: seq, last_us, n), 2 index (zset id by created_us)\n"
-    "-- ARGV[1]: key prefix of checkpoint hashes (\"<prefix>{cp:<thread>}:c:\")\n"
-    "local pre = ARGV[1]\n"
-    "local FIELDS = {'id', 'thread', 'parent', 'state', 'meta', 'created_us', 'seq'}\n"
-    "local function fmt(n) return string.format('%d', n) end\n"
-    "-- Newest checkpoint that still exists (hashes expire on their own TTL).\n"
-    "local function newest()\n"
-    "  local off = 0\n"
-    "  while true do\n"
-    "    local ids = redis.call('ZREVRANGE', KEYS[2], off, off + 15)\n"
-    "    if #ids == 0 then return '' end\n"
-    "    for _, id in ipairs(ids) do\n"
-    "      if redis.call('EXISTS', pre .. id) == 1 then return id end\n"
-    "    end\n"
-    "    off = off + #ids\n"
-    "  end\n"
-    "end\n"
-    "-- Appends the 7 record fields of id to out; false if it does not exist.\n"
-    "local function append_record(out, id, with_state)\n"
-    "  local f = redis.call('HMGET', pre .. id, 'id', 'thread', 'parent', with_state and 'state' or 'id',\n"
-    "                       'meta', 'created_us', 'seq')\n"
-    "  if not f[1] then return false end\n"
-    "  if not with_state then f[4] = '' end\n"
-    "  for i = 1, 7 do out[#out + 1] = f[i] or '' end\n"
-    "  return true\n"
-    "end\n"
+    CP_LUA_PRELUDE
     "-- ARGV: 1 prefix.  Returns the number of checkpoint entries removed, -1 if the thread did not exist.\n"
     "local existed = redis.call('EXISTS', KEYS[1]) + redis.call('EXISTS', KEYS[2])\n"
     "local ids = redis.call('ZRANGE', KEYS[2], 0, -1)\n"

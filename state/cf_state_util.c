@@ -69,3 +69,45 @@ const char *cf_state_i64(char *buf, size_t cap, long long v)
     snprintf(buf, cap, "%lld", v);
     return buf;
 }
+
+int cf_state_store_check(const cf_redis *r, const char *key_prefix, const char *what, cf_error *err)
+{
+    if (!r)
+        return cf_error_set(err, CF_E_INVALID, "%s: no redis handle", what);
+    if (cf_state_prefix_check(key_prefix, err) < 0)
+        return cf_error_wrap(err, "%s", what);
+    return 0;
+}
+
+long long cf_state_ttl_ms(int64_t ttl_us)
+{
+    /* Round a positive TTL up so sub-millisecond values do not mean "none". */
+    return (long long)((ttl_us + 999) / 1000);
+}
+
+int cf_state_reply_head(const redisReply *rep, const char *script, cf_error *err)
+{
+    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 || !rep->element[0] ||
+        rep->element[0]->type != REDIS_REPLY_STRING)
+        return cf_error_set(err, CF_E_REDIS, "%s: malformed script reply", script);
+    return 0;
+}
+
+int64_t cf_state_reply_elem_i64(const redisReply *rep, size_t i)
+{
+    int64_t v = -1;
+    if (i < rep->elements && cf_redis_reply_i64(rep->element[i], &v, NULL) == 0)
+        return v;
+    return -1;
+}
+
+int cf_state_eval_i64(cf_redis *r, const cf_redis_script *script, int nkeys, const char *const *keys, int nargs,
+                      const char *const *args, int64_t *out, cf_error *err)
+{
+    redisReply *rep = NULL;
+    if (cf_redis_eval(r, script, nkeys, keys, NULL, nargs, args, NULL, &rep, err) < 0)
+        return -1;
+    int rc = cf_redis_reply_i64(rep, out, err);
+    cf_redis_reply_free(rep);
+    return rc;
+}

@@ -45,14 +45,8 @@ cf_workspace_store *cf_workspace_store_new(cf_redis *r, const cf_workspace_confi
         cf_workspace_config_init(&def);
         cfg = &def;
     }
-    if (!r) {
-        cf_error_set(err, CF_E_INVALID, "workspace store: no redis handle");
+    if (cf_state_store_check(r, cfg->key_prefix, "workspace store", err) < 0)
         return NULL;
-    }
-    if (cf_state_prefix_check(cfg->key_prefix, err) < 0) {
-        cf_error_wrap(err, "workspace store");
-        return NULL;
-    }
     /* Bounds keep Lua arithmetic exact (doubles) and keys/args reasonable. */
     if (cfg->max_file_bytes == 0 || cfg->max_file_bytes > ((size_t)512 << 20) || cfg->max_files == 0 ||
         cfg->max_files > 1000000 || cfg->max_total_bytes == 0 || cfg->max_total_bytes > ((size_t)1 << 30) ||
@@ -138,23 +132,6 @@ static int meta_str_check(const char *s, const char *what, cf_error *err)
     return 0;
 }
 
-/* Replies of the scripts are arrays whose first element is a status word. */
-static int reply_head(const redisReply *rep, const char *script, cf_error *err)
-{
-    if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 || !rep->element[0] ||
-        rep->element[0]->type != REDIS_REPLY_STRING)
-        return cf_error_set(err, CF_E_REDIS, "%s: malformed script reply", script);
-    return 0;
-}
-
-static int64_t reply_elem_i64(const redisReply *rep, size_t i)
-{
-    int64_t v = -1;
-    if (i < rep->elements && cf_redis_reply_i64(rep->element[i], &v, NULL) == 0)
-        return v;
-    return -1;
-}
-
 int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *project, const char *session,
                         cf_error *err)
 {
@@ -167,14 +144,13 @@ int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *proj
         return -1;
     char now[24], ttl[24], hist[24];
     cf_state_i64(now, sizeof(now), (long long)cf_now_us());
-    /* Round a positive TTL up so sub-millisecond values do not mean "none". */
-    cf_state_i64(ttl, sizeof(ttl), (long long)((ws->cfg.ttl_us + 999) / 1000));
+    cf_state_i64(ttl, sizeof(ttl), cf_state_ttl_ms(ws->cfg.ttl_us));
     cf_state_i64(hist, sizeof(hist), (long long)ws->cfg.history);
     const char *args[5] = {project, session, now, ttl, hist};
     redisReply *rep = NULL;
     if (cf_redis_eval(ws->r, &cf_ws_script_create, 4, k.v, NULL, 5, args, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "workspace %s: create", id);
-    int rc = reply_head(rep, "ws_create", err);
+    int rc = cf_state_reply_head(rep, "ws_create", err);
     if (rc == 0 && cf_redis_reply_is(rep->element[0], "exists"))
         rc = cf_error_set(err, CF_E_CONFLICT, "workspace %s already exists", id);
     else if (rc == 0 && !cf_redis_reply_is(rep->element[0], "ok"))
@@ -289,17 +265,17 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
     free(lens);
     if (rc < 0)
         return cf_error_wrap(err, "workspace %s: commit", id);
-    rc = reply_head(rep, "ws_commit", err);
+    rc = cf_state_reply_head(rep, "ws_commit", err);
     if (rc < 0) {
         /* fall through to free */
     } else if (cf_redis_reply_is(rep->element[0], "ok")) {
-        int64_t rev = reply_elem_i64(rep, 1);
+        int64_t rev = cf_state_reply_elem_i64(rep, 1);
         if (rev < 0)
             rc = cf_error_set(err, CF_E_REDIS, "workspace %s: commit: bad revision in reply", id);
         else if (new_rev)
             *new_rev = rev;
     } else if (cf_redis_reply_is(rep->element[0], "conflict")) {
-        int64_t cur = reply_elem_i64(rep, 1);
+        int64_t cur = cf_state_reply_elem_i64(rep, 1);
         if (new_rev)
             *new_rev = cur;
         rc = cf_error_set(err, CF_E_CONFLICT, "workspace %s: revision is %" PRId64 ", expected %" PRId64, id, cur,
@@ -314,10 +290,10 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
         const redisReply *kind = rep->elements > 1 ? rep->element[1] : NULL;
         if (cf_redis_reply_is(kind, "files"))
             rc = cf_error_set(err, CF_E_LIMIT, "workspace %s: commit would leave %" PRId64 " files, cap is %zu", id,
-                              reply_elem_i64(rep, 2), ws->cfg.max_files);
+                              cf_state_reply_elem_i64(rep, 2), ws->cfg.max_files);
         else if (cf_redis_reply_is(kind, "bytes"))
             rc = cf_error_set(err, CF_E_LIMIT, "workspace %s: commit would leave %" PRId64 " bytes, cap is %zu",
-                              id, reply_elem_i64(rep, 2), ws->cfg.max_total_bytes);
+                              id, cf_state_reply_elem_i64(rep, 2), ws->cfg.max_total_bytes);
         else
             rc = cf_error_set(err, CF_E_LIMIT, "workspace %s: a file exceeds the cap of %zu bytes", id,
                               ws->cfg.max_file_bytes);
@@ -360,7 +336,7 @@ int cf_workspace_get(cf_workspace_store *ws, const char *id, const char *path, u
     redisReply *rep = NULL;
     if (cf_redis_eval(ws->r, &cf_ws_script_get, 4, k.v, NULL, 1, args, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "workspace %s: get", id);
-    int rc = reply_head(rep, "ws_get", err);
+    int rc = cf_state_reply_head(rep, "ws_get", err);
     if (rc < 0) {
     } else if (cf_redis_reply_is(rep->element[0], "ok") && rep->elements == 3) {
         if (rep->element[2]->type != REDIS_REPLY_STRING || rep->element[2]->len > ws->cfg.max_file_bytes) {
@@ -370,7 +346,7 @@ int cf_workspace_get(cf_workspace_store *ws, const char *id, const char *path, u
             if (!*data)
                 rc = cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
             else if (rev)
-                *rev = reply_elem_i64(rep, 1);
+                *rev = cf_state_reply_elem_i64(rep, 1);
         }
     } else if (cf_redis_reply_is(rep->element[0], "nofile")) {
         rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s: no file %.64s", id, path);
@@ -407,8 +383,8 @@ static int parse_listing(const cf_workspace_store *ws, const char *id, const red
     if (n > ws->cfg.max_files)
         return cf_error_set(err, CF_E_LIMIT, "workspace %s: listing has %zu files, cap is %zu", id, n,
                             ws->cfg.max_files);
-    out->rev = reply_elem_i64(rep, 1);
-    out->current_rev = reply_elem_i64(rep, 2);
+    out->rev = cf_state_reply_elem_i64(rep, 1);
+    out->current_rev = cf_state_reply_elem_i64(rep, 2);
     if (out->rev < 0 || out->current_rev < 0)
         return cf_error_set(err, CF_E_REDIS, "workspace %s: bad revision in listing", id);
     out->entries = n ? calloc(n, sizeof(*out->entries)) : NULL;
@@ -461,7 +437,7 @@ static int listing_impl(cf_workspace_store *ws, const char *id, int64_t rev, boo
     const char *what = with_content ? "snapshot" : "list";
     if (cf_redis_eval(ws->r, &cf_ws_script_snapshot, 4, k.v, NULL, 2, args, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "workspace %s: %s", id, what);
-    int rc = reply_head(rep, "ws_snapshot", err);
+    int rc = cf_state_reply_head(rep, "ws_snapshot", err);
     if (rc < 0) {
     } else if (cf_redis_reply_is(rep->element[0], "ok")) {
         rc = parse_listing(ws, id, rep, with_content, out, err);
@@ -472,10 +448,10 @@ static int listing_impl(cf_workspace_store *ws, const char *id, int64_t rev, boo
     } else if (cf_redis_reply_is(rep->element[0], "gone")) {
         rc = cf_error_set(err, CF_E_NOT_FOUND,
                           "workspace %s: revision %" PRId64 " is no longer retained (oldest is %" PRId64 ")", id, rev,
-                          reply_elem_i64(rep, 1));
+                          cf_state_reply_elem_i64(rep, 1));
     } else if (cf_redis_reply_is(rep->element[0], "future")) {
         rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s: revision %" PRId64 " is newer than %" PRId64, id, rev,
-                          reply_elem_i64(rep, 1));
+                          cf_state_reply_elem_i64(rep, 1));
     } else {
         rc = cf_error_set(err, CF_E_REDIS, "workspace %s: %s: unexpected reply", id, what);
     }
@@ -511,7 +487,7 @@ int cf_workspace_info(cf_workspace_store *ws, const char *id, cf_ws_info *out, c
     redisReply *rep = NULL;
     if (cf_redis_eval(ws->r, &cf_ws_script_info, 4, k.v, NULL, 0, NULL, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "workspace %s: info", id);
-    int rc = reply_head(rep, "ws_info", err);
+    int rc = cf_state_reply_head(rep, "ws_info", err);
     if (rc == 0 && cf_redis_reply_is(rep->element[0], "notfound")) {
         rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
     } else if (rc == 0 && (!cf_redis_reply_is(rep->element[0], "ok") || rep->elements % 2 != 1)) {
@@ -560,13 +536,10 @@ int cf_workspace_delete(cf_workspace_store *ws, const char *id, cf_error *err)
     ws_keys k;
     if (ws_keys_init(ws, id, &k, err) < 0)
         return -1;
-    redisReply *rep = NULL;
-    if (cf_redis_eval(ws->r, &cf_ws_script_delete, 4, k.v, NULL, 0, NULL, NULL, &rep, err) < 0)
-        return cf_error_wrap(err, "workspace %s: delete", id);
     int64_t existed = 0;
-    int rc = cf_redis_reply_i64(rep, &existed, err);
-    cf_redis_reply_free(rep);
-    if (rc == 0 && existed != 1)
-        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
-    return rc;
+    if (cf_state_eval_i64(ws->r, &cf_ws_script_delete, 4, k.v, 0, NULL, &existed, err) < 0)
+        return cf_error_wrap(err, "workspace %s: delete", id);
+    if (existed != 1)
+        return cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
+    return 0;
 }
