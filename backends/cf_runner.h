@@ -14,6 +14,10 @@
  *     than the caps; a child that ignores its stdin does not block anyone;
  *   - the wall-clock timeout (and cancel) kill every process of the
  *     execution (kill_all, default: the process group);
+ *   - with a cpu_usage_us hook, the execution's total CPU time is polled
+ *     every CF_RUN_CPU_POLL_US while it runs (and once after the main
+ *     process exited) and everything is killed once it exceeds
+ *     cpu_limit_us;
  *   - when the main process exits, leftover processes are killed too and the
  *     pipes are drained without blocking;
  *   - failures in the child before exec travel back over a CLOEXEC pipe and
@@ -31,6 +35,9 @@
 #include "cf_util.h"
 
 #define CF_RUN_MAX_RLIMITS 8
+
+/* How often the cpu_usage_us hook is polled while the program runs. */
+#define CF_RUN_CPU_POLL_US 20000
 
 typedef struct cf_run_rlimit {
     int resource; /* RLIMIT_* */
@@ -52,6 +59,14 @@ typedef struct cf_run_spec {
     bool set_ids;          /* setgid/setgroups/setuid to uid/gid before exec */
     uid_t uid;
     gid_t gid;
+    /* The stdio pipes are the worker's (owner root, mode 0600): a program
+     * running as another uid could not reopen them by name (/dev/stdin,
+     * /proc/self/fd/1: EACCES).  They are given to uid/gid with set_ids,
+     * and to stdio_uid/stdio_gid (host ids) when stdio_owner_set (ids that
+     * change inside a user namespace).  Only these three pipes change. */
+    bool stdio_owner_set;
+    uid_t stdio_uid;
+    gid_t stdio_gid;
     int clone_flags;       /* extra CLONE_NEW* flags for the child (sandbox) */
 
     /* Runs in the child before exec: only async-signal-safe calls.  Returns
@@ -65,6 +80,15 @@ typedef struct cf_run_spec {
     /* Kills every process of the execution.  NULL = kill(-pgid, SIGKILL). */
     void (*kill_all)(pid_t pid, void *arg);
     void *kill_all_arg;
+    /* Total CPU time (us) of every process of the execution so far, or -1
+     * when unknown (e.g. a cgroup's accounting).  With cpu_limit_us > 0 it
+     * is polled every CF_RUN_CPU_POLL_US and once after the main process
+     * was reaped; past the limit everything is killed (kill_all) and
+     * cpu_exceeded is set.  pid is the main process (already reaped at
+     * the final call: do not signal it).  Called from cf_run's thread. */
+    int64_t (*cpu_usage_us)(pid_t pid, void *arg);
+    void *cpu_usage_arg;
+    int64_t cpu_limit_us;
 
     volatile int *cancel;  /* non-zero: stop now (shutdown) */
 } cf_run_spec;
@@ -75,6 +99,7 @@ typedef struct cf_run_outcome {
     int signal;            /* terminating signal, 0 if exited */
     bool timed_out;        /* killed by the wall-clock timeout */
     bool cancelled;        /* killed because *cancel became non-zero */
+    bool cpu_exceeded;     /* the cpu_usage_us hook went past cpu_limit_us */
     cf_buf out;            /* captured stdout (at most max_stdout) */
     cf_buf err;            /* captured stderr (at most max_stderr) */
     bool out_truncated;

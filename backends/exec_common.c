@@ -613,7 +613,7 @@ static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom
     res->has_exit_code = o->exited;
     res->exit_code = o->exited ? o->exit_code : 0;
     res->signal = o->signal;
-    if (oom_killed && !o->timed_out) {
+    if (oom_killed && !o->timed_out && !o->cpu_exceeded) {
         res->status = CF_STATUS_MEMORY_EXCEEDED;
         if (p->memory_bytes > 0)
             cf_result_set_reason(res, "memory limit of %lld bytes exceeded (killed by the OOM killer)",
@@ -624,7 +624,10 @@ static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom
         res->status = CF_STATUS_TIMEOUT;
         cf_format_duration(p->timeout_us > 0 ? p->timeout_us : CF_EXEC_FALLBACK_TIMEOUT_US, d, sizeof(d));
         cf_result_set_reason(res, "wall-clock timeout of %s exceeded", d);
-    } else if (o->signal == SIGXCPU || (o->signal == SIGKILL && p->cpu_time_us > 0 && o->cpu_us >= p->cpu_time_us)) {
+    } else if (o->cpu_exceeded || o->signal == SIGXCPU ||
+               /* RLIMIT_CPU's SIGKILL; rusage may read a few % below the
+                * scheduler's exact count the kernel enforced */
+               (o->signal == SIGKILL && p->cpu_time_us > 0 && o->cpu_us >= p->cpu_time_us - p->cpu_time_us / 20)) {
         res->status = CF_STATUS_TIMEOUT;
         cf_format_duration(p->cpu_time_us, d, sizeof(d));
         cf_result_set_reason(res, "cpu time limit of %s exceeded", d);

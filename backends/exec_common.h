@@ -117,7 +117,8 @@ void cf_exec_job_spec(const cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_spe
 
 /* After cf_run returned 0: maps the outcome to a status (oom_killed: the
  * memory cgroup's OOM killer struck during this execution ->
- * memory_exceeded), moves stdout/stderr into the result, reads
+ * memory_exceeded; the wall clock, o->cpu_exceeded or SIGXCPU -> timeout),
+ * moves stdout/stderr into the result, reads
  * run/out/output.json, and collects the work directory into files when
  * asked and the program exited (files may be NULL).  cpu_us >= 0
  * overrides the runner's rusage figure (a cgroup's exact count).  A

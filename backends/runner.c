@@ -365,6 +365,17 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
         goto done;
     }
 
+    if (spec->set_ids || spec->stdio_owner_set) {
+        uid_t u = spec->set_ids ? spec->uid : spec->stdio_uid;
+        gid_t g = spec->set_ids ? spec->gid : spec->stdio_gid;
+        /* A pipe's two ends share one inode: the program's end is enough. */
+        if (fchown(in_p[0], u, g) < 0 || fchown(out_p[1], u, g) < 0 || fchown(err_p[1], u, g) < 0) {
+            cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: giving the stdio pipes to uid %u",
+                               (unsigned)u);
+            goto done;
+        }
+    }
+
     /* All signals blocked across clone: the child must not run a worker
      * handler before it has reset them.  SIGPIPE stays blocked while we
      * feed stdin, so a reader that went away is an EPIPE, not our death. */
@@ -423,6 +434,8 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     size_t in_off = 0;
     bool child_done = false, killed = false;
     int64_t deadline = spec->timeout_us > 0 ? start + spec->timeout_us : INT64_MAX;
+    bool cpu_watch = spec->cpu_usage_us && spec->cpu_limit_us > 0;
+    int64_t next_cpu = cpu_watch ? start + CF_RUN_CPU_POLL_US : INT64_MAX;
     int64_t exit_at = 0, drain_deadline = 0;
     int status = 0;
     struct rusage ru;
@@ -440,6 +453,15 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
                     out->cancelled = true;
                 else
                     out->timed_out = true;
+            } else if (now >= next_cpu) {
+                int64_t used = spec->cpu_usage_us(pid, spec->cpu_usage_arg);
+                next_cpu = now + CF_RUN_CPU_POLL_US;
+                if (used > spec->cpu_limit_us) {
+                    kill_everything(spec, pid);
+                    kill(pid, SIGKILL);
+                    killed = true;
+                    out->cpu_exceeded = true;
+                }
             }
         }
         if (child_done && (now >= drain_deadline || (out_p[0] < 0 && err_p[0] < 0)))
@@ -467,7 +489,7 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
         if (child_done)
             wake = drain_deadline;
         else if (!killed) {
-            wake = deadline;
+            wake = deadline < next_cpu ? deadline : next_cpu;
             if (spec->cancel && now + CANCEL_POLL_US < wake)
                 wake = now + CANCEL_POLL_US;
         }
@@ -520,6 +542,10 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
             reaped = true;
             child_done = true;
             exit_at = cf_mono_us();
+            /* What was used between the last poll and the end counts too
+             * (the count of a cgroup survives its processes). */
+            if (cpu_watch && !killed && spec->cpu_usage_us(pid, spec->cpu_usage_arg) > spec->cpu_limit_us)
+                out->cpu_exceeded = true;
             drain_deadline = exit_at + DRAIN_AFTER_EXIT_US;
             close_fd(&in_p[1]);
         }

@@ -7,8 +7,14 @@
  * filter, compiled once at create), sandbox_fs (the private root; one plan
  * per slot, its binds replaced per execution), sandbox_cgroup (one cgroup
  * per slot, reused: limits rewritten only when they change, OOM kills and
- * cpu time counted as deltas) and sandbox_exec (the runner hooks); the
- * request handling is exec_common's.
+ * cpu time counted as deltas, the memory peak reset per execution) and
+ * sandbox_exec (the runner hooks); the request handling is exec_common's.
+ *
+ * cpu_time is the execution's total CPU, from the cgroup's accounting
+ * polled by the runner (cpu_usage_us hook), with RLIMIT_CPU a second past
+ * it as a per-process backstop: the program is pid 1 of its pid namespace,
+ * where SIGXCPU (like every default-action signal sent from inside) is
+ * ignored, so only the rlimit's SIGKILL would act.
  *
  * Per execution:
  *   <work_root>/cfsb-<pid>.<n>/s<slot>   a tmpfs mounted for this execution
@@ -85,7 +91,24 @@ typedef struct sb_state {
     sb_slot *slot;
     int64_t uid_base;
     int64_t def_memory, def_pids, tmp_bytes, work_bytes, inodes;
+    bool cpu_total;       /* cpu_time from the cgroup's accounting */
+    bool cg_peak;         /* peak memory from the cgroup, reset per execution */
 } sb_state;
+
+/* The runner's cpu_usage_us hook: CPU of the slot's cgroup since this
+ * execution started (the cgroup is reused, its count is cumulative). */
+typedef struct sb_cpu {
+    cf_cgroup *cg;
+    int64_t before;
+} sb_cpu;
+
+static int64_t sb_cpu_used(pid_t pid, void *arg)
+{
+    (void)pid;
+    const sb_cpu *c = arg;
+    int64_t now = cf_cgroup_cpu_usage_us(c->cg);
+    return now < 0 || now < c->before ? -1 : now - c->before;
+}
 
 static atomic_int instance_counter;
 
@@ -342,11 +365,26 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                                      "for them are rejected and other executions run without a memory cap",
                           st->probe.cgroup_note[0] ? st->probe.cgroup_note : "unusable");
     }
+    st->cpu_total = st->cgenv && cf_cgroup_env_has_cpuacct(st->cgenv);
+    st->cg_peak = st->cgenv && cf_cgroup_env_has_peak(st->cgenv);
+    if (st->cpu_total)
+        cf_exec_notes_add(&st->base,
+                          "cpu_time = total CPU of the execution (cgroup accounting, checked every %d ms; "
+                          "RLIMIT_CPU at the limit rounded up + 1 s as a backstop)",
+                          CF_RUN_CPU_POLL_US / 1000);
+    else
+        cf_exec_notes_add(&st->base, "cpu_time = RLIMIT_CPU per process, whole seconds (NO cgroup cpu accounting "
+                                     "here: not a total for the execution)");
+    cf_exec_notes_add(&st->base, "peak_memory = %s",
+                      st->cg_peak ? "the cgroup's peak incl. tmpfs/shm and page cache (reset per execution)"
+                                  : "the largest process's peak RSS (getrusage; NO per-execution cgroup peak here)");
     cf_exec_notes_add(&st->base,
-                      "cpu_time = RLIMIT_CPU per process, whole seconds%s; network=enabled shares the host network "
-                      "namespace, otherwise an empty one (loopback only); host uids %lld..%lld; work dir tmpfs "
-                      "%lld MiB, /tmp %lld MiB",
-                      st->cgenv && cf_cgroup_env_has_cpuacct(st->cgenv) ? " (cpu time reported from the cgroup)" : "",
+                      "the program is pid 1 of its pid namespace: signals with the default action sent from inside "
+                      "(kill $$, SIGXCPU/SIGXFSZ of rlimits) are ignored, max_file_size makes writes fail with EFBIG "
+                      "instead of killing the writer, orphans are reparented to the program");
+    cf_exec_notes_add(&st->base,
+                      "network=enabled shares the host network namespace, otherwise an empty one (loopback only); "
+                      "host uids %lld..%lld; work dir tmpfs %lld MiB, /tmp %lld MiB",
                       (long long)st->uid_base, (long long)(st->uid_base + st->slots - 1),
                       (long long)(st->work_bytes >> 20), (long long)(st->tmp_bytes >> 20));
     if (swept_dirs || swept_cgroups)
@@ -571,6 +609,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
                             .pids_max = pol->max_processes > 0 ? pol->max_processes : st->def_pids};
     int64_t oom_before = 0, cpu_before = -1;
+    bool peak_ok = false;
     if (st->cgenv) {
         if (slot_cgroup(st, s, slot, &lim, err) < 0) {
             cf_error_wrap(err, "sandbox: slot cgroup");
@@ -580,6 +619,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         }
         oom_before = cf_cgroup_oom_kills(s->cg);
         cpu_before = cf_cgroup_cpu_usage_us(s->cg);
+        peak_ok = st->cg_peak && cf_cgroup_peak_reset(s->cg) == 0;
     }
     if (!s->fs) {
         cf_sandbox_fs_spec fspec = {.tmp_size_bytes = st->tmp_bytes, .nr_inodes = st->inodes, .uid = IN_ID,
@@ -632,6 +672,23 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     cf_sandbox_exec sx = {.seccomp = st->seccomp, .fs = s->fs, .cg = s->cg, .uid = IN_ID, .gid = IN_ID,
                           .host_uid = host_id, .host_gid = host_id, .network = network, .loopback = true,
                           .join_fds = s->join_fds, .n_join = s->n_join};
+    /* cpu_time is the execution's total, from the cgroup: RLIMIT_CPU is
+     * per process and its SIGXCPU would be ignored by the program (pid 1
+     * of its namespace).  The rlimit stays as a backstop, hard = soft, a
+     * second past the limit so the cgroup check fires first.  Without
+     * accounting: RLIMIT_CPU alone, its SIGKILL at the limit. */
+    sb_cpu cpu = {.cg = s->cg, .before = cpu_before};
+    if (pol->cpu_time_us > 0) {
+        long secs = (long)((pol->cpu_time_us + 999999) / 1000000);
+        if (st->cpu_total && cpu_before >= 0) {
+            spec.cpu_usage_us = sb_cpu_used;
+            spec.cpu_usage_arg = &cpu;
+            spec.cpu_limit_us = pol->cpu_time_us;
+            sx.cpu_rlimit_s = secs + 1;
+        } else {
+            sx.cpu_rlimit_s = secs;
+        }
+    }
     if (cf_sandbox_exec_prepare(&sx, &spec, err) < 0)
         goto out;
     if (cf_run(&spec, &outcome, err) < 0) {
@@ -650,6 +707,11 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         int64_t cpu_after = cf_cgroup_cpu_usage_us(s->cg);
         if (cpu_before >= 0 && cpu_after >= cpu_before)
             cpu_us = cpu_after - cpu_before;
+        /* Shared memory and tmpfs pages count: a process's RSS does not
+         * show them. */
+        int64_t peak = peak_ok ? cf_cgroup_memory_peak(s->cg) : -1;
+        if (peak >= 0)
+            outcome.peak_rss_bytes = peak;
     }
     rc = cf_exec_job_finish(&job, ctx, &outcome, oom, cpu_us, err);
 

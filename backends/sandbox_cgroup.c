@@ -44,6 +44,7 @@ struct cf_cgroup {
     char dir[C__N][PATH_MAX];
     bool removed;
     cf_cgroup_limits lim; /* what is set now */
+    int peak_fd;          /* v2: memory.peak opened for a per-fd peak, -1 */
 };
 
 /* ---- small file helpers ------------------------------------------- */
@@ -548,6 +549,7 @@ int cf_cgroup_new(cf_cgroup_env *env, const char *name, const cf_cgroup_limits *
     if (!cg)
         return cf_error_set(err, CF_E_NOMEM, "cgroup: out of memory");
     cg->env = env;
+    cg->peak_fd = -1;
     for (int c = 0; c < n_slots(env); c++) {
         if (!env->avail[c] && env->version == CF_CGROUP_V1)
             continue;
@@ -660,6 +662,78 @@ int64_t cf_cgroup_cpu_usage_us(cf_cgroup *cg)
         return -1;
     int64_t ns = read_i64(d, "cpuacct.usage");
     return ns < 0 ? -1 : ns / 1000;
+}
+
+/* v2 (kernel 6.12+): a write to memory.peak resets the peak seen through
+ * that open file only; older kernels refuse the write.  Returns the fd, or
+ * -1. */
+static int open_peak_v2(const char *dir)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof(path), "%s/memory.peak", dir);
+    if (n < 0 || (size_t)n >= sizeof(path))
+        return -1;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t w;
+    do
+        w = write(fd, "reset\n", 6);
+    while (w < 0 && errno == EINTR);
+    if (w != 6) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+bool cf_cgroup_env_has_peak(const cf_cgroup_env *env)
+{
+    if (env->fake_fs)
+        return false;
+    if (env->version == CF_CGROUP_V1)
+        return file_exists(env->parent[C_MEM], "memory.max_usage_in_bytes");
+    int fd = open_peak_v2(env->parent[0]);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
+}
+
+int cf_cgroup_peak_reset(cf_cgroup *cg)
+{
+    if (cg->env->fake_fs)
+        return -1;
+    if (cg->env->version == CF_CGROUP_V1)
+        return write_str(cg->env, cg->dir[C_MEM], "memory.max_usage_in_bytes", "0", NULL);
+    if (cg->peak_fd >= 0)
+        close(cg->peak_fd);
+    cg->peak_fd = open_peak_v2(cg->dir[0]);
+    return cg->peak_fd >= 0 ? 0 : -1;
+}
+
+int64_t cf_cgroup_memory_peak(cf_cgroup *cg)
+{
+    if (cg->env->fake_fs)
+        return -1;
+    if (cg->env->version == CF_CGROUP_V1)
+        return read_i64(cg->dir[C_MEM], "memory.max_usage_in_bytes");
+    if (cg->peak_fd < 0)
+        return -1;
+    char buf[64];
+    ssize_t r;
+    do
+        r = pread(cg->peak_fd, buf, sizeof(buf) - 1, 0);
+    while (r < 0 && errno == EINTR);
+    if (r <= 0)
+        return -1;
+    buf[r] = '\0';
+    char *end;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (errno || end == buf || v < 0)
+        return -1;
+    return v;
 }
 
 int64_t cf_cgroup_oom_kills(cf_cgroup *cg)
@@ -895,6 +969,8 @@ void cf_cgroup_destroy(cf_cgroup *cg)
 {
     if (!cg)
         return;
+    if (cg->peak_fd >= 0)
+        close(cg->peak_fd);
     cf_cgroup_remove(cg, NULL);
     free(cg);
 }

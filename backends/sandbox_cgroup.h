@@ -101,6 +101,17 @@ int64_t cf_cgroup_cpu_usage_us(cf_cgroup *cg);
 /* Whether cpu accounting is available (v2, or v1 cpuacct mounted). */
 bool cf_cgroup_env_has_cpuacct(const cf_cgroup_env *env);
 
+/* Per-execution memory peak on a reused cgroup.  cf_cgroup_peak_reset
+ * starts a new peak (v1: memory.max_usage_in_bytes reset to the current
+ * usage; v2: memory.peak reopened and reset through that fd, which needs
+ * kernel 6.12+); 0 when it worked, -1 otherwise.  cf_cgroup_memory_peak
+ * says the peak since (bytes, incl. tmpfs/shm and page cache charged to
+ * the cgroup), -1 when unknown.  cf_cgroup_env_has_peak says whether this
+ * host can do it at all (for capability notes). */
+bool cf_cgroup_env_has_peak(const cf_cgroup_env *env);
+int cf_cgroup_peak_reset(cf_cgroup *cg);
+int64_t cf_cgroup_memory_peak(cf_cgroup *cg);
+
 /* v1 only: opens (O_WRONLY|O_CLOEXEC) the "tasks" file of each of the
  * cgroup's controllers into fds (at most max).  A single-threaded child
  * that writes "0" to each (cf_cgroup_join_self) moves itself without the

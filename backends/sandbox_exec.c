@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -41,6 +42,23 @@ static int sx_child_setup(void *arg, const char **msg)
     if (sx->cg && sx->n_join > 0 && cf_cgroup_join_self(sx->join_fds, sx->n_join) < 0) {
         *msg = "sandbox: join cgroup";
         return -1;
+    }
+    if (sx->cpu_rlimit_s > 0) {
+        /* Raising the soft limit up to the hard one and lowering the hard
+         * one need no privilege; never above what the runner left. */
+        struct rlimit cur;
+        if (getrlimit(RLIMIT_CPU, &cur) < 0) {
+            *msg = "sandbox: getrlimit cpu";
+            return -1;
+        }
+        rlim_t v = (rlim_t)sx->cpu_rlimit_s;
+        if (cur.rlim_max != RLIM_INFINITY && v > cur.rlim_max)
+            v = cur.rlim_max;
+        struct rlimit nl = {v, v};
+        if (setrlimit(RLIMIT_CPU, &nl) < 0) {
+            *msg = "sandbox: setrlimit cpu";
+            return -1;
+        }
     }
     const char *hn = sx->hostname ? sx->hostname : "sandbox";
     if (sethostname(hn, strlen(hn)) < 0) {
@@ -133,6 +151,9 @@ int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *er
     if (!sx->network)
         spec->clone_flags |= CLONE_NEWNET;
     spec->set_ids = false; /* ids are set inside the user namespace */
+    spec->stdio_owner_set = true;
+    spec->stdio_uid = sx->host_uid;
+    spec->stdio_gid = sx->host_gid;
     spec->child_setup = sx_child_setup;
     spec->child_setup_arg = sx;
     spec->parent_setup = sx_parent_setup;

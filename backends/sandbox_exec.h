@@ -34,12 +34,19 @@ typedef struct cf_sandbox_exec {
     bool network;                   /* true: keep the host network namespace */
     bool loopback;                  /* no network: bring lo up in the empty namespace */
     const char *hostname;           /* NULL: "sandbox" */
+    /* >0: RLIMIT_CPU soft = hard = this many seconds, set in the child
+     * after the runner's rlimits.  The program is pid 1 of its pid
+     * namespace and the kernel drops signals with a default action sent
+     * to a namespace init, so SIGXCPU at a soft limit does nothing: only
+     * the hard limit's SIGKILL acts. */
+    long cpu_rlimit_s;
     /* filled by cf_sandbox_exec_prepare */
     char uid_map[64], gid_map[64];
 } cf_sandbox_exec;
 
-/* Sets spec's clone flags and the child_setup/parent_setup/kill_all hooks
- * (with sx as their argument; sx must outlive cf_run).  Fails when
+/* Sets spec's clone flags, the child_setup/parent_setup/kill_all hooks
+ * (with sx as their argument; sx must outlive cf_run) and gives the stdio
+ * pipes to host_uid/host_gid (so the program can reopen /dev/stdin...).  Fails when
  * host ids are 0 or fs is missing. */
 int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *err);
 

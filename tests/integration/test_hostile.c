@@ -1374,6 +1374,15 @@ static void cpu_policy(cf_request *req)
     req->policy.timeout_us = 20 * SEC;
 }
 
+/* cpu_time 1 s ended the run between 1.0 and 1.3 s of CPU. */
+static void assert_cpu_near_limit(const cf_result *res, const char *what)
+{
+    if (res->cpu_time_us < 1 * SEC || res->cpu_time_us > 1300 * 1000) {
+        dump_result(res, what);
+        fail_msg("%s: cpu_time_us %" PRId64 ", expected 1.0..1.3 s", what, res->cpu_time_us);
+    }
+}
+
 static void test_cpu_loop(void **state)
 {
     REQUIRE_SUITE();
@@ -1389,6 +1398,9 @@ static void test_cpu_loop(void **state)
     assert_non_null(strstr(res.reason, "cpu"));
     /* The cpu limit, not the 20 s wall clock, ended it. */
     assert_true(res.wall_time_us < 10 * SEC);
+    /* At the limit (the cgroup's count), not at the RLIMIT_CPU backstop a
+     * second later (pid 1 of the namespace ignores SIGXCPU). */
+    assert_cpu_near_limit(&res, "cpu loop");
     cf_result_clear(&res);
     after_case("cpu loop");
 }
@@ -1461,8 +1473,77 @@ static void test_ignores_sigxcpu(void **state)
     sandboxed("sigxcpu", cpu_policy, &res);
     expect_status(&res, CF_STATUS_TIMEOUT, "ignoring SIGXCPU");
     assert_true(res.wall_time_us < 10 * SEC);
+    assert_cpu_near_limit(&res, "ignoring SIGXCPU");
     cf_result_clear(&res);
     after_case("ignoring SIGXCPU");
+}
+
+/* cpu_time is the execution's total: loops in children of a waiting shell
+ * (each with its own per-process rlimit count) and spinning threads end
+ * the run at the limit; the shell does not go on. */
+static void test_cpu_total(void **state)
+{
+    REQUIRE_SUITE();
+    cf_request req;
+    cf_result res;
+    hostile_request(&req, "cpu");
+    const char *code = "chmod 755 hostile && { ./hostile cpu & ./hostile cpu & wait; }; echo parent-went-on\n";
+    cf_bytes_set(&req.code, code, strlen(code));
+    cpu_policy(&req);
+    run_request(&req, &res);
+    expect_status(&res, CF_STATUS_TIMEOUT, "cpu loops in children");
+    assert_non_null(strstr(res.reason, "cpu time"));
+    assert_false(has_line(res_stdout(&res), "parent-went-on"));
+    assert_cpu_near_limit(&res, "cpu loops in children");
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+
+    sandboxed("threads 4", cpu_policy, &res);
+    expect_status(&res, CF_STATUS_TIMEOUT, "four spinning threads");
+    assert_non_null(strstr(res.reason, "cpu time"));
+    assert_cpu_near_limit(&res, "four spinning threads");
+    cf_result_clear(&res);
+    after_case("cpu total");
+}
+
+/* The program's stdio can be reopened by name (the pipes are the slot
+ * uid's, not the worker's). */
+static void test_stdio_by_name(void **state)
+{
+    REQUIRE_SUITE();
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "cat /dev/stdin; echo x > /dev/stdout; echo y > /dev/stderr");
+    req.backend = strdup("sandbox");
+    req.policy.timeout_us = 10 * SEC;
+    cf_bytes_set(&req.stdin_data, "from stdin\n", 11);
+    cf_result res;
+    run_request(&req, &res);
+    expect_status(&res, CF_STATUS_SUCCESS, "stdio by name");
+    char e[64];
+    if (strcmp(res_stdout(&res), "from stdin\nx\n") != 0 || strcmp(data_str(&res.stderr_data, e, sizeof(e)), "y\n") != 0) {
+        dump_result(&res, "stdio by name");
+        fail_msg("stdio by name: unexpected output");
+    }
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    after_case("stdio by name");
+}
+
+/* peak_memory_bytes counts shared memory (the cgroup's peak, per
+ * execution), not only the process's own pages. */
+static void test_shm_peak(void **state)
+{
+    REQUIRE_SUITE();
+    cf_result res;
+    sandboxed("shm 30", NULL, &res);
+    expect_status(&res, CF_STATUS_SUCCESS, "30 MiB in /dev/shm");
+    assert_true(has_line(res_stdout(&res), "done: 30 MiB"));
+    if (res.peak_memory_bytes < 30 * MIB || res.peak_memory_bytes > SBX_MEMORY) {
+        dump_result(&res, "30 MiB in /dev/shm");
+        fail_msg("peak_memory_bytes %" PRId64 ", expected 30..64 MiB", res.peak_memory_bytes);
+    }
+    cf_result_clear(&res);
+    after_case("shm peak");
 }
 
 /* ---- network ------------------------------------------------------------------------------ */
@@ -2107,6 +2188,9 @@ int main(void)
         cmocka_unit_test(test_spinning_threads),
         cmocka_unit_test(test_long_sleep),
         cmocka_unit_test(test_ignores_sigxcpu),
+        cmocka_unit_test(test_cpu_total),
+        cmocka_unit_test(test_stdio_by_name),
+        cmocka_unit_test(test_shm_peak),
         cmocka_unit_test(test_network_egress),
         cmocka_unit_test(test_secrets_env_and_proc),
         cmocka_unit_test(test_proc_sys_and_cgroup_writes),

@@ -148,6 +148,7 @@ static void test_caps(void **state)
     assert_int_equal(c->controls & want, want);
     assert_non_null(c->notes);
     assert_non_null(strstr(c->notes, "RLIMIT_AS"));
+    assert_non_null(strstr(c->notes, "cpu_time = RLIMIT_CPU per process, whole seconds"));
 }
 
 static void test_command(void **state)
@@ -524,6 +525,16 @@ static void test_per_slot_uid(void **state)
     pid_t escaped = (pid_t)strtol(strtok_r(NULL, "\n", &save), NULL, 10);
     assert_true(escaped > 1);
     assert_true(pid_gone(escaped));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* The stdio pipes are the slot uid's: reopening them by name works. */
+    req_init(&req, CF_LANG_SHELL, "cat /dev/stdin; echo x > /dev/stdout; echo y > /dev/stderr");
+    cf_bytes_set(&req.stdin_data, "from stdin\n", 11);
+    assert_int_equal(run(&g, 0, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "from stdin\nx\n"));
+    assert_true(out_is(&res.stderr_data, "y\n"));
     cf_result_clear(&res);
     cf_request_clear(&req);
 

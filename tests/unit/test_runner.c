@@ -522,6 +522,159 @@ static void test_cancel(void **state)
     cf_run_outcome_free(&o);
 }
 
+/* utime+stime of the main process and its reaped children, from /proc
+ * (-1 once it is gone). */
+static int64_t proc_cpu_us(pid_t pid, void *arg)
+{
+    int *calls = arg;
+    (*calls)++;
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    /* fields after ")": state(3) ... utime(14) stime(15) cutime(16) cstime(17) */
+    long long v[17] = {0};
+    int field = 3;
+    for (char *t = strtok(p + 2, " "); t && field <= 17; t = strtok(NULL, " "), field++)
+        v[field - 1] = strtoll(t, NULL, 10);
+    long hz = sysconf(_SC_CLK_TCK);
+    return (v[13] + v[14] + v[15] + v[16]) * 1000000LL / hz;
+}
+
+/* 0 while the main process exists (zombie included), then past any limit:
+ * only the check after the exit can see it. */
+static int64_t cpu_after_exit(pid_t pid, void *arg)
+{
+    int *calls = arg;
+    (*calls)++;
+    return kill(pid, 0) == 0 ? 0 : 1000000000LL;
+}
+
+static int64_t cpu_unknown(pid_t pid, void *arg)
+{
+    (void)pid;
+    int *calls = arg;
+    (*calls)++;
+    return -1;
+}
+
+static void test_cpu_hook(void **state)
+{
+    (void)state;
+    cf_run_spec s;
+    char *argv[4];
+    cf_run_outcome o;
+    cf_error err;
+    int calls = 0;
+
+    /* Polled while it runs; past the limit everything is killed. */
+    sh_spec(&s, "while :; do :; done", argv);
+    s.cpu_usage_us = proc_cpu_us;
+    s.cpu_usage_arg = &calls;
+    s.cpu_limit_us = 300000;
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(o.cpu_exceeded);
+    assert_false(o.timed_out);
+    assert_int_equal(o.signal, SIGKILL);
+    assert_true(o.cpu_us >= 300000);
+    assert_true(o.cpu_us < 1000000);
+    assert_true(cf_mono_us() - t0 < 5000000);
+    assert_true(calls >= 5); /* every CF_RUN_CPU_POLL_US, not once */
+    cf_run_outcome_free(&o);
+
+    /* Unknown usage never kills; no limit, no calls. */
+    calls = 0;
+    sh_spec(&s, "sleep 0.2; exit 4", argv);
+    s.cpu_usage_us = cpu_unknown;
+    s.cpu_usage_arg = &calls;
+    s.cpu_limit_us = 1;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_false(o.cpu_exceeded);
+    assert_true(o.exited);
+    assert_int_equal(o.exit_code, 4);
+    assert_true(calls >= 3);
+    cf_run_outcome_free(&o);
+    calls = 0;
+    s.cpu_limit_us = 0;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_int_equal(calls, 0);
+    assert_false(o.cpu_exceeded);
+    cf_run_outcome_free(&o);
+
+    /* What was used after the last poll counts: checked once after exit. */
+    calls = 0;
+    sh_spec(&s, "exit 0", argv);
+    s.cpu_usage_us = cpu_after_exit;
+    s.cpu_usage_arg = &calls;
+    s.cpu_limit_us = 1000000;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(o.exited);
+    assert_true(o.cpu_exceeded);
+    assert_true(calls >= 1);
+    cf_run_outcome_free(&o);
+
+    /* A wall-clock timeout is not a cpu excess. */
+    calls = 0;
+    sh_spec(&s, "sleep 5", argv);
+    s.timeout_us = 200000;
+    s.cpu_usage_us = cpu_after_exit;
+    s.cpu_usage_arg = &calls;
+    s.cpu_limit_us = 1000000;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(o.timed_out);
+    assert_false(o.cpu_exceeded);
+    cf_run_outcome_free(&o);
+}
+
+/* The stdio pipes belong to the program's uid (root only): it can reopen
+ * them by name. */
+static void test_stdio_owner(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    cf_run_spec s;
+    char *argv[4];
+    cf_run_outcome o;
+    cf_error err;
+
+    sh_spec(&s, "cat /dev/stdin; echo x > /dev/stdout; echo y > /dev/stderr; id -u", argv);
+    s.set_ids = true;
+    s.uid = 65534;
+    s.gid = 65534;
+    s.stdin_data = (const uint8_t *)"in\n";
+    s.stdin_len = 3;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(o.exited);
+    assert_int_equal(o.exit_code, 0);
+    assert_true(out_is(&o.out, "in\nx\n65534\n"));
+    assert_true(out_is(&o.err, "y\n"));
+    cf_run_outcome_free(&o);
+
+    /* Explicit owner (ids that change in a user namespace later). */
+    sh_spec(&s, "stat -L -c '%u:%g' /proc/$$/fd/0 /proc/$$/fd/1 /proc/$$/fd/2 | tr '\\n' ' '", argv);
+    s.stdio_owner_set = true;
+    s.stdio_uid = 23456;
+    s.stdio_gid = 23457;
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(out_is(&o.out, "23456:23457 23456:23457 23456:23457 "));
+    cf_run_outcome_free(&o);
+
+    /* Without either, they stay the worker's. */
+    sh_spec(&s, "stat -L -c '%u' /proc/$$/fd/0 /proc/$$/fd/1 | tr '\\n' ' '", argv);
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    assert_true(out_is(&o.out, "0 0 "));
+    cf_run_outcome_free(&o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -540,6 +693,8 @@ int main(void)
         cmocka_unit_test(test_rlimits),
         cmocka_unit_test(test_concurrent_threads),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_cpu_hook),
+        cmocka_unit_test(test_stdio_owner),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -744,6 +744,8 @@ static void test_no_cgroups_is_honest(void **state)
     assert_false(be->caps.controls & CF_CTL_MAX_PROCESSES);
     assert_true(be->caps.controls & CF_CTL_NETWORK_DISABLED);
     assert_non_null(strstr(be->caps.notes, "NO cgroups"));
+    assert_non_null(strstr(be->caps.notes, "cpu_time = RLIMIT_CPU per process"));
+    assert_non_null(strstr(be->caps.notes, "peak_memory = the largest process's peak RSS"));
     cf_request req;
     req_init(&req, CF_LANG_SHELL, "echo hi");
     req.policy.memory_bytes = 64LL << 20;
@@ -758,6 +760,18 @@ static void test_no_cgroups_is_honest(void **state)
     assert_int_equal(be->ops->execute(be->state, &ctx, &req, &res, &err), 0);
     assert_int_equal(res.status, CF_STATUS_SUCCESS);
     assert_true(out_is(&res.stdout_data, "hi\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* cpu_time falls back to RLIMIT_CPU, hard = soft: the program (pid 1
+     * ignores SIGXCPU) is killed at the limit, not a second later. */
+    req_init(&req, CF_LANG_PYTHON, "while True: pass\n");
+    req.policy.cpu_time_us = 1 * SEC;
+    assert_int_equal(be->ops->execute(be->state, &ctx, &req, &res, &err), 0);
+    assert_int_equal(res.status, CF_STATUS_TIMEOUT);
+    assert_non_null(strstr(res.reason, "cpu time"));
+    /* rusage, not the cgroup: it may read a little below the limit */
+    assert_true(res.cpu_time_us >= 950 * 1000 && res.cpu_time_us < 1500 * 1000);
     cf_result_clear(&res);
     cf_request_clear(&req);
     cf_backend_set_destroy(set);
@@ -800,6 +814,171 @@ static void test_startup_sweep(void **state)
     assert_int_equal(count_work_mounts(f), 0);
 }
 
+/* cpu_time is the execution's total CPU from the cgroup, not a per-process
+ * RLIMIT_CPU: the program is pid 1 of its namespace (SIGXCPU would be
+ * ignored) and its children each have their own rlimit count. */
+static void test_cpu_time_total(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    assert_non_null(strstr(f->be->caps.notes, "cpu_time = total CPU of the execution (cgroup accounting"));
+
+    /* One process looping: stopped just past 1 s of CPU, not at the
+     * rlimit's 2 s. */
+    req_init(&req, CF_LANG_PYTHON, "while True: pass\n");
+    req.policy.cpu_time_us = 1 * SEC;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_TIMEOUT);
+    assert_non_null(strstr(res.reason, "cpu time limit of 1.00s exceeded"));
+    print_message("single process: cpu %lld us wall %lld us\n", (long long)res.cpu_time_us,
+                  (long long)res.wall_time_us);
+    assert_true(res.cpu_time_us >= 1 * SEC);
+    assert_true(res.cpu_time_us < 1300 * 1000);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* A child loops, the shell waits: the total ends the execution (a
+     * per-process limit killed only the child and the run succeeded). */
+    req_init(&req, CF_LANG_SHELL, "(while :; do :; done) & wait; echo parent-went-on");
+    req.policy.cpu_time_us = 1 * SEC;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_TIMEOUT);
+    assert_non_null(strstr(res.reason, "cpu time"));
+    assert_false(out_has(&res.stdout_data, "parent-went-on"));
+    assert_true(res.cpu_time_us >= 1 * SEC && res.cpu_time_us < 1300 * 1000);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* Two children one after the other, 0.6 s of CPU each (measured by
+     * themselves): each stays under 1 s, their total does not. */
+    req_init(&req, CF_LANG_SHELL,
+             "for i in 1 2; do python3 -c 'import time\nwhile time.process_time() < 0.6: pass' && echo child-$i; "
+             "done; echo parent-went-on");
+    req.policy.cpu_time_us = 1 * SEC;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_TIMEOUT);
+    assert_true(out_is(&res.stdout_data, "child-1\n"));
+    assert_true(res.cpu_time_us >= 1 * SEC && res.cpu_time_us < 1300 * 1000);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* Four spinning threads (node workers) share one total: on an idle
+     * host with two or more cores it ends in well under a second of wall
+     * time (not asserted: other work may hold the cores). */
+    req_init(&req, CF_LANG_JAVASCRIPT,
+             "const { Worker } = require('worker_threads');\n"
+             "for (let i = 0; i < 3; i++) new Worker('for (;;) {}', { eval: true });\n"
+             "for (;;) {}\n");
+    req.policy.cpu_time_us = 1 * SEC;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_TIMEOUT);
+    print_message("four threads: cpu %lld us wall %lld us\n", (long long)res.cpu_time_us,
+                  (long long)res.wall_time_us);
+    assert_true(res.cpu_time_us >= 1 * SEC && res.cpu_time_us < 1300 * 1000);
+    assert_true(res.wall_time_us < 10 * SEC);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* Under the limit: success, the count is per execution (the slot's
+     * cgroup is reused). */
+    req_init(&req, CF_LANG_SHELL, "i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done; echo counted");
+    req.policy.cpu_time_us = 1 * SEC;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(res.cpu_time_us < 500 * 1000);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    assert_nothing_left(f);
+}
+
+/* The stdio pipes can be reopened by name inside (they belong to the
+ * slot's host uid, not to the worker's root). */
+static void test_stdio_by_name(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "cat /dev/stdin; echo x > /dev/stdout; echo y > /dev/stderr; "
+                                  "echo z > /proc/self/fd/1");
+    cf_bytes_set(&req.stdin_data, "from stdin\n", 11);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "from stdin\nx\nz\n"));
+    assert_true(out_is(&res.stderr_data, "y\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    req_init(&req, CF_LANG_PYTHON, "import sys\nprint(open('/dev/stdin').read().upper(), end='')\n");
+    cf_bytes_set(&req.stdin_data, "abc\n", 4);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "ABC\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    assert_nothing_left(f);
+}
+
+/* peak_memory_bytes is the cgroup's peak (shared memory and tmpfs
+ * included), per execution although the slot's cgroup is reused. */
+static void test_peak_memory(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    assert_non_null(strstr(f->be->caps.notes, "peak_memory = the cgroup's peak"));
+    req_init(&req, CF_LANG_SHELL, "head -c 31457280 /dev/zero > /dev/shm/fill && echo filled");
+    req.policy.memory_bytes = 64LL << 20;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "filled\n"));
+    print_message("shm fill: peak %lld\n", (long long)res.peak_memory_bytes);
+    assert_true(res.peak_memory_bytes >= 30LL << 20);
+    assert_true(res.peak_memory_bytes < 64LL << 20);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* The next execution of the slot starts a new peak. */
+    req_init(&req, CF_LANG_SHELL, "echo small");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    print_message("trivial: peak %lld\n", (long long)res.peak_memory_bytes);
+    assert_true(res.peak_memory_bytes > 0);
+    assert_true(res.peak_memory_bytes < 16LL << 20);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    assert_nothing_left(f);
+}
+
+/* What being pid 1 of the namespace means is said in the notes. */
+static void test_pid1_semantics(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    assert_non_null(strstr(f->be->caps.notes, "pid 1 of its pid namespace"));
+    cf_request req;
+    cf_result res;
+    /* A signal with the default action sent to itself is ignored... */
+    req_init(&req, CF_LANG_SHELL, "kill -TERM $$; echo survived");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "survived\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    /* ...and max_file_size is EFBIG, not SIGXFSZ, for pid 1. */
+    req_init(&req, CF_LANG_PYTHON,
+             "try:\n    open('big', 'wb').write(b'x' * 200000)\nexcept OSError as e:\n    print('errno', e.errno)\n");
+    req.policy.max_file_size_bytes = 10000;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "errno 27\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -817,6 +996,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_paths_policy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_cgroups_is_honest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_startup_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_time_total, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stdio_by_name, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peak_memory, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pid1_semantics, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
