@@ -66,6 +66,13 @@ int cf_workdir_collect(cf_workdir *wd, size_t max_files, size_t max_total_bytes,
                        cf_error *err);
 void cf_workdir_files_free(cf_file *files, size_t n);
 
+/* Creates the fixed-name subdirectory name (one component) inside parent
+ * and returns a handle to it with the same guarantees.  Cheaper than
+ * cf_workdir_create (no mkdtemp, no realpath); its destroy only closes it:
+ * the parent's destroy removes it.  It must be destroyed before parent. */
+int cf_workdir_create_in(cf_workdir *parent, const char *name, uid_t owner, gid_t group, cf_workdir **out,
+                         cf_error *err);
+
 /* Removes the whole tree (without following symlinks; read-only
  * directories are made writable first; deep trees are flattened so fd use
  * stays bounded) and frees wd.  NULL-safe. */

@@ -312,8 +312,12 @@ int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *wh
 
 int cf_exec_job_dirs(cf_exec_job *job, const char *parent, uid_t owner, gid_t group, cf_error *err)
 {
-    if (cf_workdir_create(parent, owner, group, &job->work, err) < 0 ||
-        cf_workdir_create(parent, owner, group, &job->run, err) < 0)
+    /* One random directory per execution (one thing to remove, one entry
+     * left by a crashed worker) with fixed-name work/ and run/ inside:
+     * cheaper than a mkdtemp + realpath for each. */
+    if (cf_workdir_create(parent, owner, group, &job->top, err) < 0 ||
+        cf_workdir_create_in(job->top, "work", owner, group, &job->work, err) < 0 ||
+        cf_workdir_create_in(job->top, "run", owner, group, &job->run, err) < 0)
         goto fail;
     int rfd = cf_workdir_dirfd(job->run);
     if (mkdirat(rfd, "out", 0755) < 0 ||
@@ -703,7 +707,8 @@ void cf_exec_job_free(cf_exec_job *job)
         return;
     cf_workdir_destroy(job->work);
     cf_workdir_destroy(job->run);
-    job->work = job->run = NULL;
+    cf_workdir_destroy(job->top);
+    job->work = job->run = job->top = NULL;
     env_free(&job->env);
     if (job->argv && job->req && job->req->language != CF_LANG_COMMAND)
         free(job->argv[1]);

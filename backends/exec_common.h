@@ -84,6 +84,7 @@ typedef struct cf_exec_job {
     bool rejected;          /* res says why; the backend returns 0 */
     const char *interp;     /* interpreter path (NULL for commands) */
     const char *code_file;  /* "main.py"... or NULL */
+    cf_workdir *top;        /* one cf-XXXXXX per execution holding work/ and run/ */
     cf_workdir *work;
     cf_workdir *run;
     cf_exec_envb env;

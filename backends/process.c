@@ -143,7 +143,6 @@ static int process_execute(void *state, const cf_exec_ctx *ctx, const cf_request
     process_state *st = state;
     const cf_policy *pol = &req->policy;
     cf_exec_job job;
-    cf_workdir *exec_dir = NULL;
     cf_run_outcome outcome;
     memset(&outcome, 0, sizeof(outcome));
     int rc = -1;
@@ -162,15 +161,7 @@ static int process_execute(void *state, const cf_exec_ctx *ctx, const cf_request
         uid = (uid_t)(st->uid_base + ctx->slot);
         gid = (gid_t)uid;
     }
-    /* One directory per execution holding work/ and run/: one thing to
-     * remove, and a crashed worker leaves one entry per execution. */
-    if (cf_workdir_create(st->base.work_root, uid, gid, &exec_dir, err) < 0) {
-        cf_error_wrap(err, "process");
-        if (err)
-            err->retriable = true;
-        return -1;
-    }
-    if (cf_exec_job_dirs(&job, cf_workdir_path(exec_dir), uid, gid, err) < 0)
+    if (cf_exec_job_dirs(&job, st->base.work_root, uid, gid, err) < 0)
         goto out;
     if (cf_exec_job_fill(&job, ctx ? ctx->files : NULL, NULL, err) < 0)
         goto out;
@@ -206,7 +197,6 @@ out:
      * removed every process of the uid when the program ended, so nothing
      * can write into the tree while it is removed. */
     cf_exec_job_free(&job);
-    cf_workdir_destroy(exec_dir);
     cf_run_outcome_free(&outcome);
     return rc;
 }

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@ struct cf_workdir {
     uid_t owner;    /* (uid_t)-1 = keep */
     gid_t group;
     unsigned flat_counter;
+    bool sub;       /* made by cf_workdir_create_in: removed with its parent */
 };
 
 static void close_fd(int *fd)
@@ -568,21 +570,73 @@ void cf_workdir_destroy(cf_workdir *wd)
 {
     if (!wd)
         return;
-    if (wd->fd >= 0) {
-        (void)fchmod(wd->fd, 0700);
+    if (wd->fd >= 0 && !wd->sub) {
+        if (fchmod(wd->fd, 0700) < 0) {
+            /* the passes below report nothing either: best effort */
+        }
         for (int pass = 0; pass < DESTROY_MAX_PASSES; pass++) {
             unsigned long progress = 0;
             rm_contents(wd, wd->fd, 0, &progress);
+            /* Usually the first pass empties the tree: stop as soon as the
+             * directory itself goes, without another full walk. */
+            if (wd->root_fd >= 0 && wd->name[0] && unlinkat(wd->root_fd, wd->name, AT_REMOVEDIR) == 0) {
+                wd->name[0] = '\0';
+                break;
+            }
             if (progress == 0)
                 break;
         }
-        close_fd(&wd->fd);
     }
+    close_fd(&wd->fd);
     if (wd->root_fd >= 0) {
-        if (wd->name[0])
+        if (wd->name[0] && !wd->sub)
             (void)unlinkat(wd->root_fd, wd->name, AT_REMOVEDIR);
         close_fd(&wd->root_fd);
     }
     free(wd->path);
     free(wd);
+}
+
+int cf_workdir_create_in(cf_workdir *parent, const char *name, uid_t owner, gid_t group, cf_workdir **out,
+                         cf_error *err)
+{
+    *out = NULL;
+    if (!parent || !name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+        strlen(name) >= sizeof(((cf_workdir *)0)->name))
+        return cf_error_set(err, CF_E_INVALID, "workdir: bad subdirectory name");
+    cf_workdir *wd = calloc(1, sizeof(*wd));
+    if (!wd)
+        return cf_error_set(err, CF_E_NOMEM, "workdir: out of memory");
+    wd->root_fd = wd->fd = -1;
+    wd->owner = owner;
+    wd->group = group;
+    wd->sub = true;
+    size_t cap = strlen(parent->path) + 1 + strlen(name) + 1;
+    wd->path = malloc(cap);
+    if (!wd->path) {
+        free(wd);
+        return cf_error_set(err, CF_E_NOMEM, "workdir: out of memory");
+    }
+    snprintf(wd->path, cap, "%s/%s", parent->path, name);
+    cf_strlcpy(wd->name, name, sizeof(wd->name));
+    if (mkdirat(parent->fd, name, 0700) < 0) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "workdir: mkdir '%s'", wd->path);
+        goto fail;
+    }
+    wd->fd = openat(parent->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (wd->fd < 0) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "workdir: open '%s'", wd->path);
+        goto fail;
+    }
+    if (owner != (uid_t)-1 && fchown(wd->fd, owner, group) < 0) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "workdir: chown '%s' to %u", wd->path, (unsigned)owner);
+        goto fail;
+    }
+    *out = wd;
+    return 0;
+fail:
+    close_fd(&wd->fd);
+    free(wd->path);
+    free(wd);
+    return -1;
 }

@@ -21,6 +21,7 @@
 #   CODEFLEET_GROUP                the workers' consumer group (codefleet)
 #   CODEFLEET_STACK_WORKER_ARGS    extra arguments for every worker (word-split)
 #   CODEFLEET_BACKENDS             the workers' backends (sandbox,process as root, else process)
+#   CODEFLEET_WORK_ROOT            the workers' work-root (/dev/shm/codefleet: a tmpfs is faster)
 #   CODEFLEET_BIN                  directory holding codefleet and codefleet-worker
 #                                  (default: <repo>/build/dispatcher and <repo>/build/worker)
 #   CODEFLEET_KAFKA_START_TIMEOUT  seconds to wait for the broker (90)
@@ -50,7 +51,7 @@ KAFKA_START_TIMEOUT=${CODEFLEET_KAFKA_START_TIMEOUT:-90}
 # removed from the environment of everything this script starts.
 SCRIPT_VARS=(CODEFLEET_STATE CODEFLEET_KAFKA_PORT CODEFLEET_REDIS_PORT CODEFLEET_PARTITIONS
     CODEFLEET_TOPIC_REQUESTS CODEFLEET_TOPIC_RESULTS CODEFLEET_TOPIC_DLQ CODEFLEET_TOPIC_EVENTS
-    CODEFLEET_WORKERS CODEFLEET_GROUP CODEFLEET_STACK_WORKER_ARGS CODEFLEET_BACKENDS CODEFLEET_BIN
+    CODEFLEET_WORKERS CODEFLEET_GROUP CODEFLEET_STACK_WORKER_ARGS CODEFLEET_BACKENDS CODEFLEET_WORK_ROOT CODEFLEET_BIN
     CODEFLEET_KAFKA_START_TIMEOUT CODEFLEET_CACHE)
 CLEAN_ENV=(env)
 for v in "${SCRIPT_VARS[@]}"; do CLEAN_ENV+=(-u "$v"); done
@@ -305,6 +306,7 @@ create_topics() {
 
 # The hardened sandbox needs root (user namespaces with uid maps, cgroups);
 # without it the workers offer the host-local process backend only.
+WORK_ROOT=${CODEFLEET_WORK_ROOT:-/dev/shm/codefleet}
 if ((EUID == 0)); then BACKENDS=${CODEFLEET_BACKENDS:-sandbox,process}; else BACKENDS=${CODEFLEET_BACKENDS:-process}; fi
 
 start_workers() {
@@ -316,6 +318,9 @@ start_workers() {
     local -a extra=()
     # shellcheck disable=SC2206 # word splitting is the documented interface
     [[ -n ${CODEFLEET_STACK_WORKER_ARGS:-} ]] && extra=($CODEFLEET_STACK_WORKER_ARGS)
+    # Work directories on a tmpfs: ext4 directory operations cost ~0.5 ms
+    # per execution here, a tmpfs ~0.05 ms.
+    mkdir -p "$WORK_ROOT" && chmod 0711 "$WORK_ROOT"
     local started=()
     for ((i = 1; i <= n; i++)); do
         pidfile=$WORKER_DIR/w$i.pid
@@ -329,6 +334,7 @@ start_workers() {
             --brokers "$(brokers)" --group "$GROUP" --worker-id "w$i" \
             --request-topic "$TOPIC_REQUESTS" --result-topic "$TOPIC_RESULTS" --dlq-topic "$TOPIC_DLQ" \
             --redis "127.0.0.1:$REDIS_PORT" --backends "$BACKENDS" --run-uid-base $((100000 + i * 1000)) \
+            --work-root "$WORK_ROOT" \
             "${extra[@]}"
         started+=("$i")
     done

@@ -30,7 +30,9 @@ static const cf_conf_prop worker_props[] = {
     {"backends", CF_CONF_STRING, OFF(backends), 0, 256, "process", NULL,
      "Enabled backends, comma-separated; the first is used when a request names none.", NULL},
     {"work-root", CF_CONF_STRING, OFF(work_root), 0, 1024, "/tmp", NULL,
-     "Directory under which each execution gets a fresh private work directory.", NULL},
+     "Directory under which each execution gets a fresh private work directory.  Put it on a "
+     "tmpfs for speed: directory operations on ext4 cost ~0.5 ms per execution on the "
+     "development machine, ~0.05 ms on tmpfs (the local stack uses /dev/shm/codefleet).", NULL},
     {"python", CF_CONF_STRING, OFF(python_path), 0, 1024, "/usr/bin/python3", NULL,
      "Python interpreter (absolute path; resolved once at start, never through PATH).", NULL},
     {"node", CF_CONF_STRING, OFF(node_path), 0, 1024, "/usr/bin/node", NULL,

@@ -174,7 +174,7 @@ int main(int argc, char **argv)
         return 2;
     }
     cf_backend_config cfg = {
-        .work_root = "/tmp",
+        .work_root = getenv("CF_BENCH_WORK_ROOT") ? getenv("CF_BENCH_WORK_ROOT") : "/tmp",
         .python_path = "/usr/bin/python3",
         .node_path = "/usr/bin/node",
         .shell_path = "/bin/sh",

@@ -51,7 +51,14 @@ collect() { # prints the tool's output and keeps its RESULT lines
 }
 
 echo "== 1. process backend vs bare fork+exec ($n_exec interleaved iterations)"
-collect < <("$bin/tests/bench_exec" --backend process --iterations "$n_exec")
+# The work root's file system matters: ext4 directory operations cost far
+# more than tmpfs ones (the local stack puts it on /dev/shm).
+work_root=/dev/shm/codefleet-bench
+mkdir -p "$work_root"
+collect < <(CF_BENCH_WORK_ROOT=$work_root "$bin/tests/bench_exec" --backend process --iterations "$n_exec" |
+    sed 's/^RESULT exec_overhead /RESULT exec_overhead work_root=tmpfs /')
+collect < <(CF_BENCH_WORK_ROOT=/tmp "$bin/tests/bench_exec" --backend process --iterations "$n_exec" |
+    sed 's/^RESULT exec_overhead /RESULT exec_overhead work_root=ext4 /')
 
 run=$(date +%s)
 topics() { # name partitions
@@ -61,6 +68,7 @@ start_worker() { # topics-prefix id
     env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
         "$bin/worker/codefleet-worker" --brokers "$brokers" --group "bench-$1" --worker-id "$2" \
         --request-topic "$1.req" --result-topic "$1.res" --dlq-topic "$1.dlq" --log-level warn \
+        --work-root "$work_root" \
         >"$CODEFLEET_STATE/$2.log" 2>&1 &
     workers+=($!)
     sleep 3 # join the group
@@ -119,7 +127,7 @@ collect < <("$bin/tests/bench_fleet" publish --brokers "$brokers" --requests "$t
 echo
 if [[ $EUID -eq 0 && -x /usr/bin/bwrap ]]; then
     echo "== 6. sandbox backend vs bare fork+exec vs bubblewrap ($n_exec interleaved iterations)"
-    collect < <("$bin/tests/bench_exec" --backend sandbox --bwrap --iterations "$n_exec")
+    collect < <(CF_BENCH_WORK_ROOT=$work_root "$bin/tests/bench_exec" --backend sandbox --bwrap --iterations "$n_exec")
 else
     echo "== 6. sandbox backend: skipped (needs root and /usr/bin/bwrap)"
 fi
