@@ -1850,7 +1850,7 @@ static bool find_marker(const char *dir, int depth, const char *marker, char *fo
         if (strcmp(de->d_name, marker) == 0) {
             cf_strlcpy(found, dir, size);
             hit = true;
-        } else if (de->d_type == DT_DIR && depth < 3) {
+        } else if (de->d_type == DT_DIR && depth < 5) {
             hit = find_marker(path, depth + 1, marker, found, size);
         }
     }
