@@ -50,10 +50,7 @@ const char *cf_event_kind_name(cf_event_kind k)
 
 static int kind_index(const uint8_t *s, size_t len)
 {
-    for (int i = CF_EVENT_ANY + 1; i < CF_EVENT_KIND__COUNT; i++)
-        if (strlen(kind_names[i]) == len && memcmp(kind_names[i], s, len) == 0)
-            return i;
-    return -1;
+    return cf_name_index(kind_names, CF_EVENT_ANY + 1, CF_EVENT_KIND__COUNT, s, len);
 }
 
 int cf_event_kind_parse(const char *name, cf_event_kind *out)
@@ -224,82 +221,6 @@ static const char *const ev_keys[EV__COUNT] = {
     "v", "id", "workspace", "correlation_id", "topic", "producer", "consumer", "kind", "payload", "timestamp_us",
 };
 
-/* Pass 1: one well-formed map within limits, nothing after it, "v" == 1.
- * The version is checked before any field type (SPEC.md section 5). */
-static int prescan(const void *buf, size_t len, const cf_decode_limits *lim, cf_error *err)
-{
-    if (!buf || len == 0)
-        return cf_error_set(err, CF_E_INVALID, "empty message");
-    if (len > lim->max_total_bytes)
-        return cf_error_set(err, CF_E_LIMIT, "message of %zu bytes exceeds the limit of %zu", len,
-                            lim->max_total_bytes);
-    cf_mp_reader r;
-    cf_mp_reader_init(&r, buf, len, lim);
-    if (cf_mp_peek(&r) != CF_MP_MAP)
-        return cf_error_set(err, CF_E_INVALID, "message: expected a msgpack map, got %s",
-                            cf_mp_kind_name(cf_mp_peek(&r)));
-    uint32_t n;
-    if (cf_mp_read_map(&r, 1, &n, err) < 0)
-        return cf_error_wrap(err, "message");
-    bool have_v = false;
-    int64_t v = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        cf_mp_kind kk = cf_mp_peek(&r);
-        if (kk != CF_MP_STR)
-            return cf_error_set(err, CF_E_INVALID, "message: %s",
-                                kk == CF_MP_END ? "truncated message" : "expected string keys");
-        const uint8_t *k;
-        size_t klen;
-        if (cf_mp_read_str(&r, lim->max_str_bytes, &k, &klen, err) < 0)
-            return cf_error_wrap(err, "message");
-        if (klen == 1 && k[0] == 'v') {
-            cf_mp_kind kind = cf_mp_peek(&r);
-            if (have_v)
-                return cf_error_set(err, CF_E_INVALID, "v: duplicate field");
-            if (kind == CF_MP_END)
-                return cf_error_set(err, CF_E_INVALID, "v: truncated message");
-            if ((kind != CF_MP_UINT && kind != CF_MP_INT) || cf_mp_read_int(&r, &v, NULL) < 0)
-                return cf_error_set(err, CF_E_INVALID, "v: expected integer");
-            have_v = true;
-            continue;
-        }
-        if (cf_mp_skip(&r, 2, err) < 0) {
-            /* Name the field only when it is one of ours: keys are hostile. */
-            const char *name = "(field)";
-            for (size_t j = 0; j < EV__COUNT; j++)
-                if (strlen(ev_keys[j]) == klen && memcmp(ev_keys[j], k, klen) == 0)
-                    name = ev_keys[j];
-            return cf_error_wrap(err, "%s", name);
-        }
-    }
-    if (r.p != r.end)
-        return cf_error_set(err, CF_E_INVALID, "%zu trailing bytes after the message", cf_mp_remaining(&r));
-    if (!have_v)
-        return cf_error_set(err, CF_E_INVALID, "missing required field \"v\"");
-    if (v != CF_SCHEMA_VERSION)
-        return cf_error_set(err, CF_E_UNSUPPORTED, "unsupported schema version %lld", (long long)v);
-    return 0;
-}
-
-static int dec_str(cf_mp_reader *r, const char *field, char **out, cf_error *err)
-{
-    cf_mp_kind k = cf_mp_peek(r);
-    if (k != CF_MP_STR)
-        return cf_error_set(err, CF_E_INVALID, "%s: %s", field, k == CF_MP_END ? "truncated message" : "expected string");
-    const uint8_t *s;
-    size_t len;
-    if (cf_mp_read_str(r, r->lim->max_str_bytes, &s, &len, err) < 0)
-        return cf_error_wrap(err, "%s", field);
-    if (memchr(s, 0, len) || !cf_utf8_valid(s, len))
-        return cf_error_set(err, CF_E_INVALID, "%s: string is not valid UTF-8 without NUL bytes", field);
-    char *c = cf_strndup((const char *)s, len);
-    if (!c)
-        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", field);
-    free(*out);
-    *out = c;
-    return 0;
-}
-
 static int dec_field(cf_mp_reader *r, cf_event *ev, int idx, cf_error *err)
 {
     const char *f = ev_keys[idx];
@@ -323,20 +244,17 @@ static int dec_field(cf_mp_reader *r, cf_event *ev, int idx, cf_error *err)
         return 0;
     }
     switch (idx) {
-    case EV_ID: return dec_str(r, f, &ev->id, err);
-    case EV_WORKSPACE: return dec_str(r, f, &ev->workspace, err);
-    case EV_CORR: return dec_str(r, f, &ev->correlation_id, err);
-    case EV_TOPIC: return dec_str(r, f, &ev->topic, err);
-    case EV_PRODUCER: return dec_str(r, f, &ev->producer, err);
-    case EV_CONSUMER: return dec_str(r, f, &ev->consumer, err);
+    case EV_ID: return cf_mp_read_cstr(r, f, &ev->id, err);
+    case EV_WORKSPACE: return cf_mp_read_cstr(r, f, &ev->workspace, err);
+    case EV_CORR: return cf_mp_read_cstr(r, f, &ev->correlation_id, err);
+    case EV_TOPIC: return cf_mp_read_cstr(r, f, &ev->topic, err);
+    case EV_PRODUCER: return cf_mp_read_cstr(r, f, &ev->producer, err);
+    case EV_CONSUMER: return cf_mp_read_cstr(r, f, &ev->consumer, err);
     case EV_KIND: {
-        cf_mp_kind k = cf_mp_peek(r);
-        if (k != CF_MP_STR)
-            return cf_error_set(err, CF_E_INVALID, "kind: %s", k == CF_MP_END ? "truncated message" : "expected string");
         const uint8_t *s;
         size_t len;
-        if (cf_mp_read_str(r, r->lim->max_str_bytes, &s, &len, err) < 0)
-            return cf_error_wrap(err, "kind");
+        if (cf_mp_read_str_field(r, "kind", "string", &s, &len, err) < 0)
+            return -1;
         int i = kind_index(s, len);
         /* The value is hostile: it is not echoed. */
         if (i < 0)
@@ -360,7 +278,8 @@ int cf_event_decode(const void *buf, size_t len, const cf_decode_limits *limits,
 {
     memset(out, 0, sizeof(*out));
     const cf_decode_limits *lim = limits ? limits : &cf_decode_limits_default;
-    if (prescan(buf, len, lim, err) < 0)
+    /* Pass 1 checks the version before any field type (SPEC.md section 5). */
+    if (cf_msg_prescan(buf, len, lim, ev_keys, EV__COUNT, err) < 0)
         return -1;
     cf_mp_reader r;
     cf_mp_reader_init(&r, buf, len, lim);
@@ -373,12 +292,7 @@ int cf_event_decode(const void *buf, size_t len, const cf_decode_limits *limits,
         size_t klen;
         if (cf_mp_read_str(&r, lim->max_str_bytes, &k, &klen, err) < 0)
             goto fail;
-        int idx = -1;
-        for (int j = 0; j < EV__COUNT; j++)
-            if (strlen(ev_keys[j]) == klen && memcmp(ev_keys[j], k, klen) == 0) {
-                idx = j;
-                break;
-            }
+        int idx = cf_name_index(ev_keys, 0, EV__COUNT, k, klen);
         if (idx < 0) { /* forward compatibility: newer minor versions add fields */
             if (cf_mp_skip(&r, 2, err) < 0)
                 goto fail;
@@ -455,31 +369,15 @@ static int jstr(const json_t *o, const char *k, char **out, cf_error *err)
     const json_t *v = json_object_get(o, k);
     if (!v || json_is_null(v))
         return 0;
-    if (!json_is_string(v))
-        return cf_error_set(err, CF_E_INVALID, "%s: expected string", k);
-    size_t len = json_string_length(v);
-    if (len > cf_decode_limits_default.max_str_bytes)
-        return cf_error_set(err, CF_E_LIMIT, "%s: string of %zu bytes exceeds the limit of %zu", k, len,
-                            cf_decode_limits_default.max_str_bytes);
-    if (strlen(json_string_value(v)) != len)
-        return cf_error_set(err, CF_E_INVALID, "%s: string contains a NUL byte", k);
-    if (cf_str_set(out, json_string_value(v)) < 0)
-        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", k);
-    return 0;
+    return cf_json_str_of(v, k, out, err);
 }
 
 static int event_from_json(const json_t *o, cf_event *ev, cf_error *err)
 {
     if (!json_is_object(o))
         return cf_error_set(err, CF_E_INVALID, "event: expected a JSON object");
-    const json_t *v = json_object_get(o, "v");
-    if (v) {
-        if (!json_is_integer(v))
-            return cf_error_set(err, CF_E_INVALID, "v: expected integer");
-        if (json_integer_value(v) != CF_SCHEMA_VERSION)
-            return cf_error_set(err, CF_E_UNSUPPORTED, "unsupported schema version %lld",
-                                (long long)json_integer_value(v));
-    }
+    if (cf_json_version_check(o, err) < 0)
+        return -1;
     if (jstr(o, "id", &ev->id, err) < 0 || jstr(o, "workspace", &ev->workspace, err) < 0 ||
         jstr(o, "correlation_id", &ev->correlation_id, err) < 0 || jstr(o, "topic", &ev->topic, err) < 0 ||
         jstr(o, "producer", &ev->producer, err) < 0 || jstr(o, "consumer", &ev->consumer, err) < 0)

@@ -87,15 +87,6 @@ const char *cf_fs_mode_name(cf_fs_mode m)
     return (unsigned)m < NELEM(fs_names) ? fs_names[m] : "unknown";
 }
 
-/* Index of a non-"unspecified" name in table, or -1. */
-static int name_index(const char *const *table, size_t n, const uint8_t *s, size_t len)
-{
-    for (size_t i = 1; i < n; i++)
-        if (strlen(table[i]) == len && memcmp(table[i], s, len) == 0)
-            return (int)i;
-    return -1;
-}
-
 /* ---- small helpers ---------------------------------------------------- */
 
 bool cf_id_valid(const char *id, size_t len)
@@ -734,14 +725,6 @@ static int dec_expect(dec *d, const char *path, const char *what)
     return cf_error_set(d->err, CF_E_INVALID, "%s: expected %s", path, what);
 }
 
-static void sub_path(char *buf, const char *parent, const char *key)
-{
-    if (parent[0])
-        snprintf(buf, PATH_MAX_LEN, "%s.%s", parent, key);
-    else
-        snprintf(buf, PATH_MAX_LEN, "%s", key);
-}
-
 static void idx_path(char *buf, const char *parent, size_t i)
 {
     snprintf(buf, PATH_MAX_LEN, "%s[%zu]", parent, i);
@@ -759,21 +742,7 @@ static bool dec_nil(dec *d)
 
 static int dec_str(dec *d, const char *path, char **out)
 {
-    if (cf_mp_peek(&d->r) != CF_MP_STR)
-        return dec_expect(d, path, "string");
-    const uint8_t *s;
-    size_t len;
-    if (cf_mp_read_str(&d->r, d->lim->max_str_bytes, &s, &len, d->err) < 0)
-        return dec_wrap(d, path);
-    /* char * fields must be usable as C strings and as JSON strings. */
-    if (memchr(s, 0, len) || !cf_utf8_valid(s, len))
-        return cf_error_set(d->err, CF_E_INVALID, "%s: string is not valid UTF-8 without NUL bytes", path);
-    char *c = cf_strndup((const char *)s, len);
-    if (!c)
-        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
-    free(*out);
-    *out = c;
-    return 0;
+    return cf_mp_read_cstr(&d->r, path, out, d->err);
 }
 
 /* Integers are type-checked before reading so that a value read but out
@@ -816,17 +785,33 @@ static int dec_bytes(dec *d, const char *path, cf_bytes *out)
     return 0;
 }
 
+/* Reads an array or map header of the given kind and allocates n zeroed
+ * elements of elsize bytes (one when n is 0).  n is bounded by the bytes
+ * that remain (checked by the reader), so the allocation is too. */
+static void *dec_list(dec *d, const char *path, unsigned depth, cf_mp_kind kind, const char *what, size_t elsize,
+                      uint32_t *n)
+{
+    if (cf_mp_peek(&d->r) != kind) {
+        dec_expect(d, path, what);
+        return NULL;
+    }
+    int rc = kind == CF_MP_MAP ? cf_mp_read_map(&d->r, depth, n, d->err) : cf_mp_read_array(&d->r, depth, n, d->err);
+    if (rc < 0) {
+        dec_wrap(d, path);
+        return NULL;
+    }
+    void *v = calloc(*n ? *n : 1, elsize);
+    if (!v)
+        cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+    return v;
+}
+
 static int dec_strv(dec *d, const char *path, unsigned depth, char ***out, size_t *n_out)
 {
-    if (cf_mp_peek(&d->r) != CF_MP_ARRAY)
-        return dec_expect(d, path, "array of strings");
     uint32_t n;
-    if (cf_mp_read_array(&d->r, depth, &n, d->err) < 0)
-        return dec_wrap(d, path);
-    /* n is bounded by the bytes that remain (checked by the reader). */
-    char **v = calloc(n ? n : 1, sizeof(*v));
+    char **v = dec_list(d, path, depth, CF_MP_ARRAY, "array of strings", sizeof(*v), &n);
     if (!v)
-        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+        return -1;
     free_strv(*out, *n_out);
     *out = v;
     *n_out = 0;
@@ -842,14 +827,10 @@ static int dec_strv(dec *d, const char *path, unsigned depth, char ***out, size_
 
 static int dec_strmap(dec *d, const char *path, unsigned depth, cf_strmap_entry **out, size_t *n_out)
 {
-    if (cf_mp_peek(&d->r) != CF_MP_MAP)
-        return dec_expect(d, path, "map of string to string");
     uint32_t n;
-    if (cf_mp_read_map(&d->r, depth, &n, d->err) < 0)
-        return dec_wrap(d, path);
-    cf_strmap_entry *m = calloc(n ? n : 1, sizeof(*m));
+    cf_strmap_entry *m = dec_list(d, path, depth, CF_MP_MAP, "map of string to string", sizeof(*m), &n);
     if (!m)
-        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+        return -1;
     free_strmap(*out, *n_out);
     *out = m;
     *n_out = n; /* entries are zeroed: clear() copes with partial fills */
@@ -864,14 +845,10 @@ static int dec_strmap(dec *d, const char *path, unsigned depth, cf_strmap_entry 
 
 static int dec_files(dec *d, const char *path, unsigned depth, cf_request *req)
 {
-    if (cf_mp_peek(&d->r) != CF_MP_MAP)
-        return dec_expect(d, path, "map of path to bytes");
     uint32_t n;
-    if (cf_mp_read_map(&d->r, depth, &n, d->err) < 0)
-        return dec_wrap(d, path);
-    cf_file *f = calloc(n ? n : 1, sizeof(*f));
+    cf_file *f = dec_list(d, path, depth, CF_MP_MAP, "map of path to bytes", sizeof(*f), &n);
     if (!f)
-        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+        return -1;
     req->files = f;
     req->n_files = n;
     for (uint32_t i = 0; i < n; i++) {
@@ -896,13 +873,11 @@ static int dec_value(dec *d, const char *path, unsigned depth, cf_bytes *out)
 
 static int dec_enum(dec *d, const char *path, const char *const *table, size_t n, int *out, const char *choices)
 {
-    if (cf_mp_peek(&d->r) != CF_MP_STR)
-        return dec_expect(d, path, "string");
     const uint8_t *s;
     size_t len;
-    if (cf_mp_read_str(&d->r, d->lim->max_str_bytes, &s, &len, d->err) < 0)
-        return dec_wrap(d, path);
-    int i = name_index(table, n, s, len);
+    if (cf_mp_read_str_field(&d->r, path, "string", &s, &len, d->err) < 0)
+        return -1;
+    int i = cf_name_index(table, 1, n, s, len); /* index 0 is "unspecified" */
     /* The value itself is not echoed: it is hostile and may be anything. */
     if (i < 0)
         return cf_error_set(d->err, CF_E_INVALID, "%s: unknown value (expected one of %s)", path, choices);
@@ -926,27 +901,20 @@ static int dec_object(dec *d, const char *path, unsigned depth, const char *cons
         return dec_wrap(d, path[0] ? path : "message");
     uint64_t seen = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (cf_mp_peek(&d->r) != CF_MP_STR)
-            return dec_expect(d, path[0] ? path : "message", "string keys");
         const uint8_t *k;
         size_t klen;
-        if (cf_mp_read_str(&d->r, d->lim->max_str_bytes, &k, &klen, d->err) < 0)
-            return dec_wrap(d, path[0] ? path : "message");
-        int idx = -1;
-        for (size_t j = 0; j < nkeys; j++)
-            if (strlen(keys[j]) == klen && memcmp(keys[j], k, klen) == 0) {
-                idx = (int)j;
-                break;
-            }
+        if (cf_mp_read_str_field(&d->r, path[0] ? path : "message", "string keys", &k, &klen, d->err) < 0)
+            return -1;
+        int idx = cf_name_index(keys, 0, nkeys, k, klen);
         char fp[PATH_MAX_LEN];
         if (idx < 0) {
             /* Forward compatibility: newer minor versions add fields. */
-            sub_path(fp, path, "(unknown field)");
+            cf_field_path(fp, sizeof(fp), path, "(unknown field)");
             if (cf_mp_skip(&d->r, depth + 1, d->err) < 0)
                 return dec_wrap(d, fp);
             continue;
         }
-        sub_path(fp, path, keys[idx]);
+        cf_field_path(fp, sizeof(fp), path, keys[idx]);
         if (seen & (1ull << idx))
             return cf_error_set(d->err, CF_E_INVALID, "%s: duplicate field", fp);
         seen |= 1ull << idx;
@@ -1109,14 +1077,10 @@ static int diag_field(dec *d, void *obj, int idx, const char *path, unsigned dep
 
 static int dec_diagnostics(dec *d, const char *path, unsigned depth, cf_result *res)
 {
-    if (cf_mp_peek(&d->r) != CF_MP_ARRAY)
-        return dec_expect(d, path, "array of maps");
     uint32_t n;
-    if (cf_mp_read_array(&d->r, depth, &n, d->err) < 0)
-        return dec_wrap(d, path);
-    cf_diagnostic *v = calloc(n ? n : 1, sizeof(*v));
+    cf_diagnostic *v = dec_list(d, path, depth, CF_MP_ARRAY, "array of maps", sizeof(*v), &n);
     if (!v)
-        return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+        return -1;
     res->diagnostics = v;
     res->n_diagnostics = n;
     for (uint32_t i = 0; i < n; i++) {
@@ -1135,18 +1099,13 @@ static int result_field(dec *d, void *obj, int idx, const char *path, unsigned d
     case RS_V: return cf_mp_skip(&d->r, depth, d->err);
     case RS_ID: return dec_str(d, path, &res->id);
     case RS_STATUS: {
-        int s;
-        if (cf_mp_peek(&d->r) != CF_MP_STR)
-            return dec_expect(d, path, "string");
-        /* status names have no "unspecified" slot: index from 0 */
         const uint8_t *sv;
         size_t len;
-        if (cf_mp_read_str(&d->r, d->lim->max_str_bytes, &sv, &len, d->err) < 0)
-            return dec_wrap(d, path);
-        for (s = 0; s < CF_STATUS__COUNT; s++)
-            if (strlen(status_names[s]) == len && memcmp(status_names[s], sv, len) == 0)
-                break;
-        if (s == CF_STATUS__COUNT)
+        if (cf_mp_read_str_field(&d->r, path, "string", &sv, &len, d->err) < 0)
+            return -1;
+        /* status names have no "unspecified" slot: index from 0 */
+        int s = cf_name_index(status_names, 0, CF_STATUS__COUNT, sv, len);
+        if (s < 0)
             return cf_error_set(d->err, CF_E_INVALID, "%s: unknown value", path);
         res->status = (cf_status)s;
         return 0;
@@ -1188,72 +1147,11 @@ static int result_field(dec *d, void *obj, int idx, const char *path, unsigned d
     }
 }
 
-/* First pass: the whole message is one well-formed map within limits, with
- * nothing after it, and its "v" is 1.  Allocates nothing. */
-static int prescan(const void *buf, size_t len, const cf_decode_limits *lim, cf_error *err)
-{
-    if (!buf || len == 0)
-        return cf_error_set(err, CF_E_INVALID, "empty message");
-    if (len > lim->max_total_bytes)
-        return cf_error_set(err, CF_E_LIMIT, "message of %zu bytes exceeds the limit of %zu", len,
-                            lim->max_total_bytes);
-    cf_mp_reader r;
-    cf_mp_reader_init(&r, buf, len, lim);
-    if (cf_mp_peek(&r) != CF_MP_MAP)
-        return cf_error_set(err, CF_E_INVALID, "message: expected a msgpack map, got %s",
-                            cf_mp_kind_name(cf_mp_peek(&r)));
-    uint32_t n;
-    if (cf_mp_read_map(&r, 1, &n, err) < 0)
-        return cf_error_wrap(err, "message");
-    bool have_v = false;
-    int64_t v = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *k;
-        size_t klen;
-        if (cf_mp_peek(&r) != CF_MP_STR) {
-            if (cf_mp_peek(&r) == CF_MP_END)
-                return cf_error_set(err, CF_E_INVALID, "message: truncated message");
-            return cf_error_set(err, CF_E_INVALID, "message: expected string keys");
-        }
-        if (cf_mp_read_str(&r, lim->max_str_bytes, &k, &klen, err) < 0)
-            return cf_error_wrap(err, "message");
-        if (klen == 1 && k[0] == 'v') {
-            cf_mp_kind kind = cf_mp_peek(&r);
-            if (have_v)
-                return cf_error_set(err, CF_E_INVALID, "v: duplicate field");
-            if (kind == CF_MP_END)
-                return cf_error_set(err, CF_E_INVALID, "v: truncated message");
-            if ((kind != CF_MP_UINT && kind != CF_MP_INT) || cf_mp_read_int(&r, &v, NULL) < 0)
-                return cf_error_set(err, CF_E_INVALID, "v: expected integer");
-            have_v = true;
-            continue;
-        }
-        if (cf_mp_skip(&r, 2, err) < 0) {
-            char key[48];
-            size_t kl = klen < sizeof(key) - 1 ? klen : sizeof(key) - 1;
-            /* Name the field only if it is printable: the bytes are hostile. */
-            bool printable = cf_id_valid((const char *)k, kl);
-            if (printable) {
-                memcpy(key, k, kl);
-                key[kl] = '\0';
-            }
-            return cf_error_wrap(err, "%s", printable ? key : "(field)");
-        }
-    }
-    if (r.p != r.end)
-        return cf_error_set(err, CF_E_INVALID, "%zu trailing bytes after the message", cf_mp_remaining(&r));
-    if (!have_v)
-        return cf_error_set(err, CF_E_INVALID, "missing required field \"v\"");
-    if (v != CF_SCHEMA_VERSION)
-        return cf_error_set(err, CF_E_UNSUPPORTED, "unsupported schema version %lld", (long long)v);
-    return 0;
-}
-
 int cf_request_decode(const void *buf, size_t len, const cf_decode_limits *limits, cf_request *out, cf_error *err)
 {
     memset(out, 0, sizeof(*out));
     dec d = {.lim = limits ? limits : &cf_decode_limits_default, .err = err};
-    if (prescan(buf, len, d.lim, err) < 0)
+    if (cf_msg_prescan(buf, len, d.lim, NULL, 0, err) < 0)
         return -1;
     cf_mp_reader_init(&d.r, buf, len, d.lim);
     if (dec_object(&d, "", 1, rq_keys, RQ__COUNT, request_field, out, NULL) < 0 || request_check(out, false, err) < 0) {
@@ -1267,7 +1165,7 @@ int cf_result_decode(const void *buf, size_t len, const cf_decode_limits *limits
 {
     memset(out, 0, sizeof(*out));
     dec d = {.lim = limits ? limits : &cf_decode_limits_default, .err = err};
-    if (prescan(buf, len, d.lim, err) < 0)
+    if (cf_msg_prescan(buf, len, d.lim, NULL, 0, err) < 0)
         return -1;
     cf_mp_reader_init(&d.r, buf, len, d.lim);
     uint64_t seen = 0;

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "cf_schema.h"
 
 /* Hard ceiling on nesting whatever the caller's limits say: it bounds the
@@ -91,5 +93,28 @@ int cf_value_check(const cf_bytes *v, const char *field, cf_error *err);
  * padding; whitespace is not allowed. */
 char *cf_base64_encode(const uint8_t *data, size_t len, size_t *outlen);
 int cf_base64_decode(const char *s, size_t slen, size_t max, cf_bytes *out, cf_error *err);
+
+/* ---- helpers shared by the codecs (cf_schema_util.c) ---- */
+
+/* Index of the name s[0..len) in table[first..n), or -1. */
+int cf_name_index(const char *const *table, size_t first, size_t n, const uint8_t *s, size_t len);
+/* "parent.key", or "key" at the top level (parent ""); truncated to size. */
+void cf_field_path(char *buf, size_t size, const char *parent, const char *key);
+/* A str value, zero-copy, capped by lim->max_str_bytes; errors name path
+ * ("truncated message", "expected <what>"). */
+int cf_mp_read_str_field(cf_mp_reader *r, const char *path, const char *what, const uint8_t **s, size_t *len,
+                         cf_error *err);
+/* A str value copied into *out (replacing it): valid UTF-8, no NUL bytes. */
+int cf_mp_read_cstr(cf_mp_reader *r, const char *path, char **out, cf_error *err);
+/* First decode pass over a top-level message: one well-formed map within
+ * lim, nothing after it, "v" == CF_SCHEMA_VERSION.  Allocates nothing.
+ * When a value fails to skip, its key is echoed only if it is in known
+ * (or, with known NULL, if it is short printable ASCII). */
+int cf_msg_prescan(const void *buf, size_t len, const cf_decode_limits *lim, const char *const *known, size_t nknown,
+                   cf_error *err);
+/* JSON form: a string member value (no NUL, within the default limits)
+ * copied into *out; and the optional "v" member. */
+int cf_json_str_of(const json_t *v, const char *path, char **out, cf_error *err);
+int cf_json_version_check(const json_t *o, cf_error *err);
 
 #endif

@@ -515,14 +515,6 @@ json_t *cf_result_to_json(const cf_result *res)
 
 /* ---- JSON -> struct ----------------------------------------------------- */
 
-static void jpath(char *buf, const char *parent, const char *key)
-{
-    if (parent[0])
-        snprintf(buf, JPATH_MAX, "%s.%s", parent, key);
-    else
-        snprintf(buf, JPATH_MAX, "%s", key);
-}
-
 /* Optional members: absent or null leave *out alone. */
 static const json_t *jget(const json_t *o, const char *k)
 {
@@ -530,27 +522,12 @@ static const json_t *jget(const json_t *o, const char *k)
     return json_is_null(v) ? NULL : v;
 }
 
-static int jstr_of(const json_t *v, const char *path, char **out, cf_error *err)
-{
-    if (!json_is_string(v))
-        return cf_error_set(err, CF_E_INVALID, "%s: expected string", path);
-    size_t len = json_string_length(v);
-    if (len > cf_decode_limits_default.max_str_bytes)
-        return cf_error_set(err, CF_E_LIMIT, "%s: string of %zu bytes exceeds the limit of %zu", path, len,
-                            cf_decode_limits_default.max_str_bytes);
-    if (strlen(json_string_value(v)) != len)
-        return cf_error_set(err, CF_E_INVALID, "%s: string contains a NUL byte", path);
-    if (cf_str_set(out, json_string_value(v)) < 0)
-        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", path);
-    return 0;
-}
-
 static int jstr(const json_t *o, const char *parent, const char *k, char **out, cf_error *err)
 {
     const json_t *v = jget(o, k);
     char path[JPATH_MAX];
-    jpath(path, parent, k);
-    return v ? jstr_of(v, path, out, err) : 0;
+    cf_field_path(path, sizeof(path), parent, k);
+    return v ? cf_json_str_of(v, path, out, err) : 0;
 }
 
 static int jnonneg(const json_t *o, const char *parent, const char *k, int64_t *out, cf_error *err)
@@ -559,7 +536,7 @@ static int jnonneg(const json_t *o, const char *parent, const char *k, int64_t *
     if (!v)
         return 0;
     char path[JPATH_MAX];
-    jpath(path, parent, k);
+    cf_field_path(path, sizeof(path), parent, k);
     if (!json_is_integer(v) || json_integer_value(v) < 0)
         return cf_error_set(err, CF_E_INVALID, "%s: expected non-negative integer", path);
     *out = (int64_t)json_integer_value(v);
@@ -602,6 +579,26 @@ static int jbytes(const json_t *o, const char *k, cf_bytes *out, cf_error *err)
     return v ? jbytes_of(v, k, out, err) : 0;
 }
 
+/* An array (or object) member with at most max_elements entries: allocates
+ * that many zeroed elements of elsize bytes (one when empty). */
+static void *jlist(const json_t *v, const char *path, bool object, const char *what, size_t elsize, size_t *n,
+                   cf_error *err)
+{
+    if (object ? !json_is_object(v) : !json_is_array(v)) {
+        cf_error_set(err, CF_E_INVALID, "%s: expected %s", path, what);
+        return NULL;
+    }
+    *n = object ? json_object_size(v) : json_array_size(v);
+    if (*n > cf_decode_limits_default.max_elements) {
+        cf_error_set(err, CF_E_LIMIT, "%s: %zu entries exceed the limit", path, *n);
+        return NULL;
+    }
+    void *a = calloc(*n ? *n : 1, elsize);
+    if (!a)
+        cf_error_set(err, CF_E_NOMEM, "%s: out of memory", path);
+    return a;
+}
+
 static int jstrv(const json_t *o, const char *parent, const char *k, char ***out, size_t *n_out, bool *set,
                  cf_error *err)
 {
@@ -609,15 +606,11 @@ static int jstrv(const json_t *o, const char *parent, const char *k, char ***out
     if (!v)
         return 0;
     char path[JPATH_MAX];
-    jpath(path, parent, k);
-    if (!json_is_array(v))
-        return cf_error_set(err, CF_E_INVALID, "%s: expected array of strings", path);
-    size_t n = json_array_size(v);
-    if (n > cf_decode_limits_default.max_elements)
-        return cf_error_set(err, CF_E_LIMIT, "%s: %zu entries exceed the limit", path, n);
-    char **a = calloc(n ? n : 1, sizeof(*a));
+    cf_field_path(path, sizeof(path), parent, k);
+    size_t n;
+    char **a = jlist(v, path, false, "array of strings", sizeof(*a), &n, err);
     if (!a)
-        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", path);
+        return -1;
     *out = a;
     *n_out = n;
     if (set)
@@ -625,7 +618,7 @@ static int jstrv(const json_t *o, const char *parent, const char *k, char ***out
     for (size_t i = 0; i < n; i++) {
         char ip[JPATH_MAX + 32];
         snprintf(ip, sizeof(ip), "%s[%zu]", path, i);
-        if (jstr_of(json_array_get(v, i), ip, &a[i], err) < 0)
+        if (cf_json_str_of(json_array_get(v, i), ip, &a[i], err) < 0)
             return -1;
     }
     return 0;
@@ -636,14 +629,10 @@ static int jstrmap(const json_t *o, const char *k, cf_strmap_entry **out, size_t
     const json_t *v = jget(o, k);
     if (!v)
         return 0;
-    if (!json_is_object(v))
-        return cf_error_set(err, CF_E_INVALID, "%s: expected object of strings", k);
-    size_t n = json_object_size(v);
-    if (n > cf_decode_limits_default.max_elements)
-        return cf_error_set(err, CF_E_LIMIT, "%s: %zu entries exceed the limit", k, n);
-    cf_strmap_entry *m = calloc(n ? n : 1, sizeof(*m));
+    size_t n;
+    cf_strmap_entry *m = jlist(v, k, true, "object of strings", sizeof(*m), &n, err);
     if (!m)
-        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", k);
+        return -1;
     *out = m;
     *n_out = n;
     size_t i = 0;
@@ -654,7 +643,7 @@ static int jstrmap(const json_t *o, const char *k, cf_strmap_entry **out, size_t
         snprintf(ip, sizeof(ip), "%s[%zu]", k, i);
         if (cf_str_set(&m[i].key, key) < 0)
             return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", ip);
-        if (jstr_of(val, ip, &m[i].value, err) < 0)
+        if (cf_json_str_of(val, ip, &m[i].value, err) < 0)
             return -1;
         i++;
     }
@@ -680,24 +669,11 @@ static int jvalue(const json_t *o, const char *k, const char *rawk, cf_bytes *ou
     return 0;
 }
 
-static int jversion(const json_t *o, cf_error *err)
-{
-    const json_t *v = json_object_get(o, "v");
-    if (!v)
-        return 0; /* the JSON form defaults to the current version */
-    if (!json_is_integer(v))
-        return cf_error_set(err, CF_E_INVALID, "v: expected integer");
-    if (json_integer_value(v) != CF_SCHEMA_VERSION)
-        return cf_error_set(err, CF_E_UNSUPPORTED, "unsupported schema version %lld",
-                            (long long)json_integer_value(v));
-    return 0;
-}
-
 static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
 {
     if (!json_is_object(o))
         return cf_error_set(err, CF_E_INVALID, "message: expected a JSON object");
-    if (jversion(o, err) < 0 || jstr(o, "", "id", &r->id, err) < 0)
+    if (cf_json_version_check(o, err) < 0 || jstr(o, "", "id", &r->id, err) < 0)
         return -1;
     const json_t *lang = jget(o, "language");
     if (lang) {
@@ -712,14 +688,10 @@ static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
         return -1;
     const json_t *files = jget(o, "files");
     if (files) {
-        if (!json_is_object(files))
-            return cf_error_set(err, CF_E_INVALID, "files: expected object of path to bytes");
-        size_t n = json_object_size(files);
-        if (n > cf_decode_limits_default.max_elements)
-            return cf_error_set(err, CF_E_LIMIT, "files: %zu entries exceed the limit", n);
-        r->files = calloc(n ? n : 1, sizeof(*r->files));
+        size_t n;
+        r->files = jlist(files, "files", true, "object of path to bytes", sizeof(*r->files), &n, err);
         if (!r->files)
-            return cf_error_set(err, CF_E_NOMEM, "files: out of memory");
+            return -1;
         r->n_files = n;
         size_t i = 0;
         const char *path;
@@ -802,7 +774,7 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
 {
     if (!json_is_object(o))
         return cf_error_set(err, CF_E_INVALID, "message: expected a JSON object");
-    if (jversion(o, err) < 0 || jstr(o, "", "id", &r->id, err) < 0)
+    if (cf_json_version_check(o, err) < 0 || jstr(o, "", "id", &r->id, err) < 0)
         return -1;
     const json_t *st = jget(o, "status");
     if (!st)
@@ -829,14 +801,10 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
         return -1;
     const json_t *dg = jget(o, "diagnostics");
     if (dg) {
-        if (!json_is_array(dg))
-            return cf_error_set(err, CF_E_INVALID, "diagnostics: expected array of objects");
-        size_t n = json_array_size(dg);
-        if (n > cf_decode_limits_default.max_elements)
-            return cf_error_set(err, CF_E_LIMIT, "diagnostics: %zu entries exceed the limit", n);
-        r->diagnostics = calloc(n ? n : 1, sizeof(*r->diagnostics));
+        size_t n;
+        r->diagnostics = jlist(dg, "diagnostics", false, "array of objects", sizeof(*r->diagnostics), &n, err);
         if (!r->diagnostics)
-            return cf_error_set(err, CF_E_NOMEM, "diagnostics: out of memory");
+            return -1;
         r->n_diagnostics = n;
         for (size_t i = 0; i < n; i++) {
             const json_t *e = json_array_get(dg, i);
