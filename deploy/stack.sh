@@ -274,9 +274,13 @@ start_redis() {
         redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
         --daemonize no --dir "$REDIS_DIR" --logfile ''
     local i
+    local pid
+    pid=$(read_pid "$REDIS_DIR/redis.pid")
     for ((i = 0; i < 100; i++)); do
         redis_ping && break
-        if ! redis_running; then
+        # Only the pid tells whether it died: while redis rewrites its
+        # process title, /proc/<pid>/cmdline can read empty for a moment.
+        if ! kill -0 "$pid" 2>/dev/null || [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]]; then
             tail -n 20 "$REDIS_DIR/redis.log" >&2 || true
             cf_die "redis exited during start-up (log above)"
         fi
