@@ -5,6 +5,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "unit/request_builders.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -73,39 +75,7 @@ static int teardown(void **state)
 
 static void req_init(cf_request *r, cf_language lang, const char *code)
 {
-    memset(r, 0, sizeof(*r));
-    r->id = strdup("req-1");
-    r->language = lang;
-    if (code)
-        cf_bytes_set(&r->code, code, strlen(code));
-    r->policy.timeout_us = 10 * SEC;
-    r->policy.max_stdout_bytes = 1 << 20;
-    r->policy.max_stderr_bytes = 1 << 20;
-}
-
-static void req_argv(cf_request *r, size_t n, const char *const *argv)
-{
-    r->argv = calloc(n, sizeof(char *));
-    for (size_t i = 0; i < n; i++)
-        r->argv[i] = strdup(argv[i]);
-    r->argc = n;
-}
-
-static void req_env(cf_request *r, const char *k, const char *v)
-{
-    r->env = realloc(r->env, (r->n_env + 1) * sizeof(*r->env));
-    r->env[r->n_env].key = strdup(k);
-    r->env[r->n_env].value = strdup(v);
-    r->n_env++;
-}
-
-static void req_file(cf_request *r, const char *path, const char *content)
-{
-    r->files = realloc(r->files, (r->n_files + 1) * sizeof(*r->files));
-    memset(&r->files[r->n_files], 0, sizeof(r->files[0]));
-    r->files[r->n_files].path = strdup(path);
-    cf_bytes_set(&r->files[r->n_files].content, content, strlen(content));
-    r->n_files++;
+    req_init_timeout(r, lang, code, 10 * SEC);
 }
 
 static int run(fixture *f, int slot, const cf_request *req, cf_result *res)
