@@ -21,7 +21,9 @@
  *   - when the main process exits, leftover processes are killed too and the
  *     pipes are drained without blocking;
  *   - failures in the child before exec travel back over a CLOEXEC pipe and
- *     are reported as setup failures (the sandbox broke), not user failures.
+ *     are reported as setup failures (the sandbox broke), not user failures;
+ *     a failing execve itself is reported apart (outcome.exec_failed): the
+ *     caller decides whose mistake the program's path was.
  */
 #ifndef CF_RUNNER_H
 #define CF_RUNNER_H
@@ -68,6 +70,14 @@ typedef struct cf_run_spec {
     uid_t stdio_uid;
     gid_t stdio_gid;
     int clone_flags;       /* extra CLONE_NEW* flags for the child (sandbox) */
+    /* Run a minimal init as the child (after child_setup) with the program
+     * as its only child: init reaps every orphan, forwards the signals it
+     * receives to the program, and reports the program's own exit status
+     * or signal, which the outcome then shows.  For a new pid namespace,
+     * where the first process is the namespace's init and the kernel drops
+     * default-action signals sent to it from inside (so `kill -9 $$` would
+     * otherwise do nothing).  Not with the vfork fast path. */
+    bool init;
 
     /* Runs in the child before exec: only async-signal-safe calls.  Returns
      * 0 or -1 with errno set; msg (static text) says what failed. */
@@ -100,6 +110,11 @@ typedef struct cf_run_outcome {
     bool timed_out;        /* killed by the wall-clock timeout */
     bool cancelled;        /* killed because *cancel became non-zero */
     bool cpu_exceeded;     /* the cpu_usage_us hook went past cpu_limit_us */
+    /* execve of spec->path failed (not found, not executable, bad format):
+     * everything before it worked, so this is about the program chosen,
+     * not the machinery.  exit_code is then 127. */
+    bool exec_failed;
+    int exec_errno;
     cf_buf out;            /* captured stdout (at most max_stdout) */
     cf_buf err;            /* captured stderr (at most max_stderr) */
     bool out_truncated;

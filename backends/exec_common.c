@@ -681,9 +681,26 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
             err->retriable = true;
         return -1;
     }
-    if (cpu_us >= 0)
-        o->cpu_us = cpu_us;
-    map_outcome(o, job->req, oom_killed, job->base->memory_is_rlimit_as, res);
+    if (o->exec_failed) {
+        /* Interpreters are the operator's choice: their failing to start is
+         * ours.  A command's program is the caller's: not found or not
+         * executable where it runs is the caller's mistake. */
+        char shown[100];
+        cf_exec_printable(job->exe, strlen(job->exe), shown, sizeof(shown));
+        if (job->interp)
+            return cf_error_set_errno(err, CF_E_SANDBOX, o->exec_errno, "%s: cannot execute the interpreter '%s'",
+                                      job->who, shown);
+        o->timed_out = o->cpu_exceeded = false;
+        oom_killed = false;
+        map_outcome(o, job->req, false, false, res);
+        res->status = CF_STATUS_FAILED;
+        cf_result_set_reason(res, "cannot execute '%s'%s: %s", shown,
+                             job->base->exec_where ? job->base->exec_where : "", strerror(o->exec_errno));
+    } else {
+        if (cpu_us >= 0)
+            o->cpu_us = cpu_us;
+        map_outcome(o, job->req, oom_killed, job->base->memory_is_rlimit_as, res);
+    }
     res->stdout_truncated = o->out_truncated;
     res->stderr_truncated = o->err_truncated;
     size_t len;

@@ -52,6 +52,7 @@ typedef struct cf_exec_base {
     size_t max_output_file_bytes;
     uint32_t languages; /* bit per cf_language available */
     bool memory_is_rlimit_as; /* memory = RLIMIT_AS (explains node's SIGTRAP) */
+    const char *exec_where;   /* "inside the sandbox", for reasons; NULL: nothing */
     char notes[CF_EXEC_NOTES_BYTES];
 } cf_exec_base;
 

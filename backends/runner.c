@@ -47,33 +47,146 @@ struct run_clone_args {
     uint64_t tls;
 };
 
-/* What a child that failed before exec writes back: fixed size, below
- * PIPE_BUF, so it arrives whole or not at all. */
+/* What the child writes back over the report pipe: fixed size, below
+ * PIPE_BUF, so a record arrives whole or not at all.  A setup failure or
+ * an execve failure ends the child; with spec->init, init adds the
+ * program's wait status when the program ended. */
+enum { REPORT_SETUP = 0, REPORT_EXEC = 1, REPORT_STATUS = 2 };
 struct run_report {
-    int err;
-    char msg[124];
+    int kind;
+    int err;    /* errno (SETUP, EXEC) */
+    int status; /* wait status of the program (STATUS) */
+    char msg[116];
 };
+
+/* Where the process's argv strings live (fields 48-49 of /proc/self/stat),
+ * read once in the parent; zero when unknown. */
+struct cmdline_area {
+    uintptr_t start, end;
+};
+
+static struct cmdline_area cmdline_area;
+static pthread_once_t cmdline_once = PTHREAD_ONCE_INIT;
+
+static void cmdline_area_read(void)
+{
+    char buf[2048];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    /* The command name (field 2) may hold spaces: count from its ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return;
+    unsigned long long v[50] = {0};
+    int field = 2;
+    for (char *tok = p + 1; *tok && field < 49;) {
+        while (*tok == ' ')
+            tok++;
+        if (!*tok)
+            break;
+        field++;
+        v[field] = strtoull(tok, NULL, 10); /* field 3 is a letter: 0, unused */
+        while (*tok && *tok != ' ')
+            tok++;
+    }
+    if (field >= 49 && v[49] > v[48]) {
+        cmdline_area.start = (uintptr_t)v[48];
+        cmdline_area.end = (uintptr_t)v[49];
+    }
+}
 
 struct child_args {
     const cf_run_spec *spec;
+    struct cmdline_area cmdline;
     int in_r, out_w, err_w, rep_w, bar_r, bar_w;
     bool barrier; /* wait for the parent's go before anything else */
 };
 
 /* ---- child side: async-signal-safe calls only from here to execve ---- */
 
-static __attribute__((noreturn)) void child_fail(int fd, int e, const char *msg)
+static void report(int fd, int kind, int e, int status, const char *msg)
 {
     struct run_report r;
     memset(&r, 0, sizeof(r));
+    r.kind = kind;
     r.err = e;
+    r.status = status;
     for (size_t i = 0; msg && msg[i] && i + 1 < sizeof(r.msg); i++)
         r.msg[i] = msg[i];
     ssize_t w;
     do
         w = write(fd, &r, sizeof(r));
     while (w < 0 && errno == EINTR);
+}
+
+static __attribute__((noreturn)) void child_fail(int fd, int e, const char *msg)
+{
+    report(fd, REPORT_SETUP, e, 0, msg);
     _exit(127);
+}
+
+/* The init of a pid namespace (spec->init), in the spirit of tini and
+ * bubblewrap's monitor: every signal stays blocked and is taken with
+ * sigwaitinfo (a blocked signal is queued even for a namespace init, whose
+ * default-action signals the kernel would otherwise drop); SIGCHLD reaps
+ * every zombie, anything else is forwarded to the program.  When the
+ * program ends, the rest of the namespace is killed, its wait status goes
+ * to the report pipe and init exits with its exit code (128+signal when
+ * signalled, for readers of the bare status).  Runs on the fds the runner
+ * set up: stdio is closed so the program alone holds the output pipes. */
+static __attribute__((noreturn)) void init_main(pid_t program, int rep, const sigset_t *all,
+                                                const struct cmdline_area *cmd)
+{
+    /* init is a copy of the worker that never execs: /proc/1/cmdline,
+     * readable by the program, would show the worker's command line. */
+    if (cmd->start && cmd->end > cmd->start) {
+        static const char name[] = "codefleet-init";
+        char *p = (char *)cmd->start;
+        size_t len = (size_t)(cmd->end - cmd->start);
+        memset(p, 0, len);
+        if (len > sizeof(name))
+            memcpy(p, name, sizeof(name));
+    }
+    /* Only the report pipe (fd 3) stays: a copy of a stdio pipe end here
+     * would keep the program's stdin or output from ever reaching EOF. */
+    for (int fd = 0; fd < 3; fd++)
+        close(fd);
+    if (syscall(SYS_close_range, 4u, ~0u, 0u) < 0)
+        for (int fd = 4; fd < 65536; fd++)
+            close(fd);
+    int status = 0;
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(all, &si);
+        if (sig < 0)
+            continue; /* EINTR */
+        if (sig != SIGCHLD) {
+            (void)kill(program, sig);
+            continue;
+        }
+        bool done = false;
+        for (;;) {
+            int st;
+            pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
+            if (p <= 0)
+                break;
+            if (p == program) {
+                status = st;
+                done = true;
+            }
+        }
+        if (done)
+            break;
+    }
+    (void)kill(-1, SIGKILL); /* in a pid namespace: everyone but init */
+    report(rep, REPORT_STATUS, 0, status, "init");
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
 static __attribute__((noreturn)) void child_main(const struct child_args *a)
@@ -110,7 +223,9 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     }
     sigset_t none;
     sigemptyset(&none);
-    if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+    /* With an init, signals stay blocked until the fork below: init takes
+     * them with sigwaitinfo, the program unblocks them. */
+    if (!spec->init && sigprocmask(SIG_SETMASK, &none, NULL) < 0)
         child_fail(rep, errno, "sigprocmask");
 
     /* The fd limit before our rlimits apply, for the close fallback. */
@@ -173,6 +288,19 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
             child_fail(rep, errno, msg);
     }
 
+    if (spec->init) {
+        sigset_t all;
+        sigfillset(&all);
+        /* A raw fork: no atfork handlers in this child of a threaded worker. */
+        long p = syscall(SYS_clone, (unsigned long)SIGCHLD, 0L, 0L, 0L, 0L);
+        if (p < 0)
+            child_fail(rep, errno, "fork of the program under init");
+        if (p > 0)
+            init_main((pid_t)p, rep, &all, &a->cmdline);
+        if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+            child_fail(rep, errno, "sigprocmask");
+    }
+
     if (spec->cwd && chdir(spec->cwd) < 0)
         child_fail(rep, errno, "chdir");
 
@@ -184,7 +312,8 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     }
 
     execve(spec->path, spec->argv, spec->envp);
-    child_fail(rep, errno, "execve");
+    report(rep, REPORT_EXEC, errno, 0, "execve");
+    _exit(127);
 }
 
 /* ---- parent side ---- */
@@ -241,7 +370,7 @@ static pid_t spawn_vfork(struct child_args *a, int *pidfd)
 static pid_t spawn(struct child_args *a, int *pidfd)
 {
     *pidfd = -1;
-    if (VFORK_USABLE && !a->spec->parent_setup && !a->spec->clone_flags) {
+    if (VFORK_USABLE && !a->spec->parent_setup && !a->spec->clone_flags && !a->spec->init) {
         pid_t pid = spawn_vfork(a, pidfd);
         if (pid > 0 || (errno != EINVAL && errno != ENOSYS))
             return pid;
@@ -385,7 +514,12 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     sigpending(&pending_before);
     bool sigpipe_was_pending = sigismember(&pending_before, SIGPIPE) == 1;
 
-    struct child_args ca = {spec, in_p[0], out_p[1], err_p[1], rep_p[1], bar_p[0], bar_p[1], true};
+    struct child_args ca = {.spec = spec, .in_r = in_p[0], .out_w = out_p[1], .err_w = err_p[1], .rep_w = rep_p[1],
+                            .bar_r = bar_p[0], .bar_w = bar_p[1], .barrier = true};
+    if (spec->init) {
+        pthread_once(&cmdline_once, cmdline_area_read);
+        ca.cmdline = cmdline_area;
+    }
     pid = spawn(&ca, &pidfd);
     int spawn_errno = errno;
     run_mask = old_mask;
@@ -562,19 +696,37 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
         out->signal = WTERMSIG(status);
     }
 
-    /* Did the child die before exec?  Its report was written before _exit. */
-    struct run_report rep;
-    ssize_t rr;
-    do
-        rr = read(rep_p[0], &rep, sizeof(rep));
-    while (rr < 0 && errno == EINTR);
-    if (rr == (ssize_t)sizeof(rep)) {
+    /* What the child reported: a failure before exec, a failed execve, or
+     * (init) the program's own status.  Each was written before its writer
+     * exited, so it is all there now. */
+    for (int nrep = 0; nrep < 4; nrep++) {
+        struct run_report rep;
+        ssize_t rr;
+        do
+            rr = read(rep_p[0], &rep, sizeof(rep));
+        while (rr < 0 && errno == EINTR);
+        if (rr != (ssize_t)sizeof(rep))
+            break;
         rep.msg[sizeof(rep.msg) - 1] = '\0';
-        cf_error_set_errno(err, CF_E_SANDBOX, rep.err, "runner: child setup failed before exec (%s of %s)",
-                           rep.msg, spec->path);
-        if (err)
-            err->retriable = false;
-        goto restore;
+        if (rep.kind == REPORT_EXEC) {
+            out->exec_failed = true;
+            out->exec_errno = rep.err;
+            out->exited = true;
+            out->exit_code = 127;
+            out->signal = 0;
+        } else if (rep.kind == REPORT_STATUS) {
+            if (out->exec_failed)
+                continue;
+            out->exited = WIFEXITED(rep.status);
+            out->exit_code = out->exited ? WEXITSTATUS(rep.status) : 0;
+            out->signal = WIFSIGNALED(rep.status) ? WTERMSIG(rep.status) : 0;
+        } else {
+            cf_error_set_errno(err, CF_E_SANDBOX, rep.err, "runner: child setup failed before exec (%s of %s)",
+                               rep.msg, spec->path);
+            if (err)
+                err->retriable = false;
+            goto restore;
+        }
     }
     rc = 0;
     goto restore;

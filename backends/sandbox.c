@@ -12,9 +12,12 @@
  *
  * cpu_time is the execution's total CPU, from the cgroup's accounting
  * polled by the runner (cpu_usage_us hook), with RLIMIT_CPU a second past
- * it as a per-process backstop: the program is pid 1 of its pid namespace,
- * where SIGXCPU (like every default-action signal sent from inside) is
- * ignored, so only the rlimit's SIGKILL would act.
+ * it as a per-process backstop (soft = hard, so its SIGKILL acts even on a
+ * program that handles SIGXCPU).
+ *
+ * pid 1 of the namespace is the runner's init (spec.init), the program its
+ * child: signals it sends itself act as on a host, orphans are reaped, and
+ * the program's own exit status or signal is reported.
  *
  * Per execution:
  *   <work_root>/cfsb-<pid>.<n>/s<slot>   a tmpfs mounted for this execution
@@ -267,6 +270,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         return cf_error_set(err, CF_E_NOMEM, "sandbox: out of memory");
     if (cf_exec_base_init(&st->base, "sandbox", cfg, err) < 0)
         goto fail;
+    st->base.exec_where = " inside the sandbox";
     st->slots = cfg->slots > 0 ? cfg->slots : 1;
     st->uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
     st->def_memory = or_default(cfg->sandbox_memory_bytes, DEFAULT_MEMORY);
@@ -379,9 +383,8 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                       st->cg_peak ? "the cgroup's peak incl. tmpfs/shm and page cache (reset per execution)"
                                   : "the largest process's peak RSS (getrusage; NO per-execution cgroup peak here)");
     cf_exec_notes_add(&st->base,
-                      "the program is pid 1 of its pid namespace: signals with the default action sent from inside "
-                      "(kill $$, SIGXCPU/SIGXFSZ of rlimits) are ignored, max_file_size makes writes fail with EFBIG "
-                      "instead of killing the writer, orphans are reparented to the program");
+                      "pid 1 of the pid namespace is a minimal init (reaps orphans, forwards signals, reports the "
+                      "program's own exit or signal); one more process than max_processes is allowed for it");
     cf_exec_notes_add(&st->base,
                       "network=enabled shares the host network namespace, otherwise an empty one (loopback only); "
                       "host uids %lld..%lld; work dir tmpfs %lld MiB, /tmp %lld MiB",
@@ -607,7 +610,8 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
                               pol->memory_bytes > 0 ? "memory" : "max_processes");
 
     cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
-                            .pids_max = pol->max_processes > 0 ? pol->max_processes : st->def_pids};
+                            /* +1: the namespace's init (the runner's), which is not the program's */
+                            .pids_max = (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + 1};
     int64_t oom_before = 0, cpu_before = -1;
     bool peak_ok = false;
     if (st->cgenv) {
@@ -673,8 +677,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
                           .host_uid = host_id, .host_gid = host_id, .network = network, .loopback = true,
                           .join_fds = s->join_fds, .n_join = s->n_join};
     /* cpu_time is the execution's total, from the cgroup: RLIMIT_CPU is
-     * per process and its SIGXCPU would be ignored by the program (pid 1
-     * of its namespace).  The rlimit stays as a backstop, hard = soft, a
+     * per process.  The rlimit stays as a backstop, hard = soft, a
      * second past the limit so the cgroup check fires first.  Without
      * accounting: RLIMIT_CPU alone, its SIGKILL at the limit. */
     sb_cpu cpu = {.cg = s->cg, .before = cpu_before};

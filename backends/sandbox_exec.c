@@ -76,15 +76,18 @@ static int sx_child_setup(void *arg, const char **msg)
         *msg = "sandbox: cgroup namespace";
         return -1;
     }
-    /* Bind sources are opened with our original host credentials, before
-     * the uid change, then bound once the stage exists. */
-    int fds[CF_SANDBOX_MAX_BINDS];
-    if (cf_sandbox_fs_open_binds(sx->fs, fds, msg) < 0)
-        return -1;
+    /* Bind sources are opened with the run uid's host credentials, never
+     * as host root: a path the run uid cannot reach on the host (a file in
+     * a root-only directory) is refused here, not handed over.  The
+     * capabilities we keep in our user namespace do not apply to host
+     * files, whose owners are not mapped in it. */
     if (cf_sandbox_become(sx->uid, sx->gid) < 0) {
         *msg = "sandbox: set uid/gid";
         return -1;
     }
+    int fds[CF_SANDBOX_MAX_BINDS];
+    if (cf_sandbox_fs_open_binds(sx->fs, fds, msg) < 0)
+        return -1;
     if (cf_sandbox_fs_apply_fds(sx->fs, fds, msg) < 0)
         return -1;
     if (cf_sandbox_drop_caps() < 0) {
@@ -148,6 +151,9 @@ int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *er
     snprintf(sx->uid_map, sizeof(sx->uid_map), "%u %u 1\n", (unsigned)sx->uid, (unsigned)sx->host_uid);
     snprintf(sx->gid_map, sizeof(sx->gid_map), "%u %u 1\n", (unsigned)sx->gid, (unsigned)sx->host_gid);
     spec->clone_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+    /* The program is not the namespace's init: signals it sends itself act
+     * as on a host, orphans are reaped, its own status is reported. */
+    spec->init = true;
     if (!sx->network)
         spec->clone_flags |= CLONE_NEWNET;
     spec->set_ids = false; /* ids are set inside the user namespace */

@@ -35,10 +35,8 @@ typedef struct cf_sandbox_exec {
     bool loopback;                  /* no network: bring lo up in the empty namespace */
     const char *hostname;           /* NULL: "sandbox" */
     /* >0: RLIMIT_CPU soft = hard = this many seconds, set in the child
-     * after the runner's rlimits.  The program is pid 1 of its pid
-     * namespace and the kernel drops signals with a default action sent
-     * to a namespace init, so SIGXCPU at a soft limit does nothing: only
-     * the hard limit's SIGKILL acts. */
+     * after the runner's rlimits: the hard limit's SIGKILL acts even on a
+     * program that catches SIGXCPU. */
     long cpu_rlimit_s;
     /* filled by cf_sandbox_exec_prepare */
     char uid_map[64], gid_map[64];

@@ -168,7 +168,8 @@ static void test_identity_inside(void **state)
                                         "proc", "sbin", "tmp", "usr", "work"};
     static const char *const host_dependent[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
     char expect[512];
-    size_t n = (size_t)snprintf(expect, sizeof(expect), "1000 1000 1 sandbox /work [");
+    /* pid 2: the runner's init is 1. */
+    size_t n = (size_t)snprintf(expect, sizeof(expect), "1000 1000 2 sandbox /work [");
     bool first = true;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         bool on_host_only = false;
