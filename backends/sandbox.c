@@ -419,10 +419,26 @@ fail:
 
 /* ---- per execution ---- */
 
+/* Whether host uid `uid` (a slot's run uid: no supplementary groups, no
+ * capabilities on host files) may access an inode with mode bits `need`
+ * (4 read, 2 write, 1 search).  The permission bits only: the child opens
+ * the sources as that uid, and the kernel's check there is the one that
+ * holds; this one gives the caller a clear reason before anything runs. */
+static bool run_uid_may(const struct stat *sb, uid_t uid, unsigned need)
+{
+    unsigned bits = sb->st_uid == uid ? (sb->st_mode >> 6) & 7
+                    : sb->st_gid == uid ? (sb->st_mode >> 3) & 7
+                                        : sb->st_mode & 7;
+    return (bits & need) == need;
+}
+
 /* fs_mode=paths: an absolute, normalized host path without a symlink in
- * any component, not in /proc, /sys, /dev or the worker's work root.
- * Fills b (dst = src) with the identity the child re-checks. */
-static int check_host_path(const sb_state *st, const char *path, bool rw, cf_sandbox_bind *b, char *why, size_t wsz)
+ * any component, not in /proc, /sys, /dev or the worker's work root, that
+ * the run uid (host_id) itself may reach and read (and write, when rw): it
+ * never gets more of the host than that uid has.  Fills b (dst = src) with
+ * the identity the child re-checks. */
+static int check_host_path(const sb_state *st, const char *path, bool rw, uid_t host_id, cf_sandbox_bind *b,
+                           char *why, size_t wsz)
 {
     size_t len = path ? strlen(path) : 0;
     if (len == 0 || path[0] != '/' || len >= PATH_MAX - 64) {
@@ -468,6 +484,11 @@ static int check_host_path(const sb_state *st, const char *path, bool rw, cf_san
     char comp[NAME_MAX + 1];
     const char *p = path + 1;
     struct stat sb;
+    if (fstat(fd, &sb) < 0 || !run_uid_may(&sb, host_id, 1)) {
+        close(fd);
+        snprintf(why, wsz, "the run uid cannot search /");
+        return -1;
+    }
     while (*p) {
         const char *e = strchr(p, '/');
         size_t n = e ? (size_t)(e - p) : strlen(p);
@@ -496,11 +517,21 @@ static int check_host_path(const sb_state *st, const char *path, bool rw, cf_san
             snprintf(why, wsz, "not a directory on the way");
             return -1;
         }
+        if (e && !run_uid_may(&sb, host_id, 1)) {
+            close(fd);
+            snprintf(why, wsz, "permission denied on the host for the run uid (a directory on the way)");
+            return -1;
+        }
         p = e ? e + 1 : p + n;
     }
     close(fd);
     if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)) {
         snprintf(why, wsz, "neither a directory nor a regular file");
+        return -1;
+    }
+    unsigned need = 4u | (rw ? 2u : 0u) | (S_ISDIR(sb.st_mode) ? 1u : 0u);
+    if (!run_uid_may(&sb, host_id, need)) {
+        snprintf(why, wsz, "permission denied on the host for the run uid (%s)", rw ? "read-write" : "read");
         return -1;
     }
     *b = (cf_sandbox_bind){.src = path, .dst = path, .rw = rw, .check_id = true, .dev = sb.st_dev, .ino = sb.st_ino};
@@ -597,7 +628,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
             bool rw = i >= pol->n_fs_read_only;
             const char *p = rw ? pol->fs_read_write[i - pol->n_fs_read_only] : pol->fs_read_only[i];
             char why[128], shown[100];
-            if (check_host_path(st, p, rw, &binds[nb], why, sizeof(why)) < 0) {
+            if (check_host_path(st, p, rw, (uid_t)(st->uid_base + slot), &binds[nb], why, sizeof(why)) < 0) {
                 cf_exec_printable(p ? p : "", p ? strlen(p) : 0, shown, sizeof(shown));
                 return cf_exec_reject(res, "fs_mode=paths: %s path '%s' refused: %s", rw ? "read-write" : "read-only",
                                       shown, why);

@@ -696,6 +696,47 @@ static void test_paths_policy(void **state)
     unlink(fpath);
     rmdir(ro);
     rmdir(rw);
+
+    /* Issue 7: a world-readable file inside a root-only (0700) directory
+     * is out of the run uid's reach on the host, so it is out of the
+     * sandbox's too (it was bound by root before).  Read-write needs
+     * write permission for the run uid. */
+    char secret_dir[64], secret[96];
+    cf_strlcpy(secret_dir, "/var/tmp/cf-sbsecret-XXXXXX", sizeof(secret_dir));
+    assert_non_null(mkdtemp(secret_dir)); /* 0700, root */
+    snprintf(secret, sizeof(secret), "%s/secret.txt", secret_dir);
+    fp = fopen(secret, "w");
+    fputs("root only\n", fp);
+    fclose(fp);
+    chmod(secret, 0644);
+    const char *denied[] = {secret_dir, secret};
+    for (size_t i = 0; i < 2; i++) {
+        req_init(&req, CF_LANG_SHELL, "echo ran");
+        req.policy.fs_mode = CF_FS_PATHS;
+        req.policy.fs_read_only = strv(1, &denied[i]);
+        req.policy.n_fs_read_only = 1;
+        assert_int_equal(run(f, &req, &res), 0);
+        if (res.status != CF_STATUS_REJECTED)
+            fail_msg("path '%s' was not refused", denied[i]);
+        assert_non_null(strstr(res.reason, "permission denied on the host for the run uid"));
+        assert_int_equal(res.stdout_data.len, 0);
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+    }
+    /* Readable by everyone, but not writable by the run uid: read-write refused. */
+    assert_int_equal(chmod(secret_dir, 0755), 0);
+    req_init(&req, CF_LANG_SHELL, "echo ran");
+    req.policy.fs_mode = CF_FS_PATHS;
+    const char *rwsecret[] = {secret};
+    req.policy.fs_read_write = strv(1, rwsecret);
+    req.policy.n_fs_read_write = 1;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_REJECTED);
+    assert_non_null(strstr(res.reason, "read-write"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    unlink(secret);
+    rmdir(secret_dir);
     assert_nothing_left(f);
 }
 
