@@ -147,6 +147,10 @@ const cf_backend *cf_backend_set_get(const cf_backend_set *set, size_t i);
  * not check the policy. */
 const cf_backend *cf_backend_set_select(const cf_backend_set *set, const cf_request *req, char *reason,
                                         size_t reason_size);
+/* The same with the backend named by `want` (NULL/"": the default) instead
+ * of req->backend. */
+const cf_backend *cf_backend_set_select_as(const cf_backend_set *set, const char *want, const cf_request *req,
+                                           char *reason, size_t reason_size);
 
 /* Checks req->policy against caps.  Returns 0 when every requested control
  * is enforced; otherwise -1 with a reason naming the first control that is

@@ -119,23 +119,6 @@ int cf_exec_base_init(cf_exec_base *b, const char *who, const cf_backend_config 
 
 /* ---- helpers ---- */
 
-void cf_exec_printable(const char *s, size_t len, char *buf, size_t size)
-{
-    size_t j = 0;
-    if (size == 0)
-        return;
-    for (size_t i = 0; i < len && j + 4 < size; i++) {
-        unsigned char c = (unsigned char)s[i];
-        buf[j++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-        if (i == 80) {
-            memcpy(buf + j, "...", 3);
-            j += 3;
-            break;
-        }
-    }
-    buf[j] = '\0';
-}
-
 int cf_exec_reject(cf_result *res, const char *fmt, ...)
 {
     char msg[768];
@@ -290,7 +273,7 @@ int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *wh
         const char *path = req->files[i].path ? req->files[i].path : "";
         char why[96], shown[100];
         if (cf_path_check(path, strlen(path), why, sizeof(why)) < 0) {
-            cf_exec_printable(path, strlen(path), shown, sizeof(shown));
+            cf_printable(path, strlen(path), shown, sizeof(shown));
             return job_reject(job, "unsafe file path '%s': %s", shown, why);
         }
         files_total += req->files[i].content.len;
@@ -301,7 +284,7 @@ int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *wh
         if (!env_name_ok(req->env[i].key) || !req->env[i].value) {
             char shown[100];
             const char *k = req->env[i].key ? req->env[i].key : "";
-            cf_exec_printable(k, strlen(k), shown, sizeof(shown));
+            cf_printable(k, strlen(k), shown, sizeof(shown));
             return job_reject(job, "invalid environment variable name '%s'", shown);
         }
     }
@@ -337,7 +320,7 @@ fail:
 static int put_failed(cf_exec_job *job, const char *what, const char *path, cf_error *ferr, cf_error *err)
 {
     char shown[100];
-    cf_exec_printable(path, strlen(path), shown, sizeof(shown));
+    cf_printable(path, strlen(path), shown, sizeof(shown));
     if (ferr->code == CF_E_INVALID)
         return job_reject(job, "%s '%s' rejected: %s", what, shown, ferr->msg);
     if (ferr->sys_errno == ENOSPC || ferr->sys_errno == EDQUOT || ferr->sys_errno == EFBIG)
@@ -392,7 +375,7 @@ static int write_input(cf_exec_job *job, cf_error *err)
 static int resolve_command(cf_exec_job *job, const char *name)
 {
     char shown[100], host[CF_EXEC_PATH_BYTES];
-    cf_exec_printable(name, strlen(name), shown, sizeof(shown));
+    cf_printable(name, strlen(name), shown, sizeof(shown));
     if (!name[0] || strlen(name) > 4096)
         return job_reject(job, "command name is empty or too long");
     for (const char *p = name; *p; p++)
@@ -454,7 +437,7 @@ int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec
             const char *path = f->path ? f->path : "";
             char why[96], shown[100];
             if (cf_path_check(path, strlen(path), why, sizeof(why)) < 0) {
-                cf_exec_printable(path, strlen(path), shown, sizeof(shown));
+                cf_printable(path, strlen(path), shown, sizeof(shown));
                 return job_reject(job, "unsafe workspace path '%s': %s", shown, why);
             }
             total += f->content.len;
@@ -686,7 +669,7 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
          * ours.  A command's program is the caller's: not found or not
          * executable where it runs is the caller's mistake. */
         char shown[100];
-        cf_exec_printable(job->exe, strlen(job->exe), shown, sizeof(shown));
+        cf_printable(job->exe, strlen(job->exe), shown, sizeof(shown));
         if (job->interp)
             return cf_error_set_errno(err, CF_E_SANDBOX, o->exec_errno, "%s: cannot execute the interpreter '%s'",
                                       job->who, shown);

@@ -135,7 +135,5 @@ void cf_exec_job_free(cf_exec_job *job);
 /* Rejects with a formatted reason (res->status REJECTED); returns 0. */
 int cf_exec_reject(cf_result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Hostile text going into a reason: printable ASCII, at most ~80 bytes. */
-void cf_exec_printable(const char *s, size_t len, char *buf, size_t size);
 
 #endif

@@ -1,5 +1,6 @@
 /* The static backend registry, backend sets, and the policy check. */
 #include "cf_backend.h"
+#include "cf_util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -169,33 +170,28 @@ const cf_backend *cf_backend_set_get(const cf_backend_set *set, size_t i)
     return &set->items[i];
 }
 
-/* Names from hostile requests go into reasons: keep them printable and short. */
-static void printable(const char *s, char *buf, size_t size)
-{
-    size_t j = 0;
-    for (size_t i = 0; s[i] && j + 1 < size && i < 64; i++) {
-        unsigned char c = (unsigned char)s[i];
-        buf[j++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-    }
-    buf[j] = '\0';
-}
-
 const cf_backend *cf_backend_set_select(const cf_backend_set *set, const cf_request *req, char *reason,
                                         size_t reason_size)
+{
+    return cf_backend_set_select_as(set, req->backend, req, reason, reason_size);
+}
+
+const cf_backend *cf_backend_set_select_as(const cf_backend_set *set, const char *want, const cf_request *req,
+                                           char *reason, size_t reason_size)
 {
     if (!set || set->n == 0) {
         snprintf(reason, reason_size, "no backend is enabled on this worker");
         return NULL;
     }
     const cf_backend *b = NULL;
-    if (req->backend && req->backend[0]) {
+    if (want && want[0]) {
         for (size_t i = 0; i < set->n; i++)
-            if (strcmp(set->items[i].ops->name, req->backend) == 0)
+            if (strcmp(set->items[i].ops->name, want) == 0)
                 b = &set->items[i];
         if (!b) {
             char name[80];
-            printable(req->backend, name, sizeof(name));
-            if (cf_backend_find(req->backend))
+            cf_printable(want, strlen(want), name, sizeof(name));
+            if (cf_backend_find(want))
                 snprintf(reason, reason_size, "backend '%s' is not enabled on this worker", name);
             else
                 snprintf(reason, reason_size, "unknown backend '%s'", name);

@@ -629,7 +629,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
             const char *p = rw ? pol->fs_read_write[i - pol->n_fs_read_only] : pol->fs_read_only[i];
             char why[128], shown[100];
             if (check_host_path(st, p, rw, (uid_t)(st->uid_base + slot), &binds[nb], why, sizeof(why)) < 0) {
-                cf_exec_printable(p ? p : "", p ? strlen(p) : 0, shown, sizeof(shown));
+                cf_printable(p ? p : "", p ? strlen(p) : 0, shown, sizeof(shown));
                 return cf_exec_reject(res, "fs_mode=paths: %s path '%s' refused: %s", rw ? "read-write" : "read-only",
                                       shown, why);
             }

@@ -1000,8 +1000,20 @@ void cf_conf_print_markdown(const cf_conf_table *t, FILE *out)
     fprintf(out, ", command-line flags `--name=value`.\n"
                  "Durations take us/ms/s/m/h (bare numbers are seconds); sizes take KiB/MiB/GiB (bare numbers are "
                  "bytes).\n\n");
-    fprintf(out, "| Name | Type | Default | Range / values | Environment | Description |\n");
-    fprintf(out, "|---|---|---|---|---|---|\n");
+    cf_conf_print_markdown_table(t, out, true);
+}
+
+void cf_conf_print_markdown_table(const cf_conf_table *t, FILE *out, bool with_env)
+{
+    if (!t || !out)
+        return;
+    if (!with_env) {
+        fprintf(out, "| Key | Type | Default | Range / values | Description |\n");
+        fprintf(out, "|---|---|---|---|---|\n");
+    } else {
+        fprintf(out, "| Name | Type | Default | Range / values | Environment | Description |\n");
+        fprintf(out, "|---|---|---|---|---|---|\n");
+    }
     for (size_t i = 0; i < t->nprops; i++) {
         const cf_conf_prop *p = &t->props[i];
         char def[256], range[256], stem[CONF_NAME_MAX + 1];
@@ -1014,9 +1026,11 @@ void cf_conf_print_markdown(const cf_conf_table *t, FILE *out)
         fputs(" | ", out);
         md_cell(out, range);
         fputs(" | ", out);
-        if (t->env_prefix && *t->env_prefix)
-            fprintf(out, "`%s%s%s`", t->env_prefix, stem, is_kvlist(p) ? "*" : "");
-        fputs(" | ", out);
+        if (with_env) {
+            if (t->env_prefix && *t->env_prefix)
+                fprintf(out, "`%s%s%s`", t->env_prefix, stem, is_kvlist(p) ? "*" : "");
+            fputs(" | ", out);
+        }
         md_cell(out, p->doc);
         fputs(" |\n", out);
     }

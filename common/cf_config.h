@@ -111,6 +111,9 @@ void cf_conf_print_help(const cf_conf_table *t, FILE *out);
 /* Prints the Markdown reference (a table of name, type, default, bounds,
  * env var, description): the source of docs/CONFIGURATION-*.md. */
 void cf_conf_print_markdown(const cf_conf_table *t, FILE *out);
+/* Only the table (for sub-tables such as the worker's profiles); with_env
+ * adds the environment variable column. */
+void cf_conf_print_markdown_table(const cf_conf_table *t, FILE *out, bool with_env);
 
 /* Prints the effective values (secrets are the caller's to redact: props
  * whose name contains "password" are printed as "***"). */

@@ -243,3 +243,22 @@ void cf_cleanup_closep(int *fd)
         *fd = -1;
     }
 }
+
+void cf_printable(const char *s, size_t len, char *buf, size_t size)
+{
+    size_t j = 0;
+    if (size == 0)
+        return;
+    if (!s)
+        len = 0;
+    for (size_t i = 0; i < len && j + 4 < size; i++) {
+        unsigned char c = (unsigned char)s[i];
+        buf[j++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+        if (i == 80) {
+            memcpy(buf + j, "...", 3);
+            j += 3;
+            break;
+        }
+    }
+    buf[j] = '\0';
+}

@@ -30,6 +30,11 @@ int cf_parse_bool(const char *s, bool *out, const char *what, cf_error *err);
 /* Formats a duration in microseconds for humans ("1.25s", "830us"). */
 void cf_format_duration(int64_t us, char *buf, size_t cap);
 
+/* Hostile text going into a message (a rejection reason, a log line):
+ * printable ASCII, non-printable bytes as '?', at most ~80 bytes then
+ * "...".  s may be NULL (""). */
+void cf_printable(const char *s, size_t len, char *buf, size_t size);
+
 /* Bounded copy that always NUL-terminates; returns strlen(src). */
 size_t cf_strlcpy(char *dst, const char *src, size_t cap);
 

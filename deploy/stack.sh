@@ -312,6 +312,12 @@ create_topics() {
 # without it the workers offer the host-local process backend only.
 WORK_ROOT=${CODEFLEET_WORK_ROOT:-/dev/shm/codefleet}
 if ((EUID == 0)); then BACKENDS=${CODEFLEET_BACKENDS:-sandbox,process}; else BACKENDS=${CODEFLEET_BACKENDS:-process}; fi
+# What requests may use is the profile's decision: the default profile
+# allows the sandbox only.  Without root there is no sandbox, and this
+# development stack lets its default profile use the process backend
+# (host-local: for trusted code only; README "Backends").
+PROFILE_ARGS=()
+((EUID == 0)) || PROFILE_ARGS=(--profile.default.backends=process)
 
 start_workers() {
     local n=$1 worker i pidfile
@@ -338,7 +344,7 @@ start_workers() {
             --brokers "$(brokers)" --group "$GROUP" --worker-id "w$i" \
             --request-topic "$TOPIC_REQUESTS" --result-topic "$TOPIC_RESULTS" --dlq-topic "$TOPIC_DLQ" \
             --redis "127.0.0.1:$REDIS_PORT" --backends "$BACKENDS" --run-uid-base $((100000 + i * 1000)) \
-            --work-root "$WORK_ROOT" \
+            --work-root "$WORK_ROOT" "${PROFILE_ARGS[@]}" \
             "${extra[@]}"
         started+=("$i")
     done

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cf_config.h"
 #include "cf_error.h"
@@ -28,6 +29,7 @@ typedef struct cf_worker_config {
     char *request_topic;
     char *result_topic;
     char *dlq_topic;
+    char *events_topic;         /* never a reply_to target */
     int64_t slots;              /* concurrent executions */
     int64_t prefetch;           /* requests buffered beyond the slots before pausing */
     char *backends;             /* "process" or "sandbox,process": first = default */
@@ -70,9 +72,14 @@ typedef struct cf_worker_config {
     int64_t log_level;          /* enum index: error|warn|info|debug */
     int64_t log_format;         /* enum index: text|json */
     cf_kvlist kafka;            /* librdkafka pass-through ("kafka.<property>") */
+    cf_kvlist profiles;         /* "profile.<name>.<key>" (cf_profile.h) */
 } cf_worker_config;
 
 extern const cf_conf_table cf_worker_conf_table;
+
+/* The reference (docs/CONFIGURATION-worker.md): the worker's table, then
+ * the keys of a profile (cf_profile.h). */
+void cf_worker_print_config_markdown(FILE *out);
 
 typedef struct cf_worker cf_worker;
 

@@ -31,6 +31,7 @@
 
 #include "cf_backend.h"
 #include "cf_log.h"
+#include "cf_profile.h"
 #include "cf_schema.h"
 #include "cf_util.h"
 #include "exec_pool.h"
@@ -49,12 +50,14 @@ typedef enum job_kind {
 typedef struct job {
     cf_pool_job pj; /* first: the pool hands this pointer back */
     job_kind kind;
+    size_t topic;       /* index into the worker's request topics */
+    const cf_profile *profile;
     int32_t partition;
     int64_t offset;
     uint64_t gen; /* assignment generation of the partition when taken */
     cf_request req;
     const cf_backend *backend;
-    const char *result_topic; /* req.reply_to or the worker's result topic */
+    const char *result_topic; /* req.reply_to or the profile's result topic */
     int delivery_tries;
     struct job *abandoned_next;
 } job;
@@ -68,6 +71,15 @@ typedef struct part_state {
 
 #define MAX_PARTITIONS 100000
 
+/* One request topic the worker consumes, and the profile governing it. */
+typedef struct topic_state {
+    const cf_profile *profile;
+    const char *name;     /* profile->topic */
+    const char *results;  /* its result topic */
+    part_state *parts;
+    size_t nparts;
+} topic_state;
+
 struct cf_worker {
     const cf_worker_config *cfg;
     char worker_id[CF_ID_MAX + 1];
@@ -79,8 +91,10 @@ struct cf_worker {
     rd_kafka_queue_t *producer_q;
     int wake_fd;
     cf_exec_pool *pool;
-    part_state *parts;
-    size_t nparts;
+    cf_profile_set *profiles;
+    cf_profile_env penv;
+    topic_state *topics;
+    size_t ntopics;
     uint64_t gen_counter;
     bool paused_all;
     bool stopping;
@@ -118,42 +132,51 @@ static void job_free(job *j)
     free(j);
 }
 
-static part_state *part_get(cf_worker *w, int32_t partition, bool create)
+/* The index of a request topic, or -1. */
+static long topic_index(const cf_worker *w, const char *name)
 {
-    if (partition < 0 || partition >= MAX_PARTITIONS)
+    for (size_t i = 0; name && i < w->ntopics; i++)
+        if (strcmp(w->topics[i].name, name) == 0)
+            return (long)i;
+    return -1;
+}
+
+static part_state *part_get(cf_worker *w, size_t topic, int32_t partition, bool create)
+{
+    if (topic >= w->ntopics || partition < 0 || partition >= MAX_PARTITIONS)
         return NULL;
-    if ((size_t)partition >= w->nparts) {
+    topic_state *t = &w->topics[topic];
+    if ((size_t)partition >= t->nparts) {
         if (!create)
             return NULL;
         size_t n = (size_t)partition + 1;
-        part_state *p = realloc(w->parts, n * sizeof(*p));
+        part_state *p = realloc(t->parts, n * sizeof(*p));
         if (!p)
             return NULL;
-        memset(p + w->nparts, 0, (n - w->nparts) * sizeof(*p));
-        w->parts = p;
-        w->nparts = n;
+        memset(p + t->nparts, 0, (n - t->nparts) * sizeof(*p));
+        t->parts = p;
+        t->nparts = n;
     }
-    return &w->parts[partition];
+    return &t->parts[partition];
 }
 
-static bool valid_topic_name(const char *t)
+static part_state *part_of(cf_worker *w, const char *topic, int32_t partition, bool create)
 {
-    size_t n = strlen(t);
-    if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = t[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-              c == '_' || c == '-'))
-            return false;
-    }
-    return true;
+    long ti = topic_index(w, topic);
+    return ti < 0 ? NULL : part_get(w, (size_t)ti, partition, create);
+}
+
+/* The pool knows a job's partition only as one number: topic and
+ * partition folded together (CF_PROFILE_MAX * MAX_PARTITIONS fits). */
+static int32_t lane_of(size_t topic, int32_t partition)
+{
+    return (int32_t)(topic * MAX_PARTITIONS + (size_t)partition);
 }
 
 /* Marks a job's offset done (if its partition is still ours) and frees it. */
 static void job_finished(cf_worker *w, job *j, bool delivered)
 {
-    part_state *ps = part_get(w, j->partition, false);
+    part_state *ps = part_get(w, j->topic, j->partition, false);
     if (delivered && ps && ps->assigned && ps->gen == j->gen)
         cf_offset_tracker_done(ps->tracker, j->offset);
     w->inflight--;
@@ -324,11 +347,11 @@ static void dead_letter_bytes(cf_worker *w, job *j, const char *key, const void 
 {
     j->kind = JOB_DEAD;
     w->n_dead++;
-    cf_log_warn(LOG_SUB, "dead-lettering %s[%" PRId32 "]@%" PRId64 ": %s", w->cfg->request_topic, j->partition,
-                j->offset, reason);
+    const char *origin = w->topics[j->topic].name;
+    cf_log_warn(LOG_SUB, "dead-lettering %s[%" PRId32 "]@%" PRId64 ": %s", origin, j->partition, j->offset, reason);
     rd_kafka_headers_t *h = rd_kafka_headers_new(6);
     char num[32];
-    rd_kafka_header_add(h, HDR_PREFIX "origin-topic", -1, w->cfg->request_topic, -1);
+    rd_kafka_header_add(h, HDR_PREFIX "origin-topic", -1, origin, -1);
     snprintf(num, sizeof(num), "%" PRId32, j->partition);
     rd_kafka_header_add(h, HDR_PREFIX "origin-partition", -1, num, -1);
     snprintf(num, sizeof(num), "%" PRId64, j->offset);
@@ -426,12 +449,14 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     }
     if (too_large(m->err)) {
         slim_result(&res, m->len);
-    } else if (j->result_topic != w->cfg->result_topic) {
-        /* A reply_to topic that does not take it: fall back to ours. */
+    } else if (j->result_topic != w->topics[j->topic].results) {
+        /* A reply_to topic that does not take it: fall back to the
+         * profile's result topic. */
+        const char *results = w->topics[j->topic].results;
         cf_result_set_reason(&res, "%s%sreply_to topic '%.64s' failed (%s): result sent to '%s'",
                              res.reason ? res.reason : "", res.reason ? "; " : "", j->result_topic,
-                             rd_kafka_err2str(m->err), w->cfg->result_topic);
-        j->result_topic = w->cfg->result_topic;
+                             rd_kafka_err2str(m->err), results);
+        j->result_topic = results;
     }
     send_result(w, j, &res, true);
     cf_result_clear(&res);
@@ -439,34 +464,40 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 
 /* ---------------------------------------------------------------- admission */
 
-/* Fills defaults and checks the request against the worker's maxima and the
+static int64_t min_set(int64_t a, int64_t b)
+{
+    return b > 0 && b < a ? b : a;
+}
+
+/* Checks the request against its profile (what the operator allows this
+ * topic's tenant), fills defaults, checks the worker's maxima and the
  * chosen backend's capabilities.  Returns -1 with a reason to reject. */
 static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
 {
     const cf_worker_config *c = w->cfg;
+    const cf_profile *prof = j->profile;
     cf_request *req = &j->req;
-    j->backend = cf_backend_set_select(w->backends, req, reason, rsz);
+    const char *bname = cf_profile_backend_for(prof, req);
+    cf_policy *p = &req->policy;
+    /* Defaults first, never above the profile's maxima. */
+    if (p->timeout_us == 0)
+        p->timeout_us = min_set(c->default_timeout_us, prof->max_timeout_us);
+    if (p->max_stdout_bytes == 0)
+        p->max_stdout_bytes = min_set(c->default_output_bytes, prof->max_output_bytes);
+    if (p->max_stderr_bytes == 0)
+        p->max_stderr_bytes = min_set(c->default_output_bytes, prof->max_output_bytes);
+    if (cf_profile_admit(prof, w->profiles, bname, req, reason, rsz) < 0)
+        return -1;
+    j->backend = cf_backend_set_select_as(w->backends, bname, req, reason, rsz);
     if (!j->backend)
         return -1;
-    if (req->reply_to) {
-        if (!valid_topic_name(req->reply_to)) {
-            snprintf(reason, rsz, "reply_to: '%.64s' is not a valid topic name", req->reply_to);
-            return -1;
-        }
+    if (req->reply_to)
         j->result_topic = req->reply_to;
-    }
-    cf_policy *p = &req->policy;
-    if (p->timeout_us == 0)
-        p->timeout_us = c->default_timeout_us;
     if (p->timeout_us > c->max_timeout_us) {
         snprintf(reason, rsz, "policy.timeout_us %" PRId64 " exceeds this worker's maximum %" PRId64, p->timeout_us,
                  c->max_timeout_us);
         return -1;
     }
-    if (p->max_stdout_bytes == 0)
-        p->max_stdout_bytes = c->default_output_bytes;
-    if (p->max_stderr_bytes == 0)
-        p->max_stderr_bytes = c->default_output_bytes;
     if (p->max_stdout_bytes > c->max_output_bytes || p->max_stderr_bytes > c->max_output_bytes) {
         snprintf(reason, rsz, "policy.max_stdout_bytes/max_stderr_bytes exceed this worker's maximum %" PRId64,
                  c->max_output_bytes);
@@ -502,7 +533,8 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
             cf_log_warn("kafka", "consumer: %s", rd_kafka_message_errstr(m));
         return;
     }
-    part_state *ps = part_get(w, m->partition, false);
+    long ti = topic_index(w, m->rkt ? rd_kafka_topic_name(m->rkt) : NULL);
+    part_state *ps = ti < 0 ? NULL : part_get(w, (size_t)ti, m->partition, false);
     if (!ps || !ps->assigned || w->stopping)
         return; /* not ours (any more): not tracked, so never committed */
     if (cf_offset_tracker_add(ps->tracker, m->offset) < 0) {
@@ -519,11 +551,13 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
         w->inflight--;
         return;
     }
+    j->topic = (size_t)ti;
+    j->profile = w->topics[ti].profile;
     j->partition = m->partition;
     j->offset = m->offset;
     j->gen = ps->gen;
-    j->result_topic = w->cfg->result_topic;
-    j->pj.partition = m->partition;
+    j->result_topic = w->topics[ti].results;
+    j->pj.partition = lane_of((size_t)ti, m->partition);
     if (m->key_len)
         j->pj.key = cf_strndup(m->key, m->key_len);
 
@@ -671,12 +705,19 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
 
 /* ---------------------------------------------------------------- partitions */
 
-static bool job_in_partitions(int32_t partition, void *arg)
+typedef struct lane_match {
+    cf_worker *w;
+    const rd_kafka_topic_partition_list_t *parts;
+} lane_match;
+
+static bool job_in_partitions(int32_t lane, void *arg)
 {
-    const rd_kafka_topic_partition_list_t *parts = arg;
-    for (int i = 0; i < parts->cnt; i++)
-        if (parts->elems[i].partition == partition)
+    const lane_match *lm = arg;
+    for (int i = 0; i < lm->parts->cnt; i++) {
+        long ti = topic_index(lm->w, lm->parts->elems[i].topic);
+        if (ti >= 0 && lane_of((size_t)ti, lm->parts->elems[i].partition) == lane)
             return true;
+    }
     return false;
 }
 
@@ -708,17 +749,18 @@ static void drop_jobs(cf_worker *w, cf_pool_job *list)
 static void store_offsets(cf_worker *w)
 {
     rd_kafka_topic_partition_list_t *l = NULL;
-    for (size_t p = 0; p < w->nparts; p++) {
-        part_state *ps = &w->parts[p];
-        if (!ps->assigned)
-            continue;
-        int64_t pos = cf_offset_tracker_take_committable(ps->tracker);
-        if (pos < 0)
-            continue;
-        if (!l)
-            l = rd_kafka_topic_partition_list_new(4);
-        rd_kafka_topic_partition_list_add(l, w->cfg->request_topic, (int32_t)p)->offset = pos;
-    }
+    for (size_t t = 0; t < w->ntopics; t++)
+        for (size_t p = 0; p < w->topics[t].nparts; p++) {
+            part_state *ps = &w->topics[t].parts[p];
+            if (!ps->assigned)
+                continue;
+            int64_t pos = cf_offset_tracker_take_committable(ps->tracker);
+            if (pos < 0)
+                continue;
+            if (!l)
+                l = rd_kafka_topic_partition_list_new(4);
+            rd_kafka_topic_partition_list_add(l, w->topics[t].name, (int32_t)p)->offset = pos;
+        }
     if (!l)
         return;
     rd_kafka_resp_err_t e = rd_kafka_offsets_store(w->consumer, l);
@@ -730,13 +772,14 @@ static void store_offsets(cf_worker *w)
 static void set_paused(cf_worker *w, bool pause)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
-    for (size_t p = 0; p < w->nparts; p++) {
-        part_state *ps = &w->parts[p];
-        if (ps->assigned && ps->paused != pause) {
-            rd_kafka_topic_partition_list_add(l, w->cfg->request_topic, (int32_t)p);
-            ps->paused = pause;
+    for (size_t t = 0; t < w->ntopics; t++)
+        for (size_t p = 0; p < w->topics[t].nparts; p++) {
+            part_state *ps = &w->topics[t].parts[p];
+            if (ps->assigned && ps->paused != pause) {
+                rd_kafka_topic_partition_list_add(l, w->topics[t].name, (int32_t)p);
+                ps->paused = pause;
+            }
         }
-    }
     if (l->cnt) {
         rd_kafka_resp_err_t e =
             pause ? rd_kafka_pause_partitions(w->consumer, l) : rd_kafka_resume_partitions(w->consumer, l);
@@ -752,7 +795,7 @@ static void set_paused(cf_worker *w, bool pause)
 static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *parts)
 {
     for (int i = 0; i < parts->cnt; i++) {
-        part_state *ps = part_get(w, parts->elems[i].partition, true);
+        part_state *ps = part_of(w, parts->elems[i].topic, parts->elems[i].partition, true);
         if (!ps)
             continue;
         cf_offset_tracker_destroy(ps->tracker);
@@ -768,10 +811,11 @@ static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *p
  * finish so their offsets can be committed before we let go. */
 static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *parts, bool lost)
 {
-    drop_jobs(w, cf_exec_pool_drop_queued(w->pool, job_in_partitions, parts));
+    lane_match lm = {w, parts};
+    drop_jobs(w, cf_exec_pool_drop_queued(w->pool, job_in_partitions, &lm));
     if (!lost) {
         int64_t until = cf_mono_us() + w->cfg->rebalance_wait_us;
-        while (cf_exec_pool_count_running(w->pool, job_in_partitions, parts) > 0 && cf_mono_us() < until) {
+        while (cf_exec_pool_count_running(w->pool, job_in_partitions, &lm) > 0 && cf_mono_us() < until) {
             rd_kafka_poll(w->producer, 20);
             drain_abandoned(w);
         }
@@ -783,7 +827,7 @@ static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *pa
             cf_log_warn("kafka", "commit on revoke: %s", rd_kafka_err2str(e));
     }
     for (int i = 0; i < parts->cnt; i++) {
-        part_state *ps = part_get(w, parts->elems[i].partition, false);
+        part_state *ps = part_of(w, parts->elems[i].topic, parts->elems[i].partition, false);
         if (!ps)
             continue;
         ps->assigned = false;
@@ -814,7 +858,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
         if (w->paused_all || w->stopping) {
             rd_kafka_pause_partitions(rk, parts);
             for (int i = 0; i < parts->cnt; i++) {
-                part_state *ps = part_get(w, parts->elems[i].partition, false);
+                part_state *ps = part_of(w, parts->elems[i].topic, parts->elems[i].partition, false);
                 if (ps)
                     ps->paused = true;
             }
@@ -1020,6 +1064,38 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     cf_backend_set_describe(w->backends, matrix, sizeof(matrix));
     cf_log_info(LOG_SUB, "worker %s capabilities:\n%s", w->worker_id, matrix);
 
+    w->penv = (cf_profile_env){.request_topic = cfg->request_topic, .result_topic = cfg->result_topic,
+                               .dlq_topic = cfg->dlq_topic, .events_topic = cfg->events_topic,
+                               .env_prefix = cf_worker_conf_table.env_prefix, .backends = w->backends};
+    if (cf_profile_set_new(&cfg->profiles, &w->penv, &w->profiles, err) < 0) {
+        cf_error_wrap(err, "profiles");
+        goto fail;
+    }
+    w->topics = calloc(cf_profile_set_count(w->profiles), sizeof(*w->topics));
+    if (!w->topics) {
+        cf_error_set(err, CF_E_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < cf_profile_set_count(w->profiles); i++) {
+        const cf_profile *pr = cf_profile_set_get(w->profiles, i);
+        if (!pr->topic[0])
+            continue;
+        topic_state *t = &w->topics[w->ntopics++];
+        t->profile = pr;
+        t->name = pr->topic;
+        t->results = cf_profile_result_topic(pr, &w->penv);
+        cf_log_info(LOG_SUB,
+                    "profile %s: topic %s -> %s; backends %s; languages %s; network %s; roots ro [%s] rw [%s]; "
+                    "env-allow [%s]; reply-to [%s]; state-prefix %s",
+                    pr->name, t->name, t->results, pr->backends, pr->languages, pr->network ? "enabled" : "disabled",
+                    pr->read_only_roots, pr->read_write_roots, pr->env_allow, pr->reply_to,
+                    pr->state_prefix ? pr->state_prefix : "(none)");
+    }
+    if (w->ntopics == 0) {
+        cf_error_set(err, CF_E_INVALID, "no request topic: set request-topic or a profile's topic");
+        goto fail;
+    }
+
     w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (w->wake_fd < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "eventfd");
@@ -1037,6 +1113,9 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         goto fail;
     }
     warm_topic_metadata(w->producer, cfg->result_topic);
+    for (size_t i = 0; i < w->ntopics; i++)
+        if (strcmp(w->topics[i].results, cfg->result_topic) != 0)
+            warm_topic_metadata(w->producer, w->topics[i].results);
     warm_topic_metadata(w->producer, cfg->dlq_topic);
     rd_kafka_conf_t *cconf = kafka_conf_new(w, true, err);
     if (!cconf)
@@ -1166,17 +1245,22 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
         if (sig_fd < 0)
             return cf_error_set_errno(err, CF_E_SYSTEM, errno, "signalfd");
     }
-    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(topics, w->cfg->request_topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new((int)w->ntopics);
+    char names[1024] = "";
+    for (size_t i = 0; i < w->ntopics; i++) {
+        rd_kafka_topic_partition_list_add(topics, w->topics[i].name, RD_KAFKA_PARTITION_UA);
+        size_t n = strlen(names);
+        snprintf(names + n, sizeof(names) - n, "%s%s", i ? "," : "", w->topics[i].name);
+    }
     rd_kafka_resp_err_t e = rd_kafka_subscribe(w->consumer, topics);
     rd_kafka_topic_partition_list_destroy(topics);
     if (e) {
         if (sig_fd >= 0)
             close(sig_fd);
-        return cf_error_set(err, CF_E_KAFKA, "subscribing to %s: %s", w->cfg->request_topic, rd_kafka_err2str(e));
+        return cf_error_set(err, CF_E_KAFKA, "subscribing to %s: %s", names, rd_kafka_err2str(e));
     }
-    cf_log_info(LOG_SUB, "worker %s consuming %s (group %s, %" PRId64 " slot(s))", w->worker_id,
-                w->cfg->request_topic, w->cfg->group, w->cfg->slots);
+    cf_log_info(LOG_SUB, "worker %s consuming %s (group %s, %" PRId64 " slot(s))", w->worker_id, names,
+                w->cfg->group, w->cfg->slots);
     int rc = 0;
     while (!atomic_load(&w->stop_requested)) {
         if (rd_kafka_fatal_error(w->producer, NULL, 0)) {
@@ -1219,9 +1303,13 @@ void cf_worker_destroy(cf_worker *w)
     for (int64_t s = 0; w->wstate && s < w->cfg->slots; s++)
         cf_wstate_destroy(w->wstate[s]);
     free(w->wstate);
-    for (size_t p = 0; p < w->nparts; p++)
-        cf_offset_tracker_destroy(w->parts[p].tracker);
-    free(w->parts);
+    for (size_t t = 0; w->topics && t < w->ntopics; t++) {
+        for (size_t p = 0; p < w->topics[t].nparts; p++)
+            cf_offset_tracker_destroy(w->topics[t].parts[p].tracker);
+        free(w->topics[t].parts);
+    }
+    free(w->topics);
+    cf_profile_set_destroy(w->profiles);
     cf_backend_set_destroy(w->backends);
     if (w->wake_fd >= 0)
         close(w->wake_fd);

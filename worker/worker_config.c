@@ -3,6 +3,7 @@
  * docs/CONFIGURATION-worker.md. */
 #include <stddef.h>
 
+#include "cf_profile.h"
 #include "cf_worker.h"
 
 #define OFF(field) offsetof(cf_worker_config, field)
@@ -17,18 +18,22 @@ static const cf_conf_prop worker_props[] = {
     {"worker-id", CF_CONF_STRING, OFF(worker_id), 0, 128, NULL, NULL,
      "Name reported in results and logs; default <hostname>-<pid>.", NULL},
     {"request-topic", CF_CONF_STRING, OFF(request_topic), 0, 249, "codefleet.requests", NULL,
-     "Topic the worker consumes execution requests from.", NULL},
+     "Topic the worker consumes execution requests from, governed by the profile `default` (empty: only the "
+     "profiles' topics).", NULL},
     {"result-topic", CF_CONF_STRING, OFF(result_topic), 0, 249, "codefleet.results", NULL,
      "Topic results go to unless a request names reply_to.", NULL},
     {"dlq-topic", CF_CONF_STRING, OFF(dlq_topic), 0, 249, "codefleet.dlq", NULL,
      "Dead-letter topic for messages that cannot be answered (no readable id).", NULL},
+    {"events-topic", CF_CONF_STRING, OFF(events_topic), 0, 249, "codefleet.events", NULL,
+     "The fleet's collaboration events topic (requests may never name it as reply_to).", NULL},
     {"slots", CF_CONF_INT, OFF(slots), 1, 256, "2", NULL,
      "Executions run concurrently by this worker.", NULL},
     {"prefetch", CF_CONF_INT, OFF(prefetch), 0, 4096, "32", NULL,
      "Requests held beyond the busy slots before the worker pauses its partitions; it "
      "resumes them when half of these are used up.  Held requests are not committed.", NULL},
-    {"backends", CF_CONF_STRING, OFF(backends), 0, 256, "process", NULL,
-     "Enabled backends, comma-separated; the first is used when a request names none.", NULL},
+    {"backends", CF_CONF_STRING, OFF(backends), 0, 256, "sandbox", NULL,
+     "Backends this worker runs, comma-separated.  Which of them a request may use is its profile's "
+     "decision (profile.<name>.backends; the default profile allows the sandbox only).", NULL},
     {"work-root", CF_CONF_STRING, OFF(work_root), 0, 1024, "/tmp", NULL,
      "Directory under which each execution gets a fresh private work directory.  Put it on a "
      "tmpfs for speed: directory operations on ext4 cost ~0.5 ms per execution on the "
@@ -115,6 +120,9 @@ static const cf_conf_prop worker_props[] = {
     {"kafka.", CF_CONF_KVLIST, OFF(kafka), 0, 0, NULL, NULL,
      "Any librdkafka property, e.g. kafka.session.timeout.ms=10000 (applied to the consumer "
      "and producer; librdkafka validates it).", NULL},
+    {"profile.", CF_CONF_KVLIST, OFF(profiles), 0, 0, NULL, NULL,
+     "Operator policy profiles: profile.<name>.<key>, in a file as a [profile.<name>] section.  Each governs "
+     "one request topic and says what its requests may ask for; keys in the Profiles table below.", NULL},
 };
 
 const cf_conf_table cf_worker_conf_table = {
@@ -123,3 +131,17 @@ const cf_conf_table cf_worker_conf_table = {
     .props = worker_props,
     .nprops = sizeof(worker_props) / sizeof(worker_props[0]),
 };
+
+void cf_worker_print_config_markdown(FILE *out)
+{
+    cf_conf_print_markdown(&cf_worker_conf_table, out);
+    fprintf(out,
+            "\n## Profiles\n\n"
+            "What a request may ask for is decided by the profile governing the topic it arrived on, never by the "
+            "request.  Each key below is set as `profile.<name>.<key>` (flag `--profile.<name>.<key>=...`, or in the "
+            "file a `[profile.<name>]` section).  The profile `default` governs `request-topic` and exists with the "
+            "defaults below when nothing configures it; every other profile needs a `topic`.  Requests asking beyond "
+            "their profile are answered `rejected` with a reason naming the profile and the control.  Threat model: "
+            "docs/SECURITY.md.\n\n");
+    cf_conf_print_markdown_table(&cf_profile_conf_table, out, false);
+}

@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     }
     if (wants_help) {
         if (wants_help == 2)
-            cf_conf_print_markdown(&cf_worker_conf_table, stdout);
+            cf_worker_print_config_markdown(stdout);
         else
             usage(stdout);
         cf_conf_free(&cf_worker_conf_table, &cfg);

@@ -81,6 +81,21 @@ void it_worker_start(it_worker *w, const it_topics *t, const char *id, const cha
     argv[n++] = (char *)"--log-level=debug";
     argv[n++] = (char *)"--kafka.session.timeout.ms=6000";
     argv[n++] = (char *)"--kafka.heartbeat.interval.ms=500";
+    /* The suites test backends, not profiles: the default profile of a
+     * test worker is a trusted tenant's, allowing whatever backends the
+     * worker runs (process unless a test says otherwise) and network.
+     * Profile tests give their own --profile.* flags, which come later and
+     * win. */
+    static char a_backends[160], a_pbackends[200];
+    const char *backends = "process";
+    for (int i = 0; extra_args && extra_args[i]; i++)
+        if (strncmp(extra_args[i], "--backends=", 11) == 0)
+            backends = extra_args[i] + 11;
+    snprintf(a_backends, sizeof(a_backends), "--backends=%s", backends);
+    snprintf(a_pbackends, sizeof(a_pbackends), "--profile.default.backends=%s", backends);
+    argv[n++] = a_backends;
+    argv[n++] = a_pbackends;
+    argv[n++] = (char *)"--profile.default.network=enabled";
     for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
         argv[n++] = (char *)extra_args[i];
     argv[n] = NULL;

@@ -257,7 +257,7 @@ static void worker_config_doc_is_current(void **state)
     size_t glen = 0;
     FILE *m = open_memstream(&generated, &glen);
     assert_non_null(m);
-    cf_conf_print_markdown(&cf_worker_conf_table, m);
+    cf_worker_print_config_markdown(m);
     fclose(m);
     if (strcmp(committed, generated) != 0)
         fail_msg("%s is out of date: regenerate it with codefleet-worker --help-config", path);
