@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -143,8 +144,9 @@ static __attribute__((noreturn)) void child_fail(int fd, int e, const char *msg)
 static __attribute__((noreturn)) void init_main(pid_t program, int rep, const sigset_t *all,
                                                 const struct cmdline_area *cmd)
 {
-    /* init is a copy of the worker that never execs: /proc/1/cmdline,
-     * readable by the program, would show the worker's command line. */
+    /* init is a copy of the worker that never execs: /proc/1/cmdline and
+     * comm, readable by the program, would show the worker's. */
+    (void)prctl(PR_SET_NAME, "codefleet-init", 0, 0, 0);
     if (cmd->start && cmd->end > cmd->start) {
         static const char name[] = "codefleet-init";
         char *p = (char *)cmd->start;
@@ -187,6 +189,27 @@ static __attribute__((noreturn)) void init_main(pid_t program, int rep, const si
     (void)kill(-1, SIGKILL); /* in a pid namespace: everyone but init */
     report(rep, REPORT_STATUS, 0, status, "init");
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
+struct program_args {
+    const cf_run_spec *spec;
+    int rep;
+    struct rlimit nofile;
+};
+
+#define INIT_CHILD_STACK_BYTES (64 * 1024)
+
+static __attribute__((noreturn)) void exec_program(const struct program_args *pa);
+
+/* The program's side of spec->init: signals unblocked, then exec. */
+static int program_under_init(void *arg)
+{
+    const struct program_args *pa = arg;
+    sigset_t none;
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+        child_fail(pa->rep, errno, "sigprocmask");
+    exec_program(pa);
 }
 
 static __attribute__((noreturn)) void child_main(const struct child_args *a)
@@ -288,19 +311,34 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
             child_fail(rep, errno, msg);
     }
 
+    struct program_args pa = {spec, rep, nofile};
     if (spec->init) {
+        /* The program borrows init's memory until it execs (as on the
+         * runner's vfork path): init is a copy of the large worker, and a
+         * plain fork would copy all its page tables again, charged to the
+         * execution's memory cgroup. */
+        void *stack = mmap(NULL, INIT_CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+        if (stack == MAP_FAILED)
+            child_fail(rep, errno, "stack for the program under init");
+        pid_t p = clone(program_under_init, (char *)stack + INIT_CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                        &pa);
+        if (p < 0)
+            child_fail(rep, errno, "starting the program under init");
+        munmap(stack, INIT_CHILD_STACK_BYTES);
         sigset_t all;
         sigfillset(&all);
-        /* A raw fork: no atfork handlers in this child of a threaded worker. */
-        long p = syscall(SYS_clone, (unsigned long)SIGCHLD, 0L, 0L, 0L, 0L);
-        if (p < 0)
-            child_fail(rep, errno, "fork of the program under init");
-        if (p > 0)
-            init_main((pid_t)p, rep, &all, &a->cmdline);
-        if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
-            child_fail(rep, errno, "sigprocmask");
+        init_main(p, rep, &all, &a->cmdline);
     }
+    exec_program(&pa);
+}
 
+/* The last steps before the program: cwd, fds, execve. */
+static __attribute__((noreturn)) void exec_program(const struct program_args *pa)
+{
+    const cf_run_spec *spec = pa->spec;
+    int rep = pa->rep;
+    struct rlimit nofile = pa->nofile;
     if (spec->cwd && chdir(spec->cwd) < 0)
         child_fail(rep, errno, "chdir");
 
