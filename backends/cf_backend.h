@@ -68,6 +68,7 @@ typedef struct cf_backend_config {
     int64_t max_files_bytes;    /* cap on files placed into / collected from a work dir */
     int64_t max_output_file_bytes; /* cap on the structured output file */
     const char *cgroup_root;    /* for sandbox-type backends; NULL = autodetect */
+    const char *slirp4netns_path; /* sandbox network=enabled; NULL/"" or missing: not offered */
     /* sandbox backend (0 = the default in parentheses) */
     int64_t sandbox_memory_bytes; /* memory limit when a request sets none (512 MiB) */
     int64_t sandbox_pids_max;     /* process/thread limit when a request sets none (256) */
@@ -99,6 +100,12 @@ typedef struct cf_exec_files {
     char *collect_error;
 } cf_exec_files;
 
+/* An IPv4 destination range (network byte order address, prefix length). */
+typedef struct cf_cidr4 {
+    uint32_t addr;
+    uint8_t len;
+} cf_cidr4;
+
 /* Per-execution context from the worker. */
 typedef struct cf_exec_ctx {
     int slot;                 /* 0..slots-1, stable while the execution runs */
@@ -109,6 +116,11 @@ typedef struct cf_exec_ctx {
     /* NULL unless the request names a workspace.  Only backends declaring
      * CF_CTL_FS_WORKSPACE_RO/RW get requests that use it. */
     cf_exec_files *files;
+    /* network=enabled: destinations the operator's profile allows beyond
+     * the default refusal of private, link-local and metadata ranges
+     * (borrowed; may be NULL). */
+    const cf_cidr4 *net_allow;
+    size_t n_net_allow;
 } cf_exec_ctx;
 
 typedef struct cf_backend_ops {

@@ -42,6 +42,7 @@
 #include "sandbox_cgroup.h"
 #include "sandbox_exec.h"
 #include "sandbox_fs.h"
+#include "sandbox_net.h"
 #include "sandbox_probe.h"
 #include "sandbox_seccomp.h"
 
@@ -89,7 +90,9 @@ typedef struct sb_state {
     char inst[PATH_MAX];  /* <work_root>/<tag> */
     char real_root[PATH_MAX];
     bool inst_bound;      /* private bind of inst onto itself */
-    char resolv[PATH_MAX]; /* /etc/resolv.conf resolved, "" when none */
+    char resolv[PATH_MAX]; /* <inst>/resolv.conf naming slirp's DNS forwarder, "" when none */
+    char slirp[PATH_MAX];  /* slirp4netns, "" when network=enabled is not offered */
+    cf_net_routes routes;  /* refused ranges and host addresses (network=enabled) */
     int slots;
     sb_slot *slot;
     int64_t uid_base;
@@ -161,8 +164,11 @@ static void umount_below(const char *dir)
     }
 }
 
+#define RESOLV_NAME "resolv.conf"
+
 /* Removes a dead instance directory: its mounts first, then the (now
- * empty) slot mount points, then itself.  Anything else in it is left. */
+ * empty) slot mount points and our resolv.conf, then itself.  Anything
+ * else in it is left. */
 static void remove_instance_dir(const char *dir)
 {
     umount_below(dir);
@@ -172,6 +178,7 @@ static void remove_instance_dir(const char *dir)
         while ((de = readdir(d)))
             if (de->d_name[0] == 's')
                 unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+        unlinkat(dirfd(d), RESOLV_NAME, 0);
         closedir(d);
     }
     rmdir(dir);
@@ -247,10 +254,8 @@ static void sb_destroy(void *state)
     for (int i = 0; st->slot && i < st->slots; i++)
         slot_release(st, &st->slot[i]);
     free(st->slot);
-    if (st->inst[0]) {
-        umount_below(st->inst);
-        rmdir(st->inst);
-    }
+    if (st->inst[0])
+        remove_instance_dir(st->inst);
     cf_cgroup_env_destroy(st->cgenv);
     cf_seccomp_prog_destroy(st->seccomp);
     cf_exec_base_free(&st->base);
@@ -347,16 +352,40 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
             goto fail;
         }
     }
-    char resolv[PATH_MAX];
-    if (realpath("/etc/resolv.conf", resolv))
-        cf_strlcpy(st->resolv, resolv, sizeof(st->resolv));
+    /* network=enabled: an own network namespace behind slirp4netns, never
+     * the host's.  Without slirp4netns or /dev/net/tun it is not offered. */
+    char netwhy[200] = "";
+    if (!cfg->slirp4netns_path || !cfg->slirp4netns_path[0])
+        snprintf(netwhy, sizeof(netwhy), "no slirp4netns configured");
+    else if (cfg->slirp4netns_path[0] != '/' || access(cfg->slirp4netns_path, X_OK) < 0)
+        snprintf(netwhy, sizeof(netwhy), "slirp4netns '%.100s' is not an executable absolute path",
+                 cfg->slirp4netns_path);
+    else if (access("/dev/net/tun", R_OK | W_OK) < 0)
+        snprintf(netwhy, sizeof(netwhy), "no /dev/net/tun");
+    else if (cf_net_default_blocks(&st->routes, err) < 0)
+        goto fail;
+    if (!netwhy[0]) {
+        cf_strlcpy(st->slirp, cfg->slirp4netns_path, sizeof(st->slirp));
+        /* slirp4netns forwards DNS from 10.0.2.3 to the host's resolver. */
+        char rpath[PATH_MAX];
+        snprintf(rpath, sizeof(rpath), "%.4000s/" RESOLV_NAME, st->inst);
+        int fd = open(rpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd >= 0) {
+            static const char conf[] = "nameserver 10.0.2.3\n";
+            if (write(fd, conf, sizeof(conf) - 1) == (ssize_t)(sizeof(conf) - 1))
+                cf_strlcpy(st->resolv, rpath, sizeof(st->resolv));
+            close(fd);
+        }
+    }
 
     memset(caps, 0, sizeof(*caps));
     caps->isolation = "sandbox";
     caps->languages = st->base.languages;
     caps->controls = CF_CTL_TIMEOUT | CF_CTL_CPU_TIME | CF_CTL_STDOUT_CAP | CF_CTL_STDERR_CAP | CF_CTL_FILE_SIZE |
-                     CF_CTL_ENV_ALLOWLIST | CF_CTL_NETWORK_DISABLED | CF_CTL_NETWORK_ENABLED | CF_CTL_FS_NONE |
-                     CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW | CF_CTL_FS_PATHS;
+                     CF_CTL_ENV_ALLOWLIST | CF_CTL_NETWORK_DISABLED | CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO |
+                     CF_CTL_FS_WORKSPACE_RW | CF_CTL_FS_PATHS;
+    if (st->slirp[0])
+        caps->controls |= CF_CTL_NETWORK_ENABLED;
     if (st->cgenv) {
         caps->controls |= CF_CTL_MEMORY | CF_CTL_MAX_PROCESSES;
         cf_exec_notes_add(&st->base,
@@ -385,8 +414,16 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     cf_exec_notes_add(&st->base,
                       "pid 1 of the pid namespace is a minimal init (reaps orphans, forwards signals, reports the "
                       "program's own exit or signal); one more process than max_processes is allowed for it");
+    if (st->slirp[0])
+        cf_exec_notes_add(&st->base,
+                          "network=enabled = egress only: an own network namespace behind slirp4netns (host loopback "
+                          "unreachable; private, link-local, shared, reserved and multicast ranges and the host's %zu "
+                          "own addresses refused unless a profile allows a destination; no IPv6)",
+                          st->routes.n_host);
+    else
+        cf_exec_notes_add(&st->base, "network=enabled NOT offered (%s)", netwhy);
     cf_exec_notes_add(&st->base,
-                      "network=enabled shares the host network namespace, otherwise an empty one (loopback only); "
+                      "otherwise an empty network namespace (loopback only); "
                       "host uids %lld..%lld; work dir tmpfs %lld MiB, /tmp %lld MiB",
                       (long long)st->uid_base, (long long)(st->uid_base + st->slots - 1),
                       (long long)(st->work_bytes >> 20), (long long)(st->tmp_bytes >> 20));
@@ -687,7 +724,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         dir_bind(job.run, NULL, RUN_DIR, false, &binds[1], rbuf, sizeof(rbuf), err) < 0 ||
         dir_bind(job.run, "out", RUN_DIR "/out", true, &binds[2], obuf, sizeof(obuf), err) < 0)
         goto out;
-    /* Name resolution needs the host's resolver config, only with network. */
+    /* Name resolution through slirp's forwarder, only with network. */
     size_t first = 0;
     if (network && st->resolv[0]) {
         binds[3] = (cf_sandbox_bind){.src = st->resolv, .dst = "/etc/resolv.conf"};
@@ -705,8 +742,18 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     cf_run_spec spec;
     cf_exec_job_spec(&job, ctx, &spec);
     cf_sandbox_exec sx = {.seccomp = st->seccomp, .fs = s->fs, .cg = s->cg, .uid = IN_ID, .gid = IN_ID,
-                          .host_uid = host_id, .host_gid = host_id, .network = network, .loopback = true,
+                          .host_uid = host_id, .host_gid = host_id, .loopback = true,
                           .join_fds = s->join_fds, .n_join = s->n_join};
+    cf_net_routes routes;
+    if (network) {
+        /* The host's addresses as they are now (an interface added since
+         * start is the host's too). */
+        if (cf_net_default_blocks(&routes, err) < 0 ||
+            cf_net_set_allows(&routes, ctx->net_allow, ctx->n_net_allow, err) < 0)
+            goto out;
+        sx.egress_slirp = st->slirp;
+        sx.routes = &routes;
+    }
     /* cpu_time is the execution's total, from the cgroup: RLIMIT_CPU is
      * per process.  The rlimit stays as a backstop, hard = soft, a
      * second past the limit so the cgroup check fires first.  Without
@@ -725,7 +772,9 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     }
     if (cf_sandbox_exec_prepare(&sx, &spec, err) < 0)
         goto out;
-    if (cf_run(&spec, &outcome, err) < 0) {
+    int run_rc = cf_run(&spec, &outcome, err);
+    cf_net_egress_stop(&sx.egress);
+    if (run_rc < 0) {
         cf_error_wrap(err, "sandbox");
         goto out;
     }

@@ -65,7 +65,13 @@ static int sx_child_setup(void *arg, const char **msg)
         *msg = "sandbox: sethostname";
         return -1;
     }
-    if (!sx->network && sx->loopback && loopback_up() < 0) {
+    if (sx->egress_slirp) {
+        /* Before the capabilities go: the program cannot change them. */
+        if (cf_net_egress_routes(sx->routes) < 0) {
+            *msg = "sandbox: egress routes";
+            return -1;
+        }
+    } else if (sx->loopback && loopback_up() < 0) {
         *msg = "sandbox: loopback up";
         return -1;
     }
@@ -104,6 +110,9 @@ static int sx_child_setup(void *arg, const char **msg)
 
 /* ---- parent ----------------------------------------------------------- */
 
+/* How long slirp4netns may take to configure the namespace. */
+#define EGRESS_READY_US (5 * 1000000LL)
+
 static int write_proc(pid_t pid, const char *file, const char *val, cf_error *err)
 {
     char path[64];
@@ -130,6 +139,10 @@ static int sx_parent_setup(pid_t pid, void *arg, cf_error *err)
         return -1;
     if (sx->cg && sx->n_join == 0 && cf_cgroup_attach(sx->cg, pid, err) < 0)
         return -1;
+    /* The child waits at its barrier: its network namespace gets its TAP
+     * device before it sets up the routes. */
+    if (sx->egress_slirp && cf_net_egress_start(sx->egress_slirp, pid, EGRESS_READY_US, &sx->egress, err) < 0)
+        return -1;
     return 0;
 }
 
@@ -150,12 +163,14 @@ int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *er
         return cf_error_set(err, CF_E_INVALID, "sandbox: refusing to map host root into the sandbox");
     snprintf(sx->uid_map, sizeof(sx->uid_map), "%u %u 1\n", (unsigned)sx->uid, (unsigned)sx->host_uid);
     snprintf(sx->gid_map, sizeof(sx->gid_map), "%u %u 1\n", (unsigned)sx->gid, (unsigned)sx->host_gid);
-    spec->clone_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+    /* Always an own network namespace: with network it gets slirp4netns. */
+    spec->clone_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
+    sx->egress = (cf_net_egress){.pid = 0, .exit_fd = -1};
+    if (sx->egress_slirp && !sx->routes)
+        return cf_error_set(err, CF_E_INVALID, "sandbox: network without routes");
     /* The program is not the namespace's init: signals it sends itself act
      * as on a host, orphans are reaped, its own status is reported. */
     spec->init = true;
-    if (!sx->network)
-        spec->clone_flags |= CLONE_NEWNET;
     spec->set_ids = false; /* ids are set inside the user namespace */
     spec->stdio_owner_set = true;
     spec->stdio_uid = sx->host_uid;

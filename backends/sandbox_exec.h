@@ -19,6 +19,7 @@
 #include "cf_runner.h"
 #include "sandbox_cgroup.h"
 #include "sandbox_fs.h"
+#include "sandbox_net.h"
 #include "sandbox_seccomp.h"
 
 typedef struct cf_sandbox_exec {
@@ -31,7 +32,11 @@ typedef struct cf_sandbox_exec {
     int n_join;
     uid_t uid, gid;                 /* ids inside the namespace */
     uid_t host_uid, host_gid;       /* what they are outside (never 0) */
-    bool network;                   /* true: keep the host network namespace */
+    /* network=enabled: slirp4netns to start for the child's own network
+     * namespace (NULL: an empty namespace) and the routes the child
+     * installs before it drops its capabilities. */
+    const char *egress_slirp;
+    const cf_net_routes *routes;
     bool loopback;                  /* no network: bring lo up in the empty namespace */
     const char *hostname;           /* NULL: "sandbox" */
     /* >0: RLIMIT_CPU soft = hard = this many seconds, set in the child
@@ -40,6 +45,9 @@ typedef struct cf_sandbox_exec {
     long cpu_rlimit_s;
     /* filled by cf_sandbox_exec_prepare */
     char uid_map[64], gid_map[64];
+    /* the running slirp4netns (parent_setup): stop it with
+     * cf_net_egress_stop after cf_run, whatever cf_run returned */
+    cf_net_egress egress;
 } cf_sandbox_exec;
 
 /* Sets spec's clone flags, the child_setup/parent_setup/kill_all hooks

@@ -46,6 +46,7 @@ typedef struct cf_profile {
     char *read_only_roots;   /* comma list of host directories (paths mode, read-only binds) */
     char *read_write_roots;  /* comma list of host directories (read-write binds; read-only too) */
     char *env_allow;         /* comma list of worker environment names env_allow may pass */
+    char *network_allow;     /* comma list of IPv4 CIDRs reachable despite the default refusals */
     char *reply_to;          /* comma list of topics, or prefixes ending in '*' */
     char *state_prefix;      /* workspace and thread ids must start with it; "*" any; unset none */
     int64_t max_timeout_us;  /* 0: the worker's max-timeout */
@@ -68,6 +69,8 @@ typedef struct cf_profile {
     size_t n_env_names;
     char **reply_rules;
     size_t n_reply_rules;
+    cf_cidr4 *net_allow;
+    size_t n_net_allow;
 } cf_profile;
 
 /* The keys of one profile, for the docs and for loading. */

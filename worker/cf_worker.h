@@ -40,6 +40,7 @@ typedef struct cf_worker_config {
     char *exec_path;
     int64_t run_uid_base;
     char *cgroup_root;          /* sandbox cgroups' parent, relative to each hierarchy */
+    char *slirp4netns_path;     /* sandbox network=enabled ("" = not offered) */
     int64_t sandbox_memory_bytes;
     int64_t sandbox_pids_max;
     int64_t sandbox_tmp_bytes;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cf_util.h"
+#include "sandbox_net.h"
 
 #define OFF(field) offsetof(cf_profile, field)
 #define SEC 1000000LL
@@ -30,6 +31,10 @@ static const cf_conf_prop profile_props[] = {
      "Languages a request may use, comma-separated, or `*` for every language of the backend.", NULL},
     {"network", CF_CONF_ENUM, OFF(network), 0, 0, "disabled", "disabled|enabled",
      "The most network a request may ask for: `disabled` refuses policy.network=enabled.", NULL},
+    {"network-allow", CF_CONF_STRING, OFF(network_allow), 0, 4096, "", NULL,
+     "With network enabled: IPv4 destinations (a.b.c.d/n, comma-separated) a program may reach although they "
+     "are in a range refused by default (private, link-local, shared, reserved, the host's own addresses). "
+     "Empty: public addresses only.", NULL},
     {"read-only-roots", CF_CONF_STRING, OFF(read_only_roots), 0, 4096, "", NULL,
      "Host directories under which policy.filesystem paths may be bound read-only, comma-separated; "
      "canonicalised at start (must exist). Empty: paths mode is refused.", NULL},
@@ -206,6 +211,7 @@ static void profile_free(cf_profile *p)
     strv_free(p->rw_roots, p->n_rw_roots);
     strv_free(p->env_names, p->n_env_names);
     strv_free(p->reply_rules, p->n_reply_rules);
+    free(p->net_allow);
     memset(p, 0, sizeof(*p));
 }
 
@@ -264,6 +270,32 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
         }
     }
     strv_free(langs, nl);
+
+    char **nets = NULL;
+    size_t nn = 0;
+    if (split_list(p->network_allow, &nets, &nn, err) < 0)
+        return -1;
+    if (nn > 32) {
+        strv_free(nets, nn);
+        return cf_error_set(err, CF_E_LIMIT, "profile '%s': network-allow: more than 32 destinations", p->name);
+    }
+    p->net_allow = nn ? calloc(nn, sizeof(*p->net_allow)) : NULL;
+    if (nn && !p->net_allow) {
+        strv_free(nets, nn);
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < nn; i++) {
+        if (cf_cidr4_parse(nets[i], &p->net_allow[i]) < 0) {
+            cf_error_set(err, CF_E_INVALID, "profile '%s': network-allow: '%s' is not an IPv4 CIDR (a.b.c.d/n, no host "
+                         "bits)", p->name, nets[i]);
+            strv_free(nets, nn);
+            return -1;
+        }
+        p->n_net_allow++;
+    }
+    strv_free(nets, nn);
+    if (p->n_net_allow && p->network == 0)
+        return cf_error_set(err, CF_E_INVALID, "profile '%s': network-allow needs network = enabled", p->name);
 
     if (roots_load(p, "read-only-roots", p->read_only_roots, &p->ro_roots, &p->n_ro_roots, err) < 0 ||
         roots_load(p, "read-write-roots", p->read_write_roots, &p->rw_roots, &p->n_rw_roots, err) < 0)

@@ -619,7 +619,8 @@ static int64_t writer_seq_for(const job *j)
  * Redis steps around the backend. */
 static void execute_job(cf_worker *w, job *j, int slot, cf_result *res)
 {
-    cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &w->cancel_exec};
+    cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &w->cancel_exec,
+                       .net_allow = j->profile->net_allow, .n_net_allow = j->profile->n_net_allow};
     cf_error err;
     cf_error_clear(&err);
     bool needs_state = j->req.workspace || j->req.thread;
@@ -1050,6 +1051,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .max_files_bytes = cfg->max_files_bytes,
         .max_output_file_bytes = cfg->max_output_file_bytes,
         .cgroup_root = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
+        .slirp4netns_path = cfg->slirp4netns_path,
         .sandbox_memory_bytes = cfg->sandbox_memory_bytes,
         .sandbox_pids_max = cfg->sandbox_pids_max,
         .sandbox_tmp_bytes = cfg->sandbox_tmp_bytes,

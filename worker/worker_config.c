@@ -53,6 +53,10 @@ static const cf_conf_prop worker_props[] = {
     {"cgroup-root", CF_CONF_STRING, OFF(cgroup_root), 0, 1024, NULL, NULL,
      "Parent of the sandbox's cgroups, relative to each hierarchy's root; default: the "
      "worker's own cgroup + /codefleet.", NULL},
+    {"slirp4netns", CF_CONF_STRING, OFF(slirp4netns_path), 0, 1024, "/usr/bin/slirp4netns", NULL,
+     "Sandbox: user-mode networking for network=enabled (absolute path). Programs then get their own network "
+     "namespace with egress only; empty or missing: network=enabled is not offered (requests asking are "
+     "rejected).", NULL},
     {"sandbox-memory", CF_CONF_SIZE, OFF(sandbox_memory_bytes), 0, 1024 * 1024 * MIB, "512MiB", NULL,
      "Sandbox: memory limit (cgroup, incl. tmpfs and shared memory) for requests that set none.", NULL},
     {"sandbox-pids", CF_CONF_INT, OFF(sandbox_pids_max), 1, 1000000, "256", NULL,

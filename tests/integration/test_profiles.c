@@ -23,8 +23,13 @@
 typedef struct suite {
     it_topics t;   /* the default profile's topics */
     it_topics ta;  /* tenant "acme" */
+    it_topics tn;  /* profile "net": network enabled (results on t's topic) */
+    it_topics to;  /* profile "netok": network enabled, the test host's range allowed */
     it_worker w;
-    cf_dispatcher *d, *da;
+    cf_dispatcher *d, *da, *dn, *dok;
+    /* A test host on a private address in a network namespace of ours. */
+    char th_ns[48], th_veth[16], th_net[32], th_peer[24], th_pidfile[64];
+    bool th_up;
     char marker[96];  /* a program that runs creates it (process backend) */
     char secret_dir[64];
     char roots[64];   /* acme's read-only root */
@@ -40,6 +45,52 @@ static void topics_for_tenant(it_topics *ta, const it_topics *t)
     snprintf(ta->group, sizeof(ta->group), "%s", t->group);
 }
 
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* 10.235.<n>.2 serves "hello" on 7777 in its own network namespace. */
+static bool test_host_up(void)
+{
+    int n = (int)(getpid() % 200) + 20;
+    snprintf(g.th_ns, sizeof(g.th_ns), "cf-ittesthost-%d", (int)getpid());
+    snprintf(g.th_veth, sizeof(g.th_veth), "cfit%d", (int)getpid() % 100000);
+    snprintf(g.th_net, sizeof(g.th_net), "10.235.%d.0/30", n);
+    snprintf(g.th_peer, sizeof(g.th_peer), "10.235.%d.2", n);
+    snprintf(g.th_pidfile, sizeof(g.th_pidfile), "/tmp/cf-ittesthost-%d.pid", (int)getpid());
+    if (sh("ip netns add %s && ip link add %s type veth peer name %sp && ip link set %sp netns %s && "
+           "ip addr add 10.235.%d.1/30 dev %s && ip link set %s up && "
+           "ip netns exec %s ip addr add %s/30 dev %sp && ip netns exec %s ip link set %sp up",
+           g.th_ns, g.th_veth, g.th_veth, g.th_veth, g.th_ns, n, g.th_veth, g.th_veth, g.th_ns, g.th_peer, g.th_veth,
+           g.th_ns, g.th_veth) != 0)
+        return false;
+    g.th_up = true;
+    int rc = sh("ip netns exec %s /usr/bin/python3 -c \"import socket\n"
+                "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                "s.bind(('%s', 7777)); s.listen(8)\n"
+                "while True:\n    c, _ = s.accept(); c.sendall(b'hello'); c.close()\n\" >/dev/null 2>&1 & "
+                "echo $! > %s",
+                g.th_ns, g.th_peer, g.th_pidfile);
+    usleep(300 * 1000);
+    return rc == 0;
+}
+
+static void test_host_down(void)
+{
+    if (!g.th_up)
+        return;
+    sh("kill -9 $(cat %s) 2>/dev/null; rm -f %s; ip link del %s 2>/dev/null; ip netns del %s", g.th_pidfile,
+       g.th_pidfile, g.th_veth, g.th_ns);
+    g.th_up = false;
+}
+
 static int setup_suite(void **state)
 {
     (void)state;
@@ -48,6 +99,10 @@ static int setup_suite(void **state)
     g.sandbox = geteuid() == 0;
     it_topics_create(&g.t, "prof", 1);
     topics_for_tenant(&g.ta, &g.t);
+    it_topics_create(&g.tn, "prof-net", 1);
+    it_topics_create(&g.to, "prof-netok", 1);
+    if (g.sandbox && !test_host_up())
+        return -1;
     snprintf(g.marker, sizeof(g.marker), "/tmp/cf-prof-marker-%ld", (long)getpid());
     cf_strlcpy(g.secret_dir, "/var/tmp/cf-prof-secret-XXXXXX", sizeof(g.secret_dir));
     cf_strlcpy(g.roots, "/var/tmp/cf-prof-root-XXXXXX", sizeof(g.roots));
@@ -62,7 +117,11 @@ static int setup_suite(void **state)
     fclose(f);
     chmod(p, 0644);
 
-    static char a_topic[160], a_res[160], a_root[160], a_backends[64], a_dback[64];
+    static char a_topic[160], a_res[160], a_root[160], a_backends[64], a_dback[64], a_ntopic[160], a_otopic[160],
+        a_oallow[96];
+    snprintf(a_ntopic, sizeof(a_ntopic), "--profile.net.topic=%s", g.tn.requests);
+    snprintf(a_otopic, sizeof(a_otopic), "--profile.netok.topic=%s", g.to.requests);
+    snprintf(a_oallow, sizeof(a_oallow), "--profile.netok.network-allow=%s", g.th_net[0] ? g.th_net : "10.235.0.0/30");
     snprintf(a_topic, sizeof(a_topic), "--profile.acme.topic=%s", g.ta.requests);
     snprintf(a_res, sizeof(a_res), "--profile.acme.result-topic=%s", g.ta.results);
     snprintf(a_root, sizeof(a_root), "--profile.acme.read-only-roots=%s", g.roots);
@@ -82,7 +141,16 @@ static int setup_suite(void **state)
                            "--profile.acme.state-prefix=acme.",
                            "--profile.acme.max-timeout=20s",
                            "--slots=1",
+                           a_ntopic, /* [12]: the network profiles follow */
+                           "--profile.net.backends=sandbox",
+                           "--profile.net.network=enabled",
+                           a_otopic,
+                           "--profile.netok.backends=sandbox",
+                           "--profile.netok.network=enabled",
+                           a_oallow,
                            NULL};
+    if (!g.sandbox) /* no sandbox without root: the network profiles are not configured */
+        extra[12] = NULL;
     setenv("CF_PROFILE_TEST_SHARED", "shared-value", 1);
     setenv("CODEFLEET_WORKER_REDIS_PASSWORD", "worker-secret", 1);
     it_worker_start(&g.w, &g.t, "prof-w1", extra);
@@ -94,6 +162,11 @@ static int setup_suite(void **state)
     }
     g.d = it_dispatcher_new(&g.t);
     g.da = it_dispatcher_new(&g.ta);
+    /* The network profiles answer on the worker's result topic. */
+    snprintf(g.tn.results, sizeof(g.tn.results), "%s", g.t.results);
+    snprintf(g.to.results, sizeof(g.to.results), "%s", g.t.results);
+    g.dn = it_dispatcher_new(&g.tn);
+    g.dok = it_dispatcher_new(&g.to);
     return 0;
 }
 
@@ -104,6 +177,9 @@ static int teardown_suite(void **state)
         return 0;
     cf_dispatcher_destroy(g.d);
     cf_dispatcher_destroy(g.da);
+    cf_dispatcher_destroy(g.dn);
+    cf_dispatcher_destroy(g.dok);
+    test_host_down();
     if (g.w.pid > 0)
         it_worker_stop(&g.w, SIGTERM, 20000);
     unlink(g.marker);
@@ -329,9 +405,52 @@ static void test_caller_outcomes_in_sandbox(void **state)
     cf_result_clear(&res);
 }
 
+/* network=enabled through the fleet is egress only: the broker's and
+ * Redis's ports (on the host's loopback, through slirp's gateway, on the
+ * host's own address) are unreachable, a private test host is refused
+ * unless the profile allows its range. */
+static void test_network_egress_only(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    if (!g.sandbox)
+        skip();
+    int kport = atoi(strrchr(it_brokers(), ':') + 1);
+    const char *r = it_redis();
+    int rport = r ? atoi(strrchr(r, ':') + 1) : 6379;
+    char code[1400];
+    snprintf(code, sizeof(code),
+             "import socket\n"
+             "targets = [('kafka-lo', '127.0.0.1', %d), ('redis-lo', '127.0.0.1', %d), ('kafka-gw', '10.0.2.2', %d), "
+             "('redis-gw', '10.0.2.2', %d), ('testhost', '%s', 7777)]\n"
+             "for name, host, port in targets:\n"
+             "    s = socket.socket(); s.settimeout(3)\n"
+             "    try:\n        s.connect((host, port)); print(name, 'ok', s.recv(5).decode() or '-')\n"
+             "    except OSError as e:\n        print(name, 'failed', e.errno)\n",
+             kport, rport, kport, rport, g.th_peer);
+    for (int allowed = 0; allowed < 2; allowed++) {
+        cf_request req;
+        it_request_init(&req, CF_LANG_PYTHON, code);
+        req.policy.network = CF_NET_ENABLED;
+        cf_result res;
+        it_submit_wait(allowed ? g.dok : g.dn, &req, 60 * SEC, &res);
+        expect(&res, CF_STATUS_SUCCESS, NULL, "network enabled");
+        const char *out = res.stdout_data.data ? (const char *)res.stdout_data.data : "";
+        print_message("%s:\n%s", allowed ? "netok" : "net", out);
+        assert_non_null(strstr(out, "kafka-lo failed 111\n")); /* its own loopback */
+        assert_non_null(strstr(out, "redis-lo failed 111\n"));
+        assert_non_null(strstr(out, "kafka-gw failed 13\n"));  /* slirp's gateway: the host, refused */
+        assert_non_null(strstr(out, "redis-gw failed 13\n"));
+        assert_non_null(strstr(out, allowed ? "testhost ok hello\n" : "testhost failed 13\n"));
+        cf_request_clear(&req);
+        cf_result_clear(&res);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_network_egress_only),
         cmocka_unit_test(test_default_profile_refuses),
         cmocka_unit_test(test_tenant_profile),
         cmocka_unit_test(test_caller_outcomes_in_sandbox),

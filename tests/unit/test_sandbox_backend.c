@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -56,6 +57,7 @@ static int make_set(fixture *f)
     f->cfg.max_output_file_bytes = 1 << 16;
     f->cfg.cgroup_root = f->cg_parent;
     f->cfg.run_uid_base = UID_BASE;
+    f->cfg.slirp4netns_path = "/usr/bin/slirp4netns";
     cf_error err;
     if (cf_backend_set_new("sandbox", &f->cfg, &f->set, &err) < 0) {
         fprintf(stderr, "set: %s\n", err.msg);
@@ -576,39 +578,150 @@ static void test_timeout_kills_everything(void **state)
     assert_nothing_left(f);
 }
 
+/* A test host on a private address, in a network namespace of its own
+ * joined to ours by a veth pair: 10.234.<n>.2 serves "hello" on port
+ * 7777, our side is 10.234.<n>.1. */
+typedef struct test_host {
+    char ns[48];
+    char veth[16];
+    char net[32];  /* "10.234.<n>.0/30" */
+    char peer[24]; /* "10.234.<n>.2" */
+    char ours[24]; /* "10.234.<n>.1" */
+    char pidfile[64];
+    bool up;
+} test_host;
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+static bool test_host_up(test_host *h)
+{
+    int n = (int)(getpid() % 200) + 20;
+    snprintf(h->ns, sizeof(h->ns), "cf-testhost-%d", (int)getpid());
+    snprintf(h->veth, sizeof(h->veth), "cfth%d", (int)getpid() % 100000);
+    snprintf(h->net, sizeof(h->net), "10.234.%d.0/30", n);
+    snprintf(h->peer, sizeof(h->peer), "10.234.%d.2", n);
+    snprintf(h->ours, sizeof(h->ours), "10.234.%d.1", n);
+    int rc = sh("ip netns add %s && ip link add %s type veth peer name %sp && ip link set %sp netns %s && "
+                "ip addr add %s/30 dev %s && ip link set %s up && ip netns exec %s ip addr add %s/30 dev %sp && "
+                "ip netns exec %s ip link set %sp up && ip netns exec %s ip link set lo up",
+                h->ns, h->veth, h->veth, h->veth, h->ns, h->ours, h->veth, h->veth, h->ns, h->peer, h->veth, h->ns,
+                h->veth, h->ns);
+    if (rc != 0)
+        return false;
+    h->up = true;
+    /* The server answers every connection until the namespace goes. */
+    snprintf(h->pidfile, sizeof(h->pidfile), "/tmp/cf-testhost-%d.pid", (int)getpid());
+    rc = sh("ip netns exec %s /usr/bin/python3 -c \"import socket\n"
+            "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "s.bind(('%s', 7777)); s.listen(8)\n"
+            "while True:\n    c, _ = s.accept(); c.sendall(b'hello'); c.close()\n\" >/dev/null 2>&1 & "
+            "echo $! > %s",
+            h->ns, h->peer, h->pidfile);
+    usleep(300 * 1000);
+    return rc == 0;
+}
+
+static void test_host_down(test_host *h)
+{
+    if (!h->up)
+        return;
+    /* ip netns exec execs the server: $! was its pid. */
+    sh("kill -9 $(cat %s) 2>/dev/null; rm -f %s; ip link del %s 2>/dev/null; ip netns del %s", h->pidfile, h->pidfile,
+       h->veth, h->ns);
+    h->up = false;
+}
+
+/* network=enabled is egress only (issue 7): the program's own network
+ * namespace behind slirp4netns.  The host's loopback services (Redis and
+ * Kafka in the stack), the host's own addresses and a private test host
+ * are refused; the test host is reachable when the profile allows its
+ * range; disabled and unspecified stay an empty namespace. */
 static void test_network(void **state)
 {
     REQUIRE_ROOT();
     fixture *f = *state;
+    if (!(f->be->caps.controls & CF_CTL_NETWORK_ENABLED)) {
+        print_message("network=enabled not offered here: %s\n", f->be->caps.notes);
+        fail_msg("the sandbox should offer network=enabled (slirp4netns is installed by deploy/install.sh)");
+    }
+    assert_non_null(strstr(f->be->caps.notes, "network=enabled = egress only"));
+    test_host th;
+    memset(&th, 0, sizeof(th));
+    assert_true(test_host_up(&th));
+    /* Our own listener on every address of the host. */
     int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(ls >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
     assert_int_equal(listen(ls, 8), 0);
     socklen_t al = sizeof(a);
     assert_int_equal(getsockname(ls, (struct sockaddr *)&a, &al), 0);
-    char code[512];
+    int port = ntohs(a.sin_port);
+    char code[1024];
     snprintf(code, sizeof(code),
-             "import socket\ns = socket.socket(); s.settimeout(3)\n"
-             "try:\n    s.connect(('127.0.0.1', %d)); print('connected')\n"
-             "except OSError as e:\n    print('failed', e.errno)\n",
-             ntohs(a.sin_port));
-    const cf_network_policy modes[] = {CF_NET_DISABLED, CF_NET_UNSPECIFIED, CF_NET_ENABLED};
-    for (size_t i = 0; i < 3; i++) {
+             "import socket\n"
+             "for name, host, port in [('loopback', '127.0.0.1', %d), ('gateway', '10.0.2.2', %d), "
+             "('host', '%s', %d), ('testhost', '%s', 7777)]:\n"
+             "    s = socket.socket(); s.settimeout(3)\n"
+             "    try:\n        s.connect((host, port)); print(name, 'ok', s.recv(5).decode() or '-')\n"
+             "    except OSError as e:\n        print(name, 'failed', e.errno)\n",
+             port, port, th.ours, port, th.peer);
+    const cf_network_policy modes[] = {CF_NET_DISABLED, CF_NET_UNSPECIFIED, CF_NET_ENABLED, CF_NET_ENABLED};
+    for (size_t i = 0; i < 4; i++) {
         cf_request req;
         cf_result res;
         req_init(&req, CF_LANG_PYTHON, code);
         req.policy.network = modes[i];
-        assert_int_equal(run(f, &req, &res), 0);
+        cf_cidr4 allow;
+        cf_exec_ctx ctx = {.slot = 0, .worker_id = "test"};
+        if (i == 3) { /* the profile allows the test host's range */
+            struct in_addr in;
+            inet_pton(AF_INET, th.peer, &in);
+            allow.addr = htonl(ntohl(in.s_addr) & ~3u);
+            allow.len = 30;
+            ctx.net_allow = &allow;
+            ctx.n_net_allow = 1;
+        }
+        assert_int_equal(run_ctx(f, &ctx, &req, &res), 0);
         assert_int_equal(res.status, CF_STATUS_SUCCESS);
-        if (modes[i] == CF_NET_ENABLED)
-            assert_true(out_is(&res.stdout_data, "connected\n"));
-        else
-            assert_true(out_is(&res.stdout_data, "failed 111\n")); /* ECONNREFUSED: only its own loopback */
+        const char *out = res.stdout_data.data ? (const char *)res.stdout_data.data : "";
+        print_message("mode %zu:\n%s", i, out);
+        if (modes[i] != CF_NET_ENABLED) {
+            /* An empty namespace: only its own loopback (refused), nothing routable. */
+            assert_non_null(strstr(out, "loopback failed 111\n"));
+            assert_non_null(strstr(out, "gateway failed 101\n"));
+            assert_non_null(strstr(out, "host failed 101\n"));
+            assert_non_null(strstr(out, "testhost failed 101\n"));
+        } else {
+            assert_non_null(strstr(out, "loopback failed 111\n")); /* its own lo, not the host's */
+            assert_non_null(strstr(out, "gateway failed 13\n"));   /* slirp's gateway is the host: refused */
+            assert_non_null(strstr(out, "host failed 13\n"));      /* the host's own address: refused */
+            if (i == 2)
+                assert_non_null(strstr(out, "testhost failed 13\n")); /* private: refused by default */
+            else
+                assert_non_null(strstr(out, "testhost ok hello\n"));  /* allowed by the profile */
+        }
         cf_result_clear(&res);
         cf_request_clear(&req);
     }
+    /* Nothing reached our listener, and no slirp4netns is left. */
+    struct sockaddr_in peer;
+    socklen_t pl = sizeof(peer);
+    int fl = 1;
+    ioctl(ls, FIONBIO, &fl);
+    assert_int_equal(accept(ls, (struct sockaddr *)&peer, &pl), -1);
     close(ls);
+    test_host_down(&th);
+    assert_int_equal(sh("pgrep -x slirp4netns >/dev/null"), 256);
     assert_nothing_left(f);
 }
 
