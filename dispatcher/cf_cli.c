@@ -76,6 +76,21 @@ int cf_cli_parse_globals(int argc, char **argv, cf_cli_globals *g, int *cmd_inde
     if (cf_conf_init(&global_table, g, err) < 0)
         return -1;
 
+    /* A settings file first (--config FILE or CODEFLEET_CONFIG): where
+     * credentials belong (kafka.sasl.*, redis-password), readable by their
+     * owner only, instead of flags others can read in /proc. */
+    const char *config = getenv("CODEFLEET_CONFIG");
+    for (int k = 1; k < argc && argv[k][0] == '-' && strcmp(argv[k], "--") != 0; k++) {
+        if (strcmp(argv[k], "--config") == 0 && k + 1 < argc)
+            config = argv[++k];
+        else if (strncmp(argv[k], "--config=", 9) == 0)
+            config = argv[k] + 9;
+        else if (global_takes_value(argv[k]) && strncmp(argv[k], "-X", 2) != 0 && k + 1 < argc)
+            k++;
+    }
+    if (config && config[0] && cf_conf_load_file(&global_table, g, config, err) < 0)
+        return -1;
+
     /* Environment (a filtered envp: see global_env). */
     char *envp[sizeof(global_env) / sizeof(global_env[0]) + 1];
     size_t ne = 0;
@@ -149,6 +164,10 @@ int cf_cli_parse_globals(int argc, char **argv, cf_cli_globals *g, int *cmd_inde
             cf_error_set(err, CF_E_INVALID, "unknown option %s (see codefleet --help)", a);
             break;
         }
+        if (strcmp(a, "--config") == 0 || strncmp(a, "--config=", 9) == 0) {
+            i += a[8] == '=' ? 1 : 2; /* read above */
+            continue;
+        }
         if (strcmp(a, "--timeout") == 0 || strncmp(a, "--timeout=", 10) == 0)
             g->timeout_given = true;
         args[nargs++] = argv[i++];
@@ -191,13 +210,17 @@ void cf_cli_print_usage(FILE *out)
           "                                print results as they arrive\n"
           "  topics create [--partitions N] [NAME...]\n"
           "                                create topics (default: the request and result topics)\n"
+          "  acl allow PRINCIPAL OPERATION:RESOURCE:NAME[*]...\n"
+          "                                grant a principal access on the broker (super user only)\n"
           "  workspace create|put|get|ls|rm|snapshot|info|delete ...\n"
           "                                versioned file workspaces in Redis\n"
           "  checkpoint save|load|list|history|rollback|rm ...\n"
           "                                per-thread checkpoints of agent state in Redis\n"
           "  events publish|tail|wait ...  collaboration events on the events topic\n"
           "\n"
-          "Global options (before the command):\n",
+          "Global options (before the command):\n"
+          "  --config=FILE                 settings file (key = value, e.g. kafka.sasl.password, redis-password);\n"
+          "                                also CODEFLEET_CONFIG; lowest precedence after the defaults\n",
           out);
     for (size_t i = 0; i < global_table.nprops; i++) {
         const cf_conf_prop *p = &global_props[i];

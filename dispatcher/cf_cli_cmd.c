@@ -568,6 +568,64 @@ static int cmd_topics(const cf_cli_globals *g, int argc, char **argv)
     return CF_EXIT_OK;
 }
 
+static const char acl_help[] =
+    "Usage: codefleet [GLOBAL OPTIONS] acl allow PRINCIPAL RULE...\n"
+    "\n"
+    "Creates ALLOW ACLs on the broker (KRaft StandardAuthorizer) for PRINCIPAL\n"
+    "(User:NAME), one per RULE = OPERATION:RESOURCE:NAME, NAME ending in '*' for a\n"
+    "prefix.  Operations: read, write, create, describe, alter, delete, all,\n"
+    "idempotent_write, ...; resources: topic, group, cluster (name kafka-cluster).\n"
+    "Needs a super user's credentials (--config).  Example:\n"
+    "  codefleet acl allow User:tenant-a write:topic:codefleet.requests.tenant-a \\\n"
+    "      read:topic:codefleet.results.tenant-a read:group:tenant-a*\n";
+
+static int cmd_acl(const cf_cli_globals *g, int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(acl_help, argc < 2 ? stderr : stdout);
+        return argc < 2 ? CF_EXIT_USAGE : CF_EXIT_OK;
+    }
+    if (strcmp(argv[1], "allow") != 0)
+        return usage_error("acl", "unknown subcommand (expected: allow)");
+    if (argc < 4)
+        return usage_error("acl", "expected PRINCIPAL and at least one RULE");
+    const char *principal = argv[2];
+    if (strncmp(principal, "User:", 5) != 0 || principal[5] == '\0')
+        return usage_error("acl", "PRINCIPAL must be User:NAME");
+    size_t n = (size_t)(argc - 3);
+    cf_kafka_acl *acls = calloc(n, sizeof(*acls));
+    char (*bufs)[300] = calloc(n, sizeof(*bufs));
+    cf_error err = {0};
+    int rc = CF_EXIT_OK;
+    if (!acls || !bufs) {
+        cf_error_set(&err, CF_E_NOMEM, "out of memory");
+        rc = fail(&err, "acl allow");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (cf_kafka_acl_parse(argv[3 + i], &acls[i], bufs[i], sizeof(bufs[i]), &err) < 0) {
+            rc = usage_error("acl", err.msg);
+            goto out;
+        }
+        acls[i].principal = principal;
+    }
+    if (cf_kafka_acls_create(g->brokers, &g->kafka, acls, n, g->timeout_us, &err) < 0) {
+        rc = fail(&err, "acl allow");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (g->json)
+            print_json_kv("acl", argv[3 + i], principal);
+        else
+            printf("allowed %s %s %s:%s%s\n", principal, acls[i].operation, acls[i].resource, acls[i].name,
+                   acls[i].prefixed ? "*" : "");
+    }
+out:
+    free(acls);
+    free(bufs);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------- */
 
 int cf_cli_main(int argc, char **argv)
@@ -602,6 +660,8 @@ int cf_cli_main(int argc, char **argv)
         rc = cmd_tail(&g, sub_argc, sub_argv);
     else if (strcmp(name, "topics") == 0)
         rc = cmd_topics(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "acl") == 0)
+        rc = cmd_acl(&g, sub_argc, sub_argv);
     else if (strcmp(name, "workspace") == 0)
         rc = cf_cli_cmd_workspace(&g, sub_argc, sub_argv);
     else if (strcmp(name, "checkpoint") == 0)

@@ -687,6 +687,155 @@ out:
     return rc;
 }
 
+static const struct {
+    const char *name;
+    rd_kafka_AclOperation_t op;
+} acl_ops[] = {
+    {"all", RD_KAFKA_ACL_OPERATION_ALL},           {"read", RD_KAFKA_ACL_OPERATION_READ},
+    {"write", RD_KAFKA_ACL_OPERATION_WRITE},       {"create", RD_KAFKA_ACL_OPERATION_CREATE},
+    {"delete", RD_KAFKA_ACL_OPERATION_DELETE},     {"alter", RD_KAFKA_ACL_OPERATION_ALTER},
+    {"describe", RD_KAFKA_ACL_OPERATION_DESCRIBE}, {"cluster_action", RD_KAFKA_ACL_OPERATION_CLUSTER_ACTION},
+    {"describe_configs", RD_KAFKA_ACL_OPERATION_DESCRIBE_CONFIGS},
+    {"alter_configs", RD_KAFKA_ACL_OPERATION_ALTER_CONFIGS},
+    {"idempotent_write", RD_KAFKA_ACL_OPERATION_IDEMPOTENT_WRITE},
+};
+
+static const struct {
+    const char *name;
+    rd_kafka_ResourceType_t type;
+} acl_resources[] = {
+    {"topic", RD_KAFKA_RESOURCE_TOPIC},
+    {"group", RD_KAFKA_RESOURCE_GROUP},
+    {"cluster", RD_KAFKA_RESOURCE_BROKER}, /* librdkafka names the cluster resource BROKER */
+};
+
+int cf_kafka_acl_parse(const char *spec, cf_kafka_acl *acl, char *buf, size_t bufsz, cf_error *err)
+{
+    memset(acl, 0, sizeof(*acl));
+    if (!spec || cf_strlcpy(buf, spec, bufsz) >= bufsz)
+        return cf_error_set(err, CF_E_INVALID, "acl '%.80s': too long", spec ? spec : "");
+    char *op = buf, *res = strchr(op, ':');
+    char *name = res ? strchr(res + 1, ':') : NULL;
+    if (!res || !name || name[1] == '\0')
+        return cf_error_set(err, CF_E_INVALID, "acl '%.80s': expected operation:resource:name[*]", spec);
+    *res++ = '\0';
+    *name++ = '\0';
+    size_t nl = strlen(name);
+    if (nl > 1 && name[nl - 1] == '*') {
+        name[nl - 1] = '\0';
+        acl->prefixed = true;
+    }
+    bool op_ok = false, res_ok = false;
+    for (size_t i = 0; i < sizeof(acl_ops) / sizeof(acl_ops[0]); i++)
+        op_ok |= strcmp(acl_ops[i].name, op) == 0;
+    for (size_t i = 0; i < sizeof(acl_resources) / sizeof(acl_resources[0]); i++)
+        res_ok |= strcmp(acl_resources[i].name, res) == 0;
+    if (!op_ok)
+        return cf_error_set(err, CF_E_INVALID, "acl '%.80s': unknown operation '%s'", spec, op);
+    if (!res_ok)
+        return cf_error_set(err, CF_E_INVALID, "acl '%.80s': unknown resource type '%s'", spec, res);
+    acl->operation = op;
+    acl->resource = res;
+    acl->name = name;
+    return 0;
+}
+
+int cf_kafka_acls_create(const char *brokers, const cf_kvlist *kafka, const cf_kafka_acl *acls, size_t n,
+                         int64_t timeout_us, cf_error *err)
+{
+    if (n == 0)
+        return 0;
+    char errstr[CF_KAFKA_ERRSTR];
+    rd_kafka_conf_t *conf =
+        cf_kafka_conf_new(brokers ? brokers : CF_DEFAULT_BROKERS, "codefleet-admin", NULL, 0, kafka, err);
+    if (!conf)
+        return -1;
+    rd_kafka_t *rk = cf_kafka_client_new(RD_KAFKA_PRODUCER, conf, "admin client", err);
+    if (!rk)
+        return -1;
+    int rc = -1;
+    rd_kafka_AclBinding_t **b = calloc(n, sizeof(*b));
+    rd_kafka_AdminOptions_t *opts = NULL;
+    rd_kafka_queue_t *q = NULL;
+    rd_kafka_event_t *ev = NULL;
+    if (!b) {
+        cf_error_set(err, CF_E_NOMEM, "create acls: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        rd_kafka_AclOperation_t op = RD_KAFKA_ACL_OPERATION_UNKNOWN;
+        rd_kafka_ResourceType_t rt = RD_KAFKA_RESOURCE_UNKNOWN;
+        for (size_t k = 0; k < sizeof(acl_ops) / sizeof(acl_ops[0]); k++)
+            if (acls[i].operation && strcmp(acl_ops[k].name, acls[i].operation) == 0)
+                op = acl_ops[k].op;
+        for (size_t k = 0; k < sizeof(acl_resources) / sizeof(acl_resources[0]); k++)
+            if (acls[i].resource && strcmp(acl_resources[k].name, acls[i].resource) == 0)
+                rt = acl_resources[k].type;
+        if (op == RD_KAFKA_ACL_OPERATION_UNKNOWN || rt == RD_KAFKA_RESOURCE_UNKNOWN || !acls[i].principal ||
+            !acls[i].name) {
+            cf_error_set(err, CF_E_INVALID, "acl %zu: incomplete or unknown operation/resource", i);
+            goto out;
+        }
+        b[i] = rd_kafka_AclBinding_new(rt, acls[i].name,
+                                       acls[i].prefixed ? RD_KAFKA_RESOURCE_PATTERN_PREFIXED
+                                                        : RD_KAFKA_RESOURCE_PATTERN_LITERAL,
+                                       acls[i].principal, "*", op, RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW, errstr,
+                                       sizeof(errstr));
+        if (!b[i]) {
+            cf_error_set(err, CF_E_INVALID, "acl %s %s %s:%s: %s", acls[i].principal, acls[i].operation,
+                         acls[i].resource, acls[i].name, errstr);
+            goto out;
+        }
+    }
+    opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATEACLS);
+    int tmo = cf_kafka_ms_of_us(timeout_us > 0 ? timeout_us : 30000000);
+    if (!opts || rd_kafka_AdminOptions_set_request_timeout(opts, tmo, errstr, sizeof(errstr))) {
+        cf_error_set(err, CF_E_KAFKA, "admin options: %s", opts ? errstr : "out of memory");
+        goto out;
+    }
+    q = rd_kafka_queue_new(rk);
+    rd_kafka_CreateAcls(rk, b, n, opts, q);
+    ev = rd_kafka_queue_poll(q, tmo + 1000);
+    if (!ev) {
+        cf_error_set(err, CF_E_TIMEOUT, "create acls: no answer within %d ms", tmo);
+        goto out;
+    }
+    if (rd_kafka_event_error(ev)) {
+        cf_error_set(err, CF_E_KAFKA, "create acls: %s", rd_kafka_event_error_string(ev));
+        goto out;
+    }
+    const rd_kafka_CreateAcls_result_t *res = rd_kafka_event_CreateAcls_result(ev);
+    if (!res) {
+        cf_error_set(err, CF_E_KAFKA, "create acls: unexpected event %s", rd_kafka_event_name(ev));
+        goto out;
+    }
+    size_t cnt = 0;
+    const rd_kafka_acl_result_t **ar = rd_kafka_CreateAcls_result_acls(res, &cnt);
+    for (size_t i = 0; i < cnt; i++) {
+        const rd_kafka_error_t *e = rd_kafka_acl_result_error(ar[i]);
+        if (e) {
+            cf_error_set(err, CF_E_KAFKA, "create acl %zu: %s", i, rd_kafka_error_string(e));
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (ev)
+        rd_kafka_event_destroy(ev);
+    if (q)
+        rd_kafka_queue_destroy(q);
+    if (opts)
+        rd_kafka_AdminOptions_destroy(opts);
+    if (b) {
+        for (size_t i = 0; i < n; i++)
+            if (b[i])
+                rd_kafka_AclBinding_destroy(b[i]);
+        free(b);
+    }
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
 int cf_kafka_create_topics(const char *brokers, const char *const *names, size_t n, int partitions,
                            int64_t timeout_us, cf_error *err)
 {

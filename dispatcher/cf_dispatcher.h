@@ -119,6 +119,25 @@ int cf_kafka_create_topics(const char *brokers, const char *const *names, size_t
 int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const char *const *names, size_t n,
                               int partitions, int replication_factor, int64_t timeout_us, cf_error *err);
 
+/* One ALLOW rule of the broker's authorizer (KRaft StandardAuthorizer),
+ * for any host. */
+typedef struct cf_kafka_acl {
+    const char *principal; /* "User:name" */
+    const char *operation; /* read, write, create, describe, alter, delete, all, idempotent_write ... */
+    const char *resource;  /* topic, group, cluster, transactional_id */
+    const char *name;      /* resource name ("kafka-cluster" for the cluster) */
+    bool prefixed;         /* name is a prefix (else the literal name) */
+} cf_kafka_acl;
+
+/* Admin: creates ALLOW ACLs (idempotent: an existing binding is fine).
+ * Needs a principal allowed to alter ACLs (a super user). */
+int cf_kafka_acls_create(const char *brokers, const cf_kvlist *kafka, const cf_kafka_acl *acls, size_t n,
+                         int64_t timeout_us, cf_error *err);
+
+/* Parses "operation:resource:name[*]" ('*' at the end: a prefix) into acl
+ * (pointing into a copy kept in buf); principal is set by the caller. */
+int cf_kafka_acl_parse(const char *spec, cf_kafka_acl *acl, char *buf, size_t bufsz, cf_error *err);
+
 /* A fresh request id: 13 hex digits of epoch microseconds, '-', 16 random hex
  * digits (getrandom), so ids sort by creation time.  cap >= 31. */
 int cf_dispatcher_new_id(char *buf, size_t cap, cf_error *err);

@@ -19,6 +19,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <stddef.h>
+
+#include "cf_config.h"
 #include "cf_dispatcher.h"
 #include "cf_util.h"
 
@@ -74,6 +77,21 @@ static void die(const char *what, const cf_error *err)
     exit(1);
 }
 
+/* A stack settings file: kafka.sasl.* for the authenticated broker; its
+ * Redis keys are accepted and unused. */
+typedef struct bench_settings {
+    cf_kvlist kafka;
+    char *redis_user;
+    char *redis_password;
+} bench_settings;
+
+static const cf_conf_prop sprops[] = {
+    {"kafka.", CF_CONF_KVLIST, offsetof(bench_settings, kafka), 0, 0, NULL, NULL, "librdkafka properties", NULL},
+    {"redis-user", CF_CONF_STRING, offsetof(bench_settings, redis_user), 0, 256, NULL, NULL, "unused", NULL},
+    {"redis-password", CF_CONF_STRING, offsetof(bench_settings, redis_password), 0, 1024, NULL, NULL, "unused", NULL},
+};
+static const cf_conf_table stable = {.program = "bench_fleet", .props = sprops, .nprops = 3};
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -82,10 +100,12 @@ int main(int argc, char **argv)
     }
     const char *mode = argv[1];
     const char *brokers = "127.0.0.1:19092", *requests = "codefleet.requests", *results = "codefleet.results";
+    const char *config = NULL;
     int n = 0;
     static const struct option opts[] = {{"brokers", required_argument, NULL, 'b'},
                                          {"requests", required_argument, NULL, 'q'},
                                          {"results", required_argument, NULL, 'r'},
+                                         {"config", required_argument, NULL, 'c'},
                                          {NULL, 0, NULL, 0}};
     int c;
     optind = 2;
@@ -94,17 +114,24 @@ int main(int argc, char **argv)
         case 'b': brokers = optarg; break;
         case 'q': requests = optarg; break;
         case 'r': results = optarg; break;
+        case 'c': config = optarg; break;
         case 'n': n = (int)strtol(optarg, NULL, 10); break;
         default: return 2;
         }
     }
     signal(SIGPIPE, SIG_IGN);
     bool publish = strcmp(mode, "publish") == 0;
-    cf_dispatcher_config cfg = {
-        .brokers = brokers, .request_topic = requests, .result_topic = results, .collect_results = !publish};
-    cf_dispatcher *d = NULL;
+    bench_settings settings = {0};
     cf_error err;
     cf_error_clear(&err);
+    if (cf_conf_init(&stable, &settings, &err) < 0 || (config && cf_conf_load_file(&stable, &settings, config, &err) < 0))
+        die("config", &err);
+    cf_dispatcher_config cfg = {.brokers = brokers,
+                                .request_topic = requests,
+                                .result_topic = results,
+                                .collect_results = !publish,
+                                .kafka = &settings.kafka};
+    cf_dispatcher *d = NULL;
     if (cf_dispatcher_new(&cfg, &d, &err) < 0)
         die("dispatcher", &err);
     char *av[2];

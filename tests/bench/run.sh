@@ -61,12 +61,14 @@ collect < <(CF_BENCH_WORK_ROOT=/tmp "$bin/tests/bench_exec" --backend process --
     sed 's/^RESULT exec_overhead /RESULT exec_overhead work_root=ext4 /')
 
 run=$(date +%s)
+# The stack is authenticated: every client here is its admin.
+admin_conf=$CODEFLEET_STATE/secrets/admin.conf
 topics() { # name partitions
-    "$bin/dispatcher/codefleet" --brokers "$brokers" topics create --partitions "$2" "$1.req" "$1.res" "$1.dlq" >/dev/null
+    "$bin/dispatcher/codefleet" --config "$admin_conf" --brokers "$brokers" topics create --partitions "$2" "$1.req" "$1.res" "$1.dlq" >/dev/null
 }
 start_worker() { # topics-prefix id
     env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
-        "$bin/worker/codefleet-worker" --brokers "$brokers" --group "bench-$1" --worker-id "$2" \
+        "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$1" --worker-id "$2" \
         --request-topic "$1.req" --result-topic "$1.res" --dlq-topic "$1.dlq" --log-level warn \
         --backends process --profile.default.backends=process \
         --work-root "$work_root" \
@@ -83,7 +85,7 @@ echo "== warm-up: $n_warm requests through a throw-away worker"
 t=bench-warm-$run
 topics "$t" 6
 start_worker "$t" warm-w1
-collect < <("$bin/tests/bench_fleet" throughput --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_warm" |
+collect < <("$bin/tests/bench_fleet" throughput --config "$admin_conf" --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_warm" |
     sed "s/^RESULT throughput /RESULT cold_start_throughput /")
 kill -TERM "${workers[-1]}"
 wait "${workers[-1]}" || true
@@ -95,7 +97,7 @@ t=bench-lat-$run
 topics "$t" 1
 start_worker "$t" lat-w1
 lat_pid=${workers[-1]}
-collect < <("$bin/tests/bench_fleet" latency --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_lat")
+collect < <("$bin/tests/bench_fleet" latency --config "$admin_conf" --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_lat")
 
 echo
 echo "== 5. idle worker RSS"
@@ -110,7 +112,7 @@ for n_workers in 1 2; do
     t=bench-thr$n_workers-$run
     topics "$t" 6
     for i in $(seq 1 "$n_workers"); do start_worker "$t" "thr$n_workers-w$i"; done
-    collect < <("$bin/tests/bench_fleet" throughput --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_thr" |
+    collect < <("$bin/tests/bench_fleet" throughput --config "$admin_conf" --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_thr" |
         sed "s/^RESULT throughput /RESULT throughput workers=$n_workers /")
 done
 
@@ -118,7 +120,7 @@ echo
 echo "== 4. dispatcher publish rate ($n_pub requests)"
 t=bench-pub-$run
 topics "$t" 6
-collect < <("$bin/tests/bench_fleet" publish --brokers "$brokers" --requests "$t.req" -n "$n_pub")
+collect < <("$bin/tests/bench_fleet" publish --config "$admin_conf" --brokers "$brokers" --requests "$t.req" -n "$n_pub")
 
 # ---- sandbox backend (issue 3) ------------------------------------------
 # 6. Per-execution cost of the sandbox backend for /bin/true against bare

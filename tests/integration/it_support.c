@@ -11,7 +11,101 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cf_redis.h"
 #include "cf_util.h"
+
+const char *it_client_config(void)
+{
+    const char *c = getenv("CF_TEST_CLIENT_CONFIG");
+    return c && *c ? c : NULL;
+}
+
+/* "key = value" lines; '#' and ';' start comments.  The files are the
+ * stack's own (deploy/stack.sh writes them). */
+static void settings_read(const char *path, cf_kvlist *kafka, char **redis_user, char **redis_password)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("settings file %s: %s", path, strerror(errno));
+    char line[1024];
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char *eq = strchr(line, '=');
+        if (!eq || line[0] == '#' || line[0] == ';')
+            continue;
+        char *k = line, *v = eq + 1;
+        *eq = '\0';
+        while (*k == ' ')
+            k++;
+        for (char *e = k + strlen(k); e > k && e[-1] == ' ';)
+            *--e = '\0';
+        while (*v == ' ')
+            v++;
+        cf_error err;
+        if (kafka && strncmp(k, "kafka.", 6) == 0) {
+            if (cf_kvlist_set(kafka, k + 6, v, &err) < 0)
+                fail_msg("%s: %s", path, err.msg);
+        } else if (redis_user && strcmp(k, "redis-user") == 0) {
+            free(*redis_user);
+            *redis_user = strdup(v);
+        } else if (redis_password && strcmp(k, "redis-password") == 0) {
+            free(*redis_password);
+            *redis_password = strdup(v);
+        }
+    }
+    fclose(f);
+}
+
+static struct {
+    bool loaded;
+    cf_kvlist kafka;
+    char *redis_user, *redis_password;
+} client;
+
+static void client_load(void)
+{
+    if (client.loaded)
+        return;
+    client.loaded = true;
+    if (it_client_config())
+        settings_read(it_client_config(), &client.kafka, &client.redis_user, &client.redis_password);
+}
+
+const cf_kvlist *it_kafka(void)
+{
+    client_load();
+    return &client.kafka;
+}
+
+void it_load_kafka_props(const char *path, cf_kvlist *out)
+{
+    settings_read(path, out, NULL, NULL);
+}
+
+void it_kafka_conf_apply(rd_kafka_conf_t *conf)
+{
+    const cf_kvlist *k = it_kafka();
+    char errstr[512];
+    for (size_t i = 0; i < k->count; i++)
+        if (rd_kafka_conf_set(conf, k->items[i].key, k->items[i].value, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+            fail_msg("kafka property %s: %s", k->items[i].key, errstr);
+}
+
+void it_redis_auth(struct cf_redis_config *rc)
+{
+    client_load();
+    rc->user = client.redis_user;
+    rc->password = client.redis_password;
+}
+
+const char *it_principal_config(const char *principal, char *buf, size_t size)
+{
+    const char *dir = getenv("CF_TEST_SECRETS");
+    if (!dir || !*dir)
+        return NULL;
+    snprintf(buf, size, "%s/%s.conf", dir, principal);
+    return buf;
+}
 
 const char *it_brokers(void)
 {
@@ -45,7 +139,7 @@ void it_topics_create(it_topics *t, const char *prefix, int partitions)
     const char *names[] = {t->requests, t->results, t->dlq};
     cf_error err;
     cf_error_clear(&err);
-    if (cf_kafka_create_topics(it_brokers(), names, 3, partitions, 30 * 1000000LL, &err) < 0)
+    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 3, partitions, -1, 30 * 1000000LL, &err) < 0)
         fail_msg("creating topics: %s", err.msg);
 }
 
@@ -72,6 +166,12 @@ void it_worker_start(it_worker *w, const it_topics *t, const char *id, const cha
     snprintf(a_dlq, sizeof(a_dlq), "--dlq-topic=%s", t->dlq);
     snprintf(a_id, sizeof(a_id), "--worker-id=%s", id);
     argv[n++] = (char *)worker_bin();
+    /* The stack's credentials (a file: never on the command line). */
+    static char a_config[1100];
+    if (it_client_config()) {
+        snprintf(a_config, sizeof(a_config), "--config=%s", it_client_config());
+        argv[n++] = a_config;
+    }
     argv[n++] = a_brokers;
     argv[n++] = a_group;
     argv[n++] = a_req;
@@ -183,6 +283,7 @@ cf_dispatcher *it_dispatcher_new(const it_topics *t)
         .request_topic = t->requests,
         .result_topic = t->results,
         .collect_results = true,
+        .kafka = it_kafka(),
     };
     cf_dispatcher *d = NULL;
     cf_error err;
@@ -231,6 +332,7 @@ it_message *it_consume_first(const char *topic, int timeout_ms)
         rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", errstr, sizeof(errstr)) ||
         rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof(errstr)))
         fail_msg("conf: %s", errstr);
+    it_kafka_conf_apply(conf);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (!rk)
         fail_msg("consumer: %s", errstr);

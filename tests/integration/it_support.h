@@ -14,10 +14,29 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "cf_config.h"
 #include "cf_dispatcher.h"
 
 const char *it_brokers(void); /* NULL when no broker is configured */
 const char *it_redis(void);   /* "host:port" or NULL */
+
+/* The stack is authenticated: CF_TEST_CLIENT_CONFIG names a settings file
+ * (deploy/stack.sh's admin.conf: kafka.sasl.*, redis-user, redis-password)
+ * that every client of the tests uses.  NULL/empty when not set. */
+const char *it_client_config(void);
+/* Its kafka.* properties (prefix removed), for cf_dispatcher_config.kafka
+ * and the like; never NULL. */
+const cf_kvlist *it_kafka(void);
+/* Applies them to a librdkafka configuration (fails the test on error). */
+void it_kafka_conf_apply(rd_kafka_conf_t *conf);
+/* Fills the Redis user and password of rc from the settings file. */
+struct cf_redis_config;
+void it_redis_auth(struct cf_redis_config *rc);
+/* The settings file of another principal of the stack ("tenant-a"...),
+ * from CF_TEST_SECRETS; NULL when not set. */
+const char *it_principal_config(const char *principal, char *buf, size_t size);
+/* Loads a settings file's kafka.* properties into out (caller frees). */
+void it_load_kafka_props(const char *path, cf_kvlist *out);
 
 /* Skips the current test (cmocka skip) when no broker is configured. */
 #define IT_REQUIRE_BROKER()                                                               \

@@ -44,6 +44,7 @@ static void store_open(store *s)
     cf_redis_config_init(&rc);
     rc.host = host;
     rc.port = port;
+    it_redis_auth(&rc);
     cf_error err;
     cf_error_clear(&err);
     s->r = cf_redis_new(&rc, true, &err);

@@ -65,7 +65,11 @@ static run_out *run(fx *f, const char *first, ...)
     const char *argv[64];
     int n = 0;
     argv[n++] = cli_bin();
-    char redis_flag[256], brokers_flag[256], topic_flag[160];
+    char redis_flag[256], brokers_flag[256], topic_flag[160], config_flag[1100];
+    if (it_client_config()) {
+        snprintf(config_flag, sizeof(config_flag), "--config=%s", it_client_config());
+        argv[n++] = config_flag;
+    }
     snprintf(redis_flag, sizeof(redis_flag), "--redis=%s", it_redis());
     snprintf(brokers_flag, sizeof(brokers_flag), "--brokers=%s", it_brokers());
     snprintf(topic_flag, sizeof(topic_flag), "--events-topic=%s", f->events_topic);
@@ -130,7 +134,7 @@ static int setup(void **state)
     it_unique_name("it-cli-events", f->events_topic, sizeof(f->events_topic));
     const char *names[] = {f->events_topic};
     cf_error err = {0};
-    if (cf_kafka_create_topics(it_brokers(), names, 1, 3, 30 * 1000000LL, &err) < 0)
+    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 1, 3, -1, 30 * 1000000LL, &err) < 0)
         fail_msg("creating topic: %s", err.msg);
     char host[256];
     int port;
@@ -139,6 +143,7 @@ static int setup(void **state)
     cf_redis_config_init(&rc);
     rc.host = host;
     rc.port = port;
+    it_redis_auth(&rc);
     f->r = cf_redis_new(&rc, true, &err);
     if (!f->r)
         fail_msg("redis: %s", err.msg);

@@ -20,6 +20,7 @@ static cf_dispatcher *plain_dispatcher(const it_topics *t)
         .request_topic = t->requests,
         .result_topic = t->results,
         .collect_results = false,
+        .kafka = it_kafka(),
     };
     cf_dispatcher *d = NULL;
     cf_error err;
@@ -73,11 +74,11 @@ static void test_topics_create_idempotent(void **state)
     const char *names[] = {a, b};
     cf_error err;
     cf_error_clear(&err);
-    assert_int_equal(cf_kafka_create_topics(it_brokers(), names, 2, 4, 30 * SEC, &err), 0);
+    assert_int_equal(cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 2, 4, -1, 30 * SEC, &err), 0);
     /* Again: TOPIC_ALREADY_EXISTS is success. */
-    assert_int_equal(cf_kafka_create_topics(it_brokers(), names, 2, 4, 30 * SEC, &err), 0);
+    assert_int_equal(cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 2, 4, -1, 30 * SEC, &err), 0);
     /* Bad arguments are refused before the broker is asked. */
-    assert_int_equal(cf_kafka_create_topics(it_brokers(), names, 2, 0, 30 * SEC, &err), -1);
+    assert_int_equal(cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 2, 0, -1, 30 * SEC, &err), -1);
     assert_int_equal(err.code, CF_E_INVALID);
     /* The topic exists with its partitions: a collector on it can be created. */
     it_topics t = {0};
@@ -93,7 +94,8 @@ static void test_collector_needs_existing_topic(void **state)
     IT_REQUIRE_BROKER();
     char missing[96];
     it_unique_name("disp-missing", missing, sizeof(missing));
-    cf_dispatcher_config cfg = {.brokers = it_brokers(), .result_topic = missing, .collect_results = true};
+    cf_dispatcher_config cfg = {
+        .brokers = it_brokers(), .result_topic = missing, .collect_results = true, .kafka = it_kafka()};
     cf_dispatcher *d = NULL;
     cf_error err;
     cf_error_clear(&err);
@@ -346,6 +348,7 @@ static void test_collector_bound_evicts_oldest(void **state)
         .result_topic = t.results,
         .collect_results = true,
         .max_pending = 2,
+        .kafka = it_kafka(),
     };
     cf_dispatcher *d = NULL;
     cf_error err;

@@ -31,9 +31,9 @@ static int setup(void **state)
     it_unique_name("it-events", f->topic, sizeof(f->topic));
     const char *names[] = {f->topic};
     cf_error err = {0};
-    if (cf_kafka_create_topics(it_brokers(), names, 1, PARTS, 30 * 1000000LL, &err) < 0)
+    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 1, PARTS, -1, 30 * 1000000LL, &err) < 0)
         fail_msg("creating topic: %s", err.msg);
-    cf_events_config cfg = {.brokers = it_brokers(), .topic = f->topic, .client_id = "it-events"};
+    cf_events_config cfg = {.brokers = it_brokers(), .topic = f->topic, .client_id = "it-events", .kafka = it_kafka()};
     if (cf_events_new(&cfg, &f->ev, &err) < 0)
         fail_msg("cf_events_new: %s", err.msg);
     *state = f;
@@ -411,7 +411,8 @@ static void test_malformed_and_invalid(void **state)
 
     /* raw garbage keyed by the workspace, then a good event */
     cf_dispatcher *d = NULL;
-    cf_dispatcher_config dc = {.brokers = it_brokers(), .request_topic = f->topic, .result_topic = f->topic};
+    cf_dispatcher_config dc = {
+        .brokers = it_brokers(), .request_topic = f->topic, .result_topic = f->topic, .kafka = it_kafka()};
     if (cf_dispatcher_new(&dc, &d, &err) < 0)
         fail_msg("dispatcher: %s", err.msg);
     static const uint8_t junk[] = {0xdf, 0x10, 0x00, 0x00, 0x00, 0xa1, 'v', 0x01};

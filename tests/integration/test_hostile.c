@@ -961,6 +961,8 @@ static int group_setup(void **state)
     g.worker_started = true;
 
     cf_kvlist kv = {0};
+    for (size_t i = 0; i < it_kafka()->count; i++)
+        cf_kvlist_set(&kv, it_kafka()->items[i].key, it_kafka()->items[i].value, &err);
     cf_kvlist_set(&kv, "message.max.bytes", "16777216", &err);
     cf_dispatcher_config cfg = {
         .brokers = it_brokers(),
