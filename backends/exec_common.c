@@ -667,10 +667,19 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
     if (o->exec_failed) {
         /* Interpreters are the operator's choice: their failing to start is
          * ours.  A command's program is the caller's: not found or not
-         * executable where it runs is the caller's mistake. */
+         * executable where it runs is the caller's mistake.  Arguments too
+         * long are the request's whoever runs them; a kernel short of
+         * memory or processes is nobody's: try again. */
         char shown[100];
         cf_printable(job->exe, strlen(job->exe), shown, sizeof(shown));
-        if (job->interp)
+        int e = o->exec_errno;
+        if (e == ENOMEM || e == EAGAIN || e == ENFILE || e == EMFILE) {
+            cf_error_set_errno(err, CF_E_SYSTEM, e, "%s: execve of '%s'", job->who, shown);
+            if (err)
+                err->retriable = true;
+            return -1;
+        }
+        if (job->interp && e != E2BIG)
             return cf_error_set_errno(err, CF_E_SANDBOX, o->exec_errno, "%s: cannot execute the interpreter '%s'",
                                       job->who, shown);
         o->timed_out = o->cpu_exceeded = false;

@@ -48,6 +48,21 @@ struct run_clone_args {
     uint64_t tls;
 };
 
+/* AddressSanitizer's interceptors keep per-thread state that a child
+ * sharing our memory on a foreign stack corrupts (seen: a false
+ * stack-buffer-overflow in sigaltstack, then a hang in the parent's exit):
+ * sanitizer builds use the fork path. */
+#if defined(__SANITIZE_ADDRESS__)
+#define VFORK_USABLE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define VFORK_USABLE 0
+#endif
+#endif
+#ifndef VFORK_USABLE
+#define VFORK_USABLE 1
+#endif
+
 /* What the child writes back over the report pipe: fixed size, below
  * PIPE_BUF, so a record arrives whole or not at all.  A setup failure or
  * an execve failure ends the child; with spec->init, init adds the
@@ -57,13 +72,15 @@ struct run_report {
     int kind;
     int err;    /* errno (SETUP, EXEC) */
     int status; /* wait status of the program (STATUS) */
-    char msg[116];
+    int64_t maxrss_kb; /* largest RSS of the program and its descendants (STATUS) */
+    char msg[108];
 };
 
-/* Where the process's argv strings live (fields 48-49 of /proc/self/stat),
- * read once in the parent; zero when unknown. */
+/* Where the process's argv and environment strings live (fields 48-51 of
+ * /proc/self/stat), read once in the parent; zero when unknown. */
 struct cmdline_area {
     uintptr_t start, end;
+    uintptr_t env_start, env_end;
 };
 
 static struct cmdline_area cmdline_area;
@@ -84,9 +101,9 @@ static void cmdline_area_read(void)
     char *p = strrchr(buf, ')');
     if (!p)
         return;
-    unsigned long long v[50] = {0};
+    unsigned long long v[52] = {0};
     int field = 2;
-    for (char *tok = p + 1; *tok && field < 49;) {
+    for (char *tok = p + 1; *tok && field < 51;) {
         while (*tok == ' ')
             tok++;
         if (!*tok)
@@ -96,9 +113,11 @@ static void cmdline_area_read(void)
         while (*tok && *tok != ' ')
             tok++;
     }
-    if (field >= 49 && v[49] > v[48]) {
+    if (field >= 51 && v[49] > v[48] && v[51] > v[50]) {
         cmdline_area.start = (uintptr_t)v[48];
         cmdline_area.end = (uintptr_t)v[49];
+        cmdline_area.env_start = (uintptr_t)v[50];
+        cmdline_area.env_end = (uintptr_t)v[51];
     }
 }
 
@@ -111,13 +130,14 @@ struct child_args {
 
 /* ---- child side: async-signal-safe calls only from here to execve ---- */
 
-static void report(int fd, int kind, int e, int status, const char *msg)
+static void report(int fd, int kind, int e, int status, int64_t maxrss_kb, const char *msg)
 {
     struct run_report r;
     memset(&r, 0, sizeof(r));
     r.kind = kind;
     r.err = e;
     r.status = status;
+    r.maxrss_kb = maxrss_kb;
     for (size_t i = 0; msg && msg[i] && i + 1 < sizeof(r.msg); i++)
         r.msg[i] = msg[i];
     ssize_t w;
@@ -128,7 +148,7 @@ static void report(int fd, int kind, int e, int status, const char *msg)
 
 static __attribute__((noreturn)) void child_fail(int fd, int e, const char *msg)
 {
-    report(fd, REPORT_SETUP, e, 0, msg);
+    report(fd, REPORT_SETUP, e, 0, 0, msg);
     _exit(127);
 }
 
@@ -141,20 +161,32 @@ static __attribute__((noreturn)) void child_fail(int fd, int e, const char *msg)
  * to the report pipe and init exits with its exit code (128+signal when
  * signalled, for readers of the bare status).  Runs on the fds the runner
  * set up: stdio is closed so the program alone holds the output pipes. */
-static __attribute__((noreturn)) void init_main(pid_t program, int rep, const sigset_t *all,
-                                                const struct cmdline_area *cmd)
+/* init is a copy of the worker that never execs, and the program can read
+ * some of it: /proc/1/cmdline and comm by anyone, /proc/1/environ and
+ * /proc/1/mem if init were dumpable (it is not after its uid change unless
+ * fs.suid_dumpable says otherwise: made sure here).  Runs before the
+ * program exists, so it never sees the worker's. */
+static int scrub_worker_image(const struct cmdline_area *cmd)
 {
-    /* init is a copy of the worker that never execs: /proc/1/cmdline and
-     * comm, readable by the program, would show the worker's. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+        return -1;
     (void)prctl(PR_SET_NAME, "codefleet-init", 0, 0, 0);
-    if (cmd->start && cmd->end > cmd->start) {
-        static const char name[] = "codefleet-init";
-        char *p = (char *)cmd->start;
-        size_t len = (size_t)(cmd->end - cmd->start);
-        memset(p, 0, len);
-        if (len > sizeof(name))
-            memcpy(p, name, sizeof(name));
+    if (!cmd->start || cmd->end <= cmd->start || cmd->env_end <= cmd->env_start) {
+        errno = ENODATA; /* where the command line lives is unknown: refuse rather than show it */
+        return -1;
     }
+    static const char name[] = "codefleet-init";
+    char *p = (char *)cmd->start;
+    size_t len = (size_t)(cmd->end - cmd->start);
+    memset(p, 0, len);
+    if (len > sizeof(name))
+        memcpy(p, name, sizeof(name));
+    memset((char *)cmd->env_start, 0, (size_t)(cmd->env_end - cmd->env_start));
+    return 0;
+}
+
+static __attribute__((noreturn)) void init_main(pid_t program, int rep, const sigset_t *all)
+{
     /* Only the report pipe (fd 3) stays: a copy of a stdio pipe end here
      * would keep the program's stdin or output from ever reaching EOF. */
     for (int fd = 0; fd < 3; fd++)
@@ -187,7 +219,12 @@ static __attribute__((noreturn)) void init_main(pid_t program, int rep, const si
             break;
     }
     (void)kill(-1, SIGKILL); /* in a pid namespace: everyone but init */
-    report(rep, REPORT_STATUS, 0, status, "init");
+    /* init's own rusage would be the worker's copy-on-write image: the
+     * program's peak is that of init's children. */
+    struct rusage ru;
+    memset(&ru, 0, sizeof(ru));
+    (void)getrusage(RUSAGE_CHILDREN, &ru);
+    report(rep, REPORT_STATUS, 0, status, ru.ru_maxrss, "init");
     _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
@@ -313,22 +350,35 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 
     struct program_args pa = {spec, rep, nofile};
     if (spec->init) {
+        if (scrub_worker_image(&a->cmdline) < 0)
+            child_fail(rep, errno, "init: scrubbing the worker's command line");
         /* The program borrows init's memory until it execs (as on the
          * runner's vfork path): init is a copy of the large worker, and a
          * plain fork would copy all its page tables again, charged to the
-         * execution's memory cgroup. */
-        void *stack = mmap(NULL, INIT_CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-        if (stack == MAP_FAILED)
-            child_fail(rep, errno, "stack for the program under init");
-        pid_t p = clone(program_under_init, (char *)stack + INIT_CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                        &pa);
-        if (p < 0)
-            child_fail(rep, errno, "starting the program under init");
-        munmap(stack, INIT_CHILD_STACK_BYTES);
+         * execution's memory cgroup.  Sanitizer builds fork (see
+         * VFORK_USABLE). */
+        pid_t p;
+        if (VFORK_USABLE) {
+            void *stack = mmap(NULL, INIT_CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+            if (stack == MAP_FAILED)
+                child_fail(rep, errno, "stack for the program under init");
+            p = clone(program_under_init, (char *)stack + INIT_CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                      &pa);
+            if (p < 0)
+                child_fail(rep, errno, "starting the program under init");
+            munmap(stack, INIT_CHILD_STACK_BYTES);
+        } else {
+            long r = syscall(SYS_clone, (unsigned long)SIGCHLD, 0L, 0L, 0L, 0L);
+            if (r == 0)
+                program_under_init(&pa);
+            if (r < 0)
+                child_fail(rep, errno, "starting the program under init");
+            p = (pid_t)r;
+        }
         sigset_t all;
         sigfillset(&all);
-        init_main(p, rep, &all, &a->cmdline);
+        init_main(p, rep, &all);
     }
     exec_program(&pa);
 }
@@ -350,7 +400,7 @@ static __attribute__((noreturn)) void exec_program(const struct program_args *pa
     }
 
     execve(spec->path, spec->argv, spec->envp);
-    report(rep, REPORT_EXEC, errno, 0, "execve");
+    report(rep, REPORT_EXEC, errno, 0, 0, "execve");
     _exit(127);
 }
 
@@ -368,20 +418,6 @@ static int vfork_child(void *arg)
  * about 1 ms of kernel time per execution.  The child runs on its own
  * stack and only makes async-signal-safe calls; this thread waits. */
 #define VFORK_STACK_BYTES (256 * 1024)
-/* AddressSanitizer's interceptors keep per-thread state that a child
- * sharing our memory on a foreign stack corrupts (seen: a false
- * stack-buffer-overflow in sigaltstack, then a hang in the parent's exit):
- * sanitizer builds use the fork path. */
-#if defined(__SANITIZE_ADDRESS__)
-#define VFORK_USABLE 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define VFORK_USABLE 0
-#endif
-#endif
-#ifndef VFORK_USABLE
-#define VFORK_USABLE 1
-#endif
 static pid_t spawn_vfork(struct child_args *a, int *pidfd)
 {
     void *stack = mmap(NULL, VFORK_STACK_BYTES, PROT_READ | PROT_WRITE,
@@ -517,6 +553,10 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     cf_buf_init(&out->err, 0);
     if (!spec || !spec->path || !spec->argv || !spec->argv[0])
         return cf_error_set(err, CF_E_INVALID, "runner: no program given");
+    /* init kills every process it can see when the program ends: only
+     * ever inside a pid namespace of its own. */
+    if (spec->init && !(spec->clone_flags & CLONE_NEWPID))
+        return cf_error_set(err, CF_E_INVALID, "runner: init needs a new pid namespace");
     if (spec->n_rlimits < 0 || spec->n_rlimits > CF_RUN_MAX_RLIMITS)
         return cf_error_set(err, CF_E_INVALID, "runner: %d rlimits (max %d)", spec->n_rlimits, CF_RUN_MAX_RLIMITS);
 
@@ -758,6 +798,7 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
             out->exited = WIFEXITED(rep.status);
             out->exit_code = out->exited ? WEXITSTATUS(rep.status) : 0;
             out->signal = WIFSIGNALED(rep.status) ? WTERMSIG(rep.status) : 0;
+            out->peak_rss_bytes = rep.maxrss_kb * 1024;
         } else {
             cf_error_set_errno(err, CF_E_SANDBOX, rep.err, "runner: child setup failed before exec (%s of %s)",
                                rep.msg, spec->path);

@@ -118,6 +118,19 @@ static int64_t sb_cpu_used(pid_t pid, void *arg)
 
 static atomic_int instance_counter;
 
+/* Whether host uid `uid` (a slot's run uid: no supplementary groups, no
+ * capabilities on host files) may access an inode with mode bits `need`
+ * (4 read, 2 write, 1 search).  The permission bits only: the child opens
+ * the sources as that uid, and the kernel's check there is the one that
+ * holds; this one gives the caller a clear reason before anything runs. */
+static bool run_uid_may(const struct stat *sb, uid_t uid, unsigned need)
+{
+    unsigned bits = sb->st_uid == uid ? (sb->st_mode >> 6) & 7
+                    : sb->st_gid == uid ? (sb->st_mode >> 3) & 7
+                                        : sb->st_mode & 7;
+    return (bits & need) == need;
+}
+
 /* ---- start-up sweep ---- */
 
 /* "cfsb-<pid>.<n>..." -> pid, or -1. */
@@ -296,6 +309,27 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: work_root '%s'", st->base.work_root);
         goto fail;
     }
+    /* The child opens its work directories as the slot's run uid: every
+     * directory down to the work root must let that uid pass. */
+    {
+        char walk[PATH_MAX];
+        cf_strlcpy(walk, st->real_root, sizeof(walk));
+        uid_t first = (uid_t)(cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE);
+        for (;;) {
+            struct stat sb;
+            if (stat(walk, &sb) < 0 || !run_uid_may(&sb, first, 1)) {
+                cf_error_set(err, CF_E_INVALID,
+                             "sandbox: work_root '%s': '%s' does not let the run uids through (needs o+x, e.g. mode "
+                             "0711)",
+                             st->real_root, walk);
+                goto fail;
+            }
+            char *slash = strrchr(walk, '/');
+            if (!slash || walk[1] == '\0')
+                break; /* "/" checked */
+            slash[slash == walk ? 1 : 0] = '\0';
+        }
+    }
 
     /* What this host allows, tried for real. */
     cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
@@ -455,19 +489,6 @@ fail:
 }
 
 /* ---- per execution ---- */
-
-/* Whether host uid `uid` (a slot's run uid: no supplementary groups, no
- * capabilities on host files) may access an inode with mode bits `need`
- * (4 read, 2 write, 1 search).  The permission bits only: the child opens
- * the sources as that uid, and the kernel's check there is the one that
- * holds; this one gives the caller a clear reason before anything runs. */
-static bool run_uid_may(const struct stat *sb, uid_t uid, unsigned need)
-{
-    unsigned bits = sb->st_uid == uid ? (sb->st_mode >> 6) & 7
-                    : sb->st_gid == uid ? (sb->st_mode >> 3) & 7
-                                        : sb->st_mode & 7;
-    return (bits & need) == need;
-}
 
 /* fs_mode=paths: an absolute, normalized host path without a symlink in
  * any component, not in /proc, /sys, /dev or the worker's work root, that

@@ -428,7 +428,7 @@ write_worker_config() {
             for t in "${TENANTS[@]}"; do
                 printf '\n[profile.%s]\ntopic = %s.%s\nresult-topic = %s.%s\nstate-prefix = %s.\n' \
                     "$t" "$TOPIC_REQUESTS" "$t" "$TOPIC_RESULTS" "$t" "$t"
-                ((EUID == 0)) || printf 'backends = process\n'
+                ((EUID == 0)) || printf 'backends = process\nnetwork = enabled\n'
             done
         } >"$STATE/worker.conf"
     )
@@ -443,7 +443,7 @@ if ((EUID == 0)); then BACKENDS=${CODEFLEET_BACKENDS:-sandbox,process}; else BAC
 # development stack lets its default profile use the process backend
 # (host-local: for trusted code only; README "Backends").
 PROFILE_ARGS=()
-((EUID == 0)) || PROFILE_ARGS=(--profile.default.backends=process)
+((EUID == 0)) || PROFILE_ARGS=(--profile.default.backends=process --profile.default.network=enabled)
 
 start_workers() {
     local n=$1 worker i pidfile

@@ -50,6 +50,9 @@ typedef struct cf_worker_config {
     int64_t max_timeout_us;
     int64_t default_output_bytes;
     int64_t max_output_bytes;
+    int64_t max_memory_bytes;   /* largest memory limit a request may ask for */
+    int64_t max_processes;      /* largest processes limit */
+    int64_t max_file_size_bytes; /* largest file size limit */
     int64_t max_request_bytes;
     int64_t max_files_bytes;
     int64_t max_output_file_bytes;

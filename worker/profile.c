@@ -48,8 +48,9 @@ static const cf_conf_prop profile_props[] = {
      "any). Empty: "
      "reply_to is refused. Request, dead-letter and events topics and `__*` are always refused.", NULL},
     {"state-prefix", CF_CONF_STRING, OFF(state_prefix), 0, 128, "*", NULL,
-     "Workspace and thread ids this profile's requests may name must start with it (`*`: any id). Set it per "
-     "tenant (e.g. `tenant-a.`) so one tenant cannot name another's workspaces.", NULL},
+     "Workspace and thread ids this profile's requests may name must start with it; it ends in `.`, `-` or `_` "
+     "(`*`: any id, `none`: no workspaces or threads). Set it per tenant (e.g. `tenant-a.`) so one tenant cannot "
+     "name another's workspaces.", NULL},
     {"max-timeout", CF_CONF_DURATION, OFF(max_timeout_us), 0, 24 * 3600 * SEC, "0", NULL,
      "Largest wall-clock timeout (0: the worker's max-timeout); requests setting none get the smaller of "
      "this and default-timeout.", NULL},
@@ -234,6 +235,10 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
         if (fleet[i] && strcmp(fleet[i], p->topic) == 0)
             return cf_error_set(err, CF_E_INVALID, "profile '%s': topic '%s' is a result, dead-letter or events topic",
                                 p->name, p->topic);
+    for (size_t i = 1; p->result_topic && i < 3; i++)
+        if (fleet[i] && strcmp(fleet[i], p->result_topic) == 0)
+            return cf_error_set(err, CF_E_INVALID, "profile '%s': result-topic '%s' is the dead-letter or events topic",
+                                p->name, p->result_topic);
     if (p->result_topic && p->result_topic[0] &&
         (!cf_topic_name_valid(p->result_topic) || strncmp(p->result_topic, "__", 2) == 0))
         return cf_error_set(err, CF_E_INVALID, "profile '%s': result-topic '%s' is not a usable topic name", p->name,
@@ -321,6 +326,8 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
         size_t n = strlen(r);
         if (strcmp(r, "*") == 0)
             continue; /* any topic (the fleet's own still refused) */
+        if (n > 249)
+            return cf_error_set(err, CF_E_INVALID, "profile '%s': reply-to entry longer than a topic name", p->name);
         bool prefix = n > 1 && r[n - 1] == '*';
         char body[256];
         cf_strlcpy(body, r, sizeof(body));
@@ -330,12 +337,20 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
             return cf_error_set(err, CF_E_INVALID, "profile '%s': reply-to entry '%s' is not a topic or prefix*",
                                 p->name, r);
     }
-    if (p->state_prefix && strcmp(p->state_prefix, "*") != 0) {
+    if (p->state_prefix && strcmp(p->state_prefix, "*") != 0 && strcmp(p->state_prefix, "none") != 0) {
+        size_t n = strlen(p->state_prefix);
         for (const char *c = p->state_prefix; *c; c++)
             if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
                   *c == '_' || *c == '-'))
                 return cf_error_set(err, CF_E_INVALID, "profile '%s': state-prefix may hold [A-Za-z0-9._-] only",
                                     p->name);
+        /* "tenant-a" would also match "tenant-ab.x": a prefix ends in a
+         * separator (and an empty one would match everything). */
+        char last = n ? p->state_prefix[n - 1] : '\0';
+        if (last != '.' && last != '-' && last != '_')
+            return cf_error_set(err, CF_E_INVALID,
+                                "profile '%s': state-prefix '%s' must end in '.', '-' or '_' (or be '*' or 'none')",
+                                p->name, p->state_prefix);
     }
     return 0;
 }
@@ -551,6 +566,10 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
     cf_policy *pol = &req->policy;
     if (pol->network == CF_NET_ENABLED && p->network == 0)
         REFUSE("network=enabled is not allowed");
+    /* "No network" is the profile's rule even for a request that does not
+     * mention it: a backend that cannot take the network away refuses. */
+    if (pol->network == CF_NET_UNSPECIFIED && p->network == 0)
+        pol->network = CF_NET_DISABLED;
 
     if (pol->fs_mode == CF_FS_PATHS) {
         if (p->n_ro_roots + p->n_rw_roots == 0)
@@ -587,14 +606,25 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
             (set->dlq_topic && strcmp(t, set->dlq_topic) == 0) ||
             (set->events_topic && strcmp(t, set->events_topic) == 0))
             REFUSE("reply_to '%s' is one of the fleet's own topics", buf);
+        /* Another tenant's results: the worker would write, with its own
+         * credentials, where only that tenant reads. */
+        const char *own = p->result_topic && p->result_topic[0] ? p->result_topic : set->result_topic;
+        bool others = false;
+        for (size_t i = 0; i < set->n; i++) {
+            const cf_profile *q = &set->items[i];
+            const char *rt = q->result_topic && q->result_topic[0] ? q->result_topic : set->result_topic;
+            others |= rt && strcmp(rt, t) == 0 && strcmp(rt, own) != 0;
+        }
+        if (others)
+            REFUSE("reply_to '%s' is another profile's result topic", buf);
         if (!reply_allowed(p, t))
             REFUSE("reply_to '%s' is not allowed", buf);
     }
 
     if (req->workspace || req->thread) {
         const char *pre = p->state_prefix;
-        if (!pre)
-            REFUSE("workspaces and threads are not allowed (no state-prefix)");
+        if (!pre || strcmp(pre, "none") == 0)
+            REFUSE("workspaces and threads are not allowed (state-prefix none)");
         if (strcmp(pre, "*") != 0) {
             size_t n = strlen(pre);
             const char *ids[2] = {req->workspace, req->thread};

@@ -51,6 +51,7 @@ typedef struct job {
     cf_pool_job pj; /* first: the pool hands this pointer back */
     job_kind kind;
     size_t topic;       /* index into the worker's request topics */
+    char *key;          /* the message's key (pj.key is it qualified by the topic) */
     const cf_profile *profile;
     int32_t partition;
     int64_t offset;
@@ -129,6 +130,7 @@ static void job_free(job *j)
         return;
     cf_request_clear(&j->req);
     free(j->pj.key);
+    free(j->key);
     free(j);
 }
 
@@ -443,7 +445,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
             return;
         }
         j->delivery_tries = 0;
-        dead_letter_bytes(w, j, j->pj.key, enc.data, enc.len, reason);
+        dead_letter_bytes(w, j, j->key, enc.data, enc.len, reason);
         free(enc.data);
         return;
     }
@@ -508,6 +510,18 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
                  c->max_timeout_us);
         return -1;
     }
+    const struct {
+        const char *name;
+        int64_t v, max;
+    } caps[] = {{"memory_bytes", p->memory_bytes, c->max_memory_bytes},
+                {"max_processes", p->max_processes, c->max_processes},
+                {"max_file_size_bytes", p->max_file_size_bytes, c->max_file_size_bytes}};
+    for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++)
+        if (caps[i].v > caps[i].max || caps[i].v < 0) {
+            snprintf(reason, rsz, "policy.%s %" PRId64 " exceeds this worker's maximum %" PRId64, caps[i].name,
+                     caps[i].v, caps[i].max);
+            return -1;
+        }
     if (cf_wstate_admit(req, w->have_redis, reason, rsz) < 0)
         return -1;
     return cf_policy_check(&j->backend->caps, j->backend->ops->name, req, reason, rsz);
@@ -558,8 +572,15 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
     j->gen = ps->gen;
     j->result_topic = w->topics[ti].results;
     j->pj.partition = lane_of((size_t)ti, m->partition);
-    if (m->key_len)
-        j->pj.key = cf_strndup(m->key, m->key_len);
+    if (m->key_len) {
+        /* Requests of one key run in order; keys of different topics
+         * (tenants) never wait for each other. */
+        j->key = cf_strndup(m->key, m->key_len);
+        size_t n = m->key_len + 16;
+        j->pj.key = j->key ? malloc(n) : NULL;
+        if (j->pj.key)
+            snprintf(j->pj.key, n, "%zu/%s", (size_t)ti, j->key);
+    }
 
     char reason[600];
     cf_error err;
@@ -608,9 +629,11 @@ static cf_wstate *slot_state(cf_worker *w, int slot, cf_error *err)
  * a thread only when they share a partition, which the message key
  * guarantees when it is the thread id.  Otherwise 0 (expected_latest still
  * fences; docs/STATE.md). */
-static int64_t writer_seq_for(const job *j)
+static int64_t writer_seq_for(const cf_worker *w, const job *j)
 {
-    if (j->req.thread && j->pj.key && strcmp(j->pj.key, j->req.thread) == 0)
+    /* Offsets of different topics are not comparable: with several
+     * request topics the same thread could come from two of them. */
+    if (w->ntopics == 1 && j->req.thread && j->key && strcmp(j->key, j->req.thread) == 0)
         return j->offset + 1;
     return 0;
 }
@@ -640,7 +663,7 @@ static void execute_job(cf_worker *w, job *j, int slot, cf_result *res)
             res->status = CF_STATUS_INTERNAL_ERROR;
             cf_result_set_reason(res, "workspace store unavailable: %s", err.msg);
             run_it = false;
-        } else if (cf_wstate_prepare(st, &j->req, writer_seq_for(j), &run, &run_it, res, &err) < 0) {
+        } else if (cf_wstate_prepare(st, &j->req, writer_seq_for(w, j), &run, &run_it, res, &err) < 0) {
             cf_result_clear(res);
             res->status = CF_STATUS_INTERNAL_ERROR;
             cf_result_set_reason(res, "%s", err.msg);
@@ -1080,6 +1103,23 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     }
     for (size_t i = 0; i < cf_profile_set_count(w->profiles); i++) {
         const cf_profile *pr = cf_profile_set_get(w->profiles, i);
+        /* A profile maximum above the worker's would fill requests with a
+         * default the worker then refuses. */
+        const struct {
+            const char *name;
+            int64_t v, max;
+        } over[] = {{"max-timeout", pr->max_timeout_us, cfg->max_timeout_us},
+                    {"max-cpu-time", pr->max_cpu_time_us, cfg->max_timeout_us},
+                    {"max-memory", pr->max_memory_bytes, cfg->max_memory_bytes},
+                    {"max-processes", pr->max_processes, cfg->max_processes},
+                    {"max-output", pr->max_output_bytes, cfg->max_output_bytes},
+                    {"max-file-size", pr->max_file_size_bytes, cfg->max_file_size_bytes}};
+        for (size_t k = 0; k < sizeof(over) / sizeof(over[0]); k++)
+            if (over[k].v > over[k].max) {
+                cf_error_set(err, CF_E_INVALID, "profile '%s': %s %" PRId64 " exceeds the worker's %" PRId64, pr->name,
+                             over[k].name, over[k].v, over[k].max);
+                goto fail;
+            }
         if (!pr->topic[0])
             continue;
         topic_state *t = &w->topics[w->ntopics++];

@@ -225,7 +225,8 @@ static void test_tenant_through_the_fleet(void **state)
     char def_res[200], a_defres[260];
     topic_of("CF_TEST_TOPIC_RESULTS", "codefleet.results", NULL, def_res, sizeof(def_res));
     snprintf(a_defres, sizeof(a_defres), "--result-topic=%s", def_res);
-    const char *extra[] = {a_conf, a_defreq, a_defres, a_topic, a_res, "--profile.tenant-a.backends=process", NULL};
+    const char *extra[] = {a_conf, a_defreq, a_defres, a_topic, a_res, "--profile.tenant-a.backends=process",
+                           "--profile.tenant-a.network=enabled", NULL};
     it_worker w;
     it_worker_start(&w, &t, "auth-w1", extra);
 

@@ -135,13 +135,14 @@ static int setup_suite(void **state)
                            a_topic,
                            a_res,
                            "--profile.acme.backends=process",
+                           "--profile.acme.network=enabled", /* the process backend cannot take it away */
                            "--profile.acme.env-allow=CF_PROFILE_TEST_SHARED",
                            a_root,
                            "--profile.acme.reply-to=acme.*",
                            "--profile.acme.state-prefix=acme.",
                            "--profile.acme.max-timeout=20s",
                            "--slots=1",
-                           a_ntopic, /* [12]: the network profiles follow */
+                           a_ntopic, /* [13]: the network profiles follow */
                            "--profile.net.backends=sandbox",
                            "--profile.net.network=enabled",
                            a_otopic,
@@ -150,7 +151,7 @@ static int setup_suite(void **state)
                            a_oallow,
                            NULL};
     if (!g.sandbox) /* no sandbox without root: the network profiles are not configured */
-        extra[12] = NULL;
+        extra[13] = NULL;
     setenv("CF_PROFILE_TEST_SHARED", "shared-value", 1);
     setenv("CODEFLEET_WORKER_REDIS_PASSWORD", "worker-secret", 1);
     it_worker_start(&g.w, &g.t, "prof-w1", extra);
@@ -235,7 +236,7 @@ static void test_default_profile_refuses(void **state)
     fclose(f);
     chmod(secret, 0644);
 
-    for (int c = 0; c < 7; c++) {
+    for (int c = 0; c < 9; c++) {
         cf_request req;
         marker_request(&req);
         const char *needle = NULL;
@@ -271,6 +272,14 @@ static void test_default_profile_refuses(void **state)
         case 6:
             req.reply_to = strdup("elsewhere");
             needle = "profile 'default': reply_to 'elsewhere' is not allowed";
+            break;
+        case 7: /* limits no profile caps are still the worker's to cap */
+            req.policy.memory_bytes = 1LL << 40;
+            needle = "policy.memory_bytes 1099511627776 exceeds this worker's maximum";
+            break;
+        case 8:
+            req.policy.max_processes = INT64_MAX;
+            needle = "policy.max_processes 9223372036854775807 exceeds this worker's maximum";
             break;
         }
         cf_result res;
@@ -346,9 +355,9 @@ static void test_tenant_profile(void **state)
             req.workspace = strdup("globex.ws");
             needle = "profile 'acme': workspace 'globex.ws' does not start with 'acme.'";
             break;
-        case 3:
+        case 3: /* the default profile's results: another tenant's */
             req.reply_to = strdup(g.t.results);
-            needle = "is not allowed";
+            needle = "is another profile's result topic";
             break;
         case 4:
             free(req.backend);

@@ -144,6 +144,9 @@ static void test_default_profile_denies(void **state)
     cf_request req;
     mkreq(&req, CF_LANG_SHELL, "true", 0);
     expect_admitted(f, "cf.requests", &req);
+    /* Saying nothing about the network means none under this profile: a
+     * backend that cannot take it away then refuses. */
+    assert_int_equal(req.policy.network, CF_NET_DISABLED);
     /* network, host paths, environment passthrough, reply_to: all refused */
     req.policy.network = CF_NET_ENABLED;
     expect_refused(f, "cf.requests", &req, "profile 'default': network=enabled is not allowed");
@@ -190,6 +193,13 @@ static void test_load_errors(void **state)
         {"default.topic", "__internal", "not a usable topic name"},
         {"default.result-topic", "cf.requests", "is the request topic of 'default'"},
         {"default.state-prefix", "a/b", "state-prefix"},
+        {"default.state-prefix", "", "must end in"},
+        {"default.state-prefix", "tenant", "must end in"},
+        {"default.result-topic", "cf.dlq", "dead-letter or events topic"},
+        {"default.reply-to", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa*",
+         "longer than a topic name"},
         {"default.network", "sometimes", "network"},
         {"default.max-memory", "-1", "max-memory"},
     };
@@ -397,6 +407,29 @@ static void test_env_reply_state(void **state)
     mkreq(&req, CF_LANG_SHELL, "x", 0);
     req.reply_to = strdup("anything.else");
     expect_admitted(f, "cf.requests", &req);
+    cf_request_clear(&req);
+
+    /* ...nor another profile's result topic. */
+    cf_kvlist_free(&f->kv);
+    kv(f, "default.backends", "process");
+    kv(f, "default.reply-to", "*");
+    kv(f, "t2.topic", "cf.requests.t2");
+    kv(f, "t2.backends", "process");
+    kv(f, "t2.result-topic", "cf.results.t2");
+    assert_int_equal(load(f, &err), 0);
+    mkreq(&req, CF_LANG_SHELL, "x", 0);
+    req.reply_to = strdup("cf.results.t2");
+    expect_refused(f, "cf.requests", &req, "is another profile's result topic");
+    cf_request_clear(&req);
+
+    /* state-prefix none: no workspaces or threads at all. */
+    cf_kvlist_free(&f->kv);
+    kv(f, "default.backends", "process");
+    kv(f, "default.state-prefix", "none");
+    assert_int_equal(load(f, &err), 0);
+    mkreq(&req, CF_LANG_SHELL, "x", 0);
+    req.workspace = strdup("any");
+    expect_refused(f, "cf.requests", &req, "workspaces and threads are not allowed");
     cf_request_clear(&req);
 
     /* state-prefix: one tenant cannot name another's workspace or thread */

@@ -293,6 +293,28 @@ static void test_escaped_grandchild_does_not_hang(void **state)
     cf_run_outcome_free(&o);
 }
 
+/* init kills every process it sees when the program ends: it is refused
+ * outside a pid namespace of its own. */
+static void test_init_needs_pid_namespace(void **state)
+{
+    (void)state;
+    char *argv[] = {"true", NULL};
+    cf_run_spec s;
+    memset(&s, 0, sizeof(s));
+    s.path = "/bin/true";
+    s.argv = argv;
+    s.envp = no_env;
+    s.timeout_us = 5000000;
+    s.init = true;
+    cf_run_outcome o;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_run(&s, &o, &err), -1);
+    assert_int_equal(err.code, CF_E_INVALID);
+    assert_non_null(strstr(err.msg, "pid namespace"));
+    cf_run_outcome_free(&o);
+}
+
 /* A failing execve is told apart from a setup failure: which of the two
  * is the caller's mistake is the backend's call. */
 static void test_exec_failure_is_reported_apart(void **state)
@@ -691,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_leftovers_killed_after_exit),
         cmocka_unit_test(test_escaped_grandchild_does_not_hang),
         cmocka_unit_test(test_exec_failure_is_reported_apart),
+        cmocka_unit_test(test_init_needs_pid_namespace),
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_child_environment),
         cmocka_unit_test(test_rlimits),

@@ -853,6 +853,32 @@ static void test_paths_policy(void **state)
     assert_nothing_left(f);
 }
 
+/* The child opens its work directories as the run uid: a work root below
+ * a directory the run uids cannot pass is refused at start, clearly, not
+ * discovered as an internal_error per execution. */
+static void test_work_root_must_be_passable(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    char closed[64], below[96];
+    cf_strlcpy(closed, "/var/tmp/cf-closed-XXXXXX", sizeof(closed));
+    assert_non_null(mkdtemp(closed)); /* 0700 */
+    snprintf(below, sizeof(below), "%s/work", closed);
+    assert_int_equal(mkdir(below, 0711), 0);
+    cf_backend_config cfg = f->cfg;
+    cfg.work_root = below;
+    cf_backend_set *set = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_backend_set_new("sandbox", &cfg, &set, &err), -1);
+    assert_non_null(strstr(err.msg, "does not let the run uids through"));
+    assert_int_equal(chmod(closed, 0711), 0);
+    assert_int_equal(cf_backend_set_new("sandbox", &cfg, &set, &err), 0);
+    cf_backend_set_destroy(set);
+    rmdir(below);
+    rmdir(closed);
+}
+
 /* A host without usable cgroups: memory is not claimed, a request asking
  * for it is refused with the control named, other requests still run. */
 static void test_no_cgroups_is_honest(void **state)
@@ -1181,6 +1207,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_network, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proc_shows_only_sandbox, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paths_policy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_work_root_must_be_passable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_cgroups_is_honest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_startup_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cpu_time_total, setup, teardown),
