@@ -2,7 +2,11 @@
  * measured in the same run on the same program.
  *
  *   bench_exec [--backend process] [--iterations N] [--program /bin/true]
- *              [--bwrap | --no-bwrap]
+ *              [--bwrap | --no-bwrap] [--network]
+ *
+ * --network (sandbox) also times network=enabled against network=disabled,
+ * interleaved, over a fifth of the iterations: the cost of the own network
+ * namespace behind slirp4netns and its routes.
  *
  * Prints one line per variant: median, p90 and p99 in microseconds, and the
  * backend's median as a ratio and a difference against the bare anchor.
@@ -139,11 +143,13 @@ int main(int argc, char **argv)
     const char *program = "/bin/true";
     int iterations = 300;
     int want_bwrap = -1; /* -1: default (sandbox backend and bwrap installed) */
+    int want_net = 0;    /* also time network=enabled (egress through slirp4netns) */
     static const struct option opts[] = {{"backend", required_argument, NULL, 'b'},
                                          {"iterations", required_argument, NULL, 'n'},
                                          {"program", required_argument, NULL, 'p'},
                                          {"bwrap", no_argument, NULL, 'w'},
                                          {"no-bwrap", no_argument, NULL, 'W'},
+                                         {"network", no_argument, NULL, 'N'},
                                          {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "b:n:p:", opts, NULL)) != -1) {
@@ -153,6 +159,7 @@ int main(int argc, char **argv)
         case 'p': program = optarg; break;
         case 'w': want_bwrap = 1; break;
         case 'W': want_bwrap = 0; break;
+        case 'N': want_net = 1; break;
         default: return 2;
         }
     }
@@ -182,6 +189,7 @@ int main(int argc, char **argv)
         .slots = 1,
         .max_files_bytes = 64 << 20,
         .max_output_file_bytes = 1 << 20,
+        .slirp4netns_path = "/usr/bin/slirp4netns",
     };
     void *state = NULL;
     cf_backend_caps caps;
@@ -249,6 +257,34 @@ int main(int argc, char **argv)
                "(extra over bare: %lld us vs %lld us)\n",
                backend_name, (long long)mk, (long long)mw, (double)(mk - mb) / (double)(mw - mb > 0 ? mw - mb : 1),
                (long long)(mk - mb), (long long)(mw - mb));
+    }
+    if (want_net) {
+        /* network=enabled against network=disabled, interleaved: what the
+         * own namespace, slirp4netns and the routes cost per execution. */
+        int nn = iterations / 5 > 10 ? iterations / 5 : 10;
+        int64_t *on = calloc((size_t)nn, sizeof(int64_t)), *off = calloc((size_t)nn, sizeof(int64_t));
+        for (int i = 0; i < nn; i++) {
+            for (int k = 0; k < 2; k++) {
+                req.policy.network = k ? CF_NET_ENABLED : CF_NET_DISABLED;
+                cf_result res = {0};
+                int64_t t0 = cf_mono_us();
+                int r = ops->execute(state, &ctx, &req, &res, &err);
+                (k ? on : off)[i] = cf_mono_us() - t0;
+                if (r < 0 || res.status != CF_STATUS_SUCCESS) {
+                    fprintf(stderr, "bench_exec: network=%s execution %d failed: %s %s\n", k ? "enabled" : "disabled",
+                            i, r < 0 ? err.msg : cf_status_name(res.status), res.reason ? res.reason : "");
+                    return 1;
+                }
+                cf_result_clear(&res);
+            }
+        }
+        qsort(on, (size_t)nn, sizeof(int64_t), cmp_i64);
+        qsort(off, (size_t)nn, sizeof(int64_t), cmp_i64);
+        int64_t mon = pct(on, nn, 0.5), moff = pct(off, nn, 0.5);
+        printf("RESULT sandbox_network n=%d enabled_median_us=%lld disabled_median_us=%lld extra_us=%lld ratio=%.2f\n",
+               nn, (long long)mon, (long long)moff, (long long)(mon - moff), (double)mon / (double)moff);
+        free(on);
+        free(off);
     }
     ops->destroy(state);
     free(bare);

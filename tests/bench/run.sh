@@ -130,7 +130,8 @@ collect < <("$bin/tests/bench_fleet" publish --config "$admin_conf" --brokers "$
 echo
 if [[ $EUID -eq 0 && -x /usr/bin/bwrap ]]; then
     echo "== 6. sandbox backend vs bare fork+exec vs bubblewrap ($n_exec interleaved iterations)"
-    collect < <(CF_BENCH_WORK_ROOT=$work_root "$bin/tests/bench_exec" --backend sandbox --bwrap --iterations "$n_exec")
+    collect < <(CF_BENCH_WORK_ROOT=$work_root "$bin/tests/bench_exec" --backend sandbox --bwrap --network \
+        --iterations "$n_exec")
 else
     echo "== 6. sandbox backend: skipped (needs root and /usr/bin/bwrap)"
 fi
