@@ -381,6 +381,26 @@ static int resolve_command(cf_exec_job *job, const char *name)
     for (const char *p = name; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             return job_reject(job, "command '%s' contains control characters", shown);
+    if (strchr(name, '/') && job->base->exec_where) {
+        /* A program with its own root: the host's filesystem says nothing
+         * about what exists in there, and looking (as root) would tell the
+         * caller what exists on the host.  execve inside decides; what it
+         * cannot run is the caller's "cannot execute".  /proc stays out of
+         * reach (/proc/self/exe of the program's first moments is the
+         * worker's own binary): no component may be "proc" or "..". */
+        for (const char *c = name; *c;) {
+            const char *e = strchr(c, '/');
+            size_t len = e ? (size_t)(e - c) : strlen(c);
+            if ((len == 4 && strncmp(c, "proc", 4) == 0) || (len == 2 && strncmp(c, "..", 2) == 0))
+                return job_reject(job, "command '%s' is not allowed", shown);
+            c += len + (e ? 1 : 0);
+        }
+        int m = name[0] == '/' ? snprintf(job->exe, sizeof(job->exe), "%s", name)
+                               : snprintf(job->exe, sizeof(job->exe), "%s/%s", job->work_in, name);
+        if (m < 0 || (size_t)m >= sizeof(job->exe))
+            return job_reject(job, "command '%s' is too long", shown);
+        return 0;
+    }
     if (strchr(name, '/')) {
         int n, m;
         if (name[0] == '/') {

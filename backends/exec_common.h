@@ -52,7 +52,8 @@ typedef struct cf_exec_base {
     size_t max_output_file_bytes;
     uint32_t languages; /* bit per cf_language available */
     bool memory_is_rlimit_as; /* memory = RLIMIT_AS (explains node's SIGTRAP) */
-    const char *exec_where;   /* "inside the sandbox", for reasons; NULL: nothing */
+    const char *exec_where;   /* " inside the sandbox": the program has its own root, so command paths
+                               * are not looked up on the host; NULL: the host is its root */
     char notes[CF_EXEC_NOTES_BYTES];
 } cf_exec_base;
 

@@ -236,7 +236,7 @@ void cf_cli_print_usage(FILE *out)
     fputs("  -X NAME=VALUE                 same as --kafka.NAME=VALUE\n"
           "Environment: CODEFLEET_BROKERS, CODEFLEET_REQUEST_TOPIC, CODEFLEET_RESULT_TOPIC,\n"
           "CODEFLEET_EVENTS_TOPIC, CODEFLEET_REDIS, CODEFLEET_REDIS_USER, CODEFLEET_REDIS_PASSWORD,\n"
-          "CODEFLEET_REDIS_PREFIX.\n"
+          "CODEFLEET_REDIS_PREFIX, CODEFLEET_CONFIG (the settings file).\n"
           "\n"
           "Exit codes:\n"
           "  0  success (result status success, or the command succeeded)\n"

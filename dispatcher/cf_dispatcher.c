@@ -587,6 +587,62 @@ const char *cf_dispatcher_result_topic(const cf_dispatcher *d)
 /* ---------------------------------------------------------------------------
  * Admin.
  */
+/* The plumbing every admin request shares: a short-lived client, options
+ * with the timeout, a queue, and the one event that answers. */
+typedef struct admin_call {
+    rd_kafka_t *rk;
+    rd_kafka_AdminOptions_t *opts;
+    rd_kafka_queue_t *q;
+    rd_kafka_event_t *ev;
+    int tmo_ms;
+} admin_call;
+
+static int admin_begin(admin_call *a, const char *brokers, const cf_kvlist *kafka, rd_kafka_admin_op_t op,
+                       int64_t timeout_us, cf_error *err)
+{
+    memset(a, 0, sizeof(*a));
+    char errstr[CF_KAFKA_ERRSTR];
+    rd_kafka_conf_t *conf =
+        cf_kafka_conf_new(brokers ? brokers : CF_DEFAULT_BROKERS, "codefleet-admin", NULL, 0, kafka, err);
+    if (!conf)
+        return -1;
+    a->rk = cf_kafka_client_new(RD_KAFKA_PRODUCER, conf, "admin client", err);
+    if (!a->rk)
+        return -1;
+    a->tmo_ms = cf_kafka_ms_of_us(timeout_us > 0 ? timeout_us : 30000000);
+    a->opts = rd_kafka_AdminOptions_new(a->rk, op);
+    if (!a->opts || rd_kafka_AdminOptions_set_request_timeout(a->opts, a->tmo_ms, errstr, sizeof(errstr)) ||
+        (op == RD_KAFKA_ADMIN_OP_CREATETOPICS &&
+         rd_kafka_AdminOptions_set_operation_timeout(a->opts, a->tmo_ms, errstr, sizeof(errstr))))
+        return cf_error_set(err, CF_E_KAFKA, "admin options: %s", a->opts ? errstr : "out of memory");
+    a->q = rd_kafka_queue_new(a->rk);
+    return a->q ? 0 : cf_error_set(err, CF_E_NOMEM, "admin queue: out of memory");
+}
+
+/* Waits for the answer to the request just sent on a->q. */
+static int admin_wait(admin_call *a, const char *what, cf_error *err)
+{
+    a->ev = rd_kafka_queue_poll(a->q, a->tmo_ms + 1000);
+    if (!a->ev)
+        return cf_error_set(err, CF_E_TIMEOUT, "%s: no answer within %d ms", what, a->tmo_ms);
+    if (rd_kafka_event_error(a->ev))
+        return cf_error_set(err, CF_E_KAFKA, "%s: %s", what, rd_kafka_event_error_string(a->ev));
+    return 0;
+}
+
+static void admin_end(admin_call *a)
+{
+    if (a->ev)
+        rd_kafka_event_destroy(a->ev);
+    if (a->q)
+        rd_kafka_queue_destroy(a->q);
+    if (a->opts)
+        rd_kafka_AdminOptions_destroy(a->opts);
+    if (a->rk)
+        rd_kafka_destroy(a->rk);
+    memset(a, 0, sizeof(*a));
+}
+
 int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const char *const *names, size_t n,
                               int partitions, int replication_factor, int64_t timeout_us, cf_error *err)
 {
@@ -595,22 +651,13 @@ int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const
     if (partitions < 1 || partitions > CF_KAFKA_MAX_PARTITIONS)
         return cf_error_set(err, CF_E_INVALID, "partitions must be in [1, %d]", CF_KAFKA_MAX_PARTITIONS);
     char errstr[CF_KAFKA_ERRSTR];
-    rd_kafka_conf_t *conf =
-        cf_kafka_conf_new(brokers ? brokers : CF_DEFAULT_BROKERS, "codefleet-admin", NULL, 0, kafka, err);
-    if (!conf)
-        return -1;
-    rd_kafka_t *rk = cf_kafka_client_new(RD_KAFKA_PRODUCER, conf, "admin client", err);
-    if (!rk)
-        return -1;
+    admin_call a;
     int rc = -1;
     rd_kafka_NewTopic_t **topics = calloc(n, sizeof(*topics));
-    rd_kafka_AdminOptions_t *opts = NULL;
-    rd_kafka_queue_t *q = NULL;
-    rd_kafka_event_t *ev = NULL;
-    if (!topics) {
-        cf_error_set(err, CF_E_NOMEM, "create topics: out of memory");
+    if (!topics)
+        return cf_error_set(err, CF_E_NOMEM, "create topics: out of memory");
+    if (admin_begin(&a, brokers, kafka, RD_KAFKA_ADMIN_OP_CREATETOPICS, timeout_us, err) < 0)
         goto out;
-    }
     for (size_t i = 0; i < n; i++) {
         topics[i] = rd_kafka_NewTopic_new(names[i], partitions, replication_factor, errstr, sizeof(errstr));
         if (!topics[i]) {
@@ -618,29 +665,14 @@ int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const
             goto out;
         }
     }
-    opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATETOPICS);
-    int tmo = cf_kafka_ms_of_us(timeout_us > 0 ? timeout_us : 30000000);
-    if (!opts || rd_kafka_AdminOptions_set_request_timeout(opts, tmo, errstr, sizeof(errstr)) ||
-        rd_kafka_AdminOptions_set_operation_timeout(opts, tmo, errstr, sizeof(errstr))) {
-        cf_error_set(err, CF_E_KAFKA, "admin options: %s", opts ? errstr : "out of memory");
+    rd_kafka_CreateTopics(a.rk, topics, n, a.opts, a.q);
+    if (admin_wait(&a, "create topics", err) < 0)
         goto out;
-    }
-    q = rd_kafka_queue_new(rk);
-    rd_kafka_CreateTopics(rk, topics, n, opts, q);
-    ev = rd_kafka_queue_poll(q, tmo + 1000);
-    if (!ev) {
-        cf_error_set(err, CF_E_TIMEOUT, "create topics: no answer within %d ms", tmo);
-        goto out;
-    }
-    if (rd_kafka_event_error(ev)) {
-        cf_error_set(err, CF_E_KAFKA, "create topics: %s", rd_kafka_event_error_string(ev));
-        goto out;
-    }
-    const rd_kafka_CreateTopics_result_t *res = rd_kafka_event_CreateTopics_result(ev);
+    const rd_kafka_CreateTopics_result_t *res = rd_kafka_event_CreateTopics_result(a.ev);
     size_t cnt = 0;
     const rd_kafka_topic_result_t **tr = res ? rd_kafka_CreateTopics_result_topics(res, &cnt) : NULL;
     if (!res) {
-        cf_error_set(err, CF_E_KAFKA, "create topics: unexpected event %s", rd_kafka_event_name(ev));
+        cf_error_set(err, CF_E_KAFKA, "create topics: unexpected event %s", rd_kafka_event_name(a.ev));
         goto out;
     }
     for (size_t i = 0; i < cnt; i++) {
@@ -659,7 +691,7 @@ int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const
         for (;;) {
             int32_t np = 0;
             rd_kafka_resp_err_t kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
-            if (cf_kafka_topic_partitions(rk, names[i], true, &np, &kerr, err) == 0)
+            if (cf_kafka_topic_partitions(a.rk, names[i], true, &np, &kerr, err) == 0)
                 break;
             if (!cf_kafka_transient(kerr) || cf_mono_us() >= until) {
                 cf_error_wrap(err, "created, but not usable yet");
@@ -671,19 +703,11 @@ int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const
     }
     rc = 0;
 out:
-    if (ev)
-        rd_kafka_event_destroy(ev);
-    if (q)
-        rd_kafka_queue_destroy(q);
-    if (opts)
-        rd_kafka_AdminOptions_destroy(opts);
-    if (topics) {
-        for (size_t i = 0; i < n; i++)
-            if (topics[i])
-                rd_kafka_NewTopic_destroy(topics[i]);
-        free(topics);
-    }
-    rd_kafka_destroy(rk);
+    for (size_t i = 0; i < n; i++)
+        if (topics[i])
+            rd_kafka_NewTopic_destroy(topics[i]);
+    free(topics);
+    admin_end(&a);
     return rc;
 }
 
@@ -746,22 +770,13 @@ int cf_kafka_acls_create(const char *brokers, const cf_kvlist *kafka, const cf_k
     if (n == 0)
         return 0;
     char errstr[CF_KAFKA_ERRSTR];
-    rd_kafka_conf_t *conf =
-        cf_kafka_conf_new(brokers ? brokers : CF_DEFAULT_BROKERS, "codefleet-admin", NULL, 0, kafka, err);
-    if (!conf)
-        return -1;
-    rd_kafka_t *rk = cf_kafka_client_new(RD_KAFKA_PRODUCER, conf, "admin client", err);
-    if (!rk)
-        return -1;
+    admin_call a;
     int rc = -1;
     rd_kafka_AclBinding_t **b = calloc(n, sizeof(*b));
-    rd_kafka_AdminOptions_t *opts = NULL;
-    rd_kafka_queue_t *q = NULL;
-    rd_kafka_event_t *ev = NULL;
-    if (!b) {
-        cf_error_set(err, CF_E_NOMEM, "create acls: out of memory");
+    if (!b)
+        return cf_error_set(err, CF_E_NOMEM, "create acls: out of memory");
+    if (admin_begin(&a, brokers, kafka, RD_KAFKA_ADMIN_OP_CREATEACLS, timeout_us, err) < 0)
         goto out;
-    }
     for (size_t i = 0; i < n; i++) {
         rd_kafka_AclOperation_t op = RD_KAFKA_ACL_OPERATION_UNKNOWN;
         rd_kafka_ResourceType_t rt = RD_KAFKA_RESOURCE_UNKNOWN;
@@ -787,26 +802,12 @@ int cf_kafka_acls_create(const char *brokers, const cf_kvlist *kafka, const cf_k
             goto out;
         }
     }
-    opts = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_CREATEACLS);
-    int tmo = cf_kafka_ms_of_us(timeout_us > 0 ? timeout_us : 30000000);
-    if (!opts || rd_kafka_AdminOptions_set_request_timeout(opts, tmo, errstr, sizeof(errstr))) {
-        cf_error_set(err, CF_E_KAFKA, "admin options: %s", opts ? errstr : "out of memory");
+    rd_kafka_CreateAcls(a.rk, b, n, a.opts, a.q);
+    if (admin_wait(&a, "create acls", err) < 0)
         goto out;
-    }
-    q = rd_kafka_queue_new(rk);
-    rd_kafka_CreateAcls(rk, b, n, opts, q);
-    ev = rd_kafka_queue_poll(q, tmo + 1000);
-    if (!ev) {
-        cf_error_set(err, CF_E_TIMEOUT, "create acls: no answer within %d ms", tmo);
-        goto out;
-    }
-    if (rd_kafka_event_error(ev)) {
-        cf_error_set(err, CF_E_KAFKA, "create acls: %s", rd_kafka_event_error_string(ev));
-        goto out;
-    }
-    const rd_kafka_CreateAcls_result_t *res = rd_kafka_event_CreateAcls_result(ev);
+    const rd_kafka_CreateAcls_result_t *res = rd_kafka_event_CreateAcls_result(a.ev);
     if (!res) {
-        cf_error_set(err, CF_E_KAFKA, "create acls: unexpected event %s", rd_kafka_event_name(ev));
+        cf_error_set(err, CF_E_KAFKA, "create acls: unexpected event %s", rd_kafka_event_name(a.ev));
         goto out;
     }
     size_t cnt = 0;
@@ -820,19 +821,11 @@ int cf_kafka_acls_create(const char *brokers, const cf_kvlist *kafka, const cf_k
     }
     rc = 0;
 out:
-    if (ev)
-        rd_kafka_event_destroy(ev);
-    if (q)
-        rd_kafka_queue_destroy(q);
-    if (opts)
-        rd_kafka_AdminOptions_destroy(opts);
-    if (b) {
-        for (size_t i = 0; i < n; i++)
-            if (b[i])
-                rd_kafka_AclBinding_destroy(b[i]);
-        free(b);
-    }
-    rd_kafka_destroy(rk);
+    for (size_t i = 0; i < n; i++)
+        if (b[i])
+            rd_kafka_AclBinding_destroy(b[i]);
+    free(b);
+    admin_end(&a);
     return rc;
 }
 

@@ -32,7 +32,8 @@ static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const
      * every exit of 'events wait' against the authenticated stack).  Wrong
      * credentials say "Authentication failed" instead and stay errors; the
      * operation that needed the broker fails on its own. */
-    if (l == CF_LOG_ERROR && strstr(buf, "SaslAuthenticateRequest failed: Local: Broker transport failure"))
+    if (l == CF_LOG_ERROR && strstr(buf, "SaslAuthenticateRequest failed: Local: Broker ") &&
+        (strstr(buf, "transport failure") || strstr(buf, "handle destroyed")))
         l = CF_LOG_INFO;
     CF_LOG(l, "kafka", "%s: %s: %s", rk ? rd_kafka_name(rk) : "rdkafka", fac, buf);
 }

@@ -652,7 +652,7 @@ static void execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     if (st) {
         cf_error aerr;
         cf_error_clear(&aerr);
-        if (cf_wstate_attempt(st, j->req.id, &attempt, &aerr) < 0)
+        if (cf_wstate_attempt(st, j->profile->name, j->req.id, &attempt, &aerr) < 0)
             cf_log_warn(LOG_SUB, "request %s: delivery count unavailable: %s", j->req.id, aerr.msg);
     }
     cf_wstate_run run;

@@ -854,11 +854,12 @@ int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ex
 
 /* ---------------------------------------------------------------- attempts */
 
-int cf_wstate_attempt(cf_wstate *st, const char *id, int64_t *attempt, cf_error *err)
+int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, int64_t *attempt, cf_error *err)
 {
     *attempt = 0;
-    char key[CF_ID_MAX + 32];
-    int n = snprintf(key, sizeof(key), "cf:attempt:{%s}", id);
+    char key[CF_ID_MAX + 160];
+    int n = scope ? snprintf(key, sizeof(key), "cf:attempt:{%s/%s}", scope, id)
+                  : snprintf(key, sizeof(key), "cf:attempt:{%s}", id);
     if (n < 0 || (size_t)n >= sizeof(key))
         return cf_error_set(err, CF_E_INVALID, "request id too long");
     const char *keys[1] = {key};

@@ -99,8 +99,10 @@ int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ex
 void cf_wstate_run_clear(cf_wstate_run *run, cf_request *req);
 
 /* Counts a delivery of request id (INCR with a one-day expiry) and returns
- * the count (1 = first delivery).  One try, no retries. */
-int cf_wstate_attempt(cf_wstate *st, const char *id, int64_t *attempt, cf_error *err);
+ * the count (1 = first delivery).  scope (the profile; may be NULL) keeps
+ * tenants' ids apart: one tenant's id never counts as another's delivery.
+ * One try, no retries. */
+int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, int64_t *attempt, cf_error *err);
 
 /* ---- pure helpers (exposed for unit tests) ---- */
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -211,6 +212,9 @@ void it_worker_start(it_worker *w, const it_topics *t, const char *id, const cha
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0)
             dup2(nul, 0);
+        /* A test that dies (an assertion, a sanitizer abort) takes its
+         * workers with it instead of leaving them consuming. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         /* Unblock what the test runner may have blocked. */
         sigset_t set;
         sigemptyset(&set);

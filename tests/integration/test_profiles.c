@@ -59,6 +59,8 @@ static int sh(const char *fmt, ...)
 /* 10.235.<n>.2 serves "hello" on 7777 in its own network namespace. */
 static bool test_host_up(void)
 {
+    sh("for ns in $(ip netns list | grep -o 'cf-ittesthost-[0-9]*'); do p=${ns##*-}; "
+       "kill -0 $p 2>/dev/null || { ip link del cfit$p 2>/dev/null; ip netns del $ns; }; done");
     int n = (int)(getpid() % 200) + 20;
     snprintf(g.th_ns, sizeof(g.th_ns), "cf-ittesthost-%d", (int)getpid());
     snprintf(g.th_veth, sizeof(g.th_veth), "cfit%d", (int)getpid() % 100000);

@@ -295,6 +295,7 @@ static void test_materialize_hostile_listing(void **state)
 static void test_globals_redis_env(void **state)
 {
     (void)state;
+    unsetenv("CODEFLEET_CONFIG");
     setenv("CODEFLEET_REDIS", "10.0.0.1:7000", 1);
     setenv("CODEFLEET_REDIS_PASSWORD", "s3cret", 1);
     setenv("CODEFLEET_EVENTS_TOPIC", "my.events", 1);
@@ -335,6 +336,7 @@ static void test_globals_redis_env(void **state)
 static void test_usage_errors_before_connecting(void **state)
 {
     (void)state;
+    unsetenv("CODEFLEET_CONFIG");
     setenv("CODEFLEET_REDIS", "127.0.0.1:1", 1);
     setenv("CODEFLEET_BROKERS", "127.0.0.1:1", 1);
     char tmp[] = "/tmp/cf-test-cli-XXXXXX";

@@ -50,6 +50,7 @@ static void test_globals_defaults_env_and_flags(void **state)
     int cmd = -1;
     bool help = true;
     unsetenv("CODEFLEET_BROKERS");
+    unsetenv("CODEFLEET_CONFIG"); /* the test stack's env names the operator's settings file */
     char *a1[] = {"codefleet", "submit", "--id", "x", NULL};
     assert_int_equal(cf_cli_parse_globals(ARGC(a1), a1, &g, &cmd, &help, &err), 0);
     assert_int_equal(cmd, 1);
@@ -86,6 +87,53 @@ static void test_globals_defaults_env_and_flags(void **state)
     cf_cli_globals_free(&g);
     unsetenv("CODEFLEET_BROKERS");
     unsetenv("CODEFLEET_SLOTS");
+}
+
+/* A settings file (--config or CODEFLEET_CONFIG) holds credentials; the
+ * environment and flags override it. */
+static void test_globals_config_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/cf-cliconf-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char conf[] = "brokers = filehost:3\nkafka.sasl.username = alice\nkafka.sasl.password = pw\n"
+                               "redis-user = alice\nredis-password = rpw\n";
+    assert_int_equal(write(fd, conf, sizeof(conf) - 1), (ssize_t)(sizeof(conf) - 1));
+    close(fd);
+    unsetenv("CODEFLEET_BROKERS");
+    unsetenv("CODEFLEET_CONFIG");
+    cf_cli_globals g;
+    cf_error err = {0};
+    int cmd = -1;
+    bool help = false;
+    char *a1[] = {"codefleet", "--config", path, "tail", NULL};
+    assert_int_equal(cf_cli_parse_globals(ARGC(a1), a1, &g, &cmd, &help, &err), 0);
+    assert_int_equal(cmd, 3);
+    assert_string_equal(g.brokers, "filehost:3");
+    assert_string_equal(cf_kvlist_get(&g.kafka, "sasl.username"), "alice");
+    assert_string_equal(cf_kvlist_get(&g.kafka, "sasl.password"), "pw");
+    assert_string_equal(g.redis_user, "alice");
+    assert_string_equal(g.redis_password, "rpw");
+    cf_cli_globals_free(&g);
+
+    /* CODEFLEET_CONFIG, with the environment and a flag over it. */
+    setenv("CODEFLEET_CONFIG", path, 1);
+    setenv("CODEFLEET_BROKERS", "envhost:4", 1);
+    char *a2[] = {"codefleet", "-X", "sasl.username=bob", "tail", NULL};
+    assert_int_equal(cf_cli_parse_globals(ARGC(a2), a2, &g, &cmd, &help, &err), 0);
+    assert_string_equal(g.brokers, "envhost:4");
+    assert_string_equal(cf_kvlist_get(&g.kafka, "sasl.username"), "bob");
+    assert_string_equal(cf_kvlist_get(&g.kafka, "sasl.password"), "pw");
+    cf_cli_globals_free(&g);
+    unsetenv("CODEFLEET_BROKERS");
+
+    /* A missing or bad file is an error, not a silent default. */
+    char *a3[] = {"codefleet", "--config=/nonexistent/cf.conf", "tail", NULL};
+    assert_int_equal(cf_cli_parse_globals(ARGC(a3), a3, &g, &cmd, &help, &err), -1);
+    cf_cli_globals_free(&g);
+    unsetenv("CODEFLEET_CONFIG");
+    unlink(path);
 }
 
 static void test_globals_errors(void **state)
@@ -575,6 +623,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_globals_defaults_env_and_flags),
+        cmocka_unit_test(test_globals_config_file),
         cmocka_unit_test(test_globals_errors),
         cmocka_unit_test(test_cli_main_usage_exit_codes),
         cmocka_unit_test(test_exit_codes),

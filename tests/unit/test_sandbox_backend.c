@@ -604,6 +604,9 @@ static int sh(const char *fmt, ...)
 
 static bool test_host_up(test_host *h)
 {
+    /* Namespaces of earlier runs that died before cleaning up. */
+    sh("for ns in $(ip netns list | grep -o 'cf-testhost-[0-9]*'); do p=${ns##*-}; "
+       "kill -0 $p 2>/dev/null || { ip link del cfth$p 2>/dev/null; ip netns del $ns; }; done");
     int n = (int)(getpid() % 200) + 20;
     snprintf(h->ns, sizeof(h->ns), "cf-testhost-%d", (int)getpid());
     snprintf(h->veth, sizeof(h->veth), "cfth%d", (int)getpid() % 100000);
@@ -1194,6 +1197,31 @@ static void test_missing_command_is_callers(void **state)
     assert_non_null(strstr(res.reason, "No such file or directory"));
     cf_result_clear(&res);
     cf_request_clear(&req);
+
+    /* The host is not looked at (as root it would tell what exists in
+     * root-only places): an existing and a missing host path answer alike;
+     * /proc and '..' are refused outright. */
+    static const struct {
+        const char *path;
+        cf_status want;
+    } probes[] = {
+        {"/root/.bashrc", CF_STATUS_FAILED},
+        {"/root/definitely-missing", CF_STATUS_FAILED},
+        {"/proc/self/exe", CF_STATUS_REJECTED},
+        {"/./proc/self/exe", CF_STATUS_REJECTED},
+        {"../../../../../../../root/.bashrc", CF_STATUS_REJECTED},
+    };
+    for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
+        req_init(&req, CF_LANG_COMMAND, NULL);
+        req_argv(&req, 1, &probes[i].path);
+        assert_int_equal(run(f, &req, &res), 0);
+        if (res.status != probes[i].want)
+            fail_msg("%s: status %s (%s)", probes[i].path, cf_status_name(res.status), res.reason ? res.reason : "");
+        if (probes[i].want == CF_STATUS_FAILED)
+            assert_non_null(strstr(res.reason, "inside the sandbox: No such file or directory"));
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+    }
     assert_nothing_left(f);
 }
 

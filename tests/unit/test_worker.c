@@ -886,12 +886,19 @@ static void state_attempts_and_outage(void **state)
 {
     rfix *f = *state;
     int64_t n = 0;
-    assert_int_equal(cf_wstate_attempt(f->st, "req-a", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-a", &n, NULL), 0);
     assert_int_equal(n, 1);
-    assert_int_equal(cf_wstate_attempt(f->st, "req-a", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-a", &n, NULL), 0);
     assert_int_equal(n, 2);
-    assert_int_equal(cf_wstate_attempt(f->st, "req-b", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-b", &n, NULL), 0);
     assert_int_equal(n, 1);
+    /* One tenant's id is not another's delivery. */
+    assert_int_equal(cf_wstate_attempt(f->st, "tenant-a", "same-id", &n, NULL), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(cf_wstate_attempt(f->st, "tenant-b", "same-id", &n, NULL), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(cf_wstate_attempt(f->st, "tenant-a", "same-id", &n, NULL), 0);
+    assert_int_equal(n, 2);
     redisContext *raw = cf_test_redis_raw(&f->srv);
     long long ttl = cf_test_redis_int(raw, "PTTL cf:attempt:{req-a}");
     assert_true(ttl > 0 && ttl <= 86400000);
@@ -926,7 +933,7 @@ static void state_attempts_and_outage(void **state)
     cf_conf_set(&cf_worker_conf_table, &f->cfg, "redis-retry-budget", "5s", NULL);
     cf_wstate *patient = cf_wstate_new(&f->cfg, "w-patient", NULL, NULL);
     assert_non_null(patient);
-    assert_int_equal(cf_wstate_attempt(patient, "warm-up", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(patient, NULL, "warm-up", &n, NULL), 0);
     cf_test_redis_kill(&f->srv);
     pthread_t th;
     relaunch rl = {.srv = &f->srv, .done = 0};
