@@ -70,7 +70,7 @@ start_worker() { # topics-prefix id
     env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
         "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$1" --worker-id "$2" \
         --request-topic "$1.req" --result-topic "$1.res" --dlq-topic "$1.dlq" --log-level warn \
-        --backends process --profile.default.backends=process \
+        --backends process --profile.default.backends=process --profile.default.network=enabled \
         --work-root "$work_root" \
         >"$CODEFLEET_STATE/$2.log" 2>&1 &
     workers+=($!)
