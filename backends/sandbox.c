@@ -699,8 +699,10 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
                               pol->memory_bytes > 0 ? "memory" : "max_processes");
 
     cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
-                            /* +1: the namespace's init (the runner's), which is not the program's */
-                            .pids_max = (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + 1};
+                            /* +1: the namespace's init (the runner's), which is not the program's;
+                             * +1 with network: slirp4netns, which joins the cgroup */
+                            .pids_max = (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + 1 +
+                                        (pol->network == CF_NET_ENABLED ? 1 : 0)};
     int64_t oom_before = 0, cpu_before = -1;
     bool peak_ok = false;
     if (st->cgenv) {

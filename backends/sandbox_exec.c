@@ -143,6 +143,10 @@ static int sx_parent_setup(pid_t pid, void *arg, cf_error *err)
      * device before it sets up the routes. */
     if (sx->egress_slirp && cf_net_egress_start(sx->egress_slirp, pid, EGRESS_READY_US, &sx->egress, err) < 0)
         return -1;
+    /* slirp4netns works for the program: its CPU and memory are the
+     * execution's, bounded by its limits, and it dies with its cgroup. */
+    if (sx->egress.pid > 0 && sx->cg && cf_cgroup_attach(sx->cg, sx->egress.pid, err) < 0)
+        return -1;
     return 0;
 }
 

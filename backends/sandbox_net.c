@@ -80,12 +80,20 @@ int cf_net_default_blocks(cf_net_routes *r, cf_error *err)
     struct ifaddrs *ifs = NULL;
     if (getifaddrs(&ifs) < 0)
         return cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox net: getifaddrs");
+    size_t n_builtin = r->n_block;
     for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
         if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
             continue;
-        if (r->n_block >= CF_NET_MAX_BLOCKS)
-            break;
-        r->block[r->n_block].addr = ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        /* Even one inside a refused range gets its own /32: a profile that
+         * allows that range must still not reach the host. */
+        uint32_t a = ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        if (r->n_block >= CF_NET_MAX_BLOCKS) {
+            /* Fail closed: an address left out would be reachable. */
+            freeifaddrs(ifs);
+            return cf_error_set(err, CF_E_LIMIT, "sandbox net: the host has more than %d own addresses to refuse",
+                                CF_NET_MAX_BLOCKS - (int)n_builtin);
+        }
+        r->block[r->n_block].addr = a;
         r->block[r->n_block].len = 32;
         r->n_block++;
         r->n_host++;
@@ -148,6 +156,10 @@ int cf_net_egress_start(const char *slirp_path, pid_t pid, int64_t timeout_us, c
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, ready[1], 3);
     posix_spawn_file_actions_adddup2(&fa, ex[0], 4);
+    /* Nothing else of the worker's: fds that are not close-on-exec (a
+     * library's socket) would reach a process that parses the program's
+     * packets. */
+    posix_spawn_file_actions_addclosefrom_np(&fa, 5);
     posix_spawnattr_t at;
     posix_spawnattr_init(&at);
     sigset_t none, all;

@@ -27,7 +27,7 @@
 #include "cf_backend.h"
 #include "cf_error.h"
 
-#define CF_NET_MAX_BLOCKS 64
+#define CF_NET_MAX_BLOCKS 256
 #define CF_NET_MAX_ALLOWS 32
 
 /* Routes for one execution (filled in the parent, read by the child). */
@@ -40,7 +40,9 @@ typedef struct cf_net_routes {
 } cf_net_routes;
 
 /* The ranges refused by default, plus every IPv4 address of this host
- * (as /32) and slirp's own gateway.  Read once at backend creation. */
+ * (as /32, also those inside a refused range) and slirp's own gateway.
+ * Read per execution (an address added later is the host's too); more
+ * addresses than fit is an error, never a partial list. */
 int cf_net_default_blocks(cf_net_routes *r, cf_error *err);
 
 /* Copies allow rules into r (at most CF_NET_MAX_ALLOWS). */

@@ -80,13 +80,21 @@ int cf_cli_parse_globals(int argc, char **argv, cf_cli_globals *g, int *cmd_inde
      * credentials belong (kafka.sasl.*, redis-password), readable by their
      * owner only, instead of flags others can read in /proc. */
     const char *config = getenv("CODEFLEET_CONFIG");
-    for (int k = 1; k < argc && argv[k][0] == '-' && strcmp(argv[k], "--") != 0; k++) {
-        if (strcmp(argv[k], "--config") == 0 && k + 1 < argc)
+    /* The same walk as the flag loop below: a value never counts as a
+     * flag ("-X k=v" takes one, "-Xk=v" and "--name=v" carry theirs). */
+    for (int k = 1; k < argc && argv[k][0] == '-' && argv[k][1] != '\0' && strcmp(argv[k], "--") != 0; k++) {
+        const char *a = argv[k];
+        if (strcmp(a, "--config") == 0) {
+            if (k + 1 >= argc)
+                return cf_error_set(err, CF_E_INVALID, "--config needs a file");
             config = argv[++k];
-        else if (strncmp(argv[k], "--config=", 9) == 0)
-            config = argv[k] + 9;
-        else if (global_takes_value(argv[k]) && strncmp(argv[k], "-X", 2) != 0 && k + 1 < argc)
+        } else if (strncmp(a, "--config=", 9) == 0) {
+            config = a + 9;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            continue;
+        } else if (strcmp(a, "-X") == 0 || (strncmp(a, "-X", 2) != 0 && global_takes_value(a))) {
             k++;
+        }
     }
     if (config && config[0] && cf_conf_load_file(&global_table, g, config, err) < 0)
         return -1;

@@ -2,6 +2,7 @@
 #include "cf_redis.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,6 +268,14 @@ static int connect_once(cf_redis *r, cf_error *err)
         return cf_error_set_retriable(err, true);
     }
     (void)redisEnableKeepAlive(c); /* best effort: detects dead peers on idle links */
+    /* hiredis 0.14 leaves its socket inheritable: a process the worker
+     * starts (slirp4netns, say) must not hold an authenticated session. */
+    int fl = fcntl(c->fd, F_GETFD);
+    if (fl < 0 || fcntl(c->fd, F_SETFD, fl | FD_CLOEXEC) < 0) {
+        redisFree(c);
+        cf_error_set(err, CF_E_REDIS, "redis %s:%d: cannot make the connection close-on-exec", r->host, r->port);
+        return cf_error_set_retriable(err, true);
+    }
     r->c = c;
 
     if (r->password) {

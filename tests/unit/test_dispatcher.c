@@ -128,6 +128,16 @@ static void test_globals_config_file(void **state)
     cf_cli_globals_free(&g);
     unsetenv("CODEFLEET_BROKERS");
 
+    /* A separate -X value is a value, not the end of the options: the
+     * --config after it is the one that counts. */
+    setenv("CODEFLEET_CONFIG", "/nonexistent/other.conf", 1);
+    char *a4[] = {"codefleet", "-X", "debug=all", "--config", path, "tail", NULL};
+    assert_int_equal(cf_cli_parse_globals(ARGC(a4), a4, &g, &cmd, &help, &err), 0);
+    assert_int_equal(cmd, 5);
+    assert_string_equal(g.brokers, "filehost:3");
+    cf_cli_globals_free(&g);
+    unsetenv("CODEFLEET_CONFIG");
+
     /* A missing or bad file is an error, not a silent default. */
     char *a3[] = {"codefleet", "--config=/nonexistent/cf.conf", "tail", NULL};
     assert_int_equal(cf_cli_parse_globals(ARGC(a3), a3, &g, &cmd, &help, &err), -1);
