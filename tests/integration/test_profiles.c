@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cf_util.h"
+#include "test_host.h"
 
 #define SEC 1000000LL
 
@@ -27,9 +28,7 @@ typedef struct suite {
     it_topics to;  /* profile "netok": network enabled, the test host's range allowed */
     it_worker w;
     cf_dispatcher *d, *da, *dn, *dok;
-    /* A test host on a private address in a network namespace of ours. */
-    char th_ns[48], th_veth[16], th_net[32], th_peer[24], th_pidfile[64];
-    bool th_up;
+    test_host th; /* a private address in a network namespace of ours */
     char marker[96];  /* a program that runs creates it (process backend) */
     char secret_dir[64];
     char roots[64];   /* acme's read-only root */
@@ -45,54 +44,6 @@ static void topics_for_tenant(it_topics *ta, const it_topics *t)
     snprintf(ta->group, sizeof(ta->group), "%s", t->group);
 }
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[1200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
-/* 10.235.<n>.2 serves "hello" on 7777 in its own network namespace. */
-static bool test_host_up(void)
-{
-    sh("for ns in $(ip netns list | grep -o 'cf-ittesthost-[0-9]*'); do p=${ns##*-}; "
-       "kill -0 $p 2>/dev/null || { ip link del cfit$p 2>/dev/null; ip netns del $ns; }; done");
-    int n = (int)(getpid() % 200) + 20;
-    snprintf(g.th_ns, sizeof(g.th_ns), "cf-ittesthost-%d", (int)getpid());
-    snprintf(g.th_veth, sizeof(g.th_veth), "cfit%d", (int)getpid() % 100000);
-    snprintf(g.th_net, sizeof(g.th_net), "10.235.%d.0/30", n);
-    snprintf(g.th_peer, sizeof(g.th_peer), "10.235.%d.2", n);
-    snprintf(g.th_pidfile, sizeof(g.th_pidfile), "/tmp/cf-ittesthost-%d.pid", (int)getpid());
-    if (sh("ip netns add %s && ip link add %s type veth peer name %sp && ip link set %sp netns %s && "
-           "ip addr add 10.235.%d.1/30 dev %s && ip link set %s up && "
-           "ip netns exec %s ip addr add %s/30 dev %sp && ip netns exec %s ip link set %sp up",
-           g.th_ns, g.th_veth, g.th_veth, g.th_veth, g.th_ns, n, g.th_veth, g.th_veth, g.th_ns, g.th_peer, g.th_veth,
-           g.th_ns, g.th_veth) != 0)
-        return false;
-    g.th_up = true;
-    int rc = sh("ip netns exec %s /usr/bin/python3 -c \"import socket\n"
-                "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                "s.bind(('%s', 7777)); s.listen(8)\n"
-                "while True:\n    c, _ = s.accept(); c.sendall(b'hello'); c.close()\n\" >/dev/null 2>&1 & "
-                "echo $! > %s",
-                g.th_ns, g.th_peer, g.th_pidfile);
-    usleep(300 * 1000);
-    return rc == 0;
-}
-
-static void test_host_down(void)
-{
-    if (!g.th_up)
-        return;
-    sh("kill -9 $(cat %s) 2>/dev/null; rm -f %s; ip link del %s 2>/dev/null; ip netns del %s", g.th_pidfile,
-       g.th_pidfile, g.th_veth, g.th_ns);
-    g.th_up = false;
-}
-
 static int setup_suite(void **state)
 {
     (void)state;
@@ -103,7 +54,7 @@ static int setup_suite(void **state)
     topics_for_tenant(&g.ta, &g.t);
     it_topics_create(&g.tn, "prof-net", 1);
     it_topics_create(&g.to, "prof-netok", 1);
-    if (g.sandbox && !test_host_up())
+    if (g.sandbox && !test_host_up(&g.th, "it", "10.235"))
         return -1;
     snprintf(g.marker, sizeof(g.marker), "/tmp/cf-prof-marker-%ld", (long)getpid());
     cf_strlcpy(g.secret_dir, "/var/tmp/cf-prof-secret-XXXXXX", sizeof(g.secret_dir));
@@ -123,7 +74,7 @@ static int setup_suite(void **state)
         a_oallow[96];
     snprintf(a_ntopic, sizeof(a_ntopic), "--profile.net.topic=%s", g.tn.requests);
     snprintf(a_otopic, sizeof(a_otopic), "--profile.netok.topic=%s", g.to.requests);
-    snprintf(a_oallow, sizeof(a_oallow), "--profile.netok.network-allow=%s", g.th_net[0] ? g.th_net : "10.235.0.0/30");
+    snprintf(a_oallow, sizeof(a_oallow), "--profile.netok.network-allow=%s", g.th.net[0] ? g.th.net : "10.235.0.0/30");
     snprintf(a_topic, sizeof(a_topic), "--profile.acme.topic=%s", g.ta.requests);
     snprintf(a_res, sizeof(a_res), "--profile.acme.result-topic=%s", g.ta.results);
     snprintf(a_root, sizeof(a_root), "--profile.acme.read-only-roots=%s", g.roots);
@@ -182,7 +133,7 @@ static int teardown_suite(void **state)
     cf_dispatcher_destroy(g.da);
     cf_dispatcher_destroy(g.dn);
     cf_dispatcher_destroy(g.dok);
-    test_host_down();
+    test_host_down(&g.th);
     if (g.w.pid > 0)
         it_worker_stop(&g.w, SIGTERM, 20000);
     unlink(g.marker);
@@ -438,7 +389,7 @@ static void test_network_egress_only(void **state)
              "    s = socket.socket(); s.settimeout(3)\n"
              "    try:\n        s.connect((host, port)); print(name, 'ok', s.recv(5).decode() or '-')\n"
              "    except OSError as e:\n        print(name, 'failed', e.errno)\n",
-             kport, rport, kport, rport, g.th_peer);
+             kport, rport, kport, rport, g.th.peer);
     for (int allowed = 0; allowed < 2; allowed++) {
         cf_request req;
         it_request_init(&req, CF_LANG_PYTHON, code);

@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "test_host.h"
 #include "unit/request_builders.h"
 
 #include <arpa/inet.h>
@@ -578,71 +579,6 @@ static void test_timeout_kills_everything(void **state)
     assert_nothing_left(f);
 }
 
-/* A test host on a private address, in a network namespace of its own
- * joined to ours by a veth pair: 10.234.<n>.2 serves "hello" on port
- * 7777, our side is 10.234.<n>.1. */
-typedef struct test_host {
-    char ns[48];
-    char veth[16];
-    char net[32];  /* "10.234.<n>.0/30" */
-    char peer[24]; /* "10.234.<n>.2" */
-    char ours[24]; /* "10.234.<n>.1" */
-    char pidfile[64];
-    bool up;
-} test_host;
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
-static bool test_host_up(test_host *h)
-{
-    /* Namespaces of earlier runs that died before cleaning up. */
-    sh("for ns in $(ip netns list | grep -o 'cf-testhost-[0-9]*'); do p=${ns##*-}; "
-       "kill -0 $p 2>/dev/null || { ip link del cfth$p 2>/dev/null; ip netns del $ns; }; done");
-    int n = (int)(getpid() % 200) + 20;
-    snprintf(h->ns, sizeof(h->ns), "cf-testhost-%d", (int)getpid());
-    snprintf(h->veth, sizeof(h->veth), "cfth%d", (int)getpid() % 100000);
-    snprintf(h->net, sizeof(h->net), "10.234.%d.0/30", n);
-    snprintf(h->peer, sizeof(h->peer), "10.234.%d.2", n);
-    snprintf(h->ours, sizeof(h->ours), "10.234.%d.1", n);
-    int rc = sh("ip netns add %s && ip link add %s type veth peer name %sp && ip link set %sp netns %s && "
-                "ip addr add %s/30 dev %s && ip link set %s up && ip netns exec %s ip addr add %s/30 dev %sp && "
-                "ip netns exec %s ip link set %sp up && ip netns exec %s ip link set lo up",
-                h->ns, h->veth, h->veth, h->veth, h->ns, h->ours, h->veth, h->veth, h->ns, h->peer, h->veth, h->ns,
-                h->veth, h->ns);
-    if (rc != 0)
-        return false;
-    h->up = true;
-    /* The server answers every connection until the namespace goes. */
-    snprintf(h->pidfile, sizeof(h->pidfile), "/tmp/cf-testhost-%d.pid", (int)getpid());
-    rc = sh("ip netns exec %s /usr/bin/python3 -c \"import socket\n"
-            "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-            "s.bind(('%s', 7777)); s.listen(8)\n"
-            "while True:\n    c, _ = s.accept(); c.sendall(b'hello'); c.close()\n\" >/dev/null 2>&1 & "
-            "echo $! > %s",
-            h->ns, h->peer, h->pidfile);
-    usleep(300 * 1000);
-    return rc == 0;
-}
-
-static void test_host_down(test_host *h)
-{
-    if (!h->up)
-        return;
-    /* ip netns exec execs the server: $! was its pid. */
-    sh("kill -9 $(cat %s) 2>/dev/null; rm -f %s; ip link del %s 2>/dev/null; ip netns del %s", h->pidfile, h->pidfile,
-       h->veth, h->ns);
-    h->up = false;
-}
-
 /* network=enabled is egress only (issue 7): the program's own network
  * namespace behind slirp4netns.  The host's loopback services (Redis and
  * Kafka in the stack), the host's own addresses and a private test host
@@ -658,8 +594,7 @@ static void test_network(void **state)
     }
     assert_non_null(strstr(f->be->caps.notes, "network=enabled = egress only"));
     test_host th;
-    memset(&th, 0, sizeof(th));
-    assert_true(test_host_up(&th));
+    assert_true(test_host_up(&th, "ut", "10.234"));
     /* Our own listener on every address of the host. */
     int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(ls >= 0);
@@ -729,7 +664,7 @@ static void test_network(void **state)
     assert_int_equal(accept(ls, (struct sockaddr *)&peer, &pl), -1);
     close(ls);
     test_host_down(&th);
-    assert_int_equal(sh("pgrep -x slirp4netns >/dev/null"), 256);
+    assert_int_equal(test_host_sh("pgrep -x slirp4netns >/dev/null"), 256);
     assert_nothing_left(f);
 }
 
