@@ -396,6 +396,8 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                  cfg->slirp4netns_path);
     else if (access("/dev/net/tun", R_OK | W_OK) < 0)
         snprintf(netwhy, sizeof(netwhy), "no /dev/net/tun");
+    else if (access(CF_NET_UNSHARE, X_OK) < 0)
+        snprintf(netwhy, sizeof(netwhy), "no %s (util-linux)", CF_NET_UNSHARE);
     else if (cf_net_default_blocks(&st->routes, err) < 0)
         goto fail;
     if (!netwhy[0]) {

@@ -145,9 +145,14 @@ int cf_net_egress_start(const char *slirp_path, pid_t pid, int64_t timeout_us, c
 
     char pidarg[32];
     snprintf(pidarg, sizeof(pidarg), "%d", (int)pid);
-    char *const argv[] = {(char *)slirp_path, "--configure", "--mtu=" SLIRP_MTU, "--disable-host-loopback",
-                          "--enable-sandbox", "--enable-seccomp", "--ready-fd=3", "--exit-fd=4", pidarg,
-                          "tap0", NULL};
+    /* slirp4netns --enable-sandbox pivots into a tmpfs and detaches the old
+     * root; run from the host's mount namespace, that detach propagated to
+     * shared host mounts (seen: every `ip netns` mount under /run/netns
+     * vanished, which on a Kubernetes node are the pods' network
+     * namespaces).  So it starts in a private copy of the mount namespace. */
+    char *const argv[] = {(char *)CF_NET_UNSHARE, "--mount", "--propagation", "private", (char *)slirp_path,
+                          "--configure", "--mtu=" SLIRP_MTU, "--disable-host-loopback", "--enable-sandbox",
+                          "--enable-seccomp", "--ready-fd=3", "--exit-fd=4", pidarg, "tap0", NULL};
     char *const envp[] = {NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -170,7 +175,7 @@ int cf_net_egress_start(const char *slirp_path, pid_t pid, int64_t timeout_us, c
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
     posix_spawnattr_setpgroup(&at, 0);
     pid_t sp = 0;
-    int se = posix_spawn(&sp, slirp_path, &fa, &at, argv, envp);
+    int se = posix_spawn(&sp, CF_NET_UNSHARE, &fa, &at, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     if (se != 0) {

@@ -28,6 +28,8 @@
 #include "cf_error.h"
 
 #define CF_NET_MAX_BLOCKS 256
+/* util-linux unshare(1): starts slirp4netns in a private mount namespace. */
+#define CF_NET_UNSHARE "/usr/bin/unshare"
 #define CF_NET_MAX_ALLOWS 32
 
 /* Routes for one execution (filled in the parent, read by the child). */

@@ -656,6 +656,68 @@ static void test_network(void **state)
         cf_result_clear(&res);
         cf_request_clear(&req);
     }
+
+    /* Multicast: a socket that names its interface (IP_MULTICAST_IF) skips
+     * the prohibit routes in the kernel, so the packet reaches slirp4netns;
+     * slirp must not send it on.  The host routes the group to the test
+     * host, where a receiver listens (a packet the host itself sends does
+     * arrive there: the check that the receiver works).  Entering the test
+     * host's namespace again also shows that the host's /run/netns mounts
+     * survived the executions above: slirp4netns's own sandbox used to
+     * detach them ('ip netns exec' then fails with EINVAL). */
+    char group[32], cmd[1400], got[64];
+    snprintf(group, sizeof(group), "239.255.77.%d", (int)(getpid() % 200) + 20);
+    char rxfile[64];
+    snprintf(rxfile, sizeof(rxfile), "/tmp/cf-mcast-%d.out", (int)getpid());
+    assert_int_equal(test_host_sh("ip route replace %s/32 dev %s", group, th.veth), 0);
+    for (int round = 0; round < 2; round++) {
+        unlink(rxfile);
+        snprintf(cmd, sizeof(cmd),
+                 "ip netns exec %s timeout 10 /usr/bin/python3 -c \"import socket, struct\n"
+                 "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                 "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('', 47777))\n"
+                 "s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, "
+                 "struct.pack('4s4s', socket.inet_aton('%s'), socket.inet_aton('%s')))\n"
+                 "s.settimeout(3)\n"
+                 "try:\n    print('received', s.recvfrom(64)[0].decode())\n"
+                 "except OSError:\n    print('nothing')\n\" > %s 2>&1 &",
+                 th.ns, group, th.peer, rxfile);
+        assert_int_equal(test_host_sh("%s", cmd), 0);
+        usleep(500 * 1000);
+        if (round == 0) {
+            assert_int_equal(test_host_sh("/usr/bin/python3 -c \"import socket\n"
+                                          "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'host', ('%s', 47777))\"",
+                                          group),
+                             0);
+        } else {
+            snprintf(code, sizeof(code),
+                     "import socket\n"
+                     "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                     "s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton('10.0.2.100'))\n"
+                     "s.sendto(b'sandbox', ('%s', 47777)); print('sent')\n",
+                     group);
+            cf_request req;
+            cf_result res;
+            req_init(&req, CF_LANG_PYTHON, code);
+            req.policy.network = CF_NET_ENABLED;
+            assert_int_equal(run(f, &req, &res), 0);
+            assert_int_equal(res.status, CF_STATUS_SUCCESS);
+            cf_result_clear(&res);
+            cf_request_clear(&req);
+        }
+        sleep(4);
+        FILE *rx = fopen(rxfile, "r");
+        assert_non_null(rx);
+        got[0] = '\0';
+        if (!fgets(got, sizeof(got), rx))
+            got[0] = '\0';
+        fclose(rx);
+        print_message("multicast round %d: %s", round, got);
+        assert_string_equal(got, round == 0 ? "received host\n" : "nothing\n");
+    }
+    unlink(rxfile);
+    test_host_sh("ip route del %s/32 2>/dev/null", group);
+
     /* Nothing reached our listener, and no slirp4netns is left. */
     struct sockaddr_in peer;
     socklen_t pl = sizeof(peer);
