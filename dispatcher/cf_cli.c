@@ -1008,6 +1008,8 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
     }
     if (res->reason && res->reason[0])
         fprintf(out, "reason:   %s\n", res->reason);
+    if (res->reply_to_error)
+        fprintf(out, "reply_to: %s\n", res->reply_to_error);
     for (size_t i = 0; i < res->n_diagnostics; i++) {
         const cf_diagnostic *dg = &res->diagnostics[i];
         fprintf(out, "%s:", dg->level ? dg->level : "note");

@@ -207,6 +207,7 @@ void cf_result_clear(cf_result *res)
     free(res->meta.worker);
     free(res->meta.identity);
     free(res->reason);
+    free(res->reply_to_error);
     free_strv(res->changed_paths, res->n_changed_paths);
     free(res->checkpoint_id);
     memset(res, 0, sizeof(*res));
@@ -689,6 +690,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     put_int(&meta, "attempt", res->meta.attempt);
     put_map(&e, "metadata", &meta);
     put_str(&e, "reason", res->reason);
+    put_str(&e, "reply_to_error", res->reply_to_error);
     put_int(&e, "workspace_revision", res->workspace_revision);
     put_strv(&e, "changed_paths", res->changed_paths, res->n_changed_paths, false);
     put_true(&e, "workspace_conflict", res->workspace_conflict);
@@ -1030,13 +1032,13 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
 
 enum {
     RS_V, RS_ID, RS_STATUS, RS_EXIT, RS_SIGNAL, RS_STDOUT, RS_STDERR, RS_STDOUT_TR, RS_STDERR_TR, RS_OUTPUT,
-    RS_DIAG, RS_WALL, RS_CPU, RS_PEAK, RS_META, RS_REASON, RS_WSREV, RS_CHANGED, RS_CONFLICT, RS_CP_ID,
-    RS_CP_CONFLICT, RS_FINISHED, RS__COUNT
+    RS_DIAG, RS_WALL, RS_CPU, RS_PEAK, RS_META, RS_REASON, RS_REPLY_ERR, RS_WSREV, RS_CHANGED, RS_CONFLICT,
+    RS_CP_ID, RS_CP_CONFLICT, RS_FINISHED, RS__COUNT
 };
 static const char *const rs_keys[RS__COUNT] = {
     "v", "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
     "output", "diagnostics", "wall_time_us", "cpu_time_us", "peak_memory_bytes", "metadata", "reason",
-    "workspace_revision", "changed_paths", "workspace_conflict", "checkpoint_id", "checkpoint_conflict",
+    "reply_to_error", "workspace_revision", "changed_paths", "workspace_conflict", "checkpoint_id", "checkpoint_conflict",
     "finished_us",
 };
 
@@ -1138,6 +1140,7 @@ static int result_field(dec *d, void *obj, int idx, const char *path, unsigned d
     case RS_PEAK: return dec_nonneg(d, path, &res->peak_memory_bytes);
     case RS_META: return dec_object(d, path, depth, md_keys, MD__COUNT, meta_field, &res->meta, NULL);
     case RS_REASON: return dec_str(d, path, &res->reason);
+    case RS_REPLY_ERR: return dec_str(d, path, &res->reply_to_error);
     case RS_WSREV: return dec_nonneg(d, path, &res->workspace_revision);
     case RS_CHANGED: return dec_strv(d, path, depth, &res->changed_paths, &res->n_changed_paths);
     case RS_CONFLICT: return dec_bool(d, path, &res->workspace_conflict);

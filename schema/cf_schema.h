@@ -153,6 +153,9 @@ typedef struct cf_result {
     int64_t peak_memory_bytes;
     cf_result_meta meta;
     char *reason;             /* why: rejection reason, error text, limit hit */
+    /* The request's reply_to could not take this result (why): it went to
+     * the default result topic instead.  Says nothing about the run. */
+    char *reply_to_error;
     /* Workspace outcome (issue 4): set when the request named a workspace. */
     int64_t workspace_revision; /* 0 = unchanged/absent */
     char **changed_paths;

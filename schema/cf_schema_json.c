@@ -497,6 +497,7 @@ json_t *cf_result_to_json(const cf_result *res)
         ok = false;
     }
     jset_str(o, "reason", res->reason, &ok);
+    jset_str(o, "reply_to_error", res->reply_to_error, &ok);
     jset_int(o, "workspace_revision", res->workspace_revision, &ok);
     if (res->n_changed_paths)
         jset(o, "changed_paths", strv_json(res->changed_paths, res->n_changed_paths), &ok);
@@ -835,7 +836,7 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
             jnonneg(m, "metadata", "attempt", &r->meta.attempt, err) < 0)
             return -1;
     }
-    if (jstr(o, "", "reason", &r->reason, err) < 0 ||
+    if (jstr(o, "", "reason", &r->reason, err) < 0 || jstr(o, "", "reply_to_error", &r->reply_to_error, err) < 0 ||
         jnonneg(o, "", "workspace_revision", &r->workspace_revision, err) < 0 ||
         jstrv(o, "", "changed_paths", &r->changed_paths, &r->n_changed_paths, NULL, err) < 0 ||
         jbool(o, "workspace_conflict", &r->workspace_conflict, err) < 0 ||

@@ -455,9 +455,11 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
         /* A reply_to topic that does not take it: fall back to the
          * profile's result topic. */
         const char *results = w->topics[j->topic].results;
-        cf_result_set_reason(&res, "%s%sreply_to topic '%.64s' failed (%s): result sent to '%s'",
-                             res.reason ? res.reason : "", res.reason ? "; " : "", j->result_topic,
-                             rd_kafka_err2str(m->err), results);
+        char why[300];
+        snprintf(why, sizeof(why), "reply_to topic '%.64s' could not take the result (%s): sent to '%s'",
+                 j->result_topic, rd_kafka_err2str(m->err), results);
+        free(res.reply_to_error);
+        res.reply_to_error = cf_strdup(why);
         j->result_topic = results;
     }
     send_result(w, j, &res, true);
@@ -986,6 +988,11 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
             {"enable.idempotence", "true"}, {"acks", "all"},
             {"linger.ms", "0"},             {"partitioner", "murmur2_random"},
             {"message.max.bytes", "33554432"},
+            /* A reply_to topic that does not exist fails its message after
+             * this long (default 30 s), and the result goes to the default
+             * topic with reply_to_error: every topic of the fleet exists
+             * before results are sent to it. */
+            {"topic.metadata.propagation.max.ms", "5000"},
         };
         for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
             if (conf_set(conf, kv[i][0], kv[i][1], err) < 0)

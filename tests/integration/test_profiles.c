@@ -288,6 +288,26 @@ static void test_tenant_profile(void **state)
     cf_result_clear(&res);
     unlink(g.marker);
 
+    /* An allowed reply_to that cannot take the result (it does not
+     * exist): the result comes on the profile's topic, soon, with
+     * reply_to_error saying so, and a success stays a success without a
+     * reason (issue 8: it came 30 s later, as a reason on the success). */
+    char missing[96];
+    it_unique_name("acme.missing", missing, sizeof(missing));
+    it_request_init(&req, CF_LANG_SHELL, "echo to-nowhere");
+    req.backend = strdup("process");
+    req.reply_to = strdup(missing);
+    int64_t t0 = cf_mono_us();
+    it_submit_wait(g.da, &req, 60 * SEC, &res);
+    expect(&res, CF_STATUS_SUCCESS, NULL, "reply_to fallback");
+    assert_null(res.reason);
+    assert_non_null(res.reply_to_error);
+    assert_non_null(strstr(res.reply_to_error, missing));
+    assert_true(cf_mono_us() - t0 < 20 * SEC);
+    print_message("reply_to fallback after %.1f s: %s\n", (cf_mono_us() - t0) / 1e6, res.reply_to_error);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+
     /* Beyond the tenant's profile. */
     for (int c = 0; c < 5; c++) {
         marker_request(&req);

@@ -1571,6 +1571,35 @@ static void test_helpers(void **state)
     cf_request_clear(NULL);
 }
 
+/* reply_to_error (additive, v1): through msgpack and the JSON view, apart
+ * from reason. */
+static void test_result_reply_to_error(void **state)
+{
+    (void)state;
+    cf_result r = {0}, back = {0};
+    r.id = strdup("r-1");
+    r.status = CF_STATUS_SUCCESS;
+    r.has_exit_code = true;
+    r.reply_to_error = strdup("reply_to topic 'x' could not take the result (Broker: Unknown topic or partition)");
+    cf_bytes enc = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_result_encode(&r, &enc, &err), 0);
+    assert_int_equal(cf_result_decode(enc.data, enc.len, NULL, &back, &err), 0);
+    assert_string_equal(back.reply_to_error, r.reply_to_error);
+    assert_null(back.reason);
+    cf_result_clear(&back);
+    json_t *j = cf_result_to_json(&r);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "reply_to_error")), r.reply_to_error);
+    assert_int_equal(cf_result_from_json(j, &back, &err), 0);
+    assert_string_equal(back.reply_to_error, r.reply_to_error);
+    json_decref(j);
+    free(enc.data);
+    cf_result_clear(&back);
+    cf_result_clear(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1578,6 +1607,7 @@ int main(void)
         cmocka_unit_test(test_golden_request_full),
         cmocka_unit_test(test_golden_result_min),
         cmocka_unit_test(test_golden_result_full),
+        cmocka_unit_test(test_result_reply_to_error),
         cmocka_unit_test(test_golden_min_request_bytes_by_hand),
         cmocka_unit_test(test_golden_python),
         cmocka_unit_test(test_request_roundtrip),
