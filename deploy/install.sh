@@ -30,7 +30,7 @@ done
 
 packages=(build-essential cmake ninja-build pkg-config librdkafka-dev libmsgpack-dev libseccomp-dev
     libhiredis-dev libcmocka-dev libjansson-dev libinih-dev redis-server redis-tools kcat bubblewrap
-    python3 nodejs ca-certificates slirp4netns iproute2)
+    python3 nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 # Any Java 17+ runtime will do: only ask for Debian's default when none is there.
 command -v java >/dev/null 2>&1 || packages+=(default-jre-headless)
 command -v mvn >/dev/null 2>&1 || packages+=(maven)

@@ -6,7 +6,8 @@
 #      deploy/build.sh --sanitize   <repo>/build-asan (ASan + UBSan)
 #   3. deploy/stack.sh up --workers 0   (integration tests start their own workers)
 #   4. ctest -L unit, ctest -L integration (build), ctest -L unit (build-asan)
-#   5. deploy/stack.sh down (always, from a trap)
+#   5. tests/fuzz/run.sh: each libFuzzer harness for CF_FUZZ_SECONDS (10)
+#   6. deploy/stack.sh down (always, from a trap)
 # The last line is "N passed, N failed" summed over the ctest runs; a step
 # that breaks (install, build, stack) counts as one failure.  Exit status is
 # non-zero when anything failed.  Needs no stdin; works with CI=true.
@@ -104,6 +105,21 @@ fi
 if ((asan_ok)); then
     run_ctest "unit (asan)" build-asan unit
 fi
+
+# libFuzzer harnesses of every wire decoder and the config parser, a short
+# run each (tests/fuzz/run.sh SECONDS for longer ones).
+say "fuzz (${CF_FUZZ_SECONDS:-10} s per harness)"
+fuzz_out=$(mktemp)
+tests/fuzz/run.sh "${CF_FUZZ_SECONDS:-10}" 2>&1 | tee "$fuzz_out"
+line=$(tail -n 1 "$fuzz_out")
+if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    passed=$((passed + BASH_REMATCH[1]))
+    failed=$((failed + BASH_REMATCH[2]))
+    notes+=("fuzz: ${BASH_REMATCH[1]} passed, ${BASH_REMATCH[2]} failed")
+else
+    step_failed "fuzz: no summary"
+fi
+rm -f "$fuzz_out"
 
 say "summary"
 for n in "${notes[@]}"; do printf '  %s\n' "$n"; done

@@ -296,7 +296,11 @@ static void graceful_shutdown_loses_nothing(void **state)
     cf_error_clear(&err);
     for (int i = 0; i < N; i++) {
         char code[64];
-        snprintf(code, sizeof(code), "sleep 0.3; echo %d", i);
+        /* Long enough that the batch outlasts the dispatcher's start (its
+         * result consumer may take a second or two to be assigned on a
+         * loaded machine; at 0.3 s a request the whole batch was once done
+         * before the first wait returned). */
+        snprintf(code, sizeof(code), "sleep %s; echo %d", i == 0 ? "0.3" : "1", i);
         it_request_init(&reqs[i], CF_LANG_SHELL, code);
         assert_int_equal(cf_dispatcher_submit(d, &reqs[i], &err), 0);
     }

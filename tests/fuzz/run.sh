@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (clang-14, ASan + UBSan) into build-fuzz/
+# and runs each for SECONDS (default 10) on a fresh copy of its seeds: the
+# golden vectors of schema/golden (committed) and tests/fuzz/seeds/.
+# Findings (crash-*, leak-*, timeout-*) are kept in build-fuzz/findings/;
+# make each a regression test.  Last line: "N passed, N failed" (a harness
+# passes when it ran its time without a finding).
+#
+#   tests/fuzz/run.sh            10 s per harness (what tests/run_all.sh runs)
+#   tests/fuzz/run.sh 600        longer runs
+set -uo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo" || exit 1
+exec </dev/null
+secs=${1:-10}
+[[ $secs =~ ^[0-9]+$ ]] || { echo "run.sh: SECONDS must be a number" >&2; exit 2; }
+cc=$(command -v clang-14 || command -v clang || true)
+[[ -n $cc ]] || { echo "run.sh: clang not found (deploy/install.sh installs clang-14)"; echo "0 passed, 1 failed"; exit 1; }
+out=$repo/build-fuzz
+mkdir -p "$out"
+cmake -S . -B "$out" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCF_FUZZ=ON -DBUILD_TESTING=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/configure.log" 2>&1 || { cat "$out/configure.log"; echo "0 passed, 1 failed"; exit 1; }
+targets=(request result event json msgpack_value config)
+ninja -C "$out" "${targets[@]/#/fuzz_}" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "0 passed, 1 failed"; exit 1; }
+
+seeds_for() { # target -> seed files
+    case $1 in
+    request) ls schema/golden/request_*.msgpack ;;
+    result) ls schema/golden/result_*.msgpack ;;
+    event) ls schema/golden/event_*.msgpack ;;
+    json) ls schema/golden/*.json ;;
+    msgpack_value) ls schema/golden/*.msgpack ;;
+    config) ls tests/fuzz/seeds/config/* ;;
+    esac
+}
+
+passed=0 failed=0
+mkdir -p "$out/findings"
+for t in "${targets[@]}"; do
+    corpus=$(mktemp -d)
+    for f in $(seeds_for "$t"); do cp "$f" "$corpus/"; done
+    log=$out/fuzz_$t.log
+    "$out/tests/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+        -artifact_prefix="$out/findings/$t-" -print_final_stats=1 "$corpus" >"$log" 2>&1
+    rc=$?
+    runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
+    if ((rc == 0)); then
+        passed=$((passed + 1))
+        printf 'fuzz_%-14s ok     %s runs in %ss\n' "$t" "$runs" "$secs"
+    else
+        failed=$((failed + 1))
+        printf 'fuzz_%-14s FAILED (exit %d), see %s\n' "$t" "$rc" "$log"
+        grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -5
+    fi
+    rm -rf "$corpus"
+done
+printf '%d passed, %d failed\n' "$passed" "$failed"
+((failed == 0))
