@@ -92,7 +92,6 @@ typedef struct sb_state {
     bool inst_bound;      /* private bind of inst onto itself */
     char resolv[PATH_MAX]; /* <inst>/resolv.conf naming slirp's DNS forwarder, "" when none */
     char slirp[PATH_MAX];  /* slirp4netns, "" when network=enabled is not offered */
-    cf_net_routes routes;  /* refused ranges and host addresses (network=enabled) */
     int slots;
     sb_slot *slot;
     int64_t uid_base;
@@ -389,6 +388,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     /* network=enabled: an own network namespace behind slirp4netns, never
      * the host's.  Without slirp4netns or /dev/net/tun it is not offered. */
     char netwhy[200] = "";
+    cf_net_routes probe_routes; /* only to check and report here: executions read their own */
     if (!cfg->slirp4netns_path || !cfg->slirp4netns_path[0])
         snprintf(netwhy, sizeof(netwhy), "no slirp4netns configured");
     else if (cfg->slirp4netns_path[0] != '/' || access(cfg->slirp4netns_path, X_OK) < 0)
@@ -398,7 +398,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         snprintf(netwhy, sizeof(netwhy), "no /dev/net/tun");
     else if (access(CF_NET_UNSHARE, X_OK) < 0)
         snprintf(netwhy, sizeof(netwhy), "no %s (util-linux)", CF_NET_UNSHARE);
-    else if (cf_net_default_blocks(&st->routes, err) < 0)
+    else if (cf_net_default_blocks(&probe_routes, err) < 0)
         goto fail;
     if (!netwhy[0]) {
         cf_strlcpy(st->slirp, cfg->slirp4netns_path, sizeof(st->slirp));
@@ -455,7 +455,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                           "network=enabled = egress only: an own network namespace behind slirp4netns (host loopback "
                           "unreachable; private, link-local, shared, reserved and multicast ranges and the host's %zu "
                           "own addresses refused unless a profile allows a destination; no IPv6)",
-                          st->routes.n_host);
+                          probe_routes.n_host);
     else
         cf_exec_notes_add(&st->base, "network=enabled NOT offered (%s)", netwhy);
     cf_exec_notes_add(&st->base,
