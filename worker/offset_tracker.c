@@ -14,16 +14,18 @@ struct cf_offset_tracker {
     size_t cap;
     size_t head;
     size_t count;
+    size_t max;           /* most entries ever held */
     int64_t last_added;   /* -1: none yet */
     int64_t position;     /* next offset to commit; -1: unknown */
     int64_t reported;     /* last position handed out by take_committable */
 };
 
-cf_offset_tracker *cf_offset_tracker_new(void)
+cf_offset_tracker *cf_offset_tracker_new(size_t max)
 {
     cf_offset_tracker *t = calloc(1, sizeof(*t));
     if (!t)
         return NULL;
+    t->max = max ? max : 1;
     t->last_added = -1;
     t->position = -1;
     t->reported = -1;
@@ -46,6 +48,8 @@ static entry *at(cf_offset_tracker *t, size_t i)
 static int grow(cf_offset_tracker *t)
 {
     size_t ncap = t->cap ? t->cap * 2 : 64;
+    if (ncap > t->max)
+        ncap = t->max;
     entry *n = malloc(ncap * sizeof(*n));
     if (!n)
         return -1;
@@ -62,8 +66,10 @@ int cf_offset_tracker_add(cf_offset_tracker *t, int64_t offset)
 {
     if (offset < 0 || offset <= t->last_added)
         return -1;
+    if (t->count >= t->max)
+        return -2;
     if (t->count == t->cap && grow(t) < 0)
-        return -1;
+        return -2;
     t->ring[(t->head + t->count) % t->cap] = (entry){.offset = offset, .done = false};
     t->count++;
     if (t->count == 1)

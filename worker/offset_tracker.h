@@ -14,11 +14,14 @@
 
 typedef struct cf_offset_tracker cf_offset_tracker;
 
-cf_offset_tracker *cf_offset_tracker_new(void);
+/* At most max offsets are pending at once (the worker pauses its
+ * partitions well before; the cap is the last line of defence). */
+cf_offset_tracker *cf_offset_tracker_new(size_t max);
 void cf_offset_tracker_destroy(cf_offset_tracker *t);
 
 /* Records an offset taken for processing.  Offsets must increase; a
- * repeated or lower offset (a re-fetch after a seek) returns -1. */
+ * repeated or lower offset (a re-fetch after a seek) returns -1; a full
+ * tracker (or no memory) returns -2 and records nothing. */
 int cf_offset_tracker_add(cf_offset_tracker *t, int64_t offset);
 
 /* Marks an offset finished (its result or dead letter was delivered).

@@ -8,9 +8,15 @@
  * cf_worker_stop() write to, plus a signalfd.
  *
  * Delivery guarantee: an offset is stored for commit only when every
- * request up to it has a delivered result (or dead letter).  A request
- * whose result could not be delivered, or whose execution was abandoned at
- * shutdown, keeps its partition's position: another worker runs it again.
+ * request up to it has a delivered answer: its result, or a dead letter.
+ * Each job moves queued -> running -> producing -> delivered, with
+ * retry-wait between failed deliveries (backoff; a result that cannot be
+ * delivered after RESULT_TRIES becomes a dead letter of its request; a
+ * dead letter is retried until it lands while the worker takes no new
+ * work).  The only other end is giving up a partition (revoke, shutdown):
+ * its jobs are stopped and dropped unmarked, and its next owner reads them
+ * again.  Intake pauses at slots + prefetch unanswered requests, so the
+ * offset trackers stay bounded.
  */
 #include "cf_worker.h"
 
@@ -44,12 +50,41 @@
 typedef enum job_kind {
     JOB_EXECUTE,  /* decoded, admitted: runs in a slot */
     JOB_ANSWERED, /* answered on the main thread (rejected) */
-    JOB_DEAD,     /* dead-lettered */
+    JOB_DEAD,     /* its answer is a dead letter */
 } job_kind;
+
+/* Where a job is.  Every message taken ends in one of two ways: its answer
+ * (result or dead letter) is delivered and its offset marked done, or the
+ * partition is given up (revoke, shutdown) and the job is dropped without
+ * marking, so the next owner reads it again.  Nothing else frees a job. */
+typedef enum job_state {
+    JOB_QUEUED,     /* admitted, waiting for a slot */
+    JOB_RUNNING,    /* in a slot */
+    JOB_PRODUCING,  /* its answer is with the producer */
+    JOB_RETRY_WAIT, /* its answer failed; produced again at next_try_us */
+} job_state;
+
+/* What a slot hands back to the main thread. */
+typedef enum handoff_kind {
+    HANDOFF_ABANDON, /* cancelled (revoke, shutdown): drop, never mark */
+    HANDOFF_FAILED,  /* producing its answer failed at once: retry */
+} handoff_kind;
+
+/* The message a job answers with, kept until it is delivered so that a
+ * failed delivery can be retried as it was. */
+typedef struct job_out {
+    const char *topic;
+    char *key;
+    cf_bytes value;
+    rd_kafka_headers_t *hdrs; /* dead letters: origin and reason */
+    bool slimmed;             /* a result already cut to fit */
+    bool value_dropped;       /* a dead letter already sent without its value */
+} job_out;
 
 typedef struct job {
     cf_pool_job pj; /* first: the pool hands this pointer back */
     job_kind kind;
+    job_state state;
     size_t topic;       /* index into the worker's request topics */
     char *key;          /* the message's key (pj.key is it qualified by the topic) */
     const cf_profile *profile;
@@ -59,8 +94,14 @@ typedef struct job {
     cf_request req;
     const cf_backend *backend;
     const char *result_topic; /* req.reply_to or the profile's result topic */
-    int delivery_tries;
-    struct job *abandoned_next;
+    volatile int cancel;      /* set by the main thread: stop this execution */
+    job_out out;
+    int delivery_tries;       /* failed deliveries of the current answer */
+    int64_t next_try_us;      /* JOB_RETRY_WAIT: when (monotonic) */
+    bool blocks_intake;       /* a dead letter waiting: the worker takes no work */
+    handoff_kind handoff;
+    rd_kafka_resp_err_t handoff_err;
+    struct job *list_next;    /* handoff or retry list */
 } job;
 
 typedef struct part_state {
@@ -100,14 +141,17 @@ struct cf_worker {
     bool paused_all;
     bool stopping;
     atomic_int stop_requested;
-    volatile int cancel_exec;  /* read by runners: abandon executions */
+    volatile int cancel_exec;  /* shutdown: Redis retries stop early */
     size_t inflight;           /* jobs taken and not yet finished (main thread) */
-    pthread_mutex_t abandoned_lock;
-    job *abandoned;            /* jobs a slot gave up on: main thread frees them */
+    size_t intake_blocked;     /* dead letters waiting for the broker (main thread) */
+    job *retry;                /* answers waiting to be produced again (main thread) */
+    pthread_mutex_t lock;      /* guards handoff and running */
+    job *handoff;              /* jobs slots hand back: main thread takes them */
+    job **running;             /* per slot: the job it runs, NULL when idle */
     bool have_redis;
     cf_wstate **wstate;        /* per slot, created lazily by that slot's thread */
     /* Counters for the shutdown summary. */
-    uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned;
+    uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned, n_retries;
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -124,11 +168,21 @@ static void pool_notify(void *arg)
     wake(arg);
 }
 
+static void out_clear(job_out *o)
+{
+    free(o->key);
+    free(o->value.data);
+    if (o->hdrs)
+        rd_kafka_headers_destroy(o->hdrs);
+    memset(o, 0, sizeof(*o));
+}
+
 static void job_free(job *j)
 {
     if (!j)
         return;
     cf_request_clear(&j->req);
+    out_clear(&j->out);
     free(j->pj.key);
     free(j->key);
     free(j);
@@ -175,12 +229,18 @@ static int32_t lane_of(size_t topic, int32_t partition)
     return (int32_t)(topic * MAX_PARTITIONS + (size_t)partition);
 }
 
-/* Marks a job's offset done (if its partition is still ours) and frees it. */
+/* The end of a job: delivered (its offset is marked done if the partition
+ * is still ours) or dropped with its partition (never marked: the next
+ * owner reads it again).  Main thread only. */
 static void job_finished(cf_worker *w, job *j, bool delivered)
 {
     part_state *ps = part_get(w, j->topic, j->partition, false);
     if (delivered && ps && ps->assigned && ps->gen == j->gen)
         cf_offset_tracker_done(ps->tracker, j->offset);
+    if (!delivered)
+        w->n_abandoned++;
+    if (j->blocks_intake)
+        w->intake_blocked--;
     w->inflight--;
     job_free(j);
 }
@@ -203,29 +263,32 @@ static void result_fill_meta(cf_worker *w, const job *j, cf_result *res)
     res->finished_us = cf_now_us();
 }
 
-/* Produces an encoded payload (ownership passes to librdkafka on success).
- * on_main: the caller is the main thread and may serve the producer queue
- * while the local queue is full; slot threads sleep instead. */
-static rd_kafka_resp_err_t produce_payload(cf_worker *w, job *j, const char *topic, const char *key, void *payload,
-                                           size_t len, rd_kafka_headers_t *hdrs, bool on_main)
+/* Hands the job's answer (j->out) to the producer, which copies it: the job
+ * keeps its own copy until the delivery report, to retry with.  on_main:
+ * the caller is the main thread and may serve the producer queue while the
+ * local queue is full; slot threads sleep instead. */
+static rd_kafka_resp_err_t produce_out(cf_worker *w, job *j, bool on_main)
 {
+    const job_out *o = &j->out;
+    j->state = JOB_PRODUCING;
     for (int tries = 0;; tries++) {
         rd_kafka_resp_err_t e;
-        rd_kafka_headers_t *copy = hdrs ? rd_kafka_headers_copy(hdrs) : NULL;
+        rd_kafka_headers_t *copy = o->hdrs ? rd_kafka_headers_copy(o->hdrs) : NULL;
+        const char *key = o->key;
         if (copy)
-            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
-                                  RD_KAFKA_V_VALUE(payload, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
+            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(o->topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                                  RD_KAFKA_V_VALUE(o->value.data, o->value.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                   RD_KAFKA_V_HEADERS(copy), RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
         else
-            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
-                                  RD_KAFKA_V_VALUE(payload, len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE),
+            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(o->topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                                  RD_KAFKA_V_VALUE(o->value.data, o->value.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                   RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
             return e;
         if (copy)
             rd_kafka_headers_destroy(copy);
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 6000) {
-            cf_log_error(LOG_SUB, "produce to %s failed: %s", topic, rd_kafka_err2str(e));
+            cf_log_warn(LOG_SUB, "produce to %s failed: %s", o->topic, rd_kafka_err2str(e));
             return e;
         }
         if (on_main)
@@ -237,27 +300,33 @@ static rd_kafka_resp_err_t produce_payload(cf_worker *w, job *j, const char *top
 
 static bool too_large(rd_kafka_resp_err_t e)
 {
-    return e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ||
-           e == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
+    return e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE || e == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
 }
 
-static void abandon_from_slot(cf_worker *w, job *j)
+/* A slot gives a job back to the main thread. */
+static void hand_back(cf_worker *w, job *j, handoff_kind kind, rd_kafka_resp_err_t e)
 {
-    pthread_mutex_lock(&w->abandoned_lock);
-    j->abandoned_next = w->abandoned;
-    w->abandoned = j;
-    pthread_mutex_unlock(&w->abandoned_lock);
+    j->handoff = kind;
+    j->handoff_err = e;
+    pthread_mutex_lock(&w->lock);
+    j->list_next = w->handoff;
+    w->handoff = j;
+    pthread_mutex_unlock(&w->lock);
     wake(w);
 }
 
-static void give_up(cf_worker *w, job *j, bool on_main)
+static void answer_failed(cf_worker *w, job *j, rd_kafka_resp_err_t e);
+
+/* Produces j->out; an immediate failure goes the way of a failed delivery. */
+static void send_out(cf_worker *w, job *j, bool on_main)
 {
-    if (on_main) {
-        w->n_abandoned++;
-        job_finished(w, j, false);
-    } else {
-        abandon_from_slot(w, j);
-    }
+    rd_kafka_resp_err_t e = produce_out(w, j, on_main);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+        return;
+    if (on_main)
+        answer_failed(w, j, e);
+    else
+        hand_back(w, j, HANDOFF_FAILED, e);
 }
 
 #define SLIM_STREAM_BYTES (64 * 1024)
@@ -296,36 +365,48 @@ static void slim_result(cf_result *res, size_t refused_bytes)
         res->n_diagnostics++;
 }
 
-/* Encodes res and produces it for job j.  If even that fails, the job is
- * abandoned: its offset is never stored and the request is redelivered. */
-static void send_result(cf_worker *w, job *j, cf_result *res, bool on_main)
+/* Encodes res into j->out (for j->result_topic).  Only allocation failure
+ * can fail an encode; then a bare internal_error is tried. */
+static int set_result_out(cf_worker *w, job *j, cf_result *res)
 {
     result_fill_meta(w, j, res);
-    for (int attempt = 0; attempt < 2; attempt++) {
-        cf_bytes enc = {0};
-        cf_error err;
-        cf_error_clear(&err);
-        if (cf_result_encode(res, &enc, &err) < 0) {
-            /* Only allocation failure gets here; try a bare internal_error. */
-            cf_log_error(LOG_SUB, "request %s: encoding result: %s", j->req.id ? j->req.id : "?", err.msg);
-            cf_result bare = {0};
-            bare.status = CF_STATUS_INTERNAL_ERROR;
-            cf_str_set(&bare.id, res->id);
-            cf_result_set_reason(&bare, "worker could not encode the result: %s", err.msg);
-            int r = cf_result_encode(&bare, &enc, &err);
-            cf_result_clear(&bare);
-            if (r < 0)
-                break;
-        }
-        rd_kafka_resp_err_t e = produce_payload(w, j, j->result_topic, res->id, enc.data, enc.len, NULL, on_main);
-        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
-            return;
-        free(enc.data);
-        if (!too_large(e) || attempt > 0)
-            break;
-        slim_result(res, enc.len);
+    cf_bytes enc = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_result_encode(res, &enc, &err) < 0) {
+        cf_log_error(LOG_SUB, "request %s: encoding result: %s", j->req.id ? j->req.id : "?", err.msg);
+        cf_result bare = {0};
+        bare.status = CF_STATUS_INTERNAL_ERROR;
+        cf_str_set(&bare.id, res->id);
+        cf_result_set_reason(&bare, "worker could not encode the result: %s", err.msg);
+        int r = cf_result_encode(&bare, &enc, &err);
+        cf_result_clear(&bare);
+        if (r < 0)
+            return -1;
     }
-    give_up(w, j, on_main);
+    free(j->out.value.data);
+    j->out.value = enc;
+    j->out.topic = j->result_topic;
+    if (!j->out.key && res->id)
+        j->out.key = cf_strdup(res->id);
+    return 0;
+}
+
+/* Sends res as the job's answer.  When not even an encoding can be made
+ * (out of memory), the job is dropped unmarked: the partition's position
+ * stays before it and the request is read again after a restart or
+ * rebalance; the worker logs it loudly. */
+static void send_result(cf_worker *w, job *j, cf_result *res, bool on_main)
+{
+    if (set_result_out(w, j, res) < 0) {
+        cf_log_error(LOG_SUB, "request %s: no memory for its result: left for redelivery", j->req.id);
+        if (on_main)
+            job_finished(w, j, false);
+        else
+            hand_back(w, j, HANDOFF_ABANDON, 0);
+        return;
+    }
+    send_out(w, j, on_main);
 }
 
 static void answer_rejected(cf_worker *w, job *j, const char *id, const char *reason)
@@ -341,14 +422,14 @@ static void answer_rejected(cf_worker *w, job *j, const char *id, const char *re
     cf_result_clear(&res);
 }
 
-/* Sends bytes to the dead-letter topic with their origin and the reason in
- * headers.  A dead letter the topic refuses as too large goes out without
- * its value (the headers still say where the original is). */
-static void dead_letter_bytes(cf_worker *w, job *j, const char *key, const void *value, size_t len,
-                              const char *reason)
+/* Makes bytes the job's answer as a dead letter: origin and reason in
+ * headers. */
+static int set_dead_letter_out(cf_worker *w, job *j, const char *key, const void *value, size_t len,
+                               const char *reason)
 {
+    out_clear(&j->out);
     j->kind = JOB_DEAD;
-    w->n_dead++;
+    j->delivery_tries = 0;
     const char *origin = w->topics[j->topic].name;
     cf_log_warn(LOG_SUB, "dead-lettering %s[%" PRId32 "]@%" PRId64 ": %s", origin, j->partition, j->offset, reason);
     rd_kafka_headers_t *h = rd_kafka_headers_new(6);
@@ -360,110 +441,176 @@ static void dead_letter_bytes(cf_worker *w, job *j, const char *key, const void 
     rd_kafka_header_add(h, HDR_PREFIX "origin-offset", -1, num, -1);
     rd_kafka_header_add(h, HDR_PREFIX "reason", -1, reason, -1);
     rd_kafka_header_add(h, HDR_PREFIX "worker", -1, w->worker_id, -1);
-    void *copy = NULL;
-    if (len && (copy = malloc(len)) != NULL)
-        memcpy(copy, value, len);
-    if (len && !copy) {
-        give_up(w, j, true);
-    } else {
-        rd_kafka_resp_err_t e = produce_payload(w, j, w->cfg->dlq_topic, key, copy, copy ? len : 0, h, true);
-        if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            free(copy);
-            if (too_large(e)) {
-                rd_kafka_header_add(h, HDR_PREFIX "value-dropped", -1, "too large for the dead-letter topic", -1);
-                e = produce_payload(w, j, w->cfg->dlq_topic, key, NULL, 0, h, true);
-            }
-            if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-                give_up(w, j, true);
-        }
+    j->out.hdrs = h;
+    j->out.topic = w->cfg->dlq_topic;
+    j->out.key = key ? cf_strdup(key) : NULL;
+    if (len) {
+        j->out.value.data = malloc(len);
+        if (!j->out.value.data)
+            return -1;
+        memcpy(j->out.value.data, value, len);
+        j->out.value.len = len;
     }
-    rd_kafka_headers_destroy(h);
+    return 0;
 }
 
 static void dead_letter(cf_worker *w, job *j, const rd_kafka_message_t *m, const char *reason)
 {
     char *key = m->key_len ? cf_strndup(m->key, m->key_len) : NULL;
-    dead_letter_bytes(w, j, key, m->payload, m->len, reason);
+    int rc = set_dead_letter_out(w, j, key, m->payload, m->len, reason);
     free(key);
+    if (rc < 0) {
+        cf_log_error(LOG_SUB, "out of memory dead-lettering offset %" PRId64 ": left for redelivery", j->offset);
+        job_finished(w, j, false);
+        return;
+    }
+    send_out(w, j, true);
+}
+
+/* Backoff before producing a failed answer again: 100 ms doubling, capped
+ * at 10 s (results) or 30 s (dead letters, retried until they land). */
+static int64_t retry_delay_us(const job *j)
+{
+    int n = j->delivery_tries < 12 ? j->delivery_tries : 12;
+    int64_t d = 100000LL << (n > 0 ? n - 1 : 0);
+    int64_t cap = j->kind == JOB_DEAD ? 30000000 : 10000000;
+    return d < cap ? d : cap;
+}
+
+static void schedule_retry(cf_worker *w, job *j, int64_t delay_us)
+{
+    j->state = JOB_RETRY_WAIT;
+    j->next_try_us = cf_mono_us() + delay_us;
+    j->list_next = w->retry;
+    w->retry = j;
+    w->n_retries++;
+}
+
+#define RESULT_TRIES 5
+
+/* An answer could not be delivered (main thread).  A result is adjusted
+ * when that can help (too large: cut; reply_to topic refused: the default
+ * topic with reply_to_error) and retried with backoff; after RESULT_TRIES
+ * the request itself is dead-lettered.  A dead letter is retried until it
+ * lands, and while one waits the worker takes no new work: it never skips
+ * an offset, and no offset waits longer than the broker does. */
+static void answer_failed(cf_worker *w, job *j, rd_kafka_resp_err_t e)
+{
+    j->delivery_tries++;
+    cf_log_warn(LOG_SUB, "delivery of %s for %s failed (try %d): %s", j->kind == JOB_DEAD ? "dead letter" : "result",
+                j->req.id ? j->req.id : "?", j->delivery_tries, rd_kafka_err2str(e));
+    if (rd_kafka_fatal_error(w->producer, NULL, 0)) {
+        job_finished(w, j, false); /* the worker stops; the request is redelivered */
+        return;
+    }
+    if (j->kind == JOB_DEAD) {
+        if (too_large(e) && !j->out.value_dropped) {
+            free(j->out.value.data);
+            j->out.value = (cf_bytes){0};
+            j->out.value_dropped = true;
+            rd_kafka_header_add(j->out.hdrs, HDR_PREFIX "value-dropped", -1, "too large for the dead-letter topic",
+                                -1);
+            schedule_retry(w, j, 0);
+            return;
+        }
+        if (!j->blocks_intake) {
+            j->blocks_intake = true;
+            w->intake_blocked++;
+            cf_log_error(LOG_SUB, "the dead-letter topic %s cannot be written (%s): taking no work until it can",
+                         w->cfg->dlq_topic, rd_kafka_err2str(e));
+        }
+        schedule_retry(w, j, retry_delay_us(j));
+        return;
+    }
+    /* A result. */
+    bool to_default = j->out.topic != w->topics[j->topic].results;
+    if ((too_large(e) && !j->out.slimmed) || to_default) {
+        cf_result res = {0};
+        cf_decode_limits lim = cf_decode_limits_default;
+        lim.max_total_bytes = lim.max_bin_bytes = j->out.value.len;
+        if (cf_result_decode(j->out.value.data, j->out.value.len, &lim, &res, NULL) == 0) {
+            if (too_large(e)) {
+                slim_result(&res, j->out.value.len);
+                j->out.slimmed = true;
+            } else {
+                /* A reply_to topic that does not take it: the profile's
+                 * result topic, saying why. */
+                const char *results = w->topics[j->topic].results;
+                char why[300];
+                snprintf(why, sizeof(why), "reply_to topic '%.64s' could not take the result (%s): sent to '%s'",
+                         j->out.topic, rd_kafka_err2str(e), results);
+                free(res.reply_to_error);
+                res.reply_to_error = cf_strdup(why);
+                j->result_topic = results;
+            }
+            int rc = set_result_out(w, j, &res);
+            cf_result_clear(&res);
+            if (rc == 0) {
+                schedule_retry(w, j, 0);
+                return;
+            }
+        }
+    }
+    if (j->delivery_tries >= RESULT_TRIES) {
+        /* The result cannot be delivered: dead-letter the request itself
+         * (re-encoded) so it is neither lost nor retried forever. */
+        char reason[300];
+        snprintf(reason, sizeof(reason), "result could not be delivered to %s: %s", j->out.topic, rd_kafka_err2str(e));
+        cf_bytes enc = {0};
+        if (cf_request_encode(&j->req, &enc, NULL) < 0 ||
+            set_dead_letter_out(w, j, j->key, enc.data, enc.len, reason) < 0) {
+            free(enc.data);
+            cf_log_error(LOG_SUB, "request %s: out of memory dead-lettering: left for redelivery", j->req.id);
+            job_finished(w, j, false);
+            return;
+        }
+        free(enc.data);
+        schedule_retry(w, j, 0);
+        return;
+    }
+    schedule_retry(w, j, retry_delay_us(j));
+}
+
+/* Produces the answers whose retry time has come (main thread). */
+static void run_retries(cf_worker *w)
+{
+    int64_t now = cf_mono_us();
+    job *due = NULL;
+    for (job **pp = &w->retry; *pp;) {
+        job *j = *pp;
+        if (j->next_try_us <= now || w->stopping) {
+            *pp = j->list_next;
+            j->list_next = due;
+            due = j;
+        } else {
+            pp = &j->list_next;
+        }
+    }
+    while (due) {
+        job *j = due;
+        due = j->list_next;
+        j->list_next = NULL;
+        send_out(w, j, true);
+    }
 }
 
 /* Delivery report: runs on the main thread from rd_kafka_poll(producer). */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
+    (void)rk;
     cf_worker *w = opaque;
     job *j = m->_private;
     if (!j)
         return;
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (j->kind != JOB_DEAD)
+        if (j->kind == JOB_DEAD)
+            w->n_dead++;
+        else
             w->n_results++;
         job_finished(w, j, true);
         return;
     }
-    j->delivery_tries++;
-    cf_log_warn(LOG_SUB, "delivery of %s for %s failed (try %d): %s", j->kind == JOB_DEAD ? "dead letter" : "result",
-                j->req.id ? j->req.id : "?", j->delivery_tries, rd_kafka_err2str(m->err));
-    if (rd_kafka_fatal_error(w->producer, NULL, 0)) {
-        give_up(w, j, true); /* the worker stops; the request is redelivered */
-        return;
-    }
-    if (j->kind == JOB_DEAD) {
-        if (j->delivery_tries >= 5) {
-            give_up(w, j, true);
-            return;
-        }
-        char *key = m->key_len ? cf_strndup(m->key, m->key_len) : NULL;
-        rd_kafka_headers_t *hdrs = NULL;
-        rd_kafka_message_headers((rd_kafka_message_t *)m, &hdrs); /* still owned by m */
-        void *copy = m->len ? malloc(m->len) : NULL;
-        if (copy)
-            memcpy(copy, m->payload, m->len);
-        if ((m->len && !copy) || produce_payload(w, j, w->cfg->dlq_topic, key, copy, copy ? m->len : 0, hdrs, true)) {
-            free(copy);
-            give_up(w, j, true);
-        }
-        free(key);
-        return;
-    }
-    /* A result: decode what we sent to adjust it. */
-    cf_result res = {0};
-    cf_decode_limits lim = cf_decode_limits_default;
-    lim.max_total_bytes = lim.max_bin_bytes = m->len;
-    if (cf_result_decode(m->payload, m->len, &lim, &res, NULL) < 0) {
-        give_up(w, j, true);
-        return;
-    }
-    if (j->delivery_tries >= 5) {
-        /* The result cannot be delivered: dead-letter the request itself
-         * (re-encoded) so it is neither lost nor retried forever. */
-        cf_result_clear(&res);
-        cf_bytes enc = {0};
-        char reason[300];
-        snprintf(reason, sizeof(reason), "result could not be delivered: %s", rd_kafka_err2str(m->err));
-        if (cf_request_encode(&j->req, &enc, NULL) < 0) {
-            give_up(w, j, true);
-            return;
-        }
-        j->delivery_tries = 0;
-        dead_letter_bytes(w, j, j->key, enc.data, enc.len, reason);
-        free(enc.data);
-        return;
-    }
-    if (too_large(m->err)) {
-        slim_result(&res, m->len);
-    } else if (j->result_topic != w->topics[j->topic].results) {
-        /* A reply_to topic that does not take it: fall back to the
-         * profile's result topic. */
-        const char *results = w->topics[j->topic].results;
-        char why[300];
-        snprintf(why, sizeof(why), "reply_to topic '%.64s' could not take the result (%s): sent to '%s'",
-                 j->result_topic, rd_kafka_err2str(m->err), results);
-        free(res.reply_to_error);
-        res.reply_to_error = cf_strdup(why);
-        j->result_topic = results;
-    }
-    send_result(w, j, &res, true);
-    cf_result_clear(&res);
+    answer_failed(w, j, m->err);
 }
 
 /* ---------------------------------------------------------------- admission */
@@ -542,6 +689,23 @@ static bool deadline_passed(const cf_request *req, char *reason, size_t rsz)
     return true;
 }
 
+/* Makes the consumer read a partition again from offset: a message we
+ * could not take (tracker full, no memory) must not be skipped. */
+static void rewind_partition(cf_worker *w, const char *topic, int32_t partition, int64_t offset)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(w->consumer, l, 0);
+    if (e) {
+        cf_log_error("kafka", "rewinding %s[%" PRId32 "] to %" PRId64 ": %s", topic, partition, offset,
+                     rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Takes one message: every path ends in an answer (result or dead letter)
+ * or, if the message cannot even be recorded, a rewind to it. */
 static void handle_message(cf_worker *w, rd_kafka_message_t *m)
 {
     if (m->err) {
@@ -549,24 +713,27 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
             cf_log_warn("kafka", "consumer: %s", rd_kafka_message_errstr(m));
         return;
     }
-    long ti = topic_index(w, m->rkt ? rd_kafka_topic_name(m->rkt) : NULL);
+    const char *tname = m->rkt ? rd_kafka_topic_name(m->rkt) : NULL;
+    long ti = topic_index(w, tname);
     part_state *ps = ti < 0 ? NULL : part_get(w, (size_t)ti, m->partition, false);
     if (!ps || !ps->assigned || w->stopping)
         return; /* not ours (any more): not tracked, so never committed */
-    if (cf_offset_tracker_add(ps->tracker, m->offset) < 0) {
+    job *j = calloc(1, sizeof(*j));
+    int added = j ? cf_offset_tracker_add(ps->tracker, m->offset) : -2;
+    if (added == -1) {
         cf_log_debug(LOG_SUB, "partition %" PRId32 " offset %" PRId64 " seen already", m->partition, m->offset);
+        free(j);
+        return;
+    }
+    if (added < 0) {
+        cf_log_error(LOG_SUB, "cannot take %s[%" PRId32 "]@%" PRId64 " (%zu pending, or no memory): reading it again",
+                     tname, m->partition, m->offset, cf_offset_tracker_pending(ps->tracker));
+        free(j);
+        rewind_partition(w, tname, m->partition, m->offset);
         return;
     }
     w->n_received++;
     w->inflight++;
-    job *j = calloc(1, sizeof(*j));
-    if (!j) {
-        /* Not tracked as done: the partition stalls here until restart,
-         * which is the honest outcome of running out of memory. */
-        cf_log_error(LOG_SUB, "out of memory taking offset %" PRId64, m->offset);
-        w->inflight--;
-        return;
-    }
     j->topic = (size_t)ti;
     j->profile = w->topics[ti].profile;
     j->partition = m->partition;
@@ -599,10 +766,15 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
                 return;
             }
             j->kind = JOB_EXECUTE;
+            j->state = JOB_QUEUED;
             cf_log_debug(LOG_SUB, "request %s (%s) queued", j->req.id, cf_language_name(j->req.language));
             if (cf_exec_pool_submit(w->pool, &j->pj) < 0) {
-                cf_log_error(LOG_SUB, "out of memory queueing request %s: left for redelivery", j->req.id);
-                give_up(w, j, true);
+                cf_log_error(LOG_SUB, "out of memory queueing request %s", j->req.id);
+                cf_result res = {0};
+                res.status = CF_STATUS_INTERNAL_ERROR;
+                cf_result_set_reason(&res, "worker %s is out of memory: the request was not run", w->worker_id);
+                send_result(w, j, &res, true);
+                cf_result_clear(&res);
             }
             return;
         }
@@ -640,11 +812,18 @@ static int64_t writer_seq_for(const cf_worker *w, const job *j)
     return 0;
 }
 
-/* Runs a request that names a workspace or thread, or neither, with the
- * Redis steps around the backend. */
-static void execute_job(cf_worker *w, job *j, int slot, cf_result *res)
+static bool cancelled(const cf_worker *w, const job *j)
 {
-    cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &w->cancel_exec,
+    return w->cancel_exec || j->cancel;
+}
+
+/* Runs a request that names a workspace or thread, or neither, with the
+ * Redis steps around the backend.  Returns false when the execution was
+ * cancelled by the worker (revoke, shutdown): then there is no result and
+ * nothing was written back. */
+static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
+{
+    cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &j->cancel,
                        .net_allow = j->profile->net_allow, .n_net_allow = j->profile->n_net_allow};
     cf_error err;
     cf_error_clear(&err);
@@ -659,7 +838,7 @@ static void execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     }
     cf_wstate_run run;
     memset(&run, 0, sizeof(run));
-    bool run_it = true;
+    bool run_it = true, completed = true;
     if (needs_state) {
         if (!st) {
             res->status = CF_STATUS_INTERNAL_ERROR;
@@ -674,11 +853,18 @@ static void execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         if (res->status == CF_STATUS_INTERNAL_ERROR)
             cf_log_error(LOG_SUB, "request %s: %s", j->req.id, res->reason);
     }
+    if (run_it && cancelled(w, j)) {
+        run_it = false;
+        completed = false;
+    }
     if (run_it) {
         ctx.files = run.ws_active ? &run.files : NULL;
         int64_t t0 = cf_mono_us();
         bool executed = j->backend->ops->execute(j->backend->state, &ctx, &j->req, res, &err) == 0;
-        if (!executed) {
+        if (!executed && cancelled(w, j)) {
+            /* Killed by us, not by its own doing: no result, no write. */
+            completed = false;
+        } else if (!executed) {
             cf_result_clear(res);
             res->status = CF_STATUS_INTERNAL_ERROR;
             cf_result_set_reason(res, "%s backend failed (%s): %s", j->backend->ops->name, cf_errcode_name(err.code),
@@ -687,41 +873,54 @@ static void execute_job(cf_worker *w, job *j, int slot, cf_result *res)
             cf_log_error(LOG_SUB, "request %s: %s", j->req.id, res->reason);
         }
         cf_error_clear(&err);
-        if (needs_state && cf_wstate_finish(st, &j->req, &run, executed, res, &err) < 0) {
+        if (completed && needs_state && cf_wstate_finish(st, &j->req, &run, executed, res, &err) < 0) {
             /* The program ran but its changes could not be stored: the
              * caller must not take the run as applied. */
             res->status = CF_STATUS_INTERNAL_ERROR;
             cf_result_set_reason(res, "%s", err.msg);
             cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
         }
-        if (run.ws_active)
+        if (completed && run.ws_active)
             cf_log_debug(LOG_SUB, "request %s: workspace %s revision %" PRId64 " -> %" PRId64 " (%zu changed%s)",
                          j->req.id, j->req.workspace, run.ws_rev, res->workspace_revision, res->n_changed_paths,
                          res->workspace_conflict ? ", conflict" : "");
     }
     cf_wstate_run_clear(&run, &j->req);
     res->meta.attempt = attempt;
+    return completed;
 }
 
 static void run_job(cf_pool_job *pj, int slot, void *arg)
 {
     cf_worker *w = arg;
     job *j = (job *)pj;
+    pthread_mutex_lock(&w->lock);
+    j->state = JOB_RUNNING;
+    w->running[slot] = j;
+    pthread_mutex_unlock(&w->lock);
     cf_result res = {0};
     char reason[600];
+    bool completed = true;
     if (deadline_passed(&j->req, reason, sizeof(reason))) {
         /* It waited in the queue past its deadline. */
         res.status = CF_STATUS_REJECTED;
         cf_result_set_reason(&res, "%s", reason);
     } else {
-        execute_job(w, j, slot, &res);
+        completed = execute_job(w, j, slot, &res);
     }
-    if (w->cancel_exec) {
-        /* Shutdown grace ran out: the execution was killed by us, not by its
-         * own doing.  No result: the request stays uncommitted and another
-         * worker runs it. */
+    /* From here on the main thread may free j (after its delivery): it
+     * must not find it among the running ones. */
+    pthread_mutex_lock(&w->lock);
+    w->running[slot] = NULL;
+    pthread_mutex_unlock(&w->lock);
+    if (!completed) {
+        /* The worker stopped it (its partition was revoked, or shutdown
+         * grace ran out): no result; the request stays uncommitted and the
+         * partition's next owner runs it. */
+        cf_log_info(LOG_SUB, "request %s: execution stopped by the worker: left for the partition's next owner",
+                    j->req.id);
         cf_result_clear(&res);
-        abandon_from_slot(w, j);
+        hand_back(w, j, HANDOFF_ABANDON, 0);
         return;
     }
     cf_log_debug(LOG_SUB, "request %s finished: %s", j->req.id, cf_status_name(res.status));
@@ -747,17 +946,37 @@ static bool job_in_partitions(int32_t lane, void *arg)
     return false;
 }
 
-static void drain_abandoned(cf_worker *w)
+/* Tells the running executions that match (lm NULL = all) to stop. */
+static size_t cancel_running(cf_worker *w, lane_match *lm)
 {
-    pthread_mutex_lock(&w->abandoned_lock);
-    job *list = w->abandoned;
-    w->abandoned = NULL;
-    pthread_mutex_unlock(&w->abandoned_lock);
+    size_t n = 0;
+    pthread_mutex_lock(&w->lock);
+    for (int64_t s = 0; s < w->cfg->slots; s++) {
+        job *j = w->running[s];
+        if (j && (!lm || job_in_partitions(j->pj.partition, lm))) {
+            j->cancel = 1;
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
+/* Takes the jobs slots handed back. */
+static void drain_handoff(cf_worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    job *list = w->handoff;
+    w->handoff = NULL;
+    pthread_mutex_unlock(&w->lock);
     while (list) {
-        job *next = list->abandoned_next;
-        w->n_abandoned++;
-        job_finished(w, list, false);
-        list = next;
+        job *j = list;
+        list = j->list_next;
+        j->list_next = NULL;
+        if (j->handoff == HANDOFF_FAILED)
+            answer_failed(w, j, j->handoff_err);
+        else
+            job_finished(w, j, false);
     }
 }
 
@@ -767,6 +986,21 @@ static void drop_jobs(cf_worker *w, cf_pool_job *list)
         cf_pool_job *next = list->next;
         job_finished(w, (job *)list, false);
         list = next;
+    }
+}
+
+/* Drops answers waiting for a retry whose partition is given up (lm NULL:
+ * all): the next owner reads those requests again. */
+static void drop_retries(cf_worker *w, lane_match *lm)
+{
+    for (job **pp = &w->retry; *pp;) {
+        job *j = *pp;
+        if (!lm || job_in_partitions(j->pj.partition, lm)) {
+            *pp = j->list_next;
+            job_finished(w, j, false);
+        } else {
+            pp = &j->list_next;
+        }
     }
 }
 
@@ -818,6 +1052,13 @@ static void set_paused(cf_worker *w, bool pause)
     w->paused_all = pause;
 }
 
+/* The worker pauses its partitions once slots + prefetch requests are taken
+ * and unanswered, so a partition's tracker never comes near this. */
+static size_t tracker_cap(const cf_worker *w)
+{
+    return (size_t)(4 * (w->cfg->slots + w->cfg->prefetch) + 64);
+}
+
 static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *parts)
 {
     for (int i = 0; i < parts->cnt; i++) {
@@ -825,7 +1066,7 @@ static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *p
         if (!ps)
             continue;
         cf_offset_tracker_destroy(ps->tracker);
-        ps->tracker = cf_offset_tracker_new();
+        ps->tracker = cf_offset_tracker_new(tracker_cap(w));
         ps->assigned = ps->tracker != NULL;
         ps->paused = false;
         ps->gen = ++w->gen_counter;
@@ -834,24 +1075,39 @@ static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *p
 
 /* Revocation: queued jobs of the partitions are dropped (the new owner gets
  * them from the committed position); running ones get rebalance_wait to
- * finish so their offsets can be committed before we let go. */
+ * finish so their offsets can be committed before we let go, and are then
+ * stopped, so that no request runs here and at its new owner at once.
+ * Lost partitions (the group moved on without us) are stopped at once. */
 static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *parts, bool lost)
 {
     lane_match lm = {w, parts};
     drop_jobs(w, cf_exec_pool_drop_queued(w->pool, job_in_partitions, &lm));
+    int64_t until = cf_mono_us() + (lost ? 0 : w->cfg->rebalance_wait_us);
+    while (cf_exec_pool_count_running(w->pool, job_in_partitions, &lm) > 0 && cf_mono_us() < until) {
+        rd_kafka_poll(w->producer, 20);
+        drain_handoff(w);
+    }
+    size_t n = cancel_running(w, &lm);
+    if (n)
+        cf_log_warn(LOG_SUB, "stopping %zu execution(s) of %s partition(s): their next owner runs them", n,
+                    lost ? "lost" : "revoked");
+    /* A stopped execution ends within the runner's cancel poll (tens of
+     * ms); Redis retries stop early too.  Bounded all the same. */
+    int64_t stop_until = cf_mono_us() + 30 * 1000000LL;
+    while (cf_exec_pool_count_running(w->pool, job_in_partitions, &lm) > 0 && cf_mono_us() < stop_until) {
+        rd_kafka_poll(w->producer, 20);
+        drain_handoff(w);
+        cancel_running(w, &lm); /* jobs that started meanwhile */
+    }
     if (!lost) {
-        int64_t until = cf_mono_us() + w->cfg->rebalance_wait_us;
-        while (cf_exec_pool_count_running(w->pool, job_in_partitions, &lm) > 0 && cf_mono_us() < until) {
-            rd_kafka_poll(w->producer, 20);
-            drain_abandoned(w);
-        }
         rd_kafka_flush(w->producer, 2000);
-        drain_abandoned(w);
+        drain_handoff(w);
         store_offsets(w);
         rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, 0);
         if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
             cf_log_warn("kafka", "commit on revoke: %s", rd_kafka_err2str(e));
     }
+    drop_retries(w, &lm);
     for (int i = 0; i < parts->cnt; i++) {
         part_state *ps = part_of(w, parts->elems[i].topic, parts->elems[i].partition, false);
         if (!ps)
@@ -1041,7 +1297,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
     w->cfg = cfg;
     w->wake_fd = -1;
-    pthread_mutex_init(&w->abandoned_lock, NULL);
+    pthread_mutex_init(&w->lock, NULL);
     if (cfg->worker_id && cfg->worker_id[0]) {
         cf_strlcpy(w->worker_id, cfg->worker_id, sizeof(w->worker_id));
     } else {
@@ -1059,7 +1315,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     if (cf_wstate_config_check(cfg, err) < 0)
         goto fail;
     w->wstate = calloc((size_t)cfg->slots, sizeof(*w->wstate));
-    if (!w->wstate) {
+    w->running = calloc((size_t)cfg->slots, sizeof(*w->running));
+    if (!w->wstate || !w->running) {
         cf_error_set(err, CF_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -1206,24 +1463,27 @@ static void serve(cf_worker *w)
     uint64_t v;
     while (read(w->wake_fd, &v, sizeof(v)) > 0)
         ;
+    /* Taken and unanswered requests stay below slots + prefetch: the
+     * partitions pause there (messages fetched beyond it are dropped by
+     * librdkafka and fetched again on resume).  Hysteresis: a resumed
+     * partition takes up to ~100 ms to deliver again in librdkafka 2.0.2,
+     * so resume once half the prefetch is used up. */
+    size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
+    size_t low = (size_t)(w->cfg->slots + w->cfg->prefetch / 2);
     rd_kafka_message_t *m;
     while ((m = rd_kafka_consumer_poll(w->consumer, 0)) != NULL) {
         handle_message(w, m);
         rd_kafka_message_destroy(m);
+        if (!w->stopping && !w->paused_all && w->inflight >= high)
+            set_paused(w, true);
     }
     rd_kafka_poll(w->producer, 0);
-    drain_abandoned(w);
+    drain_handoff(w);
+    run_retries(w);
     if (!w->stopping) {
-        /* Hysteresis: a resumed partition takes up to ~100 ms to deliver
-         * again in librdkafka 2.0.2, so resume once half the prefetch is
-         * used up rather than at the first free place. */
-        size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
-        size_t low = (size_t)(w->cfg->slots + w->cfg->prefetch / 2);
-        size_t pending = cf_exec_pool_pending(w->pool);
-        if (!w->paused_all && pending >= high)
-            set_paused(w, true);
-        else if (w->paused_all && pending <= low)
-            set_paused(w, false);
+        bool want_pause = w->intake_blocked > 0 || w->inflight >= high || (w->paused_all && w->inflight > low);
+        if (want_pause != w->paused_all)
+            set_paused(w, want_pause);
     }
     store_offsets(w);
 }
@@ -1260,6 +1520,7 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
                     cf_exec_pool_running(w->pool));
         w->cancel_exec = 1;
         while (cf_exec_pool_running(w->pool) > 0) {
+            cancel_running(w, NULL);
             wait_events(w, -1, 50);
             serve(w);
         }
@@ -1269,6 +1530,8 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
     if (e)
         cf_log_warn("kafka", "flush: %s (%d message(s) left)", rd_kafka_err2str(e), rd_kafka_outq_len(w->producer));
     serve(w);
+    /* Answers still failing are left to the partitions' next owner. */
+    drop_retries(w, NULL);
     store_offsets(w);
     e = rd_kafka_commit(w->consumer, NULL, 0);
     if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
@@ -1278,8 +1541,8 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
         cf_log_warn("kafka", "consumer close: %s", rd_kafka_err2str(e));
     cf_log_info(LOG_SUB,
                 "stopped: %" PRIu64 " received, %" PRIu64 " answered (%" PRIu64 " rejected), %" PRIu64
-                " dead-lettered, %" PRIu64 " left for redelivery",
-                w->n_received, w->n_results, w->n_rejected, w->n_dead, w->n_abandoned);
+                " dead-lettered, %" PRIu64 " left for redelivery, %" PRIu64 " answer retries",
+                w->n_received, w->n_results, w->n_rejected, w->n_dead, w->n_abandoned, w->n_retries);
 }
 
 int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
@@ -1335,6 +1598,8 @@ void cf_worker_destroy(cf_worker *w)
         return;
     if (w->pool) {
         w->cancel_exec = 1;
+        if (w->running)
+            cancel_running(w, NULL);
         drop_jobs(w, cf_exec_pool_drop_queued(w->pool, NULL, NULL));
         cf_exec_pool_destroy(w->pool);
     }
@@ -1348,10 +1613,12 @@ void cf_worker_destroy(cf_worker *w)
         rd_kafka_flush(w->producer, 1000);
         rd_kafka_destroy(w->producer);
     }
-    drain_abandoned(w);
+    drain_handoff(w);
+    drop_retries(w, NULL);
     for (int64_t s = 0; w->wstate && s < w->cfg->slots; s++)
         cf_wstate_destroy(w->wstate[s]);
     free(w->wstate);
+    free(w->running);
     for (size_t t = 0; w->topics && t < w->ntopics; t++) {
         for (size_t p = 0; p < w->topics[t].nparts; p++)
             cf_offset_tracker_destroy(w->topics[t].parts[p].tracker);
@@ -1362,6 +1629,6 @@ void cf_worker_destroy(cf_worker *w)
     cf_backend_set_destroy(w->backends);
     if (w->wake_fd >= 0)
         close(w->wake_fd);
-    pthread_mutex_destroy(&w->abandoned_lock);
+    pthread_mutex_destroy(&w->lock);
     free(w);
 }

@@ -24,7 +24,7 @@
 static void tracker_commits_only_contiguous_prefix(void **state)
 {
     (void)state;
-    cf_offset_tracker *t = cf_offset_tracker_new();
+    cf_offset_tracker *t = cf_offset_tracker_new(4096);
     assert_non_null(t);
     for (int64_t o = 10; o < 15; o++)
         assert_int_equal(cf_offset_tracker_add(t, o), 0);
@@ -49,7 +49,7 @@ static void tracker_commits_only_contiguous_prefix(void **state)
 static void tracker_rejects_replays_and_unknown(void **state)
 {
     (void)state;
-    cf_offset_tracker *t = cf_offset_tracker_new();
+    cf_offset_tracker *t = cf_offset_tracker_new(4096);
     assert_int_equal(cf_offset_tracker_add(t, 5), 0);
     assert_int_equal(cf_offset_tracker_add(t, 5), -1);
     assert_int_equal(cf_offset_tracker_add(t, 3), -1);
@@ -68,7 +68,7 @@ static void tracker_rejects_replays_and_unknown(void **state)
 static void tracker_grows_past_initial_ring(void **state)
 {
     (void)state;
-    cf_offset_tracker *t = cf_offset_tracker_new();
+    cf_offset_tracker *t = cf_offset_tracker_new(4096);
     for (int64_t o = 0; o < 1000; o++)
         assert_int_equal(cf_offset_tracker_add(t, o), 0);
     for (int64_t o = 999; o >= 1; o--)
@@ -76,6 +76,25 @@ static void tracker_grows_past_initial_ring(void **state)
     assert_int_equal(cf_offset_tracker_take_committable(t), 0);
     assert_int_equal(cf_offset_tracker_done(t, 0), 0);
     assert_int_equal(cf_offset_tracker_take_committable(t), 1000);
+    cf_offset_tracker_destroy(t);
+}
+
+static void tracker_is_bounded(void **state)
+{
+    (void)state;
+    cf_offset_tracker *t = cf_offset_tracker_new(100);
+    for (int64_t o = 0; o < 100; o++)
+        assert_int_equal(cf_offset_tracker_add(t, o), 0);
+    /* Full: nothing recorded, and the same offset can be added once there
+     * is room (the worker rewinds the partition to it). */
+    assert_int_equal(cf_offset_tracker_add(t, 100), -2);
+    assert_int_equal(cf_offset_tracker_pending(t), 100);
+    assert_int_equal(cf_offset_tracker_done(t, 0), 0);
+    assert_int_equal(cf_offset_tracker_add(t, 100), 0);
+    assert_int_equal(cf_offset_tracker_add(t, 101), -2);
+    for (int64_t o = 1; o <= 100; o++)
+        assert_int_equal(cf_offset_tracker_done(t, o), 0);
+    assert_int_equal(cf_offset_tracker_take_committable(t), 101);
     cf_offset_tracker_destroy(t);
 }
 
@@ -1002,6 +1021,7 @@ int main(void)
         cmocka_unit_test(tracker_commits_only_contiguous_prefix),
         cmocka_unit_test(tracker_rejects_replays_and_unknown),
         cmocka_unit_test(tracker_grows_past_initial_ring),
+        cmocka_unit_test(tracker_is_bounded),
         cmocka_unit_test(pool_orders_same_key_and_parallelises_others),
         cmocka_unit_test(pool_drops_only_queued_jobs),
         cmocka_unit_test(pool_never_touches_a_job_after_run),

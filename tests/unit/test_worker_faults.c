@@ -1,0 +1,433 @@
+/* The worker under broker faults a real broker cannot inject on demand:
+ * librdkafka's mock cluster fails Produce requests, goes down, and hosts a
+ * group whose rebalance revokes a partition in the middle of a run.  The
+ * worker itself is the real one (process backend, real programs).
+ *
+ * What each test proves: every request taken ends with exactly one answer
+ * (its result, or a dead letter with origin headers), the group's committed
+ * position passes every one of them, and no request runs on two workers at
+ * once. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cf_config.h"
+#include "cf_schema.h"
+#include "cf_util.h"
+#include "cf_worker.h"
+#include "request_builders.h"
+
+#define API_PRODUCE 0 /* Kafka protocol ApiKey of Produce */
+
+typedef struct fx {
+    rd_kafka_t *mrk; /* owns the mock cluster */
+    rd_kafka_mock_cluster_t *mc;
+    char bootstraps[256];
+    char dir[64]; /* scratch directory for the programs */
+} fx;
+
+typedef struct running_worker {
+    cf_worker_config cfg;
+    cf_worker *w;
+    pthread_t thread;
+    int rc;
+} running_worker;
+
+static int fx_setup(void **state)
+{
+    fx *f = calloc(1, sizeof(*f));
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "log_level", "0", NULL, 0);
+    f->mrk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+    assert_non_null(f->mrk);
+    f->mc = rd_kafka_mock_cluster_new(f->mrk, 1);
+    assert_non_null(f->mc);
+    cf_strlcpy(f->bootstraps, rd_kafka_mock_cluster_bootstraps(f->mc), sizeof(f->bootstraps));
+    assert_int_equal(rd_kafka_mock_topic_create(f->mc, "req", 2, 1), 0);
+    assert_int_equal(rd_kafka_mock_topic_create(f->mc, "res", 1, 1), 0);
+    assert_int_equal(rd_kafka_mock_topic_create(f->mc, "dlq", 1, 1), 0);
+    assert_int_equal(rd_kafka_mock_topic_create(f->mc, "events", 1, 1), 0);
+    cf_strlcpy(f->dir, "/tmp/cf-faults-XXXXXX", sizeof(f->dir));
+    assert_non_null(mkdtemp(f->dir));
+    chmod(f->dir, 0777);
+    *state = f;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    fx *f = *state;
+    rd_kafka_mock_cluster_destroy(f->mc);
+    rd_kafka_destroy(f->mrk);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", f->dir);
+    free(f);
+    return 0;
+}
+
+static void *worker_thread(void *arg)
+{
+    running_worker *rw = arg;
+    cf_error err;
+    cf_error_clear(&err);
+    rw->rc = cf_worker_run(rw->w, false, &err);
+    if (rw->rc < 0)
+        fprintf(stderr, "worker: %s\n", err.msg);
+    return NULL;
+}
+
+static void conf_set(cf_worker_config *c, const char *k, const char *v)
+{
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_conf_set(&cf_worker_conf_table, c, k, v, &err) < 0)
+        fail_msg("%s=%s: %s", k, v, err.msg);
+}
+
+static running_worker *worker_start(fx *f, const char *id, const char *const *extra)
+{
+    running_worker *rw = calloc(1, sizeof(*rw));
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_conf_init(&cf_worker_conf_table, &rw->cfg, &err), 0);
+    conf_set(&rw->cfg, "brokers", f->bootstraps);
+    conf_set(&rw->cfg, "group", "faults");
+    conf_set(&rw->cfg, "request-topic", "req");
+    conf_set(&rw->cfg, "result-topic", "res");
+    conf_set(&rw->cfg, "dlq-topic", "dlq");
+    conf_set(&rw->cfg, "events-topic", "events");
+    conf_set(&rw->cfg, "worker-id", id);
+    conf_set(&rw->cfg, "backends", "process");
+    conf_set(&rw->cfg, "profile.default.backends", "process");
+    conf_set(&rw->cfg, "profile.default.network", "enabled");
+    conf_set(&rw->cfg, "work-root", f->dir);
+    conf_set(&rw->cfg, "log-level", getenv("CF_TEST_VERBOSE") ? "debug" : "warn");
+    conf_set(&rw->cfg, "kafka.session.timeout.ms", "6000");
+    conf_set(&rw->cfg, "kafka.heartbeat.interval.ms", "300");
+    conf_set(&rw->cfg, "kafka.message.timeout.ms", "2000");
+    for (size_t i = 0; extra && extra[i]; i += 2)
+        conf_set(&rw->cfg, extra[i], extra[i + 1]);
+    assert_int_equal(cf_conf_validate(&cf_worker_conf_table, &rw->cfg, &err), 0);
+    if (cf_worker_new(&rw->cfg, &rw->w, &err) < 0)
+        fail_msg("worker: %s", err.msg);
+    assert_int_equal(pthread_create(&rw->thread, NULL, worker_thread, rw), 0);
+    return rw;
+}
+
+static void worker_finish(running_worker *rw)
+{
+    if (!rw)
+        return;
+    cf_worker_stop(rw->w);
+    pthread_join(rw->thread, NULL);
+    cf_worker_destroy(rw->w);
+    cf_conf_free(&cf_worker_conf_table, &rw->cfg);
+    free(rw);
+}
+
+/* Produces shell requests: ids[i] runs code[i], keyed by its id, onto the
+ * given partition (-1: any). */
+static void produce_requests(fx *f, size_t n, const char *const *ids, const char *const *code, int32_t partition)
+{
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", f->bootstraps, NULL, 0);
+    rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++) {
+        cf_request r;
+        req_init_timeout(&r, CF_LANG_SHELL, code[i], 20 * 1000000LL);
+        cf_str_set(&r.id, ids[i]);
+        cf_bytes enc = {0};
+        assert_int_equal(cf_request_encode(&r, &enc, NULL), 0);
+        assert_int_equal(rd_kafka_producev(p, RD_KAFKA_V_TOPIC("req"), RD_KAFKA_V_PARTITION(partition),
+                                           RD_KAFKA_V_KEY(ids[i], strlen(ids[i])), RD_KAFKA_V_VALUE(enc.data, enc.len),
+                                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+                         0);
+        free(enc.data);
+        cf_request_clear(&r);
+    }
+    assert_int_equal(rd_kafka_flush(p, 10000), 0);
+    rd_kafka_destroy(p);
+}
+
+/* Everything on topic (partition 0) within timeout_ms, or until want
+ * messages arrived (want 0: read for the whole timeout). */
+typedef struct got {
+    cf_result res[32];
+    char reason[32][512]; /* dead letters: the reason header */
+    char origin[32][64];  /* dead letters: origin-topic/partition/offset */
+    char key[32][128];    /* the message key */
+    size_t n;
+} got;
+
+static void read_topic(fx *f, const char *topic, size_t want, int timeout_ms, got *out)
+{
+    memset(out, 0, sizeof(*out));
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", f->bootstraps, NULL, 0);
+    rd_kafka_conf_set(conf, "group.id", "reader", NULL, 0);
+    rd_kafka_conf_set(conf, "enable.auto.commit", "false", NULL, 0);
+    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    assert_non_null(c);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, 0)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    assert_int_equal(rd_kafka_assign(c, l), 0);
+    rd_kafka_topic_partition_list_destroy(l);
+    int64_t until = cf_mono_us() + (int64_t)timeout_ms * 1000;
+    while (cf_mono_us() < until && (want == 0 || out->n < want)) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+        if (!m)
+            continue;
+        if (!m->err && out->n < 32) {
+            size_t i = out->n++;
+            snprintf(out->key[i], sizeof(out->key[i]), "%.*s", (int)m->key_len, (const char *)m->key);
+            if (strcmp(topic, "dlq") == 0) {
+                rd_kafka_headers_t *h = NULL;
+                const void *v;
+                size_t vl;
+                if (rd_kafka_message_headers(m, &h) == 0) {
+                    if (rd_kafka_header_get_last(h, "codefleet-reason", &v, &vl) == 0)
+                        snprintf(out->reason[i], sizeof(out->reason[i]), "%.*s", (int)vl, (const char *)v);
+                    const void *t, *p, *o;
+                    size_t tl, pl, ol;
+                    if (rd_kafka_header_get_last(h, "codefleet-origin-topic", &t, &tl) == 0 &&
+                        rd_kafka_header_get_last(h, "codefleet-origin-partition", &p, &pl) == 0 &&
+                        rd_kafka_header_get_last(h, "codefleet-origin-offset", &o, &ol) == 0)
+                        snprintf(out->origin[i], sizeof(out->origin[i]), "%.*s/%.*s/%.*s", (int)tl,
+                                 (const char *)t, (int)pl, (const char *)p, (int)ol, (const char *)o);
+                }
+            } else {
+                cf_decode_limits lim = cf_decode_limits_default;
+                assert_int_equal(cf_result_decode(m->payload, m->len, &lim, &out->res[i], NULL), 0);
+            }
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+}
+
+static void got_clear(got *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        cf_result_clear(&g->res[i]);
+}
+
+/* The group's committed position on req[partition]. */
+static int64_t committed(fx *f, int32_t partition)
+{
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", f->bootstraps, NULL, 0);
+    rd_kafka_conf_set(conf, "group.id", "faults", NULL, 0);
+    rd_kafka_t *c = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, "req", partition);
+    int64_t off = -1;
+    if (rd_kafka_committed(c, l, 5000) == 0)
+        off = l->elems[0].offset;
+    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_destroy(c);
+    return off;
+}
+
+/* Waits until the committed position of req[partition] reaches want. */
+static int64_t wait_committed(fx *f, int32_t partition, int64_t want, int timeout_ms)
+{
+    int64_t until = cf_mono_us() + (int64_t)timeout_ms * 1000, off = -1;
+    while (cf_mono_us() < until) {
+        off = committed(f, partition);
+        if (off >= want)
+            return off;
+        usleep(200 * 1000);
+    }
+    return off;
+}
+
+static size_t count_id(const got *g, const char *id)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->res[i].id && strcmp(g->res[i].id, id) == 0)
+            n++;
+    return n;
+}
+
+/* Produce errors on the result: retried with backoff, then delivered once;
+ * the offset is committed. */
+static void failed_deliveries_are_retried(void **state)
+{
+    fx *f = *state;
+    const char *ids[] = {"retry-1"};
+    const char *code[] = {"echo hello"};
+    produce_requests(f, 1, ids, code, 0);
+    /* The worker's next three Produce requests fail; its consumer only
+     * fetches, so these hit its result. */
+    rd_kafka_mock_push_request_errors(f->mc, API_PRODUCE, 3, RD_KAFKA_RESP_ERR_INVALID_RECORD,
+                                      RD_KAFKA_RESP_ERR_INVALID_RECORD,
+                                      RD_KAFKA_RESP_ERR_INVALID_RECORD);
+    running_worker *rw = worker_start(f, "w-retry", NULL);
+    got res;
+    read_topic(f, "res", 1, 20000, &res);
+    assert_int_equal(wait_committed(f, 0, 1, 10000), 1);
+    worker_finish(rw);
+    got again, dead;
+    read_topic(f, "res", 0, 1500, &again);
+    read_topic(f, "dlq", 0, 500, &dead);
+    assert_int_equal(again.n, 1);
+    assert_string_equal(again.res[0].id, "retry-1");
+    assert_int_equal(again.res[0].status, CF_STATUS_SUCCESS);
+    assert_int_equal(dead.n, 0);
+    got_clear(&res);
+    got_clear(&again);
+}
+
+/* A result that cannot be delivered after its tries: the request itself is
+ * dead-lettered with its origin and the reason, and committed. */
+static void undeliverable_result_is_dead_lettered(void **state)
+{
+    fx *f = *state;
+    const char *ids[] = {"undeliverable-1"};
+    const char *code[] = {"echo hello"};
+    produce_requests(f, 1, ids, code, 0);
+    rd_kafka_mock_push_request_errors(f->mc, API_PRODUCE, 5, RD_KAFKA_RESP_ERR_INVALID_RECORD,
+                                      RD_KAFKA_RESP_ERR_INVALID_RECORD,
+                                      RD_KAFKA_RESP_ERR_INVALID_RECORD,
+                                      RD_KAFKA_RESP_ERR_INVALID_RECORD,
+                                      RD_KAFKA_RESP_ERR_INVALID_RECORD);
+    running_worker *rw = worker_start(f, "w-dead", NULL);
+    got dead;
+    read_topic(f, "dlq", 1, 30000, &dead);
+    assert_int_equal(wait_committed(f, 0, 1, 10000), 1);
+    worker_finish(rw);
+    assert_int_equal(dead.n, 1);
+    assert_string_equal(dead.origin[0], "req/0/0");
+    assert_non_null(strstr(dead.reason[0], "result could not be delivered"));
+    got res;
+    read_topic(f, "res", 0, 1000, &res);
+    assert_int_equal(res.n, 0);
+}
+
+/* The broker goes away while results are being produced and comes back:
+ * every request gets its answer and the position passes them all. */
+static void broker_outage_loses_nothing(void **state)
+{
+    fx *f = *state;
+    const char *ids[] = {"outage-1", "outage-2", "outage-3", "outage-4"};
+    char code[4][256];
+    const char *codes[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(code[i], sizeof(code[i]), "touch %s/started-%d; sleep 1; echo %d", f->dir, i, i);
+        codes[i] = code[i];
+    }
+    produce_requests(f, 4, ids, codes, 0);
+    running_worker *rw = worker_start(f, "w-outage", NULL);
+    char first[128];
+    snprintf(first, sizeof(first), "%s/started-0", f->dir);
+    int64_t until = cf_mono_us() + 20 * 1000000LL;
+    while (access(first, F_OK) != 0 && cf_mono_us() < until)
+        usleep(20 * 1000);
+    assert_int_equal(access(first, F_OK), 0);
+    /* The first results come due while the broker is away. */
+    rd_kafka_mock_broker_set_down(f->mc, 1);
+    sleep(4); /* they time out (message.timeout.ms 2 s) and are retried */
+    rd_kafka_mock_broker_set_up(f->mc, 1);
+    got res, dead;
+    read_topic(f, "res", 0, 12000, &res);
+    assert_int_equal(wait_committed(f, 0, 4, 20000), 4);
+    worker_finish(rw);
+    read_topic(f, "dlq", 0, 500, &dead);
+    for (size_t i = 0; i < 4; i++) {
+        /* At least once: a result whose delivery timed out may have been
+         * written too, before the retry; never none. */
+        size_t answered = count_id(&res, ids[i]);
+        for (size_t d = 0; d < dead.n; d++)
+            if (strcmp(dead.key[d], ids[i]) == 0)
+                answered++; /* its dead letter */
+        if (answered == 0)
+            fail_msg("%s has no answer", ids[i]);
+    }
+    got_clear(&res);
+}
+
+/* A rebalance moves a partition while its request runs: the old owner
+ * stops it (after rebalance-wait) before the new owner starts it, so the
+ * two runs never overlap and only the new owner answers. */
+static void revoke_stops_the_running_execution(void **state)
+{
+    fx *f = *state;
+    char code[2][512];
+    const char *ids[] = {"moving-0", "moving-1"};
+    for (int i = 0; i < 2; i++)
+        snprintf(code[i], sizeof(code[i]),
+                 "exec 9>>%s/lock-%d; if ! flock -n 9; then echo overlap >> %s/overlap; exit 3; fi; "
+                 "echo start >> %s/starts-%d; sleep 12; echo done-%d",
+                 f->dir, i, f->dir, f->dir, i, i);
+    const char *c0[] = {code[0]}, *c1[] = {code[1]};
+    produce_requests(f, 1, &ids[0], c0, 0);
+    produce_requests(f, 1, &ids[1], c1, 1);
+    const char *extra[] = {"rebalance-wait", "1s", NULL};
+    running_worker *a = worker_start(f, "w-a", extra);
+    /* Both partitions are A's and both requests run. */
+    char p0[128], p1[128];
+    snprintf(p0, sizeof(p0), "%s/starts-0", f->dir);
+    snprintf(p1, sizeof(p1), "%s/starts-1", f->dir);
+    int64_t until = cf_mono_us() + 15 * 1000000LL;
+    while ((access(p0, F_OK) != 0 || access(p1, F_OK) != 0) && cf_mono_us() < until)
+        usleep(50 * 1000);
+    assert_int_equal(access(p0, F_OK), 0);
+    assert_int_equal(access(p1, F_OK), 0);
+    running_worker *b = worker_start(f, "w-b", extra);
+    got res;
+    read_topic(f, "res", 2, 60000, &res);
+    assert_int_equal(wait_committed(f, 0, 1, 10000), 1);
+    assert_int_equal(wait_committed(f, 1, 1, 10000), 1);
+    worker_finish(b);
+    worker_finish(a);
+    got all;
+    read_topic(f, "res", 0, 1500, &all);
+    char ov[128];
+    snprintf(ov, sizeof(ov), "%s/overlap", f->dir);
+    assert_int_not_equal(access(ov, F_OK), 0); /* no run found another still going */
+    assert_int_equal(all.n, 2);
+    size_t by_b = 0;
+    for (size_t i = 0; i < all.n; i++) {
+        assert_int_equal(all.res[i].status, CF_STATUS_SUCCESS);
+        assert_int_equal(count_id(&all, all.res[i].id), 1);
+        if (strcmp(all.res[i].meta.worker, "w-b") == 0)
+            by_b++;
+    }
+    /* One partition moved to B: its request ran again there, once. */
+    assert_int_equal(by_b, 1);
+    got_clear(&res);
+    got_clear(&all);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(failed_deliveries_are_retried, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(undeliverable_result_is_dead_lettered, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(broker_outage_loses_nothing, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(revoke_stops_the_running_execution, fx_setup, fx_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
