@@ -16,6 +16,7 @@ static const char *const errcode_names[CF_E__COUNT] = {
     [CF_E_TIMEOUT] = "timeout",
     [CF_E_NOT_FOUND] = "not_found",
     [CF_E_CONFLICT] = "conflict",
+    [CF_E_FENCED] = "fenced",
     [CF_E_UNSUPPORTED] = "unsupported",
     [CF_E_KAFKA] = "kafka",
     [CF_E_REDIS] = "redis",

@@ -25,6 +25,7 @@ typedef enum cf_errcode {
     CF_E_KAFKA,       /* broker or client error */
     CF_E_REDIS,       /* Redis server or connection error */
     CF_E_SANDBOX,     /* the sandbox itself broke: never the user's fault */
+    CF_E_FENCED,      /* a write refused: the writer no longer holds its lease */
     CF_E__COUNT
 } cf_errcode;
 

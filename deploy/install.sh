@@ -29,7 +29,7 @@ while (($#)); do
 done
 
 packages=(build-essential cmake ninja-build pkg-config librdkafka-dev libmsgpack-dev libseccomp-dev
-    libhiredis-dev libcmocka-dev libjansson-dev libinih-dev redis-server redis-tools kcat bubblewrap
+    libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libssl-dev redis-server redis-tools kcat bubblewrap
     python3 nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 # Any Java 17+ runtime will do: only ask for Debian's default when none is there.
 command -v java >/dev/null 2>&1 || packages+=(default-jre-headless)

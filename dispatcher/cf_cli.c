@@ -1004,6 +1004,8 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
             fprintf(out, ", worker %s", res->meta.worker);
         if (res->meta.attempt > 1)
             fprintf(out, ", attempt %" PRId64, res->meta.attempt);
+        if (res->meta.replay)
+            fprintf(out, ", replayed from the idempotency store");
         fputc('\n', out);
     }
     if (res->reason && res->reason[0])

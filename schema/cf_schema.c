@@ -9,6 +9,8 @@
  */
 #include "cf_schema.h"
 
+#include <openssl/evp.h>
+
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -630,6 +632,31 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
     return rc;
 }
 
+int cf_request_digest(const cf_request *req, char hex[CF_DIGEST_HEX], cf_error *err)
+{
+    cf_request canon = *req; /* shallow: only scalars are changed */
+    canon.created_us = 0;
+    canon.deadline_us = 0;
+    canon.trace = NULL;
+    canon.n_trace = 0;
+    cf_bytes bytes = {0};
+    if (cf_request_encode(&canon, &bytes, err) < 0)
+        return -1;
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    int ok = EVP_Digest(bytes.data, bytes.len, md, &mdlen, EVP_sha256(), NULL);
+    free(bytes.data);
+    if (!ok || mdlen != 32)
+        return cf_error_set(err, CF_E_NOMEM, "request digest: SHA-256 failed");
+    static const char digits[] = "0123456789abcdef";
+    for (unsigned int k = 0; k < mdlen; k++) {
+        hex[2 * k] = digits[md[k] >> 4];
+        hex[2 * k + 1] = digits[md[k] & 15];
+    }
+    hex[2 * mdlen] = '\0';
+    return 0;
+}
+
 int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
 {
     out->data = NULL;
@@ -688,6 +715,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     put_str(&meta, "worker", res->meta.worker);
     put_str(&meta, "identity", res->meta.identity);
     put_int(&meta, "attempt", res->meta.attempt);
+    put_true(&meta, "replay", res->meta.replay);
     put_map(&e, "metadata", &meta);
     put_str(&e, "reason", res->reason);
     put_str(&e, "reply_to_error", res->reply_to_error);
@@ -1042,8 +1070,9 @@ static const char *const rs_keys[RS__COUNT] = {
     "finished_us",
 };
 
-enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD__COUNT };
-static const char *const md_keys[MD__COUNT] = {"backend", "isolation", "language", "worker", "identity", "attempt"};
+enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD_REPLAY, MD__COUNT };
+static const char *const md_keys[MD__COUNT] = {"backend", "isolation", "language", "worker",
+                                               "identity", "attempt", "replay"};
 
 enum { DG_LEVEL, DG_MESSAGE, DG_FILE, DG_LINE, DG_COLUMN, DG__COUNT };
 static const char *const dg_keys[DG__COUNT] = {"level", "message", "file", "line", "column"};
@@ -1059,6 +1088,7 @@ static int meta_field(dec *d, void *obj, int idx, const char *path, unsigned dep
     case MD_LANGUAGE: return dec_str(d, path, &m->language);
     case MD_WORKER: return dec_str(d, path, &m->worker);
     case MD_IDENTITY: return dec_str(d, path, &m->identity);
+    case MD_REPLAY: return dec_bool(d, path, &m->replay);
     default: return dec_nonneg(d, path, &m->attempt);
     }
 }

@@ -133,6 +133,7 @@ typedef struct cf_result_meta {
     char *worker;
     char *identity;
     int64_t attempt; /* 1 for the first delivery; higher after redelivery */
+    bool replay;     /* answered from the idempotency store, not run again */
 } cf_result_meta;
 
 typedef struct cf_result {
@@ -189,6 +190,13 @@ const char *cf_fs_mode_name(cf_fs_mode m);
 /* Encoders: *out is malloc'd, caller frees out->data. */
 int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err);
 int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err);
+
+/* What makes two requests "the same request" for idempotency: SHA-256 of
+ * the request's canonical encoding without its delivery metadata
+ * (created_us, deadline_us, trace), which a client may set afresh when it
+ * resubmits.  hex receives 64 lowercase hex digits and a NUL. */
+#define CF_DIGEST_HEX 65
+int cf_request_digest(const cf_request *req, char hex[CF_DIGEST_HEX], cf_error *err);
 
 /* Decoders.  On failure the struct is cleared and err says what and where
  * ("policy.timeout_us: expected integer").  limits may be NULL (defaults).

@@ -490,6 +490,8 @@ json_t *cf_result_to_json(const cf_result *res)
         jset_str(m, "worker", res->meta.worker, &ok);
         jset_str(m, "identity", res->meta.identity, &ok);
         jset_int(m, "attempt", res->meta.attempt, &ok);
+        if (res->meta.replay)
+            jset(m, "replay", json_true(), &ok);
         if (json_object_size(m))
             jset(o, "metadata", json_incref(m), &ok);
         json_decref(m);
@@ -833,7 +835,8 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
             jstr(m, "metadata", "language", &r->meta.language, err) < 0 ||
             jstr(m, "metadata", "worker", &r->meta.worker, err) < 0 ||
             jstr(m, "metadata", "identity", &r->meta.identity, err) < 0 ||
-            jnonneg(m, "metadata", "attempt", &r->meta.attempt, err) < 0)
+            jnonneg(m, "metadata", "attempt", &r->meta.attempt, err) < 0 ||
+            jbool(m, "replay", &r->meta.replay, err) < 0)
             return -1;
     }
     if (jstr(o, "", "reason", &r->reason, err) < 0 || jstr(o, "", "reply_to_error", &r->reply_to_error, err) < 0 ||

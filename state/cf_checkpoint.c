@@ -15,6 +15,8 @@
 
 struct cf_checkpoint_store {
     cf_redis *r;
+    const char *guard_key;   /* fencing (cf_checkpoint_set_guard): borrowed */
+    const char *guard_value;
     char prefix[CF_STATE_PREFIX_MAX + 1];
     cf_checkpoint_config cfg;
     cf_decode_limits limits;
@@ -24,7 +26,7 @@ typedef struct cp_keys {
     char meta[CF_STATE_KEY_MAX];
     char idx[CF_STATE_KEY_MAX];
     char cpre[CF_STATE_KEY_MAX]; /* prefix of the per-checkpoint hashes */
-    const char *v[2];
+    const char *v[3]; /* + the guard key, when one is set */
 } cp_keys;
 
 void cf_checkpoint_config_init(cf_checkpoint_config *cfg)
@@ -212,7 +214,7 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
     cf_state_i64(seq, sizeof(seq), (long long)opts->writer_seq);
     cf_state_i64(maxc, sizeof(maxc), (long long)cs->cfg.max_per_thread);
     cf_state_i64(ttl, sizeof(ttl), cf_state_ttl_ms(cs->cfg.ttl_us));
-    const char *args[12] = {k.cpre,
+    const char *args[13] = {k.cpre,
                             thread,
                             rollback ? "rollback" : "save",
                             parent_mode,
@@ -223,14 +225,19 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
                             rollback ? "" : (const char *)state,
                             (!rollback && opts->meta_len) ? (const char *)opts->meta : "",
                             maxc,
-                            ttl};
-    size_t lens[12];
-    for (size_t i = 0; i < 12; i++) /* state and meta (8, 9) are binary: never strlen them */
+                            ttl,
+                            cs->guard_value ? cs->guard_value : ""};
+    bool guarded = cs->guard_key != NULL;
+    if (guarded)
+        k.v[2] = cs->guard_key;
+    size_t lens[13];
+    for (size_t i = 0; i < 13; i++) /* state and meta (8, 9) are binary: never strlen them */
         lens[i] = (i == 8 || i == 9) ? 0 : strlen(args[i]);
     lens[8] = rollback ? 0 : state_len;
     lens[9] = rollback ? 0 : opts->meta_len;
     redisReply *rep = NULL;
-    if (cf_redis_eval(cs->r, &cf_cp_script_save, 2, k.v, NULL, 12, args, lens, &rep, err) < 0)
+    if (cf_redis_eval(cs->r, &cf_cp_script_save, guarded ? 3 : 2, k.v, NULL, guarded ? 13 : 12, args, lens, &rep,
+                      err) < 0)
         return cf_error_wrap(err, "thread %s: %s", thread, rollback ? "rollback" : "save");
     int rc = cf_state_reply_head(rep, "cp_save", err);
     const char *w = rollback ? "rollback" : "save";
@@ -241,6 +248,9 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
             rc = cf_error_set(err, CF_E_REDIS, "thread %s: %s: bad id in reply", thread, w);
         else if (id_out)
             cf_strlcpy(id_out, id, CF_CHECKPOINT_ID_MAX + 1);
+    } else if (cf_redis_reply_is(rep->element[0], "fenced")) {
+        rc = cf_error_set(err, CF_E_FENCED, "thread %s: %s: fenced: this writer no longer holds %s", thread, w,
+                          cs->guard_key);
     } else if (cf_redis_reply_is(rep->element[0], "stale")) {
         rc = cf_error_set(err, CF_E_CONFLICT,
                           "thread %s: %s: stale writer: writer_seq %" PRId64 " is older than %" PRId64, thread, w,
@@ -258,6 +268,12 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
     }
     cf_redis_reply_free(rep);
     return rc;
+}
+
+void cf_checkpoint_set_guard(cf_checkpoint_store *cs, const char *key, const char *value)
+{
+    cs->guard_key = key && value ? key : NULL;
+    cs->guard_value = key && value ? value : NULL;
 }
 
 int cf_checkpoint_save(cf_checkpoint_store *cs, const char *thread, const void *state, size_t state_len,

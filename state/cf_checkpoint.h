@@ -84,6 +84,10 @@ void cf_checkpoint_store_destroy(cf_checkpoint_store *cs); /* NULL-safe */
 int cf_checkpoint_state_check(const cf_checkpoint_store *cs, const void *buf, size_t len, size_t cap,
                               cf_error *err);
 
+/* Fencing, as cf_workspace_set_guard: while set, saves and rollbacks write
+ * only if guard_key holds guard_value (CF_E_FENCED otherwise). */
+void cf_checkpoint_set_guard(cf_checkpoint_store *cs, const char *guard_key, const char *guard_value);
+
 /* Saves a new checkpoint that becomes the latest.  opts may be NULL.  id_out
  * (may be NULL) receives the new id.  CF_E_CONFLICT: expected_latest did not
  * match or writer_seq is older than the thread's; CF_E_NOT_FOUND: the given

@@ -13,6 +13,8 @@
 
 struct cf_workspace_store {
     cf_redis *r;
+    const char *guard_key;   /* fencing (cf_workspace_set_guard): borrowed */
+    const char *guard_value;
     char prefix[CF_STATE_PREFIX_MAX + 1];
     cf_workspace_config cfg;
 };
@@ -22,7 +24,7 @@ typedef struct ws_keys {
     char files[CF_STATE_KEY_MAX];
     char blobs[CF_STATE_KEY_MAX];
     char hist[CF_STATE_KEY_MAX];
-    const char *v[4];
+    const char *v[5]; /* + the guard key, when one is set */
 } ws_keys;
 
 void cf_workspace_config_init(cf_workspace_config *cfg)
@@ -214,6 +216,12 @@ static int commit_check(const cf_workspace_store *ws, const cf_ws_file *puts, si
     return rc;
 }
 
+void cf_workspace_set_guard(cf_workspace_store *ws, const char *key, const char *value)
+{
+    ws->guard_key = key && value ? key : NULL;
+    ws->guard_value = key && value ? value : NULL;
+}
+
 static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_rev, const cf_ws_file *puts,
                        size_t nputs, const char *const *deletes, size_t ndeletes, bool strict, int64_t *new_rev,
                        cf_error *err)
@@ -226,7 +234,8 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
     if (commit_check(ws, puts, nputs, deletes, ndeletes, err) < 0)
         return cf_error_wrap(err, "workspace %s", id);
 
-    size_t nargs = 9 + 2 * nputs + ndeletes;
+    bool guarded = ws->guard_key != NULL;
+    size_t nargs = 9 + 2 * nputs + ndeletes + (guarded ? 1 : 0);
     const char **args = calloc(nargs, sizeof(*args));
     size_t *lens = calloc(nargs, sizeof(*lens));
     if (!args || !lens) {
@@ -259,8 +268,14 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
         args[9 + 2 * nputs + i] = deletes[i];
         lens[9 + 2 * nputs + i] = strlen(deletes[i]);
     }
+    if (guarded) {
+        k.v[4] = ws->guard_key;
+        args[nargs - 1] = ws->guard_value;
+        lens[nargs - 1] = strlen(ws->guard_value);
+    }
     redisReply *rep = NULL;
-    int rc = cf_redis_eval(ws->r, &cf_ws_script_commit, 4, k.v, NULL, (int)nargs, args, lens, &rep, err);
+    int rc = cf_redis_eval(ws->r, &cf_ws_script_commit, guarded ? 5 : 4, k.v, NULL, (int)nargs, args, lens, &rep,
+                           err);
     free(args);
     free(lens);
     if (rc < 0)
@@ -274,6 +289,9 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
             rc = cf_error_set(err, CF_E_REDIS, "workspace %s: commit: bad revision in reply", id);
         else if (new_rev)
             *new_rev = rev;
+    } else if (cf_redis_reply_is(rep->element[0], "fenced")) {
+        rc = cf_error_set(err, CF_E_FENCED, "workspace %s: fenced: this writer no longer holds %s", id,
+                          ws->guard_key);
     } else if (cf_redis_reply_is(rep->element[0], "conflict")) {
         int64_t cur = cf_state_reply_elem_i64(rep, 1);
         if (new_rev)

@@ -96,6 +96,15 @@ int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *proj
 int cf_workspace_commit(cf_workspace_store *ws, const char *id, int64_t expected_rev, const cf_ws_file *puts,
                         size_t nputs, const char *const *deletes, size_t ndeletes, int64_t *new_rev, cf_error *err);
 
+/* Fencing: while a guard is set, commits write only if the Redis key
+ * guard_key holds exactly guard_value, and otherwise fail with
+ * CF_E_FENCED writing nothing; the check and the write are
+ * one script.  The worker guards with its lease on the request id, so a
+ * worker that lost the request cannot write.  Strings are borrowed until
+ * cleared (NULL key).  The guard key is a second hash slot: fine on one
+ * Redis (and Sentinel), not on Cluster. */
+void cf_workspace_set_guard(cf_workspace_store *ws, const char *guard_key, const char *guard_value);
+
 /* One-file commit. */
 int cf_workspace_put(cf_workspace_store *ws, const char *id, int64_t expected_rev, const char *path, const void *data,
                      size_t len, int64_t *new_rev, cf_error *err);

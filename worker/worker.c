@@ -101,6 +101,13 @@ typedef struct job {
     bool blocks_intake;       /* a dead letter waiting: the worker takes no work */
     handoff_kind handoff;
     rd_kafka_resp_err_t handoff_err;
+    /* Idempotency (slot thread; leased is read by the lease keeper under
+     * the worker's lock). */
+    bool leased;
+    char digest[CF_DIGEST_HEX];
+    char token[CF_ID_MAX + 48];
+    char lease_key[CF_ID_MAX + 200];   /* fences the run's state writes */
+    char lease_value[CF_ID_MAX + 200];
     struct job *list_next;    /* handoff or retry list */
 } job;
 
@@ -149,7 +156,13 @@ struct cf_worker {
     job *handoff;              /* jobs slots hand back: main thread takes them */
     job **running;             /* per slot: the job it runs, NULL when idle */
     bool have_redis;
+    bool idempotent;           /* Redis and idempotency-ttl > 0 */
     cf_wstate **wstate;        /* per slot, created lazily by that slot's thread */
+    atomic_uint_fast64_t lease_seq;
+    pthread_t keeper;          /* renews the leases of running executions */
+    bool keeper_started;
+    bool keeper_stop;          /* guarded by lock */
+    pthread_cond_t keeper_cond;
     /* Counters for the shutdown summary. */
     uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned, n_retries;
 };
@@ -829,13 +842,6 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     cf_error_clear(&err);
     bool needs_state = j->req.workspace || j->req.thread;
     cf_wstate *st = slot_state(w, slot, &err);
-    int64_t attempt = 0;
-    if (st) {
-        cf_error aerr;
-        cf_error_clear(&aerr);
-        if (cf_wstate_attempt(st, j->profile->name, j->req.id, &attempt, &aerr) < 0)
-            cf_log_warn(LOG_SUB, "request %s: delivery count unavailable: %s", j->req.id, aerr.msg);
-    }
     cf_wstate_run run;
     memset(&run, 0, sizeof(run));
     bool run_it = true, completed = true;
@@ -886,8 +892,115 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
                          res->workspace_conflict ? ", conflict" : "");
     }
     cf_wstate_run_clear(&run, &j->req);
-    res->meta.attempt = attempt;
     return completed;
+}
+
+/* How many times this message was delivered (0 when unknown). */
+static int64_t delivery_count(cf_worker *w, const job *j, cf_wstate *st)
+{
+    if (!st)
+        return 0;
+    char msg[300];
+    snprintf(msg, sizeof(msg), "%s/%" PRId32 "/%" PRId64, w->topics[j->topic].name, j->partition, j->offset);
+    int64_t attempt = 0;
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_wstate_attempt(st, j->profile->name, j->req.id, msg, &attempt, &err) < 0)
+        cf_log_warn(LOG_SUB, "request %s: delivery count unavailable: %s", j->req.id, err.msg);
+    return attempt;
+}
+
+typedef enum claim_outcome {
+    CLAIM_RUN,      /* run it (with the lease, or without the store) */
+    CLAIM_ANSWERED, /* res holds the answer: a replay, or a refusal */
+    CLAIM_STOPPED,  /* cancelled while waiting for another run */
+} claim_outcome;
+
+/* Before running: is this id answered already, or running elsewhere?  A
+ * run of the same request elsewhere is waited for, then replayed. */
+static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_result *res)
+{
+    if (!w->idempotent || !st)
+        return CLAIM_RUN;
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_request_digest(&j->req, j->digest, &err) < 0) {
+        cf_log_warn(LOG_SUB, "request %s: no digest (%s): run without the idempotency store", j->req.id, err.msg);
+        return CLAIM_RUN;
+    }
+    snprintf(j->token, sizeof(j->token), "%s/%d/%" PRIu64, w->worker_id, slot,
+             (uint64_t)atomic_fetch_add(&w->lease_seq, 1));
+    int64_t lease_ms = w->cfg->idempotency_lease_us / 1000;
+    /* The holder renews only while it runs, which its timeout bounds. */
+    int64_t give_up_at = cf_mono_us() + w->cfg->max_timeout_us + 3 * w->cfg->idempotency_lease_us;
+    int64_t error_until = cf_mono_us() + w->cfg->redis_retry_budget_us;
+    bool said_waiting = false;
+    for (;;) {
+        cf_claim c;
+        if (cf_wstate_claim(st, j->profile->name, j->req.id, j->digest, j->token, lease_ms, &c, &err) < 0) {
+            if (err.retriable && cf_mono_us() < error_until && !cancelled(w, j)) {
+                nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
+                continue;
+            }
+            /* No store: run anyway (at-least-once for this request). */
+            cf_log_warn(LOG_SUB, "request %s: idempotency store unavailable (%s): run without it", j->req.id, err.msg);
+            return CLAIM_RUN;
+        }
+        switch (c.kind) {
+        case CF_CLAIM_RUN:
+            pthread_mutex_lock(&w->lock);
+            j->leased = true;
+            pthread_mutex_unlock(&w->lock);
+            return CLAIM_RUN;
+        case CF_CLAIM_REPLAY: {
+            cf_decode_limits lim = cf_decode_limits_default;
+            lim.max_total_bytes = lim.max_bin_bytes = c.stored.len;
+            int rc = cf_result_decode(c.stored.data, c.stored.len, &lim, res, &err);
+            cf_claim_clear(&c);
+            if (rc < 0) {
+                res->status = CF_STATUS_INTERNAL_ERROR;
+                cf_result_set_reason(res, "the stored result of id '%s' cannot be read: %s", j->req.id, err.msg);
+                return CLAIM_ANSWERED;
+            }
+            free(res->reply_to_error);
+            res->reply_to_error = NULL;
+            res->meta.replay = true;
+            cf_log_info(LOG_SUB, "request %s: answered from the idempotency store (%s)", j->req.id,
+                        cf_status_name(res->status));
+            return CLAIM_ANSWERED;
+        }
+        case CF_CLAIM_REUSED:
+            res->status = CF_STATUS_REJECTED;
+            cf_result_set_reason(res,
+                                 "id reused: request id '%s' already belongs to a different request (ids are "
+                                 "idempotency keys; use a new id for a new request)",
+                                 j->req.id);
+            return CLAIM_ANSWERED;
+        case CF_CLAIM_BUSY:
+            break;
+        }
+        if (cancelled(w, j))
+            return CLAIM_STOPPED;
+        if (cf_mono_us() >= give_up_at) {
+            res->status = CF_STATUS_INTERNAL_ERROR;
+            cf_result_set_reason(res, "request id '%s' has been running elsewhere for too long: not run here",
+                                 j->req.id);
+            return CLAIM_ANSWERED;
+        }
+        if (!said_waiting) {
+            cf_log_info(LOG_SUB, "request %s: running elsewhere; waiting to answer with its result", j->req.id);
+            said_waiting = true;
+        }
+        int64_t wait_ms = c.wait_ms > 0 && c.wait_ms < 200 ? c.wait_ms : 200;
+        nanosleep(&(struct timespec){0, (long)wait_ms * 1000 * 1000}, NULL);
+    }
+}
+
+/* Results worth replaying: what the program did.  A refusal or an
+ * internal error may not hold for the next delivery. */
+static bool replayable(cf_status s)
+{
+    return s != CF_STATUS_INTERNAL_ERROR && s != CF_STATUS_REJECTED;
 }
 
 static void run_job(cf_pool_job *pj, int slot, void *arg)
@@ -901,22 +1014,46 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
     cf_result res = {0};
     char reason[600];
     bool completed = true;
+    cf_error err;
+    cf_error_clear(&err);
+    cf_wstate *st = slot_state(w, slot, &err);
+    int64_t attempt = delivery_count(w, j, st);
     if (deadline_passed(&j->req, reason, sizeof(reason))) {
         /* It waited in the queue past its deadline. */
         res.status = CF_STATUS_REJECTED;
         cf_result_set_reason(&res, "%s", reason);
     } else {
-        completed = execute_job(w, j, slot, &res);
+        claim_outcome o = claim(w, j, slot, st, &res);
+        if (o == CLAIM_RUN) {
+            /* Holding the lease, the run's workspace and checkpoint writes
+             * are fenced by it: if it lapses and another worker takes the
+             * request over, this run writes nothing. */
+            bool fenced = j->leased && cf_wstate_lease_ref(j->profile->name, j->req.id, j->digest, j->token,
+                                                           j->lease_key, sizeof(j->lease_key), j->lease_value,
+                                                           sizeof(j->lease_value)) == 0;
+            if (fenced)
+                cf_wstate_set_guard(st, j->lease_key, j->lease_value);
+            completed = execute_job(w, j, slot, &res);
+            if (fenced)
+                cf_wstate_set_guard(st, NULL, NULL);
+        }
+        else if (o == CLAIM_STOPPED)
+            completed = false;
     }
+    res.meta.attempt = attempt;
     /* From here on the main thread may free j (after its delivery): it
      * must not find it among the running ones. */
     pthread_mutex_lock(&w->lock);
     w->running[slot] = NULL;
+    bool leased = j->leased;
+    j->leased = false;
     pthread_mutex_unlock(&w->lock);
     if (!completed) {
         /* The worker stopped it (its partition was revoked, or shutdown
          * grace ran out): no result; the request stays uncommitted and the
-         * partition's next owner runs it. */
+         * partition's next owner runs it, without waiting for our lease. */
+        if (leased && cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err) < 0)
+            cf_log_warn(LOG_SUB, "request %s: releasing its lease: %s", j->req.id, err.msg);
         cf_log_info(LOG_SUB, "request %s: execution stopped by the worker: left for the partition's next owner",
                     j->req.id);
         cf_result_clear(&res);
@@ -924,8 +1061,87 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
         return;
     }
     cf_log_debug(LOG_SUB, "request %s finished: %s", j->req.id, cf_status_name(res.status));
-    send_result(w, j, &res, false);
+    if (set_result_out(w, j, &res) < 0) {
+        cf_log_error(LOG_SUB, "request %s: no memory for its result: left for redelivery", j->req.id);
+        if (leased)
+            cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, NULL);
+        cf_result_clear(&res);
+        hand_back(w, j, HANDOFF_ABANDON, 0);
+        return;
+    }
+    if (leased) {
+        /* Stored before it is published: a crash between the two replays
+         * it on redelivery instead of running it again. */
+        int rc = replayable(res.status)
+                     ? cf_wstate_store_result(st, j->profile->name, j->req.id, j->digest, j->token, &j->out.value,
+                                              w->cfg->idempotency_ttl_us / 1000, &err)
+                     : cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err);
+        if (rc < 0)
+            cf_log_warn(LOG_SUB, "request %s: idempotency store: %s (the result is published all the same)",
+                        j->req.id, err.msg);
+    }
     cf_result_clear(&res);
+    send_out(w, j, false);
+}
+
+/* Renews the leases of running executions every third of their length,
+ * on its own Redis connection. */
+static void *lease_keeper(void *arg)
+{
+    cf_worker *w = arg;
+    cf_error err;
+    cf_error_clear(&err);
+    cf_wstate *st = cf_wstate_new(w->cfg, w->worker_id, &w->cancel_exec, &err);
+    if (!st)
+        cf_log_error(LOG_SUB, "lease keeper: %s", err.msg);
+    int64_t period_us = w->cfg->idempotency_lease_us / 3;
+    typedef struct held {
+        const char *scope;
+        char id[CF_ID_MAX + 1];
+        char digest[CF_DIGEST_HEX];
+        char token[CF_ID_MAX + 48];
+    } held;
+    held *h = calloc((size_t)w->cfg->slots, sizeof(*h));
+    pthread_mutex_lock(&w->lock);
+    while (!w->keeper_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += period_us / 1000000;
+        until.tv_nsec += (long)(period_us % 1000000) * 1000;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (!w->keeper_stop && pthread_cond_timedwait(&w->keeper_cond, &w->lock, &until) == 0) {
+        }
+        if (w->keeper_stop || !st || !h)
+            continue;
+        size_t n = 0;
+        for (int64_t s = 0; s < w->cfg->slots; s++) {
+            const job *j = w->running[s];
+            if (j && j->leased) {
+                h[n].scope = j->profile->name;
+                cf_strlcpy(h[n].id, j->req.id, sizeof(h[n].id));
+                cf_strlcpy(h[n].digest, j->digest, sizeof(h[n].digest));
+                cf_strlcpy(h[n].token, j->token, sizeof(h[n].token));
+                n++;
+            }
+        }
+        pthread_mutex_unlock(&w->lock);
+        for (size_t i = 0; i < n; i++) {
+            bool still = false;
+            if (cf_wstate_lease_renew(st, h[i].scope, h[i].id, h[i].digest, h[i].token,
+                                      w->cfg->idempotency_lease_us / 1000, &still, &err) < 0)
+                cf_log_warn(LOG_SUB, "request %s: renewing its lease: %s", h[i].id, err.msg);
+            else if (!still)
+                cf_log_debug(LOG_SUB, "request %s: lease no longer held (finished, or lapsed)", h[i].id);
+        }
+        pthread_mutex_lock(&w->lock);
+    }
+    pthread_mutex_unlock(&w->lock);
+    free(h);
+    cf_wstate_destroy(st);
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- partitions */
@@ -1298,6 +1514,11 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     w->cfg = cfg;
     w->wake_fd = -1;
     pthread_mutex_init(&w->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->keeper_cond, &ca);
+    pthread_condattr_destroy(&ca);
     if (cfg->worker_id && cfg->worker_id[0]) {
         cf_strlcpy(w->worker_id, cfg->worker_id, sizeof(w->worker_id));
     } else {
@@ -1320,12 +1541,19 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         cf_error_set(err, CF_E_NOMEM, "out of memory");
         goto fail;
     }
+    w->idempotent = w->have_redis && cfg->idempotency_ttl_us > 0;
     if (w->have_redis)
         cf_log_info(LOG_SUB, "redis %s (db %" PRId64 "%s%s)", cfg->redis, cfg->redis_db,
                     cfg->redis_user && cfg->redis_user[0] ? ", user " : "",
                     cfg->redis_user && cfg->redis_user[0] ? cfg->redis_user : "");
     else
         cf_log_info(LOG_SUB, "no redis configured: requests naming a workspace or thread are rejected");
+    if (w->idempotent)
+        cf_log_info(LOG_SUB, "idempotency: one run per request id, results kept %" PRId64 " s for replay",
+                    cfg->idempotency_ttl_us / 1000000);
+    else
+        cf_log_warn(LOG_SUB, "delivery is at-least-once only (%s): a redelivered or resubmitted request runs again",
+                    w->have_redis ? "idempotency-ttl is 0" : "no redis");
 
     w->bcfg = (cf_backend_config){
         .work_root = cfg->work_root,
@@ -1443,6 +1671,13 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     if (!w->pool) {
         cf_error_set(err, CF_E_NOMEM, "starting %" PRId64 " execution slots", cfg->slots);
         goto fail;
+    }
+    if (w->idempotent) {
+        if (pthread_create(&w->keeper, NULL, lease_keeper, w) != 0) {
+            cf_error_set(err, CF_E_SYSTEM, "starting the lease keeper thread");
+            goto fail;
+        }
+        w->keeper_started = true;
     }
     *out = w;
     return 0;
@@ -1603,6 +1838,13 @@ void cf_worker_destroy(cf_worker *w)
         drop_jobs(w, cf_exec_pool_drop_queued(w->pool, NULL, NULL));
         cf_exec_pool_destroy(w->pool);
     }
+    if (w->keeper_started) {
+        pthread_mutex_lock(&w->lock);
+        w->keeper_stop = true;
+        pthread_cond_signal(&w->keeper_cond);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->keeper, NULL);
+    }
     if (w->consumer_q)
         rd_kafka_queue_destroy(w->consumer_q);
     if (w->producer_q)
@@ -1630,5 +1872,6 @@ void cf_worker_destroy(cf_worker *w)
     if (w->wake_fd >= 0)
         close(w->wake_fd);
     pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->keeper_cond);
     free(w);
 }

@@ -123,6 +123,14 @@ static const cf_conf_prop worker_props[] = {
      "Checkpoints kept per thread (oldest trimmed on save; 0 = unlimited).", NULL},
     {"checkpoint-ttl", CF_CONF_DURATION, OFF(checkpoint_ttl_us), 0, 3650 * 24 * 3600 * SEC, "168h", NULL,
      "Lifetime of a checkpoint after its creation (0 = never expires).", NULL},
+    {"idempotency-ttl", CF_CONF_DURATION, OFF(idempotency_ttl_us), 0, 3650 * 24 * 3600 * SEC, "24h", NULL,
+     "With Redis: how long a request's result is kept to answer a redelivery or resubmission of its id "
+     "(same body: the stored result, marked metadata.replay; different body: rejected) without running it "
+     "again.  0: no store (at-least-once: a redelivered request runs again).", NULL},
+    {"idempotency-lease", CF_CONF_DURATION, OFF(idempotency_lease_us), SEC, 300 * SEC, "10s", NULL,
+     "With Redis: lease on a request id while it runs, renewed every third of it; a second delivery of "
+     "the id waits for the lease (and then replays) instead of running alongside.  A dead worker's lease "
+     "lapses after this long.", NULL},
     {"log-level", CF_CONF_ENUM, OFF(log_level), 0, 0, "info", "error|warn|info|debug",
      "Log verbosity.", NULL},
     {"log-format", CF_CONF_ENUM, OFF(log_format), 0, 0, "text", "text|json",

@@ -31,9 +31,10 @@ struct cf_wstate {
     cf_checkpoint_store *cp;
 };
 
+/* Deliveries per message of an id: a field per message. */
 static const cf_redis_script attempt_script = {
     "attempt",
-    "local n = redis.call('INCR', KEYS[1])\n"
+    "local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[1])\n"
     "return n\n",
 };
@@ -696,6 +697,11 @@ static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run 
         cf_error_clear(err);
         if (cf_workspace_commit(st->ws, req->workspace, run->ws_rev, puts, np, dels, nd, &new_rev, err) == 0)
             break;
+        if (err->code == CF_E_FENCED) {
+            /* Another worker owns this request now: write nothing. */
+            rc = cf_error_wrap(err, "the lease on this request was lost while it ran: changes not written back");
+            goto out;
+        }
         if (err->code == CF_E_CONFLICT && r.tries > 0 &&
             commit_landed(st, req->workspace, run->ws_rev, run->files.collected, run->files.n_collected)) {
             new_rev = run->ws_rev + 1;
@@ -805,6 +811,11 @@ static int finish_thread(cf_wstate *st, const cf_request *req, cf_wstate_run *ru
         cf_error_clear(err);
         if (cf_checkpoint_save(st->cp, req->thread, state, len, &o, id, err) == 0)
             break;
+        if (err->code == CF_E_FENCED) {
+            rc = cf_error_wrap(err, "the lease on this request was lost while it ran: checkpoint not saved");
+            id[0] = '\0';
+            break;
+        }
         if (err->code == CF_E_CONFLICT && r.tries > 0 && save_landed(st, req, run, &meta, id))
             break;
         if (err->code == CF_E_CONFLICT) {
@@ -854,22 +865,211 @@ int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ex
 
 /* ---------------------------------------------------------------- attempts */
 
-int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, int64_t *attempt, cf_error *err)
+int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const char *message, int64_t *attempt,
+                      cf_error *err)
 {
     *attempt = 0;
     char key[CF_ID_MAX + 160];
-    int n = scope ? snprintf(key, sizeof(key), "cf:attempt:{%s/%s}", scope, id)
-                  : snprintf(key, sizeof(key), "cf:attempt:{%s}", id);
+    int n = scope ? snprintf(key, sizeof(key), "cf:deliveries:{%s/%s}", scope, id)
+                  : snprintf(key, sizeof(key), "cf:deliveries:{%s}", id);
     if (n < 0 || (size_t)n >= sizeof(key))
         return cf_error_set(err, CF_E_INVALID, "request id too long");
     const char *keys[1] = {key};
-    const char *args[1] = {ATTEMPT_TTL_MS};
+    const char *args[2] = {ATTEMPT_TTL_MS, message};
     redisReply *rep = NULL;
-    if (cf_redis_eval(st->r, &attempt_script, 1, keys, NULL, 1, args, NULL, &rep, err) < 0)
+    if (cf_redis_eval(st->r, &attempt_script, 1, keys, NULL, 2, args, NULL, &rep, err) < 0)
         return -1;
     int rc = cf_redis_reply_i64(rep, attempt, err);
     cf_redis_reply_free(rep);
     if (rc == 0 && *attempt < 1)
         rc = cf_error_set(err, CF_E_REDIS, "attempt counter: unexpected value");
     return rc;
+}
+
+void cf_wstate_set_guard(cf_wstate *st, const char *key, const char *value)
+{
+    cf_workspace_set_guard(st->ws, key, value);
+    cf_checkpoint_set_guard(st->cp, key, value);
+}
+
+/* ---------------------------------------------------------------- idempotency */
+
+static const cf_redis_script claim_script = {
+    "idem_claim",
+    "-- KEYS: 1 idem hash, 2 lease; ARGV: 1 digest, 2 token, 3 lease ms\n"
+    "local d = redis.call('HGET', KEYS[1], 'digest')\n"
+    "if d then\n"
+    "  if d ~= ARGV[1] then return {'reused'} end\n"
+    "  return {'replay', redis.call('HGET', KEYS[1], 'result') or ''}\n"
+    "end\n"
+    "local mine = ARGV[1] .. ':' .. ARGV[2]\n"
+    "local cur = redis.call('GET', KEYS[2])\n"
+    "if not cur or cur == mine then\n"
+    "  redis.call('SET', KEYS[2], mine, 'PX', ARGV[3])\n"
+    "  return {'run'}\n"
+    "end\n"
+    "if string.sub(cur, 1, #ARGV[1] + 1) ~= ARGV[1] .. ':' then return {'reused'} end\n"
+    "return {'busy', tostring(redis.call('PTTL', KEYS[2]))}\n",
+};
+
+static const cf_redis_script renew_script = {
+    "idem_renew",
+    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "return 1\n",
+};
+
+static const cf_redis_script store_script = {
+    "idem_store",
+    "-- KEYS: 1 idem hash, 2 lease; ARGV: 1 digest, 2 lease value, 3 result, 4 ttl ms\n"
+    "local stored = 0\n"
+    "if redis.call('EXISTS', KEYS[1]) == 0 then\n"
+    "  redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'result', ARGV[3])\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
+    "  stored = 1\n"
+    "end\n"
+    "if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end\n"
+    "return stored\n",
+};
+
+static const cf_redis_script release_script = {
+    "idem_release",
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) return 1 end\n"
+    "return 0\n",
+};
+
+typedef struct idem_keys {
+    char idem[CF_ID_MAX + 160];
+    char lease[CF_ID_MAX + 160];
+    char mine[CF_DIGEST_HEX + 256]; /* the lease's value: digest:token */
+} idem_keys;
+
+static int idem_keys_init(idem_keys *k, const char *scope, const char *id, const char *digest, const char *token,
+                          cf_error *err)
+{
+    int a = snprintf(k->idem, sizeof(k->idem), "cf:idem:{%s/%s}", scope ? scope : "", id);
+    int b = snprintf(k->lease, sizeof(k->lease), "cf:lease:{%s/%s}", scope ? scope : "", id);
+    int c = snprintf(k->mine, sizeof(k->mine), "%s:%s", digest, token);
+    if (a < 0 || (size_t)a >= sizeof(k->idem) || b < 0 || (size_t)b >= sizeof(k->lease) || c < 0 ||
+        (size_t)c >= sizeof(k->mine))
+        return cf_error_set(err, CF_E_INVALID, "request id or lease token too long");
+    return 0;
+}
+
+int cf_wstate_lease_ref(const char *scope, const char *id, const char *digest, const char *token, char *key,
+                        size_t keysz, char *value, size_t valuesz)
+{
+    idem_keys k;
+    if (idem_keys_init(&k, scope, id, digest, token, NULL) < 0)
+        return -1;
+    if (cf_strlcpy(key, k.lease, keysz) >= keysz || cf_strlcpy(value, k.mine, valuesz) >= valuesz)
+        return -1;
+    return 0;
+}
+
+void cf_claim_clear(cf_claim *c)
+{
+    if (!c)
+        return;
+    free(c->stored.data);
+    memset(c, 0, sizeof(*c));
+}
+
+int cf_wstate_claim(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
+                    int64_t lease_ms, cf_claim *out, cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    idem_keys k;
+    if (idem_keys_init(&k, scope, id, digest, token, err) < 0)
+        return -1;
+    char ms[24];
+    snprintf(ms, sizeof(ms), "%" PRId64, lease_ms);
+    const char *keys[2] = {k.idem, k.lease};
+    const char *args[3] = {digest, token, ms};
+    redisReply *rep = NULL;
+    if (cf_redis_eval(st->r, &claim_script, 2, keys, NULL, 3, args, NULL, &rep, err) < 0)
+        return -1;
+    int rc = 0;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 1 || rep->element[0]->type != REDIS_REPLY_STRING) {
+        rc = cf_error_set(err, CF_E_REDIS, "idempotency claim: unexpected reply");
+    } else if (cf_redis_reply_is(rep->element[0], "run")) {
+        out->kind = CF_CLAIM_RUN;
+    } else if (cf_redis_reply_is(rep->element[0], "reused")) {
+        out->kind = CF_CLAIM_REUSED;
+    } else if (cf_redis_reply_is(rep->element[0], "replay") && rep->elements == 2 &&
+               rep->element[1]->type == REDIS_REPLY_STRING) {
+        out->kind = CF_CLAIM_REPLAY;
+        if (cf_bytes_set(&out->stored, rep->element[1]->str, rep->element[1]->len) < 0)
+            rc = cf_error_set(err, CF_E_NOMEM, "out of memory");
+    } else if (cf_redis_reply_is(rep->element[0], "busy") && rep->elements == 2 &&
+               rep->element[1]->type == REDIS_REPLY_STRING) {
+        out->kind = CF_CLAIM_BUSY;
+        out->wait_ms = strtoll(rep->element[1]->str, NULL, 10);
+    } else {
+        rc = cf_error_set(err, CF_E_REDIS, "idempotency claim: unexpected reply");
+    }
+    cf_redis_reply_free(rep);
+    if (rc < 0)
+        cf_claim_clear(out);
+    return rc;
+}
+
+int cf_wstate_lease_renew(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
+                          int64_t lease_ms, bool *held, cf_error *err)
+{
+    *held = false;
+    idem_keys k;
+    if (idem_keys_init(&k, scope, id, digest, token, err) < 0)
+        return -1;
+    char ms[24];
+    snprintf(ms, sizeof(ms), "%" PRId64, lease_ms);
+    const char *keys[1] = {k.lease};
+    const char *args[2] = {k.mine, ms};
+    redisReply *rep = NULL;
+    if (cf_redis_eval(st->r, &renew_script, 1, keys, NULL, 2, args, NULL, &rep, err) < 0)
+        return -1;
+    int64_t v = 0;
+    int rc = cf_redis_reply_i64(rep, &v, err);
+    cf_redis_reply_free(rep);
+    *held = v == 1;
+    return rc;
+}
+
+int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
+                           const cf_bytes *result, int64_t ttl_ms, cf_error *err)
+{
+    idem_keys k;
+    if (idem_keys_init(&k, scope, id, digest, token, err) < 0)
+        return -1;
+    char ms[24];
+    snprintf(ms, sizeof(ms), "%" PRId64, ttl_ms);
+    const char *keys[2] = {k.idem, k.lease};
+    const char *args[4] = {digest, k.mine, (const char *)result->data, ms};
+    size_t lens[4] = {strlen(digest), strlen(k.mine), result->len, strlen(ms)};
+    retry r;
+    retry_init(st, &r);
+    for (;;) {
+        if (cf_redis_eval(st->r, &store_script, 2, keys, NULL, 4, args, lens, NULL, err) == 0)
+            return 0;
+        if (!retry_again(st, &r, err))
+            return -1;
+    }
+}
+
+int cf_wstate_lease_release(cf_wstate *st, const char *scope, const char *id, const char *digest,
+                            const char *token, cf_error *err)
+{
+    idem_keys k;
+    if (idem_keys_init(&k, scope, id, digest, token, err) < 0)
+        return -1;
+    const char *keys[1] = {k.lease};
+    const char *args[1] = {k.mine};
+    retry r;
+    retry_init(st, &r);
+    for (;;) {
+        if (cf_redis_eval(st->r, &release_script, 1, keys, NULL, 1, args, NULL, NULL, err) == 0)
+            return 0;
+        if (!retry_again(st, &r, err))
+            return -1;
+    }
 }

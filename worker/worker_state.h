@@ -98,11 +98,62 @@ int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ex
  * input if finish did not run.  NULL-safe; leaves run zeroed. */
 void cf_wstate_run_clear(cf_wstate_run *run, cf_request *req);
 
-/* Counts a delivery of request id (INCR with a one-day expiry) and returns
- * the count (1 = first delivery).  scope (the profile; may be NULL) keeps
- * tenants' ids apart: one tenant's id never counts as another's delivery.
- * One try, no retries. */
-int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, int64_t *attempt, cf_error *err);
+/* Counts a delivery of one Kafka message carrying request id and returns
+ * the count (1 = first delivery; higher = the same message delivered
+ * again).  message names the message ("topic/partition/offset"), so that a
+ * resubmission of the id (a new message) is not counted as a redelivery.
+ * scope (the profile; may be NULL) keeps tenants' ids apart.  One-day
+ * expiry; one try, no retries. */
+int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const char *message, int64_t *attempt,
+                      cf_error *err);
+
+/* ---- idempotency: one run per request id, its result replayed ----
+ *
+ * Keys (scope = the profile, keeping tenants apart): cf:idem:{scope/id}, a
+ * hash of the request digest and its encoded result, kept for
+ * idempotency-ttl; cf:lease:{scope/id}, "digest:token" while a worker runs
+ * the id, expiring after idempotency-lease unless renewed. */
+typedef enum cf_claim_kind {
+    CF_CLAIM_RUN,    /* the lease is ours: run it */
+    CF_CLAIM_REPLAY, /* already answered: stored holds its encoded result */
+    CF_CLAIM_REUSED, /* the id is (or was) used by a different request */
+    CF_CLAIM_BUSY,   /* another run of the same request holds the lease */
+} cf_claim_kind;
+
+typedef struct cf_claim {
+    cf_claim_kind kind;
+    cf_bytes stored;  /* CF_CLAIM_REPLAY: the result as it was published */
+    int64_t wait_ms;  /* CF_CLAIM_BUSY: the lease's remaining time */
+} cf_claim;
+
+void cf_claim_clear(cf_claim *c);
+
+/* While set, this slot's workspace and checkpoint writes land only if the
+ * Redis key holds value (the run's lease): a worker that lost the request
+ * writes nothing (CF_E_FENCED).  Borrowed strings; NULL key clears. */
+void cf_wstate_set_guard(cf_wstate *st, const char *key, const char *value);
+
+/* The lease key and value of a claim, for cf_wstate_set_guard. */
+int cf_wstate_lease_ref(const char *scope, const char *id, const char *digest, const char *token, char *key,
+                        size_t keysz, char *value, size_t valuesz);
+
+/* One try (no retries: the caller decides how to wait). */
+int cf_wstate_claim(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
+                    int64_t lease_ms, cf_claim *out, cf_error *err);
+
+/* Extends our lease; *held false when it is no longer ours. */
+int cf_wstate_lease_renew(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
+                          int64_t lease_ms, bool *held, cf_error *err);
+
+/* Stores the result (unless one is stored already: the first answer stays
+ * the answer) and releases our lease.  Retries within the budget. */
+int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
+                           const cf_bytes *result, int64_t ttl_ms, cf_error *err);
+
+/* Releases our lease without storing (a run stopped, or an answer not to
+ * be replayed).  Retries within the budget. */
+int cf_wstate_lease_release(cf_wstate *st, const char *scope, const char *id, const char *digest,
+                            const char *token, cf_error *err);
 
 /* ---- pure helpers (exposed for unit tests) ---- */
 

@@ -212,6 +212,29 @@ static void test_save_get_latest_history(void **state)
     assert_int_equal(err.code, CF_E_NOT_FOUND);
 }
 
+/* Saves and rollbacks of a guarded writer land only while it holds its guard. */
+static void test_guard_fences_saves(void **state)
+{
+    fixture *f = *state;
+    char id[CF_CHECKPOINT_ID_MAX + 1];
+    (void)cf_test_redis_int(f->raw, "SET lease mine");
+    cf_checkpoint_set_guard(f->cs, "lease", "mine");
+    save_n(f->cs, "g1", 1, NULL, id);
+    (void)cf_test_redis_int(f->raw, "SET lease theirs");
+    uint8_t st[6];
+    cf_error err;
+    assert_int_equal(cf_checkpoint_save(f->cs, "g1", st, mk_state(st, 2), NULL, NULL, &err), -1);
+    assert_int_equal(err.code, CF_E_FENCED);
+    assert_int_equal(cf_checkpoint_rollback(f->cs, "g1", id, NULL, NULL, &err), -1);
+    assert_int_equal(err.code, CF_E_FENCED);
+    cf_checkpoint cp;
+    ok(cf_checkpoint_latest(f->cs, "g1", &cp, &err), &err);
+    assert_string_equal(cp.id, id); /* nothing written */
+    cf_checkpoint_clear(&cp);
+    cf_checkpoint_set_guard(f->cs, NULL, NULL);
+    save_n(f->cs, "g1", 3, NULL, id);
+}
+
 static void test_rollback_keeps_old_chain(void **state)
 {
     fixture *f = *state;
@@ -501,6 +524,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_save_get_latest_history, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_guard_fences_saves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rollback_keeps_old_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_and_delete_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_by_count, setup, teardown),

@@ -224,6 +224,31 @@ static void test_cas_conflict(void **state)
     assert_int_equal(cf_test_redis_int(f->raw, "HEXISTS cf:{ws:cas}:files g"), 0);
 }
 
+/* A guarded writer writes only while its guard key holds its value. */
+static void test_guard_fences_writes(void **state)
+{
+    fixture *f = *state;
+    cf_error err;
+    ok(cf_workspace_create(f->ws, "fence", NULL, NULL, &err), &err);
+    (void)cf_test_redis_int(f->raw, "SET lease mine");
+    cf_workspace_set_guard(f->ws, "lease", "mine");
+    int64_t rev = 0;
+    ok(cf_workspace_put(f->ws, "fence", 0, "a", "1", 1, &rev, &err), &err);
+    assert_int_equal(rev, 1);
+    /* The lease passes to another writer (or lapses): refused, nothing written. */
+    (void)cf_test_redis_int(f->raw, "SET lease theirs");
+    assert_int_equal(cf_workspace_put(f->ws, "fence", 1, "b", "2", 1, &rev, &err), -1);
+    assert_int_equal(err.code, CF_E_FENCED);
+    assert_int_equal(cf_test_redis_int(f->raw, "DEL lease"), 1);
+    assert_int_equal(cf_workspace_put(f->ws, "fence", 1, "b", "2", 1, &rev, &err), -1);
+    assert_int_equal(err.code, CF_E_FENCED);
+    assert_int_equal(cf_test_redis_int(f->raw, "HEXISTS cf:{ws:fence}:files b"), 0);
+    /* Unguarded again: writes as before. */
+    cf_workspace_set_guard(f->ws, NULL, NULL);
+    ok(cf_workspace_put(f->ws, "fence", 1, "b", "2", 1, &rev, &err), &err);
+    assert_int_equal(rev, 2);
+}
+
 typedef struct incr_arg {
     int port;
     int iterations;
@@ -633,6 +658,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_crud, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cas_conflict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_guard_fences_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_writers_lose_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ttl_refresh_and_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_history, setup, teardown),

@@ -901,25 +901,82 @@ static void *relaunch_later(void *arg)
     return NULL;
 }
 
+/* One run per id: the lease, the stored result replayed, a reused id
+ * refused, tenants apart. */
+static void state_idempotency(void **state)
+{
+    rfix *f = *state;
+    const char *d1 = "1111111111111111111111111111111111111111111111111111111111111111";
+    const char *d2 = "2222222222222222222222222222222222222222222222222222222222222222";
+    cf_claim c;
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d1, "w1/0/1", 5000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_RUN);
+    /* While it runs: the same request waits, another body is refused, the
+     * same id of another tenant is independent. */
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d1, "w2/0/1", 5000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_BUSY);
+    assert_true(c.wait_ms > 0 && c.wait_ms <= 5000);
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d2, "w2/0/2", 5000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_REUSED);
+    assert_int_equal(cf_wstate_claim(f->st, "q", "id-1", d2, "w2/0/3", 5000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_RUN);
+    bool held = false;
+    assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-1", d1, "w1/0/1", 5000, &held, NULL), 0);
+    assert_true(held);
+    assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-1", d1, "w2/0/1", 5000, &held, NULL), 0);
+    assert_false(held);
+    /* Stored: both bodies now get their answer without a lease. */
+    cf_bytes result = {(uint8_t *)"RESULT", 6};
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w1/0/1", &result, 60000, NULL), 0);
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d1, "w3/0/1", 5000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_REPLAY);
+    assert_int_equal(c.stored.len, 6);
+    assert_memory_equal(c.stored.data, "RESULT", 6);
+    cf_claim_clear(&c);
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d2, "w3/0/2", 5000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_REUSED);
+    /* The first answer stays the answer. */
+    cf_bytes other = {(uint8_t *)"OTHER", 5};
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w9/0/1", &other, 60000, NULL), 0);
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d1, "w3/0/3", 5000, &c, NULL), 0);
+    assert_memory_equal(c.stored.data, "RESULT", 6);
+    cf_claim_clear(&c);
+    /* A released lease (a stopped run) lets the next delivery run at once. */
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-2", d1, "w1/1/1", 5000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_RUN);
+    assert_int_equal(cf_wstate_lease_release(f->st, "p", "id-2", d1, "w1/1/1", NULL), 0);
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-2", d1, "w2/1/1", 5000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_RUN);
+    /* A lease that is not renewed lapses (a dead worker). */
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-3", d1, "w1/1/2", 1000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_RUN);
+    cf_test_sleep_us(1200 * 1000);
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-3", d1, "w2/1/2", 1000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_RUN);
+}
+
 static void state_attempts_and_outage(void **state)
 {
     rfix *f = *state;
     int64_t n = 0;
-    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-a", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-a", "t/0/5", &n, NULL), 0);
     assert_int_equal(n, 1);
-    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-a", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-a", "t/0/5", &n, NULL), 0);
     assert_int_equal(n, 2);
-    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-b", &n, NULL), 0);
+    /* The same id in a new message is a resubmission, not a redelivery. */
+    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-a", "t/0/9", &n, NULL), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(cf_wstate_attempt(f->st, NULL, "req-b", "t/0/5", &n, NULL), 0);
     assert_int_equal(n, 1);
     /* One tenant's id is not another's delivery. */
-    assert_int_equal(cf_wstate_attempt(f->st, "tenant-a", "same-id", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(f->st, "tenant-a", "same-id", "t/0/1", &n, NULL), 0);
     assert_int_equal(n, 1);
-    assert_int_equal(cf_wstate_attempt(f->st, "tenant-b", "same-id", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(f->st, "tenant-b", "same-id", "t/0/1", &n, NULL), 0);
     assert_int_equal(n, 1);
-    assert_int_equal(cf_wstate_attempt(f->st, "tenant-a", "same-id", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(f->st, "tenant-a", "same-id", "t/0/1", &n, NULL), 0);
     assert_int_equal(n, 2);
     redisContext *raw = cf_test_redis_raw(&f->srv);
-    long long ttl = cf_test_redis_int(raw, "PTTL cf:attempt:{req-a}");
+    long long ttl = cf_test_redis_int(raw, "PTTL cf:deliveries:{req-a}");
     assert_true(ttl > 0 && ttl <= 86400000);
     redisFree(raw);
 
@@ -952,7 +1009,7 @@ static void state_attempts_and_outage(void **state)
     cf_conf_set(&cf_worker_conf_table, &f->cfg, "redis-retry-budget", "5s", NULL);
     cf_wstate *patient = cf_wstate_new(&f->cfg, "w-patient", NULL, NULL);
     assert_non_null(patient);
-    assert_int_equal(cf_wstate_attempt(patient, NULL, "warm-up", &n, NULL), 0);
+    assert_int_equal(cf_wstate_attempt(patient, NULL, "warm-up", "t/0/0", &n, NULL), 0);
     cf_test_redis_kill(&f->srv);
     pthread_t th;
     relaunch rl = {.srv = &f->srv, .done = 0};
@@ -1037,6 +1094,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(state_workspace_conflict_and_bad_output, rfix_setup, rfix_teardown),
         cmocka_unit_test_setup_teardown(state_workspace_read_only, rfix_setup, rfix_teardown),
         cmocka_unit_test_setup_teardown(state_checkpoints_through_runs, rfix_setup, rfix_teardown),
+        cmocka_unit_test_setup_teardown(state_idempotency, rfix_setup, rfix_teardown),
         cmocka_unit_test_setup_teardown(state_attempts_and_outage, rfix_setup, rfix_teardown),
     };
     return cmocka_run_group_tests_name("worker", tests, NULL, NULL);

@@ -1,0 +1,186 @@
+/* Request ids as idempotency keys, through the fleet (real broker, real
+ * Redis, real workers): a resubmitted request is answered from the store
+ * without running again, a reused id with another body is refused, two
+ * deliveries of one id never run side by side, and a run killed with its
+ * worker is redelivered as attempt 2. */
+#include "it_support.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cf_dispatcher.h"
+#include "cf_schema.h"
+#include "cf_util.h"
+
+#define SEC 1000000LL
+
+#define IT_REQUIRE_REDIS()                                                              \
+    do {                                                                                \
+        IT_REQUIRE_BROKER();                                                            \
+        if (!it_redis()) {                                                              \
+            print_message("CF_TEST_REDIS not set: skipping (run tests/run_all.sh)\n");  \
+            skip();                                                                     \
+        }                                                                               \
+    } while (0)
+
+static void start_worker(it_worker *w, const it_topics *t, const char *id, const char *slots)
+{
+    static char a_redis[300], a_slots[64];
+    snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
+    snprintf(a_slots, sizeof(a_slots), "--slots=%s", slots);
+    const char *extra[] = {a_redis, a_slots, "--idempotency-lease=3s", NULL};
+    it_worker_start(w, t, id, extra);
+    if (!it_worker_wait_log(w, "assigned", 30000)) {
+        it_worker_dump_log(w);
+        fail_msg("worker %s was never assigned", id);
+    }
+}
+
+static void wait_result(cf_dispatcher *d, const char *id, const it_worker *w, cf_result *res)
+{
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_wait(d, id, 60 * SEC, res, &err) < 0) {
+        it_worker_dump_log(w);
+        fail_msg("no result for %s: %s", id, err.msg);
+    }
+}
+
+static bool same_stdout(const cf_result *a, const cf_result *b)
+{
+    return a->stdout_data.len == b->stdout_data.len && a->stdout_data.len > 0 &&
+           memcmp(a->stdout_data.data, b->stdout_data.data, a->stdout_data.len) == 0;
+}
+
+/* Resubmitting an answered id: the stored result, marked replay, and the
+ * program did not run again (its output is a fresh random value per run).
+ * The same id with another body: rejected. */
+static void resubmission_replays_and_reuse_is_refused(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    it_topics t;
+    it_topics_create(&t, "idem", 1);
+    it_worker w;
+    start_worker(&w, &t, "idem-w1", "2");
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "cat /proc/sys/kernel/random/uuid");
+    cf_error err;
+    cf_error_clear(&err);
+    cf_result first = {0}, again = {0}, reused = {0};
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    wait_result(d, req.id, &w, &first);
+    assert_int_equal(first.status, CF_STATUS_SUCCESS);
+    assert_false(first.meta.replay);
+    assert_int_equal(first.meta.attempt, 1);
+
+    /* The client submits it again (a new message, same id and body; the
+     * dispatcher stamps a new created_us, which does not count). */
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    wait_result(d, req.id, &w, &again);
+    assert_int_equal(again.status, CF_STATUS_SUCCESS);
+    assert_true(again.meta.replay);
+    assert_int_equal(again.meta.attempt, 1); /* a resubmission, not a redelivery */
+    assert_true(same_stdout(&first, &again));
+
+    /* Same id, different program. */
+    cf_bytes_set(&req.code, "echo other", 10);
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    wait_result(d, req.id, &w, &reused);
+    assert_int_equal(reused.status, CF_STATUS_REJECTED);
+    assert_non_null(reused.reason);
+    assert_non_null(strstr(reused.reason, "id reused"));
+    assert_false(reused.meta.replay);
+
+    cf_result_clear(&first);
+    cf_result_clear(&again);
+    cf_result_clear(&reused);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
+/* Two copies of one request submitted at once, two free slots: one runs,
+ * the other waits for its lease and replays its result. */
+static void concurrent_duplicates_run_once(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    it_topics t;
+    it_topics_create(&t, "idem-dup", 1);
+    it_worker w;
+    start_worker(&w, &t, "idem-w2", "2");
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "sleep 1; cat /proc/sys/kernel/random/uuid");
+    cf_error err;
+    cf_error_clear(&err);
+    /* Produced under two different message keys: the pool's per-key order
+     * does not keep them apart, the lease does. */
+    cf_bytes enc = {0};
+    assert_int_equal(cf_request_encode(&req, &enc, NULL), 0);
+    assert_int_equal(cf_dispatcher_produce_raw(d, NULL, "copy-1", 6, enc.data, enc.len, &err), 0);
+    assert_int_equal(cf_dispatcher_produce_raw(d, NULL, "copy-2", 6, enc.data, enc.len, &err), 0);
+    free(enc.data);
+    cf_result a = {0}, b = {0};
+    wait_result(d, req.id, &w, &a);
+    wait_result(d, req.id, &w, &b);
+    assert_int_equal(a.status, CF_STATUS_SUCCESS);
+    assert_int_equal(b.status, CF_STATUS_SUCCESS);
+    assert_true(same_stdout(&a, &b));
+    assert_true(a.meta.replay != b.meta.replay);
+    cf_result_clear(&a);
+    cf_result_clear(&b);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
+/* A worker SIGKILLed mid-run: its lease lapses, the partition's next owner
+ * runs the request (attempt 2: the same message again) and answers once. */
+static void killed_run_is_redelivered_as_attempt_two(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    it_topics t;
+    it_topics_create(&t, "idem-kill", 1);
+    it_worker w1, w2;
+    start_worker(&w1, &t, "idem-k1", "1");
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "sleep 2; echo survived");
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    char needle[160];
+    snprintf(needle, sizeof(needle), "request %s", req.id);
+    if (!it_worker_wait_log(&w1, needle, 30000)) {
+        it_worker_dump_log(&w1);
+        fail_msg("worker 1 never took the request");
+    }
+    it_worker_stop(&w1, SIGKILL, 5000);
+    start_worker(&w2, &t, "idem-k2", "1");
+    cf_result res = {0};
+    wait_result(d, req.id, &w2, &res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_string_equal(res.meta.worker, "idem-k2");
+    assert_false(res.meta.replay);
+    assert_int_equal(res.meta.attempt, 2);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w2, SIGTERM, 30000) >= 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(resubmission_replays_and_reuse_is_refused),
+        cmocka_unit_test(concurrent_duplicates_run_once),
+        cmocka_unit_test(killed_run_is_redelivered_as_attempt_two),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
