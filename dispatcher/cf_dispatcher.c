@@ -28,6 +28,7 @@ typedef struct pending_entry {
     uint64_t hash;
     int64_t received_mono_us;
     cf_result res;
+    size_t bytes; /* the encoded result's size: what the entry holds, roughly */
 } pending_entry;
 
 typedef struct pending_map {
@@ -36,6 +37,8 @@ typedef struct pending_map {
     pending_entry *oldest, *newest;
     size_t count;
     size_t max;
+    size_t bytes;     /* sum of the entries' bytes */
+    size_t max_bytes; /* and its bound: results may be megabytes each */
 } pending_map;
 
 static uint64_t hash_id(const char *s)
@@ -94,6 +97,7 @@ static void pending_unlink(pending_map *m, pending_entry *e)
         m->newest = e->prev;
     e->hnext = e->prev = e->next = NULL;
     m->count--;
+    m->bytes -= e->bytes;
 }
 
 static void pending_entry_free(pending_entry *e)
@@ -127,7 +131,8 @@ static size_t pending_insert(pending_map *m, pending_entry *e, bool *duplicate)
         m->oldest = e;
     m->newest = e;
     m->count++;
-    while (m->count > m->max && m->oldest) {
+    m->bytes += e->bytes;
+    while ((m->count > m->max || m->bytes > m->max_bytes) && m->oldest && m->oldest != e) {
         pending_entry *old = m->oldest;
         pending_unlink(m, old);
         pending_entry_free(old);
@@ -208,6 +213,7 @@ static void collector_handle(cf_dispatcher *d, const rd_kafka_message_t *m)
         return;
     }
     e->received_mono_us = cf_mono_us();
+    e->bytes = m->len + sizeof(*e);
     atomic_fetch_add(&d->n_seen, 1);
     bool dup = false;
     pthread_mutex_lock(&d->mu);
@@ -273,6 +279,7 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
     pthread_mutex_init(&d->mu, NULL);
     atomic_init(&d->stop, false);
     d->map.max = cfg->max_pending ? cfg->max_pending : CF_DISPATCHER_MAX_PENDING_DEFAULT;
+    d->map.max_bytes = cfg->max_pending_bytes ? cfg->max_pending_bytes : CF_DISPATCHER_MAX_PENDING_BYTES_DEFAULT;
 
     d->brokers = cf_strdup(cfg->brokers ? cfg->brokers : CF_DEFAULT_BROKERS);
     d->request_topic = cf_strdup(cfg->request_topic ? cfg->request_topic : CF_DEFAULT_REQUEST_TOPIC);

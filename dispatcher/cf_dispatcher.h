@@ -24,6 +24,7 @@
 #define CF_DEFAULT_REQUEST_TOPIC "codefleet.requests"
 #define CF_DEFAULT_RESULT_TOPIC "codefleet.results"
 #define CF_DISPATCHER_MAX_PENDING_DEFAULT 100000
+#define CF_DISPATCHER_MAX_PENDING_BYTES_DEFAULT ((size_t)256 << 20)
 
 typedef struct cf_dispatcher cf_dispatcher;
 
@@ -35,6 +36,8 @@ typedef struct cf_dispatcher_config {
     const cf_kvlist *kafka;    /* extra librdkafka properties (producer and consumers), may be NULL */
     bool collect_results;      /* start a result collector at creation (for wait) */
     size_t max_pending;        /* collector map bound; 0 = CF_DISPATCHER_MAX_PENDING_DEFAULT */
+    size_t max_pending_bytes;  /* and in bytes of results; 0 = CF_DISPATCHER_MAX_PENDING_BYTES_DEFAULT.
+                                  The newest result is always kept, whatever its size. */
 } cf_dispatcher_config;
 
 /* Counters, for tests and the CLI's diagnostics. */
@@ -43,7 +46,7 @@ typedef struct cf_dispatcher_stats {
     uint64_t delivery_failed;  /* delivery reports with an error */
     uint64_t results_seen;     /* result messages the collector decoded */
     uint64_t results_malformed;/* result messages that failed to decode (skipped) */
-    uint64_t results_evicted;  /* dropped from the collector map past max_pending */
+    uint64_t results_evicted;  /* dropped from the collector map past max_pending(_bytes) */
     uint64_t results_pending;  /* currently held in the collector map */
 } cf_dispatcher_stats;
 

@@ -139,6 +139,83 @@ static int fail_io(cf_redis *r, int errnum, const char *what, cf_error *err)
 /* Sends one command and reads exactly one reply, counting raw bytes before
  * hiredis allocates anything for them.  Error replies are returned as
  * replies (type REDIS_REPLY_ERROR); the caller maps them. */
+/* hiredis 0.14 allocates an aggregate's element array as soon as it reads
+ * the header ("*2000000000\r\n" reserves 16 GB), before any element bytes
+ * arrive, so the byte cap alone does not bound memory.  This scanner walks
+ * the RESP2 stream as it is fed and refuses a reply whose aggregates
+ * declare more elements than the byte cap could ever hold (an element is
+ * at least 3 bytes).  Bulk bodies are skipped, not scanned. */
+typedef struct resp_scan {
+    enum { RS_TYPE, RS_HEADER, RS_LINE, RS_BULK } state;
+    char type;
+    bool neg;
+    int digits;
+    int64_t num;
+    int64_t bulk_left; /* body bytes + CRLF still to skip */
+    int64_t declared;  /* elements declared by the reply's aggregates */
+} resp_scan;
+
+static int resp_scan_feed(resp_scan *s, const char *p, size_t n, size_t max_bytes, cf_error *err)
+{
+    size_t i = 0;
+    while (i < n) {
+        switch (s->state) {
+        case RS_TYPE:
+            s->type = p[i++];
+            s->neg = false;
+            s->digits = 0;
+            s->num = 0;
+            s->state = (s->type == '*' || s->type == '$') ? RS_HEADER : RS_LINE;
+            break;
+        case RS_HEADER: {
+            char ch = p[i++];
+            if (ch == '-' && s->digits == 0 && !s->neg) {
+                s->neg = true;
+            } else if (ch >= '0' && ch <= '9') {
+                if (++s->digits > 18)
+                    return cf_error_set(err, CF_E_LIMIT, "redis: reply declares an absurd length");
+                s->num = s->num * 10 + (ch - '0');
+            } else if (ch == '\n') {
+                if (s->neg) {
+                    s->state = RS_TYPE; /* nil */
+                } else if (s->type == '*') {
+                    s->declared += s->num;
+                    if ((uint64_t)s->declared > max_bytes / 3)
+                        return cf_error_set(err, CF_E_LIMIT,
+                                            "redis: reply declares %" PRId64 " elements, more than %zu bytes can hold",
+                                            s->declared, max_bytes);
+                    s->state = RS_TYPE;
+                } else {
+                    if ((uint64_t)s->num > max_bytes)
+                        return cf_error_set(err, CF_E_LIMIT, "redis: reply declares a %" PRId64 "-byte string",
+                                            s->num);
+                    s->bulk_left = s->num + 2;
+                    s->state = RS_BULK;
+                }
+            } /* '\r' and anything else: hiredis judges the syntax */
+            break;
+        }
+        case RS_LINE: {
+            const char *nl = memchr(p + i, '\n', n - i);
+            if (!nl)
+                return 0;
+            i = (size_t)(nl - p) + 1;
+            s->state = RS_TYPE;
+            break;
+        }
+        case RS_BULK: {
+            size_t take = (size_t)s->bulk_left < n - i ? (size_t)s->bulk_left : n - i;
+            i += take;
+            s->bulk_left -= (int64_t)take;
+            if (s->bulk_left == 0)
+                s->state = RS_TYPE;
+            break;
+        }
+        }
+    }
+    return 0;
+}
+
 static int roundtrip(cf_redis *r, int argc, const char **argv, const size_t *lens, redisReply **out, cf_error *err)
 {
     *out = NULL;
@@ -180,6 +257,8 @@ static int roundtrip(cf_redis *r, int argc, const char **argv, const size_t *len
         return cf_error_set(err, CF_E_NOMEM, "redis: out of memory");
     }
     void *reply = NULL;
+    resp_scan scan;
+    memset(&scan, 0, sizeof(scan));
     for (;;) {
         if (redisReaderGetReply(r->c->reader, &reply) != REDIS_OK) {
             char msg[160];
@@ -208,6 +287,11 @@ static int roundtrip(cf_redis *r, int argc, const char **argv, const size_t *len
             free(buf);
             drop_connection(r);
             return cf_error_set(err, CF_E_LIMIT, "redis: reply exceeds %zu bytes", r->max_reply_bytes);
+        }
+        if (resp_scan_feed(&scan, buf, (size_t)n, r->max_reply_bytes, err) < 0) {
+            free(buf);
+            drop_connection(r);
+            return -1;
         }
         if (redisReaderFeed(r->c->reader, buf, (size_t)n) != REDIS_OK) {
             free(buf);

@@ -698,8 +698,15 @@ static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run 
         if (cf_workspace_commit(st->ws, req->workspace, run->ws_rev, puts, np, dels, nd, &new_rev, err) == 0)
             break;
         if (err->code == CF_E_FENCED) {
-            /* Another worker owns this request now: write nothing. */
-            rc = cf_error_wrap(err, "the lease on this request was lost while it ran: changes not written back");
+            /* Another worker took this request over while it ran (this
+             * worker stalled past its lease): nothing written. */
+            res->workspace_conflict = true;
+            res->workspace_revision = run->ws_rev;
+            add_diag(res, "error", "workspace '%s': changes not written back: another worker took this request "
+                     "over while it ran (the run's lease lapsed)", req->workspace);
+            add_reason(res, "workspace conflict: the request's lease lapsed while it ran (another worker took it "
+                       "over); changes not written back");
+            cf_error_clear(err);
             goto out;
         }
         if (err->code == CF_E_CONFLICT && r.tries > 0 &&
@@ -812,7 +819,12 @@ static int finish_thread(cf_wstate *st, const cf_request *req, cf_wstate_run *ru
         if (cf_checkpoint_save(st->cp, req->thread, state, len, &o, id, err) == 0)
             break;
         if (err->code == CF_E_FENCED) {
-            rc = cf_error_wrap(err, "the lease on this request was lost while it ran: checkpoint not saved");
+            res->checkpoint_conflict = true;
+            add_diag(res, "error", "thread '%s': checkpoint not saved: another worker took this request over while "
+                     "it ran (the run's lease lapsed)", req->thread);
+            add_reason(res, "checkpoint conflict on thread '%s': not saved (the request's lease lapsed while it ran)",
+                       req->thread);
+            cf_error_clear(err);
             id[0] = '\0';
             break;
         }

@@ -368,6 +368,44 @@ static void test_collector_bound_evicts_oldest(void **state)
     cf_dispatcher_destroy(d);
 }
 
+/* The collector is bounded in bytes too: results may be megabytes each. */
+static void test_collector_byte_bound_evicts_oldest(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-evict-bytes", 1);
+    cf_dispatcher_config cfg = {
+        .brokers = it_brokers(),
+        .request_topic = t.requests,
+        .result_topic = t.results,
+        .collect_results = true,
+        .max_pending = 1000,
+        .max_pending_bytes = 3500, /* two results of ~1.5 KB, not three */
+        .kafka = it_kafka(),
+    };
+    cf_dispatcher *d = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_dispatcher_new(&cfg, &d, &err), 0);
+    char big[1001];
+    memset(big, 'x', 1000);
+    big[1000] = '\0';
+    produce_result(d, &t, "b-1", CF_STATUS_SUCCESS, big);
+    produce_result(d, &t, "b-2", CF_STATUS_SUCCESS, big);
+    produce_result(d, &t, "b-3", CF_STATUS_SUCCESS, big);
+    cf_result res = {0};
+    assert_int_equal(cf_dispatcher_wait(d, "b-3", 10 * SEC, &res, &err), 0);
+    cf_result_clear(&res);
+    assert_int_equal(cf_dispatcher_wait(d, "b-2", SEC, &res, &err), 0);
+    cf_result_clear(&res);
+    assert_int_equal(cf_dispatcher_wait(d, "b-1", 200000, &res, &err), -1); /* evicted */
+    cf_dispatcher_stats st;
+    cf_dispatcher_get_stats(d, &st);
+    assert_int_equal(st.results_evicted, 1);
+    cf_dispatcher_destroy(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -381,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_wait_times_out),
         cmocka_unit_test(test_malformed_result_skipped),
         cmocka_unit_test(test_collector_bound_evicts_oldest),
+        cmocka_unit_test(test_collector_byte_bound_evicts_oldest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

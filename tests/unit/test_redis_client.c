@@ -6,6 +6,11 @@
 #include <cmocka.h>
 
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "cf_redis.h"
 #include "cf_util.h"
@@ -173,6 +178,79 @@ static void test_reply_cap(void **state)
     assert_int_equal(rep->integer, 10000);
     cf_redis_reply_free(rep);
     cf_redis_destroy(small);
+}
+
+/* A hostile "server": answers whatever comes with fixed bytes. */
+typedef struct evil_server {
+    int lfd;
+    int port;
+    const char *reply;
+    pthread_t thread;
+} evil_server;
+
+static void *evil_main(void *arg)
+{
+    evil_server *e = arg;
+    int c = accept(e->lfd, NULL, NULL);
+    if (c < 0)
+        return NULL;
+    char buf[512];
+    if (read(c, buf, sizeof(buf)) > 0 && write(c, e->reply, strlen(e->reply)) < 0)
+        perror("evil server write");
+    /* Keep the connection open: the client must decide on the header alone. */
+    struct timeval tv = {2, 0};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (read(c, buf, sizeof(buf)) > 0) {
+    }
+    close(c);
+    return NULL;
+}
+
+static void evil_start(evil_server *e, const char *reply)
+{
+    e->reply = reply;
+    e->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(e->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t len = sizeof(a);
+    getsockname(e->lfd, (struct sockaddr *)&a, &len);
+    e->port = ntohs(a.sin_port);
+    assert_int_equal(listen(e->lfd, 1), 0);
+    assert_int_equal(pthread_create(&e->thread, NULL, evil_main, e), 0);
+}
+
+/* Aggregate headers declaring more elements than the byte cap could carry
+ * are refused before hiredis allocates for them (hiredis 0.14 would reserve
+ * 16 GB for the first one). */
+static void test_absurd_aggregate_headers_refused(void **state)
+{
+    (void)state;
+    static const char *const replies[] = {
+        "*2000000000\r\n",
+        "*2\r\n$3\r\nabc\r\n*1999999999\r\n",
+        "$99999999999\r\n",
+    };
+    for (size_t k = 0; k < sizeof(replies) / sizeof(replies[0]); k++) {
+        evil_server e;
+        evil_start(&e, replies[k]);
+        cf_redis_config cfg;
+        cf_redis_config_init(&cfg);
+        cfg.host = "127.0.0.1";
+        cfg.port = e.port;
+        cfg.max_reply_bytes = 1 << 20;
+        cfg.command_timeout_us = 3000000;
+        cf_error err;
+        cf_redis *r = cf_redis_new(&cfg, false, &err);
+        assert_non_null(r);
+        const char *get[2] = {"GET", "k"};
+        int64_t t0 = cf_mono_us();
+        assert_int_equal(cf_redis_command_argv(r, 2, get, NULL, NULL, &err), -1);
+        assert_int_equal(err.code, CF_E_LIMIT);
+        assert_true(cf_mono_us() - t0 < 1000000); /* decided on the header, not by a timeout */
+        cf_redis_destroy(r);
+        pthread_join(e.thread, NULL);
+        close(e.lfd);
+    }
 }
 
 static void test_command_timeout(void **state)
@@ -416,6 +494,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_binary_safe_roundtrip, setup_plain, teardown),
         cmocka_unit_test_setup_teardown(test_error_replies_are_classified, setup_plain, teardown),
         cmocka_unit_test_setup_teardown(test_reply_cap, setup_plain, teardown),
+        cmocka_unit_test(test_absurd_aggregate_headers_refused),
         cmocka_unit_test_setup_teardown(test_command_timeout, setup_plain, teardown),
         cmocka_unit_test_setup_teardown(test_eval_noscript_fallback, setup_plain, teardown),
         cmocka_unit_test_setup_teardown(test_select_db, setup_plain, teardown),
