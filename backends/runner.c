@@ -50,12 +50,13 @@ struct run_clone_args {
 
 /* AddressSanitizer's interceptors keep per-thread state that a child
  * sharing our memory on a foreign stack corrupts (seen: a false
- * stack-buffer-overflow in sigaltstack, then a hang in the parent's exit):
- * sanitizer builds use the fork path. */
-#if defined(__SANITIZE_ADDRESS__)
+ * stack-buffer-overflow in sigaltstack, then a hang in the parent's exit),
+ * and ThreadSanitizer's shadow state fares no better (seen: false races
+ * after joined threads): sanitizer builds use the fork path. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define VFORK_USABLE 0
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define VFORK_USABLE 0
 #endif
 #endif
@@ -656,7 +657,7 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     for (;;) {
         int64_t now = cf_mono_us();
         if (!child_done && !killed) {
-            bool cancel = spec->cancel && *spec->cancel;
+            bool cancel = spec->cancel && __atomic_load_n(spec->cancel, __ATOMIC_RELAXED);
             if (cancel || now >= deadline) {
                 kill_everything(spec, pid);
                 kill(pid, SIGKILL); /* in case a custom kill_all missed it */

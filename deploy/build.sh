@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Configures and builds codefleet with CMake + Ninja.
 #
-# Usage: deploy/build.sh [--sanitize] [--jobs N]
+# Usage: deploy/build.sh [--sanitize | --tsan] [--jobs N] [TARGET...]
 #   (default)     RelWithDebInfo build in <repo>/build
 #   --sanitize    ASan + UBSan (-DCF_SANITIZE=ON, Debug) in <repo>/build-asan
+#   --tsan        ThreadSanitizer (-DCF_TSAN=ON) in <repo>/build-tsan
+#   TARGET...     build only these targets (default: all)
 #   --jobs N      parallel compile jobs (default: number of CPUs)
 # Environment: CODEFLEET_CMAKE_ARGS  extra arguments for cmake (word-split).
 set -euo pipefail
@@ -11,10 +13,12 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 sanitize=0
+targets=()
 jobs=$(nproc 2>/dev/null || echo 2)
 while (($#)); do
     case $1 in
     --sanitize) sanitize=1 ;;
+    --tsan) sanitize=2 ;;
     --jobs)
         (($# >= 2)) || cf_die "--jobs needs a number"
         jobs=$2
@@ -25,13 +29,17 @@ while (($#)); do
         sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
-    *) cf_die "unknown argument '$1' (see --help)" ;;
+    -*) cf_die "unknown argument '$1' (see --help)" ;;
+    *) targets+=("$1") ;;
     esac
     shift
 done
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || cf_die "--jobs must be a positive number"
 
-if ((sanitize)); then
+if ((sanitize == 2)); then
+    dir=$CF_REPO/build-tsan
+    args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCF_TSAN=ON)
+elif ((sanitize)); then
     dir=$CF_REPO/build-asan
     args=(-DCMAKE_BUILD_TYPE=Debug -DCF_SANITIZE=ON)
 else
@@ -49,5 +57,5 @@ fi
 
 cmake -S "$CF_REPO" -B "$dir" -G Ninja "${args[@]}" >/dev/null </dev/null ||
     cf_die "cmake configure failed (run: cmake -S $CF_REPO -B $dir -G Ninja ${args[*]})"
-ninja -C "$dir" -j "$jobs" </dev/null
+ninja -C "$dir" -j "$jobs" "${targets[@]}" </dev/null
 cf_log "built in $dir"

@@ -16,6 +16,9 @@
 #   deploy/stack.sh down [--purge]      (--purge also deletes the state dir)
 #   deploy/stack.sh status              (exit 3 if Kafka or Redis is not running)
 #   deploy/stack.sh env                 (export lines, for: eval "$(deploy/stack.sh env)")
+#   deploy/stack.sh restart kafka|redis [--kill]
+#                                       (stop, with SIGKILL when --kill, and start again:
+#                                        fault injection for tests/chaos)
 #
 # Environment (default):
 #   CODEFLEET_STATE                state dir (<repo>/.stack)
@@ -352,8 +355,14 @@ redis_ping() {
     [[ $(REDISCLI_AUTH=$(password admin) redis-cli --user admin -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null) == PONG ]]
 }
 
-# ACL users only: the default user is off.  worker and cli reach the
-# codefleet keys (cf:*) and no administrative or dangerous command.
+# ACL users only.  worker and cli reach the codefleet keys (cf:*) and no
+# administrative or dangerous command.  The default user has a password
+# nobody knows (the SHA-256 of random bytes, never stored) rather than being
+# off: Redis 7 replays the append-only file as the default user and re-checks
+# ACLs at each EXEC, and our scripts' effects are logged as MULTI/EXEC, so
+# with "user default off" a restart silently drops every scripted write
+# (redis/redis#14541, valkey-io/valkey#3983).  No client can authenticate as
+# it, so unauthenticated connections still get nothing.
 write_redis_config() {
     (umask 077 && mkdir -p "$REDIS_DIR")
     chmod 0700 "$REDIS_DIR"
@@ -366,7 +375,7 @@ write_redis_config() {
             # are created by the requests that name them): past it writes
             # fail and are reported, instead of the host running out.
             printf 'maxmemory %s\nmaxmemory-policy noeviction\n' "${CODEFLEET_REDIS_MAXMEMORY:-1gb}"
-            printf 'user default off\n'
+            printf 'user default on #%s ~* &* +@all\n' "$(head -c 32 /dev/urandom | sha256sum | cut -d' ' -f1)"
             printf 'user admin on >%s ~* &* +@all\n' "$(password admin)"
             # Scripts call what they need (TIME, ZADD, UNLINK...): every
             # command but the administrative and dangerous ones, on cf:* only.
@@ -386,8 +395,8 @@ start_redis() {
     write_redis_config
     cf_log "starting redis on 127.0.0.1:$REDIS_PORT, log $REDIS_DIR/redis.log"
     spawn "$REDIS_DIR/redis.log" "$REDIS_DIR/redis.pid" "${CLEAN_ENV[@]}" \
-        redis-server "$REDIS_DIR/redis.conf" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
-        --daemonize no --dir "$REDIS_DIR" --logfile ''
+        redis-server "$REDIS_DIR/redis.conf" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
+        --appendonly yes --appendfsync everysec --daemonize no --dir "$REDIS_DIR" --logfile ''
     local i
     local pid
     pid=$(read_pid "$REDIS_DIR/redis.pid")
@@ -600,6 +609,47 @@ cmd_down() {
     fi
 }
 
+# Durability (docs/RELIABILITY.md): Redis writes every change to its
+# append-only file before it answers, so a killed redis-server loses nothing
+# it acknowledged; the file is fsynced every second, so a power loss could
+# lose up to a second (appendfsync always closes that, at a write cost).
+cmd_restart() {
+    local what=${1:-} kill=0
+    (($#)) && shift
+    while (($#)); do
+        case $1 in
+        --kill) kill=1 ;;
+        *) cf_die "restart: unknown argument '$1'" ;;
+        esac
+        shift
+    done
+    load_settings
+    case $what in
+    kafka)
+        if ((kill)); then
+            kill -KILL "$(read_pid "$KAFKA_DIR/kafka.pid")" 2>/dev/null || true
+            while kafka_running; do sleep 0.1; done
+            rm -f "$KAFKA_DIR/kafka.pid"
+        else
+            stop_pidfile "$KAFKA_DIR/kafka.pid" kafka_check 30 kafka
+        fi
+        start_kafka
+        ;;
+    redis)
+        if ((kill)); then
+            kill -KILL "$(read_pid "$REDIS_DIR/redis.pid")" 2>/dev/null || true
+            while redis_running; do sleep 0.1; done
+            rm -f "$REDIS_DIR/redis.pid"
+            cf_log "killed redis"
+        else
+            stop_pidfile "$REDIS_DIR/redis.pid" redis_check 10 redis
+        fi
+        start_redis
+        ;;
+    *) cf_die "restart: kafka or redis, not '$what'" ;;
+    esac
+}
+
 cmd_status() {
     load_settings
     local rc=0 f
@@ -666,6 +716,7 @@ main() {
     down) cmd_down "$@" ;;
     status) cmd_status "$@" ;;
     env) cmd_env "$@" ;;
+    restart) cmd_restart "$@" ;;
     -h | --help | help) usage ;;
     *)
         usage >&2

@@ -216,6 +216,30 @@ static int resp_scan_feed(resp_scan *s, const char *p, size_t n, size_t max_byte
     return 0;
 }
 
+int cf_redis_reply_parse(const void *buf, size_t len, size_t max_reply_bytes, redisReply **out, cf_error *err)
+{
+    *out = NULL;
+    if (len > max_reply_bytes)
+        return cf_error_set(err, CF_E_LIMIT, "redis: reply exceeds %zu bytes", max_reply_bytes);
+    resp_scan scan;
+    memset(&scan, 0, sizeof(scan));
+    if (resp_scan_feed(&scan, buf, len, max_reply_bytes, err) < 0)
+        return -1;
+    redisReader *rd = redisReaderCreate();
+    if (!rd)
+        return cf_error_set(err, CF_E_NOMEM, "redis: out of memory");
+    void *reply = NULL;
+    int rc = 0;
+    if (redisReaderFeed(rd, buf, len) != REDIS_OK || redisReaderGetReply(rd, &reply) != REDIS_OK)
+        rc = cf_error_set(err, CF_E_REDIS, "redis: protocol error");
+    else if (!reply)
+        rc = cf_error_set(err, CF_E_REDIS, "redis: incomplete reply");
+    redisReaderFree(rd);
+    if (rc == 0)
+        *out = reply;
+    return rc;
+}
+
 static int roundtrip(cf_redis *r, int argc, const char **argv, const size_t *lens, redisReply **out, cf_error *err)
 {
     *out = NULL;

@@ -63,6 +63,11 @@ void cf_redis_destroy(cf_redis *r); /* NULL-safe; closes the connection */
 int cf_redis_command_argv(cf_redis *r, int argc, const char **argv, const size_t *lens, redisReply **out,
                           cf_error *err);
 
+/* Parses one complete reply from bytes with the same guards as a live
+ * connection (byte cap; aggregate headers checked before hiredis allocates
+ * for them).  For fuzzing and tests.  Free *out with cf_redis_reply_free. */
+int cf_redis_reply_parse(const void *buf, size_t len, size_t max_reply_bytes, redisReply **out, cf_error *err);
+
 /* A Lua script known at compile time (source is a string constant). */
 typedef struct cf_redis_script {
     const char *name;   /* for error messages */

@@ -40,11 +40,12 @@ step_failed() {
 
 # Runs ctest and adds its counts, parsed from
 # "NN% tests passed, F tests failed out of T".
-run_ctest() {
+run_ctest() { # what dir label [ctest args...]
     local what=$1 dir=$2 label=$3 out line f t
+    shift 3
     say "ctest -L $label ($what)"
     out=$(mktemp)
-    ctest --test-dir "$dir" --output-on-failure --parallel "$jobs" -L "$label" 2>&1 | tee "$out"
+    ctest --test-dir "$dir" --output-on-failure --parallel "$jobs" -L "$label" "$@" 2>&1 | tee "$out"
     line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$out" | tail -n 1)
     if [[ $line =~ ([0-9]+)\ tests?\ failed\ out\ of\ ([0-9]+) ]]; then
         f=${BASH_REMATCH[1]}
@@ -97,13 +98,34 @@ if ((build_ok)); then
     run_ctest "unit" build unit
     if [[ -z ${stack_up_failed:-} ]]; then
         run_ctest "integration" build integration
+        # The same suite with ASan/UBSan-built workers, CLI and clients.
+        if ((asan_ok)); then
+            run_ctest "integration (asan)" build-asan integration
+        fi
+        say "chaos (tests/chaos/run.sh --quick)"
+        if tests/chaos/run.sh --quick; then
+            passed=$((passed + 1))
+            notes+=("chaos: passed")
+        else
+            step_failed "chaos: tests/chaos/run.sh --quick"
+        fi
     else
-        notes+=("integration: skipped (no stack)")
+        notes+=("integration, chaos: skipped (no stack)")
     fi
 fi
 
 if ((asan_ok)); then
     run_ctest "unit (asan)" build-asan unit
+fi
+
+# ThreadSanitizer on the worker's threaded units (slot pool, offset
+# tracker, lease keeper, the whole worker against the mock cluster).
+say "build --tsan"
+if deploy/build.sh --tsan unit_test_worker unit_test_worker_faults; then
+    export TSAN_OPTIONS="suppressions=$repo/tests/support/tsan.supp die_after_fork=0 ${TSAN_OPTIONS:-}"
+    run_ctest "unit (tsan)" build-tsan unit -R '^unit_test_worker(_faults)?$'
+else
+    step_failed "deploy/build.sh --tsan"
 fi
 
 # libFuzzer harnesses of every wire decoder and the config parser, a short

@@ -825,9 +825,17 @@ static int64_t writer_seq_for(const cf_worker *w, const job *j)
     return 0;
 }
 
+/* The cancel flags are written by the main thread and read by slots and
+ * runners while they run: atomic accesses (the fields stay volatile int
+ * because backends take a plain pointer to them). */
+static void set_flag(volatile int *f)
+{
+    __atomic_store_n(f, 1, __ATOMIC_RELAXED);
+}
+
 static bool cancelled(const cf_worker *w, const job *j)
 {
-    return w->cancel_exec || j->cancel;
+    return __atomic_load_n(&w->cancel_exec, __ATOMIC_RELAXED) || __atomic_load_n(&j->cancel, __ATOMIC_RELAXED);
 }
 
 /* Runs a request that names a workspace or thread, or neither, with the
@@ -1170,7 +1178,7 @@ static size_t cancel_running(cf_worker *w, lane_match *lm)
     for (int64_t s = 0; s < w->cfg->slots; s++) {
         job *j = w->running[s];
         if (j && (!lm || job_in_partitions(j->pj.partition, lm))) {
-            j->cancel = 1;
+            set_flag(&j->cancel);
             n++;
         }
     }
@@ -1753,7 +1761,7 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
     if (cf_exec_pool_running(w->pool) > 0) {
         cf_log_warn(LOG_SUB, "shutdown grace over: abandoning %zu execution(s) (they stay uncommitted)",
                     cf_exec_pool_running(w->pool));
-        w->cancel_exec = 1;
+        set_flag(&w->cancel_exec);
         while (cf_exec_pool_running(w->pool) > 0) {
             cancel_running(w, NULL);
             wait_events(w, -1, 50);
@@ -1832,7 +1840,7 @@ void cf_worker_destroy(cf_worker *w)
     if (!w)
         return;
     if (w->pool) {
-        w->cancel_exec = 1;
+        set_flag(&w->cancel_exec);
         if (w->running)
             cancel_running(w, NULL);
         drop_jobs(w, cf_exec_pool_drop_queued(w->pool, NULL, NULL));

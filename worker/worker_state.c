@@ -213,7 +213,7 @@ static void retry_init(const cf_wstate *st, retry *r)
 static bool retry_again(const cf_wstate *st, retry *r, const cf_error *err)
 {
     r->tries++;
-    if (!err->retriable || (st->cancel && *st->cancel))
+    if (!err->retriable || (st->cancel && __atomic_load_n(st->cancel, __ATOMIC_RELAXED)))
         return false;
     int64_t now = cf_mono_us();
     if (now >= r->until)

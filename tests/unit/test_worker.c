@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,8 +191,8 @@ static void block_run(cf_pool_job *pj, int slot, void *arg)
 {
     (void)pj;
     (void)slot;
-    volatile int *release = arg;
-    while (!*release)
+    atomic_int *release = arg;
+    while (!atomic_load(release))
         usleep(1000);
 }
 
@@ -204,7 +205,7 @@ static bool match_partition_one(int32_t partition, void *arg)
 static void pool_drops_only_queued_jobs(void **state)
 {
     (void)state;
-    volatile int release = 0;
+    atomic_int release = 0;
     cf_exec_pool *p = cf_exec_pool_new(1, block_run, NULL, (void *)&release);
     test_job jobs[4];
     memset(jobs, 0, sizeof(jobs));
@@ -226,7 +227,7 @@ static void pool_drops_only_queued_jobs(void **state)
     assert_int_equal(n, 2);
     assert_int_equal(cf_exec_pool_pending(p), 2);
     assert_int_equal(cf_exec_pool_count_running(p, NULL, NULL), 1);
-    release = 1;
+    atomic_store(&release, 1);
     for (int i = 0; i < 2000 && cf_exec_pool_pending(p) > 0; i++)
         usleep(1000);
     assert_int_equal(cf_exec_pool_pending(p), 0);
@@ -886,7 +887,7 @@ static void state_checkpoints_through_runs(void **state)
 
 typedef struct relaunch {
     cf_test_redis *srv;
-    volatile int done;
+    atomic_int done;
 } relaunch;
 
 /* Restarts the server after 400 ms, then stays alive until told: the
@@ -896,7 +897,7 @@ static void *relaunch_later(void *arg)
     relaunch *rl = arg;
     cf_test_sleep_us(400000);
     cf_test_redis_launch(rl->srv);
-    while (!rl->done)
+    while (!atomic_load(&rl->done))
         cf_test_sleep_us(10000);
     return NULL;
 }
@@ -1017,7 +1018,7 @@ static void state_attempts_and_outage(void **state)
     t0 = cf_mono_us();
     int rc = cf_wstate_prepare(patient, &req, 0, &run, &run_it, &res, &err);
     took = cf_mono_us() - t0;
-    rl.done = 1;
+    atomic_store(&rl.done, 1);
     pthread_join(th, NULL);
     if (rc < 0)
         fail_msg("prepare across a blip: %s", err.msg);
