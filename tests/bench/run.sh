@@ -12,6 +12,8 @@
 #   4. dispatcher publish rate (produced and acknowledged)
 #   5. idle worker RSS
 #   6. sandbox backend per-execution cost vs bare and vs bubblewrap (root)
+#   7. the idempotency store's cost: latency and throughput of one worker
+#      with Redis (claim, lease, stored result per request) vs without
 # Uses its own stack (state dir .stack-bench, ports 19292/16579) so it never
 # disturbs a development or test stack, and stops it at the end.
 set -euo pipefail
@@ -66,13 +68,15 @@ admin_conf=$CODEFLEET_STATE/secrets/admin.conf
 topics() { # name partitions
     "$bin/dispatcher/codefleet" --config "$admin_conf" --brokers "$brokers" topics create --partitions "$2" "$1.req" "$1.res" "$1.dlq" >/dev/null
 }
-start_worker() { # topics-prefix id
+start_worker() { # topics-prefix id [extra worker flags...]
+    local prefix=$1 id=$2
+    shift 2
     env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
-        "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$1" --worker-id "$2" \
-        --request-topic "$1.req" --result-topic "$1.res" --dlq-topic "$1.dlq" --log-level warn \
-        --backends process --profile.default.backends=process --profile.default.network=enabled \
-        --work-root "$work_root" \
-        >"$CODEFLEET_STATE/$2.log" 2>&1 &
+        "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$prefix" \
+        --worker-id "$id" --request-topic "$prefix.req" --result-topic "$prefix.res" --dlq-topic "$prefix.dlq" \
+        --log-level warn --backends process --profile.default.backends=process --profile.default.network=enabled \
+        --work-root "$work_root" "$@" \
+        >"$CODEFLEET_STATE/$id.log" 2>&1 &
     workers+=($!)
     sleep 3 # join the group
 }
@@ -121,6 +125,25 @@ echo "== 4. dispatcher publish rate ($n_pub requests)"
 t=bench-pub-$run
 topics "$t" 6
 collect < <("$bin/tests/bench_fleet" publish --config "$admin_conf" --brokers "$brokers" --requests "$t.req" -n "$n_pub")
+
+echo
+echo "== 7. idempotency store: one worker without Redis (anchor) and with it"
+# With Redis every request costs a delivery count, a claim (lease), and
+# storing its result before publishing: three Redis round trips.
+for mode in none redis; do
+    t=bench-idem-$mode-$run
+    topics "$t" 6
+    extra=()
+    [[ $mode == redis ]] && extra=(--redis "127.0.0.1:$CODEFLEET_REDIS_PORT")
+    start_worker "$t" "idem-$mode-w1" "${extra[@]}"
+    collect < <("$bin/tests/bench_fleet" latency --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
+        --results "$t.res" -n "$n_lat" | sed "s/^RESULT e2e_latency /RESULT e2e_latency idempotency=$mode /")
+    collect < <("$bin/tests/bench_fleet" throughput --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
+        --results "$t.res" -n "$n_thr" | sed "s/^RESULT throughput /RESULT throughput idempotency=$mode /")
+    kill -TERM "${workers[-1]}"
+    wait "${workers[-1]}" || true
+    unset 'workers[-1]'
+done
 
 # ---- sandbox backend (issue 3) ------------------------------------------
 # 6. Per-execution cost of the sandbox backend for /bin/true against bare

@@ -143,7 +143,8 @@ static void worker_finish(running_worker *rw)
 
 /* Produces shell requests: ids[i] runs code[i], keyed by its id, onto the
  * given partition (-1: any). */
-static void produce_requests(fx *f, size_t n, const char *const *ids, const char *const *code, int32_t partition)
+static void produce_requests_to(fx *f, size_t n, const char *const *ids, const char *const *code, int32_t partition,
+                               const char *reply_to)
 {
     char errstr[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -154,6 +155,8 @@ static void produce_requests(fx *f, size_t n, const char *const *ids, const char
         cf_request r;
         req_init_timeout(&r, CF_LANG_SHELL, code[i], 20 * 1000000LL);
         cf_str_set(&r.id, ids[i]);
+        if (reply_to)
+            cf_str_set(&r.reply_to, reply_to);
         cf_bytes enc = {0};
         assert_int_equal(cf_request_encode(&r, &enc, NULL), 0);
         assert_int_equal(rd_kafka_producev(p, RD_KAFKA_V_TOPIC("req"), RD_KAFKA_V_PARTITION(partition),
@@ -165,6 +168,11 @@ static void produce_requests(fx *f, size_t n, const char *const *ids, const char
     }
     assert_int_equal(rd_kafka_flush(p, 10000), 0);
     rd_kafka_destroy(p);
+}
+
+static void produce_requests(fx *f, size_t n, const char *const *ids, const char *const *code, int32_t partition)
+{
+    produce_requests_to(f, n, ids, code, partition, NULL);
 }
 
 /* Everything on topic (partition 0) within timeout_ms, or until want
@@ -368,6 +376,39 @@ static void broker_outage_loses_nothing(void **state)
     got_clear(&res);
 }
 
+/* A reply_to topic the broker does not have: the result reaches the
+ * profile's result topic with reply_to_error, and the offset is committed
+ * (before: the partition stalled behind it). */
+static void unknown_reply_to_topic_falls_back(void **state)
+{
+    fx *f = *state;
+    const char *ids[] = {"nowhere-1", "after-1"};
+    const char *code[] = {"echo lost?", "echo next"};
+    produce_requests_to(f, 1, &ids[0], &code[0], 0, "no.such.topic");
+    produce_requests(f, 1, &ids[1], &code[1], 0);
+    /* The mock broker would create any topic asked for: make it answer as
+     * a broker without the topic does. */
+    rd_kafka_mock_topic_set_error(f->mc, "no.such.topic", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+    const char *extra[] = {"profile.default.reply-to", "*", "kafka.topic.metadata.propagation.max.ms", "1000", NULL};
+    running_worker *rw = worker_start(f, "w-reply", extra);
+    got res;
+    read_topic(f, "res", 2, 30000, &res);
+    assert_int_equal(wait_committed(f, 0, 2, 10000), 2);
+    worker_finish(rw);
+    assert_int_equal(res.n, 2);
+    size_t fell_back = 0;
+    for (size_t i = 0; i < res.n; i++) {
+        assert_int_equal(res.res[i].status, CF_STATUS_SUCCESS);
+        if (strcmp(res.res[i].id, "nowhere-1") == 0) {
+            assert_non_null(res.res[i].reply_to_error);
+            assert_non_null(strstr(res.res[i].reply_to_error, "no.such.topic"));
+            fell_back++;
+        }
+    }
+    assert_int_equal(fell_back, 1);
+    got_clear(&res);
+}
+
 /* A rebalance moves a partition while its request runs: the old owner
  * stops it (after rebalance-wait) before the new owner starts it, so the
  * two runs never overlap and only the new owner answers. */
@@ -427,6 +468,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(failed_deliveries_are_retried, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(undeliverable_result_is_dead_lettered, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(broker_outage_loses_nothing, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(unknown_reply_to_topic_falls_back, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(revoke_stops_the_running_execution, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
