@@ -349,6 +349,14 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
             child_fail(rep, errno, msg);
     }
 
+    /* A worker that dies (SIGKILL, OOM kill) takes its executions with it:
+     * the kernel kills this process (init: and so its whole pid namespace)
+     * when the worker thread that started it exits.  Set after every
+     * credential change (here and in child_setup), which would clear it;
+     * exec keeps it. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        child_fail(rep, errno, "prctl(PR_SET_PDEATHSIG)");
+
     struct program_args pa = {spec, rep, nofile};
     if (spec->init) {
         if (scrub_worker_image(&a->cmdline) < 0)

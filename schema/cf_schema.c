@@ -632,15 +632,51 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
     return rc;
 }
 
+static int cmp_env(const void *a, const void *b)
+{
+    return strcmp(((const cf_strmap_entry *)a)->key, ((const cf_strmap_entry *)b)->key);
+}
+
+static int cmp_file(const void *a, const void *b)
+{
+    return strcmp(((const cf_file *)a)->path, ((const cf_file *)b)->path);
+}
+
 int cf_request_digest(const cf_request *req, char hex[CF_DIGEST_HEX], cf_error *err)
 {
-    cf_request canon = *req; /* shallow: only scalars are changed */
+    /* Shallow copy; the maps (env, files) get sorted copies of their entry
+     * arrays, since a client's map order is not part of the request. */
+    cf_request canon = *req;
     canon.created_us = 0;
     canon.deadline_us = 0;
     canon.trace = NULL;
     canon.n_trace = 0;
+    canon.reply_to = NULL; /* where the answer goes is the new message's say */
+    cf_strmap_entry *env = NULL;
+    cf_file *files = NULL;
+    if (req->n_env) {
+        env = malloc(req->n_env * sizeof(*env));
+        if (!env)
+            return cf_error_set(err, CF_E_NOMEM, "request digest: out of memory");
+        memcpy(env, req->env, req->n_env * sizeof(*env));
+        qsort(env, req->n_env, sizeof(*env), cmp_env);
+        canon.env = env;
+    }
+    if (req->n_files) {
+        files = malloc(req->n_files * sizeof(*files));
+        if (!files) {
+            free(env);
+            return cf_error_set(err, CF_E_NOMEM, "request digest: out of memory");
+        }
+        memcpy(files, req->files, req->n_files * sizeof(*files));
+        qsort(files, req->n_files, sizeof(*files), cmp_file);
+        canon.files = files;
+    }
     cf_bytes bytes = {0};
-    if (cf_request_encode(&canon, &bytes, err) < 0)
+    int erc = cf_request_encode(&canon, &bytes, err);
+    free(env);
+    free(files);
+    if (erc < 0)
         return -1;
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;

@@ -192,9 +192,10 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err);
 int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err);
 
 /* What makes two requests "the same request" for idempotency: SHA-256 of
- * the request's canonical encoding without its delivery metadata
- * (created_us, deadline_us, trace), which a client may set afresh when it
- * resubmits.  hex receives 64 lowercase hex digits and a NUL. */
+ * the request's canonical encoding (env and files sorted by name) without
+ * its delivery metadata (created_us, deadline_us, trace, reply_to), which a
+ * client may set afresh when it resubmits.  Take it of the request as received,
+ * before any worker fills defaults.  hex: 64 lowercase hex digits + NUL. */
 #define CF_DIGEST_HEX 65
 int cf_request_digest(const cf_request *req, char hex[CF_DIGEST_HEX], cf_error *err);
 

@@ -78,7 +78,7 @@ static void copy_printable(char *dst, size_t cap, const char *src, size_t len)
 bool cf_redis_error_is_retriable(const char *msg, size_t len)
 {
     static const char *const retriable[] = {"LOADING",     "BUSY",       "TRYAGAIN", "READONLY", "MASTERDOWN",
-                                            "CLUSTERDOWN", "NOREPLICAS", "MISCONF",  "OOM",      "MOVED",
+                                            "CLUSTERDOWN", "NOREPLICAS", "MISCONF",  "MOVED",
                                             "ASK",         NULL};
     if (!msg)
         return false;

@@ -75,6 +75,7 @@ typedef struct cf_worker_config {
     int64_t checkpoint_ttl_us;
     int64_t idempotency_ttl_us;   /* results kept for replay (0 = no store) */
     int64_t idempotency_lease_us; /* one id's run lease, renewed while it runs */
+    int64_t idempotency_max_result_bytes; /* stored copies are cut to this */
     int64_t log_level;          /* enum index: error|warn|info|debug */
     int64_t log_format;         /* enum index: text|json */
     cf_kvlist kafka;            /* librdkafka pass-through ("kafka.<property>") */

@@ -46,7 +46,9 @@ static const cf_conf_prop profile_props[] = {
     {"reply-to", CF_CONF_STRING, OFF(reply_to), 0, 4096, "", NULL,
      "Topics a request's reply_to may name, comma-separated; an entry ending in `*` is a prefix (`*` alone: "
      "any). Empty: "
-     "reply_to is refused. Request, dead-letter and events topics and `__*` are always refused.", NULL},
+     "reply_to is refused. Request, dead-letter and events topics and `__*` are always refused, and so are "
+     "other tenants' result topics: any other profile's, and by name any topic under the worker's "
+     "result-topic or request-topic (`<result-topic>.*`) but this profile's own.", NULL},
     {"state-prefix", CF_CONF_STRING, OFF(state_prefix), 0, 128, "*", NULL,
      "Workspace and thread ids this profile's requests may name must start with it; it ends in `.`, `-` or `_` "
      "(`*`: any id, `none`: no workspaces or threads). Set it per tenant (e.g. `tenant-a.`) so one tenant cannot "
@@ -78,9 +80,17 @@ struct cf_profile_set {
     cf_profile *items;
     size_t n;
     char *result_topic, *dlq_topic, *events_topic;
+    char *request_topic; /* the worker's own (may be empty) */
 };
 
 /* ---------------------------------------------------------------- helpers */
+
+/* t is base itself or below it ("base.<anything>"). */
+static bool in_namespace(const char *t, const char *base)
+{
+    size_t n = base ? strlen(base) : 0;
+    return n > 0 && strncmp(t, base, n) == 0 && (t[n] == '\0' || t[n] == '.');
+}
 
 bool cf_topic_name_valid(const char *t)
 {
@@ -398,6 +408,7 @@ int cf_profile_set_new(const cf_kvlist *kv, const cf_profile_env *env, cf_profil
     s->result_topic = cf_strdup(env->result_topic);
     s->dlq_topic = cf_strdup(env->dlq_topic);
     s->events_topic = cf_strdup(env->events_topic);
+    s->request_topic = cf_strdup(env->request_topic ? env->request_topic : "");
     if (!set_add(s, "default", 7, err))
         goto fail;
     for (size_t i = 0; kv && i < kv->count; i++) {
@@ -452,6 +463,7 @@ void cf_profile_set_destroy(cf_profile_set *s)
     free(s->result_topic);
     free(s->dlq_topic);
     free(s->events_topic);
+    free(s->request_topic);
     free(s);
 }
 
@@ -615,6 +627,13 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
             const char *rt = q->result_topic && q->result_topic[0] ? q->result_topic : set->result_topic;
             others |= rt && strcmp(rt, t) == 0 && strcmp(rt, own) != 0;
         }
+        /* The same by name, for tenants this worker does not serve (a
+         * fleet split over several worker groups): the namespaces
+         * <result-topic>.* and <request-topic>.* belong to the fleet's
+         * tenants, and a request may reach only its own result topic
+         * there. */
+        if (!others && strcmp(t, own) != 0 && (in_namespace(t, set->result_topic) || in_namespace(t, set->request_topic)))
+            others = true;
         if (others)
             REFUSE("reply_to '%s' is another profile's result topic", buf);
         if (!reply_allowed(p, t))

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,6 +105,7 @@ typedef struct job {
     /* Idempotency (slot thread; leased is read by the lease keeper under
      * the worker's lock). */
     bool leased;
+    bool has_digest;          /* digest taken at intake (idempotency on) */
     char digest[CF_DIGEST_HEX];
     char token[CF_ID_MAX + 48];
     char lease_key[CF_ID_MAX + 200];   /* fences the run's state writes */
@@ -114,6 +116,7 @@ typedef struct job {
 typedef struct part_state {
     bool assigned;
     bool paused;
+    bool held;       /* paused alone: its tracker is full (a slow head) */
     uint64_t gen;
     cf_offset_tracker *tracker;
 } part_state;
@@ -147,6 +150,7 @@ struct cf_worker {
     uint64_t gen_counter;
     bool paused_all;
     bool stopping;
+    bool destroying;           /* cf_worker_destroy: failed answers are dropped */
     atomic_int stop_requested;
     volatile int cancel_exec;  /* shutdown: Redis retries stop early */
     size_t inflight;           /* jobs taken and not yet finished (main thread) */
@@ -159,6 +163,7 @@ struct cf_worker {
     bool idempotent;           /* Redis and idempotency-ttl > 0 */
     cf_wstate **wstate;        /* per slot, created lazily by that slot's thread */
     atomic_uint_fast64_t lease_seq;
+    char nonce[17];            /* random, per process: in lease tokens */
     pthread_t keeper;          /* renews the leases of running executions */
     bool keeper_started;
     bool keeper_stop;          /* guarded by lock */
@@ -507,8 +512,22 @@ static void schedule_retry(cf_worker *w, job *j, int64_t delay_us)
  * the request itself is dead-lettered.  A dead letter is retried until it
  * lands, and while one waits the worker takes no new work: it never skips
  * an offset, and no offset waits longer than the broker does. */
+/* Whether the job's partition is still ours as it was when the job was
+ * taken (not revoked, not reassigned since). */
+static bool job_owned(cf_worker *w, const job *j)
+{
+    part_state *ps = part_get(w, j->topic, j->partition, false);
+    return ps && ps->assigned && ps->gen == j->gen;
+}
+
 static void answer_failed(cf_worker *w, job *j, rd_kafka_resp_err_t e)
 {
+    if (!job_owned(w, j) || w->destroying) {
+        /* Its partition went to another worker, which reads the request
+         * again: retrying here would only answer it twice. */
+        job_finished(w, j, false);
+        return;
+    }
     j->delivery_tries++;
     cf_log_warn(LOG_SUB, "delivery of %s for %s failed (try %d): %s", j->kind == JOB_DEAD ? "dead letter" : "result",
                 j->req.id ? j->req.id : "?", j->delivery_tries, rd_kafka_err2str(e));
@@ -603,7 +622,10 @@ static void run_retries(cf_worker *w)
         job *j = due;
         due = j->list_next;
         j->list_next = NULL;
-        send_out(w, j, true);
+        if (job_owned(w, j))
+            send_out(w, j, true);
+        else
+            job_finished(w, j, false);
     }
 }
 
@@ -702,6 +724,62 @@ static bool deadline_passed(const cf_request *req, char *reason, size_t rsz)
     return true;
 }
 
+/* A partition's tracker holds every offset from its oldest unanswered one
+ * on, answered or not: one long request at the head and many short ones
+ * behind it fill it although few are unanswered.  At tracker_soft the
+ * partition is held (paused alone) until the head moves; the hard cap only
+ * guards against what is already fetched. */
+static size_t tracker_soft(const cf_worker *w)
+{
+    size_t n = (size_t)(4 * (w->cfg->slots + w->cfg->prefetch) + 64);
+    return n > 10000 ? n : 10000;
+}
+
+static size_t tracker_cap(const cf_worker *w)
+{
+    return 2 * tracker_soft(w) + 1024;
+}
+
+static void pause_one(cf_worker *w, size_t t, int32_t p, bool pause)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, w->topics[t].name, p);
+    rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(w->consumer, l) : rd_kafka_resume_partitions(w->consumer, l);
+    if (e)
+        cf_log_warn("kafka", "%s %s[%" PRId32 "]: %s", pause ? "pausing" : "resuming", w->topics[t].name, p,
+                    rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Holds a partition whose tracker reached tracker_soft; releases held ones
+ * whose tracker drained to half of it. */
+static void hold_partitions(cf_worker *w)
+{
+    size_t soft = tracker_soft(w);
+    for (size_t t = 0; t < w->ntopics; t++)
+        for (size_t p = 0; p < w->topics[t].nparts; p++) {
+            part_state *ps = &w->topics[t].parts[p];
+            if (!ps->assigned || !ps->tracker)
+                continue;
+            size_t pending = cf_offset_tracker_pending(ps->tracker);
+            if (!ps->held && pending >= soft) {
+                cf_log_warn(LOG_SUB, "%s[%zu]: %zu offsets behind its oldest unanswered request: holding the "
+                            "partition until it is answered", w->topics[t].name, p, pending);
+                ps->held = true;
+                if (!ps->paused) {
+                    pause_one(w, t, (int32_t)p, true);
+                    ps->paused = true;
+                }
+            } else if (ps->held && pending <= soft / 2) {
+                ps->held = false;
+                if (ps->paused && !w->paused_all && !w->stopping) {
+                    pause_one(w, t, (int32_t)p, false);
+                    ps->paused = false;
+                }
+            }
+        }
+}
+
 /* Makes the consumer read a partition again from offset: a message we
  * could not take (tracker full, no memory) must not be skipped. */
 static void rewind_partition(cf_worker *w, const char *topic, int32_t partition, int64_t offset)
@@ -747,6 +825,8 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
     }
     w->n_received++;
     w->inflight++;
+    if (!ps->held && cf_offset_tracker_pending(ps->tracker) >= tracker_soft(w))
+        hold_partitions(w);
     j->topic = (size_t)ti;
     j->profile = w->topics[ti].profile;
     j->partition = m->partition;
@@ -774,7 +854,22 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
         cf_decode_limits lim = cf_decode_limits_default;
         lim.max_total_bytes = (size_t)w->cfg->max_request_bytes;
         if (cf_request_decode(m->payload, m->len, &lim, &j->req, &err) == 0) {
-            if (deadline_passed(&j->req, reason, sizeof(reason)) || admit(w, j, reason, sizeof(reason)) < 0) {
+            /* The digest is of the request as sent, before admission fills
+             * defaults (which a configuration change could alter between
+             * two deliveries of one message). */
+            if (w->idempotent) {
+                cf_error derr;
+                cf_error_clear(&derr);
+                j->has_digest = cf_request_digest(&j->req, j->digest, &derr) == 0;
+                if (!j->has_digest)
+                    cf_log_warn(LOG_SUB, "request %s: no digest (%s): it runs without the idempotency store",
+                                j->req.id, derr.msg);
+            }
+            /* With the store, a passed deadline is judged in the slot, after
+             * the store is asked: an answered request is replayed, not
+             * refused. */
+            if ((!j->has_digest && deadline_passed(&j->req, reason, sizeof(reason))) ||
+                admit(w, j, reason, sizeof(reason)) < 0) {
                 answer_rejected(w, j, j->req.id, reason);
                 return;
             }
@@ -928,15 +1023,13 @@ typedef enum claim_outcome {
  * run of the same request elsewhere is waited for, then replayed. */
 static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_result *res)
 {
-    if (!w->idempotent || !st)
+    if (!w->idempotent || !st || !j->has_digest)
         return CLAIM_RUN;
     cf_error err;
     cf_error_clear(&err);
-    if (cf_request_digest(&j->req, j->digest, &err) < 0) {
-        cf_log_warn(LOG_SUB, "request %s: no digest (%s): run without the idempotency store", j->req.id, err.msg);
-        return CLAIM_RUN;
-    }
-    snprintf(j->token, sizeof(j->token), "%s/%d/%" PRIu64, w->worker_id, slot,
+    /* Unique across restarts of a worker with a fixed id: a frozen old
+     * process and its successor never hold the same lease value. */
+    snprintf(j->token, sizeof(j->token), "%s/%s/%d/%" PRIu64, w->worker_id, w->nonce, slot,
              (uint64_t)atomic_fetch_add(&w->lease_seq, 1));
     int64_t lease_ms = w->cfg->idempotency_lease_us / 1000;
     /* The holder renews only while it runs, which its timeout bounds. */
@@ -1005,10 +1098,57 @@ static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_res
 }
 
 /* Results worth replaying: what the program did.  A refusal or an
- * internal error may not hold for the next delivery. */
-static bool replayable(cf_status s)
+ * internal error may not hold for the next delivery, and a run whose
+ * workspace or checkpoint write was refused changed nothing: running it
+ * again is what its sender wants. */
+static bool replayable(const cf_result *res)
 {
-    return s != CF_STATUS_INTERNAL_ERROR && s != CF_STATUS_REJECTED;
+    return res->status != CF_STATUS_INTERNAL_ERROR && res->status != CF_STATUS_REJECTED &&
+           !res->workspace_conflict && !res->checkpoint_conflict;
+}
+
+/* The copy of a result kept for replays: at most max bytes, its bulk cut
+ * to fit and the cut said in a diagnostic (res is modified: the caller has
+ * published it already and clears it next).  0 with *out empty when even
+ * the cut copy does not fit. */
+static int stored_copy(cf_result *res, const cf_bytes *published, size_t max, cf_bytes *out)
+{
+    *out = (cf_bytes){0};
+    if (published->len <= max)
+        return cf_bytes_set(out, published->data, published->len);
+    size_t each = max / 4;
+    if (res->stdout_data.len > each) {
+        res->stdout_data.len = each;
+        res->stdout_truncated = true;
+    }
+    if (res->stderr_data.len > each) {
+        res->stderr_data.len = each;
+        res->stderr_truncated = true;
+    }
+    if (res->output.len > each) {
+        free(res->output.data);
+        res->output.data = NULL;
+        res->output.len = 0;
+    }
+    cf_diagnostic *d = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*d));
+    if (!d)
+        return -1;
+    res->diagnostics = d;
+    memset(&d[res->n_diagnostics], 0, sizeof(*d));
+    char msg[200];
+    snprintf(msg, sizeof(msg),
+             "replayed from the idempotency store, which keeps results of at most %zu bytes: stdout, stderr and "
+             "output were cut (the original was %zu bytes)", max, published->len);
+    if (cf_str_set(&d[res->n_diagnostics].level, "warning") == 0 &&
+        cf_str_set(&d[res->n_diagnostics].message, msg) == 0)
+        res->n_diagnostics++;
+    if (cf_result_encode(res, out, NULL) < 0)
+        return -1;
+    if (out->len > max) {
+        free(out->data);
+        *out = (cf_bytes){0};
+    }
+    return 0;
 }
 
 static void run_job(cf_pool_job *pj, int slot, void *arg)
@@ -1025,13 +1165,17 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
     cf_error err;
     cf_error_clear(&err);
     cf_wstate *st = slot_state(w, slot, &err);
+    /* A revoke stops this job's Redis retries too, not only its program. */
+    if (st)
+        cf_wstate_set_cancel(st, &j->cancel);
     int64_t attempt = delivery_count(w, j, st);
-    if (deadline_passed(&j->req, reason, sizeof(reason))) {
-        /* It waited in the queue past its deadline. */
+    claim_outcome o = claim(w, j, slot, st, &res);
+    if (o == CLAIM_RUN && deadline_passed(&j->req, reason, sizeof(reason))) {
+        /* It waited in the queue past its deadline (an answered request was
+         * replayed above instead). */
         res.status = CF_STATUS_REJECTED;
         cf_result_set_reason(&res, "%s", reason);
     } else {
-        claim_outcome o = claim(w, j, slot, st, &res);
         if (o == CLAIM_RUN) {
             /* Holding the lease, the run's workspace and checkpoint writes
              * are fenced by it: if it lapses and another worker takes the
@@ -1044,11 +1188,13 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
             completed = execute_job(w, j, slot, &res);
             if (fenced)
                 cf_wstate_set_guard(st, NULL, NULL);
-        }
-        else if (o == CLAIM_STOPPED)
+        } else if (o == CLAIM_STOPPED) {
             completed = false;
+        }
     }
     res.meta.attempt = attempt;
+    if (st)
+        cf_wstate_set_cancel(st, NULL);
     /* From here on the main thread may free j (after its delivery): it
      * must not find it among the running ones. */
     pthread_mutex_lock(&w->lock);
@@ -1072,7 +1218,7 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
     if (set_result_out(w, j, &res) < 0) {
         cf_log_error(LOG_SUB, "request %s: no memory for its result: left for redelivery", j->req.id);
         if (leased)
-            cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, NULL);
+            cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err);
         cf_result_clear(&res);
         hand_back(w, j, HANDOFF_ABANDON, 0);
         return;
@@ -1080,10 +1226,14 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
     if (leased) {
         /* Stored before it is published: a crash between the two replays
          * it on redelivery instead of running it again. */
-        int rc = replayable(res.status)
-                     ? cf_wstate_store_result(st, j->profile->name, j->req.id, j->digest, j->token, &j->out.value,
-                                              w->cfg->idempotency_ttl_us / 1000, &err)
-                     : cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err);
+        cf_bytes copy = {0};
+        bool store = replayable(&res) &&
+                     stored_copy(&res, &j->out.value, (size_t)w->cfg->idempotency_max_result_bytes, &copy) == 0 &&
+                     copy.len > 0;
+        int rc = store ? cf_wstate_store_result(st, j->profile->name, j->req.id, j->digest, j->token, &copy,
+                                                w->cfg->idempotency_ttl_us / 1000, &err)
+                       : cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err);
+        free(copy.data);
         if (rc < 0)
             cf_log_warn(LOG_SUB, "request %s: idempotency store: %s (the result is published all the same)",
                         j->req.id, err.msg);
@@ -1259,7 +1409,7 @@ static void set_paused(cf_worker *w, bool pause)
     for (size_t t = 0; t < w->ntopics; t++)
         for (size_t p = 0; p < w->topics[t].nparts; p++) {
             part_state *ps = &w->topics[t].parts[p];
-            if (ps->assigned && ps->paused != pause) {
+            if (ps->assigned && ps->paused != pause && !(ps->held && !pause)) {
                 rd_kafka_topic_partition_list_add(l, w->topics[t].name, (int32_t)p);
                 ps->paused = pause;
             }
@@ -1276,13 +1426,6 @@ static void set_paused(cf_worker *w, bool pause)
     w->paused_all = pause;
 }
 
-/* The worker pauses its partitions once slots + prefetch requests are taken
- * and unanswered, so a partition's tracker never comes near this. */
-static size_t tracker_cap(const cf_worker *w)
-{
-    return (size_t)(4 * (w->cfg->slots + w->cfg->prefetch) + 64);
-}
-
 static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *parts)
 {
     for (int i = 0; i < parts->cnt; i++) {
@@ -1293,6 +1436,7 @@ static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *p
         ps->tracker = cf_offset_tracker_new(tracker_cap(w));
         ps->assigned = ps->tracker != NULL;
         ps->paused = false;
+        ps->held = false;
         ps->gen = ++w->gen_counter;
     }
 }
@@ -1338,6 +1482,7 @@ static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *pa
             continue;
         ps->assigned = false;
         ps->paused = false;
+        ps->held = false;
         cf_offset_tracker_destroy(ps->tracker);
         ps->tracker = NULL;
     }
@@ -1459,6 +1604,15 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
         };
         if (conf_set(conf, "group.id", c->group, err) < 0)
             goto fail;
+        /* What librdkafka prefetches per partition beyond what we took:
+         * bounds each drain of its queue, so the offset trackers stay small
+         * (the default, 100000 per partition, lets one drain take tens of
+         * thousands of small requests). */
+        char qmin[32];
+        int64_t qm = 2 * (c->slots + c->prefetch);
+        snprintf(qmin, sizeof(qmin), "%" PRId64, qm > 100 ? qm : 100);
+        if (conf_set(conf, "queued.min.messages", qmin, err) < 0)
+            goto fail;
         for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
             if (conf_set(conf, kv[i][0], kv[i][1], err) < 0)
                 goto fail;
@@ -1521,6 +1675,10 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
     w->cfg = cfg;
     w->wake_fd = -1;
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rnd = (uint64_t)cf_now_us() ^ ((uint64_t)getpid() << 32);
+    snprintf(w->nonce, sizeof(w->nonce), "%016" PRIx64, rnd);
     pthread_mutex_init(&w->lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -1706,23 +1864,24 @@ static void serve(cf_worker *w)
     uint64_t v;
     while (read(w->wake_fd, &v, sizeof(v)) > 0)
         ;
-    /* Taken and unanswered requests stay below slots + prefetch: the
-     * partitions pause there (messages fetched beyond it are dropped by
-     * librdkafka and fetched again on resume).  Hysteresis: a resumed
-     * partition takes up to ~100 ms to deliver again in librdkafka 2.0.2,
-     * so resume once half the prefetch is used up. */
+    /* Everything librdkafka has fetched is taken (its local queue is
+     * bounded by queued.min.messages per partition, set from slots +
+     * prefetch), then the partitions pause once slots + prefetch requests
+     * are taken and unanswered.  Pausing in the middle of a fetched batch
+     * was tried: librdkafka 2.0.2 then needs ~1 s to deliver again after a
+     * resume, and throughput fell to tens per second.  Hysteresis: resume
+     * once half the prefetch is used up. */
     size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
     size_t low = (size_t)(w->cfg->slots + w->cfg->prefetch / 2);
     rd_kafka_message_t *m;
     while ((m = rd_kafka_consumer_poll(w->consumer, 0)) != NULL) {
         handle_message(w, m);
         rd_kafka_message_destroy(m);
-        if (!w->stopping && !w->paused_all && w->inflight >= high)
-            set_paused(w, true);
     }
     rd_kafka_poll(w->producer, 0);
     drain_handoff(w);
     run_retries(w);
+    hold_partitions(w);
     if (!w->stopping) {
         bool want_pause = w->intake_blocked > 0 || w->inflight >= high || (w->paused_all && w->inflight > low);
         if (want_pause != w->paused_all)
@@ -1853,6 +2012,12 @@ void cf_worker_destroy(cf_worker *w)
         pthread_mutex_unlock(&w->lock);
         pthread_join(w->keeper, NULL);
     }
+    w->destroying = true;
+    /* Jobs the slots handed back, and answers still with the producer,
+     * end here (unmarked: whatever was not delivered is read again by the
+     * partitions' next owner); the producer is still alive for them. */
+    drain_handoff(w);
+    drop_retries(w, NULL);
     if (w->consumer_q)
         rd_kafka_queue_destroy(w->consumer_q);
     if (w->producer_q)
@@ -1861,9 +2026,10 @@ void cf_worker_destroy(cf_worker *w)
         rd_kafka_destroy(w->consumer);
     if (w->producer) {
         rd_kafka_flush(w->producer, 1000);
+        rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(w->producer, 0); /* the purged messages' reports free their jobs */
         rd_kafka_destroy(w->producer);
     }
-    drain_handoff(w);
     drop_retries(w, NULL);
     for (int64_t s = 0; w->wstate && s < w->cfg->slots; s++)
         cf_wstate_destroy(w->wstate[s]);

@@ -131,6 +131,10 @@ static const cf_conf_prop worker_props[] = {
      "With Redis: lease on a request id while it runs, renewed every third of it; a second delivery of "
      "the id waits for the lease (and then replays) instead of running alongside.  A dead worker's lease "
      "lapses after this long.", NULL},
+    {"idempotency-max-result", CF_CONF_SIZE, OFF(idempotency_max_result_bytes), 4096, 64 * MIB, "256KiB", NULL,
+     "With Redis: the largest stored copy of a result.  A larger result is stored with its stdout, stderr and "
+     "output cut to fit (the replay says so in a diagnostic), so one tenant's big outputs cannot fill Redis "
+     "for everyone.", NULL},
     {"log-level", CF_CONF_ENUM, OFF(log_level), 0, 0, "info", "error|warn|info|debug",
      "Log verbosity.", NULL},
     {"log-format", CF_CONF_ENUM, OFF(log_format), 0, 0, "text", "text|json",

@@ -24,6 +24,7 @@ struct cf_wstate {
     const cf_worker_config *cfg;
     const char *worker_id;
     const volatile int *cancel;
+    const volatile int *job_cancel; /* the current job's, when set */
     char host[HOST_MAX];
     int port;
     cf_redis *r;
@@ -213,7 +214,8 @@ static void retry_init(const cf_wstate *st, retry *r)
 static bool retry_again(const cf_wstate *st, retry *r, const cf_error *err)
 {
     r->tries++;
-    if (!err->retriable || (st->cancel && __atomic_load_n(st->cancel, __ATOMIC_RELAXED)))
+    if (!err->retriable || (st->cancel && __atomic_load_n(st->cancel, __ATOMIC_RELAXED)) ||
+        (st->job_cancel && __atomic_load_n(st->job_cancel, __ATOMIC_RELAXED)))
         return false;
     int64_t now = cf_mono_us();
     if (now >= r->until)
@@ -889,13 +891,22 @@ int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const ch
     const char *keys[1] = {key};
     const char *args[2] = {ATTEMPT_TTL_MS, message};
     redisReply *rep = NULL;
-    if (cf_redis_eval(st->r, &attempt_script, 1, keys, NULL, 2, args, NULL, &rep, err) < 0)
-        return -1;
+    retry r;
+    retry_init(st, &r);
+    /* A dropped connection (Redis restarted) reconnects on the retry. */
+    while (cf_redis_eval(st->r, &attempt_script, 1, keys, NULL, 2, args, NULL, &rep, err) < 0)
+        if (!retry_again(st, &r, err))
+            return -1;
     int rc = cf_redis_reply_i64(rep, attempt, err);
     cf_redis_reply_free(rep);
     if (rc == 0 && *attempt < 1)
         rc = cf_error_set(err, CF_E_REDIS, "attempt counter: unexpected value");
     return rc;
+}
+
+void cf_wstate_set_cancel(cf_wstate *st, const volatile int *job_cancel)
+{
+    st->job_cancel = job_cancel;
 }
 
 void cf_wstate_set_guard(cf_wstate *st, const char *key, const char *value)
@@ -924,23 +935,37 @@ static const cf_redis_script claim_script = {
     "return {'busy', tostring(redis.call('PTTL', KEYS[2]))}\n",
 };
 
+/* Extends our lease; a lease that lapsed (Redis was away longer than it)
+ * is taken back when nobody else took it and no answer is stored, so the
+ * run's fenced writes do not fail for nothing. */
 static const cf_redis_script renew_script = {
     "idem_renew",
-    "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
-    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-    "return 1\n",
+    "-- KEYS: 1 idem hash, 2 lease; ARGV: 1 lease value, 2 lease ms\n"
+    "local cur = redis.call('GET', KEYS[2])\n"
+    "if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) return 1 end\n"
+    "if not cur and redis.call('EXISTS', KEYS[1]) == 0 then\n"
+    "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n",
 };
 
+/* The first answer stays the answer, and only a run that still holds the
+ * lease (or whose lease lapsed with nobody else taking it) may give it: a
+ * run that lost its lease to another must not store a stale result over
+ * the one its successor will store. */
 static const cf_redis_script store_script = {
     "idem_store",
     "-- KEYS: 1 idem hash, 2 lease; ARGV: 1 digest, 2 lease value, 3 result, 4 ttl ms\n"
+    "local cur = redis.call('GET', KEYS[2])\n"
+    "if cur and cur ~= ARGV[2] then return 0 end\n"
     "local stored = 0\n"
     "if redis.call('EXISTS', KEYS[1]) == 0 then\n"
     "  redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'result', ARGV[3])\n"
     "  redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
     "  stored = 1\n"
     "end\n"
-    "if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end\n"
+    "if cur then redis.call('DEL', KEYS[2]) end\n"
     "return stored\n",
 };
 
@@ -1035,10 +1060,10 @@ int cf_wstate_lease_renew(cf_wstate *st, const char *scope, const char *id, cons
         return -1;
     char ms[24];
     snprintf(ms, sizeof(ms), "%" PRId64, lease_ms);
-    const char *keys[1] = {k.lease};
+    const char *keys[2] = {k.idem, k.lease};
     const char *args[2] = {k.mine, ms};
     redisReply *rep = NULL;
-    if (cf_redis_eval(st->r, &renew_script, 1, keys, NULL, 2, args, NULL, &rep, err) < 0)
+    if (cf_redis_eval(st->r, &renew_script, 2, keys, NULL, 2, args, NULL, &rep, err) < 0)
         return -1;
     int64_t v = 0;
     int rc = cf_redis_reply_i64(rep, &v, err);

@@ -103,7 +103,7 @@ void cf_wstate_run_clear(cf_wstate_run *run, cf_request *req);
  * again).  message names the message ("topic/partition/offset"), so that a
  * resubmission of the id (a new message) is not counted as a redelivery.
  * scope (the profile; may be NULL) keeps tenants' ids apart.  One-day
- * expiry; one try, no retries. */
+ * expiry; transient failures are retried within the budget. */
 int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const char *message, int64_t *attempt,
                       cf_error *err);
 
@@ -128,6 +128,10 @@ typedef struct cf_claim {
 
 void cf_claim_clear(cf_claim *c);
 
+/* While set (non-NULL), retries stop early when *job_cancel becomes
+ * non-zero, as with the worker-wide cancel given at creation. */
+void cf_wstate_set_cancel(cf_wstate *st, const volatile int *job_cancel);
+
 /* While set, this slot's workspace and checkpoint writes land only if the
  * Redis key holds value (the run's lease): a worker that lost the request
  * writes nothing (CF_E_FENCED).  Borrowed strings; NULL key clears. */
@@ -141,12 +145,16 @@ int cf_wstate_lease_ref(const char *scope, const char *id, const char *digest, c
 int cf_wstate_claim(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
                     int64_t lease_ms, cf_claim *out, cf_error *err);
 
-/* Extends our lease; *held false when it is no longer ours. */
+/* Extends our lease, or takes it back when it lapsed and nobody else took
+ * it and no answer is stored; *held false when another run has it (or the
+ * answer is in). */
 int cf_wstate_lease_renew(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
                           int64_t lease_ms, bool *held, cf_error *err);
 
-/* Stores the result (unless one is stored already: the first answer stays
- * the answer) and releases our lease.  Retries within the budget. */
+/* Stores the result and releases our lease, unless another run holds the
+ * lease now (then nothing is stored: its answer will be) or an answer is
+ * stored already (the first answer stays the answer).  Retries within the
+ * budget. */
 int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
                            const cf_bytes *result, int64_t ttl_ms, cf_error *err);
 

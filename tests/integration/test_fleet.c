@@ -215,6 +215,72 @@ static void sigkill_mid_execution_is_redelivered(void **state)
     assert_true(it_worker_stop(&w2, SIGTERM, 30000) >= 0);
 }
 
+/* Whether a process whose command line contains needle runs.  The first
+ * character goes in brackets so that the shell running pgrep, whose own
+ * command line holds the pattern, does not match it. */
+static bool process_running(const char *needle)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "pgrep -f '[%c]%s' >/dev/null", needle[0], needle + 1);
+    return system(cmd) == 0;
+}
+
+/* A SIGKILLed worker takes the programs it was running with it (they
+ * would otherwise run on beside the request's redelivery): the program of
+ * the process backend, and on the sandbox its whole pid namespace. */
+static void sigkill_takes_its_programs_along(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    const char *backends[] = {"process", "sandbox"};
+    for (int b = 0; b < 2; b++) {
+        if (b == 1 && geteuid() != 0) {
+            print_message("not root: the sandbox part is skipped\n");
+            break;
+        }
+        it_topics t;
+        it_topics_create(&t, "orphan", 1);
+        char a_backend[64];
+        snprintf(a_backend, sizeof(a_backend), "--backends=%s", backends[b]);
+        const char *extra[] = {a_backend, NULL};
+        it_worker w;
+        it_worker_start(&w, &t, b ? "orphan-sbx" : "orphan-proc", extra);
+        assert_true(it_worker_wait_log(&w, "assigned", 30000));
+        cf_dispatcher *d = it_dispatcher_new(&t);
+        /* A unique sleep to find it by; on the sandbox also a child of the
+         * program's, which only the pid namespace's end stops. */
+        char marker[64], code[200];
+        snprintf(marker, sizeof(marker), "sleep 3%d.%d", (int)(getpid() % 10), b);
+        snprintf(code, sizeof(code), b ? "%s & exec %s" : "exec %s", marker, marker);
+        cf_request req;
+        it_request_init(&req, CF_LANG_SHELL, code);
+        req.policy.timeout_us = 60 * 1000000LL;
+        cf_error err;
+        cf_error_clear(&err);
+        assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+        int64_t until = cf_mono_us() + 30 * 1000000LL;
+        while (!process_running(marker) && cf_mono_us() < until)
+            usleep(100 * 1000);
+        if (!process_running(marker)) {
+            it_worker_dump_log(&w);
+            fail_msg("%s: the program never started", backends[b]);
+        }
+        it_worker_stop(&w, SIGKILL, 5000);
+        until = cf_mono_us() + 5 * 1000000LL;
+        while (process_running(marker) && cf_mono_us() < until)
+            usleep(100 * 1000);
+        if (process_running(marker)) {
+            char cmd[128];
+            snprintf(cmd, sizeof(cmd), "pkill -KILL -f '[%c]%s'", marker[0], marker + 1);
+            if (system(cmd) != 0)
+                print_message("pkill failed\n");
+            fail_msg("%s: the program outlived its SIGKILLed worker", backends[b]);
+        }
+        cf_request_clear(&req);
+        cf_dispatcher_destroy(d);
+    }
+}
+
 /* Malformed messages: without a readable id they go to the dead-letter
  * topic with their origin in headers; with one they are answered
  * "rejected".  Either way the worker keeps serving. */
@@ -407,6 +473,7 @@ int main(void)
         cmocka_unit_test(malformed_messages_dead_letter_or_rejected),
         cmocka_unit_test(three_workers_share_partitions),
         cmocka_unit_test(sigkill_mid_execution_is_redelivered),
+        cmocka_unit_test(sigkill_takes_its_programs_along),
         cmocka_unit_test(graceful_shutdown_loses_nothing),
         cmocka_unit_test(long_execution_keeps_membership),
         cmocka_unit_test(oversized_result_is_slimmed_not_lost),

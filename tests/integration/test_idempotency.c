@@ -86,6 +86,18 @@ static void resubmission_replays_and_reuse_is_refused(void **state)
     assert_int_equal(again.meta.attempt, 1); /* a resubmission, not a redelivery */
     assert_true(same_stdout(&first, &again));
 
+    /* Resubmitted after its deadline: it was answered, so the answer is
+     * replayed rather than refused (the deadline is delivery metadata). */
+    cf_result late = {0};
+    req.deadline_us = cf_now_us() - 1000000;
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    wait_result(d, req.id, &w, &late);
+    assert_int_equal(late.status, CF_STATUS_SUCCESS);
+    assert_true(late.meta.replay);
+    assert_true(same_stdout(&first, &late));
+    cf_result_clear(&late);
+    req.deadline_us = 0;
+
     /* Same id, different program. */
     cf_bytes_set(&req.code, "echo other", 10);
     assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);

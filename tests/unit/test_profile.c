@@ -375,7 +375,7 @@ static void test_env_reply_state(void **state)
         {"acme.out.x", NULL},
         {"acme.out", "not allowed"},
         {"acme.repliesX", "not allowed"},
-        {"cf.results.other", "not allowed"},
+        {"cf.results.other", "another profile's result topic"}, /* the fleet's tenant namespace */
         {"bad topic", "not a valid topic name"},
     };
     for (size_t i = 0; i < sizeof(replies) / sizeof(replies[0]); i++) {
@@ -420,6 +420,25 @@ static void test_env_reply_state(void **state)
     mkreq(&req, CF_LANG_SHELL, "x", 0);
     req.reply_to = strdup("cf.results.t2");
     expect_refused(f, "cf.requests", &req, "is another profile's result topic");
+    cf_request_clear(&req);
+    /* ...also a tenant this worker does not serve (a fleet split over
+     * worker groups): the fleet's result and request namespaces are the
+     * tenants'. */
+    const char *theirs[] = {"cf.results.t9", "cf.results.t9.sub", "cf.requests.t9"};
+    for (size_t i = 0; i < sizeof(theirs) / sizeof(theirs[0]); i++) {
+        mkreq(&req, CF_LANG_SHELL, "x", 0);
+        req.reply_to = strdup(theirs[i]);
+        expect_refused(f, "cf.requests", &req, "is another profile's result topic");
+        cf_request_clear(&req);
+    }
+    /* Its own result topic and unrelated names stay allowed. */
+    mkreq(&req, CF_LANG_SHELL, "x", 0);
+    req.reply_to = strdup("cf.results");
+    expect_admitted(f, "cf.requests", &req);
+    cf_request_clear(&req);
+    mkreq(&req, CF_LANG_SHELL, "x", 0);
+    req.reply_to = strdup("cf.resultsX");
+    expect_admitted(f, "cf.requests", &req);
     cf_request_clear(&req);
 
     /* state-prefix none: no workspaces or threads at all. */

@@ -1600,6 +1600,44 @@ static void test_result_reply_to_error(void **state)
     cf_result_clear(&r);
 }
 
+/* The idempotency digest: delivery metadata and map order do not count,
+ * anything the program sees does. */
+static void test_request_digest(void **state)
+{
+    (void)state;
+    cf_request a;
+    memset(&a, 0, sizeof(a));
+    a.id = strdup("dig-1");
+    a.language = CF_LANG_SHELL;
+    cf_bytes_set(&a.code, "echo hi", 7);
+    a.env = calloc(2, sizeof(*a.env));
+    a.env[0].key = strdup("A");
+    a.env[0].value = strdup("1");
+    a.env[1].key = strdup("B");
+    a.env[1].value = strdup("2");
+    a.n_env = 2;
+    char d1[CF_DIGEST_HEX], d2[CF_DIGEST_HEX];
+    assert_int_equal(cf_request_digest(&a, d1, NULL), 0);
+    assert_int_equal(strlen(d1), 64);
+    /* Resubmitted: new created_us, deadline, trace; env in another order. */
+    a.created_us = 123;
+    a.deadline_us = 456;
+    cf_strmap_entry tmp = a.env[0];
+    a.env[0] = a.env[1];
+    a.env[1] = tmp;
+    assert_int_equal(cf_request_digest(&a, d2, NULL), 0);
+    assert_string_equal(d1, d2);
+    /* A different program is a different request. */
+    cf_bytes_set(&a.code, "echo ho", 7);
+    assert_int_equal(cf_request_digest(&a, d2, NULL), 0);
+    assert_string_not_equal(d1, d2);
+    cf_bytes_set(&a.code, "echo hi", 7);
+    a.policy.timeout_us = 5;
+    assert_int_equal(cf_request_digest(&a, d2, NULL), 0);
+    assert_string_not_equal(d1, d2);
+    cf_request_clear(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1628,6 +1666,7 @@ int main(void)
         cmocka_unit_test(test_mutation_fuzz),
         cmocka_unit_test(test_msgpack_validate),
         cmocka_unit_test(test_helpers),
+        cmocka_unit_test(test_request_digest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

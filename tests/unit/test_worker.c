@@ -942,6 +942,28 @@ static void state_idempotency(void **state)
     assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d1, "w3/0/3", 5000, &c, NULL), 0);
     assert_memory_equal(c.stored.data, "RESULT", 6);
     cf_claim_clear(&c);
+    /* A run that lost its lease to another stores nothing: the holder's
+     * answer will be the answer. */
+    assert_int_equal(cf_wstate_claim(f->st, "p", "id-4", d1, "w1/2/1", 60000, &c, NULL), 0);
+    assert_int_equal(c.kind, CF_CLAIM_RUN);
+    redisContext *raw = cf_test_redis_raw(&f->srv);
+    (void)cf_test_redis_int(raw, "SET cf:lease:{p/id-4} %s:w2/2/1", d1);
+    cf_bytes stale = {(uint8_t *)"STALE", 5};
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &stale, 60000, NULL), 0);
+    assert_int_equal(cf_test_redis_int(raw, "EXISTS cf:idem:{p/id-4}"), 0);
+    assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-4", d1, "w1/2/1", 5000, &held, NULL), 0);
+    assert_false(held);
+    /* A lease that lapsed with nobody taking over is taken back by renewal;
+     * once an answer is stored it is not. */
+    assert_int_equal(cf_test_redis_int(raw, "DEL cf:lease:{p/id-4}"), 1);
+    assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-4", d1, "w1/2/1", 5000, &held, NULL), 0);
+    assert_true(held);
+    assert_int_equal(cf_test_redis_int(raw, "EXISTS cf:lease:{p/id-4}"), 1);
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &result, 60000, NULL), 0);
+    assert_int_equal(cf_test_redis_int(raw, "EXISTS cf:lease:{p/id-4}"), 0);
+    assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-4", d1, "w1/2/1", 5000, &held, NULL), 0);
+    assert_false(held);
+    redisFree(raw);
     /* A released lease (a stopped run) lets the next delivery run at once. */
     assert_int_equal(cf_wstate_claim(f->st, "p", "id-2", d1, "w1/1/1", 5000, &c, NULL), 0);
     assert_int_equal(c.kind, CF_CLAIM_RUN);
