@@ -115,6 +115,45 @@ static void resubmission_replays_and_reuse_is_refused(void **state)
     assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
 }
 
+/* A big result is published whole but stored cut to idempotency-max-result
+ * (256 KiB): its replay says so.  One tenant's big outputs cannot fill
+ * Redis. */
+static void big_results_are_stored_cut(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    it_topics t;
+    it_topics_create(&t, "idem-big", 1);
+    it_worker w;
+    start_worker(&w, &t, "idem-big-w", "1");
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "head -c 400000 /dev/zero | tr '\\0' x");
+    cf_error err;
+    cf_error_clear(&err);
+    cf_result first = {0}, again = {0};
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    wait_result(d, req.id, &w, &first);
+    assert_int_equal(first.status, CF_STATUS_SUCCESS);
+    assert_int_equal(first.stdout_data.len, 400000);
+    assert_false(first.stdout_truncated);
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    wait_result(d, req.id, &w, &again);
+    assert_true(again.meta.replay);
+    assert_int_equal(again.status, CF_STATUS_SUCCESS);
+    assert_true(again.stdout_truncated);
+    assert_true(again.stdout_data.len <= 64 * 1024);
+    bool said = false;
+    for (size_t i = 0; i < again.n_diagnostics; i++)
+        said |= again.diagnostics[i].message && strstr(again.diagnostics[i].message, "idempotency store") != NULL;
+    assert_true(said);
+    cf_result_clear(&first);
+    cf_result_clear(&again);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
 /* Two copies of one request submitted at once, two free slots: one runs,
  * the other waits for its lease and replays its result. */
 static void concurrent_duplicates_run_once(void **state)
@@ -191,6 +230,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(resubmission_replays_and_reuse_is_refused),
+        cmocka_unit_test(big_results_are_stored_cut),
         cmocka_unit_test(concurrent_duplicates_run_once),
         cmocka_unit_test(killed_run_is_redelivered_as_attempt_two),
     };
