@@ -879,6 +879,19 @@ int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ex
 
 /* ---------------------------------------------------------------- attempts */
 
+/* One script, its transient failures retried within the budget (a dropped
+ * connection reconnects on the retry).  *out may be NULL. */
+static int eval_retrying(cf_wstate *st, const cf_redis_script *script, int nkeys, const char *const *keys, int nargs,
+                         const char *const *args, const size_t *lens, redisReply **out, cf_error *err)
+{
+    retry r;
+    retry_init(st, &r);
+    while (cf_redis_eval(st->r, script, nkeys, keys, NULL, nargs, args, lens, out, err) < 0)
+        if (!retry_again(st, &r, err))
+            return -1;
+    return 0;
+}
+
 int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const char *message, int64_t *attempt,
                       cf_error *err)
 {
@@ -891,12 +904,8 @@ int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const ch
     const char *keys[1] = {key};
     const char *args[2] = {ATTEMPT_TTL_MS, message};
     redisReply *rep = NULL;
-    retry r;
-    retry_init(st, &r);
-    /* A dropped connection (Redis restarted) reconnects on the retry. */
-    while (cf_redis_eval(st->r, &attempt_script, 1, keys, NULL, 2, args, NULL, &rep, err) < 0)
-        if (!retry_again(st, &r, err))
-            return -1;
+    if (eval_retrying(st, &attempt_script, 1, keys, 2, args, NULL, &rep, err) < 0)
+        return -1;
     int rc = cf_redis_reply_i64(rep, attempt, err);
     cf_redis_reply_free(rep);
     if (rc == 0 && *attempt < 1)
@@ -1083,14 +1092,7 @@ int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, con
     const char *keys[2] = {k.idem, k.lease};
     const char *args[4] = {digest, k.mine, (const char *)result->data, ms};
     size_t lens[4] = {strlen(digest), strlen(k.mine), result->len, strlen(ms)};
-    retry r;
-    retry_init(st, &r);
-    for (;;) {
-        if (cf_redis_eval(st->r, &store_script, 2, keys, NULL, 4, args, lens, NULL, err) == 0)
-            return 0;
-        if (!retry_again(st, &r, err))
-            return -1;
-    }
+    return eval_retrying(st, &store_script, 2, keys, 4, args, lens, NULL, err);
 }
 
 int cf_wstate_lease_release(cf_wstate *st, const char *scope, const char *id, const char *digest,
@@ -1101,12 +1103,5 @@ int cf_wstate_lease_release(cf_wstate *st, const char *scope, const char *id, co
         return -1;
     const char *keys[1] = {k.lease};
     const char *args[1] = {k.mine};
-    retry r;
-    retry_init(st, &r);
-    for (;;) {
-        if (cf_redis_eval(st->r, &release_script, 1, keys, NULL, 1, args, NULL, NULL, err) == 0)
-            return 0;
-        if (!retry_again(st, &r, err))
-            return -1;
-    }
+    return eval_retrying(st, &release_script, 1, keys, 1, args, NULL, NULL, err);
 }

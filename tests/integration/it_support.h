@@ -47,6 +47,16 @@ void it_load_kafka_props(const char *path, cf_kvlist *out);
         }                                                                                 \
     } while (0)
 
+/* Skips the current test when no broker or no Redis is configured. */
+#define IT_REQUIRE_REDIS()                                                                \
+    do {                                                                                  \
+        IT_REQUIRE_BROKER();                                                              \
+        if (!it_redis()) {                                                                \
+            print_message("CF_TEST_REDIS not set: skipping (run tests/run_all.sh)\n");    \
+            skip();                                                                       \
+        }                                                                                 \
+    } while (0)
+
 /* "<prefix>-<pid>-<counter>-<random>": unique topic / group / id names. */
 void it_unique_name(const char *prefix, char *buf, size_t size);
 

@@ -21,15 +21,6 @@
 
 #define SEC 1000000LL
 
-#define IT_REQUIRE_REDIS()                                                          \
-    do {                                                                            \
-        IT_REQUIRE_BROKER();                                                        \
-        if (!it_redis()) {                                                          \
-            print_message("CF_TEST_REDIS not set: skipping (run tests/run_all.sh)\n"); \
-            skip();                                                                 \
-        }                                                                           \
-    } while (0)
-
 typedef struct store {
     cf_redis *r;
     cf_checkpoint_store *cp;

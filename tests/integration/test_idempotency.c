@@ -16,15 +16,6 @@
 
 #define SEC 1000000LL
 
-#define IT_REQUIRE_REDIS()                                                              \
-    do {                                                                                \
-        IT_REQUIRE_BROKER();                                                            \
-        if (!it_redis()) {                                                              \
-            print_message("CF_TEST_REDIS not set: skipping (run tests/run_all.sh)\n");  \
-            skip();                                                                     \
-        }                                                                               \
-    } while (0)
-
 static void start_worker(it_worker *w, const it_topics *t, const char *id, const char *slots)
 {
     static char a_redis[300], a_slots[64];

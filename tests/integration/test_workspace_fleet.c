@@ -19,15 +19,6 @@
 
 #define SEC 1000000LL
 
-#define IT_REQUIRE_REDIS()                                                          \
-    do {                                                                            \
-        IT_REQUIRE_BROKER();                                                        \
-        if (!it_redis()) {                                                          \
-            print_message("CF_TEST_REDIS not set: skipping (run tests/run_all.sh)\n"); \
-            skip();                                                                 \
-        }                                                                           \
-    } while (0)
-
 /* A library client on a Redis "host:port". */
 typedef struct store {
     cf_redis *r;
