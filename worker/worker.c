@@ -106,6 +106,7 @@ typedef struct job {
      * the worker's lock). */
     bool leased;
     bool has_digest;          /* digest taken at intake (idempotency on) */
+    bool unprotected;         /* ran without the store (Redis unreachable) */
     char digest[CF_DIGEST_HEX];
     char token[CF_ID_MAX + 48];
     char lease_key[CF_ID_MAX + 200];   /* fences the run's state writes */
@@ -933,6 +934,32 @@ static bool cancelled(const cf_worker *w, const job *j)
     return __atomic_load_n(&w->cancel_exec, __ATOMIC_RELAXED) || __atomic_load_n(&j->cancel, __ATOMIC_RELAXED);
 }
 
+static void add_warning(cf_result *res, const char *msg)
+{
+    cf_diagnostic *d = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*d));
+    if (!d)
+        return;
+    res->diagnostics = d;
+    memset(&d[res->n_diagnostics], 0, sizeof(*d));
+    if (cf_str_set(&d[res->n_diagnostics].level, "warning") == 0 &&
+        cf_str_set(&d[res->n_diagnostics].message, msg) == 0)
+        res->n_diagnostics++;
+}
+
+/* A Redis failure as the request's sender sees it: what failed and what to
+ * do, without the worker's internal addresses (the log has the details). */
+static void state_failed(cf_result *res, const cf_error *err, const char *when)
+{
+    res->status = CF_STATUS_INTERNAL_ERROR;
+    if (err->code == CF_E_REDIS || err->code == CF_E_TIMEOUT || err->code == CF_E_SYSTEM)
+        cf_result_set_reason(res,
+                             "workspace/checkpoint store unavailable %s (%s): retry the request later; the worker's "
+                             "log has the details",
+                             when, err->retriable ? "transient" : "store error");
+    else
+        cf_result_set_reason(res, "%s", err->msg);
+}
+
 /* Runs a request that names a workspace or thread, or neither, with the
  * Redis steps around the backend.  Returns false when the execution was
  * cancelled by the worker (revoke, shutdown): then there is no result and
@@ -950,17 +977,15 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     bool run_it = true, completed = true;
     if (needs_state) {
         if (!st) {
-            res->status = CF_STATUS_INTERNAL_ERROR;
-            cf_result_set_reason(res, "workspace store unavailable: %s", err.msg);
+            cf_log_error(LOG_SUB, "request %s: workspace store unavailable: %s", j->req.id, err.msg);
+            state_failed(res, &err, "before the run");
             run_it = false;
         } else if (cf_wstate_prepare(st, &j->req, writer_seq_for(w, j), &run, &run_it, res, &err) < 0) {
+            cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
             cf_result_clear(res);
-            res->status = CF_STATUS_INTERNAL_ERROR;
-            cf_result_set_reason(res, "%s", err.msg);
+            state_failed(res, &err, "before the run");
             run_it = false;
         }
-        if (res->status == CF_STATUS_INTERNAL_ERROR)
-            cf_log_error(LOG_SUB, "request %s: %s", j->req.id, res->reason);
     }
     if (run_it && cancelled(w, j)) {
         run_it = false;
@@ -985,9 +1010,8 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         if (completed && needs_state && cf_wstate_finish(st, &j->req, &run, executed, res, &err) < 0) {
             /* The program ran but its changes could not be stored: the
              * caller must not take the run as applied. */
-            res->status = CF_STATUS_INTERNAL_ERROR;
-            cf_result_set_reason(res, "%s", err.msg);
             cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
+            state_failed(res, &err, "after the run: its changes were not stored");
         }
         if (completed && run.ws_active)
             cf_log_debug(LOG_SUB, "request %s: workspace %s revision %" PRId64 " -> %" PRId64 " (%zu changed%s)",
@@ -1043,8 +1067,10 @@ static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_res
                 nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
                 continue;
             }
-            /* No store: run anyway (at-least-once for this request). */
+            /* No store: run anyway (at-least-once for this request), and
+             * say so in the result. */
             cf_log_warn(LOG_SUB, "request %s: idempotency store unavailable (%s): run without it", j->req.id, err.msg);
+            j->unprotected = true;
             return CLAIM_RUN;
         }
         switch (c.kind) {
@@ -1193,6 +1219,9 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
         }
     }
     res.meta.attempt = attempt;
+    if (j->unprotected && completed)
+        add_warning(&res, "the idempotency store could not be reached: this request ran without replay "
+                          "protection, and a redelivery of it would run again");
     if (st)
         cf_wstate_set_cancel(st, NULL);
     /* From here on the main thread may free j (after its delivery): it

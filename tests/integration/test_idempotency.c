@@ -217,6 +217,51 @@ static void killed_run_is_redelivered_as_attempt_two(void **state)
     assert_true(it_worker_stop(&w2, SIGTERM, 30000) >= 0);
 }
 
+/* Redis unreachable: a request still runs, and its result says it ran
+ * without replay protection; a request that needs a workspace fails with a
+ * reason that says what to do, without the worker's internal addresses. */
+static void redis_down_is_said_to_the_sender(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "idem-down", 1);
+    /* A port nothing listens on (bound, then closed). */
+    const char *extra[] = {"--redis=127.0.0.1:9", "--redis-retry-budget=300ms", NULL};
+    it_worker w;
+    it_worker_start(&w, &t, "idem-down-w", extra);
+    assert_true(it_worker_wait_log(&w, "assigned", 30000));
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "echo still here");
+    cf_error err;
+    cf_error_clear(&err);
+    cf_result res = {0};
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    wait_result(d, req.id, &w, &res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    bool said = false;
+    for (size_t i = 0; i < res.n_diagnostics; i++)
+        said |= res.diagnostics[i].message && strstr(res.diagnostics[i].message, "without replay protection") != NULL;
+    assert_true(said);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    it_request_init(&req, CF_LANG_SHELL, "echo x > f.txt");
+    cf_str_set(&req.workspace, "idem-down-ws");
+    assert_int_equal(cf_dispatcher_submit(d, &req, &err), 0);
+    wait_result(d, req.id, &w, &res);
+    assert_int_equal(res.status, CF_STATUS_INTERNAL_ERROR);
+    assert_non_null(res.reason);
+    assert_non_null(strstr(res.reason, "store unavailable"));
+    assert_non_null(strstr(res.reason, "retry"));
+    assert_null(strstr(res.reason, "127.0.0.1"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +269,7 @@ int main(void)
         cmocka_unit_test(big_results_are_stored_cut),
         cmocka_unit_test(concurrent_duplicates_run_once),
         cmocka_unit_test(killed_run_is_redelivered_as_attempt_two),
+        cmocka_unit_test(redis_down_is_said_to_the_sender),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
