@@ -348,6 +348,19 @@ static void send_out(cf_worker *w, job *j, bool on_main)
         hand_back(w, j, HANDOFF_FAILED, e);
 }
 
+/* Appends a warning diagnostic (best effort: dropped when out of memory). */
+static void add_warning(cf_result *res, const char *msg)
+{
+    cf_diagnostic *d = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*d));
+    if (!d)
+        return;
+    res->diagnostics = d;
+    memset(&d[res->n_diagnostics], 0, sizeof(*d));
+    if (cf_str_set(&d[res->n_diagnostics].level, "warning") == 0 &&
+        cf_str_set(&d[res->n_diagnostics].message, msg) == 0)
+        res->n_diagnostics++;
+}
+
 #define SLIM_STREAM_BYTES (64 * 1024)
 
 /* A result the result topic refused as too large keeps its status and
@@ -369,19 +382,12 @@ static void slim_result(cf_result *res, size_t refused_bytes)
         res->output.data = NULL;
         res->output.len = 0;
     }
-    cf_diagnostic *d = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*d));
-    if (!d)
-        return;
-    res->diagnostics = d;
-    memset(&d[res->n_diagnostics], 0, sizeof(*d));
     char msg[256];
     snprintf(msg, sizeof(msg),
              "the result (%zu bytes) exceeded the result topic's message size limit: stdout and stderr were cut "
              "to %d KiB%s",
              refused_bytes, SLIM_STREAM_BYTES / 1024, dropped_output ? " and the structured output dropped" : "");
-    if (cf_str_set(&d[res->n_diagnostics].level, "warning") == 0 &&
-        cf_str_set(&d[res->n_diagnostics].message, msg) == 0)
-        res->n_diagnostics++;
+    add_warning(res, msg);
 }
 
 /* Encodes res into j->out (for j->result_topic).  Only allocation failure
@@ -934,18 +940,6 @@ static bool cancelled(const cf_worker *w, const job *j)
     return __atomic_load_n(&w->cancel_exec, __ATOMIC_RELAXED) || __atomic_load_n(&j->cancel, __ATOMIC_RELAXED);
 }
 
-static void add_warning(cf_result *res, const char *msg)
-{
-    cf_diagnostic *d = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*d));
-    if (!d)
-        return;
-    res->diagnostics = d;
-    memset(&d[res->n_diagnostics], 0, sizeof(*d));
-    if (cf_str_set(&d[res->n_diagnostics].level, "warning") == 0 &&
-        cf_str_set(&d[res->n_diagnostics].message, msg) == 0)
-        res->n_diagnostics++;
-}
-
 /* A Redis failure as the request's sender sees it: what failed and what to
  * do, without the worker's internal addresses (the log has the details). */
 static void state_failed(cf_result *res, const cf_error *err, const char *when)
@@ -1156,18 +1150,11 @@ static int stored_copy(cf_result *res, const cf_bytes *published, size_t max, cf
         res->output.data = NULL;
         res->output.len = 0;
     }
-    cf_diagnostic *d = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*d));
-    if (!d)
-        return -1;
-    res->diagnostics = d;
-    memset(&d[res->n_diagnostics], 0, sizeof(*d));
     char msg[200];
     snprintf(msg, sizeof(msg),
              "replayed from the idempotency store, which keeps results of at most %zu bytes: stdout, stderr and "
              "output were cut (the original was %zu bytes)", max, published->len);
-    if (cf_str_set(&d[res->n_diagnostics].level, "warning") == 0 &&
-        cf_str_set(&d[res->n_diagnostics].message, msg) == 0)
-        res->n_diagnostics++;
+    add_warning(res, msg);
     if (cf_result_encode(res, out, NULL) < 0)
         return -1;
     if (out->len > max) {
