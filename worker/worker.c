@@ -366,22 +366,29 @@ static void add_warning(cf_result *res, const char *msg)
 /* A result the result topic refused as too large keeps its status and
  * metadata but loses most of its bulk, and says so: better a truncated
  * answer than none (or an endless redelivery of the request). */
-static void slim_result(cf_result *res, size_t refused_bytes)
+/* Cuts stdout and stderr to each bytes (marking them truncated) and drops
+ * a structured output larger than that; true when the output was dropped. */
+static bool cut_bulk(cf_result *res, size_t each)
 {
-    if (res->stdout_data.len > SLIM_STREAM_BYTES) {
-        res->stdout_data.len = SLIM_STREAM_BYTES;
+    if (res->stdout_data.len > each) {
+        res->stdout_data.len = each;
         res->stdout_truncated = true;
     }
-    if (res->stderr_data.len > SLIM_STREAM_BYTES) {
-        res->stderr_data.len = SLIM_STREAM_BYTES;
+    if (res->stderr_data.len > each) {
+        res->stderr_data.len = each;
         res->stderr_truncated = true;
     }
-    bool dropped_output = res->output.len > SLIM_STREAM_BYTES;
-    if (dropped_output) {
-        free(res->output.data);
-        res->output.data = NULL;
-        res->output.len = 0;
-    }
+    if (res->output.len <= each)
+        return false;
+    free(res->output.data);
+    res->output.data = NULL;
+    res->output.len = 0;
+    return true;
+}
+
+static void slim_result(cf_result *res, size_t refused_bytes)
+{
+    bool dropped_output = cut_bulk(res, SLIM_STREAM_BYTES);
     char msg[256];
     snprintf(msg, sizeof(msg),
              "the result (%zu bytes) exceeded the result topic's message size limit: stdout and stderr were cut "
@@ -1136,20 +1143,7 @@ static int stored_copy(cf_result *res, const cf_bytes *published, size_t max, cf
     *out = (cf_bytes){0};
     if (published->len <= max)
         return cf_bytes_set(out, published->data, published->len);
-    size_t each = max / 4;
-    if (res->stdout_data.len > each) {
-        res->stdout_data.len = each;
-        res->stdout_truncated = true;
-    }
-    if (res->stderr_data.len > each) {
-        res->stderr_data.len = each;
-        res->stderr_truncated = true;
-    }
-    if (res->output.len > each) {
-        free(res->output.data);
-        res->output.data = NULL;
-        res->output.len = 0;
-    }
+    cut_bulk(res, max / 4);
     char msg[200];
     snprintf(msg, sizeof(msg),
              "replayed from the idempotency store, which keeps results of at most %zu bytes: stdout, stderr and "
