@@ -9,6 +9,11 @@ CF_CACHE=${CODEFLEET_CACHE:-${HOME:-/root}/.cache/codefleet}
 CF_KAFKA_HOME=$CF_CACHE/kafka-$CF_KAFKA_VERSION
 CF_KAFKA_LIBS=$CF_KAFKA_HOME/libs
 CF_KAFKA_STAMP=$CF_KAFKA_HOME/.complete
+# Toolchains the worker runs as unprivileged uids: a system location every uid
+# can read (the sandbox binds /usr from the host).
+CF_TOOLCHAINS=${CODEFLEET_TOOLCHAINS:-/usr/local/lib/codefleet}
+CF_TS_HOME=$CF_TOOLCHAINS/typescript
+CF_TS_STAMP=$CF_TS_HOME/.codefleet-package-lock.json
 
 cf_log() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
 cf_die() {

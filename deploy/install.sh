@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
-# Installs what codefleet needs to build and test, then fetches the Apache
+# Installs what codefleet needs to build and test (Debian packages, among
+# them the worker's compilers gcc, g++, rustc and go), TypeScript from the npm
+# registry into a system location every uid can read, then fetches the Apache
 # Kafka broker jars from Maven Central into a cache outside git.
 #
-# Usage: deploy/install.sh [--no-kafka] [--force-kafka]
-#   --no-kafka      only the Debian packages
-#   --force-kafka   fetch the Kafka jars again even if the cache is complete
-# Environment: CODEFLEET_CACHE (default ~/.cache/codefleet).
+# Usage: deploy/install.sh [--no-kafka] [--force-kafka] [--force-typescript]
+#   --no-kafka          skip the Kafka jars
+#   --force-kafka       fetch the Kafka jars again even if the cache is complete
+#   --force-typescript  run npm ci again even if the installed tree matches
+# Environment: CODEFLEET_CACHE (default ~/.cache/codefleet; also npm's cache),
+# CODEFLEET_TOOLCHAINS (default /usr/local/lib/codefleet).
 #
-# Idempotent and quiet when everything is there (dpkg-query first, so a
-# second run costs well under a second).  Never prompts.
+# Idempotent and quiet when everything is there (dpkg-query first, the
+# TypeScript tree checked against a stamped copy of its package-lock.json, so
+# a second run costs well under a second).  Never prompts.
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 fetch_kafka=1
 force_kafka=0
+force_ts=0
 while (($#)); do
     case $1 in
     --no-kafka) fetch_kafka=0 ;;
     --force-kafka) force_kafka=1 ;;
+    --force-typescript) force_ts=1 ;;
     -h | --help)
-        sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) cf_die "unknown argument '$1' (see --help)" ;;
@@ -30,10 +37,28 @@ done
 
 packages=(build-essential cmake ninja-build pkg-config librdkafka-dev libmsgpack-dev libseccomp-dev
     libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libssl-dev redis-server redis-tools kcat bubblewrap
-    python3 nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev)
+    python3 nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev
+    rustc golang-go)
 # Any Java 17+ runtime will do: only ask for Debian's default when none is there.
 command -v java >/dev/null 2>&1 || packages+=(default-jre-headless)
 command -v mvn >/dev/null 2>&1 || packages+=(maven)
+
+# npm, for TypeScript only.  Look where Node.js installs put it, not only on
+# PATH (a non-login shell may lack the PATH a profile script sets up).
+# NodeSource's nodejs package ships its own npm and conflicts with Debian's:
+# Debian's npm is asked for only when no npm is there at all.
+find_npm() {
+    local c
+    for c in "$(command -v npm 2>/dev/null)" /usr/bin/npm /usr/local/bin/npm \
+        /usr/lib/node_modules/npm/bin/npm-cli.js /usr/share/nodejs/npm/bin/npm-cli.js; do
+        [[ -n $c && -x $c ]] && {
+            printf '%s\n' "$c"
+            return 0
+        }
+    done
+    return 1
+}
+find_npm >/dev/null || packages+=(npm)
 
 install_packages() {
     local missing=() pkg status
@@ -52,6 +77,60 @@ install_packages() {
     export DEBIAN_FRONTEND=noninteractive
     "${sudo[@]}" apt-get update -q </dev/null >/dev/null
     "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null >/dev/null
+}
+
+typescript_current() {
+    [[ -x $CF_TS_HOME/node_modules/typescript/bin/tsc && -f $CF_TS_STAMP ]] &&
+        cmp -s "$CF_TS_STAMP" "$CF_REPO/deploy/toolchains/typescript/package-lock.json"
+}
+
+# npm ci of deploy/toolchains/typescript into a staging dir in the cache (as
+# the caller: npm never runs as root for a non-root caller), then copied into
+# $CF_TS_HOME, owned by root and readable by every uid.  The copy of the lock
+# file is the stamp, written into the staging dir last.
+install_typescript() {
+    if ((!force_ts)) && typescript_current; then
+        return 0
+    fi
+    local src=$CF_REPO/deploy/toolchains/typescript npm
+    npm=$(find_npm) || cf_die "npm not found (the Debian package npm should have installed it)"
+    mkdir -p "$CF_CACHE"
+    exec 8>"$CF_CACHE/typescript.lock"
+    flock 8
+    if ((!force_ts)) && typescript_current; then
+        exec 8>&-
+        return 0
+    fi
+    cf_log "installing TypeScript into $CF_TS_HOME (npm ci)"
+    local -a s=()
+    if ! { mkdir -p "$CF_TOOLCHAINS" 2>/dev/null && [[ -w $CF_TOOLCHAINS ]]; }; then
+        command -v sudo >/dev/null 2>&1 || cf_die "$CF_TOOLCHAINS is not writable and there is no sudo; run as root"
+        s=(sudo -n)
+        "${s[@]}" mkdir -p "$CF_TOOLCHAINS"
+    fi
+    local stage=$CF_CACHE/typescript.stage log=$CF_CACHE/npm-typescript.log
+    rm -rf "$stage"
+    mkdir -p "$stage"
+    cp "$src/package.json" "$src/package-lock.json" "$stage/"
+    if ! (cd "$stage" && umask 022 && "$npm" ci --prefix "$stage" --cache "$CF_CACHE/npm" \
+        --ignore-scripts --no-audit --no-fund --no-update-notifier --loglevel=warn) </dev/null >"$log" 2>&1; then
+        tail -n 30 "$log" >&2
+        rm -rf "$stage"
+        cf_die "npm ci failed (network?); full log: $log"
+    fi
+    [[ -x $stage/node_modules/typescript/bin/tsc ]] || {
+        rm -rf "$stage"
+        cf_die "npm ci finished but node_modules/typescript/bin/tsc is missing"
+    }
+    cp "$src/package-lock.json" "$stage/${CF_TS_STAMP##*/}"
+    "${s[@]}" rm -rf "$CF_TS_HOME.new" "$CF_TS_HOME.old"
+    "${s[@]}" cp -R "$stage" "$CF_TS_HOME.new"
+    "${s[@]}" chmod -R u+rwX,go+rX,go-w "$CF_TS_HOME.new"
+    if [[ -e $CF_TS_HOME ]]; then "${s[@]}" mv "$CF_TS_HOME" "$CF_TS_HOME.old"; fi
+    "${s[@]}" mv "$CF_TS_HOME.new" "$CF_TS_HOME"
+    "${s[@]}" rm -rf "$CF_TS_HOME.old" "$stage"
+    exec 8>&-
+    cf_log "typescript ready: $("$CF_TS_HOME/node_modules/typescript/bin/tsc" --version)"
 }
 
 kafka_complete() {
@@ -102,5 +181,6 @@ fetch_kafka_jars() {
 }
 
 install_packages
+install_typescript
 ((fetch_kafka)) && fetch_kafka_jars
 exit 0
