@@ -33,7 +33,16 @@ const cf_decode_limits cf_decode_limits_default = {
 static const char *const lang_names[CF_LANG__COUNT] = {
     [CF_LANG_NONE] = "none",         [CF_LANG_COMMAND] = "command",       [CF_LANG_SHELL] = "shell",
     [CF_LANG_PYTHON] = "python",     [CF_LANG_JAVASCRIPT] = "javascript", [CF_LANG_WASM] = "wasm",
+    [CF_LANG_C] = "c",               [CF_LANG_CPP] = "cpp",               [CF_LANG_RUST] = "rust",
+    [CF_LANG_GO] = "go",             [CF_LANG_TYPESCRIPT] = "typescript",
 };
+
+bool cf_language_compiled(cf_language l)
+{
+    return l == CF_LANG_C || l == CF_LANG_CPP || l == CF_LANG_RUST || l == CF_LANG_GO || l == CF_LANG_TYPESCRIPT;
+}
+
+static const char *const harness_names[] = {"none", "function"};
 
 static const char *const status_names[CF_STATUS__COUNT] = {
     [CF_STATUS_SUCCESS] = "success",
@@ -186,6 +195,16 @@ void cf_request_clear(cf_request *req)
     free(req->identity);
     free(req->reply_to);
     free_strmap(req->trace, req->n_trace);
+    free_strv(req->compile_flags, req->n_compile_flags);
+    for (size_t i = 0; req->cases && i < req->n_cases; i++) {
+        free(req->cases[i].name);
+        free(req->cases[i].stdin_data.data);
+        free(req->cases[i].input.data);
+        free_strv(req->cases[i].argv, req->cases[i].argc);
+        free(req->cases[i].expect_stdout.data);
+    }
+    free(req->cases);
+    free_strv(req->collect, req->n_collect);
     memset(req, 0, sizeof(*req));
 }
 
@@ -197,12 +216,7 @@ void cf_result_clear(cf_result *res)
     free(res->stdout_data.data);
     free(res->stderr_data.data);
     free(res->output.data);
-    for (size_t i = 0; res->diagnostics && i < res->n_diagnostics; i++) {
-        free(res->diagnostics[i].level);
-        free(res->diagnostics[i].message);
-        free(res->diagnostics[i].file);
-    }
-    free(res->diagnostics);
+    cf_diagnostics_free(res->diagnostics, res->n_diagnostics);
     free(res->meta.backend);
     free(res->meta.isolation);
     free(res->meta.language);
@@ -212,7 +226,40 @@ void cf_result_clear(cf_result *res)
     free(res->reply_to_error);
     free_strv(res->changed_paths, res->n_changed_paths);
     free(res->checkpoint_id);
+    free(res->meta.toolchain);
+    for (size_t i = 0; res->cases && i < res->n_cases; i++)
+        cf_case_result_clear(&res->cases[i]);
+    free(res->cases);
+    for (size_t i = 0; res->files && i < res->n_files; i++) {
+        free(res->files[i].path);
+        free(res->files[i].content.data);
+    }
+    free(res->files);
     memset(res, 0, sizeof(*res));
+}
+
+void cf_diagnostics_free(cf_diagnostic *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++) {
+        free(v[i].level);
+        free(v[i].message);
+        free(v[i].file);
+        free(v[i].code);
+        cf_diagnostics_free(v[i].children, v[i].n_children);
+    }
+    free(v);
+}
+
+void cf_case_result_clear(cf_case_result *c)
+{
+    if (!c)
+        return;
+    free(c->name);
+    free(c->stdout_data.data);
+    free(c->stderr_data.data);
+    free(c->output.data);
+    free(c->reason);
+    memset(c, 0, sizeof(*c));
 }
 
 /* ---- semantic checks (shared by msgpack, JSON and the encoders) ------- */
@@ -362,6 +409,42 @@ static int request_check(const cf_request *req, bool check_values, cf_error *err
     NONNEG(req->created_us, "created_us");
     if (strmap_check(req->trace, req->n_trace, "trace", false, err) < 0)
         return -1;
+    NONNEG(p->compile_timeout_us, "policy.compile_timeout_us");
+    NONNEG(p->compile_memory_bytes, "policy.compile_memory_bytes");
+    if ((unsigned)req->harness >= NELEM(harness_names))
+        return cf_error_set(err, CF_E_INVALID, "harness: unknown value");
+    if (req->harness == CF_HARNESS_FUNCTION && req->language != CF_LANG_PYTHON &&
+        req->language != CF_LANG_JAVASCRIPT && req->language != CF_LANG_TYPESCRIPT && req->language != CF_LANG_RUST)
+        return cf_error_set(err, CF_E_INVALID,
+                            "harness: \"function\" is available for python, javascript, typescript and rust, not %s",
+                            ln);
+    if (req->n_compile_flags > CF_COMPILE_FLAGS_MAX)
+        return cf_error_set(err, CF_E_INVALID, "compile_flags: more than %d", CF_COMPILE_FLAGS_MAX);
+    if (strv_check(req->compile_flags, req->n_compile_flags, "compile_flags", err) < 0)
+        return -1;
+    if (req->n_compile_flags && !cf_language_compiled(req->language))
+        return cf_error_set(err, CF_E_INVALID, "compile_flags: language %s is not compiled", ln);
+    if (req->n_collect > CF_COLLECT_MAX)
+        return cf_error_set(err, CF_E_INVALID, "collect: more than %d patterns", CF_COLLECT_MAX);
+    if (strv_check(req->collect, req->n_collect, "collect", err) < 0)
+        return -1;
+    for (size_t i = 0; i < req->n_collect; i++)
+        if (req->collect[i][0] == '\0')
+            return cf_error_set(err, CF_E_INVALID, "collect[%zu]: empty pattern", i);
+    if (req->n_cases > CF_CASES_MAX)
+        return cf_error_set(err, CF_E_INVALID, "cases: more than %d", CF_CASES_MAX);
+    if (req->n_cases && !req->cases)
+        return cf_error_set(err, CF_E_INVALID, "cases: %zu entries but no array", req->n_cases);
+    for (size_t i = 0; i < req->n_cases; i++) {
+        const cf_case *c = &req->cases[i];
+        char field[48];
+        snprintf(field, sizeof(field), "cases[%zu].argv", i);
+        if (strv_check(c->argv, c->argc, field, err) < 0)
+            return -1;
+        snprintf(field, sizeof(field), "cases[%zu].input", i);
+        if (check_values && cf_value_check(&c->input, field, err) < 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -388,8 +471,21 @@ static int result_check(const cf_result *res, bool check_values, cf_error *err)
         const cf_diagnostic *dg = &res->diagnostics[i];
         if (!dg->message)
             return cf_error_set(err, CF_E_INVALID, "diagnostics[%zu]: missing required field \"message\"", i);
-        if (dg->line < 0 || dg->column < 0)
+        if (dg->line < 0 || dg->column < 0 || dg->end_line < 0 || dg->end_column < 0)
             return cf_error_set(err, CF_E_INVALID, "diagnostics[%zu].line: expected non-negative integer", i);
+        if (dg->n_children && !dg->children)
+            return cf_error_set(err, CF_E_INVALID, "diagnostics[%zu].children: entries but no array", i);
+        for (size_t k = 0; k < dg->n_children; k++) {
+            const cf_diagnostic *ch = &dg->children[k];
+            if (!ch->message)
+                return cf_error_set(err, CF_E_INVALID,
+                                    "diagnostics[%zu].children[%zu]: missing required field \"message\"", i, k);
+            if (ch->n_children)
+                return cf_error_set(err, CF_E_INVALID, "diagnostics[%zu].children[%zu]: nested children", i, k);
+            if (ch->line < 0 || ch->column < 0 || ch->end_line < 0 || ch->end_column < 0)
+                return cf_error_set(err, CF_E_INVALID,
+                                    "diagnostics[%zu].children[%zu].line: expected non-negative integer", i, k);
+        }
     }
     NONNEG(res->wall_time_us, "wall_time_us");
     NONNEG(res->cpu_time_us, "cpu_time_us");
@@ -402,6 +498,32 @@ static int result_check(const cf_result *res, bool check_values, cf_error *err)
     if (res->checkpoint_id && !cf_id_valid(res->checkpoint_id, strlen(res->checkpoint_id)))
         return cf_error_set(err, CF_E_INVALID, "checkpoint_id: must be 1..%d printable ASCII characters without spaces",
                             CF_ID_MAX);
+    NONNEG(res->compile.wall_time_us, "compile.wall_time_us");
+    NONNEG(res->compile.cpu_time_us, "compile.cpu_time_us");
+    NONNEG(res->compile.peak_memory_bytes, "compile.peak_memory_bytes");
+    if (res->n_cases && !res->cases)
+        return cf_error_set(err, CF_E_INVALID, "cases: %zu entries but no array", res->n_cases);
+    for (size_t i = 0; i < res->n_cases; i++) {
+        const cf_case_result *c = &res->cases[i];
+        if ((unsigned)c->status >= CF_STATUS__COUNT)
+            return cf_error_set(err, CF_E_INVALID, "cases[%zu].status: unknown value", i);
+        if (c->signal < 0 || c->wall_time_us < 0 || c->cpu_time_us < 0 || c->peak_memory_bytes < 0)
+            return cf_error_set(err, CF_E_INVALID, "cases[%zu]: expected non-negative integers", i);
+        if (c->match < -1 || c->match > 1)
+            return cf_error_set(err, CF_E_INVALID, "cases[%zu].match: invalid", i);
+        char field[48];
+        snprintf(field, sizeof(field), "cases[%zu].output", i);
+        if (check_values && cf_value_check(&c->output, field, err) < 0)
+            return -1;
+    }
+    if (res->n_files && !res->files)
+        return cf_error_set(err, CF_E_INVALID, "files: %zu entries but no array", res->n_files);
+    for (size_t i = 0; i < res->n_files; i++) {
+        if (!res->files[i].path || !res->files[i].path[0])
+            return cf_error_set(err, CF_E_INVALID, "files[%zu]: missing required field \"path\"", i);
+        if (res->files[i].size < 0)
+            return cf_error_set(err, CF_E_INVALID, "files[%zu].size: expected non-negative integer", i);
+    }
     return 0;
 }
 
@@ -540,6 +662,38 @@ static void put_map(enc *e, const char *k, enc *child)
     enc_ok(e, msgpack_sbuffer_write(&e->sb, child->sb.data, child->sb.size));
 }
 
+/* Writes a finished child map as the next element of an array. */
+static void put_map_elem(enc *e, enc *child)
+{
+    if (child->rc)
+        e->rc = -1;
+    enc_ok(e, msgpack_pack_map(&e->pk, child->n));
+    if (child->sb.size)
+        enc_ok(e, msgpack_sbuffer_write(&e->sb, child->sb.data, child->sb.size));
+}
+
+static void pack_diag(enc *e, const cf_diagnostic *dg, bool with_children)
+{
+    enc d;
+    enc_init(&d);
+    put_str(&d, "level", dg->level);
+    put_str(&d, "message", dg->message);
+    put_str(&d, "file", dg->file);
+    put_int(&d, "line", dg->line);
+    put_int(&d, "column", dg->column);
+    put_str(&d, "code", dg->code);
+    put_int(&d, "end_line", dg->end_line);
+    put_int(&d, "end_column", dg->end_column);
+    if (with_children && dg->n_children) {
+        enc_key(&d, "children");
+        enc_ok(&d, msgpack_pack_array(&d.pk, dg->n_children));
+        for (size_t k = 0; k < dg->n_children; k++)
+            pack_diag(&d, &dg->children[k], false);
+    }
+    put_map_elem(e, &d);
+    enc_free(&d);
+}
+
 static int enc_finish(enc *top, cf_bytes *out, cf_error *err)
 {
     enc whole;
@@ -588,6 +742,8 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
     put_int(&pol, "max_stdout_bytes", p->max_stdout_bytes);
     put_int(&pol, "max_stderr_bytes", p->max_stderr_bytes);
     put_int(&pol, "max_file_size_bytes", p->max_file_size_bytes);
+    put_int(&pol, "compile_timeout_us", p->compile_timeout_us);
+    put_int(&pol, "compile_memory_bytes", p->compile_memory_bytes);
 
     put_int(&e, "v", CF_SCHEMA_VERSION);
     put_str(&e, "id", req->id);
@@ -624,6 +780,33 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
     put_int(&e, "deadline_us", req->deadline_us);
     put_int(&e, "created_us", req->created_us);
     put_strmap(&e, "trace", req->trace, req->n_trace);
+    if (req->harness != CF_HARNESS_NONE)
+        put_str(&e, "harness", harness_names[req->harness]);
+    put_strv(&e, "compile_flags", req->compile_flags, req->n_compile_flags, false);
+    if (req->n_cases) {
+        enc_key(&e, "cases");
+        enc_ok(&e, msgpack_pack_array(&e.pk, req->n_cases));
+        for (size_t i = 0; i < req->n_cases; i++) {
+            const cf_case *c = &req->cases[i];
+            enc ce;
+            enc_init(&ce);
+            put_str(&ce, "name", c->name);
+            if (c->stdin_data.len) {
+                enc_key(&ce, "stdin");
+                pack_text(&ce, &c->stdin_data);
+            }
+            put_raw(&ce, "input", &c->input);
+            put_strv(&ce, "argv", c->argv, c->argc, false);
+            if (c->has_expect) {
+                enc_key(&ce, "expect_stdout");
+                pack_text(&ce, &c->expect_stdout);
+            }
+            put_map_elem(&e, &ce);
+            enc_free(&ce);
+        }
+    }
+    put_true(&e, "stop_on_failure", req->stop_on_failure);
+    put_strv(&e, "collect", req->collect, req->n_collect, false);
 
     int rc = enc_finish(&e, out, err);
     enc_free(&fs);
@@ -725,22 +908,8 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     if (res->n_diagnostics) {
         enc_key(&e, "diagnostics");
         enc_ok(&e, msgpack_pack_array(&e.pk, res->n_diagnostics));
-        for (size_t i = 0; i < res->n_diagnostics; i++) {
-            const cf_diagnostic *dg = &res->diagnostics[i];
-            enc d;
-            enc_init(&d);
-            put_str(&d, "level", dg->level);
-            put_str(&d, "message", dg->message);
-            put_str(&d, "file", dg->file);
-            put_int(&d, "line", dg->line);
-            put_int(&d, "column", dg->column);
-            if (d.rc)
-                e.rc = -1;
-            enc_ok(&e, msgpack_pack_map(&e.pk, d.n));
-            if (d.sb.size)
-                enc_ok(&e, msgpack_sbuffer_write(&e.sb, d.sb.data, d.sb.size));
-            enc_free(&d);
-        }
+        for (size_t i = 0; i < res->n_diagnostics; i++)
+            pack_diag(&e, &res->diagnostics[i], true);
     }
     put_int(&e, "wall_time_us", res->wall_time_us);
     put_int(&e, "cpu_time_us", res->cpu_time_us);
@@ -752,6 +921,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     put_str(&meta, "identity", res->meta.identity);
     put_int(&meta, "attempt", res->meta.attempt);
     put_true(&meta, "replay", res->meta.replay);
+    put_str(&meta, "toolchain", res->meta.toolchain);
     put_map(&e, "metadata", &meta);
     put_str(&e, "reason", res->reason);
     put_str(&e, "reply_to_error", res->reply_to_error);
@@ -761,6 +931,72 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     put_str(&e, "checkpoint_id", res->checkpoint_id);
     put_true(&e, "checkpoint_conflict", res->checkpoint_conflict);
     put_int(&e, "finished_us", res->finished_us);
+    if (res->compile.present) {
+        enc cp;
+        enc_init(&cp);
+        enc_key(&cp, "cached");
+        enc_ok(&cp, res->compile.cached ? msgpack_pack_true(&cp.pk) : msgpack_pack_false(&cp.pk));
+        put_int(&cp, "wall_time_us", res->compile.wall_time_us);
+        put_int(&cp, "cpu_time_us", res->compile.cpu_time_us);
+        put_int(&cp, "peak_memory_bytes", res->compile.peak_memory_bytes);
+        put_map(&e, "compile", &cp);
+        enc_free(&cp);
+    }
+    if (res->n_cases) {
+        enc_key(&e, "cases");
+        enc_ok(&e, msgpack_pack_array(&e.pk, res->n_cases));
+        for (size_t i = 0; i < res->n_cases; i++) {
+            const cf_case_result *c = &res->cases[i];
+            enc ce;
+            enc_init(&ce);
+            put_str(&ce, "name", c->name);
+            put_str(&ce, "status", cf_status_name(c->status));
+            if (c->has_exit_code) {
+                enc_key(&ce, "exit_code");
+                enc_ok(&ce, msgpack_pack_int64(&ce.pk, c->exit_code));
+            }
+            put_int(&ce, "signal", c->signal);
+            if (c->stdout_data.len) {
+                enc_key(&ce, "stdout");
+                pack_bin(&ce, &c->stdout_data);
+            }
+            if (c->stderr_data.len) {
+                enc_key(&ce, "stderr");
+                pack_bin(&ce, &c->stderr_data);
+            }
+            put_true(&ce, "stdout_truncated", c->stdout_truncated);
+            put_true(&ce, "stderr_truncated", c->stderr_truncated);
+            put_raw(&ce, "output", &c->output);
+            put_int(&ce, "wall_time_us", c->wall_time_us);
+            put_int(&ce, "cpu_time_us", c->cpu_time_us);
+            put_int(&ce, "peak_memory_bytes", c->peak_memory_bytes);
+            if (c->match) {
+                enc_key(&ce, "match");
+                enc_ok(&ce, c->match > 0 ? msgpack_pack_true(&ce.pk) : msgpack_pack_false(&ce.pk));
+            }
+            put_str(&ce, "reason", c->reason);
+            put_map_elem(&e, &ce);
+            enc_free(&ce);
+        }
+    }
+    if (res->n_files) {
+        enc_key(&e, "files");
+        enc_ok(&e, msgpack_pack_array(&e.pk, res->n_files));
+        for (size_t i = 0; i < res->n_files; i++) {
+            const cf_out_file *f = &res->files[i];
+            enc fe;
+            enc_init(&fe);
+            put_str(&fe, "path", f->path);
+            enc_key(&fe, "size");
+            enc_ok(&fe, msgpack_pack_int64(&fe.pk, f->size));
+            enc_key(&fe, "content");
+            pack_bin(&fe, &f->content);
+            put_true(&fe, "truncated", f->truncated);
+            put_map_elem(&e, &fe);
+            enc_free(&fe);
+        }
+    }
+    put_true(&e, "files_truncated", res->files_truncated);
 
     int rc = enc_finish(&e, out, err);
     enc_free(&meta);
@@ -995,18 +1231,23 @@ static int dec_object(dec *d, const char *path, unsigned depth, const char *cons
 /* Request fields, in encoding order. */
 enum {
     RQ_V, RQ_ID, RQ_LANGUAGE, RQ_BACKEND, RQ_CODE, RQ_ARGV, RQ_MODULE, RQ_STDIN, RQ_INPUT, RQ_ENV, RQ_FILES,
-    RQ_POLICY, RQ_WORKSPACE, RQ_THREAD, RQ_IDENTITY, RQ_REPLY_TO, RQ_DEADLINE, RQ_CREATED, RQ_TRACE, RQ__COUNT
+    RQ_POLICY, RQ_WORKSPACE, RQ_THREAD, RQ_IDENTITY, RQ_REPLY_TO, RQ_DEADLINE, RQ_CREATED, RQ_TRACE,
+    RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ__COUNT
 };
 static const char *const rq_keys[RQ__COUNT] = {
     "v", "id", "language", "backend", "code", "argv", "module", "stdin", "input", "env", "files",
     "policy", "workspace", "thread", "identity", "reply_to", "deadline_us", "created_us", "trace",
+    "harness", "compile_flags", "cases", "stop_on_failure", "collect",
 };
 
+enum { CA_NAME, CA_STDIN, CA_INPUT, CA_ARGV, CA_EXPECT, CA__COUNT };
+static const char *const ca_keys[CA__COUNT] = {"name", "stdin", "input", "argv", "expect_stdout"};
+
 enum { PO_NETWORK, PO_FILESYSTEM, PO_ENV_ALLOW, PO_TIMEOUT, PO_CPU, PO_MEMORY, PO_PROCS, PO_STDOUT, PO_STDERR,
-       PO_FSIZE, PO__COUNT };
+       PO_FSIZE, PO_COMPILE_TIMEOUT, PO_COMPILE_MEMORY, PO__COUNT };
 static const char *const po_keys[PO__COUNT] = {
     "network", "filesystem", "env_allow", "timeout_us", "cpu_time_us", "memory_bytes", "max_processes",
-    "max_stdout_bytes", "max_stderr_bytes", "max_file_size_bytes",
+    "max_stdout_bytes", "max_stderr_bytes", "max_file_size_bytes", "compile_timeout_us", "compile_memory_bytes",
 };
 
 enum { FS_MODE, FS_RO, FS_RW, FS__COUNT };
@@ -1053,8 +1294,44 @@ static int policy_field(dec *d, void *obj, int idx, const char *path, unsigned d
     case PO_PROCS: return dec_nonneg(d, path, &p->max_processes);
     case PO_STDOUT: return dec_nonneg(d, path, &p->max_stdout_bytes);
     case PO_STDERR: return dec_nonneg(d, path, &p->max_stderr_bytes);
+    case PO_COMPILE_TIMEOUT: return dec_nonneg(d, path, &p->compile_timeout_us);
+    case PO_COMPILE_MEMORY: return dec_nonneg(d, path, &p->compile_memory_bytes);
     default: return dec_nonneg(d, path, &p->max_file_size_bytes);
     }
+}
+
+static int case_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    cf_case *c = obj;
+    if (idx == CA_INPUT)
+        return dec_value(d, path, depth, &c->input);
+    if (dec_nil(d))
+        return 0;
+    switch (idx) {
+    case CA_NAME: return dec_str(d, path, &c->name);
+    case CA_STDIN: return dec_bytes(d, path, &c->stdin_data);
+    case CA_ARGV: return dec_strv(d, path, depth, &c->argv, &c->argc);
+    default:
+        c->has_expect = true;
+        return dec_bytes(d, path, &c->expect_stdout);
+    }
+}
+
+static int dec_cases(dec *d, const char *path, unsigned depth, cf_request *req)
+{
+    uint32_t n;
+    cf_case *v = dec_list(d, path, depth, CF_MP_ARRAY, "array of maps", sizeof(*v), &n);
+    if (!v)
+        return -1;
+    req->cases = v;
+    req->n_cases = n;
+    for (uint32_t i = 0; i < n; i++) {
+        char ip[PATH_MAX_LEN];
+        idx_path(ip, path, i);
+        if (dec_object(d, ip, depth + 1, ca_keys, CA__COUNT, case_field, &v[i], NULL) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 static int request_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
@@ -1065,7 +1342,8 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
     case RQ_ID: return dec_str(d, path, &req->id);
     case RQ_LANGUAGE: {
         int l;
-        if (dec_enum(d, path, lang_names, CF_LANG__COUNT, &l, "command, shell, python, javascript, wasm") < 0)
+        if (dec_enum(d, path, lang_names, CF_LANG__COUNT, &l,
+                     "command, shell, python, javascript, wasm, c, cpp, rust, go, typescript") < 0)
             return -1;
         req->language = (cf_language)l;
         return 0;
@@ -1090,6 +1368,17 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
     case RQ_REPLY_TO: return dec_str(d, path, &req->reply_to);
     case RQ_DEADLINE: return dec_nonneg(d, path, &req->deadline_us);
     case RQ_CREATED: return dec_nonneg(d, path, &req->created_us);
+    case RQ_HARNESS: {
+        int h;
+        if (dec_enum(d, path, harness_names, NELEM(harness_names), &h, "function") < 0)
+            return -1;
+        req->harness = (cf_harness)h;
+        return 0;
+    }
+    case RQ_COMPILE_FLAGS: return dec_strv(d, path, depth, &req->compile_flags, &req->n_compile_flags);
+    case RQ_CASES: return dec_cases(d, path, depth, req);
+    case RQ_STOP_ON_FAILURE: return dec_bool(d, path, &req->stop_on_failure);
+    case RQ_COLLECT: return dec_strv(d, path, depth, &req->collect, &req->n_collect);
     default: return dec_strmap(d, path, depth, &req->trace, &req->n_trace);
     }
 }
@@ -1097,21 +1386,36 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
 enum {
     RS_V, RS_ID, RS_STATUS, RS_EXIT, RS_SIGNAL, RS_STDOUT, RS_STDERR, RS_STDOUT_TR, RS_STDERR_TR, RS_OUTPUT,
     RS_DIAG, RS_WALL, RS_CPU, RS_PEAK, RS_META, RS_REASON, RS_REPLY_ERR, RS_WSREV, RS_CHANGED, RS_CONFLICT,
-    RS_CP_ID, RS_CP_CONFLICT, RS_FINISHED, RS__COUNT
+    RS_CP_ID, RS_CP_CONFLICT, RS_FINISHED, RS_COMPILE, RS_CASES, RS_FILES, RS_FILES_TR, RS__COUNT
 };
 static const char *const rs_keys[RS__COUNT] = {
     "v", "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
     "output", "diagnostics", "wall_time_us", "cpu_time_us", "peak_memory_bytes", "metadata", "reason",
     "reply_to_error", "workspace_revision", "changed_paths", "workspace_conflict", "checkpoint_id", "checkpoint_conflict",
-    "finished_us",
+    "finished_us", "compile", "cases", "files", "files_truncated",
 };
 
-enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD_REPLAY, MD__COUNT };
-static const char *const md_keys[MD__COUNT] = {"backend", "isolation", "language", "worker",
-                                               "identity", "attempt", "replay"};
+enum { CP_CACHED, CP_WALL, CP_CPU, CP_PEAK, CP__COUNT };
+static const char *const cp_keys[CP__COUNT] = {"cached", "wall_time_us", "cpu_time_us", "peak_memory_bytes"};
 
-enum { DG_LEVEL, DG_MESSAGE, DG_FILE, DG_LINE, DG_COLUMN, DG__COUNT };
-static const char *const dg_keys[DG__COUNT] = {"level", "message", "file", "line", "column"};
+enum { CR_NAME, CR_STATUS, CR_EXIT, CR_SIGNAL, CR_STDOUT, CR_STDERR, CR_STDOUT_TR, CR_STDERR_TR, CR_OUTPUT, CR_WALL,
+       CR_CPU, CR_PEAK, CR_MATCH, CR_REASON, CR__COUNT };
+static const char *const cr_keys[CR__COUNT] = {
+    "name", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
+    "output", "wall_time_us", "cpu_time_us", "peak_memory_bytes", "match", "reason",
+};
+
+enum { OF_PATH, OF_SIZE, OF_CONTENT, OF_TRUNCATED, OF__COUNT };
+static const char *const of_keys[OF__COUNT] = {"path", "size", "content", "truncated"};
+
+enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD_REPLAY, MD_TOOLCHAIN, MD__COUNT };
+static const char *const md_keys[MD__COUNT] = {"backend", "isolation", "language", "worker",
+                                               "identity", "attempt", "replay",   "toolchain"};
+
+enum { DG_LEVEL, DG_MESSAGE, DG_FILE, DG_LINE, DG_COLUMN, DG_CODE, DG_END_LINE, DG_END_COLUMN, DG_CHILDREN,
+       DG__COUNT };
+static const char *const dg_keys[DG__COUNT] = {"level",    "message",    "file",      "line",    "column",
+                                               "code",     "end_line",   "end_column", "children"};
 
 static int meta_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
 {
@@ -1125,9 +1429,12 @@ static int meta_field(dec *d, void *obj, int idx, const char *path, unsigned dep
     case MD_WORKER: return dec_str(d, path, &m->worker);
     case MD_IDENTITY: return dec_str(d, path, &m->identity);
     case MD_REPLAY: return dec_bool(d, path, &m->replay);
+    case MD_TOOLCHAIN: return dec_str(d, path, &m->toolchain);
     default: return dec_nonneg(d, path, &m->attempt);
     }
 }
+
+static int dec_diag_list(dec *d, const char *path, unsigned depth, cf_diagnostic **out, size_t *n_out);
 
 static int diag_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
 {
@@ -1139,22 +1446,151 @@ static int diag_field(dec *d, void *obj, int idx, const char *path, unsigned dep
     case DG_MESSAGE: return dec_str(d, path, &dg->message);
     case DG_FILE: return dec_str(d, path, &dg->file);
     case DG_LINE: return dec_nonneg(d, path, &dg->line);
+    case DG_CODE: return dec_str(d, path, &dg->code);
+    case DG_END_LINE: return dec_nonneg(d, path, &dg->end_line);
+    case DG_END_COLUMN: return dec_nonneg(d, path, &dg->end_column);
+    case DG_CHILDREN: return dec_diag_list(d, path, depth, &dg->children, &dg->n_children);
     default: return dec_nonneg(d, path, &dg->column);
     }
 }
 
-static int dec_diagnostics(dec *d, const char *path, unsigned depth, cf_result *res)
+/* Children nest one level only (result_check refuses deeper ones); the
+ * depth limit bounds the recursion before that. */
+static int dec_diag_list(dec *d, const char *path, unsigned depth, cf_diagnostic **out, size_t *n_out)
 {
     uint32_t n;
     cf_diagnostic *v = dec_list(d, path, depth, CF_MP_ARRAY, "array of maps", sizeof(*v), &n);
     if (!v)
         return -1;
-    res->diagnostics = v;
-    res->n_diagnostics = n;
+    *out = v;
+    *n_out = n;
     for (uint32_t i = 0; i < n; i++) {
         char ip[PATH_MAX_LEN];
         idx_path(ip, path, i);
         if (dec_object(d, ip, depth + 1, dg_keys, DG__COUNT, diag_field, &v[i], NULL) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int dec_diagnostics(dec *d, const char *path, unsigned depth, cf_result *res)
+{
+    return dec_diag_list(d, path, depth, &res->diagnostics, &res->n_diagnostics);
+}
+
+static int compile_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    (void)depth;
+    cf_compile_info *c = obj;
+    if (dec_nil(d))
+        return 0;
+    switch (idx) {
+    case CP_CACHED: return dec_bool(d, path, &c->cached);
+    case CP_WALL: return dec_nonneg(d, path, &c->wall_time_us);
+    case CP_CPU: return dec_nonneg(d, path, &c->cpu_time_us);
+    default: return dec_nonneg(d, path, &c->peak_memory_bytes);
+    }
+}
+
+static int dec_status(dec *d, const char *path, cf_status *out)
+{
+    const uint8_t *sv;
+    size_t len;
+    if (cf_mp_read_str_field(&d->r, path, "string", &sv, &len, d->err) < 0)
+        return -1;
+    /* status names have no "unspecified" slot: index from 0 */
+    int s = cf_name_index(status_names, 0, CF_STATUS__COUNT, sv, len);
+    if (s < 0)
+        return cf_error_set(d->err, CF_E_INVALID, "%s: unknown value", path);
+    *out = (cf_status)s;
+    return 0;
+}
+
+static int case_result_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    cf_case_result *c = obj;
+    if (idx == CR_OUTPUT)
+        return dec_value(d, path, depth, &c->output);
+    if (dec_nil(d))
+        return 0;
+    int64_t v;
+    bool b;
+    switch (idx) {
+    case CR_NAME: return dec_str(d, path, &c->name);
+    case CR_STATUS: return dec_status(d, path, &c->status);
+    case CR_EXIT:
+        if (dec_integer(d, path, INT32_MIN, INT32_MAX, &v, "32-bit integer") < 0)
+            return -1;
+        c->has_exit_code = true;
+        c->exit_code = (int)v;
+        return 0;
+    case CR_SIGNAL:
+        if (dec_integer(d, path, 0, INT32_MAX, &v, "non-negative 32-bit integer") < 0)
+            return -1;
+        c->signal = (int)v;
+        return 0;
+    case CR_STDOUT: return dec_bytes(d, path, &c->stdout_data);
+    case CR_STDERR: return dec_bytes(d, path, &c->stderr_data);
+    case CR_STDOUT_TR: return dec_bool(d, path, &c->stdout_truncated);
+    case CR_STDERR_TR: return dec_bool(d, path, &c->stderr_truncated);
+    case CR_WALL: return dec_nonneg(d, path, &c->wall_time_us);
+    case CR_CPU: return dec_nonneg(d, path, &c->cpu_time_us);
+    case CR_PEAK: return dec_nonneg(d, path, &c->peak_memory_bytes);
+    case CR_MATCH:
+        if (dec_bool(d, path, &b) < 0)
+            return -1;
+        c->match = b ? 1 : -1;
+        return 0;
+    default: return dec_str(d, path, &c->reason);
+    }
+}
+
+static int dec_case_results(dec *d, const char *path, unsigned depth, cf_result *res)
+{
+    uint32_t n;
+    cf_case_result *v = dec_list(d, path, depth, CF_MP_ARRAY, "array of maps", sizeof(*v), &n);
+    if (!v)
+        return -1;
+    res->cases = v;
+    res->n_cases = n;
+    for (uint32_t i = 0; i < n; i++) {
+        char ip[PATH_MAX_LEN];
+        idx_path(ip, path, i);
+        uint64_t seen = 0;
+        if (dec_object(d, ip, depth + 1, cr_keys, CR__COUNT, case_result_field, &v[i], &seen) < 0)
+            return -1;
+        if (!(seen & (1ull << CR_STATUS)))
+            return cf_error_set(d->err, CF_E_INVALID, "%s: missing required field \"status\"", ip);
+    }
+    return 0;
+}
+
+static int out_file_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    (void)depth;
+    cf_out_file *f = obj;
+    if (dec_nil(d))
+        return 0;
+    switch (idx) {
+    case OF_PATH: return dec_str(d, path, &f->path);
+    case OF_SIZE: return dec_nonneg(d, path, &f->size);
+    case OF_CONTENT: return dec_bytes(d, path, &f->content);
+    default: return dec_bool(d, path, &f->truncated);
+    }
+}
+
+static int dec_out_files(dec *d, const char *path, unsigned depth, cf_result *res)
+{
+    uint32_t n;
+    cf_out_file *v = dec_list(d, path, depth, CF_MP_ARRAY, "array of maps", sizeof(*v), &n);
+    if (!v)
+        return -1;
+    res->files = v;
+    res->n_files = n;
+    for (uint32_t i = 0; i < n; i++) {
+        char ip[PATH_MAX_LEN];
+        idx_path(ip, path, i);
+        if (dec_object(d, ip, depth + 1, of_keys, OF__COUNT, out_file_field, &v[i], NULL) < 0)
             return -1;
     }
     return 0;
@@ -1166,18 +1602,7 @@ static int result_field(dec *d, void *obj, int idx, const char *path, unsigned d
     switch (idx) {
     case RS_V: return cf_mp_skip(&d->r, depth, d->err);
     case RS_ID: return dec_str(d, path, &res->id);
-    case RS_STATUS: {
-        const uint8_t *sv;
-        size_t len;
-        if (cf_mp_read_str_field(&d->r, path, "string", &sv, &len, d->err) < 0)
-            return -1;
-        /* status names have no "unspecified" slot: index from 0 */
-        int s = cf_name_index(status_names, 0, CF_STATUS__COUNT, sv, len);
-        if (s < 0)
-            return cf_error_set(d->err, CF_E_INVALID, "%s: unknown value", path);
-        res->status = (cf_status)s;
-        return 0;
-    }
+    case RS_STATUS: return dec_status(d, path, &res->status);
     case RS_OUTPUT: return dec_value(d, path, depth, &res->output);
     default: break;
     }
@@ -1212,6 +1637,12 @@ static int result_field(dec *d, void *obj, int idx, const char *path, unsigned d
     case RS_CONFLICT: return dec_bool(d, path, &res->workspace_conflict);
     case RS_CP_ID: return dec_str(d, path, &res->checkpoint_id);
     case RS_CP_CONFLICT: return dec_bool(d, path, &res->checkpoint_conflict);
+    case RS_COMPILE:
+        res->compile.present = true;
+        return dec_object(d, path, depth, cp_keys, CP__COUNT, compile_field, &res->compile, NULL);
+    case RS_CASES: return dec_case_results(d, path, depth, res);
+    case RS_FILES: return dec_out_files(d, path, depth, res);
+    case RS_FILES_TR: return dec_bool(d, path, &res->files_truncated);
     default: return dec_nonneg(d, path, &res->finished_us);
     }
 }

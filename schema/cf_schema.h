@@ -29,6 +29,11 @@ typedef enum cf_language {
     CF_LANG_PYTHON,     /* python3 source */
     CF_LANG_JAVASCRIPT, /* JavaScript source (node on process/sandbox) */
     CF_LANG_WASM,       /* a WebAssembly module (module bytes) */
+    CF_LANG_C,          /* C source, compiled (gcc) */
+    CF_LANG_CPP,        /* C++ source, compiled (g++) */
+    CF_LANG_RUST,       /* Rust source, compiled (rustc) */
+    CF_LANG_GO,         /* Go source, compiled (go build) */
+    CF_LANG_TYPESCRIPT, /* TypeScript source, compiled (tsc) and run by node */
     CF_LANG__COUNT
 } cf_language;
 
@@ -42,6 +47,16 @@ typedef enum cf_status {
     CF_STATUS_INTERNAL_ERROR,   /* the worker or sandbox broke, not the user's code */
     CF_STATUS__COUNT
 } cf_status;
+
+/* Languages whose source is built before it runs (compile step, compile
+ * cache, compile_failed with diagnostics). */
+bool cf_language_compiled(cf_language l);
+
+/* How the code is run. */
+typedef enum cf_harness {
+    CF_HARNESS_NONE = 0, /* the code is a program */
+    CF_HARNESS_FUNCTION, /* the code defines run(input): its return value is the output */
+} cf_harness;
 
 typedef enum cf_network_policy {
     CF_NET_UNSPECIFIED = 0, /* no requirement: the backend's own isolation applies */
@@ -91,7 +106,27 @@ typedef struct cf_policy {
     int64_t max_stdout_bytes;
     int64_t max_stderr_bytes;
     int64_t max_file_size_bytes;
+    /* Compile step (compiled languages): its own wall clock and memory,
+     * narrowing the operator's compile limits. */
+    int64_t compile_timeout_us;
+    int64_t compile_memory_bytes;
 } cf_policy;
+
+/* One test case: the program (built once) runs once per case, each time
+ * in a fresh sandbox, with the case's stdin, input and arguments. */
+typedef struct cf_case {
+    char *name;           /* optional label */
+    cf_bytes stdin_data;  /* absent = empty */
+    cf_bytes input;       /* structured input (one msgpack value); len 0 = absent */
+    char **argv;          /* extra arguments */
+    size_t argc;
+    bool has_expect;      /* expect_stdout given (possibly empty) */
+    cf_bytes expect_stdout;
+} cf_case;
+
+#define CF_CASES_MAX 1000     /* cases per request */
+#define CF_COLLECT_MAX 64     /* collect patterns per request */
+#define CF_COMPILE_FLAGS_MAX 64
 
 typedef struct cf_request {
     char *id;            /* required: idempotency key, 1..CF_ID_MAX bytes, printable */
@@ -116,15 +151,65 @@ typedef struct cf_request {
     int64_t created_us;  /* epoch us; 0 = unknown */
     cf_strmap_entry *trace; /* trace context (W3C traceparent/tracestate...) */
     size_t n_trace;
+    /* Compiled languages and harnesses (issue 9). */
+    cf_harness harness;
+    char **compile_flags; /* extra flags, each from the worker's per-language allowlist */
+    size_t n_compile_flags;
+    cf_case *cases;       /* run once per case instead of once */
+    size_t n_cases;
+    bool stop_on_failure; /* cases: stop at the first case that does not succeed */
+    char **collect;       /* glob patterns of work-directory files returned in the result */
+    size_t n_collect;
 } cf_request;
 
 typedef struct cf_diagnostic {
-    char *level;   /* "error", "warning", "note" */
+    char *level;   /* "error", "warning", "note", "help" */
     char *message;
-    char *file;    /* optional */
-    int64_t line;  /* 0 = unknown */
+    char *file;    /* optional; relative to the work directory */
+    int64_t line;  /* 1-based; 0 = unknown */
     int64_t column;
+    char *code;    /* optional compiler code: "E0308", "TS2322", "-Wunused-variable" */
+    int64_t end_line;   /* 0 = unknown */
+    int64_t end_column;
+    struct cf_diagnostic *children; /* notes attached to this one (no deeper nesting) */
+    size_t n_children;
 } cf_diagnostic;
+
+/* The compile step of a compiled language. */
+typedef struct cf_compile_info {
+    bool present;
+    bool cached;          /* the build came from the worker's compile cache */
+    int64_t wall_time_us; /* of the compiler run (0 when cached) */
+    int64_t cpu_time_us;
+    int64_t peak_memory_bytes;
+} cf_compile_info;
+
+/* One case's outcome. */
+typedef struct cf_case_result {
+    char *name;
+    cf_status status;
+    bool has_exit_code;
+    int exit_code;
+    int signal;
+    cf_bytes stdout_data;
+    cf_bytes stderr_data;
+    bool stdout_truncated;
+    bool stderr_truncated;
+    cf_bytes output;
+    int64_t wall_time_us;
+    int64_t cpu_time_us;
+    int64_t peak_memory_bytes;
+    int match;            /* 0 = no expectation, 1 = stdout matched, -1 = mismatch */
+    char *reason;
+} cf_case_result;
+
+/* A file collected from the work directory (request "collect"). */
+typedef struct cf_out_file {
+    char *path;
+    int64_t size;         /* the file's full size */
+    cf_bytes content;     /* possibly cut: truncated says so */
+    bool truncated;
+} cf_out_file;
 
 typedef struct cf_result_meta {
     char *backend;
@@ -134,6 +219,7 @@ typedef struct cf_result_meta {
     char *identity;
     int64_t attempt; /* 1 for the first delivery; higher after redelivery */
     bool replay;     /* answered from the idempotency store, not run again */
+    char *toolchain; /* compiled languages: the compiler's version ("gcc 12.2.0") */
 } cf_result_meta;
 
 typedef struct cf_result {
@@ -166,6 +252,12 @@ typedef struct cf_result {
     char *checkpoint_id;      /* the checkpoint the run saved; NULL = none */
     bool checkpoint_conflict; /* a newer checkpoint was saved meanwhile: nothing saved */
     int64_t finished_us;      /* epoch us when the result was produced */
+    cf_compile_info compile;  /* compiled languages */
+    cf_case_result *cases;    /* one per case run (requests with cases) */
+    size_t n_cases;
+    cf_out_file *files;       /* request "collect" */
+    size_t n_files;
+    bool files_truncated;     /* some matching file was left out or cut (byte cap) */
 } cf_result;
 
 /* Limits applied by every decoder before anything is allocated. */
@@ -219,6 +311,8 @@ int cf_msgpack_validate(const void *buf, size_t len, const cf_decode_limits *lim
 
 void cf_request_clear(cf_request *req);
 void cf_result_clear(cf_result *res);
+void cf_diagnostics_free(cf_diagnostic *v, size_t n);
+void cf_case_result_clear(cf_case_result *c);
 
 /* Convenience setters that copy their argument (return -1 on ENOMEM). */
 int cf_bytes_set(cf_bytes *b, const void *data, size_t len);

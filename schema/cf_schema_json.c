@@ -417,6 +417,8 @@ json_t *cf_request_to_json(const cf_request *req)
         jset_int(pol, "max_stdout_bytes", p->max_stdout_bytes, &ok);
         jset_int(pol, "max_stderr_bytes", p->max_stderr_bytes, &ok);
         jset_int(pol, "max_file_size_bytes", p->max_file_size_bytes, &ok);
+        jset_int(pol, "compile_timeout_us", p->compile_timeout_us, &ok);
+        jset_int(pol, "compile_memory_bytes", p->compile_memory_bytes, &ok);
         if (json_object_size(pol))
             jset(o, "policy", json_incref(pol), &ok);
     } else {
@@ -432,11 +434,67 @@ json_t *cf_request_to_json(const cf_request *req)
     jset_int(o, "created_us", req->created_us, &ok);
     if (req->n_trace)
         jset(o, "trace", strmap_json(req->trace, req->n_trace), &ok);
+    if (req->harness == CF_HARNESS_FUNCTION)
+        jset_str(o, "harness", "function", &ok);
+    if (req->n_compile_flags)
+        jset(o, "compile_flags", strv_json(req->compile_flags, req->n_compile_flags), &ok);
+    if (req->n_cases) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < req->n_cases; i++) {
+            const cf_case *c = &req->cases[i];
+            json_t *co = json_object();
+            if (!co) {
+                ok = false;
+                break;
+            }
+            jset_str(co, "name", c->name, &ok);
+            if (c->stdin_data.len)
+                jset(co, "stdin", bytes_json(&c->stdin_data), &ok);
+            jset_value(co, "input", "input_msgpack", &c->input, &ok);
+            if (c->argc)
+                jset(co, "argv", strv_json(c->argv, c->argc), &ok);
+            if (c->has_expect)
+                jset(co, "expect_stdout", bytes_json(&c->expect_stdout), &ok);
+            if (json_array_append_new(a, co) < 0)
+                ok = false;
+        }
+        jset(o, "cases", a, &ok);
+    }
+    if (req->stop_on_failure)
+        jset(o, "stop_on_failure", json_true(), &ok);
+    if (req->n_collect)
+        jset(o, "collect", strv_json(req->collect, req->n_collect), &ok);
     if (!ok) {
         json_decref(o);
         return NULL;
     }
     return o;
+}
+
+static json_t *diags_json(const cf_diagnostic *v, size_t n, bool with_children, bool *ok)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) {
+        const cf_diagnostic *dg = &v[i];
+        json_t *d = json_object();
+        if (!d) {
+            *ok = false;
+            break;
+        }
+        jset_str(d, "level", dg->level, ok);
+        jset_str(d, "message", dg->message, ok);
+        jset_str(d, "file", dg->file, ok);
+        jset_int(d, "line", dg->line, ok);
+        jset_int(d, "column", dg->column, ok);
+        jset_str(d, "code", dg->code, ok);
+        jset_int(d, "end_line", dg->end_line, ok);
+        jset_int(d, "end_column", dg->end_column, ok);
+        if (with_children && dg->n_children)
+            jset(d, "children", diags_json(dg->children, dg->n_children, false, ok), ok);
+        if (json_array_append_new(a, d) < 0)
+            *ok = false;
+    }
+    return a;
 }
 
 json_t *cf_result_to_json(const cf_result *res)
@@ -460,25 +518,8 @@ json_t *cf_result_to_json(const cf_result *res)
     if (res->stderr_truncated)
         jset(o, "stderr_truncated", json_true(), &ok);
     jset_value(o, "output", "output_msgpack", &res->output, &ok);
-    if (res->n_diagnostics) {
-        json_t *a = json_array();
-        for (size_t i = 0; a && i < res->n_diagnostics; i++) {
-            const cf_diagnostic *dg = &res->diagnostics[i];
-            json_t *d = json_object();
-            if (!d) {
-                ok = false;
-                break;
-            }
-            jset_str(d, "level", dg->level, &ok);
-            jset_str(d, "message", dg->message, &ok);
-            jset_str(d, "file", dg->file, &ok);
-            jset_int(d, "line", dg->line, &ok);
-            jset_int(d, "column", dg->column, &ok);
-            if (json_array_append_new(a, d) < 0)
-                ok = false;
-        }
-        jset(o, "diagnostics", a, &ok);
-    }
+    if (res->n_diagnostics)
+        jset(o, "diagnostics", diags_json(res->diagnostics, res->n_diagnostics, true, &ok), &ok);
     jset_int(o, "wall_time_us", res->wall_time_us, &ok);
     jset_int(o, "cpu_time_us", res->cpu_time_us, &ok);
     jset_int(o, "peak_memory_bytes", res->peak_memory_bytes, &ok);
@@ -492,6 +533,7 @@ json_t *cf_result_to_json(const cf_result *res)
         jset_int(m, "attempt", res->meta.attempt, &ok);
         if (res->meta.replay)
             jset(m, "replay", json_true(), &ok);
+        jset_str(m, "toolchain", res->meta.toolchain, &ok);
         if (json_object_size(m))
             jset(o, "metadata", json_incref(m), &ok);
         json_decref(m);
@@ -509,6 +551,71 @@ json_t *cf_result_to_json(const cf_result *res)
     if (res->checkpoint_conflict)
         jset(o, "checkpoint_conflict", json_true(), &ok);
     jset_int(o, "finished_us", res->finished_us, &ok);
+    if (res->compile.present) {
+        json_t *c = json_object();
+        if (c) {
+            jset(c, "cached", json_boolean(res->compile.cached), &ok);
+            jset_int(c, "wall_time_us", res->compile.wall_time_us, &ok);
+            jset_int(c, "cpu_time_us", res->compile.cpu_time_us, &ok);
+            jset_int(c, "peak_memory_bytes", res->compile.peak_memory_bytes, &ok);
+        }
+        jset(o, "compile", c, &ok);
+    }
+    if (res->n_cases) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < res->n_cases; i++) {
+            const cf_case_result *c = &res->cases[i];
+            json_t *co = json_object();
+            if (!co) {
+                ok = false;
+                break;
+            }
+            jset_str(co, "name", c->name, &ok);
+            jset_str(co, "status", cf_status_name(c->status), &ok);
+            if (c->has_exit_code)
+                jset(co, "exit_code", json_integer(c->exit_code), &ok);
+            jset_int(co, "signal", c->signal, &ok);
+            if (c->stdout_data.len)
+                jset(co, "stdout", bytes_json(&c->stdout_data), &ok);
+            if (c->stderr_data.len)
+                jset(co, "stderr", bytes_json(&c->stderr_data), &ok);
+            if (c->stdout_truncated)
+                jset(co, "stdout_truncated", json_true(), &ok);
+            if (c->stderr_truncated)
+                jset(co, "stderr_truncated", json_true(), &ok);
+            jset_value(co, "output", "output_msgpack", &c->output, &ok);
+            jset_int(co, "wall_time_us", c->wall_time_us, &ok);
+            jset_int(co, "cpu_time_us", c->cpu_time_us, &ok);
+            jset_int(co, "peak_memory_bytes", c->peak_memory_bytes, &ok);
+            if (c->match)
+                jset(co, "match", json_boolean(c->match > 0), &ok);
+            jset_str(co, "reason", c->reason, &ok);
+            if (json_array_append_new(a, co) < 0)
+                ok = false;
+        }
+        jset(o, "cases", a, &ok);
+    }
+    if (res->n_files) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < res->n_files; i++) {
+            const cf_out_file *f = &res->files[i];
+            json_t *fo = json_object();
+            if (!fo) {
+                ok = false;
+                break;
+            }
+            jset_str(fo, "path", f->path, &ok);
+            jset(fo, "size", json_integer(f->size), &ok);
+            jset(fo, "content", bytes_json(&f->content), &ok);
+            if (f->truncated)
+                jset(fo, "truncated", json_true(), &ok);
+            if (json_array_append_new(a, fo) < 0)
+                ok = false;
+        }
+        jset(o, "files", a, &ok);
+    }
+    if (res->files_truncated)
+        jset(o, "files_truncated", json_true(), &ok);
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -682,7 +789,8 @@ static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
     if (lang) {
         if (!json_is_string(lang) || cf_language_parse(json_string_value(lang), &r->language) < 0)
             return cf_error_set(err, CF_E_INVALID,
-                                "language: unknown value (expected one of command, shell, python, javascript, wasm)");
+                                "language: unknown value (expected one of command, shell, python, javascript, wasm, "
+                                "c, cpp, rust, go, typescript)");
     }
     if (jstr(o, "", "backend", &r->backend, err) < 0 || jbytes(o, "code", &r->code, err) < 0 ||
         jstrv(o, "", "argv", &r->argv, &r->argc, NULL, err) < 0 || jbytes(o, "module", &r->module, err) < 0 ||
@@ -751,7 +859,9 @@ static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
             jnonneg(pol, "policy", "max_processes", &p->max_processes, err) < 0 ||
             jnonneg(pol, "policy", "max_stdout_bytes", &p->max_stdout_bytes, err) < 0 ||
             jnonneg(pol, "policy", "max_stderr_bytes", &p->max_stderr_bytes, err) < 0 ||
-            jnonneg(pol, "policy", "max_file_size_bytes", &p->max_file_size_bytes, err) < 0)
+            jnonneg(pol, "policy", "max_file_size_bytes", &p->max_file_size_bytes, err) < 0 ||
+            jnonneg(pol, "policy", "compile_timeout_us", &p->compile_timeout_us, err) < 0 ||
+            jnonneg(pol, "policy", "compile_memory_bytes", &p->compile_memory_bytes, err) < 0)
             return -1;
     }
     if (jstr(o, "", "workspace", &r->workspace, err) < 0 || jstr(o, "", "thread", &r->thread, err) < 0 ||
@@ -760,6 +870,41 @@ static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
         jnonneg(o, "", "created_us", &r->created_us, err) < 0 ||
         jstrmap(o, "trace", &r->trace, &r->n_trace, err) < 0)
         return -1;
+    const json_t *h = jget(o, "harness");
+    if (h) {
+        if (!json_is_string(h) || strcmp(json_string_value(h), "function") != 0)
+            return cf_error_set(err, CF_E_INVALID, "harness: unknown value (expected function)");
+        r->harness = CF_HARNESS_FUNCTION;
+    }
+    if (jstrv(o, "", "compile_flags", &r->compile_flags, &r->n_compile_flags, NULL, err) < 0 ||
+        jbool(o, "stop_on_failure", &r->stop_on_failure, err) < 0 ||
+        jstrv(o, "", "collect", &r->collect, &r->n_collect, NULL, err) < 0)
+        return -1;
+    const json_t *cases = jget(o, "cases");
+    if (cases) {
+        size_t n;
+        r->cases = jlist(cases, "cases", false, "array of objects", sizeof(*r->cases), &n, err);
+        if (!r->cases)
+            return -1;
+        r->n_cases = n;
+        for (size_t i = 0; i < n; i++) {
+            const json_t *e = json_array_get(cases, i);
+            cf_case *c = &r->cases[i];
+            char ip[JPATH_MAX + 32];
+            snprintf(ip, sizeof(ip), "cases[%zu]", i);
+            if (!json_is_object(e))
+                return cf_error_set(err, CF_E_INVALID, "%s: expected object", ip);
+            if (jstr(e, ip, "name", &c->name, err) < 0 || jbytes(e, "stdin", &c->stdin_data, err) < 0 ||
+                jvalue(e, "input", "input_msgpack", &c->input, err) < 0 ||
+                jstrv(e, ip, "argv", &c->argv, &c->argc, NULL, err) < 0)
+                return cf_error_wrap(err, "%s", ip);
+            if (jget(e, "expect_stdout")) {
+                c->has_expect = true;
+                if (jbytes(e, "expect_stdout", &c->expect_stdout, err) < 0)
+                    return cf_error_wrap(err, "%s", ip);
+            }
+        }
+    }
     return cf_request_check(r, err);
 }
 
@@ -769,6 +914,40 @@ int cf_request_from_json(const json_t *obj, cf_request *out, cf_error *err)
     if (request_from_json(obj, out, err) < 0) {
         cf_request_clear(out);
         return -1;
+    }
+    return 0;
+}
+
+static int diags_from_json(const json_t *dg, const char *path, bool children, cf_diagnostic **out, size_t *n_out,
+                           cf_error *err)
+{
+    size_t n;
+    cf_diagnostic *v = jlist(dg, path, false, "array of objects", sizeof(*v), &n, err);
+    if (!v)
+        return -1;
+    *out = v;
+    *n_out = n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(dg, i);
+        cf_diagnostic *d = &v[i];
+        char ip[JPATH_MAX + 32];
+        snprintf(ip, sizeof(ip), "%s[%zu]", path, i);
+        if (!json_is_object(e))
+            return cf_error_set(err, CF_E_INVALID, "%s: expected object", ip);
+        if (jstr(e, ip, "level", &d->level, err) < 0 || jstr(e, ip, "message", &d->message, err) < 0 ||
+            jstr(e, ip, "file", &d->file, err) < 0 || jnonneg(e, ip, "line", &d->line, err) < 0 ||
+            jnonneg(e, ip, "column", &d->column, err) < 0 || jstr(e, ip, "code", &d->code, err) < 0 ||
+            jnonneg(e, ip, "end_line", &d->end_line, err) < 0 || jnonneg(e, ip, "end_column", &d->end_column, err) < 0)
+            return -1;
+        const json_t *ch = jget(e, "children");
+        if (ch) {
+            if (!children)
+                return cf_error_set(err, CF_E_INVALID, "%s.children: nested children", ip);
+            char cp[JPATH_MAX + 48];
+            snprintf(cp, sizeof(cp), "%s.children", ip);
+            if (diags_from_json(ch, cp, false, &d->children, &d->n_children, err) < 0)
+                return -1;
+        }
     }
     return 0;
 }
@@ -803,25 +982,8 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
         jvalue(o, "output", "output_msgpack", &r->output, err) < 0)
         return -1;
     const json_t *dg = jget(o, "diagnostics");
-    if (dg) {
-        size_t n;
-        r->diagnostics = jlist(dg, "diagnostics", false, "array of objects", sizeof(*r->diagnostics), &n, err);
-        if (!r->diagnostics)
-            return -1;
-        r->n_diagnostics = n;
-        for (size_t i = 0; i < n; i++) {
-            const json_t *e = json_array_get(dg, i);
-            cf_diagnostic *d = &r->diagnostics[i];
-            char ip[JPATH_MAX + 32];
-            snprintf(ip, sizeof(ip), "diagnostics[%zu]", i);
-            if (!json_is_object(e))
-                return cf_error_set(err, CF_E_INVALID, "%s: expected object", ip);
-            if (jstr(e, ip, "level", &d->level, err) < 0 || jstr(e, ip, "message", &d->message, err) < 0 ||
-                jstr(e, ip, "file", &d->file, err) < 0 || jnonneg(e, ip, "line", &d->line, err) < 0 ||
-                jnonneg(e, ip, "column", &d->column, err) < 0)
-                return -1;
-        }
-    }
+    if (dg && diags_from_json(dg, "diagnostics", true, &r->diagnostics, &r->n_diagnostics, err) < 0)
+        return -1;
     if (jnonneg(o, "", "wall_time_us", &r->wall_time_us, err) < 0 ||
         jnonneg(o, "", "cpu_time_us", &r->cpu_time_us, err) < 0 ||
         jnonneg(o, "", "peak_memory_bytes", &r->peak_memory_bytes, err) < 0)
@@ -836,7 +998,8 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
             jstr(m, "metadata", "worker", &r->meta.worker, err) < 0 ||
             jstr(m, "metadata", "identity", &r->meta.identity, err) < 0 ||
             jnonneg(m, "metadata", "attempt", &r->meta.attempt, err) < 0 ||
-            jbool(m, "replay", &r->meta.replay, err) < 0)
+            jbool(m, "replay", &r->meta.replay, err) < 0 ||
+            jstr(m, "metadata", "toolchain", &r->meta.toolchain, err) < 0)
             return -1;
     }
     if (jstr(o, "", "reason", &r->reason, err) < 0 || jstr(o, "", "reply_to_error", &r->reply_to_error, err) < 0 ||
@@ -845,8 +1008,84 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
         jbool(o, "workspace_conflict", &r->workspace_conflict, err) < 0 ||
         jstr(o, "", "checkpoint_id", &r->checkpoint_id, err) < 0 ||
         jbool(o, "checkpoint_conflict", &r->checkpoint_conflict, err) < 0 ||
-        jnonneg(o, "", "finished_us", &r->finished_us, err) < 0)
+        jnonneg(o, "", "finished_us", &r->finished_us, err) < 0 ||
+        jbool(o, "files_truncated", &r->files_truncated, err) < 0)
         return -1;
+    const json_t *cp = jget(o, "compile");
+    if (cp) {
+        if (!json_is_object(cp))
+            return cf_error_set(err, CF_E_INVALID, "compile: expected object");
+        r->compile.present = true;
+        if (jbool(cp, "cached", &r->compile.cached, err) < 0 ||
+            jnonneg(cp, "compile", "wall_time_us", &r->compile.wall_time_us, err) < 0 ||
+            jnonneg(cp, "compile", "cpu_time_us", &r->compile.cpu_time_us, err) < 0 ||
+            jnonneg(cp, "compile", "peak_memory_bytes", &r->compile.peak_memory_bytes, err) < 0)
+            return -1;
+    }
+    const json_t *cases = jget(o, "cases");
+    if (cases) {
+        size_t n;
+        r->cases = jlist(cases, "cases", false, "array of objects", sizeof(*r->cases), &n, err);
+        if (!r->cases)
+            return -1;
+        r->n_cases = n;
+        for (size_t i = 0; i < n; i++) {
+            const json_t *e = json_array_get(cases, i);
+            cf_case_result *c = &r->cases[i];
+            char ip[JPATH_MAX + 32];
+            snprintf(ip, sizeof(ip), "cases[%zu]", i);
+            if (!json_is_object(e))
+                return cf_error_set(err, CF_E_INVALID, "%s: expected object", ip);
+            const json_t *cs = jget(e, "status");
+            if (!json_is_string(cs) || cf_status_parse(json_string_value(cs), &c->status) < 0)
+                return cf_error_set(err, CF_E_INVALID, "%s.status: missing or unknown", ip);
+            const json_t *cec = jget(e, "exit_code");
+            if (cec) {
+                if (!json_is_integer(cec) || json_integer_value(cec) < INT32_MIN || json_integer_value(cec) > INT32_MAX)
+                    return cf_error_set(err, CF_E_INVALID, "%s.exit_code: expected 32-bit integer", ip);
+                c->has_exit_code = true;
+                c->exit_code = (int)json_integer_value(cec);
+            }
+            int64_t csig = 0;
+            bool match = false;
+            if (jnonneg(e, ip, "signal", &csig, err) < 0)
+                return -1;
+            if (csig > INT32_MAX)
+                return cf_error_set(err, CF_E_INVALID, "%s.signal: out of range", ip);
+            if (jstr(e, ip, "name", &c->name, err) < 0 || jbytes(e, "stdout", &c->stdout_data, err) < 0 ||
+                jbytes(e, "stderr", &c->stderr_data, err) < 0 ||
+                jbool(e, "stdout_truncated", &c->stdout_truncated, err) < 0 ||
+                jbool(e, "stderr_truncated", &c->stderr_truncated, err) < 0 ||
+                jvalue(e, "output", "output_msgpack", &c->output, err) < 0 ||
+                jnonneg(e, ip, "wall_time_us", &c->wall_time_us, err) < 0 ||
+                jnonneg(e, ip, "cpu_time_us", &c->cpu_time_us, err) < 0 ||
+                jnonneg(e, ip, "peak_memory_bytes", &c->peak_memory_bytes, err) < 0 ||
+                jstr(e, ip, "reason", &c->reason, err) < 0 || jbool(e, "match", &match, err) < 0)
+                return cf_error_wrap(err, "%s", ip);
+            c->signal = (int)csig;
+            if (jget(e, "match"))
+                c->match = match ? 1 : -1;
+        }
+    }
+    const json_t *files = jget(o, "files");
+    if (files) {
+        size_t n;
+        r->files = jlist(files, "files", false, "array of objects", sizeof(*r->files), &n, err);
+        if (!r->files)
+            return -1;
+        r->n_files = n;
+        for (size_t i = 0; i < n; i++) {
+            const json_t *e = json_array_get(files, i);
+            cf_out_file *f = &r->files[i];
+            char ip[JPATH_MAX + 32];
+            snprintf(ip, sizeof(ip), "files[%zu]", i);
+            if (!json_is_object(e))
+                return cf_error_set(err, CF_E_INVALID, "%s: expected object", ip);
+            if (jstr(e, ip, "path", &f->path, err) < 0 || jnonneg(e, ip, "size", &f->size, err) < 0 ||
+                jbytes(e, "content", &f->content, err) < 0 || jbool(e, "truncated", &f->truncated, err) < 0)
+                return -1;
+        }
+    }
     return cf_result_check(r, err);
 }
 

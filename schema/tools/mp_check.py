@@ -176,6 +176,60 @@ EXPECTED = {
         "created_us": 1767225590000000,
         "trace": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
     },
+    "request_compiled": {
+        "v": 1,
+        "id": "req-compiled-0001",
+        "language": "rust",
+        "code": "fn run(input: &str) -> String { input.to_string() }\n",
+        "policy": {"timeout_us": 2000000, "compile_timeout_us": 30000000, "compile_memory_bytes": 1073741824},
+        "harness": "function",
+        "compile_flags": ["-Copt-level=1"],
+        "cases": [
+            {"name": "small", "stdin": "1 2\n", "expect_stdout": "3\n"},
+            {"input": {"n": 7}, "argv": ["--fast"], "expect_stdout": ""},
+        ],
+        "stop_on_failure": True,
+        "collect": ["out/*.png", "report/"],
+    },
+    "result_compiled": {
+        "v": 1,
+        "id": "req-compiled-0001",
+        "status": "failed",
+        "diagnostics": [
+            {
+                "level": "warning",
+                "message": "unused variable: `x`",
+                "file": "main.rs",
+                "line": 2,
+                "column": 9,
+                "code": "unused_variables",
+                "end_line": 2,
+                "end_column": 10,
+                "children": [
+                    {
+                        "level": "help",
+                        "message": "if this is intentional, prefix it with an underscore: `_x`",
+                        "file": "main.rs",
+                        "line": 2,
+                        "column": 9,
+                    }
+                ],
+            }
+        ],
+        "wall_time_us": 3000,
+        "cpu_time_us": 2000,
+        "peak_memory_bytes": 2097152,
+        "metadata": {"backend": "sandbox", "isolation": "sandbox", "language": "rust", "toolchain": "rustc 1.63.0"},
+        "reason": "1 of 2 cases did not pass (1 stdout mismatch); first: case 1 (small): stdout does not match",
+        "compile": {"cached": True, "wall_time_us": 412000, "cpu_time_us": 380000, "peak_memory_bytes": 134217728},
+        "cases": [
+            {"name": "small", "status": "success", "exit_code": 0, "stdout": b"4\n", "wall_time_us": 1500,
+             "match": False},
+            {"status": "success", "exit_code": 0, "output": 7, "wall_time_us": 1500, "match": True},
+        ],
+        "files": [{"path": "out/plot.png", "size": 70000, "content": b"\x89PNG", "truncated": True}],
+        "files_truncated": True,
+    },
     "result_min": {
         "v": 1,
         "id": "req-min-0001",

@@ -181,6 +181,95 @@ static void make_full_result(cf_result *r)
     r->finished_us = 1767225600123456;
 }
 
+/* A compiled-language request with cases, a harness and collect patterns
+ * (issue 9's fields). */
+static void make_compiled_request(cf_request *r)
+{
+    static const char code[] = "fn run(input: &str) -> String { input.to_string() }\n";
+    memset(r, 0, sizeof(*r));
+    r->id = strdup("req-compiled-0001");
+    r->language = CF_LANG_RUST;
+    set_bytes(&r->code, code, strlen(code));
+    r->harness = CF_HARNESS_FUNCTION;
+    r->compile_flags = strv(1, "-Copt-level=1");
+    r->n_compile_flags = 1;
+    r->policy.timeout_us = 2000000;
+    r->policy.compile_timeout_us = 30000000;
+    r->policy.compile_memory_bytes = 1073741824;
+    r->n_cases = 2;
+    r->cases = calloc(2, sizeof(*r->cases));
+    r->cases[0].name = strdup("small");
+    set_bytes(&r->cases[0].stdin_data, "1 2\n", 4);
+    r->cases[0].has_expect = true;
+    set_bytes(&r->cases[0].expect_stdout, "3\n", 2);
+    set_bytes(&r->cases[1].input, "\x81\xa1" "n" "\x07", 4); /* {"n": 7} */
+    r->cases[1].argv = strv(1, "--fast");
+    r->cases[1].argc = 1;
+    r->cases[1].has_expect = true; /* an empty expectation is one */
+    r->stop_on_failure = true;
+    r->collect = strv(2, "out/*.png", "report/");
+    r->n_collect = 2;
+}
+
+static void make_compiled_result(cf_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = strdup("req-compiled-0001");
+    r->status = CF_STATUS_FAILED;
+    r->n_diagnostics = 1;
+    r->diagnostics = calloc(1, sizeof(*r->diagnostics));
+    cf_diagnostic *d = &r->diagnostics[0];
+    d->level = strdup("warning");
+    d->message = strdup("unused variable: `x`");
+    d->file = strdup("main.rs");
+    d->line = 2;
+    d->column = 9;
+    d->code = strdup("unused_variables");
+    d->end_line = 2;
+    d->end_column = 10;
+    d->n_children = 1;
+    d->children = calloc(1, sizeof(*d->children));
+    d->children[0].level = strdup("help");
+    d->children[0].message = strdup("if this is intentional, prefix it with an underscore: `_x`");
+    d->children[0].file = strdup("main.rs");
+    d->children[0].line = 2;
+    d->children[0].column = 9;
+    r->wall_time_us = 3000;
+    r->cpu_time_us = 2000;
+    r->peak_memory_bytes = 2097152;
+    r->meta.backend = strdup("sandbox");
+    r->meta.isolation = strdup("sandbox");
+    r->meta.language = strdup("rust");
+    r->meta.toolchain = strdup("rustc 1.63.0");
+    r->reason = strdup("1 of 2 cases did not pass (1 stdout mismatch); first: case 1 (small): stdout does not match");
+    r->compile.present = true;
+    r->compile.cached = true;
+    r->compile.wall_time_us = 412000;
+    r->compile.cpu_time_us = 380000;
+    r->compile.peak_memory_bytes = 134217728;
+    r->n_cases = 2;
+    r->cases = calloc(2, sizeof(*r->cases));
+    r->cases[0].name = strdup("small");
+    r->cases[0].status = CF_STATUS_SUCCESS;
+    r->cases[0].has_exit_code = true;
+    r->cases[0].exit_code = 0;
+    set_bytes(&r->cases[0].stdout_data, "4\n", 2);
+    r->cases[0].wall_time_us = 1500;
+    r->cases[0].match = -1;
+    r->cases[1].status = CF_STATUS_SUCCESS;
+    r->cases[1].has_exit_code = true;
+    set_bytes(&r->cases[1].output, "\x07", 1);
+    r->cases[1].wall_time_us = 1500;
+    r->cases[1].match = 1;
+    r->n_files = 1;
+    r->files = calloc(1, sizeof(*r->files));
+    r->files[0].path = strdup("out/plot.png");
+    r->files[0].size = 70000;
+    set_bytes(&r->files[0].content, "\x89PNG", 4);
+    r->files[0].truncated = true;
+    r->files_truncated = true;
+}
+
 /* ---- comparisons -------------------------------------------------------- */
 
 static void assert_str_eq(const char *a, const char *b)
@@ -253,6 +342,36 @@ static void assert_request_eq(const cf_request *a, const cf_request *b)
     assert_int_equal(a->deadline_us, b->deadline_us);
     assert_int_equal(a->created_us, b->created_us);
     assert_strmap_eq(a->trace, a->n_trace, b->trace, b->n_trace);
+    assert_int_equal(a->harness, b->harness);
+    assert_strv_eq(a->compile_flags, a->n_compile_flags, b->compile_flags, b->n_compile_flags);
+    assert_int_equal(p->compile_timeout_us, q->compile_timeout_us);
+    assert_int_equal(p->compile_memory_bytes, q->compile_memory_bytes);
+    assert_int_equal(a->n_cases, b->n_cases);
+    for (size_t i = 0; i < a->n_cases; i++) {
+        assert_str_eq(a->cases[i].name, b->cases[i].name);
+        assert_bytes_eq(&a->cases[i].stdin_data, &b->cases[i].stdin_data);
+        assert_bytes_eq(&a->cases[i].input, &b->cases[i].input);
+        assert_strv_eq(a->cases[i].argv, a->cases[i].argc, b->cases[i].argv, b->cases[i].argc);
+        assert_int_equal(a->cases[i].has_expect, b->cases[i].has_expect);
+        assert_bytes_eq(&a->cases[i].expect_stdout, &b->cases[i].expect_stdout);
+    }
+    assert_int_equal(a->stop_on_failure, b->stop_on_failure);
+    assert_strv_eq(a->collect, a->n_collect, b->collect, b->n_collect);
+}
+
+static void assert_diag_eq(const cf_diagnostic *a, const cf_diagnostic *b)
+{
+    assert_str_eq(a->level, b->level);
+    assert_str_eq(a->message, b->message);
+    assert_str_eq(a->file, b->file);
+    assert_int_equal(a->line, b->line);
+    assert_int_equal(a->column, b->column);
+    assert_str_eq(a->code, b->code);
+    assert_int_equal(a->end_line, b->end_line);
+    assert_int_equal(a->end_column, b->end_column);
+    assert_int_equal(a->n_children, b->n_children);
+    for (size_t k = 0; k < a->n_children; k++)
+        assert_diag_eq(&a->children[k], &b->children[k]);
 }
 
 static void assert_result_eq(const cf_result *a, const cf_result *b)
@@ -268,13 +387,8 @@ static void assert_result_eq(const cf_result *a, const cf_result *b)
     assert_int_equal(a->stderr_truncated, b->stderr_truncated);
     assert_bytes_eq(&a->output, &b->output);
     assert_int_equal(a->n_diagnostics, b->n_diagnostics);
-    for (size_t i = 0; i < a->n_diagnostics; i++) {
-        assert_str_eq(a->diagnostics[i].level, b->diagnostics[i].level);
-        assert_str_eq(a->diagnostics[i].message, b->diagnostics[i].message);
-        assert_str_eq(a->diagnostics[i].file, b->diagnostics[i].file);
-        assert_int_equal(a->diagnostics[i].line, b->diagnostics[i].line);
-        assert_int_equal(a->diagnostics[i].column, b->diagnostics[i].column);
-    }
+    for (size_t i = 0; i < a->n_diagnostics; i++)
+        assert_diag_eq(&a->diagnostics[i], &b->diagnostics[i]);
     assert_int_equal(a->wall_time_us, b->wall_time_us);
     assert_int_equal(a->cpu_time_us, b->cpu_time_us);
     assert_int_equal(a->peak_memory_bytes, b->peak_memory_bytes);
@@ -289,6 +403,39 @@ static void assert_result_eq(const cf_result *a, const cf_result *b)
     assert_strv_eq(a->changed_paths, a->n_changed_paths, b->changed_paths, b->n_changed_paths);
     assert_int_equal(a->workspace_conflict, b->workspace_conflict);
     assert_int_equal(a->finished_us, b->finished_us);
+    assert_str_eq(a->meta.toolchain, b->meta.toolchain);
+    assert_int_equal(a->compile.present, b->compile.present);
+    assert_int_equal(a->compile.cached, b->compile.cached);
+    assert_int_equal(a->compile.wall_time_us, b->compile.wall_time_us);
+    assert_int_equal(a->compile.cpu_time_us, b->compile.cpu_time_us);
+    assert_int_equal(a->compile.peak_memory_bytes, b->compile.peak_memory_bytes);
+    assert_int_equal(a->n_cases, b->n_cases);
+    for (size_t i = 0; i < a->n_cases; i++) {
+        const cf_case_result *x = &a->cases[i], *y = &b->cases[i];
+        assert_str_eq(x->name, y->name);
+        assert_int_equal(x->status, y->status);
+        assert_int_equal(x->has_exit_code, y->has_exit_code);
+        assert_int_equal(x->exit_code, y->exit_code);
+        assert_int_equal(x->signal, y->signal);
+        assert_bytes_eq(&x->stdout_data, &y->stdout_data);
+        assert_bytes_eq(&x->stderr_data, &y->stderr_data);
+        assert_int_equal(x->stdout_truncated, y->stdout_truncated);
+        assert_int_equal(x->stderr_truncated, y->stderr_truncated);
+        assert_bytes_eq(&x->output, &y->output);
+        assert_int_equal(x->wall_time_us, y->wall_time_us);
+        assert_int_equal(x->cpu_time_us, y->cpu_time_us);
+        assert_int_equal(x->peak_memory_bytes, y->peak_memory_bytes);
+        assert_int_equal(x->match, y->match);
+        assert_str_eq(x->reason, y->reason);
+    }
+    assert_int_equal(a->n_files, b->n_files);
+    for (size_t i = 0; i < a->n_files; i++) {
+        assert_str_eq(a->files[i].path, b->files[i].path);
+        assert_int_equal(a->files[i].size, b->files[i].size);
+        assert_bytes_eq(&a->files[i].content, &b->files[i].content);
+        assert_int_equal(a->files[i].truncated, b->files[i].truncated);
+    }
+    assert_int_equal(a->files_truncated, b->files_truncated);
 }
 
 /* ---- file helpers ------------------------------------------------------- */
@@ -517,6 +664,16 @@ static void test_golden_result_min(void **state)
 static void test_golden_result_full(void **state)
 {
     golden_result("result_full", make_full_result);
+}
+
+static void test_golden_request_compiled(void **state)
+{
+    golden_request("request_compiled", make_compiled_request);
+}
+
+static void test_golden_result_compiled(void **state)
+{
+    golden_result("result_compiled", make_compiled_result);
 }
 
 /* The first bytes of the minimal request, spelled out by hand from the
@@ -1645,6 +1802,8 @@ int main(void)
         cmocka_unit_test(test_golden_request_full),
         cmocka_unit_test(test_golden_result_min),
         cmocka_unit_test(test_golden_result_full),
+        cmocka_unit_test(test_golden_request_compiled),
+        cmocka_unit_test(test_golden_result_compiled),
         cmocka_unit_test(test_result_reply_to_error),
         cmocka_unit_test(test_golden_min_request_bytes_by_hand),
         cmocka_unit_test(test_golden_python),
