@@ -75,6 +75,13 @@ typedef struct cf_backend_config {
     int64_t sandbox_tmp_bytes;    /* size of /tmp and of /dev/shm inside (64 MiB each) */
     int64_t sandbox_work_bytes;   /* size of the per-execution tmpfs holding work/ and run/ (128 MiB) */
     int64_t sandbox_inodes;       /* inode cap of each of those tmpfs (16384) */
+    /* Compiled languages the worker's pipeline serves (bit per
+     * cf_language): backends that run prepared programs declare them. */
+    uint32_t compiled_languages;
+    /* Host directories holding toolchains outside the usual system
+     * directories (NULL-terminated, may be NULL): bound read-only into
+     * sandboxes at the same paths.  Must outlive the backends. */
+    const char *const *toolchain_dirs;
 } cf_backend_config;
 
 /* Workspace files for one execution (requests naming a workspace).
@@ -106,6 +113,28 @@ typedef struct cf_cidr4 {
     uint8_t len;
 } cf_cidr4;
 
+/* A program prepared before the run (a build artifact, a harnessed
+ * script): placed into the execution's run directory and run instead of
+ * the request's code.  Used by the compile pipeline (cf_pipeline.h). */
+typedef struct cf_exec_program {
+    const char *name;     /* file name in the run directory ("prog", "main.js") */
+    const uint8_t *data;
+    size_t len;
+    cf_language interp;   /* CF_LANG_NONE: executed itself; else that language's interpreter runs it */
+} cf_exec_program;
+
+/* A file the execution writes into its output directory, handed back to
+ * the caller (a compiler's artifact).  Arguments and environment values of
+ * the request that start with CF_EXEC_OUT_MARK name that directory. */
+#define CF_EXEC_OUT_MARK "@OUT@"
+typedef struct cf_exec_take {
+    const char *name;     /* file name in the output directory */
+    size_t max;           /* bytes */
+    cf_bytes data;        /* out: the file (caller frees data) */
+    bool too_big;         /* out: larger than max (data empty) */
+    bool missing;         /* out: not there, or not a regular file */
+} cf_exec_take;
+
 /* Per-execution context from the worker. */
 typedef struct cf_exec_ctx {
     int slot;                 /* 0..slots-1, stable while the execution runs */
@@ -121,6 +150,10 @@ typedef struct cf_exec_ctx {
      * (borrowed; may be NULL). */
     const cf_cidr4 *net_allow;
     size_t n_net_allow;
+    /* Compile pipeline (NULL otherwise): the program to run, and a file to
+     * take back from the output directory. */
+    const cf_exec_program *program;
+    cf_exec_take *take;
 } cf_exec_ctx;
 
 typedef struct cf_backend_ops {

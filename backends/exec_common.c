@@ -89,7 +89,7 @@ int cf_exec_base_init(cf_exec_base *b, const char *who, const cf_backend_config 
     if (!S_ISDIR(sb.st_mode))
         return cf_error_set(err, CF_E_INVALID, "%s: work_root '%s' is not a directory", who, b->work_root);
 
-    b->languages = 1u << CF_LANG_COMMAND;
+    b->languages = 1u << CF_LANG_COMMAND | cfg->compiled_languages;
     /* A configured interpreter that is not there disables its language
      * (and says so) instead of failing every request later. */
     const struct {
@@ -236,28 +236,50 @@ static const char *code_file_for(cf_language l)
 
 /* ---- check ---- */
 
+/* The interpreter that runs a language's code (NULL: none here). */
+static const char *interp_for(const cf_exec_base *base, cf_language l)
+{
+    switch (l) {
+    case CF_LANG_SHELL: return base->shell_path;
+    case CF_LANG_PYTHON: return base->python_path;
+    case CF_LANG_JAVASCRIPT: return base->node_path;
+    default: return NULL;
+    }
+}
+
 int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *who, const char *isolation,
-                      const cf_request *req, cf_result *res, cf_error *err)
+                      const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err)
 {
     memset(job, 0, sizeof(*job));
     job->base = base;
     job->who = who;
     job->req = req;
     job->res = res;
+    job->program = ctx ? ctx->program : NULL;
+    job->take = ctx ? ctx->take : NULL;
     if (cf_str_set(&res->meta.backend, who) < 0 || cf_str_set(&res->meta.isolation, isolation) < 0 ||
         cf_str_set(&res->meta.language, cf_language_name(req->language)) < 0)
         return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", who);
 
-    switch (req->language) {
-    case CF_LANG_COMMAND: break;
-    case CF_LANG_SHELL: job->interp = base->shell_path; break;
-    case CF_LANG_PYTHON: job->interp = base->python_path; break;
-    case CF_LANG_JAVASCRIPT: job->interp = base->node_path; break;
-    default: break;
+    if (job->program) {
+        /* A prepared program: its name is ours, its interpreter one of
+         * the operator's. */
+        if (!job->program->name || !job->program->name[0] || strchr(job->program->name, '/'))
+            return cf_error_set(err, CF_E_INVALID, "%s: bad program name", who);
+        job->code_file = job->program->name;
+        if (job->program->interp != CF_LANG_NONE) {
+            job->interp = interp_for(base, job->program->interp);
+            if (!job->interp)
+                return job_reject(job, "language %s (needed to run %s programs) not available on backend '%s'",
+                                  cf_language_name(job->program->interp), cf_language_name(req->language), who);
+        }
+    } else {
+        job->interp = interp_for(base, req->language);
+        job->code_file = code_file_for(req->language);
+        if (req->language != CF_LANG_COMMAND && !job->interp)
+            return job_reject(job, "language %s not supported by backend '%s'", cf_language_name(req->language),
+                              who);
     }
-    job->code_file = code_file_for(req->language);
-    if (req->language != CF_LANG_COMMAND && !job->interp)
-        return job_reject(job, "language %s not supported by backend '%s'", cf_language_name(req->language), who);
     if (req->language == CF_LANG_COMMAND && (req->argc == 0 || !req->argv || !req->argv[0]))
         return job_reject(job, "language command needs argv[0]");
     if (req->argc > CF_EXEC_ARGV_MAX)
@@ -480,7 +502,13 @@ int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec
     if (files && files->read_only && seal_dirs(job, files, err) < 0)
         return -1;
 
-    if (job->code_file) {
+    if (job->program) {
+        cf_error ferr;
+        cf_error_clear(&ferr);
+        if (cf_workdir_put(job->run, job->code_file, job->program->data ? (const void *)job->program->data : "",
+                           job->program->len, 0755, &ferr) < 0)
+            return put_failed(job, "program", job->code_file, &ferr, err);
+    } else if (job->code_file) {
         cf_error ferr;
         cf_error_clear(&ferr);
         if (cf_workdir_put(job->run, job->code_file, req->code.data ? (const void *)req->code.data : "",
@@ -512,7 +540,12 @@ int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec
             return NOMEM(job, err);
     }
     for (size_t i = 0; i < req->n_env; i++) {
-        if (env_set(env, req->env[i].key, req->env[i].value) < 0) {
+        const char *val = req->env[i].value;
+        if (job->take && strncmp(val, CF_EXEC_OUT_MARK, strlen(CF_EXEC_OUT_MARK)) == 0) {
+            snprintf(pathbuf, sizeof(pathbuf), "%s/out%s", job->run_in, val + strlen(CF_EXEC_OUT_MARK));
+            val = pathbuf;
+        }
+        if (env_set(env, req->env[i].key, val) < 0) {
             if (errno == E2BIG)
                 return job_reject(job, "more than %d environment variables", CF_EXEC_ENV_MAX);
             return NOMEM(job, err);
@@ -531,10 +564,23 @@ int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec
 
     /* argv: interpreter + code file + extra arguments, or the command. */
     job->argv = calloc(req->argc + 3, sizeof(char *));
-    if (!job->argv)
+    job->owned = calloc(req->argc + 3, sizeof(char *));
+    if (!job->argv || !job->owned)
         return NOMEM(job, err);
     size_t ac = 0;
-    if (req->language == CF_LANG_COMMAND) {
+    if (job->program) {
+        snprintf(pathbuf, sizeof(pathbuf), "%s/%s", job->run_in, job->code_file);
+        char *prog_path = cf_strdup(pathbuf);
+        if (!prog_path)
+            return NOMEM(job, err);
+        job->owned[job->n_owned++] = prog_path;
+        cf_strlcpy(job->exe, job->interp ? job->interp : prog_path, sizeof(job->exe));
+        if (job->interp)
+            job->argv[ac++] = (char *)job->interp;
+        job->argv[ac++] = prog_path;
+        for (size_t i = 0; i < req->argc; i++)
+            job->argv[ac++] = req->argv[i];
+    } else if (req->language == CF_LANG_COMMAND) {
         if (resolve_command(job, req->argv[0]) < 0 || job->rejected)
             return 0;
         for (size_t i = 0; i < req->argc; i++)
@@ -545,12 +591,24 @@ int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec
         char *code_path = cf_strdup(pathbuf);
         if (!code_path)
             return NOMEM(job, err);
+        job->owned[job->n_owned++] = code_path;
         job->argv[ac++] = (char *)job->interp;
-        job->argv[ac++] = code_path; /* freed in cf_exec_job_free (argv[1]) */
+        job->argv[ac++] = code_path;
         for (size_t i = 0; i < req->argc; i++)
             job->argv[ac++] = req->argv[i];
     }
     job->argv[ac] = NULL;
+    /* The compile pipeline names the output directory with a mark. */
+    for (size_t i = 0; job->take && i < ac; i++) {
+        if (strncmp(job->argv[i], CF_EXEC_OUT_MARK, strlen(CF_EXEC_OUT_MARK)) != 0)
+            continue;
+        snprintf(pathbuf, sizeof(pathbuf), "%s/out%s", job->run_in, job->argv[i] + strlen(CF_EXEC_OUT_MARK));
+        char *p = cf_strdup(pathbuf);
+        if (!p)
+            return NOMEM(job, err);
+        job->owned[job->n_owned++] = p;
+        job->argv[i] = p;
+    }
     return 0;
 }
 
@@ -674,6 +732,28 @@ static void collect(cf_exec_job *job, cf_exec_files *files)
     }
 }
 
+/* The artifact: a regular file (cf_workdir_read never follows a link). */
+static void take_file(cf_exec_job *job, cf_exec_take *t)
+{
+    char rel[CF_EXEC_PATH_BYTES];
+    snprintf(rel, sizeof(rel), "out/%s", t->name);
+    cf_buf b;
+    cf_buf_init(&b, 0);
+    cf_error e;
+    cf_error_clear(&e);
+    bool too_big = false;
+    if (cf_workdir_read(job->run, rel, t->max, &b, &too_big, &e) < 0) {
+        t->missing = true;
+    } else if (too_big) {
+        t->too_big = true;
+    } else {
+        size_t len;
+        t->data.data = cf_buf_steal(&b, &len);
+        t->data.len = len;
+    }
+    cf_buf_free(&b);
+}
+
 int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome *o, bool oom_killed, int64_t cpu_us,
                        cf_error *err)
 {
@@ -729,6 +809,8 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
     cf_exec_files *files = ctx ? ctx->files : NULL;
     if (files && files->collect && o->exited)
         collect(job, files);
+    if (job->take && o->exited && o->exit_code == 0)
+        take_file(job, job->take);
     return 0;
 }
 
@@ -741,8 +823,11 @@ void cf_exec_job_free(cf_exec_job *job)
     cf_workdir_destroy(job->top);
     job->work = job->run = job->top = NULL;
     env_free(&job->env);
-    if (job->argv && job->req && job->req->language != CF_LANG_COMMAND)
-        free(job->argv[1]);
+    for (size_t i = 0; job->owned && i < job->n_owned; i++)
+        free(job->owned[i]);
+    free(job->owned);
+    job->owned = NULL;
+    job->n_owned = 0;
     free(job->argv);
     job->argv = NULL;
 }

@@ -50,7 +50,7 @@ typedef struct cf_exec_base {
     char *exec_path;   /* PATH for user code and command lookup */
     size_t max_files_bytes;
     size_t max_output_file_bytes;
-    uint32_t languages; /* bit per cf_language available */
+    uint32_t languages; /* bit per cf_language available (compiled ones: cfg->compiled_languages) */
     bool memory_is_rlimit_as; /* memory = RLIMIT_AS (explains node's SIGTRAP) */
     const char *exec_where;   /* " inside the sandbox": the program has its own root, so command paths
                                * are not looked up on the host; NULL: the host is its root */
@@ -91,6 +91,10 @@ typedef struct cf_exec_job {
     cf_workdir *run;
     cf_exec_envb env;
     char **argv;
+    const cf_exec_program *program;   /* ctx->program: run this instead of the request's code */
+    cf_exec_take *take;               /* ctx->take */
+    char **owned;                     /* argv strings made here (freed with the job) */
+    size_t n_owned;
     char exe[CF_EXEC_PATH_BYTES];     /* program path as the program's root sees it */
     char work_in[CF_EXEC_PATH_BYTES]; /* the views, resolved */
     char run_in[CF_EXEC_PATH_BYTES];
@@ -100,7 +104,7 @@ typedef struct cf_exec_job {
  * and fills res->meta.  A bad request sets job->rejected (res->status
  * REJECTED with the reason) and returns 0; -1 only for out of memory. */
 int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *who, const char *isolation,
-                      const cf_request *req, cf_result *res, cf_error *err);
+                      const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err);
 
 /* Creates work/ and run/ (with run/out/) below parent, owned by
  * owner:group when owner is not (uid_t)-1.  Errors are the backend's

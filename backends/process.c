@@ -147,7 +147,7 @@ static int process_execute(void *state, const cf_exec_ctx *ctx, const cf_request
     memset(&outcome, 0, sizeof(outcome));
     int rc = -1;
 
-    if (cf_exec_job_check(&job, &st->base, "process", "host_local", req, res, err) < 0)
+    if (cf_exec_job_check(&job, &st->base, "process", "host_local", ctx, req, res, err) < 0)
         return -1;
     if (job.rejected)
         return 0;

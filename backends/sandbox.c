@@ -98,6 +98,7 @@ typedef struct sb_state {
     int64_t def_memory, def_pids, tmp_bytes, work_bytes, inodes;
     bool cpu_total;       /* cpu_time from the cgroup's accounting */
     bool cg_peak;         /* peak memory from the cgroup, reset per execution */
+    const char *const *toolchain_dirs; /* cfg's (outlives the backend): bound read-only */
 } sb_state;
 
 /* The runner's cpu_usage_us hook: CPU of the slot's cgroup since this
@@ -295,6 +296,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     st->tmp_bytes = or_default(cfg->sandbox_tmp_bytes, DEFAULT_TMP);
     st->work_bytes = or_default(cfg->sandbox_work_bytes, DEFAULT_WORK);
     st->inodes = or_default(cfg->sandbox_inodes, DEFAULT_INODES);
+    st->toolchain_dirs = cfg->toolchain_dirs;
     if (st->uid_base + st->slots > INT32_MAX) {
         cf_error_set(err, CF_E_INVALID, "sandbox: run_uid_base %lld too large", (long long)st->uid_base);
         goto fail;
@@ -667,7 +669,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     bool mounted = false;
     int rc = -1;
 
-    if (cf_exec_job_check(&job, &st->base, "sandbox", "sandbox", req, res, err) < 0)
+    if (cf_exec_job_check(&job, &st->base, "sandbox", "sandbox", ctx, req, res, err) < 0)
         return -1;
     if (job.rejected)
         return 0;
@@ -720,7 +722,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     }
     if (!s->fs) {
         cf_sandbox_fs_spec fspec = {.tmp_size_bytes = st->tmp_bytes, .nr_inodes = st->inodes, .uid = IN_ID,
-                                    .gid = IN_ID};
+                                    .gid = IN_ID, .extra_ro = st->toolchain_dirs};
         if (cf_sandbox_fs_new(&fspec, &s->fs, err) < 0)
             return cf_error_wrap(err, "sandbox");
     }

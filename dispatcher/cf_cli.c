@@ -439,9 +439,31 @@ static int strmap_push_kv(cf_strmap_entry **m, size_t *n, const char *kv, const 
     return 0;
 }
 
+static cf_language language_from_path(const char *path);
+
+static int set_code_file(cf_request *req, const char *path, cf_error *err)
+{
+    cf_bytes b;
+    if (cf_cli_read_file(path, CF_CLI_MAX_FILE_BYTES, &b, err) < 0)
+        return -1;
+    if (req->language == CF_LANG_NONE)
+        req->language = language_from_path(path);
+    if (req->language == CF_LANG_WASM) {
+        free(req->module.data);
+        req->module = b;
+    } else {
+        free(req->code.data);
+        req->code = b;
+    }
+    return 0;
+}
+
 static int add_file(cf_request *req, const char *spec, cf_error *err)
 {
     const char *eq = strchr(spec, '=');
+    /* "--file main.rs": the program's source, as compilers are called. */
+    if (!eq && !req->code.data && !req->module.data)
+        return set_code_file(req, spec, err) < 0 ? cf_error_wrap(err, "--file") : 0;
     if (!eq || eq == spec || !eq[1])
         return cf_error_set(err, CF_E_INVALID, "--file: expected REL=LOCALPATH, got '%s'", spec);
     cf_file *nf = realloc(req->files, (req->n_files + 1) * sizeof(*nf));
@@ -492,6 +514,16 @@ static cf_language language_from_path(const char *path)
         return CF_LANG_SHELL;
     if (strcmp(dot, ".wasm") == 0)
         return CF_LANG_WASM;
+    if (strcmp(dot, ".c") == 0)
+        return CF_LANG_C;
+    if (strcmp(dot, ".cpp") == 0 || strcmp(dot, ".cc") == 0 || strcmp(dot, ".cxx") == 0)
+        return CF_LANG_CPP;
+    if (strcmp(dot, ".rs") == 0)
+        return CF_LANG_RUST;
+    if (strcmp(dot, ".go") == 0)
+        return CF_LANG_GO;
+    if (strcmp(dot, ".ts") == 0)
+        return CF_LANG_TYPESCRIPT;
     return CF_LANG_NONE;
 }
 
@@ -521,6 +553,14 @@ enum {
     OPT_DEADLINE,
     OPT_REQUEST_FILE,
     OPT_NO_WAIT,
+    OPT_CASE,
+    OPT_CASES,
+    OPT_STOP_ON_FAILURE,
+    OPT_COLLECT,
+    OPT_FUNCTION,
+    OPT_COMPILE_FLAG,
+    OPT_COMPILE_TIMEOUT,
+    OPT_COMPILE_MEMORY,
 };
 
 static const struct option submit_longopts[] = {
@@ -550,9 +590,182 @@ static const struct option submit_longopts[] = {
     {"deadline", required_argument, NULL, OPT_DEADLINE},
     {"request-file", required_argument, NULL, OPT_REQUEST_FILE},
     {"no-wait", no_argument, NULL, OPT_NO_WAIT},
+    {"case", required_argument, NULL, OPT_CASE},
+    {"cases", required_argument, NULL, OPT_CASES},
+    {"stop-on-failure", no_argument, NULL, OPT_STOP_ON_FAILURE},
+    {"collect", required_argument, NULL, OPT_COLLECT},
+    {"function", no_argument, NULL, OPT_FUNCTION},
+    {"compile-flag", required_argument, NULL, OPT_COMPILE_FLAG},
+    {"compile-timeout", required_argument, NULL, OPT_COMPILE_TIMEOUT},
+    {"compile-memory", required_argument, NULL, OPT_COMPILE_MEMORY},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
+
+/* "--case stdin=1 2\n,expect=3,arg=-v,input={...},name=small": keys as
+ * in SPEC.md's case object; values take C escapes (\n \t \\ \,) and run to
+ * the next ",key=". */
+static json_t *case_from_spec(const char *spec, cf_error *err)
+{
+    static const char *const keys[] = {"stdin", "expect", "input", "arg", "name"};
+    json_t *c = json_object();
+    json_t *argv = json_array();
+    if (!c || !argv) {
+        json_decref(c);
+        json_decref(argv);
+        cf_error_set(err, CF_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    const char *p = spec;
+    while (*p) {
+        int k = -1;
+        size_t kl = 0;
+        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+            kl = strlen(keys[i]);
+            if (strncmp(p, keys[i], kl) == 0 && p[kl] == '=') {
+                k = (int)i;
+                break;
+            }
+        }
+        if (k < 0) {
+            cf_error_set(err, CF_E_INVALID, "--case: expected stdin=|expect=|input=|arg=|name= at '%.40s'", p);
+            goto fail;
+        }
+        p += kl + 1;
+        /* The value, unescaped, up to an unescaped ",key=". */
+        char *val = malloc(strlen(p) + 1);
+        if (!val) {
+            cf_error_set(err, CF_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        size_t n = 0;
+        while (*p) {
+            if (*p == '\\' && p[1]) {
+                p++;
+                val[n++] = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
+                p++;
+                continue;
+            }
+            if (*p == ',') {
+                bool next_key = false;
+                for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+                    if (strncmp(p + 1, keys[i], strlen(keys[i])) == 0 && p[1 + strlen(keys[i])] == '=')
+                        next_key = true;
+                if (next_key) {
+                    p++;
+                    break;
+                }
+            }
+            val[n++] = *p++;
+        }
+        val[n] = '\0';
+        int rc = 0;
+        if (k == 0)
+            rc = json_object_set_new(c, "stdin", json_stringn(val, n));
+        else if (k == 1)
+            rc = json_object_set_new(c, "expect_stdout", json_stringn(val, n));
+        else if (k == 3)
+            rc = json_array_append_new(argv, json_stringn(val, n));
+        else if (k == 4)
+            rc = json_object_set_new(c, "name", json_stringn(val, n));
+        else {
+            json_error_t je;
+            json_t *in = json_loads(val, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+            if (!in) {
+                free(val);
+                cf_error_set(err, CF_E_INVALID, "--case: input is not JSON: %s", je.text);
+                goto fail;
+            }
+            rc = json_object_set_new(c, "input", in);
+        }
+        free(val);
+        if (rc < 0) {
+            cf_error_set(err, CF_E_INVALID, "--case: a value is not valid UTF-8");
+            goto fail;
+        }
+    }
+    if (json_array_size(argv))
+        json_object_set(c, "argv", argv);
+    json_decref(argv);
+    json_t *one = json_array();
+    if (!one || json_array_append_new(one, c) < 0) {
+        json_decref(one);
+        cf_error_set(err, CF_E_NOMEM, "out of memory");
+        return NULL;
+    }
+    return one;
+fail:
+    json_decref(c);
+    json_decref(argv);
+    return NULL;
+}
+
+/* One case object per line ('#' comments and blank lines skipped). */
+static json_t *cases_from_jsonl(const char *path, cf_error *err)
+{
+    cf_bytes text = {0};
+    if (cf_cli_read_file(path, CF_CLI_MAX_FILE_BYTES, &text, err) < 0) {
+        cf_error_wrap(err, "--cases");
+        return NULL;
+    }
+    json_t *a = json_array();
+    size_t line = 0;
+    const char *s = (const char *)text.data;
+    size_t i = 0;
+    while (a && i < text.len) {
+        size_t e = i;
+        while (e < text.len && s[e] != '\n')
+            e++;
+        line++;
+        size_t b = i;
+        while (b < e && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r'))
+            b++;
+        if (b < e && s[b] != '#') {
+            json_error_t je;
+            json_t *o = json_loadb(s + b, e - b, JSON_REJECT_DUPLICATES, &je);
+            if (!o || !json_is_object(o)) {
+                cf_error_set(err, CF_E_INVALID, "%s:%zu: %s", path, line, o ? "expected a JSON object" : je.text);
+                json_decref(o);
+                json_decref(a);
+                free(text.data);
+                return NULL;
+            }
+            json_array_append_new(a, o);
+        }
+        i = e + 1;
+    }
+    free(text.data);
+    if (!a)
+        cf_error_set(err, CF_E_NOMEM, "out of memory");
+    return a;
+}
+
+/* Cases travel through the schema's own JSON reader (one validation). */
+static int append_cases(cf_request *req, json_t *cases, const char *what, cf_error *err)
+{
+    json_t *wrap = json_pack("{s:i, s:s, s:s, s:[s], s:o}", "v", CF_SCHEMA_VERSION, "id", "cases", "language",
+                             "command", "argv", "x", "cases", cases);
+    if (!wrap)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    cf_request tmp;
+    int rc = cf_request_from_json(wrap, &tmp, err);
+    json_decref(wrap);
+    if (rc < 0)
+        return cf_error_wrap(err, "%s", what);
+    cf_case *v = realloc(req->cases, (req->n_cases + tmp.n_cases) * sizeof(*v));
+    if (!v && req->n_cases + tmp.n_cases) {
+        cf_request_clear(&tmp);
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    }
+    req->cases = v;
+    memcpy(req->cases + req->n_cases, tmp.cases, tmp.n_cases * sizeof(*v));
+    req->n_cases += tmp.n_cases;
+    free(tmp.cases);
+    tmp.cases = NULL;
+    tmp.n_cases = 0;
+    cf_request_clear(&tmp);
+    return 0;
+}
 
 static int getopt_error(int argc, char **argv, cf_error *err)
 {
@@ -590,7 +803,9 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
     case 'l':
         if (cf_language_parse(v, &req->language) < 0)
             return cf_error_set(err, CF_E_INVALID,
-                                "--language: unknown '%s' (command|shell|python|javascript|wasm)", v);
+                                "--language: unknown '%s' (command|shell|python|javascript|wasm|c|cpp|rust|go|"
+                                "typescript)",
+                                v);
         return 0;
     case OPT_CODE:
         free(req->code.data);
@@ -598,21 +813,8 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
         if (cf_bytes_set(&req->code, v, strlen(v)) < 0)
             return cf_error_set(err, CF_E_NOMEM, "out of memory");
         return 0;
-    case OPT_CODE_FILE: {
-        cf_bytes b;
-        if (cf_cli_read_file(v, CF_CLI_MAX_FILE_BYTES, &b, err) < 0)
-            return cf_error_wrap(err, "--code-file");
-        if (req->language == CF_LANG_NONE)
-            req->language = language_from_path(v);
-        if (req->language == CF_LANG_WASM) {
-            free(req->module.data);
-            req->module = b;
-        } else {
-            free(req->code.data);
-            req->code = b;
-        }
-        return 0;
-    }
+    case OPT_CODE_FILE:
+        return set_code_file(req, v, err) < 0 ? cf_error_wrap(err, "--code-file") : 0;
     case OPT_FILE:
         return add_file(req, v, err);
     case OPT_STDIN_FILE:
@@ -693,6 +895,32 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
     case OPT_NO_WAIT:
         opts->no_wait = true;
         return 0;
+    case OPT_CASE: {
+        json_t *one = case_from_spec(v, err);
+        if (!one)
+            return -1;
+        return append_cases(req, one, "--case", err);
+    }
+    case OPT_CASES: {
+        json_t *a = cases_from_jsonl(v, err);
+        if (!a)
+            return -1;
+        return append_cases(req, a, v, err);
+    }
+    case OPT_STOP_ON_FAILURE:
+        req->stop_on_failure = true;
+        return 0;
+    case OPT_COLLECT:
+        return strv_push(&req->collect, &req->n_collect, v, err);
+    case OPT_FUNCTION:
+        req->harness = CF_HARNESS_FUNCTION;
+        return 0;
+    case OPT_COMPILE_FLAG:
+        return strv_push(&req->compile_flags, &req->n_compile_flags, v, err);
+    case OPT_COMPILE_TIMEOUT:
+        return parse_duration_flag(v, &p->compile_timeout_us, "--compile-timeout", err);
+    case OPT_COMPILE_MEMORY:
+        return parse_size_flag(v, &p->compile_memory_bytes, "--compile-memory", err);
     case 'h':
         opts->help = true;
         return 0;
@@ -749,7 +977,8 @@ int cf_cli_parse_submit(int argc, char **argv, cf_request *req, cf_cli_submit_op
         if (req->argc > 0 && !req->code.data)
             req->language = CF_LANG_COMMAND;
         else {
-            cf_error_set(err, CF_E_INVALID, "--language is required (command|shell|python|javascript|wasm)");
+            cf_error_set(err, CF_E_INVALID,
+                         "--language is required (command|shell|python|javascript|wasm|c|cpp|rust|go|typescript)");
             goto fail;
         }
     }
@@ -762,7 +991,7 @@ int cf_cli_parse_submit(int argc, char **argv, cf_request *req, cf_cli_submit_op
         goto fail;
     }
     if ((req->language == CF_LANG_SHELL || req->language == CF_LANG_PYTHON ||
-         req->language == CF_LANG_JAVASCRIPT) &&
+         req->language == CF_LANG_JAVASCRIPT || cf_language_compiled(req->language)) &&
         !req->code.data) {
         cf_error_set(err, CF_E_INVALID, "language %s needs --code or --code-file",
                      cf_language_name(req->language));
@@ -982,6 +1211,70 @@ static void print_stream(FILE *out, const char *name, const cf_bytes *b, bool tr
         fputs("[truncated]\n", out);
 }
 
+/* Like a compiler: "main.rs:3:15: error[E0308]: message".  Messages come
+ * from the user's source: control characters are not sent to the
+ * terminal. */
+static void print_diagnostic(FILE *out, const cf_diagnostic *dg, const char *indent)
+{
+    char file[200] = "", msg[2048] = "", code[64] = "";
+    if (dg->file)
+        cf_printable(dg->file, strlen(dg->file), file, sizeof(file));
+    if (dg->code)
+        cf_printable(dg->code, strlen(dg->code), code, sizeof(code));
+    fputs(indent, out);
+    if (file[0]) {
+        fprintf(out, "%s:", file);
+        if (dg->line)
+            fprintf(out, "%" PRId64 ":", dg->line);
+        if (dg->line && dg->column)
+            fprintf(out, "%" PRId64 ":", dg->column);
+        fputc(' ', out);
+    }
+    fprintf(out, "%s", dg->level ? dg->level : "note");
+    if (code[0])
+        fprintf(out, "[%s]", code);
+    fputs(": ", out);
+    /* Line by line, each printable. */
+    const char *m = dg->message ? dg->message : "";
+    bool first = true;
+    while (first || *m) {
+        const char *nl = strchr(m, '\n');
+        size_t len = nl ? (size_t)(nl - m) : strlen(m);
+        cf_printable(m, len, msg, sizeof(msg));
+        fprintf(out, "%s%s%s\n", first ? "" : indent, first ? "" : "    ", msg);
+        first = false;
+        m += len + (nl ? 1 : 0);
+        if (!nl)
+            break;
+    }
+}
+
+static void print_cases(FILE *out, const cf_result *res)
+{
+    fprintf(out, "cases:    %zu\n", res->n_cases);
+    fprintf(out, "  %-4s %-20s %-16s %-8s %-10s %s\n", "#", "name", "status", "exit", "time", "stdout");
+    for (size_t i = 0; i < res->n_cases; i++) {
+        const cf_case_result *c = &res->cases[i];
+        char name[64] = "", exitb[24], wall[32];
+        if (c->name)
+            cf_printable(c->name, strlen(c->name), name, sizeof(name));
+        if (c->signal)
+            snprintf(exitb, sizeof(exitb), "sig %d", c->signal);
+        else if (c->has_exit_code)
+            snprintf(exitb, sizeof(exitb), "%d", c->exit_code);
+        else
+            snprintf(exitb, sizeof(exitb), "-");
+        cf_format_duration(c->wall_time_us, wall, sizeof(wall));
+        fprintf(out, "  %-4zu %-20.20s %-16s %-8s %-10s %s\n", i + 1, name, cf_status_name(c->status), exitb, wall,
+                c->match > 0 ? "match" : c->match < 0 ? "MISMATCH" : "-");
+        if (c->reason && c->status != CF_STATUS_SUCCESS) {
+            char why[300];
+            cf_printable(c->reason, strlen(c->reason), why, sizeof(why));
+            fprintf(out, "       %s\n", why);
+        }
+    }
+}
+
 void cf_cli_print_result(FILE *out, const cf_result *res)
 {
     char a[32], b[32], c[32];
@@ -1012,13 +1305,29 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
         fprintf(out, "reason:   %s\n", res->reason);
     if (res->reply_to_error)
         fprintf(out, "reply_to: %s\n", res->reply_to_error);
-    for (size_t i = 0; i < res->n_diagnostics; i++) {
-        const cf_diagnostic *dg = &res->diagnostics[i];
-        fprintf(out, "%s:", dg->level ? dg->level : "note");
-        if (dg->file)
-            fprintf(out, " %s:%" PRId64 ":%" PRId64 ":", dg->file, dg->line, dg->column);
-        fprintf(out, " %s\n", dg->message ? dg->message : "");
+    if (res->compile.present) {
+        cf_format_duration(res->compile.wall_time_us, a, sizeof(a));
+        if (res->compile.cached)
+            fprintf(out, "compile:  %s, from the compile cache (the build took %s)\n",
+                    res->meta.toolchain ? res->meta.toolchain : "?", a);
+        else
+            fprintf(out, "compile:  %s, %s\n", res->meta.toolchain ? res->meta.toolchain : "?", a);
     }
+    for (size_t i = 0; i < res->n_diagnostics; i++) {
+        print_diagnostic(out, &res->diagnostics[i], "");
+        for (size_t k = 0; k < res->diagnostics[i].n_children; k++)
+            print_diagnostic(out, &res->diagnostics[i].children[k], "  ");
+    }
+    if (res->n_cases)
+        print_cases(out, res);
+    for (size_t i = 0; i < res->n_files; i++) {
+        char sz[32], shown[200];
+        cf_cli_format_size(res->files[i].size, sz, sizeof(sz));
+        cf_printable(res->files[i].path, strlen(res->files[i].path), shown, sizeof(shown));
+        fprintf(out, "file:     %s (%s%s)\n", shown, sz, res->files[i].truncated ? ", truncated" : "");
+    }
+    if (res->files_truncated)
+        fputs("files:    some collected files were cut or left out (collect-max)\n", out);
     if (res->workspace_revision || res->workspace_conflict)
         fprintf(out, "workspace: revision %" PRId64 "%s, %zu changed path(s)\n", res->workspace_revision,
                 res->workspace_conflict ? " (conflict)" : "", res->n_changed_paths);

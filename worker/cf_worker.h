@@ -76,6 +76,25 @@ typedef struct cf_worker_config {
     int64_t idempotency_ttl_us;   /* results kept for replay (0 = no store) */
     int64_t idempotency_lease_us; /* one id's run lease, renewed while it runs */
     int64_t idempotency_max_result_bytes; /* stored copies are cut to this */
+    /* Compiled languages, harnesses, cases, collect (cf_pipeline.h). */
+    char *cc_path;
+    char *cxx_path;
+    char *rustc_path;
+    char *go_path;
+    char *tsc_path;
+    char *harness_dir;
+    char *c_flags_allowed;
+    char *cpp_flags_allowed;
+    char *rust_flags_allowed;
+    char *go_flags_allowed;
+    char *ts_flags_allowed;
+    int64_t compile_timeout_us;
+    int64_t compile_memory_bytes;
+    int64_t compile_processes;
+    int64_t compile_output_bytes;
+    int64_t artifact_bytes;
+    int64_t compile_cache_bytes;
+    int64_t collect_bytes;
     int64_t log_level;          /* enum index: error|warn|info|debug */
     int64_t log_format;         /* enum index: text|json */
     cf_kvlist kafka;            /* librdkafka pass-through ("kafka.<property>") */

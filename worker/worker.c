@@ -38,6 +38,7 @@
 
 #include "cf_backend.h"
 #include "cf_log.h"
+#include "cf_pipeline.h"
 #include "cf_profile.h"
 #include "cf_schema.h"
 #include "cf_util.h"
@@ -137,6 +138,7 @@ struct cf_worker {
     const cf_worker_config *cfg;
     char worker_id[CF_ID_MAX + 1];
     cf_backend_config bcfg;
+    cf_pipeline *pipeline;   /* compiled languages, harnesses, cases, collect */
     cf_backend_set *backends;
     rd_kafka_t *consumer;
     rd_kafka_t *producer;
@@ -368,8 +370,46 @@ static void add_warning(cf_result *res, const char *msg)
  * answer than none (or an endless redelivery of the request). */
 /* Cuts stdout and stderr to each bytes (marking them truncated) and drops
  * a structured output larger than that; true when the output was dropped. */
+/* Cases and collected files share the budget: each case gets its part,
+ * the files one budget between them. */
+static bool cut_cases_and_files(cf_result *res, size_t each)
+{
+    bool dropped = false;
+    size_t share = res->n_cases ? each / res->n_cases : each;
+    if (share < 64)
+        share = 64;
+    for (size_t i = 0; i < res->n_cases; i++) {
+        cf_case_result *c = &res->cases[i];
+        if (c->stdout_data.len > share) {
+            c->stdout_data.len = share;
+            c->stdout_truncated = true;
+        }
+        if (c->stderr_data.len > share) {
+            c->stderr_data.len = share;
+            c->stderr_truncated = true;
+        }
+        if (c->output.len > share) {
+            free(c->output.data);
+            c->output = (cf_bytes){0};
+            dropped = true;
+        }
+    }
+    size_t budget = each;
+    for (size_t i = 0; i < res->n_files; i++) {
+        cf_out_file *f = &res->files[i];
+        if (f->content.len > budget) {
+            f->content.len = budget;
+            f->truncated = true;
+            res->files_truncated = true;
+        }
+        budget -= f->content.len;
+    }
+    return dropped;
+}
+
 static bool cut_bulk(cf_result *res, size_t each)
 {
+    bool dropped_cases = cut_cases_and_files(res, each);
     if (res->stdout_data.len > each) {
         res->stdout_data.len = each;
         res->stdout_truncated = true;
@@ -379,7 +419,7 @@ static bool cut_bulk(cf_result *res, size_t each)
         res->stderr_truncated = true;
     }
     if (res->output.len <= each)
-        return false;
+        return dropped_cases;
     free(res->output.data);
     res->output.data = NULL;
     res->output.len = 0;
@@ -995,7 +1035,8 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     if (run_it) {
         ctx.files = run.ws_active ? &run.files : NULL;
         int64_t t0 = cf_mono_us();
-        bool executed = j->backend->ops->execute(j->backend->state, &ctx, &j->req, res, &err) == 0;
+        bool executed =
+            cf_pipeline_execute(w->pipeline, j->backend, j->profile->name, &ctx, &j->req, res, &err) == 0;
         if (!executed && cancelled(w, j)) {
             /* Killed by us, not by its own doing: no result, no write. */
             completed = false;
@@ -1731,6 +1772,27 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         cf_log_warn(LOG_SUB, "delivery is at-least-once only (%s): a redelivered or resubmitted request runs again",
                     w->have_redis ? "idempotency-ttl is 0" : "no redis");
 
+    cf_pipeline_config pcfg = {
+        .cc = cfg->cc_path, .cxx = cfg->cxx_path, .rustc = cfg->rustc_path, .go = cfg->go_path,
+        .tsc = cfg->tsc_path, .node = cfg->node_path,
+        .harness_dir = cfg->harness_dir && cfg->harness_dir[0] ? cfg->harness_dir : CF_DEFAULT_HARNESS_DIR,
+        .compile_timeout_us = cfg->compile_timeout_us, .compile_memory_bytes = cfg->compile_memory_bytes,
+        .compile_processes = cfg->compile_processes, .compile_output_bytes = cfg->compile_output_bytes,
+        .artifact_bytes = cfg->artifact_bytes, .cache_bytes = cfg->compile_cache_bytes,
+        .collect_bytes = cfg->collect_bytes, .collect_scan_bytes = cfg->max_files_bytes};
+    pcfg.allowed_flags[CF_LANG_C] = cfg->c_flags_allowed;
+    pcfg.allowed_flags[CF_LANG_CPP] = cfg->cpp_flags_allowed;
+    pcfg.allowed_flags[CF_LANG_RUST] = cfg->rust_flags_allowed;
+    pcfg.allowed_flags[CF_LANG_GO] = cfg->go_flags_allowed;
+    pcfg.allowed_flags[CF_LANG_TYPESCRIPT] = cfg->ts_flags_allowed;
+    if (cf_pipeline_new(&pcfg, &w->pipeline, err) < 0) {
+        cf_error_wrap(err, "compile pipeline");
+        goto fail;
+    }
+    char langs[1024];
+    cf_pipeline_describe(w->pipeline, langs, sizeof(langs));
+    cf_log_info(LOG_SUB, "compiled languages: %s", langs);
+
     w->bcfg = (cf_backend_config){
         .work_root = cfg->work_root,
         .python_path = cfg->python_path,
@@ -1748,6 +1810,11 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .sandbox_tmp_bytes = cfg->sandbox_tmp_bytes,
         .sandbox_work_bytes = cfg->sandbox_work_bytes,
         .sandbox_inodes = cfg->sandbox_inodes,
+        /* Every compiled language passes backend selection; the pipeline
+         * answers one without a toolchain, naming what is missing. */
+        .compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP | 1u << CF_LANG_RUST | 1u << CF_LANG_GO |
+                              1u << CF_LANG_TYPESCRIPT,
+        .toolchain_dirs = cf_pipeline_toolchain_dirs(w->pipeline),
     };
     if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0) {
         cf_error_wrap(err, "backends");
@@ -2053,6 +2120,7 @@ void cf_worker_destroy(cf_worker *w)
     free(w->topics);
     cf_profile_set_destroy(w->profiles);
     cf_backend_set_destroy(w->backends);
+    cf_pipeline_destroy(w->pipeline);
     if (w->wake_fd >= 0)
         close(w->wake_fd);
     pthread_mutex_destroy(&w->lock);
