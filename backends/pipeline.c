@@ -617,6 +617,9 @@ static void build_plan(const cf_pipeline *p, const cf_request *req, build *b)
         add_arg(b, "--error-format=json");
         add_arg(b, "--crate-type=bin");
         add_arg(b, "--crate-name=main");
+        /* std's debug info makes a hello world 11 MiB (placed into every
+         * run and held by the cache); symbols stay for panics. */
+        add_arg(b, "-Cstrip=debuginfo");
         for (size_t i = 0; i < req->n_compile_flags; i++)
             add_arg(b, req->compile_flags[i]);
         add_arg(b, "-o");

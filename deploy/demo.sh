@@ -74,6 +74,29 @@ if [[ $BACKENDS_IN_USE == sandbox* ]]; then
 fi
 expect 3 "rejected: deadline already passed" -- submit -l shell --deadline 1ms --code 'echo too late'
 
+# Compiled languages: the compiler runs in the same sandbox, under its own limits.
+src=$(mktemp -d /tmp/codefleet-demo-XXXXXX)
+printf '#include <stdio.h>\nint main(void)\n{\n    int unused;\n    printf("%%d\\n", 6 * 7)\n}\n' >"$src/broken.c"
+expect 1 "C: a compile error comes back as diagnostics, like a compiler prints them" -- \
+    submit --file "$src/broken.c"
+cat >"$src/sum.rs" <<'RUST'
+use std::io::Read;
+fn main() {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s).unwrap();
+    let total: i64 = s.split_whitespace().map(|w| w.parse::<i64>().unwrap()).sum();
+    println!("{}", total);
+}
+RUST
+printf '{"name": "many", "stdin": "1 2 3 4 5 6 7 8 9 10", "expect_stdout": "55"}\n' >"$src/cases.jsonl"
+expect 1 "Rust: built once, run against four cases (one expectation is wrong, one input is not a number)" -- \
+    submit --file "$src/sum.rs" --case 'stdin=1 2,expect=3,name=small' --case 'stdin=40 2,expect=43,name=wrong' \
+    --case 'stdin=x,expect=0,name=garbage' --cases "$src/cases.jsonl"
+expect 0 "TypeScript: a function harness: run(input) returns the output" -- \
+    submit -l typescript --function --input '{"words": ["kafka", "worker", "fleet"]}' \
+    --code 'function run(input: { words: string[] }) { return input.words.map((w) => w.length); }'
+rm -rf "$src"
+
 ws=demo-$(date +%s)
 notes=$(mktemp /tmp/codefleet-demo-XXXXXX.txt)
 printf 'first line\n' >"$notes"

@@ -1288,7 +1288,9 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
     cf_format_duration(res->wall_time_us, a, sizeof(a));
     cf_format_duration(res->cpu_time_us, b, sizeof(b));
     cf_cli_format_size(res->peak_memory_bytes, c, sizeof(c));
-    fprintf(out, "time:     wall %s, cpu %s, peak memory %s\n", a, b, c);
+    /* A build that failed ran nothing: its own time is on the compile line. */
+    if (res->status != CF_STATUS_COMPILE_FAILED)
+        fprintf(out, "time:     wall %s, cpu %s, peak memory %s\n", a, b, c);
     if (res->meta.backend || res->meta.isolation || res->meta.worker) {
         fprintf(out, "backend:  %s", res->meta.backend ? res->meta.backend : "?");
         if (res->meta.isolation)

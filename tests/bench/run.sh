@@ -14,6 +14,9 @@
 #   6. sandbox backend per-execution cost vs bare and vs bubblewrap (root)
 #   7. the idempotency store's cost: latency and throughput of one worker
 #      with Redis (claim, lease, stored result per request) vs without
+#   8. compiled languages (C, Rust hello world) in the sandbox: cold compile
+#      + run, cached compile + run, 100 cases, vs the same compiler and
+#      program run directly on the host (root)
 # Uses its own stack (state dir .stack-bench, ports 19292/16579) so it never
 # disturbs a development or test stack, and stops it at the end.
 set -euo pipefail
@@ -159,6 +162,18 @@ else
     echo "== 6. sandbox backend: skipped (needs root and /usr/bin/bwrap)"
 fi
 # ---- end of sandbox backend section --------------------------------------
+
+# ---- compiled languages (issue 9) -----------------------------------------
+echo
+if [[ $EUID -eq 0 ]]; then
+    n_comp=20 n_cases=5
+    ((quick)) && n_comp=6 n_cases=2
+    echo "== 8. compiled languages in the sandbox vs the host compiler ($n_comp interleaved iterations, $n_cases of 100 cases)"
+    collect < <(CF_BENCH_WORK_ROOT=$work_root "$bin/tests/bench_compile" --iterations "$n_comp" \
+        --cases-iterations "$n_cases")
+else
+    echo "== 8. compiled languages: skipped (needs root)"
+fi
 
 echo
 echo "== summary ($(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ))"
