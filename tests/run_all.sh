@@ -5,7 +5,8 @@
 #   2. deploy/build.sh              <repo>/build (RelWithDebInfo)
 #      deploy/build.sh --sanitize   <repo>/build-asan (ASan + UBSan)
 #   3. deploy/stack.sh up --workers 0   (integration tests start their own workers)
-#   4. ctest -L unit, ctest -L integration (build), ctest -L unit (build-asan)
+#   4. ctest -L unit, ctest -L integration (build), ctest -L unit (build-asan),
+#      tests/harness/check.sh (the function harnesses)
 #   5. tests/fuzz/run.sh: each libFuzzer harness for CF_FUZZ_SECONDS (10)
 #   6. deploy/stack.sh down (always, from a trap)
 # The last line is "N passed, N failed" summed over the ctest runs; a step
@@ -116,6 +117,16 @@ fi
 
 if ((asan_ok)); then
     run_ctest "unit (asan)" build-asan unit
+fi
+
+# The function harnesses run by hand-invoked toolchains, every outcome
+# (the pipeline tests run them through the sandbox).
+say "function harnesses (tests/harness/check.sh)"
+if tests/harness/check.sh; then
+    passed=$((passed + 1))
+    notes+=("function harnesses: passed")
+else
+    step_failed "function harnesses: tests/harness/check.sh"
 fi
 
 # ThreadSanitizer on the worker's threaded units (slot pool, offset

@@ -5,6 +5,10 @@
  *   batch_line   a line of a CLI batch file (JSON request)
  *   redis_reply  a Redis reply: the byte-cap and header guards, hiredis's
  *                reader, and walking the resulting tree
+ *   diagnostics  compiler output (the user's source shapes it) through
+ *                each of the four parsers; what comes out must encode as a
+ *                result (abort otherwise: the parser promises wire-safe
+ *                strings)
  * Each must refuse bad input with a message, never crash, hang or
  * allocate without bound. */
 #include <stddef.h>
@@ -17,6 +21,7 @@
 #include "cf_profile.h"
 #include "cf_redis.h"
 #include "cf_worker.h"
+#include "diagnostics.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -41,6 +46,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *target = STR(FUZZ_TARGET);
     cf_error err;
     cf_error_clear(&err);
+    if (strcmp(target, "diagnostics") == 0) {
+        static const cf_diag_format fmts[] = {CF_DIAG_GCC_JSON, CF_DIAG_RUSTC_JSON, CF_DIAG_GO_TEXT,
+                                              CF_DIAG_TSC_TEXT};
+        for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
+            cf_result res;
+            memset(&res, 0, sizeof(res));
+            res.id = (char *)"fuzz";
+            res.status = CF_STATUS_COMPILE_FAILED;
+            cf_diag_opts o = {.strip_prefix = "/work"};
+            if (cf_diag_parse(fmts[f], (const char *)data, size, &o, &res.diagnostics, &res.n_diagnostics, &err) ==
+                0) {
+                cf_bytes enc = {0};
+                if (cf_result_encode(&res, &enc, &err) < 0) {
+                    fprintf(stderr, "diagnostics do not encode: %s\n", err.msg);
+                    abort();
+                }
+                free(enc.data);
+            }
+            cf_diagnostics_free(res.diagnostics, res.n_diagnostics);
+        }
+        return 0;
+    }
     if (strcmp(target, "redis_reply") == 0) {
         redisReply *rep = NULL;
         if (cf_redis_reply_parse(data, size, 1 << 20, &rep, &err) == 0) {

@@ -20,7 +20,7 @@ out=$repo/build-fuzz
 mkdir -p "$out"
 cmake -S . -B "$out" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCF_FUZZ=ON -DBUILD_TESTING=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/configure.log" 2>&1 || { cat "$out/configure.log"; echo "0 passed, 1 failed"; exit 1; }
-targets=(request result event json msgpack_value config flags batch_line redis_reply)
+targets=(request result event json msgpack_value config flags batch_line redis_reply diagnostics)
 ninja -C "$out" "${targets[@]/#/fuzz_}" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "0 passed, 1 failed"; exit 1; }
 
 seeds_for() { # target -> seed files
@@ -34,6 +34,7 @@ seeds_for() { # target -> seed files
     flags) ls tests/fuzz/seeds/flags/* ;;
     batch_line) ls tests/fuzz/seeds/batch_line/* schema/golden/request_*.json ;;
     redis_reply) ls tests/fuzz/seeds/redis_reply/* ;;
+    diagnostics) ls tests/unit/fixtures/diagnostics/*.txt tests/unit/fixtures/diagnostics/*.jsonl 2>/dev/null ;;
     esac
 }
 
