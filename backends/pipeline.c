@@ -565,6 +565,17 @@ static int harness_index(cf_language l)
 
 /* ---- building ---- */
 
+/* A C/C++ source file among the request's files ("util.c", "lib/x.cpp"). */
+static bool is_unit(cf_language l, const char *path)
+{
+    const char *dot = strrchr(path, '.');
+    if (!dot || strchr(dot, '/') || path[0] == '-')
+        return false;
+    if (l == CF_LANG_C)
+        return strcmp(dot, ".c") == 0;
+    return strcmp(dot, ".cpp") == 0 || strcmp(dot, ".cc") == 0 || strcmp(dot, ".cxx") == 0;
+}
+
 typedef struct build {
     const char *argv[ARGV_MAX];
     size_t argc;
@@ -607,6 +618,11 @@ static void build_plan(const cf_pipeline *p, const cf_request *req, build *b)
         add_arg(b, "-o");
         add_arg(b, CF_EXEC_OUT_MARK "/prog");
         add_arg(b, source_name(req->language));
+        /* The request's other translation units are part of the program
+         * (headers are found next to main.c as usual). */
+        for (size_t i = 0; i < req->n_files; i++)
+            if (is_unit(req->language, req->files[i].path))
+                add_arg(b, req->files[i].path);
         add_arg(b, "-lm");
         b->diag = CF_DIAG_GCC_JSON;
         break;
@@ -635,7 +651,7 @@ static void build_plan(const cf_pipeline *p, const cf_request *req, build *b)
             add_arg(b, req->compile_flags[i]);
         add_arg(b, "-o");
         add_arg(b, CF_EXEC_OUT_MARK "/prog");
-        add_arg(b, "main.go");
+        add_arg(b, "."); /* package main: main.go and the request's other .go files */
         /* No network, no module lookups, no other toolchain, no cgo (it
          * would run the C compiler on whatever the source asks). */
         add_env(b, "GOCACHE", CF_EXEC_OUT_MARK "/gocache");
@@ -683,10 +699,40 @@ static void build_plan(const cf_pipeline *p, const cf_request *req, build *b)
     b->argv[b->argc] = NULL;
 }
 
+static int cmp_file_path(const void *a, const void *b)
+{
+    return strcmp((*(const cf_file *const *)a)->path, (*(const cf_file *const *)b)->path);
+}
+
+/* Path and content of each file, in path order, length-prefixed. */
+static int feed_files(EVP_MD_CTX *md, const cf_file *files, size_t n)
+{
+    if (n == 0)
+        return 0;
+    const cf_file **sorted = malloc(n * sizeof(*sorted));
+    if (!sorted)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = &files[i];
+    qsort(sorted, n, sizeof(*sorted), cmp_file_path);
+    for (size_t i = 0; i < n; i++) {
+        const char *path = sorted[i]->path ? sorted[i]->path : "";
+        uint64_t l = strlen(path);
+        EVP_DigestUpdate(md, &l, sizeof(l));
+        EVP_DigestUpdate(md, path, (size_t)l);
+        l = sorted[i]->content.len;
+        EVP_DigestUpdate(md, &l, sizeof(l));
+        if (l)
+            EVP_DigestUpdate(md, sorted[i]->content.data, (size_t)l);
+    }
+    free(sorted);
+    return 0;
+}
+
 /* The cache key: everything that makes a build what it is, and the
  * profile, so tenants never share builds (or learn of each other's). */
 static int build_key(const cf_pipeline *p, const char *profile, const cf_request *req, const cf_bytes *source,
-                     char hex[CF_DIGEST_HEX])
+                     const cf_exec_files *ws, char hex[CF_DIGEST_HEX])
 {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
@@ -707,29 +753,24 @@ static int build_key(const cf_pipeline *p, const char *profile, const cf_request
     FEEDS(cf_language_name(req->language));
     FEEDS(p->tc[req->language].version);
     FEEDS(p->tc[req->language].path);
+    uint64_t nflags = req->n_compile_flags;
+    EVP_DigestUpdate(md, &nflags, sizeof(nflags));
     for (size_t i = 0; i < req->n_compile_flags; i++)
         FEEDS(req->compile_flags[i]);
     FEEDS("--sources--");
     FEED(source->data, source->len);
-    /* Files in path order (the request's order is the client's). */
-    const cf_file **sorted = req->n_files ? malloc(req->n_files * sizeof(*sorted)) : NULL;
-    if (req->n_files && !sorted) {
+    /* Files in path order (the request's order is the client's, the
+     * workspace's the store's). */
+    FEEDS("--files--");
+    if (feed_files(md, req->files, req->n_files) < 0) {
         EVP_MD_CTX_free(md);
         return -1;
     }
-    for (size_t i = 0; i < req->n_files; i++)
-        sorted[i] = &req->files[i];
-    for (size_t i = 1; i < req->n_files; i++)
-        for (size_t k = i; k > 0 && strcmp(sorted[k - 1]->path, sorted[k]->path) > 0; k--) {
-            const cf_file *t = sorted[k];
-            sorted[k] = sorted[k - 1];
-            sorted[k - 1] = t;
-        }
-    for (size_t i = 0; i < req->n_files; i++) {
-        FEEDS(sorted[i]->path);
-        FEED(sorted[i]->content.data, sorted[i]->content.len);
+    FEEDS("--workspace--");
+    if (ws && feed_files(md, ws->place, ws->n_place) < 0) {
+        EVP_MD_CTX_free(md);
+        return -1;
     }
-    free(sorted);
 #undef FEED
 #undef FEEDS
     unsigned char d[EVP_MAX_MD_SIZE];
@@ -819,7 +860,7 @@ static int compile_step(cf_pipeline *p, const cf_backend *b, const char *profile
     cf_str_set(&res->meta.toolchain, p->tc[req->language].version);
 
     char key[CF_DIGEST_HEX];
-    bool keyed = p->cfg.cache_bytes > 0 && build_key(p, profile, req, source, key) == 0;
+    bool keyed = p->cfg.cache_bytes > 0 && build_key(p, profile, req, source, ctx->files, key) == 0;
     if (keyed) {
         cf_compile_info info;
         cf_diagnostic *diags = NULL;
@@ -883,7 +924,17 @@ static int compile_step(cf_pipeline *p, const cf_backend *b, const char *profile
 
     cf_exec_take take = {.name = plan.take, .max = (size_t)p->cfg.artifact_bytes};
     cf_exec_ctx cctx = *ctx;
+    /* The workspace, when there is one, read-only: a project's headers and
+     * modules build with it; nothing is collected from a compile. */
+    cf_exec_files ws_ro;
     cctx.files = NULL;
+    if (ctx->files && ctx->files->n_place) {
+        memset(&ws_ro, 0, sizeof(ws_ro));
+        ws_ro.place = ctx->files->place;
+        ws_ro.n_place = ctx->files->n_place;
+        ws_ro.read_only = true;
+        cctx.files = &ws_ro;
+    }
     cctx.program = NULL;
     cctx.take = &take;
     cctx.net_allow = NULL;

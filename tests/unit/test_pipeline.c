@@ -739,6 +739,71 @@ static void test_collect_files_regular_only_within_cap(void **state)
     cf_request_clear(&r);
 }
 
+/* ---- several source files; a workspace ---- */
+
+static void test_several_source_files(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_C, "#include <stdio.h>\n#include \"util.h\"\nint main(void) { printf(\"%d\\n\", twice(21)); return 0; }\n",
+                     10 * SEC);
+    req_file(&r, "util.h", "int twice(int x);\n");
+    req_file(&r, "util.c", "#include \"util.h\"\nint twice(int x) { return 2 * x; }\n");
+    cf_result res;
+    assert_int_equal(run("t-multi", &r, &res), 0);
+    if (res.status != CF_STATUS_SUCCESS)
+        show(&res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(has_bytes(&res.stdout_data, "42\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+
+    req_init_timeout(&r, CF_LANG_GO, "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(answer())\n}\n",
+                     20 * SEC);
+    req_file(&r, "answer.go", "package main\n\nfunc answer() int { return 42 }\n");
+    assert_int_equal(run("t-multi", &r, &res), 0);
+    if (res.status != CF_STATUS_SUCCESS)
+        show(&res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(has_bytes(&res.stdout_data, "42\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
+/* The compiler sees the workspace (read-only); another revision of it is
+ * another build, never the cached one. */
+static void test_workspace_is_part_of_the_build(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_C, "#include <stdio.h>\n#include \"version.h\"\nint main(void) { puts(VERSION); return 0; }\n",
+                     10 * SEC);
+    cf_file ws1[] = {{.path = "version.h", .content = {(uint8_t *)"#define VERSION \"one\"\n", 22}}};
+    cf_file ws2[] = {{.path = "version.h", .content = {(uint8_t *)"#define VERSION \"two\"\n", 22}}};
+    cf_exec_files f1 = {.place = ws1, .n_place = 1, .read_only = true};
+    cf_exec_files f2 = {.place = ws2, .n_place = 1, .read_only = true};
+    cf_exec_ctx ctx = {.slot = 0, .worker_id = "test", .files = &f1};
+    cf_result res;
+    memset(&res, 0, sizeof(res));
+    cf_error err;
+    assert_int_equal(cf_pipeline_execute(F->pl, F->be, "t-ws", &ctx, &r, &res, &err), 0);
+    if (res.status != CF_STATUS_SUCCESS)
+        show(&res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(has_bytes(&res.stdout_data, "one\n"));
+    cf_result_clear(&res);
+    ctx.files = &f2;
+    memset(&res, 0, sizeof(res));
+    assert_int_equal(cf_pipeline_execute(F->pl, F->be, "t-ws", &ctx, &r, &res, &err), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_false(res.compile.cached);
+    assert_true(has_bytes(&res.stdout_data, "two\n"));
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
 /* ---- toolchain missing ---- */
 
 static void test_missing_toolchain_rejected_by_name(void **state)
@@ -788,6 +853,8 @@ int main(void)
         cmocka_unit_test(test_harness_javascript_and_typescript),
         cmocka_unit_test(test_harness_rust),
         cmocka_unit_test(test_collect_files_regular_only_within_cap),
+        cmocka_unit_test(test_several_source_files),
+        cmocka_unit_test(test_workspace_is_part_of_the_build),
         cmocka_unit_test(test_missing_toolchain_rejected_by_name),
     };
     return cmocka_run_group_tests(tests, setup_group, teardown_group);
