@@ -133,6 +133,7 @@ typedef struct cf_exec_take {
     cf_bytes data;        /* out: the file (caller frees data) */
     bool too_big;         /* out: larger than max (data empty) */
     bool missing;         /* out: not there, or not a regular file */
+    bool exec_failed;     /* out: the program could not be started at all */
 } cf_exec_take;
 
 /* Per-execution context from the worker. */

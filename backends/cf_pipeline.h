@@ -57,6 +57,9 @@ typedef struct cf_pipeline_config {
     int64_t cache_bytes;          /* compile cache; 0 = no cache */
     int64_t collect_bytes;        /* files returned by "collect", in total */
     int64_t collect_scan_bytes;   /* work directory read to find them */
+    /* A request's compile step and all its runs together (the worker's
+     * max-timeout; 0 = no bound beyond each step's own). */
+    int64_t max_total_us;
 } cf_pipeline_config;
 
 typedef struct cf_pipeline cf_pipeline;

@@ -764,6 +764,8 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
             err->retriable = true;
         return -1;
     }
+    if (o->exec_failed && job->take)
+        job->take->exec_failed = true;
     if (o->exec_failed) {
         /* Interpreters are the operator's choice: their failing to start is
          * ours.  A command's program is the caller's: not found or not

@@ -28,7 +28,7 @@
 #define MAX_TC_DIRS 8
 #define VERSION_PROBE_US (10 * 1000000LL)
 #define COLLECT_MAX_FILES 1000
-#define ARGV_MAX 128
+#define ARGV_MAX 256
 #define CASES_OUTPUT_BYTES (16u << 20) /* stdout + stderr of all cases of a request */
 
 enum { H_PYTHON, H_JAVASCRIPT, H_TYPESCRIPT, H_RUST, H__COUNT };
@@ -77,8 +77,15 @@ static bool executable(const char *path)
 
 /* First line a toolchain prints for its version (argv fixed by us; run
  * once at start, as the worker).  Bounded in time and bytes. */
-static int probe_version(char *const argv[], char *out, size_t size)
+static int probe_version(char *const argv[], char *out, size_t size, bool rustup_env)
 {
+    /* rustup's proxies find their toolchains through HOME (or RUSTUP_HOME
+     * and CARGO_HOME): only the sysroot probe passes those on. */
+    char home[PATH_MAX + 8], rhome[PATH_MAX + 16], chome[PATH_MAX + 16];
+    const char *h = getenv("HOME"), *rh = getenv("RUSTUP_HOME"), *ch = getenv("CARGO_HOME");
+    snprintf(home, sizeof(home), "HOME=%s", rustup_env && h ? h : "/nonexistent");
+    snprintf(rhome, sizeof(rhome), "RUSTUP_HOME=%s", rh ? rh : "");
+    snprintf(chome, sizeof(chome), "CARGO_HOME=%s", ch ? ch : "");
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0)
         return -1;
@@ -94,8 +101,10 @@ static int probe_version(char *const argv[], char *out, size_t size)
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull >= 0)
             dup2(devnull, 0);
-        char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", "GOTOOLCHAIN=local",
-                        "GOTELEMETRY=off", "LC_ALL=C", NULL};
+        char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", home, "GOTOOLCHAIN=local", "GOTELEMETRY=off", "LC_ALL=C",
+                        rustup_env && rh ? rhome : NULL, NULL, NULL};
+        if (rustup_env && ch)
+            envp[rh ? 6 : 5] = chome;
         execve(argv[0], argv, envp);
         _exit(127);
     }
@@ -129,6 +138,31 @@ static int probe_version(char *const argv[], char *out, size_t size)
         return -1;
     cf_strlcpy(out, buf, size);
     return 0;
+}
+
+/* Whether every uid may reach dir: each directory on the way searchable
+ * by others, dir itself readable and searchable.  The sandbox binds a
+ * toolchain as the run uid, which has no other right on host files; a
+ * toolchain below /root (0700) would fail every execution's setup. */
+static bool reachable_by_all(const char *dir, char *why, size_t wsz)
+{
+    char walk[PATH_MAX];
+    cf_strlcpy(walk, dir, sizeof(walk));
+    bool last = true;
+    for (;;) {
+        struct stat sb;
+        unsigned need = last ? 05 : 01;
+        if (stat(walk, &sb) < 0 || (sb.st_mode & need) != need) {
+            snprintf(why, wsz, "'%.150s' is not %s by other users (mode %03o)", walk,
+                     last ? "readable and searchable" : "searchable", (unsigned)(sb.st_mode & 0777));
+            return false;
+        }
+        char *slash = strrchr(walk, '/');
+        if (!slash || slash == walk)
+            return true;
+        *slash = '\0';
+        last = false;
+    }
 }
 
 /* Adds the directory a toolchain lives in when it is outside the system
@@ -177,6 +211,22 @@ static void setup_toolchain(cf_pipeline *p, cf_language l, const char *configure
         snprintf(t->why, sizeof(t->why), "'%.150s' is not an executable absolute path", configured);
         return;
     }
+    if (l == CF_LANG_RUST) {
+        /* The compiler itself, not a rustup proxy (which resolves to
+         * rustup and needs a home the sandbox does not have): its
+         * sysroot's bin/rustc. */
+        char *sargv[] = {(char *)configured, "--print", "sysroot", NULL};
+        char sysroot[PATH_MAX - 16], bin[PATH_MAX];
+        if (probe_version(sargv, sysroot, sizeof(sysroot), true) < 0 || sysroot[0] != '/') {
+            snprintf(t->why, sizeof(t->why), "'%.150s --print sysroot' failed", configured);
+            return;
+        }
+        snprintf(bin, sizeof(bin), "%s/bin/rustc", sysroot);
+        if (!realpath(bin, real) || !executable(real)) {
+            snprintf(t->why, sizeof(t->why), "no rustc in the sysroot '%.150s'", sysroot);
+            return;
+        }
+    }
     if (l == CF_LANG_TYPESCRIPT && !p->node) {
         snprintf(t->why, sizeof(t->why), "no node to run tsc");
         return;
@@ -189,7 +239,7 @@ static void setup_toolchain(cf_pipeline *p, cf_language l, const char *configure
     argv[ac++] = l == CF_LANG_C || l == CF_LANG_CPP ? "-dumpfullversion" : l == CF_LANG_GO ? "version" : "--version";
     argv[ac] = NULL;
     char v[96];
-    if (probe_version(argv, v, sizeof(v)) < 0) {
+    if (probe_version(argv, v, sizeof(v), false) < 0) {
         snprintf(t->why, sizeof(t->why), "'%.150s' did not tell its version", real);
         return;
     }
@@ -201,13 +251,23 @@ static void setup_toolchain(cf_pipeline *p, cf_language l, const char *configure
     }
     if (l == CF_LANG_GO && strncmp(t->version, "go version ", 11) == 0)
         memmove(t->version, t->version + 11, strlen(t->version + 11) + 1);
+    /* The tree the toolchain needs at run time. */
+    char dir[PATH_MAX];
+    cf_strlcpy(dir, real, sizeof(dir));
+    {
+        char root[PATH_MAX], why[300];
+        cf_strlcpy(root, real, sizeof(root));
+        up(root, l == CF_LANG_TYPESCRIPT ? 3 : l == CF_LANG_RUST || l == CF_LANG_GO ? 2 : 1);
+        if (!reachable_by_all(root, why, sizeof(why))) {
+            snprintf(t->why, sizeof(t->why), "the sandbox's run uids cannot use it: %s", why);
+            t->version[0] = '\0';
+            return;
+        }
+    }
     t->path = cf_strdup(real);
     if (!t->path)
         return;
     p->languages |= 1u << l;
-    /* The tree the toolchain needs at run time. */
-    char dir[PATH_MAX];
-    cf_strlcpy(dir, real, sizeof(dir));
     switch (l) {
     case CF_LANG_RUST: up(dir, 2); add_tc_dir(p, dir); break; /* the sysroot: bin/rustc */
     case CF_LANG_GO: up(dir, 2); add_tc_dir(p, dir); break;   /* GOROOT: bin/go */
@@ -569,7 +629,7 @@ static int harness_index(cf_language l)
 static bool is_unit(cf_language l, const char *path)
 {
     const char *dot = strrchr(path, '.');
-    if (!dot || strchr(dot, '/') || path[0] == '-')
+    if (!dot || strchr(dot, '/'))
         return false;
     if (l == CF_LANG_C)
         return strcmp(dot, ".c") == 0;
@@ -579,6 +639,9 @@ static bool is_unit(cf_language l, const char *path)
 typedef struct build {
     const char *argv[ARGV_MAX];
     size_t argc;
+    bool overflow;        /* more arguments than ARGV_MAX: the request is refused */
+    char *owned[ARGV_MAX]; /* "./unit.c" strings made here */
+    size_t n_owned;
     cf_strmap_entry env[8];
     size_t n_env;
     const char *take;     /* artifact name in the output directory */
@@ -591,6 +654,30 @@ static void add_arg(build *b, const char *a)
 {
     if (b->argc < ARGV_MAX - 1)
         b->argv[b->argc++] = a;
+    else
+        b->overflow = true;
+}
+
+/* A file name as an argument: "./" first, so nothing the request names
+ * ("@opts.c", "-x.c") is ever read as an option or a response file. */
+static void add_path_arg(build *b, const char *path)
+{
+    size_t n = strlen(path) + 3;
+    char *a = b->n_owned < ARGV_MAX ? malloc(n) : NULL;
+    if (!a) {
+        b->overflow = true;
+        return;
+    }
+    snprintf(a, n, "./%s", path);
+    b->owned[b->n_owned++] = a;
+    add_arg(b, a);
+}
+
+static void build_free(build *b)
+{
+    for (size_t i = 0; i < b->n_owned; i++)
+        free(b->owned[i]);
+    b->n_owned = 0;
 }
 
 static void add_env(build *b, const char *k, const char *v)
@@ -622,7 +709,7 @@ static void build_plan(const cf_pipeline *p, const cf_request *req, build *b)
          * (headers are found next to main.c as usual). */
         for (size_t i = 0; i < req->n_files; i++)
             if (is_unit(req->language, req->files[i].path))
-                add_arg(b, req->files[i].path);
+                add_path_arg(b, req->files[i].path);
         add_arg(b, "-lm");
         b->diag = CF_DIAG_GCC_JSON;
         break;
@@ -731,8 +818,8 @@ static int feed_files(EVP_MD_CTX *md, const cf_file *files, size_t n)
 
 /* The cache key: everything that makes a build what it is, and the
  * profile, so tenants never share builds (or learn of each other's). */
-static int build_key(const cf_pipeline *p, const char *profile, const cf_request *req, const cf_bytes *source,
-                     const cf_exec_files *ws, char hex[CF_DIGEST_HEX])
+static int build_key(const cf_pipeline *p, const char *profile, const char *backend, const cf_request *req,
+                     const cf_bytes *source, const cf_exec_files *ws, char hex[CF_DIGEST_HEX])
 {
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
@@ -750,6 +837,9 @@ static int build_key(const cf_pipeline *p, const char *profile, const cf_request
 #define FEEDS(s) FEED((s), strlen(s))
     FEEDS("codefleet-build-1");
     FEEDS(profile ? profile : "");
+    /* What a compiler can reach differs per backend (the host's files on
+     * process): a build never crosses backends. */
+    FEEDS(backend);
     FEEDS(cf_language_name(req->language));
     FEEDS(p->tc[req->language].version);
     FEEDS(p->tc[req->language].path);
@@ -847,20 +937,23 @@ typedef struct artifact {
 /* Builds (or finds in the cache) the program.  Returns 0 with *ok set when
  * there is an artifact; 0 with res filled (compile_failed, rejected) when
  * not; -1 when the backend broke. */
-static int compile_step(cf_pipeline *p, const cf_backend *b, const char *profile, const cf_exec_ctx *ctx,
-                        const cf_request *req, const cf_bytes *source, artifact *art, bool *ok, cf_result *res,
-                        cf_error *err)
+static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char *profile, const cf_exec_ctx *ctx,
+                                const cf_request *req, const cf_bytes *source, int64_t budget_us, build *planp,
+                                artifact *art, bool *ok, cf_result *res, cf_error *err)
 {
-    *ok = false;
-    build plan;
-    build_plan(p, req, &plan);
+    build plan = *planp; /* shallow: the owned strings stay the caller's */
+    if (plan.overflow) {
+        set_reason(res, CF_STATUS_REJECTED, "too many compile flags and source files together (more than %d "
+                                            "compiler arguments)", ARGV_MAX - 1);
+        return 0;
+    }
     art->name = plan.take;
     art->run_with = plan.run_with;
     res->compile.present = true;
     cf_str_set(&res->meta.toolchain, p->tc[req->language].version);
 
     char key[CF_DIGEST_HEX];
-    bool keyed = p->cfg.cache_bytes > 0 && build_key(p, profile, req, source, ctx->files, key) == 0;
+    bool keyed = p->cfg.cache_bytes > 0 && build_key(p, profile, b->ops->name, req, source, ctx->files, key) == 0;
     if (keyed) {
         cf_compile_info info;
         cf_diagnostic *diags = NULL;
@@ -908,6 +1001,11 @@ static int compile_step(cf_pipeline *p, const cf_backend *b, const char *profile
     cp->timeout_us = p->cfg.compile_timeout_us;
     if (req->policy.compile_timeout_us > 0 && req->policy.compile_timeout_us < cp->timeout_us)
         cp->timeout_us = req->policy.compile_timeout_us;
+    bool budget_cut = false;
+    if (budget_us > 0 && budget_us < cp->timeout_us) {
+        cp->timeout_us = budget_us;
+        budget_cut = true;
+    }
     cp->memory_bytes = p->cfg.compile_memory_bytes;
     if (req->policy.compile_memory_bytes > 0 && req->policy.compile_memory_bytes < cp->memory_bytes)
         cp->memory_bytes = req->policy.compile_memory_bytes;
@@ -944,6 +1042,16 @@ static int compile_step(cf_pipeline *p, const cf_backend *b, const char *profile
     memset(&cres, 0, sizeof(cres));
     int rc = b->ops->execute(b->state, &cctx, &creq, &cres, err);
     free(files);
+    if (rc == 0 && take.exec_failed) {
+        /* The operator's toolchain does not start where it runs (not
+         * bound, not readable by the run uid, a library missing): the
+         * worker's fault, never the request's. */
+        cf_error_set(err, CF_E_SANDBOX, "compile step: the %s toolchain cannot be executed: %s",
+                     cf_language_name(req->language), cres.reason ? cres.reason : "exec failed");
+        cf_result_clear(&cres);
+        free(take.data.data);
+        return -1;
+    }
     pthread_mutex_lock(&p->lock);
     p->stats.compiles++;
     pthread_mutex_unlock(&p->lock);
@@ -990,7 +1098,8 @@ static int compile_step(cf_pipeline *p, const cf_backend *b, const char *profile
         res->status = CF_STATUS_COMPILE_FAILED;
         if (why == CF_STATUS_TIMEOUT) {
             cf_format_duration(cp->timeout_us, d, sizeof(d));
-            set_reason(res, CF_STATUS_COMPILE_FAILED, "compilation stopped: compile timeout of %s exceeded", d);
+            set_reason(res, CF_STATUS_COMPILE_FAILED, "compilation stopped: compile timeout of %s exceeded%s", d,
+                       budget_cut ? " (what was left of the request's max-timeout)" : "");
         } else if (why == CF_STATUS_MEMORY_EXCEEDED) {
             set_reason(res, CF_STATUS_COMPILE_FAILED,
                        "compilation stopped: the compiler exceeded the compile memory limit of %lld bytes",
@@ -1045,6 +1154,18 @@ static int compile_step(cf_pipeline *p, const cf_backend *b, const char *profile
         cache_put(p, key, &art->data, res->diagnostics, res->n_diagnostics, &res->compile);
     *ok = true;
     return 0;
+}
+
+static int compile_step(cf_pipeline *p, const cf_backend *b, const char *profile, const cf_exec_ctx *ctx,
+                        const cf_request *req, const cf_bytes *source, int64_t budget_us, artifact *art, bool *ok,
+                        cf_result *res, cf_error *err)
+{
+    *ok = false;
+    build plan;
+    build_plan(p, req, &plan);
+    int rc = compile_step_planned(p, b, profile, ctx, req, source, budget_us, &plan, art, ok, res, err);
+    build_free(&plan);
+    return rc;
 }
 
 /* ---- running ---- */
@@ -1102,6 +1223,61 @@ static bool stdout_matches(const cf_bytes *got, const cf_bytes *want)
                  want->data[b - 1] == '\t'))
         b--;
     return a == b && (a == 0 || memcmp(got->data, want->data, a) == 0);
+}
+
+/* Shrinks a cut buffer to what is kept (the rest is never sent: it must
+ * not stay allocated either, or 1000 cases hold gigabytes). */
+static void shrink(cf_bytes *b, size_t keep)
+{
+    if (keep >= b->len)
+        return;
+    if (keep == 0) {
+        free(b->data);
+        b->data = NULL;
+        b->len = 0;
+        return;
+    }
+    uint8_t *n = realloc(b->data, keep);
+    if (n)
+        b->data = n;
+    b->len = keep;
+}
+
+/* Each case has the request's output caps; all cases together have
+ * CASES_OUTPUT_BYTES for stdout, stderr and output, so 1000 cases stay one
+ * message.  An output that does not fit, or that would nest deeper than a
+ * case's place in the result allows, is dropped and the case says so. */
+static void keep_case_within(cf_case_result *c, size_t *used)
+{
+    size_t left = *used < CASES_OUTPUT_BYTES ? CASES_OUTPUT_BYTES - *used : 0;
+    size_t keep_out = c->stdout_data.len < left ? c->stdout_data.len : left;
+    if (keep_out < c->stdout_data.len) {
+        shrink(&c->stdout_data, keep_out);
+        c->stdout_truncated = true;
+    }
+    left -= keep_out;
+    size_t keep_err = c->stderr_data.len < left ? c->stderr_data.len : left;
+    if (keep_err < c->stderr_data.len) {
+        shrink(&c->stderr_data, keep_err);
+        c->stderr_truncated = true;
+    }
+    left -= keep_err;
+    const char *dropped = NULL;
+    cf_error verr;
+    cf_error_clear(&verr);
+    if (c->output.len > left)
+        dropped = "the cases' output budget (16 MiB in all) is used up";
+    else if (cf_value_check_nested(&c->output, "output", CF_CASE_VALUE_LEVELS, &verr) < 0)
+        dropped = "it nests too deeply for a case's place in the result";
+    if (dropped) {
+        shrink(&c->output, 0);
+        char why[300];
+        snprintf(why, sizeof(why), "%s%soutput dropped: %s", c->reason ? c->reason : "", c->reason ? "; " : "",
+                 dropped);
+        free(c->reason);
+        c->reason = cf_strdup(why);
+    }
+    *used += c->stdout_data.len + c->stderr_data.len + c->output.len;
 }
 
 static void steal_into_case(cf_result *r, cf_case_result *c)
@@ -1193,9 +1369,12 @@ static void collect_into(const cf_pipeline *p, const cf_request *req, const cf_e
 /* One execution of the program (or the request as it is) with a case's
  * stdin, input and arguments. */
 static int run_once(const cf_backend *b, const cf_exec_ctx *ctx, const cf_request *req, const cf_case *c,
-                    const cf_exec_program *prog, cf_result *r, cf_error *err)
+                    const cf_exec_program *prog, int64_t timeout_cap_us, cf_result *r, cf_error *err)
 {
     cf_request rq = *req; /* shallow: never cleared */
+    /* What is left of the request's time (compile and earlier cases). */
+    if (timeout_cap_us > 0 && (rq.policy.timeout_us <= 0 || rq.policy.timeout_us > timeout_cap_us))
+        rq.policy.timeout_us = timeout_cap_us;
     char *argv_merged[CF_EXEC_ARGV_MAX + 1];
     if (c) {
         rq.stdin_data = c->stdin_data;
@@ -1278,9 +1457,12 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
             return cf_error_set(err, CF_E_NOMEM, "pipeline: out of memory");
         source = harnessed;
     }
+    /* A request's compile and runs together stay within max-timeout:
+     * whoever waits for a duplicate to finish counts on that. */
+    int64_t deadline_us = p && p->cfg.max_total_us > 0 ? cf_mono_us() + p->cfg.max_total_us : 0;
     if (cf_language_compiled(req->language)) {
         bool ok;
-        if (compile_step(p, b, profile, ctx, req, &source, &art, &ok, res, err) < 0)
+        if (compile_step(p, b, profile, ctx, req, &source, p->cfg.max_total_us, &art, &ok, res, err) < 0)
             goto out;
         if (!ok) {
             cf_str_set(&res->meta.language, cf_language_name(req->language));
@@ -1321,7 +1503,16 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
             rctx.files = &local;
         }
         cf_result_clear(res);
-        rc = run_once(b, &rctx, req, NULL, progp, res, err);
+        int64_t left_us = deadline_us ? deadline_us - cf_mono_us() : 0;
+        if (deadline_us && left_us <= 0) {
+            char d[32];
+            cf_format_duration(p->cfg.max_total_us, d, sizeof(d));
+            res->status = CF_STATUS_TIMEOUT;
+            cf_result_set_reason(res, "the compile step used up the request's time (max-timeout %s)", d);
+            rc = 0;
+            goto merged;
+        }
+        rc = run_once(b, &rctx, req, NULL, progp, left_us, res, err);
         if (rc == 0 && req->harness == CF_HARNESS_FUNCTION && res->status != CF_STATUS_REJECTED)
             harness_outcome(res);
         if (rc == 0 && req->n_collect && res->status != CF_STATUS_REJECTED)
@@ -1339,11 +1530,16 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
         }
         rc = 0;
         size_t failed_at = 0, mismatches = 0, not_ok = 0, case_output_used = 0;
-        bool stopped = false;
+        bool stopped = false, budget_spent = false;
         for (size_t i = 0; i < req->n_cases; i++) {
             cf_result r;
             memset(&r, 0, sizeof(r));
-            if (run_once(b, ctx, req, &req->cases[i], progp, &r, err) < 0) {
+            int64_t left_us = deadline_us ? deadline_us - cf_mono_us() : 0;
+            if (deadline_us && left_us <= 0) {
+                budget_spent = true;
+                break;
+            }
+            if (run_once(b, ctx, req, &req->cases[i], progp, left_us, &r, err) < 0) {
                 cf_result_clear(&r);
                 rc = -1;
                 break;
@@ -1358,28 +1554,16 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
             }
             cf_case_result *c = &res->cases[i];
             steal_into_case(&r, c);
-            /* Each case has the request's output caps; all of them
-             * together have this one, so 1000 cases stay one message. */
-            size_t streams = c->stdout_data.len + c->stderr_data.len;
-            size_t left = case_output_used < CASES_OUTPUT_BYTES ? CASES_OUTPUT_BYTES - case_output_used : 0;
-            if (streams > left) {
-                size_t keep_out = c->stdout_data.len < left ? c->stdout_data.len : left;
-                if (keep_out < c->stdout_data.len) {
-                    c->stdout_data.len = keep_out;
-                    c->stdout_truncated = true;
-                }
-                size_t keep_err = left - keep_out;
-                if (keep_err < c->stderr_data.len) {
-                    c->stderr_data.len = keep_err;
-                    c->stderr_truncated = true;
-                }
-                streams = c->stdout_data.len + c->stderr_data.len;
-            }
-            case_output_used += streams;
             if (req->cases[i].name)
                 cf_str_set(&c->name, req->cases[i].name);
+            /* The verdict is on the whole stdout the program was allowed:
+             * before any cut below, and a stdout cut at its own cap is
+             * not the expected one (the rest is unknown). */
             if (req->cases[i].has_expect && c->status == CF_STATUS_SUCCESS)
-                c->match = stdout_matches(&c->stdout_data, &req->cases[i].expect_stdout) ? 1 : -1;
+                c->match = !c->stdout_truncated && stdout_matches(&c->stdout_data, &req->cases[i].expect_stdout)
+                               ? 1
+                               : -1;
+            keep_case_within(c, &case_output_used);
             res->n_cases = i + 1;
             res->wall_time_us += c->wall_time_us;
             res->cpu_time_us += c->cpu_time_us;
@@ -1420,6 +1604,16 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
                                      c->match < 0 && c->status == CF_STATUS_SUCCESS ? "stdout does not match"
                                                                                     : (c->reason ? c->reason : cf_status_name(c->status)),
                                      stopped ? "; stopped there (stop_on_failure)" : "");
+            }
+            if (budget_spent) {
+                char d[32], why[900];
+                cf_format_duration(p->cfg.max_total_us, d, sizeof(d));
+                snprintf(why, sizeof(why), "%s%sran %zu of %zu cases: the request's time (max-timeout %s for the "
+                                           "compile and all cases) was used up",
+                         res->reason ? res->reason : "", res->reason ? "; " : "", res->n_cases, req->n_cases, d);
+                if (not_ok == 0)
+                    res->status = CF_STATUS_TIMEOUT;
+                cf_result_set_reason(res, "%s", why);
             }
         }
     }

@@ -730,6 +730,25 @@ static json_t *cases_from_jsonl(const char *path, cf_error *err)
                 free(text.data);
                 return NULL;
             }
+            /* A typo ("expect") would silently drop an expectation: the
+             * schema ignores unknown keys, this file is ours to check. */
+            static const char *const known[] = {"name", "stdin", "input", "input_msgpack", "argv", "expect_stdout"};
+            const char *key;
+            json_t *val;
+            json_object_foreach(o, key, val) {
+                bool ok = false;
+                for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
+                    ok = ok || strcmp(key, known[k]) == 0;
+                if (!ok) {
+                    cf_error_set(err, CF_E_INVALID,
+                                 "%s:%zu: unknown key '%.40s' (a case has name, stdin, input, argv, expect_stdout)",
+                                 path, line, key);
+                    json_decref(o);
+                    json_decref(a);
+                    free(text.data);
+                    return NULL;
+                }
+            }
             json_array_append_new(a, o);
         }
         i = e + 1;

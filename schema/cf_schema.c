@@ -316,16 +316,22 @@ static int strmap_check(const cf_strmap_entry *m, size_t n, const char *field, b
     return rc;
 }
 
-int cf_value_check(const cf_bytes *v, const char *field, cf_error *err)
+int cf_value_check_nested(const cf_bytes *v, const char *field, unsigned outer_levels, cf_error *err)
 {
     if (v->len == 0)
         return 0;
-    /* The value sits inside the top-level map: one level less for it. */
+    /* The value sits inside outer_levels containers of the message: that
+     * much less depth for it, or the whole message would not decode. */
     cf_decode_limits lim = cf_decode_limits_default;
-    lim.max_depth = lim.max_depth > 1 ? lim.max_depth - 1 : 0;
+    lim.max_depth = lim.max_depth > outer_levels ? lim.max_depth - outer_levels : 0;
     if (cf_msgpack_validate(v->data, v->len, &lim, err) < 0)
         return cf_error_wrap(err, "%s", field);
     return 0;
+}
+
+int cf_value_check(const cf_bytes *v, const char *field, cf_error *err)
+{
+    return cf_value_check_nested(v, field, 1, err); /* inside the top-level map */
 }
 
 #define NONNEG(val, name)                                                                          \
@@ -442,7 +448,7 @@ static int request_check(const cf_request *req, bool check_values, cf_error *err
         if (strv_check(c->argv, c->argc, field, err) < 0)
             return -1;
         snprintf(field, sizeof(field), "cases[%zu].input", i);
-        if (check_values && cf_value_check(&c->input, field, err) < 0)
+        if (check_values && cf_value_check_nested(&c->input, field, CF_CASE_VALUE_LEVELS, err) < 0)
             return -1;
     }
     return 0;
@@ -513,7 +519,7 @@ static int result_check(const cf_result *res, bool check_values, cf_error *err)
             return cf_error_set(err, CF_E_INVALID, "cases[%zu].match: invalid", i);
         char field[48];
         snprintf(field, sizeof(field), "cases[%zu].output", i);
-        if (check_values && cf_value_check(&c->output, field, err) < 0)
+        if (check_values && cf_value_check_nested(&c->output, field, CF_CASE_VALUE_LEVELS, err) < 0)
             return -1;
     }
     if (res->n_files && !res->files)

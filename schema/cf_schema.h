@@ -305,6 +305,13 @@ int cf_request_peek_id(const void *buf, size_t len, char *id, size_t idsz);
 /* Checks an id: 1..CF_ID_MAX bytes of printable ASCII without spaces. */
 bool cf_id_valid(const char *id, size_t len);
 
+/* Whether v (one msgpack value; len 0 = absent) fits where it sits:
+ * inside outer_levels containers of a message (1 for a top-level field,
+ * CF_CASE_VALUE_LEVELS for a case's input/output), within the default
+ * decoder limits. */
+#define CF_CASE_VALUE_LEVELS 3 /* message map, cases array, case map */
+int cf_value_check_nested(const cf_bytes *v, const char *field, unsigned outer_levels, cf_error *err);
+
 /* Validates that buf holds exactly one msgpack value within limits
  * (used for input/output fields and checkpoint state). */
 int cf_msgpack_validate(const void *buf, size_t len, const cf_decode_limits *limits, cf_error *err);

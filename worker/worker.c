@@ -1779,7 +1779,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .compile_timeout_us = cfg->compile_timeout_us, .compile_memory_bytes = cfg->compile_memory_bytes,
         .compile_processes = cfg->compile_processes, .compile_output_bytes = cfg->compile_output_bytes,
         .artifact_bytes = cfg->artifact_bytes, .cache_bytes = cfg->compile_cache_bytes,
-        .collect_bytes = cfg->collect_bytes, .collect_scan_bytes = cfg->max_files_bytes};
+        .collect_bytes = cfg->collect_bytes, .collect_scan_bytes = cfg->max_files_bytes,
+        .max_total_us = cfg->max_timeout_us};
     pcfg.allowed_flags[CF_LANG_C] = cfg->c_flags_allowed;
     pcfg.allowed_flags[CF_LANG_CPP] = cfg->cpp_flags_allowed;
     pcfg.allowed_flags[CF_LANG_RUST] = cfg->rust_flags_allowed;

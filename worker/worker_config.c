@@ -69,7 +69,7 @@ static const cf_conf_prop worker_props[] = {
      "-O0,-O1,-O2,-O3,-Os,-g,-Wall,-Wextra,-Werror,-Wpedantic,-pedantic,-std=c++*,-std=gnu++*,-D*,-U*,-fno-exceptions,-fno-rtti,-fsanitize=undefined",
      NULL, "Extra compile flags a cpp request may give.", NULL},
     {"rust-flags-allowed", CF_CONF_STRING, OFF(rust_flags_allowed), 0, 4096,
-     "-g,-Copt-level=*,-Cdebuginfo=*,-Coverflow-checks=*,-Cpanic=abort,--edition=2015,--edition=2018,--edition=2021,-Dwarnings,-Awarnings",
+     "-g,-Copt-level=*,-Cdebuginfo=*,-Coverflow-checks=*,--edition=2015,--edition=2018,--edition=2021,-Dwarnings,-Awarnings",
      NULL, "Extra compile flags a rust request may give.", NULL},
     {"go-flags-allowed", CF_CONF_STRING, OFF(go_flags_allowed), 0, 4096, "-gcflags=-N -l,-ldflags=-s -w", NULL,
      "Extra `go build` flags a go request may give.", NULL},

@@ -49,7 +49,8 @@ static void pipeline_config(cf_pipeline_config *pc, const char *harness_dir)
     memset(pc, 0, sizeof(*pc));
     pc->cc = "/usr/bin/gcc";
     pc->cxx = "/usr/bin/g++";
-    pc->rustc = "/usr/bin/rustc";
+    /* Another rustc (a rustup proxy, say) can be tried with CF_TEST_RUSTC. */
+    pc->rustc = getenv("CF_TEST_RUSTC") ? getenv("CF_TEST_RUSTC") : "/usr/bin/rustc";
     pc->go = "/usr/bin/go";
     pc->tsc = TSC_PATH;
     pc->node = "/usr/bin/node";
@@ -804,6 +805,194 @@ static void test_workspace_is_part_of_the_build(void **state)
     cf_request_clear(&r);
 }
 
+/* ---- review findings ---- */
+
+/* A request file named "@r.c" is a source file, never gcc's response file
+ * (which could name -wrapper and run anything as the compiler). */
+static void test_response_file_names_are_sources(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_C, "int main(void) { return 0; }\n", 10 * SEC);
+    req_file(&r, "@r.c", "int helper(void) { return 1; }\n");
+    req_file(&r, "r.c", "-wrapper /bin/sh,-c,exit\\ 0\n");
+    cf_result res;
+    assert_int_equal(run("t-at", &r, &res), 0);
+    /* r.c is not C: the build fails on it; nothing ran instead of gcc. */
+    if (res.status != CF_STATUS_COMPILE_FAILED)
+        show(&res);
+    assert_int_equal(res.status, CF_STATUS_COMPILE_FAILED);
+    bool on_r_c = false;
+    for (size_t i = 0; i < res.n_diagnostics; i++)
+        if (res.diagnostics[i].file && strcmp(res.diagnostics[i].file, "r.c") == 0)
+            on_r_c = true;
+    assert_true(on_r_c);
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
+/* A stdout cut at the case's own cap never matches; the verdict is taken
+ * before the cases' shared budget cuts anything. */
+static void test_truncated_stdout_never_matches(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_SHELL, "echo 42; echo this is wrong; head -c 100000 /dev/zero", 10 * SEC);
+    r.policy.max_stdout_bytes = 3;
+    add_case(&r, "cut", NULL, "42\n");
+    cf_result res;
+    assert_int_equal(run("t-trunc", &r, &res), 0);
+    assert_int_equal(res.n_cases, 1);
+    assert_true(res.cases[0].stdout_truncated);
+    assert_int_equal(res.cases[0].match, -1);
+    assert_int_equal(res.status, CF_STATUS_FAILED);
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
+/* 20 cases of 1 MiB stdout each: all match (verdict before the cut), the
+ * result keeps 16 MiB of output in all, and the buffers it dropped are
+ * gone (a case's stdout holds no more than what is sent). */
+static void test_cases_output_budget(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_SHELL, "head -c 1048576 /dev/zero | tr '\\0' x", 10 * SEC);
+    r.policy.max_stdout_bytes = 2 << 20;
+    char *want = malloc(1 << 20);
+    memset(want, 'x', 1 << 20);
+    for (int i = 0; i < 20; i++) {
+        add_case(&r, NULL, NULL, NULL);
+        r.cases[i].has_expect = true;
+        cf_bytes_set(&r.cases[i].expect_stdout, want, 1 << 20);
+    }
+    free(want);
+    cf_result res;
+    assert_int_equal(run("t-budget", &r, &res), 0);
+    assert_int_equal(res.n_cases, 20);
+    size_t total = 0;
+    for (size_t i = 0; i < res.n_cases; i++) {
+        assert_int_equal(res.cases[i].match, 1);
+        total += res.cases[i].stdout_data.len + res.cases[i].stderr_data.len;
+    }
+    assert_true(total <= 16u << 20);
+    assert_true(res.cases[19].stdout_truncated);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
+/* A case output nested as deep as a top-level output may be cannot sit in
+ * a case: dropped with a reason, and the result still decodes. */
+static void test_case_output_too_deep_is_dropped(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_PYTHON,
+                     "import json, os\nv = 1\nfor _ in range(30):\n    v = [v]\n"
+                     "json.dump(v, open(os.environ['CODEFLEET_OUTPUT'], 'w'))\n",
+                     10 * SEC);
+    add_case(&r, NULL, NULL, NULL);
+    cf_result res;
+    assert_int_equal(run("t-deep", &r, &res), 0);
+    assert_int_equal(res.n_cases, 1);
+    assert_int_equal(res.cases[0].output.len, 0);
+    assert_non_null(res.cases[0].reason);
+    assert_non_null(strstr(res.cases[0].reason, "nests too deeply"));
+    res.id = strdup("x");
+    cf_bytes enc = {0};
+    cf_error err;
+    assert_int_equal(cf_result_encode(&res, &enc, &err), 0);
+    cf_result back;
+    assert_int_equal(cf_result_decode(enc.data, enc.len, NULL, &back, &err), 0);
+    cf_result_clear(&back);
+    free(enc.data);
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
+/* The compile step and all cases together stay within max-timeout. */
+static void test_request_time_is_bounded(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_pipeline_config pc;
+    pipeline_config(&pc, F->harness);
+    pc.max_total_us = 2 * SEC;
+    cf_pipeline *p2;
+    cf_error err;
+    assert_int_equal(cf_pipeline_new(&pc, &p2, &err), 0);
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_SHELL, "sleep 0.8", 10 * SEC);
+    for (int i = 0; i < 10; i++)
+        add_case(&r, NULL, NULL, NULL);
+    cf_result res;
+    memset(&res, 0, sizeof(res));
+    cf_exec_ctx ctx = {.slot = 0, .worker_id = "test"};
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(cf_pipeline_execute(p2, F->be, "t", &ctx, &r, &res, &err), 0);
+    int64_t took = cf_mono_us() - t0;
+    assert_true(took < 4 * SEC);
+    assert_int_equal(res.status, CF_STATUS_TIMEOUT);
+    assert_true(res.n_cases < 10);
+    assert_non_null(strstr(res.reason, "was used up"));
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+    cf_pipeline_destroy(p2);
+}
+
+/* A toolchain that cannot start inside the sandbox is the worker's
+ * failure (internal_error), never the request's compile_failed. */
+static void test_toolchain_that_cannot_start_is_internal(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    char dir[64] = "/tmp/cf-pltc-XXXXXX", bin[128], gcc[160];
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chmod(dir, 0755), 0);
+    snprintf(bin, sizeof(bin), "%s/bin", dir);
+    assert_int_equal(mkdir(bin, 0755), 0);
+    snprintf(gcc, sizeof(gcc), "%s/gcc", bin);
+    FILE *f = fopen(gcc, "w");
+    assert_non_null(f);
+    /* Answers the version probe on the host; inside, its interpreter is
+     * not there. */
+    fputs("#!/bin/sh\necho 99.0\n", f);
+    fclose(f);
+    assert_int_equal(chmod(gcc, 0755), 0);
+    cf_pipeline_config pc;
+    pipeline_config(&pc, F->harness);
+    pc.cc = gcc;
+    cf_pipeline *p2;
+    cf_error err;
+    assert_int_equal(cf_pipeline_new(&pc, &p2, &err), 0);
+    assert_true(cf_pipeline_languages(p2) & (1u << CF_LANG_C));
+    /* Now break it: the interpreter line names nothing. */
+    f = fopen(gcc, "w");
+    assert_non_null(f);
+    fputs("#!/nonexistent/sh\n", f);
+    fclose(f);
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_C, "int main(void) { return 0; }\n", 10 * SEC);
+    cf_result res;
+    memset(&res, 0, sizeof(res));
+    cf_exec_ctx ctx = {.slot = 0, .worker_id = "test"};
+    cf_error_clear(&err);
+    assert_int_equal(cf_pipeline_execute(p2, F->be, "t", &ctx, &r, &res, &err), -1);
+    assert_int_equal(err.code, CF_E_SANDBOX);
+    assert_non_null(strstr(err.msg, "toolchain cannot be executed"));
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+    cf_pipeline_destroy(p2);
+    unlink(gcc);
+    rmdir(bin);
+    rmdir(dir);
+}
+
 /* ---- toolchain missing ---- */
 
 static void test_missing_toolchain_rejected_by_name(void **state)
@@ -855,6 +1044,12 @@ int main(void)
         cmocka_unit_test(test_collect_files_regular_only_within_cap),
         cmocka_unit_test(test_several_source_files),
         cmocka_unit_test(test_workspace_is_part_of_the_build),
+        cmocka_unit_test(test_response_file_names_are_sources),
+        cmocka_unit_test(test_truncated_stdout_never_matches),
+        cmocka_unit_test(test_cases_output_budget),
+        cmocka_unit_test(test_case_output_too_deep_is_dropped),
+        cmocka_unit_test(test_request_time_is_bounded),
+        cmocka_unit_test(test_toolchain_that_cannot_start_is_internal),
         cmocka_unit_test(test_missing_toolchain_rejected_by_name),
     };
     return cmocka_run_group_tests(tests, setup_group, teardown_group);
