@@ -105,6 +105,12 @@ typedef struct cf_exec_files {
     /* Out: why collection failed (limits exceeded, unreadable entry), or
      * NULL; owned by the caller (free). */
     char *collect_error;
+    /* Optional: collect only the regular files this accepts (the others
+     * are neither read nor counted against the limits). */
+    bool (*collect_want)(const char *path, void *arg);
+    void *collect_want_arg;
+    /* Out: entries left out because their names are not UTF-8 text. */
+    size_t collect_skipped_names;
 } cf_exec_files;
 
 /* An IPv4 destination range (network byte order address, prefix length). */

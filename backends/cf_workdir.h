@@ -66,6 +66,15 @@ int cf_workdir_collect(cf_workdir *wd, size_t max_files, size_t max_total_bytes,
                        cf_error *err);
 void cf_workdir_files_free(cf_file *files, size_t n);
 
+/* The same, for the regular files want() accepts (path relative to the
+ * directory); the others are neither read nor counted against the limits.
+ * Entries whose name is not UTF-8 text without control characters are
+ * skipped (a result could not carry them) and counted in *skipped_names
+ * (may be NULL); cf_workdir_collect skips them too. */
+typedef bool (*cf_workdir_want_fn)(const char *path, void *arg);
+int cf_workdir_collect_matching(cf_workdir *wd, size_t max_files, size_t max_total_bytes, cf_workdir_want_fn want,
+                                void *want_arg, cf_file **files, size_t *n, size_t *skipped_names, cf_error *err);
+
 /* Creates the fixed-name subdirectory name (one component) inside parent
  * and returns a handle to it with the same guarantees.  Cheaper than
  * cf_workdir_create (no mkdtemp, no realpath); its destroy only closes it:

@@ -724,7 +724,9 @@ static void collect(cf_exec_job *job, cf_exec_files *files)
     size_t max_bytes = files->max_bytes > 0 ? files->max_bytes : job->base->max_files_bytes;
     cf_error e;
     cf_error_clear(&e);
-    if (cf_workdir_collect(job->work, max_files, max_bytes, &files->collected, &files->n_collected, &e) < 0) {
+    if (cf_workdir_collect_matching(job->work, max_files, max_bytes, files->collect_want, files->collect_want_arg,
+                                    &files->collected, &files->n_collected, &files->collect_skipped_names,
+                                    &e) < 0) {
         files->collected = NULL;
         files->n_collected = 0;
         free(files->collect_error);
@@ -809,8 +811,13 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
     /* The worker decides what to write back; it gets the final state
      * whenever the program ran to its end. */
     cf_exec_files *files = ctx ? ctx->files : NULL;
-    if (files && files->collect && o->exited)
+    if (files && files->collect && o->exited) {
         collect(job, files);
+        if (files->collect_skipped_names)
+            add_diag(res, "warning", NULL,
+                     "%zu file(s) of the work directory were left out: their names are not UTF-8 text",
+                     files->collect_skipped_names);
+    }
     if (job->take && o->exited && o->exit_code == 0)
         take_file(job, job->take);
     return 0;

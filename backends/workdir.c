@@ -1,6 +1,8 @@
 /* Safe per-execution work directories (see cf_workdir.h). */
 #include "cf_workdir.h"
 
+#include "cf_schema.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -339,14 +341,31 @@ typedef struct collect_ctx {
     cf_file *files;
     size_t n, alloc;
     size_t max_files, max_total, total;
+    cf_workdir_want_fn want;
+    void *want_arg;
+    size_t skipped_names;
     char path[CF_PATH_MAX_BYTES + 1];
 } collect_ctx;
+
+/* A name that can travel in a result: UTF-8 text without control
+ * characters (a str field that does not decode loses the whole result). */
+static bool name_ok(const char *name, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+            return false;
+    return cf_utf8_valid((const uint8_t *)name, len);
+}
 
 static int collect_dir(collect_ctx *c, int dfd, size_t plen, int depth, cf_error *err);
 
 static int collect_entry(collect_ctx *c, int dfd, const char *name, size_t plen, int depth, cf_error *err)
 {
     size_t nl = strlen(name);
+    if (!name_ok(name, nl)) {
+        c->skipped_names++;
+        return 0;
+    }
     if (plen + (plen ? 1 : 0) + nl > CF_PATH_MAX_BYTES)
         return cf_error_set(err, CF_E_LIMIT, "collect: path longer than %d bytes", CF_PATH_MAX_BYTES);
     size_t newlen = plen;
@@ -375,6 +394,8 @@ static int collect_entry(collect_ctx *c, int dfd, const char *name, size_t plen,
     }
     if (!S_ISREG(st.st_mode))
         goto out; /* symlinks, FIFOs, sockets, devices are never collected */
+    if (c->want && !c->want(c->path, c->want_arg))
+        goto out; /* not asked for: not read, not counted */
 
     cf_error e2;
     struct stat st2;
@@ -478,13 +499,23 @@ void cf_workdir_files_free(cf_file *files, size_t n)
 int cf_workdir_collect(cf_workdir *wd, size_t max_files, size_t max_total_bytes, cf_file **files, size_t *n,
                        cf_error *err)
 {
+    return cf_workdir_collect_matching(wd, max_files, max_total_bytes, NULL, NULL, files, n, NULL, err);
+}
+
+int cf_workdir_collect_matching(cf_workdir *wd, size_t max_files, size_t max_total_bytes, cf_workdir_want_fn want,
+                                void *want_arg, cf_file **files, size_t *n, size_t *skipped_names, cf_error *err)
+{
     *files = NULL;
     *n = 0;
+    if (skipped_names)
+        *skipped_names = 0;
     collect_ctx *c = calloc(1, sizeof(*c));
     if (!c)
         return cf_error_set(err, CF_E_NOMEM, "collect: out of memory");
     c->max_files = max_files;
     c->max_total = max_total_bytes;
+    c->want = want;
+    c->want_arg = want_arg;
     int top = openat(wd->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (top < 0) {
         free(c);
@@ -499,6 +530,8 @@ int cf_workdir_collect(cf_workdir *wd, size_t max_files, size_t max_total_bytes,
         qsort(c->files, c->n, sizeof(*c->files), file_cmp);
     *files = c->files;
     *n = c->n;
+    if (skipped_names)
+        *skipped_names = c->skipped_names;
     free(c);
     return 0;
 }

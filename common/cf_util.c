@@ -262,3 +262,39 @@ void cf_printable(const char *s, size_t len, char *buf, size_t size)
     }
     buf[j] = '\0';
 }
+
+size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf, size_t size)
+{
+    size_t j = 0;
+    if (size == 0)
+        return 0;
+    for (size_t i = 0; s && i < len && j + 1 < size; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80) {
+            /* a UTF-8 sequence: whole or not at all */
+            size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+            if (n == 1 || i + n > len || j + n >= size) {
+                if (n > 1 && j + n >= size)
+                    break;
+                buf[j++] = '?';
+                continue;
+            }
+            bool ok = true;
+            for (size_t k = 1; k < n; k++)
+                ok = ok && ((unsigned char)s[i + k] & 0xc0) == 0x80;
+            if (!ok) {
+                buf[j++] = '?';
+                continue;
+            }
+            memcpy(buf + j, s + i, n);
+            j += n;
+            i += n - 1;
+            continue;
+        }
+        if ((c < 0x20 && c != '\t' && !(keep_newlines && c == '\n')) || c == 0x7f)
+            c = '?';
+        buf[j++] = (char)c;
+    }
+    buf[j] = '\0';
+    return j;
+}

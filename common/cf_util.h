@@ -38,6 +38,13 @@ void cf_printable(const char *s, size_t len, char *buf, size_t size);
 /* Bounded copy that always NUL-terminates; returns strlen(src). */
 size_t cf_strlcpy(char *dst, const char *src, size_t cap);
 
+/* Text from elsewhere (a compiler, a program) made safe for a terminal or
+ * a log line, without cf_printable's short cut: control characters other
+ * than tab become '?' (newlines too, unless keep_newlines), the rest, UTF-8
+ * included, is kept; cut at size - 1 bytes on a character boundary.
+ * Returns the bytes written. */
+size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf, size_t size);
+
 /* strdup that returns NULL for NULL. */
 char *cf_strdup(const char *s);
 char *cf_strndup(const char *s, size_t n);

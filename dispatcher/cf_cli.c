@@ -655,6 +655,19 @@ static json_t *case_from_spec(const char *spec, cf_error *err)
                     p++;
                     break;
                 }
+                /* ",word=" that is no key is a typo ("expected="), not a
+                 * value: it would silently change stdin or the expectation. */
+                const char *w = p + 1;
+                while ((*w >= 'a' && *w <= 'z') || (*w >= 'A' && *w <= 'Z') || *w == '_')
+                    w++;
+                if (w > p + 1 && *w == '=') {
+                    free(val);
+                    cf_error_set(err, CF_E_INVALID,
+                                 "--case: unknown key '%.*s' (keys: stdin, expect, input, arg, name; write \\, for a "
+                                 "comma in a value)",
+                                 (int)(w - p - 1), p + 1);
+                    goto fail;
+                }
             }
             val[n++] = *p++;
         }
@@ -1235,11 +1248,11 @@ static void print_stream(FILE *out, const char *name, const cf_bytes *b, bool tr
  * terminal. */
 static void print_diagnostic(FILE *out, const cf_diagnostic *dg, const char *indent)
 {
-    char file[200] = "", msg[2048] = "", code[64] = "";
+    char file[512] = "", msg[4200] = "", code[80] = "";
     if (dg->file)
-        cf_printable(dg->file, strlen(dg->file), file, sizeof(file));
+        cf_sanitize_text(dg->file, strlen(dg->file), false, file, sizeof(file));
     if (dg->code)
-        cf_printable(dg->code, strlen(dg->code), code, sizeof(code));
+        cf_sanitize_text(dg->code, strlen(dg->code), false, code, sizeof(code));
     fputs(indent, out);
     if (file[0]) {
         fprintf(out, "%s:", file);
@@ -1259,7 +1272,7 @@ static void print_diagnostic(FILE *out, const cf_diagnostic *dg, const char *ind
     while (first || *m) {
         const char *nl = strchr(m, '\n');
         size_t len = nl ? (size_t)(nl - m) : strlen(m);
-        cf_printable(m, len, msg, sizeof(msg));
+        cf_sanitize_text(m, len, false, msg, sizeof(msg));
         fprintf(out, "%s%s%s\n", first ? "" : indent, first ? "" : "    ", msg);
         first = false;
         m += len + (nl ? 1 : 0);
@@ -1286,11 +1299,28 @@ static void print_cases(FILE *out, const cf_result *res)
         cf_format_duration(c->wall_time_us, wall, sizeof(wall));
         fprintf(out, "  %-4zu %-20.20s %-16s %-8s %-10s %s\n", i + 1, name, cf_status_name(c->status), exitb, wall,
                 c->match > 0 ? "match" : c->match < 0 ? "MISMATCH" : "-");
-        if (c->reason && c->status != CF_STATUS_SUCCESS) {
-            char why[300];
-            cf_printable(c->reason, strlen(c->reason), why, sizeof(why));
+        if (c->reason && (c->status != CF_STATUS_SUCCESS || c->match < 0)) {
+            char why[600];
+            cf_sanitize_text(c->reason, strlen(c->reason), false, why, sizeof(why));
             fprintf(out, "       %s\n", why);
         }
+        /* What a failing case said last (a panic message, a traceback's
+         * last line) saves a --json round trip. */
+        if (c->status != CF_STATUS_SUCCESS && c->stderr_data.len) {
+            const char *e = (const char *)c->stderr_data.data;
+            size_t n = c->stderr_data.len;
+            while (n && (e[n - 1] == '\n' || e[n - 1] == '\r'))
+                n--;
+            size_t start = n;
+            while (start && e[start - 1] != '\n')
+                start--;
+            char last[300];
+            cf_sanitize_text(e + start, n - start, false, last, sizeof(last));
+            if (last[0])
+                fprintf(out, "       stderr: %s\n", last);
+        }
+        if (c->match < 0 && c->stdout_truncated)
+            fputs("       stdout was cut at its cap: it cannot match\n", out);
     }
 }
 

@@ -197,6 +197,23 @@ static void set_last_error(cf_dispatcher *d, const char *what)
     pthread_mutex_unlock(&d->mu);
 }
 
+/* A result this client cannot decode but whose id it can read: the waiter
+ * gets an internal_error saying so, instead of waiting out its timeout
+ * for a result that came.  Returns 0 with *out filled, -1 without an id. */
+static int undecodable_result(const rd_kafka_message_t *m, const cf_error *derr, cf_result *out)
+{
+    char id[CF_ID_MAX + 1];
+    if (cf_request_peek_id(m->payload, m->len, id, sizeof(id)) < 0)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    if (cf_str_set(&out->id, id) < 0)
+        return -1;
+    out->status = CF_STATUS_INTERNAL_ERROR;
+    cf_result_set_reason(out, "a result for this request arrived (%s[%" PRId32 "]@%" PRId64 ") but cannot be decoded: %s",
+                         rd_kafka_topic_name(m->rkt), m->partition, m->offset, derr->msg);
+    return 0;
+}
+
 static void collector_handle(cf_dispatcher *d, const rd_kafka_message_t *m)
 {
     cf_error derr = {0};
@@ -207,10 +224,12 @@ static void collector_handle(cf_dispatcher *d, const rd_kafka_message_t *m)
     }
     if (cf_result_decode(m->payload, m->len, NULL, &e->res, &derr) < 0) {
         atomic_fetch_add(&d->n_malformed, 1);
-        cf_log_debug("dispatcher", "skipping undecodable result at %s[%" PRId32 "]@%" PRId64 ": %s",
-                     rd_kafka_topic_name(m->rkt), m->partition, m->offset, derr.msg);
-        free(e);
-        return;
+        cf_log_warn("dispatcher", "undecodable result at %s[%" PRId32 "]@%" PRId64 ": %s",
+                    rd_kafka_topic_name(m->rkt), m->partition, m->offset, derr.msg);
+        if (undecodable_result(m, &derr, &e->res) < 0) {
+            free(e);
+            return;
+        }
     }
     e->received_mono_us = cf_mono_us();
     e->bytes = m->len + sizeof(*e);
@@ -500,7 +519,8 @@ static int find_cb(void *arg, const rd_kafka_message_t *m)
     cf_error derr = {0};
     if (cf_result_decode(m->payload, m->len, NULL, &res, &derr) < 0) {
         f->malformed++;
-        return 0;
+        if (undecodable_result(m, &derr, &res) < 0)
+            return 0;
     }
     if (!res.id || strcmp(res.id, f->id) != 0) {
         cf_result_clear(&res);

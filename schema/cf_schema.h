@@ -302,6 +302,9 @@ int cf_result_decode(const void *buf, size_t len, const cf_decode_limits *limits
  * Returns 0 and fills id (NUL-terminated) or -1 if no usable id. */
 int cf_request_peek_id(const void *buf, size_t len, char *id, size_t idsz);
 
+/* Whether s[0..len) is valid UTF-8 (what every str field must be). */
+bool cf_utf8_valid(const uint8_t *s, size_t len);
+
 /* Checks an id: 1..CF_ID_MAX bytes of printable ASCII without spaces. */
 bool cf_id_valid(const char *id, size_t len);
 

@@ -322,6 +322,77 @@ static void test_submit_defaults_and_inference(void **state)
     cf_request_clear(&req);
 }
 
+/* Compiled languages from the CLI: --file SOURCE, --case with escapes,
+ * --cases JSONL, --collect, --function, --compile-flag; typos refused. */
+static void test_submit_compiled_flags(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/cf-cli-cases-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char src[128], jsonl[128], typo[128];
+    snprintf(src, sizeof(src), "%s/prog.rs", dir);
+    snprintf(jsonl, sizeof(jsonl), "%s/cases.jsonl", dir);
+    snprintf(typo, sizeof(typo), "%s/typo.jsonl", dir);
+    FILE *f = fopen(src, "w");
+    fputs("fn main() {}\n", f);
+    fclose(f);
+    f = fopen(jsonl, "w");
+    fputs("# a comment\n\n{\"name\": \"j\", \"stdin\": \"5\", \"expect_stdout\": \"25\"}\n", f);
+    fclose(f);
+    f = fopen(typo, "w");
+    fputs("{\"stdin\": \"1\", \"expect\": \"1\"}\n", f);
+    fclose(f);
+
+    cf_request req = {0};
+    cf_cli_submit_opts o;
+    cf_error err = {0};
+    char *a1[] = {"submit", "--file", src, "--case", "stdin=1\\,2\\n,expect=3,name=n1,arg=-v", "--cases", jsonl,
+                  "--collect", "out/*.png", "--compile-flag", "-Copt-level=1", "--stop-on-failure",
+                  "--compile-timeout", "20s", NULL};
+    if (cf_cli_parse_submit(ARGC(a1), a1, &req, &o, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(req.language, CF_LANG_RUST); /* from the extension */
+    assert_int_equal(req.n_cases, 2);
+    assert_int_equal(req.cases[0].stdin_data.len, 4);
+    assert_memory_equal(req.cases[0].stdin_data.data, "1,2\n", 4);
+    assert_true(req.cases[0].has_expect);
+    assert_memory_equal(req.cases[0].expect_stdout.data, "3", 1);
+    assert_string_equal(req.cases[0].name, "n1");
+    assert_int_equal(req.cases[0].argc, 1);
+    assert_string_equal(req.cases[0].argv[0], "-v");
+    assert_string_equal(req.cases[1].name, "j");
+    assert_int_equal(req.n_collect, 1);
+    assert_string_equal(req.collect[0], "out/*.png");
+    assert_int_equal(req.n_compile_flags, 1);
+    assert_true(req.stop_on_failure);
+    assert_int_equal(req.policy.compile_timeout_us, 20000000);
+    cf_request_clear(&req);
+
+    char *a2[] = {"submit", "-l", "python", "--function", "--code", "def run(i): return i", NULL};
+    assert_int_equal(cf_cli_parse_submit(ARGC(a2), a2, &req, &o, &err), 0);
+    assert_int_equal(req.harness, CF_HARNESS_FUNCTION);
+    cf_request_clear(&req);
+
+    /* Typos would silently drop an expectation: refused. */
+    char *a3[] = {"submit", "--file", src, "--case", "stdin=1 2,expected=3", NULL};
+    assert_int_equal(cf_cli_parse_submit(ARGC(a3), a3, &req, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "unknown key 'expected'"));
+    char *a4[] = {"submit", "--file", src, "--cases", typo, NULL};
+    assert_int_equal(cf_cli_parse_submit(ARGC(a4), a4, &req, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "unknown key 'expect'"));
+    /* A harness for a language that has none: the schema says so. */
+    char *a5[] = {"submit", "-l", "c", "--function", "--code", "int main(){}", NULL};
+    assert_int_equal(cf_cli_parse_submit(ARGC(a5), a5, &req, &o, &err), 0);
+    cf_bytes enc = {0};
+    assert_int_equal(cf_request_encode(&req, &enc, &err), -1);
+    assert_non_null(strstr(err.msg, "harness"));
+    cf_request_clear(&req);
+    unlink(src);
+    unlink(jsonl);
+    unlink(typo);
+    rmdir(dir);
+}
+
 static void test_submit_rejects_bad_flags(void **state)
 {
     (void)state;
@@ -645,6 +716,7 @@ int main(void)
         cmocka_unit_test(test_percentiles),
         cmocka_unit_test(test_summary_output),
         cmocka_unit_test(test_result_output),
+        cmocka_unit_test(test_submit_compiled_flags),
         cmocka_unit_test(test_new_id),
         cmocka_unit_test(test_read_file_cap),
     };

@@ -993,6 +993,72 @@ static void test_toolchain_that_cannot_start_is_internal(void **state)
     rmdir(dir);
 }
 
+/* A file whose name is not UTF-8 cannot travel in a result (the client
+ * would drop the whole result): left out, with a warning. */
+static void test_collect_skips_names_that_are_not_text(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_SHELL, "printf x > \"$(printf 'bad\\377name.txt')\"; printf ok > good.txt", 10 * SEC);
+    r.collect = calloc(1, sizeof(char *));
+    r.collect[0] = strdup("*");
+    r.n_collect = 1;
+    cf_result res;
+    assert_int_equal(run("t-utf8", &r, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_int_equal(res.n_files, 1);
+    assert_string_equal(res.files[0].path, "good.txt");
+    const cf_diagnostic *w = first_level(&res, "warning");
+    assert_non_null(w);
+    assert_non_null(strstr(w->message, "not UTF-8"));
+    res.id = strdup("x");
+    cf_bytes enc = {0};
+    cf_error err;
+    assert_int_equal(cf_result_encode(&res, &enc, &err), 0);
+    cf_result back;
+    assert_int_equal(cf_result_decode(enc.data, enc.len, NULL, &back, &err), 0);
+    cf_result_clear(&back);
+    free(enc.data);
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
+/* Collection reads only what matches: a large unrelated file does not
+ * empty the answer. */
+static void test_collect_reads_only_matches(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_SHELL, "head -c 9000000 /dev/zero > big.bin; echo hi > want.txt", 10 * SEC);
+    r.collect = calloc(1, sizeof(char *));
+    r.collect[0] = strdup("*.txt");
+    r.n_collect = 1;
+    cf_result res;
+    assert_int_equal(run("t-match", &r, &res), 0); /* the scan limit is 8 MiB here */
+    assert_int_equal(res.n_files, 1);
+    assert_string_equal(res.files[0].path, "want.txt");
+    assert_false(res.files_truncated);
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
+static void test_typescript_is_one_file(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_TYPESCRIPT, "import { x } from './util';\nconsole.log(x);\n", 10 * SEC);
+    req_file(&r, "util.ts", "export const x = 1;\n");
+    cf_result res;
+    assert_int_equal(run("t-ts1", &r, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_REJECTED);
+    assert_non_null(strstr(res.reason, "one source file"));
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
 /* ---- toolchain missing ---- */
 
 static void test_missing_toolchain_rejected_by_name(void **state)
@@ -1050,6 +1116,9 @@ int main(void)
         cmocka_unit_test(test_case_output_too_deep_is_dropped),
         cmocka_unit_test(test_request_time_is_bounded),
         cmocka_unit_test(test_toolchain_that_cannot_start_is_internal),
+        cmocka_unit_test(test_collect_skips_names_that_are_not_text),
+        cmocka_unit_test(test_collect_reads_only_matches),
+        cmocka_unit_test(test_typescript_is_one_file),
         cmocka_unit_test(test_missing_toolchain_rejected_by_name),
     };
     return cmocka_run_group_tests(tests, setup_group, teardown_group);
