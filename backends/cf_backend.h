@@ -161,6 +161,11 @@ typedef struct cf_exec_ctx {
      * take back from the output directory. */
     const cf_exec_program *program;
     cf_exec_take *take;
+    /* The request's operator profile caps (0 = none): the compile step
+     * never gets more than the tenant may use for a run. */
+    int64_t profile_max_timeout_us;
+    int64_t profile_max_memory_bytes;
+    int64_t profile_max_processes;
 } cf_exec_ctx;
 
 typedef struct cf_backend_ops {

@@ -1022,6 +1022,14 @@ static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char 
         cp->memory_bytes = req->policy.compile_memory_bytes;
     if (b->caps.controls & CF_CTL_MAX_PROCESSES)
         cp->max_processes = p->cfg.compile_processes;
+    /* A tenant's profile caps bound its compiles too (a compile runs
+     * whatever the compiler is made to do). */
+    if (ctx->profile_max_memory_bytes > 0 && ctx->profile_max_memory_bytes < cp->memory_bytes)
+        cp->memory_bytes = ctx->profile_max_memory_bytes;
+    if (ctx->profile_max_timeout_us > 0 && ctx->profile_max_timeout_us < cp->timeout_us)
+        cp->timeout_us = ctx->profile_max_timeout_us;
+    if (cp->max_processes > 0 && ctx->profile_max_processes > 0 && ctx->profile_max_processes < cp->max_processes)
+        cp->max_processes = ctx->profile_max_processes;
     cp->max_stdout_bytes = p->cfg.compile_output_bytes;
     cp->max_stderr_bytes = p->cfg.compile_output_bytes;
     cp->max_file_size_bytes = p->cfg.artifact_bytes;
@@ -1494,10 +1502,13 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
     }
     /* A request's compile and runs together stay within max-timeout:
      * whoever waits for a duplicate to finish counts on that. */
-    int64_t deadline_us = p && p->cfg.max_total_us > 0 ? cf_mono_us() + p->cfg.max_total_us : 0;
+    int64_t total_us = p ? p->cfg.max_total_us : 0;
+    if (ctx->profile_max_timeout_us > 0 && (total_us == 0 || ctx->profile_max_timeout_us < total_us))
+        total_us = ctx->profile_max_timeout_us;
+    int64_t deadline_us = total_us > 0 ? cf_mono_us() + total_us : 0;
     if (cf_language_compiled(req->language)) {
         bool ok;
-        if (compile_step(p, b, profile, ctx, req, &source, p->cfg.max_total_us, &art, &ok, res, err) < 0)
+        if (compile_step(p, b, profile, ctx, req, &source, total_us, &art, &ok, res, err) < 0)
             goto out;
         if (!ok) {
             cf_str_set(&res->meta.language, cf_language_name(req->language));
@@ -1543,7 +1554,7 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
         int64_t left_us = deadline_us ? deadline_us - cf_mono_us() : 0;
         if (deadline_us && left_us <= 0) {
             char d[32];
-            cf_format_duration(p->cfg.max_total_us, d, sizeof(d));
+            cf_format_duration(total_us, d, sizeof(d));
             res->status = CF_STATUS_TIMEOUT;
             cf_result_set_reason(res, "the compile step used up the request's time (max-timeout %s)", d);
             rc = 0;
@@ -1644,7 +1655,7 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
             }
             if (budget_spent) {
                 char d[32], why[900];
-                cf_format_duration(p->cfg.max_total_us, d, sizeof(d));
+                cf_format_duration(total_us, d, sizeof(d));
                 snprintf(why, sizeof(why), "%s%sran %zu of %zu cases: the request's time (max-timeout %s for the "
                                            "compile and all cases) was used up",
                          res->reason ? res->reason : "", res->reason ? "; " : "", res->n_cases, req->n_cases, d);

@@ -915,6 +915,27 @@ static void test_case_output_too_deep_is_dropped(void **state)
     cf_request_clear(&r);
 }
 
+/* A profile's memory cap bounds its compiles too. */
+static void test_profile_caps_bound_the_compile(void **state)
+{
+    (void)state;
+    NEED_ROOT();
+    cf_request r;
+    req_init_timeout(&r, CF_LANG_C, "#include \"/dev/zero\"\nint main(void) { return 0; }\n", 10 * SEC);
+    cf_result res;
+    memset(&res, 0, sizeof(res));
+    cf_exec_ctx ctx = {.slot = 0, .worker_id = "test", .profile_max_memory_bytes = 64LL << 20,
+                       .profile_max_timeout_us = 8 * SEC};
+    cf_error err;
+    assert_int_equal(cf_pipeline_execute(F->pl, F->be, "t-prof", &ctx, &r, &res, &err), 0);
+    if (res.status != CF_STATUS_COMPILE_FAILED || !strstr(res.reason, "67108864"))
+        show(&res);
+    assert_int_equal(res.status, CF_STATUS_COMPILE_FAILED);
+    assert_non_null(strstr(res.reason, "compile memory limit of 67108864 bytes"));
+    cf_result_clear(&res);
+    cf_request_clear(&r);
+}
+
 /* The compile step and all cases together stay within max-timeout. */
 static void test_request_time_is_bounded(void **state)
 {
@@ -1115,6 +1136,7 @@ int main(void)
         cmocka_unit_test(test_cases_output_budget),
         cmocka_unit_test(test_case_output_too_deep_is_dropped),
         cmocka_unit_test(test_request_time_is_bounded),
+        cmocka_unit_test(test_profile_caps_bound_the_compile),
         cmocka_unit_test(test_toolchain_that_cannot_start_is_internal),
         cmocka_unit_test(test_collect_skips_names_that_are_not_text),
         cmocka_unit_test(test_collect_reads_only_matches),
