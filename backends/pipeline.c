@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <openssl/evp.h>
 #include <poll.h>
@@ -975,7 +976,13 @@ static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char 
             res->compile.cached = true;
             res->diagnostics = diags;
             res->n_diagnostics = nd;
-            cf_log_debug(LOG_SUB, "request %s: compile cache hit (%s)", req->id, key);
+            cf_pipeline_stats st;
+            cf_pipeline_stats_get(p, &st);
+            cf_log_info(LOG_SUB,
+                        "request %s: compile cache hit (%s; %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                        " builds in %" PRIu64 " bytes)",
+                        req->id, cf_language_name(req->language), st.cache_hits, st.cache_misses, st.cache_entries,
+                        st.cache_bytes);
             *ok = true;
             return 0;
         }
@@ -1169,8 +1176,16 @@ static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char 
     }
     cf_result_clear(&cres);
     art->data = take.data;
-    if (keyed)
+    if (keyed) {
         cache_put(p, key, &art->data, res->diagnostics, res->n_diagnostics, &res->compile);
+        cf_pipeline_stats st;
+        cf_pipeline_stats_get(p, &st);
+        cf_log_info(LOG_SUB,
+                    "request %s: compile cache miss, built (%s in %" PRId64 " ms; %" PRIu64 " hits, %" PRIu64
+                    " misses, %" PRIu64 " builds in %" PRIu64 " bytes, %" PRIu64 " evicted)",
+                    req->id, cf_language_name(req->language), res->compile.wall_time_us / 1000, st.cache_hits,
+                    st.cache_misses, st.cache_entries, st.cache_bytes, st.cache_evictions);
+    }
     *ok = true;
     return 0;
 }
