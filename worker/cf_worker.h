@@ -57,6 +57,7 @@ typedef struct cf_worker_config {
     int64_t max_files_bytes;
     int64_t max_output_file_bytes;
     int64_t shutdown_grace_us;
+    int64_t shutdown_kafka_timeout_us; /* flush + final commit + group leave on shutdown */
     int64_t rebalance_wait_us;
     /* Redis (workspaces, checkpoints, attempt counts); redis "" = none. */
     char *redis;

@@ -139,6 +139,8 @@ struct cf_worker {
     char worker_id[CF_ID_MAX + 1];
     cf_backend_config bcfg;
     cf_pipeline *pipeline;   /* compiled languages, harnesses, cases, collect */
+    bool ran;                /* cf_worker_run's shutdown happened */
+    bool consumer_closed;    /* ... and the consumer's close finished */
     cf_backend_set *backends;
     rd_kafka_t *consumer;
     rd_kafka_t *producer;
@@ -1522,10 +1524,14 @@ static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *pa
         cancel_running(w, &lm); /* jobs that started meanwhile */
     }
     if (!lost) {
-        rd_kafka_flush(w->producer, 2000);
+        /* Shutting down: flushed and committed already, under the
+         * shutdown deadline; a synchronous commit here could wait a
+         * minute for a broker that is gone. */
+        if (!w->ran)
+            rd_kafka_flush(w->producer, 2000);
         drain_handoff(w);
         store_offsets(w);
-        rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, 0);
+        rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, w->ran ? 1 : 0);
         if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
             cf_log_warn("kafka", "commit on revoke: %s", rd_kafka_err2str(e));
     }
@@ -1655,6 +1661,11 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
             {"fetch.wait.max.ms", "10"},        {"fetch.error.backoff.ms", "50"},
             {"partition.assignment.strategy", "cooperative-sticky"},
             {"isolation.level", "read_committed"},
+            /* A dead worker's partitions move within seconds, not the 45 s
+             * default: heartbeats come from librdkafka's own thread, so
+             * long executions and paused partitions never miss one
+             * (docs/RELIABILITY.md, "Failover"). */
+            {"session.timeout.ms", "6000"},     {"heartbeat.interval.ms", "1500"},
         };
         if (conf_set(conf, "group.id", c->group, err) < 0)
             goto fail;
@@ -1986,6 +1997,7 @@ static void wait_events(cf_worker *w, int sig_fd, int timeout_ms)
 
 static void shutdown_gracefully(cf_worker *w, int sig_fd)
 {
+    w->ran = true;
     w->stopping = true;
     set_paused(w, true);
     drop_jobs(w, cf_exec_pool_drop_queued(w->pool, NULL, NULL));
@@ -2009,19 +2021,58 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
         }
     }
     (void)sig_fd;
-    rd_kafka_resp_err_t e = rd_kafka_flush(w->producer, 10000);
+    /* Everything Kafka does from here is bounded by one deadline: with
+     * the broker gone, a synchronous final commit used to wait minutes.
+     * What is not committed is read again by the partitions' next owner. */
+    int64_t kafka_until = cf_mono_us() + w->cfg->shutdown_kafka_timeout_us;
+    int64_t t_flush = cf_mono_us();
+    int flush_ms = (int)(w->cfg->shutdown_kafka_timeout_us / 2000);
+    rd_kafka_resp_err_t e = rd_kafka_flush(w->producer, flush_ms);
     if (e)
-        cf_log_warn("kafka", "flush: %s (%d message(s) left)", rd_kafka_err2str(e), rd_kafka_outq_len(w->producer));
+        cf_log_warn("kafka", "flush: %s after %d ms (%d message(s) left for the next owner)", rd_kafka_err2str(e),
+                    flush_ms, rd_kafka_outq_len(w->producer));
     serve(w);
     /* Answers still failing are left to the partitions' next owner. */
     drop_retries(w, NULL);
     store_offsets(w);
-    e = rd_kafka_commit(w->consumer, NULL, 0);
+    /* Asynchronous: the close below sends it; a broker that does not
+     * answer costs no more than the deadline. */
+    e = rd_kafka_commit(w->consumer, NULL, 1);
     if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
         cf_log_warn("kafka", "final commit: %s", rd_kafka_err2str(e));
-    e = rd_kafka_consumer_close(w->consumer);
-    if (e)
-        cf_log_warn("kafka", "consumer close: %s", rd_kafka_err2str(e));
+    int64_t t_close = cf_mono_us();
+    int64_t left = kafka_until - t_close;
+    rd_kafka_queue_t *cq = rd_kafka_queue_new(w->consumer);
+    rd_kafka_error_t *cerr = cq ? rd_kafka_consumer_close_queue(w->consumer, cq) : NULL;
+    if (!cq || cerr) {
+        cf_log_warn("kafka", "consumer close: %s", cerr ? rd_kafka_error_string(cerr) : "out of memory");
+        rd_kafka_error_destroy(cerr);
+    } else {
+        /* Rebalance events of the close come here: hand them to the same
+         * handling as during the run. */
+        while (!rd_kafka_consumer_closed(w->consumer)) {
+            left = kafka_until - cf_mono_us();
+            if (left <= 0)
+                break;
+            rd_kafka_event_t *ev = rd_kafka_queue_poll(cq, (int)(left / 1000 > 100 ? 100 : left / 1000 + 1));
+            if (!ev)
+                continue;
+            if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE)
+                on_rebalance(w->consumer, rd_kafka_event_error(ev),
+                             (rd_kafka_topic_partition_list_t *)rd_kafka_event_topic_partition_list(ev), w);
+            rd_kafka_event_destroy(ev);
+        }
+    }
+    if (cq)
+        rd_kafka_queue_destroy(cq);
+    w->consumer_closed = rd_kafka_consumer_closed(w->consumer);
+    if (!w->consumer_closed)
+        cf_log_warn("kafka",
+                    "the broker did not answer the group leave within shutdown-kafka-timeout (%.1fs): leaving "
+                    "without it; the group reassigns the partitions after its session timeout",
+                    w->cfg->shutdown_kafka_timeout_us / 1e6);
+    cf_log_info(LOG_SUB, "kafka shutdown: flush %.2fs, commit and close %.2fs", (t_close - t_flush) / 1e6,
+                (cf_mono_us() - t_close) / 1e6);
     cf_log_info(LOG_SUB,
                 "stopped: %" PRIu64 " received, %" PRIu64 " answered (%" PRIu64 " rejected), %" PRIu64
                 " dead-lettered, %" PRIu64 " left for redelivery, %" PRIu64 " answer retries",
@@ -2103,8 +2154,13 @@ void cf_worker_destroy(cf_worker *w)
         rd_kafka_queue_destroy(w->consumer_q);
     if (w->producer_q)
         rd_kafka_queue_destroy(w->producer_q);
-    if (w->consumer)
-        rd_kafka_destroy(w->consumer);
+    if (w->consumer) {
+        /* A close that did not finish (broker gone) is not tried again. */
+        if (w->ran && !w->consumer_closed)
+            rd_kafka_destroy_flags(w->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+        else
+            rd_kafka_destroy(w->consumer);
+    }
     if (w->producer) {
         rd_kafka_flush(w->producer, 1000);
         rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);

@@ -140,6 +140,10 @@ static const cf_conf_prop worker_props[] = {
     {"shutdown-grace", CF_CONF_DURATION, OFF(shutdown_grace_us), 0, 3600 * SEC, "30s", NULL,
      "On SIGTERM, how long running executions may take to finish before they are abandoned "
      "(abandoned requests are not committed: another worker runs them).", NULL},
+    {"shutdown-kafka-timeout", CF_CONF_DURATION, OFF(shutdown_kafka_timeout_us), 100000, 600 * SEC, "5s", NULL,
+     "After shutdown-grace, how long flushing results, the final offset commit and leaving the group may take "
+     "together; with the broker gone the worker stops anyway and the next owner reads what was not committed.",
+     NULL},
     {"rebalance-wait", CF_CONF_DURATION, OFF(rebalance_wait_us), 0, 600 * SEC, "5s", NULL,
      "When partitions are revoked, how long to wait for their running executions so their "
      "offsets can be committed (past it, the new owner may run them again).", NULL},

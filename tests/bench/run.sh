@@ -14,6 +14,8 @@
 #   6. sandbox backend per-execution cost vs bare and vs bubblewrap (root)
 #   7. the idempotency store's cost: latency and throughput of one worker
 #      with Redis (claim, lease, stored result per request) vs without
+#   9. failover: SIGKILL a worker with queued requests, time to the first
+#      of them answered by another worker (20 rounds)
 #   8. compiled languages (C, Rust hello world) in the sandbox: cold compile
 #      + run, cached compile + run, 100 cases, vs the same compiler and
 #      program run directly on the host (root)
@@ -162,6 +164,27 @@ else
     echo "== 6. sandbox backend: skipped (needs root and /usr/bin/bwrap)"
 fi
 # ---- end of sandbox backend section --------------------------------------
+
+# ---- failover (issue 15) ---------------------------------------------------
+# 9. Time from SIGKILL of a worker to the first result of a request that was
+#    queued on it (bench_failover.c), with the worker's default group
+#    settings (session.timeout.ms 6000, heartbeat 1500 ms, cooperative-sticky).
+echo
+n_fo=20
+((quick)) && n_fo=5
+echo "== 9. failover: $n_fo SIGKILLs of a worker with queued requests"
+t=bench-fo-$run
+topics "$t" 2
+start_worker "$t" fo-B --slots 2
+collect < <("$bin/tests/bench_failover" --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
+    --results "$t.res" --rounds "$n_fo" -- \
+    "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$t" \
+    --request-topic "$t.req" --result-topic "$t.res" --dlq-topic "$t.dlq" --slots 1 --prefetch 8 \
+    --log-level error --backends process --profile.default.backends=process --profile.default.network=enabled \
+    --work-root "$work_root")
+kill -TERM "${workers[-1]}"
+wait "${workers[-1]}" || true
+unset 'workers[-1]'
 
 # ---- compiled languages (issue 9) -----------------------------------------
 echo

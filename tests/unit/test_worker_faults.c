@@ -378,6 +378,38 @@ static void broker_outage_loses_nothing(void **state)
     got_clear(&res);
 }
 
+/* SIGTERM with the broker gone: the worker stops within shutdown-grace plus
+ * a bounded flush and commit (it used to hang for minutes in its final
+ * synchronous commit), leaving what it did not commit for redelivery. */
+static void shutdown_is_bounded_without_a_broker(void **state)
+{
+    fx *f = *state;
+    const char *ids[] = {"bye-1", "bye-2"};
+    char code[2][256];
+    const char *codes[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(code[i], sizeof(code[i]), "touch %s/bye-%d; sleep 30", f->dir, i);
+        codes[i] = code[i];
+    }
+    produce_requests(f, 2, ids, codes, 0);
+    const char *extra[] = {"shutdown-grace", "1s", NULL};
+    running_worker *rw = worker_start(f, "w-bye", extra);
+    char first[128];
+    snprintf(first, sizeof(first), "%s/bye-0", f->dir);
+    int64_t until = cf_mono_us() + 20 * 1000000LL;
+    while (access(first, F_OK) != 0 && cf_mono_us() < until)
+        usleep(20 * 1000);
+    assert_int_equal(access(first, F_OK), 0);
+    rd_kafka_mock_broker_set_down(f->mc, 1);
+    int64_t t0 = cf_mono_us();
+    worker_finish(rw);
+    int64_t took = cf_mono_us() - t0;
+    fprintf(stderr, "shutdown without a broker took %.1f s\n", took / 1e6);
+    /* 1 s grace + shutdown-kafka-timeout (5 s) + slack */
+    assert_true(took < 9 * 1000000LL);
+    rd_kafka_mock_broker_set_up(f->mc, 1);
+}
+
 /* A reply_to topic the broker does not have: the result reaches the
  * profile's result topic with reply_to_error, and the offset is committed
  * (before: the partition stalled behind it). */
@@ -470,6 +502,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(failed_deliveries_are_retried, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(undeliverable_result_is_dead_lettered, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(broker_outage_loses_nothing, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(shutdown_is_bounded_without_a_broker, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(unknown_reply_to_topic_falls_back, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(revoke_stops_the_running_execution, fx_setup, fx_teardown),
     };
