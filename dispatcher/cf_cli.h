@@ -83,6 +83,11 @@ int cf_cli_exit_for_error(const cf_error *err);
  * input and limits 2, timeout 5, not found 7, conflict 8, else 6. */
 int cf_cli_exit_for_state_error(const cf_error *err);
 
+/* For a Kafka or Redis failure, one line a person can act on (what failed,
+ * what to check: address, credentials, missing topic, ACLs); "" when the
+ * error's own message is the best there is. */
+void cf_cli_explain(const cf_error *err, char *hint, size_t size);
+
 /* Parses --redis: "host:port", "host" (port 6379), "[v6addr]:port" or an
  * absolute unix socket path (port 0). */
 int cf_cli_parse_redis_addr(const char *s, char *host, size_t hostcap, int *port, cf_error *err);

@@ -9,14 +9,66 @@
 #include <unistd.h>
 
 #include "cf_cli.h"
+#include "cf_kafka_int.h"
 #include "cf_dispatcher.h"
 #include "cf_log.h"
 #include "cf_schema_json.h"
 #include "cf_util.h"
 
+static const cf_cli_globals *current_globals;
+
+/* One line a person can act on for a transport failure: what failed and
+ * what to check.  Empty when there is nothing better than the message. */
+void cf_cli_explain(const cf_error *err, char *hint, size_t size)
+{
+    hint[0] = '\0';
+    const cf_cli_globals *g = current_globals;
+    char last[300];
+    cf_kafka_last_problem(last, sizeof(last));
+    char *after = strstr(last, " (after ");
+    if (after)
+        *after = '\0'; /* librdkafka's timing detail */
+    const char *brokers = g && g->brokers ? g->brokers : "?";
+    if (err->code == CF_E_KAFKA || (err->code == CF_E_TIMEOUT && last[0])) {
+        if (strstr(last, "Authentication failed") || strstr(last, "SASL") || strstr(err->msg, "Authentication"))
+            snprintf(hint, size,
+                     "the Kafka broker at %s refused the credentials: check the kafka.sasl.* settings of --config "
+                     "(CODEFLEET_CONFIG)",
+                     brokers);
+        else if (strstr(err->msg, "authorization") || strstr(err->msg, "Authorization"))
+            snprintf(hint, size, "%.300s: this principal is not allowed to use that topic: check its ACLs "
+                                 "(deploy/README.md, \"Authentication\")", err->msg);
+        else if (strstr(err->msg, "nknown topic") || strstr(err->msg, "does not exist"))
+            snprintf(hint, size, "%.300s: create it with 'codefleet topics create NAME' or check --request-topic / "
+                                 "--result-topic", err->msg);
+        else if (strstr(last, "Connect to") || strstr(last, "resolve") || strstr(err->msg, "transport failure") ||
+                 strstr(err->msg, "timed out"))
+            snprintf(hint, size,
+                     "cannot reach the Kafka broker at %s%s%.120s%s: is it running? check --brokers "
+                     "(CODEFLEET_BROKERS)",
+                     brokers, last[0] ? " (" : "", last[0] ? (strstr(last, "failed: ") ? strstr(last, "failed: ") + 8 : last) : "",
+                     last[0] ? ")" : "");
+    } else if (err->code == CF_E_REDIS) {
+        const char *redis = g && g->redis ? g->redis : "?";
+        if (strstr(err->msg, "WRONGPASS") || strstr(err->msg, "NOAUTH") || strstr(err->msg, "NOPERM"))
+            snprintf(hint, size, "Redis at %s refused the credentials or the command: check redis-user / "
+                                 "redis-password in --config (CODEFLEET_CONFIG)", redis);
+        else if (strstr(err->msg, "refused") || strstr(err->msg, "connect") || strstr(err->msg, "timed out"))
+            snprintf(hint, size, "cannot reach Redis at %s: is it running? check --redis (CODEFLEET_REDIS)", redis);
+    }
+}
+
 static int fail(const cf_error *err, const char *what)
 {
-    fprintf(stderr, "codefleet: %s%s%s\n", what ? what : "", what ? ": " : "", err->msg);
+    char hint[600];
+    cf_cli_explain(err, hint, sizeof(hint));
+    if (hint[0]) {
+        /* The raw detail stays available: CODEFLEET_LOG_LEVEL=debug. */
+        cf_log_debug("cli", "%s%s%s", what ? what : "", what ? ": " : "", err->msg);
+        fprintf(stderr, "codefleet: %s\n", hint);
+    } else {
+        fprintf(stderr, "codefleet: %s%s%s\n", what ? what : "", what ? ": " : "", err->msg);
+    }
     return cf_cli_exit_for_error(err);
 }
 
@@ -645,7 +697,15 @@ int cf_cli_main(int argc, char **argv)
     cf_error err = {0};
     int cmd = 0;
     bool help = false;
-    cf_log_setup(CF_LOG_WARN, CF_LOG_TEXT, "codefleet");
+    /* CODEFLEET_LOG_LEVEL=debug shows librdkafka's own lines and the raw
+     * errors behind the one-line explanations. */
+    cf_log_level lvl = CF_LOG_WARN;
+    const char *lv = getenv("CODEFLEET_LOG_LEVEL");
+    if (lv && cf_log_level_parse(lv, &lvl) < 0)
+        lvl = CF_LOG_WARN;
+    cf_log_setup(lvl, CF_LOG_TEXT, "codefleet");
+    cf_kafka_quiet_logs(lvl < CF_LOG_DEBUG);
+    current_globals = &g;
     if (cf_cli_parse_globals(argc, argv, &g, &cmd, &help, &err) < 0) {
         fprintf(stderr, "codefleet: %s\n", err.msg);
         cf_cli_globals_free(&g);

@@ -37,7 +37,9 @@ static int usage(const char *cmd, const char *msg)
 
 static int fail(const char *cmd, const cf_error *err)
 {
-    fprintf(stderr, "codefleet events %s: %s\n", cmd, err->msg);
+    char hint[600];
+    cf_cli_explain(err, hint, sizeof(hint));
+    fprintf(stderr, "codefleet events %s: %s\n", cmd, hint[0] ? hint : err->msg);
     return cf_cli_exit_for_state_error(err);
 }
 

@@ -107,7 +107,9 @@ static void emit_json(json_t *o)
 
 static int fail_state(const cf_error *err, const char *cmd)
 {
-    fprintf(stderr, "codefleet %s: %s\n", cmd, err->msg);
+    char hint[600];
+    cf_cli_explain(err, hint, sizeof(hint));
+    fprintf(stderr, "codefleet %s: %s\n", cmd, hint[0] ? hint : err->msg);
     return cf_cli_exit_for_state_error(err);
 }
 

@@ -691,6 +691,14 @@ int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const
             cf_error_set(err, CF_E_INVALID, "topic %s: %s", names[i], errstr);
             goto out;
         }
+        /* A stock broker takes 1 MiB per message: results with a few MiB of
+         * output (max-output is 4 MiB per stream) would be cut to the
+         * worker's 64 KiB fallback.  The topic says what it takes. */
+        if (rd_kafka_NewTopic_set_config(topics[i], "max.message.bytes", CF_KAFKA_TOPIC_MAX_MESSAGE_BYTES) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR) {
+            cf_error_set(err, CF_E_INVALID, "topic %s: cannot set max.message.bytes", names[i]);
+            goto out;
+        }
     }
     rd_kafka_CreateTopics(a.rk, topics, n, a.opts, a.q);
     if (admin_wait(&a, "create topics", err) < 0)

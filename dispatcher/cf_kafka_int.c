@@ -3,6 +3,8 @@
 #include "cf_kafka_int.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,27 @@
  * topic name is reported promptly. */
 #define CF_KAFKA_UNKNOWN_TOPIC_RETRY_US 3000000
 #define CF_KAFKA_TRANSIENT_RETRY_US 10000000
+
+/* The last problem librdkafka reported about a broker connection: the
+ * error a caller gets ("Broker transport failure") does not say what a
+ * person can act on, this line does ("Connect to ...: Connection
+ * refused", "SASL authentication error: Authentication failed"). */
+static pthread_mutex_t problem_mu = PTHREAD_MUTEX_INITIALIZER;
+static char last_problem[300];
+static atomic_bool quiet_logs;
+
+void cf_kafka_quiet_logs(bool quiet)
+{
+    atomic_store(&quiet_logs, quiet);
+}
+
+size_t cf_kafka_last_problem(char *buf, size_t size)
+{
+    pthread_mutex_lock(&problem_mu);
+    size_t n = cf_strlcpy(buf, last_problem, size);
+    pthread_mutex_unlock(&problem_mu);
+    return n;
+}
 
 static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
@@ -35,6 +58,18 @@ static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const
     if (l == CF_LOG_ERROR && strstr(buf, "SaslAuthenticateRequest failed: Local: Broker ") &&
         (strstr(buf, "transport failure") || strstr(buf, "handle destroyed")))
         l = CF_LOG_INFO;
+    if (level <= 4 && l <= CF_LOG_WARN) {
+        /* "[thrd:...]: name: 127.0.0.1:1/bootstrap: Connect to ..." -> from the broker name on */
+        const char *msg = buf;
+        const char *thr = strstr(msg, "]: ");
+        if (thr)
+            msg = thr + 3;
+        pthread_mutex_lock(&problem_mu);
+        cf_strlcpy(last_problem, msg, sizeof(last_problem));
+        pthread_mutex_unlock(&problem_mu);
+    }
+    if (atomic_load(&quiet_logs))
+        l = CF_LOG_DEBUG; /* the caller turns the failure into one line */
     CF_LOG(l, "kafka", "%s: %s: %s", rk ? rd_kafka_name(rk) : "rdkafka", fac, buf);
 }
 

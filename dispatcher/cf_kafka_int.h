@@ -104,6 +104,16 @@ int cf_kafka_topic_partitions(rd_kafka_t *rk, const char *topic, bool need_leade
 /* The partition a murmur2-partitioned producer puts key in. */
 int32_t cf_kafka_partition_for_key(const char *key, int32_t partition_cnt);
 
+/* max.message.bytes of the topics codefleet creates (the local stack's
+ * broker takes the same): a result with several MiB of output fits. */
+#define CF_KAFKA_TOPIC_MAX_MESSAGE_BYTES "16777216"
+
+/* librdkafka's own log lines at debug level only (a command-line tool
+ * explains failures in one line instead); the last connection problem it
+ * logged is kept for that explanation ("" when none). */
+void cf_kafka_quiet_logs(bool quiet);
+size_t cf_kafka_last_problem(char *buf, size_t size);
+
 typedef enum cf_kafka_start {
     CF_KAFKA_FROM_END,       /* the high watermark, read now */
     CF_KAFKA_FROM_BEGINNING, /* everything the topic still holds */

@@ -140,7 +140,9 @@ struct cf_worker {
     cf_backend_config bcfg;
     cf_pipeline *pipeline;   /* compiled languages, harnesses, cases, collect */
     bool ran;                /* cf_worker_run's shutdown happened */
+    bool kafka_closing;      /* ... and reached its flush/commit/close (after the grace) */
     bool consumer_closed;    /* ... and the consumer's close finished */
+    rd_kafka_queue_t *close_q; /* the close's queue, served until the consumer is destroyed */
     cf_backend_set *backends;
     rd_kafka_t *consumer;
     rd_kafka_t *producer;
@@ -1527,11 +1529,11 @@ static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *pa
         /* Shutting down: flushed and committed already, under the
          * shutdown deadline; a synchronous commit here could wait a
          * minute for a broker that is gone. */
-        if (!w->ran)
+        if (!w->kafka_closing)
             rd_kafka_flush(w->producer, 2000);
         drain_handoff(w);
         store_offsets(w);
-        rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, w->ran ? 1 : 0);
+        rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, w->kafka_closing ? 1 : 0);
         if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
             cf_log_warn("kafka", "commit on revoke: %s", rd_kafka_err2str(e));
     }
@@ -2025,6 +2027,7 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
      * the broker gone, a synchronous final commit used to wait minutes.
      * What is not committed is read again by the partitions' next owner. */
     int64_t kafka_until = cf_mono_us() + w->cfg->shutdown_kafka_timeout_us;
+    w->kafka_closing = true;
     int64_t t_flush = cf_mono_us();
     int flush_ms = (int)(w->cfg->shutdown_kafka_timeout_us / 2000);
     rd_kafka_resp_err_t e = rd_kafka_flush(w->producer, flush_ms);
@@ -2063,8 +2066,9 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
             rd_kafka_event_destroy(ev);
         }
     }
-    if (cq)
-        rd_kafka_queue_destroy(cq);
+    /* Kept until the consumer is destroyed: a rebalance left unserved in
+     * it would make that destroy wait forever (cf_worker_destroy drains it). */
+    w->close_q = cq;
     w->consumer_closed = rd_kafka_consumer_closed(w->consumer);
     if (!w->consumer_closed)
         cf_log_warn("kafka",
@@ -2155,11 +2159,42 @@ void cf_worker_destroy(cf_worker *w)
     if (w->producer_q)
         rd_kafka_queue_destroy(w->producer_q);
     if (w->consumer) {
-        /* A close that did not finish (broker gone) is not tried again. */
-        if (w->ran && !w->consumer_closed)
+        /* A close that did not finish (broker gone) is not tried again;
+         * what it still has queued is answered without the worker's
+         * waits: an (un)assign call left unmade blocks the destroy. */
+        if (w->ran && !w->consumer_closed) {
+            rd_kafka_event_t *ev;
+            while (w->close_q && (ev = rd_kafka_queue_poll(w->close_q, 0))) {
+                if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE) {
+                    const rd_kafka_topic_partition_list_t *parts = rd_kafka_event_topic_partition_list(ev);
+                    bool coop = strcmp(rd_kafka_rebalance_protocol(w->consumer), "COOPERATIVE") == 0;
+                    if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
+                        if (coop) {
+                            rd_kafka_error_t *e2 = rd_kafka_incremental_unassign(w->consumer, parts);
+                            rd_kafka_error_destroy(e2);
+                        } else {
+                            rd_kafka_assign(w->consumer, NULL);
+                        }
+                    } else if (coop) {
+                        /* An assignment now is taken and dropped at once. */
+                        rd_kafka_error_t *e2 = rd_kafka_incremental_assign(w->consumer, parts);
+                        rd_kafka_error_destroy(e2);
+                    } else {
+                        rd_kafka_assign(w->consumer, parts);
+                    }
+                }
+                rd_kafka_event_destroy(ev);
+            }
+            if (w->close_q)
+                rd_kafka_queue_destroy(w->close_q);
+            w->close_q = NULL;
             rd_kafka_destroy_flags(w->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-        else
+        } else {
+            if (w->close_q)
+                rd_kafka_queue_destroy(w->close_q);
+            w->close_q = NULL;
             rd_kafka_destroy(w->consumer);
+        }
     }
     if (w->producer) {
         rd_kafka_flush(w->producer, 1000);

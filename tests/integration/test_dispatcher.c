@@ -86,6 +86,37 @@ static void test_topics_create_idempotent(void **state)
     snprintf(t.results, sizeof(t.results), "%s", b);
     cf_dispatcher *d = it_dispatcher_new(&t);
     cf_dispatcher_destroy(d);
+
+    /* The topic says how large a message it takes (a stock broker's 1 MiB
+     * would cut results with a few MiB of output). */
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", it_brokers(), errstr, sizeof(errstr));
+    it_kafka_conf_apply(conf);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+    assert_non_null(rk);
+    rd_kafka_ConfigResource_t *cr = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, b);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_DescribeConfigs(rk, &cr, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+    assert_non_null(ev);
+    const rd_kafka_DescribeConfigs_result_t *dr = rd_kafka_event_DescribeConfigs_result(ev);
+    assert_non_null(dr);
+    size_t nres = 0;
+    const rd_kafka_ConfigResource_t **res = rd_kafka_DescribeConfigs_result_resources(dr, &nres);
+    assert_int_equal(nres, 1);
+    size_t nent = 0;
+    const rd_kafka_ConfigEntry_t **ent = rd_kafka_ConfigResource_configs(res[0], &nent);
+    const char *mmb = NULL;
+    for (size_t i = 0; i < nent; i++)
+        if (strcmp(rd_kafka_ConfigEntry_name(ent[i]), "max.message.bytes") == 0)
+            mmb = rd_kafka_ConfigEntry_value(ent[i]);
+    assert_non_null(mmb);
+    assert_string_equal(mmb, "16777216");
+    rd_kafka_event_destroy(ev);
+    rd_kafka_ConfigResource_destroy(cr);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
 }
 
 static void test_collector_needs_existing_topic(void **state)

@@ -393,6 +393,32 @@ static void test_submit_compiled_flags(void **state)
     rmdir(dir);
 }
 
+/* A broker that is not there: one line saying what failed and what to
+ * check, exit 6, none of librdkafka's own log lines. */
+static void test_cli_explains_an_unreachable_broker(void **state)
+{
+    (void)state;
+    const char *bin = getenv("CF_BINARY_DIR");
+    char cli[1024], cmd[1400];
+    snprintf(cli, sizeof(cli), "%s/dispatcher/codefleet", bin ? bin : "build");
+    if (access(cli, X_OK) != 0)
+        skip();
+    snprintf(cmd, sizeof(cmd),
+             "env -u CODEFLEET_LOG_LEVEL -u CODEFLEET_CONFIG %s --brokers 127.0.0.1:1 --timeout 3s submit -l shell "
+             "--code 'echo hi' 2>&1 >/dev/null; echo rc=$?",
+             cli);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char out[8192];
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    if (!strstr(out, "codefleet: cannot reach the Kafka broker at 127.0.0.1:1 (Connection refused): is it running? "
+                     "check --brokers (CODEFLEET_BROKERS)\nrc=6"))
+        fail_msg("unexpected output:\n%s", out);
+    assert_null(strstr(out, "kafka:"));
+}
+
 static void test_submit_rejects_bad_flags(void **state)
 {
     (void)state;
@@ -717,6 +743,7 @@ int main(void)
         cmocka_unit_test(test_summary_output),
         cmocka_unit_test(test_result_output),
         cmocka_unit_test(test_submit_compiled_flags),
+        cmocka_unit_test(test_cli_explains_an_unreachable_broker),
         cmocka_unit_test(test_new_id),
         cmocka_unit_test(test_read_file_cap),
     };
