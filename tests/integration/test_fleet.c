@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cf_kafka_int.h"
 #include "cf_util.h"
 
 #define SEC 1000000LL
@@ -213,6 +214,87 @@ static void sigkill_mid_execution_is_redelivered(void **state)
     cf_request_clear(&req);
     cf_dispatcher_destroy(d);
     assert_true(it_worker_stop(&w2, SIGTERM, 30000) >= 0);
+}
+
+/* An id that the dispatcher's partitioner puts on partition p of 2. */
+static void id_on_partition(int p, const char *tag, char *id, size_t size)
+{
+    for (unsigned n = 0;; n++) {
+        snprintf(id, size, "%s-%d-%u-%d", tag, p, n, (int)getpid());
+        if (cf_kafka_partition_for_key(id, 2) == p)
+            return;
+    }
+}
+
+/* The failover bound (issue 15): after a worker is SIGKILLed, a request on
+ * the partition it owned is answered by the other worker within 10 s
+ * (session.timeout.ms 6 s, the worker's default, plus the rebalance). */
+static void failover_within_ten_seconds(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "failover", 2);
+    it_worker a, b;
+    it_worker_start(&a, &t, "fo-a", NULL);
+    assert_true(it_worker_wait_log(&a, "assigned", 30000));
+    it_worker_start(&b, &t, "fo-b", NULL);
+    assert_true(it_worker_wait_log(&b, "assigned", 30000));
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_error err;
+    cf_error_clear(&err);
+    /* Which partition is A's?  Probe both until the split has settled. */
+    int pa = -1;
+    int64_t until = cf_mono_us() + 60 * SEC;
+    while (pa < 0 && cf_mono_us() < until) {
+        int owners = 0;
+        for (int p = 0; p < 2; p++) {
+            char id[96];
+            id_on_partition(p, "fo-probe", id, sizeof(id));
+            cf_request req;
+            it_request_init(&req, CF_LANG_COMMAND, "/bin/true");
+            free(req.id);
+            req.id = strdup(id);
+            cf_result res = {0};
+            it_submit_wait(d, &req, 30 * SEC, &res);
+            if (res.meta.worker && strcmp(res.meta.worker, "fo-a") == 0) {
+                pa = p;
+                owners++;
+            }
+            cf_result_clear(&res);
+            cf_request_clear(&req);
+        }
+        if (owners > 1)
+            pa = -1; /* A still has both: B has not got its share yet */
+        if (pa < 0)
+            usleep(300 * 1000);
+    }
+    if (pa < 0) {
+        it_worker_dump_log(&a);
+        fail_msg("worker A never owned exactly one partition");
+    }
+    it_worker_stop(&a, SIGKILL, 5000);
+    int64_t t0 = cf_mono_us();
+    char id[96];
+    id_on_partition(pa, "fo-after", id, sizeof(id));
+    cf_request req;
+    it_request_init(&req, CF_LANG_COMMAND, "/bin/true");
+    free(req.id);
+    req.id = strdup(id);
+    cf_result res = {0};
+    if (cf_dispatcher_submit(d, &req, &err) < 0 || cf_dispatcher_wait(d, id, 60 * SEC, &res, &err) < 0) {
+        it_worker_dump_log(&b);
+        fail_msg("no answer after the kill: %s", err.msg);
+    }
+    int64_t took = cf_mono_us() - t0;
+    print_message("failover: answered %.2f s after the SIGKILL\n", took / 1e6);
+    check_result(&res, CF_STATUS_SUCCESS, "after failover");
+    assert_string_equal(res.meta.worker, "fo-b");
+    assert_true(took < 10 * SEC);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&b, SIGTERM, 30000) >= 0);
 }
 
 /* Whether a process whose command line contains needle runs.  The first
@@ -474,6 +556,7 @@ int main(void)
         cmocka_unit_test(three_workers_share_partitions),
         cmocka_unit_test(sigkill_mid_execution_is_redelivered),
         cmocka_unit_test(sigkill_takes_its_programs_along),
+        cmocka_unit_test(failover_within_ten_seconds),
         cmocka_unit_test(graceful_shutdown_loses_nothing),
         cmocka_unit_test(long_execution_keeps_membership),
         cmocka_unit_test(oversized_result_is_slimmed_not_lost),
