@@ -1,6 +1,8 @@
 /* The compile / harness / cases / collect pipeline (see cf_pipeline.h). */
 #include "cf_pipeline.h"
 
+#include "cf_runner.h"
+
 #include "cf_log.h"
 #include "cf_util.h"
 #include "cf_workdir.h"
@@ -77,7 +79,8 @@ static bool executable(const char *path)
 }
 
 /* First line a toolchain prints for its version (argv fixed by us; run
- * once at start, as the worker).  Bounded in time and bytes. */
+ * once at start, as the worker), through the runner: bounded in time and
+ * bytes like any execution. */
 static int probe_version(char *const argv[], char *out, size_t size, bool rustup_env)
 {
     /* rustup's proxies find their toolchains through HOME (or RUSTUP_HOME
@@ -87,58 +90,32 @@ static int probe_version(char *const argv[], char *out, size_t size, bool rustup
     snprintf(home, sizeof(home), "HOME=%s", rustup_env && h ? h : "/nonexistent");
     snprintf(rhome, sizeof(rhome), "RUSTUP_HOME=%s", rh ? rh : "");
     snprintf(chome, sizeof(chome), "CARGO_HOME=%s", ch ? ch : "");
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(pfd[0]);
-        close(pfd[1]);
-        return -1;
+    char *envp[8] = {"PATH=/usr/local/bin:/usr/bin:/bin", home, "GOTOOLCHAIN=local", "GOTELEMETRY=off", "LC_ALL=C"};
+    int ne = 5;
+    if (rustup_env && rh)
+        envp[ne++] = rhome;
+    if (rustup_env && ch)
+        envp[ne++] = chome;
+    envp[ne] = NULL;
+    cf_run_spec spec = {.path = argv[0], .argv = argv, .envp = envp, .cwd = "/", .max_stdout = 512,
+                        .max_stderr = 512, .timeout_us = VERSION_PROBE_US};
+    cf_run_outcome o;
+    memset(&o, 0, sizeof(o));
+    cf_error err;
+    cf_error_clear(&err);
+    int rc = -1;
+    if (cf_run(&spec, &o, &err) == 0 && o.exited && o.exit_code == 0) {
+        size_t len = 0;
+        const char *text = (const char *)o.out.data;
+        while (text && len < o.out.len && text[len] != '\n')
+            len++;
+        if (len > 0) {
+            cf_sanitize_text(text, len, false, out, size);
+            rc = 0;
+        }
     }
-    if (pid == 0) {
-        dup2(pfd[1], 1);
-        dup2(pfd[1], 2);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", home, "GOTOOLCHAIN=local", "GOTELEMETRY=off", "LC_ALL=C",
-                        rustup_env && rh ? rhome : NULL, NULL, NULL};
-        if (rustup_env && ch)
-            envp[rh ? 6 : 5] = chome;
-        execve(argv[0], argv, envp);
-        _exit(127);
-    }
-    close(pfd[1]);
-    char buf[512];
-    size_t got = 0;
-    int64_t deadline = cf_mono_us() + VERSION_PROBE_US;
-    while (got < sizeof(buf) - 1) {
-        int64_t left = deadline - cf_mono_us();
-        if (left <= 0)
-            break;
-        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
-        int r = poll(&p, 1, (int)(left / 1000) + 1);
-        if (r <= 0)
-            break;
-        ssize_t n = read(pfd[0], buf + got, sizeof(buf) - 1 - got);
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    close(pfd[0]);
-    kill(pid, SIGKILL);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    buf[got] = '\0';
-    char *nl = strchr(buf, '\n');
-    if (nl)
-        *nl = '\0';
-    if (!buf[0] || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return -1;
-    cf_strlcpy(out, buf, size);
-    return 0;
+    cf_run_outcome_free(&o);
+    return rc;
 }
 
 /* Whether every uid may reach dir: each directory on the way searchable
