@@ -4,7 +4,13 @@
 # Everything is overridable from the environment; nothing here prompts.
 
 CF_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-CF_KAFKA_VERSION=3.9.1
+# The broker the stack runs: the newest 4.x that resolves from Maven Central;
+# CODEFLEET_KAFKA_VERSION=3.9.1 (or any other) still works.
+CF_KAFKA_VERSION=${CODEFLEET_KAFKA_VERSION:-4.4.0}
+[[ $CF_KAFKA_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || {
+    printf "CODEFLEET_KAFKA_VERSION must look like 4.4.0, not %s\n" "$CF_KAFKA_VERSION" >&2
+    exit 1
+}
 CF_CACHE=${CODEFLEET_CACHE:-${HOME:-/root}/.cache/codefleet}
 CF_KAFKA_HOME=$CF_CACHE/kafka-$CF_KAFKA_VERSION
 CF_KAFKA_LIBS=$CF_KAFKA_HOME/libs

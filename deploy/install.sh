@@ -8,7 +8,8 @@
 #   --no-kafka          skip the Kafka jars
 #   --force-kafka       fetch the Kafka jars again even if the cache is complete
 #   --force-typescript  run npm ci again even if the installed tree matches
-# Environment: CODEFLEET_CACHE (default ~/.cache/codefleet; also npm's cache),
+# Environment: CODEFLEET_KAFKA_VERSION (default in deploy/common.sh),
+# CODEFLEET_CACHE (default ~/.cache/codefleet; also npm's cache),
 # CODEFLEET_TOOLCHAINS (default /usr/local/lib/codefleet).
 #
 # Idempotent and quiet when everything is there (dpkg-query first, the
