@@ -37,6 +37,12 @@ static const cf_conf_prop global_props[] = {
      "Extra librdkafka property (--kafka.NAME=VALUE, or -X NAME=VALUE).", NULL},
     {"events-topic", CF_CONF_STRING, offsetof(cf_cli_globals, events_topic), 0, 249, CF_DEFAULT_EVENTS_TOPIC, NULL,
      "Topic of collaboration events (events commands).", NULL},
+    {"dlq-topic", CF_CONF_STRING, offsetof(cf_cli_globals, dlq_topic), 0, 249, "codefleet.dlq", NULL,
+     "The workers' dead-letter topic (doctor).", NULL},
+    {"workers-topic", CF_CONF_STRING, offsetof(cf_cli_globals, workers_topic), 0, 249, "codefleet.workers", NULL,
+     "Topic of the workers' reports (doctor; topics create makes it compacted).", NULL},
+    {"worker-group", CF_CONF_STRING, offsetof(cf_cli_globals, worker_group), 0, 249, "codefleet-workers", NULL,
+     "The workers' consumer group (doctor).", NULL},
     {"redis", CF_CONF_STRING, offsetof(cf_cli_globals, redis), 0, 4096, "127.0.0.1:6379", NULL,
      "Redis of workspaces and checkpoints: host:port, [v6]:port or a unix socket path.", NULL},
     {"redis-user", CF_CONF_STRING, offsetof(cf_cli_globals, redis_user), 0, 256, NULL, NULL,
@@ -58,7 +64,8 @@ static const cf_conf_table global_table = {
  * worker, whose settings must not make the CLI fail as unknown keys. */
 static const char *const global_env[] = {"CODEFLEET_BROKERS",      "CODEFLEET_REQUEST_TOPIC", "CODEFLEET_RESULT_TOPIC",
                                          "CODEFLEET_EVENTS_TOPIC", "CODEFLEET_REDIS",         "CODEFLEET_REDIS_USER",
-                                         "CODEFLEET_REDIS_PASSWORD", "CODEFLEET_REDIS_PREFIX"};
+                                         "CODEFLEET_REDIS_PASSWORD", "CODEFLEET_REDIS_PREFIX", "CODEFLEET_DLQ_TOPIC",
+                                         "CODEFLEET_WORKERS_TOPIC", "CODEFLEET_WORKER_GROUP"};
 
 static bool global_takes_value(const char *arg)
 {
@@ -225,6 +232,8 @@ void cf_cli_print_usage(FILE *out)
           "  checkpoint save|load|list|history|rollback|rm ...\n"
           "                                per-thread checkpoints of agent state in Redis\n"
           "  events publish|tail|wait ...  collaboration events on the events topic\n"
+          "  doctor [--no-roundtrip] [--no-redis]\n"
+          "                                check broker, topics, workers, Redis and a round trip; say what to fix\n"
           "\n"
           "Global options (before the command):\n"
           "  --config=FILE                 settings file (key = value, e.g. kafka.sasl.password, redis-password);\n"
@@ -244,7 +253,8 @@ void cf_cli_print_usage(FILE *out)
     fputs("  -X NAME=VALUE                 same as --kafka.NAME=VALUE\n"
           "Environment: CODEFLEET_BROKERS, CODEFLEET_REQUEST_TOPIC, CODEFLEET_RESULT_TOPIC,\n"
           "CODEFLEET_EVENTS_TOPIC, CODEFLEET_REDIS, CODEFLEET_REDIS_USER, CODEFLEET_REDIS_PASSWORD,\n"
-          "CODEFLEET_REDIS_PREFIX, CODEFLEET_CONFIG (the settings file).\n"
+          "CODEFLEET_REDIS_PREFIX, CODEFLEET_DLQ_TOPIC, CODEFLEET_WORKERS_TOPIC, CODEFLEET_WORKER_GROUP,\n"
+          "CODEFLEET_CONFIG (the settings file).\n"
           "\n"
           "Exit codes:\n"
           "  0  success (result status success, or the command succeeded)\n"

@@ -47,6 +47,9 @@ typedef struct cf_cli_globals {
     char *redis_password; /* may be NULL */
     char *redis_prefix;   /* key prefix of workspaces and checkpoints */
     char *events_topic;
+    char *dlq_topic;      /* doctor: the workers' dead-letter topic */
+    char *workers_topic;  /* doctor: the workers' reports */
+    char *worker_group;   /* doctor: the workers' consumer group */
 } cf_cli_globals;
 
 /* The state and event commands (argv[0] is "workspace", "checkpoint" or
@@ -54,6 +57,7 @@ typedef struct cf_cli_globals {
 int cf_cli_cmd_workspace(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_checkpoint(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_events(const cf_cli_globals *g, int argc, char **argv);
+int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv);
 /* Runs the whole CLI; returns the process exit code. */
 int cf_cli_main(int argc, char **argv);
 

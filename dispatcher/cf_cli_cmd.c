@@ -576,21 +576,28 @@ static int cmd_tail(const cf_cli_globals *g, int argc, char **argv)
 
 /* ------------------------------------------------------------------------- */
 
-static const char topics_help[] = "Usage: codefleet [GLOBAL OPTIONS] topics create [--partitions N] [NAME...]\n"
-                                  "\n"
-                                  "Creates topics (default: the request and result topics) with N partitions\n"
-                                  "(default 6) and the broker's default replication factor.  Existing topics\n"
-                                  "are left as they are.\n";
+static const char topics_help[] =
+    "Usage: codefleet [GLOBAL OPTIONS] topics create [--partitions N] [--retention DURATION] [NAME...]\n"
+    "\n"
+    "Creates topics (default: the fleet's request, result, dead-letter, events and\n"
+    "workers topics) with N partitions (default 6), the broker's default\n"
+    "replication factor, and max.message.bytes 16 MiB (a result carries up to\n"
+    "max-output of stdout and of stderr, the output file and collected files).\n"
+    "The workers topic (--workers-topic) is compacted; --retention sets\n"
+    "retention.ms of the others (default: the broker's, 7 days on a stock one).\n"
+    "Existing topics are left as they are: `codefleet doctor` says when one's\n"
+    "limits are too small.\n";
 
 static int cmd_topics(const cf_cli_globals *g, int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"partitions", required_argument, NULL, 'p'},
+        {"retention", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     cf_error err = {0};
-    int64_t partitions = 6;
+    int64_t partitions = 6, retention_us = 0;
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(topics_help, argc < 2 ? stderr : stdout);
         return argc < 2 ? CF_EXIT_USAGE : CF_EXIT_OK;
@@ -606,6 +613,11 @@ static int cmd_topics(const cf_cli_globals *g, int argc, char **argv)
             if (cf_parse_i64(optarg, 1, 10000, &partitions, "--partitions", &err) < 0)
                 return usage_error("topics", err.msg);
             break;
+        case 'r':
+            if (cf_parse_duration_us(optarg, &retention_us, "--retention", &err) < 0 ||
+                retention_us < 60 * INT64_C(1000000))
+                return usage_error("topics", retention_us ? "--retention: at least 1m" : err.msg);
+            break;
         case 'h':
             fputs(topics_help, stdout);
             return CF_EXIT_OK;
@@ -613,14 +625,22 @@ static int cmd_topics(const cf_cli_globals *g, int argc, char **argv)
             return usage_error("topics", "unknown option or missing value");
         }
     }
-    const char *defaults[] = {g->request_topic, g->result_topic};
+    const char *defaults[5];
+    size_t n = 0;
+    const char *fleet[] = {g->request_topic, g->result_topic, g->dlq_topic, g->events_topic, g->workers_topic};
+    for (size_t i = 0; i < 5; i++)
+        if (fleet[i] && fleet[i][0])
+            defaults[n++] = fleet[i];
     const char *const *names = defaults;
-    size_t n = 2;
     if (optind < argc - 1) {
         names = (const char *const *)(argv + 1 + optind);
         n = (size_t)(argc - 1 - optind);
     }
-    if (cf_kafka_create_topics_ex(g->brokers, &g->kafka, names, n, (int)partitions, -1, g->timeout_us, &err) < 0)
+    cf_kafka_topic_opts o = {.partitions = (int)partitions,
+                             .replication_factor = -1,
+                             .compacted = g->workers_topic,
+                             .retention_ms = retention_us / 1000};
+    if (cf_kafka_create_topics_opts(g->brokers, &g->kafka, names, n, &o, g->timeout_us, &err) < 0)
         return fail(&err, "topics create");
     for (size_t i = 0; i < n; i++) {
         if (g->json)
@@ -739,6 +759,8 @@ int cf_cli_main(int argc, char **argv)
         rc = cf_cli_cmd_checkpoint(&g, sub_argc, sub_argv);
     else if (strcmp(name, "events") == 0)
         rc = cf_cli_cmd_events(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "doctor") == 0)
+        rc = cf_cli_cmd_doctor(&g, sub_argc, sub_argv);
     else if (strcmp(name, "help") == 0) {
         cf_cli_print_usage(stdout);
         rc = CF_EXIT_OK;

@@ -673,6 +673,14 @@ static void admin_end(admin_call *a)
 int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const char *const *names, size_t n,
                               int partitions, int replication_factor, int64_t timeout_us, cf_error *err)
 {
+    cf_kafka_topic_opts o = {.partitions = partitions, .replication_factor = replication_factor};
+    return cf_kafka_create_topics_opts(brokers, kafka, names, n, &o, timeout_us, err);
+}
+
+int cf_kafka_create_topics_opts(const char *brokers, const cf_kvlist *kafka, const char *const *names, size_t n,
+                                const cf_kafka_topic_opts *opts, int64_t timeout_us, cf_error *err)
+{
+    int partitions = opts->partitions, replication_factor = opts->replication_factor;
     if (n == 0)
         return 0;
     if (partitions < 1 || partitions > CF_KAFKA_MAX_PARTITIONS)
@@ -697,6 +705,15 @@ int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const
         if (rd_kafka_NewTopic_set_config(topics[i], "max.message.bytes", CF_KAFKA_TOPIC_MAX_MESSAGE_BYTES) !=
             RD_KAFKA_RESP_ERR_NO_ERROR) {
             cf_error_set(err, CF_E_INVALID, "topic %s: cannot set max.message.bytes", names[i]);
+            goto out;
+        }
+        /* The workers' reports: the latest per worker is what matters. */
+        bool compact = opts->compacted && strcmp(names[i], opts->compacted) == 0;
+        char retention[32];
+        snprintf(retention, sizeof(retention), "%" PRId64, opts->retention_ms);
+        if ((compact && rd_kafka_NewTopic_set_config(topics[i], "cleanup.policy", "compact")) ||
+            (!compact && opts->retention_ms > 0 && rd_kafka_NewTopic_set_config(topics[i], "retention.ms", retention))) {
+            cf_error_set(err, CF_E_INVALID, "topic %s: cannot set its cleanup policy or retention", names[i]);
             goto out;
         }
     }

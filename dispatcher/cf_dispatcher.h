@@ -121,6 +121,16 @@ int cf_kafka_create_topics(const char *brokers, const char *const *names, size_t
                            int64_t timeout_us, cf_error *err);
 int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const char *const *names, size_t n,
                               int partitions, int replication_factor, int64_t timeout_us, cf_error *err);
+/* Per-topic settings beyond partitions (every topic gets max.message.bytes
+ * CF_KAFKA_TOPIC_MAX_MESSAGE_BYTES). */
+typedef struct cf_kafka_topic_opts {
+    int partitions;
+    int replication_factor;       /* -1: the broker's default */
+    const char *compacted;        /* this topic (if among names) gets cleanup.policy=compact */
+    int64_t retention_ms;         /* 0: the broker's default; else retention.ms of the other topics */
+} cf_kafka_topic_opts;
+int cf_kafka_create_topics_opts(const char *brokers, const cf_kvlist *kafka, const char *const *names, size_t n,
+                                const cf_kafka_topic_opts *opts, int64_t timeout_us, cf_error *err);
 
 /* One ALLOW rule of the broker's authorizer (KRaft StandardAuthorizer),
  * for any host. */

@@ -30,8 +30,10 @@ typedef struct cf_worker_config {
     char *result_topic;
     char *dlq_topic;
     char *events_topic;         /* never a reply_to target */
+    char *workers_topic;        /* worker reports for operators ("" = none) */
     int64_t slots;              /* concurrent executions */
     int64_t prefetch;           /* requests buffered beyond the slots before pausing */
+    bool static_membership;     /* worker-id is the group.instance.id (KIP-345) */
     char *backends;             /* "process" or "sandbox,process": first = default */
     char *work_root;
     char *python_path;

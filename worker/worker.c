@@ -44,6 +44,7 @@
 #include "cf_util.h"
 #include "exec_pool.h"
 #include "offset_tracker.h"
+#include "worker_report.h"
 #include "worker_state.h"
 
 #define LOG_SUB "worker"
@@ -688,10 +689,21 @@ static void run_retries(cf_worker *w)
 }
 
 /* Delivery report: runs on the main thread from rd_kafka_poll(producer). */
+/* Marks the messages of worker reports (not jobs) in delivery reports. */
+static char report_tag;
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
     cf_worker *w = opaque;
+    if (m->_private == &report_tag) {
+        if (m->err)
+            cf_log_warn(LOG_SUB,
+                        "worker report not published to %s: %s (codefleet doctor will not see what this worker "
+                        "serves: check that the topic exists and this principal may write it)",
+                        rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err));
+        return;
+    }
     job *j = m->_private;
     if (!j)
         return;
@@ -1669,7 +1681,8 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
              * (docs/RELIABILITY.md, "Failover"). */
             {"session.timeout.ms", "6000"},     {"heartbeat.interval.ms", "1500"},
         };
-        if (conf_set(conf, "group.id", c->group, err) < 0)
+        if (conf_set(conf, "group.id", c->group, err) < 0 ||
+            (c->static_membership && conf_set(conf, "group.instance.id", w->worker_id, err) < 0))
             goto fail;
         /* What librdkafka prefetches per partition beyond what we took:
          * bounds each drain of its queue, so the offset trackers stay small
@@ -1759,6 +1772,11 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         gethostname(host, sizeof(host));
         host[sizeof(host) - 1] = '\0';
         snprintf(w->worker_id, sizeof(w->worker_id), "%s-%ld", host, (long)getpid());
+    }
+    if (cfg->static_membership && !(cfg->worker_id && cfg->worker_id[0])) {
+        cf_error_set(err, CF_E_INVALID,
+                     "static-membership needs a worker-id that stays the same across restarts (e.g. the pod name)");
+        goto fail;
     }
     if (!cf_id_valid(w->worker_id, strlen(w->worker_id))) {
         cf_error_set(err, CF_E_INVALID, "worker-id '%s' must be printable ASCII without spaces", w->worker_id);
@@ -1911,6 +1929,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         if (strcmp(w->topics[i].results, cfg->result_topic) != 0)
             warm_topic_metadata(w->producer, w->topics[i].results);
     warm_topic_metadata(w->producer, cfg->dlq_topic);
+    if (cfg->workers_topic && cfg->workers_topic[0])
+        warm_topic_metadata(w->producer, cfg->workers_topic);
     rd_kafka_conf_t *cconf = kafka_conf_new(w, true, err);
     if (!cconf)
         goto fail;
@@ -1997,6 +2017,8 @@ static void wait_events(cf_worker *w, int sig_fd, int timeout_ms)
     }
 }
 
+static void publish_report(cf_worker *w, bool gone);
+
 static void shutdown_gracefully(cf_worker *w, int sig_fd)
 {
     w->ran = true;
@@ -2028,6 +2050,7 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
      * What is not committed is read again by the partitions' next owner. */
     int64_t kafka_until = cf_mono_us() + w->cfg->shutdown_kafka_timeout_us;
     w->kafka_closing = true;
+    publish_report(w, true);
     int64_t t_flush = cf_mono_us();
     int flush_ms = (int)(w->cfg->shutdown_kafka_timeout_us / 2000);
     rd_kafka_resp_err_t e = rd_kafka_flush(w->producer, flush_ms);
@@ -2083,6 +2106,56 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
                 w->n_received, w->n_results, w->n_rejected, w->n_dead, w->n_abandoned, w->n_retries);
 }
 
+/* Publishes this worker's report (or, when gone, its tombstone) to the
+ * workers topic: see worker_report.h.  Failures are logged by on_delivery;
+ * a report is never worth failing the worker for. */
+static void publish_report(cf_worker *w, bool gone)
+{
+    const cf_worker_config *c = w->cfg;
+    if (!c->workers_topic || !c->workers_topic[0])
+        return;
+    char *json = NULL;
+    if (!gone) {
+        const char *topics[64];
+        size_t n = 0;
+        for (size_t i = 0; i < w->ntopics && n < 64; i++)
+            topics[n++] = w->topics[i].name;
+        char client_id[200];
+        snprintf(client_id, sizeof(client_id), "codefleet-worker-%s", w->worker_id);
+        cf_worker_report_info info = {
+            .worker_id = w->worker_id,
+            .client_id = client_id,
+            .group = c->group,
+            .started_at_ms = cf_now_us() / 1000,
+            .slots = c->slots,
+            .request_topics = topics,
+            .n_request_topics = n,
+            .result_topic = c->result_topic,
+            .max_output_bytes = c->max_output_bytes,
+            /* stdout and stderr at the cap, the output file, collected
+             * files, and room for everything else a result carries. */
+            .largest_result_bytes =
+                2 * c->max_output_bytes + c->max_output_file_bytes + c->collect_bytes + 64 * 1024,
+            .redis = w->have_redis,
+            .backends = w->backends,
+            .compiled_languages = cf_pipeline_languages(w->pipeline),
+        };
+        json = cf_worker_report_json(&info);
+        if (!json) {
+            cf_log_warn(LOG_SUB, "worker report: out of memory");
+            return;
+        }
+    }
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        w->producer, RD_KAFKA_V_TOPIC(c->workers_topic), RD_KAFKA_V_KEY(w->worker_id, strlen(w->worker_id)),
+        RD_KAFKA_V_VALUE(json, json ? strlen(json) : 0), RD_KAFKA_V_MSGFLAGS(json ? RD_KAFKA_MSG_F_FREE : 0),
+        RD_KAFKA_V_OPAQUE(&report_tag), RD_KAFKA_V_END);
+    if (e) {
+        cf_log_warn(LOG_SUB, "worker report not queued for %s: %s", c->workers_topic, rd_kafka_err2str(e));
+        free(json);
+    }
+}
+
 int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
 {
     int sig_fd = -1;
@@ -2111,6 +2184,7 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
     }
     cf_log_info(LOG_SUB, "worker %s consuming %s (group %s, %" PRId64 " slot(s))", w->worker_id, names,
                 w->cfg->group, w->cfg->slots);
+    publish_report(w, false);
     int rc = 0;
     while (!atomic_load(&w->stop_requested)) {
         if (rd_kafka_fatal_error(w->producer, NULL, 0)) {

@@ -17,6 +17,11 @@ static const cf_conf_prop worker_props[] = {
      "Consumer group shared by every worker of the fleet.", NULL},
     {"worker-id", CF_CONF_STRING, OFF(worker_id), 0, 128, NULL, NULL,
      "Name reported in results and logs; default <hostname>-<pid>.", NULL},
+    {"static-membership", CF_CONF_BOOL, OFF(static_membership), 0, 0, "false", NULL,
+     "Join the group as a static member named by worker-id (required then): a worker restarted with the same "
+     "id within the session timeout (6 s) gets its partitions back without a rebalance of the others.  The "
+     "cost: a stopped static member's partitions move only when its session expires, also on a clean stop "
+     "(docs/RELIABILITY.md, \"Failover\").", NULL},
     {"request-topic", CF_CONF_STRING, OFF(request_topic), 0, 249, "codefleet.requests", NULL,
      "Topic the worker consumes execution requests from, governed by the profile `default` (empty: only the "
      "profiles' topics).", NULL},
@@ -26,6 +31,10 @@ static const cf_conf_prop worker_props[] = {
      "Dead-letter topic for messages that cannot be answered (no readable id).", NULL},
     {"events-topic", CF_CONF_STRING, OFF(events_topic), 0, 249, "codefleet.events", NULL,
      "The fleet's collaboration events topic (requests may never name it as reply_to).", NULL},
+    {"workers-topic", CF_CONF_STRING, OFF(workers_topic), 0, 249, "codefleet.workers", NULL,
+     "Compacted topic where the worker publishes what it serves (backends, languages, limits) at start, and a "
+     "tombstone at a clean stop; `codefleet doctor` reads it.  Empty: no report.  A failed report is logged, "
+     "never fatal.", NULL},
     {"slots", CF_CONF_INT, OFF(slots), 1, 256, "2", NULL,
      "Executions run concurrently by this worker.", NULL},
     {"prefetch", CF_CONF_INT, OFF(prefetch), 0, 4096, "32", NULL,

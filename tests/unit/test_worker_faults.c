@@ -112,6 +112,9 @@ static running_worker *worker_start(fx *f, const char *id, const char *const *ex
     conf_set(&rw->cfg, "result-topic", "res");
     conf_set(&rw->cfg, "dlq-topic", "dlq");
     conf_set(&rw->cfg, "events-topic", "events");
+    /* No report: its Produce request would take one of the injected
+     * Produce errors meant for results. */
+    conf_set(&rw->cfg, "workers-topic", "");
     conf_set(&rw->cfg, "worker-id", id);
     conf_set(&rw->cfg, "backends", "process");
     conf_set(&rw->cfg, "profile.default.backends", "process");

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Group stability under steady load, and restarts of a static member.
+#
+#   tests/bench/bench_rebalance.sh [--duration SECONDS] [--restarts N]
+#
+# 1. Steady run (default 600 s): three workers (2 slots, prefetch 2, so
+#    partitions pause and resume all the time) on a 6-partition topic, fed
+#    without pause by `codefleet batch` rounds mixing trivial requests with
+#    executions of 10 s (longer than the 6 s session timeout) on a busy
+#    2-core machine.  Counts every rebalance event the workers log after
+#    the group first settled ("assigned" / "revoked" / "lost" lines); the
+#    expected count is 0.
+# 2. Static membership (default 10 restarts): the third worker runs with
+#    --static-membership; each round SIGKILLs it, restarts it with the same
+#    worker-id after 1 s, and measures the time from the restart to its
+#    partitions being back; the other two workers must log no rebalance.
+#
+# Uses its own stack (state dir .stack-rebalance, ports 19392/16679) and
+# stops it at the end.  RESULT lines are summarized at the end.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+exec </dev/null
+
+duration=600 restarts=10
+while (($#)); do
+    case $1 in
+    --duration) duration=$2 && shift ;;
+    --restarts) restarts=$2 && shift ;;
+    *) echo "usage: $0 [--duration SECONDS] [--restarts N]" >&2 && exit 2 ;;
+    esac
+    shift
+done
+
+export CODEFLEET_STATE=$repo/.stack-rebalance
+export CODEFLEET_KAFKA_PORT=19392
+export CODEFLEET_REDIS_PORT=16679
+brokers=127.0.0.1:$CODEFLEET_KAFKA_PORT
+
+deploy/install.sh
+deploy/build.sh
+bin=$repo/build
+deploy/stack.sh up --workers 0 --no-topics
+declare -A pids=()
+cleanup() {
+    for id in "${!pids[@]}"; do kill -TERM "${pids[$id]}" 2>/dev/null || true; done
+    for id in "${!pids[@]}"; do wait "${pids[$id]}" 2>/dev/null || true; done
+    deploy/stack.sh down >/dev/null || true
+}
+trap cleanup EXIT
+
+admin_conf=$CODEFLEET_STATE/secrets/admin.conf
+logs=$CODEFLEET_STATE/rebalance
+mkdir -p "$logs"
+work_root=/dev/shm/codefleet-rebalance
+mkdir -p "$work_root"
+t=rebalance-$(date +%s)
+cli() { "$bin/dispatcher/codefleet" --config "$admin_conf" --brokers "$brokers" "$@"; }
+cli topics create --partitions 6 "$t.req" "$t.res" "$t.dlq" >/dev/null
+
+start_worker() { # id log [extra flags...]
+    local id=$1 log=$2
+    shift 2
+    env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
+        "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$t" \
+        --worker-id "$id" --request-topic "$t.req" --result-topic "$t.res" --dlq-topic "$t.dlq" \
+        --log-level info --backends process --profile.default.backends=process --profile.default.network=enabled \
+        --slots 2 --prefetch 2 \
+        --work-root "$work_root" "$@" >>"$log" 2>&1 &
+    pids[$id]=$!
+}
+events() { grep -cE 'kafka: (assigned|revoked|lost) [0-9]+ partition' "$1" || true; }
+
+start_worker rb-1 "$logs/rb-1.log"
+start_worker rb-2 "$logs/rb-2.log"
+start_worker rb-3 "$logs/rb-3.log" --static-membership
+sleep 12 # join and settle
+declare -A base=()
+for id in rb-1 rb-2 rb-3; do base[$id]=$(events "$logs/$id.log"); done
+
+# One round: 200 requests, 1 in 20 sleeping 10 s.
+round=$logs/round.jsonl
+: >"$round"
+for ((i = 0; i < 200; i++)); do
+    if ((i % 20 == 0)); then
+        printf '{"language":"shell","code":"sleep 10","policy":{"timeout_us":30000000}}\n'
+    else
+        printf '{"language":"shell","code":"exit 0"}\n'
+    fi
+done >>"$round"
+
+echo "== 1. steady run: ${duration}s of load on 3 workers"
+end=$((SECONDS + duration))
+rounds=0 answered=0 failed_rounds=0
+while ((SECONDS < end)); do
+    if out=$(cli --request-topic "$t.req" --result-topic "$t.res" --timeout 120s --json batch "$round" --concurrency 40 2>&1); then
+        :
+    else
+        failed_rounds=$((failed_rounds + 1))
+        ((failed_rounds > 1)) || printf '  a round did not fully succeed: %s\n' "$(printf '%s\n' "$out" | tail -n 2)"
+    fi
+    n=$(printf '%s\n' "$out" | grep '"summary"' | grep -o '"success":[0-9]*' | grep -o '[0-9]*$' | tail -n 1 || true)
+    answered=$((answered + ${n:-0}))
+    rounds=$((rounds + 1))
+done
+steady=0
+for id in rb-1 rb-2 rb-3; do
+    n=$(($(events "$logs/$id.log") - base[$id]))
+    echo "  $id: $n rebalance event(s)"
+    steady=$((steady + n))
+done
+echo "  $rounds rounds, $answered requests answered successfully, $failed_rounds round(s) not all successful"
+echo "RESULT rebalance_steady seconds=$duration rounds=$rounds succeeded=$answered events=$steady"
+
+echo "== 2. static member restarts ($restarts SIGKILL + restart after 1 s)"
+times=()
+others_before=$(($(events "$logs/rb-1.log") + $(events "$logs/rb-2.log")))
+for ((r = 1; r <= restarts; r++)); do
+    kill -KILL "${pids[rb-3]}"
+    wait "${pids[rb-3]}" 2>/dev/null || true
+    sleep 1
+    log=$logs/rb-3.restart-$r.log
+    : >"$log"
+    t0=$(date +%s%N)
+    start_worker rb-3 "$log" --static-membership
+    got=""
+    for ((k = 0; k < 300; k++)); do
+        if grep -qE 'kafka: assigned [1-9][0-9]* partition' "$log"; then
+            got=$(($(date +%s%N) - t0))
+            break
+        fi
+        sleep 0.05
+    done
+    if [[ -z $got ]]; then
+        echo "  round $r: partitions not back within 15 s"
+        times+=(15000)
+    else
+        times+=($((got / 1000000)))
+        echo "  round $r: partitions back after $((got / 1000000)) ms"
+    fi
+    sleep 2
+done
+others=$(($(events "$logs/rb-1.log") + $(events "$logs/rb-2.log") - others_before))
+sorted=$(printf '%s\n' "${times[@]}" | sort -n)
+median=$(printf '%s\n' "$sorted" | sed -n "$(((restarts + 1) / 2))p")
+max=$(printf '%s\n' "$sorted" | tail -n 1)
+echo "  median ${median} ms, max ${max} ms; rebalance events on the other workers: $others"
+echo "RESULT static_restart rounds=$restarts median_ms=$median max_ms=$max others_events=$others"

@@ -1,0 +1,353 @@
+/* Integration tests of `codefleet doctor` against the real broker and Redis
+ * of deploy/stack.sh: the built CLI is run as a child process with --json
+ * and its report is checked check by check, on a healthy fleet and with
+ * each part broken the way an operator meets it (broker down or refusing
+ * the credentials, Redis down, no worker in the group, a result topic whose
+ * message limit would cut results). */
+#include "it_support.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cf_dispatcher.h"
+
+extern char **environ;
+
+typedef struct fx {
+    char tmp[128];
+    it_topics t;
+    char workers_topic[96];
+    it_worker w;
+    bool worker_started;
+} fx;
+
+typedef struct run_out {
+    int rc;
+    char out[1 << 18];
+    char err[1 << 16];
+} run_out;
+
+static run_out g_run;
+
+static void read_file_into(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+}
+
+/* codefleet --json with the fixture's topics, then the given args (NULL-
+ * terminated; later flags win over the defaults given here). */
+static run_out *doctor(fx *f, const char *first, ...)
+{
+    static char bin[1024], a_config[1100], a_brokers[300], a_redis[300], a_req[128], a_res[128], a_dlq[128],
+        a_workers[128], a_group[128];
+    const char *b = getenv("CF_BINARY_DIR");
+    snprintf(bin, sizeof(bin), "%s/dispatcher/codefleet", b ? b : "build");
+    const char *argv[48];
+    int n = 0;
+    argv[n++] = bin;
+    if (it_client_config()) {
+        snprintf(a_config, sizeof(a_config), "--config=%s", it_client_config());
+        argv[n++] = a_config;
+    }
+    snprintf(a_brokers, sizeof(a_brokers), "--brokers=%s", it_brokers());
+    snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
+    snprintf(a_req, sizeof(a_req), "--request-topic=%s", f->t.requests);
+    snprintf(a_res, sizeof(a_res), "--result-topic=%s", f->t.results);
+    snprintf(a_dlq, sizeof(a_dlq), "--dlq-topic=%s", f->t.dlq);
+    snprintf(a_workers, sizeof(a_workers), "--workers-topic=%s", f->workers_topic);
+    snprintf(a_group, sizeof(a_group), "--worker-group=%s", f->t.group);
+    const char *fixed[] = {a_brokers, a_redis, a_req, a_res, a_dlq, a_workers, a_group, "--events-topic=", "--json"};
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        argv[n++] = fixed[i];
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && n < 46; a = va_arg(ap, const char *))
+        argv[n++] = a;
+    va_end(ap);
+    argv[n] = NULL;
+    char outp[256], errp[256];
+    snprintf(outp, sizeof(outp), "%s/stdout", f->tmp);
+    snprintf(errp, sizeof(errp), "%s/stderr", f->tmp);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    g_run.rc = WEXITSTATUS(st);
+    read_file_into(outp, g_run.out, sizeof(g_run.out));
+    read_file_into(errp, g_run.err, sizeof(g_run.err));
+    return &g_run;
+}
+
+static json_t *report_of(const run_out *r, int want_rc)
+{
+    if (r->rc != want_rc)
+        fail_msg("doctor exit %d, want %d\nstdout: %s\nstderr: %s", r->rc, want_rc, r->out, r->err);
+    json_error_t je;
+    json_t *j = json_loads(r->out, 0, &je);
+    if (!j)
+        fail_msg("doctor --json printed no single JSON object (%s): %s", je.text, r->out);
+    assert_true(json_is_boolean(json_object_get(j, "ok")));
+    assert_int_equal(json_is_true(json_object_get(j, "ok")), want_rc == 0);
+    return j;
+}
+
+/* The check named name (exact), failing the test when it is absent. */
+static json_t *check_of(json_t *rep, const char *name)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(rep, "checks"), i, c)
+    {
+        const char *n = json_string_value(json_object_get(c, "check"));
+        if (n && strcmp(n, name) == 0)
+            return c;
+    }
+    char *dump = json_dumps(rep, JSON_INDENT(1));
+    fail_msg("no check '%s' in %s", name, dump);
+    return NULL;
+}
+
+static void expect_status(json_t *rep, const char *name, const char *status)
+{
+    json_t *c = check_of(rep, name);
+    const char *s = json_string_value(json_object_get(c, "status"));
+    if (!s || strcmp(s, status) != 0) {
+        char *dump = json_dumps(c, 0);
+        fail_msg("check %s: status %s, want %s: %s", name, s ? s : "?", status, dump);
+    }
+}
+
+static void expect_text(json_t *rep, const char *name, const char *field, const char *needle)
+{
+    const char *s = json_string_value(json_object_get(check_of(rep, name), field));
+    if (!s || !strstr(s, needle))
+        fail_msg("check %s: %s '%s' lacks '%s'", name, field, s ? s : "(none)", needle);
+}
+
+static int setup(void **state)
+{
+    if (!it_brokers() || !it_redis())
+        return 0;
+    fx *f = calloc(1, sizeof(*f));
+    snprintf(f->tmp, sizeof(f->tmp), "/tmp/cf-it-doctor-XXXXXX");
+    assert_non_null(mkdtemp(f->tmp));
+    it_topics_create(&f->t, "it-doctor", 2);
+    it_unique_name("it-doctor-workers", f->workers_topic, sizeof(f->workers_topic));
+    const char *names[] = {f->workers_topic};
+    cf_kafka_topic_opts o = {.partitions = 1, .replication_factor = -1, .compacted = f->workers_topic};
+    cf_error err = {0};
+    if (cf_kafka_create_topics_opts(it_brokers(), it_kafka(), names, 1, &o, 30 * 1000000LL, &err) < 0)
+        fail_msg("creating %s: %s", f->workers_topic, err.msg);
+    *state = f;
+    return 0;
+}
+
+static void start_worker(fx *f, const char *max_output)
+{
+    static char a_workers[128], a_redis[300], a_out[64];
+    snprintf(a_workers, sizeof(a_workers), "--workers-topic=%s", f->workers_topic);
+    snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
+    snprintf(a_out, sizeof(a_out), "--max-output=%s", max_output);
+    const char *extra[] = {a_workers, a_redis, a_out, NULL};
+    /* A fresh id (and so a fresh log file) per test: a log of an earlier
+     * worker must not answer the wait below. */
+    static int n;
+    char id[32];
+    snprintf(id, sizeof(id), "doctor-w%d", ++n);
+    it_worker_start(&f->w, &f->t, id, extra);
+    f->worker_started = true;
+    if (!it_worker_wait_log(&f->w, "assigned 2 partition(s)", 20000)) {
+        it_worker_dump_log(&f->w);
+        fail_msg("the worker did not get its partitions");
+    }
+    /* The worker's report is published asynchronously at start: wait until
+     * doctor sees it (what the tests below check is what doctor does with
+     * it). */
+    for (int i = 0; i < 50; i++) {
+        run_out *r = doctor(f, "doctor", "--no-roundtrip", "--no-redis", NULL);
+        if (strstr(r->out, "\"check\":\"capabilities\",\"status\":\"ok\"") ||
+            strstr(r->out, "\"check\": \"capabilities\", \"status\": \"ok\""))
+            return;
+        usleep(200 * 1000);
+    }
+    it_worker_dump_log(&f->w);
+    fail_msg("doctor never saw the worker's report: %s", g_run.out);
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    if (!f)
+        return 0;
+    if (f->worker_started)
+        it_worker_stop(&f->w, SIGTERM, 15000);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->tmp);
+    assert_int_equal(system(cmd), 0);
+    free(f);
+    *state = NULL;
+    return 0;
+}
+
+/* Everything up: every check ok, the worker's report joined to its group
+ * membership, the round trip timed. */
+static void test_doctor_healthy(void **state)
+{
+    IT_REQUIRE_REDIS();
+    fx *f = *state;
+    start_worker(f, "1MiB");
+    json_t *rep = report_of(doctor(f, "doctor", NULL), 0);
+    expect_status(rep, "broker", "ok");
+    expect_status(rep, "workers", "ok");
+    json_t *w = check_of(rep, "workers");
+    assert_int_equal(json_array_size(json_object_get(w, "members")), 1);
+    assert_int_equal(json_integer_value(json_object_get(w, "assigned_partitions")), 2);
+    assert_true(json_integer_value(json_object_get(w, "lag")) >= 0);
+    expect_status(rep, "capabilities", "ok");
+    expect_text(rep, "capabilities", "message", "shell");
+    expect_text(rep, "capabilities", "message", "process [host_local:");
+    char name[160];
+    snprintf(name, sizeof(name), "topic %s", f->t.results);
+    expect_status(rep, name, "ok");
+    assert_int_equal(json_integer_value(json_object_get(check_of(rep, name), "max_message_bytes")), 16777216);
+    /* 2 x 1 MiB + output file 1 MiB + collect 4 MiB + 64 KiB */
+    assert_int_equal(json_integer_value(json_object_get(check_of(rep, name), "largest_result_bytes")),
+                     7 * 1024 * 1024 + 64 * 1024);
+    snprintf(name, sizeof(name), "topic %s", f->workers_topic);
+    expect_status(rep, name, "ok");
+    expect_status(rep, "redis", "ok");
+    expect_status(rep, "roundtrip", "ok");
+    json_t *rt = check_of(rep, "roundtrip");
+    assert_true(json_real_value(json_object_get(rt, "latency_ms")) > 0);
+    assert_string_equal(json_string_value(json_object_get(rt, "result_status")), "success");
+    assert_int_equal(json_integer_value(json_object_get(rep, "failed")), 0);
+    json_decref(rep);
+
+    /* The text form: one line per check and a verdict. */
+    run_out *r = doctor(f, "--json=false", "doctor", "--no-roundtrip", NULL);
+    assert_int_equal(r->rc, 0);
+    assert_non_null(strstr(r->out, "OK      broker"));
+    assert_non_null(strstr(r->out, "healthy: 0 failed"));
+    assert_null(strstr(r->out, "roundtrip"));
+}
+
+static void test_doctor_broker_down(void **state)
+{
+    IT_REQUIRE_REDIS();
+    fx *f = *state;
+    json_t *rep = report_of(doctor(f, "--brokers=127.0.0.1:1", "doctor", NULL), 1);
+    expect_status(rep, "broker", "fail");
+    expect_text(rep, "broker", "fix", "cannot reach the Kafka broker at 127.0.0.1:1");
+    expect_status(rep, "topics", "skipped");
+    expect_status(rep, "workers", "skipped");
+    /* Redis is checked all the same. */
+    expect_status(rep, "redis", "ok");
+    json_decref(rep);
+}
+
+static void test_doctor_bad_credentials(void **state)
+{
+    IT_REQUIRE_REDIS();
+    fx *f = *state;
+    if (!it_client_config())
+        skip();
+    char path[256];
+    snprintf(path, sizeof(path), "%s/wrong.conf", f->tmp);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    /* The stack's own mechanism, a principal that exists, a wrong password. */
+    const char *mech = cf_kvlist_get(it_kafka(), "sasl.mechanisms");
+    fprintf(fp, "kafka.security.protocol = SASL_PLAINTEXT\nkafka.sasl.mechanisms = %s\n"
+                "kafka.sasl.username = cli\nkafka.sasl.password = not-the-password\n",
+            mech ? mech : "PLAIN");
+    fclose(fp);
+    char a_config[300];
+    snprintf(a_config, sizeof(a_config), "--config=%s", path);
+    json_t *rep = report_of(doctor(f, a_config, "doctor", "--no-redis", NULL), 1);
+    expect_status(rep, "broker", "fail");
+    expect_text(rep, "broker", "fix", "refused the credentials");
+    json_decref(rep);
+}
+
+static void test_doctor_redis_down(void **state)
+{
+    IT_REQUIRE_REDIS();
+    fx *f = *state;
+    start_worker(f, "1MiB"); /* a worker that uses Redis makes Redis required */
+    json_t *rep = report_of(doctor(f, "--redis=127.0.0.1:1", "doctor", "--no-roundtrip", NULL), 1);
+    expect_status(rep, "redis", "fail");
+    expect_text(rep, "redis", "fix", "cannot reach Redis at 127.0.0.1:1");
+    expect_status(rep, "broker", "ok");
+    expect_status(rep, "workers", "ok");
+    json_decref(rep);
+}
+
+static void test_doctor_no_workers(void **state)
+{
+    IT_REQUIRE_REDIS();
+    fx *f = *state;
+    json_t *rep = report_of(doctor(f, "doctor", NULL), 1);
+    expect_status(rep, "broker", "ok");
+    expect_status(rep, "workers", "fail");
+    expect_text(rep, "workers", "message", "no worker in group");
+    expect_text(rep, "workers", "fix", "start a worker");
+    expect_status(rep, "roundtrip", "skipped");
+    json_decref(rep);
+}
+
+/* A worker whose results may outgrow the result topic's message limit:
+ * doctor says which topic and by how much, before any result is cut. */
+static void test_doctor_topic_limit_too_small(void **state)
+{
+    IT_REQUIRE_REDIS();
+    fx *f = *state;
+    start_worker(f, "16MiB");
+    json_t *rep = report_of(doctor(f, "doctor", "--no-roundtrip", NULL), 1);
+    char name[160];
+    snprintf(name, sizeof(name), "topic %s", f->t.results);
+    expect_status(rep, name, "fail");
+    expect_text(rep, name, "message", "is below the");
+    expect_text(rep, name, "fix", "max.message.bytes=");
+    json_decref(rep);
+}
+
+static void test_doctor_usage(void **state)
+{
+    IT_REQUIRE_BROKER();
+    fx *f = *state;
+    run_out *r = doctor(f, "doctor", "--bogus", NULL);
+    assert_int_equal(r->rc, 2);
+    assert_non_null(strstr(r->err, "unknown argument '--bogus'"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_doctor_healthy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_doctor_broker_down, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_doctor_bad_credentials, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_doctor_redis_down, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_doctor_no_workers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_doctor_topic_limit_too_small, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_doctor_usage, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
