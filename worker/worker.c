@@ -135,6 +135,17 @@ typedef struct topic_state {
     size_t nparts;
 } topic_state;
 
+/* What an operator can act on, from a librdkafka error: one line naming
+ * what failed and what to check (the raw detail stays at debug level). */
+typedef enum kafka_problem {
+    KP_NONE,
+    KP_UNREACHABLE,
+    KP_AUTH,
+    KP_ACL,
+    KP_TOPIC,
+    KP__COUNT,
+} kafka_problem;
+
 struct cf_worker {
     const cf_worker_config *cfg;
     char worker_id[CF_ID_MAX + 1];
@@ -174,6 +185,7 @@ struct cf_worker {
     char nonce[17];            /* random, per process: in lease tokens */
     pthread_t keeper;          /* renews the leases of running executions */
     bool keeper_started;
+    _Atomic int64_t kafka_explained_us[KP__COUNT]; /* when each kafka_problem was last explained */
     bool keeper_stop;          /* guarded by lock */
     pthread_cond_t keeper_cond;
     /* Counters for the shutdown summary. */
@@ -697,7 +709,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     (void)rk;
     cf_worker *w = opaque;
     if (m->_private == &report_tag) {
-        if (m->err)
+        /* Purged: the worker is stopping with the broker gone. */
+        if (m->err && m->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE && m->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
             cf_log_warn(LOG_SUB,
                         "worker report not published to %s: %s (codefleet doctor will not see what this worker "
                         "serves: check that the topic exists and this principal may write it)",
@@ -865,13 +878,16 @@ static void rewind_partition(cf_worker *w, const char *topic, int32_t partition,
     rd_kafka_topic_partition_list_destroy(l);
 }
 
+static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque);
+
 /* Takes one message: every path ends in an answer (result or dead letter)
  * or, if the message cannot even be recorded, a rewind to it. */
 static void handle_message(cf_worker *w, rd_kafka_message_t *m)
 {
     if (m->err) {
+        /* The same one-line explanations as the clients' errors. */
         if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-            cf_log_warn("kafka", "consumer: %s", rd_kafka_message_errstr(m));
+            on_kafka_error(w->consumer, m->err, rd_kafka_message_errstr(m), w);
         return;
     }
     const char *tname = m->rkt ? rd_kafka_topic_name(m->rkt) : NULL;
@@ -1604,23 +1620,94 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
     }
 }
 
+static kafka_problem classify_kafka_error(int err, const char *reason)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR__TRANSPORT:
+    case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+    case RD_KAFKA_RESP_ERR__RESOLVE:
+        return reason && strstr(reason, "SASL authentication") ? KP_AUTH : KP_UNREACHABLE;
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+        return KP_AUTH;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        return KP_ACL;
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
+        return KP_TOPIC;
+    default:
+        return KP_NONE;
+    }
+}
+
+#define KAFKA_EXPLAIN_EVERY_US (30 * INT64_C(1000000))
+
 static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-    (void)opaque;
+    cf_worker *w = opaque;
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char buf[512];
         rd_kafka_fatal_error(rk, buf, sizeof(buf));
         cf_log_error("kafka", "%s: fatal error: %s", rd_kafka_name(rk), buf);
         return;
     }
-    cf_log_warn("kafka", "%s: %s: %s", rd_kafka_name(rk), rd_kafka_err2name(err), reason);
+    kafka_problem kp = classify_kafka_error(err, reason);
+    if (kp == KP_NONE) {
+        cf_log_warn("kafka", "%s: %s: %s", rd_kafka_name(rk), rd_kafka_err2name(err), reason);
+        return;
+    }
+    cf_log_debug("kafka", "%s: %s: %s", rd_kafka_name(rk), rd_kafka_err2name(err), reason);
+    int64_t now = cf_mono_us();
+    /* A refused login drops the connection: "all brokers down" follows,
+     * and is not the problem to fix. */
+    int64_t auth = atomic_load(&w->kafka_explained_us[KP_AUTH]);
+    if (kp == KP_UNREACHABLE && auth && now - auth < KAFKA_EXPLAIN_EVERY_US)
+        return;
+    /* Both clients report the same outage, over and over while it lasts:
+     * one line per kind of problem every 30 s is what a person reads. */
+    int64_t last = atomic_load(&w->kafka_explained_us[kp]);
+    if (last && now - last < KAFKA_EXPLAIN_EVERY_US)
+        return;
+    atomic_store(&w->kafka_explained_us[kp], now);
+    const cf_worker_config *c = w->cfg;
+    switch (kp) {
+    case KP_UNREACHABLE:
+        cf_log_error("kafka",
+                     "cannot reach the Kafka broker at %s (%s): is it running? check brokers "
+                     "(CODEFLEET_WORKER_BROKERS); the worker retries and loses nothing meanwhile",
+                     c->brokers, rd_kafka_err2str(err));
+        break;
+    case KP_AUTH:
+        cf_log_error("kafka",
+                     "the Kafka broker at %s refused the worker's credentials: check kafka.sasl.mechanisms, "
+                     "kafka.sasl.username and kafka.sasl.password in the worker's --config",
+                     c->brokers);
+        break;
+    case KP_ACL:
+        cf_log_error("kafka",
+                     "the broker denied this worker an operation (%s): its principal needs read on the request "
+                     "topics and group %s, write on the result, dead-letter and workers topics",
+                     reason && reason[0] ? reason : rd_kafka_err2str(err), c->group);
+        break;
+    case KP_TOPIC:
+        cf_log_error("kafka", "a topic the worker uses does not exist (%s): create the fleet's topics with "
+                              "'codefleet topics create', or check request-topic / result-topic / dlq-topic",
+                     reason && reason[0] ? reason : rd_kafka_err2str(err));
+        break;
+    default:
+        break;
+    }
 }
 
+/* librdkafka's own lines are the raw detail behind on_kafka_error's
+ * explanations: debug level only (CODEFLEET_WORKER_LOG_LEVEL=debug). */
 static void on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     (void)rk;
-    cf_log_level l = level <= 3 ? CF_LOG_ERROR : level <= 4 ? CF_LOG_WARN : level <= 6 ? CF_LOG_INFO : CF_LOG_DEBUG;
-    CF_LOG(l, "kafka", "%s: %s", fac, buf);
+    (void)level;
+    cf_log_debug("kafka", "%s: %s", fac, buf);
 }
 
 /* ---------------------------------------------------------------- setup */
@@ -1733,18 +1820,21 @@ fail:
  * seen and, with linger.ms=0, sends it at the broker thread's next periodic
  * wake-up (about 1 s later): fetching the metadata at start-up takes that
  * second off the first result. */
-static void warm_topic_metadata(rd_kafka_t *rk, const char *topic)
+/* Returns false when the broker could not be reached: warming the other
+ * topics would only add 5 s each to the start-up. */
+static bool warm_topic_metadata(rd_kafka_t *rk, const char *topic)
 {
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
     if (!rkt)
-        return;
+        return true;
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, 5000);
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
         rd_kafka_metadata_destroy(md);
     else
-        cf_log_warn("kafka", "metadata of %s: %s", topic, rd_kafka_err2str(e));
+        cf_log_debug("kafka", "metadata of %s: %s", topic, rd_kafka_err2str(e));
     rd_kafka_topic_destroy(rkt);
+    return e != RD_KAFKA_RESP_ERR__TRANSPORT && e != RD_KAFKA_RESP_ERR__TIMED_OUT;
 }
 
 int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
@@ -1924,12 +2014,13 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         cf_error_set(err, CF_E_KAFKA, "creating producer: %s", errstr);
         goto fail;
     }
-    warm_topic_metadata(w->producer, cfg->result_topic);
-    for (size_t i = 0; i < w->ntopics; i++)
+    bool reachable = warm_topic_metadata(w->producer, cfg->result_topic);
+    for (size_t i = 0; reachable && i < w->ntopics; i++)
         if (strcmp(w->topics[i].results, cfg->result_topic) != 0)
-            warm_topic_metadata(w->producer, w->topics[i].results);
-    warm_topic_metadata(w->producer, cfg->dlq_topic);
-    if (cfg->workers_topic && cfg->workers_topic[0])
+            reachable = warm_topic_metadata(w->producer, w->topics[i].results);
+    if (reachable)
+        reachable = warm_topic_metadata(w->producer, cfg->dlq_topic);
+    if (reachable && cfg->workers_topic && cfg->workers_topic[0])
         warm_topic_metadata(w->producer, cfg->workers_topic);
     rd_kafka_conf_t *cconf = kafka_conf_new(w, true, err);
     if (!cconf)

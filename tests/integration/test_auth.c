@@ -273,6 +273,41 @@ static void test_tenant_through_the_fleet(void **state)
 
 /* Redis: no default user; the worker user reaches only codefleet keys and
  * no administrative command. */
+/* The worker turns broker refusals into one line an operator can act on
+ * (issue 15): a wrong password names the credentials to check, a principal
+ * without the worker's ACLs names the grants it needs; librdkafka's raw
+ * lines stay at debug level. */
+static void test_worker_explains_refusals(void **state)
+{
+    (void)state;
+    REQUIRE_AUTH_STACK();
+    it_topics t;
+    it_topics_create(&t, "it-auth-explain", 1);
+    const char *bad_password[] = {"--kafka.sasl.password=not-the-password", "--log-level=info", NULL};
+    it_worker w;
+    it_worker_start(&w, &t, "explain-pw", bad_password);
+    bool said = it_worker_wait_log(&w, "refused the worker's credentials: check kafka.sasl.mechanisms", 20000);
+    bool raw = it_worker_log_contains(&w, "Authentication failed");
+    bool misleading = it_worker_log_contains(&w, "cannot reach the Kafka broker");
+    it_worker_stop(&w, SIGTERM, 15000);
+    if (!said || raw || misleading) {
+        it_worker_dump_log(&w);
+        fail_msg("wrong password: explained %d, raw librdkafka line %d, 'cannot reach' %d", said, raw, misleading);
+    }
+
+    char tconf[512], a_conf[600];
+    snprintf(a_conf, sizeof(a_conf), "--config=%s", it_principal_config("tenant-a", tconf, sizeof(tconf)));
+    const char *tenant[] = {a_conf, "--log-level=info", NULL};
+    it_worker_start(&w, &t, "explain-acl", tenant);
+    said = it_worker_wait_log(&w, "the broker denied this worker an operation", 20000);
+    bool names_grants = it_worker_log_contains(&w, "its principal needs read on the request topics");
+    it_worker_stop(&w, SIGTERM, 15000);
+    if (!said || !names_grants) {
+        it_worker_dump_log(&w);
+        fail_msg("a principal without the worker's ACLs: no actionable line");
+    }
+}
+
 static void test_redis_acl_users(void **state)
 {
     (void)state;
@@ -334,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_tenant_topics),
         cmocka_unit_test(test_tenant_through_the_fleet),
         cmocka_unit_test(test_redis_acl_users),
+        cmocka_unit_test(test_worker_explains_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
