@@ -49,6 +49,10 @@ expect() {
     fi
 }
 
+# The workers publish their reports as they start: give them a moment, then
+# check the whole fleet (broker, topics, workers, Redis, a round trip).
+sleep 2
+expect 0 "is everything in place? (codefleet doctor)" -- doctor
 expect 0 "shell" -- submit -l shell --code 'echo "hello from $(basename "$0") in $PWD"; echo "to stderr" >&2'
 expect 0 "python, with structured input and output" -- submit -l python --input '{"numbers": [3, 1, 2]}' --code '
 import json, os

@@ -5,15 +5,18 @@
 #
 # 1. Steady run (default 600 s): three workers (2 slots, prefetch 2, so
 #    partitions pause and resume all the time) on a 6-partition topic, fed
-#    without pause by `codefleet batch` rounds mixing trivial requests with
-#    executions of 10 s (longer than the 6 s session timeout) on a busy
-#    2-core machine.  Counts every rebalance event the workers log after
-#    the group first settled ("assigned" / "revoked" / "lost" lines); the
+#    without pause by two streams of `codefleet batch` rounds: one mixing
+#    trivial requests with executions of 10 s (longer than the 6 s session
+#    timeout), one of trivial requests only; two CPU burners keep the
+#    2-core machine saturated.  Counts every rebalance event the workers log
+#    after the group first settled ("assigned" / "revoked" / "lost"); the
 #    expected count is 0.
 # 2. Static membership (default 10 restarts): the third worker runs with
 #    --static-membership; each round SIGKILLs it, restarts it with the same
 #    worker-id after 1 s, and measures the time from the restart to its
 #    partitions being back; the other two workers must log no rebalance.
+# 3. Failover (default 20 kills): tests/bench/bench_failover with the
+#    worker defaults, as in tests/bench/run.sh section 9.
 #
 # Uses its own stack (state dir .stack-rebalance, ports 19392/16679) and
 # stops it at the end.  RESULT lines are summarized at the end.
@@ -22,12 +25,13 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
 exec </dev/null
 
-duration=600 restarts=10
+duration=600 restarts=20 kills=20
 while (($#)); do
     case $1 in
     --duration) duration=$2 && shift ;;
     --restarts) restarts=$2 && shift ;;
-    *) echo "usage: $0 [--duration SECONDS] [--restarts N]" >&2 && exit 2 ;;
+    --kills) kills=$2 && shift ;;
+    *) echo "usage: $0 [--duration SECONDS] [--restarts N] [--kills N]" >&2 && exit 2 ;;
     esac
     shift
 done
@@ -42,7 +46,9 @@ deploy/build.sh
 bin=$repo/build
 deploy/stack.sh up --workers 0 --no-topics
 declare -A pids=()
+burners=()
 cleanup() {
+    for pid in "${burners[@]}"; do kill "$pid" 2>/dev/null || true; done
     for id in "${!pids[@]}"; do kill -TERM "${pids[$id]}" 2>/dev/null || true; done
     for id in "${!pids[@]}"; do wait "${pids[$id]}" 2>/dev/null || true; done
     deploy/stack.sh down >/dev/null || true
@@ -65,7 +71,7 @@ start_worker() { # id log [extra flags...]
         "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$t" \
         --worker-id "$id" --request-topic "$t.req" --result-topic "$t.res" --dlq-topic "$t.dlq" \
         --log-level info --backends process --profile.default.backends=process --profile.default.network=enabled \
-        --slots 2 --prefetch 2 \
+        --slots 2 --prefetch 2 --workers-topic= \
         --work-root "$work_root" "$@" >>"$log" 2>&1 &
     pids[$id]=$!
 }
@@ -89,8 +95,25 @@ for ((i = 0; i < 200; i++)); do
     fi
 done >>"$round"
 
-echo "== 1. steady run: ${duration}s of load on 3 workers"
+flood=$logs/flood.jsonl
+for ((i = 0; i < 500; i++)); do printf '{"language":"shell","code":"exit 0"}\n'; done >"$flood"
+
+echo "== 1. steady run: ${duration}s of load on 3 workers, two CPU burners"
+for _ in 1 2; do
+    sh -c 'while :; do :; done' &
+    burners+=($!)
+done
 end=$((SECONDS + duration))
+(
+    n=0
+    while ((SECONDS < end)); do
+        cli --request-topic "$t.req" --result-topic "$t.res" --timeout 120s --json batch "$flood" --concurrency 20 \
+            >"$logs/flood.out" 2>&1 || true
+        n=$((n + $(grep '"summary"' "$logs/flood.out" | grep -o '"success":[0-9]*' | grep -o '[0-9]*$' || echo 0)))
+    done
+    echo "$n" >"$logs/flood.count"
+) &
+flood_pid=$!
 rounds=0 answered=0 failed_rounds=0
 while ((SECONDS < end)); do
     if out=$(cli --request-topic "$t.req" --result-topic "$t.res" --timeout 120s --json batch "$round" --concurrency 40 2>&1); then
@@ -103,14 +126,19 @@ while ((SECONDS < end)); do
     answered=$((answered + ${n:-0}))
     rounds=$((rounds + 1))
 done
+wait "$flood_pid" || true
+for pid in "${burners[@]}"; do kill "$pid" 2>/dev/null || true; done
+burners=()
+flooded=$(cat "$logs/flood.count" 2>/dev/null || echo 0)
 steady=0
 for id in rb-1 rb-2 rb-3; do
     n=$(($(events "$logs/$id.log") - base[$id]))
     echo "  $id: $n rebalance event(s)"
     steady=$((steady + n))
 done
-echo "  $rounds rounds, $answered requests answered successfully, $failed_rounds round(s) not all successful"
-echo "RESULT rebalance_steady seconds=$duration rounds=$rounds succeeded=$answered events=$steady"
+echo "  mixed stream: $rounds rounds, $answered requests answered successfully, $failed_rounds round(s) not all successful"
+echo "  trivial stream: $flooded requests answered successfully"
+echo "RESULT rebalance_steady seconds=$duration succeeded=$((answered + flooded)) long_runs=$((rounds * 10)) events=$steady"
 
 echo "== 2. static member restarts ($restarts SIGKILL + restart after 1 s)"
 times=()
@@ -146,3 +174,22 @@ median=$(printf '%s\n' "$sorted" | sed -n "$(((restarts + 1) / 2))p")
 max=$(printf '%s\n' "$sorted" | tail -n 1)
 echo "  median ${median} ms, max ${max} ms; rebalance events on the other workers: $others"
 echo "RESULT static_restart rounds=$restarts median_ms=$median max_ms=$max others_events=$others"
+
+echo "== 3. failover: $kills SIGKILLs of a worker with queued requests (worker defaults)"
+kill -TERM "${pids[rb-1]}" "${pids[rb-2]}" "${pids[rb-3]}" 2>/dev/null || true
+for id in rb-1 rb-2 rb-3; do wait "${pids[$id]}" 2>/dev/null || true; unset "pids[$id]"; done
+f=failover-$(date +%s)
+cli topics create --partitions 2 "$f.req" "$f.res" "$f.dlq" >/dev/null
+env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
+    "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$f" \
+    --worker-id fo-B --request-topic "$f.req" --result-topic "$f.res" --dlq-topic "$f.dlq" --workers-topic= \
+    --log-level warn --backends process --profile.default.backends=process --profile.default.network=enabled \
+    --slots 2 --work-root "$work_root" >"$logs/fo-B.log" 2>&1 &
+pids[fo-B]=$!
+sleep 3
+"$bin/tests/bench_failover" --config "$admin_conf" --brokers "$brokers" --requests "$f.req" \
+    --results "$f.res" --rounds "$kills" -- \
+    "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$f" \
+    --request-topic "$f.req" --result-topic "$f.res" --dlq-topic "$f.dlq" --workers-topic= --slots 1 --prefetch 8 \
+    --log-level error --backends process --profile.default.backends=process --profile.default.network=enabled \
+    --work-root "$work_root"
