@@ -48,6 +48,12 @@ void cf_cli_explain(const cf_error *err, char *hint, size_t size)
                      "(CODEFLEET_BROKERS)",
                      brokers, last[0] ? " (" : "", last[0] ? (strstr(last, "failed: ") ? strstr(last, "failed: ") + 8 : last) : "",
                      last[0] ? ")" : "");
+    } else if (err->code == CF_E_TIMEOUT && strstr(err->msg, "no result for")) {
+        /* The broker took the request; nobody answered it in time. */
+        snprintf(hint, size,
+                 "%.300s: the request is queued, but no worker answered: is one running and consuming this "
+                 "request topic? 'codefleet doctor' checks; 'codefleet wait ID' picks the result up later",
+                 err->msg);
     } else if (err->code == CF_E_REDIS) {
         const char *redis = g && g->redis ? g->redis : "?";
         if (strstr(err->msg, "WRONGPASS") || strstr(err->msg, "NOAUTH") || strstr(err->msg, "NOPERM"))
