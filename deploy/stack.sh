@@ -164,10 +164,14 @@ ctrl_port() { printf '%s' $((KAFKA_PORT + 1)); }
 # librdkafka 2.6.1: confluentinc/librdkafka#4895).  PLAIN sends the password
 # to the broker, which is acceptable on loopback; over a network use TLS.
 sasl_mechanism() {
+    # A broker already running is the one the clients talk to: its release
+    # (recorded at its start; a broker started before the record was 3.9.1).
+    local v=$CF_KAFKA_VERSION
+    if kafka_running; then v=$(cat "$KAFKA_DIR/version" 2>/dev/null || printf '3.9.1'); fi
     case ${CODEFLEET_KAFKA_SASL:-} in
     scram | SCRAM-SHA-256) printf 'SCRAM-SHA-256' ;;
     plain | PLAIN) printf 'PLAIN' ;;
-    '') if ((${CF_KAFKA_VERSION%%.*} >= 4)); then printf 'PLAIN'; else printf 'SCRAM-SHA-256'; fi ;;
+    '') if ((${v%%.*} >= 4)); then printf 'PLAIN'; else printf 'SCRAM-SHA-256'; fi ;;
     *) cf_die "CODEFLEET_KAFKA_SASL must be scram or plain, not '$CODEFLEET_KAFKA_SASL'" ;;
     esac
 }
@@ -248,9 +252,15 @@ worker_check() { worker_running "$1"; }
 write_kafka_config() {
     mkdir -p "$KAFKA_DIR/data"
     chmod 0700 "$KAFKA_DIR"
-    local admin_pw plain_users='' p
+    local admin_pw plain_users='' p mechanisms=SCRAM-SHA-256 plain_jaas=''
     admin_pw=$(password admin)
-    for p in "${PRINCIPALS[@]}"; do plain_users+=" user_$p=\"$(password "$p")\""; done
+    # PLAIN only when the clients use it: its users are static (a rotated
+    # SCRAM password would not revoke a PLAIN login until a restart).
+    if [[ $(sasl_mechanism) == PLAIN ]]; then
+        for p in "${PRINCIPALS[@]}"; do plain_users+=" user_$p=\"$(password "$p")\""; done
+        mechanisms=SCRAM-SHA-256,PLAIN
+        plain_jaas="listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" password=\"$admin_pw\"$plain_users;"
+    fi
     rm -f "$KAFKA_DIR/server.properties"
     (umask 077 && : >"$KAFKA_DIR/server.properties")
     cat >"$KAFKA_DIR/server.properties" <<EOF
@@ -258,8 +268,8 @@ write_kafka_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$(ctrl_port)
-# Clients: SASL/SCRAM or SASL/PLAIN (see sasl_mechanism in deploy/stack.sh),
-# both with the same per-principal passwords.  The controller listener takes
+# Clients: SASL/SCRAM, and SASL/PLAIN when the clients use it (see
+# sasl_mechanism in deploy/stack.sh), with the same per-principal passwords.  The controller listener takes
 # SASL/PLAIN with the admin's password (SCRAM credentials live in the
 # metadata the controller serves, so it cannot use them itself).
 listeners=SASL_PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$(ctrl_port)
@@ -270,9 +280,9 @@ controller.listener.names=CONTROLLER
 sasl.enabled.mechanisms=SCRAM-SHA-256
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256
 sasl.mechanism.controller.protocol=PLAIN
-listener.name.sasl_plaintext.sasl.enabled.mechanisms=SCRAM-SHA-256,PLAIN
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=$mechanisms
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$admin_pw";
-listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$admin_pw"$plain_users;
+$plain_jaas
 listener.name.controller.sasl.enabled.mechanisms=PLAIN
 listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$admin_pw" user_admin="$admin_pw";
 # Who may do what: ACLs (deploy/stack.sh up grants them); nothing without one.
@@ -376,7 +386,6 @@ start_kafka() {
         rm -f "$argfile"
         : >"$KAFKA_DIR/.scram"
     fi
-    printf '%s\n' "$CF_KAFKA_VERSION" >"$KAFKA_DIR/version"
     cf_log "starting kafka $CF_KAFKA_VERSION on $(brokers) (controller $(ctrl_port), clients SASL/$(sasl_mechanism)), log $KAFKA_DIR/kafka.log"
     spawn "$KAFKA_DIR/kafka.log" "$KAFKA_DIR/kafka.pid" "${CLEAN_ENV[@]}" \
         java -Xms256m -Xmx512m "${java_log[@]}" -cp "$cp" kafka.Kafka "$KAFKA_DIR/server.properties"
@@ -393,6 +402,9 @@ start_kafka() {
         fi
         sleep 0.5
     done
+    # Recorded once it runs: a release that failed to start on this data
+    # must not block going back to the one that wrote it.
+    printf '%s\n' "$CF_KAFKA_VERSION" >"$KAFKA_DIR/version"
     cf_log "kafka started (pid $(read_pid "$KAFKA_DIR/kafka.pid"))"
 }
 

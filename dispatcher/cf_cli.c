@@ -41,7 +41,7 @@ static const cf_conf_prop global_props[] = {
      "The workers' dead-letter topic (doctor).", NULL},
     {"workers-topic", CF_CONF_STRING, offsetof(cf_cli_globals, workers_topic), 0, 249, "codefleet.workers", NULL,
      "Topic of the workers' reports (doctor; topics create makes it compacted).", NULL},
-    {"worker-group", CF_CONF_STRING, offsetof(cf_cli_globals, worker_group), 0, 249, "codefleet-workers", NULL,
+    {"worker-group", CF_CONF_STRING, offsetof(cf_cli_globals, worker_group), 0, 249, "codefleet", NULL,
      "The workers' consumer group (doctor).", NULL},
     {"redis", CF_CONF_STRING, offsetof(cf_cli_globals, redis), 0, 4096, "127.0.0.1:6379", NULL,
      "Redis of workspaces and checkpoints: host:port, [v6]:port or a unix socket path.", NULL},

@@ -30,7 +30,14 @@ void cf_cli_explain(const cf_error *err, char *hint, size_t size)
         *after = '\0'; /* librdkafka's timing detail */
     const char *brokers = g && g->brokers ? g->brokers : "?";
     if (err->code == CF_E_KAFKA || (err->code == CF_E_TIMEOUT && last[0])) {
-        if (strstr(last, "Authentication failed") || strstr(last, "SASL") || strstr(err->msg, "Authentication"))
+        bool refused = strstr(last, "Authentication failed") || strstr(err->msg, "Authentication");
+        if (!refused && cf_kafka_saw_protocol_hint())
+            snprintf(hint, size,
+                     "the Kafka broker at %s expects authentication (SASL) or TLS that this client did not offer: "
+                     "pass your principal's settings with --config (CODEFLEET_CONFIG; for the local stack: "
+                     "eval \"$(deploy/stack.sh env)\")",
+                     brokers);
+        else if (refused || strstr(last, "SASL"))
             snprintf(hint, size,
                      "the Kafka broker at %s refused the credentials: check the kafka.sasl.* settings of --config "
                      "(CODEFLEET_CONFIG)",

@@ -41,11 +41,29 @@ typedef struct doctor {
     int warned;
     rd_kafka_t *rk;       /* producer handle: metadata and admin requests */
     bool broker_ok;
+    /* The group, as described (group_known) or why not (group_why). */
+    bool group_known;
+    bool group_denied;    /* not described: this principal may not */
+    char group_why[512];
+    const char *group_state;
+    size_t assigned;
+    int64_t lag;          /* -1: unknown */
+    char lag_why[300];
+    json_t *lag_parts;
     json_t *members;      /* live group members: [{client_id, host, partitions[], report?}] */
-    json_t *reports;      /* worker_id -> latest report, tombstones removed */
+    /* The workers topic: the live members' latest reports, and the groups
+     * any report names (for "wrong --worker-group" hints). */
+    bool reports_read;
+    char reports_why[600];
+    json_t *reports;      /* worker_id -> report of a live member */
+    json_t *report_groups;/* set of group names (at most DOCTOR_MAX_GROUP_HINTS) */
     int64_t largest_result; /* max over live reports, 0 = unknown */
     bool workers_use_redis;
+    bool json;            /* --json (global, or given after the command) */
 } doctor;
+
+#define DOCTOR_MAX_GROUP_HINTS 16
+#define DOCTOR_MAX_KAFKA_MESSAGE INT64_C(2147483647) /* max.message.bytes is an int32 */
 
 static void add_check(doctor *d, const char *name, const char *status, json_t *extra, const char *fix,
                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
@@ -71,6 +89,28 @@ static void add_check(doctor *d, const char *name, const char *status, json_t *e
         d->warned++;
 }
 
+/* Kafka's legal topic names; a report is data from the broker, and what it
+ * names ends up in fix lines an operator may paste into a shell. */
+static bool topic_name_ok(const char *t)
+{
+    size_t n = t ? strlen(t) : 0;
+    if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = t[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static const char *str_of(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "?";
+}
+
 /* ---------------------------------------------------------------- broker */
 
 static void check_broker(doctor *d)
@@ -93,7 +133,7 @@ static void check_broker(doctor *d)
         char hint[600];
         cf_cli_explain(&err, hint, sizeof(hint));
         add_check(d, "broker", "fail", NULL, hint[0] ? hint : "check --brokers (CODEFLEET_BROKERS) and the broker's log",
-                  "broker %s: %s", g->brokers, rd_kafka_err2str(e));
+                  "broker %s: no usable connection (%s)", g->brokers, rd_kafka_err2str(e));
         return;
     }
     const char *user = cf_kvlist_get(&g->kafka, "sasl.username");
@@ -126,8 +166,7 @@ static json_t *partition_list_json(const rd_kafka_topic_partition_list_t *l)
     return a;
 }
 
-/* Runs one admin request on a temporary queue and returns its event (NULL
- * on timeout; the caller destroys it). */
+/* The result event of one admin request (NULL on timeout; caller destroys). */
 static rd_kafka_event_t *admin_wait(rd_kafka_queue_t *q)
 {
     return rd_kafka_queue_poll(q, DOCTOR_KAFKA_TIMEOUT_MS + 1000);
@@ -142,11 +181,13 @@ static rd_kafka_AdminOptions_t *admin_options(doctor *d, rd_kafka_admin_op_t op)
     return o;
 }
 
-/* Committed offsets of the group (NULL when they cannot be read). */
-static rd_kafka_topic_partition_list_t *group_committed(doctor *d, char *why, size_t wsz)
+/* The group's committed offsets of `wanted` (offset < 0: none committed);
+ * NULL when they cannot be read (why says why). */
+static rd_kafka_topic_partition_list_t *group_committed(doctor *d, const rd_kafka_topic_partition_list_t *wanted,
+                                                        char *why, size_t wsz)
 {
     rd_kafka_queue_t *q = rd_kafka_queue_new(d->rk);
-    rd_kafka_ListConsumerGroupOffsets_t *req = rd_kafka_ListConsumerGroupOffsets_new(d->g->worker_group, NULL);
+    rd_kafka_ListConsumerGroupOffsets_t *req = rd_kafka_ListConsumerGroupOffsets_new(d->g->worker_group, wanted);
     rd_kafka_AdminOptions_t *o = admin_options(d, RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS);
     rd_kafka_ListConsumerGroupOffsets(d->rk, &req, 1, o, q);
     rd_kafka_ListConsumerGroupOffsets_destroy(req);
@@ -174,15 +215,16 @@ static rd_kafka_topic_partition_list_t *group_committed(doctor *d, char *why, si
     return out;
 }
 
-/* Total lag of the group's committed partitions: high watermark minus the
- * committed offset (minus the low watermark when nothing is committed). */
+/* Total lag: high watermark minus the committed offset, or minus the low
+ * watermark where nothing is committed yet (a new fleet's backlog). */
 static int64_t group_lag(doctor *d, const rd_kafka_topic_partition_list_t *committed, json_t *per_partition)
 {
     int64_t total = 0;
     for (int i = 0; committed && i < committed->cnt; i++) {
         const rd_kafka_topic_partition_t *p = &committed->elems[i];
         int64_t lo = 0, hi = 0;
-        if (rd_kafka_query_watermark_offsets(d->rk, p->topic, p->partition, &lo, &hi, DOCTOR_KAFKA_TIMEOUT_MS))
+        if (p->err || rd_kafka_query_watermark_offsets(d->rk, p->topic, p->partition, &lo, &hi,
+                                                       DOCTOR_KAFKA_TIMEOUT_MS))
             continue;
         int64_t from = p->offset >= 0 ? p->offset : lo;
         int64_t lag = hi > from ? hi - from : 0;
@@ -194,9 +236,26 @@ static int64_t group_lag(doctor *d, const rd_kafka_topic_partition_list_t *commi
     return total;
 }
 
-static void check_group(doctor *d)
+/* Adds topic's partitions to l (no duplicates); quietly nothing when its
+ * metadata cannot be read (the topic checks say why). */
+static void add_topic_partitions(doctor *d, rd_kafka_topic_partition_list_t *l, const char *topic)
+{
+    int32_t np = 0;
+    rd_kafka_resp_err_t kerr;
+    cf_error err = {0};
+    if (!topic || !topic[0] || cf_kafka_topic_partitions(d->rk, topic, false, &np, &kerr, &err) < 0)
+        return;
+    for (int32_t p = 0; p < np && p < CF_KAFKA_MAX_PARTITIONS; p++)
+        if (!rd_kafka_topic_partition_list_find(l, topic, p))
+            rd_kafka_topic_partition_list_add(l, topic, p);
+}
+
+/* Describes the group: members, their assignments, the lag. */
+static void gather_group(doctor *d)
 {
     const char *group = d->g->worker_group;
+    d->lag = -1;
+    d->lag_parts = json_object();
     rd_kafka_queue_t *q = rd_kafka_queue_new(d->rk);
     rd_kafka_AdminOptions_t *o = admin_options(d, RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS);
     const char *groups[] = {group};
@@ -204,150 +263,280 @@ static void check_group(doctor *d)
     rd_kafka_AdminOptions_destroy(o);
     rd_kafka_event_t *ev = admin_wait(q);
     const rd_kafka_ConsumerGroupDescription_t *desc = NULL;
-    char why[512] = "";
     if (!ev) {
-        snprintf(why, sizeof(why), "no answer within %d ms", DOCTOR_KAFKA_TIMEOUT_MS);
+        snprintf(d->group_why, sizeof(d->group_why), "no answer within %d ms", DOCTOR_KAFKA_TIMEOUT_MS);
     } else if (rd_kafka_event_error(ev)) {
-        snprintf(why, sizeof(why), "%s", rd_kafka_event_error_string(ev));
+        snprintf(d->group_why, sizeof(d->group_why), "%s", rd_kafka_event_error_string(ev));
     } else {
         size_t n = 0;
         const rd_kafka_ConsumerGroupDescription_t **ds =
             rd_kafka_DescribeConsumerGroups_result_groups(rd_kafka_event_DescribeConsumerGroups_result(ev), &n);
-        if (n == 1 && rd_kafka_ConsumerGroupDescription_error(ds[0]))
-            snprintf(why, sizeof(why), "%s", rd_kafka_error_string(rd_kafka_ConsumerGroupDescription_error(ds[0])));
-        else if (n == 1)
+        const rd_kafka_error_t *ge = n == 1 ? rd_kafka_ConsumerGroupDescription_error(ds[0]) : NULL;
+        if (ge) {
+            snprintf(d->group_why, sizeof(d->group_why), "%s", rd_kafka_error_string(ge));
+            d->group_denied = rd_kafka_error_code(ge) == RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED;
+        } else if (n == 1) {
             desc = ds[0];
-        else
-            snprintf(why, sizeof(why), "the broker described %zu groups", n);
+        } else {
+            snprintf(d->group_why, sizeof(d->group_why), "the broker described %zu groups", n);
+        }
     }
-    if (!desc) {
-        char fix[400];
-        snprintf(fix, sizeof(fix), "grant this principal describe on group %.200s (codefleet acl allow PRINCIPAL "
-                                   "describe:group:%.60s), or check --worker-group", group, group);
-        add_check(d, "workers", strstr(why, "uthoriz") ? "warn" : "fail", NULL, strstr(why, "uthoriz") ? fix : NULL,
-                  "group %s cannot be described: %s", group, why);
-        if (ev)
-            rd_kafka_event_destroy(ev);
-        rd_kafka_queue_destroy(q);
+    if (desc) {
+        d->group_known = true;
+        d->group_state = rd_kafka_consumer_group_state_name(rd_kafka_ConsumerGroupDescription_state(desc));
+        size_t nm = rd_kafka_ConsumerGroupDescription_member_count(desc);
+        for (size_t i = 0; i < nm; i++) {
+            const rd_kafka_MemberDescription_t *m = rd_kafka_ConsumerGroupDescription_member(desc, i);
+            const rd_kafka_topic_partition_list_t *parts =
+                rd_kafka_MemberAssignment_partitions(rd_kafka_MemberDescription_assignment(m));
+            d->assigned += parts ? (size_t)parts->cnt : 0;
+            json_array_append_new(d->members,
+                                  json_pack("{s:s, s:s, s:o}", "client_id", rd_kafka_MemberDescription_client_id(m),
+                                            "host", rd_kafka_MemberDescription_host(m), "partitions",
+                                            partition_list_json(parts)));
+        }
+    }
+    if (ev)
+        rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    if (!d->group_known)
+        return;
+
+    /* The lag of the request topic and of every assigned partition. */
+    rd_kafka_topic_partition_list_t *wanted = rd_kafka_topic_partition_list_new(16);
+    add_topic_partitions(d, wanted, d->g->request_topic);
+    size_t i;
+    json_t *m;
+    json_array_foreach(d->members, i, m)
+    {
+        size_t k;
+        json_t *p;
+        json_array_foreach(json_object_get(m, "partitions"), k, p)
+        {
+            /* "topic[N]" */
+            const char *s = json_string_value(p);
+            const char *br = s ? strrchr(s, '[') : NULL;
+            if (!br || br == s)
+                continue;
+            char topic[256];
+            size_t tl = (size_t)(br - s) < sizeof(topic) - 1 ? (size_t)(br - s) : sizeof(topic) - 1;
+            memcpy(topic, s, tl);
+            topic[tl] = '\0';
+            int32_t part = (int32_t)strtol(br + 1, NULL, 10);
+            if (!rd_kafka_topic_partition_list_find(wanted, topic, part))
+                rd_kafka_topic_partition_list_add(wanted, topic, part);
+        }
+    }
+    if (wanted->cnt > 0) {
+        rd_kafka_topic_partition_list_t *committed = group_committed(d, wanted, d->lag_why, sizeof(d->lag_why));
+        if (committed) {
+            d->lag = group_lag(d, committed, d->lag_parts);
+            rd_kafka_topic_partition_list_destroy(committed);
+        }
+    } else {
+        snprintf(d->lag_why, sizeof(d->lag_why), "no partition to measure");
+    }
+    rd_kafka_topic_partition_list_destroy(wanted);
+}
+
+/* "use --worker-group a (or b)" when the reports name other groups. */
+static void group_hint(doctor *d, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    size_t len = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(d->report_groups, k, v)
+    {
+        (void)v;
+        if (strcmp(k, d->g->worker_group) == 0 || !topic_name_ok(k))
+            continue;
+        len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s", len ? " or " : "", k);
+        if (len >= cap)
+            break;
+    }
+}
+
+static void emit_group_check(doctor *d)
+{
+    const char *group = d->g->worker_group;
+    char hint[300], fix[700];
+    group_hint(d, hint, sizeof(hint));
+    if (!d->group_known) {
+        if (d->group_denied)
+            snprintf(fix, sizeof(fix),
+                     "run doctor with the operator's settings (a principal allowed to describe group %.200s)%s%.250s",
+                     group, hint[0] ? "; the workers' reports name group " : "", hint);
+        else
+            snprintf(fix, sizeof(fix), "check --worker-group (CODEFLEET_WORKER_GROUP) and the broker");
+        add_check(d, "workers", d->group_denied ? "warn" : "fail", NULL, fix,
+                  "group %s cannot be described: %s (the round trip below still tests the workers)", group,
+                  d->group_why);
         return;
     }
-    const char *state = rd_kafka_consumer_group_state_name(rd_kafka_ConsumerGroupDescription_state(desc));
-    size_t nm = rd_kafka_ConsumerGroupDescription_member_count(desc);
-    size_t assigned = 0;
-    for (size_t i = 0; i < nm; i++) {
-        const rd_kafka_MemberDescription_t *m = rd_kafka_ConsumerGroupDescription_member(desc, i);
-        const rd_kafka_topic_partition_list_t *parts =
-            rd_kafka_MemberAssignment_partitions(rd_kafka_MemberDescription_assignment(m));
-        assigned += parts ? (size_t)parts->cnt : 0;
-        json_array_append_new(d->members,
-                              json_pack("{s:s, s:s, s:o}", "client_id", rd_kafka_MemberDescription_client_id(m),
-                                        "host", rd_kafka_MemberDescription_host(m), "partitions",
-                                        partition_list_json(parts)));
-    }
-    rd_kafka_event_destroy(ev);
-    rd_kafka_queue_destroy(q);
-
-    char lwhy[300] = "";
-    rd_kafka_topic_partition_list_t *committed = group_committed(d, lwhy, sizeof(lwhy));
-    json_t *lag_parts = json_object();
-    int64_t lag = committed ? group_lag(d, committed, lag_parts) : -1;
-    rd_kafka_topic_partition_list_destroy(committed);
     char lagtxt[400];
-    if (lag >= 0)
-        snprintf(lagtxt, sizeof(lagtxt), "lag %" PRId64 " request(s)", lag);
+    if (d->lag >= 0)
+        snprintf(lagtxt, sizeof(lagtxt), "lag %" PRId64 " request(s)", d->lag);
     else
-        snprintf(lagtxt, sizeof(lagtxt), "lag unknown (%.300s)", lwhy);
-    json_t *extra = json_pack("{s:s, s:s, s:O, s:I, s:I, s:o}", "group", group, "state", state, "members",
-                              d->members, "assigned_partitions", (json_int_t)assigned, "lag", (json_int_t)lag,
-                              "lag_by_partition", lag_parts);
+        snprintf(lagtxt, sizeof(lagtxt), "lag unknown (%.300s)", d->lag_why);
+    size_t nm = json_array_size(d->members);
+    json_t *extra = json_pack("{s:s, s:s, s:O, s:I, s:I, s:O}", "group", group, "state", d->group_state, "members",
+                              d->members, "assigned_partitions", (json_int_t)d->assigned, "lag", (json_int_t)d->lag,
+                              "lag_by_partition", d->lag_parts);
     if (nm == 0) {
-        char fix[300];
-        snprintf(fix, sizeof(fix), "start a worker: deploy/stack.sh up (local), or codefleet-worker --config FILE "
-                                   "with group = %.100s", group);
-        add_check(d, "workers", "fail", extra, fix, "no worker in group %s (state %s): requests wait, %s", group,
-                  state, lagtxt);
-    } else if (assigned == 0) {
+        if (hint[0])
+            snprintf(fix, sizeof(fix),
+                     "the workers' reports name group %.250s: pass --worker-group (CODEFLEET_WORKER_GROUP) if that "
+                     "is the fleet; otherwise start a worker with group = %.200s",
+                     hint, group);
+        else
+            snprintf(fix, sizeof(fix),
+                     "start a worker: deploy/stack.sh up (local), or codefleet-worker --config FILE with group = "
+                     "%.200s; or check --worker-group",
+                     group);
+        add_check(d, "workers", "fail", extra, fix, "no worker in group %s (state %s); %s", group, d->group_state,
+                  lagtxt);
+    } else if (d->assigned == 0) {
         add_check(d, "workers", "warn", extra, "wait for the rebalance to finish; if it persists, check the workers' logs",
-                  "%zu worker(s) in group %s but no partition assigned yet (state %s), %s", nm, group, state, lagtxt);
+                  "%zu worker(s) in group %s but no partition assigned yet (state %s), %s", nm, group, d->group_state,
+                  lagtxt);
     } else {
         add_check(d, "workers", "ok", extra, NULL, "%zu worker(s) in group %s (%s), %zu partition(s) assigned, %s", nm,
-                  group, state, assigned, lagtxt);
+                  group, d->group_state, d->assigned, lagtxt);
     }
 }
 
 /* ---------------------------------------------------------------- reports */
 
-/* Reads the workers topic to its end, keeping the latest report per key. */
+/* The live member whose client id is cid, or NULL. */
+static json_t *member_by_client_id(doctor *d, const char *cid)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(d->members, i, m)
+    {
+        if (strcmp(str_of(m, "client_id"), cid) == 0)
+            return m;
+    }
+    return NULL;
+}
+
+/* One message of the workers topic.  Only the reports of live members are
+ * kept (so what doctor holds is bounded by the group's size), each under
+ * the key it was published with, which must be its worker_id. */
+static void take_report(doctor *d, const rd_kafka_message_t *m)
+{
+    if (!m->key || m->key_len == 0 || m->key_len > CF_ID_MAX)
+        return;
+    char key[CF_ID_MAX + 1];
+    memcpy(key, m->key, m->key_len);
+    key[m->key_len] = '\0';
+    if (!m->payload) {
+        json_object_del(d->reports, key); /* tombstone: that worker stopped */
+        return;
+    }
+    json_t *rep = NULL;
+    if (m->len <= DOCTOR_REPORT_MAX_BYTES)
+        rep = json_loadb(m->payload, m->len, JSON_REJECT_DUPLICATES, NULL);
+    bool valid = rep && json_is_object(rep) &&
+                 json_integer_value(json_object_get(rep, "schema")) == DOCTOR_REPORT_SCHEMA &&
+                 json_is_string(json_object_get(rep, "worker_id")) &&
+                 strcmp(json_string_value(json_object_get(rep, "worker_id")), key) == 0 &&
+                 json_is_string(json_object_get(rep, "client_id"));
+    if (valid) {
+        const char *grp = json_string_value(json_object_get(rep, "group"));
+        if (grp && json_object_size(d->report_groups) < DOCTOR_MAX_GROUP_HINTS)
+            json_object_set_new(d->report_groups, grp, json_true());
+    }
+    if (valid && member_by_client_id(d, str_of(rep, "client_id")))
+        json_object_set_new(d->reports, key, rep); /* the newest report of that key wins */
+    else {
+        json_decref(rep);
+        json_object_del(d->reports, key); /* superseded by something not live or unreadable */
+    }
+}
+
+/* Reads the workers topic to the end it had when doctor started. */
 static int read_reports(doctor *d, char *why, size_t wsz)
 {
     const cf_cli_globals *g = d->g;
     cf_error err = {0};
-    rd_kafka_t *c = cf_kafka_consumer_new(g->brokers, "codefleet-doctor", &g->kafka, "codefleet-doctor",
-                                          "the reports consumer", &err);
+    char group[96];
+    snprintf(group, sizeof(group), "codefleet-doctor-%" PRId64, cf_mono_us());
+    const cf_kafka_kv role[] = {
+        {"group.id", group},
+        {"enable.auto.commit", "false"},
+        {"enable.auto.offset.store", "false"},
+        /* A compacted topic's last offsets may be gone (removed
+         * tombstones): the end is where the broker says it is. */
+        {"enable.partition.eof", "true"},
+        {"isolation.level", "read_committed"},
+        {"allow.auto.create.topics", "false"},
+    };
+    rd_kafka_conf_t *conf =
+        cf_kafka_conf_new(g->brokers, "codefleet-doctor", role, sizeof(role) / sizeof(role[0]), &g->kafka, &err);
+    rd_kafka_t *c = conf ? cf_kafka_client_new(RD_KAFKA_CONSUMER, conf, "the reports consumer", &err) : NULL;
     if (!c) {
         snprintf(why, wsz, "%s", err.msg);
         return -1;
     }
+    rd_kafka_poll_set_consumer(c);
     int32_t np = 0;
     rd_kafka_resp_err_t kerr;
+    int rc = -1;
+    int64_t *end = NULL;
+    rd_kafka_topic_partition_list_t *l = NULL;
     if (cf_kafka_topic_partitions(c, g->workers_topic, false, &np, &kerr, &err) < 0) {
         snprintf(why, wsz, "%s", err.msg);
-        cf_kafka_consumer_close(c);
-        return -1;
+        goto out;
     }
-    /* Where each partition ends now: reading stops there. */
-    int64_t *end = calloc((size_t)np, sizeof(*end));
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(np);
+    end = calloc((size_t)np, sizeof(*end));
+    l = rd_kafka_topic_partition_list_new(np);
+    if (!end || !l) {
+        snprintf(why, wsz, "out of memory");
+        goto out;
+    }
     int32_t open_parts = 0;
-    for (int32_t p = 0; end && p < np; p++) {
+    for (int32_t p = 0; p < np; p++) {
         int64_t lo = 0, hi = 0;
-        rd_kafka_resp_err_t e =
-            rd_kafka_query_watermark_offsets(c, g->workers_topic, p, &lo, &hi, DOCTOR_KAFKA_TIMEOUT_MS);
+        rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(c, g->workers_topic, p, &lo, &hi,
+                                                                 DOCTOR_KAFKA_TIMEOUT_MS);
         if (e) {
             snprintf(why, wsz, "watermarks of %s[%" PRId32 "]: %s", g->workers_topic, p, rd_kafka_err2str(e));
-            free(end);
-            rd_kafka_topic_partition_list_destroy(l);
-            cf_kafka_consumer_close(c);
-            return -1;
+            goto out;
         }
-        end[p] = hi;
+        end[p] = hi > lo ? hi : -1;
         if (hi > lo) {
             rd_kafka_topic_partition_list_add(l, g->workers_topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
             open_parts++;
         }
     }
-    if (!end || (open_parts && rd_kafka_assign(c, l))) {
+    if (open_parts && rd_kafka_assign(c, l)) {
         snprintf(why, wsz, "cannot read %s", g->workers_topic);
-        free(end);
-        rd_kafka_topic_partition_list_destroy(l);
-        cf_kafka_consumer_close(c);
-        return -1;
+        goto out;
     }
-    rd_kafka_topic_partition_list_destroy(l);
     int64_t deadline = cf_mono_us() + 2 * INT64_C(1000) * DOCTOR_KAFKA_TIMEOUT_MS;
-    size_t seen = 0;
     while (open_parts > 0 && cf_mono_us() < deadline) {
-        rd_kafka_message_t *m = cf_kafka_consume(c, deadline, NULL, DOCTOR_SUB, NULL, 0);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
         if (!m)
-            break;
-        if (m->partition >= 0 && m->partition < np && end[m->partition] >= 0) {
-            if (m->key && m->key_len > 0 && m->key_len <= CF_ID_MAX && seen < DOCTOR_MAX_REPORTS) {
-                char key[CF_ID_MAX + 1];
-                memcpy(key, m->key, m->key_len);
-                key[m->key_len] = '\0';
-                json_t *rep = NULL;
-                if (m->payload && m->len > 0 && m->len <= DOCTOR_REPORT_MAX_BYTES)
-                    rep = json_loadb(m->payload, m->len, JSON_REJECT_DUPLICATES, NULL);
-                if (rep && json_is_object(rep) &&
-                    json_integer_value(json_object_get(rep, "schema")) == DOCTOR_REPORT_SCHEMA) {
-                    json_object_set_new(d->reports, key, rep);
-                    seen++;
-                } else {
-                    /* A tombstone, or something unreadable: no report for that key. */
-                    json_decref(rep);
-                    json_object_del(d->reports, key);
-                }
+            continue;
+        bool ours = m->partition >= 0 && m->partition < np && end[m->partition] >= 0;
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            if (ours) {
+                end[m->partition] = -1;
+                open_parts--;
             }
+        } else if (m->err) {
+            /* Not allowed to read it, or it went away: say so now rather
+             * than after the deadline. */
+            snprintf(why, wsz, "%s", rd_kafka_message_errstr(m));
+            if (m->err == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+                m->err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
+                rd_kafka_message_destroy(m);
+                goto out;
+            }
+        } else if (ours) {
+            take_report(d, m);
             if (m->offset + 1 >= end[m->partition]) {
                 end[m->partition] = -1;
                 open_parts--;
@@ -355,13 +544,20 @@ static int read_reports(doctor *d, char *why, size_t wsz)
         }
         rd_kafka_message_destroy(m);
     }
-    free(end);
-    cf_kafka_consumer_close(c);
     if (open_parts > 0) {
-        snprintf(why, wsz, "%s not read to its end within %d s", g->workers_topic, 2 * DOCTOR_KAFKA_TIMEOUT_MS / 1000);
-        return -1;
+        size_t n = strlen(why);
+        snprintf(why + n, wsz - n, "%s%s not read to its end within %d s", n ? "; " : "", g->workers_topic,
+                 2 * DOCTOR_KAFKA_TIMEOUT_MS / 1000);
+        goto out;
     }
-    return 0;
+    rc = 0;
+out:
+    free(end);
+    if (l)
+        rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+    return rc;
 }
 
 static json_t *keys_array(json_t *obj)
@@ -377,13 +573,7 @@ static json_t *keys_array(json_t *obj)
     return a;
 }
 
-static const char *str_of(json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "?";
-}
-
-/* "sandbox (sandbox: python, shell), process (host_local: ...)" */
+/* "sandbox [sandbox: python shell]; process [host_local: ...]" */
 static void describe_backends(json_t *report, char *buf, size_t cap)
 {
     buf[0] = '\0';
@@ -406,18 +596,52 @@ static void describe_backends(json_t *report, char *buf, size_t cap)
     }
 }
 
+/* The report of a live member, or NULL.  Reports are data anyone allowed to
+ * write the topic could forge: the one published under the member's own
+ * worker id (its client id is codefleet-worker-<id>) wins; a report under
+ * another key claiming that client id counts only when it is the only one
+ * (a worker whose kafka.client.id is set), never when two disagree. */
+static json_t *report_of_member(doctor *d, json_t *member)
+{
+    const char *cid = str_of(member, "client_id");
+    static const char prefix[] = "codefleet-worker-";
+    const char *own = strncmp(cid, prefix, sizeof(prefix) - 1) == 0 ? cid + sizeof(prefix) - 1 : NULL;
+    json_t *mine = own ? json_object_get(d->reports, own) : NULL;
+    if (mine && strcmp(str_of(mine, "client_id"), cid) == 0)
+        return mine;
+    const char *key;
+    json_t *rep, *found = NULL;
+    size_t n = 0;
+    json_object_foreach(d->reports, key, rep)
+    {
+        if (strcmp(str_of(rep, "client_id"), cid) == 0) {
+            found = rep;
+            n++;
+        }
+    }
+    return n == 1 ? found : NULL;
+}
+
 static void check_reports(doctor *d)
 {
-    char why[600] = "";
     if (!d->g->workers_topic || !d->g->workers_topic[0]) {
         add_check(d, "capabilities", "skipped", NULL, NULL, "no workers topic configured (--workers-topic)");
         return;
     }
-    if (read_reports(d, why, sizeof(why)) < 0) {
-        char fix[300];
-        snprintf(fix, sizeof(fix), "create it (codefleet topics create %.200s) and let this principal read it",
-                 d->g->workers_topic);
-        add_check(d, "capabilities", "warn", NULL, fix, "worker reports unavailable: %s", why);
+    if (!d->group_known) {
+        add_check(d, "capabilities", "skipped", NULL, NULL,
+                  "the group could not be described, so the live workers are unknown");
+        return;
+    }
+    if (!d->reports_read) {
+        char fix[400];
+        if (strstr(d->reports_why, "uthoriz"))
+            snprintf(fix, sizeof(fix), "run doctor with the operator's settings (a principal allowed to read %.200s)",
+                     d->g->workers_topic);
+        else
+            snprintf(fix, sizeof(fix), "create it (codefleet topics create %.200s) and let the workers write it",
+                     d->g->workers_topic);
+        add_check(d, "capabilities", "warn", NULL, fix, "worker reports unavailable: %s", d->reports_why);
         return;
     }
     size_t i, missing = 0, live = json_array_size(d->members);
@@ -426,20 +650,15 @@ static void check_reports(doctor *d)
     json_t *langs = json_object();
     json_array_foreach(d->members, i, m)
     {
-        const char *cid = str_of(m, "client_id");
-        const char *key;
-        json_t *rep, *found = NULL;
-        json_object_foreach(d->reports, key, rep)
-        {
-            if (strcmp(str_of(rep, "client_id"), cid) == 0)
-                found = rep;
-        }
+        json_t *found = report_of_member(d, m);
         if (!found) {
             missing++;
             continue;
         }
         json_object_set(m, "report", found);
         int64_t lr = json_integer_value(json_object_get(found, "largest_result_bytes"));
+        if (lr > DOCTOR_MAX_KAFKA_MESSAGE)
+            lr = DOCTOR_MAX_KAFKA_MESSAGE; /* no topic takes more: a larger claim says nothing more */
         if (lr > d->largest_result)
             d->largest_result = lr;
         if (json_is_true(json_object_get(found, "redis")))
@@ -448,7 +667,7 @@ static void check_reports(doctor *d)
         json_t *l;
         json_array_foreach(json_object_get(found, "languages"), k, l)
         {
-            if (json_is_string(l))
+            if (json_is_string(l) && json_object_size(langs) < 64)
                 json_object_set_new(langs, json_string_value(l), json_true());
         }
         char bdesc[1500];
@@ -468,27 +687,27 @@ static void check_reports(doctor *d)
     json_t *extra = json_pack("{s:o, s:o}", "workers", serving, "languages", keys_array(langs));
     json_decref(langs);
     if (live == 0) {
-        add_check(d, "capabilities", "skipped", extra, NULL, "no live worker (%zu report(s) of workers not running)",
-                  json_object_size(d->reports));
+        add_check(d, "capabilities", "skipped", extra, NULL, "no live worker in the group");
     } else if (missing == live) {
         add_check(d, "capabilities", "warn", extra,
                   "let the workers write the workers topic (ACL write) and check their workers-topic setting",
                   "none of the %zu live worker(s) published a report on %s", live, d->g->workers_topic);
     } else {
-        char first[1500] = "";
         json_t *w0 = json_array_get(json_object_get(extra, "workers"), 0);
-        snprintf(first, sizeof(first), "%s", str_of(w0, "backends"));
         add_check(d, "capabilities", missing ? "warn" : "ok", extra,
                   missing ? "workers without a report: check their workers-topic setting and ACLs" : NULL,
                   "%zu live worker(s) serve: %s; backends of %s: %s%s", live - missing, all[0] ? all : "(nothing)",
-                  str_of(w0, "worker_id"), first, missing ? " (some workers published no report)" : "");
+                  str_of(w0, "worker_id"), str_of(w0, "backends"),
+                  missing ? " (some workers published no report)" : "");
     }
 }
 
 /* ---------------------------------------------------------------- topics */
 
-/* max.message.bytes of topic, -1 when it cannot be read (why says why). */
-static int64_t topic_max_message_bytes(doctor *d, const char *topic, char *why, size_t wsz)
+/* The value of a topic's configuration entry `name` into buf; -1 when it
+ * cannot be read (why says why). */
+static int topic_config(doctor *d, const char *topic, const char *name, char *buf, size_t cap, char *why,
+                        size_t wsz)
 {
     rd_kafka_queue_t *q = rd_kafka_queue_new(d->rk);
     rd_kafka_ConfigResource_t *cr = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
@@ -497,7 +716,7 @@ static int64_t topic_max_message_bytes(doctor *d, const char *topic, char *why, 
     rd_kafka_ConfigResource_destroy(cr);
     rd_kafka_AdminOptions_destroy(o);
     rd_kafka_event_t *ev = admin_wait(q);
-    int64_t out = -1;
+    int rc = -1;
     if (!ev) {
         snprintf(why, wsz, "no answer within %d ms", DOCTOR_KAFKA_TIMEOUT_MS);
     } else if (rd_kafka_event_error(ev)) {
@@ -510,25 +729,32 @@ static int64_t topic_max_message_bytes(doctor *d, const char *topic, char *why, 
             snprintf(why, wsz, "%s", rd_kafka_ConfigResource_error_string(res[0]));
         } else if (nres == 1) {
             const rd_kafka_ConfigEntry_t **ce = rd_kafka_ConfigResource_configs(res[0], &nc);
-            for (size_t i = 0; i < nc; i++)
-                if (strcmp(rd_kafka_ConfigEntry_name(ce[i]), "max.message.bytes") == 0 &&
-                    rd_kafka_ConfigEntry_value(ce[i]))
-                    out = strtoll(rd_kafka_ConfigEntry_value(ce[i]), NULL, 10);
-            if (out < 0)
-                snprintf(why, wsz, "max.message.bytes not in the answer");
+            for (size_t i = 0; i < nc && rc < 0; i++)
+                if (strcmp(rd_kafka_ConfigEntry_name(ce[i]), name) == 0 && rd_kafka_ConfigEntry_value(ce[i])) {
+                    snprintf(buf, cap, "%s", rd_kafka_ConfigEntry_value(ce[i]));
+                    rc = 0;
+                }
+            if (rc < 0)
+                snprintf(why, wsz, "%s not in the answer", name);
         }
     }
     if (ev)
         rd_kafka_event_destroy(ev);
     rd_kafka_queue_destroy(q);
-    return out;
+    return rc;
 }
 
+typedef enum topic_kind {
+    TOPIC_PLAIN,    /* exists, partitions */
+    TOPIC_RESULTS,  /* and its message limit fits the workers' results */
+    TOPIC_REPORTS,  /* and it is compacted */
+} topic_kind;
+
 typedef struct topic_want {
-    const char *name;
+    char name[256];
     bool required;   /* missing: fail (else warn) */
-    bool carries_results;
-    const char *role;
+    topic_kind kind;
+    char role[128];
 } topic_want;
 
 static void check_one_topic(doctor *d, const topic_want *t)
@@ -539,78 +765,137 @@ static void check_one_topic(doctor *d, const topic_want *t)
     char name[300];
     snprintf(name, sizeof(name), "topic %s", t->name);
     if (cf_kafka_topic_partitions(d->rk, t->name, false, &np, &kerr, &err) < 0) {
-        char fix[400];
         if (kerr == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED) {
-            add_check(d, name, "warn", NULL, "run doctor as a principal that may describe it (e.g. the admin)",
+            add_check(d, name, "warn", NULL, "run doctor with the operator's settings (a principal that may describe it)",
                       "%s (%s): not visible to this principal", t->name, t->role);
-            return;
+        } else if (kerr == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || kerr == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC) {
+            char fix[400];
+            snprintf(fix, sizeof(fix), "codefleet topics create '%.250s'", t->name);
+            add_check(d, name, t->required ? "fail" : "warn", NULL, fix, "%s (%s) is missing", t->name, t->role);
+        } else {
+            add_check(d, name, "warn", NULL, "run doctor again; if it persists, check the broker's log",
+                      "%s (%s) cannot be checked: %s", t->name, t->role, err.msg);
         }
-        snprintf(fix, sizeof(fix), "codefleet topics create %.250s", t->name);
-        add_check(d, name, t->required ? "fail" : "warn", NULL, fix, "%s (%s) is missing: %s", t->name, t->role,
-                  rd_kafka_err2str(kerr ? kerr : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC));
         return;
     }
     json_t *extra = json_pack("{s:s, s:i}", "topic", t->name, "partitions", (int)np);
-    if (!t->carries_results) {
+    char val[64] = "", why[300] = "";
+    if (t->kind == TOPIC_PLAIN) {
         add_check(d, name, "ok", extra, NULL, "%s (%s): %d partition(s)", t->name, t->role, (int)np);
+    } else if (t->kind == TOPIC_REPORTS) {
+        if (topic_config(d, t->name, "cleanup.policy", val, sizeof(val), why, sizeof(why)) < 0)
+            add_check(d, name, "warn", extra, "grant this principal describe_configs on the topic",
+                      "%s (%s): %d partition(s); its cleanup policy cannot be read (%s)", t->name, t->role, (int)np,
+                      why);
+        else if (!strstr(val, "compact"))
+            add_check(d, name, "warn", extra,
+                      "compact it: kafka-configs.sh --alter --entity-type topics --entity-name <topic> "
+                      "--add-config cleanup.policy=compact",
+                      "%s (%s): cleanup.policy is %s, so the reports of stopped workers are deleted with age, not "
+                      "replaced by the newest",
+                      t->name, t->role, val);
+        else
+            add_check(d, name, "ok", extra, NULL, "%s (%s): %d partition(s), compacted", t->name, t->role, (int)np);
+    } else {
+        int64_t mmb = -1;
+        if (topic_config(d, t->name, "max.message.bytes", val, sizeof(val), why, sizeof(why)) == 0)
+            mmb = strtoll(val, NULL, 10);
+        json_object_set_new(extra, "max_message_bytes", json_integer(mmb));
+        json_object_set_new(extra, "largest_result_bytes", json_integer(d->largest_result));
+        if (mmb < 0) {
+            add_check(d, name, "warn", extra, "grant this principal describe_configs on the topic",
+                      "%s (%s): %d partition(s); its message size limit cannot be read (%s)", t->name, t->role,
+                      (int)np, why);
+        } else if (d->largest_result > 0 && mmb < d->largest_result) {
+            char fix[500];
+            snprintf(fix, sizeof(fix),
+                     "raise it: kafka-configs.sh --alter --entity-type topics --entity-name '%.200s' --add-config "
+                     "max.message.bytes=%" PRId64 " (and the broker's message.max.bytes), or lower the workers' "
+                     "max-output",
+                     t->name, d->largest_result);
+            add_check(d, name, "fail", extra, fix,
+                      "%s (%s): max.message.bytes %" PRId64 " is below the %" PRId64
+                      " bytes a worker's result may need: larger results are cut to 64 KiB per stream",
+                      t->name, t->role, mmb, d->largest_result);
+        } else {
+            add_check(d, name, "ok", extra, NULL, "%s (%s): %d partition(s), max.message.bytes %" PRId64 "%s", t->name,
+                      t->role, (int)np, mmb, d->largest_result > 0 ? " (fits the workers' largest result)" : "");
+        }
+    }
+}
+
+typedef struct topic_set {
+    topic_want v[DOCTOR_MAX_TOPICS];
+    size_t n;
+    size_t dropped;
+} topic_set;
+
+static void want_topic(topic_set *ts, const char *name, bool required, topic_kind kind, const char *role,
+                       const char *worker)
+{
+    if (!name || !name[0])
+        return;
+    for (size_t j = 0; j < ts->n; j++)
+        if (strcmp(ts->v[j].name, name) == 0)
+            return;
+    if (ts->n >= DOCTOR_MAX_TOPICS) {
+        ts->dropped++;
         return;
     }
-    char why[300] = "";
-    int64_t mmb = topic_max_message_bytes(d, t->name, why, sizeof(why));
-    json_object_set_new(extra, "max_message_bytes", json_integer(mmb));
-    json_object_set_new(extra, "largest_result_bytes", json_integer(d->largest_result));
-    if (mmb < 0) {
-        add_check(d, name, "warn", extra, "grant this principal describe_configs on the topic",
-                  "%s (%s): %d partition(s); its message size limit cannot be read (%s)", t->name, t->role, (int)np,
-                  why);
-    } else if (d->largest_result > 0 && mmb < d->largest_result) {
-        char fix[400];
-        snprintf(fix, sizeof(fix),
-                 "raise it: kafka-configs.sh --alter --entity-type topics --entity-name %.200s --add-config "
-                 "max.message.bytes=%" PRId64 " (and the broker's message.max.bytes), or lower the workers' max-output",
-                 t->name, d->largest_result);
-        add_check(d, name, "fail", extra, fix,
-                  "%s (%s): max.message.bytes %" PRId64 " is below the %" PRId64
-                  " bytes a worker's result may need: larger results are cut to 64 KiB per stream",
-                  t->name, t->role, mmb, d->largest_result);
-    } else {
-        add_check(d, name, "ok", extra, NULL, "%s (%s): %d partition(s), max.message.bytes %" PRId64 "%s", t->name,
-                  t->role, (int)np, mmb, d->largest_result > 0 ? " (fits the workers' largest result)" : "");
-    }
+    topic_want *t = &ts->v[ts->n++];
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->required = required;
+    t->kind = kind;
+    if (worker)
+        snprintf(t->role, sizeof(t->role), "%s, named by worker %.60s", role, worker);
+    else
+        snprintf(t->role, sizeof(t->role), "%s", role);
 }
 
 static void check_topics(doctor *d)
 {
     const cf_cli_globals *g = d->g;
-    topic_want want[DOCTOR_MAX_TOPICS];
-    size_t n = 0;
-    want[n++] = (topic_want){g->request_topic, true, false, "requests"};
-    want[n++] = (topic_want){g->result_topic, true, true, "results"};
-    want[n++] = (topic_want){g->dlq_topic, true, true, "dead letters"};
-    if (g->events_topic && g->events_topic[0])
-        want[n++] = (topic_want){g->events_topic, false, false, "events"};
-    if (g->workers_topic && g->workers_topic[0])
-        want[n++] = (topic_want){g->workers_topic, false, false, "worker reports"};
-    /* The live workers' other request and result topics (tenant profiles). */
+    topic_set *ts = calloc(1, sizeof(*ts));
+    if (!ts)
+        return;
+    want_topic(ts, g->request_topic, true, TOPIC_PLAIN, "requests", NULL);
+    want_topic(ts, g->result_topic, true, TOPIC_RESULTS, "results", NULL);
+    want_topic(ts, g->dlq_topic, true, TOPIC_RESULTS, "dead letters", NULL);
+    want_topic(ts, g->events_topic, false, TOPIC_PLAIN, "events", NULL);
+    want_topic(ts, g->workers_topic, false, TOPIC_REPORTS, "worker reports", NULL);
+    /* The live workers' other topics (tenant profiles); a report is data:
+     * names that are not Kafka topic names are said, not used. */
     size_t i;
     json_t *m;
     json_array_foreach(d->members, i, m)
     {
         json_t *rep = json_object_get(m, "report");
-        size_t k;
-        json_t *t;
-        json_array_foreach(json_object_get(rep, "request_topics"), k, t)
-        {
-            const char *s = json_string_value(t);
-            bool dup = !s;
-            for (size_t j = 0; s && j < n; j++)
-                dup = dup || strcmp(want[j].name, s) == 0;
-            if (!dup && n < DOCTOR_MAX_TOPICS)
-                want[n++] = (topic_want){s, true, false, "requests (profile)"};
+        const char *wid = str_of(rep, "worker_id");
+        static const struct {
+            const char *field, *role;
+            topic_kind kind;
+        } lists[] = {{"request_topics", "requests (profile)", TOPIC_PLAIN},
+                     {"result_topics", "results (profile)", TOPIC_RESULTS}};
+        for (size_t li = 0; rep && li < 2; li++) {
+            size_t k;
+            json_t *t;
+            json_array_foreach(json_object_get(rep, lists[li].field), k, t)
+            {
+                const char *s = json_string_value(t);
+                if (s && topic_name_ok(s))
+                    want_topic(ts, s, true, lists[li].kind, lists[li].role, wid);
+                else
+                    ts->dropped++;
+            }
         }
     }
-    for (size_t j = 0; j < n; j++)
-        check_one_topic(d, &want[j]);
+    for (size_t j = 0; j < ts->n; j++)
+        check_one_topic(d, &ts->v[j]);
+    if (ts->dropped)
+        add_check(d, "topics", "warn", NULL, "look at the workers' reports (codefleet doctor --json)",
+                  "%zu topic name(s) from the workers' reports not checked (over %d topics, or not a valid name)",
+                  ts->dropped, DOCTOR_MAX_TOPICS);
+    free(ts);
 }
 
 /* ---------------------------------------------------------------- redis */
@@ -643,15 +928,17 @@ static void check_redis(doctor *d)
                   g->redis_user ? "authenticated" : "no user configured");
         return;
     }
-    if (err.code != CF_E_REDIS)
-        err.code = CF_E_REDIS;
+    err.code = CF_E_REDIS;
     char hint[600];
     cf_cli_explain(&err, hint, sizeof(hint));
-    /* Only workspaces, checkpoints and idempotency need Redis: when no live
-     * worker uses it, its absence costs the CLI's state commands only. */
+    /* Only workspaces, checkpoints and idempotency need Redis: whether the
+     * fleet does is in the live workers' reports, when they were read. */
+    bool known = d->group_known && d->reports_read && json_array_size(d->members) > 0;
+    const char *note = d->workers_use_redis ? ""
+                       : known ? " (the live workers do not use Redis: only workspace and checkpoint commands need it)"
+                               : " (whether the workers use it is unknown: no worker report was read)";
     add_check(d, "redis", d->workers_use_redis ? "fail" : "warn", json_pack("{s:s}", "redis", g->redis),
-              hint[0] ? hint : "check --redis, --redis-user and --redis-password", "Redis %s: %s%s", g->redis, err.msg,
-              d->workers_use_redis ? "" : " (the live workers do not use Redis; workspace and checkpoint commands will fail)");
+              hint[0] ? hint : "check --redis, --redis-user and --redis-password", "%s%s", err.msg, note);
 }
 
 /* ---------------------------------------------------------------- round trip */
@@ -677,30 +964,22 @@ static void trivial_request(doctor *d, cf_request *req)
             command = command || (s && strcmp(s, "command") == 0);
         }
     }
-    if (shell || !any_report) {
+    if (shell || !any_report || (!python && !command)) {
         req->language = CF_LANG_SHELL;
         cf_bytes_set(&req->code, "exit 0", 6);
     } else if (python) {
         req->language = CF_LANG_PYTHON;
         cf_bytes_set(&req->code, "pass", 4);
-    } else if (command) {
-        static char *argv_true[] = {"true"};
+    } else {
         req->language = CF_LANG_COMMAND;
         req->argv = calloc(1, sizeof(char *));
-        if (req->argv && cf_str_set(&req->argv[0], argv_true[0]) == 0)
+        if (req->argv && cf_str_set(&req->argv[0], "true") == 0)
             req->argc = 1;
-    } else {
-        req->language = CF_LANG_SHELL;
-        cf_bytes_set(&req->code, "exit 0", 6);
     }
 }
 
-static void check_roundtrip(doctor *d, int64_t timeout_us)
+static void check_roundtrip(doctor *d, int64_t timeout_us, bool timeout_given)
 {
-    if (json_array_size(d->members) == 0) {
-        add_check(d, "roundtrip", "skipped", NULL, NULL, "no worker to answer a request");
-        return;
-    }
     const cf_cli_globals *g = d->g;
     cf_dispatcher_config cfg = {
         .brokers = g->brokers,
@@ -715,7 +994,9 @@ static void check_roundtrip(doctor *d, int64_t timeout_us)
     cf_request req = {0};
     cf_result res = {0};
     char id[CF_ID_MAX + 1];
-    int64_t t0 = 0, us = 0;
+    int64_t t0 = cf_mono_us(), us = 0;
+    /* One deadline for the flush and the wait. */
+    int64_t deadline = t0 + timeout_us;
     if (cf_dispatcher_new(&cfg, &disp, &err) < 0 || cf_dispatcher_new_id(id, sizeof(id), &err) < 0)
         goto fail;
     trivial_request(d, &req);
@@ -725,12 +1006,14 @@ static void check_roundtrip(doctor *d, int64_t timeout_us)
     }
     req.created_us = cf_now_us();
     t0 = cf_mono_us();
-    if (cf_dispatcher_submit(disp, &req, &err) < 0 || cf_dispatcher_flush(disp, timeout_us, &err) < 0 ||
-        cf_dispatcher_wait(disp, id, timeout_us, &res, &err) < 0)
+    if (cf_dispatcher_submit(disp, &req, &err) < 0 || cf_dispatcher_flush(disp, deadline - cf_mono_us(), &err) < 0)
+        goto fail;
+    int64_t left = deadline - cf_mono_us();
+    if (cf_dispatcher_wait(disp, id, left > 1000 ? left : 1000, &res, &err) < 0)
         goto fail;
     us = cf_mono_us() - t0;
-    json_t *extra = json_pack("{s:s, s:s, s:s, s:f}", "id", id, "language", cf_language_name(req.language), "result_status",
-                              cf_status_name(res.status), "latency_ms", us / 1e3);
+    json_t *extra = json_pack("{s:s, s:s, s:s, s:f}", "id", id, "language", cf_language_name(req.language),
+                              "result_status", cf_status_name(res.status), "latency_ms", us / 1e3);
     if (res.status == CF_STATUS_SUCCESS)
         add_check(d, "roundtrip", "ok", extra, NULL, "a trivial %s request round-tripped in %.1f ms (worker %s)",
                   cf_language_name(req.language), us / 1e3, res.meta.worker ? res.meta.worker : "?");
@@ -745,13 +1028,19 @@ static void check_roundtrip(doctor *d, int64_t timeout_us)
 fail:;
     char hint[600];
     cf_cli_explain(&err, hint, sizeof(hint));
-    if (err.code == CF_E_TIMEOUT)
-        add_check(d, "roundtrip", "fail", NULL,
-                  "look at the workers' logs; a worker that is busy, paused or cannot reach the result topic "
-                  "answers late or not at all",
-                  "no answer to a trivial request within %.1f s", timeout_us / 1e6);
-    else
+    if (err.code == CF_E_TIMEOUT) {
+        char fix[600];
+        if (d->group_known && json_array_size(d->members) == 0)
+            snprintf(fix, sizeof(fix), "no worker consumes %.200s: see the workers check above", g->request_topic);
+        else
+            snprintf(fix, sizeof(fix),
+                     "look at the workers' logs (a busy, paused or stuck worker answers late or not at all)%s",
+                     timeout_given ? "; or give it longer (--timeout)" : "");
+        add_check(d, "roundtrip", "fail", NULL, fix, "no answer to a trivial request on %s within %.1f s%s",
+                  g->request_topic, timeout_us / 1e6, timeout_given ? " (--timeout)" : "");
+    } else {
         add_check(d, "roundtrip", "fail", NULL, hint[0] ? hint : NULL, "round trip: %s", err.msg);
+    }
     cf_request_clear(&req);
     cf_result_clear(&res);
     cf_dispatcher_destroy(disp);
@@ -760,29 +1049,65 @@ fail:;
 /* ---------------------------------------------------------------- command */
 
 static const char doctor_help[] =
-    "Usage: codefleet [GLOBAL OPTIONS] doctor [--no-roundtrip] [--no-redis]\n"
+    "Usage: codefleet [GLOBAL OPTIONS] doctor [--json] [--no-roundtrip] [--no-redis]\n"
     "\n"
     "Checks the fleet and prints one line per check (ok, warn, fail, skipped) with\n"
     "a fix for what is wrong: the broker is reachable and authenticates; the\n"
-    "topics exist, with their partitions, and the result topics' message size fits\n"
-    "the largest result a worker may send; the workers' group (members, assigned\n"
-    "partitions, lag); what the live workers serve (their reports on the workers\n"
-    "topic); Redis answers; a trivial request round-trips, with its latency.\n"
+    "workers' group (members, assigned partitions, lag); what the live workers\n"
+    "serve (their reports on the workers topic); the topics exist, with their\n"
+    "partitions, result topics whose message limit fits the largest result a\n"
+    "worker may send, a compacted workers topic; Redis answers; a trivial request\n"
+    "round-trips, with its latency (15 s to answer, 5 s when no worker is known;\n"
+    "--timeout sets it).\n"
     "\n"
+    "  --json           one object {\"ok\", \"failed\", \"warnings\", \"checks\": [...]}\n"
+    "                   (the global --json does the same)\n"
     "  --no-roundtrip   do not send the trivial request\n"
     "  --no-redis       do not check Redis\n"
     "\n"
-    "With --json: one object {\"ok\": bool, \"checks\": [...]}.  Exit code 0 when no\n"
-    "check failed (warnings allowed), 1 when one did, 2 on a usage error.\n";
+    "Exit code 0 when no check failed (warnings allowed), 1 when one did (or\n"
+    "doctor itself could not run), 2 on a usage error.\n";
+
+/* A report's text is data from the broker: no terminal control through it. */
+static void print_clean(const char *prefix, const char *s)
+{
+    char buf[2048];
+    cf_sanitize_text(s, strlen(s), false, buf, sizeof(buf));
+    printf("%s%s\n", prefix, buf);
+}
+
+static void print_text(doctor *d)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(d->checks, i, c)
+    {
+        const char *st = str_of(c, "status");
+        const char *tag = strcmp(st, "ok") == 0     ? "OK"
+                          : strcmp(st, "warn") == 0 ? "WARN"
+                          : strcmp(st, "fail") == 0 ? "FAIL"
+                                                    : "SKIP";
+        char prefix[64];
+        snprintf(prefix, sizeof(prefix), "%-7s %-12s ", tag,
+                 strncmp(str_of(c, "check"), "topic ", 6) == 0 ? "topic" : str_of(c, "check"));
+        print_clean(prefix, str_of(c, "message"));
+        const char *fix = json_string_value(json_object_get(c, "fix"));
+        if (fix)
+            print_clean("                     fix: ", fix);
+    }
+    printf("%s: %d failed, %d warning(s)\n", d->failed ? "problems found" : "healthy", d->failed, d->warned);
+}
 
 int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
 {
-    bool roundtrip = true, redis = true;
+    bool roundtrip = true, redis = true, json = g->json;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--no-roundtrip") == 0) {
             roundtrip = false;
         } else if (strcmp(argv[i], "--no-redis") == 0) {
             redis = false;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = true;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(doctor_help, stdout);
             return CF_EXIT_OK;
@@ -791,28 +1116,45 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
             return CF_EXIT_USAGE;
         }
     }
-    doctor d = {.g = g, .checks = json_array(), .members = json_array(), .reports = json_object()};
-    if (!d.checks || !d.members || !d.reports) {
+    doctor d = {.g = g, .json = json};
+    d.checks = json_array();
+    d.members = json_array();
+    d.reports = json_object();
+    d.report_groups = json_object();
+    if (!d.checks || !d.members || !d.reports || !d.report_groups) {
         fprintf(stderr, "codefleet doctor: out of memory\n");
-        return CF_EXIT_TRANSPORT;
+        json_decref(d.checks);
+        json_decref(d.members);
+        json_decref(d.reports);
+        json_decref(d.report_groups);
+        return CF_EXIT_FAILED;
     }
     check_broker(&d);
     if (d.broker_ok) {
-        check_group(&d);
+        gather_group(&d);
+        if (g->workers_topic && g->workers_topic[0])
+            d.reports_read = read_reports(&d, d.reports_why, sizeof(d.reports_why)) == 0;
+        emit_group_check(&d);
         check_reports(&d);
         check_topics(&d);
     } else {
-        add_check(&d, "topics", "skipped", NULL, NULL, "the broker is not reachable");
-        add_check(&d, "workers", "skipped", NULL, NULL, "the broker is not reachable");
+        static const char *const skipped[] = {"workers", "capabilities", "topics"};
+        for (size_t i = 0; i < 3; i++)
+            add_check(&d, skipped[i], "skipped", NULL, NULL, "the broker check failed");
     }
     if (redis)
         check_redis(&d);
-    if (roundtrip && d.broker_ok)
-        check_roundtrip(&d, g->timeout_given ? g->timeout_us : DOCTOR_ROUNDTRIP_DEFAULT_US);
+    if (roundtrip && d.broker_ok) {
+        bool known = d.group_known && json_array_size(d.members) > 0;
+        int64_t t = g->timeout_given ? g->timeout_us : known ? DOCTOR_ROUNDTRIP_DEFAULT_US : 5 * INT64_C(1000000);
+        check_roundtrip(&d, t, g->timeout_given);
+    } else if (roundtrip) {
+        add_check(&d, "roundtrip", "skipped", NULL, NULL, "the broker check failed");
+    }
     if (d.rk)
         rd_kafka_destroy(d.rk);
 
-    if (g->json) {
+    if (json) {
         json_t *out = json_pack("{s:b, s:i, s:i, s:O}", "ok", d.failed == 0, "failed", d.failed, "warnings", d.warned,
                                 "checks", d.checks);
         char *s = out ? json_dumps(out, JSON_COMPACT) : NULL;
@@ -821,26 +1163,14 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
         free(s);
         json_decref(out);
     } else {
-        size_t i;
-        json_t *c;
-        json_array_foreach(d.checks, i, c)
-        {
-            const char *st = str_of(c, "status");
-            printf("%-7s %-12s %s\n", strcmp(st, "ok") == 0 ? "OK" : strcmp(st, "warn") == 0 ? "WARN"
-                                                                 : strcmp(st, "fail") == 0 ? "FAIL"
-                                                                                           : "SKIP",
-                   strncmp(str_of(c, "check"), "topic ", 6) == 0 ? "topic" : str_of(c, "check"),
-                   str_of(c, "message"));
-            const char *fix = json_string_value(json_object_get(c, "fix"));
-            if (fix)
-                printf("%-7s %-12s fix: %s\n", "", "", fix);
-        }
-        printf("%s: %d failed, %d warning(s)\n", d.failed ? "problems found" : "healthy", d.failed, d.warned);
+        print_text(&d);
     }
     fflush(stdout);
     int rc = d.failed ? CF_EXIT_FAILED : CF_EXIT_OK;
     json_decref(d.checks);
     json_decref(d.members);
     json_decref(d.reports);
+    json_decref(d.report_groups);
+    json_decref(d.lag_parts);
     return rc;
 }

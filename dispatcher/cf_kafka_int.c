@@ -27,6 +27,15 @@
 static pthread_mutex_t problem_mu = PTHREAD_MUTEX_INITIALIZER;
 static char last_problem[300];
 static atomic_bool quiet_logs;
+/* librdkafka says once, at debug or info level, when a broker closed the
+ * connection in a way that means it wants SASL or TLS: a later "all brokers
+ * down" hides it. */
+static atomic_bool protocol_hint;
+
+bool cf_kafka_saw_protocol_hint(void)
+{
+    return atomic_load(&protocol_hint);
+}
 
 void cf_kafka_quiet_logs(bool quiet)
 {
@@ -58,6 +67,8 @@ static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const
     if (l == CF_LOG_ERROR && strstr(buf, "SaslAuthenticateRequest failed: Local: Broker ") &&
         (strstr(buf, "transport failure") || strstr(buf, "handle destroyed")))
         l = CF_LOG_INFO;
+    if (strstr(buf, "security.protocol") || strstr(buf, "might require SASL"))
+        atomic_store(&protocol_hint, true);
     if (level <= 4 && l <= CF_LOG_WARN) {
         /* "[thrd:...]: name: 127.0.0.1:1/bootstrap: Connect to ..." -> from the broker name on */
         const char *msg = buf;

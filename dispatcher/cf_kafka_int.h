@@ -113,6 +113,9 @@ int32_t cf_kafka_partition_for_key(const char *key, int32_t partition_cnt);
  * logged is kept for that explanation ("" when none). */
 void cf_kafka_quiet_logs(bool quiet);
 size_t cf_kafka_last_problem(char *buf, size_t size);
+/* True once librdkafka said a broker closed a connection in a way that
+ * means it expects SASL or TLS (a missing or wrong security.protocol). */
+bool cf_kafka_saw_protocol_hint(void);
 
 typedef enum cf_kafka_start {
     CF_KAFKA_FROM_END,       /* the high watermark, read now */

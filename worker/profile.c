@@ -79,7 +79,7 @@ const cf_conf_table cf_profile_conf_table = {
 struct cf_profile_set {
     cf_profile *items;
     size_t n;
-    char *result_topic, *dlq_topic, *events_topic;
+    char *result_topic, *dlq_topic, *events_topic, *workers_topic;
     char *request_topic; /* the worker's own (may be empty) */
 };
 
@@ -240,15 +240,17 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
     }
     if (!cf_topic_name_valid(p->topic) || strncmp(p->topic, "__", 2) == 0)
         return cf_error_set(err, CF_E_INVALID, "profile '%s': '%s' is not a usable topic name", p->name, p->topic);
-    const char *fleet[] = {env->result_topic, env->dlq_topic, env->events_topic};
-    for (size_t i = 0; i < 3; i++)
-        if (fleet[i] && strcmp(fleet[i], p->topic) == 0)
-            return cf_error_set(err, CF_E_INVALID, "profile '%s': topic '%s' is a result, dead-letter or events topic",
-                                p->name, p->topic);
-    for (size_t i = 1; p->result_topic && i < 3; i++)
-        if (fleet[i] && strcmp(fleet[i], p->result_topic) == 0)
-            return cf_error_set(err, CF_E_INVALID, "profile '%s': result-topic '%s' is the dead-letter or events topic",
-                                p->name, p->result_topic);
+    const char *fleet[] = {env->result_topic, env->dlq_topic, env->events_topic, env->workers_topic};
+    for (size_t i = 0; i < 4; i++)
+        if (fleet[i] && fleet[i][0] && strcmp(fleet[i], p->topic) == 0)
+            return cf_error_set(err, CF_E_INVALID,
+                                "profile '%s': topic '%s' is a result, dead-letter, events or workers topic", p->name,
+                                p->topic);
+    for (size_t i = 1; p->result_topic && i < 4; i++)
+        if (fleet[i] && fleet[i][0] && strcmp(fleet[i], p->result_topic) == 0)
+            return cf_error_set(err, CF_E_INVALID,
+                                "profile '%s': result-topic '%s' is the dead-letter, events or workers topic", p->name,
+                                p->result_topic);
     if (p->result_topic && p->result_topic[0] &&
         (!cf_topic_name_valid(p->result_topic) || strncmp(p->result_topic, "__", 2) == 0))
         return cf_error_set(err, CF_E_INVALID, "profile '%s': result-topic '%s' is not a usable topic name", p->name,
@@ -408,6 +410,7 @@ int cf_profile_set_new(const cf_kvlist *kv, const cf_profile_env *env, cf_profil
     s->result_topic = cf_strdup(env->result_topic);
     s->dlq_topic = cf_strdup(env->dlq_topic);
     s->events_topic = cf_strdup(env->events_topic);
+    s->workers_topic = env->workers_topic && env->workers_topic[0] ? cf_strdup(env->workers_topic) : NULL;
     s->request_topic = cf_strdup(env->request_topic ? env->request_topic : "");
     if (!set_add(s, "default", 7, err))
         goto fail;
@@ -463,6 +466,7 @@ void cf_profile_set_destroy(cf_profile_set *s)
     free(s->result_topic);
     free(s->dlq_topic);
     free(s->events_topic);
+    free(s->workers_topic);
     free(s->request_topic);
     free(s);
 }
@@ -616,7 +620,8 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
          * request, a dead letter or an event. */
         if (strncmp(t, "__", 2) == 0 || cf_profile_set_is_request_topic(set, t) ||
             (set->dlq_topic && strcmp(t, set->dlq_topic) == 0) ||
-            (set->events_topic && strcmp(t, set->events_topic) == 0))
+            (set->events_topic && strcmp(t, set->events_topic) == 0) ||
+            (set->workers_topic && strcmp(t, set->workers_topic) == 0))
             REFUSE("reply_to '%s' is one of the fleet's own topics", buf);
         /* Another tenant's results: the worker would write, with its own
          * credentials, where only that tenant reads. */

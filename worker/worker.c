@@ -143,6 +143,7 @@ typedef enum kafka_problem {
     KP_AUTH,
     KP_ACL,
     KP_TOPIC,
+    KP_PROTOCOL,
     KP__COUNT,
 } kafka_problem;
 
@@ -1626,7 +1627,11 @@ static kafka_problem classify_kafka_error(int err, const char *reason)
     case RD_KAFKA_RESP_ERR__TRANSPORT:
     case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
     case RD_KAFKA_RESP_ERR__RESOLVE:
-        return reason && strstr(reason, "SASL authentication") ? KP_AUTH : KP_UNREACHABLE;
+        if (reason && strstr(reason, "SASL authentication"))
+            return KP_AUTH;
+        if (reason && (strstr(reason, "security.protocol") || strstr(reason, "might require SASL")))
+            return KP_PROTOCOL;
+        return KP_UNREACHABLE;
     case RD_KAFKA_RESP_ERR__AUTHENTICATION:
     case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
         return KP_AUTH;
@@ -1675,15 +1680,21 @@ static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *op
     switch (kp) {
     case KP_UNREACHABLE:
         cf_log_error("kafka",
-                     "cannot reach the Kafka broker at %s (%s): is it running? check brokers "
+                     "cannot reach the Kafka broker at %s (%.200s): is it running? check brokers "
                      "(CODEFLEET_WORKER_BROKERS); the worker retries and loses nothing meanwhile",
-                     c->brokers, rd_kafka_err2str(err));
+                     c->brokers, reason && reason[0] ? reason : rd_kafka_err2str(err));
         break;
     case KP_AUTH:
         cf_log_error("kafka",
-                     "the Kafka broker at %s refused the worker's credentials: check kafka.sasl.mechanisms, "
-                     "kafka.sasl.username and kafka.sasl.password in the worker's --config",
-                     c->brokers);
+                     "the Kafka broker at %s refused the worker's credentials (%.200s): check "
+                     "kafka.sasl.mechanisms, kafka.sasl.username and kafka.sasl.password in the worker's --config",
+                     c->brokers, reason && reason[0] ? reason : rd_kafka_err2str(err));
+        break;
+    case KP_PROTOCOL:
+        cf_log_error("kafka",
+                     "the Kafka broker at %s closed the connection as if it expects SASL or TLS (%.200s): check "
+                     "kafka.security.protocol and kafka.sasl.* in the worker's --config",
+                     c->brokers, reason);
         break;
     case KP_ACL:
         cf_log_error("kafka",
@@ -1701,13 +1712,17 @@ static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *op
     }
 }
 
-/* librdkafka's own lines are the raw detail behind on_kafka_error's
- * explanations: debug level only (CODEFLEET_WORKER_LOG_LEVEL=debug). */
+/* librdkafka's connection failures (facility FAIL) are the raw detail
+ * behind on_kafka_error's one-line explanations: debug level only.  Its
+ * other warnings stay warnings: some (a failed offset commit, a session
+ * timeout, a max.poll.interval overrun) reach no callback at all. */
 static void on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     (void)rk;
-    (void)level;
-    cf_log_debug("kafka", "%s: %s", fac, buf);
+    cf_log_level l = level <= 3 ? CF_LOG_ERROR : level <= 4 ? CF_LOG_WARN : level <= 6 ? CF_LOG_INFO : CF_LOG_DEBUG;
+    if (strcmp(fac, "FAIL") == 0 || l > CF_LOG_WARN)
+        l = CF_LOG_DEBUG;
+    CF_LOG(l, "kafka", "%s: %s", fac, buf);
 }
 
 /* ---------------------------------------------------------------- setup */
@@ -1766,7 +1781,7 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
              * default: heartbeats come from librdkafka's own thread, so
              * long executions and paused partitions never miss one
              * (docs/RELIABILITY.md, "Failover"). */
-            {"session.timeout.ms", "6000"},     {"heartbeat.interval.ms", "1500"},
+            {"session.timeout.ms", "6000"},     {"heartbeat.interval.ms", "1000"},
         };
         if (conf_set(conf, "group.id", c->group, err) < 0 ||
             (c->static_membership && conf_set(conf, "group.instance.id", w->worker_id, err) < 0))
@@ -1951,6 +1966,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
 
     w->penv = (cf_profile_env){.request_topic = cfg->request_topic, .result_topic = cfg->result_topic,
                                .dlq_topic = cfg->dlq_topic, .events_topic = cfg->events_topic,
+                               .workers_topic = cfg->workers_topic,
                                .env_prefix = cf_worker_conf_table.env_prefix, .backends = w->backends};
     if (cf_profile_set_new(&cfg->profiles, &w->penv, &w->profiles, err) < 0) {
         cf_error_wrap(err, "profiles");
@@ -2146,8 +2162,10 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
     int flush_ms = (int)(w->cfg->shutdown_kafka_timeout_us / 2000);
     rd_kafka_resp_err_t e = rd_kafka_flush(w->producer, flush_ms);
     if (e)
-        cf_log_warn("kafka", "flush: %s after %d ms (%d message(s) left for the next owner)", rd_kafka_err2str(e),
-                    flush_ms, rd_kafka_outq_len(w->producer));
+        cf_log_warn("kafka",
+                    "flush: %s after %d ms: %d message(s) unsent (results among them: their requests stay "
+                    "uncommitted and run again on the partitions' next owner)",
+                    rd_kafka_err2str(e), flush_ms, rd_kafka_outq_len(w->producer));
     serve(w);
     /* Answers still failing are left to the partitions' next owner. */
     drop_retries(w, NULL);
@@ -2207,12 +2225,31 @@ static void publish_report(cf_worker *w, bool gone)
         return;
     char *json = NULL;
     if (!gone) {
-        const char *topics[64];
-        size_t n = 0;
-        for (size_t i = 0; i < w->ntopics && n < 64; i++)
+        const char **topics = calloc(w->ntopics + 1, sizeof(*topics));
+        const char **results = calloc(w->ntopics + 1, sizeof(*results));
+        size_t n = 0, nr = 0;
+        if (!topics || !results) {
+            free(topics);
+            free(results);
+            cf_log_warn(LOG_SUB, "worker report: out of memory");
+            return;
+        }
+        results[nr++] = c->result_topic;
+        for (size_t i = 0; i < w->ntopics; i++) {
             topics[n++] = w->topics[i].name;
+            bool dup = false;
+            for (size_t k = 0; k < nr; k++)
+                dup = dup || strcmp(results[k], w->topics[i].results) == 0;
+            if (!dup)
+                results[nr++] = w->topics[i].results;
+        }
+        /* As the group lists the consumer (kafka.client.id overrides ours). */
         char client_id[200];
-        snprintf(client_id, sizeof(client_id), "codefleet-worker-%s", w->worker_id);
+        const char *cid = cf_kvlist_get(&c->kafka, "client.id");
+        if (cid)
+            snprintf(client_id, sizeof(client_id), "%s", cid);
+        else
+            snprintf(client_id, sizeof(client_id), "codefleet-worker-%s", w->worker_id);
         cf_worker_report_info info = {
             .worker_id = w->worker_id,
             .client_id = client_id,
@@ -2222,6 +2259,8 @@ static void publish_report(cf_worker *w, bool gone)
             .request_topics = topics,
             .n_request_topics = n,
             .result_topic = c->result_topic,
+            .result_topics = results,
+            .n_result_topics = nr,
             .max_output_bytes = c->max_output_bytes,
             /* stdout and stderr at the cap, the output file, collected
              * files, and room for everything else a result carries. */
@@ -2232,6 +2271,8 @@ static void publish_report(cf_worker *w, bool gone)
             .compiled_languages = cf_pipeline_languages(w->pipeline),
         };
         json = cf_worker_report_json(&info);
+        free(topics);
+        free(results);
         if (!json) {
             cf_log_warn(LOG_SUB, "worker report: out of memory");
             return;

@@ -13,8 +13,10 @@
 static const cf_conf_prop worker_props[] = {
     {"brokers", CF_CONF_STRING, OFF(brokers), 0, 1024, "127.0.0.1:19092", NULL,
      "Kafka bootstrap servers (host:port, comma-separated).", NULL},
-    {"group", CF_CONF_STRING, OFF(group), 0, 249, "codefleet-workers", NULL,
-     "Consumer group shared by every worker of the fleet.", NULL},
+    {"group", CF_CONF_STRING, OFF(group), 0, 249, "codefleet", NULL,
+     "Consumer group shared by every worker of the fleet.  Keep it out of any prefix granted to tenants (the "
+     "dispatcher's throwaway groups are codefleet-*): a tenant allowed into it could join as a worker, and "
+     "fence static members.", NULL},
     {"worker-id", CF_CONF_STRING, OFF(worker_id), 0, 128, NULL, NULL,
      "Name reported in results and logs; default <hostname>-<pid>.", NULL},
     {"static-membership", CF_CONF_BOOL, OFF(static_membership), 0, 0, "false", NULL,

@@ -34,6 +34,9 @@ char *cf_worker_report_json(const cf_worker_report_info *info)
     json_t *topics = json_array();
     for (size_t i = 0; topics && i < info->n_request_topics; i++)
         json_array_append_new(topics, json_string(info->request_topics[i]));
+    json_t *results = json_array();
+    for (size_t i = 0; results && i < info->n_result_topics; i++)
+        json_array_append_new(results, json_string(info->result_topics[i]));
     json_t *backends = json_array();
     uint32_t all_languages = 0;
     for (size_t i = 0; backends && i < cf_backend_set_count(info->backends); i++) {
@@ -51,11 +54,12 @@ char *cf_worker_report_json(const cf_worker_report_info *info)
                                                   "languages", languages_json(langs), "controls",
                                                   controls_json(b->caps.controls)));
     }
-    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:s, s:I, s:I, s:b, s:o, s:o}", "schema",
+    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:o, s:s, s:o, s:I, s:I, s:b, s:o, s:o}", "schema",
                           CF_WORKER_REPORT_SCHEMA, "worker_id", info->worker_id, "client_id", info->client_id,
                           "host", host, "group", info->group, "pid", (json_int_t)getpid(), "started_at_ms",
                           (json_int_t)info->started_at_ms, "slots", (json_int_t)info->slots, "request_topics",
-                          topics ? topics : json_array(), "result_topic", info->result_topic, "max_output_bytes",
+                          topics ? topics : json_array(), "result_topic", info->result_topic, "result_topics",
+                          results ? results : json_array(), "max_output_bytes",
                           (json_int_t)info->max_output_bytes, "largest_result_bytes",
                           (json_int_t)info->largest_result_bytes, "redis", info->redis != 0, "backends",
                           backends ? backends : json_array(), "languages", languages_json(all_languages));

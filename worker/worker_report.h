@@ -29,6 +29,8 @@ typedef struct cf_worker_report_info {
     const char *const *request_topics;
     size_t n_request_topics;
     const char *result_topic;
+    const char *const *result_topics; /* every result topic of its profiles (default first) */
+    size_t n_result_topics;
     int64_t max_output_bytes;
     int64_t largest_result_bytes; /* what one result may need of a message */
     int redis;                  /* 1: workspaces, checkpoints and idempotency available */

@@ -49,10 +49,15 @@ static int cmp_i64(const void *a, const void *b)
 }
 
 /* An id that lands on partition p of 2. */
+/* A request id on partition p.  The sequence number keeps ids made in the
+ * same microsecond apart (two requests with one id are one request to the
+ * fleet: the second one's wait found nothing and read as a loss). */
 static void id_on(int p, const char *tag, char *id, size_t size)
 {
+    static unsigned seq;
+    seq++;
     for (unsigned n = 0;; n++) {
-        snprintf(id, size, "fo-%s-%d-%u-%lld", tag, p, n, (long long)cf_mono_us());
+        snprintf(id, size, "fo-%s-%d-%u-%u-%lld", tag, p, seq, n, (long long)cf_mono_us());
         if (cf_kafka_partition_for_key(id, 2) == p)
             return;
     }

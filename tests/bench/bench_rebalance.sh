@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Group stability under steady load, and restarts of a static member.
 #
-#   tests/bench/bench_rebalance.sh [--duration SECONDS] [--restarts N]
+#   tests/bench/bench_rebalance.sh [--duration SECONDS] [--restarts N] [--kills N]
+#
+# A section given 0 is skipped.
 #
 # 1. Steady run (default 600 s): three workers (2 slots, prefetch 2, so
 #    partitions pause and resume all the time) on a 6-partition topic, fed
@@ -11,7 +13,7 @@
 #    2-core machine saturated.  Counts every rebalance event the workers log
 #    after the group first settled ("assigned" / "revoked" / "lost"); the
 #    expected count is 0.
-# 2. Static membership (default 10 restarts): the third worker runs with
+# 2. Static membership (default 20 restarts): the third worker runs with
 #    --static-membership; each round SIGKILLs it, restarts it with the same
 #    worker-id after 1 s, and measures the time from the restart to its
 #    partitions being back; the other two workers must log no rebalance.
@@ -47,7 +49,9 @@ bin=$repo/build
 deploy/stack.sh up --workers 0 --no-topics
 declare -A pids=()
 burners=()
+flood_pid=
 cleanup() {
+    [[ -z $flood_pid ]] || kill "$flood_pid" 2>/dev/null || true
     for pid in "${burners[@]}"; do kill "$pid" 2>/dev/null || true; done
     for id in "${!pids[@]}"; do kill -TERM "${pids[$id]}" 2>/dev/null || true; done
     for id in "${!pids[@]}"; do wait "${pids[$id]}" 2>/dev/null || true; done
@@ -98,6 +102,7 @@ done >>"$round"
 flood=$logs/flood.jsonl
 for ((i = 0; i < 500; i++)); do printf '{"language":"shell","code":"exit 0"}\n'; done >"$flood"
 
+if ((duration > 0)); then
 echo "== 1. steady run: ${duration}s of load on 3 workers, two CPU burners"
 for _ in 1 2; do
     sh -c 'while :; do :; done' &
@@ -139,12 +144,15 @@ done
 echo "  mixed stream: $rounds rounds, $answered requests answered successfully, $failed_rounds round(s) not all successful"
 echo "  trivial stream: $flooded requests answered successfully"
 echo "RESULT rebalance_steady seconds=$duration succeeded=$((answered + flooded)) long_runs=$((rounds * 10)) events=$steady"
+flood_pid=
+fi
 
+if ((restarts > 0)); then
 echo "== 2. static member restarts ($restarts SIGKILL + restart after 1 s)"
 times=()
 others_before=$(($(events "$logs/rb-1.log") + $(events "$logs/rb-2.log")))
 for ((r = 1; r <= restarts; r++)); do
-    kill -KILL "${pids[rb-3]}"
+    kill -KILL "${pids[rb-3]}" 2>/dev/null || true
     wait "${pids[rb-3]}" 2>/dev/null || true
     sleep 1
     log=$logs/rb-3.restart-$r.log
@@ -174,10 +182,15 @@ median=$(printf '%s\n' "$sorted" | sed -n "$(((restarts + 1) / 2))p")
 max=$(printf '%s\n' "$sorted" | tail -n 1)
 echo "  median ${median} ms, max ${max} ms; rebalance events on the other workers: $others"
 echo "RESULT static_restart rounds=$restarts median_ms=$median max_ms=$max others_events=$others"
+fi
 
+((kills > 0)) || exit 0
 echo "== 3. failover: $kills SIGKILLs of a worker with queued requests (worker defaults)"
 kill -TERM "${pids[rb-1]}" "${pids[rb-2]}" "${pids[rb-3]}" 2>/dev/null || true
-for id in rb-1 rb-2 rb-3; do wait "${pids[$id]}" 2>/dev/null || true; unset "pids[$id]"; done
+for id in rb-1 rb-2 rb-3; do
+    wait "${pids[$id]}" 2>/dev/null || true
+    unset "pids[$id]"
+done
 f=failover-$(date +%s)
 cli topics create --partitions 2 "$f.req" "$f.res" "$f.dlq" >/dev/null
 env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \

@@ -258,6 +258,8 @@ static void test_doctor_broker_down(void **state)
     expect_text(rep, "broker", "fix", "cannot reach the Kafka broker at 127.0.0.1:1");
     expect_status(rep, "topics", "skipped");
     expect_status(rep, "workers", "skipped");
+    expect_status(rep, "capabilities", "skipped");
+    expect_status(rep, "roundtrip", "skipped");
     /* Redis is checked all the same. */
     expect_status(rep, "redis", "ok");
     json_decref(rep);
@@ -309,8 +311,88 @@ static void test_doctor_no_workers(void **state)
     expect_status(rep, "workers", "fail");
     expect_text(rep, "workers", "message", "no worker in group");
     expect_text(rep, "workers", "fix", "start a worker");
-    expect_status(rep, "roundtrip", "skipped");
+    /* The round trip still runs, with a short wait, and says why nobody
+     * answered. */
+    expect_status(rep, "roundtrip", "fail");
+    expect_text(rep, "roundtrip", "message", "within 5.0 s");
+    expect_text(rep, "roundtrip", "fix", "no worker consumes");
     json_decref(rep);
+}
+
+/* A mistyped --worker-group: the workers' reports name the right one, and
+ * the round trip shows the fleet itself answering. */
+static void test_doctor_wrong_group(void **state)
+{
+    IT_REQUIRE_REDIS();
+    fx *f = *state;
+    start_worker(f, "1MiB");
+    json_t *rep = report_of(doctor(f, "--worker-group=not-the-fleet", "doctor", NULL), 1);
+    expect_status(rep, "workers", "fail");
+    expect_text(rep, "workers", "fix", f->t.group);
+    expect_text(rep, "workers", "fix", "--worker-group");
+    expect_status(rep, "roundtrip", "ok");
+    json_decref(rep);
+}
+
+static void produce_report(cf_dispatcher *disp, fx *f, const char *key, const char *value)
+{
+    cf_error err = {0};
+    if (cf_dispatcher_produce_raw(disp, f->workers_topic, key, strlen(key), value, value ? strlen(value) : 0, &err) <
+        0)
+        fail_msg("producing a report: %s", err.msg);
+}
+
+/* Reports are data: whoever may write the workers topic (a compromised or
+ * buggy worker principal) must not make doctor claim things, cut results it
+ * should not, paste hostile names into fix lines or drive the terminal. */
+static void test_doctor_treats_reports_as_data(void **state)
+{
+    IT_REQUIRE_REDIS();
+    fx *f = *state;
+    start_worker(f, "1MiB");
+    char cid[128];
+    snprintf(cid, sizeof(cid), "codefleet-worker-%s", f->w.id);
+    cf_dispatcher *disp = it_dispatcher_new(&f->t);
+    char forged[2048];
+    /* Another key claiming the live worker's client id, with a huge result
+     * size, hostile topic names and terminal escapes. */
+    snprintf(forged, sizeof(forged),
+             "{\"schema\":1,\"worker_id\":\"forged\",\"client_id\":\"%s\",\"group\":\"x\","
+             "\"largest_result_bytes\":9000000000000000000,\"request_topics\":[\"bad name; rm -rf /\"],"
+             "\"result_topics\":[\"\\u001b[31mred\"],\"backends\":[{\"name\":\"\\u001b]0;pwned\\u0007\","
+             "\"isolation\":\"x\",\"languages\":[\"shell\"]}],\"languages\":[\"cobol\"]}",
+             cid);
+    produce_report(disp, f, "forged", forged);
+    /* A key that is not its worker_id, an unreadable value, an oversized one. */
+    produce_report(disp, f, "mismatch", "{\"schema\":1,\"worker_id\":\"other\",\"client_id\":\"x\"}");
+    produce_report(disp, f, "garbage", "{not json");
+    static char big[80 * 1024];
+    memset(big, ' ', sizeof(big) - 1);
+    big[0] = '{';
+    big[sizeof(big) - 2] = '}';
+    produce_report(disp, f, "big", big);
+    cf_error err = {0};
+    assert_int_equal(cf_dispatcher_flush(disp, 10 * 1000000LL, &err), 0);
+    cf_dispatcher_destroy(disp);
+
+    json_t *rep = report_of(doctor(f, "doctor", "--no-roundtrip", NULL), 0);
+    expect_status(rep, "capabilities", "ok");
+    /* The worker's own report, not the forged one. */
+    char *dump = json_dumps(rep, 0);
+    assert_null(strstr(dump, "cobol"));
+    assert_null(strstr(dump, "rm -rf"));
+    assert_null(strstr(dump, "pwned"));
+    free(dump);
+    char name[160];
+    snprintf(name, sizeof(name), "topic %s", f->t.results);
+    expect_status(rep, name, "ok");
+    json_decref(rep);
+    /* Text output carries no control characters, whatever a report holds. */
+    run_out *r = doctor(f, "--json=false", "doctor", "--no-roundtrip", NULL);
+    assert_int_equal(r->rc, 0);
+    for (const char *p = r->out; *p; p++)
+        if ((unsigned char)*p < 0x20 && *p != '\n')
+            fail_msg("control byte 0x%02x in doctor's text output", (unsigned char)*p);
 }
 
 /* A worker whose results may outgrow the result topic's message limit:
@@ -336,6 +418,10 @@ static void test_doctor_usage(void **state)
     run_out *r = doctor(f, "doctor", "--bogus", NULL);
     assert_int_equal(r->rc, 2);
     assert_non_null(strstr(r->err, "unknown argument '--bogus'"));
+    /* --json after the command, as the help says. */
+    r = doctor(f, "--json=false", "--brokers=127.0.0.1:1", "doctor", "--json", "--no-redis", NULL);
+    assert_int_equal(r->rc, 1);
+    assert_non_null(strstr(r->out, "\"ok\":false"));
 }
 
 int main(void)
@@ -347,6 +433,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_doctor_redis_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_doctor_no_workers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_doctor_topic_limit_too_small, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_doctor_wrong_group, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_doctor_treats_reports_as_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_doctor_usage, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -49,7 +49,8 @@ static int setup(void **state)
     if (cf_backend_set_new("process", &f->bcfg, &f->backends, &err) < 0)
         return -1;
     f->env = (cf_profile_env){.request_topic = "cf.requests", .result_topic = "cf.results", .dlq_topic = "cf.dlq",
-                              .events_topic = "cf.events", .env_prefix = "CODEFLEET_WORKER_",
+                              .events_topic = "cf.events", .workers_topic = "cf.workers",
+                              .env_prefix = "CODEFLEET_WORKER_",
                               .backends = f->backends};
     *state = f;
     return 0;
@@ -189,13 +190,13 @@ static void test_load_errors(void **state)
         {"default.env-allow", "BAD-NAME", "not a variable name"},
         {"default.reply-to", "__consumer_offsets", "not a topic or prefix"},
         {"default.reply-to", "a*b", "not a topic or prefix"},
-        {"default.topic", "cf.results", "result, dead-letter or events topic"},
+        {"default.topic", "cf.results", "result, dead-letter, events or workers topic"},
         {"default.topic", "__internal", "not a usable topic name"},
         {"default.result-topic", "cf.requests", "is the request topic of 'default'"},
         {"default.state-prefix", "a/b", "state-prefix"},
         {"default.state-prefix", "", "must end in"},
         {"default.state-prefix", "tenant", "must end in"},
-        {"default.result-topic", "cf.dlq", "dead-letter or events topic"},
+        {"default.result-topic", "cf.dlq", "dead-letter, events or workers topic"},
         {"default.reply-to", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
                              "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
                              "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa*",
@@ -396,7 +397,7 @@ static void test_env_reply_state(void **state)
     kv(f, "t2.backends", "process");
     cf_error err;
     assert_int_equal(load(f, &err), 0);
-    const char *own[] = {"cf.requests", "cf.requests.t2", "cf.dlq", "cf.events", "__consumer_offsets",
+    const char *own[] = {"cf.requests", "cf.requests.t2", "cf.dlq", "cf.events", "cf.workers", "__consumer_offsets",
                          "__transaction_state"};
     for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
         mkreq(&req, CF_LANG_SHELL, "x", 0);
