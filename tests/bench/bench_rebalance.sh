@@ -18,7 +18,8 @@
 #    worker-id after 1 s, and measures the time from the restart to its
 #    partitions being back; the other two workers must log no rebalance.
 # 3. Failover (default 20 kills): tests/bench/bench_failover with the
-#    worker defaults, as in tests/bench/run.sh section 9.
+#    worker defaults, as in tests/bench/run.sh section 9; then the anchor,
+#    one kill of a worker with librdkafka's group defaults (45 s session).
 #
 # Uses its own stack (state dir .stack-rebalance, ports 19392/16679) and
 # stops it at the end.  RESULT lines are summarized at the end.
@@ -206,3 +207,11 @@ sleep 3
     --request-topic "$f.req" --result-topic "$f.res" --dlq-topic "$f.dlq" --workers-topic= --slots 1 --prefetch 8 \
     --log-level error --backends process --profile.default.backends=process --profile.default.network=enabled \
     --work-root "$work_root"
+echo "== 3b. anchor: 1 SIGKILL of a worker with librdkafka's defaults (session.timeout.ms 45000, heartbeat 3000)"
+"$bin/tests/bench_failover" --config "$admin_conf" --brokers "$brokers" --requests "$f.req" \
+    --results "$f.res" --rounds 1 -- \
+    "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$f" \
+    --request-topic "$f.req" --result-topic "$f.res" --dlq-topic "$f.dlq" --workers-topic= --slots 1 --prefetch 8 \
+    --log-level error --backends process --profile.default.backends=process --profile.default.network=enabled \
+    --work-root "$work_root" --kafka.session.timeout.ms=45000 --kafka.heartbeat.interval.ms=3000 |
+    sed 's/^RESULT failover /RESULT failover_anchor /'
