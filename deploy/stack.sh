@@ -499,7 +499,8 @@ grant_acls() {
         "write:topic:$TOPIC_REQUESTS" "read:topic:$TOPIC_RESULTS" "read:topic:$TOPIC_DLQ" \
         "read:topic:$TOPIC_EVENTS" "write:topic:$TOPIC_EVENTS" "read:group:codefleet-*" \
         "read:topic:$TOPIC_WORKERS" "describe:group:$GROUP" "describe:topic:$TOPIC_REQUESTS*" \
-        "describe_configs:topic:$TOPIC_RESULTS" "describe_configs:topic:$TOPIC_DLQ" \
+        "describe:topic:$TOPIC_RESULTS*" "describe_configs:topic:$TOPIC_RESULTS*" \
+        "describe_configs:topic:$TOPIC_DLQ" "describe_configs:topic:$TOPIC_WORKERS" \
         >/dev/null || cf_die "granting the CLI's ACLs failed"
     local t
     for t in "${TENANTS[@]}"; do
