@@ -40,6 +40,7 @@
 #include "cf_log.h"
 #include "cf_pipeline.h"
 #include "cf_profile.h"
+#include "cf_redis.h"
 #include "cf_schema.h"
 #include "cf_util.h"
 #include "exec_pool.h"
@@ -1852,6 +1853,45 @@ static bool warm_topic_metadata(rd_kafka_t *rk, const char *topic)
     return e != RD_KAFKA_RESP_ERR__TRANSPORT && e != RD_KAFKA_RESP_ERR__TIMED_OUT;
 }
 
+/* One look at Redis at start, so an operator reads what is wrong in one
+ * line instead of inferring it from per-request warnings.  Never fatal: the
+ * worker serves what it can without Redis and reconnects by itself. */
+static void probe_redis(const cf_worker_config *cfg)
+{
+    char host[256];
+    int port = 0;
+    cf_error err = {0};
+    if (cf_wstate_addr_parse(cfg->redis, host, sizeof(host), &port, &err) < 0)
+        return; /* cf_wstate_config_check said so already */
+    cf_redis_config rc;
+    cf_redis_config_init(&rc);
+    rc.host = host;
+    rc.port = port;
+    rc.user = cfg->redis_user && cfg->redis_user[0] ? cfg->redis_user : NULL;
+    rc.password = cfg->redis_password && cfg->redis_password[0] ? cfg->redis_password : NULL;
+    rc.db = (int)cfg->redis_db;
+    rc.connect_timeout_us = cfg->redis_connect_timeout_us;
+    rc.command_timeout_us = cfg->redis_command_timeout_us;
+    cf_redis *r = cf_redis_new(&rc, true, &err);
+    if (r && cf_redis_ping(r, &err) == 0) {
+        cf_redis_destroy(r);
+        return;
+    }
+    cf_redis_destroy(r);
+    if (strstr(err.msg, "WRONGPASS") || strstr(err.msg, "NOAUTH") || strstr(err.msg, "NOPERM"))
+        cf_log_error(LOG_SUB,
+                     "Redis at %s refused the worker's credentials (%s): check redis-user and redis-password in the "
+                     "worker's --config; meanwhile requests run without replay protection and those naming a "
+                     "workspace or thread fail",
+                     cfg->redis, err.msg);
+    else
+        cf_log_error(LOG_SUB,
+                     "cannot reach Redis at %s (%s): is it running? check redis (CODEFLEET_WORKER_REDIS); the worker "
+                     "reconnects by itself; meanwhile requests run without replay protection and those naming a "
+                     "workspace or thread fail",
+                     cfg->redis, err.msg);
+}
+
 int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
 {
     *out = NULL;
@@ -1904,6 +1944,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
                     cfg->redis_user && cfg->redis_user[0] ? cfg->redis_user : "");
     else
         cf_log_info(LOG_SUB, "no redis configured: requests naming a workspace or thread are rejected");
+    if (w->have_redis)
+        probe_redis(cfg);
     if (w->idempotent)
         cf_log_info(LOG_SUB, "idempotency: one run per request id, results kept %" PRId64 " s for replay",
                     cfg->idempotency_ttl_us / 1000000);

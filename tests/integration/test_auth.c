@@ -306,6 +306,22 @@ static void test_worker_explains_refusals(void **state)
         it_worker_dump_log(&w);
         fail_msg("a principal without the worker's ACLs: no actionable line");
     }
+
+    /* Redis refusing the worker's password: one line at start, naming the
+     * settings to check. */
+    if (it_redis()) {
+        char a_redis[300];
+        snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
+        const char *bad_redis[] = {a_redis, "--redis-password=not-the-password", "--log-level=info", NULL};
+        it_worker_start(&w, &t, "explain-redis", bad_redis);
+        said = it_worker_wait_log(&w, "refused the worker's credentials", 20000) &&
+               it_worker_log_contains(&w, "check redis-user and redis-password");
+        it_worker_stop(&w, SIGTERM, 15000);
+        if (!said) {
+            it_worker_dump_log(&w);
+            fail_msg("Redis refusing the password: no actionable line");
+        }
+    }
 }
 
 static void test_redis_acl_users(void **state)
