@@ -286,6 +286,18 @@ size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf
                 buf[j++] = '?';
                 continue;
             }
+            /* Terminal controls spelled in UTF-8: the C1 set (U+0080-009F,
+             * e.g. CSI) and the bidi overrides (U+202A-202E, U+2066-2069)
+             * that make text display other than it reads. */
+            uint32_t cp = n == 2   ? ((c & 0x1fu) << 6) | ((unsigned char)s[i + 1] & 0x3fu)
+                          : n == 3 ? ((c & 0x0fu) << 12) | (((unsigned char)s[i + 1] & 0x3fu) << 6) |
+                                         ((unsigned char)s[i + 2] & 0x3fu)
+                                   : 0;
+            if ((cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069)) {
+                buf[j++] = '?';
+                i += n - 1;
+                continue;
+            }
             memcpy(buf + j, s + i, n);
             j += n;
             i += n - 1;

@@ -167,7 +167,8 @@ sasl_mechanism() {
     # A broker already running is the one the clients talk to: its release
     # (recorded at its start; a broker started before the record was 3.9.1).
     local v=$CF_KAFKA_VERSION
-    if kafka_running; then v=$(cat "$KAFKA_DIR/version" 2>/dev/null || printf '3.9.1'); fi
+    if kafka_running; then v=$(cat "$KAFKA_DIR/version" 2>/dev/null || true); fi
+    [[ $v =~ ^[0-9]+\. ]] || v=3.9.1
     case ${CODEFLEET_KAFKA_SASL:-} in
     scram | SCRAM-SHA-256) printf 'SCRAM-SHA-256' ;;
     plain | PLAIN) printf 'PLAIN' ;;
@@ -348,7 +349,8 @@ start_kafka() {
     # Kafka upgrades storage written by an older release, never the other
     # way: a downgrade would fail deep in the broker's start-up.
     local formatted
-    formatted=$(cat "$KAFKA_DIR/version" 2>/dev/null || printf '3.9.1')
+    formatted=$(cat "$KAFKA_DIR/version" 2>/dev/null || true)
+    [[ $formatted =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || formatted=3.9.1
     if [[ -f $KAFKA_DIR/data/meta.properties &&
         $(printf '%s\n%s\n' "$formatted" "$CF_KAFKA_VERSION" | sort -V | tail -n 1) != "$CF_KAFKA_VERSION" ]]; then
         cf_die "$KAFKA_DIR holds Kafka $formatted data, newer than $CF_KAFKA_VERSION: set CODEFLEET_KAFKA_VERSION=$formatted or run deploy/stack.sh down --purge"
@@ -385,6 +387,8 @@ start_kafka() {
             }
         rm -f "$argfile"
         : >"$KAFKA_DIR/.scram"
+        # Formatted by this release (updated at each successful start).
+        printf '%s\n' "$CF_KAFKA_VERSION" >"$KAFKA_DIR/version"
     fi
     cf_log "starting kafka $CF_KAFKA_VERSION on $(brokers) (controller $(ctrl_port), clients SASL/$(sasl_mechanism)), log $KAFKA_DIR/kafka.log"
     spawn "$KAFKA_DIR/kafka.log" "$KAFKA_DIR/kafka.pid" "${CLEAN_ENV[@]}" \

@@ -28,7 +28,6 @@
 #define DOCTOR_SUB "doctor"
 #define DOCTOR_KAFKA_TIMEOUT_MS 5000
 #define DOCTOR_MAX_TOPICS 64
-#define DOCTOR_MAX_REPORTS 10000
 /* Must match worker/worker_report.h (the dispatcher does not link the worker). */
 #define DOCTOR_REPORT_MAX_BYTES (64 * 1024)
 #define DOCTOR_REPORT_SCHEMA 1
@@ -55,14 +54,20 @@ typedef struct doctor {
      * any report names (for "wrong --worker-group" hints). */
     bool reports_read;
     char reports_why[600];
-    json_t *reports;      /* worker_id -> report of a live member */
-    json_t *report_groups;/* set of group names (at most DOCTOR_MAX_GROUP_HINTS) */
+    json_t *reports;      /* worker_id -> report of a live member (at most 2 per member) */
+    json_t *report_groups;/* worker_id -> the group its newest valid report names */
+    size_t matched;       /* live members whose report was found */
+    bool roundtrip;       /* the round trip will run */
+    int64_t deadline;     /* mono us: doctor's whole budget on a sick cluster */
+    bool budget_spent;
     int64_t largest_result; /* max over live reports, 0 = unknown */
     bool workers_use_redis;
     bool json;            /* --json (global, or given after the command) */
 } doctor;
 
 #define DOCTOR_MAX_GROUP_HINTS 16
+/* However sick the cluster, doctor answers within about this long. */
+#define DOCTOR_BUDGET_US (60 * INT64_C(1000000))
 #define DOCTOR_MAX_KAFKA_MESSAGE INT64_C(2147483647) /* max.message.bytes is an int32 */
 
 static void add_check(doctor *d, const char *name, const char *status, json_t *extra, const char *fix,
@@ -223,10 +228,15 @@ static int64_t group_lag(doctor *d, const rd_kafka_topic_partition_list_t *commi
     for (int i = 0; committed && i < committed->cnt; i++) {
         const rd_kafka_topic_partition_t *p = &committed->elems[i];
         int64_t lo = 0, hi = 0;
+        if (cf_mono_us() > d->deadline) {
+            d->budget_spent = true;
+            break;
+        }
         if (p->err || rd_kafka_query_watermark_offsets(d->rk, p->topic, p->partition, &lo, &hi,
                                                        DOCTOR_KAFKA_TIMEOUT_MS))
             continue;
-        int64_t from = p->offset >= 0 ? p->offset : lo;
+        /* Below the log start (retention took them): those are gone, not waiting. */
+        int64_t from = p->offset >= lo ? p->offset : lo;
         int64_t lag = hi > from ? hi - from : 0;
         total += lag;
         char key[300];
@@ -343,18 +353,22 @@ static void gather_group(doctor *d)
 static void group_hint(doctor *d, char *buf, size_t cap)
 {
     buf[0] = '\0';
-    size_t len = 0;
+    size_t len = 0, n = 0;
     const char *k;
     json_t *v;
+    json_t *seen = json_object();
     json_object_foreach(d->report_groups, k, v)
     {
-        (void)v;
-        if (strcmp(k, d->g->worker_group) == 0 || !topic_name_ok(k))
+        const char *grp = json_string_value(v);
+        if (!grp || strcmp(grp, d->g->worker_group) == 0 || !topic_name_ok(grp) || json_object_get(seen, grp))
             continue;
-        len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s", len ? " or " : "", k);
-        if (len >= cap)
+        json_object_set_new(seen, grp, json_true());
+        int w = snprintf(buf + len, cap - len, "%s%s", len ? " or " : "", grp);
+        if (w < 0 || (size_t)w >= cap - len || ++n >= 4)
             break;
+        len += (size_t)w;
     }
+    json_decref(seen);
 }
 
 static void emit_group_check(doctor *d)
@@ -368,15 +382,16 @@ static void emit_group_check(doctor *d)
                      "run doctor with the operator's settings (a principal allowed to describe group %.200s)%s%.250s",
                      group, hint[0] ? "; the workers' reports name group " : "", hint);
         else
-            snprintf(fix, sizeof(fix), "check --worker-group (CODEFLEET_WORKER_GROUP) and the broker");
-        add_check(d, "workers", d->group_denied ? "warn" : "fail", NULL, fix,
-                  "group %s cannot be described: %s (the round trip below still tests the workers)", group,
-                  d->group_why);
+            snprintf(fix, sizeof(fix), "check --worker-group (CODEFLEET_WORKER_GROUP) and the broker%s%.250s",
+                     hint[0] ? "; the workers' reports name group " : "", hint);
+        add_check(d, "workers", d->group_denied ? "warn" : "fail", NULL, fix, "group %s cannot be described: %s%s",
+                  group, d->group_why, d->roundtrip ? " (the round trip below still tests the workers)" : "");
         return;
     }
     char lagtxt[400];
     if (d->lag >= 0)
-        snprintf(lagtxt, sizeof(lagtxt), "lag %" PRId64 " request(s)", d->lag);
+        snprintf(lagtxt, sizeof(lagtxt), "lag %" PRId64 " request(s)%s", d->lag,
+                 d->budget_spent ? " (partial: the broker answers too slowly)" : "");
     else
         snprintf(lagtxt, sizeof(lagtxt), "lag unknown (%.300s)", d->lag_why);
     size_t nm = json_array_size(d->members);
@@ -433,6 +448,7 @@ static void take_report(doctor *d, const rd_kafka_message_t *m)
     key[m->key_len] = '\0';
     if (!m->payload) {
         json_object_del(d->reports, key); /* tombstone: that worker stopped */
+        json_object_del(d->report_groups, key);
         return;
     }
     json_t *rep = NULL;
@@ -443,12 +459,26 @@ static void take_report(doctor *d, const rd_kafka_message_t *m)
                  json_is_string(json_object_get(rep, "worker_id")) &&
                  strcmp(json_string_value(json_object_get(rep, "worker_id")), key) == 0 &&
                  json_is_string(json_object_get(rep, "client_id"));
+    const char *grp = valid ? json_string_value(json_object_get(rep, "group")) : NULL;
+    if (grp && (json_object_get(d->report_groups, key) ||
+                json_object_size(d->report_groups) < DOCTOR_MAX_GROUP_HINTS * 64))
+        json_object_set_new(d->report_groups, key, json_string(grp));
+    else
+        json_object_del(d->report_groups, key);
+    /* Kept: a live member's report under its own key (client id
+     * codefleet-worker-<key>), or, for workers with their own client.id,
+     * under another key while there is room: at most two per member, so
+     * forged keys cannot grow what doctor holds. */
+    bool keep = false;
     if (valid) {
-        const char *grp = json_string_value(json_object_get(rep, "group"));
-        if (grp && json_object_size(d->report_groups) < DOCTOR_MAX_GROUP_HINTS)
-            json_object_set_new(d->report_groups, grp, json_true());
+        const char *cid = str_of(rep, "client_id");
+        char own[CF_ID_MAX + 32];
+        snprintf(own, sizeof(own), "codefleet-worker-%s", key);
+        if (member_by_client_id(d, cid))
+            keep = strcmp(cid, own) == 0 || json_object_get(d->reports, key) ||
+                   json_object_size(d->reports) < 2 * json_array_size(d->members);
     }
-    if (valid && member_by_client_id(d, str_of(rep, "client_id")))
+    if (keep)
         json_object_set_new(d->reports, key, rep); /* the newest report of that key wins */
     else {
         json_decref(rep);
@@ -499,6 +529,10 @@ static int read_reports(doctor *d, char *why, size_t wsz)
     int32_t open_parts = 0;
     for (int32_t p = 0; p < np; p++) {
         int64_t lo = 0, hi = 0;
+        if (cf_mono_us() > d->deadline) {
+            snprintf(why, wsz, "the broker answers too slowly");
+            goto out;
+        }
         rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(c, g->workers_topic, p, &lo, &hi,
                                                                  DOCTOR_KAFKA_TIMEOUT_MS);
         if (e) {
@@ -581,18 +615,24 @@ static void describe_backends(json_t *report, char *buf, size_t cap)
     json_t *b;
     json_array_foreach(json_object_get(report, "backends"), i, b)
     {
-        len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%s [%s:", i ? "; " : "", str_of(b, "name"),
-                                str_of(b, "isolation"));
+        int w = snprintf(buf + len, cap - len, "%s%s [%s:", i ? "; " : "", str_of(b, "name"), str_of(b, "isolation"));
+        if (w < 0 || (size_t)w >= cap - len)
+            return;
+        len += (size_t)w;
         size_t k;
         json_t *l;
         json_array_foreach(json_object_get(b, "languages"), k, l)
         {
             const char *s = json_string_value(l);
-            len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, " %s", s ? s : "?");
+            w = snprintf(buf + len, cap - len, " %s", s ? s : "?");
+            if (w < 0 || (size_t)w >= cap - len)
+                return;
+            len += (size_t)w;
         }
-        len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "]");
-        if (len >= cap)
-            break;
+        w = snprintf(buf + len, cap - len, "]");
+        if (w < 0 || (size_t)w >= cap - len)
+            return;
+        len += (size_t)w;
     }
 }
 
@@ -638,9 +678,11 @@ static void check_reports(doctor *d)
         if (strstr(d->reports_why, "uthoriz"))
             snprintf(fix, sizeof(fix), "run doctor with the operator's settings (a principal allowed to read %.200s)",
                      d->g->workers_topic);
-        else
-            snprintf(fix, sizeof(fix), "create it (codefleet topics create %.200s) and let the workers write it",
+        else if (strstr(d->reports_why, "nknown topic"))
+            snprintf(fix, sizeof(fix), "create it (codefleet topics create '%.200s') and let the workers write it",
                      d->g->workers_topic);
+        else
+            snprintf(fix, sizeof(fix), "run doctor again; if it persists, check the broker's log");
         add_check(d, "capabilities", "warn", NULL, fix, "worker reports unavailable: %s", d->reports_why);
         return;
     }
@@ -656,6 +698,7 @@ static void check_reports(doctor *d)
             continue;
         }
         json_object_set(m, "report", found);
+        d->matched++;
         int64_t lr = json_integer_value(json_object_get(found, "largest_result_bytes"));
         if (lr > DOCTOR_MAX_KAFKA_MESSAGE)
             lr = DOCTOR_MAX_KAFKA_MESSAGE; /* no topic takes more: a larger claim says nothing more */
@@ -682,7 +725,10 @@ static void check_reports(doctor *d)
     json_object_foreach(langs, lk, lv)
     {
         (void)lv;
-        len += (size_t)snprintf(all + len, len < sizeof(all) ? sizeof(all) - len : 0, "%s%s", len ? ", " : "", lk);
+        int w = snprintf(all + len, sizeof(all) - len, "%s%s", len ? ", " : "", lk);
+        if (w < 0 || (size_t)w >= sizeof(all) - len)
+            break;
+        len += (size_t)w;
     }
     json_t *extra = json_pack("{s:o, s:o}", "workers", serving, "languages", keys_array(langs));
     json_decref(langs);
@@ -889,8 +935,15 @@ static void check_topics(doctor *d)
             }
         }
     }
-    for (size_t j = 0; j < ts->n; j++)
+    for (size_t j = 0; j < ts->n; j++) {
+        if (cf_mono_us() > d->deadline) {
+            add_check(d, "topics", "warn", NULL, "run doctor again; if it persists, check the broker's log",
+                      "%zu topic(s) not checked: the broker answers too slowly (doctor's %d s budget)", ts->n - j,
+                      (int)(DOCTOR_BUDGET_US / 1000000));
+            break;
+        }
         check_one_topic(d, &ts->v[j]);
+    }
     if (ts->dropped)
         add_check(d, "topics", "warn", NULL, "look at the workers' reports (codefleet doctor --json)",
                   "%zu topic name(s) from the workers' reports not checked (over %d topics, or not a valid name)",
@@ -933,7 +986,8 @@ static void check_redis(doctor *d)
     cf_cli_explain(&err, hint, sizeof(hint));
     /* Only workspaces, checkpoints and idempotency need Redis: whether the
      * fleet does is in the live workers' reports, when they were read. */
-    bool known = d->group_known && d->reports_read && json_array_size(d->members) > 0;
+    bool known = d->group_known && d->reports_read && json_array_size(d->members) > 0 &&
+                 d->matched == json_array_size(d->members);
     const char *note = d->workers_use_redis ? ""
                        : known ? " (the live workers do not use Redis: only workspace and checkpoint commands need it)"
                                : " (whether the workers use it is unknown: no worker report was read)";
@@ -1006,8 +1060,18 @@ static void check_roundtrip(doctor *d, int64_t timeout_us, bool timeout_given)
     }
     req.created_us = cf_now_us();
     t0 = cf_mono_us();
-    if (cf_dispatcher_submit(disp, &req, &err) < 0 || cf_dispatcher_flush(disp, deadline - cf_mono_us(), &err) < 0)
+    if (cf_dispatcher_submit(disp, &req, &err) < 0)
         goto fail;
+    if (cf_dispatcher_flush(disp, deadline - cf_mono_us(), &err) < 0) {
+        /* Not sent at all: nothing about the workers is known from it. */
+        char hint[600];
+        cf_cli_explain(&err, hint, sizeof(hint));
+        add_check(d, "roundtrip", "fail", NULL, hint[0] ? hint : "check the request topic and the broker",
+                  "the trivial request could not be sent to %s: %s", g->request_topic, err.msg);
+        cf_request_clear(&req);
+        cf_dispatcher_destroy(disp);
+        return;
+    }
     int64_t left = deadline - cf_mono_us();
     if (cf_dispatcher_wait(disp, id, left > 1000 ? left : 1000, &res, &err) < 0)
         goto fail;
@@ -1116,7 +1180,7 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
             return CF_EXIT_USAGE;
         }
     }
-    doctor d = {.g = g, .json = json};
+    doctor d = {.g = g, .json = json, .roundtrip = roundtrip, .deadline = cf_mono_us() + DOCTOR_BUDGET_US};
     d.checks = json_array();
     d.members = json_array();
     d.reports = json_object();

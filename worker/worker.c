@@ -1669,7 +1669,9 @@ static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *op
     /* A refused login drops the connection: "all brokers down" follows,
      * and is not the problem to fix. */
     int64_t auth = atomic_load(&w->kafka_explained_us[KP_AUTH]);
-    if (kp == KP_UNREACHABLE && auth && now - auth < KAFKA_EXPLAIN_EVERY_US)
+    int64_t proto = atomic_load(&w->kafka_explained_us[KP_PROTOCOL]);
+    if (kp == KP_UNREACHABLE && ((auth && now - auth < KAFKA_EXPLAIN_EVERY_US) ||
+                                 (proto && now - proto < KAFKA_EXPLAIN_EVERY_US)))
         return;
     /* Both clients report the same outage, over and over while it lasts:
      * one line per kind of problem every 30 s is what a person reads. */

@@ -2,6 +2,8 @@
 #include "worker_report.h"
 
 #include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "cf_schema.h"
@@ -26,16 +28,33 @@ static json_t *controls_json(uint32_t bits)
     return a;
 }
 
+static char *report_json(const cf_worker_report_info *info, size_t max_topics, bool truncated);
+
+/* A report over CF_WORKER_REPORT_MAX_BYTES would be dropped by readers:
+ * with hundreds of profiles, the topic lists are cut (and the report says
+ * so) until it fits. */
 char *cf_worker_report_json(const cf_worker_report_info *info)
+{
+    size_t most = info->n_request_topics > info->n_result_topics ? info->n_request_topics : info->n_result_topics;
+    char *s = report_json(info, most, false);
+    while (s && strlen(s) >= CF_WORKER_REPORT_MAX_BYTES && most > 0) {
+        free(s);
+        most /= 2;
+        s = report_json(info, most, true);
+    }
+    return s;
+}
+
+static char *report_json(const cf_worker_report_info *info, size_t max_topics, bool truncated)
 {
     char host[256] = "";
     if (gethostname(host, sizeof(host) - 1) < 0)
         host[0] = '\0';
     json_t *topics = json_array();
-    for (size_t i = 0; topics && i < info->n_request_topics; i++)
+    for (size_t i = 0; topics && i < info->n_request_topics && i < max_topics; i++)
         json_array_append_new(topics, json_string(info->request_topics[i]));
     json_t *results = json_array();
-    for (size_t i = 0; results && i < info->n_result_topics; i++)
+    for (size_t i = 0; results && i < info->n_result_topics && i < max_topics; i++)
         json_array_append_new(results, json_string(info->result_topics[i]));
     json_t *backends = json_array();
     uint32_t all_languages = 0;
@@ -65,6 +84,8 @@ char *cf_worker_report_json(const cf_worker_report_info *info)
                           backends ? backends : json_array(), "languages", languages_json(all_languages));
     if (!o)
         return NULL;
+    if (truncated)
+        json_object_set_new(o, "truncated", json_true());
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;

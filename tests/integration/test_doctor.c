@@ -343,8 +343,8 @@ static void produce_report(cf_dispatcher *disp, fx *f, const char *key, const ch
 }
 
 /* Reports are data: whoever may write the workers topic (a compromised or
- * buggy worker principal) must not make doctor claim things, cut results it
- * should not, paste hostile names into fix lines or drive the terminal. */
+ * buggy worker principal) must not drive the operator's terminal, get
+ * hostile names pasted into fix lines, or make doctor hold unbounded data. */
 static void test_doctor_treats_reports_as_data(void **state)
 {
     IT_REQUIRE_REDIS();
@@ -353,46 +353,65 @@ static void test_doctor_treats_reports_as_data(void **state)
     char cid[128];
     snprintf(cid, sizeof(cid), "codefleet-worker-%s", f->w.id);
     cf_dispatcher *disp = it_dispatcher_new(&f->t);
-    char forged[2048];
-    /* Another key claiming the live worker's client id, with a huge result
-     * size, hostile topic names and terminal escapes. */
-    snprintf(forged, sizeof(forged),
-             "{\"schema\":1,\"worker_id\":\"forged\",\"client_id\":\"%s\",\"group\":\"x\","
+    /* Under the worker's own key, newer than its real report: this one is
+     * what doctor uses.  Escapes (ESC, BEL, C1 CSI, a bidi override), a
+     * huge result size, names that are not topic names. */
+    char hostile[2048];
+    snprintf(hostile, sizeof(hostile),
+             "{\"schema\":1,\"worker_id\":\"%s\",\"client_id\":\"%s\",\"group\":\"%s\","
              "\"largest_result_bytes\":9000000000000000000,\"request_topics\":[\"bad name; rm -rf /\"],"
              "\"result_topics\":[\"\\u001b[31mred\"],\"backends\":[{\"name\":\"\\u001b]0;pwned\\u0007\","
-             "\"isolation\":\"x\",\"languages\":[\"shell\"]}],\"languages\":[\"cobol\"]}",
-             cid);
+             "\"isolation\":\"x\\u009b31m\\u202e\",\"languages\":[\"shell\"]}],\"languages\":[\"shell\"]}",
+             f->w.id, cid, f->t.group);
+    produce_report(disp, f, f->w.id, hostile);
+    /* Another key claiming the same client id loses to the worker's own key. */
+    char forged[512];
+    snprintf(forged, sizeof(forged),
+             "{\"schema\":1,\"worker_id\":\"forged\",\"client_id\":\"%s\",\"languages\":[\"cobol\"]}", cid);
     produce_report(disp, f, "forged", forged);
-    /* A key that is not its worker_id, an unreadable value, an oversized one. */
-    produce_report(disp, f, "mismatch", "{\"schema\":1,\"worker_id\":\"other\",\"client_id\":\"x\"}");
     produce_report(disp, f, "garbage", "{not json");
-    static char big[80 * 1024];
-    memset(big, ' ', sizeof(big) - 1);
-    big[0] = '{';
-    big[sizeof(big) - 2] = '}';
-    produce_report(disp, f, "big", big);
     cf_error err = {0};
     assert_int_equal(cf_dispatcher_flush(disp, 10 * 1000000LL, &err), 0);
-    cf_dispatcher_destroy(disp);
 
-    json_t *rep = report_of(doctor(f, "doctor", "--no-roundtrip", NULL), 0);
-    expect_status(rep, "capabilities", "ok");
-    /* The worker's own report, not the forged one. */
+    json_t *rep = report_of(doctor(f, "doctor", "--no-roundtrip", NULL), 1);
     char *dump = json_dumps(rep, 0);
     assert_null(strstr(dump, "cobol"));
-    assert_null(strstr(dump, "rm -rf"));
-    assert_null(strstr(dump, "pwned"));
     free(dump);
+    /* The size claim is clamped to what a topic can take, and flagged. */
     char name[160];
     snprintf(name, sizeof(name), "topic %s", f->t.results);
-    expect_status(rep, name, "ok");
+    expect_status(rep, name, "fail");
+    assert_int_equal(json_integer_value(json_object_get(check_of(rep, name), "largest_result_bytes")), 2147483647);
+    /* The two bad names are counted, not checked. */
+    expect_status(rep, "topics", "warn");
+    expect_text(rep, "topics", "message", "2 topic name(s)");
     json_decref(rep);
-    /* Text output carries no control characters, whatever a report holds. */
     run_out *r = doctor(f, "--json=false", "doctor", "--no-roundtrip", NULL);
-    assert_int_equal(r->rc, 0);
-    for (const char *p = r->out; *p; p++)
-        if ((unsigned char)*p < 0x20 && *p != '\n')
-            fail_msg("control byte 0x%02x in doctor's text output", (unsigned char)*p);
+    assert_int_equal(r->rc, 1);
+    assert_null(strstr(r->out, "rm -rf"));
+    for (const unsigned char *p = (const unsigned char *)r->out; *p; p++) {
+        if ((*p < 0x20 && *p != '\n') || *p == 0x7f)
+            fail_msg("control byte 0x%02x in doctor's text output", *p);
+        if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+            fail_msg("a C1 control in doctor's text output");
+        if (p[0] == 0xe2 && p[1] == 0x80 && p[2] >= 0xaa && p[2] <= 0xae)
+            fail_msg("a bidi override in doctor's text output");
+    }
+
+    /* A valid report over the 64 KiB limit is not read: the worker is said
+     * to have no report rather than doctor holding whatever it is sent. */
+    static char big[80 * 1024];
+    int n = snprintf(big, sizeof(big), "{\"schema\":1,\"worker_id\":\"%s\",\"client_id\":\"%s\",\"pad\":\"", f->w.id,
+                     cid);
+    memset(big + n, 'x', sizeof(big) - (size_t)n - 3);
+    memcpy(big + sizeof(big) - 3, "\"}", 3);
+    produce_report(disp, f, f->w.id, big);
+    assert_int_equal(cf_dispatcher_flush(disp, 10 * 1000000LL, &err), 0);
+    cf_dispatcher_destroy(disp);
+    rep = report_of(doctor(f, "doctor", "--no-roundtrip", NULL), 0);
+    expect_status(rep, "capabilities", "warn");
+    expect_text(rep, "capabilities", "message", "none of the 1 live worker(s) published a report");
+    json_decref(rep);
 }
 
 /* A worker whose results may outgrow the result topic's message limit:
