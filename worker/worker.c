@@ -1113,6 +1113,8 @@ static int64_t delivery_count(cf_worker *w, const job *j, cf_wstate *st)
     cf_error_clear(&err);
     if (cf_wstate_attempt(st, j->profile->name, j->req.id, msg, &attempt, &err) < 0)
         cf_log_warn(LOG_SUB, "request %s: delivery count unavailable: %s", j->req.id, err.msg);
+    else
+        cf_log_debug(LOG_SUB, "request %s: delivery %" PRId64 " recorded", j->req.id, attempt);
     return attempt;
 }
 
