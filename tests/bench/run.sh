@@ -168,7 +168,7 @@ fi
 # ---- failover (issue 15) ---------------------------------------------------
 # 9. Time from SIGKILL of a worker to the first result of a request that was
 #    queued on it (bench_failover.c), with the worker's default group
-#    settings (session.timeout.ms 6000, heartbeat 1500 ms, cooperative-sticky).
+#    settings (session.timeout.ms 6000, heartbeat 1000 ms, cooperative-sticky).
 echo
 n_fo=20
 ((quick)) && n_fo=5
