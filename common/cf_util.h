@@ -43,6 +43,9 @@ size_t cf_strlcpy(char *dst, const char *src, size_t cap);
  * than tab become '?' (newlines too, unless keep_newlines), the rest, UTF-8
  * included, is kept; cut at size - 1 bytes on a character boundary.
  * Returns the bytes written. */
+/* A Kafka topic name: 1..249 of [A-Za-z0-9._-], not "." or "..". */
+bool cf_topic_name_valid(const char *t);
+
 size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf, size_t size);
 
 /* strdup that returns NULL for NULL. */

@@ -94,22 +94,6 @@ static void add_check(doctor *d, const char *name, const char *status, json_t *e
         d->warned++;
 }
 
-/* Kafka's legal topic names; a report is data from the broker, and what it
- * names ends up in fix lines an operator may paste into a shell. */
-static bool topic_name_ok(const char *t)
-{
-    size_t n = t ? strlen(t) : 0;
-    if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = t[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-'))
-            return false;
-    }
-    return true;
-}
-
 static const char *str_of(json_t *o, const char *k)
 {
     const char *s = json_string_value(json_object_get(o, k));
@@ -360,7 +344,7 @@ static void group_hint(doctor *d, char *buf, size_t cap)
     json_object_foreach(d->report_groups, k, v)
     {
         const char *grp = json_string_value(v);
-        if (!grp || strcmp(grp, d->g->worker_group) == 0 || !topic_name_ok(grp) || json_object_get(seen, grp))
+        if (!grp || strcmp(grp, d->g->worker_group) == 0 || !cf_topic_name_valid(grp) || json_object_get(seen, grp))
             continue;
         json_object_set_new(seen, grp, json_true());
         int w = snprintf(buf + len, cap - len, "%s%s", len ? " or " : "", grp);
@@ -928,7 +912,7 @@ static void check_topics(doctor *d)
             json_array_foreach(json_object_get(rep, lists[li].field), k, t)
             {
                 const char *s = json_string_value(t);
-                if (s && topic_name_ok(s))
+                if (s && cf_topic_name_valid(s))
                     want_topic(ts, s, true, lists[li].kind, lists[li].role, wid);
                 else
                     ts->dropped++;

@@ -120,7 +120,4 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
 /* The result topic of requests on this profile. */
 const char *cf_profile_result_topic(const cf_profile *p, const cf_profile_env *env);
 
-/* A Kafka topic name: 1..249 of [A-Za-z0-9._-], not "." or "..". */
-bool cf_topic_name_valid(const char *t);
-
 #endif

@@ -92,20 +92,6 @@ static bool in_namespace(const char *t, const char *base)
     return n > 0 && strncmp(t, base, n) == 0 && (t[n] == '\0' || t[n] == '.');
 }
 
-bool cf_topic_name_valid(const char *t)
-{
-    size_t n = t ? strlen(t) : 0;
-    if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = t[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-'))
-            return false;
-    }
-    return true;
-}
-
 static void strv_free(char **v, size_t n)
 {
     for (size_t i = 0; v && i < n; i++)

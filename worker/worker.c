@@ -1763,12 +1763,23 @@ static bool is_producer_only(const char *k)
     return false;
 }
 
+/* The client.id the worker's consumer (or producer) gets, as the group lists
+ * it: ours unless kafka.client.id overrides it (applied after ours). */
+static void kafka_client_id(const cf_worker *w, bool consumer, char *buf, size_t size)
+{
+    const char *cid = cf_kvlist_get(&w->cfg->kafka, "client.id");
+    if (cid)
+        snprintf(buf, size, "%s", cid);
+    else
+        snprintf(buf, size, "codefleet-worker-%s%s", w->worker_id, consumer ? "" : "-producer");
+}
+
 static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *err)
 {
     const cf_worker_config *c = w->cfg;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char client_id[200];
-    snprintf(client_id, sizeof(client_id), "codefleet-worker-%s%s", w->worker_id, consumer ? "" : "-producer");
+    kafka_client_id(w, consumer, client_id, sizeof(client_id));
     if (conf_set(conf, "bootstrap.servers", c->brokers, err) < 0 || conf_set(conf, "client.id", client_id, err) < 0 ||
         /* Small request/response exchanges: Nagle would only add delay. */
         conf_set(conf, "socket.nagle.disable", "true", err) < 0)
@@ -2289,13 +2300,8 @@ static void publish_report(cf_worker *w, bool gone)
             if (!dup)
                 results[nr++] = w->topics[i].results;
         }
-        /* As the group lists the consumer (kafka.client.id overrides ours). */
         char client_id[200];
-        const char *cid = cf_kvlist_get(&c->kafka, "client.id");
-        if (cid)
-            snprintf(client_id, sizeof(client_id), "%s", cid);
-        else
-            snprintf(client_id, sizeof(client_id), "codefleet-worker-%s", w->worker_id);
+        kafka_client_id(w, true, client_id, sizeof(client_id));
         cf_worker_report_info info = {
             .worker_id = w->worker_id,
             .client_id = client_id,

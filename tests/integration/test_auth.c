@@ -191,6 +191,24 @@ static void test_tenant_topics(void **state)
                      readable_and_not[i], got, rd_kafka_err2str(de));
         }
     }
+    /* The workers' reports (codefleet doctor trusts what live workers say
+     * there): a tenant may neither forge one nor read the fleet's. */
+    char workers_topic[200];
+    const char *wt = getenv("CF_TEST_TOPIC_WORKERS");
+    snprintf(workers_topic, sizeof(workers_topic), "%s", wt && *wt ? wt : "codefleet.workers");
+    e = produce_as("tenant-a", workers_topic);
+    if (!denied(e))
+        fail_msg("tenant-a writing %s: %s (want an authorization failure)", workers_topic, rd_kafka_err2str(e));
+    {
+        /* (A compacted topic takes keyed messages only: the describe
+         * refusal is the proof; nothing may be read either.) */
+        int got = 0;
+        consume_as("tenant-a", workers_topic, &got);
+        rd_kafka_resp_err_t de = describe_as("tenant-a", workers_topic);
+        if (got != 0 || !denied(de))
+            fail_msg("tenant-a reading %s: %d message(s), describe %s (want none, an authorization failure)",
+                     workers_topic, got, rd_kafka_err2str(de));
+    }
     /* The worker principal cannot write requests (it only reads them). */
     e = produce_as("worker", req_a);
     if (!denied(e))
