@@ -101,7 +101,14 @@ typedef struct cf_run_spec {
     int64_t cpu_limit_us;
 
     volatile int *cancel;  /* non-zero: stop now (shutdown) */
+    /* > 2: a descriptor handed to the program as CF_RUN_PASS_FD (a socket
+     * to a long-lived helper); cf_run owns it from the call on and closes
+     * its copy once the child has one (or on failure).  0: none. */
+    int pass_fd;
 } cf_run_spec;
+
+/* Where the program finds spec->pass_fd. */
+#define CF_RUN_PASS_FD 4
 
 typedef struct cf_run_outcome {
     bool exited;           /* exited normally; exit_code valid */

@@ -295,10 +295,11 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 
     /* Move our pipe ends above 3 first so dup2 onto 0..3 cannot clobber one
      * another (the worker's stdio might have been closed). */
-    int src[4] = {a->in_r, a->out_w, a->err_w, a->rep_w};
-    int hi[4];
-    for (int i = 0; i < 4; i++) {
-        hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 4);
+    int src[5] = {a->in_r, a->out_w, a->err_w, a->rep_w, spec->pass_fd};
+    int hi[5];
+    int nsrc = spec->pass_fd > 2 ? 5 : 4;
+    for (int i = 0; i < nsrc; i++) {
+        hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, CF_RUN_PASS_FD + 1);
         if (hi[i] < 0)
             child_fail(rep, errno, "dup stdio");
     }
@@ -309,6 +310,8 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     if (dup3(hi[3], 3, O_CLOEXEC) < 0)
         child_fail(rep, errno, "dup report pipe");
     rep = 3;
+    if (nsrc == 5 && dup2(hi[4], CF_RUN_PASS_FD) < 0) /* dup2: not CLOEXEC, the program keeps it */
+        child_fail(rep, errno, "dup passed fd");
 
     for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++) {
         const cf_run_rlimit *l = &spec->rlimits[i];
@@ -401,10 +404,12 @@ static __attribute__((noreturn)) void exec_program(const struct program_args *pa
     if (spec->cwd && chdir(spec->cwd) < 0)
         child_fail(rep, errno, "chdir");
 
-    /* Everything but stdio and the report pipe (CLOEXEC, closes at exec). */
-    if (syscall(SYS_close_range, 4u, ~0u, 0u) < 0) {
+    /* Everything but stdio, the report pipe (CLOEXEC, closes at exec) and
+     * the passed descriptor. */
+    unsigned first = spec->pass_fd > 2 ? CF_RUN_PASS_FD + 1 : CF_RUN_PASS_FD;
+    if (syscall(SYS_close_range, first, ~0u, 0u) < 0) {
         rlim_t max = nofile.rlim_cur == RLIM_INFINITY || nofile.rlim_cur > 65536 ? 65536 : nofile.rlim_cur;
-        for (rlim_t fd = 4; fd < max; fd++)
+        for (rlim_t fd = first; fd < max; fd++)
             close((int)fd);
     }
 
@@ -560,14 +565,20 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     memset(out, 0, sizeof(*out));
     cf_buf_init(&out->out, 0);
     cf_buf_init(&out->err, 0);
-    if (!spec || !spec->path || !spec->argv || !spec->argv[0])
+    int pass_fd = spec && spec->pass_fd > 2 ? spec->pass_fd : -1; /* ours to close, whatever happens */
+    if (!spec || !spec->path || !spec->argv || !spec->argv[0]) {
+        close_fd(&pass_fd);
         return cf_error_set(err, CF_E_INVALID, "runner: no program given");
+    }
     /* init kills every process it can see when the program ends: only
      * ever inside a pid namespace of its own. */
-    if (spec->init && !(spec->clone_flags & CLONE_NEWPID))
-        return cf_error_set(err, CF_E_INVALID, "runner: init needs a new pid namespace");
-    if (spec->n_rlimits < 0 || spec->n_rlimits > CF_RUN_MAX_RLIMITS)
-        return cf_error_set(err, CF_E_INVALID, "runner: %d rlimits (max %d)", spec->n_rlimits, CF_RUN_MAX_RLIMITS);
+    if ((spec->init && !(spec->clone_flags & CLONE_NEWPID)) ||
+        spec->n_rlimits < 0 || spec->n_rlimits > CF_RUN_MAX_RLIMITS) {
+        close_fd(&pass_fd);
+        return cf_error_set(err, CF_E_INVALID, spec->init && !(spec->clone_flags & CLONE_NEWPID)
+                                                   ? "runner: init needs a new pid namespace"
+                                                   : "runner: too many rlimits");
+    }
 
     int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, rep_p[2] = {-1, -1}, bar_p[2] = {-1, -1};
     int pidfd = -1;
@@ -613,6 +624,7 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     sigaddset(&run_mask, SIGPIPE);
     pthread_sigmask(SIG_SETMASK, &run_mask, NULL);
 
+    close_fd(&pass_fd); /* the child has its copy (or there is no child) */
     if (pid < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, spawn_errno, "runner: clone");
         if (err)
@@ -851,6 +863,7 @@ restore:
     pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 
 done:
+    close_fd(&pass_fd);
     close_fd(&in_p[0]);
     close_fd(&in_p[1]);
     close_fd(&out_p[0]);

@@ -42,6 +42,7 @@
 #include "sandbox_cgroup.h"
 #include "sandbox_exec.h"
 #include "sandbox_fs.h"
+#include "sandbox_instance.h"
 #include "sandbox_net.h"
 #include "sandbox_probe.h"
 #include "sandbox_seccomp.h"
@@ -68,6 +69,7 @@
 #define DEFAULT_WORK (128LL << 20)
 #define DEFAULT_INODES 16384
 #define RUN_DIR "/run/codefleet"
+#define RESOLV_NAME CF_INSTANCE_RESOLV_NAME
 
 #define MAX_JOIN_FDS 8
 
@@ -133,106 +135,9 @@ static bool run_uid_may(const struct stat *sb, uid_t uid, unsigned need)
 
 /* ---- start-up sweep ---- */
 
-/* "cfsb-<pid>.<n>..." -> pid, or -1. */
-static long tag_pid(const char *name)
-{
-    if (strncmp(name, SB_PREFIX, strlen(SB_PREFIX)) != 0)
-        return -1;
-    const char *p = name + strlen(SB_PREFIX);
-    char *end;
-    errno = 0;
-    long pid = strtol(p, &end, 10);
-    if (errno || end == p || *end != '.' || pid <= 0 || pid > INT_MAX)
-        return -1;
-    return pid;
-}
-
-static bool pid_gone(long pid)
-{
-    return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
-}
-
-/* Unmounts every mount at or below dir (deepest first, from mountinfo). */
-static void umount_below(const char *dir)
-{
-    size_t dl = strlen(dir);
-    for (int round = 0; round < 8; round++) {
-        FILE *f = fopen("/proc/self/mountinfo", "re");
-        if (!f)
-            return;
-        char line[4096], best[PATH_MAX] = "";
-        while (fgets(line, sizeof(line), f)) {
-            /* id parent maj:min root mountpoint ... */
-            char *save = NULL, *tok = strtok_r(line, " ", &save);
-            for (int i = 0; tok && i < 4; i++)
-                tok = strtok_r(NULL, " ", &save);
-            if (!tok || strncmp(tok, dir, dl) != 0 || (tok[dl] != '/' && tok[dl] != '\0'))
-                continue;
-            if (strlen(tok) > strlen(best))
-                cf_strlcpy(best, tok, sizeof(best));
-        }
-        fclose(f);
-        if (!best[0] || umount2(best, MNT_DETACH) < 0)
-            return;
-    }
-}
-
-#define RESOLV_NAME "resolv.conf"
-
-/* Removes a dead instance directory: its mounts first, then the (now
- * empty) slot mount points and our resolv.conf, then itself.  Anything
- * else in it is left. */
-static void remove_instance_dir(const char *dir)
-{
-    umount_below(dir);
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d)))
-            if (de->d_name[0] == 's')
-                unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
-        unlinkat(dirfd(d), RESOLV_NAME, 0);
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 static int sweep(sb_state *st, int *dirs, int *cgroups)
 {
-    *dirs = *cgroups = 0;
-    DIR *d = opendir(st->base.work_root);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            long pid = tag_pid(de->d_name);
-            if (pid < 0 || !pid_gone(pid))
-                continue;
-            char path[PATH_MAX];
-            if (snprintf(path, sizeof(path), "%s/%s", st->real_root, de->d_name) >= (int)sizeof(path))
-                continue;
-            remove_instance_dir(path);
-            (*dirs)++;
-        }
-        closedir(d);
-    }
-    if (st->cgenv) {
-        d = opendir(cf_cgroup_env_parent_dir(st->cgenv));
-        if (d) {
-            struct dirent *de;
-            while ((de = readdir(d))) {
-                long pid = tag_pid(de->d_name);
-                if (pid < 0 || !pid_gone(pid))
-                    continue;
-                char prefix[64];
-                snprintf(prefix, sizeof(prefix), SB_PREFIX "%ld.", pid);
-                cf_error e;
-                int n = cf_cgroup_sweep(st->cgenv, prefix, &e);
-                if (n > 0)
-                    *cgroups += n;
-            }
-            closedir(d);
-        }
-    }
+    cf_instance_sweep(st->real_root, st->cgenv, SB_PREFIX, dirs, cgroups);
     return 0;
 }
 
@@ -253,7 +158,7 @@ static void slot_release(sb_state *st, sb_slot *s)
     cf_sandbox_fs_destroy(s->fs);
     s->fs = NULL;
     if (s->mnt_made) {
-        umount_below(s->mnt);
+        cf_instance_umount_below(s->mnt);
         rmdir(s->mnt);
         s->mnt_made = false;
     }
@@ -268,7 +173,7 @@ static void sb_destroy(void *state)
         slot_release(st, &st->slot[i]);
     free(st->slot);
     if (st->inst[0])
-        remove_instance_dir(st->inst);
+        cf_instance_remove_dir(st->inst);
     cf_cgroup_env_destroy(st->cgenv);
     cf_seccomp_prog_destroy(st->seccomp);
     cf_exec_base_free(&st->base);

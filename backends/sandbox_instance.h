@@ -1,0 +1,26 @@
+/* sandbox_instance: what a sandbox-type backend leaves on the host while it
+ * runs, and the start-up sweep that removes what a dead worker left.
+ *
+ * Each backend instance owns a directory <work_root>/<prefix><pid>.<n>
+ * (slot tmpfs mounts below it, a resolv.conf) and cgroups named
+ * <prefix><pid>.<n>-...  The sweep removes the directories and cgroups
+ * whose worker pid no longer exists; a live worker's are never touched.
+ */
+#ifndef CF_SANDBOX_INSTANCE_H
+#define CF_SANDBOX_INSTANCE_H
+
+#include "sandbox_cgroup.h"
+
+#define CF_INSTANCE_RESOLV_NAME "resolv.conf"
+
+/* Unmounts every mount at or below dir (deepest first, from mountinfo). */
+void cf_instance_umount_below(const char *dir);
+/* Removes an instance directory: its mounts, the empty slot mount points
+ * (names starting with 's') and resolv.conf, then the directory itself.
+ * Anything else in it is left. */
+void cf_instance_remove_dir(const char *dir);
+/* Sweeps dead workers' instance directories below real_root and their
+ * cgroups below cgenv's parent (cgenv may be NULL). */
+void cf_instance_sweep(const char *real_root, cf_cgroup_env *cgenv, const char *prefix, int *dirs, int *cgroups);
+
+#endif
