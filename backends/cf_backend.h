@@ -82,6 +82,12 @@ typedef struct cf_backend_config {
      * directories (NULL-terminated, may be NULL): bound read-only into
      * sandboxes at the same paths.  Must outlive the backends. */
     const char *const *toolchain_dirs;
+    /* wasm and js backends (0 = the default in parentheses) */
+    const char *embed_helper_path;     /* codefleet-embed-helper; NULL/"": built without the runtimes */
+    int64_t embed_helper_memory_bytes; /* memory cgroup of each helper (1 GiB); guests get 128 MiB less */
+    int64_t wasm_module_max_bytes;     /* largest module accepted (16 MiB) */
+    int64_t wasm_fuel;                 /* instructions per execution; 0: no fuel metering */
+    int64_t wasm_cache_bytes;          /* compiled modules kept per helper, by module size (64 MiB) */
 } cf_backend_config;
 
 /* Workspace files for one execution (requests naming a workspace).
@@ -197,6 +203,10 @@ int cf_backend_set_new(const char *names, const cf_backend_config *cfg, cf_backe
 void cf_backend_set_destroy(cf_backend_set *set);
 size_t cf_backend_set_count(const cf_backend_set *set);
 const cf_backend *cf_backend_set_get(const cf_backend_set *set, size_t i);
+
+/* Whether `name` was listed but could not be created here (create() said
+ * CF_E_UNSUPPORTED and it was not the first): the worker runs without it. */
+bool cf_backend_set_unavailable(const cf_backend_set *set, const char *name);
 
 /* Chooses the backend for req: the one it names, else the default.  When
  * nothing fits, returns NULL and writes a reason ("backend 'x' is not

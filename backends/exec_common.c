@@ -230,6 +230,7 @@ static const char *code_file_for(cf_language l)
     case CF_LANG_SHELL: return "main.sh";
     case CF_LANG_PYTHON: return "main.py";
     case CF_LANG_JAVASCRIPT: return "main.js";
+    case CF_LANG_WASM: return "main.wasm";
     default: return NULL;
     }
 }
@@ -239,6 +240,8 @@ static const char *code_file_for(cf_language l)
 /* The interpreter that runs a language's code (NULL: none here). */
 static const char *interp_for(const cf_exec_base *base, cf_language l)
 {
+    if ((unsigned)l < 32 && (base->embedded_languages & (1u << l)))
+        return base->embedded_runtime;
     switch (l) {
     case CF_LANG_SHELL: return base->shell_path;
     case CF_LANG_PYTHON: return base->python_path;
@@ -511,8 +514,9 @@ int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec
     } else if (job->code_file) {
         cf_error ferr;
         cf_error_clear(&ferr);
-        if (cf_workdir_put(job->run, job->code_file, req->code.data ? (const void *)req->code.data : "",
-                           req->code.len, 0644, &ferr) < 0)
+        const cf_bytes *src = req->language == CF_LANG_WASM ? &req->module : &req->code;
+        if (cf_workdir_put(job->run, job->code_file, src->data ? (const void *)src->data : "", src->len, 0644,
+                           &ferr) < 0)
             return put_failed(job, "code", job->code_file, &ferr, err);
     }
 

@@ -52,6 +52,10 @@ typedef struct cf_exec_base {
     size_t max_output_file_bytes;
     uint32_t languages; /* bit per cf_language available (compiled ones: cfg->compiled_languages) */
     bool memory_is_rlimit_as; /* memory = RLIMIT_AS (explains node's SIGTRAP) */
+    /* An embedded runtime (wasm, js backends): languages it runs in-process
+     * and the name that stands for their interpreter in messages. */
+    uint32_t embedded_languages;
+    const char *embedded_runtime;
     const char *exec_where;   /* " inside the sandbox": the program has its own root, so command paths
                                * are not looked up on the host; NULL: the host is its root */
     char notes[CF_EXEC_NOTES_BYTES];

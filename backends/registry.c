@@ -10,19 +10,33 @@
 /* Every backend compiled in.  Order is only cosmetic (describe output). */
 extern const cf_backend_ops cf_backend_process_ops;
 extern const cf_backend_ops cf_backend_sandbox_ops;
+extern const cf_backend_ops cf_backend_wasm_ops;
+extern const cf_backend_ops cf_backend_js_ops;
 
 static const cf_backend_ops *const registry[] = {
     &cf_backend_process_ops,
     &cf_backend_sandbox_ops,
+    &cf_backend_wasm_ops,
+    &cf_backend_js_ops,
     NULL,
 };
 
 #define SET_MAX 16      /* more backends than we will ever compile in */
 #define NAME_MAX_LEN 64 /* a backend name in a names list */
 
+/* A backend listed after the first whose create() said CF_E_UNSUPPORTED
+ * (this build or host cannot offer it): the worker starts without it and
+ * says why, at start-up and to every request that names it. */
+typedef struct unavailable_backend {
+    const cf_backend_ops *ops;
+    char reason[256];
+} unavailable_backend;
+
 struct cf_backend_set {
     cf_backend items[SET_MAX];
     size_t n;
+    unavailable_backend missing[SET_MAX];
+    size_t n_missing;
 };
 
 const cf_backend_ops *const *cf_backend_registry(void)
@@ -120,6 +134,12 @@ int cf_backend_set_new(const char *names, const cf_backend_config *cfg, cf_backe
             free(set);
             return cf_error_set(err, CF_E_NOT_FOUND, "backends: unknown backend '%s'", name);
         }
+        for (size_t i = 0; i < set->n_missing; i++)
+            if (set->missing[i].ops == ops) {
+                set_destroy_items(set);
+                free(set);
+                return cf_error_set(err, CF_E_INVALID, "backends: '%s' listed twice", name);
+            }
         for (size_t i = 0; i < set->n; i++) {
             if (set->items[i].ops == ops) {
                 set_destroy_items(set);
@@ -136,6 +156,17 @@ int cf_backend_set_new(const char *names, const cf_backend_config *cfg, cf_backe
         memset(b, 0, sizeof(*b));
         b->ops = ops;
         if (ops->create(cfg, &b->state, &b->caps, err) < 0) {
+            if (err && err->code == CF_E_UNSUPPORTED && set->n > 0 && set->n_missing < SET_MAX) {
+                unavailable_backend *u = &set->missing[set->n_missing++];
+                u->ops = ops;
+                cf_strlcpy(u->reason, err->msg, sizeof(u->reason));
+                memset(b, 0, sizeof(*b));
+                cf_error_clear(err);
+                if (!comma)
+                    break;
+                p = comma + 1;
+                continue;
+            }
             cf_error_wrap(err, "backend '%s'", name);
             set_destroy_items(set);
             free(set);
@@ -170,6 +201,14 @@ const cf_backend *cf_backend_set_get(const cf_backend_set *set, size_t i)
     return &set->items[i];
 }
 
+bool cf_backend_set_unavailable(const cf_backend_set *set, const char *name)
+{
+    for (size_t i = 0; set && name && i < set->n_missing; i++)
+        if (strcmp(set->missing[i].ops->name, name) == 0)
+            return true;
+    return false;
+}
+
 const cf_backend *cf_backend_set_select(const cf_backend_set *set, const cf_request *req, char *reason,
                                         size_t reason_size)
 {
@@ -191,7 +230,13 @@ const cf_backend *cf_backend_set_select_as(const cf_backend_set *set, const char
         if (!b) {
             char name[80];
             cf_printable(want, strlen(want), name, sizeof(name));
-            if (cf_backend_find(want))
+            const unavailable_backend *u = NULL;
+            for (size_t i = 0; i < set->n_missing; i++)
+                if (strcmp(set->missing[i].ops->name, want) == 0)
+                    u = &set->missing[i];
+            if (u)
+                snprintf(reason, reason_size, "backend '%s' is unavailable on this worker (%s)", name, u->reason);
+            else if (cf_backend_find(want))
                 snprintf(reason, reason_size, "backend '%s' is not enabled on this worker", name);
             else
                 snprintf(reason, reason_size, "unknown backend '%s'", name);
@@ -328,4 +373,6 @@ void cf_backend_set_describe(const cf_backend_set *set, char *buf, size_t size)
             appendf(buf, size, &used, " notes=\"%s\"", b->caps.notes);
         appendf(buf, size, &used, "\n");
     }
+    for (size_t i = 0; set && i < set->n_missing; i++)
+        appendf(buf, size, &used, "%s: UNAVAILABLE (%s)\n", set->missing[i].ops->name, set->missing[i].reason);
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Configures and builds codefleet with CMake + Ninja.
 #
-# Usage: deploy/build.sh [--sanitize | --tsan] [--jobs N] [TARGET...]
+# Usage: deploy/build.sh [--sanitize | --tsan] [--no-runtimes] [--jobs N] [TARGET...]
 #   (default)     RelWithDebInfo build in <repo>/build
 #   --sanitize    ASan + UBSan (-DCF_SANITIZE=ON, Debug) in <repo>/build-asan
 #   --tsan        ThreadSanitizer (-DCF_TSAN=ON) in <repo>/build-tsan
+#   --no-runtimes without the wasm and js backends' runtimes (no cargo needed)
 #   TARGET...     build only these targets (default: all)
 #   --jobs N      parallel compile jobs (default: number of CPUs)
 # Environment: CODEFLEET_CMAKE_ARGS  extra arguments for cmake (word-split).
@@ -13,12 +14,14 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 sanitize=0
+runtimes=ON
 targets=()
 jobs=$(nproc 2>/dev/null || echo 2)
 while (($#)); do
     case $1 in
     --sanitize) sanitize=1 ;;
     --tsan) sanitize=2 ;;
+    --no-runtimes) runtimes=OFF ;;
     --jobs)
         (($# >= 2)) || cf_die "--jobs needs a number"
         jobs=$2
@@ -26,7 +29,7 @@ while (($#)); do
         ;;
     --jobs=*) jobs=${1#--jobs=} ;;
     -h | --help)
-        sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     -*) cf_die "unknown argument '$1' (see --help)" ;;
@@ -46,6 +49,7 @@ else
     dir=$CF_REPO/build
     args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCF_SANITIZE=OFF)
 fi
+args+=(-DCF_EMBED_RUNTIMES=$runtimes)
 # shellcheck disable=SC2206 # word splitting is the documented interface
 [[ -n ${CODEFLEET_CMAKE_ARGS:-} ]] && args+=($CODEFLEET_CMAKE_ARGS)
 

@@ -4,8 +4,9 @@
 # registry into a system location every uid can read, then fetches the Apache
 # Kafka broker jars from Maven Central into a cache outside git.
 #
-# Usage: deploy/install.sh [--no-kafka] [--force-kafka] [--force-typescript]
+# Usage: deploy/install.sh [--no-kafka] [--no-runtimes] [--force-kafka] [--force-typescript]
 #   --no-kafka          skip the Kafka jars
+#   --no-runtimes       skip the wasm/js runtimes' sources and the cargo check
 #   --force-kafka       fetch the Kafka jars again even if the cache is complete
 #   --force-typescript  run npm ci again even if the installed tree matches
 # Environment: CODEFLEET_KAFKA_VERSION (default in deploy/common.sh),
@@ -20,11 +21,13 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 fetch_kafka=1
+runtimes=1
 force_kafka=0
 force_ts=0
 while (($#)); do
     case $1 in
     --no-kafka) fetch_kafka=0 ;;
+    --no-runtimes) runtimes=0 ;;
     --force-kafka) force_kafka=1 ;;
     --force-typescript) force_ts=1 ;;
     -h | --help)
@@ -39,7 +42,7 @@ done
 packages=(build-essential cmake ninja-build pkg-config librdkafka-dev libmsgpack-dev libseccomp-dev
     libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libssl-dev redis-server redis-tools kcat bubblewrap
     python3 nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev
-    rustc golang-go)
+    rustc golang-go lld-14 wasi-libc libclang-rt-14-dev-wasm32 wabt)
 # Any Java 17+ runtime will do: only ask for Debian's default when none is there.
 command -v java >/dev/null 2>&1 || packages+=(default-jre-headless)
 command -v mvn >/dev/null 2>&1 || packages+=(maven)
@@ -181,7 +184,51 @@ fetch_kafka_jars() {
     cf_log "kafka jars ready ($(find "$CF_KAFKA_LIBS" -name '*.jar' | wc -l) jars)"
 }
 
+# QuickJS-ng 0.18.0 C sources for the js backend, from the crates.io package
+# that carries them with their license (libquickjs-ng-sys 0.14.0, directory
+# embed/quickjs), checked against the checksum crates.io's index lists.
+QUICKJS_CRATE=libquickjs-ng-sys-0.14.0
+QUICKJS_SHA256=9c81e864c33a1d1543f2f651d7622de0e8fb9b8e0c50b808eee606c056dd02e2
+QUICKJS_DIR=$CF_CACHE/quickjs-ng-0.18.0
+fetch_quickjs() {
+    [[ -f $QUICKJS_DIR/.complete ]] && return 0
+    mkdir -p "$CF_CACHE"
+    exec 8>"$CF_CACHE/.quickjs.lock"
+    flock 8
+    if [[ ! -f $QUICKJS_DIR/.complete ]]; then
+        cf_log "fetching QuickJS-ng sources ($QUICKJS_CRATE) from crates.io into $QUICKJS_DIR"
+        local tmp=$CF_CACHE/quickjs.tmp.$$
+        rm -rf "$tmp" && mkdir -p "$tmp"
+        curl -sSfL --retry 3 -o "$tmp/q.crate" "https://static.crates.io/crates/${QUICKJS_CRATE%-*}/$QUICKJS_CRATE.crate" ||
+            cf_die "could not download $QUICKJS_CRATE from crates.io"
+        echo "$QUICKJS_SHA256  $tmp/q.crate" | sha256sum -c --quiet - || cf_die "$QUICKJS_CRATE: checksum mismatch"
+        tar -xzf "$tmp/q.crate" -C "$tmp" --strip-components=3 "$QUICKJS_CRATE/embed/quickjs/"
+        rm -f "$tmp/q.crate"
+        [[ -f $tmp/quickjs.c && -f $tmp/LICENSE ]] || cf_die "$QUICKJS_CRATE: no quickjs.c in the package"
+        rm -rf "$QUICKJS_DIR"
+        mv "$tmp" "$QUICKJS_DIR"
+        date -u +%Y-%m-%dT%H:%M:%SZ >"$QUICKJS_DIR/.complete"
+    fi
+    exec 8>&-
+}
+
+# wasmtime's C API is built by cargo (Rust 1.90+: wasmtime 48's minimum).
+check_cargo() {
+    local cargo
+    cargo=$(command -v cargo 2>/dev/null || true)
+    [[ -z $cargo && -x ${HOME:-/root}/.cargo/bin/cargo ]] && cargo=${HOME:-/root}/.cargo/bin/cargo
+    [[ -n $cargo ]] || cf_die "cargo not found: the wasm backend needs Rust 1.90 or newer (rustup); or build with deploy/build.sh --no-runtimes"
+    local v
+    v=$("$cargo" --version | awk '{print $2}')
+    [[ $(printf '%s\n1.90.0\n' "$v" | sort -V | head -n1) == 1.90.0 ]] ||
+        cf_die "cargo $v is older than 1.90 (wasmtime 48 needs it); or build with deploy/build.sh --no-runtimes"
+}
+
 install_packages
 install_typescript
 ((fetch_kafka)) && fetch_kafka_jars
+if ((runtimes)); then
+    fetch_quickjs
+    check_cargo
+fi
 exit 0

@@ -35,7 +35,7 @@
 #   CODEFLEET_WORKERS              workers started by `up` (2)
 #   CODEFLEET_GROUP                the workers' consumer group (codefleet)
 #   CODEFLEET_STACK_WORKER_ARGS    extra arguments for every worker (word-split)
-#   CODEFLEET_BACKENDS             the workers' backends (sandbox,process as root, else process)
+#   CODEFLEET_BACKENDS             the workers' backends (sandbox,process,wasm,js as root, else process)
 #   CODEFLEET_WORK_ROOT            the workers' work-root (/dev/shm/codefleet: a tmpfs is faster)
 #   CODEFLEET_BIN                  directory holding codefleet and codefleet-worker
 #                                  (default: <repo>/build/dispatcher and <repo>/build/worker)
@@ -528,8 +528,8 @@ write_worker_config() {
             # host (and this user's secrets).
             if ((EUID == 0)); then
                 for t in "${TENANTS[@]}"; do
-                    printf '\n[profile.%s]\ntopic = %s.%s\nresult-topic = %s.%s\nstate-prefix = %s.\n' \
-                        "$t" "$TOPIC_REQUESTS" "$t" "$TOPIC_RESULTS" "$t" "$t"
+                    printf '\n[profile.%s]\ntopic = %s.%s\nresult-topic = %s.%s\nstate-prefix = %s.\nbackends = %s\n' \
+                        "$t" "$TOPIC_REQUESTS" "$t" "$TOPIC_RESULTS" "$t" "$t" "$TENANT_BACKENDS"
                 done
             fi
         } >"$STATE/worker.conf"
@@ -539,12 +539,15 @@ write_worker_config() {
 # The hardened sandbox needs root (user namespaces with uid maps, cgroups);
 # without it the workers offer the host-local process backend only.
 WORK_ROOT=${CODEFLEET_WORK_ROOT:-/dev/shm/codefleet}
-if ((EUID == 0)); then BACKENDS=${CODEFLEET_BACKENDS:-sandbox,process}; else BACKENDS=${CODEFLEET_BACKENDS:-process}; fi
+# wasm and js: the embedded runtimes, in confined helpers (a build without
+# them starts the workers without those two, and says so).
+if ((EUID == 0)); then BACKENDS=${CODEFLEET_BACKENDS:-sandbox,process,wasm,js}; else BACKENDS=${CODEFLEET_BACKENDS:-process}; fi
+TENANT_BACKENDS=sandbox,wasm,js
 # What requests may use is the profile's decision: the default profile
 # allows the sandbox only.  Without root there is no sandbox, and this
 # development stack lets its default profile use the process backend
 # (host-local: for trusted code only; README "Backends").
-PROFILE_ARGS=()
+PROFILE_ARGS=(--profile.default.backends=$TENANT_BACKENDS)
 ((EUID == 0)) || PROFILE_ARGS=(--profile.default.backends=process --profile.default.network=enabled)
 
 start_workers() {

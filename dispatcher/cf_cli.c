@@ -541,6 +541,7 @@ enum {
     OPT_ID = 256,
     OPT_CODE,
     OPT_CODE_FILE,
+    OPT_MODULE,
     OPT_FILE,
     OPT_STDIN_FILE,
     OPT_INPUT,
@@ -578,6 +579,7 @@ static const struct option submit_longopts[] = {
     {"language", required_argument, NULL, 'l'},
     {"code", required_argument, NULL, OPT_CODE},
     {"code-file", required_argument, NULL, OPT_CODE_FILE},
+    {"module", required_argument, NULL, OPT_MODULE},
     {"file", required_argument, NULL, OPT_FILE},
     {"stdin-file", required_argument, NULL, OPT_STDIN_FILE},
     {"input", required_argument, NULL, OPT_INPUT},
@@ -843,10 +845,15 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
             return cf_error_set(err, CF_E_INVALID, "--id: 1..%d printable characters without spaces", CF_ID_MAX);
         return set_str(&req->id, v, err);
     case 'l':
+        /* "js": JavaScript on the embedded js backend (QuickJS-ng). */
+        if (strcmp(v, "js") == 0) {
+            req->language = CF_LANG_JAVASCRIPT;
+            return req->backend ? 0 : set_str(&req->backend, "js", err);
+        }
         if (cf_language_parse(v, &req->language) < 0)
             return cf_error_set(err, CF_E_INVALID,
-                                "--language: unknown '%s' (command|shell|python|javascript|wasm|c|cpp|rust|go|"
-                                "typescript)",
+                                "--language: unknown '%s' (command|shell|python|javascript|js|wasm|c|cpp|rust|"
+                                "go|typescript)",
                                 v);
         return 0;
     case OPT_CODE:
@@ -857,6 +864,12 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
         return 0;
     case OPT_CODE_FILE:
         return set_code_file(req, v, err) < 0 ? cf_error_wrap(err, "--code-file") : 0;
+    case OPT_MODULE:
+        if (req->language == CF_LANG_NONE)
+            req->language = CF_LANG_WASM;
+        if (req->language != CF_LANG_WASM)
+            return cf_error_set(err, CF_E_INVALID, "--module is for language wasm");
+        return set_code_file(req, v, err) < 0 ? cf_error_wrap(err, "--module") : 0;
     case OPT_FILE:
         return add_file(req, v, err);
     case OPT_STDIN_FILE:
@@ -1029,7 +1042,7 @@ int cf_cli_parse_submit(int argc, char **argv, cf_request *req, cf_cli_submit_op
         goto fail;
     }
     if (req->language == CF_LANG_WASM && req->code.data && !req->module.data) {
-        cf_error_set(err, CF_E_INVALID, "wasm takes a module (--code-file FILE.wasm), not --code");
+        cf_error_set(err, CF_E_INVALID, "wasm takes a module (--module FILE.wasm), not --code");
         goto fail;
     }
     if ((req->language == CF_LANG_SHELL || req->language == CF_LANG_PYTHON ||

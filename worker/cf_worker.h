@@ -48,6 +48,11 @@ typedef struct cf_worker_config {
     int64_t sandbox_tmp_bytes;
     int64_t sandbox_work_bytes;
     int64_t sandbox_inodes;
+    char *embed_helper_path;    /* wasm/js runtime helper ("" = the one built with the worker) */
+    int64_t embed_helper_memory_bytes;
+    int64_t wasm_module_max_bytes;
+    int64_t wasm_fuel;
+    int64_t wasm_cache_bytes;
     int64_t default_timeout_us;
     int64_t max_timeout_us;
     int64_t default_output_bytes;

@@ -250,6 +250,9 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
         bool found = false;
         for (size_t k = 0; env->backends && k < cf_backend_set_count(env->backends); k++)
             found |= strcmp(cf_backend_set_get(env->backends, k)->ops->name, p->backend_names[i]) == 0;
+        /* Listed for the worker but unavailable here (a build without the
+         * runtimes): requests naming it are refused with that reason. */
+        found |= env->backends && cf_backend_set_unavailable(env->backends, p->backend_names[i]);
         if (!found)
             return cf_error_set(err, CF_E_INVALID, "profile '%s': backend '%s' is not enabled on this worker (backends)",
                                 p->name, p->backend_names[i]);
@@ -487,7 +490,14 @@ const char *cf_profile_result_topic(const cf_profile *p, const cf_profile_env *e
 
 const char *cf_profile_backend_for(const cf_profile *p, const cf_request *req)
 {
-    return req->backend && req->backend[0] ? req->backend : p->backend_names[0];
+    if (req->backend && req->backend[0])
+        return req->backend;
+    /* A module runs only on the wasm backend: no need to name it. */
+    if (req->language == CF_LANG_WASM)
+        for (size_t i = 0; i < p->n_backends; i++)
+            if (strcmp(p->backend_names[i], "wasm") == 0)
+                return p->backend_names[i];
+    return p->backend_names[0];
 }
 
 /* ---------------------------------------------------------------- admission */

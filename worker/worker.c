@@ -2007,6 +2007,12 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .sandbox_tmp_bytes = cfg->sandbox_tmp_bytes,
         .sandbox_work_bytes = cfg->sandbox_work_bytes,
         .sandbox_inodes = cfg->sandbox_inodes,
+        .embed_helper_path = cfg->embed_helper_path && cfg->embed_helper_path[0] ? cfg->embed_helper_path
+                                                                                  : CF_DEFAULT_EMBED_HELPER,
+        .embed_helper_memory_bytes = cfg->embed_helper_memory_bytes,
+        .wasm_module_max_bytes = cfg->wasm_module_max_bytes,
+        .wasm_fuel = cfg->wasm_fuel,
+        .wasm_cache_bytes = cfg->wasm_cache_bytes,
         /* Every compiled language passes backend selection; the pipeline
          * answers one without a toolchain, naming what is missing. */
         .compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP | 1u << CF_LANG_RUST | 1u << CF_LANG_GO |

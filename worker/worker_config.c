@@ -128,6 +128,21 @@ static const cf_conf_prop worker_props[] = {
      "Sandbox: size of the per-execution tmpfs holding the work directory.", NULL},
     {"sandbox-inodes", CF_CONF_INT, OFF(sandbox_inodes), 64, 100000000, "16384", NULL,
      "Sandbox: inode cap of each of those tmpfs.", NULL},
+    {"embed-helper", CF_CONF_STRING, OFF(embed_helper_path), 0, 1024, NULL, NULL,
+     "wasm and js backends: the runtime helper program (absolute path); default: the codefleet-embed-helper "
+     "built with this worker.  A build without the runtimes has none: those backends are then unavailable.",
+     NULL},
+    {"embed-helper-memory", CF_CONF_SIZE, OFF(embed_helper_memory_bytes), 256 * MIB, 1024 * 1024 * MIB, "1GiB",
+     NULL,
+     "wasm and js backends: memory cgroup of each slot's helper; a guest may use up to 128 MiB less (its "
+     "default limit is sandbox-memory).", NULL},
+    {"wasm-module-max", CF_CONF_SIZE, OFF(wasm_module_max_bytes), 1024, 1024 * MIB, "16MiB", NULL,
+     "wasm backend: largest module accepted; larger ones are rejected.", NULL},
+    {"wasm-fuel", CF_CONF_INT, OFF(wasm_fuel), 0, INT64_MAX, "0", NULL,
+     "wasm backend: a deterministic budget of instructions per execution (wasmtime fuel); past it the result "
+     "is timeout.  0: no fuel metering (it costs some speed).", NULL},
+    {"wasm-cache", CF_CONF_SIZE, OFF(wasm_cache_bytes), 0, 64 * 1024 * MIB, "64MiB", NULL,
+     "wasm backend: compiled modules kept per slot, counted by module size (least recently used out).", NULL},
     {"default-timeout", CF_CONF_DURATION, OFF(default_timeout_us), 1000, 24 * 3600 * SEC, "30s", NULL,
      "Wall-clock timeout for requests that set none.", NULL},
     {"max-timeout", CF_CONF_DURATION, OFF(max_timeout_us), 1000, 24 * 3600 * SEC, "15m", NULL,
