@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,4 +394,56 @@ const char *it_message_header(const it_message *m, const char *name, char *buf, 
     memcpy(buf, v, n);
     buf[n] = '\0';
     return buf;
+}
+
+extern char **environ;
+
+static void slurp(const char *path, char *buf, size_t size)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+}
+
+int it_cli_run(const char *const *args, const char *tmpdir, char *out, size_t out_size, char *err, size_t err_size)
+{
+    const char *argv[64];
+    int n = 0;
+    char bin[1024], brokers[512], config[1100];
+    const char *b = getenv("CF_BINARY_DIR");
+    snprintf(bin, sizeof(bin), "%s/dispatcher/codefleet", b ? b : "build");
+    argv[n++] = bin;
+    if (it_client_config()) {
+        snprintf(config, sizeof(config), "--config=%s", it_client_config());
+        argv[n++] = config;
+    }
+    snprintf(brokers, sizeof(brokers), "--brokers=%s", it_brokers());
+    argv[n++] = brokers;
+    for (size_t i = 0; args[i] && n < 63; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char outp[512], errp[512];
+    snprintf(outp, sizeof(outp), "%s/cli.out", tmpdir);
+    snprintf(errp, sizeof(errp), "%s/cli.err", tmpdir);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        snprintf(err, err_size, "posix_spawn %s: %s", argv[0], strerror(rc));
+        out[0] = '\0';
+        return -1;
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    slurp(outp, out, out_size);
+    slurp(errp, err, err_size);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

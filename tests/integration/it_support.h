@@ -100,6 +100,14 @@ void it_request_init(cf_request *req, cf_language lang, const char *code);
 /* Submits and waits for the result; fails the test on transport errors. */
 void it_submit_wait(cf_dispatcher *d, const cf_request *req, int64_t timeout_us, cf_result *res);
 
+/* Runs the `codefleet` CLI (CF_BINARY_DIR/dispatcher/codefleet) with the
+ * stack's --config and --brokers first, then args (NULL-terminated), stdin
+ * from /dev/null.  stdout and stderr are captured (through files in tmpdir)
+ * into out/err, NUL-terminated and truncated to their sizes.  Returns the
+ * exit status, or -1 when the CLI died of a signal. */
+int it_cli_run(const char *const *args, const char *tmpdir, char *out, size_t out_size, char *err,
+               size_t err_size);
+
 /* A consumed message, copied out of librdkafka. */
 typedef struct it_message {
     void *payload;

@@ -233,48 +233,16 @@ static int cli(const char *const *args)
 {
     const char *argv[48];
     int n = 0;
-    static char bin[1024], brokers[256], reqt[160], rest[160], config[1100];
-    const char *b = getenv("CF_BINARY_DIR");
-    snprintf(bin, sizeof(bin), "%s/dispatcher/codefleet", b ? b : "build");
-    argv[n++] = bin;
-    if (it_client_config()) {
-        snprintf(config, sizeof(config), "--config=%s", it_client_config());
-        argv[n++] = config;
-    }
-    snprintf(brokers, sizeof(brokers), "--brokers=%s", it_brokers());
+    char reqt[160], rest[160];
     snprintf(reqt, sizeof(reqt), "--request-topic=%s", g.t.requests);
     snprintf(rest, sizeof(rest), "--result-topic=%s", g.t.results);
-    argv[n++] = brokers;
     argv[n++] = reqt;
     argv[n++] = rest;
     argv[n++] = "--timeout=120s";
     for (size_t i = 0; args[i] && n < 47; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    char outp[128], errp[128];
-    snprintf(outp, sizeof(outp), "%s/out", g.tmp);
-    snprintf(errp, sizeof(errp), "%s/err", g.tmp);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    FILE *f = fopen(outp, "r");
-    size_t k = f ? fread(g_out, 1, sizeof(g_out) - 1, f) : 0;
-    g_out[k] = '\0';
-    if (f)
-        fclose(f);
-    f = fopen(errp, "r");
-    k = f ? fread(g_err, 1, sizeof(g_err) - 1, f) : 0;
-    g_err[k] = '\0';
-    if (f)
-        fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return it_cli_run(argv, g.tmp, g_out, sizeof(g_out), g_err, sizeof(g_err));
 }
 
 static void expect_out(const char *needle)
