@@ -3,6 +3,7 @@
  *   bench_fleet latency    --brokers B --requests T --results T [-n 200]
  *   bench_fleet throughput --brokers B --requests T --results T [-n 2000]
  *   bench_fleet publish    --brokers B --requests T [-n 20000]
+ *   (each with --kind command|wasm|js: the trivial request, see trivial_request)
  *
  * latency:    one request at a time (command /bin/true), submit -> result;
  *             the bare fork+exec+wait of /bin/true is measured in the same
@@ -61,9 +62,33 @@ static int64_t bare_median(int n)
     return m;
 }
 
+/* --kind: what a trivial request runs.  command: /bin/true on the
+ * worker's default backend; wasm: the smallest WASI command (an empty
+ * _start) on the wasm backend; js: the snippet `0` on the js backend. */
+static const char *kind = "command";
+
+/* (module (func (export "_start"))) */
+static const uint8_t empty_command[] = {0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x04, 0x01, 0x60, 0x00,
+                                        0x00, 0x03, 0x02, 0x01, 0x00, 0x07, 0x0a, 0x01, 0x06, '_',  's',  't',  'a',
+                                        'r',  't',  0x00, 0x00, 0x0a, 0x04, 0x01, 0x02, 0x00, 0x0b};
+
 static void trivial_request(cf_request *req, char *av[2])
 {
     memset(req, 0, sizeof(*req));
+    if (strcmp(kind, "wasm") == 0) {
+        req->language = CF_LANG_WASM;
+        req->backend = (char *)"wasm";
+        req->module.data = (uint8_t *)empty_command;
+        req->module.len = sizeof(empty_command);
+        return;
+    }
+    if (strcmp(kind, "js") == 0) {
+        req->language = CF_LANG_JAVASCRIPT;
+        req->backend = (char *)"js";
+        req->code.data = (uint8_t *)"0";
+        req->code.len = 1;
+        return;
+    }
     av[0] = (char *)"/bin/true";
     av[1] = NULL;
     req->language = CF_LANG_COMMAND;
@@ -106,6 +131,7 @@ int main(int argc, char **argv)
                                          {"requests", required_argument, NULL, 'q'},
                                          {"results", required_argument, NULL, 'r'},
                                          {"config", required_argument, NULL, 'c'},
+                                         {"kind", required_argument, NULL, 'k'},
                                          {NULL, 0, NULL, 0}};
     int c;
     optind = 2;
@@ -115,6 +141,7 @@ int main(int argc, char **argv)
         case 'q': requests = optarg; break;
         case 'r': results = optarg; break;
         case 'c': config = optarg; break;
+        case 'k': kind = optarg; break;
         case 'n': n = (int)strtol(optarg, NULL, 10); break;
         default: return 2;
         }
@@ -176,8 +203,8 @@ int main(int argc, char **argv)
         int64_t p50 = pct(lat, n, 0.5), p99 = pct(lat, n, 0.99);
         printf("end-to-end n=%d p50=%lldus p90=%lldus p99=%lldus max=%lldus; bare fork+exec median=%lldus\n", n,
                (long long)p50, (long long)pct(lat, n, 0.9), (long long)p99, (long long)lat[n - 1], (long long)bare);
-        printf("RESULT e2e_latency p50_us=%lld p99_us=%lld bare_us=%lld p50_minus_bare_us=%lld p50_ratio=%.1f\n",
-               (long long)p50, (long long)p99, (long long)bare, (long long)(p50 - bare), (double)p50 / (double)bare);
+        printf("RESULT e2e_latency kind=%s p50_us=%lld p99_us=%lld bare_us=%lld p50_minus_bare_us=%lld p50_ratio=%.1f\n",
+               kind, (long long)p50, (long long)p99, (long long)bare, (long long)(p50 - bare), (double)p50 / (double)bare);
         free(lat);
     } else if (strcmp(mode, "throughput") == 0) {
         n = n ? n : 2000;
@@ -206,7 +233,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_fleet: only %d of %d requests succeeded: the figure is not reported\n", ok, n);
             return 1;
         }
-        printf("RESULT throughput requests_per_s=%.0f n=%d success=%d\n", n / (dt / 1e6), n, ok);
+        printf("RESULT throughput kind=%s requests_per_s=%.0f n=%d success=%d\n", kind, n / (dt / 1e6), n, ok);
     } else if (publish) {
         n = n ? n : 20000;
         int64_t t0 = cf_mono_us();
