@@ -169,6 +169,9 @@ typedef struct cf_exec_ctx {
     cf_exec_take *take;
     /* The request's operator profile caps (0 = none): the compile step
      * never gets more than the tenant may use for a run. */
+    /* The operator profile the request came under (may be NULL): caches
+     * that could tell one tenant what another ran are scoped by it. */
+    const char *profile;
     int64_t profile_max_timeout_us;
     int64_t profile_max_memory_bytes;
     int64_t profile_max_processes;

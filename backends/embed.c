@@ -84,6 +84,8 @@ typedef struct em_slot {
     int sock;          /* worker's end of the current helper's socket; -1: none */
     unsigned gen;      /* helper generation (bumped per start) */
     bool busy;         /* an execution uses sock */
+    bool condemned;    /* the current helper is being killed: never handed out again */
+    uint64_t seq;      /* jobs sent on this slot (the reply must echo it) */
     volatile int kill; /* the current helper's cf_run cancel flag */
     int quick_deaths;  /* helpers that died within a second of starting, in a row */
     char last_end[CF_ERROR_MSG_MAX + 64];
@@ -206,6 +208,7 @@ static int run_helper(em_state *st, em_slot *s, cf_error *err)
     pthread_mutex_lock(&s->mu);
     s->sock = sv[0];
     s->gen++;
+    s->condemned = false;
     __atomic_store_n(&s->kill, 0, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -470,11 +473,12 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         cf_exec_notes_add(&st->base,
                           "wasmtime (WASI preview 1) in a confined helper per slot; timeout and cpu_time = epoch "
                           "deadline checked every 2 ms (blocking host calls: the watchdog replaces the helper at "
-                          "the deadline + %d ms); memory = store limiter on linear memory (default %lld MiB, at most "
-                          "%lld MiB); max_processes = none can be created (WASI p1 has no process or thread "
+                          "the deadline + %d ms); memory = store limiter on the one linear memory a module may have "
+                          "(default %lld MiB, at most %lld MiB; tables <= 2 x 200000 elements); peak_memory = the "
+                          "linear memory's final size; max_processes = none can be created (WASI p1 has no process or thread "
                           "calls); network = none (no sockets preopened, empty network namespace); filesystem = "
                           "the work directory preopened only; env = exactly the request's and the allowlist; "
-                          "fuel = %lld%s; modules up to %lld MiB, compiled ones cached per slot (%lld MiB)",
+                          "fuel = %lld%s; modules up to %lld MiB, compiled ones cached per slot and profile (%lld MiB)",
                           GRACE_US / 1000, (long long)(st->def_memory >> 20),
                           (long long)(st->max_guest_memory >> 20), (long long)st->fuel,
                           st->fuel > 0 ? " instructions" : " (off)", (long long)(st->module_max >> 20),
@@ -484,7 +488,7 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                           "QuickJS-ng %s in a confined helper per slot, a fresh runtime per execution; timeout and "
                           "cpu_time = interrupt handler (bytecode, regexp, job queue; native built-ins: the watchdog "
                           "replaces the helper at the deadline + %d ms); memory = the runtime's allocator (default "
-                          "%lld MiB, at most %lld MiB); max_processes, network, filesystem, env = none exist: no "
+                          "%lld MiB, at most %lld MiB); peak_memory = the heap's largest size; max_processes, network, filesystem, env = none exist: no "
                           "host APIs but console, input and the result",
                           "0.18", GRACE_US / 1000, (long long)(st->def_memory >> 20),
                           (long long)(st->max_guest_memory >> 20));
@@ -521,7 +525,7 @@ static int take_helper(em_slot *s, unsigned after, unsigned *gen, cf_error *err)
 {
     int64_t until = cf_mono_us() + START_WAIT_US;
     pthread_mutex_lock(&s->mu);
-    while ((s->sock < 0 || s->gen == after) && cf_mono_us() < until && !s->st->stopping) {
+    while ((s->sock < 0 || s->gen == after || s->condemned) && cf_mono_us() < until && !s->st->stopping) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 20 * 1000000L;
@@ -532,7 +536,7 @@ static int take_helper(em_slot *s, unsigned after, unsigned *gen, cf_error *err)
         pthread_cond_timedwait(&s->cv, &s->mu, &ts);
     }
     int fd = -1;
-    if (s->sock >= 0 && s->gen != after) {
+    if (s->sock >= 0 && s->gen != after && !s->condemned) {
         fd = s->sock;
         *gen = s->gen;
         s->busy = true;
@@ -546,12 +550,20 @@ static int take_helper(em_slot *s, unsigned after, unsigned *gen, cf_error *err)
     return fd;
 }
 
+/* kill_it: the helper is dead, late or talking nonsense.  It is condemned
+ * at once (no execution gets its socket again, and shutting the socket
+ * down makes a late reply impossible to read), then killed by its
+ * supervisor's cf_run. */
 static void release_helper(em_slot *s, bool kill_it)
 {
     pthread_mutex_lock(&s->mu);
     s->busy = false;
-    if (kill_it)
+    if (kill_it) {
+        s->condemned = true;
+        if (s->sock >= 0)
+            shutdown(s->sock, SHUT_RDWR);
         __atomic_store_n(&s->kill, 1, __ATOMIC_RELAXED);
+    }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -605,7 +617,13 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         return cf_error_set(err, CF_E_INVALID, "%s: slot %d outside 0..%d", st->name, ctx ? ctx->slot : -1,
                             st->slots - 1);
     if (ctx->program)
-        return cf_exec_reject(res, "backend '%s' runs no compiled programs", st->name);
+        return st->runtime == CF_EMBED_JS
+                   ? cf_exec_reject(res, "backend 'js' needs no function harness: a global run(input) is called "
+                                         "automatically (schema/SPEC.md 3.4)")
+                   : cf_exec_reject(res, "backend 'wasm' runs modules, not compiled programs");
+    if (st->runtime == CF_EMBED_JS && (req->argc > 0 || req->stdin_data.len > 0 || req->n_files > 0))
+        return cf_exec_reject(res, "backend 'js' gives a script no %s (use input)",
+                              req->argc > 0 ? "arguments" : req->stdin_data.len > 0 ? "stdin" : "files");
     if (req->language == CF_LANG_WASM && (int64_t)req->module.len > st->module_max)
         return cf_exec_reject(res, "module of %zu bytes exceeds this backend's limit of %lld bytes", req->module.len,
                               (long long)st->module_max);
@@ -635,6 +653,7 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     char topin[PATH_MAX];
     snprintf(topin, sizeof(topin), SLOT_IN "%s", top);
     ej.runtime = st->runtime;
+    ej.cache_scope = cf_strdup(ctx->profile ? ctx->profile : "");
     ej.work_dir = dup_path(topin, wname + 1);
     ej.run_dir = dup_path(topin, rname + 1);
     ej.out_dir = ej.run_dir ? dup_path(ej.run_dir, "out") : NULL;
@@ -647,7 +666,7 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     ej.argv = calloc(ej.argc + 1, sizeof(char *));
     ej.envc = job.env.n;
     ej.env = calloc(ej.envc + 1, sizeof(char *));
-    if (!ej.work_dir || !ej.run_dir || !ej.out_dir || !ej.code_path || !ej.output_path ||
+    if (!ej.cache_scope || !ej.work_dir || !ej.run_dir || !ej.out_dir || !ej.code_path || !ej.output_path ||
         (req->input.len > 0 && !ej.input_path) || !ej.argv || !ej.env) {
         cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
         goto out;
@@ -683,8 +702,6 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     ej.max_stdout = pol->max_stdout_bytes;
     ej.max_stderr = pol->max_stderr_bytes;
     ej.fuel = st->fuel;
-    if (cf_embed_job_encode(&ej, &frame, err) < 0)
-        goto out;
 
     /* Send, wait, and on a helper's death try once more on the next one. */
     cf_embed_reply reply;
@@ -697,6 +714,12 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         int fd = take_helper(s, gen, &gen, err);
         if (fd < 0)
             goto out;
+        ej.seq = ++s->seq; /* busy: only this execution touches the slot's seq now */
+        frame.len = 0;
+        if (cf_embed_job_encode(&ej, &frame, err) < 0) {
+            release_helper(s, false);
+            goto out;
+        }
         int64_t deadline = cf_mono_us() + timeout + GRACE_US;
         cf_buf in;
         cf_buf_init(&in, 0);
@@ -705,8 +728,16 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         size_t max_frame = (size_t)ej.max_stdout + (size_t)ej.max_stderr + 16 * CF_EMBED_TEXT_MAX + 4096;
         bool sent = cf_embed_write_frame(fd, &frame, &ioerr) == 0;
         bool got = sent && cf_embed_read_frame(fd, max_frame, deadline, &in, &ioerr) == 0;
-        if (got && cf_embed_reply_decode(in.data, in.len, (size_t)ej.max_stdout, (size_t)ej.max_stderr, &reply,
-                                         &ioerr) == 0) {
+        bool decoded = got && cf_embed_reply_decode(in.data, in.len, (size_t)ej.max_stdout, (size_t)ej.max_stderr,
+                                                    &reply, &ioerr) == 0;
+        if (decoded && reply.seq != ej.seq) {
+            cf_error_set(&ioerr, CF_E_SANDBOX, "reply for job %llu, not %llu", (unsigned long long)reply.seq,
+                         (unsigned long long)ej.seq);
+            cf_embed_reply_free(&reply);
+            cf_embed_reply_init(&reply);
+            decoded = false;
+        }
+        if (decoded) {
             have_reply = true;
             release_helper(s, false);
         } else if (ioerr.code == CF_E_TIMEOUT) {
@@ -774,8 +805,13 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
             break;
         case CF_EMBED_MEMORY:
             res->status = CF_STATUS_MEMORY_EXCEEDED;
-            cf_result_set_reason(res, "memory limit of %lld bytes exceeded%s%s", (long long)ej.memory_bytes,
-                                 reply.reason ? ": " : "", reply.reason ? reply.reason : "");
+            if (reply.reason && strstr(reply.reason, "memory limit"))
+                cf_result_set_reason(res, "%s", reply.reason);
+            else if (reply.reason)
+                cf_result_set_reason(res, "memory limit of %lld bytes exceeded (%s)", (long long)ej.memory_bytes,
+                                     reply.reason);
+            else
+                cf_result_set_reason(res, "memory limit of %lld bytes exceeded", (long long)ej.memory_bytes);
             break;
         case CF_EMBED_CPU_EXCEEDED:
             if (reply.reason && st->fuel > 0 && strstr(reply.reason, "fuel"))

@@ -36,6 +36,7 @@ void cf_embed_job_free(cf_embed_job *job)
     if (!job)
         return;
     free(job->code_path);
+    free(job->cache_scope);
     free(job->input_path);
     free(job->output_path);
     free(job->work_dir);
@@ -140,7 +141,9 @@ static int enc_end(enc *e, cf_buf *out, cf_error *err)
 int cf_embed_job_encode(const cf_embed_job *j, cf_buf *out, cf_error *err)
 {
     enc e;
-    enc_begin(&e, 18);
+    enc_begin(&e, 20);
+    kv_int(&e, "seq", (int64_t)(j->seq & INT64_MAX));
+    kv_str(&e, "cache_scope", j->cache_scope);
     kv_int(&e, "runtime", j->runtime);
     kv_str(&e, "code", j->code_path);
     kv_str(&e, "input", j->input_path);
@@ -165,7 +168,8 @@ int cf_embed_job_encode(const cf_embed_job *j, cf_buf *out, cf_error *err)
 int cf_embed_reply_encode(const cf_embed_reply *r, cf_buf *out, cf_error *err)
 {
     enc e;
-    enc_begin(&e, 13);
+    enc_begin(&e, 14);
+    kv_int(&e, "seq", (int64_t)(r->seq & INT64_MAX));
     kv_int(&e, "end", r->end);
     kv_int(&e, "exit_code", r->exit_code);
     kv_str(&e, "reason", r->reason);
@@ -274,6 +278,11 @@ int cf_embed_job_decode(const uint8_t *p, size_t len, cf_embed_job *j, cf_error 
         if (IS("runtime")) {
             rc = read_int_in(&r, CF_EMBED_WASM, CF_EMBED_JS, &v, err);
             j->runtime = (int)v;
+        } else if (IS("seq")) {
+            rc = read_int_in(&r, 0, INT64_MAX, &v, err);
+            j->seq = (uint64_t)v;
+        } else if (IS("cache_scope")) {
+            rc = read_cstr(&r, 512, &j->cache_scope, err);
         } else if (IS("code")) {
             rc = read_cstr(&r, 4096, &j->code_path, err);
         } else if (IS("input")) {
@@ -368,6 +377,9 @@ int cf_embed_reply_decode(const uint8_t *p, size_t len, size_t max_out, size_t m
             rc = read_int_in(&r, 0, CF_EMBED__END_COUNT - 1, &v, err);
             rep->end = (int)v;
             have_end = true;
+        } else if (IS("seq")) {
+            rc = read_int_in(&r, 0, INT64_MAX, &v, err);
+            rep->seq = (uint64_t)v;
         } else if (IS("exit_code")) {
             rc = read_int_in(&r, INT32_MIN, INT32_MAX, &v, err);
             rep->exit_code = (int)v;

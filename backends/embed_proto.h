@@ -30,7 +30,9 @@ typedef enum cf_embed_runtime {
 
 /* One execution, as the helper sees it (paths are the helper's view). */
 typedef struct cf_embed_job {
+    uint64_t seq;           /* echoed in the reply: a late reply never passes for another job's */
     int runtime;            /* cf_embed_runtime */
+    char *cache_scope;      /* wasm: compiled modules are shared only within a scope (the profile) */
     char *code_path;        /* main.wasm / main.js */
     char *input_path;       /* input.json or NULL (no input) */
     char *output_path;      /* where the structured output goes (js) */
@@ -65,6 +67,7 @@ typedef enum cf_embed_end {
 } cf_embed_end;
 
 typedef struct cf_embed_reply {
+    uint64_t seq;          /* the job's */
     int end;               /* cf_embed_end */
     int exit_code;
     char *reason;          /* NULL or one line */
@@ -73,7 +76,8 @@ typedef struct cf_embed_reply {
     cf_buf out, err;
     bool out_truncated, err_truncated;
     bool cached;           /* wasm: the compiled module came from the helper's cache */
-    int64_t wall_us, cpu_us, peak_memory_bytes;
+    int64_t wall_us, cpu_us;
+    int64_t peak_memory_bytes; /* this execution's guest memory at its largest */
 } cf_embed_reply;
 
 void cf_embed_job_free(cf_embed_job *job);

@@ -848,6 +848,7 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
         /* "js": JavaScript on the embedded js backend (QuickJS-ng). */
         if (strcmp(v, "js") == 0) {
             req->language = CF_LANG_JAVASCRIPT;
+            opts->lang_js = true;
             return req->backend ? 0 : set_str(&req->backend, "js", err);
         }
         if (cf_language_parse(v, &req->language) < 0)
@@ -1041,8 +1042,27 @@ int cf_cli_parse_submit(int argc, char **argv, cf_request *req, cf_cli_submit_op
         cf_error_set(err, CF_E_INVALID, "language command needs a program after --");
         goto fail;
     }
-    if (req->language == CF_LANG_WASM && req->code.data && !req->module.data) {
+    if (req->language == CF_LANG_WASM && req->code.data) {
         cf_error_set(err, CF_E_INVALID, "wasm takes a module (--module FILE.wasm), not --code");
+        goto fail;
+    }
+    if (req->module.data && req->language != CF_LANG_WASM) {
+        cf_error_set(err, CF_E_INVALID, "--module is for language wasm, not %s", cf_language_name(req->language));
+        goto fail;
+    }
+    if (opts->lang_js && req->backend && strcmp(req->backend, "js") != 0) {
+        cf_error_set(err, CF_E_INVALID,
+                     "-l js runs on the js backend (QuickJS-ng); for node on backend '%s' use -l javascript",
+                     req->backend);
+        goto fail;
+    }
+    if (req->language == CF_LANG_JAVASCRIPT && req->backend && strcmp(req->backend, "js") == 0 &&
+        (req->argc > 0 || req->stdin_data.data || req->n_files > 0 || req->n_cases > 0)) {
+        cf_error_set(err, CF_E_INVALID, "the js backend gives a script no %s: pass data with --input",
+                     req->argc > 0          ? "arguments"
+                     : req->stdin_data.data ? "stdin"
+                     : req->n_files > 0     ? "files"
+                                            : "cases");
         goto fail;
     }
     if ((req->language == CF_LANG_SHELL || req->language == CF_LANG_PYTHON ||

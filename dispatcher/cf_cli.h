@@ -116,6 +116,7 @@ int cf_cli_materialize(const char *dir, const struct cf_ws_listing *l, const str
 typedef struct cf_cli_submit_opts {
     bool no_wait;
     bool help;
+    bool lang_js; /* -l js: JavaScript on the embedded js backend */
 } cf_cli_submit_opts;
 int cf_cli_parse_submit(int argc, char **argv, cf_request *req, cf_cli_submit_opts *opts, cf_error *err);
 

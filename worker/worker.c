@@ -1041,7 +1041,7 @@ static void state_failed(cf_result *res, const cf_error *err, const char *when)
  * nothing was written back. */
 static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
 {
-    cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &j->cancel,
+    cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &j->cancel, .profile = j->profile->name,
                        .profile_max_timeout_us = j->profile->max_timeout_us,
                        .profile_max_memory_bytes = j->profile->max_memory_bytes,
                        .profile_max_processes = j->profile->max_processes,

@@ -22,8 +22,6 @@ typedef struct helper_clock {
 void helper_clock_start(helper_clock *c, const cf_embed_job *job);
 /* CPU time of the calling thread (us). */
 int64_t helper_thread_cpu_us(void);
-/* The peak resident set of this process so far (bytes). */
-int64_t helper_peak_rss(void);
 
 /* Reads a whole (small) file, at most max bytes; -1 on error or too big. */
 int helper_read_file(const char *path, size_t max, cf_buf *out);

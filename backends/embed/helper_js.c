@@ -33,7 +33,7 @@
 
 typedef struct js_job {
     helper_clock clock;
-    size_t used, limit;
+    size_t used, limit, peak;
     bool oom, timed_out, cpu_out;
     cf_embed_reply *reply;
 } js_job;
@@ -51,8 +51,8 @@ static void *a_calloc(void *opaque, size_t count, size_t size)
         return NULL;
     }
     void *p = calloc(count, size);
-    if (p)
-        j->used += malloc_usable_size(p);
+    if (p && (j->used += malloc_usable_size(p)) > j->peak)
+        j->peak = j->used;
     return p;
 }
 
@@ -64,8 +64,8 @@ static void *a_malloc(void *opaque, size_t size)
         return NULL;
     }
     void *p = malloc(size);
-    if (p)
-        j->used += malloc_usable_size(p);
+    if (p && (j->used += malloc_usable_size(p)) > j->peak)
+        j->peak = j->used;
     return p;
 }
 
@@ -90,6 +90,8 @@ static void *a_realloc(void *opaque, void *ptr, size_t size)
     if (!p)
         return size ? NULL : p;
     j->used = j->used - old + malloc_usable_size(p);
+    if (j->used > j->peak)
+        j->peak = j->used;
     return p;
 }
 
@@ -139,10 +141,22 @@ static void append_value(JSContext *ctx, JSValueConst v, cf_buf *b, bool *trunc)
         s = JS_ToCStringLen(ctx, &n, v);
     JS_FreeValue(ctx, json);
     if (!s) {
+        /* A Symbol has no implicit string form; String(v) gives one. */
         JS_FreeValue(ctx, JS_GetException(ctx));
-        s = JS_ToCStringLen(ctx, &n, JS_UNDEFINED);
-        if (!s)
-            return;
+        JSValue global = JS_GetGlobalObject(ctx);
+        JSValue fn = JS_GetPropertyStr(ctx, global, "String");
+        JSValue str = JS_IsFunction(ctx, fn) ? JS_Call(ctx, fn, JS_UNDEFINED, 1, &v) : JS_EXCEPTION;
+        JS_FreeValue(ctx, fn);
+        JS_FreeValue(ctx, global);
+        s = JS_IsString(str) ? JS_ToCStringLen(ctx, &n, str) : NULL;
+        JS_FreeValue(ctx, str);
+        if (!s) {
+            if (JS_HasException(ctx))
+                JS_FreeValue(ctx, JS_GetException(ctx));
+            s = JS_ToCStringLen(ctx, &n, JS_UNDEFINED);
+            if (!s)
+                return;
+        }
     }
     if (cf_buf_append_capped(b, s, n) < n)
         *trunc = true;
@@ -314,7 +328,10 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
     if (!JS_IsException(value)) {
         JSValue global = JS_GetGlobalObject(ctx);
         JSValue run = JS_GetPropertyStr(ctx, global, "run");
-        if (JS_IsFunction(ctx, run)) {
+        if (JS_IsException(run)) { /* a getter on run that throws */
+            JS_FreeValue(ctx, value);
+            value = JS_EXCEPTION;
+        } else if (JS_IsFunction(ctx, run)) {
             JS_FreeValue(ctx, value);
             value = JS_Call(ctx, run, global, 1, (JSValueConst *)&input);
             if (!JS_IsException(value))
@@ -336,7 +353,36 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
         }
     }
 
-    if (j.timed_out) {
+    /* Everything that runs JavaScript happens before the run is judged:
+     * turning the result into JSON (a toJSON or a getter) and describing an
+     * exception (its toString, its stack) are guest code under the same
+     * limits. */
+    bool not_json = false;
+    char *output = NULL;
+    size_t output_len = 0;
+    if (!JS_IsException(value) && !JS_IsUndefined(value) && job->output_path) {
+        JSValue json = JS_JSONStringify(ctx, value, JS_UNDEFINED, JS_UNDEFINED);
+        if (JS_IsException(json)) {
+            not_json = true;
+            JS_FreeValue(ctx, value);
+            value = JS_EXCEPTION;
+        } else if (JS_IsString(json)) {
+            const char *str = JS_ToCStringLen(ctx, &output_len, json);
+            output = str ? cf_strndup(str, output_len) : NULL;
+            if (str)
+                JS_FreeCString(ctx, str);
+            if (!output) {
+                JS_FreeValue(ctx, value);
+                value = JS_EXCEPTION;
+            }
+        }
+        JS_FreeValue(ctx, json);
+    }
+    if (JS_IsException(value) && !j.timed_out && !j.cpu_out && !j.oom)
+        describe_exception(ctx, reply);
+
+    if (j.timed_out || cf_mono_us() > j.clock.deadline_us) {
+        /* also a native call that returned past the deadline */
         reply->end = CF_EMBED_TIMEOUT;
     } else if (j.cpu_out) {
         reply->end = CF_EMBED_CPU_EXCEEDED;
@@ -346,44 +392,41 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
     } else if (JS_IsException(value)) {
         reply->end = CF_EMBED_FAILED;
         reply->exit_code = 1;
-        describe_exception(ctx, reply);
+        if (not_json) {
+            char why[TEXT_MAX + 64];
+            snprintf(why, sizeof(why), "the result is not JSON: %s", reply->reason ? reply->reason : "");
+            helper_reason(reply, "%s", why);
+        }
     } else {
         reply->end = CF_EMBED_EXITED;
         reply->exit_code = 0;
-        if (!JS_IsUndefined(value) && job->output_path) {
-            JSValue json = JS_JSONStringify(ctx, value, JS_UNDEFINED, JS_UNDEFINED);
-            if (JS_IsException(json)) {
-                reply->end = j.oom ? CF_EMBED_MEMORY : CF_EMBED_FAILED;
-                reply->exit_code = 1;
-                describe_exception(ctx, reply);
-                char why[TEXT_MAX + 64];
-                snprintf(why, sizeof(why), "the result is not JSON: %s", reply->reason ? reply->reason : "");
-                helper_reason(reply, "%s", why);
-            } else if (JS_IsString(json)) {
-                size_t n;
-                const char *s = JS_ToCStringLen(ctx, &n, json);
-                if (s && helper_write_file(job->output_path, s, n) < 0) {
-                    reply->end = CF_EMBED_HELPER_ERROR;
-                    helper_reason(reply, "cannot write the output");
-                }
-                if (s)
-                    JS_FreeCString(ctx, s);
-            }
-            JS_FreeValue(ctx, json);
+        if (output && helper_write_file(job->output_path, output, output_len) < 0) {
+            reply->end = CF_EMBED_HELPER_ERROR;
+            helper_reason(reply, "cannot write the output");
         }
     }
+    if (reply->end == CF_EMBED_TIMEOUT || reply->end == CF_EMBED_CPU_EXCEEDED) {
+        free(reply->reason);
+        reply->reason = NULL;
+        free(reply->diagnostics);
+        reply->diagnostics = NULL;
+    }
+    free(output);
 out:
     if (JS_HasException(ctx))
         JS_FreeValue(ctx, JS_GetException(ctx));
     JS_FreeValue(ctx, value);
     JS_FreeValue(ctx, input);
     /* After an out-of-memory error the collector must run before the
-     * context goes, or the next runtime may fail to start. */
-    JS_RunGC(rt);
+     * context goes, or the next runtime may fail to start.  Otherwise
+     * freeing the runtime collects anyway: a second pass costs ~15% of a
+     * trivial execution. */
+    if (j.oom)
+        JS_RunGC(rt);
     JS_FreeContext(ctx);
     JS_FreeRuntime(rt);
     cf_buf_free(&code);
     reply->wall_us = cf_mono_us() - j.clock.start_us;
     reply->cpu_us = helper_thread_cpu_us() - j.clock.cpu_start_us;
-    reply->peak_memory_bytes = helper_peak_rss();
+    reply->peak_memory_bytes = (int64_t)j.peak;
 }

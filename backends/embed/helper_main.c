@@ -37,14 +37,6 @@ int64_t helper_thread_cpu_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-int64_t helper_peak_rss(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) < 0)
-        return 0;
-    return (int64_t)ru.ru_maxrss * 1024;
-}
-
 int helper_read_file(const char *path, size_t max, cf_buf *out)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -133,6 +125,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "embed-helper: %s\n", err.msg);
             return 2;
         }
+        reply.seq = job.seq;
         cf_buf_init(&reply.out, job.max_stdout > 0 ? (size_t)job.max_stdout : 1);
         cf_buf_init(&reply.err, job.max_stderr > 0 ? (size_t)job.max_stderr : 1);
         if (job.runtime != (wasm ? CF_EMBED_WASM : CF_EMBED_JS)) {

@@ -16,8 +16,8 @@
  *   fuel                    optional (engine setting from the worker):
  *                           a deterministic budget of wasm instructions.
  *   memory                  the store limiter: memory.grow past the limit
- *                           returns -1, table growth fails, at most a few
- *                           instances, tables and memories.
+ *                           returns -1; one linear memory, two tables of
+ *                           200 000 elements at most (see MAX_*).
  *   stack                   max_wasm_stack.
  *   output                  WASI stdout/stderr go to capped buffers; bytes
  *                           past a cap are dropped and flagged, the guest
@@ -46,10 +46,13 @@
 
 #define TICK_US 2000
 #define WASM_STACK_BYTES (1u << 20)
-#define MAX_TABLE_ELEMENTS 1000000
-#define MAX_INSTANCES 4
-#define MAX_TABLES 8
-#define MAX_MEMORIES 2
+/* One linear memory (the limit applies to it; a module declaring more is
+ * refused at instantiation) and at most two tables of 200 000 elements
+ * (~3 MiB), so the memory limit bounds nearly all a guest can allocate. */
+#define MAX_TABLE_ELEMENTS 200000
+#define MAX_INSTANCES 1
+#define MAX_TABLES 2
+#define MAX_MEMORIES 1
 #define DEFAULT_MEMORY (256LL << 20)
 #define CACHE_DEFAULT_BYTES (64u << 20) /* of module bytes */
 #define CACHE_MAX_ENTRIES 256
@@ -101,11 +104,18 @@ static cache_entry cache[CACHE_MAX_ENTRIES];
 static size_t cache_n, cache_bytes, cache_cap = CACHE_DEFAULT_BYTES;
 static uint64_t cache_clock;
 
-static void digest_of(const uint8_t *p, size_t n, uint8_t out[32])
+/* The cache key: SHA-256 of the scope (the request's profile), a NUL and
+ * the module.  Scoped, so one tenant cannot learn from compile times what
+ * another ran.  Returns false when hashing failed (then nothing is cached). */
+static bool digest_of(const char *scope, const uint8_t *p, size_t n, uint8_t out[32])
 {
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
     unsigned len = 32;
-    if (EVP_Digest(p, n, out, &len, EVP_sha256(), NULL) != 1)
-        memset(out, 0, 32); /* never matches a real entry: entries are only added with a good digest */
+    bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 &&
+              EVP_DigestUpdate(md, scope, strlen(scope) + 1) == 1 && EVP_DigestUpdate(md, p, n) == 1 &&
+              EVP_DigestFinal_ex(md, out, &len) == 1;
+    EVP_MD_CTX_free(md);
+    return ok;
 }
 
 static wasmtime_module_t *cache_get(const uint8_t d[32])
@@ -273,22 +283,25 @@ static const char *trap_name(wasmtime_trap_code_t c)
     }
 }
 
+/* The size of the guest's exported linear memory (it never shrinks: its
+ * size at the end is its peak), or 0. */
+static int64_t memory_size(wasmtime_context_t *ctx, const wasmtime_instance_t *inst)
+{
+    wasmtime_extern_t item;
+    if (!wasmtime_instance_export_get(ctx, inst, "memory", 6, &item))
+        return 0;
+    int64_t size = item.kind == WASMTIME_EXTERN_MEMORY ? (int64_t)wasmtime_memory_data_size(ctx, &item.of.memory) : 0;
+    wasmtime_extern_delete(&item);
+    return size;
+}
+
 /* Whether the guest's linear memory stands at the limit (a failed run
  * there is taken as the memory limit ending it: the C API reports no
  * failed memory.grow). */
 static bool memory_at_limit(wasmtime_context_t *ctx, const wasmtime_instance_t *inst, int64_t limit)
 {
-    wasmtime_extern_t item;
-    if (!wasmtime_instance_export_get(ctx, inst, "memory", 6, &item))
-        return false;
-    bool at = false;
-    if (item.kind == WASMTIME_EXTERN_MEMORY) {
-        int64_t size = (int64_t)wasmtime_memory_data_size(ctx, &item.of.memory);
-        int64_t slack = limit / 8 > (1 << 20) ? limit / 8 : (1 << 20);
-        at = size > limit - slack;
-    }
-    wasmtime_extern_delete(&item);
-    return at;
+    int64_t slack = limit / 8 > (1 << 20) ? limit / 8 : (1 << 20);
+    return memory_size(ctx, inst) > limit - slack;
 }
 
 void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
@@ -307,8 +320,8 @@ void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
         return;
     }
     uint8_t digest[32];
-    digest_of(code.data, code.len, digest);
-    wasmtime_module_t *module = cache_get(digest);
+    bool keyed = digest_of(job->cache_scope ? job->cache_scope : "", code.data, code.len, digest);
+    wasmtime_module_t *module = keyed ? cache_get(digest) : NULL;
     bool module_owned = false;
     reply->cached = module != NULL;
     if (!module) {
@@ -322,7 +335,7 @@ void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
             reply->wall_us = cf_mono_us() - rs.clock.start_us;
             return;
         }
-        module_owned = !cache_put(digest, module, code.len);
+        module_owned = !keyed || !cache_put(digest, module, code.len);
     }
     cf_buf_free(&code);
 
@@ -394,13 +407,13 @@ void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
     wasm_trap_t *trap = NULL;
     e = wasmtime_linker_instantiate(linker, ctx, module, &instance, &trap);
     bool instantiated = !e && !trap;
-    if (e) {
+    if (e && !rs.timed_out && !rs.cpu_out) { /* a start function stopped by the deadline is a timeout */
         error_text(e, text, sizeof(text));
         reply->end = CF_EMBED_LINK_FAILED;
         helper_reason(reply, "cannot instantiate the module: %s", text);
         goto stop;
     }
-    if (!trap) {
+    if (instantiated) {
         /* A WASI command's entry point. */
         wasmtime_extern_t start;
         bool found = wasmtime_instance_export_get(ctx, &instance, "_start", 6, &start);
@@ -443,6 +456,15 @@ void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
         reply->end = CF_EMBED_EXITED;
         reply->exit_code = 0;
     }
+    /* A host call may return past the deadline without an epoch tick
+     * seeing it: the run still did not finish in time. */
+    if ((reply->end == CF_EMBED_EXITED || reply->end == CF_EMBED_FAILED) && cf_mono_us() > rs.clock.deadline_us) {
+        reply->end = CF_EMBED_TIMEOUT;
+        free(reply->reason);
+        reply->reason = NULL;
+    }
+    if (instantiated)
+        reply->peak_memory_bytes = memory_size(ctx, &instance);
 stop:
     ticking(false);
     if (trap)
@@ -455,5 +477,4 @@ done:
         wasmtime_module_delete(module);
     reply->wall_us = cf_mono_us() - rs.clock.start_us;
     reply->cpu_us = helper_thread_cpu_us() - rs.clock.cpu_start_us;
-    reply->peak_memory_bytes = helper_peak_rss();
 }

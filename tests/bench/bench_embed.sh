@@ -66,6 +66,7 @@ env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
     "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$t" \
     --worker-id embed-1 --request-topic "$t.req" --result-topic "$t.res" --dlq-topic "$t.dlq" \
     --workers-topic= --log-level warn --backends process,wasm,js --profile.default.backends=process,wasm,js \
+    --profile.default.network=enabled \
     --slots 2 --work-root "$work_root" >"$logs/worker.log" 2>&1 &
 worker_pid=$!
 sleep 8 # join

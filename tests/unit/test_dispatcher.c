@@ -322,6 +322,55 @@ static void test_submit_defaults_and_inference(void **state)
     cf_request_clear(&req);
 }
 
+/* The embedded runtimes from the CLI: --module, -l js, and the mistakes a
+ * user makes with them refused with a reason. */
+static void test_submit_wasm_and_js(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/cf-cli-wasm-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "\0asm\x01\0\0\0", 8), 8);
+    close(fd);
+    cf_request req = {0};
+    cf_cli_submit_opts o;
+    cf_error err = {0};
+    char *a1[] = {"submit", "--module", path, "--", "x", NULL};
+    assert_int_equal(cf_cli_parse_submit(ARGC(a1), a1, &req, &o, &err), 0);
+    assert_int_equal(req.language, CF_LANG_WASM);
+    assert_int_equal(req.module.len, 8);
+    assert_int_equal(req.argc, 1);
+    cf_request_clear(&req);
+
+    char *a2[] = {"submit", "-l", "js", "--code", "1", NULL};
+    assert_int_equal(cf_cli_parse_submit(ARGC(a2), a2, &req, &o, &err), 0);
+    assert_int_equal(req.language, CF_LANG_JAVASCRIPT);
+    assert_string_equal(req.backend, "js");
+    cf_request_clear(&req);
+
+    const struct {
+        const char *why;
+        char *argv[10];
+    } bad[] = {
+        {"--module is for language wasm", {"submit", "--module", path, "-l", "python", "--code", "x", NULL}},
+        {"--module is for language wasm", {"submit", "-l", "python", "--module", path, NULL}},
+        {"not --code", {"submit", "--module", path, "--code", "x", NULL}},
+        {"-l js runs on the js backend", {"submit", "-l", "js", "--backend", "sandbox", "--code", "1", NULL}},
+        {"-l js runs on the js backend", {"submit", "--backend", "sandbox", "-l", "js", "--code", "1", NULL}},
+        {"no arguments", {"submit", "-l", "js", "--code", "1", "--", "a", NULL}},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int n = 0;
+        while (bad[i].argv[n])
+            n++;
+        memset(&err, 0, sizeof(err));
+        if (cf_cli_parse_submit(n, (char **)bad[i].argv, &req, &o, &err) != -1 || !strstr(err.msg, bad[i].why))
+            fail_msg("case %zu: '%s', want '%s'", i, err.msg, bad[i].why);
+        cf_request_clear(&req);
+    }
+    unlink(path);
+}
+
 /* Compiled languages from the CLI: --file SOURCE, --case with escapes,
  * --cases JSONL, --collect, --function, --compile-flag; typos refused. */
 static void test_submit_compiled_flags(void **state)
@@ -743,6 +792,7 @@ int main(void)
         cmocka_unit_test(test_summary_output),
         cmocka_unit_test(test_result_output),
         cmocka_unit_test(test_submit_compiled_flags),
+        cmocka_unit_test(test_submit_wasm_and_js),
         cmocka_unit_test(test_cli_explains_an_unreachable_broker),
         cmocka_unit_test(test_new_id),
         cmocka_unit_test(test_read_file_cap),

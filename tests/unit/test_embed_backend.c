@@ -294,6 +294,8 @@ static void next_request_fine(int slot)
     wasm_req(&r, "hello", 5 * SEC);
     assert_int_equal(run_on(F->wasm, slot, &r, &res, NULL), 0);
     expect(&res, CF_STATUS_SUCCESS, NULL);
+    assert_true(out_has(&res, "hello from wasm\n")); /* its own reply, nobody else's */
+    assert_false(out_has(&res, "LATE REPLY"));
     cf_request_clear(&r);
     cf_result_clear(&res);
     js_req(&r, "1+1", 5 * SEC);
@@ -469,6 +471,33 @@ static void test_wasm_sleep_past_deadline(void **state)
     assert_true(after[0] != before[0]); /* replaced */
 }
 
+/* A helper that answers just after the watchdog gave up on it: its late
+ * reply must never be taken for the next job's (the next job goes to a
+ * new helper, and replies carry the job's sequence number). */
+static void test_wasm_late_reply_goes_nowhere(void **state)
+{
+    (void)state;
+    if (skip_unless_ready())
+        return;
+    /* The watchdog fires 800 ms after the job was sent (deadline + grace);
+     * the sleeper answers 5..45 ms later, while the next job may already
+     * be on its way. */
+    static const char *const sleeps[] = {"805", "815", "825", "835", "845"};
+    for (int round = 0; round < 5; round++) {
+        cf_request r;
+        cf_result res;
+        wasm_req(&r, "sleeper", 300 * MS);
+        const char *argv[] = {sleeps[round]};
+        req_argv(&r, 1, argv);
+        assert_int_equal(run_on(F->wasm, 0, &r, &res, NULL), 0);
+        expect(&res, CF_STATUS_TIMEOUT, NULL);
+        assert_false(out_has(&res, "LATE REPLY"));
+        cf_request_clear(&r);
+        cf_result_clear(&res);
+        next_request_fine(0);
+    }
+}
+
 static void test_wasm_output_flood(void **state)
 {
     (void)state;
@@ -548,6 +577,20 @@ static void test_wasm_bad_modules(void **state)
     wasm_req(&r, "import_missing", 5 * SEC);
     assert_int_equal(run_on(F->wasm, 1, &r, &res, NULL), 0);
     expect(&res, CF_STATUS_FAILED, "spawn_process");
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
+    /* a second linear memory would escape the memory limit: refused */
+    wasm_req(&r, "two_memories", 5 * SEC);
+    assert_int_equal(run_on(F->wasm, 1, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_FAILED, "cannot instantiate");
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
+    /* a start function that never returns is stopped by the deadline */
+    wasm_req(&r, "start_loop", 300 * MS);
+    assert_int_equal(run_on(F->wasm, 1, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_TIMEOUT, "wall-clock timeout");
     cf_request_clear(&r);
     cf_result_clear(&res);
 
@@ -663,6 +706,13 @@ static void test_js_hostile(void **state)
         {"rejected promise", "Promise.reject(new Error('nope'))", 5 * SEC, 0, CF_STATUS_FAILED, "uncaught Error: nope"},
         {"never settles", "new Promise(() => {})", 5 * SEC, 0, CF_STATUS_FAILED, "never settled"},
         {"BigInt result", "10n", 5 * SEC, 0, CF_STATUS_FAILED, "the result is not JSON"},
+        {"toJSON that loops", "({ toJSON() { for (;;) {} } })", 300 * MS, 0, CF_STATUS_TIMEOUT, "wall-clock timeout"},
+        {"exception whose toString loops", "throw { toString() { for (;;) {} } }", 300 * MS, 0, CF_STATUS_TIMEOUT,
+         "wall-clock timeout"},
+        {"run getter that throws", "Object.defineProperty(globalThis, 'run', { get() { throw new Error('g') } }); 5",
+         5 * SEC, 0, CF_STATUS_FAILED, "uncaught Error: g"},
+        {"native sort past the deadline", "new Float64Array(3e6).map(Math.random).sort(); 1", 1 * MS, 0,
+         CF_STATUS_TIMEOUT, "wall-clock timeout"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const js_case *c = &cases[i];
@@ -675,7 +725,7 @@ static void test_js_hostile(void **state)
         int64_t took = cf_mono_us() - t0;
         if (res.status != c->status || !res.reason || !strstr(res.reason, c->reason))
             fail_msg("%s: status %s reason '%s'", c->name, cf_status_name(res.status), res.reason ? res.reason : "");
-        if (c->status == CF_STATUS_TIMEOUT && took > c->timeout_us + 200 * MS)
+        if (c->status == CF_STATUS_TIMEOUT && c->timeout_us >= 100 * MS && took > c->timeout_us + 200 * MS)
             fail_msg("%s: stopped after %lld us, not by the interrupt handler", c->name, (long long)took);
         cf_request_clear(&r);
         cf_result_clear(&res);
@@ -752,6 +802,24 @@ static void test_js_output_and_apis(void **state)
     cf_request_clear(&r);
     cf_result_clear(&res);
 
+    /* console shows what has no JSON form; peak memory is this execution's */
+    js_req(&r, "console.log(Symbol('s'), 1n, undefined, [1, 'a']); 0", 5 * SEC);
+    assert_int_equal(run_on(F->js, 0, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_SUCCESS, NULL);
+    assert_true(out_has(&res, "Symbol(s) 1 undefined [1,\"a\"]\n"));
+    assert_true(res.peak_memory_bytes > 0 && res.peak_memory_bytes < (16LL << 20));
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
+    /* what a script cannot see is refused, not silently dropped */
+    js_req(&r, "1", 5 * SEC);
+    const char *args[] = {"x"};
+    req_argv(&r, 1, args);
+    assert_int_equal(run_on(F->js, 0, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_REJECTED, "no arguments");
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
     /* js runs no workspace: the backend does not claim the control */
     js_req(&r, "1", 5 * SEC);
     r.policy.fs_mode = CF_FS_WORKSPACE_RW;
@@ -771,6 +839,7 @@ int main(void)
         cmocka_unit_test(test_wasm_memory_bomb),
         cmocka_unit_test(test_wasm_stack_overflow),
         cmocka_unit_test(test_wasm_sleep_past_deadline),
+        cmocka_unit_test(test_wasm_late_reply_goes_nowhere),
         cmocka_unit_test(test_wasm_output_flood),
         cmocka_unit_test(test_wasm_filesystem),
         cmocka_unit_test(test_wasm_bad_modules),

@@ -23,6 +23,8 @@ static void make_job(cf_embed_job *j)
 {
     memset(j, 0, sizeof(*j));
     j->runtime = CF_EMBED_WASM;
+    j->seq = 77;
+    j->cache_scope = S("tenant-a");
     j->code_path = S("/work/cf-1/run/main.wasm");
     j->input_path = S("/work/cf-1/run/input.json");
     j->output_path = S("/work/cf-1/run/out/output.json");
@@ -65,6 +67,8 @@ static void test_job_round_trip(void **state)
     assert_int_equal(frame_len(&b), b.len - 4);
     assert_int_equal(cf_embed_job_decode(b.data + 4, b.len - 4, &back, &err), 0);
     assert_int_equal(back.runtime, CF_EMBED_WASM);
+    assert_int_equal(back.seq, 77);
+    assert_string_equal(back.cache_scope, "tenant-a");
     assert_string_equal(back.code_path, j.code_path);
     assert_string_equal(back.input_path, j.input_path);
     assert_string_equal(back.work_dir, j.work_dir);
@@ -90,6 +94,7 @@ static void test_reply_round_trip_and_caps(void **state)
     (void)state;
     cf_embed_reply r, back;
     cf_embed_reply_init(&r);
+    r.seq = 9;
     r.end = CF_EMBED_FAILED;
     r.exit_code = 1;
     r.reason = S("wasm trap: unreachable");
@@ -104,6 +109,7 @@ static void test_reply_round_trip_and_caps(void **state)
     assert_int_equal(cf_embed_reply_encode(&r, &b, &err), 0);
     assert_int_equal(cf_embed_reply_decode(b.data + 4, b.len - 4, 10, 1, &back, &err), 0);
     assert_int_equal(back.end, CF_EMBED_FAILED);
+    assert_int_equal(back.seq, 9);
     assert_string_equal(back.reason, "wasm trap: unreachable");
     assert_int_equal(back.out.len, 10);
     assert_true(back.out_truncated);
