@@ -73,6 +73,7 @@
 #define GRACE_US 500000               /* past the deadline before the watchdog kills */
 #define START_WAIT_US (10 * 1000000LL) /* for a helper to be there */
 #define MAX_JOIN_FDS 8
+#define FALLBACK_OUTPUT_CAP (1024 * 1024) /* stdout/stderr when a request sets 0, as exec_common */
 
 typedef struct em_slot {
     struct em_state *st;
@@ -176,15 +177,16 @@ static int run_helper(em_state *st, em_slot *s, cf_error *err)
 {
     if (slot_prepare(st, s, err) < 0)
         return -1;
-    if (s->cg && cf_cgroup_nprocs(s->cg) != 0) {
-        /* the last helper's processes must be gone before a new one joins */
+    /* The last helper's processes must be gone before a new one joins.  The
+     * slot keeps its cgroup for its whole life (executions read its OOM
+     * count without a lock): a cgroup that does not empty is an error. */
+    for (int tries = 0; s->cg && cf_cgroup_nprocs(s->cg) != 0; tries++) {
+        if (tries == 20)
+            return cf_error_set(err, CF_E_SANDBOX, "%s: slot %d: the last helper's processes do not go away", st->name,
+                                s->index);
         cf_cgroup_kill_all(s->cg);
-        if (cf_cgroup_nprocs(s->cg) != 0) {
-            slot_drop_cgroup(s);
-            s->gen++;
-            if (slot_prepare(st, s, err) < 0)
-                return -1;
-        }
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
     }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -194,8 +196,10 @@ static int run_helper(em_state *st, em_slot *s, cf_error *err)
     snprintf(cache_env, sizeof(cache_env), "CODEFLEET_WASM_CACHE_BYTES=%lld", (long long)st->cache_bytes);
     char *argv[] = {HELPER_IN, st->runtime == CF_EMBED_WASM ? "wasm" : "js", NULL};
     char *envp[] = {fuel_env, cache_env, "PATH=/usr/bin:/bin", NULL};
+    /* No init: the helper itself is pid 1 of its namespace (it forks
+     * nothing), so no copy of the worker's image lives beside it. */
     cf_run_spec spec = {.path = HELPER_IN, .argv = argv, .envp = envp, .cwd = "/", .max_stdout = 4096,
-                        .max_stderr = 16384, .init = true, .pass_fd = sv[1], .cancel = &s->kill,
+                        .max_stderr = 16384, .pass_fd = sv[1], .cancel = &s->kill,
                         .rlimits = {{RLIMIT_CORE, 0}}, .n_rlimits = 1};
     cf_sandbox_exec sx = {.seccomp = st->seccomp, .fs = s->fs, .cg = s->cg, .uid = IN_ID, .gid = IN_ID,
                           .host_uid = s->host_id, .host_gid = s->host_id, .loopback = false,
@@ -206,6 +210,13 @@ static int run_helper(em_state *st, em_slot *s, cf_error *err)
         return -1;
     }
     pthread_mutex_lock(&s->mu);
+    if (__atomic_load_n(&st->stopping, __ATOMIC_ACQUIRE)) {
+        /* destroy began meanwhile: its kill and shutdown would miss this one */
+        pthread_mutex_unlock(&s->mu);
+        close(sv[0]);
+        close(sv[1]);
+        return 0;
+    }
     s->sock = sv[0];
     s->gen++;
     s->condemned = false;
@@ -236,10 +247,13 @@ static int run_helper(em_state *st, em_slot *s, cf_error *err)
     } else {
         snprintf(s->last_end, sizeof(s->last_end), "could not start: %s", err->msg);
     }
-    s->quick_deaths = cf_mono_us() - started < 1000000 && !st->stopping ? s->quick_deaths + 1 : 0;
+    /* Only deaths of its own count: the watchdog's kills are not the helper's fault. */
+    bool killed_by_us = __atomic_load_n(&s->kill, __ATOMIC_RELAXED) != 0;
+    s->quick_deaths = cf_mono_us() - started < 1000000 && !killed_by_us ? s->quick_deaths + 1 : 0;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    if (rc == 0 && !st->stopping && !(o.exited && o.exit_code == 0) && !__atomic_load_n(&s->kill, __ATOMIC_RELAXED))
+    if (rc == 0 && !killed_by_us && !(o.exited && o.exit_code == 0) &&
+        !__atomic_load_n(&st->stopping, __ATOMIC_RELAXED))
         cf_log_warn(st->name, "slot %d helper ended (%s); starting a new one", s->index, s->last_end);
     cf_run_outcome_free(&o);
     return rc;
@@ -250,10 +264,7 @@ static void *slot_main(void *arg)
     em_slot *s = arg;
     em_state *st = s->st;
     for (;;) {
-        pthread_mutex_lock(&s->mu);
-        bool stop = st->stopping;
-        pthread_mutex_unlock(&s->mu);
-        if (stop)
+        if (__atomic_load_n(&st->stopping, __ATOMIC_ACQUIRE))
             break;
         cf_error err;
         cf_error_clear(&err);
@@ -286,10 +297,10 @@ static void em_destroy(void *state)
     em_state *st = state;
     if (!st)
         return;
+    __atomic_store_n(&st->stopping, true, __ATOMIC_RELEASE);
     for (int i = 0; st->slot && i < st->slots; i++) {
         em_slot *s = &st->slot[i];
         pthread_mutex_lock(&s->mu);
-        st->stopping = true;
         __atomic_store_n(&s->kill, 1, __ATOMIC_RELAXED);
         if (s->sock >= 0)
             shutdown(s->sock, SHUT_RDWR); /* the helper sees the end and exits */
@@ -347,7 +358,7 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     st->inodes = cfg->sandbox_inodes > 0 ? cfg->sandbox_inodes : DEFAULT_INODES;
     st->module_max = cfg->wasm_module_max_bytes > 0 ? cfg->wasm_module_max_bytes : DEFAULT_MODULE_MAX;
     st->fuel = cfg->wasm_fuel;
-    st->cache_bytes = cfg->wasm_cache_bytes > 0 ? cfg->wasm_cache_bytes : 64LL << 20;
+    st->cache_bytes = cfg->wasm_cache_bytes; /* 0: no cache (the worker's default is 64 MiB) */
     int64_t uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
     int64_t first_uid = uid_base + (int64_t)st->slots * runtime; /* the sandbox backend has base .. base+slots-1 */
     if (first_uid + st->slots > INT32_MAX) {
@@ -478,7 +489,7 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                           "linear memory's final size; max_processes = none can be created (WASI p1 has no process or thread "
                           "calls); network = none (no sockets preopened, empty network namespace); filesystem = "
                           "the work directory preopened only; env = exactly the request's and the allowlist; "
-                          "fuel = %lld%s; modules up to %lld MiB, compiled ones cached per slot and profile (%lld MiB)",
+                          "fuel = %lld%s; modules up to %lld MiB, compiled ones cached per slot and profile (%lld MiB, 0 = off)",
                           GRACE_US / 1000, (long long)(st->def_memory >> 20),
                           (long long)(st->max_guest_memory >> 20), (long long)st->fuel,
                           st->fuel > 0 ? " instructions" : " (off)", (long long)(st->module_max >> 20),
@@ -525,7 +536,8 @@ static int take_helper(em_slot *s, unsigned after, unsigned *gen, cf_error *err)
 {
     int64_t until = cf_mono_us() + START_WAIT_US;
     pthread_mutex_lock(&s->mu);
-    while ((s->sock < 0 || s->gen == after || s->condemned) && cf_mono_us() < until && !s->st->stopping) {
+    while ((s->sock < 0 || s->gen == after || s->condemned) && cf_mono_us() < until &&
+           !__atomic_load_n(&s->st->stopping, __ATOMIC_ACQUIRE)) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 20 * 1000000L;
@@ -577,6 +589,19 @@ static char *dup_path(const char *a, const char *b)
     return p;
 }
 
+/* Text from the helper (which may be compromised) as the result shows it:
+ * printable, bounded; newlines kept only where asked. */
+static char *clean_text(const char *s, bool keep_newlines)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *buf = malloc(n);
+    if (buf)
+        cf_sanitize_text(s, n - 1, keep_newlines, buf, n);
+    return buf;
+}
+
 static void add_error_diag(cf_result *res, const char *text)
 {
     cf_diagnostic *v = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*v));
@@ -586,7 +611,7 @@ static void add_error_diag(cf_result *res, const char *text)
     cf_diagnostic *d = &v[res->n_diagnostics];
     memset(d, 0, sizeof(*d));
     d->level = cf_strdup("error");
-    d->message = cf_strdup(text);
+    d->message = clean_text(text, true);
     if (!d->level || !d->message) {
         free(d->level);
         free(d->message);
@@ -595,27 +620,137 @@ static void add_error_diag(cf_result *res, const char *text)
     res->n_diagnostics++;
 }
 
+/* Fills the job the helper gets from the execution's prepared directories. */
+static int build_job(em_state *st, const cf_exec_ctx *ctx, const cf_request *req, const cf_exec_job *job,
+                     cf_embed_job *ej, cf_error *err)
+{
+    const cf_policy *pol = &req->policy;
+    const char *top = strrchr(cf_workdir_path(job->top), '/');
+    const char *wname = strrchr(cf_workdir_path(job->work), '/');
+    const char *rname = strrchr(cf_workdir_path(job->run), '/');
+    if (!top || !wname || !rname)
+        return cf_error_set(err, CF_E_SANDBOX, "%s: unexpected work directory layout", st->name);
+    char topin[PATH_MAX];
+    snprintf(topin, sizeof(topin), SLOT_IN "%s", top);
+    ej->runtime = st->runtime;
+    ej->cache_scope = cf_strdup(ctx->profile ? ctx->profile : "");
+    ej->work_dir = dup_path(topin, wname + 1);
+    ej->run_dir = dup_path(topin, rname + 1);
+    ej->out_dir = ej->run_dir ? dup_path(ej->run_dir, "out") : NULL;
+    ej->code_path = ej->run_dir ? dup_path(ej->run_dir, job->code_file) : NULL;
+    ej->output_path = ej->out_dir ? dup_path(ej->out_dir, "output.json") : NULL;
+    ej->input_path = req->input.len > 0 && ej->run_dir ? dup_path(ej->run_dir, "input.json") : NULL;
+    ej->work_rw = !(pol->fs_mode == CF_FS_WORKSPACE_RO || (ctx->files && ctx->files->read_only));
+    /* argv[0] is the program's own name, as a WASI program expects. */
+    ej->argc = req->argc + 1;
+    ej->argv = calloc(ej->argc + 1, sizeof(char *));
+    ej->envc = job->env.n;
+    ej->env = calloc(ej->envc + 1, sizeof(char *));
+    if (!ej->cache_scope || !ej->work_dir || !ej->run_dir || !ej->out_dir || !ej->code_path || !ej->output_path ||
+        (req->input.len > 0 && !ej->input_path) || !ej->argv || !ej->env)
+        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
+    ej->argv[0] = cf_strdup(job->code_file);
+    for (size_t i = 0; i < req->argc; i++)
+        ej->argv[i + 1] = cf_strdup(req->argv[i]);
+    for (size_t i = 0; i < ej->envc; i++)
+        ej->env[i] = cf_strdup(job->env.v[i]);
+    for (size_t i = 0; i < ej->argc; i++)
+        if (!ej->argv[i])
+            return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
+    for (size_t i = 0; i < ej->envc; i++)
+        if (!ej->env[i])
+            return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
+    if (req->stdin_data.len > 0) {
+        ej->stdin_data = malloc(req->stdin_data.len);
+        if (!ej->stdin_data)
+            return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
+        memcpy(ej->stdin_data, req->stdin_data.data, req->stdin_data.len);
+        ej->stdin_len = req->stdin_data.len;
+    }
+    ej->cpu_time_us = pol->cpu_time_us;
+    ej->memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory;
+    /* 0 = the default cap, as exec_common gives the other backends */
+    ej->max_stdout = pol->max_stdout_bytes > 0 ? pol->max_stdout_bytes : FALLBACK_OUTPUT_CAP;
+    ej->max_stderr = pol->max_stderr_bytes > 0 ? pol->max_stderr_bytes : FALLBACK_OUTPUT_CAP;
+    ej->fuel = st->fuel;
+    return 0;
+}
+
+typedef enum attempt_end {
+    ATTEMPT_REPLY,     /* the helper answered this job */
+    ATTEMPT_TIMEOUT,   /* the watchdog gave up on it */
+    ATTEMPT_CANCELLED, /* the worker cancelled the execution */
+    ATTEMPT_BROKEN,    /* the helper died or talked nonsense (died says how) */
+    ATTEMPT_ERROR,     /* no helper, or ours broke (err) */
+} attempt_end;
+
+/* One job on the slot's current helper, until deadline_us. */
+static attempt_end attempt(em_slot *s, const cf_exec_ctx *ctx, cf_embed_job *ej, int64_t deadline_us,
+                           unsigned *gen, cf_embed_reply *reply, char *died, size_t died_size, cf_error *err)
+{
+    int fd = take_helper(s, *gen, gen, err);
+    if (fd < 0)
+        return ATTEMPT_ERROR;
+    ej->seq = ++s->seq; /* busy: only this execution touches the slot's seq now */
+    cf_buf frame, in;
+    cf_buf_init(&frame, 0);
+    cf_buf_init(&in, 0);
+    if (cf_embed_job_encode(ej, &frame, err) < 0) {
+        release_helper(s, false);
+        cf_buf_free(&frame);
+        return ATTEMPT_ERROR;
+    }
+    cf_error ioerr;
+    cf_error_clear(&ioerr);
+    size_t max_frame = (size_t)ej->max_stdout + (size_t)ej->max_stderr + 16 * CF_EMBED_TEXT_MAX + 4096;
+    attempt_end end;
+    if (cf_embed_write_frame(fd, &frame, deadline_us, ctx->cancel, &ioerr) == 0 &&
+        cf_embed_read_frame(fd, max_frame, deadline_us, ctx->cancel, &in, &ioerr) == 0 &&
+        cf_embed_reply_decode(in.data, in.len, (size_t)ej->max_stdout, (size_t)ej->max_stderr, reply, &ioerr) == 0) {
+        if (reply->seq == ej->seq) {
+            end = ATTEMPT_REPLY;
+        } else {
+            snprintf(died, died_size, "a reply for job %llu, not %llu", (unsigned long long)reply->seq,
+                     (unsigned long long)ej->seq);
+            cf_embed_reply_free(reply);
+            cf_embed_reply_init(reply);
+            end = ATTEMPT_BROKEN;
+        }
+    } else if (ioerr.code == CF_E_TIMEOUT) {
+        end = ioerr.sys_errno == ECANCELED ? ATTEMPT_CANCELLED : ATTEMPT_TIMEOUT;
+    } else {
+        snprintf(died, died_size, "%s", ioerr.msg);
+        end = ATTEMPT_BROKEN;
+    }
+    /* Anything but an answer to this very job: the helper goes. */
+    release_helper(s, end != ATTEMPT_REPLY);
+    cf_buf_free(&frame);
+    cf_buf_free(&in);
+    return end;
+}
+
 static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err)
 {
     em_state *st = state;
     const cf_policy *pol = &req->policy;
     cf_exec_job job;
+    memset(&job, 0, sizeof(job));
     cf_embed_job ej;
     memset(&ej, 0, sizeof(ej));
     cf_run_outcome outcome;
     memset(&outcome, 0, sizeof(outcome));
-    cf_buf frame;
-    cf_buf_init(&frame, 0);
+    cf_embed_reply reply;
+    cf_embed_reply_init(&reply);
     int rc = -1;
 
+    if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots)
+        return cf_error_set(err, CF_E_INVALID, "%s: slot %d outside 0..%d", st->name, ctx ? ctx->slot : -1,
+                            st->slots - 1);
     if (cf_exec_job_check(&job, &st->base, st->name, st->runtime == CF_EMBED_WASM ? "wasm" : "in_process", ctx, req,
                           res, err) < 0)
         return -1;
     if (job.rejected)
         return 0;
-    if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots)
-        return cf_error_set(err, CF_E_INVALID, "%s: slot %d outside 0..%d", st->name, ctx ? ctx->slot : -1,
-                            st->slots - 1);
     if (ctx->program)
         return st->runtime == CF_EMBED_JS
                    ? cf_exec_reject(res, "backend 'js' needs no function harness: a global run(input) is called "
@@ -631,148 +766,73 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         return cf_exec_reject(res, "memory_bytes %lld exceeds backend '%s''s maximum of %lld bytes",
                               (long long)pol->memory_bytes, st->name, (long long)st->max_guest_memory);
     em_slot *s = &st->slot[ctx->slot];
-
-    if (cf_exec_job_dirs(&job, s->dir, s->host_id, s->host_id, err) < 0)
-        goto out;
-    cf_exec_view view = {.work = "/work", .run = "/run/codefleet"};
-    if (cf_exec_job_fill(&job, ctx->files, &view, err) < 0)
-        goto out;
-    if (job.rejected) {
-        rc = 0;
-        goto out;
-    }
-
-    /* The helper's view of the execution's directories. */
-    const char *top = strrchr(cf_workdir_path(job.top), '/');
-    const char *wname = strrchr(cf_workdir_path(job.work), '/');
-    const char *rname = strrchr(cf_workdir_path(job.run), '/');
-    if (!top || !wname || !rname) {
-        cf_error_set(err, CF_E_SANDBOX, "%s: unexpected work directory layout", st->name);
-        goto out;
-    }
-    char topin[PATH_MAX];
-    snprintf(topin, sizeof(topin), SLOT_IN "%s", top);
-    ej.runtime = st->runtime;
-    ej.cache_scope = cf_strdup(ctx->profile ? ctx->profile : "");
-    ej.work_dir = dup_path(topin, wname + 1);
-    ej.run_dir = dup_path(topin, rname + 1);
-    ej.out_dir = ej.run_dir ? dup_path(ej.run_dir, "out") : NULL;
-    ej.code_path = ej.run_dir ? dup_path(ej.run_dir, job.code_file) : NULL;
-    ej.output_path = ej.out_dir ? dup_path(ej.out_dir, "output.json") : NULL;
-    ej.input_path = req->input.len > 0 && ej.run_dir ? dup_path(ej.run_dir, "input.json") : NULL;
-    ej.work_rw = !(pol->fs_mode == CF_FS_WORKSPACE_RO || (ctx->files && ctx->files->read_only));
-    /* argv[0] is the program's own name, as a WASI program expects. */
-    ej.argc = req->argc + 1;
-    ej.argv = calloc(ej.argc + 1, sizeof(char *));
-    ej.envc = job.env.n;
-    ej.env = calloc(ej.envc + 1, sizeof(char *));
-    if (!ej.cache_scope || !ej.work_dir || !ej.run_dir || !ej.out_dir || !ej.code_path || !ej.output_path ||
-        (req->input.len > 0 && !ej.input_path) || !ej.argv || !ej.env) {
-        cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
-        goto out;
-    }
-    ej.argv[0] = cf_strdup(job.code_file);
-    for (size_t i = 0; i < req->argc; i++)
-        ej.argv[i + 1] = cf_strdup(req->argv[i]);
-    for (size_t i = 0; i < ej.envc; i++)
-        ej.env[i] = cf_strdup(job.env.v[i]);
-    for (size_t i = 0; i < ej.argc; i++)
-        if (!ej.argv[i]) {
-            cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
-            goto out;
-        }
-    for (size_t i = 0; i < ej.envc; i++)
-        if (!ej.env[i]) {
-            cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
-            goto out;
-        }
-    if (req->stdin_data.len > 0) {
-        ej.stdin_data = malloc(req->stdin_data.len);
-        if (!ej.stdin_data) {
-            cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
-            goto out;
-        }
-        memcpy(ej.stdin_data, req->stdin_data.data, req->stdin_data.len);
-        ej.stdin_len = req->stdin_data.len;
-    }
     int64_t timeout = pol->timeout_us > 0 ? pol->timeout_us : CF_EXEC_FALLBACK_TIMEOUT_US;
-    ej.timeout_us = timeout;
-    ej.cpu_time_us = pol->cpu_time_us;
-    ej.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory;
-    ej.max_stdout = pol->max_stdout_bytes;
-    ej.max_stderr = pol->max_stderr_bytes;
-    ej.fuel = st->fuel;
-
-    /* Send, wait, and on a helper's death try once more on the next one. */
-    cf_embed_reply reply;
-    cf_embed_reply_init(&reply);
-    bool have_reply = false, timed_out = false;
-    unsigned gen = 0;
+    /* The whole execution, a retry included, ends by the deadline + grace. */
+    int64_t deadline = cf_mono_us() + timeout + GRACE_US;
     int64_t oom_before = s->cg ? cf_cgroup_oom_kills(s->cg) : -1;
+
+    /* A helper that dies during the job is replaced and the job runs once
+     * more, from freshly placed files, in the time that is left. */
+    attempt_end end = ATTEMPT_ERROR;
+    unsigned gen = 0;
     char died[CF_ERROR_MSG_MAX] = "";
-    for (int attempt = 0; attempt < 2 && !have_reply && !timed_out; attempt++) {
-        int fd = take_helper(s, gen, &gen, err);
-        if (fd < 0)
+    for (int attempt_no = 0; attempt_no < 2; attempt_no++) {
+        if (attempt_no > 0) {
+            cf_exec_job_free(&job);
+            cf_embed_job_free(&ej);
+            memset(&ej, 0, sizeof(ej));
+            cf_result_clear(res);
+            memset(res, 0, sizeof(*res));
+            if (cf_exec_job_check(&job, &st->base, st->name,
+                                  st->runtime == CF_EMBED_WASM ? "wasm" : "in_process", ctx, req, res, err) < 0)
+                goto out;
+        }
+        if (cf_exec_job_dirs(&job, s->dir, s->host_id, s->host_id, err) < 0)
             goto out;
-        ej.seq = ++s->seq; /* busy: only this execution touches the slot's seq now */
-        frame.len = 0;
-        if (cf_embed_job_encode(&ej, &frame, err) < 0) {
-            release_helper(s, false);
+        cf_exec_view view = {.work = "/work", .run = "/run/codefleet"};
+        if (cf_exec_job_fill(&job, ctx->files, &view, err) < 0)
+            goto out;
+        if (job.rejected) {
+            rc = 0;
             goto out;
         }
-        int64_t deadline = cf_mono_us() + timeout + GRACE_US;
-        cf_buf in;
-        cf_buf_init(&in, 0);
-        cf_error ioerr;
-        cf_error_clear(&ioerr);
-        size_t max_frame = (size_t)ej.max_stdout + (size_t)ej.max_stderr + 16 * CF_EMBED_TEXT_MAX + 4096;
-        bool sent = cf_embed_write_frame(fd, &frame, &ioerr) == 0;
-        bool got = sent && cf_embed_read_frame(fd, max_frame, deadline, &in, &ioerr) == 0;
-        bool decoded = got && cf_embed_reply_decode(in.data, in.len, (size_t)ej.max_stdout, (size_t)ej.max_stderr,
-                                                    &reply, &ioerr) == 0;
-        if (decoded && reply.seq != ej.seq) {
-            cf_error_set(&ioerr, CF_E_SANDBOX, "reply for job %llu, not %llu", (unsigned long long)reply.seq,
-                         (unsigned long long)ej.seq);
-            cf_embed_reply_free(&reply);
-            cf_embed_reply_init(&reply);
-            decoded = false;
-        }
-        if (decoded) {
-            have_reply = true;
-            release_helper(s, false);
-        } else if (ioerr.code == CF_E_TIMEOUT) {
-            timed_out = true;
-            release_helper(s, true); /* the watchdog: this helper goes */
-        } else {
-            /* Dead, or talking nonsense: either way it is replaced. */
-            snprintf(died, sizeof(died), "%s", ioerr.msg);
-            release_helper(s, true);
-            if (s->cg && oom_before >= 0 && cf_cgroup_oom_kills(s->cg) > oom_before)
-                break; /* the memory cgroup's OOM killer: not worth a retry */
-        }
-        cf_buf_free(&in);
+        if (build_job(st, ctx, req, &job, &ej, err) < 0)
+            goto out;
+        /* the helper's own deadline: what is left, the grace is the watchdog's */
+        ej.timeout_us = deadline - GRACE_US - cf_mono_us();
+        if (attempt_no > 0 && ej.timeout_us < 1000)
+            break; /* no time left for a second run: the first death stands */
+        if (ej.timeout_us < 1)
+            ej.timeout_us = 1; /* preparing took the whole (tiny) timeout: the helper says timeout */
+        end = attempt(s, ctx, &ej, deadline, &gen, &reply, died, sizeof(died), err);
+        if (end != ATTEMPT_BROKEN)
+            break;
+        if (s->cg && oom_before >= 0 && cf_cgroup_oom_kills(s->cg) > oom_before)
+            break; /* the memory cgroup's OOM killer: not worth a retry */
     }
+    if (end == ATTEMPT_ERROR)
+        goto out;
     bool oom_killed = s->cg && oom_before >= 0 && cf_cgroup_oom_kills(s->cg) > oom_before;
-    if (!have_reply && !timed_out && !oom_killed) {
-        /* Give the supervisor a moment to record how the helper ended. */
+    if (end == ATTEMPT_BROKEN && !oom_killed) {
         pthread_mutex_lock(&s->mu);
         char how[sizeof(s->last_end)];
         cf_strlcpy(how, s->last_end, sizeof(how));
         pthread_mutex_unlock(&s->mu);
-        cf_error_set(err, CF_E_SANDBOX, "%s: the runtime helper failed twice on this request (%s; last helper: %s)",
-                     st->name, died, how[0] ? how : "?");
+        cf_error_set(err, CF_E_SANDBOX, "%s: the runtime helper failed on this request (%s; last helper: %s)",
+                     st->name, died[0] ? died : "no answer", how[0] ? how : "?");
         if (err)
             err->retriable = false;
-        cf_embed_reply_free(&reply);
         goto out;
     }
 
     /* The reply as a runner outcome, so exec_common maps it like any run. */
-    outcome.exited = true;
     cf_buf_init(&outcome.out, 0);
     cf_buf_init(&outcome.err, 0);
-    if (have_reply) {
-        outcome.exit_code = reply.end == CF_EMBED_EXITED ? reply.exit_code : 1;
+    if (end == ATTEMPT_REPLY) {
+        bool stopped = reply.end == CF_EMBED_TIMEOUT || reply.end == CF_EMBED_CPU_EXCEEDED ||
+                       reply.end == CF_EMBED_MEMORY;
+        outcome.exited = !stopped;
+        outcome.exit_code = reply.end == CF_EMBED_EXITED ? reply.exit_code : stopped ? 0 : 1;
         outcome.out = reply.out;
         outcome.err = reply.err;
         cf_buf_init(&reply.out, 0);
@@ -784,60 +844,58 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         outcome.peak_rss_bytes = reply.peak_memory_bytes;
         outcome.timed_out = reply.end == CF_EMBED_TIMEOUT;
         outcome.cpu_exceeded = reply.end == CF_EMBED_CPU_EXCEEDED;
-    } else if (timed_out) {
-        outcome.exited = false;
+    } else if (end == ATTEMPT_TIMEOUT) {
         outcome.timed_out = true;
-        outcome.signal = SIGKILL;
         outcome.wall_us = timeout + GRACE_US;
-    } else {
-        outcome.exited = false;
-        outcome.signal = SIGKILL;
-    }
-    rc = cf_exec_job_finish(&job, ctx, &outcome, oom_killed || (have_reply && reply.end == CF_EMBED_MEMORY), -1, err);
-    if (rc == 0 && have_reply) {
+    } else if (end == ATTEMPT_CANCELLED) {
+        outcome.cancelled = true;
+    } /* else: killed by the memory cgroup */
+    rc = cf_exec_job_finish(&job, ctx, &outcome, oom_killed || (end == ATTEMPT_REPLY && reply.end == CF_EMBED_MEMORY),
+                            -1, err);
+    if (rc == 0 && end == ATTEMPT_REPLY) {
+        char *why = clean_text(reply.reason, false);
         switch (reply.end) {
         case CF_EMBED_FAILED:
             res->status = CF_STATUS_FAILED;
-            if (reply.reason)
-                cf_result_set_reason(res, "%s", reply.reason);
+            if (why)
+                cf_result_set_reason(res, "%s", why);
             if (reply.diagnostics)
                 add_error_diag(res, reply.diagnostics);
             break;
         case CF_EMBED_MEMORY:
             res->status = CF_STATUS_MEMORY_EXCEEDED;
-            if (reply.reason && strstr(reply.reason, "memory limit"))
-                cf_result_set_reason(res, "%s", reply.reason);
-            else if (reply.reason)
-                cf_result_set_reason(res, "memory limit of %lld bytes exceeded (%s)", (long long)ej.memory_bytes,
-                                     reply.reason);
+            if (why && strstr(why, "memory limit"))
+                cf_result_set_reason(res, "%s", why);
+            else if (why)
+                cf_result_set_reason(res, "memory limit of %lld bytes exceeded (%s)", (long long)ej.memory_bytes, why);
             else
                 cf_result_set_reason(res, "memory limit of %lld bytes exceeded", (long long)ej.memory_bytes);
             break;
         case CF_EMBED_CPU_EXCEEDED:
-            if (reply.reason && st->fuel > 0 && strstr(reply.reason, "fuel"))
-                cf_result_set_reason(res, "%s", reply.reason);
+            if (why && st->fuel > 0 && strstr(why, "fuel"))
+                cf_result_set_reason(res, "%s", why);
             break;
         case CF_EMBED_BAD_PROGRAM:
             res->status = CF_STATUS_COMPILE_FAILED;
-            cf_result_set_reason(res, "%s", reply.reason ? reply.reason : "the program could not be compiled");
+            cf_result_set_reason(res, "%s", why ? why : "the module could not be compiled");
             break;
         case CF_EMBED_LINK_FAILED:
             res->status = CF_STATUS_FAILED;
-            cf_result_set_reason(res, "%s", reply.reason ? reply.reason : "the module could not be linked");
+            cf_result_set_reason(res, "%s", why ? why : "the module could not be linked");
             break;
         case CF_EMBED_HELPER_ERROR:
-            cf_error_set(err, CF_E_SANDBOX, "%s: runtime helper: %s", st->name, reply.reason ? reply.reason : "error");
+            cf_error_set(err, CF_E_SANDBOX, "%s: runtime helper: %s", st->name, why ? why : "error");
             rc = -1;
             break;
         default:
             break;
         }
+        free(why);
     }
-    cf_embed_reply_free(&reply);
 out:
+    cf_embed_reply_free(&reply);
     cf_exec_job_free(&job);
     cf_embed_job_free(&ej);
-    cf_buf_free(&frame);
     cf_run_outcome_free(&outcome);
     return rc;
 }

@@ -435,14 +435,49 @@ fail:
 
 /* ---- frame I/O ---- */
 
-int cf_embed_write_frame(int fd, const cf_buf *frame, cf_error *err)
+#define CANCEL_POLL_MS 50
+
+/* Waits for fd to be ready for events, the deadline or the cancel flag. */
+static int wait_fd(int fd, short events, int64_t deadline_us, const volatile int *cancel, cf_error *err)
+{
+    for (;;) {
+        if (cancel && __atomic_load_n(cancel, __ATOMIC_RELAXED)) {
+            cf_error_set(err, CF_E_TIMEOUT, "embed: cancelled");
+            if (err)
+                err->sys_errno = ECANCELED;
+            return -1;
+        }
+        int timeout_ms = cancel ? CANCEL_POLL_MS : -1;
+        if (deadline_us > 0) {
+            int64_t left = deadline_us - cf_mono_us();
+            if (left <= 0)
+                return cf_error_set(err, CF_E_TIMEOUT, "embed: no answer before the deadline");
+            int64_t ms = left / 1000 + 1;
+            if (timeout_ms < 0 || ms < timeout_ms)
+                timeout_ms = ms > 60000 ? 60000 : (int)ms;
+        }
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int pr = poll(&pfd, 1, timeout_ms);
+        if (pr < 0 && errno != EINTR)
+            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "embed: poll");
+        if (pr > 0)
+            return 0;
+    }
+}
+
+int cf_embed_write_frame(int fd, const cf_buf *frame, int64_t deadline_us, const volatile int *cancel, cf_error *err)
 {
     size_t off = 0;
     while (off < frame->len) {
-        ssize_t w = send(fd, frame->data + off, frame->len - off, MSG_NOSIGNAL);
+        ssize_t w = send(fd, frame->data + off, frame->len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
+            if (errno == EAGAIN) {
+                if (wait_fd(fd, POLLOUT, deadline_us, cancel, err) < 0)
+                    return -1;
+                continue;
+            }
             return cf_error_set_errno(err, CF_E_SYSTEM, errno, "embed: send");
         }
         off += (size_t)w;
@@ -450,27 +485,13 @@ int cf_embed_write_frame(int fd, const cf_buf *frame, cf_error *err)
     return 0;
 }
 
-/* Reads exactly n bytes into p before the deadline. */
-static int read_full(int fd, uint8_t *p, size_t n, int64_t deadline_us, cf_error *err)
+/* Reads exactly n bytes into p. */
+static int read_full(int fd, uint8_t *p, size_t n, int64_t deadline_us, const volatile int *cancel, cf_error *err)
 {
     size_t got = 0;
     while (got < n) {
-        int timeout_ms = -1;
-        if (deadline_us > 0) {
-            int64_t left = deadline_us - cf_mono_us();
-            if (left <= 0)
-                return cf_error_set(err, CF_E_TIMEOUT, "embed: no reply before the deadline");
-            timeout_ms = left / 1000 + 1 > 60000 ? 60000 : (int)(left / 1000 + 1);
-        }
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int pr = poll(&pfd, 1, timeout_ms);
-        if (pr < 0) {
-            if (errno == EINTR)
-                continue;
-            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "embed: poll");
-        }
-        if (pr == 0)
-            continue;
+        if (wait_fd(fd, POLLIN, deadline_us, cancel, err) < 0)
+            return -1;
         ssize_t r = recv(fd, p + got, n - got, MSG_DONTWAIT);
         if (r < 0) {
             if (errno == EINTR || errno == EAGAIN)
@@ -488,10 +509,11 @@ static int read_full(int fd, uint8_t *p, size_t n, int64_t deadline_us, cf_error
     return 0;
 }
 
-int cf_embed_read_frame(int fd, size_t max, int64_t deadline_us, cf_buf *out, cf_error *err)
+int cf_embed_read_frame(int fd, size_t max, int64_t deadline_us, const volatile int *cancel, cf_buf *out,
+                        cf_error *err)
 {
     uint8_t hdr[4];
-    if (read_full(fd, hdr, sizeof(hdr), deadline_us, err) < 0)
+    if (read_full(fd, hdr, sizeof(hdr), deadline_us, cancel, err) < 0)
         return -1;
     uint32_t n = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
     if (n > max)
@@ -502,7 +524,7 @@ int cf_embed_read_frame(int fd, size_t max, int64_t deadline_us, cf_buf *out, cf
     uint8_t *buf = malloc(n);
     if (!buf)
         return cf_error_set(err, CF_E_NOMEM, "embed: out of memory");
-    if (read_full(fd, buf, n, deadline_us, err) < 0) {
+    if (read_full(fd, buf, n, deadline_us, cancel, err) < 0) {
         free(buf);
         return -1;
     }

@@ -60,7 +60,7 @@ typedef enum cf_embed_end {
     CF_EMBED_TIMEOUT,        /* the wall-clock deadline (epoch / interrupt handler) */
     CF_EMBED_CPU_EXCEEDED,   /* the cpu_time budget (thread CPU clock or fuel) */
     CF_EMBED_MEMORY,         /* the memory limit ended the run */
-    CF_EMBED_BAD_PROGRAM,    /* the module/script could not be compiled (compile_failed) */
+    CF_EMBED_BAD_PROGRAM,    /* the module does not validate (compile_failed); a js SyntaxError is FAILED */
     CF_EMBED_LINK_FAILED,    /* it needs an import we do not provide (failed) */
     CF_EMBED_HELPER_ERROR,   /* the helper itself could not do it (internal_error) */
     CF_EMBED__END_COUNT
@@ -96,13 +96,16 @@ int cf_embed_job_decode(const uint8_t *p, size_t len, cf_embed_job *job, cf_erro
 int cf_embed_reply_decode(const uint8_t *p, size_t len, size_t max_out, size_t max_err, cf_embed_reply *r,
                           cf_error *err);
 
-/* Frame I/O on a blocking socket.  cf_embed_write_frame sends the whole
- * frame (MSG_NOSIGNAL).  cf_embed_read_frame reads one frame of at most max
- * payload bytes into out, waiting until deadline_us (monotonic, 0 = no
- * deadline): returns 0, or -1 with CF_E_TIMEOUT (deadline), CF_E_LIMIT
- * (frame too large), CF_E_SYSTEM with sys_errno 0 for end of stream. */
-int cf_embed_write_frame(int fd, const cf_buf *frame, cf_error *err);
-int cf_embed_read_frame(int fd, size_t max, int64_t deadline_us, cf_buf *out, cf_error *err);
+/* Frame I/O.  Both wait until deadline_us (monotonic; 0 = no deadline)
+ * and, when cancel is given, stop within 50 ms of *cancel becoming
+ * non-zero: -1 with CF_E_TIMEOUT (sys_errno ECANCELED when cancelled).
+ * cf_embed_write_frame sends the whole frame (a peer that stops reading
+ * cannot block the caller past the deadline).  cf_embed_read_frame reads
+ * one frame of at most max payload bytes into out: -1 with CF_E_LIMIT for
+ * a larger one, CF_E_SYSTEM with sys_errno 0 at the end of the stream. */
+int cf_embed_write_frame(int fd, const cf_buf *frame, int64_t deadline_us, const volatile int *cancel, cf_error *err);
+int cf_embed_read_frame(int fd, size_t max, int64_t deadline_us, const volatile int *cancel, cf_buf *out,
+                        cf_error *err);
 
 const char *cf_embed_end_name(int end);
 

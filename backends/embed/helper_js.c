@@ -401,8 +401,11 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
         reply->end = CF_EMBED_EXITED;
         reply->exit_code = 0;
         if (output && helper_write_file(job->output_path, output, output_len) < 0) {
-            reply->end = CF_EMBED_HELPER_ERROR;
-            helper_reason(reply, "cannot write the output");
+            /* the execution's capped work space is full: the program's doing */
+            reply->end = CF_EMBED_FAILED;
+            reply->exit_code = 1;
+            helper_reason(reply, "the result (%zu bytes of JSON) does not fit the execution's work space",
+                          output_len);
         }
     }
     if (reply->end == CF_EMBED_TIMEOUT || reply->end == CF_EMBED_CPU_EXCEEDED) {

@@ -112,7 +112,7 @@ int main(int argc, char **argv)
     cf_buf_init(&in, 0);
     cf_buf_init(&out, 0);
     for (;;) {
-        if (cf_embed_read_frame(sock, JOB_FRAME_MAX, 0, &in, &err) < 0) {
+        if (cf_embed_read_frame(sock, JOB_FRAME_MAX, 0, NULL, &in, &err) < 0) {
             if (err.code == CF_E_SYSTEM && err.sys_errno == 0)
                 return 0; /* the worker closed the socket */
             fprintf(stderr, "embed-helper: reading a job: %s\n", err.msg);
@@ -138,7 +138,7 @@ int main(int argc, char **argv)
         }
         cf_embed_job_free(&job);
         out.len = 0;
-        if (cf_embed_reply_encode(&reply, &out, &err) < 0 || cf_embed_write_frame(sock, &out, &err) < 0) {
+        if (cf_embed_reply_encode(&reply, &out, &err) < 0 || cf_embed_write_frame(sock, &out, 0, NULL, &err) < 0) {
             fprintf(stderr, "embed-helper: replying: %s\n", err.msg);
             return 2;
         }

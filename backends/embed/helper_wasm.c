@@ -295,6 +295,32 @@ static int64_t memory_size(wasmtime_context_t *ctx, const wasmtime_instance_t *i
     return size;
 }
 
+/* Whether a memory the module exports or imports declares an initial size
+ * above limit (instantiation then fails on the limiter). */
+static bool memory_min_over(const wasmtime_module_t *module, int64_t limit)
+{
+    bool over = false;
+    wasm_exporttype_vec_t ex;
+    wasmtime_module_exports(module, &ex);
+    for (size_t i = 0; i < ex.size; i++) {
+        const wasm_externtype_t *t = wasm_exporttype_type(ex.data[i]);
+        const wasm_memorytype_t *m = t ? wasm_externtype_as_memorytype_const(t) : NULL;
+        if (m && wasmtime_memorytype_minimum(m) > (uint64_t)limit / 65536)
+            over = true;
+    }
+    wasm_exporttype_vec_delete(&ex);
+    wasm_importtype_vec_t im;
+    wasmtime_module_imports(module, &im);
+    for (size_t i = 0; i < im.size; i++) {
+        const wasm_externtype_t *t = wasm_importtype_type(im.data[i]);
+        const wasm_memorytype_t *m = t ? wasm_externtype_as_memorytype_const(t) : NULL;
+        if (m && wasmtime_memorytype_minimum(m) > (uint64_t)limit / 65536)
+            over = true;
+    }
+    wasm_importtype_vec_delete(&im);
+    return over;
+}
+
 /* Whether the guest's linear memory stands at the limit (a failed run
  * there is taken as the memory limit ending it: the C API reports no
  * failed memory.grow). */
@@ -407,6 +433,17 @@ void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
     wasm_trap_t *trap = NULL;
     e = wasmtime_linker_instantiate(linker, ctx, module, &instance, &trap);
     bool instantiated = !e && !trap;
+    int start_status;
+    if (e && !rs.timed_out && !rs.cpu_out && wasmtime_error_exit_status(e, &start_status)) {
+        reply->end = CF_EMBED_EXITED; /* proc_exit inside a start function */
+        reply->exit_code = start_status;
+        goto stop;
+    }
+    if (e && !rs.timed_out && !rs.cpu_out && memory_min_over(module, limit)) {
+        reply->end = CF_EMBED_MEMORY;
+        helper_reason(reply, "the module's initial memory exceeds the memory limit of %lld bytes", (long long)limit);
+        goto stop;
+    }
     if (e && !rs.timed_out && !rs.cpu_out) { /* a start function stopped by the deadline is a timeout */
         error_text(e, text, sizeof(text));
         reply->end = CF_EMBED_LINK_FAILED;

@@ -594,6 +594,20 @@ static void test_wasm_bad_modules(void **state)
     cf_request_clear(&r);
     cf_result_clear(&res);
 
+    /* proc_exit from a start function is an exit, not a link failure */
+    wasm_req(&r, "start_exit", 5 * SEC);
+    assert_int_equal(run_on(F->wasm, 1, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_FAILED, "exited with code 3");
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
+    /* initial memory beyond the limit */
+    wasm_req(&r, "big_memory", 5 * SEC);
+    assert_int_equal(run_on(F->wasm, 1, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_MEMORY_EXCEEDED, "initial memory exceeds");
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
     wasm_req(&r, "table_bomb", 5 * SEC);
     assert_int_equal(run_on(F->wasm, 1, &r, &res, NULL), 0);
     expect(&res, CF_STATUS_FAILED, "cannot instantiate");
@@ -665,10 +679,72 @@ static void test_helper_crash_is_retried(void **state)
     assert_int_equal(F->js->ops->execute(F->js->state, &ctx, &r, &res, &err), -1);
     pthread_join(t, NULL);
     assert_int_equal(err.code, CF_E_SANDBOX);
-    assert_non_null(strstr(err.msg, "failed twice"));
+    assert_non_null(strstr(err.msg, "the runtime helper failed on this request"));
     cf_request_clear(&r);
     cf_result_clear(&res);
     next_request_fine(0);
+}
+
+/* The worker cancels (a revoked partition, shutdown past its grace): the
+ * execution ends within tens of milliseconds, not at its deadline. */
+typedef struct canceller {
+    volatile int *flag;
+    int64_t after_us;
+} canceller;
+
+static void *cancel_later(void *arg)
+{
+    canceller *c = arg;
+    struct timespec ts = {0, (long)c->after_us * 1000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n(c->flag, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void test_cancel_is_prompt(void **state)
+{
+    (void)state;
+    if (skip_unless_ready())
+        return;
+    cf_request r;
+    cf_result res;
+    js_req(&r, "while (true) {}", 10 * SEC);
+    memset(&res, 0, sizeof(res));
+    volatile int cancel = 0;
+    cf_exec_ctx ctx = {.slot = 1, .worker_id = "t", .cancel = &cancel};
+    canceller c = {.flag = &cancel, .after_us = 100 * MS};
+    pthread_t t;
+    pthread_create(&t, NULL, cancel_later, &c);
+    cf_error err;
+    cf_error_clear(&err);
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(F->js->ops->execute(F->js->state, &ctx, &r, &res, &err), -1);
+    int64_t took = cf_mono_us() - t0;
+    pthread_join(t, NULL);
+    assert_true(err.retriable);
+    assert_non_null(strstr(err.msg, "cancelled"));
+    assert_true(took < 1 * SEC);
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+    next_request_fine(1);
+}
+
+/* Creating and destroying the backends while their helpers start: never
+ * hangs, leaves nothing (the group teardown counts cgroups and processes). */
+static void test_create_destroy_churn(void **state)
+{
+    (void)state;
+    if (skip_unless_ready())
+        return;
+    cf_backend_config c = F->cfg;
+    c.slots = 8;
+    for (int i = 0; i < 6; i++) {
+        cf_backend_set *set = NULL;
+        cf_error err;
+        if (cf_backend_set_new(i % 2 ? "process,js" : "process,wasm", &c, &set, &err) < 0)
+            fail_msg("round %d: %s", i, err.msg);
+        cf_backend_set_destroy(set);
+    }
 }
 
 /* ---- js ---- */
@@ -811,6 +887,23 @@ static void test_js_output_and_apis(void **state)
     cf_request_clear(&r);
     cf_result_clear(&res);
 
+    /* stdout cap 0 means the default cap, as for the other backends */
+    js_req(&r, "console.log('hi'); 1", 5 * SEC);
+    r.policy.max_stdout_bytes = 0;
+    assert_int_equal(run_on(F->js, 0, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_SUCCESS, NULL);
+    assert_true(out_has(&res, "hi\n"));
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
+    /* a result larger than the execution's work space is the program's failure */
+    js_req(&r, "'x'.repeat(200 << 20)", 10 * SEC);
+    r.policy.memory_bytes = 800LL << 20;
+    assert_int_equal(run_on(F->js, 0, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_FAILED, "does not fit");
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
     /* what a script cannot see is refused, not silently dropped */
     js_req(&r, "1", 5 * SEC);
     const char *args[] = {"x"};
@@ -844,6 +937,8 @@ int main(void)
         cmocka_unit_test(test_wasm_filesystem),
         cmocka_unit_test(test_wasm_bad_modules),
         cmocka_unit_test(test_helper_crash_is_retried),
+        cmocka_unit_test(test_cancel_is_prompt),
+        cmocka_unit_test(test_create_destroy_churn),
         cmocka_unit_test(test_js_hostile),
         cmocka_unit_test(test_js_slow_builtin),
         cmocka_unit_test(test_js_output_and_apis),

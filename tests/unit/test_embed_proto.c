@@ -182,23 +182,23 @@ static void test_frame_io(void **state)
     cf_buf_init(&in, 0);
     cf_error err;
     assert_int_equal(cf_embed_job_encode(&j, &b, &err), 0);
-    assert_int_equal(cf_embed_write_frame(sv[0], &b, &err), 0);
-    assert_int_equal(cf_embed_read_frame(sv[1], 1 << 20, cf_mono_us() + 1000000, &in, &err), 0);
+    assert_int_equal(cf_embed_write_frame(sv[0], &b, 0, NULL, &err), 0);
+    assert_int_equal(cf_embed_read_frame(sv[1], 1 << 20, cf_mono_us() + 1000000, NULL, &in, &err), 0);
     assert_int_equal(in.len, b.len - 4);
     /* a frame announcing more than the reader's bound */
-    assert_int_equal(cf_embed_write_frame(sv[0], &b, &err), 0);
-    assert_int_equal(cf_embed_read_frame(sv[1], 16, cf_mono_us() + 1000000, &in, &err), -1);
+    assert_int_equal(cf_embed_write_frame(sv[0], &b, 0, NULL, &err), 0);
+    assert_int_equal(cf_embed_read_frame(sv[1], 16, cf_mono_us() + 1000000, NULL, &in, &err), -1);
     assert_int_equal(err.code, CF_E_LIMIT);
     /* nothing comes: the deadline holds */
     int sv2[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv2), 0);
     int64_t t0 = cf_mono_us();
-    assert_int_equal(cf_embed_read_frame(sv2[1], 1 << 20, cf_mono_us() + 100000, &in, &err), -1);
+    assert_int_equal(cf_embed_read_frame(sv2[1], 1 << 20, cf_mono_us() + 100000, NULL, &in, &err), -1);
     assert_int_equal(err.code, CF_E_TIMEOUT);
     assert_true(cf_mono_us() - t0 < 1000000);
     /* the other side goes away: end of stream */
     close(sv2[0]);
-    assert_int_equal(cf_embed_read_frame(sv2[1], 1 << 20, 0, &in, &err), -1);
+    assert_int_equal(cf_embed_read_frame(sv2[1], 1 << 20, 0, NULL, &in, &err), -1);
     assert_int_equal(err.code, CF_E_SYSTEM);
     assert_int_equal(err.sys_errno, 0);
     close(sv2[1]);
