@@ -92,6 +92,7 @@ int main(int argc, char **argv)
         .max_files_bytes = 64 << 20,
         .max_output_file_bytes = 1 << 20,
         .embed_helper_path = helper,
+        .wasm_cache_bytes = 64 << 20, /* the worker's default */
     };
     cf_backend_set *set = NULL;
     cf_error err;
