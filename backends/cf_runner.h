@@ -105,10 +105,17 @@ typedef struct cf_run_spec {
      * to a long-lived helper); cf_run owns it from the call on and closes
      * its copy once the child has one (or on failure).  0: none. */
     int pass_fd;
+    /* > 2: execute this open file (execveat AT_EMPTY_PATH) instead of
+     * looking up path: a program outside the child's root, or in a
+     * directory its uid may not search.  The caller keeps and closes it;
+     * path is still what argv[0] and messages show.  0: none. */
+    int exec_fd;
 } cf_run_spec;
 
 /* Where the program finds spec->pass_fd. */
 #define CF_RUN_PASS_FD 4
+/* Where the child keeps spec->exec_fd until exec (close-on-exec). */
+#define CF_RUN_EXEC_FD 5
 
 typedef struct cf_run_outcome {
     bool exited;           /* exited normally; exit_code valid */

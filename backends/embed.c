@@ -62,7 +62,6 @@
 #define EM_PREFIX "cfem-"
 #define IN_ID 1000
 #define DEFAULT_UID_BASE 100000
-#define HELPER_IN "/opt/codefleet/embed-helper"
 #define SLOT_IN "/work"
 #define DEFAULT_HELPER_MEMORY (1024LL << 20)
 #define HELPER_OVERHEAD (128LL << 20) /* runtime, compiled code, the helper itself */
@@ -112,6 +111,7 @@ typedef struct em_state {
     char inst[PATH_MAX];
     char real_root[PATH_MAX];
     char helper[PATH_MAX];
+    int helper_fd; /* the helper program, opened at create: every helper is executed from it */
     int slots;
     em_slot *slot;
     bool stopping;
@@ -157,15 +157,9 @@ static int slot_prepare(em_state *st, em_slot *s, cf_error *err)
         s->n_join = n;
     }
     if (!s->fs) {
-        struct stat sb;
-        if (stat(st->helper, &sb) < 0)
-            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "%s: helper %s", st->name, st->helper);
-        cf_sandbox_bind binds[2] = {
-            {.src = s->dir, .dst = SLOT_IN, .rw = true},
-            {.src = st->helper, .dst = HELPER_IN, .rw = false, .check_id = true, .dev = sb.st_dev, .ino = sb.st_ino},
-        };
+        cf_sandbox_bind binds[1] = {{.src = s->dir, .dst = SLOT_IN, .rw = true}};
         cf_sandbox_fs_spec fspec = {.tmp_size_bytes = 1 << 20, .nr_inodes = 256, .uid = IN_ID, .gid = IN_ID,
-                                    .hostname = "embed", .binds = binds, .n_binds = 2};
+                                    .hostname = "embed", .binds = binds, .n_binds = 1};
         if (cf_sandbox_fs_new(&fspec, &s->fs, err) < 0)
             return -1;
     }
@@ -194,12 +188,15 @@ static int run_helper(em_state *st, em_slot *s, cf_error *err)
     char fuel_env[32], cache_env[64];
     snprintf(fuel_env, sizeof(fuel_env), "CODEFLEET_WASM_FUEL=%d", st->fuel > 0 ? 1 : 0);
     snprintf(cache_env, sizeof(cache_env), "CODEFLEET_WASM_CACHE_BYTES=%lld", (long long)st->cache_bytes);
-    char *argv[] = {HELPER_IN, st->runtime == CF_EMBED_WASM ? "wasm" : "js", NULL};
+    char *argv[] = {"embed-helper", st->runtime == CF_EMBED_WASM ? "wasm" : "js", NULL};
     char *envp[] = {fuel_env, cache_env, "PATH=/usr/bin:/bin", NULL};
     /* No init: the helper itself is pid 1 of its namespace (it forks
      * nothing), so no copy of the worker's image lives beside it. */
-    cf_run_spec spec = {.path = HELPER_IN, .argv = argv, .envp = envp, .cwd = "/", .max_stdout = 4096,
-                        .max_stderr = 16384, .pass_fd = sv[1], .cancel = &s->kill,
+    /* The helper is executed from the file the worker opened at start
+     * (execveat): it needs no path inside the helper's root, nor a
+     * directory the run uid may search. */
+    cf_run_spec spec = {.path = st->helper, .argv = argv, .envp = envp, .cwd = "/", .max_stdout = 4096,
+                        .max_stderr = 16384, .pass_fd = sv[1], .exec_fd = st->helper_fd, .cancel = &s->kill,
                         .rlimits = {{RLIMIT_CORE, 0}}, .n_rlimits = 1};
     cf_sandbox_exec sx = {.seccomp = st->seccomp, .fs = s->fs, .cg = s->cg, .uid = IN_ID, .gid = IN_ID,
                           .host_uid = s->host_id, .host_gid = s->host_id, .loopback = false,
@@ -330,6 +327,8 @@ static void em_destroy(void *state)
     cf_cgroup_env_destroy(st->cgenv);
     cf_seccomp_prog_destroy(st->seccomp);
     cf_exec_base_free(&st->base);
+    if (st->helper_fd >= 0)
+        close(st->helper_fd);
     free(st);
 }
 
@@ -341,6 +340,7 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     if (!st)
         return cf_error_set(err, CF_E_NOMEM, "embedded backend: out of memory");
     st->runtime = runtime;
+    st->helper_fd = -1;
     st->name = runtime == CF_EMBED_WASM ? "wasm" : "js";
     st->language = runtime == CF_EMBED_WASM ? CF_LANG_WASM : CF_LANG_JAVASCRIPT;
     if (cf_exec_base_init(&st->base, st->name, cfg, err) < 0)
@@ -376,6 +376,13 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         goto fail;
     }
     cf_strlcpy(st->helper, cfg->embed_helper_path, sizeof(st->helper));
+    st->helper_fd = open(st->helper, O_RDONLY | O_CLOEXEC);
+    struct stat hsb;
+    if (st->helper_fd < 0 || fstat(st->helper_fd, &hsb) < 0 || !S_ISREG(hsb.st_mode) || !(hsb.st_mode & S_IXOTH)) {
+        cf_error_set(err, CF_E_UNSUPPORTED, "%s: the runtime helper '%s' is not a regular file every uid may execute",
+                     st->name, st->helper);
+        goto fail;
+    }
     if (geteuid() != 0) {
         cf_error_set(err, CF_E_UNSUPPORTED, "%s: the worker must run as root to confine the runtime helpers",
                      st->name);

@@ -295,11 +295,13 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 
     /* Move our pipe ends above 3 first so dup2 onto 0..3 cannot clobber one
      * another (the worker's stdio might have been closed). */
-    int src[5] = {a->in_r, a->out_w, a->err_w, a->rep_w, spec->pass_fd};
-    int hi[5];
-    int nsrc = spec->pass_fd > 2 ? 5 : 4;
-    for (int i = 0; i < nsrc; i++) {
-        hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, CF_RUN_PASS_FD + 1);
+    int src[6] = {a->in_r, a->out_w, a->err_w, a->rep_w, spec->pass_fd, spec->exec_fd};
+    int hi[6];
+    for (int i = 0; i < 6; i++) {
+        hi[i] = -1;
+        if (i >= 4 && src[i] <= 2)
+            continue; /* not given */
+        hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, CF_RUN_EXEC_FD + 1);
         if (hi[i] < 0)
             child_fail(rep, errno, "dup stdio");
     }
@@ -310,8 +312,10 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     if (dup3(hi[3], 3, O_CLOEXEC) < 0)
         child_fail(rep, errno, "dup report pipe");
     rep = 3;
-    if (nsrc == 5 && dup2(hi[4], CF_RUN_PASS_FD) < 0) /* dup2: not CLOEXEC, the program keeps it */
+    if (hi[4] >= 0 && dup2(hi[4], CF_RUN_PASS_FD) < 0) /* dup2: not CLOEXEC, the program keeps it */
         child_fail(rep, errno, "dup passed fd");
+    if (hi[5] >= 0 && dup3(hi[5], CF_RUN_EXEC_FD, O_CLOEXEC) < 0)
+        child_fail(rep, errno, "dup program fd");
 
     for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++) {
         const cf_run_rlimit *l = &spec->rlimits[i];
@@ -406,14 +410,17 @@ static __attribute__((noreturn)) void exec_program(const struct program_args *pa
 
     /* Everything but stdio, the report pipe (CLOEXEC, closes at exec) and
      * the passed descriptor. */
-    unsigned first = spec->pass_fd > 2 ? CF_RUN_PASS_FD + 1 : CF_RUN_PASS_FD;
+    unsigned first = spec->exec_fd > 2 ? CF_RUN_EXEC_FD + 1 : spec->pass_fd > 2 ? CF_RUN_PASS_FD + 1 : CF_RUN_PASS_FD;
     if (syscall(SYS_close_range, first, ~0u, 0u) < 0) {
         rlim_t max = nofile.rlim_cur == RLIM_INFINITY || nofile.rlim_cur > 65536 ? 65536 : nofile.rlim_cur;
         for (rlim_t fd = first; fd < max; fd++)
             close((int)fd);
     }
 
-    execve(spec->path, spec->argv, spec->envp);
+    if (spec->exec_fd > 2)
+        syscall(SYS_execveat, CF_RUN_EXEC_FD, "", spec->argv, spec->envp, AT_EMPTY_PATH);
+    else
+        execve(spec->path, spec->argv, spec->envp);
     report(rep, REPORT_EXEC, errno, 0, 0, "execve");
     _exit(127);
 }

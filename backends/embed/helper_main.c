@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -97,6 +97,8 @@ int main(int argc, char **argv)
         return 2;
     }
     bool wasm = strcmp(argv[1], "wasm") == 0;
+    /* Executed from a descriptor, our name would be the descriptor's number. */
+    (void)prctl(PR_SET_NAME, "embed-helper", 0, 0, 0);
     int sock = CF_RUN_PASS_FD;
     if (fcntl(sock, F_GETFD) < 0) {
         fprintf(stderr, "embed-helper: no job socket on fd %d\n", sock);

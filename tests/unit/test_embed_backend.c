@@ -685,6 +685,40 @@ static void test_helper_crash_is_retried(void **state)
     next_request_fine(0);
 }
 
+/* wasm-fuel: a deterministic instruction budget per execution, here on a
+ * set of its own (fuel metering is an engine setting). */
+static void test_wasm_fuel(void **state)
+{
+    (void)state;
+    if (skip_unless_ready())
+        return;
+    cf_backend_config c = F->cfg;
+    c.slots = 1;
+    c.wasm_fuel = 5000000;
+    cf_backend_set *set = NULL;
+    cf_error err;
+    if (cf_backend_set_new("process,wasm", &c, &set, &err) < 0)
+        fail_msg("%s", err.msg);
+    const cf_backend *b = cf_backend_set_get(set, 1);
+    assert_string_equal(b->ops->name, "wasm");
+    cf_request r;
+    cf_result res;
+    wasm_req(&r, "loop", 10 * SEC);
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(run_on(b, 0, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_TIMEOUT, "fuel budget of 5000000 exhausted");
+    assert_true(cf_mono_us() - t0 < 5 * SEC);
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+    /* a program within the budget runs as without fuel */
+    wasm_req(&r, "hello_wat", 10 * SEC);
+    assert_int_equal(run_on(b, 0, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_SUCCESS, NULL);
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+    cf_backend_set_destroy(set);
+}
+
 /* The worker cancels (a revoked partition, shutdown past its grace): the
  * execution ends within tens of milliseconds, not at its deadline. */
 typedef struct canceller {
@@ -938,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_wasm_bad_modules),
         cmocka_unit_test(test_helper_crash_is_retried),
         cmocka_unit_test(test_cancel_is_prompt),
+        cmocka_unit_test(test_wasm_fuel),
         cmocka_unit_test(test_create_destroy_churn),
         cmocka_unit_test(test_js_hostile),
         cmocka_unit_test(test_js_slow_builtin),

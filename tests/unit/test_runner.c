@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cf_runner.h"
@@ -99,6 +100,36 @@ static void test_exit_codes(void **state)
     assert_int_equal(run_sh("exit 127", &o), 0);
     assert_int_equal(o.exit_code, 127);
     cf_run_outcome_free(&o);
+}
+
+/* pass_fd reaches the program as fd 4; exec_fd runs a program the path
+ * does not name (the path is only for messages). */
+static void test_pass_fd_and_exec_fd(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int prog = open("/bin/sh", O_RDONLY | O_CLOEXEC);
+    assert_true(prog >= 0);
+    char *const argv[] = {"sh", "-c", "echo via-fd >&4; ls /proc/self/fd | wc -l", NULL};
+    char *const envp[] = {"PATH=/usr/bin:/bin", NULL};
+    cf_run_spec spec = {.path = "/nonexistent/sh", .argv = argv, .envp = envp, .max_stdout = 4096,
+                        .max_stderr = 4096, .timeout_us = 10000000, .pass_fd = sv[1], .exec_fd = prog};
+    cf_run_outcome o;
+    cf_error err;
+    assert_int_equal(cf_run(&spec, &o, &err), 0);
+    assert_true(o.exited);
+    assert_int_equal(o.exit_code, 0);
+    /* 0 1 2 4 and the one ls opens: the program fd did not leak past exec */
+    assert_int_equal(o.out.len, 2);
+    assert_memory_equal(o.out.data, "5\n", 2);
+    char buf[16] = {0};
+    assert_int_equal(read(sv[0], buf, sizeof(buf) - 1), 7);
+    assert_string_equal(buf, "via-fd\n");
+    cf_run_outcome_free(&o);
+    assert_int_equal(fcntl(sv[1], F_GETFD), -1); /* cf_run closed our copy of pass_fd */
+    close(sv[0]);
+    close(prog);
 }
 
 static void test_signals(void **state)
@@ -721,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cpu_hook),
         cmocka_unit_test(test_stdio_owner),
+        cmocka_unit_test(test_pass_fd_and_exec_fd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
