@@ -30,7 +30,7 @@ if ((stop_after)); then
     trap '"$here/stack.sh" down' EXIT
 fi
 
-BACKENDS_IN_USE=$( ((EUID == 0)) && echo "${CODEFLEET_BACKENDS:-sandbox,process}" || echo "${CODEFLEET_BACKENDS:-process}")
+BACKENDS_IN_USE=$( ((EUID == 0)) && echo "${CODEFLEET_BACKENDS:-sandbox,process,wasm,js}" || echo "${CODEFLEET_BACKENDS:-process}")
 cli=${CODEFLEET_BIN:-$CF_REPO/build/dispatcher}/codefleet
 [[ -x $cli ]] || cli=$CF_REPO/build/dispatcher/codefleet
 failures=0
@@ -99,6 +99,20 @@ expect 1 "Rust: built once, run against four cases (one expectation is wrong, on
 expect 0 "TypeScript: a function harness: run(input) returns the output" -- \
     submit -l typescript --function --input '{"words": ["kafka", "worker", "fleet"]}' \
     --code 'function run(input: { words: string[] }) { return input.words.map((w) => w.length); }'
+
+# The embedded runtimes: nothing is forked per execution (a pre-started,
+# confined helper per slot runs wasmtime or QuickJS-ng).
+if [[ ,$BACKENDS_IN_USE, == *,js,* ]]; then
+    expect 0 "JavaScript on the embedded js backend (QuickJS-ng): run(input) returns the output" -- \
+        submit -l js --input '{"n": 25}' \
+        --code 'function run(input) { const fib = (n) => n < 2 ? n : fib(n - 1) + fib(n - 2); return { n: input.n, fib: fib(input.n) } }'
+fi
+if [[ ,$BACKENDS_IN_USE, == *,wasm,* ]] && command -v clang-14 >/dev/null; then
+    printf '#include <stdio.h>\nint main(int argc, char **argv)\n{\n    printf("hello from WebAssembly, %%d argument(s), first: %%s\\n", argc - 1, argc > 1 ? argv[1] : "-");\n    return 0;\n}\n' >"$src/hello.c"
+    clang-14 --target=wasm32-wasi -O2 -o "$src/hello.wasm" "$src/hello.c"
+    expect 0 "WebAssembly (WASI): a module compiled from C, run by wasmtime" -- \
+        submit --module "$src/hello.wasm" -- fleet
+fi
 rm -rf "$src"
 
 ws=demo-$(date +%s)
