@@ -45,6 +45,7 @@
 #include "sandbox_seccomp.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -609,22 +610,37 @@ static char *clean_text(const char *s, bool keep_newlines)
     return buf;
 }
 
-static void add_error_diag(cf_result *res, const char *text)
+static void add_diag(cf_result *res, const char *level, const char *file, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void add_diag(cf_result *res, const char *level, const char *file, const char *fmt, ...)
 {
+    char text[CF_EMBED_TEXT_MAX * 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
     cf_diagnostic *v = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*v));
     if (!v)
         return;
     res->diagnostics = v;
     cf_diagnostic *d = &v[res->n_diagnostics];
     memset(d, 0, sizeof(*d));
-    d->level = cf_strdup("error");
+    d->level = cf_strdup(level);
     d->message = clean_text(text, true);
-    if (!d->level || !d->message) {
+    d->file = file ? cf_strdup(file) : NULL;
+    if (!d->level || !d->message || (file && !d->file)) {
         free(d->level);
         free(d->message);
+        free(d->file);
         return;
     }
     res->n_diagnostics++;
+}
+
+static void add_error_diag(cf_result *res, const char *text)
+{
+    add_diag(res, "error", NULL, "%s", text);
 }
 
 /* Fills the job the helper gets from the execution's prepared directories. */
@@ -683,6 +699,33 @@ static int build_job(em_state *st, const cf_exec_ctx *ctx, const cf_request *req
     return 0;
 }
 
+/* The js backend places no files (a script sees none): the job carries
+ * the code and the input inline and the output comes back in the reply. */
+static int build_inline_job(em_state *st, const cf_exec_ctx *ctx, const cf_request *req, cf_exec_job *job,
+                            cf_embed_job *ej, cf_error *err)
+{
+    const cf_policy *pol = &req->policy;
+    ej->runtime = st->runtime;
+    ej->cache_scope = cf_strdup(ctx->profile ? ctx->profile : "");
+    ej->code = malloc(req->code.len ? req->code.len : 1);
+    ej->argc = 1;
+    ej->argv = calloc(2, sizeof(char *));
+    ej->env = calloc(1, sizeof(char *));
+    if (!ej->cache_scope || !ej->code || !ej->argv || !ej->env || !(ej->argv[0] = cf_strdup("main.js")))
+        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
+    if (req->code.len)
+        memcpy(ej->code, req->code.data, req->code.len);
+    ej->code_len = req->code.len;
+    if (req->input.len > 0 && (cf_exec_input_json(job, &ej->input_json, err) < 0 || job->rejected))
+        return job->rejected ? 0 : -1;
+    ej->cpu_time_us = pol->cpu_time_us;
+    ej->memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory;
+    ej->max_stdout = pol->max_stdout_bytes > 0 ? pol->max_stdout_bytes : FALLBACK_OUTPUT_CAP;
+    ej->max_stderr = pol->max_stderr_bytes > 0 ? pol->max_stderr_bytes : FALLBACK_OUTPUT_CAP;
+    ej->max_output = (int64_t)st->base.max_output_file_bytes;
+    return 0;
+}
+
 typedef enum attempt_end {
     ATTEMPT_REPLY,     /* the helper answered this job */
     ATTEMPT_TIMEOUT,   /* the watchdog gave up on it */
@@ -713,7 +756,8 @@ static attempt_end attempt(em_slot *s, const cf_exec_ctx *ctx, cf_embed_job *ej,
     attempt_end end;
     if (cf_embed_write_frame(fd, &frame, deadline_us, ctx->cancel, &ioerr) == 0 &&
         cf_embed_read_frame(fd, max_frame, deadline_us, ctx->cancel, &in, &ioerr) == 0 &&
-        cf_embed_reply_decode(in.data, in.len, (size_t)ej->max_stdout, (size_t)ej->max_stderr, reply, &ioerr) == 0) {
+        cf_embed_reply_decode(in.data, in.len, (size_t)ej->max_stdout, (size_t)ej->max_stderr, (size_t)ej->max_output,
+                              reply, &ioerr) == 0) {
         if (reply->seq == ej->seq) {
             end = ATTEMPT_REPLY;
         } else {
@@ -794,17 +838,22 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
                                   st->runtime == CF_EMBED_WASM ? "wasm" : "in_process", ctx, req, res, err) < 0)
                 goto out;
         }
-        if (cf_exec_job_dirs(&job, s->dir, s->host_id, s->host_id, err) < 0)
-            goto out;
-        cf_exec_view view = {.work = "/work", .run = "/run/codefleet"};
-        if (cf_exec_job_fill(&job, ctx->files, &view, err) < 0)
-            goto out;
+        if (st->runtime == CF_EMBED_JS) {
+            if (build_inline_job(st, ctx, req, &job, &ej, err) < 0)
+                goto out;
+        } else {
+            if (cf_exec_job_dirs(&job, s->dir, s->host_id, s->host_id, err) < 0)
+                goto out;
+            cf_exec_view view = {.work = "/work", .run = "/run/codefleet"};
+            if (cf_exec_job_fill(&job, ctx->files, &view, err) < 0)
+                goto out;
+            if (!job.rejected && build_job(st, ctx, req, &job, &ej, err) < 0)
+                goto out;
+        }
         if (job.rejected) {
             rc = 0;
             goto out;
         }
-        if (build_job(st, ctx, req, &job, &ej, err) < 0)
-            goto out;
         /* the helper's own deadline: what is left, the grace is the watchdog's */
         ej.timeout_us = deadline - GRACE_US - cf_mono_us();
         if (attempt_no > 0 && ej.timeout_us < 1000)
@@ -859,6 +908,11 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     } /* else: killed by the memory cgroup */
     rc = cf_exec_job_finish(&job, ctx, &outcome, oom_killed || (end == ATTEMPT_REPLY && reply.end == CF_EMBED_MEMORY),
                             -1, err);
+    if (rc == 0 && end == ATTEMPT_REPLY && reply.has_output)
+        cf_exec_output_json(&job, (const char *)reply.output.data, reply.output.len);
+    if (rc == 0 && end == ATTEMPT_REPLY && reply.output_too_big)
+        add_diag(res, "warning", "output.json", "the result was ignored: its JSON is larger than %lld bytes",
+                 (long long)ej.max_output);
     if (rc == 0 && end == ATTEMPT_REPLY) {
         char *why = clean_text(reply.reason, false);
         switch (reply.end) {

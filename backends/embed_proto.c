@@ -36,6 +36,8 @@ void cf_embed_job_free(cf_embed_job *job)
     if (!job)
         return;
     free(job->code_path);
+    free(job->code);
+    free(job->input_json);
     free(job->cache_scope);
     free(job->input_path);
     free(job->output_path);
@@ -53,6 +55,7 @@ void cf_embed_reply_init(cf_embed_reply *r)
     memset(r, 0, sizeof(*r));
     cf_buf_init(&r->out, 0);
     cf_buf_init(&r->err, 0);
+    cf_buf_init(&r->output, 0);
 }
 
 void cf_embed_reply_free(cf_embed_reply *r)
@@ -63,6 +66,7 @@ void cf_embed_reply_free(cf_embed_reply *r)
     free(r->diagnostics);
     cf_buf_free(&r->out);
     cf_buf_free(&r->err);
+    cf_buf_free(&r->output);
     memset(r, 0, sizeof(*r));
 }
 
@@ -141,7 +145,12 @@ static int enc_end(enc *e, cf_buf *out, cf_error *err)
 int cf_embed_job_encode(const cf_embed_job *j, cf_buf *out, cf_error *err)
 {
     enc e;
-    enc_begin(&e, 20);
+    enc_begin(&e, 23 - (j->code ? 0 : 1) - (j->input_json ? 0 : 1));
+    kv_int(&e, "max_output", j->max_output);
+    if (j->code)
+        kv_bin(&e, "code_inline", j->code, j->code_len);
+    if (j->input_json)
+        kv_str(&e, "input_json", j->input_json);
     kv_int(&e, "seq", (int64_t)(j->seq & INT64_MAX));
     kv_str(&e, "cache_scope", j->cache_scope);
     kv_int(&e, "runtime", j->runtime);
@@ -168,7 +177,10 @@ int cf_embed_job_encode(const cf_embed_job *j, cf_buf *out, cf_error *err)
 int cf_embed_reply_encode(const cf_embed_reply *r, cf_buf *out, cf_error *err)
 {
     enc e;
-    enc_begin(&e, 14);
+    enc_begin(&e, 15 + (r->has_output ? 1 : 0));
+    kv_bool(&e, "output_too_big", r->output_too_big);
+    if (r->has_output)
+        kv_bin(&e, "output", r->output.data, r->output.len);
     kv_int(&e, "seq", (int64_t)(r->seq & INT64_MAX));
     kv_int(&e, "end", r->end);
     kv_int(&e, "exit_code", r->exit_code);
@@ -283,6 +295,22 @@ int cf_embed_job_decode(const uint8_t *p, size_t len, cf_embed_job *j, cf_error 
             j->seq = (uint64_t)v;
         } else if (IS("cache_scope")) {
             rc = read_cstr(&r, 512, &j->cache_scope, err);
+        } else if (IS("code_inline")) {
+            const uint8_t *c;
+            size_t cl;
+            rc = cf_mp_read_bin(&r, len, &c, &cl, err);
+            if (rc == 0) {
+                free(j->code);
+                j->code = malloc(cl ? cl : 1);
+                if (!j->code) {
+                    cf_error_set(err, CF_E_NOMEM, "embed: out of memory");
+                    goto fail;
+                }
+                memcpy(j->code, c, cl);
+                j->code_len = cl;
+            }
+        } else if (IS("input_json")) {
+            rc = read_cstr(&r, len, &j->input_json, err);
         } else if (IS("code")) {
             rc = read_cstr(&r, 4096, &j->code_path, err);
         } else if (IS("input")) {
@@ -328,6 +356,8 @@ int cf_embed_job_decode(const uint8_t *p, size_t len, cf_embed_job *j, cf_error 
             rc = read_int_in(&r, 0, INT64_MAX, &j->max_stderr, err);
         } else if (IS("fuel")) {
             rc = read_int_in(&r, 0, INT64_MAX, &j->fuel, err);
+        } else if (IS("max_output")) {
+            rc = read_int_in(&r, 0, INT64_MAX, &j->max_output, err);
         } else {
             rc = cf_mp_skip(&r, 2, err);
         }
@@ -338,7 +368,7 @@ int cf_embed_job_decode(const uint8_t *p, size_t len, cf_embed_job *j, cf_error 
         bad(err, "bytes after the map");
         goto fail;
     }
-    if (!j->runtime || !j->code_path || !j->run_dir || !j->work_dir || !j->out_dir || !j->argv) {
+    if (!j->runtime || (!j->code_path && !j->code) || !j->argv) {
         bad(err, "a required field is missing");
         goto fail;
     }
@@ -355,8 +385,8 @@ fail:
     return -1;
 }
 
-int cf_embed_reply_decode(const uint8_t *p, size_t len, size_t max_out, size_t max_err, cf_embed_reply *rep,
-                          cf_error *err)
+int cf_embed_reply_decode(const uint8_t *p, size_t len, size_t max_out, size_t max_err, size_t max_output,
+                          cf_embed_reply *rep, cf_error *err)
 {
     cf_embed_reply_init(rep);
     cf_mp_reader r;
@@ -397,6 +427,15 @@ int cf_embed_reply_decode(const uint8_t *p, size_t len, size_t max_out, size_t m
                 dst->len = 0;
                 rc = cf_buf_append(dst, s, sl, err);
             }
+        } else if (IS("output")) {
+            const uint8_t *o;
+            size_t ol;
+            rc = cf_mp_read_bin(&r, max_output, &o, &ol, err);
+            if (rc == 0) {
+                rep->output.len = 0;
+                rc = cf_buf_append(&rep->output, o, ol, err);
+                rep->has_output = true;
+            }
         } else if (IS("stdout_truncated")) {
             rc = cf_mp_read_bool(&r, &b, err);
             rep->out_truncated = b;
@@ -406,6 +445,9 @@ int cf_embed_reply_decode(const uint8_t *p, size_t len, size_t max_out, size_t m
         } else if (IS("cached")) {
             rc = cf_mp_read_bool(&r, &b, err);
             rep->cached = b;
+        } else if (IS("output_too_big")) {
+            rc = cf_mp_read_bool(&r, &b, err);
+            rep->output_too_big = b;
         } else if (IS("wall_us")) {
             rc = read_int_in(&r, 0, INT64_MAX, &rep->wall_us, err);
         } else if (IS("cpu_us")) {

@@ -33,9 +33,12 @@ typedef struct cf_embed_job {
     uint64_t seq;           /* echoed in the reply: a late reply never passes for another job's */
     int runtime;            /* cf_embed_runtime */
     char *cache_scope;      /* wasm: compiled modules are shared only within a scope (the profile) */
-    char *code_path;        /* main.wasm / main.js */
-    char *input_path;       /* input.json or NULL (no input) */
-    char *output_path;      /* where the structured output goes (js) */
+    char *code_path;        /* main.wasm / main.js, or NULL: code is inline */
+    uint8_t *code;          /* inline program (js: no files at all) */
+    size_t code_len;
+    char *input_path;       /* input.json, or NULL */
+    char *input_json;       /* inline input as JSON text, or NULL */
+    char *output_path;      /* where the structured output goes, or NULL: in the reply */
     char *work_dir;         /* the execution's work directory (wasm preopen) */
     bool work_rw;
     char *run_dir;          /* run/ (wasm: read-only preopen) */
@@ -50,6 +53,7 @@ typedef struct cf_embed_job {
     int64_t cpu_time_us;    /* 0: none; CPU of the executing thread */
     int64_t memory_bytes;   /* guest memory (wasm linear memory + tables; js heap) */
     int64_t max_stdout, max_stderr;
+    int64_t max_output;     /* inline output: larger JSON text is not sent (output_too_big) */
     int64_t fuel;           /* wasm: 0 = no fuel metering */
 } cf_embed_job;
 
@@ -72,6 +76,9 @@ typedef struct cf_embed_reply {
     int exit_code;
     char *reason;          /* NULL or one line */
     char *diagnostics;     /* NULL or text (a stack trace) */
+    cf_buf output;         /* the structured output as JSON text, when the job had no output_path */
+    bool has_output;
+    bool output_too_big;   /* there was one, larger than the job's max_output */
 
     cf_buf out, err;
     bool out_truncated, err_truncated;
@@ -93,8 +100,8 @@ int cf_embed_reply_encode(const cf_embed_reply *r, cf_buf *out, cf_error *err);
  * unknown in type or oversized fails with CF_E_INVALID/CF_E_LIMIT. */
 int cf_embed_job_decode(const uint8_t *p, size_t len, cf_embed_job *job, cf_error *err);
 /* max_out/max_err: the caps the job had (a reply past them is refused). */
-int cf_embed_reply_decode(const uint8_t *p, size_t len, size_t max_out, size_t max_err, cf_embed_reply *r,
-                          cf_error *err);
+int cf_embed_reply_decode(const uint8_t *p, size_t len, size_t max_out, size_t max_err, size_t max_output,
+                          cf_embed_reply *r, cf_error *err);
 
 /* Frame I/O.  Both wait until deadline_us (monotonic; 0 = no deadline)
  * and, when cancel is given, stop within 50 ms of *cancel becoming

@@ -376,17 +376,28 @@ static int seal_dirs(cf_exec_job *job, const cf_exec_files *files, cf_error *err
     return 0;
 }
 
-static int write_input(cf_exec_job *job, cf_error *err)
+int cf_exec_input_json(cf_exec_job *job, char **text, cf_error *err)
 {
+    *text = NULL;
     cf_error jerr;
     cf_error_clear(&jerr);
     json_t *j = cf_msgpack_to_json(job->req->input.data, job->req->input.len, &jerr);
     if (!j)
         return job_reject(job, "input cannot be given to the program as JSON: %s", jerr.msg);
-    char *txt = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    *text = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
     json_decref(j);
-    if (!txt)
+    if (!*text)
         return cf_error_set(err, CF_E_NOMEM, "%s: encoding input.json", job->who);
+    return 0;
+}
+
+static int write_input(cf_exec_job *job, cf_error *err)
+{
+    char *txt;
+    if (cf_exec_input_json(job, &txt, err) < 0 || job->rejected)
+        return job->rejected ? 0 : -1;
+    cf_error jerr;
+    cf_error_clear(&jerr);
     int rc = cf_workdir_put(job->run, "input.json", txt, strlen(txt), 0644, &jerr);
     free(txt);
     if (rc < 0)
@@ -661,9 +672,22 @@ static void read_output(cf_exec_job *job)
         cf_buf_free(&b);
         return;
     }
-    json_error_t jerr;
-    json_t *j = json_loadb((const char *)b.data, b.len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    cf_exec_output_json(job, (const char *)b.data, b.len);
     cf_buf_free(&b);
+}
+
+void cf_exec_output_json(cf_exec_job *job, const char *text, size_t len)
+{
+    cf_result *res = job->res;
+    size_t max = job->base->max_output_file_bytes;
+    if (len > max) {
+        add_diag(res, "warning", "output.json", "output.json ignored: larger than %zu bytes", max);
+        return;
+    }
+    cf_error e;
+    cf_error_clear(&e);
+    json_error_t jerr;
+    json_t *j = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     if (!j) {
         add_diag(res, "warning", "output.json", "output.json is not valid JSON (line %d, column %d): %s", jerr.line,
                  jerr.column, jerr.text);
@@ -811,18 +835,19 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
     res->wall_time_us = o->wall_us;
     res->cpu_time_us = o->cpu_us;
     res->peak_memory_bytes = o->peak_rss_bytes;
-    read_output(job);
+    if (job->run)
+        read_output(job); /* a job without directories (embedded js) hands its output over itself */
     /* The worker decides what to write back; it gets the final state
      * whenever the program ran to its end. */
     cf_exec_files *files = ctx ? ctx->files : NULL;
-    if (files && files->collect && o->exited) {
+    if (files && files->collect && o->exited && job->work) {
         collect(job, files);
         if (files->collect_skipped_names)
             add_diag(res, "warning", NULL,
                      "%zu file(s) of the work directory were left out: their names are not UTF-8 text",
                      files->collect_skipped_names);
     }
-    if (job->take && o->exited && o->exit_code == 0)
+    if (job->take && o->exited && o->exit_code == 0 && job->run)
         take_file(job, job->take);
     return 0;
 }

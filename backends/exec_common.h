@@ -137,6 +137,16 @@ void cf_exec_job_spec(const cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_spe
 int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome *o, bool oom_killed, int64_t cpu_us,
                        cf_error *err);
 
+/* The request's input as JSON text (*text: the caller frees), converted
+ * as for input.json; input without a JSON form rejects the job (returns
+ * 0 with job->rejected). */
+int cf_exec_input_json(cf_exec_job *job, char **text, cf_error *err);
+
+/* The program's output as JSON text into job->res->output, with the same
+ * checks and warnings as output.json (for a backend that gets the text
+ * from its runtime instead of a file). */
+void cf_exec_output_json(cf_exec_job *job, const char *text, size_t len);
+
 /* Removes the directories (after every process of the execution is dead)
  * and frees everything.  Safe on a zeroed or partly set up job. */
 void cf_exec_job_free(cf_exec_job *job);

@@ -193,10 +193,12 @@ static int install_globals(JSContext *ctx, const cf_embed_job *job, js_job *j, J
                                                fns[i].to_err));
     JS_SetPropertyStr(ctx, global, "console", console);
     *input = JS_UNDEFINED;
-    if (job->input_path) {
+    if (job->input_json || job->input_path) {
         cf_buf text;
         cf_buf_init(&text, 0);
-        if (helper_read_file(job->input_path, INPUT_MAX, &text) < 0) {
+        int got = job->input_json ? cf_buf_append(&text, job->input_json, strlen(job->input_json), NULL)
+                                  : helper_read_file(job->input_path, INPUT_MAX, &text);
+        if (got < 0) {
             cf_buf_free(&text);
             JS_FreeValue(ctx, global);
             helper_reason(j->reply, "cannot read input.json");
@@ -296,7 +298,9 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
 
     cf_buf code;
     cf_buf_init(&code, 0);
-    if (helper_read_file(job->code_path, 64u << 20, &code) < 0 || cf_buf_append(&code, "", 1, NULL) < 0) {
+    int got = job->code ? cf_buf_append(&code, job->code, job->code_len, NULL)
+                        : helper_read_file(job->code_path, 64u << 20, &code);
+    if (got < 0 || cf_buf_append(&code, "", 1, NULL) < 0) {
         reply->end = CF_EMBED_HELPER_ERROR;
         helper_reason(reply, "cannot read the script");
         cf_buf_free(&code);
@@ -360,7 +364,7 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
     bool not_json = false;
     char *output = NULL;
     size_t output_len = 0;
-    if (!JS_IsException(value) && !JS_IsUndefined(value) && job->output_path) {
+    if (!JS_IsException(value) && !JS_IsUndefined(value)) {
         JSValue json = JS_JSONStringify(ctx, value, JS_UNDEFINED, JS_UNDEFINED);
         if (JS_IsException(json)) {
             not_json = true;
@@ -400,7 +404,13 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
     } else {
         reply->end = CF_EMBED_EXITED;
         reply->exit_code = 0;
-        if (output && helper_write_file(job->output_path, output, output_len) < 0) {
+        if (output && !job->output_path) {
+            /* inline, as the worker asked: no file at all */
+            if (job->max_output > 0 && output_len > (size_t)job->max_output)
+                reply->output_too_big = true;
+            else if (cf_buf_append(&reply->output, output, output_len, NULL) == 0)
+                reply->has_output = true;
+        } else if (output && helper_write_file(job->output_path, output, output_len) < 0) {
             /* the execution's capped work space is full: the program's doing */
             reply->end = CF_EMBED_FAILED;
             reply->exit_code = 1;

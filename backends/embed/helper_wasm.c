@@ -339,6 +339,11 @@ void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
 
     cf_buf code;
     cf_buf_init(&code, 0);
+    if (!job->code_path || !job->work_dir || !job->run_dir || !job->out_dir) {
+        reply->end = CF_EMBED_HELPER_ERROR;
+        helper_reason(reply, "a wasm job needs its module file and directories");
+        return;
+    }
     if (helper_read_file(job->code_path, 256u << 20, &code) < 0) {
         reply->end = CF_EMBED_HELPER_ERROR;
         helper_reason(reply, "cannot read the module: %s", strerror(errno));

@@ -47,7 +47,11 @@ static void make_job(cf_embed_job *j)
     j->memory_bytes = 1 << 20;
     j->max_stdout = 100;
     j->max_stderr = 50;
+    j->max_output = 4096;
     j->fuel = 123456789;
+    j->code = (uint8_t *)strdup("6*7");
+    j->code_len = 3;
+    j->input_json = S("{\"n\":1}");
 }
 
 static uint32_t frame_len(const cf_buf *b)
@@ -84,6 +88,10 @@ static void test_job_round_trip(void **state)
     assert_int_equal(back.cpu_time_us, 7);
     assert_int_equal(back.memory_bytes, 1 << 20);
     assert_int_equal(back.fuel, 123456789);
+    assert_int_equal(back.max_output, 4096);
+    assert_int_equal(back.code_len, 3);
+    assert_memory_equal(back.code, "6*7", 3);
+    assert_string_equal(back.input_json, "{\"n\":1}");
     cf_embed_job_free(&back);
     cf_embed_job_free(&j);
     cf_buf_free(&b);
@@ -101,22 +109,28 @@ static void test_reply_round_trip_and_caps(void **state)
     r.diagnostics = S("Error: x\n    at f");
     cf_buf_append(&r.out, "0123456789", 10, NULL);
     cf_buf_append(&r.err, "e", 1, NULL);
+    cf_buf_append(&r.output, "{\"a\":1}", 7, NULL);
+    r.has_output = true;
     r.out_truncated = true;
     r.wall_us = 5;
     cf_buf b;
     cf_buf_init(&b, 0);
     cf_error err;
     assert_int_equal(cf_embed_reply_encode(&r, &b, &err), 0);
-    assert_int_equal(cf_embed_reply_decode(b.data + 4, b.len - 4, 10, 1, &back, &err), 0);
+    assert_int_equal(cf_embed_reply_decode(b.data + 4, b.len - 4, 10, 1, 100, &back, &err), 0);
     assert_int_equal(back.end, CF_EMBED_FAILED);
     assert_int_equal(back.seq, 9);
     assert_string_equal(back.reason, "wasm trap: unreachable");
     assert_int_equal(back.out.len, 10);
+    assert_true(back.has_output);
+    assert_int_equal(back.output.len, 7);
     assert_true(back.out_truncated);
     assert_false(back.err_truncated);
     cf_embed_reply_free(&back);
+    /* an output larger than the job's cap is refused */
+    assert_int_equal(cf_embed_reply_decode(b.data + 4, b.len - 4, 10, 1, 6, &back, &err), -1);
     /* stdout longer than the job's cap: a helper may not hand back more */
-    assert_int_equal(cf_embed_reply_decode(b.data + 4, b.len - 4, 9, 1, &back, &err), -1);
+    assert_int_equal(cf_embed_reply_decode(b.data + 4, b.len - 4, 9, 1, 100, &back, &err), -1);
     assert_int_equal(err.code, CF_E_LIMIT);
     cf_embed_reply_free(&r);
     cf_buf_free(&b);
@@ -135,7 +149,7 @@ static void test_hostile_frames(void **state)
     cf_buf_init(&b, 0);
     assert_int_equal(cf_embed_reply_encode(&good, &b, &err), 0);
     for (size_t n = 0; n < b.len - 4; n++)
-        assert_int_equal(cf_embed_reply_decode(b.data + 4, n, 100, 100, &r, &err), -1);
+        assert_int_equal(cf_embed_reply_decode(b.data + 4, n, 100, 100, 100, &r, &err), -1);
     cf_embed_reply_free(&good);
     cf_buf_free(&b);
 
@@ -162,7 +176,7 @@ static void test_hostile_frames(void **state)
         {"deep nesting", (const uint8_t *)"\x82\xa3" "end\x00\xa1z\x91\x91\x91\x91\x90", 13},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        if (cf_embed_reply_decode(bad[i].p, bad[i].n, 100, 100, &r, &err) != -1)
+        if (cf_embed_reply_decode(bad[i].p, bad[i].n, 100, 100, 100, &r, &err) != -1)
             fail_msg("%s was accepted", bad[i].what);
     }
     /* A job without its required fields. */
