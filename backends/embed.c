@@ -752,7 +752,8 @@ static attempt_end attempt(em_slot *s, const cf_exec_ctx *ctx, cf_embed_job *ej,
     }
     cf_error ioerr;
     cf_error_clear(&ioerr);
-    size_t max_frame = (size_t)ej->max_stdout + (size_t)ej->max_stderr + 16 * CF_EMBED_TEXT_MAX + 4096;
+    size_t max_frame =
+        (size_t)ej->max_stdout + (size_t)ej->max_stderr + (size_t)ej->max_output + 16 * CF_EMBED_TEXT_MAX + 4096;
     attempt_end end;
     if (cf_embed_write_frame(fd, &frame, deadline_us, ctx->cancel, &ioerr) == 0 &&
         cf_embed_read_frame(fd, max_frame, deadline_us, ctx->cancel, &in, &ioerr) == 0 &&

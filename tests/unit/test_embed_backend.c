@@ -943,6 +943,16 @@ static void test_js_output_and_apis(void **state)
     cf_request_clear(&r);
     cf_result_clear(&res);
 
+    /* an output far larger than the output caps still comes back whole */
+    js_req(&r, "'y'.repeat(50000)", 10 * SEC);
+    r.policy.max_stdout_bytes = 100;
+    r.policy.max_stderr_bytes = 100;
+    assert_int_equal(run_on(F->js, 0, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_SUCCESS, NULL);
+    assert_int_equal(res.output.len, 50003); /* str16 header + the text */
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
     /* an output that is valid JSON of any kind comes back converted */
     js_req(&r, "({ s: 'é', n: -1.5, a: [true, null] })", 10 * SEC);
     assert_int_equal(run_on(F->js, 0, &r, &res, NULL), 0);
