@@ -638,9 +638,24 @@ static void add_diag(cf_result *res, const char *level, const char *file, const 
     res->n_diagnostics++;
 }
 
+/* The helper's diagnostic text as one error (it is already bounded by the
+ * reply's decoder, 64 KiB). */
 static void add_error_diag(cf_result *res, const char *text)
 {
-    add_diag(res, "error", NULL, "%s", text);
+    cf_diagnostic *v = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*v));
+    if (!v)
+        return;
+    res->diagnostics = v;
+    cf_diagnostic *d = &v[res->n_diagnostics];
+    memset(d, 0, sizeof(*d));
+    d->level = cf_strdup("error");
+    d->message = clean_text(text, true);
+    if (!d->level || !d->message) {
+        free(d->level);
+        free(d->message);
+        return;
+    }
+    res->n_diagnostics++;
 }
 
 /* Fills the job the helper gets from the execution's prepared directories. */
@@ -718,6 +733,15 @@ static int build_inline_job(em_state *st, const cf_exec_ctx *ctx, const cf_reque
     ej->code_len = req->code.len;
     if (req->input.len > 0 && (cf_exec_input_json(job, &ej->input_json, err) < 0 || job->rejected))
         return job->rejected ? 0 : -1;
+    /* JSON can be several times the input's msgpack size (control
+     * characters become \u00XX): refuse what the helper would not read. */
+    size_t total = req->code.len + (ej->input_json ? strlen(ej->input_json) : 0);
+    if (total > CF_EMBED_JOB_FRAME_MAX - (1u << 20)) {
+        cf_exec_reject(job->res, "code and input (as JSON) together are %zu bytes, more than backend 'js' takes (%u MiB)",
+                       total, (CF_EMBED_JOB_FRAME_MAX >> 20) - 1);
+        job->rejected = true;
+        return 0;
+    }
     ej->cpu_time_us = pol->cpu_time_us;
     ej->memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory;
     ej->max_stdout = pol->max_stdout_bytes > 0 ? pol->max_stdout_bytes : FALLBACK_OUTPUT_CAP;
@@ -759,7 +783,13 @@ static attempt_end attempt(em_slot *s, const cf_exec_ctx *ctx, cf_embed_job *ej,
         cf_embed_read_frame(fd, max_frame, deadline_us, ctx->cancel, &in, &ioerr) == 0 &&
         cf_embed_reply_decode(in.data, in.len, (size_t)ej->max_stdout, (size_t)ej->max_stderr, (size_t)ej->max_output,
                               reply, &ioerr) == 0) {
-        if (reply->seq == ej->seq) {
+        if (reply->seq == ej->seq && (reply->has_output || reply->output_too_big) &&
+            (reply->end != CF_EMBED_EXITED || (reply->has_output && reply->output_too_big) || ej->max_output == 0)) {
+            snprintf(died, died_size, "an output with a reply that cannot carry one");
+            cf_embed_reply_free(reply);
+            cf_embed_reply_init(reply);
+            end = ATTEMPT_BROKEN;
+        } else if (reply->seq == ej->seq) {
             end = ATTEMPT_REPLY;
         } else {
             snprintf(died, died_size, "a reply for job %llu, not %llu", (unsigned long long)reply->seq,

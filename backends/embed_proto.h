@@ -22,6 +22,9 @@
 /* A job carries stdin and paths; a reply carries the capped outputs and
  * text.  Both are bounded by what the worker's own limits allow. */
 #define CF_EMBED_TEXT_MAX 8192
+/* The largest job frame a helper reads (a job larger is refused before it
+ * is sent: code, input and stdin are the request's, bounded by it). */
+#define CF_EMBED_JOB_FRAME_MAX (64u << 20)
 
 typedef enum cf_embed_runtime {
     CF_EMBED_WASM = 1, /* wasmtime, WASI preview 1 */

@@ -840,15 +840,23 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
     /* The worker decides what to write back; it gets the final state
      * whenever the program ran to its end. */
     cf_exec_files *files = ctx ? ctx->files : NULL;
-    if (files && files->collect && o->exited && job->work) {
+    if (files && files->collect && o->exited && !job->work) {
+        /* never "the workspace is now empty": there was nothing to collect from */
+        free(files->collect_error);
+        files->collect_error = cf_strdup("this backend has no work directory to collect");
+    } else if (files && files->collect && o->exited) {
         collect(job, files);
         if (files->collect_skipped_names)
             add_diag(res, "warning", NULL,
                      "%zu file(s) of the work directory were left out: their names are not UTF-8 text",
                      files->collect_skipped_names);
     }
-    if (job->take && o->exited && o->exit_code == 0 && job->run)
-        take_file(job, job->take);
+    if (job->take && o->exited && o->exit_code == 0) {
+        if (job->run)
+            take_file(job, job->take);
+        else
+            job->take->missing = true;
+    }
     return 0;
 }
 

@@ -406,10 +406,14 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
         reply->exit_code = 0;
         if (output && !job->output_path) {
             /* inline, as the worker asked: no file at all */
-            if (job->max_output > 0 && output_len > (size_t)job->max_output)
+            if (output_len > (size_t)job->max_output) {
                 reply->output_too_big = true;
-            else if (cf_buf_append(&reply->output, output, output_len, NULL) == 0)
+            } else if (cf_buf_append(&reply->output, output, output_len, NULL) == 0) {
                 reply->has_output = true;
+            } else {
+                reply->end = CF_EMBED_HELPER_ERROR;
+                helper_reason(reply, "out of memory copying the result");
+            }
         } else if (output && helper_write_file(job->output_path, output, output_len) < 0) {
             /* the execution's capped work space is full: the program's doing */
             reply->end = CF_EMBED_FAILED;

@@ -17,9 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A frame the worker sends holds stdin and paths: the worker's own caps
- * bound it well below this. */
-#define JOB_FRAME_MAX (64u << 20)
 
 void helper_clock_start(helper_clock *c, const cf_embed_job *job)
 {
@@ -114,7 +111,7 @@ int main(int argc, char **argv)
     cf_buf_init(&in, 0);
     cf_buf_init(&out, 0);
     for (;;) {
-        if (cf_embed_read_frame(sock, JOB_FRAME_MAX, 0, NULL, &in, &err) < 0) {
+        if (cf_embed_read_frame(sock, CF_EMBED_JOB_FRAME_MAX, 0, NULL, &in, &err) < 0) {
             if (err.code == CF_E_SYSTEM && err.sys_errno == 0)
                 return 0; /* the worker closed the socket */
             fprintf(stderr, "embed-helper: reading a job: %s\n", err.msg);

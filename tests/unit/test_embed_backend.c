@@ -953,6 +953,28 @@ static void test_js_output_and_apis(void **state)
     cf_request_clear(&r);
     cf_result_clear(&res);
 
+    /* input whose JSON would not fit a job (control characters become
+     * \u00XX): rejected with a reason, no helper harmed */
+    js_req(&r, "input.length", 10 * SEC);
+    size_t n = 6u << 20; /* two strings of 6 MiB: 72 MiB of JSON */
+    uint8_t *big = malloc(1 + 2 * (n + 5));
+    big[0] = 0x92; /* fixarray of 2 */
+    for (int k = 0; k < 2; k++) {
+        uint8_t *q = big + 1 + (size_t)k * (n + 5);
+        q[0] = 0xdb; /* str32 */
+        q[1] = (uint8_t)(n >> 24);
+        q[2] = (uint8_t)(n >> 16);
+        q[3] = (uint8_t)(n >> 8);
+        q[4] = (uint8_t)n;
+        memset(q + 5, 0x01, n);
+    }
+    r.input.data = big;
+    r.input.len = 1 + 2 * (n + 5);
+    assert_int_equal(run_on(F->js, 0, &r, &res, NULL), 0);
+    expect(&res, CF_STATUS_REJECTED, "more than backend 'js' takes");
+    cf_request_clear(&r);
+    cf_result_clear(&res);
+
     /* an output that is valid JSON of any kind comes back converted */
     js_req(&r, "({ s: 'é', n: -1.5, a: [true, null] })", 10 * SEC);
     assert_int_equal(run_on(F->js, 0, &r, &res, NULL), 0);
