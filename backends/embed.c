@@ -124,6 +124,20 @@ static atomic_int instance_counter;
 
 /* ---- the helper's life (supervisor thread) ---- */
 
+/* Waits (s->mu held) for the slot's state to change, at most 20 ms: the
+ * callers re-check their own deadline and the stopping flag. */
+static void slot_wait(em_slot *s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
 static void slot_drop_cgroup(em_slot *s)
 {
     while (s->n_join > 0)
@@ -463,14 +477,7 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         int64_t until = cf_mono_us() + START_WAIT_US;
         pthread_mutex_lock(&s->mu);
         while (s->sock < 0 && s->quick_deaths == 0 && cf_mono_us() < until) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+            slot_wait(s);
         }
         bool up = s->sock >= 0;
         char why[sizeof(s->last_end)];
@@ -546,14 +553,7 @@ static int take_helper(em_slot *s, unsigned after, unsigned *gen, cf_error *err)
     pthread_mutex_lock(&s->mu);
     while ((s->sock < 0 || s->gen == after || s->condemned) && cf_mono_us() < until &&
            !__atomic_load_n(&s->st->stopping, __ATOMIC_ACQUIRE)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 20 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        slot_wait(s);
     }
     int fd = -1;
     if (s->sock >= 0 && s->gen != after && !s->condemned) {

@@ -22,7 +22,6 @@
 #include "cf_util.h"
 #include "cf_workspace.h"
 
-extern char **environ;
 
 #define OUT_MAX (1 << 20)
 
@@ -42,14 +41,6 @@ typedef struct run_out {
 
 static run_out g_run; /* large: kept off the stack */
 
-static const char *cli_bin(void)
-{
-    static char path[1024];
-    const char *bin = getenv("CF_BINARY_DIR");
-    snprintf(path, sizeof(path), "%s/dispatcher/codefleet", bin ? bin : "build");
-    return path;
-}
-
 static void read_file_into(const char *path, char *buf, size_t cap)
 {
     FILE *f = fopen(path, "rb");
@@ -64,17 +55,10 @@ static run_out *run(fx *f, const char *first, ...)
 {
     const char *argv[64];
     int n = 0;
-    argv[n++] = cli_bin();
-    char redis_flag[256], brokers_flag[256], topic_flag[160], config_flag[1100];
-    if (it_client_config()) {
-        snprintf(config_flag, sizeof(config_flag), "--config=%s", it_client_config());
-        argv[n++] = config_flag;
-    }
+    char redis_flag[256], topic_flag[160];
     snprintf(redis_flag, sizeof(redis_flag), "--redis=%s", it_redis());
-    snprintf(brokers_flag, sizeof(brokers_flag), "--brokers=%s", it_brokers());
     snprintf(topic_flag, sizeof(topic_flag), "--events-topic=%s", f->events_topic);
     argv[n++] = redis_flag;
-    argv[n++] = brokers_flag;
     argv[n++] = topic_flag;
     va_list ap;
     va_start(ap, first);
@@ -82,24 +66,8 @@ static run_out *run(fx *f, const char *first, ...)
         argv[n++] = a;
     va_end(ap);
     argv[n] = NULL;
-
-    char outp[256], errp[256];
-    snprintf(outp, sizeof(outp), "%s/stdout", f->tmp);
-    snprintf(errp, sizeof(errp), "%s/stderr", f->tmp);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    g_run.rc = WEXITSTATUS(st);
-    read_file_into(outp, g_run.out, sizeof(g_run.out));
-    read_file_into(errp, g_run.err, sizeof(g_run.err));
+    g_run.rc = it_cli_run(argv, f->tmp, g_run.out, sizeof(g_run.out), g_run.err, sizeof(g_run.err));
+    assert_true(g_run.rc >= 0); /* exited, not killed */
     return &g_run;
 }
 

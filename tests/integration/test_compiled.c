@@ -21,7 +21,6 @@
 
 #define SEC 1000000LL
 
-extern char **environ;
 
 typedef struct suite {
     it_topics t;

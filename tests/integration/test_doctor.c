@@ -18,7 +18,6 @@
 
 #include "cf_dispatcher.h"
 
-extern char **environ;
 
 typedef struct fx {
     char tmp[128];
@@ -36,38 +35,20 @@ typedef struct run_out {
 
 static run_out g_run;
 
-static void read_file_into(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    if (f)
-        fclose(f);
-    buf[n] = '\0';
-}
-
 /* codefleet --json with the fixture's topics, then the given args (NULL-
  * terminated; later flags win over the defaults given here). */
 static run_out *doctor(fx *f, const char *first, ...)
 {
-    static char bin[1024], a_config[1100], a_brokers[300], a_redis[300], a_req[128], a_res[128], a_dlq[128],
-        a_workers[128], a_group[128];
-    const char *b = getenv("CF_BINARY_DIR");
-    snprintf(bin, sizeof(bin), "%s/dispatcher/codefleet", b ? b : "build");
+    static char a_redis[300], a_req[128], a_res[128], a_dlq[128], a_workers[128], a_group[128];
     const char *argv[48];
     int n = 0;
-    argv[n++] = bin;
-    if (it_client_config()) {
-        snprintf(a_config, sizeof(a_config), "--config=%s", it_client_config());
-        argv[n++] = a_config;
-    }
-    snprintf(a_brokers, sizeof(a_brokers), "--brokers=%s", it_brokers());
     snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
     snprintf(a_req, sizeof(a_req), "--request-topic=%s", f->t.requests);
     snprintf(a_res, sizeof(a_res), "--result-topic=%s", f->t.results);
     snprintf(a_dlq, sizeof(a_dlq), "--dlq-topic=%s", f->t.dlq);
     snprintf(a_workers, sizeof(a_workers), "--workers-topic=%s", f->workers_topic);
     snprintf(a_group, sizeof(a_group), "--worker-group=%s", f->t.group);
-    const char *fixed[] = {a_brokers, a_redis, a_req, a_res, a_dlq, a_workers, a_group, "--events-topic=", "--json"};
+    const char *fixed[] = {a_redis, a_req, a_res, a_dlq, a_workers, a_group, "--events-topic=", "--json"};
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
         argv[n++] = fixed[i];
     va_list ap;
@@ -76,23 +57,8 @@ static run_out *doctor(fx *f, const char *first, ...)
         argv[n++] = a;
     va_end(ap);
     argv[n] = NULL;
-    char outp[256], errp[256];
-    snprintf(outp, sizeof(outp), "%s/stdout", f->tmp);
-    snprintf(errp, sizeof(errp), "%s/stderr", f->tmp);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    int st;
-    assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFEXITED(st));
-    g_run.rc = WEXITSTATUS(st);
-    read_file_into(outp, g_run.out, sizeof(g_run.out));
-    read_file_into(errp, g_run.err, sizeof(g_run.err));
+    g_run.rc = it_cli_run(argv, f->tmp, g_run.out, sizeof(g_run.out), g_run.err, sizeof(g_run.err));
+    assert_true(g_run.rc >= 0); /* exited, not killed */
     return &g_run;
 }
 
