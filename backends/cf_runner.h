@@ -83,6 +83,16 @@ typedef struct cf_run_spec {
      * 0 or -1 with errno set; msg (static text) says what failed. */
     int (*child_setup)(void *arg, const char **msg);
     void *child_setup_arg;
+    /* Runs in the child after child_setup and the rlimits, right before
+     * the program (or init) starts: only async-signal-safe calls, the same
+     * contract as child_setup, with child_setup_arg.  go_flags and go_arg
+     * are for it alone.  With cf_run_prepare, child_setup runs ahead of any
+     * request and child_go once the request is known: what depends on the
+     * request, and what must come last (dropping capabilities, seccomp),
+     * belongs here. */
+    int (*child_go)(void *arg, unsigned go_flags, int64_t go_arg, const char **msg);
+    unsigned go_flags;
+    int64_t go_arg;
     /* Runs in the parent after the child exists and before it is released
      * from its start barrier (uid maps, cgroup attach). */
     int (*parent_setup)(pid_t pid, void *arg, cf_error *err);
@@ -144,5 +154,25 @@ typedef struct cf_run_outcome {
  * out must be freed with cf_run_outcome_free even on failure. */
 int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err);
 void cf_run_outcome_free(cf_run_outcome *out);
+
+/* A child made ahead of its request (a warm sandbox): cf_run_prepare
+ * clones it, runs parent_setup and child_setup and returns once the child
+ * reported that it is ready (or failed: err, CF_E_SANDBOX), with every
+ * descriptor of the worker closed in it.  It then waits, for as long as
+ * it takes, for cf_run_start, which hands it the request's part of a spec
+ * (path, argv, envp, cwd, rlimits, go_flags, go_arg: sent over a pipe and
+ * decoded with bounds in the child, which is a copy of the worker from
+ * before the request) and supervises it exactly as cf_run does (stdin,
+ * caps, timeout, cancel, cpu hook).  Everything else of the spec, the
+ * hooks included, is the prepare's.  No pass_fd or exec_fd.
+ * cf_run_start consumes prep whatever it returns; cf_run_prep_destroy
+ * kills an unused one (kill_all, then the child) and reaps it.  Any
+ * thread of the process may start or destroy it, but the child dies with
+ * the thread that prepared it (PR_SET_PDEATHSIG): prepare on a thread
+ * that lives as long as the child may wait. */
+typedef struct cf_run_prep cf_run_prep;
+int cf_run_prepare(const cf_run_spec *spec, cf_run_prep **prep, cf_error *err);
+int cf_run_start(cf_run_prep *prep, const cf_run_spec *spec, cf_run_outcome *out, cf_error *err);
+void cf_run_prep_destroy(cf_run_prep *prep);
 
 #endif

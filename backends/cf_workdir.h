@@ -87,4 +87,8 @@ int cf_workdir_create_in(cf_workdir *parent, const char *name, uid_t owner, gid_
  * stays bounded) and frees wd.  NULL-safe. */
 void cf_workdir_destroy(cf_workdir *wd);
 
+/* Frees wd and closes its descriptors without removing anything: for a
+ * tree on a file system about to be unmounted as a whole.  NULL-safe. */
+void cf_workdir_release(cf_workdir *wd);
+
 #endif

@@ -318,27 +318,71 @@ int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *wh
 
 /* ---- directories and files ---- */
 
-int cf_exec_job_dirs(cf_exec_job *job, const char *parent, uid_t owner, gid_t group, cf_error *err)
+int cf_exec_dirs_create(const char *parent, uid_t owner, gid_t group, const char *who, cf_exec_dirs *d,
+                        cf_error *err)
 {
+    *d = (cf_exec_dirs){0};
     /* One random directory per execution (one thing to remove, one entry
      * left by a crashed worker) with fixed-name work/ and run/ inside:
      * cheaper than a mkdtemp + realpath for each. */
-    if (cf_workdir_create(parent, owner, group, &job->top, err) < 0 ||
-        cf_workdir_create_in(job->top, "work", owner, group, &job->work, err) < 0 ||
-        cf_workdir_create_in(job->top, "run", owner, group, &job->run, err) < 0)
+    if (cf_workdir_create(parent, owner, group, &d->top, err) < 0 ||
+        cf_workdir_create_in(d->top, "work", owner, group, &d->work, err) < 0 ||
+        cf_workdir_create_in(d->top, "run", owner, group, &d->run, err) < 0)
         goto fail;
-    int rfd = cf_workdir_dirfd(job->run);
+    int rfd = cf_workdir_dirfd(d->run);
     if (mkdirat(rfd, "out", 0755) < 0 ||
         (owner != (uid_t)-1 && fchownat(rfd, "out", owner, group, AT_SYMLINK_NOFOLLOW) < 0)) {
-        cf_error_set_errno(err, CF_E_SYSTEM, errno, "%s: creating the output directory", job->who);
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "%s: creating the output directory", who);
         goto fail;
     }
     return 0;
 fail:
-    cf_error_wrap(err, "%s", job->who);
+    cf_exec_dirs_destroy(d);
+    cf_error_wrap(err, "%s", who);
     if (err)
         err->retriable = true;
     return -1;
+}
+
+void cf_exec_dirs_destroy(cf_exec_dirs *d)
+{
+    cf_workdir_destroy(d->work);
+    cf_workdir_destroy(d->run);
+    cf_workdir_destroy(d->top);
+    *d = (cf_exec_dirs){0};
+}
+
+void cf_exec_dirs_release(cf_exec_dirs *d)
+{
+    cf_workdir_release(d->work);
+    cf_workdir_release(d->run);
+    cf_workdir_release(d->top);
+    *d = (cf_exec_dirs){0};
+}
+
+void cf_exec_job_adopt_dirs(cf_exec_job *job, cf_exec_dirs *d)
+{
+    job->top = d->top;
+    job->work = d->work;
+    job->run = d->run;
+    *d = (cf_exec_dirs){0};
+}
+
+void cf_exec_job_return_dirs(cf_exec_job *job, cf_exec_dirs *d)
+{
+    d->top = job->top;
+    d->work = job->work;
+    d->run = job->run;
+    job->top = job->work = job->run = NULL;
+}
+
+int cf_exec_job_dirs(cf_exec_job *job, const char *parent, uid_t owner, gid_t group, cf_error *err)
+{
+    cf_exec_dirs d;
+    if (cf_exec_dirs_create(parent, owner, group, job->who, &d, err) < 0)
+        return -1;
+    cf_exec_job_adopt_dirs(job, &d);
+    return 0;
 }
 
 /* A failed put: the request's fault (rejected) or the backend's (-1). */

@@ -115,6 +115,23 @@ int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *wh
  * (retriable). */
 int cf_exec_job_dirs(cf_exec_job *job, const char *parent, uid_t owner, gid_t group, cf_error *err);
 
+/* The same directories made ahead of their execution (a warm sandbox
+ * binds them before the request exists): cf_exec_dirs_create, then
+ * cf_exec_job_adopt_dirs moves them into the job (d is emptied);
+ * cf_exec_job_return_dirs moves them back out before cf_exec_job_free
+ * when the caller disposes of them itself: cf_exec_dirs_destroy removes
+ * the tree, cf_exec_dirs_release only forgets it (a tmpfs about to be
+ * unmounted). */
+typedef struct cf_exec_dirs {
+    cf_workdir *top, *work, *run;
+} cf_exec_dirs;
+int cf_exec_dirs_create(const char *parent, uid_t owner, gid_t group, const char *who, cf_exec_dirs *d,
+                        cf_error *err);
+void cf_exec_dirs_destroy(cf_exec_dirs *d);
+void cf_exec_dirs_release(cf_exec_dirs *d);
+void cf_exec_job_adopt_dirs(cf_exec_job *job, cf_exec_dirs *d);
+void cf_exec_job_return_dirs(cf_exec_job *job, cf_exec_dirs *d);
+
 /* Places the workspace files (files may be NULL), the request's files, the
  * code and input.json; builds the environment and argv.  Placement that
  * fails because of the request (a conflicting path, no space left in a

@@ -68,7 +68,7 @@ struct run_clone_args {
  * PIPE_BUF, so a record arrives whole or not at all.  A setup failure or
  * an execve failure ends the child; with spec->init, init adds the
  * program's wait status when the program ended. */
-enum { REPORT_SETUP = 0, REPORT_EXEC = 1, REPORT_STATUS = 2 };
+enum { REPORT_SETUP = 0, REPORT_EXEC = 1, REPORT_STATUS = 2, REPORT_READY = 3 };
 struct run_report {
     int kind;
     int err;    /* errno (SETUP, EXEC) */
@@ -126,8 +126,43 @@ struct child_args {
     const cf_run_spec *spec;
     struct cmdline_area cmdline;
     int in_r, out_w, err_w, rep_w, bar_r, bar_w;
-    bool barrier; /* wait for the parent's go before anything else */
+    bool barrier;  /* wait for the parent's go before anything else */
+    bool prepared; /* cf_run_prepare: stop before the request's part, read it from bar_r */
 };
+
+/* The request's part of a run: from the spec (cf_run) or, for a prepared
+ * child, from the go message (cf_run_start). */
+struct run_go {
+    const char *path;
+    char *const *argv;
+    char *const *envp;
+    const char *cwd;
+    cf_run_rlimit rlimits[CF_RUN_MAX_RLIMITS];
+    int n_rlimits;
+    unsigned go_flags;
+    int64_t go_arg;
+};
+
+/* The go message: this header, then NUL-terminated strings: path, cwd
+ * ("" for none), argv[0..argc-1], envp[0..envc-1]; `total` bytes of them. */
+#define GO_MAGIC 0x63666f67u
+#define GO_MAX_BYTES (8u << 20)
+#define GO_MAX_STRINGS 65536u
+struct run_go_hdr {
+    uint32_t magic;
+    uint32_t total;
+    uint32_t argc;
+    uint32_t envc;
+    int32_t n_rlimits;
+    uint32_t go_flags;
+    int64_t go_arg;
+    struct {
+        int64_t resource;
+        uint64_t value;
+    } rl[CF_RUN_MAX_RLIMITS];
+};
+/* Where a prepared child keeps the go pipe (close-on-exec). */
+#define RUN_GO_FD 6
 
 /* ---- child side: async-signal-safe calls only from here to execve ---- */
 
@@ -231,6 +266,7 @@ static __attribute__((noreturn)) void init_main(pid_t program, int rep, const si
 
 struct program_args {
     const cf_run_spec *spec;
+    const struct run_go *go;
     int rep;
     struct rlimit nofile;
 };
@@ -248,6 +284,101 @@ static int program_under_init(void *arg)
     if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
         child_fail(pa->rep, errno, "sigprocmask");
     exec_program(pa);
+}
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* A prepared child's wait for its request: the go message, decoded with
+ * every length checked into memory of its own.  EOF before a header: the
+ * sandbox was discarded, nobody waits for a report. */
+static void go_receive(int fd, int rep, struct run_go *g)
+{
+    struct run_go_hdr h;
+    if (read_full(fd, &h, sizeof(h)) < 0)
+        _exit(127);
+    if (h.magic != GO_MAGIC || h.total < 2 || h.total > GO_MAX_BYTES || h.argc == 0 || h.argc > GO_MAX_STRINGS ||
+        h.envc > GO_MAX_STRINGS || h.n_rlimits < 0 || h.n_rlimits > CF_RUN_MAX_RLIMITS)
+        child_fail(rep, EINVAL, "go message: bad header");
+    size_t nptr = (size_t)h.argc + 1 + (size_t)h.envc + 1;
+    size_t len = nptr * sizeof(char *) + (size_t)h.total + 1;
+    char *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        child_fail(rep, errno, "go message: memory");
+    char **v = (char **)(void *)mem;
+    char *s = mem + nptr * sizeof(char *);
+    if (read_full(fd, s, h.total) < 0)
+        child_fail(rep, EIO, "go message: short");
+    s[h.total] = '\0';
+    size_t want = 2 + (size_t)h.argc + (size_t)h.envc, off = 0;
+    const char *path = NULL, *cwd = NULL;
+    for (size_t i = 0; i < want; i++) {
+        if (off >= h.total)
+            child_fail(rep, EINVAL, "go message: too few strings");
+        char *str = s + off;
+        size_t l = strnlen(str, h.total - off);
+        if (off + l >= h.total)
+            child_fail(rep, EINVAL, "go message: unterminated string");
+        if (i == 0)
+            path = str;
+        else if (i == 1)
+            cwd = l ? str : NULL;
+        else if (i < 2 + h.argc)
+            v[i - 2] = str;
+        else
+            v[i - 1] = str; /* envp starts after argv's NULL */
+        off += l + 1;
+    }
+    if (off != h.total || !path[0])
+        child_fail(rep, EINVAL, "go message: bad strings");
+    v[h.argc] = NULL;
+    v[nptr - 1] = NULL;
+    g->path = path;
+    g->cwd = cwd;
+    g->argv = v;
+    g->envp = v + h.argc + 1;
+    g->n_rlimits = h.n_rlimits;
+    for (int i = 0; i < h.n_rlimits; i++)
+        g->rlimits[i] = (cf_run_rlimit){(int)h.rl[i].resource, (rlim_t)h.rl[i].value};
+    g->go_flags = h.go_flags;
+    g->go_arg = h.go_arg;
+}
+
+static void apply_rlimits(const struct run_go *g, int rep)
+{
+    for (int i = 0; i < g->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++) {
+        const cf_run_rlimit *l = &g->rlimits[i];
+        struct rlimit cur;
+        if (getrlimit(l->resource, &cur) < 0)
+            child_fail(rep, errno, "getrlimit");
+        struct rlimit nl = {l->value, l->value};
+        /* CPU: SIGXCPU at the soft limit, SIGKILL one second later. */
+        if (l->resource == RLIMIT_CPU && l->value != RLIM_INFINITY)
+            nl.rlim_max = l->value + 1;
+        /* Never ask for more than the worker has: lower is stricter, and
+         * raising would fail without CAP_SYS_RESOURCE. */
+        if (cur.rlim_max != RLIM_INFINITY && (nl.rlim_max == RLIM_INFINITY || nl.rlim_max > cur.rlim_max))
+            nl.rlim_max = cur.rlim_max;
+        if (nl.rlim_cur == RLIM_INFINITY || nl.rlim_cur > nl.rlim_max)
+            nl.rlim_cur = nl.rlim_max;
+        if (setrlimit(l->resource, &nl) < 0)
+            child_fail(rep, errno, "setrlimit");
+    }
+    struct rlimit nocore = {0, 0};
+    if (setrlimit(RLIMIT_CORE, &nocore) < 0)
+        child_fail(rep, errno, "setrlimit core");
 }
 
 static __attribute__((noreturn)) void child_main(const struct child_args *a)
@@ -293,15 +424,16 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     struct rlimit nofile = {1024, 1024};
     (void)getrlimit(RLIMIT_NOFILE, &nofile);
 
-    /* Move our pipe ends above 3 first so dup2 onto 0..3 cannot clobber one
-     * another (the worker's stdio might have been closed). */
-    int src[6] = {a->in_r, a->out_w, a->err_w, a->rep_w, spec->pass_fd, spec->exec_fd};
-    int hi[6];
-    for (int i = 0; i < 6; i++) {
+    /* Move our pipe ends above the fixed slots first so dup2 onto them
+     * cannot clobber one another (the worker's stdio might have been
+     * closed). */
+    int src[7] = {a->in_r, a->out_w, a->err_w, a->rep_w, spec->pass_fd, spec->exec_fd, a->prepared ? a->bar_r : -1};
+    int hi[7];
+    for (int i = 0; i < 7; i++) {
         hi[i] = -1;
-        if (i >= 4 && src[i] <= 2)
+        if ((i >= 4 && i < 6 && src[i] <= 2) || (i == 6 && src[i] < 0))
             continue; /* not given */
-        hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, CF_RUN_EXEC_FD + 1);
+        hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, RUN_GO_FD + 1);
         if (hi[i] < 0)
             child_fail(rep, errno, "dup stdio");
     }
@@ -316,28 +448,8 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
         child_fail(rep, errno, "dup passed fd");
     if (hi[5] >= 0 && dup3(hi[5], CF_RUN_EXEC_FD, O_CLOEXEC) < 0)
         child_fail(rep, errno, "dup program fd");
-
-    for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++) {
-        const cf_run_rlimit *l = &spec->rlimits[i];
-        struct rlimit cur;
-        if (getrlimit(l->resource, &cur) < 0)
-            child_fail(rep, errno, "getrlimit");
-        struct rlimit nl = {l->value, l->value};
-        /* CPU: SIGXCPU at the soft limit, SIGKILL one second later. */
-        if (l->resource == RLIMIT_CPU && l->value != RLIM_INFINITY)
-            nl.rlim_max = l->value + 1;
-        /* Never ask for more than the worker has: lower is stricter, and
-         * raising would fail without CAP_SYS_RESOURCE. */
-        if (cur.rlim_max != RLIM_INFINITY && (nl.rlim_max == RLIM_INFINITY || nl.rlim_max > cur.rlim_max))
-            nl.rlim_max = cur.rlim_max;
-        if (nl.rlim_cur == RLIM_INFINITY || nl.rlim_cur > nl.rlim_max)
-            nl.rlim_cur = nl.rlim_max;
-        if (setrlimit(l->resource, &nl) < 0)
-            child_fail(rep, errno, "setrlimit");
-    }
-    struct rlimit nocore = {0, 0};
-    if (setrlimit(RLIMIT_CORE, &nocore) < 0)
-        child_fail(rep, errno, "setrlimit core");
+    if (hi[6] >= 0 && dup3(hi[6], RUN_GO_FD, O_CLOEXEC) < 0)
+        child_fail(rep, errno, "dup go pipe");
 
     if (spec->set_ids) {
         /* Raw syscalls: glibc's wrappers would try to broadcast to the
@@ -364,10 +476,37 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
         child_fail(rep, errno, "prctl(PR_SET_PDEATHSIG)");
 
-    struct program_args pa = {spec, rep, nofile};
+    if (spec->init && scrub_worker_image(&a->cmdline) < 0)
+        child_fail(rep, errno, "init: scrubbing the worker's command line");
+
+    struct run_go go;
+    if (a->prepared) {
+        /* Waiting, possibly for long: no descriptor of the worker stays
+         * here (another execution's output pipe held open would delay its
+         * end; the broker's and Redis's sockets are no business of ours). */
+        if (syscall(SYS_close_range, RUN_GO_FD + 1, ~0u, 0u) < 0)
+            for (int fd = RUN_GO_FD + 1; fd < 65536; fd++)
+                close(fd);
+        report(rep, REPORT_READY, 0, 0, 0, "ready");
+        go_receive(RUN_GO_FD, rep, &go);
+        close(RUN_GO_FD);
+    } else {
+        go = (struct run_go){.path = spec->path, .argv = spec->argv, .envp = spec->envp, .cwd = spec->cwd,
+                             .n_rlimits = spec->n_rlimits, .go_flags = spec->go_flags, .go_arg = spec->go_arg};
+        for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++)
+            go.rlimits[i] = spec->rlimits[i];
+    }
+    /* After child_setup: its own writes (a sandbox's root) are not bound
+     * by the request's file size limit. */
+    apply_rlimits(&go, rep);
+    if (spec->child_go) {
+        const char *msg = "child_go";
+        if (spec->child_go(spec->child_setup_arg, go.go_flags, go.go_arg, &msg) < 0)
+            child_fail(rep, errno, msg);
+    }
+
+    struct program_args pa = {spec, &go, rep, nofile};
     if (spec->init) {
-        if (scrub_worker_image(&a->cmdline) < 0)
-            child_fail(rep, errno, "init: scrubbing the worker's command line");
         /* The program borrows init's memory until it execs (as on the
          * runner's vfork path): init is a copy of the large worker, and a
          * plain fork would copy all its page tables again, charged to the
@@ -403,9 +542,10 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
 static __attribute__((noreturn)) void exec_program(const struct program_args *pa)
 {
     const cf_run_spec *spec = pa->spec;
+    const struct run_go *go = pa->go;
     int rep = pa->rep;
     struct rlimit nofile = pa->nofile;
-    if (spec->cwd && chdir(spec->cwd) < 0)
+    if (go->cwd && chdir(go->cwd) < 0)
         child_fail(rep, errno, "chdir");
 
     /* Everything but stdio, the report pipe (CLOEXEC, closes at exec) and
@@ -418,9 +558,9 @@ static __attribute__((noreturn)) void exec_program(const struct program_args *pa
     }
 
     if (spec->exec_fd > 2)
-        syscall(SYS_execveat, CF_RUN_EXEC_FD, "", spec->argv, spec->envp, AT_EMPTY_PATH);
+        syscall(SYS_execveat, CF_RUN_EXEC_FD, "", go->argv, go->envp, AT_EMPTY_PATH);
     else
-        execve(spec->path, spec->argv, spec->envp);
+        execve(go->path, go->argv, go->envp);
     report(rep, REPORT_EXEC, errno, 0, 0, "execve");
     _exit(127);
 }
@@ -567,38 +707,98 @@ void cf_run_outcome_free(cf_run_outcome *out)
     cf_buf_free(&out->err);
 }
 
-int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
+/* The parent's side of one child: its pid and our ends of its pipes. */
+struct cf_run_prep {
+    pid_t pid;
+    int pidfd;
+    int in_w, out_r, err_r, rep_r, bar_w;
+    /* kill_all and its argument, fixed when the child was made */
+    void (*kill_all)(pid_t pid, void *arg);
+    void *kill_all_arg;
+};
+
+static void child_close(struct cf_run_prep *c)
 {
-    memset(out, 0, sizeof(*out));
-    cf_buf_init(&out->out, 0);
-    cf_buf_init(&out->err, 0);
-    int pass_fd = spec && spec->pass_fd > 2 ? spec->pass_fd : -1; /* ours to close, whatever happens */
-    if (!spec || !spec->path || !spec->argv || !spec->argv[0]) {
-        close_fd(&pass_fd);
-        return cf_error_set(err, CF_E_INVALID, "runner: no program given");
+    close_fd(&c->in_w);
+    close_fd(&c->out_r);
+    close_fd(&c->err_r);
+    close_fd(&c->rep_r);
+    close_fd(&c->bar_w);
+    close_fd(&c->pidfd);
+}
+
+static void child_kill_reap(struct cf_run_prep *c)
+{
+    if (c->pid <= 0)
+        return;
+    if (c->kill_all)
+        c->kill_all(c->pid, c->kill_all_arg);
+    kill(c->pid, SIGKILL);
+    pid_t wr;
+    do
+        wr = waitpid(c->pid, NULL, __WALL);
+    while (wr < 0 && errno == EINTR);
+    c->pid = -1;
+}
+
+/* SIGPIPE blocked while we write to a child (a reader gone is EPIPE, not
+ * our death); a SIGPIPE raised meanwhile is swallowed when restoring. */
+struct sigpipe_guard {
+    sigset_t old_mask;
+    bool was_pending;
+};
+
+static void sigpipe_block(struct sigpipe_guard *g)
+{
+    sigset_t pipe_only, pending;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &g->old_mask);
+    sigpending(&pending);
+    g->was_pending = sigismember(&pending, SIGPIPE) == 1;
+}
+
+static void sigpipe_restore(const struct sigpipe_guard *g)
+{
+    if (!g->was_pending) {
+        sigset_t p;
+        sigpending(&p);
+        if (sigismember(&p, SIGPIPE) == 1) {
+            sigset_t only;
+            sigemptyset(&only);
+            sigaddset(&only, SIGPIPE);
+            struct timespec zero = {0, 0};
+            while (sigtimedwait(&only, NULL, &zero) < 0 && errno == EINTR)
+                ;
+        }
     }
+    pthread_sigmask(SIG_SETMASK, &g->old_mask, NULL);
+}
+
+static int spec_check(const cf_run_spec *spec, cf_error *err)
+{
     /* init kills every process it can see when the program ends: only
      * ever inside a pid namespace of its own. */
-    if ((spec->init && !(spec->clone_flags & CLONE_NEWPID)) ||
-        spec->n_rlimits < 0 || spec->n_rlimits > CF_RUN_MAX_RLIMITS) {
-        close_fd(&pass_fd);
-        return cf_error_set(err, CF_E_INVALID, spec->init && !(spec->clone_flags & CLONE_NEWPID)
-                                                   ? "runner: init needs a new pid namespace"
-                                                   : "runner: too many rlimits");
-    }
+    if (spec->init && !(spec->clone_flags & CLONE_NEWPID))
+        return cf_error_set(err, CF_E_INVALID, "runner: init needs a new pid namespace");
+    if (spec->n_rlimits < 0 || spec->n_rlimits > CF_RUN_MAX_RLIMITS)
+        return cf_error_set(err, CF_E_INVALID, "runner: too many rlimits");
+    return 0;
+}
 
+/* Makes the child up to its start barrier, runs parent_setup and releases
+ * it.  Called with SIGPIPE blocked.  On failure nothing is left. */
+static int child_start(const cf_run_spec *spec, bool prepared, struct cf_run_prep *c, int *pass_fd, cf_error *err)
+{
+    *c = (struct cf_run_prep){.pid = -1, .pidfd = -1, .in_w = -1, .out_r = -1, .err_r = -1, .rep_r = -1,
+                              .bar_w = -1, .kill_all = spec->kill_all, .kill_all_arg = spec->kill_all_arg};
     int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, rep_p[2] = {-1, -1}, bar_p[2] = {-1, -1};
-    int pidfd = -1;
     int rc = -1;
-    pid_t pid = -1;
-    bool reaped = false;
-
     if (pipe2(in_p, O_CLOEXEC) < 0 || pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0 ||
         pipe2(rep_p, O_CLOEXEC | O_NONBLOCK) < 0 || pipe2(bar_p, O_CLOEXEC) < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: pipe2");
         goto done;
     }
-
     if (spec->set_ids || spec->stdio_owner_set) {
         uid_t u = spec->set_ids ? spec->uid : spec->stdio_uid;
         gid_t g = spec->set_ids ? spec->gid : spec->stdio_gid;
@@ -611,65 +811,84 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     }
 
     /* All signals blocked across clone: the child must not run a worker
-     * handler before it has reset them.  SIGPIPE stays blocked while we
-     * feed stdin, so a reader that went away is an EPIPE, not our death. */
-    sigset_t all, old_mask, run_mask, pending_before;
+     * handler before it has reset them. */
+    sigset_t all, before;
     sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old_mask);
-    sigpending(&pending_before);
-    bool sigpipe_was_pending = sigismember(&pending_before, SIGPIPE) == 1;
-
+    pthread_sigmask(SIG_BLOCK, &all, &before);
     struct child_args ca = {.spec = spec, .in_r = in_p[0], .out_w = out_p[1], .err_w = err_p[1], .rep_w = rep_p[1],
-                            .bar_r = bar_p[0], .bar_w = bar_p[1], .barrier = true};
+                            .bar_r = bar_p[0], .bar_w = bar_p[1], .barrier = true, .prepared = prepared};
     if (spec->init) {
         pthread_once(&cmdline_once, cmdline_area_read);
         ca.cmdline = cmdline_area;
     }
-    pid = spawn(&ca, &pidfd);
+    c->pid = spawn(&ca, &c->pidfd);
     int spawn_errno = errno;
-    run_mask = old_mask;
-    sigaddset(&run_mask, SIGPIPE);
-    pthread_sigmask(SIG_SETMASK, &run_mask, NULL);
-
-    close_fd(&pass_fd); /* the child has its copy (or there is no child) */
-    if (pid < 0) {
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    close_fd(pass_fd); /* the child has its copy (or there is no child) */
+    if (c->pid < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, spawn_errno, "runner: clone");
         if (err)
             err->retriable = true;
-        goto restore;
+        goto done;
     }
-    close_fd(&in_p[0]);
-    close_fd(&out_p[1]);
-    close_fd(&err_p[1]);
-    close_fd(&rep_p[1]);
-    close_fd(&bar_p[0]);
+    c->in_w = in_p[1];
+    c->out_r = out_p[0];
+    c->err_r = err_p[0];
+    c->rep_r = rep_p[0];
+    c->bar_w = bar_p[1];
+    in_p[1] = out_p[0] = err_p[0] = rep_p[0] = bar_p[1] = -1;
 
-    if (spec->parent_setup && spec->parent_setup(pid, spec->parent_setup_arg, err) < 0) {
+    if (spec->parent_setup && spec->parent_setup(c->pid, spec->parent_setup_arg, err) < 0) {
         cf_error_wrap(err, "runner: parent setup");
-        kill(pid, SIGKILL);
-        goto reap_fail;
+        goto fail;
     }
-    int64_t start = cf_mono_us();
     if (ca.barrier) {
         ssize_t w;
         do
-            w = write(bar_p[1], "g", 1);
+            w = write(c->bar_w, "g", 1);
         while (w < 0 && errno == EINTR);
         if (w != 1) {
             cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: releasing the child");
-            kill(pid, SIGKILL);
-            goto reap_fail;
+            goto fail;
         }
     }
-    close_fd(&bar_p[1]);
-
-    if (set_nonblock(in_p[1]) < 0 || set_nonblock(out_p[0]) < 0 || set_nonblock(err_p[0]) < 0) {
+    if (!prepared)
+        close_fd(&c->bar_w);
+    if (set_nonblock(c->in_w) < 0 || set_nonblock(c->out_r) < 0 || set_nonblock(c->err_r) < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: fcntl");
-        kill_everything(spec, pid);
-        goto reap_fail;
+        goto fail;
     }
+    rc = 0;
+    goto done;
+fail:
+    close_fd(&c->bar_w); /* a child still at the barrier sees EOF and exits */
+    child_kill_reap(c);
+    child_close(c);
+done:
+    close_fd(&in_p[0]);
+    close_fd(&in_p[1]);
+    close_fd(&out_p[0]);
+    close_fd(&out_p[1]);
+    close_fd(&err_p[0]);
+    close_fd(&err_p[1]);
+    close_fd(&rep_p[0]);
+    close_fd(&rep_p[1]);
+    close_fd(&bar_p[0]);
+    close_fd(&bar_p[1]);
+    return rc;
+}
+
+/* Feeds, drains and waits for a released child to the end; always reaps
+ * it and closes c's descriptors.  Called with SIGPIPE blocked. */
+static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t start, cf_run_outcome *out,
+                     cf_error *err)
+{
+    int rc = -1;
+    bool reaped = false;
+    pid_t pid = c->pid;
+    const cf_run_spec kspec = {.kill_all = c->kill_all, .kill_all_arg = c->kill_all_arg};
     if (spec->stdin_len == 0 || !spec->stdin_data)
-        close_fd(&in_p[1]);
+        close_fd(&c->in_w);
 
     size_t in_off = 0;
     bool child_done = false, killed = false;
@@ -686,7 +905,7 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
         if (!child_done && !killed) {
             bool cancel = spec->cancel && __atomic_load_n(spec->cancel, __ATOMIC_RELAXED);
             if (cancel || now >= deadline) {
-                kill_everything(spec, pid);
+                kill_everything(&kspec, pid);
                 kill(pid, SIGKILL); /* in case a custom kill_all missed it */
                 killed = true;
                 if (cancel)
@@ -697,33 +916,33 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
                 int64_t used = spec->cpu_usage_us(pid, spec->cpu_usage_arg);
                 next_cpu = now + CF_RUN_CPU_POLL_US;
                 if (used > spec->cpu_limit_us) {
-                    kill_everything(spec, pid);
+                    kill_everything(&kspec, pid);
                     kill(pid, SIGKILL);
                     killed = true;
                     out->cpu_exceeded = true;
                 }
             }
         }
-        if (child_done && (now >= drain_deadline || (out_p[0] < 0 && err_p[0] < 0)))
+        if (child_done && (now >= drain_deadline || (c->out_r < 0 && c->err_r < 0)))
             break;
 
         struct pollfd pfd[4];
         int n = 0, i_pid = -1, i_in = -1, i_out = -1, i_err = -1;
         if (!child_done) {
             i_pid = n;
-            pfd[n++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
+            pfd[n++] = (struct pollfd){.fd = c->pidfd, .events = POLLIN};
         }
-        if (in_p[1] >= 0) {
+        if (c->in_w >= 0) {
             i_in = n;
-            pfd[n++] = (struct pollfd){.fd = in_p[1], .events = POLLOUT};
+            pfd[n++] = (struct pollfd){.fd = c->in_w, .events = POLLOUT};
         }
-        if (out_p[0] >= 0) {
+        if (c->out_r >= 0) {
             i_out = n;
-            pfd[n++] = (struct pollfd){.fd = out_p[0], .events = POLLIN};
+            pfd[n++] = (struct pollfd){.fd = c->out_r, .events = POLLIN};
         }
-        if (err_p[0] >= 0) {
+        if (c->err_r >= 0) {
             i_err = n;
-            pfd[n++] = (struct pollfd){.fd = err_p[0], .events = POLLIN};
+            pfd[n++] = (struct pollfd){.fd = c->err_r, .events = POLLIN};
         }
         int64_t wake = INT64_MAX;
         if (child_done)
@@ -743,33 +962,31 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
             if (errno == EINTR)
                 continue;
             cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: poll");
-            kill_everything(spec, pid);
-            kill(pid, SIGKILL);
-            goto reap_fail;
+            goto fail;
         }
         if (i_out >= 0 && pfd[i_out].revents)
-            read_capped(&out_p[0], &out->out, spec->max_stdout, &out->out_truncated);
+            read_capped(&c->out_r, &out->out, spec->max_stdout, &out->out_truncated);
         if (i_err >= 0 && pfd[i_err].revents)
-            read_capped(&err_p[0], &out->err, spec->max_stderr, &out->err_truncated);
+            read_capped(&c->err_r, &out->err, spec->max_stderr, &out->err_truncated);
         if (i_in >= 0 && pfd[i_in].revents) {
             if (pfd[i_in].revents & (POLLERR | POLLHUP)) {
-                close_fd(&in_p[1]);
+                close_fd(&c->in_w);
             } else {
                 size_t left = spec->stdin_len - in_off;
-                ssize_t wr = write(in_p[1], spec->stdin_data + in_off, left < IO_CHUNK ? left : IO_CHUNK);
+                ssize_t wr = write(c->in_w, spec->stdin_data + in_off, left < IO_CHUNK ? left : IO_CHUNK);
                 if (wr > 0) {
                     in_off += (size_t)wr;
                     if (in_off == spec->stdin_len)
-                        close_fd(&in_p[1]); /* EOF for the program */
+                        close_fd(&c->in_w); /* EOF for the program */
                 } else if (wr < 0 && errno != EAGAIN && errno != EINTR) {
-                    close_fd(&in_p[1]); /* EPIPE: the program stopped reading */
+                    close_fd(&c->in_w); /* EPIPE: the program stopped reading */
                 }
             }
         }
         if (i_pid >= 0 && (pfd[i_pid].revents & POLLIN)) {
             /* The main process is a zombie: its pid (our process group id)
              * cannot be reused yet, so killing the group is still safe. */
-            kill_everything(spec, pid);
+            kill_everything(&kspec, pid);
             pid_t wr;
             do
                 wr = wait4(pid, &status, __WALL, &ru);
@@ -777,7 +994,7 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
             if (wr != pid) {
                 cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: wait4%s",
                                    errno == ECHILD ? " (is SIGCHLD ignored in the worker?)" : "");
-                goto restore;
+                goto fail;
             }
             reaped = true;
             child_done = true;
@@ -787,7 +1004,7 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
             if (cpu_watch && !killed && spec->cpu_usage_us(pid, spec->cpu_usage_arg) > spec->cpu_limit_us)
                 out->cpu_exceeded = true;
             drain_deadline = exit_at + DRAIN_AFTER_EXIT_US;
-            close_fd(&in_p[1]);
+            close_fd(&c->in_w);
         }
     }
 
@@ -809,7 +1026,7 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
         struct run_report rep;
         ssize_t rr;
         do
-            rr = read(rep_p[0], &rep, sizeof(rep));
+            rr = read(c->rep_r, &rep, sizeof(rep));
         while (rr < 0 && errno == EINTR);
         if (rr != (ssize_t)sizeof(rep))
             break;
@@ -827,60 +1044,233 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
             out->exit_code = out->exited ? WEXITSTATUS(rep.status) : 0;
             out->signal = WIFSIGNALED(rep.status) ? WTERMSIG(rep.status) : 0;
             out->peak_rss_bytes = rep.maxrss_kb * 1024;
+        } else if (rep.kind == REPORT_READY) {
+            continue;
         } else {
             cf_error_set_errno(err, CF_E_SANDBOX, rep.err, "runner: child setup failed before exec (%s of %s)",
                                rep.msg, spec->path);
             if (err)
                 err->retriable = false;
-            goto restore;
+            goto out;
         }
     }
     rc = 0;
-    goto restore;
-
-reap_fail:
-    close_fd(&bar_p[1]); /* a child still at the barrier sees EOF and exits */
+    goto out;
+fail:
+    kill_everything(&kspec, pid);
+out:
     if (!reaped) {
+        /* Never leave a process behind. */
+        kill(pid, SIGKILL);
         pid_t wr;
         do
             wr = waitpid(pid, NULL, __WALL);
         while (wr < 0 && errno == EINTR);
-        reaped = true;
     }
+    c->pid = -1;
+    child_close(c);
+    return rc;
+}
 
-restore:
-    if (pid > 0 && !reaped) {
-        /* Only reached when wait4 failed: never leave a process behind. */
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, __WALL);
+static void outcome_init(cf_run_outcome *out)
+{
+    memset(out, 0, sizeof(*out));
+    cf_buf_init(&out->out, 0);
+    cf_buf_init(&out->err, 0);
+}
+
+int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
+{
+    outcome_init(out);
+    int pass_fd = spec && spec->pass_fd > 2 ? spec->pass_fd : -1; /* ours to close, whatever happens */
+    if (!spec || !spec->path || !spec->argv || !spec->argv[0]) {
+        close_fd(&pass_fd);
+        return cf_error_set(err, CF_E_INVALID, "runner: no program given");
     }
-    /* Swallow a SIGPIPE our stdin writes raised, then restore the mask. */
-    if (!sigpipe_was_pending) {
-        sigset_t p;
-        sigpending(&p);
-        if (sigismember(&p, SIGPIPE) == 1) {
-            sigset_t only;
-            sigemptyset(&only);
-            sigaddset(&only, SIGPIPE);
-            struct timespec zero = {0, 0};
-            while (sigtimedwait(&only, NULL, &zero) < 0 && errno == EINTR)
-                ;
+    if (spec_check(spec, err) < 0) {
+        close_fd(&pass_fd);
+        return -1;
+    }
+    struct sigpipe_guard guard;
+    sigpipe_block(&guard);
+    struct cf_run_prep c;
+    int rc = -1;
+    if (child_start(spec, false, &c, &pass_fd, err) == 0)
+        rc = supervise(&c, spec, cf_mono_us(), out, err);
+    sigpipe_restore(&guard);
+    close_fd(&pass_fd);
+    return rc;
+}
+
+/* How long a prepared child may take to report that it is ready. */
+#define PREPARE_READY_MS 10000
+
+int cf_run_prepare(const cf_run_spec *spec, cf_run_prep **prep, cf_error *err)
+{
+    *prep = NULL;
+    if (!spec)
+        return cf_error_set(err, CF_E_INVALID, "runner: no spec");
+    if (spec->pass_fd > 2 || spec->exec_fd > 2)
+        return cf_error_set(err, CF_E_INVALID, "runner: a prepared child takes no passed or program descriptor");
+    if (spec_check(spec, err) < 0)
+        return -1;
+    struct cf_run_prep *c = malloc(sizeof(*c));
+    if (!c)
+        return cf_error_set(err, CF_E_NOMEM, "runner: out of memory");
+    struct sigpipe_guard guard;
+    sigpipe_block(&guard);
+    int none = -1;
+    int rc = child_start(spec, true, c, &none, err);
+    if (rc == 0) {
+        /* Ready, or a setup failure (report, then exit), or a death. */
+        struct run_report rep;
+        memset(&rep, 0, sizeof(rep));
+        bool ready = false, got = false;
+        int64_t until = cf_mono_us() + PREPARE_READY_MS * 1000LL;
+        for (;;) {
+            ssize_t rr = read(c->rep_r, &rep, sizeof(rep));
+            if (rr == (ssize_t)sizeof(rep)) {
+                got = true;
+                ready = rep.kind == REPORT_READY;
+                break;
+            }
+            if (rr == 0 || (rr < 0 && errno != EAGAIN && errno != EINTR))
+                break;
+            int64_t left = until - cf_mono_us();
+            if (left <= 0)
+                break;
+            struct pollfd pfd[2] = {{.fd = c->rep_r, .events = POLLIN}, {.fd = c->pidfd, .events = POLLIN}};
+            if (poll(pfd, 2, (int)((left + 999) / 1000)) < 0 && errno != EINTR)
+                break;
+            if ((pfd[1].revents & POLLIN) && !(pfd[0].revents & POLLIN)) {
+                /* dead: one last look for its report */
+                rr = read(c->rep_r, &rep, sizeof(rep));
+                got = rr == (ssize_t)sizeof(rep);
+                break;
+            }
+        }
+        if (!ready) {
+            rep.msg[sizeof(rep.msg) - 1] = '\0';
+            if (got)
+                cf_error_set_errno(err, CF_E_SANDBOX, rep.err, "runner: child setup failed (%s)", rep.msg);
+            else
+                cf_error_set(err, CF_E_SANDBOX, "runner: the prepared child did not become ready");
+            child_kill_reap(c);
+            child_close(c);
+            rc = -1;
         }
     }
-    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    sigpipe_restore(&guard);
+    if (rc < 0) {
+        free(c);
+        return -1;
+    }
+    *prep = c;
+    return 0;
+}
 
-done:
-    close_fd(&pass_fd);
-    close_fd(&in_p[0]);
-    close_fd(&in_p[1]);
-    close_fd(&out_p[0]);
-    close_fd(&out_p[1]);
-    close_fd(&err_p[0]);
-    close_fd(&err_p[1]);
-    close_fd(&rep_p[0]);
-    close_fd(&rep_p[1]);
-    close_fd(&bar_p[0]);
-    close_fd(&bar_p[1]);
-    close_fd(&pidfd);
+/* The go message for spec's request part (malloc'd; *len its size). */
+static char *go_encode(const cf_run_spec *spec, size_t *len, cf_error *err)
+{
+    size_t argc = 0, envc = 0, total = strlen(spec->path) + 1 + (spec->cwd ? strlen(spec->cwd) : 0) + 1;
+    for (; spec->argv[argc]; argc++)
+        total += strlen(spec->argv[argc]) + 1;
+    for (; spec->envp && spec->envp[envc]; envc++)
+        total += strlen(spec->envp[envc]) + 1;
+    if (total > GO_MAX_BYTES || argc > GO_MAX_STRINGS || envc > GO_MAX_STRINGS) {
+        cf_error_set(err, CF_E_LIMIT, "runner: argv and environment too large (%zu bytes)", total);
+        return NULL;
+    }
+    struct run_go_hdr h;
+    memset(&h, 0, sizeof(h));
+    h.magic = GO_MAGIC;
+    h.total = (uint32_t)total;
+    h.argc = (uint32_t)argc;
+    h.envc = (uint32_t)envc;
+    h.n_rlimits = spec->n_rlimits;
+    h.go_flags = spec->go_flags;
+    h.go_arg = spec->go_arg;
+    for (int i = 0; i < spec->n_rlimits; i++) {
+        h.rl[i].resource = spec->rlimits[i].resource;
+        h.rl[i].value = (uint64_t)spec->rlimits[i].value;
+    }
+    char *buf = malloc(sizeof(h) + total);
+    if (!buf) {
+        cf_error_set(err, CF_E_NOMEM, "runner: out of memory");
+        return NULL;
+    }
+    memcpy(buf, &h, sizeof(h));
+    char *p = buf + sizeof(h);
+#define GO_PUT(str)                      \
+    do {                                 \
+        size_t l_ = strlen(str) + 1;     \
+        memcpy(p, (str), l_);            \
+        p += l_;                         \
+    } while (0)
+    GO_PUT(spec->path);
+    GO_PUT(spec->cwd ? spec->cwd : "");
+    for (size_t i = 0; i < argc; i++)
+        GO_PUT(spec->argv[i]);
+    for (size_t i = 0; i < envc; i++)
+        GO_PUT(spec->envp[i]);
+#undef GO_PUT
+    *len = sizeof(h) + total;
+    return buf;
+}
+
+int cf_run_start(cf_run_prep *prep, const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
+{
+    outcome_init(out);
+    if (!prep)
+        return cf_error_set(err, CF_E_INVALID, "runner: nothing prepared");
+    if (!spec || !spec->path || !spec->path[0] || !spec->argv || !spec->argv[0] || spec->n_rlimits < 0 ||
+        spec->n_rlimits > CF_RUN_MAX_RLIMITS || spec->pass_fd > 2 || spec->exec_fd > 2) {
+        cf_run_prep_destroy(prep);
+        return cf_error_set(err, CF_E_INVALID, "runner: bad spec for a prepared child");
+    }
+    size_t len = 0;
+    char *msg = go_encode(spec, &len, err);
+    if (!msg) {
+        cf_run_prep_destroy(prep);
+        return -1;
+    }
+    struct sigpipe_guard guard;
+    sigpipe_block(&guard);
+    int64_t start = cf_mono_us();
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(prep->bar_w, msg + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    int saved = errno;
+    free(msg);
+    close_fd(&prep->bar_w);
+    int rc;
+    if (off != len) {
+        cf_error_set_errno(err, CF_E_SANDBOX, saved, "runner: handing the request to the prepared child");
+        if (err)
+            err->retriable = true;
+        child_kill_reap(prep);
+        child_close(prep);
+        rc = -1;
+    } else {
+        rc = supervise(prep, spec, start, out, err);
+    }
+    sigpipe_restore(&guard);
+    free(prep);
     return rc;
+}
+
+void cf_run_prep_destroy(cf_run_prep *prep)
+{
+    if (!prep)
+        return;
+    close_fd(&prep->bar_w);
+    child_kill_reap(prep);
+    child_close(prep);
+    free(prep);
 }

@@ -51,6 +51,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -73,6 +74,35 @@
 
 #define MAX_JOIN_FDS 8
 
+/* A slot's warm sandbox, made by the slot's own preparer thread while the
+ * slot is idle: a child cloned into its namespaces, in the slot's cgroup,
+ * its private root built with work/ and run/ of a fresh tmpfs bound,
+ * waiting in cf_run_prepare's barrier for the request.
+ *   NONE -> BUILDING -> READY -> TAKEN (an execution runs in it) -> DIRTY
+ *   (the preparer unmounts what the execution left, then builds again).
+ * An execution holds `busy`; the preparer never builds while it is set, so
+ * the cold path and the warm one never share the tmpfs or the cgroup. */
+typedef enum { WARM_NONE, WARM_BUILDING, WARM_READY, WARM_TAKEN, WARM_DIRTY } warm_state;
+#define WARM_MAX_FAILURES 3
+
+typedef struct sb_warm {
+    bool on;              /* a preparer thread runs for this slot */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    warm_state state;
+    bool busy;
+    bool stop;
+    int failures;         /* consecutive failed builds; past the cap the slot stays cold */
+    char why[256];        /* the last failure */
+    uint64_t served_warm, served_cold;
+    /* the prepared sandbox: READY and TAKEN (and DIRTY: dirs, mounted) */
+    cf_run_prep *prep;
+    cf_exec_dirs dirs;
+    bool mounted;
+    cf_sandbox_exec sx;   /* the hooks' argument: the parent's copy (kill_all) */
+} sb_warm;
+
 typedef struct sb_slot {
     cf_cgroup *cg;        /* reused across executions of the slot */
     int join_fds[MAX_JOIN_FDS]; /* v1 tasks files of cg (the child joins itself) */
@@ -81,6 +111,9 @@ typedef struct sb_slot {
     cf_sandbox_fs *fs;    /* the fixed tree; binds set per execution */
     char mnt[PATH_MAX];   /* mount point of the per-execution tmpfs */
     bool mnt_made;
+    sb_warm warm;
+    struct sb_state *st;  /* for the preparer thread */
+    int index;
 } sb_slot;
 
 typedef struct sb_state {
@@ -119,6 +152,9 @@ static int64_t sb_cpu_used(pid_t pid, void *arg)
 }
 
 static atomic_int instance_counter;
+
+static int warm_start(struct sb_state *st, sb_slot *s, int index, cf_error *err);
+static void warm_stop(sb_slot *s);
 
 /* Whether host uid `uid` (a slot's run uid: no supplementary groups, no
  * capabilities on host files) may access an inode with mode bits `need`
@@ -169,6 +205,8 @@ static void sb_destroy(void *state)
     sb_state *st = state;
     if (!st)
         return;
+    for (int i = 0; st->slot && i < st->slots; i++)
+        warm_stop(&st->slot[i]);
     for (int i = 0; st->slot && i < st->slots; i++)
         slot_release(st, &st->slot[i]);
     free(st->slot);
@@ -370,6 +408,9 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                       "host uids %lld..%lld; work dir tmpfs %lld MiB, /tmp %lld MiB",
                       (long long)st->uid_base, (long long)(st->uid_base + st->slots - 1),
                       (long long)(st->work_bytes >> 20), (long long)(st->tmp_bytes >> 20));
+    if (!cfg->sandbox_cold)
+        cf_exec_notes_add(&st->base, "warm: each slot prepares its next sandbox while idle (not for network=enabled "
+                                     "or fs_mode=paths, which get one built for them)");
     if (swept_dirs || swept_cgroups)
         cf_exec_notes_add(&st->base, "swept %d stale dir(s) and %d cgroup(s) of dead workers", swept_dirs,
                           swept_cgroups);
@@ -388,6 +429,11 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         if (!nl)
             break;
         line = nl + 1;
+    }
+    if (!cfg->sandbox_cold) {
+        for (int i = 0; i < st->slots; i++)
+            if (warm_start(st, &st->slot[i], i, err) < 0)
+                goto fail;
     }
     caps->notes = st->base.notes;
     *state = st;
@@ -564,54 +610,255 @@ static int dir_bind(cf_workdir *wd, const char *sub, const char *dst, bool rw, c
     return 0;
 }
 
-static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err)
+/* ---- warm sandboxes ---- */
+
+/* Takes down a prepared or used warm sandbox: its child (if still
+ * waiting), every process left in the cgroup, and the work tmpfs with all
+ * that was placed or written in it.  The caller owns the slot (busy, or
+ * the preparer thread). */
+static void warm_discard(sb_slot *s)
 {
-    sb_state *st = state;
+    sb_warm *w = &s->warm;
+    cf_run_prep_destroy(w->prep);
+    w->prep = NULL;
+    if (s->cg && cf_cgroup_nprocs(s->cg) != 0)
+        cf_cgroup_kill_all(s->cg);
+    cf_exec_dirs_release(&w->dirs);
+    if (w->mounted) {
+        (void)umount2(s->mnt, MNT_DETACH);
+        w->mounted = false;
+    }
+}
+
+static int slot_cgroup(sb_state *st, sb_slot *s, int slot, const cf_cgroup_limits *lim, cf_error *err);
+static int mount_work(sb_state *st, sb_slot *s, cf_error *err);
+static int dir_bind(cf_workdir *wd, const char *sub, const char *dst, bool rw, cf_sandbox_bind *b, char *buf,
+                    size_t bufsz, cf_error *err);
+
+/* Builds the slot's next sandbox: the same steps as a cold execution up
+ * to the request, into a cgroup that is new or emptied (nothing of an
+ * earlier execution survives: fresh tmpfs for work/ and run/, fresh
+ * namespaces, /tmp and /dev/shm, a fresh child). */
+static int warm_build(sb_state *st, sb_slot *s, cf_error *err)
+{
+    sb_warm *w = &s->warm;
+    int slot = s->index;
+    if (st->cgenv) {
+        cf_cgroup_limits lim = {.memory_bytes = st->def_memory, .pids_max = st->def_pids + 1};
+        if (s->cg && cf_cgroup_nprocs(s->cg) != 0)
+            cf_cgroup_kill_all(s->cg);
+        if (slot_cgroup(st, s, slot, &lim, err) < 0)
+            return cf_error_wrap(err, "sandbox: warm: slot cgroup");
+    }
+    if (!s->fs) {
+        cf_sandbox_fs_spec fspec = {.tmp_size_bytes = st->tmp_bytes, .nr_inodes = st->inodes, .uid = IN_ID,
+                                    .gid = IN_ID, .extra_ro = st->toolchain_dirs};
+        if (cf_sandbox_fs_new(&fspec, &s->fs, err) < 0)
+            return cf_error_wrap(err, "sandbox: warm");
+    }
+    if (mount_work(st, s, err) < 0)
+        return -1;
+    w->mounted = true;
+    uid_t host_id = (uid_t)(st->uid_base + slot);
+    if (cf_exec_dirs_create(s->mnt, host_id, host_id, "sandbox", &w->dirs, err) < 0)
+        goto fail;
+    cf_sandbox_bind binds[3];
+    char wbuf[PATH_MAX], rbuf[PATH_MAX], obuf[PATH_MAX];
+    /* /work read-write; a request that wants it read-only gets it
+     * remounted so before its program starts (CF_SANDBOX_GO_WORK_RO). */
+    if (dir_bind(w->dirs.work, NULL, CF_SANDBOX_WORK_DIR, true, &binds[0], wbuf, sizeof(wbuf), err) < 0 ||
+        dir_bind(w->dirs.run, NULL, RUN_DIR, false, &binds[1], rbuf, sizeof(rbuf), err) < 0 ||
+        dir_bind(w->dirs.run, "out", RUN_DIR "/out", true, &binds[2], obuf, sizeof(obuf), err) < 0)
+        goto fail;
+    if (cf_sandbox_fs_set_binds(s->fs, binds, 3, err) < 0) {
+        cf_error_wrap(err, "sandbox: warm");
+        goto fail;
+    }
+    cf_run_spec spec;
+    memset(&spec, 0, sizeof(spec));
+    w->sx = (cf_sandbox_exec){.seccomp = st->seccomp, .fs = s->fs, .cg = s->cg, .uid = IN_ID, .gid = IN_ID,
+                              .host_uid = host_id, .host_gid = host_id, .loopback = true,
+                              .join_fds = s->join_fds, .n_join = s->n_join};
+    if (cf_sandbox_exec_prepare(&w->sx, &spec, err) < 0 || cf_run_prepare(&spec, &w->prep, err) < 0)
+        goto fail;
+    return 0;
+fail:
+    warm_discard(s);
+    return -1;
+}
+
+static void *warm_main(void *arg)
+{
+    sb_slot *s = arg;
+    sb_warm *w = &s->warm;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->stop && (w->busy || w->state == WARM_READY || w->state == WARM_TAKEN ||
+                            (w->state == WARM_NONE && w->failures >= WARM_MAX_FAILURES)))
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->stop)
+            break;
+        bool dirty = w->state == WARM_DIRTY;
+        w->state = WARM_BUILDING;
+        pthread_mutex_unlock(&w->mu);
+        if (dirty)
+            warm_discard(s);
+        cf_error err;
+        cf_error_clear(&err);
+        int rc = w->failures >= WARM_MAX_FAILURES ? -1 : warm_build(s->st, s, &err);
+        pthread_mutex_lock(&w->mu);
+        if (rc == 0) {
+            w->state = WARM_READY;
+            w->failures = 0;
+        } else {
+            w->state = WARM_NONE;
+            if (w->failures < WARM_MAX_FAILURES) {
+                w->failures++;
+                cf_strlcpy(w->why, err.msg, sizeof(w->why));
+            }
+        }
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int warm_start(sb_state *st, sb_slot *s, int index, cf_error *err)
+{
+    sb_warm *w = &s->warm;
+    s->st = st;
+    s->index = index;
+    if (pthread_mutex_init(&w->mu, NULL) != 0)
+        return cf_error_set(err, CF_E_SYSTEM, "sandbox: warm: mutex");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    int rc = pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) {
+        pthread_mutex_destroy(&w->mu);
+        return cf_error_set(err, CF_E_SYSTEM, "sandbox: warm: condition variable");
+    }
+    /* The prepared children die with this thread (PR_SET_PDEATHSIG): it
+     * lives as long as the backend. */
+    if ((rc = pthread_create(&w->thread, NULL, warm_main, s)) != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        return cf_error_set_errno(err, CF_E_SYSTEM, rc, "sandbox: warm: starting the preparer thread");
+    }
+    w->on = true;
+    return 0;
+}
+
+static void warm_stop(sb_slot *s)
+{
+    sb_warm *w = &s->warm;
+    if (!w->on)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    warm_discard(s);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    w->on = false;
+}
+
+/* The request in the slot's warm sandbox.  *fallback: the sandbox could
+ * not take it (its cgroup refused the request's limits); nothing ran, the
+ * caller builds one for the request. */
+static int warm_execute(sb_state *st, sb_slot *s, cf_exec_job *job, const cf_exec_ctx *ctx, const cf_request *req,
+                        const cf_cgroup_limits *lim, bool *fallback, cf_error *err)
+{
+    sb_warm *w = &s->warm;
     const cf_policy *pol = &req->policy;
-    cf_exec_job job;
+    cf_exec_files *files = ctx->files;
+    cf_run_outcome outcome;
+    memset(&outcome, 0, sizeof(outcome));
+    int rc = -1;
+    int64_t oom_before = 0, cpu_before = -1;
+    bool peak_ok = false;
+    *fallback = false;
+    if (s->cg) {
+        if (cf_cgroup_set_limits(s->cg, lim, NULL) < 0) {
+            *fallback = true;
+            return 0;
+        }
+        oom_before = cf_cgroup_oom_kills(s->cg);
+        cpu_before = cf_cgroup_cpu_usage_us(s->cg);
+        peak_ok = st->cg_peak && cf_cgroup_peak_reset(s->cg) == 0;
+    }
+    cf_exec_job_adopt_dirs(job, &w->dirs);
+    cf_exec_view view = {.work = CF_SANDBOX_WORK_DIR, .run = RUN_DIR};
+    if (cf_exec_job_fill(job, files, &view, err) < 0)
+        goto out;
+    if (job->rejected) {
+        rc = 0;
+        goto out;
+    }
+    cf_run_spec spec;
+    cf_exec_job_spec(job, ctx, &spec);
+    bool work_rw = !(pol->fs_mode == CF_FS_WORKSPACE_RO || (files && files->read_only));
+    spec.go_flags = work_rw ? 0 : CF_SANDBOX_GO_WORK_RO;
+    /* cpu_time as on the cold path (see there). */
+    sb_cpu cpu = {.cg = s->cg, .before = cpu_before};
+    if (pol->cpu_time_us > 0) {
+        long secs = (long)((pol->cpu_time_us + 999999) / 1000000);
+        if (st->cpu_total && cpu_before >= 0) {
+            spec.cpu_usage_us = sb_cpu_used;
+            spec.cpu_usage_arg = &cpu;
+            spec.cpu_limit_us = pol->cpu_time_us;
+            spec.go_arg = secs + 1;
+        } else {
+            spec.go_arg = secs;
+        }
+    }
+    int run_rc = cf_run_start(w->prep, &spec, &outcome, err);
+    w->prep = NULL;
+    if (run_rc < 0) {
+        cf_error_wrap(err, "sandbox");
+        goto out;
+    }
+    bool oom = false;
+    int64_t cpu_us = -1;
+    if (s->cg) {
+        cf_cgroup_kill_all(s->cg);
+        oom = cf_cgroup_oom_kills(s->cg) > oom_before;
+        int64_t cpu_after = cf_cgroup_cpu_usage_us(s->cg);
+        if (cpu_before >= 0 && cpu_after >= cpu_before)
+            cpu_us = cpu_after - cpu_before;
+        int64_t peak = peak_ok ? cf_cgroup_memory_peak(s->cg) : -1;
+        if (peak >= 0)
+            outcome.peak_rss_bytes = peak;
+    }
+    rc = cf_exec_job_finish(job, ctx, &outcome, oom, cpu_us, err);
+out:
+    /* A rejected placement leaves the prepared child unused: it goes, like
+     * everything else of this sandbox, when the preparer cleans the slot. */
+    cf_run_prep_destroy(w->prep);
+    w->prep = NULL;
+    if (s->cg && cf_cgroup_nprocs(s->cg) != 0)
+        cf_cgroup_kill_all(s->cg);
+    cf_exec_job_return_dirs(job, &w->dirs);
+    cf_exec_job_free(job);
+    cf_run_outcome_free(&outcome);
+    return rc;
+}
+
+/* A sandbox built for this request (warm ones unavailable or unsuitable). */
+static int cold_execute(sb_state *st, sb_slot *s, int slot, cf_exec_job *job, const cf_exec_ctx *ctx,
+                        const cf_request *req, cf_result *res, cf_sandbox_bind *binds, size_t nb,
+                        const cf_cgroup_limits *limp, cf_error *err)
+{
+    const cf_policy *pol = &req->policy;
+    cf_exec_files *files = ctx->files;
+    cf_cgroup_limits lim = *limp;
     cf_run_outcome outcome;
     memset(&outcome, 0, sizeof(outcome));
     bool mounted = false;
     int rc = -1;
-
-    if (cf_exec_job_check(&job, &st->base, "sandbox", "sandbox", ctx, req, res, err) < 0)
-        return -1;
-    if (job.rejected)
-        return 0;
-    if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots)
-        return cf_error_set(err, CF_E_INVALID, "sandbox: slot %d outside 0..%d", ctx ? ctx->slot : -1,
-                            st->slots - 1);
-    int slot = ctx->slot;
-    sb_slot *s = &st->slot[slot];
-    cf_exec_files *files = ctx->files;
-
-    /* Host paths first: a bad one must not cost a mount. */
-    cf_sandbox_bind binds[CF_SANDBOX_MAX_BINDS];
-    size_t nb = 4; /* work, run, run/out, resolv.conf */
-    if (pol->fs_mode == CF_FS_PATHS) {
-        if (pol->n_fs_read_only + pol->n_fs_read_write > CF_SANDBOX_MAX_BINDS - nb)
-            return cf_exec_reject(res, "fs_mode=paths: more than %zu paths", (size_t)CF_SANDBOX_MAX_BINDS - nb);
-        for (size_t i = 0; i < pol->n_fs_read_only + pol->n_fs_read_write; i++) {
-            bool rw = i >= pol->n_fs_read_only;
-            const char *p = rw ? pol->fs_read_write[i - pol->n_fs_read_only] : pol->fs_read_only[i];
-            char why[128], shown[100];
-            if (check_host_path(st, p, rw, (uid_t)(st->uid_base + slot), &binds[nb], why, sizeof(why)) < 0) {
-                cf_printable(p ? p : "", p ? strlen(p) : 0, shown, sizeof(shown));
-                return cf_exec_reject(res, "fs_mode=paths: %s path '%s' refused: %s", rw ? "read-write" : "read-only",
-                                      shown, why);
-            }
-            nb++;
-        }
-    }
-    if (!st->cgenv && (pol->memory_bytes > 0 || pol->max_processes > 0))
-        return cf_exec_reject(res, "backend 'sandbox' cannot enforce %s on this host (no usable cgroups)",
-                              pol->memory_bytes > 0 ? "memory" : "max_processes");
-
-    cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
-                            /* +1: the namespace's init (the runner's), which is not the program's;
-                             * +1 with network: slirp4netns, which joins the cgroup */
-                            .pids_max = (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + 1 +
-                                        (pol->network == CF_NET_ENABLED ? 1 : 0)};
+    (void)res;
     int64_t oom_before = 0, cpu_before = -1;
     bool peak_ok = false;
     if (st->cgenv) {
@@ -619,7 +866,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
             cf_error_wrap(err, "sandbox: slot cgroup");
             if (err)
                 err->retriable = true;
-            return -1;
+            goto out;
         }
         oom_before = cf_cgroup_oom_kills(s->cg);
         cpu_before = cf_cgroup_cpu_usage_us(s->cg);
@@ -628,23 +875,25 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     if (!s->fs) {
         cf_sandbox_fs_spec fspec = {.tmp_size_bytes = st->tmp_bytes, .nr_inodes = st->inodes, .uid = IN_ID,
                                     .gid = IN_ID, .extra_ro = st->toolchain_dirs};
-        if (cf_sandbox_fs_new(&fspec, &s->fs, err) < 0)
-            return cf_error_wrap(err, "sandbox");
+        if (cf_sandbox_fs_new(&fspec, &s->fs, err) < 0) {
+            cf_error_wrap(err, "sandbox");
+            goto out;
+        }
     }
 
     if (mount_work(st, s, err) < 0) {
         if (err)
             err->retriable = true;
-        return -1;
+        goto out;
     }
     mounted = true;
     uid_t host_id = (uid_t)(st->uid_base + slot);
-    if (cf_exec_job_dirs(&job, s->mnt, host_id, host_id, err) < 0)
+    if (cf_exec_job_dirs(job, s->mnt, host_id, host_id, err) < 0)
         goto out;
     cf_exec_view view = {.work = "/work", .run = RUN_DIR};
-    if (cf_exec_job_fill(&job, files, &view, err) < 0)
+    if (cf_exec_job_fill(job, files, &view, err) < 0)
         goto out;
-    if (job.rejected) {
+    if (job->rejected) {
         rc = 0;
         goto out;
     }
@@ -652,9 +901,9 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     bool work_rw = !(pol->fs_mode == CF_FS_WORKSPACE_RO || (files && files->read_only));
     bool network = pol->network == CF_NET_ENABLED;
     char wbuf[PATH_MAX], rbuf[PATH_MAX], obuf[PATH_MAX];
-    if (dir_bind(job.work, NULL, "/work", work_rw, &binds[0], wbuf, sizeof(wbuf), err) < 0 ||
-        dir_bind(job.run, NULL, RUN_DIR, false, &binds[1], rbuf, sizeof(rbuf), err) < 0 ||
-        dir_bind(job.run, "out", RUN_DIR "/out", true, &binds[2], obuf, sizeof(obuf), err) < 0)
+    if (dir_bind(job->work, NULL, "/work", work_rw, &binds[0], wbuf, sizeof(wbuf), err) < 0 ||
+        dir_bind(job->run, NULL, RUN_DIR, false, &binds[1], rbuf, sizeof(rbuf), err) < 0 ||
+        dir_bind(job->run, "out", RUN_DIR "/out", true, &binds[2], obuf, sizeof(obuf), err) < 0)
         goto out;
     /* Name resolution through slirp's forwarder, only with network. */
     size_t first = 0;
@@ -672,7 +921,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     }
 
     cf_run_spec spec;
-    cf_exec_job_spec(&job, ctx, &spec);
+    cf_exec_job_spec(job, ctx, &spec);
     cf_sandbox_exec sx = {.seccomp = st->seccomp, .fs = s->fs, .cg = s->cg, .uid = IN_ID, .gid = IN_ID,
                           .host_uid = host_id, .host_gid = host_id, .loopback = true,
                           .join_fds = s->join_fds, .n_join = s->n_join};
@@ -728,18 +977,118 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         if (peak >= 0)
             outcome.peak_rss_bytes = peak;
     }
-    rc = cf_exec_job_finish(&job, ctx, &outcome, oom, cpu_us, err);
+    rc = cf_exec_job_finish(job, ctx, &outcome, oom, cpu_us, err);
 
 out:
     if (s->cg && cf_cgroup_nprocs(s->cg) != 0)
         cf_cgroup_kill_all(s->cg);
-    cf_exec_job_free(&job);
+    cf_exec_job_free(job);
     /* Whatever the program left in work/ and run/ goes with the tmpfs.  A
      * failed unmount leaves it stacked: the next execution mounts over it
      * and destroy unmounts everything below the instance directory. */
     if (mounted)
         (void)umount2(s->mnt, MNT_DETACH);
     cf_run_outcome_free(&outcome);
+    return rc;
+}
+
+static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err)
+{
+    sb_state *st = state;
+    const cf_policy *pol = &req->policy;
+    cf_exec_job job;
+
+    if (cf_exec_job_check(&job, &st->base, "sandbox", "sandbox", ctx, req, res, err) < 0)
+        return -1;
+    if (job.rejected)
+        return 0;
+    if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots)
+        return cf_error_set(err, CF_E_INVALID, "sandbox: slot %d outside 0..%d", ctx ? ctx->slot : -1,
+                            st->slots - 1);
+    int slot = ctx->slot;
+    sb_slot *s = &st->slot[slot];
+
+    /* Host paths first: a bad one must not cost a mount. */
+    cf_sandbox_bind binds[CF_SANDBOX_MAX_BINDS];
+    size_t nb = 4; /* work, run, run/out, resolv.conf */
+    if (pol->fs_mode == CF_FS_PATHS) {
+        if (pol->n_fs_read_only + pol->n_fs_read_write > CF_SANDBOX_MAX_BINDS - nb)
+            return cf_exec_reject(res, "fs_mode=paths: more than %zu paths", (size_t)CF_SANDBOX_MAX_BINDS - nb);
+        for (size_t i = 0; i < pol->n_fs_read_only + pol->n_fs_read_write; i++) {
+            bool rw = i >= pol->n_fs_read_only;
+            const char *p = rw ? pol->fs_read_write[i - pol->n_fs_read_only] : pol->fs_read_only[i];
+            char why[128], shown[100];
+            if (check_host_path(st, p, rw, (uid_t)(st->uid_base + slot), &binds[nb], why, sizeof(why)) < 0) {
+                cf_printable(p ? p : "", p ? strlen(p) : 0, shown, sizeof(shown));
+                return cf_exec_reject(res, "fs_mode=paths: %s path '%s' refused: %s", rw ? "read-write" : "read-only",
+                                      shown, why);
+            }
+            nb++;
+        }
+    }
+    if (!st->cgenv && (pol->memory_bytes > 0 || pol->max_processes > 0))
+        return cf_exec_reject(res, "backend 'sandbox' cannot enforce %s on this host (no usable cgroups)",
+                              pol->memory_bytes > 0 ? "memory" : "max_processes");
+
+    cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
+                            /* +1: the namespace's init (the runner's), which is not the program's;
+                             * +1 with network: slirp4netns, which joins the cgroup */
+                            .pids_max = (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + 1 +
+                                        (pol->network == CF_NET_ENABLED ? 1 : 0)};
+    /* A warm sandbox when the request fits one: its own network namespace
+     * stays empty and only work/, run/ and run/out are bound. */
+    bool fits = pol->network != CF_NET_ENABLED && pol->fs_mode != CF_FS_PATHS;
+    sb_warm *w = &s->warm;
+    bool took = false;
+    if (w->on) {
+        pthread_mutex_lock(&w->mu);
+        /* A sandbox being built or about to be (the preparer is on its
+         * way) is worth the wait: building another costs the same. */
+        while (w->state == WARM_BUILDING || w->state == WARM_DIRTY ||
+               (w->state == WARM_NONE && w->failures < WARM_MAX_FAILURES))
+            pthread_cond_wait(&w->cv, &w->mu);
+        w->busy = true;
+        bool discard = false;
+        if (w->state == WARM_READY) {
+            if (fits) {
+                w->state = WARM_TAKEN;
+                took = true;
+            } else {
+                discard = true;
+                w->state = WARM_NONE;
+            }
+        }
+        pthread_mutex_unlock(&w->mu);
+        if (discard)
+            warm_discard(s);
+    }
+    int rc;
+    if (took) {
+        bool fallback = false;
+        rc = warm_execute(st, s, &job, ctx, req, &lim, &fallback, err);
+        if (fallback) {
+            /* The slot's cgroup could not take this request's limits with
+             * the prepared child in it: build one for the request. */
+            warm_discard(s);
+            took = false;
+            rc = cold_execute(st, s, slot, &job, ctx, req, res, binds, nb, &lim, err);
+        }
+    } else {
+        rc = cold_execute(st, s, slot, &job, ctx, req, res, binds, nb, &lim, err);
+    }
+    if (w->on) {
+        pthread_mutex_lock(&w->mu);
+        w->busy = false;
+        w->state = took ? WARM_DIRTY : WARM_NONE;
+        w->served_warm += took;
+        w->served_cold += !took;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (rc == 0 && res->status != CF_STATUS_REJECTED) {
+        free(res->meta.sandbox);
+        res->meta.sandbox = strdup(took ? "warm" : "cold"); /* NULL on OOM: the field is informative */
+    }
     return rc;
 }
 

@@ -43,23 +43,6 @@ static int sx_child_setup(void *arg, const char **msg)
         *msg = "sandbox: join cgroup";
         return -1;
     }
-    if (sx->cpu_rlimit_s > 0) {
-        /* Raising the soft limit up to the hard one and lowering the hard
-         * one need no privilege; never above what the runner left. */
-        struct rlimit cur;
-        if (getrlimit(RLIMIT_CPU, &cur) < 0) {
-            *msg = "sandbox: getrlimit cpu";
-            return -1;
-        }
-        rlim_t v = (rlim_t)sx->cpu_rlimit_s;
-        if (cur.rlim_max != RLIM_INFINITY && v > cur.rlim_max)
-            v = cur.rlim_max;
-        struct rlimit nl = {v, v};
-        if (setrlimit(RLIMIT_CPU, &nl) < 0) {
-            *msg = "sandbox: setrlimit cpu";
-            return -1;
-        }
-    }
     const char *hn = sx->hostname ? sx->hostname : "sandbox";
     if (sethostname(hn, strlen(hn)) < 0) {
         *msg = "sandbox: sethostname";
@@ -96,6 +79,36 @@ static int sx_child_setup(void *arg, const char **msg)
         return -1;
     if (cf_sandbox_fs_apply_fds(sx->fs, fds, msg) < 0)
         return -1;
+    return 0;
+}
+
+/* The request's part, after the runner's rlimits (a warm sandbox waited
+ * for it with its root built): the cpu backstop, /work read-only when the
+ * request wants it so, then the capabilities go and the filter comes. */
+static int sx_child_go(void *arg, unsigned go_flags, int64_t cpu_rlimit_s, const char **msg)
+{
+    const cf_sandbox_exec *sx = arg;
+    if (cpu_rlimit_s > 0) {
+        /* Raising the soft limit up to the hard one and lowering the hard
+         * one need no privilege; never above what the runner left. */
+        struct rlimit cur;
+        if (getrlimit(RLIMIT_CPU, &cur) < 0) {
+            *msg = "sandbox: getrlimit cpu";
+            return -1;
+        }
+        rlim_t v = (rlim_t)cpu_rlimit_s;
+        if (cur.rlim_max != RLIM_INFINITY && v > cur.rlim_max)
+            v = cur.rlim_max;
+        struct rlimit nl = {v, v};
+        if (setrlimit(RLIMIT_CPU, &nl) < 0) {
+            *msg = "sandbox: setrlimit cpu";
+            return -1;
+        }
+    }
+    if ((go_flags & CF_SANDBOX_GO_WORK_RO) && cf_sandbox_fs_remount_ro(CF_SANDBOX_WORK_DIR) < 0) {
+        *msg = "sandbox: /work read-only";
+        return -1;
+    }
     if (cf_sandbox_drop_caps() < 0) {
         *msg = "sandbox: drop capabilities";
         return -1;
@@ -181,6 +194,9 @@ int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *er
     spec->stdio_gid = sx->host_gid;
     spec->child_setup = sx_child_setup;
     spec->child_setup_arg = sx;
+    spec->child_go = sx_child_go;
+    spec->go_arg = sx->cpu_rlimit_s;
+    spec->go_flags = 0;
     spec->parent_setup = sx_parent_setup;
     spec->parent_setup_arg = sx;
     spec->kill_all = sx_kill_all;

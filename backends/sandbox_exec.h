@@ -41,7 +41,8 @@ typedef struct cf_sandbox_exec {
     const char *hostname;           /* NULL: "sandbox" */
     /* >0: RLIMIT_CPU soft = hard = this many seconds, set in the child
      * after the runner's rlimits: the hard limit's SIGKILL acts even on a
-     * program that catches SIGXCPU. */
+     * program that catches SIGXCPU.  cf_sandbox_exec_prepare puts it in
+     * spec->go_arg (a prepared child gets it from cf_run_start's spec). */
     long cpu_rlimit_s;
     /* filled by cf_sandbox_exec_prepare */
     char uid_map[64], gid_map[64];
@@ -49,6 +50,12 @@ typedef struct cf_sandbox_exec {
      * cf_net_egress_stop after cf_run, whatever cf_run returned */
     cf_net_egress egress;
 } cf_sandbox_exec;
+
+/* Where the program's work directory is mounted inside. */
+#define CF_SANDBOX_WORK_DIR "/work"
+/* spec->go_flags for a prepared sandbox: remount /work read-only before
+ * the program starts (its bind was made read-write ahead of the request). */
+#define CF_SANDBOX_GO_WORK_RO 1u
 
 /* Sets spec's clone flags, the child_setup/parent_setup/kill_all hooks
  * (with sx as their argument; sx must outlive cf_run) and gives the stdio

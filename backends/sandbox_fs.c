@@ -675,6 +675,11 @@ fail:;
     return -1;
 }
 
+int cf_sandbox_fs_remount_ro(const char *path)
+{
+    return mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | locked_flags(path), NULL);
+}
+
 int cf_sandbox_fs_apply(const cf_sandbox_fs *fs, const char **msg)
 {
     int fds[CF_SANDBOX_MAX_BINDS];

@@ -84,6 +84,10 @@ int cf_sandbox_fs_set_binds(cf_sandbox_fs *fs, const cf_sandbox_bind *binds, siz
  * = cf_sandbox_fs_open_binds + cf_sandbox_fs_apply_fds. */
 int cf_sandbox_fs_apply(const cf_sandbox_fs *fs, const char **msg);
 
+/* Child: makes the bind mounted at path (inside the new root) read-only,
+ * keeping its other flags.  Needs the capabilities still held. */
+int cf_sandbox_fs_remount_ro(const char *path);
+
 /* The two halves, for a child that changes uid in between (the bind
  * sources are opened with the child's original host credentials, so a
  * source in a directory only root may search still works).  fds holds

@@ -599,6 +599,16 @@ static void rm_contents(cf_workdir *wd, int dfd, int depth, unsigned long *progr
     closedir(d);
 }
 
+void cf_workdir_release(cf_workdir *wd)
+{
+    if (!wd)
+        return;
+    close_fd(&wd->fd);
+    close_fd(&wd->root_fd);
+    free(wd->path);
+    free(wd);
+}
+
 void cf_workdir_destroy(cf_workdir *wd)
 {
     if (!wd)

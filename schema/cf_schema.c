@@ -227,6 +227,7 @@ void cf_result_clear(cf_result *res)
     free_strv(res->changed_paths, res->n_changed_paths);
     free(res->checkpoint_id);
     free(res->meta.toolchain);
+    free(res->meta.sandbox);
     for (size_t i = 0; res->cases && i < res->n_cases; i++)
         cf_case_result_clear(&res->cases[i]);
     free(res->cases);
@@ -928,6 +929,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     put_int(&meta, "attempt", res->meta.attempt);
     put_true(&meta, "replay", res->meta.replay);
     put_str(&meta, "toolchain", res->meta.toolchain);
+    put_str(&meta, "sandbox", res->meta.sandbox);
     put_map(&e, "metadata", &meta);
     put_str(&e, "reason", res->reason);
     put_str(&e, "reply_to_error", res->reply_to_error);
@@ -1414,9 +1416,9 @@ static const char *const cr_keys[CR__COUNT] = {
 enum { OF_PATH, OF_SIZE, OF_CONTENT, OF_TRUNCATED, OF__COUNT };
 static const char *const of_keys[OF__COUNT] = {"path", "size", "content", "truncated"};
 
-enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD_REPLAY, MD_TOOLCHAIN, MD__COUNT };
+enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD_REPLAY, MD_TOOLCHAIN, MD_SANDBOX, MD__COUNT };
 static const char *const md_keys[MD__COUNT] = {"backend", "isolation", "language", "worker",
-                                               "identity", "attempt", "replay",   "toolchain"};
+                                               "identity", "attempt", "replay",   "toolchain", "sandbox"};
 
 enum { DG_LEVEL, DG_MESSAGE, DG_FILE, DG_LINE, DG_COLUMN, DG_CODE, DG_END_LINE, DG_END_COLUMN, DG_CHILDREN,
        DG__COUNT };
@@ -1436,6 +1438,7 @@ static int meta_field(dec *d, void *obj, int idx, const char *path, unsigned dep
     case MD_IDENTITY: return dec_str(d, path, &m->identity);
     case MD_REPLAY: return dec_bool(d, path, &m->replay);
     case MD_TOOLCHAIN: return dec_str(d, path, &m->toolchain);
+    case MD_SANDBOX: return dec_str(d, path, &m->sandbox);
     default: return dec_nonneg(d, path, &m->attempt);
     }
 }

@@ -220,6 +220,7 @@ typedef struct cf_result_meta {
     int64_t attempt; /* 1 for the first delivery; higher after redelivery */
     bool replay;     /* answered from the idempotency store, not run again */
     char *toolchain; /* compiled languages: the compiler's version ("gcc 12.2.0") */
+    char *sandbox;   /* sandbox backend: "warm" (prepared ahead) or "cold" (built for the request) */
 } cf_result_meta;
 
 typedef struct cf_result {

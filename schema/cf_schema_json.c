@@ -534,6 +534,7 @@ json_t *cf_result_to_json(const cf_result *res)
         if (res->meta.replay)
             jset(m, "replay", json_true(), &ok);
         jset_str(m, "toolchain", res->meta.toolchain, &ok);
+        jset_str(m, "sandbox", res->meta.sandbox, &ok);
         if (json_object_size(m))
             jset(o, "metadata", json_incref(m), &ok);
         json_decref(m);
@@ -999,7 +1000,8 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
             jstr(m, "metadata", "identity", &r->meta.identity, err) < 0 ||
             jnonneg(m, "metadata", "attempt", &r->meta.attempt, err) < 0 ||
             jbool(m, "replay", &r->meta.replay, err) < 0 ||
-            jstr(m, "metadata", "toolchain", &r->meta.toolchain, err) < 0)
+            jstr(m, "metadata", "toolchain", &r->meta.toolchain, err) < 0 ||
+            jstr(m, "metadata", "sandbox", &r->meta.sandbox, err) < 0)
             return -1;
     }
     if (jstr(o, "", "reason", &r->reason, err) < 0 || jstr(o, "", "reply_to_error", &r->reply_to_error, err) < 0 ||

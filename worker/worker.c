@@ -2007,6 +2007,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .sandbox_tmp_bytes = cfg->sandbox_tmp_bytes,
         .sandbox_work_bytes = cfg->sandbox_work_bytes,
         .sandbox_inodes = cfg->sandbox_inodes,
+        .sandbox_cold = !cfg->sandbox_warm,
         .embed_helper_path = cfg->embed_helper_path && cfg->embed_helper_path[0] ? cfg->embed_helper_path
                                                                                   : CF_DEFAULT_EMBED_HELPER,
         .embed_helper_memory_bytes = cfg->embed_helper_memory_bytes,

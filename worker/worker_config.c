@@ -128,6 +128,10 @@ static const cf_conf_prop worker_props[] = {
      "Sandbox: size of the per-execution tmpfs holding the work directory.", NULL},
     {"sandbox-inodes", CF_CONF_INT, OFF(sandbox_inodes), 64, 100000000, "16384", NULL,
      "Sandbox: inode cap of each of those tmpfs.", NULL},
+    {"sandbox-warm", CF_CONF_BOOL, OFF(sandbox_warm), 0, 0, "true", NULL,
+     "Sandbox: each slot builds its next sandbox (namespaces, root, cgroup, work tmpfs) while idle, so a "
+     "request only places its files and starts its program.  Requests with network=enabled or fs_mode=paths "
+     "always get one built for them.  false: every sandbox is built on the request's critical path.", NULL},
     {"embed-helper", CF_CONF_STRING, OFF(embed_helper_path), 0, 1024, NULL, NULL,
      "wasm and js backends: the runtime helper program (absolute path); default: the codefleet-embed-helper "
      "built with this worker.  A build without the runtimes has none: those backends are then unavailable.",

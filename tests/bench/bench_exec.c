@@ -20,11 +20,14 @@
  * /bin /lib /lib64 /sbin), fresh /proc, /dev and /tmp, and an empty /work.
  * (The sandbox does more on top: a cgroup, seccomp, a capped work tmpfs.) */
 #include <errno.h>
+#include <stdbool.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +35,11 @@
 #include "cf_util.h"
 
 extern char **environ;
+
+static int64_t tv_us(const struct timeval *t)
+{
+    return (int64_t)t->tv_sec * 1000000 + t->tv_usec;
+}
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -199,6 +207,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_exec: %s: %s\n", backend_name, err.msg);
         return 1;
     }
+    /* sandbox: the same backend with every sandbox built on the critical
+     * path (sandbox_cold), timed interleaved with the warm one. */
+    bool is_sandbox = strcmp(backend_name, "sandbox") == 0;
+    void *cold_state = NULL;
+    if (is_sandbox) {
+        cf_backend_config ccfg = cfg;
+        ccfg.sandbox_cold = true;
+        cf_backend_caps ccaps;
+        if (ops->create(&ccfg, &cold_state, &ccaps, &err) < 0) {
+            fprintf(stderr, "bench_exec: sandbox (cold): %s\n", err.msg);
+            return 1;
+        }
+    }
+    int64_t *cold = calloc((size_t)iterations, sizeof(int64_t));
     int64_t *bare = calloc((size_t)iterations, sizeof(int64_t));
     int64_t *be = calloc((size_t)iterations, sizeof(int64_t));
     int64_t *bw = calloc((size_t)iterations, sizeof(int64_t));
@@ -236,6 +258,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_exec: bwrap execution %d failed\n", i);
             return 1;
         }
+        if (cold_state) {
+            cf_result cres = {0};
+            t0 = cf_mono_us();
+            r = ops->execute(cold_state, &ctx, &req, &cres, &err);
+            cold[i] = cf_mono_us() - t0;
+            if (r < 0 || cres.status != CF_STATUS_SUCCESS) {
+                fprintf(stderr, "bench_exec: cold execution %d failed\n", i);
+                return 1;
+            }
+            cf_result_clear(&cres);
+        }
     }
     qsort(bare, (size_t)iterations, sizeof(int64_t), cmp_i64);
     qsort(be, (size_t)iterations, sizeof(int64_t), cmp_i64);
@@ -258,6 +291,75 @@ int main(int argc, char **argv)
                backend_name, (long long)mk, (long long)mw, (double)(mk - mb) / (double)(mw - mb > 0 ? mw - mb : 1),
                (long long)(mk - mb), (long long)(mw - mb));
     }
+    if (cold_state) {
+        qsort(cold, (size_t)iterations, sizeof(int64_t), cmp_i64);
+        int64_t mc = pct(cold, iterations, 0.5);
+        printf("sandbox, cold        %-10s n=%d median=%lldus p90=%lldus p99=%lldus\n", program, iterations,
+               (long long)mc, (long long)pct(cold, iterations, 0.9), (long long)pct(cold, iterations, 0.99));
+        printf("RESULT sandbox_warm_vs_cold warm_median_extra_us=%lld warm_p99_us=%lld cold_median_extra_us=%lld "
+               "cold_p99_us=%lld bare_median_us=%lld\n",
+               (long long)(mk - mb), (long long)pct(be, iterations, 0.99), (long long)(mc - mb),
+               (long long)pct(cold, iterations, 0.99), (long long)mb);
+
+        /* Back to back: nothing between two executions, so the next warm
+         * sandbox is built while... nothing runs: its build is on the
+         * critical path whenever it is not finished (a saturated slot). */
+        int nb2 = iterations / 2 > 10 ? iterations / 2 : 10;
+        int64_t *b2b = calloc((size_t)nb2, sizeof(int64_t));
+        for (int i = 0; i < nb2; i++) {
+            cf_result res = {0};
+            int64_t t0 = cf_mono_us();
+            int r = ops->execute(state, &ctx, &req, &res, &err);
+            b2b[i] = cf_mono_us() - t0;
+            if (r < 0 || res.status != CF_STATUS_SUCCESS)
+                return 1;
+            cf_result_clear(&res);
+        }
+        qsort(b2b, (size_t)nb2, sizeof(int64_t), cmp_i64);
+        printf("RESULT sandbox_warm_back_to_back n=%d median_us=%lld p99_us=%lld\n", nb2,
+               (long long)pct(b2b, nb2, 0.5), (long long)pct(b2b, nb2, 0.99));
+        free(b2b);
+
+        /* Total CPU per execution (this process's threads, the preparer's
+         * included, and every reaped child: the sandbox's init and the
+         * program): each execution followed by a pause long enough for
+         * the next warm sandbox to be built, so all of it is counted.
+         * Kernel work deferred to kernel threads (a network namespace's
+         * teardown) is not in it. */
+        struct {
+            const char *name;
+            void *st;
+        } kinds[3] = {{"bare", NULL}, {"warm", state}, {"cold", cold_state}};
+        int ncpu = iterations / 2 > 20 ? iterations / 2 : 20;
+        double cpu_us[3];
+        for (int k = 0; k < 3; k++) {
+            struct rusage s0, c0, s1, c1;
+            getrusage(RUSAGE_SELF, &s0);
+            getrusage(RUSAGE_CHILDREN, &c0);
+            for (int i = 0; i < ncpu; i++) {
+                if (!kinds[k].st) {
+                    bare_once(program);
+                } else {
+                    cf_result res = {0};
+                    if (ops->execute(kinds[k].st, &ctx, &req, &res, &err) < 0)
+                        return 1;
+                    cf_result_clear(&res);
+                }
+                usleep(5000);
+            }
+            getrusage(RUSAGE_SELF, &s1);
+            getrusage(RUSAGE_CHILDREN, &c1);
+            cpu_us[k] = (double)(tv_us(&s1.ru_utime) + tv_us(&s1.ru_stime) - tv_us(&s0.ru_utime) -
+                                 tv_us(&s0.ru_stime) + tv_us(&c1.ru_utime) + tv_us(&c1.ru_stime) -
+                                 tv_us(&c0.ru_utime) - tv_us(&c0.ru_stime)) /
+                        ncpu;
+        }
+        printf("RESULT sandbox_cpu_per_execution n=%d bare_us=%.0f warm_us=%.0f cold_us=%.0f warm_extra_us=%.0f "
+               "cold_extra_us=%.0f\n",
+               ncpu, cpu_us[0], cpu_us[1], cpu_us[2], cpu_us[1] - cpu_us[0], cpu_us[2] - cpu_us[0]);
+        ops->destroy(cold_state);
+    }
+    free(cold);
     if (want_net) {
         /* network=enabled against network=disabled, interleaved: what the
          * own namespace, slirp4netns and the routes cost per execution. */

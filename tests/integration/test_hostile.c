@@ -84,6 +84,7 @@ static struct {
     it_topics t;
     it_worker w;
     bool worker_started;
+    bool cold; /* the worker builds every sandbox for its request */
     cf_dispatcher *d;
     cf_cgroup_env *demo_env;
     int demo_seq;
@@ -490,6 +491,14 @@ static void run_request(const cf_request *req, cf_result *res)
     }
     if (res->status != CF_STATUS_REJECTED && (!res->meta.backend || strcmp(res->meta.backend, "sandbox") != 0))
         fail_msg("%s ran on backend %s, not sandbox", req->id, res->meta.backend ? res->meta.backend : "-");
+    /* The path under test served it: warm unless cold was asked for or the
+     * request needs one built for it. */
+    if (res->status != CF_STATUS_REJECTED && res->status != CF_STATUS_INTERNAL_ERROR) {
+        bool fits = req->policy.network != CF_NET_ENABLED && req->policy.fs_mode != CF_FS_PATHS;
+        const char *want = !g.cold && fits ? "warm" : "cold";
+        if (!res->meta.sandbox || strcmp(res->meta.sandbox, want) != 0)
+            fail_msg("%s ran in a %s sandbox, not %s", req->id, res->meta.sandbox ? res->meta.sandbox : "-", want);
+    }
 }
 
 /* Runs "hostile <args>" in the sandbox with the default policy changed by
@@ -684,11 +693,38 @@ static void walk_all(const char *dir, int depth, char ***v, size_t *n)
     closedir(d);
 }
 
+/* Whether path is part of a warm sandbox's empty skeleton: <slot mount
+ * point>/cf-XXXXXX and its run, run/out and work directories, made before
+ * any request (anything inside them is not). */
+static bool warm_skeleton(const char *path)
+{
+    const char *p = strstr(path, "/s0/cf-");
+    if (!p || strlen(p + 3) < 10)
+        return false;
+    p += 3;
+    const char *rest = p + 10; /* "/cf-" + 6 random characters */
+    return !*rest || strcmp(rest, "/run") == 0 || strcmp(rest, "/run/out") == 0 || strcmp(rest, "/work") == 0;
+}
+
 static void wr_snapshot(char ***v, size_t *n)
 {
     *v = NULL;
     *n = 0;
     walk_all(g.work_root, 0, v, n);
+    if (!g.cold) {
+        /* The one slot's next sandbox, once: a second skeleton would be an
+         * earlier execution's tmpfs left mounted, and stays in the list. */
+        size_t kept = 0, tops = 0;
+        for (size_t i = 0; i < *n; i++)
+            tops += warm_skeleton((*v)[i]) && !strchr(strstr((*v)[i], "/s0/cf-") + 4, '/');
+        for (size_t i = 0; i < *n; i++) {
+            if (tops <= 1 && warm_skeleton((*v)[i]))
+                free((*v)[i]);
+            else
+                (*v)[kept++] = (*v)[i];
+        }
+        *n = kept;
+    }
     if (*n)
         qsort(*v, *n, sizeof(char *), cmp_str);
 }
@@ -953,7 +989,11 @@ static int group_setup(void **state)
     it_topics_create(&g.t, "hostile", 1);
     char a_root[200];
     snprintf(a_root, sizeof(a_root), "--work-root=%s", g.work_root);
-    const char *extra[] = {"--backends=sandbox,process", a_root, "--slots=1", "--max-timeout=60s", NULL};
+    /* CF_HOSTILE_SANDBOX=cold: every sandbox built for its request (the
+     * default is the warm one its slot prepared ahead). */
+    g.cold = getenv("CF_HOSTILE_SANDBOX") && strcmp(getenv("CF_HOSTILE_SANDBOX"), "cold") == 0;
+    const char *extra[] = {"--backends=sandbox,process", a_root, "--slots=1", "--max-timeout=60s",
+                           g.cold ? "--sandbox-warm=false" : "--sandbox-warm=true", NULL};
     /* The canary lives in the worker's environment only. */
     setenv(CANARY_ENV, g.canary, 1);
     it_worker_start(&g.w, &g.t, "hostile-w1", extra);

@@ -45,9 +45,14 @@ static bool have_root(void)
     return geteuid() == 0;
 }
 
+/* The whole suite runs twice: with warm sandboxes (the default) and with
+ * every sandbox built for its request (sandbox_cold). */
+static bool g_cold;
+
 static int make_set(fixture *f)
 {
     memset(&f->cfg, 0, sizeof(f->cfg));
+    f->cfg.sandbox_cold = g_cold;
     f->cfg.work_root = f->root;
     f->cfg.python_path = "/usr/bin/python3";
     f->cfg.node_path = "/usr/bin/node";
@@ -89,8 +94,35 @@ static int count_cgroups(const fixture *f)
     return n;
 }
 
-/* Processes in the test's cgroups (all controllers). */
-static int count_cgroup_procs(const fixture *f)
+/* A warm sandbox waiting for its request: the runner's init-to-be, named
+ * codefleet-init, still before its program (no child).  Any other process
+ * of a sandbox is an execution's. */
+static bool is_waiting_prepared(long pid)
+{
+    char p[64], comm[32] = "";
+    snprintf(p, sizeof(p), "/proc/%ld/comm", pid);
+    FILE *fp = fopen(p, "r");
+    if (!fp)
+        return false;
+    bool named = fgets(comm, sizeof(comm), fp) && strcmp(comm, "codefleet-init\n") == 0;
+    fclose(fp);
+    if (!named)
+        return false;
+    snprintf(p, sizeof(p), "/proc/%ld/task/%ld/children", pid, pid);
+    fp = fopen(p, "r");
+    if (!fp)
+        return false;
+    int c = fgetc(fp);
+    fclose(fp);
+    return c == EOF;
+}
+
+static int g_prepared_seen;
+
+/* Processes in the test's cgroups (all controllers); with skip_prepared,
+ * warm sandboxes waiting for a request are not counted (but tallied in
+ * g_prepared_seen). */
+static int count_cgroup_procs_ex(const fixture *f, bool skip_prepared)
 {
     int n = 0;
     for (size_t i = 0; i < sizeof(ctrls) / sizeof(ctrls[0]); i++) {
@@ -108,10 +140,13 @@ static int count_cgroup_procs(const fixture *f)
             FILE *fp = fopen(q, "r");
             if (!fp)
                 continue;
-            int c;
-            while ((c = fgetc(fp)) != EOF)
-                if (c == '\n')
+            long pid;
+            while (fscanf(fp, "%ld", &pid) == 1) {
+                if (skip_prepared && is_waiting_prepared(pid))
+                    g_prepared_seen++;
+                else
                     n++;
+            }
             fclose(fp);
         }
         closedir(d);
@@ -119,8 +154,13 @@ static int count_cgroup_procs(const fixture *f)
     return n;
 }
 
+static int count_cgroup_procs(const fixture *f)
+{
+    return count_cgroup_procs_ex(f, false);
+}
+
 /* Host processes running as a sandbox uid. */
-static int count_sandbox_uid_procs(void)
+static int count_sandbox_uid_procs_ex(bool skip_prepared)
 {
     int n = 0;
     DIR *d = opendir("/proc");
@@ -131,7 +171,8 @@ static int count_sandbox_uid_procs(void)
         char p[300];
         snprintf(p, sizeof(p), "/proc/%.255s", de->d_name);
         struct stat sb;
-        if (stat(p, &sb) == 0 && sb.st_uid >= UID_BASE && sb.st_uid < UID_BASE + 2)
+        if (stat(p, &sb) == 0 && sb.st_uid >= UID_BASE && sb.st_uid < UID_BASE + 2 &&
+            !(skip_prepared && is_waiting_prepared(strtol(de->d_name, NULL, 10))))
             n++;
     }
     if (d)
@@ -158,11 +199,38 @@ static int count_work_mounts(const fixture *f)
     return n;
 }
 
+static int count_sandbox_uid_procs(void)
+{
+    return count_sandbox_uid_procs_ex(false);
+}
+
+/* Nothing of the executions that ran survives them.  Warm: each of the two
+ * slots may hold its next sandbox (one waiting child, one fresh work
+ * tmpfs) and nothing else; the tests that look at what an execution could
+ * see of an earlier one prove the rest. */
 static void assert_nothing_left(const fixture *f)
 {
-    assert_int_equal(count_cgroup_procs(f), 0);
-    assert_int_equal(count_sandbox_uid_procs(), 0);
-    assert_int_equal(count_work_mounts(f), 0);
+    if (g_cold) {
+        assert_int_equal(count_cgroup_procs(f), 0);
+        assert_int_equal(count_sandbox_uid_procs(), 0);
+        assert_int_equal(count_work_mounts(f), 0);
+        return;
+    }
+    /* A slot's preparer may be building its next one right now (a child
+     * not yet named codefleet-init): give it time to settle. */
+    int procs = 0, uid_procs = 0;
+    for (int i = 0; i < 200; i++) {
+        g_prepared_seen = 0;
+        procs = count_cgroup_procs_ex(f, true);
+        uid_procs = count_sandbox_uid_procs_ex(true);
+        if (procs == 0 && uid_procs == 0)
+            break;
+        usleep(10000);
+    }
+    assert_int_equal(procs, 0);
+    assert_int_equal(uid_procs, 0);
+    assert_true(g_prepared_seen <= 2 * (int)(sizeof(ctrls) / sizeof(ctrls[0])));
+    assert_true(count_work_mounts(f) <= 2);
 }
 
 static int setup(void **state)
@@ -232,6 +300,12 @@ static int run_ctx(fixture *f, cf_exec_ctx *ctx, const cf_request *req, cf_resul
     int rc = f->be->ops->execute(f->be->state, ctx, req, res, &err);
     if (rc < 0)
         print_error("execute: %s\n", err.msg);
+    /* Which sandbox served it: warm whenever the request fits one. */
+    if (rc == 0 && res->status != CF_STATUS_REJECTED && f->be == cf_backend_set_get(f->set, 0)) {
+        bool fits = req->policy.network != CF_NET_ENABLED && req->policy.fs_mode != CF_FS_PATHS;
+        assert_non_null(res->meta.sandbox);
+        assert_string_equal(res->meta.sandbox, !g_cold && fits ? "warm" : "cold");
+    }
     else if (res->status != CF_STATUS_SUCCESS)
         print_message("status %s reason %s stderr %.*s\n", cf_status_name(res->status),
                       res->reason ? res->reason : "-", (int)res->stderr_data.len,
@@ -371,6 +445,46 @@ static void test_env_isolation(void **state)
     cf_request_clear(&req);
     unsetenv("CF_TEST_CANARY");
     unsetenv("CF_TEST_ALLOWED");
+}
+
+/* What one execution leaves (files in its work directory, /tmp and
+ * /dev/shm, a process started in the background, SysV shared memory, an
+ * environment variable exported) is invisible to the next one in the same
+ * slot: with warm sandboxes the next one was built while the first ran or
+ * after it, and must still be as fresh as a cold one. */
+static void test_nothing_crosses_executions(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    for (int round = 0; round < 3; round++) {
+        req_init(&req, CF_LANG_SHELL,
+                 "echo secret > /work/left; echo secret > /tmp/left; echo secret > /dev/shm/left\n"
+                 "export LEFT=1; echo LEFT=1 >> /run/codefleet/out/output.json\n"
+                 "(setsid sleep 60 > /dev/null 2>&1 &)\n"
+                 "python3 -c 'import sys; sys.exit(0)'\n"
+                 "echo planted\n");
+        assert_int_equal(run(f, &req, &res), 0);
+        assert_int_equal(res.status, CF_STATUS_SUCCESS);
+        assert_true(out_is(&res.stdout_data, "planted\n"));
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+
+        req_init(&req, CF_LANG_SHELL,
+                 "ls -A /work /tmp /dev/shm /run/codefleet/out; echo \"LEFT=${LEFT:-none}\"\n"
+                 "for p in /proc/[0-9]*; do cat $p/comm; done | sort | tr '\\n' ' '; echo\n");
+        assert_int_equal(run(f, &req, &res), 0);
+        assert_int_equal(res.status, CF_STATUS_SUCCESS);
+        print_message("%.*s", (int)res.stdout_data.len, (const char *)res.stdout_data.data);
+        assert_false(out_has(&res.stdout_data, "left"));
+        assert_false(out_has(&res.stdout_data, "output.json"));
+        assert_true(out_has(&res.stdout_data, "LEFT=none\n"));
+        assert_false(out_has(&res.stdout_data, "sleep"));
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+    }
+    assert_nothing_left(f);
 }
 
 static void test_files_and_io(void **state)
@@ -968,7 +1082,7 @@ static void test_startup_sweep(void **state)
     assert_int_equal(access(cg, F_OK), -1);
     assert_int_equal(access(live, F_OK), 0);
     rmdir(live);
-    assert_int_equal(count_work_mounts(f), 0);
+    assert_true(count_work_mounts(f) <= (g_cold ? 0 : 2)); /* the fixture's own warm sandboxes */
 }
 
 /* cpu_time is the execution's total CPU from the cgroup, not a per-process
@@ -1228,6 +1342,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_caps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_languages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_env_isolation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nothing_crosses_executions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_files_and_io, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workspace_ro, setup, teardown),
         cmocka_unit_test_setup_teardown(test_workspace_rw_collect, setup, teardown),
@@ -1246,5 +1361,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_init_reports_program_signals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_command_is_callers, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    g_cold = false;
+    int failed = cmocka_run_group_tests_name("sandbox, warm", tests, NULL, NULL);
+    g_cold = true;
+    failed += cmocka_run_group_tests_name("sandbox, cold", tests, NULL, NULL);
+    return failed;
 }
