@@ -11,7 +11,9 @@
 #   3. throughput of trivial requests with 1 and with 2 workers
 #   4. dispatcher publish rate (produced and acknowledged)
 #   5. idle worker RSS
-#   6. sandbox backend per-execution cost vs bare and vs bubblewrap (root)
+#   6. sandbox backend per-execution cost vs bare and vs bubblewrap (root):
+#      warm sandboxes (the default) and cold ones interleaved, back to back,
+#      and the total CPU per execution of each
 #   7. the idempotency store's cost: latency and throughput of one worker
 #      with Redis (claim, lease, stored result per request) vs without
 #   9. failover: SIGKILL a worker with queued requests, time to the first
