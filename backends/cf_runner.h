@@ -174,5 +174,9 @@ typedef struct cf_run_prep cf_run_prep;
 int cf_run_prepare(const cf_run_spec *spec, cf_run_prep **prep, cf_error *err);
 int cf_run_start(cf_run_prep *prep, const cf_run_spec *spec, cf_run_outcome *out, cf_error *err);
 void cf_run_prep_destroy(cf_run_prep *prep);
+/* Whether the prepared child is still waiting (not dead or killed). */
+bool cf_run_prep_alive(const cf_run_prep *prep);
+/* Its pid (in the worker's pid namespace), for logs and tests. */
+pid_t cf_run_prep_pid(const cf_run_prep *prep);
 
 #endif

@@ -1590,7 +1590,9 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
                 /* Who ran it (the same backend for every case). */
                 res->meta.backend = r.meta.backend;
                 res->meta.isolation = r.meta.isolation;
-                r.meta.backend = r.meta.isolation = NULL;
+                free(res->meta.sandbox);
+                res->meta.sandbox = r.meta.sandbox;
+                r.meta.backend = r.meta.isolation = r.meta.sandbox = NULL;
             }
             cf_case_result *c = &res->cases[i];
             steal_into_case(&r, c);

@@ -451,6 +451,19 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     if (hi[6] >= 0 && dup3(hi[6], RUN_GO_FD, O_CLOEXEC) < 0)
         child_fail(rep, errno, "dup go pipe");
 
+    /* With set_ids the limits come first, as they always did: the kernel
+     * checks RLIMIT_NPROC at the uid change (a uid already over it cannot
+     * exec).  Otherwise after child_setup (below), whose own writes (a
+     * sandbox's root) the request's file size limit must not bound. */
+    bool rlimits_first = spec->set_ids && !a->prepared;
+    struct run_go go;
+    if (rlimits_first) {
+        go = (struct run_go){.n_rlimits = spec->n_rlimits};
+        for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++)
+            go.rlimits[i] = spec->rlimits[i];
+        apply_rlimits(&go, rep);
+    }
+
     if (spec->set_ids) {
         /* Raw syscalls: glibc's wrappers would try to broadcast to the
          * worker's other threads, which do not exist in this child. */
@@ -479,11 +492,13 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     if (spec->init && scrub_worker_image(&a->cmdline) < 0)
         child_fail(rep, errno, "init: scrubbing the worker's command line");
 
-    struct run_go go;
     if (a->prepared) {
         /* Waiting, possibly for long: no descriptor of the worker stays
          * here (another execution's output pipe held open would delay its
          * end; the broker's and Redis's sockets are no business of ours). */
+        if (syscall(SYS_close_range, CF_RUN_PASS_FD, RUN_GO_FD - 1, 0u) < 0) /* never given to it */
+            for (int fd = CF_RUN_PASS_FD; fd < RUN_GO_FD; fd++)
+                close(fd);
         if (syscall(SYS_close_range, RUN_GO_FD + 1, ~0u, 0u) < 0)
             for (int fd = RUN_GO_FD + 1; fd < 65536; fd++)
                 close(fd);
@@ -496,9 +511,8 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
         for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++)
             go.rlimits[i] = spec->rlimits[i];
     }
-    /* After child_setup: its own writes (a sandbox's root) are not bound
-     * by the request's file size limit. */
-    apply_rlimits(&go, rep);
+    if (!rlimits_first)
+        apply_rlimits(&go, rep);
     if (spec->child_go) {
         const char *msg = "child_go";
         if (spec->child_go(spec->child_setup_arg, go.go_flags, go.go_arg, &msg) < 0)
@@ -605,7 +619,7 @@ static pid_t spawn_vfork(struct child_args *a, int *pidfd)
 static pid_t spawn(struct child_args *a, int *pidfd)
 {
     *pidfd = -1;
-    if (VFORK_USABLE && !a->spec->parent_setup && !a->spec->clone_flags && !a->spec->init) {
+    if (VFORK_USABLE && !a->prepared && !a->spec->parent_setup && !a->spec->clone_flags && !a->spec->init) {
         pid_t pid = spawn_vfork(a, pidfd);
         if (pid > 0 || (errno != EINVAL && errno != ENOSYS))
             return pid;
@@ -1263,6 +1277,19 @@ int cf_run_start(cf_run_prep *prep, const cf_run_spec *spec, cf_run_outcome *out
     sigpipe_restore(&guard);
     free(prep);
     return rc;
+}
+
+pid_t cf_run_prep_pid(const cf_run_prep *prep)
+{
+    return prep ? prep->pid : -1;
+}
+
+bool cf_run_prep_alive(const cf_run_prep *prep)
+{
+    if (!prep || prep->pidfd < 0)
+        return false;
+    struct pollfd pfd = {.fd = prep->pidfd, .events = POLLIN};
+    return poll(&pfd, 1, 0) == 0;
 }
 
 void cf_run_prep_destroy(cf_run_prep *prep)

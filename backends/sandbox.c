@@ -36,6 +36,7 @@
  * outside (100000 + slot when run_uid_base is 0): never root on the host.
  */
 #include "cf_backend.h"
+#include "cf_log.h"
 #include "cf_runner.h"
 #include "cf_workdir.h"
 #include "exec_common.h"
@@ -84,6 +85,13 @@
  * the cold path and the warm one never share the tmpfs or the cgroup. */
 typedef enum { WARM_NONE, WARM_BUILDING, WARM_READY, WARM_TAKEN, WARM_DIRTY } warm_state;
 #define WARM_MAX_FAILURES 3
+/* After that many failures in a row the slot serves cold for this long,
+ * then tries again. */
+#define WARM_RETRY_US (30 * 1000000LL)
+/* A waiting sandbox is a copy-on-write image of the worker from when it
+ * was made: pages the worker writes since are duplicated.  Replaced when
+ * this old, so that cost stays bounded on an idle slot. */
+#define WARM_MAX_AGE_US (60 * 1000000LL)
 
 typedef struct sb_warm {
     bool on;              /* a preparer thread runs for this slot */
@@ -93,7 +101,9 @@ typedef struct sb_warm {
     warm_state state;
     bool busy;
     bool stop;
-    int failures;         /* consecutive failed builds; past the cap the slot stays cold */
+    int failures;         /* consecutive failed builds; at the cap the slot is cold until retry_at */
+    int64_t retry_at;     /* monotonic us */
+    int64_t built_at;     /* monotonic us of the READY sandbox */
     char why[256];        /* the last failure */
     uint64_t served_warm, served_cold;
     /* the prepared sandbox: READY and TAKEN (and DIRTY: dirs, mounted) */
@@ -687,35 +697,65 @@ fail:
     return -1;
 }
 
+/* Waits on w->cv until the monotonic time `until` (INT64_MAX: no limit). */
+static void warm_wait_until(sb_warm *w, int64_t until)
+{
+    if (until == INT64_MAX) {
+        pthread_cond_wait(&w->cv, &w->mu);
+        return;
+    }
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000000), .tv_nsec = (long)(until % 1000000) * 1000};
+    (void)pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+}
+
 static void *warm_main(void *arg)
 {
     sb_slot *s = arg;
     sb_warm *w = &s->warm;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->stop && (w->busy || w->state == WARM_READY || w->state == WARM_TAKEN ||
-                            (w->state == WARM_NONE && w->failures >= WARM_MAX_FAILURES)))
-            pthread_cond_wait(&w->cv, &w->mu);
+        int64_t now = cf_mono_us();
         if (w->stop)
             break;
-        bool dirty = w->state == WARM_DIRTY;
+        bool rebuild = false;
+        if (w->busy || w->state == WARM_TAKEN) {
+            warm_wait_until(w, INT64_MAX);
+            continue;
+        }
+        if (w->state == WARM_READY) {
+            if (now < w->built_at + WARM_MAX_AGE_US) {
+                warm_wait_until(w, w->built_at + WARM_MAX_AGE_US);
+                continue;
+            }
+            rebuild = true; /* too old: replaced below */
+        } else if (w->state == WARM_NONE && w->failures >= WARM_MAX_FAILURES) {
+            if (now < w->retry_at) {
+                warm_wait_until(w, w->retry_at);
+                continue;
+            }
+            w->failures = 0; /* try again */
+        }
+        bool dirty = rebuild || w->state == WARM_DIRTY;
         w->state = WARM_BUILDING;
         pthread_mutex_unlock(&w->mu);
         if (dirty)
             warm_discard(s);
         cf_error err;
         cf_error_clear(&err);
-        int rc = w->failures >= WARM_MAX_FAILURES ? -1 : warm_build(s->st, s, &err);
+        int rc = warm_build(s->st, s, &err);
         pthread_mutex_lock(&w->mu);
         if (rc == 0) {
             w->state = WARM_READY;
+            w->built_at = cf_mono_us();
             w->failures = 0;
         } else {
             w->state = WARM_NONE;
-            if (w->failures < WARM_MAX_FAILURES) {
-                w->failures++;
-                cf_strlcpy(w->why, err.msg, sizeof(w->why));
-            }
+            w->failures++;
+            cf_strlcpy(w->why, err.msg, sizeof(w->why));
+            if (w->failures >= WARM_MAX_FAILURES)
+                w->retry_at = cf_mono_us() + WARM_RETRY_US;
+            cf_log_warn("sandbox", "slot %d: warm sandbox not built (%s)%s", s->index, w->why,
+                        w->failures >= WARM_MAX_FAILURES ? "; serving cold, trying again in 30 s" : "");
         }
         pthread_cond_broadcast(&w->cv);
     }
@@ -732,6 +772,7 @@ static int warm_start(sb_state *st, sb_slot *s, int index, cf_error *err)
         return cf_error_set(err, CF_E_SYSTEM, "sandbox: warm: mutex");
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* cf_mono_us's clock, for the timed waits */
     int rc = pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
     if (rc != 0) {
@@ -781,13 +822,22 @@ static int warm_execute(sb_state *st, sb_slot *s, cf_exec_job *job, const cf_exe
     bool peak_ok = false;
     *fallback = false;
     if (s->cg) {
+        /* Baselines first: a limit below what the waiting child holds can
+         * make the kernel kill it inside the write (cgroup v2), and that
+         * kill is not the program's. */
+        oom_before = cf_cgroup_oom_kills(s->cg);
+        cpu_before = cf_cgroup_cpu_usage_us(s->cg);
         if (cf_cgroup_set_limits(s->cg, lim, NULL) < 0) {
             *fallback = true;
             return 0;
         }
-        oom_before = cf_cgroup_oom_kills(s->cg);
-        cpu_before = cf_cgroup_cpu_usage_us(s->cg);
         peak_ok = st->cg_peak && cf_cgroup_peak_reset(s->cg) == 0;
+    }
+    /* A child that died while it waited (or just now, under the new
+     * limits) serves nothing: one built for the request does. */
+    if (!cf_run_prep_alive(w->prep)) {
+        *fallback = true;
+        return 0;
     }
     cf_exec_job_adopt_dirs(job, &w->dirs);
     cf_exec_view view = {.work = CF_SANDBOX_WORK_DIR, .run = RUN_DIR};

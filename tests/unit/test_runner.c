@@ -731,6 +731,107 @@ static void test_stdio_owner(void **state)
     cf_run_outcome_free(&o);
 }
 
+
+/* ---- prepared children (cf_run_prepare / cf_run_start) ---- */
+
+static int setup_fails(void *arg, const char **msg)
+{
+    (void)arg;
+    *msg = "deliberate setup failure";
+    errno = EPERM;
+    return -1;
+}
+
+/* Runs in the child with stdout already on the pipe: what it writes
+ * shows that the start's go_flags and go_arg reached it. */
+static int record_go(void *arg, unsigned flags, int64_t go_arg, const char **msg)
+{
+    (void)arg;
+    (void)msg;
+    char line[] = "go:0:0\n";
+    line[3] = (char)('0' + (flags % 10));
+    line[5] = (char)('0' + (go_arg % 10));
+    return write(1, line, sizeof(line) - 1) == (ssize_t)(sizeof(line) - 1) ? 0 : -1;
+}
+
+/* A prepared child without namespaces or hooks (it must not take the
+ * vfork path: the caller would wait in clone for an exec that only comes
+ * after the go) runs the request handed to it later: argv, environment,
+ * cwd, stdin and rlimits of the start's spec, not the prepare's. */
+static void test_prepared_runs_the_request(void **state)
+{
+    (void)state;
+    cf_run_spec prep_spec;
+    memset(&prep_spec, 0, sizeof(prep_spec));
+    prep_spec.child_go = record_go;
+    cf_run_prep *p = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_run_prepare(&prep_spec, &p, &err), 0);
+    assert_non_null(p);
+    assert_true(cf_run_prep_alive(p));
+
+    cf_run_spec s;
+    char *argv[4];
+    sh_spec(&s, "read x; echo \"$x $GREETING $(pwd) $(ulimit -n)\"; exit 7", argv);
+    char *env[] = {"GREETING=hello", "PATH=/usr/bin:/bin", NULL};
+    s.envp = env;
+    s.cwd = "/tmp";
+    s.stdin_data = (const uint8_t *)"from-stdin\n";
+    s.stdin_len = 11;
+    s.rlimits[0] = (cf_run_rlimit){RLIMIT_NOFILE, 77};
+    s.n_rlimits = 1;
+    s.go_flags = 2;
+    s.go_arg = 3;
+    cf_run_outcome o;
+    assert_int_equal(cf_run_start(p, &s, &o, &err), 0);
+    assert_true(o.exited);
+    assert_int_equal(o.exit_code, 7);
+    assert_true(out_is(&o.out, "go:2:3\nfrom-stdin hello /tmp 77\n"));
+    cf_run_outcome_free(&o);
+}
+
+/* A child_setup failure is reported by prepare, with its message; an
+ * unused prepared child is killed and reaped by destroy; a start after
+ * the child died is an error, not a hang. */
+static void test_prepared_failures(void **state)
+{
+    (void)state;
+    cf_run_spec ps;
+    memset(&ps, 0, sizeof(ps));
+    ps.child_setup = setup_fails;
+    cf_run_prep *p = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_run_prepare(&ps, &p, &err), -1);
+    assert_null(p);
+    assert_non_null(strstr(err.msg, "deliberate setup failure"));
+
+    memset(&ps, 0, sizeof(ps));
+    assert_int_equal(cf_run_prepare(&ps, &p, &err), 0);
+    cf_run_prep_destroy(p);
+    cf_run_prep_destroy(NULL);
+
+    /* pass_fd and exec_fd are not for prepared children */
+    ps.pass_fd = 9;
+    assert_int_equal(cf_run_prepare(&ps, &p, &err), -1);
+    ps.pass_fd = 0;
+
+    /* A dead child: alive() says so, and a start fails cleanly. */
+    assert_int_equal(cf_run_prepare(&ps, &p, &err), 0);
+    assert_int_equal(kill(cf_run_prep_pid(p), SIGKILL), 0);
+    for (int i = 0; i < 200 && cf_run_prep_alive(p); i++)
+        usleep(5000);
+    assert_false(cf_run_prep_alive(p));
+    cf_run_spec s;
+    char *argv[4];
+    sh_spec(&s, "echo never", argv);
+    cf_run_outcome o;
+    assert_int_equal(cf_run_start(p, &s, &o, &err), -1);
+    assert_int_equal(o.out.len, 0);
+    cf_run_outcome_free(&o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -753,6 +854,8 @@ int main(void)
         cmocka_unit_test(test_cpu_hook),
         cmocka_unit_test(test_stdio_owner),
         cmocka_unit_test(test_pass_fd_and_exec_fd),
+        cmocka_unit_test(test_prepared_runs_the_request),
+        cmocka_unit_test(test_prepared_failures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

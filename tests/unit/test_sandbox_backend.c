@@ -119,6 +119,28 @@ static bool is_waiting_prepared(long pid)
 
 static int g_prepared_seen;
 
+/* A waiting warm sandbox holds its stdio pipes (0-2), its report pipe (3)
+ * and its go pipe (6), nothing of the worker: a worker descriptor kept
+ * there (another slot's work directory, an output pipe) would pin what
+ * an execution left or delay another's end. */
+static void assert_prepared_fds_own(long pid)
+{
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%ld/fd", pid);
+    DIR *d = opendir(p);
+    if (!d)
+        return; /* gone meanwhile */
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue;
+        long fd = strtol(de->d_name, NULL, 10);
+        if (fd > 3 && fd != 6)
+            fail_msg("waiting sandbox %ld holds fd %ld", pid, fd);
+    }
+    closedir(d);
+}
+
 /* Processes in the test's cgroups (all controllers); with skip_prepared,
  * warm sandboxes waiting for a request are not counted (but tallied in
  * g_prepared_seen). */
@@ -142,8 +164,10 @@ static int count_cgroup_procs_ex(const fixture *f, bool skip_prepared)
                 continue;
             long pid;
             while (fscanf(fp, "%ld", &pid) == 1) {
-                if (skip_prepared && is_waiting_prepared(pid))
+                if (skip_prepared && is_waiting_prepared(pid)) {
                     g_prepared_seen++;
+                    assert_prepared_fds_own(pid);
+                }
                 else
                     n++;
             }
