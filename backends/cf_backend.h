@@ -75,8 +75,9 @@ typedef struct cf_backend_config {
     int64_t sandbox_tmp_bytes;    /* size of /tmp and of /dev/shm inside (64 MiB each) */
     int64_t sandbox_work_bytes;   /* size of the per-execution tmpfs holding work/ and run/ (128 MiB) */
     int64_t sandbox_inodes;       /* inode cap of each of those tmpfs (16384) */
-    /* true: every execution builds its sandbox on the critical path; false
-     * (the default): each slot prepares its next sandbox while idle (warm) */
+    /* true: every execution builds its sandbox on the critical path; false:
+     * each slot prepares its next sandbox while idle (warm).  The worker's
+     * sandbox-warm (default off) sets it. */
     bool sandbox_cold;
     /* Compiled languages the worker's pipeline serves (bit per
      * cf_language): backends that run prepared programs declare them. */

@@ -128,10 +128,12 @@ static const cf_conf_prop worker_props[] = {
      "Sandbox: size of the per-execution tmpfs holding the work directory.", NULL},
     {"sandbox-inodes", CF_CONF_INT, OFF(sandbox_inodes), 64, 100000000, "16384", NULL,
      "Sandbox: inode cap of each of those tmpfs.", NULL},
-    {"sandbox-warm", CF_CONF_BOOL, OFF(sandbox_warm), 0, 0, "true", NULL,
+    {"sandbox-warm", CF_CONF_BOOL, OFF(sandbox_warm), 0, 0, "false", NULL,
      "Sandbox: each slot builds its next sandbox (namespaces, root, cgroup, work tmpfs) while idle, so a "
-     "request only places its files and starts its program.  Requests with network=enabled or fs_mode=paths "
-     "always get one built for them.  false: every sandbox is built on the request's critical path.", NULL},
+     "request only places its files and starts its program (about 1 ms less per execution).  Requests with "
+     "network=enabled or fs_mode=paths always get one built for them.  Off by default: the waiting sandbox is a "
+     "copy of the worker, and keeping one costs the busy worker about 0.75 ms of CPU per request (cross-CPU TLB "
+     "flushes), which on a machine whose cores are all busy outweighs the gain (BENCHMARKS.md).", NULL},
     {"embed-helper", CF_CONF_STRING, OFF(embed_helper_path), 0, 1024, NULL, NULL,
      "wasm and js backends: the runtime helper program (absolute path); default: the codefleet-embed-helper "
      "built with this worker.  A build without the runtimes has none: those backends are then unavailable.",

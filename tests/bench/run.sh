@@ -16,6 +16,7 @@
 #      and the total CPU per execution of each
 #   7. the idempotency store's cost: latency and throughput of one worker
 #      with Redis (claim, lease, stored result per request) vs without
+#  10. the sandbox through Kafka: latency and throughput, warm vs cold (root)
 #   9. failover: SIGKILL a worker with queued requests, time to the first
 #      of them answered by another worker (20 rounds)
 #   8. compiled languages (C, Rust hello world) in the sandbox: cold compile
@@ -164,6 +165,26 @@ if [[ $EUID -eq 0 && -x /usr/bin/bwrap ]]; then
         --iterations "$n_exec")
 else
     echo "== 6. sandbox backend: skipped (needs root and /usr/bin/bwrap)"
+fi
+# 10. The sandbox through the fleet: end-to-end latency and one worker's
+#     throughput of /bin/true on the sandbox backend, warm sandboxes (the
+#     default) against every sandbox built for its request.
+if [[ $EUID -eq 0 ]]; then
+    for mode in warm cold; do
+        echo
+        echo "== 10. sandbox through Kafka, $mode ($n_lat sequential, then $n_thr at once)"
+        t=bench-sbx-$mode-$run
+        topics "$t" 6
+        start_worker "$t" "sbx-$mode-w1" --backends sandbox --profile.default.backends=sandbox \
+            --sandbox-warm=$([[ $mode == warm ]] && echo true || echo false)
+        collect < <("$bin/tests/bench_fleet" latency --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
+            --results "$t.res" -n "$n_lat" | sed "s/^RESULT e2e_latency /RESULT e2e_latency sandbox=$mode /")
+        collect < <("$bin/tests/bench_fleet" throughput --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
+            --results "$t.res" -n "$n_thr" | sed "s/^RESULT throughput /RESULT throughput sandbox=$mode /")
+        kill -TERM "${workers[-1]}"
+        wait "${workers[-1]}" || true
+        unset 'workers[-1]'
+    done
 fi
 # ---- end of sandbox backend section --------------------------------------
 
