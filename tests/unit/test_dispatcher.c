@@ -701,6 +701,7 @@ static void test_result_output(void **state)
     assert_non_null(strstr(text, "peak memory 5.0 MiB"));
     assert_non_null(strstr(text, "backend:  process (host_local)"));
     assert_non_null(strstr(text, "reason:   exit status 2\n"));
+    assert_null(strstr(text, "sandbox,"));
     assert_non_null(strstr(text, "--- stdout ---\nfirst"));
     /* stderr has no trailing newline: one is added before the marker. */
     assert_non_null(strstr(text, "--- stderr ---\noops\n[truncated]\n"));
@@ -738,6 +739,25 @@ static void test_result_output(void **state)
     assert_string_equal(sz, "1.5 KiB");
     cf_cli_format_size(INT64_C(3) << 30, sz, sizeof(sz));
     assert_string_equal(sz, "3.0 GiB");
+}
+
+/* Which sandbox served a result is shown; a value the schema does not
+ * know is not (it could be anything a worker wrote). */
+static void test_result_output_sandbox_path(void **state)
+{
+    (void)state;
+    cf_result r;
+    fill_result(&r);
+    r.meta.sandbox = strdup("warm");
+    char *text = capture(print_result_adapter, &r);
+    assert_non_null(strstr(text, "backend:  process (host_local), warm sandbox"));
+    free(text);
+    free(r.meta.sandbox);
+    r.meta.sandbox = strdup("\x1b[31mhot");
+    text = capture(print_result_adapter, &r);
+    assert_null(strstr(text, "hot"));
+    free(text);
+    cf_result_clear(&r);
 }
 
 static void test_new_id(void **state)
@@ -791,6 +811,7 @@ int main(void)
         cmocka_unit_test(test_percentiles),
         cmocka_unit_test(test_summary_output),
         cmocka_unit_test(test_result_output),
+        cmocka_unit_test(test_result_output_sandbox_path),
         cmocka_unit_test(test_submit_compiled_flags),
         cmocka_unit_test(test_submit_wasm_and_js),
         cmocka_unit_test(test_cli_explains_an_unreachable_broker),
