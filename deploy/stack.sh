@@ -567,7 +567,7 @@ start_workers() {
     for ((i = 1; i <= n; i++)); do
         pidfile=$WORKER_DIR/w$i.pid
         if worker_running "$pidfile"; then
-            cf_log "worker w$i already running (pid $(read_pid "$pidfile"))"
+            cf_log "worker w$i already running (pid $(read_pid "$pidfile")); it keeps the arguments it was started with (stop it, or 'down', to apply new ones)"
             continue
         fi
         # Each worker of this host gets its own range of host uids for the
