@@ -161,6 +161,52 @@ static int64_t sb_cpu_used(pid_t pid, void *arg)
     return now < 0 || now < c->before ? -1 : now - c->before;
 }
 
+/* What an execution is measured against: the slot's cgroup counts before
+ * it ran (the cgroup is reused, its counts are cumulative). */
+typedef struct sb_meter {
+    int64_t oom_before;
+    sb_cpu cpu;    /* cpu.before: -1 when unknown */
+    bool peak_ok;  /* the cgroup's peak was reset for this execution */
+} sb_meter;
+
+/* cpu_time is the execution's total, from the cgroup: RLIMIT_CPU is per
+ * process.  The rlimit stays as a backstop, hard = soft, a second past the
+ * limit so the cgroup check fires first.  Without accounting: RLIMIT_CPU
+ * alone, its SIGKILL at the limit.  Sets spec's cpu hook; returns the
+ * rlimit in seconds (0: none). */
+static long meter_cpu_limit(const sb_state *st, const cf_policy *pol, sb_meter *m, cf_run_spec *spec)
+{
+    if (pol->cpu_time_us <= 0)
+        return 0;
+    long secs = (long)((pol->cpu_time_us + 999999) / 1000000);
+    if (!st->cpu_total || m->cpu.before < 0)
+        return secs;
+    spec->cpu_usage_us = sb_cpu_used;
+    spec->cpu_usage_arg = &m->cpu;
+    spec->cpu_limit_us = pol->cpu_time_us;
+    return secs + 1;
+}
+
+/* After the run: every process of the execution is gone before anything
+ * is read (the pid namespace died with its init; this is the check), then
+ * the OOM kills, CPU and peak memory of this execution (shared memory and
+ * tmpfs pages count: a process's RSS does not show them). */
+static void meter_collect(sb_slot *s, const sb_meter *m, cf_run_outcome *o, bool *oom, int64_t *cpu_us)
+{
+    *oom = false;
+    *cpu_us = -1;
+    if (!s->cg)
+        return;
+    cf_cgroup_kill_all(s->cg);
+    *oom = cf_cgroup_oom_kills(s->cg) > m->oom_before;
+    int64_t cpu_after = cf_cgroup_cpu_usage_us(s->cg);
+    if (m->cpu.before >= 0 && cpu_after >= m->cpu.before)
+        *cpu_us = cpu_after - m->cpu.before;
+    int64_t peak = m->peak_ok ? cf_cgroup_memory_peak(s->cg) : -1;
+    if (peak >= 0)
+        o->peak_rss_bytes = peak;
+}
+
 static atomic_int instance_counter;
 
 static int warm_start(struct sb_state *st, sb_slot *s, int index, cf_error *err);
@@ -818,20 +864,19 @@ static int warm_execute(sb_state *st, sb_slot *s, cf_exec_job *job, const cf_exe
     cf_run_outcome outcome;
     memset(&outcome, 0, sizeof(outcome));
     int rc = -1;
-    int64_t oom_before = 0, cpu_before = -1;
-    bool peak_ok = false;
+    sb_meter m = {.cpu = {.cg = s->cg, .before = -1}};
     *fallback = false;
     if (s->cg) {
         /* Baselines first: a limit below what the waiting child holds can
          * make the kernel kill it inside the write (cgroup v2), and that
          * kill is not the program's. */
-        oom_before = cf_cgroup_oom_kills(s->cg);
-        cpu_before = cf_cgroup_cpu_usage_us(s->cg);
+        m.oom_before = cf_cgroup_oom_kills(s->cg);
+        m.cpu.before = cf_cgroup_cpu_usage_us(s->cg);
         if (cf_cgroup_set_limits(s->cg, lim, NULL) < 0) {
             *fallback = true;
             return 0;
         }
-        peak_ok = st->cg_peak && cf_cgroup_peak_reset(s->cg) == 0;
+        m.peak_ok = st->cg_peak && cf_cgroup_peak_reset(s->cg) == 0;
     }
     /* A child that died while it waited (or just now, under the new
      * limits) serves nothing: one built for the request does. */
@@ -851,37 +896,16 @@ static int warm_execute(sb_state *st, sb_slot *s, cf_exec_job *job, const cf_exe
     cf_exec_job_spec(job, ctx, &spec);
     bool work_rw = !(pol->fs_mode == CF_FS_WORKSPACE_RO || (files && files->read_only));
     spec.go_flags = work_rw ? 0 : CF_SANDBOX_GO_WORK_RO;
-    /* cpu_time as on the cold path (see there). */
-    sb_cpu cpu = {.cg = s->cg, .before = cpu_before};
-    if (pol->cpu_time_us > 0) {
-        long secs = (long)((pol->cpu_time_us + 999999) / 1000000);
-        if (st->cpu_total && cpu_before >= 0) {
-            spec.cpu_usage_us = sb_cpu_used;
-            spec.cpu_usage_arg = &cpu;
-            spec.cpu_limit_us = pol->cpu_time_us;
-            spec.go_arg = secs + 1;
-        } else {
-            spec.go_arg = secs;
-        }
-    }
+    spec.go_arg = meter_cpu_limit(st, pol, &m, &spec);
     int run_rc = cf_run_start(w->prep, &spec, &outcome, err);
     w->prep = NULL;
     if (run_rc < 0) {
         cf_error_wrap(err, "sandbox");
         goto out;
     }
-    bool oom = false;
-    int64_t cpu_us = -1;
-    if (s->cg) {
-        cf_cgroup_kill_all(s->cg);
-        oom = cf_cgroup_oom_kills(s->cg) > oom_before;
-        int64_t cpu_after = cf_cgroup_cpu_usage_us(s->cg);
-        if (cpu_before >= 0 && cpu_after >= cpu_before)
-            cpu_us = cpu_after - cpu_before;
-        int64_t peak = peak_ok ? cf_cgroup_memory_peak(s->cg) : -1;
-        if (peak >= 0)
-            outcome.peak_rss_bytes = peak;
-    }
+    bool oom;
+    int64_t cpu_us;
+    meter_collect(s, &m, &outcome, &oom, &cpu_us);
     rc = cf_exec_job_finish(job, ctx, &outcome, oom, cpu_us, err);
 out:
     /* A rejected placement leaves the prepared child unused: it goes, like
@@ -909,8 +933,7 @@ static int cold_execute(sb_state *st, sb_slot *s, int slot, cf_exec_job *job, co
     bool mounted = false;
     int rc = -1;
     (void)res;
-    int64_t oom_before = 0, cpu_before = -1;
-    bool peak_ok = false;
+    sb_meter m = {.cpu = {.before = -1}};
     if (st->cgenv) {
         if (slot_cgroup(st, s, slot, &lim, err) < 0) {
             cf_error_wrap(err, "sandbox: slot cgroup");
@@ -918,9 +941,10 @@ static int cold_execute(sb_state *st, sb_slot *s, int slot, cf_exec_job *job, co
                 err->retriable = true;
             goto out;
         }
-        oom_before = cf_cgroup_oom_kills(s->cg);
-        cpu_before = cf_cgroup_cpu_usage_us(s->cg);
-        peak_ok = st->cg_peak && cf_cgroup_peak_reset(s->cg) == 0;
+        m.cpu.cg = s->cg;
+        m.oom_before = cf_cgroup_oom_kills(s->cg);
+        m.cpu.before = cf_cgroup_cpu_usage_us(s->cg);
+        m.peak_ok = st->cg_peak && cf_cgroup_peak_reset(s->cg) == 0;
     }
     if (!s->fs) {
         cf_sandbox_fs_spec fspec = {.tmp_size_bytes = st->tmp_bytes, .nr_inodes = st->inodes, .uid = IN_ID,
@@ -985,22 +1009,7 @@ static int cold_execute(sb_state *st, sb_slot *s, int slot, cf_exec_job *job, co
         sx.egress_slirp = st->slirp;
         sx.routes = &routes;
     }
-    /* cpu_time is the execution's total, from the cgroup: RLIMIT_CPU is
-     * per process.  The rlimit stays as a backstop, hard = soft, a
-     * second past the limit so the cgroup check fires first.  Without
-     * accounting: RLIMIT_CPU alone, its SIGKILL at the limit. */
-    sb_cpu cpu = {.cg = s->cg, .before = cpu_before};
-    if (pol->cpu_time_us > 0) {
-        long secs = (long)((pol->cpu_time_us + 999999) / 1000000);
-        if (st->cpu_total && cpu_before >= 0) {
-            spec.cpu_usage_us = sb_cpu_used;
-            spec.cpu_usage_arg = &cpu;
-            spec.cpu_limit_us = pol->cpu_time_us;
-            sx.cpu_rlimit_s = secs + 1;
-        } else {
-            sx.cpu_rlimit_s = secs;
-        }
-    }
+    sx.cpu_rlimit_s = meter_cpu_limit(st, pol, &m, &spec);
     if (cf_sandbox_exec_prepare(&sx, &spec, err) < 0)
         goto out;
     int run_rc = cf_run(&spec, &outcome, err);
@@ -1009,24 +1018,9 @@ static int cold_execute(sb_state *st, sb_slot *s, int slot, cf_exec_job *job, co
         cf_error_wrap(err, "sandbox");
         goto out;
     }
-    bool oom = false;
-    int64_t cpu_us = -1;
-    if (s->cg) {
-        /* Every process of the execution is gone before anything is read
-         * or removed (the pid namespace died with its init; this is the
-         * check). */
-        cf_cgroup_kill_all(s->cg);
-        int64_t oom_after = cf_cgroup_oom_kills(s->cg);
-        oom = oom_after > oom_before;
-        int64_t cpu_after = cf_cgroup_cpu_usage_us(s->cg);
-        if (cpu_before >= 0 && cpu_after >= cpu_before)
-            cpu_us = cpu_after - cpu_before;
-        /* Shared memory and tmpfs pages count: a process's RSS does not
-         * show them. */
-        int64_t peak = peak_ok ? cf_cgroup_memory_peak(s->cg) : -1;
-        if (peak >= 0)
-            outcome.peak_rss_bytes = peak;
-    }
+    bool oom;
+    int64_t cpu_us;
+    meter_collect(s, &m, &outcome, &oom, &cpu_us);
     rc = cf_exec_job_finish(job, ctx, &outcome, oom, cpu_us, err);
 
 out:
