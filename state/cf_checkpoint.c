@@ -26,6 +26,7 @@ typedef struct cp_keys {
     char meta[CF_STATE_KEY_MAX];
     char idx[CF_STATE_KEY_MAX];
     char cpre[CF_STATE_KEY_MAX]; /* prefix of the per-checkpoint hashes */
+    char latest[CF_STATE_KEY_MAX]; /* copy of the newest record */
     const char *v[3]; /* + the guard key, when one is set */
 } cp_keys;
 
@@ -90,7 +91,8 @@ static int cp_keys_init(const cf_checkpoint_store *cs, const char *thread, cp_ke
         return -1;
     if (cf_state_key(k->meta, sizeof(k->meta), err, "%s{cp:%s}:meta", cs->prefix, thread) < 0 ||
         cf_state_key(k->idx, sizeof(k->idx), err, "%s{cp:%s}:idx", cs->prefix, thread) < 0 ||
-        cf_state_key(k->cpre, sizeof(k->cpre), err, "%s{cp:%s}:c:", cs->prefix, thread) < 0)
+        cf_state_key(k->cpre, sizeof(k->cpre), err, "%s{cp:%s}:c:", cs->prefix, thread) < 0 ||
+        cf_state_key(k->latest, sizeof(k->latest), err, "%s{cp:%s}:latest", cs->prefix, thread) < 0)
         return -1;
     k->v[0] = k->meta;
     k->v[1] = k->idx;
@@ -288,6 +290,34 @@ int cf_checkpoint_rollback(cf_checkpoint_store *cs, const char *thread, const ch
     return save_impl(cs, thread, true, target_id, NULL, 0, opts, id_out, err);
 }
 
+/* One record by one HMGET (atomic on one key: no script needed).  1: the
+ * key does not exist. */
+static int read_record(cf_checkpoint_store *cs, const char *thread, const char *key, const char *what,
+                       cf_checkpoint *out, cf_error *err)
+{
+    const char *argv[2 + CP_FIELDS] = {"HMGET", key, "id", "thread", "parent", "state", "meta", "created_us", "seq"};
+    redisReply *rep = NULL;
+    if (cf_redis_command_argv(cs->r, 2 + CP_FIELDS, argv, NULL, &rep, err) < 0)
+        return cf_error_wrap(err, "thread %s: %s", thread, what);
+    int rc = 0;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != CP_FIELDS)
+        rc = cf_error_set(err, CF_E_REDIS, "thread %s: %s: unexpected reply", thread, what);
+    else if (rep->element[0]->type == REDIS_REPLY_NIL)
+        rc = 1;
+    else {
+        /* Missing optional fields come back nil: treat as malformed. */
+        for (size_t i = 0; i < CP_FIELDS && rc == 0; i++)
+            if (rep->element[i]->type != REDIS_REPLY_STRING)
+                rc = cf_error_set(err, CF_E_REDIS, "thread %s: %s: the record is incomplete", thread, what);
+        if (rc == 0)
+            rc = parse_record(cs, rep->element, true, out, err);
+        if (rc < 0)
+            cf_checkpoint_clear(out);
+    }
+    cf_redis_reply_free(rep);
+    return rc;
+}
+
 int cf_checkpoint_get(cf_checkpoint_store *cs, const char *thread, const char *id, cf_checkpoint *out, cf_error *err)
 {
     memset(out, 0, sizeof(*out));
@@ -297,27 +327,9 @@ int cf_checkpoint_get(cf_checkpoint_store *cs, const char *thread, const char *i
     char key[CF_STATE_KEY_MAX + CF_CHECKPOINT_ID_MAX];
     if (cf_state_key(key, sizeof(key), err, "%s%s", k.cpre, id) < 0)
         return -1;
-    /* One HMGET on one key is atomic: no script needed. */
-    const char *argv[2 + CP_FIELDS] = {"HMGET", key, "id", "thread", "parent", "state", "meta", "created_us", "seq"};
-    redisReply *rep = NULL;
-    if (cf_redis_command_argv(cs->r, 2 + CP_FIELDS, argv, NULL, &rep, err) < 0)
-        return cf_error_wrap(err, "thread %s: get %s", thread, id);
-    int rc = 0;
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != CP_FIELDS)
-        rc = cf_error_set(err, CF_E_REDIS, "thread %s: get: unexpected reply", thread);
-    else if (rep->element[0]->type == REDIS_REPLY_NIL)
-        rc = cf_error_set(err, CF_E_NOT_FOUND, "thread %s: no checkpoint %s", thread, id);
-    else {
-        /* Missing optional fields come back nil: treat as malformed. */
-        for (size_t i = 0; i < CP_FIELDS && rc == 0; i++)
-            if (rep->element[i]->type != REDIS_REPLY_STRING)
-                rc = cf_error_set(err, CF_E_REDIS, "thread %s: checkpoint %s is incomplete", thread, id);
-        if (rc == 0)
-            rc = parse_record(cs, rep->element, true, out, err);
-        if (rc < 0)
-            cf_checkpoint_clear(out);
-    }
-    cf_redis_reply_free(rep);
+    int rc = read_record(cs, thread, key, "get", out, err);
+    if (rc == 1)
+        return cf_error_set(err, CF_E_NOT_FOUND, "thread %s: no checkpoint %s", thread, id);
     return rc;
 }
 
@@ -353,11 +365,17 @@ int cf_checkpoint_latest(cf_checkpoint_store *cs, const char *thread, cf_checkpo
     cp_keys k;
     if (cp_keys_init(cs, thread, &k, err) < 0)
         return -1;
+    /* Every save copies its record to the thread's latest key: one plain
+     * read.  Without a copy (no checkpoint, or a thread saved by an older
+     * codefleet) the script finds the newest and makes the copy. */
+    int rc = read_record(cs, thread, k.latest, "latest", out, err);
+    if (rc <= 0)
+        return rc;
     const char *args[1] = {k.cpre};
     redisReply *rep = NULL;
     if (cf_redis_eval(cs->r, &cf_cp_script_latest, 2, k.v, NULL, 1, args, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "thread %s: latest", thread);
-    int rc = cf_state_reply_head(rep, "cp_latest", err);
+    rc = cf_state_reply_head(rep, "cp_latest", err);
     if (rc < 0) {
     } else if (cf_redis_reply_is(rep->element[0], "none")) {
         rc = cf_error_set(err, CF_E_NOT_FOUND, "thread %s has no checkpoint", thread);

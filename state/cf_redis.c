@@ -136,9 +136,6 @@ static int fail_io(cf_redis *r, int errnum, const char *what, cf_error *err)
     return cf_error_set_retriable(err, true);
 }
 
-/* Sends one command and reads exactly one reply, counting raw bytes before
- * hiredis allocates anything for them.  Error replies are returned as
- * replies (type REDIS_REPLY_ERROR); the caller maps them. */
 /* hiredis 0.14 allocates an aggregate's element array as soon as it reads
  * the header ("*2000000000\r\n" reserves 16 GB), before any element bytes
  * arrive, so the byte cap alone does not bound memory.  This scanner walks
@@ -240,54 +237,43 @@ int cf_redis_reply_parse(const void *buf, size_t len, size_t max_reply_bytes, re
     return rc;
 }
 
-static int roundtrip(cf_redis *r, int argc, const char **argv, const size_t *lens, redisReply **out, cf_error *err)
+/* send(MSG_NOSIGNAL) rather than hiredis' write(): a server that went
+ * away must not raise SIGPIPE in the embedding program. */
+static int send_all(cf_redis *r, const char *buf, size_t len, cf_error *err)
 {
-    *out = NULL;
-    size_t *tmp_lens = NULL;
-    if (!lens) {
-        tmp_lens = calloc((size_t)argc, sizeof(*tmp_lens));
-        if (!tmp_lens)
-            return cf_error_set(err, CF_E_NOMEM, "redis: out of memory");
-        for (int i = 0; i < argc; i++)
-            tmp_lens[i] = strlen(argv[i]);
-        lens = tmp_lens;
-    }
-    char *cmd = NULL;
-    int cmdlen = redisFormatCommandArgv(&cmd, argc, argv, lens);
-    free(tmp_lens);
-    if (cmdlen < 0)
-        return cf_error_set(err, CF_E_NOMEM, "redis: cannot format command");
-
-    /* send(MSG_NOSIGNAL) rather than hiredis' write(): a server that went
-     * away must not raise SIGPIPE in the embedding program. */
     size_t off = 0;
-    while (off < (size_t)cmdlen) {
-        ssize_t n = send(r->c->fd, cmd + off, (size_t)cmdlen - off, MSG_NOSIGNAL);
+    while (off < len) {
+        ssize_t n = send(r->c->fd, buf + off, len - off, MSG_NOSIGNAL);
         if (n < 0) {
             int e = errno;
             if (e == EINTR)
                 continue;
-            redisFreeCommand(cmd);
             return fail_io(r, e, "write", err);
         }
         off += (size_t)n;
     }
-    redisFreeCommand(cmd);
+    return 0;
+}
 
-    size_t total = 0;
-    char *buf = malloc(CF_REDIS_READ_CHUNK);
-    if (!buf) {
-        drop_connection(r); /* the reply is now unread: the stream is unusable */
-        return cf_error_set(err, CF_E_NOMEM, "redis: out of memory");
-    }
-    void *reply = NULL;
+/* The byte budget of the replies being read: one reply, or every reply of
+ * a pipeline together. */
+typedef struct reply_budget {
+    size_t total;
     resp_scan scan;
-    memset(&scan, 0, sizeof(scan));
+} reply_budget;
+
+/* Reads exactly one reply, counting raw bytes against the budget before
+ * hiredis allocates anything for them.  Error replies are returned as
+ * replies (type REDIS_REPLY_ERROR); the caller maps them.  Any failure
+ * drops the connection: the stream is then mid-reply. */
+static int read_reply(cf_redis *r, reply_budget *b, char *buf, redisReply **out, cf_error *err)
+{
+    *out = NULL;
+    void *reply = NULL;
     for (;;) {
         if (redisReaderGetReply(r->c->reader, &reply) != REDIS_OK) {
             char msg[160];
             copy_printable(msg, sizeof(msg), r->c->reader->errstr, strnlen(r->c->reader->errstr, 128));
-            free(buf);
             drop_connection(r);
             cf_error_set(err, CF_E_REDIS, "redis %s:%d: protocol error: %s", r->host, r->port, msg);
             return cf_error_set_retriable(err, true);
@@ -299,34 +285,68 @@ static int roundtrip(cf_redis *r, int argc, const char **argv, const size_t *len
             int e = errno;
             if (e == EINTR)
                 continue;
-            free(buf);
             return fail_io(r, e, "read", err);
         }
-        if (n == 0) {
-            free(buf);
+        if (n == 0)
             return fail_io(r, 0, "read", err);
-        }
-        total += (size_t)n;
-        if (total > r->max_reply_bytes) {
-            free(buf);
+        b->total += (size_t)n;
+        if (b->total > r->max_reply_bytes) {
             drop_connection(r);
             return cf_error_set(err, CF_E_LIMIT, "redis: reply exceeds %zu bytes", r->max_reply_bytes);
         }
-        if (resp_scan_feed(&scan, buf, (size_t)n, r->max_reply_bytes, err) < 0) {
-            free(buf);
+        if (resp_scan_feed(&b->scan, buf, (size_t)n, r->max_reply_bytes, err) < 0) {
             drop_connection(r);
             return -1;
         }
         if (redisReaderFeed(r->c->reader, buf, (size_t)n) != REDIS_OK) {
-            free(buf);
             drop_connection(r);
-            cf_error_set(err, CF_E_NOMEM, "redis: cannot buffer reply");
-            return -1;
+            return cf_error_set(err, CF_E_NOMEM, "redis: cannot buffer reply");
         }
     }
-    free(buf);
     *out = reply;
     return 0;
+}
+
+static int format_command(int argc, const char **argv, const size_t *lens, char **cmd, cf_error *err)
+{
+    size_t *tmp_lens = NULL;
+    if (!lens) {
+        tmp_lens = calloc((size_t)argc, sizeof(*tmp_lens));
+        if (!tmp_lens)
+            return cf_error_set(err, CF_E_NOMEM, "redis: out of memory");
+        for (int i = 0; i < argc; i++)
+            tmp_lens[i] = strlen(argv[i]);
+        lens = tmp_lens;
+    }
+    int cmdlen = redisFormatCommandArgv(cmd, argc, argv, lens);
+    free(tmp_lens);
+    if (cmdlen < 0)
+        return cf_error_set(err, CF_E_NOMEM, "redis: cannot format command");
+    return cmdlen;
+}
+
+/* Sends one command and reads exactly one reply. */
+static int roundtrip(cf_redis *r, int argc, const char **argv, const size_t *lens, redisReply **out, cf_error *err)
+{
+    *out = NULL;
+    char *cmd = NULL;
+    int cmdlen = format_command(argc, argv, lens, &cmd, err);
+    if (cmdlen < 0)
+        return -1;
+    int rc = send_all(r, cmd, (size_t)cmdlen, err);
+    redisFreeCommand(cmd);
+    if (rc < 0)
+        return -1;
+    char *buf = malloc(CF_REDIS_READ_CHUNK);
+    if (!buf) {
+        drop_connection(r); /* the reply is now unread: the stream is unusable */
+        return cf_error_set(err, CF_E_NOMEM, "redis: out of memory");
+    }
+    reply_budget b;
+    memset(&b, 0, sizeof(b));
+    rc = read_reply(r, &b, buf, out, err);
+    free(buf);
+    return rc;
 }
 
 /* Maps an error reply to cf_error and frees it. */
@@ -542,6 +562,82 @@ int cf_redis_command_argv(cf_redis *r, int argc, const char **argv, const size_t
     else
         freeReplyObject(rep);
     return 0;
+}
+
+#define PIPE_SEND_BUF 65536
+
+int cf_redis_pipeline(cf_redis *r, const cf_redis_cmd *cmds, size_t n, redisReply **replies, cf_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        replies[i] = NULL;
+    if (!r || (n && !cmds))
+        return cf_error_set(err, CF_E_INVALID, "redis: bad pipeline");
+    for (size_t i = 0; i < n; i++)
+        if (cmds[i].argc <= 0 || !cmds[i].argv)
+            return cf_error_set(err, CF_E_INVALID, "redis: empty command in pipeline");
+    if (n == 0)
+        return 0;
+    if (ensure_connected(r, err) < 0)
+        return -1;
+    /* Small commands are gathered so a pipeline of GETs is a few send()s. */
+    char *out = malloc(PIPE_SEND_BUF > CF_REDIS_READ_CHUNK ? PIPE_SEND_BUF : CF_REDIS_READ_CHUNK);
+    if (!out)
+        return cf_error_set(err, CF_E_NOMEM, "redis: out of memory");
+    size_t used = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char *cmd = NULL;
+        int cmdlen = format_command(cmds[i].argc, cmds[i].argv, cmds[i].lens, &cmd, err);
+        if (cmdlen < 0) {
+            rc = -1;
+            break;
+        }
+        if (used + (size_t)cmdlen > PIPE_SEND_BUF && used > 0) {
+            rc = send_all(r, out, used, err);
+            used = 0;
+        }
+        if (rc == 0 && (size_t)cmdlen > PIPE_SEND_BUF) {
+            rc = send_all(r, cmd, (size_t)cmdlen, err);
+        } else if (rc == 0) {
+            memcpy(out + used, cmd, (size_t)cmdlen);
+            used += (size_t)cmdlen;
+        }
+        redisFreeCommand(cmd);
+    }
+    if (rc == 0 && used > 0)
+        rc = send_all(r, out, used, err);
+    if (rc < 0) {
+        /* Part of the pipeline may have gone out: its replies are unread. */
+        drop_connection(r);
+        free(out);
+        return -1;
+    }
+    reply_budget b;
+    memset(&b, 0, sizeof(b));
+    size_t got = 0;
+    for (; got < n; got++)
+        if (read_reply(r, &b, out, &replies[got], err) < 0)
+            break;
+    free(out);
+    size_t bad = n;
+    if (got == n)
+        for (size_t i = 0; i < n && bad == n; i++)
+            if (replies[i]->type == REDIS_REPLY_ERROR)
+                bad = i;
+    if (got == n && bad == n)
+        return 0;
+    if (got == n) {
+        char what[40];
+        copy_printable(what, sizeof(what), cmds[bad].argv[0],
+                       cmds[bad].lens ? cmds[bad].lens[0] : strlen(cmds[bad].argv[0]));
+        fail_reply(r, replies[bad], what, err);
+        replies[bad] = NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        freeReplyObject(replies[i]);
+        replies[i] = NULL;
+    }
+    return -1;
 }
 
 int cf_redis_ping(cf_redis *r, cf_error *err)

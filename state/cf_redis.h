@@ -63,6 +63,25 @@ void cf_redis_destroy(cf_redis *r); /* NULL-safe; closes the connection */
 int cf_redis_command_argv(cf_redis *r, int argc, const char **argv, const size_t *lens, redisReply **out,
                           cf_error *err);
 
+/* One command of a pipeline: argv[i] holds lens[i] bytes (lens NULL = NUL-
+ * terminated strings). */
+typedef struct cf_redis_cmd {
+    int argc;
+    const char **argv;
+    const size_t *lens;
+} cf_redis_cmd;
+
+/* Sends n commands in one go, then reads their n replies into replies[]
+ * (caller frees each with cf_redis_reply_free).  One round trip instead of
+ * n.  max_reply_bytes bounds all the replies together.  Any error reply
+ * fails the whole call (-1, CF_E_REDIS as for one command, every reply
+ * freed): commands already executed by the server stay executed, so use it
+ * for reads and for writes that are safe to repeat.  Everything is sent
+ * before anything is read: meant for many small commands or a few big
+ * requests with small replies (the server's replies must fit its output
+ * buffer meanwhile). */
+int cf_redis_pipeline(cf_redis *r, const cf_redis_cmd *cmds, size_t n, redisReply **replies, cf_error *err);
+
 /* Parses one complete reply from bytes with the same guards as a live
  * connection (byte cap; aggregate headers checked before hiredis allocates
  * for them).  For fuzzing and tests.  Free *out with cf_redis_reply_free. */

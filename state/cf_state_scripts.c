@@ -8,7 +8,8 @@
  * compiler concatenates into each script's single source string: each
  * script defines exactly the helpers it calls.
  *
- * Workspace scripts: KEYS = meta, files, blobs, hist of one workspace.
+ * Workspace scripts: KEYS = meta, files, refs, hist of one workspace; the
+ * blob strings are named after the meta key (same hash tag).
  * Checkpoint scripts: KEYS = thread meta, thread index; ARGV[1] = prefix of
  * the checkpoint hashes (same hash tag, so same cluster slot). */
 #include "cf_state_int.h"
@@ -18,23 +19,52 @@
     "local function fmt(n) return string.format('%d', n) end\n"
 
 #define WS_LUA_KEYS \
-    "-- KEYS: 1 meta (hash), 2 files (hash path -> \"size:blobid\"), 3 blobs (hash blobid -> bytes),\n" \
-    "--       4 hist (hash rev -> msgpack undo log)\n"
+    "-- KEYS: 1 meta (hash), 2 files (hash path -> \"size:blobid\"), 3 refs (hash blobid -> references),\n" \
+    "--       4 hist (hash rev -> msgpack undo log).  Blob bytes live in strings named\n" \
+    "--       <meta key without 'meta'>b:<blobid>, written by the client before the commit.\n" \
+    "local bpre = string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'b:'\n"
 
-/* Numeric metadata of the workspace, or nil when any field is missing or corrupt. */
+/* The server's clock, in microseconds. */
+#define WS_LUA_NOW \
+    "local function now_us()\n" \
+    "  local t = redis.call('TIME')\n" \
+    "  return tonumber(t[1]) * 1000000 + tonumber(t[2])\n" \
+    "end\n"
+
+/* Numeric metadata of the workspace, or nil when any field is missing or
+ * corrupt.  format is nil for a workspace written before blobs became
+ * content-addressed (format 1). */
 #define WS_LUA_LOAD_META \
     "local function load_meta()\n" \
-    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms')\n" \
+    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms',\n" \
+    "                       'format', 'touched_us')\n" \
     "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n" \
-    "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6])}\n" \
-    "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl) then return nil end\n" \
+    "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6]),\n" \
+    "             format = m[7], touched = tonumber(m[8] or '0')}\n" \
+    "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl and t.touched) then return nil end\n" \
     "  return t\n" \
     "end\n"
 
-/* Every key of the workspace shares one TTL, renewed on each access. */
+/* Every key of the workspace shares one TTL, renewed on each access.  Blobs
+ * are many keys: they get 1.5 x the TTL and are renewed together only once
+ * half a TTL has passed since the last renewal (touched_us), so each stays
+ * at least as long as the metadata without an access costing one call per
+ * blob.  A new reference renews its blob at once (blob_keep). */
 #define WS_LUA_REFRESH \
-    "local function refresh(ttl)\n" \
-    "  if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n" \
+    WS_LUA_NOW \
+    "local function blob_ttl(ttl) return ttl + math.floor(ttl / 2) end\n" \
+    "local function blob_keep(ttl, bid)\n" \
+    "  if ttl > 0 then redis.call('PEXPIRE', bpre .. bid, blob_ttl(ttl)) else redis.call('PERSIST', bpre .. bid) end\n" \
+    "end\n" \
+    "local function refresh(m)\n" \
+    "  if m.ttl <= 0 then return end\n" \
+    "  for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], m.ttl) end\n" \
+    "  local now = now_us()\n" \
+    "  if now - m.touched > m.ttl * 500 then\n" \
+    "    local bt = blob_ttl(m.ttl)\n" \
+    "    for _, bid in ipairs(redis.call('HKEYS', KEYS[3])) do redis.call('PEXPIRE', bpre .. bid, bt) end\n" \
+    "    redis.call('HSET', KEYS[1], 'touched_us', fmt(now))\n" \
+    "  end\n" \
     "end\n"
 
 /* Manifest entry "size:blobid" -> size, blobid. */
@@ -49,29 +79,54 @@
 #define WS_LUA_PRELUDE WS_LUA_KEYS LUA_FMT WS_LUA_LOAD_META WS_LUA_REFRESH WS_LUA_PARSE_ENTRY
 
 /* Start of a script on an existing workspace (needs load_meta): m is its
- * metadata; a missing workspace answers {'notfound'}, corrupt metadata an error. */
+ * metadata; a missing workspace answers {'notfound'}, one still in format 1
+ * {'format'} (the client migrates it and asks again), corrupt metadata an
+ * error. */
 #define WS_LUA_OPEN \
     "if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end\n" \
     "local m = load_meta()\n" \
-    "if not m then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n"
+    "if not m then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n" \
+    "if m.format ~= '2' then return {'format'} end\n"
 
 #define CP_LUA_PRELUDE \
     "-- KEYS: 1 thread meta (hash: seq, last_us, n), 2 index (zset id by created_us)\n" \
     "-- ARGV[1]: key prefix of checkpoint hashes (\"<prefix>{cp:<thread>}:c:\")\n" \
-    "local pre = ARGV[1]\n"
+    "-- The newest checkpoint's record is also copied to <meta key without 'meta'>latest,\n" \
+    "-- so loading it is one plain HMGET.\n" \
+    "local pre = ARGV[1]\n" \
+    "local latest_key = string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'latest'\n"
 
 #define CP_LUA_NEWEST \
-    "-- Newest checkpoint that still exists (hashes expire on their own TTL).\n" \
+    "-- Newest checkpoint that still exists (hashes expire on their own TTL):\n" \
+    "-- the copy's id when its record is there, else a walk down the index.\n" \
     "local function newest()\n" \
+    "  local id = redis.call('HGET', latest_key, 'id')\n" \
+    "  if id and redis.call('EXISTS', pre .. id) == 1 then return id end\n" \
     "  local off = 0\n" \
     "  while true do\n" \
     "    local ids = redis.call('ZREVRANGE', KEYS[2], off, off + 15)\n" \
     "    if #ids == 0 then return '' end\n" \
-    "    for _, id in ipairs(ids) do\n" \
-    "      if redis.call('EXISTS', pre .. id) == 1 then return id end\n" \
+    "    for _, i in ipairs(ids) do\n" \
+    "      if redis.call('EXISTS', pre .. i) == 1 then return i end\n" \
     "    end\n" \
     "    off = off + #ids\n" \
     "  end\n" \
+    "end\n"
+
+/* Makes the latest copy match the newest record again (after a delete, or
+ * for a thread saved before the copy existed); needs newest(). */
+#define CP_LUA_SYNC_LATEST \
+    "local function sync_latest()\n" \
+    "  local id = newest()\n" \
+    "  redis.call('DEL', latest_key)\n" \
+    "  if id == '' then return '' end\n" \
+    "  local f = redis.call('HGETALL', pre .. id)\n" \
+    "  if #f > 0 then\n" \
+    "    redis.call('HSET', latest_key, unpack(f))\n" \
+    "    local ttl = redis.call('PTTL', pre .. id)\n" \
+    "    if ttl > 0 then redis.call('PEXPIRE', latest_key, ttl) end\n" \
+    "  end\n" \
+    "  return id\n" \
     "end\n"
 
 #define CP_LUA_APPEND_RECORD \
@@ -89,17 +144,18 @@ const cf_redis_script cf_ws_script_create = {
     .name = "ws_create",
     .source =
     WS_LUA_KEYS
-    WS_LUA_REFRESH
     "-- ARGV: 1 project, 2 session, 3 now_us, 4 ttl_ms, 5 history\n"
     "if redis.call('EXISTS', KEYS[1]) == 1 then\n"
     "  return {'exists', redis.call('HGET', KEYS[1], 'rev') or '0'}\n"
     "end\n"
     "-- Leftovers of a workspace whose metadata expired first must not leak in.\n"
+    "for _, bid in ipairs(redis.call('HKEYS', KEYS[3])) do redis.call('UNLINK', bpre .. bid) end\n"
     "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])\n"
     "redis.call('HSET', KEYS[1], 'project', ARGV[1], 'session', ARGV[2], 'created_us', ARGV[3],\n"
     "           'updated_us', ARGV[3], 'rev', '0', 'oldest', '0', 'nfiles', '0', 'bytes', '0',\n"
-    "           'history', ARGV[5], 'ttl_ms', ARGV[4])\n"
-    "refresh(tonumber(ARGV[4]))\n"
+    "           'history', ARGV[5], 'ttl_ms', ARGV[4], 'format', '2', 'touched_us', '0')\n"
+    "local ttl = tonumber(ARGV[4])\n"
+    "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end\n"
     "return {'ok', '0'}\n",
 };
 
@@ -108,7 +164,8 @@ const cf_redis_script cf_ws_script_commit = {
     .source =
     WS_LUA_PRELUDE
     "-- ARGV: 1 expected_rev (-1 any), 2 now_us, 3 max_files, 4 max_total, 5 max_file, 6 max_path,\n"
-    "--       7 nputs, 8 ndels, 9 strict_delete, then nputs paths, nputs contents, ndels paths.\n"
+    "--       7 nputs, 8 ndels, 9 strict_delete, then nputs paths, nputs sizes, nputs blob ids\n"
+    "--       (sha256 hex of the bytes, already stored by the client), ndels paths.\n"
     "-- Everything is validated before the first write: a Lua error after a write\n"
     "-- would leave that write in place.\n"
     "-- KEYS[5] (optional): the writer's guard, which must hold ARGV[#ARGV].\n"
@@ -118,7 +175,7 @@ const cf_redis_script cf_ws_script_commit = {
     "if expected >= 0 and expected ~= m.rev then return {'conflict', fmt(m.rev)} end\n"
     "local maxf, maxt, maxfile, maxpath = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])\n"
     "local np, nd, strict = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9] == '1'\n"
-    "if #ARGV ~= 9 + 2 * np + nd + (#KEYS > 4 and 1 or 0) then\n"
+    "if #ARGV ~= 9 + 3 * np + nd + (#KEYS > 4 and 1 or 0) then\n"
     "  return redis.error_reply('ERR workspace commit: bad argument count')\n"
     "end\n"
     "local function badpath(p)\n"
@@ -133,7 +190,7 @@ const cf_redis_script cf_ws_script_commit = {
     "local seen, dels, puts = {}, {}, {}\n"
     "local newn, newb = m.nfiles, m.bytes\n"
     "for i = 1, nd do\n"
-    "  local p = ARGV[9 + 2 * np + i]\n"
+    "  local p = ARGV[9 + 3 * np + i]\n"
     "  if badpath(p) or seen[p] then return {'invalid', p} end\n"
     "  seen[p] = true\n"
     "  local old = redis.call('HGET', KEYS[2], p)\n"
@@ -146,42 +203,51 @@ const cf_redis_script cf_ws_script_commit = {
     "  end\n"
     "end\n"
     "for i = 1, np do\n"
-    "  local p, c = ARGV[9 + i], ARGV[9 + np + i]\n"
+    "  local p, sz, bid = ARGV[9 + i], tonumber(ARGV[9 + np + i]), ARGV[9 + 2 * np + i]\n"
     "  if badpath(p) or seen[p] then return {'invalid', p} end\n"
     "  seen[p] = true\n"
-    "  if #c > maxfile then return {'limit', 'file', p} end\n"
+    "  if not sz or sz < 0 or sz ~= math.floor(sz) or #bid ~= 64 or string.find(bid, '[^0-9a-f]') then\n"
+    "    return {'invalid', p}\n"
+    "  end\n"
+    "  if sz > maxfile then return {'limit', 'file', p} end\n"
+    "  -- The bytes must be there now (an upload whose grace ran out is sent again).\n"
+    "  local have = redis.call('STRLEN', bpre .. bid)\n"
+    "  if have ~= sz or (sz == 0 and redis.call('EXISTS', bpre .. bid) == 0) then return {'missing', bid} end\n"
     "  local old = redis.call('HGET', KEYS[2], p)\n"
     "  if old then\n"
-    "    local sz = parse_entry(old)\n"
-    "    newb = newb - sz\n"
+    "    local osz = parse_entry(old)\n"
+    "    newb = newb - osz\n"
     "  else\n"
     "    newn = newn + 1\n"
     "  end\n"
-    "  newb = newb + #c\n"
-    "  puts[#puts + 1] = {p, c, old}\n"
+    "  newb = newb + sz\n"
+    "  puts[#puts + 1] = {p, string.format('%d:%s', sz, bid), old, bid}\n"
     "end\n"
     "if newn > maxf then return {'limit', 'files', fmt(newn)} end\n"
     "if newb > maxt then return {'limit', 'bytes', fmt(newb)} end\n"
     "if #dels == 0 and #puts == 0 then\n"
-    "  refresh(m.ttl)\n"
+    "  refresh(m)\n"
     "  return {'ok', fmt(m.rev)}\n"
     "end\n"
     "local nrev = m.rev + 1\n"
     "local undo = {}\n"
+    "-- References: every entry of the manifest and of the retained undo logs\n"
+    "-- counts one.  An entry leaving the manifest moves to this revision's undo\n"
+    "-- log, so only new entries add one.\n"
     "for _, d in ipairs(dels) do\n"
     "  redis.call('HDEL', KEYS[2], d[1])\n"
     "  undo[#undo + 1] = d[1]; undo[#undo + 1] = d[2]\n"
     "end\n"
-    "for i, pt in ipairs(puts) do\n"
-    "  local bid = string.format('%d.%d', nrev, i)\n"
-    "  redis.call('HSET', KEYS[3], bid, pt[2])\n"
-    "  redis.call('HSET', KEYS[2], pt[1], string.format('%d:%s', #pt[2], bid))\n"
+    "for _, pt in ipairs(puts) do\n"
+    "  redis.call('HSET', KEYS[2], pt[1], pt[2])\n"
+    "  redis.call('HINCRBY', KEYS[3], pt[4], 1)\n"
+    "  blob_keep(m.ttl, pt[4])\n"
     "  undo[#undo + 1] = pt[1]; undo[#undo + 1] = pt[3] or '-'\n"
     "end\n"
     "redis.call('HSET', KEYS[4], fmt(nrev), cmsgpack.pack(undo))\n"
     "-- Retention: revision r stays reconstructible while the undo logs of\n"
-    "-- r+1..rev exist.  Dropping undo log r makes r-1 unreachable, and the blobs\n"
-    "-- it names were only referenced by revisions <= r-1: free them.\n"
+    "-- r+1..rev exist.  Dropping undo log r makes r-1 unreachable: the entries\n"
+    "-- it holds lose their reference, and a blob nothing references is freed.\n"
     "local oldest = m.oldest\n"
     "while oldest < nrev - m.history do\n"
     "  local r = oldest + 1\n"
@@ -191,7 +257,10 @@ const cf_redis_script cf_ws_script_commit = {
     "    for j = 2, #t, 2 do\n"
     "      if t[j] ~= '-' then\n"
     "        local _, bid = parse_entry(t[j])\n"
-    "        redis.call('HDEL', KEYS[3], bid)\n"
+    "        if redis.call('HINCRBY', KEYS[3], bid, -1) <= 0 then\n"
+    "          redis.call('HDEL', KEYS[3], bid)\n"
+    "          redis.call('UNLINK', bpre .. bid)\n"
+    "        end\n"
     "      end\n"
     "    end\n"
     "    redis.call('HDEL', KEYS[4], fmt(r))\n"
@@ -200,7 +269,7 @@ const cf_redis_script cf_ws_script_commit = {
     "end\n"
     "redis.call('HSET', KEYS[1], 'rev', fmt(nrev), 'nfiles', fmt(newn), 'bytes', fmt(newb),\n"
     "           'oldest', fmt(oldest), 'updated_us', ARGV[2])\n"
-    "refresh(m.ttl)\n"
+    "refresh(m)\n"
     "return {'ok', fmt(nrev)}\n",
 };
 
@@ -208,13 +277,13 @@ const cf_redis_script cf_ws_script_get = {
     .name = "ws_get",
     .source =
     WS_LUA_PRELUDE
-    "-- ARGV: 1 path.  Returns {'ok', rev, content} | {'nofile', rev} | {'notfound'}\n"
+    "-- ARGV: 1 path.  Returns {'ok', rev, content} | {'nofile', rev} | {'notfound'} | {'format'}\n"
     WS_LUA_OPEN
-    "refresh(m.ttl)\n"
+    "refresh(m)\n"
     "local v = redis.call('HGET', KEYS[2], ARGV[1])\n"
     "if not v then return {'nofile', fmt(m.rev)} end\n"
     "local sz, bid = parse_entry(v)\n"
-    "local c = redis.call('HGET', KEYS[3], bid)\n"
+    "local c = redis.call('GET', bpre .. bid)\n"
     "if not c or #c ~= sz then return redis.error_reply('ERR workspace corrupt: missing or short blob') end\n"
     "return {'ok', fmt(m.rev), c}\n",
 };
@@ -223,11 +292,12 @@ const cf_redis_script cf_ws_script_info = {
     .name = "ws_info",
     .source =
     WS_LUA_KEYS
+    LUA_FMT
     WS_LUA_LOAD_META
     WS_LUA_REFRESH
-    "-- Returns {'ok', field, value, ...} of the metadata hash, or {'notfound'}\n"
+    "-- Returns {'ok', field, value, ...} of the metadata hash, or {'notfound'} | {'format'}\n"
     WS_LUA_OPEN
-    "refresh(m.ttl)\n"
+    "refresh(m)\n"
     "local out = {'ok'}\n"
     "local all = redis.call('HGETALL', KEYS[1])\n"
     "for i = 1, #all do out[#out + 1] = all[i] end\n"
@@ -238,9 +308,11 @@ const cf_redis_script cf_ws_script_snapshot = {
     .name = "ws_snapshot",
     .source =
     WS_LUA_PRELUDE
-    "-- ARGV: 1 revision (-1 = current), 2 with_content ('1'/'0')\n"
-    "-- Returns {'ok', rev, current_rev, path, size, [content], ...} sorted by path,\n"
-    "-- or {'gone', oldest} / {'future', rev} / {'notfound'}\n"
+    "-- ARGV: 1 revision (-1 = current)\n"
+    "-- Returns {'ok', rev, current_rev, path, size, blob id, ...} sorted by path,\n"
+    "-- or {'gone', oldest} / {'future', rev} / {'notfound'} / {'format'}.  The bytes\n"
+    "-- are read by the client with plain GETs: blobs never change, and one\n"
+    "-- retained revision keeps every blob it names.\n"
     WS_LUA_OPEN
     "local want = tonumber(ARGV[1])\n"
     "if want < 0 then want = m.rev end\n"
@@ -260,19 +332,14 @@ const cf_redis_script cf_ws_script_snapshot = {
     "local paths = {}\n"
     "for p in pairs(man) do paths[#paths + 1] = p end\n"
     "table.sort(paths)\n"
-    "local withc = ARGV[2] == '1'\n"
     "local out = {'ok', fmt(want), fmt(m.rev)}\n"
     "for _, p in ipairs(paths) do\n"
     "  local sz, bid = parse_entry(man[p])\n"
     "  out[#out + 1] = p\n"
     "  out[#out + 1] = fmt(sz)\n"
-    "  if withc then\n"
-    "    local c = redis.call('HGET', KEYS[3], bid)\n"
-    "    if not c or #c ~= sz then return redis.error_reply('ERR workspace corrupt: missing or short blob') end\n"
-    "    out[#out + 1] = c\n"
-    "  end\n"
+    "  out[#out + 1] = bid\n"
     "end\n"
-    "refresh(m.ttl)\n"
+    "refresh(m)\n"
     "return out\n",
 };
 
@@ -280,10 +347,55 @@ const cf_redis_script cf_ws_script_delete = {
     .name = "ws_delete",
     .source =
     WS_LUA_KEYS
-    "-- Returns 1 if the workspace existed.  UNLINK frees big blob hashes off the main thread.\n"
+    "-- KEYS[5]: the blob hash of format 1.  Returns 1 if the workspace existed.\n"
+    "-- UNLINK frees big values off the main thread.\n"
     "local existed = redis.call('EXISTS', KEYS[1])\n"
-    "redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4])\n"
+    "for _, bid in ipairs(redis.call('HKEYS', KEYS[3])) do redis.call('UNLINK', bpre .. bid) end\n"
+    "redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])\n"
     "return existed\n",
+};
+
+const cf_redis_script cf_ws_script_migrate = {
+    .name = "ws_migrate",
+    .source =
+    WS_LUA_KEYS
+    LUA_FMT
+    WS_LUA_NOW
+    WS_LUA_PARSE_ENTRY
+    "-- KEYS[5]: the blob hash of format 1 (blob id -> bytes, ids '<rev>.<n>').\n"
+    "-- Moves a format-1 workspace to format 2 in place: each blob its manifest\n"
+    "-- or retained undo logs name becomes a blob string under its old id, with\n"
+    "-- its reference count.  Returns {'ok'} | {'notfound'}.\n"
+    "if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end\n"
+    "if redis.call('HGET', KEYS[1], 'format') == '2' then return {'ok'} end\n"
+    "local ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl_ms') or '')\n"
+    "if not ttl then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n"
+    "local refs = {}\n"
+    "local function add(v)\n"
+    "  if v ~= '-' then\n"
+    "    local _, bid = parse_entry(v)\n"
+    "    refs[bid] = (refs[bid] or 0) + 1\n"
+    "  end\n"
+    "end\n"
+    "for _, v in ipairs(redis.call('HVALS', KEYS[2])) do add(v) end\n"
+    "for _, u in ipairs(redis.call('HVALS', KEYS[4])) do\n"
+    "  local t = cmsgpack.unpack(u)\n"
+    "  for j = 2, #t, 2 do add(t[j]) end\n"
+    "end\n"
+    "for bid in pairs(refs) do\n"
+    "  if redis.call('HEXISTS', KEYS[5], bid) == 0 then\n"
+    "    return redis.error_reply('ERR workspace corrupt: missing blob')\n"
+    "  end\n"
+    "end\n"
+    "for bid, n in pairs(refs) do\n"
+    "  redis.call('SET', bpre .. bid, redis.call('HGET', KEYS[5], bid))\n"
+    "  if ttl > 0 then redis.call('PEXPIRE', bpre .. bid, ttl + math.floor(ttl / 2)) end\n"
+    "  redis.call('HSET', KEYS[3], bid, fmt(n))\n"
+    "end\n"
+    "redis.call('UNLINK', KEYS[5])\n"
+    "redis.call('HSET', KEYS[1], 'format', '2', 'touched_us', fmt(now_us()))\n"
+    "if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n"
+    "return {'ok'}\n",
 };
 
 const cf_redis_script cf_cp_script_save = {
@@ -298,11 +410,15 @@ const cf_redis_script cf_cp_script_save = {
     "-- KEYS[3] (optional): the writer's guard, which must hold ARGV[13].\n"
     "-- Returns {'ok', id, parent, created_us} | {'stale', stored_seq} | {'conflict', latest} | {'notfound', id}\n"
     "--         | {'fenced'}\n"
+    "-- Few calls: this runs on every save.\n"
     "if #KEYS > 2 and redis.call('GET', KEYS[3]) ~= ARGV[13] then return {'fenced'} end\n"
-    "local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')\n"
+    "local tm = redis.call('HMGET', KEYS[1], 'seq', 'last_us', 'n')\n"
+    "local seq, last, n = tonumber(tm[1] or '0'), tonumber(tm[2] or '0'), tonumber(tm[3] or '0')\n"
+    "if not (seq and last and n) then return redis.error_reply('ERR checkpoint thread corrupt: bad metadata') end\n"
     "local wseq = tonumber(ARGV[8])\n"
     "if wseq > 0 and wseq < seq then return {'stale', fmt(seq)} end\n"
-    "local latest = newest()\n"
+    "local latest = ''\n"
+    "if ARGV[6] == 'id' or (ARGV[3] ~= 'rollback' and ARGV[4] == 'latest') then latest = newest() end\n"
     "if ARGV[6] == 'id' and ARGV[7] ~= latest then return {'conflict', latest} end\n"
     "local parent, state, cmeta = '', ARGV[9], ARGV[10]\n"
     "if ARGV[3] == 'rollback' then\n"
@@ -319,16 +435,16 @@ const cf_redis_script cf_cp_script_save = {
     "-- (16-digit microseconds + per-thread counter) sort in creation order.\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
-    "local last = tonumber(redis.call('HGET', KEYS[1], 'last_us') or '0')\n"
     "if now < last then now = last end\n"
-    "local n = redis.call('HINCRBY', KEYS[1], 'n', 1)\n"
+    "n = n + 1\n"
     "local id = string.format('%016d-%012d', now, n)\n"
     "local key = pre .. id\n"
-    "redis.call('HSET', key, 'id', id, 'thread', ARGV[2], 'parent', parent, 'state', state, 'meta', cmeta,\n"
-    "           'created_us', fmt(now), 'seq', fmt(wseq))\n"
+    "local rec = {'id', id, 'thread', ARGV[2], 'parent', parent, 'state', state, 'meta', cmeta,\n"
+    "             'created_us', fmt(now), 'seq', fmt(wseq)}\n"
+    "redis.call('HSET', key, unpack(rec))\n"
+    "redis.call('HSET', latest_key, unpack(rec))\n"
     "redis.call('ZADD', KEYS[2], fmt(now), id)\n"
-    "redis.call('HSET', KEYS[1], 'last_us', fmt(now))\n"
-    "if wseq > seq then redis.call('HSET', KEYS[1], 'seq', fmt(wseq)) end\n"
+    "redis.call('HSET', KEYS[1], 'last_us', fmt(now), 'n', fmt(n), 'seq', fmt(wseq > seq and wseq or seq))\n"
     "local maxc, ttl = tonumber(ARGV[11]), tonumber(ARGV[12])\n"
     "if maxc > 0 then\n"
     "  local cnt = redis.call('ZCARD', KEYS[2])\n"
@@ -339,11 +455,15 @@ const cf_redis_script cf_cp_script_save = {
     "  end\n"
     "end\n"
     "if ttl > 0 then\n"
-    "  local cutoff = '(' .. fmt(now - ttl * 1000)\n"
-    "  local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', cutoff)\n"
-    "  for _, o in ipairs(old) do redis.call('UNLINK', pre .. o) end\n"
-    "  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', cutoff)\n"
+    "  local cutoff = now - ttl * 1000\n"
+    "  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"
+    "  if first[2] and tonumber(first[2]) < cutoff then\n"
+    "    local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(cutoff))\n"
+    "    for _, o in ipairs(old) do redis.call('UNLINK', pre .. o) end\n"
+    "    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(cutoff))\n"
+    "  end\n"
     "  redis.call('PEXPIRE', key, ttl)\n"
+    "  redis.call('PEXPIRE', latest_key, ttl)\n"
     "  redis.call('PEXPIRE', KEYS[1], ttl)\n"
     "  redis.call('PEXPIRE', KEYS[2], ttl)\n"
     "end\n"
@@ -356,8 +476,10 @@ const cf_redis_script cf_cp_script_latest = {
     CP_LUA_PRELUDE
     CP_LUA_NEWEST
     CP_LUA_APPEND_RECORD
-    "-- ARGV: 1 prefix.  Returns {'ok', 7 fields} | {'none'}\n"
-    "local id = newest()\n"
+    CP_LUA_SYNC_LATEST
+    "-- ARGV: 1 prefix.  Returns {'ok', 7 fields} | {'none'}.  The client reads the\n"
+    "-- copy first; this runs when there is none, and makes it.\n"
+    "local id = sync_latest()\n"
     "local out = {'ok'}\n"
     "if id == '' or not append_record(out, id, true) then return {'none'} end\n"
     "return out\n",
@@ -410,10 +532,13 @@ const cf_redis_script cf_cp_script_delete = {
     .name = "cp_delete",
     .source =
     CP_LUA_PRELUDE
+    CP_LUA_NEWEST
+    CP_LUA_SYNC_LATEST
     "-- ARGV: 1 prefix, 2 id.  Returns 1 if it existed.\n"
     "local existed = redis.call('EXISTS', pre .. ARGV[2])\n"
     "local z = redis.call('ZREM', KEYS[2], ARGV[2])\n"
     "redis.call('UNLINK', pre .. ARGV[2])\n"
+    "if redis.call('HGET', latest_key, 'id') == ARGV[2] then sync_latest() end\n"
     "if existed == 1 or z == 1 then return 1 end\n"
     "return 0\n",
 };
@@ -426,7 +551,7 @@ const cf_redis_script cf_cp_script_delete_thread = {
     "local existed = redis.call('EXISTS', KEYS[1]) + redis.call('EXISTS', KEYS[2])\n"
     "local ids = redis.call('ZRANGE', KEYS[2], 0, -1)\n"
     "for _, id in ipairs(ids) do redis.call('UNLINK', pre .. id) end\n"
-    "redis.call('UNLINK', KEYS[1], KEYS[2])\n"
+    "redis.call('UNLINK', KEYS[1], KEYS[2], latest_key)\n"
     "if existed == 0 then return -1 end\n"
     "return #ids\n",
 };

@@ -2,6 +2,7 @@
 #include "cf_workspace.h"
 
 #include <inttypes.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,14 @@
 #include "cf_util.h"
 
 #define WS_META_STR_MAX 128
+/* An uploaded blob nothing references yet (its commit failed or has not
+ * run) expires after this; a commit that finds it gone uploads it again. */
+#define WS_UPLOAD_GRACE_MS "300000"
+/* Commit: times the blobs are uploaded when one vanished before the
+ * commit; snapshot: times it is read when a blob vanished under it. */
+#define WS_ATTEMPTS 3
+#define WS_BLOB_ID_LEN 64 /* sha256, lowercase hex */
+#define WS_BLOB_ID_MAX 128 /* ids read back (format-1 ids are shorter) */
 
 struct cf_workspace_store {
     cf_redis *r;
@@ -22,9 +31,11 @@ struct cf_workspace_store {
 typedef struct ws_keys {
     char meta[CF_STATE_KEY_MAX];
     char files[CF_STATE_KEY_MAX];
-    char blobs[CF_STATE_KEY_MAX];
+    char refs[CF_STATE_KEY_MAX];
     char hist[CF_STATE_KEY_MAX];
-    const char *v[5]; /* + the guard key, when one is set */
+    char legacy_blobs[CF_STATE_KEY_MAX]; /* format 1's blob hash */
+    char blob_prefix[CF_STATE_KEY_MAX];  /* + blob id = a blob's key */
+    const char *v[5]; /* meta, files, refs, hist + the guard key or legacy_blobs */
 } ws_keys;
 
 void cf_workspace_config_init(cf_workspace_config *cfg)
@@ -81,14 +92,55 @@ static int ws_keys_init(const cf_workspace_store *ws, const char *id, ws_keys *k
         return -1;
     if (cf_state_key(k->meta, sizeof(k->meta), err, "%s{ws:%s}:meta", ws->prefix, id) < 0 ||
         cf_state_key(k->files, sizeof(k->files), err, "%s{ws:%s}:files", ws->prefix, id) < 0 ||
-        cf_state_key(k->blobs, sizeof(k->blobs), err, "%s{ws:%s}:blobs", ws->prefix, id) < 0 ||
-        cf_state_key(k->hist, sizeof(k->hist), err, "%s{ws:%s}:hist", ws->prefix, id) < 0)
+        cf_state_key(k->refs, sizeof(k->refs), err, "%s{ws:%s}:refs", ws->prefix, id) < 0 ||
+        cf_state_key(k->hist, sizeof(k->hist), err, "%s{ws:%s}:hist", ws->prefix, id) < 0 ||
+        cf_state_key(k->legacy_blobs, sizeof(k->legacy_blobs), err, "%s{ws:%s}:blobs", ws->prefix, id) < 0 ||
+        cf_state_key(k->blob_prefix, sizeof(k->blob_prefix), err, "%s{ws:%s}:b:", ws->prefix, id) < 0)
         return -1;
     k->v[0] = k->meta;
     k->v[1] = k->files;
-    k->v[2] = k->blobs;
+    k->v[2] = k->refs;
     k->v[3] = k->hist;
+    k->v[4] = k->legacy_blobs;
     return 0;
+}
+
+static bool reply_says_format(const redisReply *rep)
+{
+    return rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && cf_redis_reply_is(rep->element[0], "format");
+}
+
+/* Moves a workspace written by a codefleet before content-addressed blobs
+ * (format 1) to format 2, in place and atomically. */
+static int ws_migrate(cf_workspace_store *ws, const ws_keys *k, const char *id, cf_error *err)
+{
+    const char *keys[5] = {k->meta, k->files, k->refs, k->hist, k->legacy_blobs};
+    redisReply *rep = NULL;
+    if (cf_redis_eval(ws->r, &cf_ws_script_migrate, 5, keys, NULL, 0, NULL, NULL, &rep, err) < 0)
+        return cf_error_wrap(err, "workspace %s: migrate to format 2", id);
+    int rc = cf_state_reply_head(rep, "ws_migrate", err);
+    if (rc == 0 && !cf_redis_reply_is(rep->element[0], "ok") && !cf_redis_reply_is(rep->element[0], "notfound"))
+        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: migrate: unexpected reply", id);
+    cf_redis_reply_free(rep);
+    return rc;
+}
+
+/* Runs a workspace script; one that answers {'format'} met a format-1
+ * workspace, which is migrated before the script is asked again (once). */
+static int ws_eval(cf_workspace_store *ws, const ws_keys *k, const char *id, const cf_redis_script *script, int nkeys,
+                   const char *const *keys, int nargs, const char *const *args, const size_t *lens, redisReply **rep,
+                   cf_error *err)
+{
+    for (int attempt = 0;; attempt++) {
+        if (cf_redis_eval(ws->r, script, nkeys, keys, NULL, nargs, args, lens, rep, err) < 0)
+            return -1;
+        if (attempt > 0 || !reply_says_format(*rep))
+            return 0;
+        cf_redis_reply_free(*rep);
+        *rep = NULL;
+        if (ws_migrate(ws, k, id, err) < 0)
+            return -1;
+    }
 }
 
 int cf_workspace_path_check(const cf_workspace_store *ws, const char *path, cf_error *err)
@@ -222,6 +274,77 @@ void cf_workspace_set_guard(cf_workspace_store *ws, const char *key, const char 
     ws->guard_value = key && value ? value : NULL;
 }
 
+static int blob_id(const void *data, size_t len, char out[WS_BLOB_ID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    static const unsigned char none[1] = {0};
+    if (EVP_Digest(len ? data : none, len, md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != sizeof(md))
+        return -1;
+    for (size_t i = 0; i < sizeof(md); i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 15];
+    }
+    out[WS_BLOB_ID_LEN] = '\0';
+    return 0;
+}
+
+/* SET <blob key> <bytes> NX PX <grace> for each distinct blob, in one
+ * pipeline.  NX: a blob already there is the same bytes (same sha256),
+ * and its TTL (maybe a referenced blob's longer one) stays as it is. */
+static int upload_blobs(cf_workspace_store *ws, const ws_keys *k, const cf_ws_file *puts, size_t nputs,
+                        const char (*bid)[WS_BLOB_ID_LEN + 1], cf_error *err)
+{
+    if (nputs == 0)
+        return 0;
+    cf_redis_cmd *cmds = calloc(nputs, sizeof(*cmds));
+    const char **argv = calloc(nputs * 6, sizeof(*argv));
+    size_t *lens = calloc(nputs * 6, sizeof(*lens));
+    char(*keys)[CF_STATE_KEY_MAX + WS_BLOB_ID_LEN] = calloc(nputs, sizeof(*keys));
+    redisReply **replies = calloc(nputs, sizeof(*replies));
+    int rc = 0;
+    if (!cmds || !argv || !lens || !keys || !replies) {
+        rc = cf_error_set(err, CF_E_NOMEM, "workspace: out of memory");
+        goto out;
+    }
+    static const char empty[1] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < nputs; i++) {
+        bool dup = false;
+        for (size_t j = 0; j < i && !dup; j++)
+            dup = memcmp(bid[i], bid[j], WS_BLOB_ID_LEN) == 0;
+        if (dup)
+            continue;
+        snprintf(keys[n], sizeof(keys[n]), "%s%s", k->blob_prefix, bid[i]);
+        const char **a = argv + n * 6;
+        size_t *l = lens + n * 6;
+        a[0] = "SET";
+        a[1] = keys[n];
+        a[2] = puts[i].len ? (const char *)puts[i].data : empty;
+        a[3] = "NX";
+        a[4] = "PX";
+        a[5] = WS_UPLOAD_GRACE_MS;
+        for (int j = 0; j < 6; j++)
+            l[j] = j == 2 ? puts[i].len : strlen(a[j]);
+        cmds[n] = (cf_redis_cmd){.argc = 6, .argv = a, .lens = l};
+        n++;
+    }
+    if (cf_redis_pipeline(ws->r, cmds, n, replies, err) < 0) {
+        rc = cf_error_wrap(err, "upload of file contents");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        cf_redis_reply_free(replies[i]);
+out:
+    free(cmds);
+    free(argv);
+    free(lens);
+    free(keys);
+    free(replies);
+    return rc;
+}
+
 static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_rev, const cf_ws_file *puts,
                        size_t nputs, const char *const *deletes, size_t ndeletes, bool strict, int64_t *new_rev,
                        cf_error *err)
@@ -234,13 +357,28 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
     if (commit_check(ws, puts, nputs, deletes, ndeletes, err) < 0)
         return cf_error_wrap(err, "workspace %s", id);
 
+    /* Blob ids: the sha256 of the bytes, so equal contents are stored once
+     * and an upload repeated after a lost reply writes nothing new. */
+    char(*bid)[WS_BLOB_ID_LEN + 1] = nputs ? calloc(nputs, sizeof(*bid)) : NULL;
+    if (nputs && !bid)
+        return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+    for (size_t i = 0; i < nputs; i++) {
+        if (blob_id(puts[i].data, puts[i].len, bid[i]) < 0) {
+            free(bid);
+            return cf_error_set(err, CF_E_NOMEM, "workspace %s: cannot hash %s", id, puts[i].path);
+        }
+    }
+
     bool guarded = ws->guard_key != NULL;
-    size_t nargs = 9 + 2 * nputs + ndeletes + (guarded ? 1 : 0);
+    size_t nargs = 9 + 3 * nputs + ndeletes + (guarded ? 1 : 0);
     const char **args = calloc(nargs, sizeof(*args));
     size_t *lens = calloc(nargs, sizeof(*lens));
-    if (!args || !lens) {
+    char(*sizes)[24] = nputs ? calloc(nputs, sizeof(*sizes)) : NULL;
+    if (!args || !lens || (nputs && !sizes)) {
         free(args);
         free(lens);
+        free(sizes);
+        free(bid);
         return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
     }
     char num[9][24];
@@ -257,27 +395,45 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
         args[i] = num[i];
         lens[i] = strlen(num[i]);
     }
-    static const char empty[1] = "";
     for (size_t i = 0; i < nputs; i++) {
+        cf_state_i64(sizes[i], sizeof(sizes[i]), (long long)puts[i].len);
         args[9 + i] = puts[i].path;
         lens[9 + i] = strlen(puts[i].path);
-        args[9 + nputs + i] = puts[i].len ? (const char *)puts[i].data : empty;
-        lens[9 + nputs + i] = puts[i].len;
+        args[9 + nputs + i] = sizes[i];
+        lens[9 + nputs + i] = strlen(sizes[i]);
+        args[9 + 2 * nputs + i] = bid[i];
+        lens[9 + 2 * nputs + i] = WS_BLOB_ID_LEN;
     }
     for (size_t i = 0; i < ndeletes; i++) {
-        args[9 + 2 * nputs + i] = deletes[i];
-        lens[9 + 2 * nputs + i] = strlen(deletes[i]);
+        args[9 + 3 * nputs + i] = deletes[i];
+        lens[9 + 3 * nputs + i] = strlen(deletes[i]);
     }
+    const char *keys[5] = {k.meta, k.files, k.refs, k.hist, ws->guard_key};
     if (guarded) {
-        k.v[4] = ws->guard_key;
         args[nargs - 1] = ws->guard_value;
         lens[nargs - 1] = strlen(ws->guard_value);
     }
+    /* The bytes go first, with plain pipelined SETs outside the script;
+     * the script then only checks they are there and swaps the manifest.
+     * A blob can vanish in between (an unreferenced one whose grace ran
+     * out): the script says so and the upload is repeated. */
     redisReply *rep = NULL;
-    int rc = cf_redis_eval(ws->r, &cf_ws_script_commit, guarded ? 5 : 4, k.v, NULL, (int)nargs, args, lens, &rep,
-                           err);
+    int rc = 0;
+    for (int attempt = 0; attempt < WS_ATTEMPTS; attempt++) {
+        cf_redis_reply_free(rep);
+        rep = NULL;
+        if (upload_blobs(ws, &k, puts, nputs, (const char(*)[WS_BLOB_ID_LEN + 1])bid, err) < 0 ||
+            ws_eval(ws, &k, id, &cf_ws_script_commit, guarded ? 5 : 4, keys, (int)nargs, args, lens, &rep, err) < 0) {
+            rc = -1;
+            break;
+        }
+        if (!(rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && cf_redis_reply_is(rep->element[0], "missing")))
+            break;
+    }
     free(args);
     free(lens);
+    free(sizes);
+    free(bid);
     if (rc < 0)
         return cf_error_wrap(err, "workspace %s: commit", id);
     rc = cf_state_reply_head(rep, "ws_commit", err);
@@ -304,6 +460,10 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
         rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s: no such file", id);
     } else if (cf_redis_reply_is(rep->element[0], "invalid")) {
         rc = cf_error_set(err, CF_E_INVALID, "workspace %s: bad or repeated path (checked by Redis)", id);
+    } else if (cf_redis_reply_is(rep->element[0], "missing")) {
+        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: commit: an uploaded blob vanished %d times", id,
+                          WS_ATTEMPTS);
+        cf_error_set_retriable(err, true);
     } else if (cf_redis_reply_is(rep->element[0], "limit")) {
         const redisReply *kind = rep->elements > 1 ? rep->element[1] : NULL;
         if (cf_redis_reply_is(kind, "files"))
@@ -352,7 +512,7 @@ int cf_workspace_get(cf_workspace_store *ws, const char *id, const char *path, u
         return -1;
     const char *args[1] = {path};
     redisReply *rep = NULL;
-    if (cf_redis_eval(ws->r, &cf_ws_script_get, 4, k.v, NULL, 1, args, NULL, &rep, err) < 0)
+    if (ws_eval(ws, &k, id, &cf_ws_script_get, 4, k.v, 1, args, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "workspace %s: get", id);
     int rc = cf_state_reply_head(rep, "ws_get", err);
     if (rc < 0) {
@@ -389,15 +549,15 @@ void cf_ws_listing_clear(cf_ws_listing *l)
     memset(l, 0, sizeof(*l));
 }
 
-/* Parses {'ok', rev, current, path, size, [content], ...}; everything in it
- * is checked again (sizes, paths, caps) because Redis content is hostile. */
-static int parse_listing(const cf_workspace_store *ws, const char *id, const redisReply *rep, bool with_content,
-                         cf_ws_listing *out, cf_error *err)
+/* Parses {'ok', rev, current, path, size, blob id, ...}; everything in it
+ * is checked again (sizes, paths, ids, caps) because Redis content is
+ * hostile.  bids[i] (borrowed from rep) gets entry i's blob id. */
+static int parse_listing(const cf_workspace_store *ws, const char *id, const redisReply *rep, cf_ws_listing *out,
+                         const redisReply ***bids, cf_error *err)
 {
-    size_t per = with_content ? 3 : 2;
-    if (rep->elements < 3 || (rep->elements - 3) % per != 0)
+    if (rep->elements < 3 || (rep->elements - 3) % 3 != 0)
         return cf_error_set(err, CF_E_REDIS, "workspace %s: malformed listing", id);
-    size_t n = (rep->elements - 3) / per;
+    size_t n = (rep->elements - 3) / 3;
     if (n > ws->cfg.max_files)
         return cf_error_set(err, CF_E_LIMIT, "workspace %s: listing has %zu files, cap is %zu", id, n,
                             ws->cfg.max_files);
@@ -406,32 +566,26 @@ static int parse_listing(const cf_workspace_store *ws, const char *id, const red
     if (out->rev < 0 || out->current_rev < 0)
         return cf_error_set(err, CF_E_REDIS, "workspace %s: bad revision in listing", id);
     out->entries = n ? calloc(n, sizeof(*out->entries)) : NULL;
-    if (n && !out->entries)
+    *bids = n ? calloc(n, sizeof(**bids)) : NULL;
+    if (n && (!out->entries || !*bids))
         return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        const redisReply *p = rep->element[3 + i * per];
-        const redisReply *s = rep->element[4 + i * per];
+        const redisReply *p = rep->element[3 + i * 3];
+        const redisReply *s = rep->element[4 + i * 3];
+        const redisReply *b = rep->element[5 + i * 3];
         int64_t size = -1;
         if (p->type != REDIS_REPLY_STRING || p->len > ws->cfg.max_path_bytes || memchr(p->str, 0, p->len) ||
-            cf_redis_reply_i64(s, &size, NULL) < 0 || size < 0 || (uint64_t)size > ws->cfg.max_file_bytes)
+            cf_redis_reply_i64(s, &size, NULL) < 0 || size < 0 || (uint64_t)size > ws->cfg.max_file_bytes ||
+            b->type != REDIS_REPLY_STRING || b->len == 0 || b->len > WS_BLOB_ID_MAX || memchr(b->str, 0, b->len))
             return cf_error_set(err, CF_E_REDIS, "workspace %s: bad entry %zu in listing", id, i);
         cf_ws_entry *e = &out->entries[out->n++];
         e->size = (size_t)size;
         e->path = cf_state_reply_dup(p, NULL);
         if (!e->path)
             return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+        (*bids)[i] = b;
         total += (uint64_t)size;
-        if (with_content) {
-            const redisReply *c = rep->element[5 + i * per];
-            if (c->type != REDIS_REPLY_STRING || c->len != e->size)
-                return cf_error_set(err, CF_E_REDIS, "workspace %s: %.64s: content does not match its size", id,
-                                    e->path);
-            size_t len = 0;
-            e->data = (uint8_t *)cf_state_reply_dup(c, &len);
-            if (!e->data)
-                return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
-        }
     }
     if (total > ws->cfg.max_total_bytes)
         return cf_error_set(err, CF_E_LIMIT, "workspace %s: listing totals %" PRIu64 " bytes, cap is %zu", id, total,
@@ -439,28 +593,80 @@ static int parse_listing(const cf_workspace_store *ws, const char *id, const red
     return 0;
 }
 
-static int listing_impl(cf_workspace_store *ws, const char *id, int64_t rev, bool with_content, cf_ws_listing *out,
-                        cf_error *err)
+/* The bytes of every entry, with one pipeline of GETs.  1: a blob was
+ * missing (the revision was trimmed meanwhile, or the data is damaged). */
+static int fetch_contents(cf_workspace_store *ws, const ws_keys *k, const char *id, cf_ws_listing *l,
+                          const redisReply **bids, cf_error *err)
 {
-    memset(out, 0, sizeof(*out));
-    ws_keys k;
-    if (ws_keys_init(ws, id, &k, err) < 0)
-        return -1;
-    if (rev < CF_WS_ANY_REV)
-        return cf_error_set(err, CF_E_INVALID, "workspace %s: bad revision %" PRId64, id, rev);
+    size_t n = l->n;
+    if (n == 0)
+        return 0;
+    cf_redis_cmd *cmds = calloc(n, sizeof(*cmds));
+    const char **argv = calloc(n * 2, sizeof(*argv));
+    size_t *lens = calloc(n * 2, sizeof(*lens));
+    char(*keys)[CF_STATE_KEY_MAX + WS_BLOB_ID_MAX] = calloc(n, sizeof(*keys));
+    redisReply **replies = calloc(n, sizeof(*replies));
+    int rc = 0;
+    if (!cmds || !argv || !lens || !keys || !replies) {
+        rc = cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t pl = strlen(k->blob_prefix);
+        memcpy(keys[i], k->blob_prefix, pl);
+        memcpy(keys[i] + pl, bids[i]->str, bids[i]->len);
+        argv[2 * i] = "GET";
+        lens[2 * i] = 3;
+        argv[2 * i + 1] = keys[i];
+        lens[2 * i + 1] = pl + bids[i]->len;
+        cmds[i] = (cf_redis_cmd){.argc = 2, .argv = argv + 2 * i, .lens = lens + 2 * i};
+    }
+    if (cf_redis_pipeline(ws->r, cmds, n, replies, err) < 0) {
+        rc = cf_error_wrap(err, "workspace %s: read file contents", id);
+        goto out;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        cf_ws_entry *e = &l->entries[i];
+        if (replies[i]->type == REDIS_REPLY_NIL) {
+            rc = 1;
+        } else if (replies[i]->type != REDIS_REPLY_STRING || replies[i]->len != e->size) {
+            rc = cf_error_set(err, CF_E_REDIS, "workspace %s: %.64s: content does not match its size", id, e->path);
+        } else {
+            size_t len = 0;
+            e->data = (uint8_t *)cf_state_reply_dup(replies[i], &len);
+            if (!e->data)
+                rc = cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        cf_redis_reply_free(replies[i]);
+out:
+    free(cmds);
+    free(argv);
+    free(lens);
+    free(keys);
+    free(replies);
+    return rc;
+}
+
+static int listing_once(cf_workspace_store *ws, const ws_keys *k, const char *id, int64_t rev, bool with_content,
+                        cf_ws_listing *out, cf_error *err)
+{
     char revs[24];
     cf_state_i64(revs, sizeof(revs), (long long)rev);
-    const char *args[2] = {revs, with_content ? "1" : "0"};
+    const char *args[1] = {revs};
     redisReply *rep = NULL;
     const char *what = with_content ? "snapshot" : "list";
-    if (cf_redis_eval(ws->r, &cf_ws_script_snapshot, 4, k.v, NULL, 2, args, NULL, &rep, err) < 0)
+    if (ws_eval(ws, k, id, &cf_ws_script_snapshot, 4, k->v, 1, args, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "workspace %s: %s", id, what);
     int rc = cf_state_reply_head(rep, "ws_snapshot", err);
     if (rc < 0) {
     } else if (cf_redis_reply_is(rep->element[0], "ok")) {
-        rc = parse_listing(ws, id, rep, with_content, out, err);
-        if (rc < 0)
-            cf_ws_listing_clear(out);
+        const redisReply **bids = NULL;
+        rc = parse_listing(ws, id, rep, out, &bids, err);
+        if (rc == 0 && with_content)
+            rc = fetch_contents(ws, k, id, out, bids, err);
+        free(bids);
     } else if (cf_redis_reply_is(rep->element[0], "notfound")) {
         rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
     } else if (cf_redis_reply_is(rep->element[0], "gone")) {
@@ -474,7 +680,31 @@ static int listing_impl(cf_workspace_store *ws, const char *id, int64_t rev, boo
         rc = cf_error_set(err, CF_E_REDIS, "workspace %s: %s: unexpected reply", id, what);
     }
     cf_redis_reply_free(rep);
+    if (rc != 0)
+        cf_ws_listing_clear(out);
     return rc;
+}
+
+static int listing_impl(cf_workspace_store *ws, const char *id, int64_t rev, bool with_content, cf_ws_listing *out,
+                        cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    ws_keys k;
+    if (ws_keys_init(ws, id, &k, err) < 0)
+        return -1;
+    if (rev < CF_WS_ANY_REV)
+        return cf_error_set(err, CF_E_INVALID, "workspace %s: bad revision %" PRId64, id, rev);
+    /* The manifest is read atomically; the bytes after it, by plain GETs.
+     * Blobs never change, so what is read is that revision's content; a
+     * blob gone meanwhile (the revision was trimmed by later commits) means
+     * reading again, which then answers for what is there now. */
+    for (int attempt = 0; attempt < WS_ATTEMPTS; attempt++) {
+        int rc = listing_once(ws, &k, id, rev, with_content, out, err);
+        if (rc <= 0)
+            return rc;
+    }
+    cf_error_set(err, CF_E_REDIS, "workspace %s: corrupt: a blob the manifest names is missing", id);
+    return -1;
 }
 
 int cf_workspace_list(cf_workspace_store *ws, const char *id, cf_ws_listing *out, cf_error *err)
@@ -503,7 +733,7 @@ int cf_workspace_info(cf_workspace_store *ws, const char *id, cf_ws_info *out, c
     if (ws_keys_init(ws, id, &k, err) < 0)
         return -1;
     redisReply *rep = NULL;
-    if (cf_redis_eval(ws->r, &cf_ws_script_info, 4, k.v, NULL, 0, NULL, NULL, &rep, err) < 0)
+    if (ws_eval(ws, &k, id, &cf_ws_script_info, 4, k.v, 0, NULL, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "workspace %s: info", id);
     int rc = cf_state_reply_head(rep, "ws_info", err);
     if (rc == 0 && cf_redis_reply_is(rep->element[0], "notfound")) {
@@ -555,7 +785,7 @@ int cf_workspace_delete(cf_workspace_store *ws, const char *id, cf_error *err)
     if (ws_keys_init(ws, id, &k, err) < 0)
         return -1;
     int64_t existed = 0;
-    if (cf_state_eval_i64(ws->r, &cf_ws_script_delete, 4, k.v, 0, NULL, &existed, err) < 0)
+    if (cf_state_eval_i64(ws->r, &cf_ws_script_delete, 5, k.v, 0, NULL, &existed, err) < 0)
         return cf_error_wrap(err, "workspace %s: delete", id);
     if (existed != 1)
         return cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);

@@ -320,11 +320,53 @@ static void test_retention_by_count(void **state)
     assert_int_equal(cf_checkpoint_get(cs, "ret", ids[6], &cp, &err), -1);
     assert_int_equal(err.code, CF_E_NOT_FOUND);
     assert_int_equal(cf_test_redis_int(f->raw, "ZCARD cf:{cp:ret}:idx"), 5);
-    assert_int_equal(cf_test_redis_int(f->raw, "DBSIZE"), 5 + 2); /* 5 hashes, meta, index */
+    /* 5 hashes, meta, index, the copy of the newest */
+    assert_int_equal(cf_test_redis_int(f->raw, "DBSIZE"), 5 + 3);
     ok(cf_checkpoint_history(cs, "ret", NULL, 0, false, &l, &err), &err);
     assert_int_equal(l.n, 5);
     cf_checkpoints_clear(&l);
     cf_checkpoint_store_destroy(cs);
+}
+
+/* Loading the latest is one HMGET of a copy every save writes; the copy
+ * follows deletes, and a thread without one (saved by an older codefleet,
+ * or the copy lost) still answers and gets its copy back. */
+static void test_latest_copy(void **state)
+{
+    fixture *f = *state;
+    char ids[3][CF_CHECKPOINT_ID_MAX + 1];
+    for (unsigned i = 0; i < 3; i++)
+        save_n(f->cs, "lc", i, NULL, ids[i]);
+    cf_checkpoint cp;
+    cf_error err;
+    ok(cf_checkpoint_latest(f->cs, "lc", &cp, &err), &err);
+    assert_string_equal(cp.id, ids[2]);
+    assert_string_equal(cp.parent, ids[1]);
+    cf_checkpoint_clear(&cp);
+    ok(cf_checkpoint_delete(f->cs, "lc", ids[2], &err), &err);
+    ok(cf_checkpoint_latest(f->cs, "lc", &cp, &err), &err);
+    assert_string_equal(cp.id, ids[1]);
+    cf_checkpoint_clear(&cp);
+    /* The copy is gone (as for a thread from before it existed). */
+    assert_int_equal(cf_test_redis_int(f->raw, "DEL cf:{cp:lc}:latest"), 1);
+    ok(cf_checkpoint_latest(f->cs, "lc", &cp, &err), &err);
+    assert_string_equal(cp.id, ids[1]);
+    cf_checkpoint_clear(&cp);
+    assert_int_equal(cf_test_redis_int(f->raw, "EXISTS cf:{cp:lc}:latest"), 1);
+    /* A save on a thread without a copy still chains to the newest. */
+    assert_int_equal(cf_test_redis_int(f->raw, "DEL cf:{cp:lc}:latest"), 1);
+    char next[CF_CHECKPOINT_ID_MAX + 1];
+    save_n(f->cs, "lc", 7, NULL, next);
+    ok(cf_checkpoint_latest(f->cs, "lc", &cp, &err), &err);
+    assert_string_equal(cp.id, next);
+    assert_string_equal(cp.parent, ids[1]);
+    cf_checkpoint_clear(&cp);
+    /* A damaged copy is reported, not trusted. */
+    assert_int_equal(cf_test_redis_int(f->raw, "HDEL cf:{cp:lc}:latest seq"), 1);
+    assert_int_equal(cf_checkpoint_latest(f->cs, "lc", &cp, &err), -1);
+    assert_int_equal(err.code, CF_E_REDIS);
+    ok(cf_checkpoint_delete_thread(f->cs, "lc", &err), &err);
+    assert_int_equal(cf_test_redis_int(f->raw, "DBSIZE"), 0);
 }
 
 static void test_ttl(void **state)
@@ -528,6 +570,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rollback_keeps_old_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_and_delete_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_by_count, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_latest_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_writer_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_non_map_state_rejected, setup, teardown),

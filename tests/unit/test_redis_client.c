@@ -182,6 +182,73 @@ static void test_reply_cap(void **state)
     cf_redis_destroy(small);
 }
 
+/* Pipelines: n commands, n replies in order, one budget for all of them;
+ * an error reply fails the call and the connection stays usable. */
+static void test_pipeline(void **state)
+{
+    fixture *f = *state;
+    cf_error err;
+    enum { N = 300 };
+    static char keys[N][16], vals[N][16];
+    const char *argv[N][3];
+    cf_redis_cmd cmds[N];
+    redisReply *rep[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "p%d", i);
+        snprintf(vals[i], sizeof(vals[i]), "v%d", i * 7);
+        argv[i][0] = "SET";
+        argv[i][1] = keys[i];
+        argv[i][2] = vals[i];
+        cmds[i] = (cf_redis_cmd){.argc = 3, .argv = argv[i], .lens = NULL};
+    }
+    assert_int_equal(cf_redis_pipeline(f->r, cmds, N, rep, &err), 0);
+    for (int i = 0; i < N; i++) {
+        assert_true(cf_redis_reply_is(rep[i], "OK"));
+        cf_redis_reply_free(rep[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        argv[i][0] = "GET";
+        cmds[i].argc = 2;
+    }
+    assert_int_equal(cf_redis_pipeline(f->r, cmds, N, rep, &err), 0);
+    for (int i = 0; i < N; i++) {
+        assert_true(cf_redis_reply_is(rep[i], vals[i]));
+        cf_redis_reply_free(rep[i]);
+    }
+    /* One bad command in the middle: the call fails, every reply is freed
+     * and set to NULL, and the connection is still in step. */
+    const char *bad[3] = {"HGET", "p5", "field"}; /* WRONGTYPE */
+    cmds[150] = (cf_redis_cmd){.argc = 3, .argv = bad, .lens = NULL};
+    assert_int_equal(cf_redis_pipeline(f->r, cmds, N, rep, &err), -1);
+    assert_int_equal(err.code, CF_E_REDIS);
+    assert_non_null(strstr(err.msg, "WRONGTYPE"));
+    for (int i = 0; i < N; i++)
+        assert_null(rep[i]);
+    assert_true(cf_redis_connected(f->r));
+    const char *get[2] = {"GET", "p1"};
+    redisReply *one = cmd(f->r, 2, get, NULL);
+    assert_true(cf_redis_reply_is(one, "v7"));
+    cf_redis_reply_free(one);
+    assert_int_equal(cf_redis_pipeline(f->r, cmds, 0, rep, &err), 0);
+
+    /* The reply cap holds for the pipeline as a whole. */
+    cf_redis_config cfg;
+    cf_test_redis_config(&f->srv, &cfg);
+    cfg.max_reply_bytes = 2048;
+    cf_redis *small = cf_redis_new(&cfg, true, &err);
+    assert_non_null(small);
+    cmds[150] = (cf_redis_cmd){.argc = 2, .argv = argv[150], .lens = NULL};
+    assert_int_equal(cf_redis_pipeline(small, cmds, N, rep, &err), -1); /* ~3 KB of replies */
+    assert_int_equal(err.code, CF_E_LIMIT);
+    for (int i = 0; i < N; i++)
+        assert_null(rep[i]);
+    assert_false(cf_redis_connected(small));
+    assert_int_equal(cf_redis_pipeline(small, cmds, 50, rep, &err), 0);
+    for (int i = 0; i < 50; i++)
+        cf_redis_reply_free(rep[i]);
+    cf_redis_destroy(small);
+}
+
 /* A hostile "server": answers whatever comes with fixed bytes. */
 typedef struct evil_server {
     int lfd;
@@ -496,6 +563,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_binary_safe_roundtrip, setup_plain, teardown),
         cmocka_unit_test_setup_teardown(test_error_replies_are_classified, setup_plain, teardown),
         cmocka_unit_test_setup_teardown(test_reply_cap, setup_plain, teardown),
+        cmocka_unit_test_setup_teardown(test_pipeline, setup_plain, teardown),
         cmocka_unit_test(test_absurd_aggregate_headers_refused),
         cmocka_unit_test_setup_teardown(test_command_timeout, setup_plain, teardown),
         cmocka_unit_test_setup_teardown(test_eval_noscript_fallback, setup_plain, teardown),

@@ -15,6 +15,28 @@
 #include "cf_workspace.h"
 #include "unit/redis_test_server.h"
 
+#include <openssl/evp.h>
+
+/* Keys matching a pattern (white-box: blobs are one key each). */
+static long long count_keys(redisContext *c, const char *pattern)
+{
+    redisReply *r = redisCommand(c, "KEYS %s", pattern);
+    long long n = (r && r->type == REDIS_REPLY_ARRAY) ? (long long)r->elements : -1;
+    if (r)
+        freeReplyObject(r);
+    return n;
+}
+
+/* The blob id the store gives these bytes: sha256, lowercase hex. */
+static void sha_hex(const void *data, size_t len, char out[65])
+{
+    unsigned char md[32];
+    unsigned int n = 0;
+    assert_int_equal(EVP_Digest(data, len, md, &n, EVP_sha256(), NULL), 1);
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
 typedef struct fixture {
     cf_test_redis srv;
     cf_redis *r;
@@ -184,9 +206,10 @@ static void test_crud(void **state)
     assert_string_equal(l.entries[1].path, "a/c.txt");
     cf_ws_listing_clear(&l);
 
+    assert_true(count_keys(f->raw, "cf:{ws:w1}:b:*") > 0);
     ok(cf_workspace_delete(f->ws, "w1", &err), &err);
-    assert_int_equal(
-        cf_test_redis_int(f->raw, "EXISTS cf:{ws:w1}:meta cf:{ws:w1}:files cf:{ws:w1}:blobs cf:{ws:w1}:hist"), 0);
+    /* Nothing of it is left: the four keys and every blob. */
+    assert_int_equal(count_keys(f->raw, "cf:{ws:w1}:*"), 0);
     assert_int_equal(cf_workspace_delete(f->ws, "w1", &err), -1);
     assert_int_equal(err.code, CF_E_NOT_FOUND);
     assert_int_equal(cf_workspace_get(f->ws, "w1", "a/b.txt", &data, &len, NULL, &err), -1);
@@ -339,8 +362,14 @@ static void test_ttl_refresh_and_expiry(void **state)
     cf_error err;
     ok(cf_workspace_create(ws, "short", NULL, NULL, &err), &err);
     ok(cf_workspace_put(ws, "short", 0, "f", "v", 1, NULL, &err), &err);
-    long long pttl = cf_test_redis_int(f->raw, "PTTL cf:{ws:short}:blobs");
+    long long pttl = cf_test_redis_int(f->raw, "PTTL cf:{ws:short}:refs");
     assert_true(pttl > 0 && pttl <= 1000);
+    /* Blobs keep 1.5 x the TTL (renewed every half TTL, not every access). */
+    char v[65], blob[128];
+    sha_hex("v", 1, v);
+    snprintf(blob, sizeof(blob), "PTTL cf:{ws:short}:b:%s", v);
+    pttl = cf_test_redis_int(f->raw, blob);
+    assert_true(pttl > 1000 && pttl <= 1500);
     cf_test_sleep_us(600000);
     uint8_t *data;
     size_t len;
@@ -354,8 +383,11 @@ static void test_ttl_refresh_and_expiry(void **state)
     assert_int_equal(err.code, CF_E_NOT_FOUND);
     assert_int_equal(
         cf_test_redis_int(f->raw,
-                          "EXISTS cf:{ws:short}:meta cf:{ws:short}:files cf:{ws:short}:blobs cf:{ws:short}:hist"),
+                          "EXISTS cf:{ws:short}:meta cf:{ws:short}:files cf:{ws:short}:refs cf:{ws:short}:hist"),
         0);
+    /* A blob outlives the metadata by at most half a TTL. */
+    cf_test_sleep_us(500000);
+    assert_int_equal(count_keys(f->raw, "cf:{ws:short}:*"), 0);
     cf_workspace_store_destroy(ws);
 }
 
@@ -423,11 +455,24 @@ static void test_snapshot_history(void **state)
     assert_memory_equal(l.entries[2].data, "c3", 2);
     cf_ws_listing_clear(&l);
 
-    /* Old blobs are freed: 20 more writes of one file keep 1 + 3 versions
-     * of it, plus the other current files. */
-    for (int i = 0; i < 20; i++)
-        ok(cf_workspace_put(ws, "h", CF_WS_ANY_REV, "a", "zz", 2, NULL, &err), &err);
-    assert_int_equal(cf_test_redis_int(f->raw, "HLEN cf:{ws:h}:blobs"), 4 + 2);
+    /* Old blobs are freed: 20 more writes of one file, the last 17 with
+     * one content, keep that content once (referenced by the manifest and
+     * the 3 retained undo logs), plus the other current files. */
+    char name[32];
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof(name), "%d", i < 3 ? i : 99);
+        ok(cf_workspace_put(ws, "h", CF_WS_ANY_REV, "a", name, strlen(name), NULL, &err), &err);
+    }
+    assert_int_equal(cf_test_redis_int(f->raw, "HLEN cf:{ws:h}:refs"), 3);
+    assert_int_equal(count_keys(f->raw, "cf:{ws:h}:b:*"), 3);
+    char zz[65], cmd[160];
+    sha_hex("99", 2, zz);
+    snprintf(cmd, sizeof(cmd), "HGET cf:{ws:h}:refs %s", zz);
+    redisReply *refs = redisCommand(f->raw, cmd);
+    assert_non_null(refs);
+    assert_int_equal(refs->type, REDIS_REPLY_STRING);
+    assert_string_equal(refs->str, "4");
+    freeReplyObject(refs);
     assert_int_equal(cf_test_redis_int(f->raw, "HLEN cf:{ws:h}:hist"), 3);
     cf_ws_info info;
     ok(cf_workspace_info(ws, "h", &info, &err), &err);
@@ -511,23 +556,179 @@ static void test_bad_input_writes_nothing(void **state)
 
     /* Defense in depth: the commit script itself refuses traversal even
      * when the C checks are bypassed. */
-    const char *keys[4] = {"cf:{ws:bad}:meta", "cf:{ws:bad}:files", "cf:{ws:bad}:blobs", "cf:{ws:bad}:hist"};
-    const char *args[11] = {"-1", "1", "1000", "100000", "1000", "100", "1", "0", "0", "../escape", "x"};
+    const char *keys[4] = {"cf:{ws:bad}:meta", "cf:{ws:bad}:files", "cf:{ws:bad}:refs", "cf:{ws:bad}:hist"};
+    char x[65];
+    sha_hex("x", 1, x);
+    const char *args[12] = {"-1", "1", "1000", "100000", "1000", "100", "1", "0", "0", "../escape", "1", x};
     redisReply *rep = NULL;
-    ok(cf_redis_eval(f->r, &cf_ws_script_commit, 4, keys, NULL, 11, args, NULL, &rep, &err), &err);
+    ok(cf_redis_eval(f->r, &cf_ws_script_commit, 4, keys, NULL, 12, args, NULL, &rep, &err), &err);
     assert_true(cf_redis_reply_is(rep->element[0], "invalid"));
     cf_redis_reply_free(rep);
     args[9] = "/abs";
-    ok(cf_redis_eval(f->r, &cf_ws_script_commit, 4, keys, NULL, 11, args, NULL, &rep, &err), &err);
+    ok(cf_redis_eval(f->r, &cf_ws_script_commit, 4, keys, NULL, 12, args, NULL, &rep, &err), &err);
     assert_true(cf_redis_reply_is(rep->element[0], "invalid"));
     cf_redis_reply_free(rep);
     args[9] = "fine";
+    /* A blob id must be a sha256 in hex: nothing else can name a key. */
+    args[11] = "../../meta";
+    ok(cf_redis_eval(f->r, &cf_ws_script_commit, 4, keys, NULL, 12, args, NULL, &rep, &err), &err);
+    assert_true(cf_redis_reply_is(rep->element[0], "invalid"));
+    cf_redis_reply_free(rep);
+    args[11] = x;
+    args[10] = "-1";
+    ok(cf_redis_eval(f->r, &cf_ws_script_commit, 4, keys, NULL, 12, args, NULL, &rep, &err), &err);
+    assert_true(cf_redis_reply_is(rep->element[0], "invalid"));
+    cf_redis_reply_free(rep);
+    args[10] = "1";
+    /* Bytes never uploaded: the script refuses to reference them. */
+    char never[65];
+    sha_hex("never uploaded", 14, never);
+    args[11] = never;
+    args[10] = "14";
+    ok(cf_redis_eval(f->r, &cf_ws_script_commit, 4, keys, NULL, 12, args, NULL, &rep, &err), &err);
+    assert_true(cf_redis_reply_is(rep->element[0], "missing"));
+    cf_redis_reply_free(rep);
+    args[11] = x;
+    args[10] = "1";
     args[4] = "0"; /* max_file 0: the 1-byte file is too large for Lua */
-    ok(cf_redis_eval(f->r, &cf_ws_script_commit, 4, keys, NULL, 11, args, NULL, &rep, &err), &err);
+    ok(cf_redis_eval(f->r, &cf_ws_script_commit, 4, keys, NULL, 12, args, NULL, &rep, &err), &err);
     assert_true(cf_redis_reply_is(rep->element[0], "limit"));
     cf_redis_reply_free(rep);
     assert_int_equal(current_rev(f, ws, "bad"), before);
     cf_workspace_store_destroy(ws);
+}
+
+/* ---- Content-addressed blobs ------------------------------------------- */
+
+static void test_blobs_dedup_and_upload_grace(void **state)
+{
+    fixture *f = *state;
+    cf_error err;
+    ok(cf_workspace_create(f->ws, "d", NULL, NULL, &err), &err);
+    cf_ws_file two[2] = {{"a", "same", 4}, {"b/c", "same", 4}};
+    int64_t rev = 0;
+    ok(cf_workspace_commit(f->ws, "d", 0, two, 2, NULL, 0, &rev, &err), &err);
+    assert_int_equal(count_keys(f->raw, "cf:{ws:d}:b:*"), 1);
+    char same[65], cmd[200];
+    sha_hex("same", 4, same);
+    snprintf(cmd, sizeof(cmd), "HGET cf:{ws:d}:refs %s", same);
+    redisReply *r = redisCommand(f->raw, cmd);
+    assert_non_null(r);
+    assert_string_equal(r->str, "2");
+    freeReplyObject(r);
+
+    /* A commit that loses its CAS leaves its upload unreferenced, with a
+     * grace TTL, and the workspace as it was. */
+    cf_ws_file lost = {"lost", "never referenced", 16};
+    assert_int_equal(cf_workspace_commit(f->ws, "d", 0, &lost, 1, NULL, 0, NULL, &err), -1);
+    assert_int_equal(err.code, CF_E_CONFLICT);
+    char lid[65];
+    sha_hex("never referenced", 16, lid);
+    snprintf(cmd, sizeof(cmd), "PTTL cf:{ws:d}:b:%s", lid);
+    long long pttl = cf_test_redis_int(f->raw, cmd);
+    assert_true(pttl > 0 && pttl <= 300000);
+    snprintf(cmd, sizeof(cmd), "HEXISTS cf:{ws:d}:refs %s", lid);
+    assert_int_equal(cf_test_redis_int(f->raw, cmd), 0);
+
+    /* The same bytes committed later are referenced and kept with the
+     * workspace's TTL, not the grace. */
+    ok(cf_workspace_commit(f->ws, "d", rev, &lost, 1, NULL, 0, &rev, &err), &err);
+    snprintf(cmd, sizeof(cmd), "PTTL cf:{ws:d}:b:%s", lid);
+    assert_true(cf_test_redis_int(f->raw, cmd) > 300000);
+
+    /* An upload that vanished before its commit (grace ran out) is sent
+     * again: the commit still lands.  Simulated by a blob that exists with
+     * the wrong length, which the script treats like a missing one, and
+     * which SET NX would not replace: the store must then fail cleanly. */
+    cf_ws_file odd = {"odd", "12345", 5};
+    char oid[65];
+    sha_hex("12345", 5, oid);
+    snprintf(cmd, sizeof(cmd), "SET cf:{ws:d}:b:%s 123", oid);
+    r = redisCommand(f->raw, cmd);
+    freeReplyObject(r);
+    assert_int_equal(cf_workspace_commit(f->ws, "d", rev, &odd, 1, NULL, 0, NULL, &err), -1);
+    assert_int_equal(err.code, CF_E_REDIS);
+    assert_non_null(strstr(err.msg, "vanished"));
+    snprintf(cmd, sizeof(cmd), "DEL cf:{ws:d}:b:%s", oid);
+    r = redisCommand(f->raw, cmd);
+    freeReplyObject(r);
+    ok(cf_workspace_commit(f->ws, "d", rev, &odd, 1, NULL, 0, &rev, &err), &err);
+    uint8_t *data = NULL;
+    size_t len = 0;
+    ok(cf_workspace_get(f->ws, "d", "odd", &data, &len, NULL, &err), &err);
+    assert_int_equal(len, 5);
+    assert_memory_equal(data, "12345", 5);
+    free(data);
+}
+
+static void test_damaged_blobs_are_reported(void **state)
+{
+    fixture *f = *state;
+    cf_error err;
+    ok(cf_workspace_create(f->ws, "dmg", NULL, NULL, &err), &err);
+    ok(cf_workspace_put(f->ws, "dmg", 0, "f", "content", 7, NULL, &err), &err);
+    char id[65], cmd[200];
+    sha_hex("content", 7, id);
+    /* Wrong length: every reader says so. */
+    snprintf(cmd, sizeof(cmd), "SET cf:{ws:dmg}:b:%s short", id);
+    freeReplyObject(redisCommand(f->raw, cmd));
+    cf_ws_listing l;
+    assert_int_equal(cf_workspace_snapshot(f->ws, "dmg", CF_WS_ANY_REV, &l, &err), -1);
+    assert_int_equal(err.code, CF_E_REDIS);
+    assert_non_null(strstr(err.msg, "does not match its size"));
+    uint8_t *data = NULL;
+    size_t len = 0;
+    assert_int_equal(cf_workspace_get(f->ws, "dmg", "f", &data, &len, NULL, &err), -1);
+    assert_int_equal(err.code, CF_E_REDIS);
+    /* Gone (evicted): a clear error after a bounded number of reads. */
+    snprintf(cmd, sizeof(cmd), "DEL cf:{ws:dmg}:b:%s", id);
+    freeReplyObject(redisCommand(f->raw, cmd));
+    assert_int_equal(cf_workspace_snapshot(f->ws, "dmg", CF_WS_ANY_REV, &l, &err), -1);
+    assert_int_equal(err.code, CF_E_REDIS);
+    assert_non_null(strstr(err.msg, "missing"));
+    /* A listing needs no bytes and still works. */
+    ok(cf_workspace_list(f->ws, "dmg", &l, &err), &err);
+    assert_int_equal(l.n, 1);
+    cf_ws_listing_clear(&l);
+}
+
+/* A workspace as the store wrote it before content-addressed blobs (format
+ * 1: blobs in one hash, ids "<rev>.<n>") is migrated on first use. */
+static void test_format1_is_migrated(void **state)
+{
+    fixture *f = *state;
+    cf_error err;
+    const char *setup[] = {
+        "HSET cf:{ws:old}:meta project p session s created_us 1 updated_us 2 rev 2 oldest 0 nfiles 2 bytes 7 "
+        "history 16 ttl_ms 0",
+        "HSET cf:{ws:old}:files a 3:2.1 b 4:1.2",
+        "HSET cf:{ws:old}:blobs 1.1 old 1.2 bbbb 2.1 new",
+    };
+    for (size_t i = 0; i < sizeof(setup) / sizeof(setup[0]); i++)
+        freeReplyObject(redisCommand(f->raw, setup[i]));
+    /* Undo log of revision 2: a was "3:1.1"; of revision 1: a and b were absent. */
+    const unsigned char undo2[] = {0x92, 0xa1, 'a', 0xa5, '3', ':', '1', '.', '1'};
+    const unsigned char undo1[] = {0x94, 0xa1, 'a', 0xa1, '-', 0xa1, 'b', 0xa1, '-'};
+    freeReplyObject(redisCommand(f->raw, "HSET cf:{ws:old}:hist 2 %b 1 %b", undo2, sizeof(undo2), undo1,
+                                 sizeof(undo1)));
+
+    cf_ws_listing l;
+    ok(cf_workspace_snapshot(f->ws, "old", CF_WS_ANY_REV, &l, &err), &err);
+    assert_int_equal(l.n, 2);
+    assert_memory_equal(l.entries[0].data, "new", 3);
+    assert_memory_equal(l.entries[1].data, "bbbb", 4);
+    cf_ws_listing_clear(&l);
+    ok(cf_workspace_snapshot(f->ws, "old", 1, &l, &err), &err);
+    assert_memory_equal(l.entries[0].data, "old", 3);
+    cf_ws_listing_clear(&l);
+    assert_int_equal(cf_test_redis_int(f->raw, "EXISTS cf:{ws:old}:blobs"), 0);
+    assert_int_equal(count_keys(f->raw, "cf:{ws:old}:b:*"), 3);
+    /* It is an ordinary workspace now: writes, retention, delete. */
+    int64_t rev = 0;
+    ok(cf_workspace_put(f->ws, "old", 2, "a", "newer", 5, &rev, &err), &err);
+    assert_int_equal(rev, 3);
+    ok(cf_workspace_delete(f->ws, "old", &err), &err);
+    assert_int_equal(count_keys(f->raw, "cf:{ws:old}:*"), 0);
 }
 
 /* ---- Redis killed and restarted under load ------------------------------ */
@@ -663,6 +864,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ttl_refresh_and_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_input_writes_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_blobs_dedup_and_upload_grace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damaged_blobs_are_reported, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_format1_is_migrated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_under_load, setup_aof_auth, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
