@@ -252,14 +252,36 @@ int cf_workdir_put(cf_workdir *wd, const char *relpath, const void *data, size_t
 }
 
 /* Reads an open regular file: at most max bytes appended to out, *too_big
- * (and nothing kept) when there are more. */
-static int read_fd_capped(int fd, size_t max, cf_buf *out, bool *too_big, const char *what, cf_error *err)
+ * (and nothing kept) when there are more.  Reads straight into out, sized
+ * from size_hint (fstat's size) plus one byte to see the end: most files
+ * take one read() and no copy. */
+static int read_fd_capped(int fd, size_t max, size_t size_hint, cf_buf *out, bool *too_big, const char *what,
+                          cf_error *err)
 {
     size_t orig = out->len;
-    char chunk[16384];
-    size_t total = 0;
+    size_t hint = size_hint < max ? size_hint : max;
+    if (cf_buf_reserve(out, orig + hint + 1, err) < 0)
+        return cf_error_wrap(err, "workdir: read '%s'", what);
     for (;;) {
-        ssize_t r = read(fd, chunk, sizeof(chunk));
+        if (out->alloc == out->len && cf_buf_reserve(out, out->len + 16384, err) < 0) {
+            out->len = orig;
+            return cf_error_wrap(err, "workdir: read '%s'", what);
+        }
+        size_t limit = out->alloc < out->cap ? out->alloc : out->cap;
+        if (limit <= out->len) { /* the buffer's own cap: is there more? */
+            char probe;
+            ssize_t r = read(fd, &probe, 1);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r == 0)
+                break;
+            out->len = orig;
+            if (r < 0)
+                return cf_error_set_errno(err, CF_E_SYSTEM, errno, "workdir: read '%s'", what);
+            *too_big = true;
+            return 0;
+        }
+        ssize_t r = read(fd, out->data + out->len, limit - out->len);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -269,15 +291,11 @@ static int read_fd_capped(int fd, size_t max, cf_buf *out, bool *too_big, const 
         }
         if (r == 0)
             break;
-        total += (size_t)r;
-        if (total > max) { /* the file grew past what fstat said */
+        out->len += (size_t)r;
+        if (out->len - orig > max) { /* the file grew past what fstat said */
             out->len = orig;
             *too_big = true;
             return 0;
-        }
-        if (cf_buf_append(out, chunk, (size_t)r, err) < 0) {
-            out->len = orig;
-            return cf_error_wrap(err, "workdir: read '%s'", what);
         }
     }
     return 0;
@@ -330,7 +348,7 @@ int cf_workdir_read(cf_workdir *wd, const char *relpath, size_t max, cf_buf *out
         *too_big = true;
         return 0;
     }
-    int rc = read_fd_capped(fd, max, out, too_big, relpath, err);
+    int rc = read_fd_capped(fd, max, (size_t)st.st_size, out, too_big, relpath, err);
     close(fd);
     return rc;
 }
@@ -414,7 +432,8 @@ static int collect_entry(collect_ctx *c, int dfd, const char *name, size_t plen,
     bool too_big = false;
     size_t budget = c->max_total - c->total;
     int rc = (uint64_t)st2.st_size > (uint64_t)budget ? (too_big = true, 0)
-                                                       : read_fd_capped(fd, budget, &b, &too_big, c->path, err);
+                                                       : read_fd_capped(fd, budget, (size_t)st2.st_size, &b,
+                                                                        &too_big, c->path, err);
     close(fd);
     if (rc < 0) {
         cf_buf_free(&b);

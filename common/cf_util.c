@@ -184,6 +184,15 @@ static int buf_reserve(cf_buf *b, size_t need)
     return 0;
 }
 
+int cf_buf_reserve(cf_buf *b, size_t need, cf_error *err)
+{
+    if (need > b->cap)
+        need = b->cap;
+    if (buf_reserve(b, need) < 0)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory growing a buffer to %zu bytes", need);
+    return 0;
+}
+
 size_t cf_buf_append_capped(cf_buf *b, const void *data, size_t len)
 {
     size_t room = b->cap - b->len;

@@ -65,6 +65,9 @@ void cf_buf_init(cf_buf *b, size_t cap);
 size_t cf_buf_append_capped(cf_buf *b, const void *data, size_t len);
 /* Appends all or fails with CF_E_LIMIT / CF_E_NOMEM. */
 int cf_buf_append(cf_buf *b, const void *data, size_t len, cf_error *err);
+/* Makes room for at least need bytes in total (at most cap) without
+ * changing len: for reading straight into data + len. */
+int cf_buf_reserve(cf_buf *b, size_t need, cf_error *err);
 /* Hands the bytes to the caller (who frees them) and resets b. */
 uint8_t *cf_buf_steal(cf_buf *b, size_t *len);
 void cf_buf_free(cf_buf *b);

@@ -22,6 +22,8 @@
 #   8. compiled languages (C, Rust hello world) in the sandbox: cold compile
 #      + run, cached compile + run, 100 cases, vs the same compiler and
 #      program run directly on the host (root)
+#  11. workspaces and checkpoints on Redis vs redis-benchmark and plain
+#      hiredis GET/SET (tests/bench/run_state.sh, its own redis-server)
 # Uses its own stack (state dir .stack-bench, ports 19292/16579) so it never
 # disturbs a development or test stack, and stops it at the end.
 set -euo pipefail
@@ -219,6 +221,15 @@ if [[ $EUID -eq 0 ]]; then
         --cases-iterations "$n_cases")
 else
     echo "== 8. compiled languages: skipped (needs root)"
+fi
+
+# ---- workspaces and checkpoints (issues 4 and 11) ---------------------------
+echo
+echo "== 11. workspaces and checkpoints on Redis vs redis-benchmark (run_state.sh)"
+if ((quick)); then
+    collect < <(tests/bench/run_state.sh --quick)
+else
+    collect < <(tests/bench/run_state.sh)
 fi
 
 echo
