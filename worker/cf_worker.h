@@ -66,6 +66,7 @@ typedef struct cf_worker_config {
     int64_t max_output_file_bytes;
     int64_t shutdown_grace_us;
     int64_t shutdown_kafka_timeout_us; /* flush + final commit + group leave on shutdown */
+    int64_t result_batch_us;    /* producer linger while there is a backlog */
     int64_t rebalance_wait_us;
     /* Redis (workspaces, checkpoints, attempt counts); redis "" = none. */
     char *redis;

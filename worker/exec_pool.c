@@ -195,6 +195,14 @@ size_t cf_exec_pool_pending(cf_exec_pool *p)
     return n;
 }
 
+size_t cf_exec_pool_queued(cf_exec_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t n = p->queued;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
 size_t cf_exec_pool_running(cf_exec_pool *p)
 {
     pthread_mutex_lock(&p->lock);

@@ -40,6 +40,8 @@ int cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job);
 /* Jobs queued plus running. */
 size_t cf_exec_pool_pending(cf_exec_pool *p);
 size_t cf_exec_pool_running(cf_exec_pool *p);
+/* Jobs waiting for a slot. */
+size_t cf_exec_pool_queued(cf_exec_pool *p);
 
 /* Selects jobs by partition (NULL = all). */
 typedef bool (*cf_pool_match_fn)(int32_t partition, void *arg);

@@ -190,6 +190,13 @@ struct cf_worker {
     _Atomic int64_t kafka_explained_us[KP__COUNT]; /* when each kafka_problem was last explained */
     bool keeper_stop;          /* guarded by lock */
     pthread_cond_t keeper_cond;
+    /* The result flusher: see flusher_main. */
+    pthread_t flusher;
+    bool flusher_started;
+    pthread_mutex_t flush_mu;
+    pthread_cond_t flush_cv;
+    bool flush_wanted;         /* guarded by flush_mu */
+    bool flush_stop;           /* guarded by flush_mu */
     /* Counters for the shutdown summary. */
     uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned, n_retries;
 };
@@ -285,6 +292,98 @@ static void job_finished(cf_worker *w, job *j, bool delivered)
     job_free(j);
 }
 
+/* ---------------------------------------------------------------- producer */
+
+/* Results are batched only while there is a backlog.  The producer lingers
+ * (result-batch, its linger.ms) so that under load many results share one
+ * produce request: the broker's CPU per request is mostly per produce
+ * request.  Without a backlog nothing should wait: whoever hands a result
+ * to the producer then kicks this thread, which calls rd_kafka_flush(), the
+ * one call that makes librdkafka send at once despite linger.ms.  It runs
+ * here because flush blocks until the reports are served; delivery reports
+ * are events (rd_kafka_conf_set_events), so flush only waits and the main
+ * thread keeps serving them (producer_serve). */
+static void *flusher_main(void *arg)
+{
+    cf_worker *w = arg;
+    pthread_mutex_lock(&w->flush_mu);
+    for (;;) {
+        while (!w->flush_wanted && !w->flush_stop)
+            pthread_cond_wait(&w->flush_cv, &w->flush_mu);
+        if (w->flush_stop)
+            break;
+        w->flush_wanted = false;
+        pthread_mutex_unlock(&w->flush_mu);
+        /* Bounded: with the broker gone this would wait for the message
+         * timeout; a new kick starts another round. */
+        (void)rd_kafka_flush(w->producer, 100);
+        pthread_mutex_lock(&w->flush_mu);
+    }
+    pthread_mutex_unlock(&w->flush_mu);
+    return NULL;
+}
+
+static void flusher_kick(cf_worker *w)
+{
+    if (!w->flusher_started)
+        return;
+    pthread_mutex_lock(&w->flush_mu);
+    w->flush_wanted = true;
+    pthread_cond_signal(&w->flush_cv);
+    pthread_mutex_unlock(&w->flush_mu);
+}
+
+/* After a result went to the producer: send it now unless requests wait
+ * for a slot, whose results will soon follow it. */
+static void result_handed_over(cf_worker *w)
+{
+    if (w->cfg->result_batch_us == 0 || !w->pool || cf_exec_pool_queued(w->pool) == 0)
+        flusher_kick(w);
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
+static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque);
+
+/* Serves the producer's events on the main thread: delivery reports and
+ * errors.  Waits up to timeout_ms for the first one; at most a bounded
+ * number per call so intake is never starved. */
+static void producer_serve(cf_worker *w, int timeout_ms)
+{
+    rd_kafka_event_t *ev;
+    for (int n = 0; n < 1000 && (ev = rd_kafka_queue_poll(w->producer_q, n == 0 ? timeout_ms : 0)) != NULL; n++) {
+        switch (rd_kafka_event_type(ev)) {
+        case RD_KAFKA_EVENT_DR: {
+            const rd_kafka_message_t *m;
+            while ((m = rd_kafka_event_message_next(ev)) != NULL)
+                on_delivery(w->producer, m, w);
+            break;
+        }
+        case RD_KAFKA_EVENT_ERROR:
+            on_kafka_error(w->producer,
+                           rd_kafka_event_error_is_fatal(ev) ? RD_KAFKA_RESP_ERR__FATAL : rd_kafka_event_error(ev),
+                           rd_kafka_event_error_string(ev), w);
+            break;
+        default:
+            break;
+        }
+        rd_kafka_event_destroy(ev);
+    }
+}
+
+/* Everything the producer holds delivered (or timeout_ms passed), its
+ * reports served: rd_kafka_flush alone only waits when reports are
+ * events, so the flusher flushes while this thread serves. */
+static rd_kafka_resp_err_t producer_drain(cf_worker *w, int timeout_ms)
+{
+    int64_t until = cf_mono_us() + (int64_t)timeout_ms * 1000;
+    while (rd_kafka_outq_len(w->producer) > 0 && cf_mono_us() < until) {
+        flusher_kick(w);
+        producer_serve(w, 10);
+    }
+    producer_serve(w, 0);
+    return rd_kafka_outq_len(w->producer) > 0 ? RD_KAFKA_RESP_ERR__TIMED_OUT : RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
 /* ---------------------------------------------------------------- results */
 
 static void result_fill_meta(cf_worker *w, const job *j, cf_result *res)
@@ -323,8 +422,10 @@ static rd_kafka_resp_err_t produce_out(cf_worker *w, job *j, bool on_main)
             e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(o->topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
                                   RD_KAFKA_V_VALUE(o->value.data, o->value.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                   RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
-        if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            result_handed_over(w);
             return e;
+        }
         if (copy)
             rd_kafka_headers_destroy(copy);
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 6000) {
@@ -332,7 +433,7 @@ static rd_kafka_resp_err_t produce_out(cf_worker *w, job *j, bool on_main)
             return e;
         }
         if (on_main)
-            rd_kafka_poll(w->producer, 10);
+            producer_serve(w, 10);
         else
             nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
     }
@@ -702,7 +803,7 @@ static void run_retries(cf_worker *w)
     }
 }
 
-/* Delivery report: runs on the main thread from rd_kafka_poll(producer). */
+/* Delivery report: runs on the main thread from producer_serve. */
 /* Marks the messages of worker reports (not jobs) in delivery reports. */
 static char report_tag;
 
@@ -1542,7 +1643,7 @@ static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *pa
     drop_jobs(w, cf_exec_pool_drop_queued(w->pool, job_in_partitions, &lm));
     int64_t until = cf_mono_us() + (lost ? 0 : w->cfg->rebalance_wait_us);
     while (cf_exec_pool_count_running(w->pool, job_in_partitions, &lm) > 0 && cf_mono_us() < until) {
-        rd_kafka_poll(w->producer, 20);
+        producer_serve(w, 20);
         drain_handoff(w);
     }
     size_t n = cancel_running(w, &lm);
@@ -1553,7 +1654,7 @@ static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *pa
      * ms); Redis retries stop early too.  Bounded all the same. */
     int64_t stop_until = cf_mono_us() + 30 * 1000000LL;
     while (cf_exec_pool_count_running(w->pool, job_in_partitions, &lm) > 0 && cf_mono_us() < stop_until) {
-        rd_kafka_poll(w->producer, 20);
+        producer_serve(w, 20);
         drain_handoff(w);
         cancel_running(w, &lm); /* jobs that started meanwhile */
     }
@@ -1562,7 +1663,7 @@ static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *pa
          * shutdown deadline; a synchronous commit here could wait a
          * minute for a broker that is gone. */
         if (!w->kafka_closing)
-            rd_kafka_flush(w->producer, 2000);
+            producer_drain(w, 2000);
         drain_handoff(w);
         store_offsets(w);
         rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, w->kafka_closing ? 1 : 0);
@@ -1818,7 +1919,7 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
     } else {
         static const char *const kv[][2] = {
             {"enable.idempotence", "true"}, {"acks", "all"},
-            {"linger.ms", "0"},             {"partitioner", "murmur2_random"},
+            {"partitioner", "murmur2_random"},
             {"message.max.bytes", "33554432"},
             /* A reply_to topic that does not exist fails its message after
              * this long (default 30 s), and the result goes to the default
@@ -1829,7 +1930,12 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
         for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
             if (conf_set(conf, kv[i][0], kv[i][1], err) < 0)
                 goto fail;
-        rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+        /* Batching under a backlog only: see flusher_main. */
+        char linger[32];
+        snprintf(linger, sizeof(linger), "%.3f", (double)c->result_batch_us / 1000.0);
+        if (conf_set(conf, "linger.ms", linger, err) < 0)
+            goto fail;
+        rd_kafka_conf_set_events(conf, RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR);
     }
     for (size_t i = 0; i < c->kafka.count; i++) {
         const char *k = c->kafka.items[i].key;
@@ -1920,6 +2026,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         rnd = (uint64_t)cf_now_us() ^ ((uint64_t)getpid() << 32);
     snprintf(w->nonce, sizeof(w->nonce), "%016" PRIx64, rnd);
     pthread_mutex_init(&w->lock, NULL);
+    pthread_mutex_init(&w->flush_mu, NULL);
+    pthread_cond_init(&w->flush_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -2114,6 +2222,11 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     rd_kafka_poll_set_consumer(w->consumer);
     w->consumer_q = rd_kafka_queue_get_consumer(w->consumer);
     w->producer_q = rd_kafka_queue_get_main(w->producer);
+    if (pthread_create(&w->flusher, NULL, flusher_main, w) != 0) {
+        cf_error_set(err, CF_E_SYSTEM, "starting the result flusher thread");
+        goto fail;
+    }
+    w->flusher_started = true;
     static const uint64_t one = 1;
     rd_kafka_queue_io_event_enable(w->consumer_q, w->wake_fd, &one, sizeof(one));
     rd_kafka_queue_io_event_enable(w->producer_q, w->wake_fd, &one, sizeof(one));
@@ -2163,7 +2276,7 @@ static void serve(cf_worker *w)
         handle_message(w, m);
         rd_kafka_message_destroy(m);
     }
-    rd_kafka_poll(w->producer, 0);
+    producer_serve(w, 0);
     drain_handoff(w);
     run_retries(w);
     hold_partitions(w);
@@ -2224,7 +2337,7 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
     publish_report(w, true);
     int64_t t_flush = cf_mono_us();
     int flush_ms = (int)(w->cfg->shutdown_kafka_timeout_us / 2000);
-    rd_kafka_resp_err_t e = rd_kafka_flush(w->producer, flush_ms);
+    rd_kafka_resp_err_t e = producer_drain(w, flush_ms);
     if (e)
         cf_log_warn("kafka",
                     "flush: %s after %d ms: %d message(s) unsent (results among them: their requests stay "
@@ -2421,8 +2534,6 @@ void cf_worker_destroy(cf_worker *w)
     drop_retries(w, NULL);
     if (w->consumer_q)
         rd_kafka_queue_destroy(w->consumer_q);
-    if (w->producer_q)
-        rd_kafka_queue_destroy(w->producer_q);
     if (w->consumer) {
         /* A close that did not finish (broker gone) is not tried again;
          * what it still has queued is answered without the worker's
@@ -2461,12 +2572,23 @@ void cf_worker_destroy(cf_worker *w)
             rd_kafka_destroy(w->consumer);
         }
     }
-    if (w->producer) {
-        rd_kafka_flush(w->producer, 1000);
+    if (w->producer && w->producer_q) {
+        producer_drain(w, 1000);
         rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(w->producer, 0); /* the purged messages' reports free their jobs */
-        rd_kafka_destroy(w->producer);
+        producer_serve(w, 0); /* the purged messages' reports free their jobs */
     }
+    if (w->flusher_started) {
+        pthread_mutex_lock(&w->flush_mu);
+        w->flush_stop = true;
+        pthread_cond_signal(&w->flush_cv);
+        pthread_mutex_unlock(&w->flush_mu);
+        pthread_join(w->flusher, NULL);
+        w->flusher_started = false;
+    }
+    if (w->producer_q)
+        rd_kafka_queue_destroy(w->producer_q);
+    if (w->producer)
+        rd_kafka_destroy(w->producer);
     drop_retries(w, NULL);
     for (int64_t s = 0; w->wstate && s < w->cfg->slots; s++)
         cf_wstate_destroy(w->wstate[s]);
@@ -2485,5 +2607,7 @@ void cf_worker_destroy(cf_worker *w)
         close(w->wake_fd);
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->keeper_cond);
+    pthread_mutex_destroy(&w->flush_mu);
+    pthread_cond_destroy(&w->flush_cv);
     free(w);
 }

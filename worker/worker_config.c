@@ -176,6 +176,11 @@ static const cf_conf_prop worker_props[] = {
      "After shutdown-grace, how long flushing results, the final offset commit and leaving the group may take "
      "together; with the broker gone the worker stops anyway and the next owner reads what was not committed.",
      NULL},
+    {"result-batch", CF_CONF_DURATION, OFF(result_batch_us), 0, 1000000, "5ms", NULL,
+     "While requests wait for a slot (a backlog), how long a result may wait to be sent together with "
+     "others (the producer's linger.ms): fewer, larger produce requests, so more requests per second for "
+     "the same CPU.  Without a backlog every result is sent at once, whatever this says.  0 = never wait.",
+     NULL},
     {"rebalance-wait", CF_CONF_DURATION, OFF(rebalance_wait_us), 0, 600 * SEC, "5s", NULL,
      "When partitions are revoked, how long to wait for their running executions so their "
      "offsets can be committed (past it, the new owner may run them again).", NULL},

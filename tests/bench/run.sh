@@ -33,7 +33,7 @@ exec </dev/null
 
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
-n_exec=500 n_lat=300 n_thr=3000 n_pub=20000 n_warm=20000
+n_exec=500 n_lat=300 n_thr=3000 n_pub=200000 n_warm=20000
 ((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000
 
 export CODEFLEET_STATE=$repo/.stack-bench

@@ -548,6 +548,67 @@ static void oversized_result_is_slimmed_not_lost(void **state)
     assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
 }
 
+/* Results wait for company only while requests wait for a slot
+ * (result-batch, the producer's linger): with a linger of 1 s, a lone
+ * request is still answered at once, and under a backlog results come in
+ * batches. */
+static void results_wait_only_under_a_backlog(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "batch", 1);
+    it_worker w;
+    const char *args[] = {"--result-batch=1s", "--slots=1", NULL};
+    it_worker_start(&w, &t, "batch-w1", args);
+    assert_true(it_worker_wait_log(&w, "assigned", 30000));
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_error err;
+    cf_error_clear(&err);
+    /* No backlog: each answer comes well before the linger would send it. */
+    for (int i = 0; i < 4; i++) {
+        cf_request req;
+        it_request_init(&req, CF_LANG_SHELL, "echo alone");
+        int64_t t0 = cf_mono_us();
+        cf_result res = {0};
+        it_submit_wait(d, &req, 60 * SEC, &res);
+        int64_t took = cf_mono_us() - t0;
+        check_result(&res, CF_STATUS_SUCCESS, "alone");
+        print_message("alone %d: answered in %lld ms\n", i, (long long)(took / 1000));
+        if (i > 0) /* the first may wait for the producer's metadata */
+            assert_true(took < 500000);
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+    }
+    /* A backlog: 6 requests of 0.2 s on one slot.  The first results wait
+     * (up to the 1 s linger, or until the backlog is gone) and arrive
+     * together with later ones; nothing is lost. */
+    enum { N = 6 };
+    cf_request reqs[N];
+    int64_t t0 = cf_mono_us();
+    for (int i = 0; i < N; i++) {
+        it_request_init(&reqs[i], CF_LANG_SHELL, "sleep 0.2; echo queued");
+        assert_int_equal(cf_dispatcher_submit(d, &reqs[i], &err), 0);
+    }
+    int64_t at[N];
+    for (int i = 0; i < N; i++) {
+        cf_result res = {0};
+        if (cf_dispatcher_wait_any(d, 60 * SEC, &res, &at[i], &err) < 0)
+            fail_msg("backlog result %d: %s", i, err.msg);
+        check_result(&res, CF_STATUS_SUCCESS, "queued");
+        cf_result_clear(&res);
+        print_message("backlog result %d after %lld ms\n", i, (long long)((at[i] - t0) / 1000));
+    }
+    /* Without batching the first would arrive after ~0.2 s. */
+    assert_true(at[0] - t0 >= 900000);
+    /* ... and it came with company: the next one within 100 ms of it. */
+    assert_true(at[1] - at[0] < 100000);
+    for (int i = 0; i < N; i++)
+        cf_request_clear(&reqs[i]);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -560,6 +621,7 @@ int main(void)
         cmocka_unit_test(graceful_shutdown_loses_nothing),
         cmocka_unit_test(long_execution_keeps_membership),
         cmocka_unit_test(oversized_result_is_slimmed_not_lost),
+        cmocka_unit_test(results_wait_only_under_a_backlog),
     };
     return cmocka_run_group_tests_name("fleet", tests, NULL, NULL);
 }
