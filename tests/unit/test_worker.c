@@ -226,7 +226,16 @@ static void pool_drops_only_queued_jobs(void **state)
     }
     assert_int_equal(n, 2);
     assert_int_equal(cf_exec_pool_pending(p), 2);
+    assert_int_equal(cf_exec_pool_queued(p), 1);
     assert_int_equal(cf_exec_pool_count_running(p, NULL, NULL), 1);
+    /* The dropped job 3 was the last: jobs submitted now must still be
+     * linked in (the pool keeps a tail pointer) and run. */
+    test_job more[2];
+    memset(more, 0, sizeof(more));
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(cf_exec_pool_submit(p, &more[i].pj), 0);
+    assert_int_equal(cf_exec_pool_pending(p), 4);
+    assert_int_equal(cf_exec_pool_queued(p), 3);
     atomic_store(&release, 1);
     for (int i = 0; i < 2000 && cf_exec_pool_pending(p) > 0; i++)
         usleep(1000);
