@@ -8,7 +8,9 @@
 #   1. process backend per-execution cost vs bare fork+exec+wait (/bin/true)
 #   2. end-to-end latency (p50, p99) of a trivial request through Kafka with
 #      one idle worker, vs the bare execution
-#   3. throughput of trivial requests with 1 and with 2 workers
+#   3. throughput of trivial requests with 1 and with 2 workers, and with one
+#      worker the CPU per request of the broker, the worker, the programs
+#      and the load generator
 #   4. dispatcher publish rate (produced and acknowledged)
 #   5. idle worker RSS
 #   6. sandbox backend per-execution cost vs bare and vs bubblewrap (root):
@@ -33,7 +35,7 @@ exec </dev/null
 
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
-n_exec=500 n_lat=300 n_thr=3000 n_pub=200000 n_warm=20000
+n_exec=500 n_lat=300 n_thr=10000 n_pub=200000 n_warm=20000
 ((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000
 
 export CODEFLEET_STATE=$repo/.stack-bench
@@ -120,14 +122,37 @@ rss_kb=$(awk '/^VmRSS:/ {print $2}' "/proc/$lat_pid/status")
 echo "idle worker RSS: ${rss_kb} kB"
 results+=("worker_idle_rss kb=$rss_kb")
 
+# CPU ticks of a process: its own (utime+stime) and its reaped children's.
+proc_cpu() { awk '{print $14 + $15, $16 + $17}' "/proc/$1/stat"; }
+kafka_pid=$(cat "$CODEFLEET_STATE/kafka/kafka.pid")
 for n_workers in 1 2; do
     echo
     echo "== 3. throughput with $n_workers worker(s), $n_thr trivial requests, 2 slots each"
     t=bench-thr$n_workers-$run
     topics "$t" 6
     for i in $(seq 1 "$n_workers"); do start_worker "$t" "thr$n_workers-w$i"; done
-    collect < <("$bin/tests/bench_fleet" throughput --config "$admin_conf" --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_thr" |
-        sed "s/^RESULT throughput /RESULT throughput workers=$n_workers /")
+    if ((n_workers == 1)); then
+        # Where the CPU of a request goes (issue 11 part 3): broker, the
+        # worker's own threads, the programs it ran, the load generator.
+        wpid=${workers[-1]}
+        read -r k0 _ < <(proc_cpu "$kafka_pid")
+        read -r w0 c0 < <(proc_cpu "$wpid")
+        TIMEFORMAT='%U %S'
+        { time "$bin/tests/bench_fleet" throughput --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
+            --results "$t.res" -n "$n_thr" >"$CODEFLEET_STATE/thr.out" 2>"$CODEFLEET_STATE/thr.err"; } \
+            2>"$CODEFLEET_STATE/thr.time" || echo "run.sh: bench_fleet throughput failed" >&2
+        cat "$CODEFLEET_STATE/thr.err" >&2
+        read -r k1 _ < <(proc_cpu "$kafka_pid")
+        read -r w1 c1 < <(proc_cpu "$wpid")
+        collect < <(sed "s/^RESULT throughput /RESULT throughput workers=1 /" "$CODEFLEET_STATE/thr.out")
+        collect < <(awk -v n="$n_thr" -v hz="$(getconf CLK_TCK)" -v k=$((k1 - k0)) -v w=$((w1 - w0)) -v c=$((c1 - c0)) \
+            'NR == 1 { g = $1 + $2; ms = 1000 / hz / n
+                printf "RESULT cpu_per_request n=%d broker_ms=%.3f worker_ms=%.3f programs_ms=%.3f loadgen_ms=%.3f total_ms=%.3f\n",
+                    n, k * ms, w * ms, c * ms, g * 1000 / n, (k + w + c) * ms + g * 1000 / n }' "$CODEFLEET_STATE/thr.time")
+    else
+        collect < <("$bin/tests/bench_fleet" throughput --config "$admin_conf" --brokers "$brokers" --requests "$t.req" --results "$t.res" -n "$n_thr" |
+            sed "s/^RESULT throughput /RESULT throughput workers=$n_workers /")
+    fi
 done
 
 echo
