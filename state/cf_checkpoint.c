@@ -359,16 +359,55 @@ static int parse_records(const cf_checkpoint_store *cs, const redisReply *rep, b
     return 0;
 }
 
+/* The copy of the newest record, with what says whether to trust it: the
+ * thread's id counter and index size must still be what they were when
+ * the copy was written (copy_n, copy_card; docs/STATE.md).  0: *out is the
+ * latest; 1: no usable copy (ask the script). */
+static int read_latest_copy(cf_checkpoint_store *cs, const char *thread, const cp_keys *k, cf_checkpoint *out,
+                            cf_error *err)
+{
+    const char *a0[2 + CP_FIELDS] = {"HMGET", k->latest, "id", "thread", "parent", "state", "meta", "created_us", "seq"};
+    const char *a1[5] = {"HMGET", k->meta, "n", "copy_n", "copy_card"};
+    const char *a2[2] = {"ZCARD", k->idx};
+    cf_redis_cmd cmds[3] = {{2 + CP_FIELDS, a0, NULL}, {5, a1, NULL}, {2, a2, NULL}};
+    redisReply *rep[3] = {NULL, NULL, NULL};
+    if (cf_redis_pipeline(cs->r, cmds, 3, rep, err) < 0)
+        return cf_error_wrap(err, "thread %s: latest", thread);
+    int rc = 1;
+    const redisReply *c = rep[0], *m = rep[1];
+    int64_t card = -1, copy_card = -2;
+    if (c->type != REDIS_REPLY_ARRAY || c->elements != CP_FIELDS || m->type != REDIS_REPLY_ARRAY ||
+        m->elements != 3 || cf_redis_reply_i64(rep[2], &card, NULL) < 0) {
+        rc = cf_error_set(err, CF_E_REDIS, "thread %s: latest: unexpected reply", thread);
+    } else if (c->element[0]->type == REDIS_REPLY_STRING && m->element[0]->type == REDIS_REPLY_STRING &&
+               m->element[1]->type == REDIS_REPLY_STRING && m->element[0]->len == m->element[1]->len &&
+               memcmp(m->element[0]->str, m->element[1]->str, m->element[0]->len) == 0 &&
+               cf_redis_reply_i64(m->element[2], &copy_card, NULL) == 0 && copy_card == card) {
+        rc = 0;
+        for (size_t i = 0; i < CP_FIELDS && rc == 0; i++)
+            if (c->element[i]->type != REDIS_REPLY_STRING)
+                rc = cf_error_set(err, CF_E_REDIS, "thread %s: latest: the record is incomplete", thread);
+        if (rc == 0)
+            rc = parse_record(cs, c->element, true, out, err);
+        if (rc < 0)
+            cf_checkpoint_clear(out);
+    }
+    for (int i = 0; i < 3; i++)
+        cf_redis_reply_free(rep[i]);
+    return rc;
+}
+
 int cf_checkpoint_latest(cf_checkpoint_store *cs, const char *thread, cf_checkpoint *out, cf_error *err)
 {
     memset(out, 0, sizeof(*out));
     cp_keys k;
     if (cp_keys_init(cs, thread, &k, err) < 0)
         return -1;
-    /* Every save copies its record to the thread's latest key: one plain
-     * read.  Without a copy (no checkpoint, or a thread saved by an older
-     * codefleet) the script finds the newest and makes the copy. */
-    int rc = read_record(cs, thread, k.latest, "latest", out, err);
+    /* Every save copies its record to the thread's latest key: one round
+     * trip of plain reads.  Without a valid copy (no checkpoint, a thread
+     * saved or trimmed by an older codefleet) the script finds the newest
+     * and makes the copy. */
+    int rc = read_latest_copy(cs, thread, &k, out, err);
     if (rc <= 0)
         return rc;
     const char *args[1] = {k.cpre};

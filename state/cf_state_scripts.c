@@ -31,17 +31,21 @@
     "  return tonumber(t[1]) * 1000000 + tonumber(t[2])\n" \
     "end\n"
 
-/* Numeric metadata of the workspace, or nil when any field is missing or
- * corrupt.  format is nil for a workspace written before blobs became
- * content-addressed (format 1). */
+/* The workspace's metadata: a table, 'old' for a workspace written before
+ * blobs became content-addressed (format 1: the client migrates it), or nil
+ * when a field is missing or out of its range (so that no loop below can
+ * run away on a damaged hash: rev - oldest_rev never exceeds history). */
 #define WS_LUA_LOAD_META \
     "local function load_meta()\n" \
-    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest', 'history', 'ttl_ms',\n" \
+    "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest_rev', 'history', 'ttl_ms',\n" \
     "                       'format', 'touched_us')\n" \
+    "  if m[7] ~= '2' then return 'old' end\n" \
     "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n" \
     "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6]),\n" \
-    "             format = m[7], touched = tonumber(m[8] or '0')}\n" \
+    "             touched = tonumber(m[8] or '0')}\n" \
     "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl and t.touched) then return nil end\n" \
+    "  if t.rev < 0 or t.oldest < 0 or t.oldest > t.rev or t.history < 0 or t.history > 100000 or\n" \
+    "     t.rev - t.oldest > t.history or t.nfiles < 0 or t.bytes < 0 or t.ttl < 0 then return nil end\n" \
     "  return t\n" \
     "end\n"
 
@@ -80,13 +84,15 @@
 
 /* Start of a script on an existing workspace (needs load_meta): m is its
  * metadata; a missing workspace answers {'notfound'}, one still in format 1
- * {'format'} (the client migrates it and asks again), corrupt metadata an
- * error. */
+ * {'format'} (the client migrates it and asks again), damaged metadata an
+ * error.  Format 2 names the oldest revision `oldest_rev`, not `oldest`:
+ * scripts of an older codefleet find no `oldest` and fail before writing
+ * anything, instead of mixing their blobs into a migrated workspace. */
 #define WS_LUA_OPEN \
     "if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end\n" \
     "local m = load_meta()\n" \
-    "if not m then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n" \
-    "if m.format ~= '2' then return {'format'} end\n"
+    "if m == 'old' then return {'format'} end\n" \
+    "if not m then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n"
 
 #define CP_LUA_PRELUDE \
     "-- KEYS: 1 thread meta (hash: seq, last_us, n), 2 index (zset id by created_us)\n" \
@@ -96,12 +102,23 @@
     "local pre = ARGV[1]\n" \
     "local latest_key = string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'latest'\n"
 
+/* The copy is trusted only while the thread's metadata says nothing changed
+ * since it was written: copy_n is the id counter n and copy_card the
+ * index's size at that time.  Any save (also by an older codefleet, which
+ * knows nothing of the copy) bumps n, any delete shrinks the index. */
 #define CP_LUA_NEWEST \
+    "local function copy_valid()\n" \
+    "  local mm = redis.call('HMGET', KEYS[1], 'n', 'copy_n', 'copy_card')\n" \
+    "  return mm[1] and mm[1] == mm[2] and tonumber(mm[3]) == redis.call('ZCARD', KEYS[2])\n" \
+    "end\n" \
     "-- Newest checkpoint that still exists (hashes expire on their own TTL):\n" \
-    "-- the copy's id when its record is there, else a walk down the index.\n" \
+    "-- the copy's id when the copy is valid and its record is there, else a\n" \
+    "-- walk down the index.\n" \
     "local function newest()\n" \
-    "  local id = redis.call('HGET', latest_key, 'id')\n" \
-    "  if id and redis.call('EXISTS', pre .. id) == 1 then return id end\n" \
+    "  if copy_valid() then\n" \
+    "    local id = redis.call('HGET', latest_key, 'id')\n" \
+    "    if id and redis.call('EXISTS', pre .. id) == 1 then return id end\n" \
+    "  end\n" \
     "  local off = 0\n" \
     "  while true do\n" \
     "    local ids = redis.call('ZREVRANGE', KEYS[2], off, off + 15)\n" \
@@ -125,6 +142,10 @@
     "    redis.call('HSET', latest_key, unpack(f))\n" \
     "    local ttl = redis.call('PTTL', pre .. id)\n" \
     "    if ttl > 0 then redis.call('PEXPIRE', latest_key, ttl) end\n" \
+    "    local n = redis.call('HGET', KEYS[1], 'n')\n" \
+    "    if n then\n" \
+    "      redis.call('HSET', KEYS[1], 'copy_n', n, 'copy_card', redis.call('ZCARD', KEYS[2]))\n" \
+    "    end\n" \
     "  end\n" \
     "  return id\n" \
     "end\n"
@@ -152,7 +173,7 @@ const cf_redis_script cf_ws_script_create = {
     "for _, bid in ipairs(redis.call('HKEYS', KEYS[3])) do redis.call('UNLINK', bpre .. bid) end\n"
     "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])\n"
     "redis.call('HSET', KEYS[1], 'project', ARGV[1], 'session', ARGV[2], 'created_us', ARGV[3],\n"
-    "           'updated_us', ARGV[3], 'rev', '0', 'oldest', '0', 'nfiles', '0', 'bytes', '0',\n"
+    "           'updated_us', ARGV[3], 'rev', '0', 'oldest_rev', '0', 'nfiles', '0', 'bytes', '0',\n"
     "           'history', ARGV[5], 'ttl_ms', ARGV[4], 'format', '2', 'touched_us', '0')\n"
     "local ttl = tonumber(ARGV[4])\n"
     "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end\n"
@@ -230,10 +251,37 @@ const cf_redis_script cf_ws_script_commit = {
     "  return {'ok', fmt(m.rev)}\n"
     "end\n"
     "local nrev = m.rev + 1\n"
+    "-- Retention, still without writing: revision r stays reconstructible while\n"
+    "-- the undo logs of r+1..rev exist.  Dropping undo log r makes r-1\n"
+    "-- unreachable: the entries it holds lose their reference (dec).  Every\n"
+    "-- count this commit changes must be a number before anything is written.\n"
+    "local drop, dec = {}, {}\n"
+    "local oldest = m.oldest\n"
+    "while oldest < nrev - m.history do\n"
+    "  local r = oldest + 1\n"
+    "  local u = redis.call('HGET', KEYS[4], fmt(r))\n"
+    "  if u then\n"
+    "    local t = cmsgpack.unpack(u)\n"
+    "    for j = 2, #t, 2 do\n"
+    "      if t[j] ~= '-' then\n"
+    "        local _, bid = parse_entry(t[j])\n"
+    "        dec[bid] = (dec[bid] or 0) + 1\n"
+    "      end\n"
+    "    end\n"
+    "    drop[#drop + 1] = fmt(r)\n"
+    "  end\n"
+    "  oldest = r\n"
+    "end\n"
+    "local function counted(bid)\n"
+    "  local v = redis.call('HGET', KEYS[3], bid)\n"
+    "  if v and not tonumber(v) then error({err = 'ERR workspace corrupt: bad reference count'}) end\n"
+    "end\n"
+    "for _, pt in ipairs(puts) do counted(pt[4]) end\n"
+    "for bid in pairs(dec) do counted(bid) end\n"
+    "-- Writes.  References: every entry of the manifest and of the retained\n"
+    "-- undo logs counts one.  An entry leaving the manifest moves to this\n"
+    "-- revision's undo log, so only new entries add one.\n"
     "local undo = {}\n"
-    "-- References: every entry of the manifest and of the retained undo logs\n"
-    "-- counts one.  An entry leaving the manifest moves to this revision's undo\n"
-    "-- log, so only new entries add one.\n"
     "for _, d in ipairs(dels) do\n"
     "  redis.call('HDEL', KEYS[2], d[1])\n"
     "  undo[#undo + 1] = d[1]; undo[#undo + 1] = d[2]\n"
@@ -245,30 +293,15 @@ const cf_redis_script cf_ws_script_commit = {
     "  undo[#undo + 1] = pt[1]; undo[#undo + 1] = pt[3] or '-'\n"
     "end\n"
     "redis.call('HSET', KEYS[4], fmt(nrev), cmsgpack.pack(undo))\n"
-    "-- Retention: revision r stays reconstructible while the undo logs of\n"
-    "-- r+1..rev exist.  Dropping undo log r makes r-1 unreachable: the entries\n"
-    "-- it holds lose their reference, and a blob nothing references is freed.\n"
-    "local oldest = m.oldest\n"
-    "while oldest < nrev - m.history do\n"
-    "  local r = oldest + 1\n"
-    "  local u = redis.call('HGET', KEYS[4], fmt(r))\n"
-    "  if u then\n"
-    "    local t = cmsgpack.unpack(u)\n"
-    "    for j = 2, #t, 2 do\n"
-    "      if t[j] ~= '-' then\n"
-    "        local _, bid = parse_entry(t[j])\n"
-    "        if redis.call('HINCRBY', KEYS[3], bid, -1) <= 0 then\n"
-    "          redis.call('HDEL', KEYS[3], bid)\n"
-    "          redis.call('UNLINK', bpre .. bid)\n"
-    "        end\n"
-    "      end\n"
-    "    end\n"
-    "    redis.call('HDEL', KEYS[4], fmt(r))\n"
+    "for _, r in ipairs(drop) do redis.call('HDEL', KEYS[4], r) end\n"
+    "for bid, n in pairs(dec) do\n"
+    "  if redis.call('HINCRBY', KEYS[3], bid, -n) <= 0 then\n"
+    "    redis.call('HDEL', KEYS[3], bid)\n"
+    "    redis.call('UNLINK', bpre .. bid)\n"
     "  end\n"
-    "  oldest = r\n"
     "end\n"
     "redis.call('HSET', KEYS[1], 'rev', fmt(nrev), 'nfiles', fmt(newn), 'bytes', fmt(newb),\n"
-    "           'oldest', fmt(oldest), 'updated_us', ARGV[2])\n"
+    "           'oldest_rev', fmt(oldest), 'updated_us', ARGV[2])\n"
     "refresh(m)\n"
     "return {'ok', fmt(nrev)}\n",
 };
@@ -277,7 +310,7 @@ const cf_redis_script cf_ws_script_get = {
     .name = "ws_get",
     .source =
     WS_LUA_PRELUDE
-    "-- ARGV: 1 path.  Returns {'ok', rev, content} | {'nofile', rev} | {'notfound'} | {'format'}\n"
+    "-- ARGV: 1 path.  Returns {'ok', rev, content, blob id} | {'nofile', rev} | {'notfound'} | {'format'}\n"
     WS_LUA_OPEN
     "refresh(m)\n"
     "local v = redis.call('HGET', KEYS[2], ARGV[1])\n"
@@ -285,7 +318,7 @@ const cf_redis_script cf_ws_script_get = {
     "local sz, bid = parse_entry(v)\n"
     "local c = redis.call('GET', bpre .. bid)\n"
     "if not c or #c ~= sz then return redis.error_reply('ERR workspace corrupt: missing or short blob') end\n"
-    "return {'ok', fmt(m.rev), c}\n",
+    "return {'ok', fmt(m.rev), c, bid}\n",
 };
 
 const cf_redis_script cf_ws_script_info = {
@@ -308,11 +341,12 @@ const cf_redis_script cf_ws_script_snapshot = {
     .name = "ws_snapshot",
     .source =
     WS_LUA_PRELUDE
-    "-- ARGV: 1 revision (-1 = current)\n"
-    "-- Returns {'ok', rev, current_rev, path, size, blob id, ...} sorted by path,\n"
-    "-- or {'gone', oldest} / {'future', rev} / {'notfound'} / {'format'}.  The bytes\n"
-    "-- are read by the client with plain GETs: blobs never change, and one\n"
-    "-- retained revision keeps every blob it names.\n"
+    "-- ARGV: 1 revision (-1 = current), 2 with_content ('1'/'0')\n"
+    "-- Returns {'ok', rev, current_rev, path, size, blob id, [content], ...} sorted by\n"
+    "-- path, or {'gone', oldest} / {'future', rev} / {'notfound'} / {'format'}.\n"
+    "-- Without content the client reads the bytes with plain GETs (blobs never\n"
+    "-- change); with content (its fallback when a commit trimmed the revision\n"
+    "-- between the two) the whole snapshot is one atomic read.\n"
     WS_LUA_OPEN
     "local want = tonumber(ARGV[1])\n"
     "if want < 0 then want = m.rev end\n"
@@ -332,12 +366,18 @@ const cf_redis_script cf_ws_script_snapshot = {
     "local paths = {}\n"
     "for p in pairs(man) do paths[#paths + 1] = p end\n"
     "table.sort(paths)\n"
+    "local withc = ARGV[2] == '1'\n"
     "local out = {'ok', fmt(want), fmt(m.rev)}\n"
     "for _, p in ipairs(paths) do\n"
     "  local sz, bid = parse_entry(man[p])\n"
     "  out[#out + 1] = p\n"
     "  out[#out + 1] = fmt(sz)\n"
     "  out[#out + 1] = bid\n"
+    "  if withc then\n"
+    "    local c = redis.call('GET', bpre .. bid)\n"
+    "    if not c or #c ~= sz then return redis.error_reply('ERR workspace corrupt: missing or short blob') end\n"
+    "    out[#out + 1] = c\n"
+    "  end\n"
     "end\n"
     "refresh(m)\n"
     "return out\n",
@@ -368,8 +408,13 @@ const cf_redis_script cf_ws_script_migrate = {
     "-- its reference count.  Returns {'ok'} | {'notfound'}.\n"
     "if redis.call('EXISTS', KEYS[1]) == 0 then return {'notfound'} end\n"
     "if redis.call('HGET', KEYS[1], 'format') == '2' then return {'ok'} end\n"
-    "local ttl = tonumber(redis.call('HGET', KEYS[1], 'ttl_ms') or '')\n"
-    "if not ttl then return redis.error_reply('ERR workspace corrupt: bad metadata') end\n"
+    "local mm = redis.call('HMGET', KEYS[1], 'ttl_ms', 'rev', 'oldest', 'history')\n"
+    "local ttl, rev, oldest, history = tonumber(mm[1] or ''), tonumber(mm[2] or ''), tonumber(mm[3] or ''),\n"
+    "                                  tonumber(mm[4] or '')\n"
+    "if not (ttl and rev and oldest and history) or ttl < 0 or oldest < 0 or oldest > rev or history < 0 or\n"
+    "   rev - oldest > history then\n"
+    "  return redis.error_reply('ERR workspace corrupt: bad metadata')\n"
+    "end\n"
     "local refs = {}\n"
     "local function add(v)\n"
     "  if v ~= '-' then\n"
@@ -393,9 +438,24 @@ const cf_redis_script cf_ws_script_migrate = {
     "  redis.call('HSET', KEYS[3], bid, fmt(n))\n"
     "end\n"
     "redis.call('UNLINK', KEYS[5])\n"
-    "redis.call('HSET', KEYS[1], 'format', '2', 'touched_us', fmt(now_us()))\n"
+    "redis.call('HSET', KEYS[1], 'format', '2', 'touched_us', fmt(now_us()), 'oldest_rev', fmt(oldest))\n"
+    "redis.call('HDEL', KEYS[1], 'oldest')\n"
     "if ttl > 0 then for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end end\n"
     "return {'ok'}\n",
+};
+
+const cf_redis_script cf_ws_script_unupload = {
+    .name = "ws_unupload",
+    .source =
+    WS_LUA_KEYS
+    "-- ARGV: blob ids this client created for a commit that did not land.\n"
+    "-- Each is removed unless something references it by now (another\n"
+    "-- writer's commit of the same bytes).  Returns how many were removed.\n"
+    "local n = 0\n"
+    "for i = 1, #ARGV do\n"
+    "  if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then n = n + redis.call('UNLINK', bpre .. ARGV[i]) end\n"
+    "end\n"
+    "return n\n",
 };
 
 const cf_redis_script cf_cp_script_save = {
@@ -444,7 +504,6 @@ const cf_redis_script cf_cp_script_save = {
     "redis.call('HSET', key, unpack(rec))\n"
     "redis.call('HSET', latest_key, unpack(rec))\n"
     "redis.call('ZADD', KEYS[2], fmt(now), id)\n"
-    "redis.call('HSET', KEYS[1], 'last_us', fmt(now), 'n', fmt(n), 'seq', fmt(wseq > seq and wseq or seq))\n"
     "local maxc, ttl = tonumber(ARGV[11]), tonumber(ARGV[12])\n"
     "if maxc > 0 then\n"
     "  local cnt = redis.call('ZCARD', KEYS[2])\n"
@@ -462,6 +521,10 @@ const cf_redis_script cf_cp_script_save = {
     "    for _, o in ipairs(old) do redis.call('UNLINK', pre .. o) end\n"
     "    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(cutoff))\n"
     "  end\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], 'last_us', fmt(now), 'n', fmt(n), 'seq', fmt(wseq > seq and wseq or seq),\n"
+    "           'copy_n', fmt(n), 'copy_card', redis.call('ZCARD', KEYS[2]))\n"
+    "if ttl > 0 then\n"
     "  redis.call('PEXPIRE', key, ttl)\n"
     "  redis.call('PEXPIRE', latest_key, ttl)\n"
     "  redis.call('PEXPIRE', KEYS[1], ttl)\n"
@@ -535,10 +598,15 @@ const cf_redis_script cf_cp_script_delete = {
     CP_LUA_NEWEST
     CP_LUA_SYNC_LATEST
     "-- ARGV: 1 prefix, 2 id.  Returns 1 if it existed.\n"
+    "local valid = copy_valid()\n"
     "local existed = redis.call('EXISTS', pre .. ARGV[2])\n"
     "local z = redis.call('ZREM', KEYS[2], ARGV[2])\n"
     "redis.call('UNLINK', pre .. ARGV[2])\n"
-    "if redis.call('HGET', latest_key, 'id') == ARGV[2] then sync_latest() end\n"
+    "if redis.call('HGET', latest_key, 'id') == ARGV[2] or not valid then\n"
+    "  sync_latest()\n"
+    "elseif z == 1 then\n"
+    "  redis.call('HSET', KEYS[1], 'copy_card', redis.call('ZCARD', KEYS[2]))\n"
+    "end\n"
     "if existed == 1 or z == 1 then return 1 end\n"
     "return 0\n",
 };

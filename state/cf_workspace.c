@@ -11,9 +11,11 @@
 #include "cf_util.h"
 
 #define WS_META_STR_MAX 128
-/* An uploaded blob nothing references yet (its commit failed or has not
- * run) expires after this; a commit that finds it gone uploads it again. */
-#define WS_UPLOAD_GRACE_MS "300000"
+/* An uploaded blob nothing references yet expires after this, if the
+ * client that uploaded it could not remove it (it died, or Redis went away
+ * between upload and commit); a commit that finds it gone uploads it again.
+ * The commit follows the upload within one round trip. */
+#define WS_UPLOAD_GRACE_MS "60000"
 /* Commit: times the blobs are uploaded when one vanished before the
  * commit; snapshot: times it is read when a blob vanished under it. */
 #define WS_ATTEMPTS 3
@@ -290,27 +292,45 @@ static int blob_id(const void *data, size_t len, char out[WS_BLOB_ID_LEN + 1])
     return 0;
 }
 
-/* SET <blob key> <bytes> NX PX <grace> for each distinct blob, in one
- * pipeline.  NX: a blob already there is the same bytes (same sha256),
- * and its TTL (maybe a referenced blob's longer one) stays as it is. */
+/* Whether bytes are those their blob id names (sha256).  Ids that are not
+ * a sha256 (kept from format 1) cannot be checked. */
+static bool blob_matches(const redisReply *bid, const void *data, size_t len)
+{
+    if (bid->len != WS_BLOB_ID_LEN)
+        return true;
+    char want[WS_BLOB_ID_LEN + 1];
+    if (blob_id(data, len, want) < 0)
+        return false;
+    return memcmp(want, bid->str, WS_BLOB_ID_LEN) == 0;
+}
+
+/* Uploads the bytes of each distinct blob, in one pipeline:
+ *   SET <blob key> <bytes> NX PX <grace>
+ * A blob already there is normally the same bytes under a longer TTL (a
+ * referenced one) and must keep that TTL; but it may be damaged (a bad
+ * write, a hand edit), so those are written again with XX KEEPTTL in a
+ * second pipeline.  created[i] tells whether this call made blob i (so a
+ * commit that does not land can remove what it added). */
 static int upload_blobs(cf_workspace_store *ws, const ws_keys *k, const cf_ws_file *puts, size_t nputs,
-                        const char (*bid)[WS_BLOB_ID_LEN + 1], cf_error *err)
+                        const char (*bid)[WS_BLOB_ID_LEN + 1], bool *created, cf_error *err)
 {
     if (nputs == 0)
         return 0;
     cf_redis_cmd *cmds = calloc(nputs, sizeof(*cmds));
     const char **argv = calloc(nputs * 6, sizeof(*argv));
     size_t *lens = calloc(nputs * 6, sizeof(*lens));
+    size_t *which = calloc(nputs, sizeof(*which));
     char(*keys)[CF_STATE_KEY_MAX + WS_BLOB_ID_LEN] = calloc(nputs, sizeof(*keys));
     redisReply **replies = calloc(nputs, sizeof(*replies));
     int rc = 0;
-    if (!cmds || !argv || !lens || !keys || !replies) {
+    if (!cmds || !argv || !lens || !which || !keys || !replies) {
         rc = cf_error_set(err, CF_E_NOMEM, "workspace: out of memory");
         goto out;
     }
     static const char empty[1] = "";
     size_t n = 0;
     for (size_t i = 0; i < nputs; i++) {
+        created[i] = false;
         bool dup = false;
         for (size_t j = 0; j < i && !dup; j++)
             dup = memcmp(bid[i], bid[j], WS_BLOB_ID_LEN) == 0;
@@ -328,21 +348,67 @@ static int upload_blobs(cf_workspace_store *ws, const ws_keys *k, const cf_ws_fi
         for (int j = 0; j < 6; j++)
             l[j] = j == 2 ? puts[i].len : strlen(a[j]);
         cmds[n] = (cf_redis_cmd){.argc = 6, .argv = a, .lens = l};
+        which[n] = i;
         n++;
     }
     if (cf_redis_pipeline(ws->r, cmds, n, replies, err) < 0) {
         rc = cf_error_wrap(err, "upload of file contents");
         goto out;
     }
-    for (size_t i = 0; i < n; i++)
-        cf_redis_reply_free(replies[i]);
+    size_t again = 0;
+    for (size_t c = 0; c < n; c++) {
+        bool made = replies[c]->type != REDIS_REPLY_NIL;
+        created[which[c]] = made;
+        cf_redis_reply_free(replies[c]);
+        replies[c] = NULL;
+        if (!made) { /* rewrite in place, same command slots */
+            const char **a = argv + c * 6;
+            size_t *l = lens + c * 6;
+            a[3] = "XX";
+            a[4] = "KEEPTTL";
+            l[3] = 2;
+            l[4] = 7;
+            cmds[again++] = (cf_redis_cmd){.argc = 5, .argv = a, .lens = l};
+        }
+    }
+    if (again > 0) {
+        if (cf_redis_pipeline(ws->r, cmds, again, replies, err) < 0) {
+            rc = cf_error_wrap(err, "upload of file contents");
+            goto out;
+        }
+        for (size_t c = 0; c < again; c++)
+            cf_redis_reply_free(replies[c]);
+    }
 out:
     free(cmds);
     free(argv);
     free(lens);
+    free(which);
     free(keys);
     free(replies);
     return rc;
+}
+
+/* A commit that did not land: the blobs this client created go again,
+ * unless a commit of the same bytes by someone else references them by
+ * now (checked in the script).  Best effort: what stays expires. */
+static void unupload(cf_workspace_store *ws, const ws_keys *k, const char (*bid)[WS_BLOB_ID_LEN + 1],
+                     const bool *created, size_t nputs)
+{
+    const char **args = calloc(nputs ? nputs : 1, sizeof(*args));
+    if (!args)
+        return;
+    int n = 0;
+    for (size_t i = 0; i < nputs; i++)
+        if (created[i])
+            args[n++] = bid[i];
+    if (n > 0) {
+        cf_error e;
+        redisReply *rep = NULL;
+        if (cf_redis_eval(ws->r, &cf_ws_script_unupload, 4, k->v, NULL, n, args, NULL, &rep, &e) == 0)
+            cf_redis_reply_free(rep);
+    }
+    free(args);
 }
 
 static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_rev, const cf_ws_file *puts,
@@ -419,23 +485,42 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
      * out): the script says so and the upload is repeated. */
     redisReply *rep = NULL;
     int rc = 0;
-    for (int attempt = 0; attempt < WS_ATTEMPTS; attempt++) {
+    bool *created = nputs ? calloc(nputs, sizeof(*created)) : NULL;
+    bool *made = nputs ? calloc(nputs, sizeof(*made)) : NULL;
+    if (nputs && (!created || !made))
+        rc = cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+    for (int attempt = 0; rc == 0 && attempt < WS_ATTEMPTS; attempt++) {
         cf_redis_reply_free(rep);
         rep = NULL;
-        if (upload_blobs(ws, &k, puts, nputs, (const char(*)[WS_BLOB_ID_LEN + 1])bid, err) < 0 ||
-            ws_eval(ws, &k, id, &cf_ws_script_commit, guarded ? 5 : 4, keys, (int)nargs, args, lens, &rep, err) < 0) {
+        if (upload_blobs(ws, &k, puts, nputs, (const char(*)[WS_BLOB_ID_LEN + 1])bid, made, err) < 0) {
+            rc = -1;
+            break;
+        }
+        for (size_t i = 0; i < nputs; i++)
+            created[i] = created[i] || made[i];
+        if (ws_eval(ws, &k, id, &cf_ws_script_commit, guarded ? 5 : 4, keys, (int)nargs, args, lens, &rep, err) < 0) {
             rc = -1;
             break;
         }
         if (!(rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && cf_redis_reply_is(rep->element[0], "missing")))
             break;
     }
+    /* Anything but a landed commit leaves no bytes behind (an ambiguous
+     * outcome, a lost connection, is the exception: the grace TTL). */
+    bool landed = rc == 0 && rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
+                  cf_redis_reply_is(rep->element[0], "ok");
+    if (!landed && rc == 0)
+        unupload(ws, &k, (const char(*)[WS_BLOB_ID_LEN + 1])bid, created, nputs);
+    free(created);
+    free(made);
     free(args);
     free(lens);
     free(sizes);
     free(bid);
-    if (rc < 0)
+    if (rc < 0) {
+        cf_redis_reply_free(rep);
         return cf_error_wrap(err, "workspace %s: commit", id);
+    }
     rc = cf_state_reply_head(rep, "ws_commit", err);
     if (rc < 0) {
         /* fall through to free */
@@ -516,9 +601,12 @@ int cf_workspace_get(cf_workspace_store *ws, const char *id, const char *path, u
         return cf_error_wrap(err, "workspace %s: get", id);
     int rc = cf_state_reply_head(rep, "ws_get", err);
     if (rc < 0) {
-    } else if (cf_redis_reply_is(rep->element[0], "ok") && rep->elements == 3) {
-        if (rep->element[2]->type != REDIS_REPLY_STRING || rep->element[2]->len > ws->cfg.max_file_bytes) {
+    } else if (cf_redis_reply_is(rep->element[0], "ok") && rep->elements == 4) {
+        if (rep->element[2]->type != REDIS_REPLY_STRING || rep->element[2]->len > ws->cfg.max_file_bytes ||
+            rep->element[3]->type != REDIS_REPLY_STRING) {
             rc = cf_error_set(err, CF_E_REDIS, "workspace %s: get: bad file in reply", id);
+        } else if (!blob_matches(rep->element[3], rep->element[2]->str, rep->element[2]->len)) {
+            rc = cf_error_set(err, CF_E_REDIS, "workspace %s: corrupt: %.64s does not match its blob id", id, path);
         } else {
             *data = (uint8_t *)cf_state_reply_dup(rep->element[2], len);
             if (!*data)
@@ -549,15 +637,17 @@ void cf_ws_listing_clear(cf_ws_listing *l)
     memset(l, 0, sizeof(*l));
 }
 
-/* Parses {'ok', rev, current, path, size, blob id, ...}; everything in it
- * is checked again (sizes, paths, ids, caps) because Redis content is
- * hostile.  bids[i] (borrowed from rep) gets entry i's blob id. */
-static int parse_listing(const cf_workspace_store *ws, const char *id, const redisReply *rep, cf_ws_listing *out,
-                         const redisReply ***bids, cf_error *err)
+/* Parses {'ok', rev, current, path, size, blob id, [content], ...};
+ * everything in it is checked again (sizes, paths, ids, caps, and content
+ * against its id) because Redis content is hostile.  bids[i] (borrowed from
+ * rep) gets entry i's blob id. */
+static int parse_listing(const cf_workspace_store *ws, const char *id, const redisReply *rep, bool with_content,
+                         cf_ws_listing *out, const redisReply ***bids, cf_error *err)
 {
-    if (rep->elements < 3 || (rep->elements - 3) % 3 != 0)
+    size_t per = with_content ? 4 : 3;
+    if (rep->elements < 3 || (rep->elements - 3) % per != 0)
         return cf_error_set(err, CF_E_REDIS, "workspace %s: malformed listing", id);
-    size_t n = (rep->elements - 3) / 3;
+    size_t n = (rep->elements - 3) / per;
     if (n > ws->cfg.max_files)
         return cf_error_set(err, CF_E_LIMIT, "workspace %s: listing has %zu files, cap is %zu", id, n,
                             ws->cfg.max_files);
@@ -571,9 +661,9 @@ static int parse_listing(const cf_workspace_store *ws, const char *id, const red
         return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        const redisReply *p = rep->element[3 + i * 3];
-        const redisReply *s = rep->element[4 + i * 3];
-        const redisReply *b = rep->element[5 + i * 3];
+        const redisReply *p = rep->element[3 + i * per];
+        const redisReply *s = rep->element[4 + i * per];
+        const redisReply *b = rep->element[5 + i * per];
         int64_t size = -1;
         if (p->type != REDIS_REPLY_STRING || p->len > ws->cfg.max_path_bytes || memchr(p->str, 0, p->len) ||
             cf_redis_reply_i64(s, &size, NULL) < 0 || size < 0 || (uint64_t)size > ws->cfg.max_file_bytes ||
@@ -586,6 +676,19 @@ static int parse_listing(const cf_workspace_store *ws, const char *id, const red
             return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
         (*bids)[i] = b;
         total += (uint64_t)size;
+        if (with_content) {
+            const redisReply *c = rep->element[6 + i * per];
+            if (c->type != REDIS_REPLY_STRING || c->len != e->size)
+                return cf_error_set(err, CF_E_REDIS, "workspace %s: %.64s: content does not match its size", id,
+                                    e->path);
+            if (!blob_matches(b, c->str, c->len))
+                return cf_error_set(err, CF_E_REDIS, "workspace %s: corrupt: %.64s does not match its blob id", id,
+                                    e->path);
+            size_t len = 0;
+            e->data = (uint8_t *)cf_state_reply_dup(c, &len);
+            if (!e->data)
+                return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+        }
     }
     if (total > ws->cfg.max_total_bytes)
         return cf_error_set(err, CF_E_LIMIT, "workspace %s: listing totals %" PRIu64 " bytes, cap is %zu", id, total,
@@ -631,6 +734,9 @@ static int fetch_contents(cf_workspace_store *ws, const ws_keys *k, const char *
             rc = 1;
         } else if (replies[i]->type != REDIS_REPLY_STRING || replies[i]->len != e->size) {
             rc = cf_error_set(err, CF_E_REDIS, "workspace %s: %.64s: content does not match its size", id, e->path);
+        } else if (!blob_matches(bids[i], replies[i]->str, replies[i]->len)) {
+            rc = cf_error_set(err, CF_E_REDIS, "workspace %s: corrupt: %.64s does not match its blob id", id,
+                              e->path);
         } else {
             size_t len = 0;
             e->data = (uint8_t *)cf_state_reply_dup(replies[i], &len);
@@ -649,22 +755,24 @@ out:
     return rc;
 }
 
+/* One read of a listing.  inline_content: the atomic form, the bytes read
+ * by the script itself.  1: a blob was missing (see listing_impl). */
 static int listing_once(cf_workspace_store *ws, const ws_keys *k, const char *id, int64_t rev, bool with_content,
-                        cf_ws_listing *out, cf_error *err)
+                        bool inline_content, cf_ws_listing *out, cf_error *err)
 {
     char revs[24];
     cf_state_i64(revs, sizeof(revs), (long long)rev);
-    const char *args[1] = {revs};
+    const char *args[2] = {revs, inline_content ? "1" : "0"};
     redisReply *rep = NULL;
     const char *what = with_content ? "snapshot" : "list";
-    if (ws_eval(ws, k, id, &cf_ws_script_snapshot, 4, k->v, 1, args, NULL, &rep, err) < 0)
+    if (ws_eval(ws, k, id, &cf_ws_script_snapshot, 4, k->v, 2, args, NULL, &rep, err) < 0)
         return cf_error_wrap(err, "workspace %s: %s", id, what);
     int rc = cf_state_reply_head(rep, "ws_snapshot", err);
     if (rc < 0) {
     } else if (cf_redis_reply_is(rep->element[0], "ok")) {
         const redisReply **bids = NULL;
-        rc = parse_listing(ws, id, rep, out, &bids, err);
-        if (rc == 0 && with_content)
+        rc = parse_listing(ws, id, rep, inline_content, out, &bids, err);
+        if (rc == 0 && with_content && !inline_content)
             rc = fetch_contents(ws, k, id, out, bids, err);
         free(bids);
     } else if (cf_redis_reply_is(rep->element[0], "notfound")) {
@@ -695,16 +803,18 @@ static int listing_impl(cf_workspace_store *ws, const char *id, int64_t rev, boo
     if (rev < CF_WS_ANY_REV)
         return cf_error_set(err, CF_E_INVALID, "workspace %s: bad revision %" PRId64, id, rev);
     /* The manifest is read atomically; the bytes after it, by plain GETs.
-     * Blobs never change, so what is read is that revision's content; a
-     * blob gone meanwhile (the revision was trimmed by later commits) means
-     * reading again, which then answers for what is there now. */
-    for (int attempt = 0; attempt < WS_ATTEMPTS; attempt++) {
-        int rc = listing_once(ws, &k, id, rev, with_content, out, err);
-        if (rc <= 0)
-            return rc;
-    }
-    cf_error_set(err, CF_E_REDIS, "workspace %s: corrupt: a blob the manifest names is missing", id);
-    return -1;
+     * Blobs never change, so what is read is that revision's content.  A
+     * blob gone meanwhile means commits trimmed the revision in between
+     * (history 0 does at every commit): read once more, then fall back to
+     * one atomic script that reads the bytes itself, slower but sure. */
+    int rc = listing_once(ws, &k, id, rev, with_content, false, out, err);
+    if (rc == 1)
+        rc = listing_once(ws, &k, id, rev, with_content, false, out, err);
+    if (rc == 1)
+        rc = listing_once(ws, &k, id, rev, with_content, true, out, err);
+    if (rc == 1) /* the atomic read never answers 1: defensive */
+        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: corrupt: a blob the manifest names is missing", id);
+    return rc;
 }
 
 int cf_workspace_list(cf_workspace_store *ws, const char *id, cf_ws_listing *out, cf_error *err)
@@ -756,7 +866,7 @@ int cf_workspace_info(cf_workspace_store *ws, const char *id, cf_ws_info *out, c
                 int64_t *dst = cf_redis_reply_is(f, "created_us") ? &out->created_us
                                : cf_redis_reply_is(f, "updated_us") ? &out->updated_us
                                : cf_redis_reply_is(f, "rev")        ? &out->rev
-                               : cf_redis_reply_is(f, "oldest")     ? &out->oldest_rev
+                               : cf_redis_reply_is(f, "oldest_rev") ? &out->oldest_rev
                                : cf_redis_reply_is(f, "nfiles")     ? &nfiles
                                : cf_redis_reply_is(f, "bytes")      ? &bytes
                                : cf_redis_reply_is(f, "ttl_ms")     ? &ttl_ms

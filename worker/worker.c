@@ -337,20 +337,26 @@ static void flusher_kick(cf_worker *w)
  * for a slot, whose results will soon follow it. */
 static void result_handed_over(cf_worker *w)
 {
-    if (w->cfg->result_batch_us == 0 || !w->pool || cf_exec_pool_queued(w->pool) == 0)
+    /* Without a linger librdkafka sends at once by itself. */
+    if (w->cfg->result_batch_us > 0 && (!w->pool || cf_exec_pool_queued(w->pool) == 0))
         flusher_kick(w);
 }
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
 static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque);
 
+#define PRODUCER_SERVE_MAX 1000
+
 /* Serves the producer's events on the main thread: delivery reports and
  * errors.  Waits up to timeout_ms for the first one; at most a bounded
- * number per call so intake is never starved. */
-static void producer_serve(cf_worker *w, int timeout_ms)
+ * number per call so intake is never starved (then the main loop is woken
+ * again: librdkafka signals the queue only when something new arrives).
+ * Returns how many were served. */
+static int producer_serve(cf_worker *w, int timeout_ms)
 {
     rd_kafka_event_t *ev;
-    for (int n = 0; n < 1000 && (ev = rd_kafka_queue_poll(w->producer_q, n == 0 ? timeout_ms : 0)) != NULL; n++) {
+    int n = 0;
+    for (; n < PRODUCER_SERVE_MAX && (ev = rd_kafka_queue_poll(w->producer_q, n == 0 ? timeout_ms : 0)) != NULL; n++) {
         switch (rd_kafka_event_type(ev)) {
         case RD_KAFKA_EVENT_DR: {
             const rd_kafka_message_t *m;
@@ -368,6 +374,9 @@ static void producer_serve(cf_worker *w, int timeout_ms)
         }
         rd_kafka_event_destroy(ev);
     }
+    if (n == PRODUCER_SERVE_MAX)
+        wake(w);
+    return n;
 }
 
 /* Everything the producer holds delivered (or timeout_ms passed), its
@@ -2575,7 +2584,9 @@ void cf_worker_destroy(cf_worker *w)
     if (w->producer && w->producer_q) {
         producer_drain(w, 1000);
         rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        producer_serve(w, 0); /* the purged messages' reports free their jobs */
+        /* The purged messages' reports free their jobs. */
+        while (producer_serve(w, 0) == PRODUCER_SERVE_MAX)
+            ;
     }
     if (w->flusher_started) {
         pthread_mutex_lock(&w->flush_mu);

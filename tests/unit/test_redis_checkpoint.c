@@ -369,6 +369,48 @@ static void test_latest_copy(void **state)
     assert_int_equal(cf_test_redis_int(f->raw, "DBSIZE"), 0);
 }
 
+/* An older codefleet saving or deleting beside this one (a rolling
+ * upgrade) knows nothing of the copy: its changes must make the copy
+ * distrusted, never served.  Emulated with the commands its scripts run. */
+static void test_latest_copy_beside_old_writers(void **state)
+{
+    fixture *f = *state;
+    char ids[2][CF_CHECKPOINT_ID_MAX + 1];
+    for (unsigned i = 0; i < 2; i++)
+        save_n(f->cs, "mix", i, NULL, ids[i]);
+    cf_checkpoint cp;
+    cf_error err;
+    /* An old save: a record, the index entry, the counter; no copy. */
+    const char *old_id = "9999999999999999-000000000003";
+    redisReply *r = redisCommand(f->raw,
+                                 "HSET cf:{cp:mix}:c:%s id %s thread mix parent %s state %b meta \"\" created_us "
+                                 "9999999999999999 seq 0",
+                                 old_id, old_id, ids[1], "\x80", (size_t)1);
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(f->raw, "ZADD cf:{cp:mix}:idx 9999999999999999 %s", old_id));
+    freeReplyObject(redisCommand(f->raw, "HINCRBY cf:{cp:mix}:meta n 1"));
+    ok(cf_checkpoint_latest(f->cs, "mix", &cp, &err), &err);
+    assert_string_equal(cp.id, old_id);
+    cf_checkpoint_clear(&cp);
+    /* A save now chains to it. */
+    char next[CF_CHECKPOINT_ID_MAX + 1];
+    save_n(f->cs, "mix", 5, NULL, next);
+    ok(cf_checkpoint_latest(f->cs, "mix", &cp, &err), &err);
+    assert_string_equal(cp.id, next);
+    cf_checkpoint_clear(&cp);
+    /* An old delete of the newest: the index and the record go, the copy
+     * stays; it must not be served. */
+    freeReplyObject(redisCommand(f->raw, "ZREM cf:{cp:mix}:idx %s", next));
+    freeReplyObject(redisCommand(f->raw, "DEL cf:{cp:mix}:c:%s", next));
+    ok(cf_checkpoint_latest(f->cs, "mix", &cp, &err), &err);
+    assert_string_equal(cp.id, old_id);
+    cf_checkpoint_clear(&cp);
+    /* An old delete of the whole thread (meta and index only). */
+    freeReplyObject(redisCommand(f->raw, "DEL cf:{cp:mix}:meta cf:{cp:mix}:idx"));
+    assert_int_equal(cf_checkpoint_latest(f->cs, "mix", &cp, &err), -1);
+    assert_int_equal(err.code, CF_E_NOT_FOUND);
+}
+
 static void test_ttl(void **state)
 {
     fixture *f = *state;
@@ -571,6 +613,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_delete_and_delete_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retention_by_count, setup, teardown),
         cmocka_unit_test_setup_teardown(test_latest_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_latest_copy_beside_old_writers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_writer_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_non_map_state_rejected, setup, teardown),
