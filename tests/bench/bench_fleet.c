@@ -3,15 +3,17 @@
  *   bench_fleet latency    --brokers B --requests T --results T [-n 200]
  *   bench_fleet throughput --brokers B --requests T --results T [-n 2000]
  *   bench_fleet publish    --brokers B --requests T [-n 20000]
- *   (each with --kind command|wasm|js: the trivial request, see trivial_request)
+ *   (each with --kind command|wasm|js|python: the trivial request, see trivial_request)
  *
  * latency:    one request at a time (command /bin/true), submit -> result;
- *             the bare fork+exec+wait of /bin/true is measured in the same
- *             run as the anchor.
+ *             the bare fork+exec+wait of /bin/true (python: of
+ *             /usr/bin/python3 -c 'print(1)', the worker's default python)
+ *             is measured in the same run as the anchor.
  * throughput: n trivial requests submitted at once; requests/s from the
  *             first submit to the last result.
  * publish:    n requests produced and flushed; messages/s.
  * Lines starting with RESULT are for tests/bench/run.sh to collect. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -41,15 +43,26 @@ static int64_t pct(int64_t *v, int n, double p)
     return v[(int)(p * (n - 1) + 0.5)];
 }
 
+static const char *kind = "command";
+
 static int64_t bare_median(int n)
 {
     int64_t *v = calloc((size_t)n, sizeof(int64_t));
+    bool py = strcmp(kind, "python") == 0;
     for (int i = 0; i < n; i++) {
         int64_t t0 = cf_mono_us();
         pid_t pid = fork();
         if (pid == 0) {
-            char *const argv[] = {(char *)"/bin/true", NULL};
-            execve("/bin/true", argv, environ);
+            if (py) {
+                char *const argv[] = {(char *)"/usr/bin/python3", (char *)"-c", (char *)"print(1)", NULL};
+                int dn = open("/dev/null", O_WRONLY);
+                if (dn >= 0)
+                    dup2(dn, 1);
+                execve(argv[0], argv, environ);
+            } else {
+                char *const argv[] = {(char *)"/bin/true", NULL};
+                execve("/bin/true", argv, environ);
+            }
             _exit(127);
         }
         int st;
@@ -64,8 +77,8 @@ static int64_t bare_median(int n)
 
 /* --kind: what a trivial request runs.  command: /bin/true on the
  * worker's default backend; wasm: the smallest WASI command (an empty
- * _start) on the wasm backend; js: the snippet `0` on the js backend. */
-static const char *kind = "command";
+ * _start) on the wasm backend; js: the snippet `0` on the js backend;
+ * python: print(1) on the worker's default backend. */
 
 /* (module (func (export "_start"))) */
 static const uint8_t empty_command[] = {0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x04, 0x01, 0x60, 0x00,
@@ -87,6 +100,12 @@ static void trivial_request(cf_request *req, char *av[2])
         req->backend = (char *)"js";
         req->code.data = (uint8_t *)"0";
         req->code.len = 1;
+        return;
+    }
+    if (strcmp(kind, "python") == 0) {
+        req->language = CF_LANG_PYTHON;
+        req->code.data = (uint8_t *)"print(1)";
+        req->code.len = 8;
         return;
     }
     av[0] = (char *)"/bin/true";
@@ -199,7 +218,7 @@ int main(int argc, char **argv)
             cf_result_clear(&res);
         }
         qsort(lat, (size_t)n, sizeof(int64_t), cmp_i64);
-        int64_t bare = bare_median(300);
+        int64_t bare = bare_median(strcmp(kind, "python") == 0 ? 50 : 300);
         int64_t p50 = pct(lat, n, 0.5), p99 = pct(lat, n, 0.99);
         printf("end-to-end n=%d p50=%lldus p90=%lldus p99=%lldus max=%lldus; bare fork+exec median=%lldus\n", n,
                (long long)p50, (long long)pct(lat, n, 0.9), (long long)p99, (long long)lat[n - 1], (long long)bare);

@@ -18,7 +18,8 @@
 #      and the total CPU per execution of each
 #   7. the idempotency store's cost: latency and throughput of one worker
 #      with Redis (claim, lease, stored result per request) vs without
-#  10. the sandbox through Kafka: latency and throughput, warm vs cold (root)
+#  10. the sandbox through Kafka: latency and throughput, warm vs cold, and
+#      trivial Python end to end beside bare python3 (root)
 #   9. failover: SIGKILL a worker with queued requests, time to the first
 #      of them answered by another worker (20 rounds)
 #   8. compiled languages (C, Rust hello world) in the sandbox: cold compile
@@ -35,8 +36,8 @@ exec </dev/null
 
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
-n_exec=500 n_lat=300 n_thr=10000 n_pub=200000 n_warm=20000
-((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000
+n_exec=500 n_lat=300 n_thr=10000 n_pub=200000 n_warm=20000 n_py=100
+((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000 n_py=20
 
 export CODEFLEET_STATE=$repo/.stack-bench
 export CODEFLEET_KAFKA_PORT=19292
@@ -208,6 +209,10 @@ if [[ $EUID -eq 0 ]]; then
             --results "$t.res" -n "$n_lat" | sed "s/^RESULT e2e_latency /RESULT e2e_latency sandbox=$mode /")
         collect < <("$bin/tests/bench_fleet" throughput --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
             --results "$t.res" -n "$n_thr" | sed "s/^RESULT throughput /RESULT throughput sandbox=$mode /")
+        # Trivial Python end to end (issue 11's target: 3 ms p50), beside a
+        # bare `python3 -c 'print(1)'` in the same run.
+        collect < <("$bin/tests/bench_fleet" latency --kind python --config "$admin_conf" --brokers "$brokers" \
+            --requests "$t.req" --results "$t.res" -n "$n_py" | sed "s/^RESULT e2e_latency /RESULT e2e_latency sandbox=$mode /")
         kill -TERM "${workers[-1]}"
         wait "${workers[-1]}" || true
         unset 'workers[-1]'
