@@ -52,6 +52,7 @@ static const char *const status_names[CF_STATUS__COUNT] = {
     [CF_STATUS_COMPILE_FAILED] = "compile_failed",
     [CF_STATUS_REJECTED] = "rejected",
     [CF_STATUS_INTERNAL_ERROR] = "internal_error",
+    [CF_STATUS_CANCELLED] = "cancelled",
 };
 
 static const char *const net_names[] = {"unspecified", "disabled", "enabled"};

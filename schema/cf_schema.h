@@ -45,6 +45,7 @@ typedef enum cf_status {
     CF_STATUS_COMPILE_FAILED,   /* a build/compile step failed before running */
     CF_STATUS_REJECTED,         /* never ran: invalid, unenforceable policy, deadline passed */
     CF_STATUS_INTERNAL_ERROR,   /* the worker or sandbox broke, not the user's code */
+    CF_STATUS_CANCELLED,        /* stopped, or never started, because its sender cancelled it */
     CF_STATUS__COUNT
 } cf_status;
 

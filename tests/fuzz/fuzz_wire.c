@@ -1,7 +1,9 @@
 /* libFuzzer harnesses for every decoder of untrusted wire bytes (issue 8,
  * part 6).  One source, one harness per FUZZ_TARGET:
  *   request, result, event  the msgpack decoders, then a re-encode of what
- *                           decoded (it must encode and decode again);
+ *                           decoded (it must encode and decode again); the
+ *                           event target also runs the cancel decoder
+ *                           (control messages) on the same bytes;
  *   json                    the JSON view (CLI input, batch lines): request,
  *                           result and event from JSON text, and any value's
  *                           JSON <-> msgpack conversion;
@@ -14,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "cf_control.h"
 #include "cf_event.h"
 #include "cf_schema.h"
 #include "cf_schema_json.h"
@@ -73,6 +76,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         cf_event_clear(&ev);
         cf_event_clear(&back);
+        cf_cancel c = {0}, cback = {0};
+        if (cf_cancel_decode(data, size, NULL, &c, &err) == 0) {
+            cf_bytes enc = {0};
+            abort_if(cf_cancel_encode(&c, &enc, &err) != 0);
+            abort_if(cf_cancel_decode(enc.data, enc.len, NULL, &cback, &err) != 0);
+            free(enc.data);
+        }
+        cf_cancel_clear(&c);
+        cf_cancel_clear(&cback);
     } else if (strcmp(target, "json") == 0) {
         json_error_t jerr;
         json_t *j = json_loadb((const char *)data, size, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
