@@ -67,6 +67,8 @@ typedef struct cf_worker_config {
     int64_t shutdown_grace_us;
     int64_t shutdown_kafka_timeout_us; /* flush + final commit + group leave on shutdown */
     int64_t result_batch_us;    /* producer linger while there is a backlog */
+    char *cancel_topic_suffix;  /* "" = no cancels */
+    int64_t cancel_memory_us;
     int64_t rebalance_wait_us;
     /* Redis (workspaces, checkpoints, attempt counts); redis "" = none. */
     char *redis;

@@ -242,6 +242,31 @@ cf_pool_job *cf_exec_pool_drop_queued(cf_exec_pool *p, cf_pool_match_fn match, v
     return dropped;
 }
 
+cf_pool_job *cf_exec_pool_drop_queued_if(cf_exec_pool *p, cf_pool_job_pred pred, void *arg)
+{
+    cf_pool_job *dropped = NULL, **tail = &dropped;
+    pthread_mutex_lock(&p->lock);
+    pool_node **pp = &p->head;
+    pool_node *last = NULL;
+    while (*pp) {
+        pool_node *n = *pp;
+        if (!n->running && pred(n->job, arg)) {
+            *pp = n->next;
+            n->job->next = NULL;
+            *tail = n->job;
+            tail = &n->job->next;
+            p->queued--;
+            node_free(n);
+        } else {
+            last = n;
+            pp = &n->next;
+        }
+    }
+    p->tail = last;
+    pthread_mutex_unlock(&p->lock);
+    return dropped;
+}
+
 size_t cf_exec_pool_count_running(cf_exec_pool *p, cf_pool_match_fn match, void *arg)
 {
     size_t count = 0;

@@ -43,6 +43,11 @@ size_t cf_exec_pool_running(cf_exec_pool *p);
 /* Jobs waiting for a slot. */
 size_t cf_exec_pool_queued(cf_exec_pool *p);
 
+/* Removes the queued (not running) jobs pred selects and returns them as a
+ * list linked through job->next. */
+typedef bool (*cf_pool_job_pred)(const cf_pool_job *job, void *arg);
+cf_pool_job *cf_exec_pool_drop_queued_if(cf_exec_pool *p, cf_pool_job_pred pred, void *arg);
+
 /* Selects jobs by partition (NULL = all). */
 typedef bool (*cf_pool_match_fn)(int32_t partition, void *arg);
 

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "cf_backend.h"
+#include "cf_control.h"
 #include "cf_log.h"
 #include "cf_pipeline.h"
 #include "cf_profile.h"
@@ -99,6 +100,10 @@ typedef struct job {
     const cf_backend *backend;
     const char *result_topic; /* req.reply_to or the profile's result topic */
     volatile int cancel;      /* set by the main thread: stop this execution */
+    /* Set (release) by the main thread after cancel_reason, when the stop
+     * is its sender's cancel: then it is answered `cancelled`. */
+    volatile int user_cancelled;
+    char cancel_reason[CF_CANCEL_REASON_MAX + 64];
     job_out out;
     int delivery_tries;       /* failed deliveries of the current answer */
     int64_t next_try_us;      /* JOB_RETRY_WAIT: when (monotonic) */
@@ -116,6 +121,31 @@ typedef struct job {
     char lease_value[CF_ID_MAX + 200];
     struct job *list_next;    /* handoff or retry list */
 } job;
+
+/* Cancels remembered for requests not (yet) here: per request topic and
+ * id, until they expire (cancel-memory).  Main thread only. */
+#define MEMO_BUCKETS 4096
+#define MEMO_MAX 100000
+typedef struct memo_entry {
+    struct memo_entry *next;
+    size_t topic;
+    int64_t expires_us; /* monotonic */
+    const char *reason; /* in data, after the id */
+    char id[];          /* NUL-terminated, then the reason */
+} memo_entry;
+
+/* The latest cancels, for a slot that takes a job at the moment its cancel
+ * is applied: apply_cancel records here and looks at the running jobs,
+ * run_job registers its job and looks here, both under the worker's lock,
+ * so one of them sees the other. */
+#define RECENT_CANCELS 256
+#define RECENT_CANCEL_US (10 * 1000000LL) /* far longer than that hand-over */
+typedef struct recent_cancel {
+    int64_t at_us; /* monotonic */
+    size_t topic;
+    char id[CF_ID_MAX + 1];
+    char reason[CF_CANCEL_REASON_MAX + 64];
+} recent_cancel;
 
 typedef struct part_state {
     bool assigned;
@@ -190,6 +220,15 @@ struct cf_worker {
     _Atomic int64_t kafka_explained_us[KP__COUNT]; /* when each kafka_problem was last explained */
     bool keeper_stop;          /* guarded by lock */
     pthread_cond_t keeper_cond;
+    /* Cancels: see control_start. */
+    rd_kafka_t *control;
+    rd_kafka_queue_t *control_q;
+    memo_entry *memo[MEMO_BUCKETS];
+    recent_cancel *recent;     /* RECENT_CANCELS, guarded by lock */
+    size_t recent_next;
+    size_t memo_n;
+    bool memo_full_logged;
+    uint64_t n_cancelled;
     /* The result flusher: see flusher_main. */
     pthread_t flusher;
     bool flusher_started;
@@ -622,6 +661,22 @@ static void answer_rejected(cf_worker *w, job *j, const char *id, const char *re
     send_result(w, j, &res, true);
     cf_result_clear(&res);
 }
+
+/* Answers j `cancelled` without running it (main thread). */
+static void answer_cancelled(cf_worker *w, job *j, const char *reason)
+{
+    cf_result res = {0};
+    res.status = CF_STATUS_CANCELLED;
+    cf_str_set(&res.id, j->req.id);
+    cf_result_set_reason(&res, "%s", reason);
+    j->kind = JOB_ANSWERED;
+    w->n_cancelled++;
+    cf_log_info(LOG_SUB, "request %s cancelled before it started", j->req.id);
+    send_result(w, j, &res, true);
+    cf_result_clear(&res);
+}
+
+static const memo_entry *memo_find(cf_worker *w, size_t topic, const char *id);
 
 /* Makes bytes the job's answer as a dead letter: origin and reason in
  * headers. */
@@ -1063,6 +1118,12 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
                     cf_log_warn(LOG_SUB, "request %s: no digest (%s): it runs without the idempotency store",
                                 j->req.id, derr.msg);
             }
+            /* Its sender cancelled it before it came here. */
+            const memo_entry *me = memo_find(w, ti, j->req.id);
+            if (me) {
+                answer_cancelled(w, j, me->reason);
+                return;
+            }
             /* With the store, a passed deadline is judged in the slot, after
              * the store is asked: an answered request is replayed, not
              * refused. */
@@ -1131,6 +1192,20 @@ static bool cancelled(const cf_worker *w, const job *j)
     return __atomic_load_n(&w->cancel_exec, __ATOMIC_RELAXED) || __atomic_load_n(&j->cancel, __ATOMIC_RELAXED);
 }
 
+/* A job stopped by the worker: true (res filled: `cancelled`) when the
+ * stop was its sender's cancel and the worker is not shutting down;
+ * false when it is to be left for the partition's next owner. */
+static bool user_cancel_answer(cf_worker *w, job *j, cf_result *res, int64_t wall_us)
+{
+    if (__atomic_load_n(&w->cancel_exec, __ATOMIC_RELAXED) || !__atomic_load_n(&j->user_cancelled, __ATOMIC_ACQUIRE))
+        return false;
+    res->status = CF_STATUS_CANCELLED;
+    res->wall_time_us = wall_us;
+    cf_result_set_reason(res, "%s", j->cancel_reason);
+    cf_log_info(LOG_SUB, "request %s cancelled %s", j->req.id, wall_us ? "while it ran" : "before it started");
+    return true;
+}
+
 /* A Redis failure as the request's sender sees it: what failed and what to
  * do, without the worker's internal addresses (the log has the details). */
 static void state_failed(cf_result *res, const cf_error *err, const char *when)
@@ -1177,7 +1252,7 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     }
     if (run_it && cancelled(w, j)) {
         run_it = false;
-        completed = false;
+        completed = user_cancel_answer(w, j, res, 0);
     }
     if (run_it) {
         ctx.files = run.ws_active ? &run.files : NULL;
@@ -1185,8 +1260,10 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         bool executed =
             cf_pipeline_execute(w->pipeline, j->backend, j->profile->name, &ctx, &j->req, res, &err) == 0;
         if (!executed && cancelled(w, j)) {
-            /* Killed by us, not by its own doing: no result, no write. */
-            completed = false;
+            /* Killed by us, not by its own doing: no write; a result only
+             * when its sender cancelled it. */
+            cf_result_clear(res);
+            completed = user_cancel_answer(w, j, res, cf_mono_us() - t0);
         } else if (!executed) {
             cf_result_clear(res);
             res->status = CF_STATUS_INTERNAL_ERROR;
@@ -1321,6 +1398,7 @@ static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_res
 static bool replayable(const cf_result *res)
 {
     return res->status != CF_STATUS_INTERNAL_ERROR && res->status != CF_STATUS_REJECTED &&
+           res->status != CF_STATUS_CANCELLED &&
            !res->workspace_conflict && !res->checkpoint_conflict;
 }
 
@@ -1355,6 +1433,18 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
     pthread_mutex_lock(&w->lock);
     j->state = JOB_RUNNING;
     w->running[slot] = j;
+    /* A cancel applied while the pool handed this job over. */
+    int64_t now = cf_mono_us();
+    for (size_t i = 0; w->recent && i < RECENT_CANCELS && i < w->recent_next; i++) {
+        const recent_cancel *rc = &w->recent[i];
+        if (now - rc->at_us < RECENT_CANCEL_US && rc->topic == j->topic && j->req.id &&
+            strcmp(rc->id, j->req.id) == 0) {
+            cf_strlcpy(j->cancel_reason, rc->reason, sizeof(j->cancel_reason));
+            __atomic_store_n(&j->user_cancelled, 1, __ATOMIC_RELEASE);
+            set_flag(&j->cancel);
+            break;
+        }
+    }
     pthread_mutex_unlock(&w->lock);
     cf_result res = {0};
     char reason[600];
@@ -1386,7 +1476,7 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
             if (fenced)
                 cf_wstate_set_guard(st, NULL, NULL);
         } else if (o == CLAIM_STOPPED) {
-            completed = false;
+            completed = user_cancel_answer(w, j, &res, 0);
         }
     }
     res.meta.attempt = attempt;
@@ -1440,6 +1530,201 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
     }
     cf_result_clear(&res);
     send_out(w, j, false);
+}
+
+/* ---------------------------------------------------------------- cancels */
+
+static uint32_t memo_hash(size_t topic, const char *id)
+{
+    uint32_t h = 2166136261u ^ (uint32_t)topic;
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h % MEMO_BUCKETS;
+}
+
+/* The bucket of (topic, id), its expired entries dropped on the way. */
+static memo_entry **memo_bucket(cf_worker *w, size_t topic, const char *id)
+{
+    memo_entry **head = &w->memo[memo_hash(topic, id)];
+    int64_t now = cf_mono_us();
+    for (memo_entry **pp = head; *pp;) {
+        if ((*pp)->expires_us <= now) {
+            memo_entry *dead = *pp;
+            *pp = dead->next;
+            free(dead);
+            w->memo_n--;
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    return head;
+}
+
+static const memo_entry *memo_find(cf_worker *w, size_t topic, const char *id)
+{
+    if (!id || w->memo_n == 0)
+        return NULL;
+    for (memo_entry *e = *memo_bucket(w, topic, id); e; e = e->next)
+        if (e->topic == topic && strcmp(e->id, id) == 0)
+            return e;
+    return NULL;
+}
+
+static void memo_add(cf_worker *w, size_t topic, const char *id, const char *reason)
+{
+    if (w->cfg->cancel_memory_us <= 0)
+        return;
+    memo_entry **head = memo_bucket(w, topic, id);
+    for (memo_entry *e = *head; e; e = e->next)
+        if (e->topic == topic && strcmp(e->id, id) == 0)
+            return;
+    if (w->memo_n >= MEMO_MAX) {
+        if (!w->memo_full_logged)
+            cf_log_warn(LOG_SUB, "%d cancels remembered already: cancels for requests not here yet are not kept "
+                        "(this message once)", MEMO_MAX);
+        w->memo_full_logged = true;
+        return;
+    }
+    size_t il = strlen(id) + 1, rl = strlen(reason) + 1;
+    memo_entry *e = calloc(1, sizeof(*e) + il + rl);
+    if (!e)
+        return;
+    e->topic = topic;
+    e->expires_us = cf_mono_us() + w->cfg->cancel_memory_us;
+    memcpy(e->id, id, il);
+    memcpy(e->id + il, reason, rl);
+    e->reason = e->id + il;
+    e->next = *head;
+    *head = e;
+    w->memo_n++;
+}
+
+static void memo_free(cf_worker *w)
+{
+    for (size_t b = 0; b < MEMO_BUCKETS; b++) {
+        while (w->memo[b]) {
+            memo_entry *e = w->memo[b];
+            w->memo[b] = e->next;
+            free(e);
+        }
+    }
+    w->memo_n = 0;
+}
+
+typedef struct cancel_match {
+    size_t topic;
+    const char *id;
+} cancel_match;
+
+static bool queued_is(const cf_pool_job *pj, void *arg)
+{
+    const cancel_match *cm = arg;
+    const job *j = (const job *)pj;
+    return j->topic == cm->topic && j->req.id && strcmp(j->req.id, cm->id) == 0;
+}
+
+/* A cancel of request id on request topic ti: stop it if it runs here,
+ * answer it if it waits here, remember it either way (a redelivery, or
+ * the request itself still to come). */
+static void apply_cancel(cf_worker *w, size_t ti, const char *id, const char *reason)
+{
+    memo_add(w, ti, id, reason);
+    size_t running = 0, queued = 0;
+    pthread_mutex_lock(&w->lock);
+    if (w->recent) {
+        recent_cancel *rc = &w->recent[w->recent_next++ % RECENT_CANCELS];
+        rc->at_us = cf_mono_us();
+        rc->topic = ti;
+        cf_strlcpy(rc->id, id, sizeof(rc->id));
+        cf_strlcpy(rc->reason, reason, sizeof(rc->reason));
+    }
+    for (int64_t s = 0; s < w->cfg->slots; s++) {
+        job *j = w->running[s];
+        if (j && j->topic == ti && j->req.id && strcmp(j->req.id, id) == 0 &&
+            !__atomic_load_n(&j->user_cancelled, __ATOMIC_RELAXED)) {
+            cf_strlcpy(j->cancel_reason, reason, sizeof(j->cancel_reason));
+            __atomic_store_n(&j->user_cancelled, 1, __ATOMIC_RELEASE);
+            set_flag(&j->cancel);
+            running++;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    cancel_match cm = {ti, id};
+    cf_pool_job *list = cf_exec_pool_drop_queued_if(w->pool, queued_is, &cm);
+    while (list) {
+        job *j = (job *)list;
+        list = list->next;
+        answer_cancelled(w, j, reason);
+        queued++;
+    }
+    if (running)
+        w->n_cancelled += running;
+    cf_log_debug(LOG_SUB, "cancel of %s on %s: %zu running, %zu queued here", id, w->topics[ti].name, running, queued);
+}
+
+/* The request topic whose cancel topic is name, or -1. */
+static long cancel_topic_index(const cf_worker *w, const char *name)
+{
+    const char *suffix = w->cfg->cancel_topic_suffix;
+    size_t n = strlen(name), sl = strlen(suffix);
+    if (n <= sl || strcmp(name + n - sl, suffix) != 0)
+        return -1;
+    for (size_t i = 0; i < w->ntopics; i++)
+        if (strlen(w->topics[i].name) == n - sl && strncmp(w->topics[i].name, name, n - sl) == 0)
+            return (long)i;
+    return -1;
+}
+
+static void on_cancel_message(cf_worker *w, const rd_kafka_message_t *m)
+{
+    if (m->err) {
+        if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            on_kafka_error(w->control, m->err, rd_kafka_message_errstr(m), w);
+        return;
+    }
+    const char *tname = rd_kafka_topic_name(m->rkt);
+    long ti = cancel_topic_index(w, tname);
+    if (ti < 0)
+        return;
+    cf_decode_limits lim = cf_decode_limits_default;
+    lim.max_total_bytes = 4096; /* a cancel is a few hundred bytes */
+    cf_cancel c;
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_cancel_decode(m->payload, m->len, &lim, &c, &err) < 0) {
+        cf_log_warn(LOG_SUB, "cancel at %s[%" PRId32 "]@%" PRId64 " skipped: %s", tname, m->partition, m->offset,
+                    err.msg);
+        return;
+    }
+    char reason[CF_CANCEL_REASON_MAX + 64];
+    if (c.reason && c.reason[0])
+        snprintf(reason, sizeof(reason), "cancelled by its sender: %s", c.reason);
+    else
+        snprintf(reason, sizeof(reason), "cancelled by its sender");
+    apply_cancel(w, (size_t)ti, c.id, reason);
+    cf_cancel_clear(&c);
+}
+
+static void control_serve(cf_worker *w)
+{
+    if (!w->control)
+        return;
+    rd_kafka_message_t *m;
+    for (int n = 0; n < 1000 && (m = rd_kafka_consumer_poll(w->control, 0)) != NULL; n++) {
+        on_cancel_message(w, m);
+        rd_kafka_message_destroy(m);
+    }
+}
+
+static void control_stop(cf_worker *w)
+{
+    if (w->control_q)
+        rd_kafka_queue_destroy(w->control_q);
+    w->control_q = NULL;
+    if (w->control) {
+        rd_kafka_destroy_flags(w->control, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+        w->control = NULL;
+    }
 }
 
 /* Renews the leases of running executions every third of their length,
@@ -1962,6 +2247,109 @@ fail:
     return NULL;
 }
 
+/* Cancels are read by every worker from every partition of each request
+ * topic's cancel topic: an assign-only consumer (it never joins the group,
+ * commits nothing), starting cancel-memory back so a cancel sent just before
+ * this worker started still finds its request. */
+static int control_start(cf_worker *w, cf_error *err)
+{
+    const cf_worker_config *c = w->cfg;
+    if (!c->cancel_topic_suffix || !c->cancel_topic_suffix[0])
+        return 0;
+    /* A request topic that is another's cancel topic would take cancels
+     * for requests (and the reverse): refused. */
+    size_t sl = strlen(c->cancel_topic_suffix);
+    for (size_t i = 0; i < w->ntopics; i++)
+        for (size_t k = 0; k < w->ntopics; k++) {
+            const char *a = w->topics[i].name, *b = w->topics[k].name;
+            size_t al = strlen(a), bl = strlen(b);
+            if (al == bl + sl && strncmp(a, b, bl) == 0 && strcmp(a + bl, c->cancel_topic_suffix) == 0)
+                return cf_error_set(err, CF_E_INVALID,
+                                    "request topic %s is the cancel topic of request topic %s (cancel-topic-suffix "
+                                    "%s): rename one or change the suffix", a, b, c->cancel_topic_suffix);
+        }
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char cid[260];
+    kafka_client_id(w, true, cid, sizeof(cid));
+    strncat(cid, "-cancels", sizeof(cid) - strlen(cid) - 1);
+    static const char *const kv[][2] = {
+        {"enable.auto.commit", "false"}, {"enable.auto.offset.store", "false"}, {"fetch.wait.max.ms", "10"},
+        {"socket.nagle.disable", "true"},
+    };
+    if (conf_set(conf, "bootstrap.servers", c->brokers, err) < 0 || conf_set(conf, "client.id", cid, err) < 0 ||
+        conf_set(conf, "group.id", c->group, err) < 0)
+        goto fail;
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+        if (conf_set(conf, kv[i][0], kv[i][1], err) < 0)
+            goto fail;
+    for (size_t i = 0; i < c->kafka.count; i++) {
+        const char *k = c->kafka.items[i].key;
+        if (is_producer_only(k) || is_consumer_only(k) || strcmp(k, "client.id") == 0)
+            continue;
+        if (conf_set(conf, k, c->kafka.items[i].value, err) < 0)
+            goto fail;
+    }
+    rd_kafka_conf_set_error_cb(conf, on_kafka_error);
+    rd_kafka_conf_set_log_cb(conf, on_kafka_log);
+    rd_kafka_conf_set_opaque(conf, w);
+    char errstr[512];
+    w->control = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    if (!w->control) {
+        rd_kafka_conf_destroy(conf);
+        return cf_error_set(err, CF_E_KAFKA, "creating the cancel consumer: %s", errstr);
+    }
+    rd_kafka_poll_set_consumer(w->control);
+    w->control_q = rd_kafka_queue_get_consumer(w->control);
+    static const uint64_t one = 1;
+    rd_kafka_queue_io_event_enable(w->control_q, w->wake_fd, &one, sizeof(one));
+
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
+    int64_t since_ms = (cf_now_us() - c->cancel_memory_us) / 1000;
+    for (size_t i = 0; i < w->ntopics; i++) {
+        char name[512];
+        snprintf(name, sizeof(name), "%s%s", w->topics[i].name, c->cancel_topic_suffix);
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(w->control, name, NULL);
+        const struct rd_kafka_metadata *md = NULL;
+        rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(w->control, 0, rkt, &md, 5000) : RD_KAFKA_RESP_ERR__FAIL;
+        if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 && md->topics[0].err == 0 &&
+            md->topics[0].partition_cnt > 0) {
+            for (int p = 0; p < md->topics[0].partition_cnt; p++)
+                rd_kafka_topic_partition_list_add(parts, name, md->topics[0].partitions[p].id)->offset = since_ms;
+        } else {
+            cf_log_warn(LOG_SUB, "cancel topic %s unavailable (%s): cancels of %s's requests are not read "
+                        "(codefleet topics create makes it)", name,
+                        rd_kafka_err2str(e ? e : md && md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC),
+                        w->topics[i].name);
+        }
+        if (md)
+            rd_kafka_metadata_destroy(md);
+        if (rkt)
+            rd_kafka_topic_destroy(rkt);
+    }
+    if (parts->cnt > 0) {
+        /* Timestamps become offsets; none that late means the end. */
+        if (rd_kafka_offsets_for_times(w->control, parts, 5000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            cf_log_warn(LOG_SUB, "cancel topics: no offsets for the last %" PRId64 " s: reading new cancels only",
+                        c->cancel_memory_us / 1000000);
+            for (int i = 0; i < parts->cnt; i++)
+                parts->elems[i].offset = RD_KAFKA_OFFSET_END;
+        }
+        for (int i = 0; i < parts->cnt; i++)
+            if (parts->elems[i].err || parts->elems[i].offset < 0)
+                parts->elems[i].offset = RD_KAFKA_OFFSET_END;
+        rd_kafka_resp_err_t e = rd_kafka_assign(w->control, parts);
+        if (e)
+            cf_log_warn(LOG_SUB, "cancel topics: assign failed: %s", rd_kafka_err2str(e));
+        else
+            cf_log_info(LOG_SUB, "reading cancels from %d partition(s)", parts->cnt);
+    }
+    rd_kafka_topic_partition_list_destroy(parts);
+    return 0;
+fail:
+    rd_kafka_conf_destroy(conf);
+    return -1;
+}
+
 /* librdkafka holds the first message for a topic whose metadata it has not
  * seen and, with linger.ms=0, sends it at the broker thread's next periodic
  * wake-up (about 1 s later): fetching the metadata at start-up takes that
@@ -2065,7 +2453,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         goto fail;
     w->wstate = calloc((size_t)cfg->slots, sizeof(*w->wstate));
     w->running = calloc((size_t)cfg->slots, sizeof(*w->running));
-    if (!w->wstate || !w->running) {
+    w->recent = calloc(RECENT_CANCELS, sizeof(*w->recent));
+    if (!w->wstate || !w->running || !w->recent) {
         cf_error_set(err, CF_E_NOMEM, "out of memory");
         goto fail;
     }
@@ -2239,6 +2628,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     static const uint64_t one = 1;
     rd_kafka_queue_io_event_enable(w->consumer_q, w->wake_fd, &one, sizeof(one));
     rd_kafka_queue_io_event_enable(w->producer_q, w->wake_fd, &one, sizeof(one));
+    if (control_start(w, err) < 0)
+        goto fail;
 
     w->pool = cf_exec_pool_new((int)cfg->slots, run_job, pool_notify, w);
     if (!w->pool) {
@@ -2285,6 +2676,7 @@ static void serve(cf_worker *w)
         handle_message(w, m);
         rd_kafka_message_destroy(m);
     }
+    control_serve(w);
     producer_serve(w, 0);
     drain_handoff(w);
     run_retries(w);
@@ -2396,9 +2788,9 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
     cf_log_info(LOG_SUB, "kafka shutdown: flush %.2fs, commit and close %.2fs", (t_close - t_flush) / 1e6,
                 (cf_mono_us() - t_close) / 1e6);
     cf_log_info(LOG_SUB,
-                "stopped: %" PRIu64 " received, %" PRIu64 " answered (%" PRIu64 " rejected), %" PRIu64
-                " dead-lettered, %" PRIu64 " left for redelivery, %" PRIu64 " answer retries",
-                w->n_received, w->n_results, w->n_rejected, w->n_dead, w->n_abandoned, w->n_retries);
+                "stopped: %" PRIu64 " received, %" PRIu64 " answered (%" PRIu64 " rejected, %" PRIu64
+                " cancelled), %" PRIu64 " dead-lettered, %" PRIu64 " left for redelivery, %" PRIu64 " answer retries",
+                w->n_received, w->n_results, w->n_rejected, w->n_cancelled, w->n_dead, w->n_abandoned, w->n_retries);
 }
 
 /* Publishes this worker's report (or, when gone, its tombstone) to the
@@ -2541,6 +2933,8 @@ void cf_worker_destroy(cf_worker *w)
      * partitions' next owner); the producer is still alive for them. */
     drain_handoff(w);
     drop_retries(w, NULL);
+    control_stop(w);
+    memo_free(w);
     if (w->consumer_q)
         rd_kafka_queue_destroy(w->consumer_q);
     if (w->consumer) {
@@ -2605,6 +2999,7 @@ void cf_worker_destroy(cf_worker *w)
         cf_wstate_destroy(w->wstate[s]);
     free(w->wstate);
     free(w->running);
+    free(w->recent);
     for (size_t t = 0; w->topics && t < w->ntopics; t++) {
         for (size_t p = 0; p < w->topics[t].nparts; p++)
             cf_offset_tracker_destroy(w->topics[t].parts[p].tracker);

@@ -176,6 +176,13 @@ static const cf_conf_prop worker_props[] = {
      "After shutdown-grace, how long flushing results, the final offset commit and leaving the group may take "
      "together; with the broker gone the worker stops anyway and the next owner reads what was not committed.",
      NULL},
+    {"cancel-topic-suffix", CF_CONF_STRING, OFF(cancel_topic_suffix), 0, 64, ".cancel", NULL,
+     "Each request topic's cancels are read from the topic named like it plus this suffix (every partition, "
+     "by every worker): a cancel stops the request if it runs here, drops it if it waits here, and is "
+     "remembered for cancel-memory in case the request comes later.  Empty = cancels are not read.", NULL},
+    {"cancel-memory", CF_CONF_DURATION, OFF(cancel_memory_us), 0, 24 * 3600 * SEC, "10m", NULL,
+     "How long a cancel for a request that has not arrived is remembered (and how far back a starting worker "
+     "reads the cancel topics).", NULL},
     {"result-batch", CF_CONF_DURATION, OFF(result_batch_us), 0, 1000000, "5ms", NULL,
      "While requests wait for a slot (a backlog), how long a result may wait to be sent together with "
      "others (the producer's linger.ms): fewer, larger produce requests, so more requests per second for "
