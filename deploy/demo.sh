@@ -142,6 +142,12 @@ expect 0 "collaboration events: publish, then a wait that starts afterwards stil
     --producer planner --payload '{"file": "notes.txt"}'
 expect 0 "" -- events wait "$ws-task" --workspace "$ws" --kind need_work
 
+printf '\n\033[1m=== %s\033[0m\n' "cancel: a program that would run 10 minutes, stopped"
+printf '$ codefleet submit --no-wait -l shell --code '"'"'sleep 600'"'"'\n'
+cancel_id=$("$cli" submit --no-wait -l shell --code 'sleep 600' | tail -n 1 | awk '{print $NF}')
+sleep 1
+expect 9 "" -- cancel "$cancel_id" --reason "the demo does not wait 10 minutes" --wait
+
 batch=$(mktemp /tmp/codefleet-demo-XXXXXX.jsonl)
 for i in $(seq 1 50); do
     printf '{"language":"shell","code":"echo request %d"}\n' "$i"

@@ -218,6 +218,7 @@ void cf_cli_print_usage(FILE *out)
           "Commands:\n"
           "  submit [FLAGS] [-- ARGV...]   submit one request and (by default) wait for its result\n"
           "  wait ID [--since AGO | --since-us EPOCH_US]\n"
+          "  cancel ID [--reason TEXT] [--wait]\n"
           "                                wait for the result of a request submitted elsewhere\n"
           "  batch FILE.jsonl [--concurrency N]\n"
           "                                submit one JSON request per line, wait for all, summarize\n"
@@ -267,6 +268,7 @@ void cf_cli_print_usage(FILE *out)
           "  6  Kafka / Redis / transport error\n"
           "  7  not found (workspace, file, thread, checkpoint)\n"
           "  8  conflict (compare-and-set lost, already exists, stale writer)\n"
+          "  9  the request was cancelled\n"
           "\n"
           "Run 'codefleet COMMAND --help' for the flags of a command.\n",
           out);
@@ -281,6 +283,8 @@ int cf_cli_exit_for_status(cf_status s)
         return CF_EXIT_REJECTED;
     case CF_STATUS_INTERNAL_ERROR:
         return CF_EXIT_INTERNAL;
+    case CF_STATUS_CANCELLED:
+        return CF_EXIT_CANCELLED;
     case CF_STATUS_FAILED:
     case CF_STATUS_TIMEOUT:
     case CF_STATUS_MEMORY_EXCEEDED:

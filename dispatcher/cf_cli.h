@@ -28,6 +28,7 @@ enum {
     CF_EXIT_TRANSPORT = 6, /* Kafka / Redis / transport error */
     CF_EXIT_NOT_FOUND = 7, /* workspace, file, thread or checkpoint not found (state commands) */
     CF_EXIT_CONFLICT = 8,  /* compare-and-set lost, already exists, stale writer (state commands) */
+    CF_EXIT_CANCELLED = 9, /* the request was cancelled (codefleet cancel, or another client) */
 };
 
 /* Largest file read for --code-file, --file, --stdin-file, --request-file. */

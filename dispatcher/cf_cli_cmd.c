@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cf_cli.h"
+#include "cf_control.h"
 #include "cf_kafka_int.h"
 #include "cf_dispatcher.h"
 #include "cf_log.h"
@@ -228,6 +229,75 @@ static const char wait_help[] = "Usage: codefleet [GLOBAL OPTIONS] wait ID [--si
                                 "\n"
                                 "Waits up to --timeout for the result of request ID, scanning the result topic\n"
                                 "from --since ago (default 10m) or from --since-us (epoch microseconds).\n";
+
+static const char cancel_help[] =
+    "Usage: codefleet [GLOBAL OPTIONS] cancel ID [--reason TEXT] [--wait]\n"
+    "\n"
+    "Asks the fleet to stop request ID (sent to --request-topic), or never to start it:\n"
+    "a cancel on the request topic's cancel topic (<request topic>.cancel).  A running\n"
+    "request is killed, a waiting one dropped; both are answered `cancelled` (exit code 9\n"
+    "with --wait).  A request that finished already is not changed.  --reason (at most\n"
+    "256 bytes) goes into the result's reason.  --wait then waits up to --timeout for\n"
+    "the request's result and prints it, as `wait` does.\n";
+
+static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"reason", required_argument, NULL, 'r'},
+        {"wait", no_argument, NULL, 'w'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    cf_error err = {0};
+    const char *reason = NULL;
+    bool wait = false;
+    int c;
+    opterr = 0;
+    optind = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            reason = optarg;
+            break;
+        case 'w':
+            wait = true;
+            break;
+        case 'h':
+            fputs(cancel_help, stdout);
+            return CF_EXIT_OK;
+        default:
+            return usage_error("cancel", "unknown option or missing value");
+        }
+    }
+    if (optind + 1 != argc)
+        return usage_error("cancel", "expected exactly one request ID");
+    const char *id = argv[optind];
+    cf_cancel probe = {.id = (char *)id, .reason = (char *)reason};
+    if (cf_cancel_check(&probe, &err) < 0)
+        return usage_error("cancel", err.msg);
+    int64_t since_us = cf_now_us() - INT64_C(600000000);
+    cf_dispatcher *d = NULL;
+    if (open_dispatcher(g, false, &d, &err) < 0)
+        return fail(&err, NULL);
+    int rc = CF_EXIT_OK;
+    if (cf_dispatcher_cancel(d, id, reason, g->timeout_us, &err) < 0) {
+        rc = fail(&err, "cancel");
+    } else if (!wait) {
+        if (g->json)
+            print_json_kv("cancel", id, "sent");
+        else
+            printf("cancel of %s sent to %s.cancel\n", id, cf_dispatcher_request_topic(d));
+    } else {
+        cf_result res = {0};
+        if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0)
+            rc = fail(&err, "cancel --wait");
+        else
+            rc = emit_result(g, &res);
+        cf_result_clear(&res);
+    }
+    cf_dispatcher_destroy(d);
+    return rc;
+}
 
 static int cmd_wait(const cf_cli_globals *g, int argc, char **argv)
 {
@@ -640,10 +710,13 @@ static int cmd_topics(const cf_cli_globals *g, int argc, char **argv)
             return usage_error("topics", "unknown option or missing value");
         }
     }
-    const char *defaults[5];
+    const char *defaults[6];
     size_t n = 0;
-    const char *fleet[] = {g->request_topic, g->result_topic, g->dlq_topic, g->events_topic, g->workers_topic};
-    for (size_t i = 0; i < 5; i++)
+    char cancels[512];
+    snprintf(cancels, sizeof(cancels), "%s%s", g->request_topic ? g->request_topic : "", CF_CANCEL_TOPIC_SUFFIX);
+    const char *fleet[] = {g->request_topic, g->result_topic, g->dlq_topic, g->events_topic, g->workers_topic,
+                           g->request_topic && g->request_topic[0] ? cancels : NULL};
+    for (size_t i = 0; i < 6; i++)
         if (fleet[i] && fleet[i][0])
             defaults[n++] = fleet[i];
     const char *const *names = defaults;
@@ -760,6 +833,8 @@ int cf_cli_main(int argc, char **argv)
         rc = cmd_submit(&g, sub_argc, sub_argv);
     else if (strcmp(name, "wait") == 0)
         rc = cmd_wait(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "cancel") == 0)
+        rc = cmd_cancel(&g, sub_argc, sub_argv);
     else if (strcmp(name, "batch") == 0)
         rc = cmd_batch(&g, sub_argc, sub_argv);
     else if (strcmp(name, "tail") == 0)

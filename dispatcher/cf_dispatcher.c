@@ -1,6 +1,7 @@
 /* cf_dispatcher: producer, background result collector, standalone scans and
  * topic administration.  See cf_dispatcher.h for the contract. */
 #include "cf_dispatcher.h"
+#include "cf_control.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -159,6 +160,8 @@ static void pending_destroy(pending_map *m)
 struct cf_dispatcher {
     char *brokers;
     char *request_topic;
+    char *cancel_topic;
+    atomic_bool cancel_warm; /* its metadata fetched (first cancel) */
     char *result_topic;
     char *client_id;
     cf_kvlist kafka; /* private copy */
@@ -304,7 +307,13 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
     d->request_topic = cf_strdup(cfg->request_topic ? cfg->request_topic : CF_DEFAULT_REQUEST_TOPIC);
     d->result_topic = cf_strdup(cfg->result_topic ? cfg->result_topic : CF_DEFAULT_RESULT_TOPIC);
     d->client_id = cf_strdup(cfg->client_id ? cfg->client_id : "codefleet-dispatcher");
-    if (!d->brokers || !d->request_topic || !d->result_topic || !d->client_id) {
+    if (d->request_topic) {
+        size_t n = strlen(d->request_topic) + sizeof(CF_CANCEL_TOPIC_SUFFIX);
+        d->cancel_topic = cfg->cancel_topic ? cf_strdup(cfg->cancel_topic) : malloc(n);
+        if (d->cancel_topic && !cfg->cancel_topic)
+            snprintf(d->cancel_topic, n, "%s%s", d->request_topic, CF_CANCEL_TOPIC_SUFFIX);
+    }
+    if (!d->brokers || !d->request_topic || !d->result_topic || !d->client_id || !d->cancel_topic) {
         cf_error_set(err, CF_E_NOMEM, "dispatcher: out of memory");
         goto fail;
     }
@@ -348,6 +357,7 @@ void cf_dispatcher_destroy(cf_dispatcher *d)
     cf_kvlist_free(&d->kafka);
     free(d->brokers);
     free(d->request_topic);
+    free(d->cancel_topic);
     free(d->result_topic);
     free(d->client_id);
     free(d);
@@ -389,6 +399,27 @@ int cf_dispatcher_submit(cf_dispatcher *d, const cf_request *req, cf_error *err)
         return cf_error_wrap(err, "request %s", req->id);
     }
     atomic_fetch_add(&d->n_submitted, 1);
+    return 0;
+}
+
+int cf_dispatcher_cancel(cf_dispatcher *d, const char *id, const char *reason, int64_t timeout_us, cf_error *err)
+{
+    if (cf_kafka_dr_take(&d->dr, err) < 0)
+        return cf_error_wrap(err, "earlier submit");
+    /* librdkafka holds a message for a topic it has no metadata for until
+     * its next periodic wake-up (~1 s): the first cancel asks first. */
+    if (!atomic_exchange(&d->cancel_warm, true))
+        cf_kafka_warm_topic(d->producer, d->cancel_topic);
+    cf_cancel c = {.id = (char *)id, .reason = (char *)reason, .created_us = cf_now_us()};
+    cf_bytes enc = {0};
+    if (!id || cf_cancel_encode(&c, &enc, err) < 0)
+        return id ? -1 : cf_error_set(err, CF_E_INVALID, "cancel: no request id");
+    if (produce(d, d->cancel_topic, id, strlen(id), enc.data, enc.len, true, err) < 0) {
+        free(enc.data);
+        return cf_error_wrap(err, "cancel of %s", id);
+    }
+    if (cf_dispatcher_flush(d, timeout_us, err) < 0)
+        return cf_error_wrap(err, "cancel of %s", id);
     return 0;
 }
 

@@ -38,6 +38,7 @@ typedef struct cf_dispatcher_config {
     size_t max_pending;        /* collector map bound; 0 = CF_DISPATCHER_MAX_PENDING_DEFAULT */
     size_t max_pending_bytes;  /* and in bytes of results; 0 = CF_DISPATCHER_MAX_PENDING_BYTES_DEFAULT.
                                   The newest result is always kept, whatever its size. */
+    const char *cancel_topic;  /* cancels (cf_dispatcher_cancel); NULL = request_topic + ".cancel" */
 } cf_dispatcher_config;
 
 /* Counters, for tests and the CLI's diagnostics. */
@@ -67,6 +68,15 @@ void cf_dispatcher_destroy(cf_dispatcher *d);
  * cf_dispatcher_flush or by the next submit (CF_E_KAFKA, message prefixed
  * "earlier submit"; that next request is then not produced). */
 int cf_dispatcher_submit(cf_dispatcher *d, const cf_request *req, cf_error *err);
+
+/* Asks the fleet to stop request id, or never to start it (SPEC.md section
+ * 12): a cancel to the cancel topic, keyed by id, waited for until the
+ * broker acknowledged it (up to timeout_us).  The request is then answered
+ * `cancelled` on its result topic, unless it had finished already (then
+ * nothing changes).  reason (may be NULL) ends up in the result's reason.
+ * Only requests sent to this dispatcher's request topic can be cancelled
+ * through it. */
+int cf_dispatcher_cancel(cf_dispatcher *d, const char *id, const char *reason, int64_t timeout_us, cf_error *err);
 
 /* Waits until every submitted message is acknowledged or timeout_us passes
  * (CF_E_TIMEOUT); reports the first delivery failure since the last report. */
