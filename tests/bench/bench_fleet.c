@@ -3,6 +3,7 @@
  *   bench_fleet latency    --brokers B --requests T --results T [-n 200]
  *   bench_fleet throughput --brokers B --requests T --results T [-n 2000]
  *   bench_fleet publish    --brokers B --requests T [-n 20000]
+ *   bench_fleet cancel     --brokers B --requests T --results T [-n 20]
  *   (each with --kind command|wasm|js|python: the trivial request, see trivial_request)
  *
  * latency:    one request at a time (command /bin/true), submit -> result;
@@ -12,6 +13,10 @@
  * throughput: n trivial requests submitted at once; requests/s from the
  *             first submit to the last result.
  * publish:    n requests produced and flushed; messages/s.
+ * cancel:     n rounds of: /bin/sleep 60 submitted, 0.3 s to start, then a
+ *             cancel; time from the cancel sent to the `cancelled` result
+ *             received (the worker answers only once the program is dead
+ *             and reaped, so this bounds cancel-to-kill from above).
  * Lines starting with RESULT are for tests/bench/run.sh to collect. */
 #include <fcntl.h>
 #include <getopt.h>
@@ -139,7 +144,7 @@ static const cf_conf_table stable = {.program = "bench_fleet", .props = sprops, 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_fleet latency|throughput|publish --brokers B --requests T --results T [-n N]\n");
+        fprintf(stderr, "usage: bench_fleet latency|throughput|publish|cancel --brokers B --requests T --results T [-n N]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -253,6 +258,39 @@ int main(int argc, char **argv)
             return 1;
         }
         printf("RESULT throughput kind=%s requests_per_s=%.0f n=%d success=%d\n", kind, n / (dt / 1e6), n, ok);
+    } else if (strcmp(mode, "cancel") == 0) {
+        n = n ? n : 20;
+        int64_t *lat = calloc((size_t)n, sizeof(int64_t));
+        char *sleep_av[3] = {(char *)"/bin/sleep", (char *)"60", NULL};
+        for (int i = 0; i < n; i++) {
+            memset(&req, 0, sizeof(req));
+            req.language = CF_LANG_COMMAND;
+            req.argv = sleep_av;
+            req.argc = 2;
+            cf_dispatcher_new_id(id, sizeof(id), NULL);
+            req.id = id;
+            if (cf_dispatcher_submit(d, &req, &err) < 0)
+                die("submit", &err);
+            usleep(300000);
+            int64_t t0 = cf_mono_us();
+            if (cf_dispatcher_cancel(d, id, "bench", 10 * SEC, &err) < 0)
+                die("cancel", &err);
+            cf_result res = {0};
+            if (cf_dispatcher_wait(d, id, 30 * SEC, &res, &err) < 0)
+                die("wait", &err);
+            lat[i] = cf_mono_us() - t0;
+            if (res.status != CF_STATUS_CANCELLED) {
+                fprintf(stderr, "bench_fleet: round %d: status %s, want cancelled\n", i, cf_status_name(res.status));
+                return 1;
+            }
+            cf_result_clear(&res);
+        }
+        qsort(lat, (size_t)n, sizeof(int64_t), cmp_i64);
+        printf("cancel n=%d: cancel sent -> cancelled result p50=%lldus p99=%lldus max=%lldus\n", n,
+               (long long)pct(lat, n, 0.5), (long long)pct(lat, n, 0.99), (long long)lat[n - 1]);
+        printf("RESULT cancel_to_result n=%d p50_us=%lld p99_us=%lld\n", n, (long long)pct(lat, n, 0.5),
+               (long long)pct(lat, n, 0.99));
+        free(lat);
     } else if (publish) {
         n = n ? n : 20000;
         int64_t t0 = cf_mono_us();

@@ -25,6 +25,8 @@
 #   8. compiled languages (C, Rust hello world) in the sandbox: cold compile
 #      + run, cached compile + run, 100 cases, vs the same compiler and
 #      program run directly on the host (root)
+#  12. cancel: time from a cancel sent to the `cancelled` result of a running
+#      program (an upper bound of cancel-to-kill)
 #  11. workspaces and checkpoints on Redis vs redis-benchmark and plain
 #      hiredis GET/SET (tests/bench/run_state.sh, its own redis-server)
 # Uses its own stack (state dir .stack-bench, ports 19292/16579) so it never
@@ -36,8 +38,8 @@ exec </dev/null
 
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
-n_exec=500 n_lat=300 n_thr=10000 n_pub=200000 n_warm=20000 n_py=100
-((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000 n_py=20
+n_exec=500 n_lat=300 n_thr=10000 n_pub=200000 n_warm=20000 n_py=100 n_cancel=20
+((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000 n_py=20 n_cancel=5
 
 export CODEFLEET_STATE=$repo/.stack-bench
 export CODEFLEET_KAFKA_PORT=19292
@@ -155,6 +157,18 @@ for n_workers in 1 2; do
             sed "s/^RESULT throughput /RESULT throughput workers=$n_workers /")
     fi
 done
+
+echo
+echo "== 12. cancel: from the cancel sent to the cancelled result of a running /bin/sleep ($n_cancel rounds)"
+t=bench-cancel-$run
+topics "$t" 2
+"$bin/dispatcher/codefleet" --config "$admin_conf" --brokers "$brokers" topics create --partitions 2 "$t.req.cancel" >/dev/null
+start_worker "$t" cancel-w1
+collect < <("$bin/tests/bench_fleet" cancel --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
+    --results "$t.res" -n "$n_cancel")
+kill -TERM "${workers[-1]}"
+wait "${workers[-1]}" || true
+unset 'workers[-1]'
 
 echo
 echo "== 4. dispatcher publish rate ($n_pub requests)"

@@ -66,9 +66,11 @@ typedef struct it_topics {
     char results[96];
     char dlq[96];
     char group[96];
+    char cancels[104]; /* requests + ".cancel" */
 } it_topics;
 
-/* Creates unique request/result/dlq topics (partitions each) and a group name. */
+/* Creates unique request/result/dlq topics and the request topic's cancel
+ * topic (partitions each) and a group name. */
 void it_topics_create(it_topics *t, const char *prefix, int partitions);
 
 typedef struct it_worker {

@@ -164,8 +164,17 @@ static void test_tenant_topics(void **state)
     rd_kafka_resp_err_t e = produce_as("tenant-a", req_a);
     if (e)
         fail_msg("tenant-a writing %s: %s", req_a, rd_kafka_err2str(e));
-    const char *not_writable[] = {req_b, req, res_a, res};
-    for (size_t i = 0; i < 4; i++) {
+    /* Its own cancel topic: yes; another tenant's, the default one: no
+     * (so it can cancel only its own requests). */
+    char can_a[220], can_b[220], can[220];
+    snprintf(can_a, sizeof(can_a), "%s.cancel", req_a);
+    snprintf(can_b, sizeof(can_b), "%s.cancel", req_b);
+    snprintf(can, sizeof(can), "%s.cancel", req);
+    e = produce_as("tenant-a", can_a);
+    if (e)
+        fail_msg("tenant-a writing %s: %s", can_a, rd_kafka_err2str(e));
+    const char *not_writable[] = {req_b, req, res_a, res, can_b, can};
+    for (size_t i = 0; i < 6; i++) {
         e = produce_as("tenant-a", not_writable[i]);
         if (!denied(e))
             fail_msg("tenant-a writing %s: %s (want an authorization failure)", not_writable[i],
