@@ -92,7 +92,8 @@ static int usage_error(const char *cmd, const char *msg)
     return CF_EXIT_USAGE;
 }
 
-static int open_dispatcher(const cf_cli_globals *g, bool collect, cf_dispatcher **d, cf_error *err)
+static int open_dispatcher_to(const cf_cli_globals *g, bool collect, const char *cancel_topic, cf_dispatcher **d,
+                              cf_error *err)
 {
     cf_dispatcher_config cfg = {
         .brokers = g->brokers,
@@ -101,8 +102,14 @@ static int open_dispatcher(const cf_cli_globals *g, bool collect, cf_dispatcher 
         .client_id = "codefleet-cli",
         .kafka = &g->kafka,
         .collect_results = collect,
+        .cancel_topic = cancel_topic,
     };
     return cf_dispatcher_new(&cfg, d, err);
+}
+
+static int open_dispatcher(const cf_cli_globals *g, bool collect, cf_dispatcher **d, cf_error *err)
+{
+    return open_dispatcher_to(g, collect, NULL, d, err);
 }
 
 /* One-line JSON object {key: value[, "status": status]} (escaping done by jansson). */
@@ -231,25 +238,27 @@ static const char wait_help[] = "Usage: codefleet [GLOBAL OPTIONS] wait ID [--si
                                 "from --since ago (default 10m) or from --since-us (epoch microseconds).\n";
 
 static const char cancel_help[] =
-    "Usage: codefleet [GLOBAL OPTIONS] cancel ID [--reason TEXT] [--wait]\n"
+    "Usage: codefleet [GLOBAL OPTIONS] cancel ID [--reason TEXT] [--topic T] [--wait]\n"
     "\n"
     "Asks the fleet to stop request ID (sent to --request-topic), or never to start it:\n"
     "a cancel on the request topic's cancel topic (<request topic>.cancel).  A running\n"
     "request is killed, a waiting one dropped; both are answered `cancelled` (exit code 9\n"
     "with --wait).  A request that finished already is not changed.  --reason (at most\n"
     "256 bytes) goes into the result's reason.  --wait then waits up to --timeout for\n"
-    "the request's result and prints it, as `wait` does.\n";
+    "the request's result and prints it, as `wait` does.  --topic: the cancel topic, for\n"
+    "workers whose cancel-topic-suffix is not .cancel.\n";
 
 static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"reason", required_argument, NULL, 'r'},
+        {"topic", required_argument, NULL, 't'},
         {"wait", no_argument, NULL, 'w'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     cf_error err = {0};
-    const char *reason = NULL;
+    const char *reason = NULL, *topic = NULL;
     bool wait = false;
     int c;
     opterr = 0;
@@ -261,6 +270,9 @@ static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
             break;
         case 'w':
             wait = true;
+            break;
+        case 't':
+            topic = optarg;
             break;
         case 'h':
             fputs(cancel_help, stdout);
@@ -277,7 +289,7 @@ static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
         return usage_error("cancel", err.msg);
     int64_t since_us = cf_now_us() - INT64_C(600000000);
     cf_dispatcher *d = NULL;
-    if (open_dispatcher(g, false, &d, &err) < 0)
+    if (open_dispatcher_to(g, false, topic, &d, &err) < 0)
         return fail(&err, NULL);
     int rc = CF_EXIT_OK;
     if (cf_dispatcher_cancel(d, id, reason, g->timeout_us, &err) < 0) {
@@ -286,7 +298,7 @@ static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
         if (g->json)
             print_json_kv("cancel", id, "sent");
         else
-            printf("cancel of %s sent to %s.cancel\n", id, cf_dispatcher_request_topic(d));
+            printf("cancel of %s sent to %s\n", id, topic ? topic : cf_dispatcher_cancel_topic(d));
     } else {
         cf_result res = {0};
         if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0)

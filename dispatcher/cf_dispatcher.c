@@ -632,6 +632,11 @@ void cf_dispatcher_get_stats(cf_dispatcher *d, cf_dispatcher_stats *out)
     }
 }
 
+const char *cf_dispatcher_cancel_topic(const cf_dispatcher *d)
+{
+    return d->cancel_topic;
+}
+
 const char *cf_dispatcher_request_topic(const cf_dispatcher *d)
 {
     return d->request_topic;

@@ -77,6 +77,8 @@ int cf_dispatcher_submit(cf_dispatcher *d, const cf_request *req, cf_error *err)
  * Only requests sent to this dispatcher's request topic can be cancelled
  * through it. */
 int cf_dispatcher_cancel(cf_dispatcher *d, const char *id, const char *reason, int64_t timeout_us, cf_error *err);
+/* Where cf_dispatcher_cancel publishes. */
+const char *cf_dispatcher_cancel_topic(const cf_dispatcher *d);
 
 /* Waits until every submitted message is acknowledged or timeout_us passes
  * (CF_E_TIMEOUT); reports the first delivery failure since the last report. */

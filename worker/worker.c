@@ -104,6 +104,7 @@ typedef struct job {
      * is its sender's cancel: then it is answered `cancelled`. */
     volatile int user_cancelled;
     char cancel_reason[CF_CANCEL_REASON_MAX + 64];
+    bool answered_cancelled;  /* its answer is `cancelled` (for the counters) */
     job_out out;
     int delivery_tries;       /* failed deliveries of the current answer */
     int64_t next_try_us;      /* JOB_RETRY_WAIT: when (monotonic) */
@@ -125,7 +126,8 @@ typedef struct job {
 /* Cancels remembered for requests not (yet) here: per request topic and
  * id, until they expire (cancel-memory).  Main thread only. */
 #define MEMO_BUCKETS 4096
-#define MEMO_MAX 100000
+#define MEMO_MAX 100000      /* in all (~200 bytes each) */
+#define MEMO_MAX_TOPIC 20000 /* per request topic: one tenant cannot fill it for all */
 typedef struct memo_entry {
     struct memo_entry *next;
     size_t topic;
@@ -223,11 +225,16 @@ struct cf_worker {
     /* Cancels: see control_start. */
     rd_kafka_t *control;
     rd_kafka_queue_t *control_q;
+    int *control_parts;        /* per request topic: partitions of its cancel topic read (0 = missing) */
+    int64_t control_next_refresh_us;
+    bool control_missing_logged;
+    uint64_t memo_seed;        /* keys the memo's hash: ids are chosen by senders */
+    size_t *memo_per_topic;    /* entries per request topic (MEMO_MAX_TOPIC each) */
     memo_entry *memo[MEMO_BUCKETS];
     recent_cancel *recent;     /* RECENT_CANCELS, guarded by lock */
     size_t recent_next;
     size_t memo_n;
-    bool memo_full_logged;
+    int64_t memo_full_logged_us;
     uint64_t n_cancelled;
     /* The result flusher: see flusher_main. */
     pthread_t flusher;
@@ -670,13 +677,14 @@ static void answer_cancelled(cf_worker *w, job *j, const char *reason)
     cf_str_set(&res.id, j->req.id);
     cf_result_set_reason(&res, "%s", reason);
     j->kind = JOB_ANSWERED;
-    w->n_cancelled++;
-    cf_log_info(LOG_SUB, "request %s cancelled before it started", j->req.id);
+    j->answered_cancelled = true;
+    cf_log_info(LOG_SUB, "request %s cancelled while it waited for a slot", j->req.id);
     send_result(w, j, &res, true);
     cf_result_clear(&res);
 }
 
 static const memo_entry *memo_find(cf_worker *w, size_t topic, const char *id);
+static void set_flag(volatile int *f);
 
 /* Makes bytes the job's answer as a dead letter: origin and reason in
  * headers. */
@@ -892,6 +900,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
             w->n_dead++;
         else
             w->n_results++;
+        if (j->answered_cancelled)
+            w->n_cancelled++;
         job_finished(w, j, true);
         return;
     }
@@ -1118,11 +1128,15 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
                     cf_log_warn(LOG_SUB, "request %s: no digest (%s): it runs without the idempotency store",
                                 j->req.id, derr.msg);
             }
-            /* Its sender cancelled it before it came here. */
+            /* Its sender cancelled it before it came here: it goes the
+             * usual way (admission: its reply_to; the slot: a result the
+             * idempotency store holds is replayed, a redelivered request
+             * that already finished is not contradicted) but never runs. */
             const memo_entry *me = memo_find(w, ti, j->req.id);
             if (me) {
-                answer_cancelled(w, j, me->reason);
-                return;
+                cf_strlcpy(j->cancel_reason, me->reason, sizeof(j->cancel_reason));
+                __atomic_store_n(&j->user_cancelled, 1, __ATOMIC_RELEASE);
+                set_flag(&j->cancel);
             }
             /* With the store, a passed deadline is judged in the slot, after
              * the store is asked: an answered request is replayed, not
@@ -1505,6 +1519,7 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
         return;
     }
     cf_log_debug(LOG_SUB, "request %s finished: %s", j->req.id, cf_status_name(res.status));
+    j->answered_cancelled = res.status == CF_STATUS_CANCELLED;
     if (set_result_out(w, j, &res) < 0) {
         cf_log_error(LOG_SUB, "request %s: no memory for its result: left for redelivery", j->req.id);
         if (leased)
@@ -1534,23 +1549,28 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
 
 /* ---------------------------------------------------------------- cancels */
 
-static uint32_t memo_hash(size_t topic, const char *id)
+/* FNV-1a from a random per-process seed: senders choose the ids, and must
+ * not be able to pile them into one bucket. */
+static uint32_t memo_hash(const cf_worker *w, size_t topic, const char *id)
 {
-    uint32_t h = 2166136261u ^ (uint32_t)topic;
+    uint64_t h = (14695981039346656037ull ^ w->memo_seed) + topic;
     for (const unsigned char *p = (const unsigned char *)id; *p; p++)
-        h = (h ^ *p) * 16777619u;
-    return h % MEMO_BUCKETS;
+        h = (h ^ *p) * 1099511628211ull;
+    h ^= h >> 29;
+    return (uint32_t)(h % MEMO_BUCKETS);
 }
 
 /* The bucket of (topic, id), its expired entries dropped on the way. */
 static memo_entry **memo_bucket(cf_worker *w, size_t topic, const char *id)
 {
-    memo_entry **head = &w->memo[memo_hash(topic, id)];
+    memo_entry **head = &w->memo[memo_hash(w, topic, id)];
     int64_t now = cf_mono_us();
     for (memo_entry **pp = head; *pp;) {
         if ((*pp)->expires_us <= now) {
             memo_entry *dead = *pp;
             *pp = dead->next;
+            if (w->memo_per_topic && dead->topic < w->ntopics)
+                w->memo_per_topic[dead->topic]--;
             free(dead);
             w->memo_n--;
         } else {
@@ -1570,19 +1590,21 @@ static const memo_entry *memo_find(cf_worker *w, size_t topic, const char *id)
     return NULL;
 }
 
-static void memo_add(cf_worker *w, size_t topic, const char *id, const char *reason)
+static void memo_add(cf_worker *w, size_t topic, const char *id, const char *reason, int64_t ttl_us)
 {
-    if (w->cfg->cancel_memory_us <= 0)
+    if (ttl_us <= 0 || !w->memo_per_topic)
         return;
     memo_entry **head = memo_bucket(w, topic, id);
     for (memo_entry *e = *head; e; e = e->next)
         if (e->topic == topic && strcmp(e->id, id) == 0)
             return;
-    if (w->memo_n >= MEMO_MAX) {
-        if (!w->memo_full_logged)
-            cf_log_warn(LOG_SUB, "%d cancels remembered already: cancels for requests not here yet are not kept "
-                        "(this message once)", MEMO_MAX);
-        w->memo_full_logged = true;
+    if (w->memo_n >= MEMO_MAX || w->memo_per_topic[topic] >= MEMO_MAX_TOPIC) {
+        int64_t now = cf_mono_us();
+        if (now - w->memo_full_logged_us > 60 * 1000000LL)
+            cf_log_warn(LOG_SUB, "cancels remembered: %zu in all, %zu for %s (caps %d, %d per topic): cancels for "
+                        "requests not here yet are not kept for now", w->memo_n, w->memo_per_topic[topic],
+                        w->topics[topic].name, MEMO_MAX, MEMO_MAX_TOPIC);
+        w->memo_full_logged_us = now;
         return;
     }
     size_t il = strlen(id) + 1, rl = strlen(reason) + 1;
@@ -1590,13 +1612,14 @@ static void memo_add(cf_worker *w, size_t topic, const char *id, const char *rea
     if (!e)
         return;
     e->topic = topic;
-    e->expires_us = cf_mono_us() + w->cfg->cancel_memory_us;
+    e->expires_us = cf_mono_us() + ttl_us;
     memcpy(e->id, id, il);
     memcpy(e->id + il, reason, rl);
     e->reason = e->id + il;
     e->next = *head;
     *head = e;
     w->memo_n++;
+    w->memo_per_topic[topic]++;
 }
 
 static void memo_free(cf_worker *w)
@@ -1609,6 +1632,8 @@ static void memo_free(cf_worker *w)
         }
     }
     w->memo_n = 0;
+    free(w->memo_per_topic);
+    w->memo_per_topic = NULL;
 }
 
 typedef struct cancel_match {
@@ -1626,9 +1651,9 @@ static bool queued_is(const cf_pool_job *pj, void *arg)
 /* A cancel of request id on request topic ti: stop it if it runs here,
  * answer it if it waits here, remember it either way (a redelivery, or
  * the request itself still to come). */
-static void apply_cancel(cf_worker *w, size_t ti, const char *id, const char *reason)
+static void apply_cancel(cf_worker *w, size_t ti, const char *id, const char *reason, int64_t remember_us)
 {
-    memo_add(w, ti, id, reason);
+    memo_add(w, ti, id, reason, remember_us);
     size_t running = 0, queued = 0;
     pthread_mutex_lock(&w->lock);
     if (w->recent) {
@@ -1657,8 +1682,6 @@ static void apply_cancel(cf_worker *w, size_t ti, const char *id, const char *re
         answer_cancelled(w, j, reason);
         queued++;
     }
-    if (running)
-        w->n_cancelled += running;
     cf_log_debug(LOG_SUB, "cancel of %s on %s: %zu running, %zu queued here", id, w->topics[ti].name, running, queued);
 }
 
@@ -1696,28 +1719,48 @@ static void on_cancel_message(cf_worker *w, const rd_kafka_message_t *m)
                     err.msg);
         return;
     }
-    char reason[CF_CANCEL_REASON_MAX + 64];
-    if (c.reason && c.reason[0])
-        snprintf(reason, sizeof(reason), "cancelled by its sender: %s", c.reason);
-    else
-        snprintf(reason, sizeof(reason), "cancelled by its sender");
-    apply_cancel(w, (size_t)ti, c.id, reason);
+    /* Remembered cancel-memory from when it was written (the broker's or
+     * producer's timestamp): one read again at a restart is not kept
+     * longer, and one older than that is stale. */
+    int64_t remember_us = w->cfg->cancel_memory_us;
+    int64_t ts_ms = rd_kafka_message_timestamp(m, NULL);
+    if (ts_ms > 0) {
+        int64_t age_us = cf_now_us() - ts_ms * 1000;
+        if (age_us > 0)
+            remember_us -= age_us;
+    }
+    if (remember_us > 0) {
+        char reason[CF_CANCEL_REASON_MAX + 64];
+        if (c.reason && c.reason[0])
+            snprintf(reason, sizeof(reason), "cancelled by its sender: %s", c.reason);
+        else
+            snprintf(reason, sizeof(reason), "cancelled by its sender");
+        apply_cancel(w, (size_t)ti, c.id, reason, remember_us);
+    }
     cf_cancel_clear(&c);
 }
+
+static void control_refresh(cf_worker *w, bool now);
 
 static void control_serve(cf_worker *w)
 {
     if (!w->control)
         return;
     rd_kafka_message_t *m;
-    for (int n = 0; n < 1000 && (m = rd_kafka_consumer_poll(w->control, 0)) != NULL; n++) {
+    int n = 0;
+    for (; n < 1000 && (m = rd_kafka_consumer_poll(w->control, 0)) != NULL; n++) {
         on_cancel_message(w, m);
         rd_kafka_message_destroy(m);
     }
+    if (n == 1000)
+        wake(w); /* librdkafka signals the queue only when it was empty */
+    control_refresh(w, false);
 }
 
 static void control_stop(cf_worker *w)
 {
+    free(w->control_parts);
+    w->control_parts = NULL;
     if (w->control_q)
         rd_kafka_queue_destroy(w->control_q);
     w->control_q = NULL;
@@ -2247,6 +2290,111 @@ fail:
     return NULL;
 }
 
+/* (Re)assigns every partition of every cancel topic.  A cancel topic that
+ * is missing (created after the worker started, a broker not up yet) or
+ * that gained partitions is picked up here: every 30 s while one is
+ * missing, every 5 min otherwise.  Partitions already read keep their
+ * position; new ones start cancel-memory back. */
+static void control_refresh(cf_worker *w, bool now)
+{
+    if (!w->control || !w->control_parts)
+        return;
+    int64_t t = cf_mono_us();
+    if (!now && t < w->control_next_refresh_us)
+        return;
+    const cf_worker_config *c = w->cfg;
+    bool changed = false, missing = false, unreachable = false;
+    rd_kafka_topic_partition_list_t *want = rd_kafka_topic_partition_list_new(16);
+    int *counts = calloc(w->ntopics ? w->ntopics : 1, sizeof(*counts));
+    for (size_t i = 0; counts && i < w->ntopics; i++) {
+        char name[512];
+        snprintf(name, sizeof(name), "%s%s", w->topics[i].name, c->cancel_topic_suffix);
+        int cnt = 0;
+        if (!unreachable) {
+            rd_kafka_topic_t *rkt = rd_kafka_topic_new(w->control, name, NULL);
+            const struct rd_kafka_metadata *md = NULL;
+            rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(w->control, 0, rkt, &md, 2000) : RD_KAFKA_RESP_ERR__FAIL;
+            if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 && md->topics[0].err == 0) {
+                cnt = md->topics[0].partition_cnt;
+                for (int p = 0; p < cnt; p++)
+                    rd_kafka_topic_partition_list_add(want, name, md->topics[0].partitions[p].id);
+            }
+            unreachable = e == RD_KAFKA_RESP_ERR__TRANSPORT || e == RD_KAFKA_RESP_ERR__TIMED_OUT;
+            if (cnt == 0 && !w->control_missing_logged)
+                cf_log_warn(LOG_SUB, "cancel topic %s unavailable (%s): cancels of %s's requests are not read until "
+                            "it exists (codefleet topics create makes it; checked again every 30 s)", name,
+                            rd_kafka_err2str(e ? e : md && md->topic_cnt == 1 ? md->topics[0].err
+                                                                              : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC),
+                            w->topics[i].name);
+            if (md)
+                rd_kafka_metadata_destroy(md);
+            if (rkt)
+                rd_kafka_topic_destroy(rkt);
+        }
+        if (unreachable && cnt == 0)
+            cnt = w->control_parts[i]; /* unknown: keep what is assigned */
+        counts[i] = cnt;
+        missing = missing || cnt == 0;
+        changed = changed || cnt != w->control_parts[i];
+    }
+    if (missing)
+        w->control_missing_logged = true;
+    w->control_next_refresh_us = t + (missing || unreachable ? 30 : 300) * 1000000LL;
+    if (!counts || !changed || unreachable) {
+        free(counts);
+        rd_kafka_topic_partition_list_destroy(want);
+        return;
+    }
+    /* Positions of what is read already; the rest from cancel-memory back. */
+    rd_kafka_topic_partition_list_t *cur = NULL;
+    if (rd_kafka_assignment(w->control, &cur) == RD_KAFKA_RESP_ERR_NO_ERROR && cur)
+        (void)rd_kafka_position(w->control, cur);
+    rd_kafka_topic_partition_list_t *fresh = rd_kafka_topic_partition_list_new(16);
+    int64_t since_ms = (cf_now_us() - c->cancel_memory_us) / 1000;
+    for (int i = 0; i < want->cnt; i++) {
+        rd_kafka_topic_partition_t *p = &want->elems[i];
+        rd_kafka_topic_partition_t *had = cur ? rd_kafka_topic_partition_list_find(cur, p->topic, p->partition) : NULL;
+        if (had && had->offset >= 0)
+            p->offset = had->offset;
+        else
+            rd_kafka_topic_partition_list_add(fresh, p->topic, p->partition)->offset = since_ms;
+    }
+    if (fresh->cnt > 0 && rd_kafka_offsets_for_times(w->control, fresh, 5000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        cf_log_warn(LOG_SUB, "cancel topics: no offsets for the last %" PRId64 " s: reading new cancels only",
+                    c->cancel_memory_us / 1000000);
+        for (int i = 0; i < fresh->cnt; i++)
+            fresh->elems[i].offset = RD_KAFKA_OFFSET_END;
+    }
+    for (int i = 0; i < fresh->cnt; i++) {
+        rd_kafka_topic_partition_t *f = &fresh->elems[i];
+        int64_t off = f->offset;
+        if (f->err || off < 0) {
+            /* Nothing that recent: from the end as it is now, as a number.
+             * (OFFSET_END would be resolved later, when the fetch starts,
+             * and skip a cancel written in between.) */
+            int64_t lo = 0, hi = -1;
+            if (rd_kafka_query_watermark_offsets(w->control, f->topic, f->partition, &lo, &hi, 5000) !=
+                    RD_KAFKA_RESP_ERR_NO_ERROR ||
+                hi < 0)
+                hi = RD_KAFKA_OFFSET_END;
+            off = hi;
+        }
+        rd_kafka_topic_partition_list_find(want, f->topic, f->partition)->offset = off;
+    }
+    rd_kafka_resp_err_t e = rd_kafka_assign(w->control, want);
+    if (e) {
+        cf_log_warn(LOG_SUB, "cancel topics: assign failed: %s", rd_kafka_err2str(e));
+    } else {
+        memcpy(w->control_parts, counts, w->ntopics * sizeof(*counts));
+        cf_log_info(LOG_SUB, "reading cancels from %d partition(s)", want->cnt);
+    }
+    free(counts);
+    if (cur)
+        rd_kafka_topic_partition_list_destroy(cur);
+    rd_kafka_topic_partition_list_destroy(fresh);
+    rd_kafka_topic_partition_list_destroy(want);
+}
+
 /* Cancels are read by every worker from every partition of each request
  * topic's cancel topic: an assign-only consumer (it never joins the group,
  * commits nothing), starting cancel-memory back so a cancel sent just before
@@ -2303,47 +2451,21 @@ static int control_start(cf_worker *w, cf_error *err)
     static const uint64_t one = 1;
     rd_kafka_queue_io_event_enable(w->control_q, w->wake_fd, &one, sizeof(one));
 
-    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(16);
-    int64_t since_ms = (cf_now_us() - c->cancel_memory_us) / 1000;
-    for (size_t i = 0; i < w->ntopics; i++) {
-        char name[512];
-        snprintf(name, sizeof(name), "%s%s", w->topics[i].name, c->cancel_topic_suffix);
-        rd_kafka_topic_t *rkt = rd_kafka_topic_new(w->control, name, NULL);
-        const struct rd_kafka_metadata *md = NULL;
-        rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(w->control, 0, rkt, &md, 5000) : RD_KAFKA_RESP_ERR__FAIL;
-        if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 && md->topics[0].err == 0 &&
-            md->topics[0].partition_cnt > 0) {
-            for (int p = 0; p < md->topics[0].partition_cnt; p++)
-                rd_kafka_topic_partition_list_add(parts, name, md->topics[0].partitions[p].id)->offset = since_ms;
-        } else {
-            cf_log_warn(LOG_SUB, "cancel topic %s unavailable (%s): cancels of %s's requests are not read "
-                        "(codefleet topics create makes it)", name,
-                        rd_kafka_err2str(e ? e : md && md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC),
-                        w->topics[i].name);
-        }
-        if (md)
-            rd_kafka_metadata_destroy(md);
-        if (rkt)
-            rd_kafka_topic_destroy(rkt);
+    w->control_parts = calloc(w->ntopics ? w->ntopics : 1, sizeof(*w->control_parts));
+    w->memo_per_topic = calloc(w->ntopics ? w->ntopics : 1, sizeof(*w->memo_per_topic));
+    if (!w->control_parts || !w->memo_per_topic)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    if (getrandom(&w->memo_seed, sizeof(w->memo_seed), 0) != (ssize_t)sizeof(w->memo_seed))
+        w->memo_seed = (uint64_t)cf_mono_us() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+    control_refresh(w, true);
+    /* Catch up before taking requests: cancels sent in the last
+     * cancel-memory must be remembered before their requests come. */
+    int64_t until = cf_mono_us() + 2000000;
+    rd_kafka_message_t *m;
+    while (cf_mono_us() < until && (m = rd_kafka_consumer_poll(w->control, 100)) != NULL) {
+        on_cancel_message(w, m);
+        rd_kafka_message_destroy(m);
     }
-    if (parts->cnt > 0) {
-        /* Timestamps become offsets; none that late means the end. */
-        if (rd_kafka_offsets_for_times(w->control, parts, 5000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            cf_log_warn(LOG_SUB, "cancel topics: no offsets for the last %" PRId64 " s: reading new cancels only",
-                        c->cancel_memory_us / 1000000);
-            for (int i = 0; i < parts->cnt; i++)
-                parts->elems[i].offset = RD_KAFKA_OFFSET_END;
-        }
-        for (int i = 0; i < parts->cnt; i++)
-            if (parts->elems[i].err || parts->elems[i].offset < 0)
-                parts->elems[i].offset = RD_KAFKA_OFFSET_END;
-        rd_kafka_resp_err_t e = rd_kafka_assign(w->control, parts);
-        if (e)
-            cf_log_warn(LOG_SUB, "cancel topics: assign failed: %s", rd_kafka_err2str(e));
-        else
-            cf_log_info(LOG_SUB, "reading cancels from %d partition(s)", parts->cnt);
-    }
-    rd_kafka_topic_partition_list_destroy(parts);
     return 0;
 fail:
     rd_kafka_conf_destroy(conf);
@@ -2628,8 +2750,6 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     static const uint64_t one = 1;
     rd_kafka_queue_io_event_enable(w->consumer_q, w->wake_fd, &one, sizeof(one));
     rd_kafka_queue_io_event_enable(w->producer_q, w->wake_fd, &one, sizeof(one));
-    if (control_start(w, err) < 0)
-        goto fail;
 
     w->pool = cf_exec_pool_new((int)cfg->slots, run_job, pool_notify, w);
     if (!w->pool) {
@@ -2643,6 +2763,9 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         }
         w->keeper_started = true;
     }
+    /* Last: catching up on cancels applies them to the pool and slots. */
+    if (control_start(w, err) < 0)
+        goto fail;
     *out = w;
     return 0;
 fail:
@@ -2672,11 +2795,13 @@ static void serve(cf_worker *w)
     size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
     size_t low = (size_t)(w->cfg->slots + w->cfg->prefetch / 2);
     rd_kafka_message_t *m;
+    /* Cancels first: a request fetched together with its cancel must find
+     * it remembered. */
+    control_serve(w);
     while ((m = rd_kafka_consumer_poll(w->consumer, 0)) != NULL) {
         handle_message(w, m);
         rd_kafka_message_destroy(m);
     }
-    control_serve(w);
     producer_serve(w, 0);
     drain_handoff(w);
     run_retries(w);

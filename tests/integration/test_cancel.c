@@ -156,6 +156,8 @@ static void cancel_waiting_request(void **state)
     cf_request_clear(&second);
     cf_dispatcher_destroy(d);
     assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+    /* It was taken out of the slot queue, not stopped at intake. */
+    assert_true(it_worker_log_contains(&w, "cancelled while it waited for a slot"));
 }
 
 /* A cancel that comes before its request (the request still queued in
@@ -269,6 +271,59 @@ static void cancel_stays_on_its_topic(void **state)
     assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
 }
 
+/* With the idempotency store, a request that finished and is then
+ * cancelled and sent again (a redelivery, or its client retrying) is
+ * answered with its stored result, not contradicted by `cancelled`. */
+static void cancel_after_finish_keeps_stored_result(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    it_topics t;
+    it_topics_create(&t, "cancel-store", 1);
+    static char a_redis[300];
+    snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
+    const char *args[] = {a_redis, NULL};
+    it_worker w;
+    it_worker_start(&w, &t, "cancel-store-w1", args);
+    assert_true(it_worker_wait_log(&w, "reading cancels from", 30000));
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_error err;
+    cf_error_clear(&err);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "echo stored");
+    cf_result res = {0};
+    it_submit_wait(d, &req, 30 * SEC, &res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    cf_result_clear(&res);
+    if (cf_dispatcher_cancel(d, req.id, "too late", 10 * SEC, &err) < 0)
+        fail_msg("cancel: %s", err.msg);
+    usleep(500000);
+    it_submit_wait(d, &req, 30 * SEC, &res);
+    if (res.status != CF_STATUS_SUCCESS) {
+        it_worker_dump_log(&w);
+        fail_msg("replay: status %s (%s), want the stored success", cf_status_name(res.status),
+                 res.reason ? res.reason : "-");
+    }
+    assert_int_equal(res.stdout_data.len, 7);
+    cf_result_clear(&res);
+    /* A new request with a remembered cancel still never runs. */
+    cf_request early;
+    long_request(&early, 30);
+    if (cf_dispatcher_cancel(d, early.id, NULL, 10 * SEC, &err) < 0)
+        fail_msg("cancel: %s", err.msg);
+    usleep(500000);
+    it_submit_wait(d, &early, 30 * SEC, &res);
+    check_cancelled(&res, "remembered, with the store", "cancelled by its sender");
+    cf_result_clear(&res);
+    char pf[200];
+    pid_file(early.id, pf, sizeof(pf));
+    assert_false(file_exists(pf));
+    cf_request_clear(&req);
+    cf_request_clear(&early);
+    cf_dispatcher_destroy(d);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +331,7 @@ int main(void)
         cmocka_unit_test(cancel_waiting_request),
         cmocka_unit_test(cancel_before_and_after),
         cmocka_unit_test(cancel_stays_on_its_topic),
+        cmocka_unit_test(cancel_after_finish_keeps_stored_result),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
