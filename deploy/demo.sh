@@ -143,8 +143,8 @@ expect 0 "collaboration events: publish, then a wait that starts afterwards stil
 expect 0 "" -- events wait "$ws-task" --workspace "$ws" --kind need_work
 
 printf '\n\033[1m=== %s\033[0m\n' "cancel: a program that would run 10 minutes, stopped"
-printf '$ codefleet submit --no-wait -l shell --code '"'"'sleep 600'"'"'\n'
-cancel_id=$("$cli" submit --no-wait -l shell --code 'sleep 600' | tail -n 1 | awk '{print $NF}')
+printf '$ codefleet submit --no-wait --timeout-exec 10m -l shell --code '"'"'sleep 600'"'"'\n'
+cancel_id=$("$cli" submit --no-wait --timeout-exec 10m -l shell --code 'sleep 600' | tail -n 1 | awk '{print $NF}')
 sleep 1
 expect 9 "" -- cancel "$cancel_id" --reason "the demo does not wait 10 minutes" --wait
 

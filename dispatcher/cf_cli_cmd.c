@@ -301,8 +301,10 @@ static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
             printf("cancel of %s sent to %s\n", id, topic ? topic : cf_dispatcher_cancel_topic(d));
     } else {
         cf_result res = {0};
-        if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0)
+        if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0) {
+            fprintf(stderr, "codefleet: the cancel of %s was sent; its result did not come:\n", id);
             rc = fail(&err, "cancel --wait");
+        }
         else
             rc = emit_result(g, &res);
         cf_result_clear(&res);

@@ -126,7 +126,7 @@ typedef struct job {
 /* Cancels remembered for requests not (yet) here: per request topic and
  * id, until they expire (cancel-memory).  Main thread only. */
 #define MEMO_BUCKETS 4096
-#define MEMO_MAX 100000      /* in all (~200 bytes each) */
+#define MEMO_MAX 100000      /* in all (~450 bytes each with the allocator's share: ~45 MB) */
 #define MEMO_MAX_TOPIC 20000 /* per request topic: one tenant cannot fill it for all */
 typedef struct memo_entry {
     struct memo_entry *next;
@@ -235,6 +235,8 @@ struct cf_worker {
     size_t recent_next;
     size_t memo_n;
     int64_t memo_full_logged_us;
+    uint64_t cancels_skipped;  /* malformed cancels */
+    int64_t cancel_skip_logged_us;
     uint64_t n_cancelled;
     /* The result flusher: see flusher_main. */
     pthread_t flusher;
@@ -1449,9 +1451,10 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
     w->running[slot] = j;
     /* A cancel applied while the pool handed this job over. */
     int64_t now = cf_mono_us();
+    int64_t window = w->cfg->cancel_memory_us < RECENT_CANCEL_US ? w->cfg->cancel_memory_us : RECENT_CANCEL_US;
     for (size_t i = 0; w->recent && i < RECENT_CANCELS && i < w->recent_next; i++) {
         const recent_cancel *rc = &w->recent[i];
-        if (now - rc->at_us < RECENT_CANCEL_US && rc->topic == j->topic && j->req.id &&
+        if (now - rc->at_us < window && rc->topic == j->topic && j->req.id &&
             strcmp(rc->id, j->req.id) == 0) {
             cf_strlcpy(j->cancel_reason, rc->reason, sizeof(j->cancel_reason));
             __atomic_store_n(&j->user_cancelled, 1, __ATOMIC_RELEASE);
@@ -1715,8 +1718,15 @@ static void on_cancel_message(cf_worker *w, const rd_kafka_message_t *m)
     cf_error err;
     cf_error_clear(&err);
     if (cf_cancel_decode(m->payload, m->len, &lim, &c, &err) < 0) {
-        cf_log_warn(LOG_SUB, "cancel at %s[%" PRId32 "]@%" PRId64 " skipped: %s", tname, m->partition, m->offset,
-                    err.msg);
+        /* Every worker reads every cancel: one line per 10 s, not one per
+         * message, whatever a writer floods the topic with. */
+        w->cancels_skipped++;
+        int64_t now = cf_mono_us();
+        if (now - w->cancel_skip_logged_us >= 10 * 1000000LL) {
+            cf_log_warn(LOG_SUB, "cancel at %s[%" PRId32 "]@%" PRId64 " skipped: %s (%" PRIu64 " skipped so far)",
+                        tname, m->partition, m->offset, err.msg, w->cancels_skipped);
+            w->cancel_skip_logged_us = now;
+        }
         return;
     }
     /* Remembered cancel-memory from when it was written (the broker's or
