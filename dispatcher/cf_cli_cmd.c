@@ -679,7 +679,7 @@ static const char topics_help[] =
     "Usage: codefleet [GLOBAL OPTIONS] topics create [--partitions N] [--retention DURATION] [NAME...]\n"
     "\n"
     "Creates topics (default: the fleet's request, result, dead-letter, events and\n"
-    "workers topics) with N partitions (default 6), the broker's default\n"
+    "workers topics, and the request topic's cancel topic) with N partitions (default 6), the broker's default\n"
     "replication factor, and max.message.bytes 16 MiB (a result carries up to\n"
     "max-output of stdout and of stderr, the output file and collected files).\n"
     "The workers topic (--workers-topic) is compacted; --retention sets\n"

@@ -408,8 +408,16 @@ int cf_dispatcher_cancel(cf_dispatcher *d, const char *id, const char *reason, i
         return cf_error_wrap(err, "earlier submit");
     /* librdkafka holds a message for a topic it has no metadata for until
      * its next periodic wake-up (~1 s): the first cancel asks first. */
-    if (!atomic_exchange(&d->cancel_warm, true))
-        cf_kafka_warm_topic(d->producer, d->cancel_topic);
+    if (!atomic_load(&d->cancel_warm)) {
+        rd_kafka_resp_err_t e = cf_kafka_topic_check(d->producer, d->cancel_topic);
+        if (e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || e == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC)
+            return cf_error_set(err, CF_E_KAFKA,
+                                "cancel topic %s does not exist: no worker would read the cancel (codefleet topics "
+                                "create makes it)", d->cancel_topic);
+        if (e == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
+            return cf_error_set(err, CF_E_KAFKA, "cancel topic %s: it does not exist, or this principal may not write it (topics create makes it; a tenant cancels through its own request topic)", d->cancel_topic);
+        atomic_store(&d->cancel_warm, true);
+    }
     cf_cancel c = {.id = (char *)id, .reason = (char *)reason, .created_us = cf_now_us()};
     cf_bytes enc = {0};
     if (!id || cf_cancel_encode(&c, &enc, err) < 0)

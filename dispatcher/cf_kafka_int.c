@@ -487,11 +487,21 @@ rd_kafka_message_t *cf_kafka_consume(rd_kafka_t *rk, int64_t deadline, volatile 
  * front takes that second off the first submit. */
 void cf_kafka_warm_topic(rd_kafka_t *rk, const char *topic)
 {
+    (void)cf_kafka_topic_check(rk, topic);
+}
+
+rd_kafka_resp_err_t cf_kafka_topic_check(rd_kafka_t *rk, const char *topic)
+{
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
     if (!rkt)
-        return;
+        return RD_KAFKA_RESP_ERR__FAIL;
     const struct rd_kafka_metadata *md = NULL;
-    if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR)
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, 5000);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (md->topic_cnt == 1 && md->topics[0].err)
+            e = md->topics[0].err;
         rd_kafka_metadata_destroy(md);
+    }
     rd_kafka_topic_destroy(rkt);
+    return e;
 }

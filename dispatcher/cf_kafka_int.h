@@ -140,5 +140,8 @@ rd_kafka_message_t *cf_kafka_consume(rd_kafka_t *rk, int64_t deadline, volatile 
 /* Fetches topic's metadata now so the first message to it is not held
  * until the broker thread's periodic wake-up (~1 s with linger.ms=0). */
 void cf_kafka_warm_topic(rd_kafka_t *rk, const char *topic);
+/* The same, saying what the broker answered for the topic
+ * (RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART when it does not exist). */
+rd_kafka_resp_err_t cf_kafka_topic_check(rd_kafka_t *rk, const char *topic);
 
 #endif

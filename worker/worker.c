@@ -2430,9 +2430,14 @@ static int control_start(cf_worker *w, cf_error *err)
     char cid[260];
     kafka_client_id(w, true, cid, sizeof(cid));
     strncat(cid, "-cancels", sizeof(cid) - strlen(cid) - 1);
+    /* Cancels are tiny (the decoder refuses more than 4 KiB): librdkafka's
+     * prefetch is bounded far below its defaults (64 MiB per partition),
+     * so a flood of them costs the worker little memory. */
     static const char *const kv[][2] = {
-        {"enable.auto.commit", "false"}, {"enable.auto.offset.store", "false"}, {"fetch.wait.max.ms", "10"},
-        {"socket.nagle.disable", "true"},
+        {"enable.auto.commit", "false"},        {"enable.auto.offset.store", "false"},
+        {"fetch.wait.max.ms", "10"},            {"socket.nagle.disable", "true"},
+        {"queued.max.messages.kbytes", "2048"}, {"queued.min.messages", "1000"},
+        {"fetch.max.bytes", "1048576"},         {"max.partition.fetch.bytes", "262144"},
     };
     if (conf_set(conf, "bootstrap.servers", c->brokers, err) < 0 || conf_set(conf, "client.id", cid, err) < 0 ||
         conf_set(conf, "group.id", c->group, err) < 0)
