@@ -415,7 +415,10 @@ int cf_dispatcher_cancel(cf_dispatcher *d, const char *id, const char *reason, i
                                 "cancel topic %s does not exist: no worker would read the cancel (codefleet topics "
                                 "create makes it)", d->cancel_topic);
         if (e == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
-            return cf_error_set(err, CF_E_KAFKA, "cancel topic %s: it does not exist, or this principal may not write it (topics create makes it; a tenant cancels through its own request topic)", d->cancel_topic);
+            return cf_error_set(err, CF_E_KAFKA,
+                                "cancel topic %s: it does not exist, or this principal may not write it (topics "
+                                "create makes it; a tenant cancels through its own request topic)",
+                                d->cancel_topic);
         atomic_store(&d->cancel_warm, true);
     }
     cf_cancel c = {.id = (char *)id, .reason = (char *)reason, .created_us = cf_now_us()};
