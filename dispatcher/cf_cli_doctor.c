@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cf_cli.h"
+#include "cf_control.h"
 #include "cf_dispatcher.h"
 #include "cf_kafka_int.h"
 #include "cf_log.h"
@@ -893,6 +894,12 @@ static void check_topics(doctor *d)
     want_topic(ts, g->dlq_topic, true, TOPIC_RESULTS, "dead letters", NULL);
     want_topic(ts, g->events_topic, false, TOPIC_PLAIN, "events", NULL);
     want_topic(ts, g->workers_topic, false, TOPIC_REPORTS, "worker reports", NULL);
+    /* Without it cancels of these requests reach no worker (a warning: the
+     * fleet runs, cancels do not). */
+    char cancels[300];
+    if (g->request_topic && snprintf(cancels, sizeof(cancels), "%s%s", g->request_topic, CF_CANCEL_TOPIC_SUFFIX) <
+                                (int)sizeof(cancels))
+        want_topic(ts, cancels, false, TOPIC_PLAIN, "cancels", NULL);
     /* The live workers' other topics (tenant profiles); a report is data:
      * names that are not Kafka topic names are said, not used. */
     size_t i;
