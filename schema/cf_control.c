@@ -41,12 +41,6 @@ void cf_cancel_clear(cf_cancel *c)
     memset(c, 0, sizeof(*c));
 }
 
-static void pack_kv_str(msgpack_packer *pk, int *rc, const char *k, const char *v)
-{
-    if (msgpack_pack_str_with_body(pk, k, strlen(k)) || msgpack_pack_str_with_body(pk, v, strlen(v)))
-        *rc = -1;
-}
-
 int cf_cancel_encode(const cf_cancel *c, cf_bytes *out, cf_error *err)
 {
     out->data = NULL;
@@ -63,10 +57,10 @@ int cf_cancel_encode(const cf_cancel *c, cf_bytes *out, cf_error *err)
         rc = -1;
     if (msgpack_pack_str_with_body(&pk, "v", 1) || msgpack_pack_int64(&pk, CF_SCHEMA_VERSION))
         rc = -1;
-    pack_kv_str(&pk, &rc, "type", "cancel");
-    pack_kv_str(&pk, &rc, "id", c->id);
+    cf_mp_pack_kv_str(&pk, &rc, "type", "cancel");
+    cf_mp_pack_kv_str(&pk, &rc, "id", c->id);
     if (c->reason && c->reason[0])
-        pack_kv_str(&pk, &rc, "reason", c->reason);
+        cf_mp_pack_kv_str(&pk, &rc, "reason", c->reason);
     if (c->created_us > 0 &&
         (msgpack_pack_str_with_body(&pk, "created_us", 10) || msgpack_pack_int64(&pk, c->created_us)))
         rc = -1;

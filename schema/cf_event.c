@@ -169,12 +169,6 @@ int cf_event_copy(cf_event *dst, const cf_event *src, cf_error *err)
 
 /* ---- encoder ----------------------------------------------------------- */
 
-static void pack_kv_str(msgpack_packer *pk, int *rc, const char *k, const char *v)
-{
-    if (msgpack_pack_str_with_body(pk, k, strlen(k)) || msgpack_pack_str_with_body(pk, v, strlen(v)))
-        *rc = -1;
-}
-
 int cf_event_encode(const cf_event *ev, cf_bytes *out, cf_error *err)
 {
     out->data = NULL;
@@ -191,14 +185,14 @@ int cf_event_encode(const cf_event *ev, cf_bytes *out, cf_error *err)
         rc = -1;
     if (msgpack_pack_str_with_body(&pk, "v", 1) || msgpack_pack_int64(&pk, CF_SCHEMA_VERSION))
         rc = -1;
-    pack_kv_str(&pk, &rc, "id", ev->id);
-    pack_kv_str(&pk, &rc, "workspace", ev->workspace);
-    pack_kv_str(&pk, &rc, "correlation_id", ev->correlation_id);
-    pack_kv_str(&pk, &rc, "topic", ev->topic);
-    pack_kv_str(&pk, &rc, "producer", ev->producer);
+    cf_mp_pack_kv_str(&pk, &rc, "id", ev->id);
+    cf_mp_pack_kv_str(&pk, &rc, "workspace", ev->workspace);
+    cf_mp_pack_kv_str(&pk, &rc, "correlation_id", ev->correlation_id);
+    cf_mp_pack_kv_str(&pk, &rc, "topic", ev->topic);
+    cf_mp_pack_kv_str(&pk, &rc, "producer", ev->producer);
     if (ev->consumer)
-        pack_kv_str(&pk, &rc, "consumer", ev->consumer);
-    pack_kv_str(&pk, &rc, "kind", cf_event_kind_name(ev->kind));
+        cf_mp_pack_kv_str(&pk, &rc, "consumer", ev->consumer);
+    cf_mp_pack_kv_str(&pk, &rc, "kind", cf_event_kind_name(ev->kind));
     if (ev->payload.len &&
         (msgpack_pack_str_with_body(&pk, "payload", 7) ||
          msgpack_sbuffer_write(&sb, (const char *)ev->payload.data, ev->payload.len)))

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include <jansson.h>
+#include <msgpack.h>
 
 #include "cf_schema.h"
 
@@ -116,5 +117,9 @@ int cf_msg_prescan(const void *buf, size_t len, const cf_decode_limits *lim, con
  * copied into *out; and the optional "v" member. */
 int cf_json_str_of(const json_t *v, const char *path, char **out, cf_error *err);
 int cf_json_version_check(const json_t *o, cf_error *err);
+
+/* Packs one string key and string value of a map; *rc = -1 on failure
+ * (encoders check it once at the end). */
+void cf_mp_pack_kv_str(msgpack_packer *pk, int *rc, const char *k, const char *v);
 
 #endif

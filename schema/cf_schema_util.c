@@ -147,3 +147,9 @@ int cf_json_version_check(const json_t *o, cf_error *err)
                             (long long)json_integer_value(v));
     return 0;
 }
+
+void cf_mp_pack_kv_str(msgpack_packer *pk, int *rc, const char *k, const char *v)
+{
+    if (msgpack_pack_str_with_body(pk, k, strlen(k)) || msgpack_pack_str_with_body(pk, v, strlen(v)))
+        *rc = -1;
+}

@@ -217,31 +217,6 @@ size_t cf_exec_pool_running(cf_exec_pool *p)
     return n;
 }
 
-cf_pool_job *cf_exec_pool_drop_queued(cf_exec_pool *p, cf_pool_match_fn match, void *arg)
-{
-    cf_pool_job *dropped = NULL, **tail = &dropped;
-    pthread_mutex_lock(&p->lock);
-    pool_node **pp = &p->head;
-    pool_node *last = NULL;
-    while (*pp) {
-        pool_node *n = *pp;
-        if (!n->running && (!match || match(n->partition, arg))) {
-            *pp = n->next;
-            n->job->next = NULL;
-            *tail = n->job;
-            tail = &n->job->next;
-            p->queued--;
-            node_free(n);
-        } else {
-            last = n;
-            pp = &n->next;
-        }
-    }
-    p->tail = last;
-    pthread_mutex_unlock(&p->lock);
-    return dropped;
-}
-
 cf_pool_job *cf_exec_pool_drop_queued_if(cf_exec_pool *p, cf_pool_job_pred pred, void *arg)
 {
     cf_pool_job *dropped = NULL, **tail = &dropped;
@@ -265,6 +240,23 @@ cf_pool_job *cf_exec_pool_drop_queued_if(cf_exec_pool *p, cf_pool_job_pred pred,
     p->tail = last;
     pthread_mutex_unlock(&p->lock);
     return dropped;
+}
+
+typedef struct partition_match {
+    cf_pool_match_fn match;
+    void *arg;
+} partition_match;
+
+static bool in_partitions(const cf_pool_job *job, void *arg)
+{
+    const partition_match *pm = arg;
+    return !pm->match || pm->match(job->partition, pm->arg);
+}
+
+cf_pool_job *cf_exec_pool_drop_queued(cf_exec_pool *p, cf_pool_match_fn match, void *arg)
+{
+    partition_match pm = {match, arg};
+    return cf_exec_pool_drop_queued_if(p, in_partitions, &pm);
 }
 
 size_t cf_exec_pool_count_running(cf_exec_pool *p, cf_pool_match_fn match, void *arg)
