@@ -25,6 +25,7 @@
 
 #include "cf_error.h"
 #include "cf_schema.h"
+#include "cf_util.h"
 
 /* Controls a backend may enforce (bit flags). */
 enum {
@@ -42,6 +43,7 @@ enum {
     CF_CTL_FS_WORKSPACE_RW = 1u << 11,
     CF_CTL_FS_PATHS = 1u << 12,
     CF_CTL_ENV_ALLOWLIST = 1u << 13,   /* environment cleared except the allowlist */
+    CF_CTL_STREAM = 1u << 14,          /* can hand output over while the program runs (request "stream") */
 };
 
 /* Stable names for each control bit ("timeout", "memory", ...). */
@@ -176,6 +178,11 @@ typedef struct cf_exec_ctx {
     /* The operator profile the request came under (may be NULL): caches
      * that could tell one tenant what another ran are scoped by it. */
     const char *profile;
+    /* Streaming (NULL = none): handed to the runner as its on_output hook
+     * (cf_runner.h) for the request's program; only backends declaring
+     * CF_CTL_STREAM get requests that stream. */
+    int64_t (*on_output)(void *arg, const cf_buf *out, const cf_buf *err, bool final, int64_t now_us);
+    void *on_output_arg;
     int64_t profile_max_timeout_us;
     int64_t profile_max_memory_bytes;
     int64_t profile_max_processes;

@@ -111,6 +111,14 @@ typedef struct cf_run_spec {
     int64_t cpu_limit_us;
 
     volatile int *cancel;  /* non-zero: stop now (shutdown) */
+    /* Streaming (may be NULL): called on cf_run's thread with the outcome's
+     * capture buffers (what was kept within the caps so far) whenever bytes
+     * were added to them, when the time it last returned (cf_mono_us) has
+     * come, and once with final after the last bytes were read, before
+     * cf_run returns.  Returns when it next wants a call without new bytes,
+     * INT64_MAX for never.  It must not block: the program's pipes wait. */
+    int64_t (*on_output)(void *arg, const cf_buf *out, const cf_buf *err, bool final, int64_t now_us);
+    void *on_output_arg;
     /* > 2: a descriptor handed to the program as CF_RUN_PASS_FD (a socket
      * to a long-lived helper); cf_run owns it from the call on and closes
      * its copy once the child has one (or on failure).  0: none. */
@@ -163,8 +171,8 @@ void cf_run_outcome_free(cf_run_outcome *out);
  * (path, argv, envp, cwd, rlimits, go_flags, go_arg: sent over a pipe and
  * decoded with bounds in the child, which is a copy of the worker from
  * before the request) and supervises it exactly as cf_run does (stdin,
- * caps, timeout, cancel, cpu hook).  Everything else of the spec, the
- * hooks included, is the prepare's.  No pass_fd or exec_fd.
+ * caps, timeout, cancel, cpu hook, on_output).  Everything else of the
+ * spec, the hooks other than on_output included, is the prepare's.  No pass_fd or exec_fd.
  * cf_run_start consumes prep whatever it returns; cf_run_prep_destroy
  * kills an unused one (kill_all, then the child) and reaps it.  Any
  * thread of the process may start or destroy it, but the child dies with

@@ -685,6 +685,10 @@ void cf_exec_job_spec(const cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_spe
     spec->max_stderr = pol->max_stderr_bytes > 0 ? (size_t)pol->max_stderr_bytes : FALLBACK_OUTPUT_CAP;
     spec->timeout_us = pol->timeout_us > 0 ? pol->timeout_us : CF_EXEC_FALLBACK_TIMEOUT_US;
     spec->cancel = ctx ? ctx->cancel : NULL;
+    if (ctx && job->req->stream) {
+        spec->on_output = ctx->on_output;
+        spec->on_output_arg = ctx->on_output_arg;
+    }
     int nl = 0;
     if (pol->cpu_time_us > 0) /* whole seconds, rounded up (rlimit granularity) */
         spec->rlimits[nl++] = (cf_run_rlimit){RLIMIT_CPU, (rlim_t)((pol->cpu_time_us + 999999) / 1000000)};

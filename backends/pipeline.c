@@ -1038,6 +1038,7 @@ static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char 
     }
     cctx.program = NULL;
     cctx.take = &take;
+    cctx.on_output = NULL; /* the compiler's output is diagnostics, not the program's */
     cctx.net_allow = NULL;
     cctx.n_net_allow = 0;
 

@@ -88,7 +88,7 @@ static int process_create(const cf_backend_config *cfg, void **state, cf_backend
     caps->isolation = "host_local";
     caps->languages = st->base.languages;
     caps->controls = CF_CTL_TIMEOUT | CF_CTL_CPU_TIME | CF_CTL_MEMORY | CF_CTL_STDOUT_CAP | CF_CTL_STDERR_CAP |
-                     CF_CTL_FILE_SIZE | CF_CTL_ENV_ALLOWLIST;
+                     CF_CTL_FILE_SIZE | CF_CTL_ENV_ALLOWLIST | CF_CTL_STREAM;
     /* Root ignores RLIMIT_NPROC: only a dedicated non-root uid makes it real. */
     if (st->per_slot_uid)
         caps->controls |= CF_CTL_MAX_PROCESSES;

@@ -74,6 +74,7 @@ static const struct {
     {CF_CTL_FS_WORKSPACE_RW, "fs_mode=workspace_rw"},
     {CF_CTL_FS_PATHS, "fs_mode=paths"},
     {CF_CTL_ENV_ALLOWLIST, "env_allow"},
+    {CF_CTL_STREAM, "stream"},
 };
 
 const char *cf_control_name(uint32_t control_bit)
@@ -301,6 +302,8 @@ static const char *why_not(uint32_t bit)
         return "no network isolation on";
     if (bit & (CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW | CF_CTL_FS_PATHS))
         return "no filesystem isolation on";
+    if (bit & CF_CTL_STREAM)
+        return "output is only known at the end on";
     return "not available on";
 }
 
@@ -310,11 +313,20 @@ int cf_policy_check(const cf_backend_caps *caps, const char *backend_name, const
     uint32_t order[16];
     size_t n;
     uint32_t want = requested_controls(&req->policy, order, &n);
+    if (req->stream) {
+        want |= CF_CTL_STREAM;
+        order[n++] = CF_CTL_STREAM;
+    }
     if ((want & ~caps->controls) == 0)
         return 0;
     for (size_t i = 0; i < n; i++) {
         if (caps->controls & order[i])
             continue;
+        if (order[i] == CF_CTL_STREAM) {
+            snprintf(reason, reason_size, "backend '%s' cannot stream output (it has the output only when the "
+                     "program ended): ask without \"stream\" or use the process or sandbox backend", backend_name);
+            return -1;
+        }
         snprintf(reason, reason_size, "backend '%s' cannot enforce %s (%s %s)", backend_name,
                  cf_control_name(order[i]), why_not(order[i]), caps->isolation ? caps->isolation : "this host");
         return -1;

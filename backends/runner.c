@@ -909,7 +909,7 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
     int64_t deadline = spec->timeout_us > 0 ? start + spec->timeout_us : INT64_MAX;
     bool cpu_watch = spec->cpu_usage_us && spec->cpu_limit_us > 0;
     int64_t next_cpu = cpu_watch ? start + CF_RUN_CPU_POLL_US : INT64_MAX;
-    int64_t exit_at = 0, drain_deadline = 0;
+    int64_t exit_at = 0, drain_deadline = 0, out_wake = INT64_MAX;
     int status = 0;
     struct rusage ru;
     memset(&ru, 0, sizeof(ru));
@@ -937,6 +937,8 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
                 }
             }
         }
+        if (spec->on_output && now >= out_wake)
+            out_wake = spec->on_output(spec->on_output_arg, &out->out, &out->err, false, now);
         if (child_done && (now >= drain_deadline || (c->out_r < 0 && c->err_r < 0)))
             break;
 
@@ -966,6 +968,8 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
             if (spec->cancel && now + CANCEL_POLL_US < wake)
                 wake = now + CANCEL_POLL_US;
         }
+        if (out_wake < wake)
+            wake = out_wake;
         int timeout_ms = -1;
         if (wake != INT64_MAX) {
             int64_t ms = (wake - now + 999) / 1000;
@@ -978,10 +982,13 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
             cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: poll");
             goto fail;
         }
+        size_t had_out = out->out.len, had_err = out->err.len;
         if (i_out >= 0 && pfd[i_out].revents)
             read_capped(&c->out_r, &out->out, spec->max_stdout, &out->out_truncated);
         if (i_err >= 0 && pfd[i_err].revents)
             read_capped(&c->err_r, &out->err, spec->max_stderr, &out->err_truncated);
+        if (spec->on_output && (out->out.len != had_out || out->err.len != had_err))
+            out_wake = spec->on_output(spec->on_output_arg, &out->out, &out->err, false, cf_mono_us());
         if (i_in >= 0 && pfd[i_in].revents) {
             if (pfd[i_in].revents & (POLLERR | POLLHUP)) {
                 close_fd(&c->in_w);
@@ -1022,6 +1029,8 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
         }
     }
 
+    if (spec->on_output)
+        spec->on_output(spec->on_output_arg, &out->out, &out->err, true, cf_mono_us());
     out->wall_us = exit_at - start;
     out->cpu_us = (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec + (int64_t)ru.ru_stime.tv_sec * 1000000 +
                   ru.ru_stime.tv_usec;

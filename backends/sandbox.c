@@ -420,7 +420,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     caps->languages = st->base.languages;
     caps->controls = CF_CTL_TIMEOUT | CF_CTL_CPU_TIME | CF_CTL_STDOUT_CAP | CF_CTL_STDERR_CAP | CF_CTL_FILE_SIZE |
                      CF_CTL_ENV_ALLOWLIST | CF_CTL_NETWORK_DISABLED | CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO |
-                     CF_CTL_FS_WORKSPACE_RW | CF_CTL_FS_PATHS;
+                     CF_CTL_FS_WORKSPACE_RW | CF_CTL_FS_PATHS | CF_CTL_STREAM;
     if (st->slirp[0])
         caps->controls |= CF_CTL_NETWORK_ENABLED;
     if (st->cgenv) {

@@ -8,7 +8,8 @@
 # <state>/secrets (0700; files 0600): admin (super user), worker, cli (the
 # operator's CLI), tenant-a and tenant-b (each may write only its request
 # topic <requests>.<tenant> and its cancel topic <requests>.<tenant>.cancel,
-# and read only its results <results>.<tenant>).
+# and read only its results <results>.<tenant> and their output chunks
+# <results>.<tenant>.output).
 # <state>/secrets/<name>.conf is a settings file for codefleet --config /
 # codefleet-worker --config (kafka.sasl.*, redis-user, redis-password).
 #
@@ -487,8 +488,11 @@ cli_as() { # principal args...: the CLI with that principal's settings
 
 # Topics that already exist are left alone, so `up` can run again.
 create_topics() {
-    local t all=("$TOPIC_REQUESTS" "$TOPIC_REQUESTS.cancel" "$TOPIC_RESULTS" "$TOPIC_DLQ" "$TOPIC_EVENTS" "$TOPIC_WORKERS")
-    for t in "${TENANTS[@]}"; do all+=("$TOPIC_REQUESTS.$t" "$TOPIC_REQUESTS.$t.cancel" "$TOPIC_RESULTS.$t"); done
+    local t all=("$TOPIC_REQUESTS" "$TOPIC_REQUESTS.cancel" "$TOPIC_RESULTS" "$TOPIC_RESULTS.output" "$TOPIC_DLQ"
+        "$TOPIC_EVENTS" "$TOPIC_WORKERS")
+    for t in "${TENANTS[@]}"; do
+        all+=("$TOPIC_REQUESTS.$t" "$TOPIC_REQUESTS.$t.cancel" "$TOPIC_RESULTS.$t" "$TOPIC_RESULTS.$t.output")
+    done
     cf_log "topics (${PARTITIONS} partitions): ${all[*]}"
     cli_as admin --workers-topic "$TOPIC_WORKERS" topics create --partitions "$PARTITIONS" "${all[@]}" >/dev/null ||
         cf_die "topic creation failed"
@@ -502,7 +506,7 @@ grant_acls() {
         >/dev/null || cf_die "granting the worker's ACLs failed"
     cli_as admin acl allow User:cli \
         "write:topic:$TOPIC_REQUESTS" "write:topic:$TOPIC_REQUESTS.cancel" "read:topic:$TOPIC_RESULTS" \
-        "read:topic:$TOPIC_DLQ" \
+        "read:topic:$TOPIC_RESULTS.output" "read:topic:$TOPIC_DLQ" \
         "read:topic:$TOPIC_EVENTS" "write:topic:$TOPIC_EVENTS" "read:group:codefleet-*" \
         "read:topic:$TOPIC_WORKERS" "describe:group:$GROUP" "describe:topic:$TOPIC_REQUESTS*" \
         "describe:topic:$TOPIC_RESULTS*" "describe_configs:topic:$TOPIC_RESULTS*" \
@@ -512,7 +516,7 @@ grant_acls() {
     for t in "${TENANTS[@]}"; do
         cli_as admin acl allow "User:$t" \
             "write:topic:$TOPIC_REQUESTS.$t" "write:topic:$TOPIC_REQUESTS.$t.cancel" \
-            "read:topic:$TOPIC_RESULTS.$t" "read:group:codefleet-*" \
+            "read:topic:$TOPIC_RESULTS.$t" "read:topic:$TOPIC_RESULTS.$t.output" "read:group:codefleet-*" \
             >/dev/null || cf_die "granting $t's ACLs failed"
     done
     cf_log "ACLs granted: worker, cli, ${TENANTS[*]}"

@@ -577,6 +577,8 @@ enum {
     OPT_COMPILE_FLAG,
     OPT_COMPILE_TIMEOUT,
     OPT_COMPILE_MEMORY,
+    OPT_STREAM,
+    OPT_FOLLOW,
 };
 
 static const struct option submit_longopts[] = {
@@ -615,6 +617,8 @@ static const struct option submit_longopts[] = {
     {"compile-flag", required_argument, NULL, OPT_COMPILE_FLAG},
     {"compile-timeout", required_argument, NULL, OPT_COMPILE_TIMEOUT},
     {"compile-memory", required_argument, NULL, OPT_COMPILE_MEMORY},
+    {"stream", no_argument, NULL, OPT_STREAM},
+    {"follow", no_argument, NULL, OPT_FOLLOW},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -955,6 +959,13 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
         return 0; /* applied in the first pass */
     case OPT_NO_WAIT:
         opts->no_wait = true;
+        return 0;
+    case OPT_STREAM:
+        req->stream = true;
+        return 0;
+    case OPT_FOLLOW:
+        req->stream = true;
+        opts->follow = true;
         return 0;
     case OPT_CASE: {
         json_t *one = case_from_spec(v, err);

@@ -116,6 +116,7 @@ int cf_cli_materialize(const char *dir, const struct cf_ws_listing *l, const str
  * cleared on failure).  A missing --id gets a generated one. */
 typedef struct cf_cli_submit_opts {
     bool no_wait;
+    bool follow;  /* print output chunks as they come (implies stream) */
     bool help;
     bool lang_js; /* -l js: JavaScript on the embedded js backend */
 } cf_cli_submit_opts;

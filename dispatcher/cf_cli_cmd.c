@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,93 @@ static int usage_error(const char *cmd, const char *msg)
     return CF_EXIT_USAGE;
 }
 
+/* submit --follow: the program's output as its chunks arrive. */
+typedef struct follow_state {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const char *id;
+    bool json;
+    bool tty[2];         /* stdout / stderr are terminals: control bytes are shown as '?' */
+    char run[CF_CHUNK_RUN_MAX + 1]; /* the run followed (the first one seen) */
+    int64_t seen;        /* chunks of that run */
+    size_t printed[2];   /* bytes of each stream written so far */
+} follow_state;
+
+/* Writes program output to the terminal or pipe: output is hostile, so a
+ * terminal does not get its escape sequences. */
+static void write_output(FILE *f, bool tty, const uint8_t *p, size_t n)
+{
+    if (!tty) {
+        fwrite(p, 1, n, f);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint8_t ch = p[i];
+            fputc((ch < 0x20 && ch != '\n' && ch != '\t' && ch != '\r') || ch == 0x7f ? '?' : ch, f);
+        }
+    }
+    fflush(f);
+}
+
+static void follow_chunk(void *ctx, const cf_chunk *c)
+{
+    follow_state *fs = ctx;
+    pthread_mutex_lock(&fs->mu);
+    if (strcmp(c->id, fs->id) != 0) {
+        pthread_mutex_unlock(&fs->mu);
+        return;
+    }
+    if (!fs->run[0])
+        snprintf(fs->run, sizeof(fs->run), "%s", c->run);
+    if (strcmp(fs->run, c->run) != 0) { /* another execution of the same id (a redelivery) */
+        pthread_mutex_unlock(&fs->mu);
+        return;
+    }
+    fs->seen++;
+    int k = c->stream == CF_CHUNK_STDERR ? 1 : 0;
+    if (fs->json) {
+        json_t *j = cf_chunk_to_json(c);
+        json_t *o = j ? json_pack("{s:o}", "chunk", j) : NULL;
+        char *txt = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        if (txt) {
+            printf("%s\n", txt);
+            fflush(stdout);
+        }
+        free(txt);
+        json_decref(o);
+    } else if ((size_t)c->offset <= fs->printed[k] && (size_t)c->offset + c->data.len > fs->printed[k]) {
+        /* Contiguous only: a gap (a chunk lost) is filled from the result. */
+        size_t skip = fs->printed[k] - (size_t)c->offset;
+        write_output(k ? stderr : stdout, fs->tty[k], c->data.data + skip, c->data.len - skip);
+        fs->printed[k] = (size_t)c->offset + c->data.len;
+    }
+    pthread_cond_broadcast(&fs->cv);
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* After the result: waits (up to 2 s) for the chunks it counts, then
+ * writes what never came as a chunk from the result itself. */
+static void follow_finish(follow_state *fs, const cf_result *res)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    pthread_mutex_lock(&fs->mu);
+    bool same_run = res->meta.run && (!fs->run[0] || strcmp(fs->run, res->meta.run) == 0);
+    while (same_run && fs->seen < res->chunks)
+        if (pthread_cond_timedwait(&fs->cv, &fs->mu, &until) != 0)
+            break;
+    if (!fs->json && same_run) {
+        const cf_bytes *b[2] = {&res->stdout_data, &res->stderr_data};
+        for (int k = 0; k < 2; k++)
+            if (b[k]->len > fs->printed[k]) {
+                write_output(k ? stderr : stdout, fs->tty[k], b[k]->data + fs->printed[k], b[k]->len - fs->printed[k]);
+                fs->printed[k] = b[k]->len;
+            }
+    }
+    fs->id = ""; /* no more output after the result */
+    pthread_mutex_unlock(&fs->mu);
+}
+
 static int open_dispatcher_to(const cf_cli_globals *g, bool collect, const char *cancel_topic, cf_dispatcher **d,
                               cf_error *err)
 {
@@ -110,6 +198,21 @@ static int open_dispatcher_to(const cf_cli_globals *g, bool collect, const char 
 static int open_dispatcher(const cf_cli_globals *g, bool collect, cf_dispatcher **d, cf_error *err)
 {
     return open_dispatcher_to(g, collect, NULL, d, err);
+}
+
+static int open_follower(const cf_cli_globals *g, follow_state *fs, cf_dispatcher **d, cf_error *err)
+{
+    cf_dispatcher_config cfg = {
+        .brokers = g->brokers,
+        .request_topic = g->request_topic,
+        .result_topic = g->result_topic,
+        .client_id = "codefleet-cli",
+        .kafka = &g->kafka,
+        .collect_results = true,
+        .on_chunk = follow_chunk,
+        .on_chunk_ctx = fs,
+    };
+    return cf_dispatcher_new(&cfg, d, err);
 }
 
 /* One-line JSON object {key: value[, "status": status]} (escaping done by jansson). */
@@ -177,7 +280,12 @@ static const char submit_help[] =
     "  --filesystem none|workspace_ro|workspace_rw\n"
     "  --workspace ID, --thread ID, --identity NAME, --reply-to TOPIC\n"
     "  --deadline DURATION     reject if not started within DURATION from now\n"
-    "  --no-wait               do not wait: print the id once the broker has the request\n";
+    "  --no-wait               do not wait: print the id once the broker has the request\n"
+    "  --stream                ask for output chunks while the program runs (SPEC.md \"Output\n"
+    "                          chunks\"; the process and sandbox backends)\n"
+    "  --follow                --stream, and write the program's stdout and stderr here as they\n"
+    "                          come; the result's summary then goes to stderr (--json: one\n"
+    "                          {\"chunk\": ...} line per chunk, then the result)\n";
 
 static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
 {
@@ -190,9 +298,16 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
         fputs(submit_help, stdout);
         return CF_EXIT_OK;
     }
+    if (opts.follow && opts.no_wait)
+        return usage_error("submit", "--follow and --no-wait exclude each other");
+    if (opts.follow && req.reply_to)
+        return usage_error("submit", "--follow reads the result topic's output topic: not with --reply-to");
     cf_dispatcher *d = NULL;
     int rc;
-    if (open_dispatcher(g, !opts.no_wait, &d, &err) < 0) {
+    follow_state fs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .json = g->json,
+                       .tty = {isatty(STDOUT_FILENO) == 1, isatty(STDERR_FILENO) == 1}};
+    fs.id = req.id ? req.id : "";
+    if ((opts.follow ? open_follower(g, &fs, &d, &err) : open_dispatcher(g, !opts.no_wait, &d, &err)) < 0) {
         rc = fail(&err, NULL);
         goto out;
     }
@@ -221,6 +336,19 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
         else
             rc = fail(&err, "wait");
         goto out;
+    }
+    if (opts.follow) {
+        follow_finish(&fs, &res);
+        if (!g->json) {
+            /* The output went out as it came: the summary goes to stderr. */
+            cf_result summary = res;
+            summary.stdout_data = (cf_bytes){0};
+            summary.stderr_data = (cf_bytes){0};
+            cf_cli_print_result(stderr, &summary);
+            rc = cf_cli_exit_for_status(res.status);
+            cf_result_clear(&res);
+            goto out;
+        }
     }
     rc = emit_result(g, &res);
     cf_result_clear(&res);
@@ -679,7 +807,8 @@ static const char topics_help[] =
     "Usage: codefleet [GLOBAL OPTIONS] topics create [--partitions N] [--retention DURATION] [NAME...]\n"
     "\n"
     "Creates topics (default: the fleet's request, result, dead-letter, events and\n"
-    "workers topics, and the request topic's cancel topic) with N partitions (default 6), the broker's default\n"
+    "workers topics, the request topic's cancel topic and the result topic's output topic)\n"
+    "with N partitions (default 6), the broker's default\n"
     "replication factor, and max.message.bytes 16 MiB (a result carries up to\n"
     "max-output of stdout and of stderr, the output file and collected files).\n"
     "The workers topic (--workers-topic) is compacted; --retention sets\n"
@@ -724,13 +853,15 @@ static int cmd_topics(const cf_cli_globals *g, int argc, char **argv)
             return usage_error("topics", "unknown option or missing value");
         }
     }
-    const char *defaults[6];
+    const char *defaults[7];
     size_t n = 0;
-    char cancels[512];
+    char cancels[512], outputs[512];
     snprintf(cancels, sizeof(cancels), "%s%s", g->request_topic ? g->request_topic : "", CF_CANCEL_TOPIC_SUFFIX);
+    snprintf(outputs, sizeof(outputs), "%s%s", g->result_topic ? g->result_topic : "", CF_CHUNK_TOPIC_SUFFIX);
     const char *fleet[] = {g->request_topic, g->result_topic, g->dlq_topic, g->events_topic, g->workers_topic,
-                           g->request_topic && g->request_topic[0] ? cancels : NULL};
-    for (size_t i = 0; i < 6; i++)
+                           g->request_topic && g->request_topic[0] ? cancels : NULL,
+                           g->result_topic && g->result_topic[0] ? outputs : NULL};
+    for (size_t i = 0; i < 7; i++)
         if (fleet[i] && fleet[i][0])
             defaults[n++] = fleet[i];
     const char *const *names = defaults;

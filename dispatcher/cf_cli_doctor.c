@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cf_chunk.h"
 #include "cf_cli.h"
 #include "cf_control.h"
 #include "cf_dispatcher.h"
@@ -900,6 +901,11 @@ static void check_topics(doctor *d)
     if (g->request_topic && snprintf(cancels, sizeof(cancels), "%s%s", g->request_topic, CF_CANCEL_TOPIC_SUFFIX) <
                                 (int)sizeof(cancels))
         want_topic(ts, cancels, false, TOPIC_PLAIN, "cancels", NULL);
+    /* Without it requests asking for "stream" are rejected (a warning too). */
+    char outputs[300];
+    if (g->result_topic && snprintf(outputs, sizeof(outputs), "%s%s", g->result_topic, CF_CHUNK_TOPIC_SUFFIX) <
+                               (int)sizeof(outputs))
+        want_topic(ts, outputs, false, TOPIC_PLAIN, "output chunks", NULL);
     /* The live workers' other topics (tenant profiles); a report is data:
      * names that are not Kafka topic names are said, not used. */
     size_t i;

@@ -185,6 +185,17 @@ struct cf_dispatcher {
     atomic_uint_fast64_t n_seen;
     atomic_uint_fast64_t n_malformed;
     atomic_uint_fast64_t n_evicted;
+
+    /* Chunk reader (on_chunk). */
+    char *output_topic;
+    cf_chunk_fn on_chunk;
+    void *on_chunk_ctx;
+    rd_kafka_t *chunk_consumer;
+    rd_kafka_queue_t *chunk_q;
+    pthread_t chunk_thread;
+    bool chunk_thread_started;
+    atomic_uint_fast64_t n_chunks;
+    atomic_uint_fast64_t n_chunks_malformed;
 };
 
 /* A consumer of the result topic, assigned by the caller. */
@@ -266,6 +277,48 @@ static void *collector_main(void *arg)
     return NULL;
 }
 
+static void *chunk_reader_main(void *arg)
+{
+    cf_dispatcher *d = arg;
+    while (!atomic_load(&d->stop)) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(d->chunk_consumer, CF_KAFKA_POLL_SLICE_MS);
+        if (!m)
+            continue;
+        if (!m->err) {
+            cf_chunk c;
+            cf_error derr = {0};
+            if (m->payload && cf_chunk_decode(m->payload, m->len, NULL, &c, &derr) == 0) {
+                atomic_fetch_add(&d->n_chunks, 1);
+                d->on_chunk(d->on_chunk_ctx, &c);
+                cf_chunk_clear(&c);
+            } else {
+                atomic_fetch_add(&d->n_chunks_malformed, 1);
+                cf_log_warn("dispatcher", "undecodable output chunk at %s[%" PRId32 "]@%" PRId64 ": %s",
+                            rd_kafka_topic_name(m->rkt), m->partition, m->offset,
+                            m->payload ? derr.msg : "no value");
+            }
+        }
+        rd_kafka_message_destroy(m);
+    }
+    return NULL;
+}
+
+static int start_chunk_reader(cf_dispatcher *d, cf_error *err)
+{
+    d->chunk_consumer =
+        cf_kafka_consumer_new(d->brokers, d->client_id, &d->kafka, "codefleet-dispatcher", "chunk reader", err);
+    if (!d->chunk_consumer)
+        return -1;
+    if (cf_kafka_assign(d->chunk_consumer, d->output_topic, NULL, true, CF_KAFKA_FROM_END, 0, err) < 0)
+        return cf_error_wrap(err, "output chunk reader");
+    d->chunk_q = rd_kafka_queue_get_consumer(d->chunk_consumer);
+    int e = pthread_create(&d->chunk_thread, NULL, chunk_reader_main, d);
+    if (e)
+        return cf_error_set_errno(err, CF_E_SYSTEM, e, "starting the output chunk reader");
+    d->chunk_thread_started = true;
+    return 0;
+}
+
 static int start_collector(cf_dispatcher *d, cf_error *err)
 {
     pthread_condattr_t ca;
@@ -313,7 +366,16 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
         if (d->cancel_topic && !cfg->cancel_topic)
             snprintf(d->cancel_topic, n, "%s%s", d->request_topic, CF_CANCEL_TOPIC_SUFFIX);
     }
-    if (!d->brokers || !d->request_topic || !d->result_topic || !d->client_id || !d->cancel_topic) {
+    if (cfg->on_chunk && d->result_topic) {
+        size_t n = strlen(d->result_topic) + sizeof(CF_CHUNK_TOPIC_SUFFIX);
+        d->output_topic = cfg->output_topic ? cf_strdup(cfg->output_topic) : malloc(n);
+        if (d->output_topic && !cfg->output_topic)
+            snprintf(d->output_topic, n, "%s%s", d->result_topic, CF_CHUNK_TOPIC_SUFFIX);
+        d->on_chunk = cfg->on_chunk;
+        d->on_chunk_ctx = cfg->on_chunk_ctx;
+    }
+    if (!d->brokers || !d->request_topic || !d->result_topic || !d->client_id || !d->cancel_topic ||
+        (cfg->on_chunk && !d->output_topic)) {
         cf_error_set(err, CF_E_NOMEM, "dispatcher: out of memory");
         goto fail;
     }
@@ -323,6 +385,8 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
     }
     d->producer = cf_kafka_producer_new(d->brokers, d->client_id, &d->kafka, &d->dr, "producer", err);
     if (!d->producer)
+        goto fail;
+    if (cfg->on_chunk && start_chunk_reader(d, err) < 0)
         goto fail;
     if (cfg->collect_results && start_collector(d, err) < 0)
         goto fail;
@@ -344,6 +408,15 @@ void cf_dispatcher_destroy(cf_dispatcher *d)
             rd_kafka_queue_yield(d->consumer_q); /* wake the poll at once */
         pthread_join(d->thread, NULL);
     }
+    if (d->chunk_thread_started) {
+        atomic_store(&d->stop, true);
+        if (d->chunk_q)
+            rd_kafka_queue_yield(d->chunk_q);
+        pthread_join(d->chunk_thread, NULL);
+    }
+    if (d->chunk_q)
+        rd_kafka_queue_destroy(d->chunk_q);
+    cf_kafka_consumer_close(d->chunk_consumer);
     if (d->consumer_q)
         rd_kafka_queue_destroy(d->consumer_q);
     cf_kafka_consumer_close(d->consumer);
@@ -358,6 +431,7 @@ void cf_dispatcher_destroy(cf_dispatcher *d)
     free(d->brokers);
     free(d->request_topic);
     free(d->cancel_topic);
+    free(d->output_topic);
     free(d->result_topic);
     free(d->client_id);
     free(d);
@@ -636,6 +710,8 @@ void cf_dispatcher_get_stats(cf_dispatcher *d, cf_dispatcher_stats *out)
     out->results_seen = atomic_load(&d->n_seen);
     out->results_malformed = atomic_load(&d->n_malformed);
     out->results_evicted = atomic_load(&d->n_evicted);
+    out->chunks_seen = atomic_load(&d->n_chunks);
+    out->chunks_malformed = atomic_load(&d->n_chunks_malformed);
     if (d->collecting) {
         pthread_mutex_lock(&d->mu);
         out->results_pending = d->map.count;

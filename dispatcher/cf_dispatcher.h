@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cf_chunk.h"
 #include "cf_config.h"
 #include "cf_error.h"
 #include "cf_schema.h"
@@ -28,6 +29,11 @@
 
 typedef struct cf_dispatcher cf_dispatcher;
 
+/* Called for every output chunk read (SPEC.md "Output chunks"), of any
+ * request: filter by chunk->id (and chunk->run).  Runs on the dispatcher's
+ * chunk reader thread; chunk is only valid during the call. */
+typedef void (*cf_chunk_fn)(void *ctx, const cf_chunk *chunk);
+
 typedef struct cf_dispatcher_config {
     const char *brokers;       /* "127.0.0.1:19092"; NULL = CF_DEFAULT_BROKERS */
     const char *request_topic; /* NULL = CF_DEFAULT_REQUEST_TOPIC */
@@ -39,6 +45,13 @@ typedef struct cf_dispatcher_config {
     size_t max_pending_bytes;  /* and in bytes of results; 0 = CF_DISPATCHER_MAX_PENDING_BYTES_DEFAULT.
                                   The newest result is always kept, whatever its size. */
     const char *cancel_topic;  /* cancels (cf_dispatcher_cancel); NULL = request_topic + ".cancel" */
+    /* Streaming (requests with "stream"): with on_chunk set, a chunk reader
+     * reads the output topic from its end as it is at creation (which
+     * must exist) and calls on_chunk for every chunk that decodes; the
+     * rest are counted (chunks_malformed) and skipped. */
+    cf_chunk_fn on_chunk;
+    void *on_chunk_ctx;
+    const char *output_topic;  /* NULL = result_topic + ".output" */
 } cf_dispatcher_config;
 
 /* Counters, for tests and the CLI's diagnostics. */
@@ -49,6 +62,8 @@ typedef struct cf_dispatcher_stats {
     uint64_t results_malformed;/* result messages that failed to decode (skipped) */
     uint64_t results_evicted;  /* dropped from the collector map past max_pending(_bytes) */
     uint64_t results_pending;  /* currently held in the collector map */
+    uint64_t chunks_seen;      /* output chunks handed to on_chunk */
+    uint64_t chunks_malformed; /* output messages that failed to decode (skipped) */
 } cf_dispatcher_stats;
 
 /* Creates the producer and, with collect_results, the collector: the result

@@ -229,6 +229,7 @@ void cf_result_clear(cf_result *res)
     free(res->checkpoint_id);
     free(res->meta.toolchain);
     free(res->meta.sandbox);
+    free(res->meta.run);
     for (size_t i = 0; res->cases && i < res->n_cases; i++)
         cf_case_result_clear(&res->cases[i]);
     free(res->cases);
@@ -443,6 +444,8 @@ static int request_check(const cf_request *req, bool check_values, cf_error *err
         return cf_error_set(err, CF_E_INVALID, "cases: more than %d", CF_CASES_MAX);
     if (req->n_cases && !req->cases)
         return cf_error_set(err, CF_E_INVALID, "cases: %zu entries but no array", req->n_cases);
+    if (req->stream && req->n_cases)
+        return cf_error_set(err, CF_E_INVALID, "stream: not with cases (each case's output is in its result)");
     for (size_t i = 0; i < req->n_cases; i++) {
         const cf_case *c = &req->cases[i];
         char field[48];
@@ -501,6 +504,7 @@ static int result_check(const cf_result *res, bool check_values, cf_error *err)
     NONNEG(res->meta.attempt, "metadata.attempt");
     NONNEG(res->workspace_revision, "workspace_revision");
     NONNEG(res->finished_us, "finished_us");
+    NONNEG(res->chunks, "chunks");
     if (strv_check(res->changed_paths, res->n_changed_paths, "changed_paths", err) < 0)
         return -1;
     if (res->checkpoint_id && !cf_id_valid(res->checkpoint_id, strlen(res->checkpoint_id)))
@@ -815,6 +819,7 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
     }
     put_true(&e, "stop_on_failure", req->stop_on_failure);
     put_strv(&e, "collect", req->collect, req->n_collect, false);
+    put_true(&e, "stream", req->stream);
 
     int rc = enc_finish(&e, out, err);
     enc_free(&fs);
@@ -931,6 +936,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     put_true(&meta, "replay", res->meta.replay);
     put_str(&meta, "toolchain", res->meta.toolchain);
     put_str(&meta, "sandbox", res->meta.sandbox);
+    put_str(&meta, "run", res->meta.run);
     put_map(&e, "metadata", &meta);
     put_str(&e, "reason", res->reason);
     put_str(&e, "reply_to_error", res->reply_to_error);
@@ -1006,6 +1012,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
         }
     }
     put_true(&e, "files_truncated", res->files_truncated);
+    put_int(&e, "chunks", res->chunks);
 
     int rc = enc_finish(&e, out, err);
     enc_free(&meta);
@@ -1241,12 +1248,12 @@ static int dec_object(dec *d, const char *path, unsigned depth, const char *cons
 enum {
     RQ_V, RQ_ID, RQ_LANGUAGE, RQ_BACKEND, RQ_CODE, RQ_ARGV, RQ_MODULE, RQ_STDIN, RQ_INPUT, RQ_ENV, RQ_FILES,
     RQ_POLICY, RQ_WORKSPACE, RQ_THREAD, RQ_IDENTITY, RQ_REPLY_TO, RQ_DEADLINE, RQ_CREATED, RQ_TRACE,
-    RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ__COUNT
+    RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ_STREAM, RQ__COUNT
 };
 static const char *const rq_keys[RQ__COUNT] = {
     "v", "id", "language", "backend", "code", "argv", "module", "stdin", "input", "env", "files",
     "policy", "workspace", "thread", "identity", "reply_to", "deadline_us", "created_us", "trace",
-    "harness", "compile_flags", "cases", "stop_on_failure", "collect",
+    "harness", "compile_flags", "cases", "stop_on_failure", "collect", "stream",
 };
 
 enum { CA_NAME, CA_STDIN, CA_INPUT, CA_ARGV, CA_EXPECT, CA__COUNT };
@@ -1388,6 +1395,7 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
     case RQ_CASES: return dec_cases(d, path, depth, req);
     case RQ_STOP_ON_FAILURE: return dec_bool(d, path, &req->stop_on_failure);
     case RQ_COLLECT: return dec_strv(d, path, depth, &req->collect, &req->n_collect);
+    case RQ_STREAM: return dec_bool(d, path, &req->stream);
     default: return dec_strmap(d, path, depth, &req->trace, &req->n_trace);
     }
 }
@@ -1395,13 +1403,13 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
 enum {
     RS_V, RS_ID, RS_STATUS, RS_EXIT, RS_SIGNAL, RS_STDOUT, RS_STDERR, RS_STDOUT_TR, RS_STDERR_TR, RS_OUTPUT,
     RS_DIAG, RS_WALL, RS_CPU, RS_PEAK, RS_META, RS_REASON, RS_REPLY_ERR, RS_WSREV, RS_CHANGED, RS_CONFLICT,
-    RS_CP_ID, RS_CP_CONFLICT, RS_FINISHED, RS_COMPILE, RS_CASES, RS_FILES, RS_FILES_TR, RS__COUNT
+    RS_CP_ID, RS_CP_CONFLICT, RS_FINISHED, RS_COMPILE, RS_CASES, RS_FILES, RS_FILES_TR, RS_CHUNKS, RS__COUNT
 };
 static const char *const rs_keys[RS__COUNT] = {
     "v", "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
     "output", "diagnostics", "wall_time_us", "cpu_time_us", "peak_memory_bytes", "metadata", "reason",
     "reply_to_error", "workspace_revision", "changed_paths", "workspace_conflict", "checkpoint_id", "checkpoint_conflict",
-    "finished_us", "compile", "cases", "files", "files_truncated",
+    "finished_us", "compile", "cases", "files", "files_truncated", "chunks",
 };
 
 enum { CP_CACHED, CP_WALL, CP_CPU, CP_PEAK, CP__COUNT };
@@ -1417,9 +1425,10 @@ static const char *const cr_keys[CR__COUNT] = {
 enum { OF_PATH, OF_SIZE, OF_CONTENT, OF_TRUNCATED, OF__COUNT };
 static const char *const of_keys[OF__COUNT] = {"path", "size", "content", "truncated"};
 
-enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD_REPLAY, MD_TOOLCHAIN, MD_SANDBOX, MD__COUNT };
-static const char *const md_keys[MD__COUNT] = {"backend", "isolation", "language", "worker",
-                                               "identity", "attempt", "replay",   "toolchain", "sandbox"};
+enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD_REPLAY, MD_TOOLCHAIN, MD_SANDBOX,
+       MD_RUN, MD__COUNT };
+static const char *const md_keys[MD__COUNT] = {"backend",  "isolation", "language", "worker", "identity",
+                                               "attempt",  "replay",    "toolchain", "sandbox", "run"};
 
 enum { DG_LEVEL, DG_MESSAGE, DG_FILE, DG_LINE, DG_COLUMN, DG_CODE, DG_END_LINE, DG_END_COLUMN, DG_CHILDREN,
        DG__COUNT };
@@ -1440,6 +1449,7 @@ static int meta_field(dec *d, void *obj, int idx, const char *path, unsigned dep
     case MD_REPLAY: return dec_bool(d, path, &m->replay);
     case MD_TOOLCHAIN: return dec_str(d, path, &m->toolchain);
     case MD_SANDBOX: return dec_str(d, path, &m->sandbox);
+    case MD_RUN: return dec_str(d, path, &m->run);
     default: return dec_nonneg(d, path, &m->attempt);
     }
 }
@@ -1653,6 +1663,7 @@ static int result_field(dec *d, void *obj, int idx, const char *path, unsigned d
     case RS_CASES: return dec_case_results(d, path, depth, res);
     case RS_FILES: return dec_out_files(d, path, depth, res);
     case RS_FILES_TR: return dec_bool(d, path, &res->files_truncated);
+    case RS_CHUNKS: return dec_nonneg(d, path, &res->chunks);
     default: return dec_nonneg(d, path, &res->finished_us);
     }
 }

@@ -161,6 +161,7 @@ typedef struct cf_request {
     bool stop_on_failure; /* cases: stop at the first case that does not succeed */
     char **collect;       /* glob patterns of work-directory files returned in the result */
     size_t n_collect;
+    bool stream;          /* publish output chunks while the program runs (SPEC.md "Output chunks") */
 } cf_request;
 
 typedef struct cf_diagnostic {
@@ -222,6 +223,7 @@ typedef struct cf_result_meta {
     bool replay;     /* answered from the idempotency store, not run again */
     char *toolchain; /* compiled languages: the compiler's version ("gcc 12.2.0") */
     char *sandbox;   /* sandbox backend: "warm" (prepared ahead) or "cold" (built for the request) */
+    char *run;       /* streaming: the execution's run id, as in its chunks */
 } cf_result_meta;
 
 typedef struct cf_result {
@@ -260,6 +262,7 @@ typedef struct cf_result {
     cf_out_file *files;       /* request "collect" */
     size_t n_files;
     bool files_truncated;     /* some matching file was left out or cut (byte cap) */
+    int64_t chunks;           /* streaming: output chunks published (seq 0..chunks-1) */
 } cf_result;
 
 /* Limits applied by every decoder before anything is allocated. */

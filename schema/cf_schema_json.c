@@ -464,6 +464,8 @@ json_t *cf_request_to_json(const cf_request *req)
         jset(o, "stop_on_failure", json_true(), &ok);
     if (req->n_collect)
         jset(o, "collect", strv_json(req->collect, req->n_collect), &ok);
+    if (req->stream)
+        jset(o, "stream", json_true(), &ok);
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -495,6 +497,27 @@ static json_t *diags_json(const cf_diagnostic *v, size_t n, bool with_children, 
             *ok = false;
     }
     return a;
+}
+
+json_t *cf_chunk_to_json(const cf_chunk *c)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    bool ok = true;
+    jset_int(o, "v", CF_SCHEMA_VERSION, &ok);
+    jset_str(o, "id", c->id, &ok);
+    jset_str(o, "run", c->run, &ok);
+    jset(o, "seq", json_integer((json_int_t)c->seq), &ok);
+    jset_str(o, "stream", cf_chunk_stream_name(c->stream), &ok);
+    jset(o, "offset", json_integer((json_int_t)c->offset), &ok);
+    jset(o, "data", bytes_json(&c->data), &ok);
+    jset_int(o, "at_us", c->at_us, &ok);
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 json_t *cf_result_to_json(const cf_result *res)
@@ -535,6 +558,7 @@ json_t *cf_result_to_json(const cf_result *res)
             jset(m, "replay", json_true(), &ok);
         jset_str(m, "toolchain", res->meta.toolchain, &ok);
         jset_str(m, "sandbox", res->meta.sandbox, &ok);
+        jset_str(m, "run", res->meta.run, &ok);
         if (json_object_size(m))
             jset(o, "metadata", json_incref(m), &ok);
         json_decref(m);
@@ -617,6 +641,7 @@ json_t *cf_result_to_json(const cf_result *res)
     }
     if (res->files_truncated)
         jset(o, "files_truncated", json_true(), &ok);
+    jset_int(o, "chunks", res->chunks, &ok);
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -879,7 +904,8 @@ static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
     }
     if (jstrv(o, "", "compile_flags", &r->compile_flags, &r->n_compile_flags, NULL, err) < 0 ||
         jbool(o, "stop_on_failure", &r->stop_on_failure, err) < 0 ||
-        jstrv(o, "", "collect", &r->collect, &r->n_collect, NULL, err) < 0)
+        jstrv(o, "", "collect", &r->collect, &r->n_collect, NULL, err) < 0 ||
+        jbool(o, "stream", &r->stream, err) < 0)
         return -1;
     const json_t *cases = jget(o, "cases");
     if (cases) {
@@ -1001,7 +1027,8 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
             jnonneg(m, "metadata", "attempt", &r->meta.attempt, err) < 0 ||
             jbool(m, "replay", &r->meta.replay, err) < 0 ||
             jstr(m, "metadata", "toolchain", &r->meta.toolchain, err) < 0 ||
-            jstr(m, "metadata", "sandbox", &r->meta.sandbox, err) < 0)
+            jstr(m, "metadata", "sandbox", &r->meta.sandbox, err) < 0 ||
+            jstr(m, "metadata", "run", &r->meta.run, err) < 0)
             return -1;
     }
     if (jstr(o, "", "reason", &r->reason, err) < 0 || jstr(o, "", "reply_to_error", &r->reply_to_error, err) < 0 ||
@@ -1011,7 +1038,8 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
         jstr(o, "", "checkpoint_id", &r->checkpoint_id, err) < 0 ||
         jbool(o, "checkpoint_conflict", &r->checkpoint_conflict, err) < 0 ||
         jnonneg(o, "", "finished_us", &r->finished_us, err) < 0 ||
-        jbool(o, "files_truncated", &r->files_truncated, err) < 0)
+        jbool(o, "files_truncated", &r->files_truncated, err) < 0 ||
+        jnonneg(o, "", "chunks", &r->chunks, err) < 0)
         return -1;
     const json_t *cp = jget(o, "compile");
     if (cp) {

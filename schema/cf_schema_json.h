@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "cf_chunk.h"
 #include "cf_schema.h"
 
 /* Builds a request from a JSON object (borrowed).  Same validation as the
@@ -18,6 +19,9 @@ int cf_request_from_json(const json_t *obj, cf_request *out, cf_error *err);
  * UTF-8 become strings, others {"base64": ...}.  NULL on ENOMEM. */
 json_t *cf_request_to_json(const cf_request *req);
 json_t *cf_result_to_json(const cf_result *res);
+/* An output chunk (SPEC.md "Output chunks") as JSON: data as text when it
+ * is UTF-8 without NUL, else {"base64": ...}, like stdout in a result. */
+json_t *cf_chunk_to_json(const cf_chunk *c);
 int cf_result_from_json(const json_t *obj, cf_result *out, cf_error *err);
 
 /* msgpack value <-> JSON value (maps with non-string keys are rejected). */

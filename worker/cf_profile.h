@@ -117,6 +117,15 @@ const char *cf_profile_backend_for(const cf_profile *p, const cf_request *req);
 int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char *backend, cf_request *req,
                      char *reason, size_t rsz);
 
+/* Whether the worker may write a streaming request's output chunks to
+ * topic (its result topic plus the stream suffix): a valid name that is
+ * none of the fleet's own topics (request, dead-letter, events, workers,
+ * `__*`, any result topic) and, inside the fleet's tenant namespaces
+ * (<result-topic>.*, <request-topic>.*), only below the profile's own
+ * result topic.  reason says why not. */
+bool cf_profile_output_topic_ok(const cf_profile *p, const cf_profile_set *set, const char *topic, char *reason,
+                                size_t rsz);
+
 /* The result topic of requests on this profile. */
 const char *cf_profile_result_topic(const cf_profile *p, const cf_profile_env *env);
 

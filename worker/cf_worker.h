@@ -69,6 +69,9 @@ typedef struct cf_worker_config {
     int64_t result_batch_us;    /* producer linger while there is a backlog */
     char *cancel_topic_suffix;  /* "" = no cancels */
     int64_t cancel_memory_us;
+    char *stream_topic_suffix;  /* "" = no streaming */
+    int64_t stream_interval_us;
+    int64_t stream_chunk_bytes;
     int64_t rebalance_wait_us;
     /* Redis (workspaces, checkpoints, attempt counts); redis "" = none. */
     char *redis;

@@ -666,3 +666,32 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
         return -1;
     return 0;
 }
+
+bool cf_profile_output_topic_ok(const cf_profile *p, const cf_profile_set *set, const char *topic, char *reason,
+                                size_t rsz)
+{
+    char buf[160];
+    shown(topic, buf, sizeof(buf));
+    if (!cf_topic_name_valid(topic)) {
+        snprintf(reason, rsz, "stream: output topic '%s' is not a valid topic name", buf);
+        return false;
+    }
+    bool own_topic = strncmp(topic, "__", 2) == 0 || cf_profile_set_is_request_topic(set, topic) ||
+                     (set->dlq_topic && strcmp(topic, set->dlq_topic) == 0) ||
+                     (set->events_topic && strcmp(topic, set->events_topic) == 0) ||
+                     (set->workers_topic && strcmp(topic, set->workers_topic) == 0) ||
+                     (set->result_topic && strcmp(topic, set->result_topic) == 0);
+    for (size_t i = 0; !own_topic && i < set->n; i++) {
+        const cf_profile *q = &set->items[i];
+        own_topic = q->result_topic && strcmp(q->result_topic, topic) == 0;
+    }
+    const char *own = p->result_topic && p->result_topic[0] ? p->result_topic : set->result_topic;
+    if (!own_topic && !in_namespace(topic, own) &&
+        (in_namespace(topic, set->result_topic) || in_namespace(topic, set->request_topic)))
+        own_topic = true;
+    if (own_topic) {
+        snprintf(reason, rsz, "stream: output topic '%s' is one of the fleet's own or another tenant's topics", buf);
+        return false;
+    }
+    return true;
+}

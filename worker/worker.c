@@ -46,6 +46,7 @@
 #include "cf_util.h"
 #include "exec_pool.h"
 #include "offset_tracker.h"
+#include "streamer.h"
 #include "worker_report.h"
 #include "worker_state.h"
 
@@ -99,6 +100,7 @@ typedef struct job {
     cf_request req;
     const cf_backend *backend;
     const char *result_topic; /* req.reply_to or the profile's result topic */
+    char *stream_topic;       /* req.stream: result_topic + stream-topic-suffix (owned) */
     volatile int cancel;      /* set by the main thread: stop this execution */
     /* Set (release) by the main thread after cancel_reason, when the stop
      * is its sender's cancel: then it is answered `cancelled`. */
@@ -158,6 +160,7 @@ typedef struct part_state {
 } part_state;
 
 #define MAX_PARTITIONS 100000
+#define STREAM_TOPICS_KNOWN 64
 
 /* One request topic the worker consumes, and the profile governing it. */
 typedef struct topic_state {
@@ -245,6 +248,17 @@ struct cf_worker {
     pthread_cond_t flush_cv;
     bool flush_wanted;         /* guarded by flush_mu */
     bool flush_stop;           /* guarded by flush_mu */
+    /* Streaming: output topics known to exist (stream_topic_exists). */
+    pthread_mutex_t stream_mu;
+    struct stream_topic_entry {
+        char name[256];
+        bool exists;
+        int64_t until_us; /* monotonic */
+    } stream_topics[STREAM_TOPICS_KNOWN];
+    size_t stream_topics_next;
+    atomic_uint_fast64_t run_seq;
+    atomic_uint_fast64_t chunks_failed;
+    _Atomic int64_t chunk_fail_logged_us;
     /* Counters for the shutdown summary. */
     uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned, n_retries;
 };
@@ -278,6 +292,7 @@ static void job_free(job *j)
         return;
     cf_request_clear(&j->req);
     out_clear(&j->out);
+    free(j->stream_topic);
     free(j->pj.key);
     free(j->key);
     free(j);
@@ -880,6 +895,16 @@ static void run_retries(cf_worker *w)
 /* Delivery report: runs on the main thread from producer_serve. */
 /* Marks the messages of worker reports (not jobs) in delivery reports. */
 static char report_tag;
+static char chunk_tag; /* the opaque of output chunks */
+
+static void chunk_failed(cf_worker *w, const char *topic, rd_kafka_resp_err_t e)
+{
+    uint64_t n = atomic_fetch_add(&w->chunks_failed, 1) + 1;
+    int64_t now = cf_mono_us(), last = atomic_load(&w->chunk_fail_logged_us);
+    if ((last == 0 || now - last > 10 * 1000000LL) && atomic_compare_exchange_strong(&w->chunk_fail_logged_us, &last, now))
+        cf_log_warn(LOG_SUB, "output chunk not published to %s: %s (%" PRIu64 " so far; the results still carry "
+                    "all output)", topic, rd_kafka_err2str(e), n);
+}
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
@@ -892,6 +917,11 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
                         "worker report not published to %s: %s (codefleet doctor will not see what this worker "
                         "serves: check that the topic exists and this principal may write it)",
                         rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err));
+        return;
+    }
+    if (m->_private == &chunk_tag) {
+        if (m->err)
+            chunk_failed(w, rd_kafka_topic_name(m->rkt), m->err);
         return;
     }
     job *j = m->_private;
@@ -941,6 +971,24 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
         return -1;
     if (req->reply_to)
         j->result_topic = req->reply_to;
+    if (req->stream) {
+        const char *suffix = c->stream_topic_suffix;
+        if (!suffix || !suffix[0]) {
+            snprintf(reason, rsz, "stream: streaming is off on this worker (stream-topic-suffix is empty)");
+            return -1;
+        }
+        free(j->stream_topic);
+        size_t tl = strlen(j->result_topic) + strlen(suffix) + 1;
+        j->stream_topic = malloc(tl);
+        if (j->stream_topic)
+            snprintf(j->stream_topic, tl, "%s%s", j->result_topic, suffix);
+        else {
+            snprintf(reason, rsz, "stream: out of memory");
+            return -1;
+        }
+        if (!cf_profile_output_topic_ok(prof, w->profiles, j->stream_topic, reason, rsz))
+            return -1;
+    }
     if (p->timeout_us > c->max_timeout_us) {
         snprintf(reason, rsz, "policy.timeout_us %" PRId64 " exceeds this worker's maximum %" PRId64, p->timeout_us,
                  c->max_timeout_us);
@@ -1222,6 +1270,68 @@ static bool user_cancel_answer(cf_worker *w, job *j, cf_result *res, int64_t wal
     return true;
 }
 
+/* ---------------------------------------------------------------- streaming */
+
+/* Whether an output topic exists, from a cache (64 names; a hit lasts 5
+ * minutes, a miss 5 s) filled by a metadata request on the slot's thread:
+ * chunks for a missing topic would only fail one by one, seconds later. */
+static bool stream_topic_exists(cf_worker *w, const char *topic)
+{
+    int64_t now = cf_mono_us();
+    pthread_mutex_lock(&w->stream_mu);
+    for (size_t i = 0; i < STREAM_TOPICS_KNOWN; i++) {
+        struct stream_topic_entry *e = &w->stream_topics[i];
+        if (e->until_us > now && strcmp(e->name, topic) == 0) {
+            bool yes = e->exists;
+            pthread_mutex_unlock(&w->stream_mu);
+            return yes;
+        }
+    }
+    pthread_mutex_unlock(&w->stream_mu);
+    bool exists = false;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(w->producer, topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(w->producer, 0, rkt, &md, 3000) : RD_KAFKA_RESP_ERR__FAIL;
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 && md->topics[0].err == 0 &&
+        md->topics[0].partition_cnt > 0)
+        exists = true;
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    if (rkt)
+        rd_kafka_topic_destroy(rkt);
+    pthread_mutex_lock(&w->stream_mu);
+    struct stream_topic_entry *slot = &w->stream_topics[w->stream_topics_next++ % STREAM_TOPICS_KNOWN];
+    snprintf(slot->name, sizeof(slot->name), "%s", topic);
+    slot->exists = exists;
+    slot->until_us = now + (exists ? 300 : 5) * 1000000LL;
+    pthread_mutex_unlock(&w->stream_mu);
+    return exists;
+}
+
+typedef struct stream_sink {
+    cf_worker *w;
+    const char *topic;
+} stream_sink;
+
+/* cf_streamer's publish: the chunk goes out like a result (sent at once
+ * unless requests wait for a slot). */
+static int publish_chunk(void *arg, const char *id, uint8_t *value, size_t len)
+{
+    stream_sink *sk = arg;
+    rd_kafka_resp_err_t e = rd_kafka_producev(sk->w->producer, RD_KAFKA_V_TOPIC(sk->topic),
+                                              RD_KAFKA_V_KEY(id, strlen(id)), RD_KAFKA_V_VALUE(value, len),
+                                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE), RD_KAFKA_V_OPAQUE(&chunk_tag),
+                                              RD_KAFKA_V_END);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        result_handed_over(sk->w);
+        return 0;
+    }
+    if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        return 1;
+    chunk_failed(sk->w, sk->topic, e);
+    return -1;
+}
+
 /* A Redis failure as the request's sender sees it: what failed and what to
  * do, without the worker's internal addresses (the log has the details). */
 static void state_failed(cf_result *res, const cf_error *err, const char *when)
@@ -1249,6 +1359,22 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
                        .net_allow = j->profile->net_allow, .n_net_allow = j->profile->n_net_allow};
     cf_error err;
     cf_error_clear(&err);
+    cf_streamer streamer;
+    stream_sink sink = {.w = w, .topic = j->stream_topic};
+    if (j->req.stream) {
+        if (!j->stream_topic || !stream_topic_exists(w, j->stream_topic)) {
+            res->status = CF_STATUS_REJECTED;
+            cf_result_set_reason(res, "stream: output topic '%s' does not exist or cannot be reached (codefleet "
+                                 "topics create makes it)", j->stream_topic ? j->stream_topic : "?");
+            return true;
+        }
+        char run[CF_CHUNK_RUN_MAX + 1];
+        snprintf(run, sizeof(run), "%s-%" PRIu64, w->nonce, (uint64_t)atomic_fetch_add(&w->run_seq, 1));
+        cf_streamer_init(&streamer, j->req.id, run, w->cfg->stream_interval_us, (size_t)w->cfg->stream_chunk_bytes,
+                         publish_chunk, &sink);
+        ctx.on_output = cf_streamer_on_output;
+        ctx.on_output_arg = &streamer;
+    }
     bool needs_state = j->req.workspace || j->req.thread;
     cf_wstate *st = slot_state(w, slot, &err);
     cf_wstate_run run;
@@ -1289,6 +1415,10 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
             cf_log_error(LOG_SUB, "request %s: %s", j->req.id, res->reason);
         }
         cf_error_clear(&err);
+        if (j->req.stream) {
+            res->chunks = streamer.seq;
+            cf_str_set(&res->meta.run, streamer.run);
+        }
         if (completed && needs_state && cf_wstate_finish(st, &j->req, &run, executed, res, &err) < 0) {
             /* The program ran but its changes could not be stored: the
              * caller must not take the run as applied. */
@@ -2561,6 +2691,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     snprintf(w->nonce, sizeof(w->nonce), "%016" PRIx64, rnd);
     pthread_mutex_init(&w->lock, NULL);
     pthread_mutex_init(&w->flush_mu, NULL);
+    pthread_mutex_init(&w->stream_mu, NULL);
     pthread_cond_init(&w->flush_cv, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -3154,6 +3285,7 @@ void cf_worker_destroy(cf_worker *w)
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->keeper_cond);
     pthread_mutex_destroy(&w->flush_mu);
+    pthread_mutex_destroy(&w->stream_mu);
     pthread_cond_destroy(&w->flush_cv);
     free(w);
 }

@@ -183,6 +183,15 @@ static const cf_conf_prop worker_props[] = {
     {"cancel-memory", CF_CONF_DURATION, OFF(cancel_memory_us), 0, 24 * 3600 * SEC, "10m", NULL,
      "How long a cancel for a request that has not arrived is remembered (and how far back a starting worker "
      "reads the cancel topics).", NULL},
+    {"stream-topic-suffix", CF_CONF_STRING, OFF(stream_topic_suffix), 0, 64, ".output", NULL,
+     "A request asking for \"stream\" gets its output chunks, while its program runs, on the topic its "
+     "result goes to plus this suffix (which must exist: a request whose output topic is missing is "
+     "rejected).  Empty = streaming is off (such requests are rejected).", NULL},
+    {"stream-interval", CF_CONF_DURATION, OFF(stream_interval_us), 1000, 10 * SEC, "10ms", NULL,
+     "A streaming request's chunks are published at most once per this interval; bytes written in between "
+     "go out together in the next round (the first bytes after a quiet interval go at once).", NULL},
+    {"stream-chunk-max", CF_CONF_SIZE, OFF(stream_chunk_bytes), 1024, 256 * 1024, "64KiB", NULL,
+     "Largest data of one output chunk; more is split.", NULL},
     {"result-batch", CF_CONF_DURATION, OFF(result_batch_us), 0, 1000000, "5ms", NULL,
      "While requests wait for a slot (a backlog), how long a result may wait to be sent together with "
      "others (the producer's linger.ms): fewer, larger produce requests, so more requests per second for "

@@ -267,6 +267,33 @@ EXPECTED = {
         "workspace_conflict": True,
         "finished_us": 1767225600123456,
     },
+    "request_stream": {
+        "v": 1,
+        "id": "req-stream-0001",
+        "language": "shell",
+        "code": "echo a; sleep 1; echo b >&2\n",
+        "stream": True,
+    },
+    "result_stream": {
+        "v": 1,
+        "id": "req-stream-0001",
+        "status": "success",
+        "exit_code": 0,
+        "stdout": b"a\n",
+        "stderr": b"b\n",
+        "metadata": {"backend": "sandbox", "run": "3f2a9c0d1e4b5a67-42"},
+        "chunks": 2,
+    },
+    "chunk": {
+        "v": 1,
+        "id": "req-stream-0001",
+        "run": "3f2a9c0d1e4b5a67-42",
+        "seq": 1,
+        "stream": "stderr",
+        "offset": 0,
+        "data": b"b\n",
+        "at_us": 1764000000500000,
+    },
 }
 
 

@@ -2,7 +2,7 @@
  * part 6).  One source, one harness per FUZZ_TARGET:
  *   request, result, event  the msgpack decoders, then a re-encode of what
  *                           decoded (it must encode and decode again); the
- *                           event target also runs the cancel decoder
+ *                           event target also runs the cancel and chunk decoders
  *                           (control messages) on the same bytes;
  *   json                    the JSON view (CLI input, batch lines): request,
  *                           result and event from JSON text, and any value's
@@ -85,6 +85,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         cf_cancel_clear(&c);
         cf_cancel_clear(&cback);
+        cf_chunk ch = {0}, chback = {0};
+        if (cf_chunk_decode(data, size, NULL, &ch, &err) == 0) {
+            cf_bytes enc = {0};
+            abort_if(cf_chunk_encode(&ch, &enc, &err) != 0);
+            abort_if(cf_chunk_decode(enc.data, enc.len, NULL, &chback, &err) != 0);
+            abort_if(chback.data.len != ch.data.len || memcmp(chback.data.data, ch.data.data, ch.data.len) != 0);
+            json_t *j = cf_chunk_to_json(&ch);
+            json_decref(j);
+            free(enc.data);
+        }
+        cf_chunk_clear(&ch);
+        cf_chunk_clear(&chback);
     } else if (strcmp(target, "json") == 0) {
         json_error_t jerr;
         json_t *j = json_loadb((const char *)data, size, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);

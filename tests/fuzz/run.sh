@@ -27,7 +27,7 @@ seeds_for() { # target -> seed files
     case $1 in
     request) ls schema/golden/request_*.msgpack ;;
     result) ls schema/golden/result_*.msgpack ;;
-    event) ls schema/golden/event_*.msgpack ;;
+    event) ls schema/golden/event_*.msgpack schema/golden/chunk.msgpack ;;
     json) ls schema/golden/*.json ;;
     msgpack_value) ls schema/golden/*.msgpack ;;
     config) ls tests/fuzz/seeds/config/* ;;

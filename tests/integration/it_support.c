@@ -139,10 +139,11 @@ void it_topics_create(it_topics *t, const char *prefix, int partitions)
     snprintf(t->dlq, sizeof(t->dlq), "%s.dlq", base);
     snprintf(t->group, sizeof(t->group), "%s.grp", base);
     snprintf(t->cancels, sizeof(t->cancels), "%s.cancel", t->requests);
-    const char *names[] = {t->requests, t->results, t->dlq, t->cancels};
+    snprintf(t->outputs, sizeof(t->outputs), "%s.output", t->results);
+    const char *names[] = {t->requests, t->results, t->dlq, t->cancels, t->outputs};
     cf_error err;
     cf_error_clear(&err);
-    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 4, partitions, -1, 30 * 1000000LL, &err) < 0)
+    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 5, partitions, -1, 30 * 1000000LL, &err) < 0)
         fail_msg("creating topics: %s", err.msg);
 }
 

@@ -67,10 +67,12 @@ typedef struct it_topics {
     char dlq[96];
     char group[96];
     char cancels[104]; /* requests + ".cancel" */
+    char outputs[104]; /* results + ".output" */
 } it_topics;
 
-/* Creates unique request/result/dlq topics and the request topic's cancel
- * topic (partitions each) and a group name. */
+/* Creates unique request/result/dlq topics, the request topic's cancel
+ * topic and the result topic's output topic (partitions each) and a group
+ * name. */
 void it_topics_create(it_topics *t, const char *prefix, int partitions);
 
 typedef struct it_worker {

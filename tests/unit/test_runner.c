@@ -159,6 +159,67 @@ static void test_capture(void **state)
     cf_run_outcome_free(&o);
 }
 
+/* The on_output hook: called while the program runs, with what is kept
+ * within the caps, when it asked to be woken, and once at the end. */
+typedef struct hook_log {
+    int calls, finals, wakes;
+    size_t out_len_at_first;   /* stdout kept when first called */
+    int64_t first_call_us;
+    size_t max_seen_out;
+    int64_t wake_at;           /* the wake-up it asked for, INT64_MAX = none */
+    bool woken_on_time;
+} hook_log;
+
+static int64_t record_output(void *arg, const cf_buf *out, const cf_buf *err, bool final, int64_t now)
+{
+    (void)err;
+    hook_log *h = arg;
+    if (h->calls++ == 0) {
+        h->out_len_at_first = out->len;
+        h->first_call_us = now;
+        h->wake_at = now + 50000; /* ask once for a call 50 ms later */
+        return h->wake_at;
+    }
+    if (final)
+        h->finals++;
+    if (h->wake_at != INT64_MAX && now >= h->wake_at) {
+        h->wakes++;
+        h->woken_on_time = now - h->wake_at < 40000;
+        h->wake_at = INT64_MAX;
+    }
+    if (out->len > h->max_seen_out)
+        h->max_seen_out = out->len;
+    return h->wake_at;
+}
+
+static void test_output_hook(void **state)
+{
+    (void)state;
+    cf_run_spec s;
+    char *argv[4];
+    sh_spec(&s, "echo first; sleep 0.4; head -c 100000 /dev/zero", argv);
+    s.max_stdout = 1000;
+    hook_log h = {0};
+    s.on_output = record_output;
+    s.on_output_arg = &h;
+    cf_run_outcome o;
+    cf_error err;
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(cf_run(&s, &o, &err), 0);
+    /* Called with the first line long before the end. */
+    assert_int_equal(h.out_len_at_first, 6);
+    assert_true(o.wall_us - (h.first_call_us - t0) > 300000);
+    /* The wake-up it asked for came, on time, while the program slept. */
+    assert_int_equal(h.wakes, 1);
+    assert_true(h.woken_on_time);
+    /* Once final; never more than the cap. */
+    assert_int_equal(h.finals, 1);
+    assert_int_equal(h.max_seen_out, 1000);
+    assert_int_equal(o.out.len, 1000);
+    assert_true(o.out_truncated);
+    cf_run_outcome_free(&o);
+}
+
 static void test_caps_truncate_10mb(void **state)
 {
     (void)state;
@@ -852,6 +913,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_threads),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_cpu_hook),
+        cmocka_unit_test(test_output_hook),
         cmocka_unit_test(test_stdio_owner),
         cmocka_unit_test(test_pass_fd_and_exec_fd),
         cmocka_unit_test(test_prepared_runs_the_request),

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cf_chunk.h"
 #include "cf_schema.h"
 #include "cf_schema_int.h"
 #include "cf_schema_json.h"
@@ -79,6 +80,30 @@ static void make_min_request(cf_request *r)
     r->id = strdup("req-min-0001");
     r->language = CF_LANG_PYTHON;
     set_bytes(&r->code, "print(1)\n", 9);
+}
+
+/* A shell request asking for its output as it comes. */
+static void make_stream_request(cf_request *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = strdup("req-stream-0001");
+    r->language = CF_LANG_SHELL;
+    set_bytes(&r->code, "echo a; sleep 1; echo b >&2\n", 28);
+    r->stream = true;
+}
+
+/* Its result: two chunks published by run "3f2a9c0d1e4b5a67-42". */
+static void make_stream_result(cf_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = strdup("req-stream-0001");
+    r->status = CF_STATUS_SUCCESS;
+    r->has_exit_code = true;
+    set_bytes(&r->stdout_data, "a\n", 2);
+    set_bytes(&r->stderr_data, "b\n", 2);
+    r->meta.backend = strdup("sandbox");
+    r->meta.run = strdup("3f2a9c0d1e4b5a67-42");
+    r->chunks = 2;
 }
 
 static void make_full_request(cf_request *r)
@@ -357,6 +382,7 @@ static void assert_request_eq(const cf_request *a, const cf_request *b)
     }
     assert_int_equal(a->stop_on_failure, b->stop_on_failure);
     assert_strv_eq(a->collect, a->n_collect, b->collect, b->n_collect);
+    assert_int_equal(a->stream, b->stream);
 }
 
 static void assert_diag_eq(const cf_diagnostic *a, const cf_diagnostic *b)
@@ -404,6 +430,9 @@ static void assert_result_eq(const cf_result *a, const cf_result *b)
     assert_int_equal(a->workspace_conflict, b->workspace_conflict);
     assert_int_equal(a->finished_us, b->finished_us);
     assert_str_eq(a->meta.toolchain, b->meta.toolchain);
+    assert_str_eq(a->meta.sandbox, b->meta.sandbox);
+    assert_str_eq(a->meta.run, b->meta.run);
+    assert_int_equal(a->chunks, b->chunks);
     assert_int_equal(a->compile.present, b->compile.present);
     assert_int_equal(a->compile.cached, b->compile.cached);
     assert_int_equal(a->compile.wall_time_us, b->compile.wall_time_us);
@@ -674,6 +703,45 @@ static void test_golden_request_compiled(void **state)
 static void test_golden_result_compiled(void **state)
 {
     golden_result("result_compiled", make_compiled_result);
+}
+
+static void test_golden_request_stream(void **state)
+{
+    golden_request("request_stream", make_stream_request);
+}
+
+static void test_golden_result_stream(void **state)
+{
+    golden_result("result_stream", make_stream_result);
+}
+
+/* The second chunk of that run: its stderr line. */
+static void test_golden_chunk(void **state)
+{
+    cf_chunk want = {.id = "req-stream-0001", .run = "3f2a9c0d1e4b5a67-42", .seq = 1, .stream = CF_CHUNK_STDERR,
+                     .offset = 0, .data = {(uint8_t *)"b\n", 2}, .at_us = 1764000000500000};
+    cf_error err = {0};
+    cf_bytes enc;
+    assert_int_equal(cf_chunk_encode(&want, &enc, &err), 0);
+    json_t *js = cf_chunk_to_json(&want);
+    assert_non_null(js);
+    golden_check_bytes("chunk", &enc, js);
+    size_t glen;
+    uint8_t *g = load_golden("chunk", "msgpack", &glen);
+    cf_chunk got;
+    assert_int_equal(cf_chunk_decode(g, glen, NULL, &got, &err), 0);
+    assert_string_equal(got.id, want.id);
+    assert_string_equal(got.run, want.run);
+    assert_int_equal(got.seq, want.seq);
+    assert_int_equal(got.stream, want.stream);
+    assert_int_equal(got.offset, want.offset);
+    assert_int_equal(got.data.len, want.data.len);
+    assert_memory_equal(got.data.data, want.data.data, want.data.len);
+    assert_int_equal(got.at_us, want.at_us);
+    cf_chunk_clear(&got);
+    json_decref(js);
+    free(g);
+    free(enc.data);
 }
 
 /* The first bytes of the minimal request, spelled out by hand from the
@@ -1804,6 +1872,9 @@ int main(void)
         cmocka_unit_test(test_golden_result_full),
         cmocka_unit_test(test_golden_request_compiled),
         cmocka_unit_test(test_golden_result_compiled),
+        cmocka_unit_test(test_golden_request_stream),
+        cmocka_unit_test(test_golden_result_stream),
+        cmocka_unit_test(test_golden_chunk),
         cmocka_unit_test(test_result_reply_to_error),
         cmocka_unit_test(test_golden_min_request_bytes_by_hand),
         cmocka_unit_test(test_golden_python),

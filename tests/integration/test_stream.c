@@ -1,0 +1,336 @@
+/* Streaming output through the fleet on the real broker (SPEC.md "Output
+ * chunks"): a program printing lines with pauses is seen chunk by chunk
+ * before it ends, on the process backend and in the sandbox (built for the
+ * request and prepared ahead); the chunks add up to the result's output,
+ * numbered without gaps and counted by the result; output caps hold in
+ * streaming mode; and a request gets `rejected`, never a weaker run, where
+ * its chunks cannot go (a backend that cannot stream, streaming off, a
+ * missing output topic, an output topic that is one of the fleet's own). */
+#include "it_support.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cf_kafka_int.h"
+#include "cf_util.h"
+
+#define SEC 1000000LL
+#define MAX_SEEN 4096
+
+typedef struct seen_chunk {
+    int64_t seq;
+    cf_chunk_stream stream;
+    int64_t offset;
+    size_t len;
+    int64_t arrived_us; /* cf_mono_us */
+} seen_chunk;
+
+typedef struct collector {
+    pthread_mutex_t mu;
+    char id[CF_ID_MAX + 1];
+    char run[CF_CHUNK_RUN_MAX + 1];
+    bool other_run;
+    seen_chunk seen[MAX_SEEN];
+    size_t n;
+    cf_buf bytes[2]; /* concatenated data per stream, in arrival order */
+} collector;
+
+static void on_chunk(void *ctx, const cf_chunk *c)
+{
+    collector *col = ctx;
+    pthread_mutex_lock(&col->mu);
+    if (strcmp(c->id, col->id) == 0 && col->n < MAX_SEEN) {
+        if (!col->run[0])
+            snprintf(col->run, sizeof(col->run), "%s", c->run);
+        col->other_run |= strcmp(col->run, c->run) != 0;
+        col->seen[col->n++] = (seen_chunk){.seq = c->seq, .stream = c->stream, .offset = c->offset,
+                                           .len = c->data.len, .arrived_us = cf_mono_us()};
+        cf_buf_append(&col->bytes[c->stream == CF_CHUNK_STDERR], c->data.data, c->data.len, NULL);
+    }
+    pthread_mutex_unlock(&col->mu);
+}
+
+static cf_dispatcher *stream_dispatcher(const it_topics *t, collector *col)
+{
+    memset(col, 0, sizeof(*col));
+    pthread_mutex_init(&col->mu, NULL);
+    cf_buf_init(&col->bytes[0], 0);
+    cf_buf_init(&col->bytes[1], 0);
+    cf_dispatcher_config cfg = {
+        .brokers = it_brokers(),
+        .request_topic = t->requests,
+        .result_topic = t->results,
+        .collect_results = true,
+        .kafka = it_kafka(),
+        .on_chunk = on_chunk,
+        .on_chunk_ctx = col,
+    };
+    cf_dispatcher *d = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_new(&cfg, &d, &err) < 0)
+        fail_msg("dispatcher: %s", err.msg);
+    return d;
+}
+
+static void collector_free(collector *col)
+{
+    cf_buf_free(&col->bytes[0]);
+    cf_buf_free(&col->bytes[1]);
+    pthread_mutex_destroy(&col->mu);
+}
+
+/* Waits until the collector holds `want` chunks (the result may come
+ * first: it is another topic). */
+static size_t wait_chunks(collector *col, int64_t want, int64_t timeout_us)
+{
+    int64_t until = cf_mono_us() + timeout_us;
+    for (;;) {
+        pthread_mutex_lock(&col->mu);
+        size_t n = col->n;
+        pthread_mutex_unlock(&col->mu);
+        if ((int64_t)n >= want || cf_mono_us() >= until)
+            return n;
+        usleep(10000);
+    }
+}
+
+/* The chunks of one run, numbered 0..n-1 in arrival order, each stream's
+ * offsets contiguous, and together exactly the result's stdout and stderr. */
+static void check_chunks_match(collector *col, const cf_result *res)
+{
+    assert_false(col->other_run);
+    assert_non_null(res->meta.run);
+    assert_string_equal(res->meta.run, col->run);
+    assert_int_equal((int64_t)col->n, res->chunks);
+    size_t next_off[2] = {0, 0};
+    for (size_t i = 0; i < col->n; i++) {
+        const seen_chunk *s = &col->seen[i];
+        assert_int_equal(s->seq, (int64_t)i);
+        int k = s->stream == CF_CHUNK_STDERR;
+        assert_int_equal(s->offset, (int64_t)next_off[k]);
+        next_off[k] += s->len;
+    }
+    assert_int_equal(col->bytes[0].len, res->stdout_data.len);
+    assert_int_equal(col->bytes[1].len, res->stderr_data.len);
+    assert_memory_equal(col->bytes[0].data, res->stdout_data.data, res->stdout_data.len);
+    assert_memory_equal(col->bytes[1].data, res->stderr_data.data, res->stderr_data.len);
+}
+
+/* Five lines on stdout and five on stderr, 300 ms apart: each is seen
+ * while the program still runs. */
+static void lines_arrive_while_running(const char *backend, const char *warm)
+{
+    IT_REQUIRE_BROKER();
+    if (strcmp(backend, "sandbox") == 0 && geteuid() != 0) {
+        print_message("sandbox needs root: skipped\n");
+        skip();
+    }
+    it_topics t;
+    it_topics_create(&t, "stream-lines", 2);
+    it_worker w;
+    char a_backends[64];
+    snprintf(a_backends, sizeof(a_backends), "--backends=%s", backend);
+    const char *args[] = {a_backends, warm, NULL};
+    it_worker_start(&w, &t, "stream-lines-w1", args);
+    collector col;
+    cf_dispatcher *d = stream_dispatcher(&t, &col);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL,
+                    "for i in 1 2 3 4 5; do echo \"line $i\"; echo \"err $i\" >&2; sleep 0.3; done");
+    req.stream = true;
+    snprintf(col.id, sizeof(col.id), "%s", req.id);
+    cf_result res = {0};
+    int64_t t0 = cf_mono_us();
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    int64_t result_at = cf_mono_us();
+    if (res.status != CF_STATUS_SUCCESS) {
+        it_worker_dump_log(&w);
+        fail_msg("status %s: %s", cf_status_name(res.status), res.reason ? res.reason : "-");
+    }
+    wait_chunks(&col, res.chunks, 10 * SEC);
+    check_chunks_match(&col, &res);
+    assert_true(res.chunks >= 5); /* lines 300 ms apart are not coalesced into fewer */
+    /* The first line was seen long before the program ended (it runs 1.5 s). */
+    int64_t first_stdout = 0, last_stdout = 0;
+    for (size_t i = 0; i < col.n; i++)
+        if (col.seen[i].stream == CF_CHUNK_STDOUT) {
+            if (!first_stdout)
+                first_stdout = col.seen[i].arrived_us;
+            last_stdout = col.seen[i].arrived_us;
+        }
+    print_message("%s%s: %" PRId64 " chunks, first stdout chunk %lld ms after submit, result %lld ms\n", backend,
+                  warm ? warm : "", res.chunks, (long long)((first_stdout - t0) / 1000),
+                  (long long)((result_at - t0) / 1000));
+    assert_true(first_stdout > 0);
+    assert_true(result_at - first_stdout > 900 * 1000LL);
+    assert_true(last_stdout - first_stdout > 900 * 1000LL); /* spread over the run, not one burst */
+    assert_memory_equal(res.stdout_data.data, "line 1\nline 2\n", 14);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    collector_free(&col);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
+static void stream_process(void **state)
+{
+    (void)state;
+    lines_arrive_while_running("process", NULL);
+}
+
+static void stream_sandbox_cold(void **state)
+{
+    (void)state;
+    lines_arrive_while_running("sandbox", "--sandbox-warm=false");
+}
+
+static void stream_sandbox_warm(void **state)
+{
+    (void)state;
+    lines_arrive_while_running("sandbox", "--sandbox-warm=true");
+}
+
+/* A flood with a 1000-byte stdout cap: the chunks carry exactly the 1000
+ * bytes the result keeps, nothing past the cap. */
+static void stream_caps_hold(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "stream-caps", 1);
+    it_worker w;
+    it_worker_start(&w, &t, "stream-caps-w1", NULL);
+    collector col;
+    cf_dispatcher *d = stream_dispatcher(&t, &col);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "i=0; while [ $i -lt 20000 ]; do echo xxxxxxxxxxxxxxxxxxxx; i=$((i+1)); done; "
+                                         "head -c 5000 /dev/zero >&2");
+    req.stream = true;
+    req.policy.max_stdout_bytes = 1000;
+    req.policy.max_stderr_bytes = 700;
+    snprintf(col.id, sizeof(col.id), "%s", req.id);
+    cf_result res = {0};
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(res.stdout_truncated);
+    assert_true(res.stderr_truncated);
+    assert_int_equal(res.stdout_data.len, 1000);
+    assert_int_equal(res.stderr_data.len, 700);
+    wait_chunks(&col, res.chunks, 10 * SEC);
+    check_chunks_match(&col, &res);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(d);
+    collector_free(&col);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
+static void expect_rejected(cf_dispatcher *d, cf_request *req, const char *want)
+{
+    cf_result res = {0};
+    it_submit_wait(d, req, 60 * SEC, &res);
+    if (res.status != CF_STATUS_REJECTED || !res.reason || !strstr(res.reason, want))
+        fail_msg("status %s, reason \"%s\": want rejected with \"%s\"", cf_status_name(res.status),
+                 res.reason ? res.reason : "", want);
+    print_message("rejected: %s\n", res.reason);
+    assert_int_equal(res.chunks, 0);
+    cf_result_clear(&res);
+}
+
+/* Where chunks cannot go, the request is rejected with the reason, and its
+ * program never runs. */
+static void stream_rejections(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "stream-rej", 1);
+    char a_dlq[160], a_reply[160], reply_to[128];
+    /* A reply_to topic whose output topic would be the dead-letter topic. */
+    snprintf(reply_to, sizeof(reply_to), "%s.rt", t.dlq);
+    snprintf(a_dlq, sizeof(a_dlq), "--dlq-topic=%s.output", reply_to);
+    snprintf(a_reply, sizeof(a_reply), "--profile.default.reply-to=%s", reply_to);
+    cf_error err;
+    cf_error_clear(&err);
+    const char *rt_names[2] = {reply_to, a_dlq + strlen("--dlq-topic=")};
+    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), rt_names, 2, 1, -1, 30 * SEC, &err) < 0)
+        fail_msg("creating topics: %s", err.msg);
+
+    it_worker w;
+    const char *args[] = {a_dlq, a_reply, NULL};
+    it_worker_start(&w, &t, "stream-rej-w1", args);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    /* The answer goes where reply_to says (that was allowed). */
+    it_topics rt = t;
+    snprintf(rt.results, sizeof(rt.results), "%s", reply_to);
+    cf_dispatcher *drt = it_dispatcher_new(&rt);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "echo ran > /tmp/cf-it-stream-ran; echo hi");
+    unlink("/tmp/cf-it-stream-ran");
+    req.stream = true;
+    cf_str_set(&req.reply_to, reply_to);
+    expect_rejected(drt, &req, "is one of the fleet's own");
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(drt);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+
+    /* Streaming off. */
+    const char *off[] = {"--stream-topic-suffix=", NULL};
+    it_worker_start(&w, &t, "stream-rej-w2", off);
+    it_request_init(&req, CF_LANG_SHELL, "echo ran > /tmp/cf-it-stream-ran; echo hi");
+    req.stream = true;
+    expect_rejected(d, &req, "streaming is off");
+    cf_request_clear(&req);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+
+    /* The output topic does not exist. */
+    const char *missing[] = {"--stream-topic-suffix=.nosuchtopic", NULL};
+    it_worker_start(&w, &t, "stream-rej-w3", missing);
+    it_request_init(&req, CF_LANG_SHELL, "echo ran > /tmp/cf-it-stream-ran; echo hi");
+    req.stream = true;
+    expect_rejected(d, &req, "does not exist");
+    cf_request_clear(&req);
+    /* The same request without streaming runs: the rejections were about
+     * the stream alone. */
+    cf_result res = {0};
+    it_request_init(&req, CF_LANG_SHELL, "echo hi");
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+    assert_int_equal(access("/tmp/cf-it-stream-ran", F_OK), -1); /* no rejected program ran */
+
+    /* A backend that only knows its output at the end (the embedded js
+     * runtime, when this build has it). */
+    const char *js[] = {"--backends=js,process", NULL};
+    it_worker_start(&w, &t, "stream-rej-w4", js);
+    if (it_worker_wait_log(&w, "isolation=", 20000) && it_worker_log_contains(&w, "js (default): isolation=")) {
+        it_request_init(&req, CF_LANG_JAVASCRIPT, "console.log(1)");
+        cf_str_set(&req.backend, "js");
+        req.stream = true;
+        expect_rejected(d, &req, "cannot stream");
+        cf_request_clear(&req);
+    } else {
+        print_message("no js backend in this build: that case skipped\n");
+    }
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+    cf_dispatcher_destroy(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(stream_process),
+        cmocka_unit_test(stream_sandbox_cold),
+        cmocka_unit_test(stream_sandbox_warm),
+        cmocka_unit_test(stream_caps_hold),
+        cmocka_unit_test(stream_rejections),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
