@@ -20,6 +20,7 @@
  * Lines starting with RESULT are for tests/bench/run.sh to collect. */
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,10 +142,43 @@ static const cf_conf_prop sprops[] = {
 };
 static const cf_conf_table stable = {.program = "bench_fleet", .props = sprops, .nprops = 3};
 
+/* stream mode: each chunk's lines are epoch nanoseconds the program took
+ * right before writing them; the latency is the chunk's arrival here. */
+typedef struct chunk_lat {
+    pthread_mutex_t mu;
+    int64_t *v;
+    size_t n, cap;
+    char partial[64]; /* a line cut at a chunk boundary */
+    size_t plen;
+} chunk_lat;
+
+static void on_chunk_lat(void *ctx, const cf_chunk *c)
+{
+    int64_t now = cf_now_us();
+    chunk_lat *cl = ctx;
+    pthread_mutex_lock(&cl->mu);
+    for (size_t i = 0; i < c->data.len; i++) {
+        char ch = (char)c->data.data[i];
+        if (ch != '\n') {
+            if (cl->plen < sizeof(cl->partial) - 1)
+                cl->partial[cl->plen++] = ch;
+            continue;
+        }
+        cl->partial[cl->plen] = '\0';
+        cl->plen = 0;
+        long long ns = strtoll(cl->partial, NULL, 10);
+        /* Only lines whose end is in this chunk: their arrival is now. */
+        if (ns > 0 && cl->n < cl->cap)
+            cl->v[cl->n++] = now - ns / 1000;
+    }
+    pthread_mutex_unlock(&cl->mu);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_fleet latency|throughput|publish|cancel --brokers B --requests T --results T [-n N]\n");
+        fprintf(stderr, "usage: bench_fleet latency|throughput|publish|cancel|stream --brokers B --requests T --results T "
+                        "[-n N]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -177,11 +211,15 @@ int main(int argc, char **argv)
     cf_error_clear(&err);
     if (cf_conf_init(&stable, &settings, &err) < 0 || (config && cf_conf_load_file(&stable, &settings, config, &err) < 0))
         die("config", &err);
+    chunk_lat cl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    bool stream = strcmp(mode, "stream") == 0;
     cf_dispatcher_config cfg = {.brokers = brokers,
                                 .request_topic = requests,
                                 .result_topic = results,
                                 .collect_results = !publish,
-                                .kafka = &settings.kafka};
+                                .kafka = &settings.kafka,
+                                .on_chunk = stream ? on_chunk_lat : NULL,
+                                .on_chunk_ctx = &cl};
     cf_dispatcher *d = NULL;
     if (cf_dispatcher_new(&cfg, &d, &err) < 0)
         die("dispatcher", &err);
@@ -291,6 +329,71 @@ int main(int argc, char **argv)
         printf("RESULT cancel_to_result n=%d p50_us=%lld p99_us=%lld\n", n, (long long)pct(lat, n, 0.5),
                (long long)pct(lat, n, 0.99));
         free(lat);
+    } else if (stream) {
+        /* Anchor: a trivial request's end-to-end latency, same stack, now. */
+        int n_e2e = 200;
+        int64_t *e2e = calloc((size_t)n_e2e, sizeof(int64_t));
+        for (int i = 0; i < 100 + n_e2e; i++) {
+            trivial_request(&req, av);
+            cf_dispatcher_new_id(id, sizeof(id), NULL);
+            req.id = id;
+            int64_t t0 = cf_mono_us();
+            if (cf_dispatcher_submit(d, &req, &err) < 0)
+                die("submit", &err);
+            cf_result res = {0};
+            if (cf_dispatcher_wait(d, id, 30 * SEC, &res, &err) < 0)
+                die("wait", &err);
+            if (i >= 100)
+                e2e[i - 100] = cf_mono_us() - t0;
+            cf_result_clear(&res);
+        }
+        qsort(e2e, (size_t)n_e2e, sizeof(int64_t), cmp_i64);
+        /* n requests, each writing 100 timestamps 20 ms apart. */
+        n = n ? n : 5;
+        cl.cap = (size_t)n * 100;
+        cl.v = calloc(cl.cap, sizeof(int64_t));
+        int64_t chunks = 0;
+        for (int i = 0; i < n; i++) {
+            memset(&req, 0, sizeof(req));
+            req.language = CF_LANG_SHELL;
+            static const char code[] = "i=0; while [ $i -lt 100 ]; do date +%s%N; sleep 0.02; i=$((i+1)); done";
+            req.code.data = (uint8_t *)code;
+            req.code.len = sizeof(code) - 1;
+            req.stream = true;
+            cf_dispatcher_new_id(id, sizeof(id), NULL);
+            req.id = id;
+            if (cf_dispatcher_submit(d, &req, &err) < 0)
+                die("submit", &err);
+            cf_result res = {0};
+            if (cf_dispatcher_wait(d, id, 60 * SEC, &res, &err) < 0)
+                die("wait", &err);
+            if (res.status != CF_STATUS_SUCCESS) {
+                fprintf(stderr, "bench_fleet: stream request: %s %s\n", cf_status_name(res.status),
+                        res.reason ? res.reason : "");
+                return 1;
+            }
+            chunks += res.chunks;
+            cf_result_clear(&res);
+        }
+        usleep(500000); /* the last chunks */
+        pthread_mutex_lock(&cl.mu);
+        size_t m = cl.n;
+        qsort(cl.v, m, sizeof(int64_t), cmp_i64);
+        pthread_mutex_unlock(&cl.mu);
+        if (m < (size_t)n * 90) {
+            fprintf(stderr, "bench_fleet: only %zu of %d lines arrived as chunks\n", m, n * 100);
+            return 1;
+        }
+        int64_t p50 = pct(cl.v, (int)m, 0.5), p99 = pct(cl.v, (int)m, 0.99);
+        int64_t e50 = pct(e2e, n_e2e, 0.5);
+        printf("stream n=%d requests, %zu lines in %lld chunks: write -> subscriber p50=%lldus p90=%lldus p99=%lldus "
+               "max=%lldus; trivial request end to end p50=%lldus\n",
+               n, m, (long long)chunks, (long long)p50, (long long)pct(cl.v, (int)m, 0.9), (long long)p99,
+               (long long)cl.v[m - 1], (long long)e50);
+        printf("RESULT chunk_latency lines=%zu p50_us=%lld p99_us=%lld e2e_p50_us=%lld ratio_to_e2e=%.2f\n", m,
+               (long long)p50, (long long)p99, (long long)e50, (double)p50 / (double)e50);
+        free(e2e);
+        free(cl.v);
     } else if (publish) {
         n = n ? n : 20000;
         int64_t t0 = cf_mono_us();

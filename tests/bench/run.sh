@@ -27,6 +27,8 @@
 #      program run directly on the host (root)
 #  12. cancel: time from a cancel sent to the `cancelled` result of a running
 #      program (an upper bound of cancel-to-kill)
+#  13. streaming: time from a line written by a program (its own timestamp)
+#      to its chunk at a subscriber, beside a trivial request's end to end
 #  11. workspaces and checkpoints on Redis vs redis-benchmark and plain
 #      hiredis GET/SET (tests/bench/run_state.sh, its own redis-server)
 # Uses its own stack (state dir .stack-bench, ports 19292/16579) so it never
@@ -38,8 +40,8 @@ exec </dev/null
 
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
-n_exec=500 n_lat=300 n_thr=10000 n_pub=200000 n_warm=20000 n_py=100 n_cancel=20
-((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000 n_py=20 n_cancel=5
+n_exec=500 n_lat=300 n_thr=10000 n_pub=200000 n_warm=20000 n_py=100 n_cancel=20 n_stream=10
+((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000 n_py=20 n_cancel=5 n_stream=2
 
 export CODEFLEET_STATE=$repo/.stack-bench
 export CODEFLEET_KAFKA_PORT=19292
@@ -166,6 +168,18 @@ topics "$t" 2
 start_worker "$t" cancel-w1
 collect < <("$bin/tests/bench_fleet" cancel --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
     --results "$t.res" -n "$n_cancel")
+kill -TERM "${workers[-1]}"
+wait "${workers[-1]}" || true
+unset 'workers[-1]'
+
+echo
+echo "== 13. streaming: a line written -> its chunk at a subscriber ($n_stream programs x 100 lines, 20 ms apart)"
+t=bench-stream-$run
+topics "$t" 2
+"$bin/dispatcher/codefleet" --config "$admin_conf" --brokers "$brokers" topics create --partitions 2 "$t.res.output" >/dev/null
+start_worker "$t" stream-w1
+collect < <("$bin/tests/bench_fleet" stream --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
+    --results "$t.res" -n "$n_stream")
 kill -TERM "${workers[-1]}"
 wait "${workers[-1]}" || true
 unset 'workers[-1]'
