@@ -236,6 +236,7 @@ void cf_cli_print_usage(FILE *out)
           "  events publish|tail|wait ...  collaboration events on the events topic\n"
           "  doctor [--no-roundtrip] [--no-redis]\n"
           "                                check broker, topics, workers, Redis and a round trip; say what to fix\n"
+          "  mcp                           serve the fleet as Model Context Protocol tools on stdin/stdout\n"
           "\n"
           "Global options (before the command):\n"
           "  --config=FILE                 settings file (key = value, e.g. kafka.sasl.password, redis-password);\n"

@@ -59,6 +59,13 @@ int cf_cli_cmd_workspace(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_checkpoint(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_events(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv);
+/* codefleet mcp: a Model Context Protocol server on stdin/stdout. */
+int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv);
+/* Redis and the workspace store as the globals say (no I/O yet). */
+struct cf_redis;
+struct cf_workspace_store;
+struct cf_redis *cf_cli_redis_open(const cf_cli_globals *g, cf_error *err);
+struct cf_workspace_store *cf_cli_workspace_store_new(const cf_cli_globals *g, struct cf_redis *r, cf_error *err);
 /* Runs the whole CLI; returns the process exit code. */
 int cf_cli_main(int argc, char **argv);
 

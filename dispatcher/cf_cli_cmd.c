@@ -996,6 +996,8 @@ int cf_cli_main(int argc, char **argv)
         rc = cf_cli_cmd_events(&g, sub_argc, sub_argv);
     else if (strcmp(name, "doctor") == 0)
         rc = cf_cli_cmd_doctor(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "mcp") == 0)
+        rc = cf_cli_cmd_mcp(&g, sub_argc, sub_argv);
     else if (strcmp(name, "help") == 0) {
         cf_cli_print_usage(stdout);
         rc = CF_EXIT_OK;

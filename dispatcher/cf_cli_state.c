@@ -142,14 +142,12 @@ typedef struct state_conn {
     size_t max_state, max_meta; /* the checkpoint store's caps */
 } state_conn;
 
-/* No I/O: the first command connects. */
-static int state_open(const cf_cli_globals *g, state_conn *c, cf_error *err)
+cf_redis *cf_cli_redis_open(const cf_cli_globals *g, cf_error *err)
 {
-    memset(c, 0, sizeof(*c));
     char host[4096];
     int port = 0;
     if (cf_cli_parse_redis_addr(g->redis, host, sizeof(host), &port, err) < 0)
-        return -1;
+        return NULL;
     cf_redis_config rc;
     cf_redis_config_init(&rc);
     rc.host = host;
@@ -157,18 +155,30 @@ static int state_open(const cf_cli_globals *g, state_conn *c, cf_error *err)
         rc.port = port;
     rc.user = g->redis_user;
     rc.password = g->redis_password;
-    c->r = cf_redis_new(&rc, false, err);
-    if (!c->r)
-        return -1;
+    return cf_redis_new(&rc, false, err);
+}
+
+cf_workspace_store *cf_cli_workspace_store_new(const cf_cli_globals *g, cf_redis *r, cf_error *err)
+{
     cf_workspace_config wc;
     cf_workspace_config_init(&wc);
     wc.key_prefix = g->redis_prefix;
+    return cf_workspace_store_new(r, &wc, err);
+}
+
+/* No I/O: the first command connects. */
+static int state_open(const cf_cli_globals *g, state_conn *c, cf_error *err)
+{
+    memset(c, 0, sizeof(*c));
+    c->r = cf_cli_redis_open(g, err);
+    if (!c->r)
+        return -1;
     cf_checkpoint_config cc;
     cf_checkpoint_config_init(&cc);
     cc.key_prefix = g->redis_prefix;
     c->max_state = cc.max_state_bytes;
     c->max_meta = cc.max_meta_bytes;
-    c->ws = cf_workspace_store_new(c->r, &wc, err);
+    c->ws = cf_cli_workspace_store_new(g, c->r, err);
     c->cs = c->ws ? cf_checkpoint_store_new(c->r, &cc, err) : NULL;
     if (!c->cs) {
         cf_workspace_store_destroy(c->ws);

@@ -1,0 +1,1014 @@
+/* codefleet mcp: the fleet as tools for any agent that speaks the Model
+ * Context Protocol (JSON-RPC 2.0 over stdio: one message per line on
+ * stdin, one per line on stdout; logs go to stderr).
+ *
+ * Tools: execute_code (submit a request and wait for its result, or only
+ * submit), get_result, cancel, and the workspace tools list_files,
+ * read_file, write_file.  Tool results carry the execution result in
+ * structuredContent (the JSON form of SPEC.md section 7) and a readable
+ * summary in content; an execution that could not happen (rejected, no
+ * answer, bad arguments) is a tool result with isError, never a protocol
+ * error, so the model sees why.  execute_code's arguments are turned into
+ * a request in the JSON form and checked by the schema's own decoder: the
+ * server speaks only what SPEC.md says, and its input schema's enums are
+ * generated from the schema's name tables.
+ *
+ * While a tools/call runs, the server still answers ping and honours
+ * notifications/cancelled: the MCP cancel of an execute_code becomes a
+ * fleet cancel (SPEC.md section 12) of its execution.  With a
+ * progressToken, the program's output arrives as notifications/progress
+ * while it runs (output chunks, SPEC.md section 13).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cf_chunk.h"
+#include "cf_cli.h"
+#include "cf_dispatcher.h"
+#include "cf_log.h"
+#include "cf_redis.h"
+#include "cf_schema_int.h"
+#include "cf_schema_json.h"
+#include "cf_util.h"
+#include "cf_workspace.h"
+
+#define MCP_LINE_MAX (32u * 1024 * 1024) /* bytes of one incoming message */
+#define MCP_QUEUE_MAX 1024               /* messages read ahead while a tool runs */
+#define MCP_TEXT_MAX (32 * 1024)         /* bytes of stdout/stderr in the text summary */
+#define MCP_WAIT_SLICE_US 100000
+#define MCP_DEFAULT_WAIT_MS 120000
+#define MCP_MAX_WAIT_MS (3600 * 1000)
+#define LOG_SUB "mcp"
+
+/* Newest first; the client's version is echoed when it is one of these. */
+static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+
+enum { RPC_PARSE = -32700, RPC_INVALID = -32600, RPC_NO_METHOD = -32601, RPC_BAD_PARAMS = -32602 };
+
+typedef struct queued {
+    struct queued *next;
+    json_t *msg;   /* NULL: a line that was not JSON (or too long) */
+    char why[160]; /* ... and why */
+} queued;
+
+typedef struct mcp {
+    const cf_cli_globals *g;
+    cf_dispatcher *d;
+    bool streaming; /* d reads output chunks: progress is possible */
+    cf_redis *redis;
+    cf_workspace_store *ws;
+    pthread_mutex_t out_mu; /* one message at a time on stdout */
+    /* Lines read by the reader thread. */
+    pthread_t reader;
+    bool reader_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    queued *head, *tail;
+    size_t queued_n;
+    bool eof;
+    /* The execute_code waiting now (guarded by mu): its chunks become
+     * progress notifications. */
+    char exec_id[CF_ID_MAX + 1];
+    json_t *progress_token;
+    int64_t progress;
+} mcp;
+
+/* ---------------------------------------------------------------- output */
+
+static void send_msg(mcp *m, json_t *msg)
+{
+    char *s = json_dumps(msg, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(msg);
+    if (!s) {
+        cf_log_error(LOG_SUB, "out of memory encoding a message");
+        return;
+    }
+    pthread_mutex_lock(&m->out_mu);
+    fputs(s, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    pthread_mutex_unlock(&m->out_mu);
+    free(s);
+}
+
+static void send_result(mcp *m, json_t *id, json_t *result)
+{
+    send_msg(m, json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+}
+
+static void send_error(mcp *m, json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void send_error(mcp *m, json_t *id, int code, const char *fmt, ...)
+{
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    send_msg(m, json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", "code",
+                          code, "message", text));
+}
+
+/* A tool result: text for the model, structured data for programs. */
+static json_t *tool_result(const char *text, json_t *structured, bool is_error)
+{
+    json_t *r = json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text, "isError", is_error);
+    if (r && structured)
+        json_object_set_new(r, "structuredContent", structured);
+    else
+        json_decref(structured);
+    return r;
+}
+
+static json_t *tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static json_t *tool_error(const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    return tool_result(text, json_pack("{s:s}", "error", text), true);
+}
+
+/* ---------------------------------------------------------------- input */
+
+static void enqueue(mcp *m, json_t *msg, const char *why)
+{
+    queued *q = calloc(1, sizeof(*q));
+    if (!q) {
+        json_decref(msg);
+        return;
+    }
+    q->msg = msg;
+    if (why)
+        snprintf(q->why, sizeof(q->why), "%s", why);
+    pthread_mutex_lock(&m->mu);
+    while (m->queued_n >= MCP_QUEUE_MAX && !m->eof) /* the main thread is behind: wait for it */
+        pthread_cond_wait(&m->cv, &m->mu);
+    if (m->tail)
+        m->tail->next = q;
+    else
+        m->head = q;
+    m->tail = q;
+    m->queued_n++;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Reads stdin line by line (bounded), parses each line and queues it. */
+static void *reader_main(void *arg)
+{
+    mcp *m = arg;
+    cf_buf line;
+    cf_buf_init(&line, 0);
+    bool too_long = false;
+    char chunk[65536];
+    for (;;) {
+        if (!fgets(chunk, sizeof(chunk), stdin))
+            break;
+        size_t n = strlen(chunk);
+        bool end = n > 0 && chunk[n - 1] == '\n';
+        if (end)
+            n--;
+        if (!too_long && line.len + n <= MCP_LINE_MAX) {
+            if (cf_buf_append(&line, chunk, n, NULL) < 0)
+                too_long = true;
+        } else {
+            too_long = true;
+        }
+        if (!end)
+            continue;
+        if (too_long) {
+            enqueue(m, NULL, "message too long (at most 32 MiB per line)");
+        } else if (line.len > 0 && !(line.len == 1 && line.data[0] == '\r')) {
+            json_error_t jerr;
+            json_t *msg = json_loadb((const char *)line.data, line.len, JSON_REJECT_DUPLICATES, &jerr);
+            char why[160];
+            snprintf(why, sizeof(why), "not JSON: %.100s (column %d)", jerr.text, jerr.column);
+            enqueue(m, msg, msg ? NULL : why);
+        }
+        line.len = 0;
+        too_long = false;
+    }
+    cf_buf_free(&line);
+    pthread_mutex_lock(&m->mu);
+    m->eof = true;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+/* The next message, waiting up to timeout_us (-1: forever).  NULL with
+ * *eof at the end of input or on a stop signal. */
+static queued *next_message(mcp *m, int64_t timeout_us, bool *eof)
+{
+    int64_t until = timeout_us < 0 ? INT64_MAX : cf_mono_us() + timeout_us;
+    pthread_mutex_lock(&m->mu);
+    while (!m->head && !m->eof && !cf_cli_stop && cf_mono_us() < until) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+    }
+    queued *q = m->head;
+    if (q) {
+        m->head = q->next;
+        if (!m->head)
+            m->tail = NULL;
+        m->queued_n--;
+        pthread_cond_broadcast(&m->cv);
+    }
+    *eof = !q && (m->eof || cf_cli_stop);
+    pthread_mutex_unlock(&m->mu);
+    return q;
+}
+
+/* ---------------------------------------------------------------- tools */
+
+static json_t *enum_of(const char *(*name)(int), int first, int count)
+{
+    json_t *a = json_array();
+    for (int i = first; a && i < count; i++)
+        json_array_append_new(a, json_string(name(i)));
+    return a;
+}
+
+static const char *language_at(int i)
+{
+    return cf_language_name((cf_language)i);
+}
+
+static const char *network_at(int i)
+{
+    return cf_network_name((cf_network_policy)i);
+}
+
+static const char *fs_mode_at(int i)
+{
+    return cf_fs_mode_name((cf_fs_mode)i);
+}
+
+static json_t *prop(const char *type, const char *description)
+{
+    return json_pack("{s:s, s:s}", "type", type, "description", description);
+}
+
+static json_t *bytes_prop(const char *description)
+{
+    /* SPEC.md section 7: bytes are a string, or {"base64": ...} for any bytes. */
+    return json_pack("{s:[{s:s}, {s:s, s:{s:{s:s}}, s:[s], s:b}], s:s}", "anyOf", "type", "string", "type", "object",
+                     "properties", "base64", "type", "string", "required", "base64", "additionalProperties", 0,
+                     "description", description);
+}
+
+static json_t *object_schema(json_t *props, const char *const *required, size_t n_required)
+{
+    json_t *req = json_array();
+    for (size_t i = 0; req && i < n_required; i++)
+        json_array_append_new(req, json_string(required[i]));
+    return json_pack("{s:s, s:o, s:o, s:b}", "type", "object", "properties", props, "required", req,
+                     "additionalProperties", 0);
+}
+
+static json_t *execute_schema(void)
+{
+    json_t *p = json_object();
+    json_t *lang = prop("string", "Language of `code` (or \"command\": run `argv` directly).");
+    json_object_set_new(lang, "enum", enum_of(language_at, CF_LANG_NONE + 1, CF_LANG__COUNT));
+    json_object_set_new(p, "language", lang);
+    json_object_set_new(p, "code", prop("string", "Source code (one file). Required except for command and wasm."));
+    json_t *argv = prop("array", "command: the program and its arguments; otherwise extra arguments.");
+    json_object_set_new(argv, "items", json_pack("{s:s}", "type", "string"));
+    json_object_set_new(p, "argv", argv);
+    json_object_set_new(p, "stdin", bytes_prop("Bytes fed to standard input."));
+    json_object_set_new(p, "input",
+                        json_pack("{s:s}", "description",
+                                  "Structured input (any JSON value) handed to the program; with "
+                                  "function=true the argument of run(input)."));
+    json_t *files = prop("object", "Files placed in the work directory: relative path -> content.");
+    json_object_set_new(files, "additionalProperties", bytes_prop("file content"));
+    json_object_set_new(p, "files", files);
+    json_t *env = prop("object", "Extra environment variables.");
+    json_object_set_new(env, "additionalProperties", json_pack("{s:s}", "type", "string"));
+    json_object_set_new(p, "env", env);
+    json_object_set_new(p, "function", prop("boolean", "The code defines run(input); its return value is the "
+                                                       "result's output (python, javascript, typescript, rust)."));
+    json_object_set_new(p, "backend", prop("string", "Backend to run on (default: the worker's for the language)."));
+    json_object_set_new(p, "timeout_ms", prop("integer", "Wall-clock limit of the program."));
+    json_object_set_new(p, "memory_mb", prop("integer", "Memory limit in MiB."));
+    json_object_set_new(p, "max_output_bytes", prop("integer", "Cap on stdout and on stderr each."));
+    json_t *net = prop("string", "Network access of the program.");
+    json_object_set_new(net, "enum", enum_of(network_at, CF_NET_UNSPECIFIED + 1, CF_NET_ENABLED + 1));
+    json_object_set_new(p, "network", net);
+    json_t *fs = prop("string", "What of the host or workspace the program sees.");
+    json_object_set_new(fs, "enum", enum_of(fs_mode_at, CF_FS_UNSPECIFIED + 1, CF_FS_PATHS + 1));
+    json_object_set_new(p, "filesystem", fs);
+    json_object_set_new(p, "workspace", prop("string", "Run against this workspace's files (see list_files)."));
+    json_object_set_new(p, "thread", prop("string", "Thread id: groups the checkpoints of one conversation."));
+    json_object_set_new(p, "wait", prop("boolean", "Wait for the result (default true). false: return the "
+                                                   "request id at once; then get_result or cancel."));
+    json_object_set_new(p, "wait_timeout_ms", prop("integer", "How long to wait for the result (default 120000)."));
+    static const char *const req[] = {"language"};
+    return object_schema(p, req, 1);
+}
+
+typedef struct tool_def {
+    const char *name;
+    const char *title;
+    const char *description;
+} tool_def;
+
+static const tool_def tool_defs[] = {
+    {"execute_code", "Execute code",
+     "Run code in the codefleet fleet (sandboxed, with limits) and return its status, exit code, stdout, stderr "
+     "and structured output. A program that fails is a result, not an error: read `status`."},
+    {"get_result", "Get a result", "The result of an execution submitted with wait=false, waiting up to "
+                                   "wait_timeout_ms for it."},
+    {"cancel", "Cancel an execution",
+     "Stop an execution by request id: a running program is killed, a waiting one never starts; it is answered "
+     "`cancelled`. A finished one is not changed."},
+    {"list_files", "List workspace files", "Paths and sizes of a workspace's files at its current revision."},
+    {"read_file", "Read a workspace file", "One file of a workspace (text, or {\"base64\": ...} for other bytes)."},
+    {"write_file", "Write a workspace file",
+     "Write one file into a workspace (created if missing) as a new revision; executions with that workspace "
+     "see it."},
+};
+
+static json_t *tool_schema(const char *name)
+{
+    if (strcmp(name, "execute_code") == 0)
+        return execute_schema();
+    json_t *p = json_object();
+    if (strcmp(name, "get_result") == 0 || strcmp(name, "cancel") == 0) {
+        json_object_set_new(p, "id", prop("string", "The request id execute_code returned."));
+        if (strcmp(name, "cancel") == 0)
+            json_object_set_new(p, "reason", prop("string", "Why (goes into the result's reason)."));
+        else
+            json_object_set_new(p, "wait_timeout_ms", prop("integer", "How long to wait (default 120000)."));
+        static const char *const req[] = {"id"};
+        return object_schema(p, req, 1);
+    }
+    json_object_set_new(p, "workspace", prop("string", "Workspace id."));
+    if (strcmp(name, "list_files") == 0) {
+        static const char *const req[] = {"workspace"};
+        return object_schema(p, req, 1);
+    }
+    json_object_set_new(p, "path", prop("string", "Relative path inside the workspace."));
+    if (strcmp(name, "read_file") == 0) {
+        static const char *const req[] = {"workspace", "path"};
+        return object_schema(p, req, 2);
+    }
+    json_object_set_new(p, "content", bytes_prop("The file's bytes."));
+    json_object_set_new(p, "expected_revision",
+                        prop("integer", "Write only if the workspace is at this revision (optimistic concurrency)."));
+    static const char *const req[] = {"workspace", "path", "content"};
+    return object_schema(p, req, 3);
+}
+
+static json_t *tools_list(void)
+{
+    json_t *tools = json_array();
+    for (size_t i = 0; tools && i < sizeof(tool_defs) / sizeof(tool_defs[0]); i++)
+        json_array_append_new(tools, json_pack("{s:s, s:s, s:s, s:o}", "name", tool_defs[i].name, "title",
+                                               tool_defs[i].title, "description", tool_defs[i].description,
+                                               "inputSchema", tool_schema(tool_defs[i].name)));
+    return json_pack("{s:o}", "tools", tools);
+}
+
+/* Arguments are checked against the tool's own schema's property names:
+ * a misspelt one is said, not ignored. */
+static bool unknown_argument(const char *tool, const json_t *args, char *bad, size_t size)
+{
+    json_t *schema = tool_schema(tool);
+    json_t *props = json_object_get(schema, "properties");
+    const char *k;
+    json_t *v;
+    bool unknown = false;
+    json_object_foreach((json_t *)args, k, v)
+    {
+        if (!json_object_get(props, k)) {
+            snprintf(bad, size, "%s", k);
+            unknown = true;
+            break;
+        }
+    }
+    json_decref(schema);
+    return unknown;
+}
+
+static int64_t int_arg(const json_t *args, const char *k, int64_t dflt, int64_t lo, int64_t hi, bool *ok)
+{
+    json_t *v = json_object_get(args, k);
+    if (!v)
+        return dflt;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+        *ok = false;
+        return dflt;
+    }
+    return (int64_t)json_integer_value(v);
+}
+
+static const char *str_arg(const json_t *args, const char *k)
+{
+    return json_string_value(json_object_get(args, k));
+}
+
+/* The SPEC.md JSON form of the request execute_code's arguments describe. */
+static json_t *request_json(const json_t *args, const char *id, bool stream, char *why, size_t wsize)
+{
+    json_t *r = json_pack("{s:i, s:s}", "v", 1, "id", id);
+    static const char *const same[] = {"language", "code", "argv", "stdin", "input", "files",
+                                       "env",      "backend", "workspace", "thread"};
+    for (size_t i = 0; r && i < sizeof(same) / sizeof(same[0]); i++) {
+        json_t *v = json_object_get(args, same[i]);
+        if (v)
+            json_object_set(r, same[i], v);
+    }
+    if (json_is_true(json_object_get(args, "function")))
+        json_object_set_new(r, "harness", json_string("function"));
+    if (stream)
+        json_object_set_new(r, "stream", json_true());
+    bool ok = true;
+    int64_t timeout_ms = int_arg(args, "timeout_ms", 0, 1, 24LL * 3600 * 1000, &ok);
+    int64_t memory_mb = int_arg(args, "memory_mb", 0, 1, 1024 * 1024, &ok);
+    int64_t max_out = int_arg(args, "max_output_bytes", 0, 1, INT64_C(1) << 32, &ok);
+    if (!ok) {
+        snprintf(why, wsize, "timeout_ms, memory_mb and max_output_bytes are positive integers");
+        json_decref(r);
+        return NULL;
+    }
+    json_t *pol = json_object();
+    if (timeout_ms)
+        json_object_set_new(pol, "timeout_us", json_integer(timeout_ms * 1000));
+    if (memory_mb)
+        json_object_set_new(pol, "memory_bytes", json_integer(memory_mb * 1024 * 1024));
+    if (max_out) {
+        json_object_set_new(pol, "max_stdout_bytes", json_integer(max_out));
+        json_object_set_new(pol, "max_stderr_bytes", json_integer(max_out));
+    }
+    if (json_object_get(args, "network"))
+        json_object_set(pol, "network", json_object_get(args, "network"));
+    if (json_object_get(args, "filesystem"))
+        json_object_set_new(pol, "filesystem", json_pack("{s:O}", "mode", json_object_get(args, "filesystem")));
+    if (json_object_size(pol))
+        json_object_set_new(r, "policy", pol);
+    else
+        json_decref(pol);
+    return r;
+}
+
+/* Appends one stream of the result to the text summary. */
+static void text_stream(FILE *f, const char *name, const cf_bytes *b, bool truncated)
+{
+    if (b->len == 0 && !truncated)
+        return;
+    fprintf(f, "--- %s ---\n", name);
+    size_t n = b->len < MCP_TEXT_MAX ? b->len : MCP_TEXT_MAX;
+    if (n && cf_utf8_valid(b->data, n) && !memchr(b->data, 0, n)) {
+        fwrite(b->data, 1, n, f);
+        if (b->data[n - 1] != '\n')
+            fputc('\n', f);
+        if (n < b->len)
+            fprintf(f, "[%zu more bytes in structuredContent]\n", b->len - n);
+    } else if (b->len) {
+        fprintf(f, "[%zu bytes, not UTF-8 text: see structuredContent (base64)]\n", b->len);
+    }
+    if (truncated)
+        fputs("[truncated at the cap]\n", f);
+}
+
+static json_t *result_tool_result(const cf_result *res)
+{
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    if (f) {
+        cf_result summary = *res;
+        summary.stdout_data = (cf_bytes){0};
+        summary.stderr_data = (cf_bytes){0};
+        cf_cli_print_result(f, &summary);
+        text_stream(f, "stdout", &res->stdout_data, res->stdout_truncated);
+        text_stream(f, "stderr", &res->stderr_data, res->stderr_truncated);
+        fclose(f);
+    }
+    /* Text from the program: control characters other than newlines and
+     * tabs are not passed on. */
+    for (size_t i = 0; text && i < tlen; i++)
+        if ((unsigned char)text[i] < 0x20 && text[i] != '\n' && text[i] != '\t')
+            text[i] = '?';
+    json_t *structured = cf_result_to_json(res);
+    bool is_error = res->status == CF_STATUS_REJECTED || res->status == CF_STATUS_INTERNAL_ERROR;
+    json_t *r = tool_result(text && cf_utf8_valid((const uint8_t *)text, tlen) ? text : "(see structuredContent)",
+                            structured, is_error);
+    free(text);
+    return r;
+}
+
+/* Output chunks of the execution being waited for, as progress. */
+static void on_chunk(void *ctx, const cf_chunk *c)
+{
+    mcp *m = ctx;
+    pthread_mutex_lock(&m->mu);
+    if (!m->progress_token || strcmp(c->id, m->exec_id) != 0) {
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
+    json_t *token = json_incref(m->progress_token);
+    int64_t progress = ++m->progress;
+    pthread_mutex_unlock(&m->mu);
+    char note[64];
+    const char *text = note;
+    char *copy = NULL;
+    if (cf_utf8_valid(c->data.data, c->data.len) && !memchr(c->data.data, 0, c->data.len)) {
+        copy = cf_strndup((const char *)c->data.data, c->data.len);
+        text = copy ? copy : "";
+    } else {
+        snprintf(note, sizeof(note), "[%zu bytes of %s, not UTF-8]", c->data.len, cf_chunk_stream_name(c->stream));
+    }
+    send_msg(m, json_pack("{s:s, s:s, s:{s:o, s:I, s:s}}", "jsonrpc", "2.0", "method", "notifications/progress",
+                          "params", "progressToken", token, "progress", (json_int_t)progress, "message", text));
+    free(copy);
+}
+
+static void watch_execution(mcp *m, const char *id, json_t *token)
+{
+    pthread_mutex_lock(&m->mu);
+    snprintf(m->exec_id, sizeof(m->exec_id), "%s", id ? id : "");
+    json_decref(m->progress_token);
+    m->progress_token = token ? json_incref(token) : NULL;
+    m->progress = 0;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* While a tool waits: answers pings, and reports a notifications/cancelled
+ * for call_id (taking it off the queue); everything else stays queued. */
+static bool serve_while_waiting(mcp *m, const json_t *call_id)
+{
+    bool cancelled = false;
+    pthread_mutex_lock(&m->mu);
+    queued **pp = &m->head, *prev = NULL;
+    while (*pp) {
+        queued *q = *pp;
+        const char *method = json_string_value(json_object_get(q->msg, "method"));
+        json_t *params = json_object_get(q->msg, "params");
+        bool take = false;
+        if (method && strcmp(method, "notifications/cancelled") == 0 &&
+            json_equal(json_object_get(params, "requestId"), (json_t *)call_id)) {
+            cancelled = take = true;
+        } else if (method && strcmp(method, "ping") == 0 && json_object_get(q->msg, "id")) {
+            send_result(m, json_object_get(q->msg, "id"), json_object());
+            take = true;
+        }
+        if (!take) {
+            prev = q;
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        if (m->tail == q)
+            m->tail = prev;
+        m->queued_n--;
+        json_decref(q->msg);
+        free(q);
+    }
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    return cancelled;
+}
+
+/* Waits for id's result in slices, serving pings and watching for the
+ * client's cancel.  Returns 0 (result), 1 (the client cancelled: no
+ * answer is due), -1 (err: timeout or transport). */
+static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t since_us, int64_t timeout_us,
+                       bool cancel_on_abort, cf_result *out, cf_error *err)
+{
+    int64_t until = cf_mono_us() + timeout_us;
+    for (;;) {
+        if (serve_while_waiting(m, call_id) || cf_cli_stop) {
+            if (cancel_on_abort) {
+                cf_error cerr = {0};
+                if (cf_dispatcher_cancel(m->d, id, "cancelled by the MCP client", 10 * 1000000LL, &cerr) < 0)
+                    cf_log_warn(LOG_SUB, "request %s: the fleet cancel failed: %s", id, cerr.msg);
+                else
+                    cf_log_info(LOG_SUB, "request %s: cancelled by the client", id);
+            }
+            return 1;
+        }
+        int64_t left = until - cf_mono_us();
+        if (left <= 0)
+            return cf_error_set(err, CF_E_TIMEOUT, "no result for %s within %" PRId64 " ms", id, timeout_us / 1000);
+        int64_t slice = left < MCP_WAIT_SLICE_US ? left : MCP_WAIT_SLICE_US;
+        cf_error_clear(err);
+        int rc = since_us ? cf_dispatcher_wait_since(m->d, id, since_us, slice, out, err)
+                          : cf_dispatcher_wait(m->d, id, slice, out, err);
+        if (rc == 0)
+            return 0;
+        if (err->code != CF_E_TIMEOUT)
+            return -1;
+    }
+}
+
+static json_t *tool_execute(mcp *m, const json_t *call_id, const json_t *args, json_t *progress_token,
+                            bool *no_answer)
+{
+    char id[CF_ID_MAX + 1], why[256] = "";
+    cf_error err = {0};
+    if (cf_dispatcher_new_id(id, sizeof(id), &err) < 0)
+        return tool_error("cannot make a request id: %s", err.msg);
+    bool ok = true;
+    json_t *wait_j = json_object_get(args, "wait");
+    if (wait_j && !json_is_boolean(wait_j))
+        return tool_error("wait: expected true or false");
+    bool wait = !wait_j || json_is_true(wait_j);
+    int64_t wait_ms = int_arg(args, "wait_timeout_ms", MCP_DEFAULT_WAIT_MS, 1, MCP_MAX_WAIT_MS, &ok);
+    if (!ok)
+        return tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
+    bool stream = wait && progress_token && m->streaming;
+    json_t *rj = request_json(args, id, stream, why, sizeof(why));
+    if (!rj)
+        return tool_error("%s", why);
+    cf_request req = {0};
+    int rc = cf_request_from_json(rj, &req, &err);
+    json_decref(rj);
+    if (rc < 0)
+        return tool_error("invalid request: %s", err.msg);
+    if (stream)
+        watch_execution(m, id, progress_token);
+    if (cf_dispatcher_submit(m->d, &req, &err) < 0 || (!wait && cf_dispatcher_flush(m->d, 10 * 1000000LL, &err) < 0)) {
+        watch_execution(m, NULL, NULL);
+        cf_request_clear(&req);
+        return tool_error("could not submit: %s", err.msg);
+    }
+    cf_request_clear(&req);
+    if (!wait) {
+        char text[300];
+        snprintf(text, sizeof(text), "submitted as request %s: use get_result or cancel with this id", id);
+        return tool_result(text, json_pack("{s:s, s:s}", "id", id, "status", "submitted"), false);
+    }
+    cf_result res = {0};
+    rc = wait_result(m, call_id, id, 0, wait_ms * 1000, true, &res, &err);
+    watch_execution(m, NULL, NULL);
+    if (rc == 1) {
+        *no_answer = true;
+        return NULL;
+    }
+    if (rc < 0)
+        return tool_error("request %s: %s (it may still run: get_result with this id, or cancel it)", id, err.msg);
+    json_t *out = result_tool_result(&res);
+    cf_result_clear(&res);
+    return out;
+}
+
+static json_t *tool_get_result(mcp *m, const json_t *call_id, const json_t *args, bool *no_answer)
+{
+    const char *id = str_arg(args, "id");
+    if (!id || !cf_id_valid(id, strlen(id)))
+        return tool_error("id: a request id (1..%d printable characters without spaces)", CF_ID_MAX);
+    bool ok = true;
+    int64_t wait_ms = int_arg(args, "wait_timeout_ms", MCP_DEFAULT_WAIT_MS, 1, MCP_MAX_WAIT_MS, &ok);
+    if (!ok)
+        return tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
+    cf_result res = {0};
+    cf_error err = {0};
+    /* Its result may have come before this call, while nobody waited. */
+    int rc = wait_result(m, call_id, id, cf_now_us() - 3600 * 1000000LL, wait_ms * 1000, false, &res, &err);
+    if (rc == 1) {
+        *no_answer = true;
+        return NULL;
+    }
+    if (rc < 0)
+        return tool_error("request %s: %s", id, err.msg);
+    json_t *out = result_tool_result(&res);
+    cf_result_clear(&res);
+    return out;
+}
+
+static json_t *tool_cancel(mcp *m, const json_t *args)
+{
+    const char *id = str_arg(args, "id"), *reason = str_arg(args, "reason");
+    if (!id || !cf_id_valid(id, strlen(id)))
+        return tool_error("id: a request id (1..%d printable characters without spaces)", CF_ID_MAX);
+    if (json_object_get(args, "reason") && !reason)
+        return tool_error("reason: expected a string");
+    cf_error err = {0};
+    if (cf_dispatcher_cancel(m->d, id, reason, 10 * 1000000LL, &err) < 0)
+        return tool_error("cancel of %s: %s", id, err.msg);
+    char text[300];
+    snprintf(text, sizeof(text), "cancel of %s sent: if it runs or waits it is answered `cancelled` (get_result "
+                                 "shows it); if it finished, nothing changes", id);
+    return tool_result(text, json_pack("{s:s, s:s}", "id", id, "cancel", "sent"), false);
+}
+
+/* The workspace store, connected on first use. */
+static cf_workspace_store *workspace_store(mcp *m, cf_error *err)
+{
+    if (m->ws)
+        return m->ws;
+    if (!m->g->redis || !m->g->redis[0]) {
+        cf_error_set(err, CF_E_INVALID, "no Redis configured (--redis / CODEFLEET_REDIS): workspaces unavailable");
+        return NULL;
+    }
+    if (!m->redis)
+        m->redis = cf_cli_redis_open(m->g, err);
+    if (m->redis)
+        m->ws = cf_cli_workspace_store_new(m->g, m->redis, err);
+    return m->ws;
+}
+
+static json_t *bytes_json_value(const uint8_t *d, size_t n)
+{
+    if (cf_utf8_valid(d, n) && !memchr(d, 0, n))
+        return json_stringn((const char *)d, n);
+    char *b = cf_base64_encode(d, n, NULL);
+    json_t *o = json_pack("{s:s}", "base64", b ? b : "");
+    free(b);
+    return o;
+}
+
+static json_t *tool_workspace(mcp *m, const char *tool, const json_t *args)
+{
+    const char *ws_id = str_arg(args, "workspace"), *path = str_arg(args, "path");
+    if (!ws_id || !ws_id[0])
+        return tool_error("workspace: a workspace id");
+    cf_error err = {0};
+    cf_workspace_store *ws = workspace_store(m, &err);
+    if (!ws)
+        return tool_error("%s", err.msg);
+    if (strcmp(tool, "list_files") == 0) {
+        cf_ws_listing l = {0};
+        if (cf_workspace_list(ws, ws_id, &l, &err) < 0)
+            return tool_error("workspace %s: %s", ws_id, err.msg);
+        json_t *files = json_array();
+        char *text = NULL;
+        size_t tlen = 0;
+        FILE *f = open_memstream(&text, &tlen);
+        if (f)
+            fprintf(f, "workspace %s, revision %" PRId64 ", %zu file(s)\n", ws_id, l.rev, l.n);
+        for (size_t i = 0; i < l.n; i++) {
+            json_array_append_new(files, json_pack("{s:s, s:I}", "path", l.entries[i].path, "size",
+                                                   (json_int_t)l.entries[i].size));
+            if (f)
+                fprintf(f, "%10zu  %s\n", l.entries[i].size, l.entries[i].path);
+        }
+        if (f)
+            fclose(f);
+        json_t *r = tool_result(text ? text : "", json_pack("{s:s, s:I, s:o}", "workspace", ws_id, "revision",
+                                                            (json_int_t)l.rev, "files", files),
+                                false);
+        free(text);
+        cf_ws_listing_clear(&l);
+        return r;
+    }
+    if (!path || cf_workspace_path_check(ws, path, &err) < 0)
+        return tool_error("path: %s", path ? err.msg : "a relative path inside the workspace");
+    if (strcmp(tool, "read_file") == 0) {
+        uint8_t *data = NULL;
+        size_t len = 0;
+        int64_t rev = 0;
+        if (cf_workspace_get(ws, ws_id, path, &data, &len, &rev, &err) < 0)
+            return tool_error("workspace %s, %s: %s", ws_id, path, err.msg);
+        json_t *content = bytes_json_value(data, len);
+        bool text = json_is_string(content);
+        json_t *r = tool_result(text ? json_string_value(content) : "(binary: see structuredContent, base64)",
+                                json_pack("{s:s, s:s, s:I, s:I, s:o}", "workspace", ws_id, "path", path, "revision",
+                                          (json_int_t)rev, "size", (json_int_t)len, "content", content),
+                                false);
+        free(data);
+        return r;
+    }
+    /* write_file: the content in the JSON form's bytes rule. */
+    json_t *content = json_object_get(args, "content");
+    cf_bytes data = {0};
+    if (json_is_string(content)) {
+        if (cf_bytes_set(&data, json_string_value(content), json_string_length(content)) < 0)
+            return tool_error("out of memory");
+    } else if (json_is_object(content) && json_is_string(json_object_get(content, "base64")) &&
+               json_object_size(content) == 1) {
+        const char *b64 = json_string_value(json_object_get(content, "base64"));
+        if (cf_base64_decode(b64, strlen(b64), 64u * 1024 * 1024, &data, &err) < 0)
+            return tool_error("content: %s", err.msg);
+    } else {
+        return tool_error("content: a string, or {\"base64\": \"...\"}");
+    }
+    bool ok = true;
+    int64_t expect = int_arg(args, "expected_revision", CF_WS_ANY_REV, 0, INT64_MAX, &ok);
+    if (!ok) {
+        free(data.data);
+        return tool_error("expected_revision: a non-negative integer");
+    }
+    int64_t rev = 0;
+    int rc = cf_workspace_put(ws, ws_id, expect, path, data.data, data.len, &rev, &err);
+    if (rc < 0 && err.code == CF_E_NOT_FOUND && expect == CF_WS_ANY_REV) {
+        cf_error cerr = {0};
+        if (cf_workspace_create(ws, ws_id, NULL, NULL, &cerr) == 0 || cerr.code == CF_E_CONFLICT) {
+            cf_error_clear(&err);
+            rc = cf_workspace_put(ws, ws_id, expect, path, data.data, data.len, &rev, &err);
+        }
+    }
+    free(data.data);
+    if (rc < 0)
+        return tool_error("workspace %s, %s: %s%s", ws_id, path, err.msg,
+                          err.code == CF_E_CONFLICT ? " (read it again and retry with its revision)" : "");
+    char text[400];
+    snprintf(text, sizeof(text), "wrote %s into workspace %s: revision %" PRId64, path, ws_id, rev);
+    return tool_result(text, json_pack("{s:s, s:s, s:I}", "workspace", ws_id, "path", path, "revision", (json_int_t)rev),
+                       false);
+}
+
+static void handle_tools_call(mcp *m, json_t *id, json_t *params)
+{
+    const char *name = json_string_value(json_object_get(params, "name"));
+    json_t *args = json_object_get(params, "arguments");
+    if (!name) {
+        send_error(m, id, RPC_BAD_PARAMS, "tools/call: params.name is required");
+        return;
+    }
+    bool known = false;
+    for (size_t i = 0; i < sizeof(tool_defs) / sizeof(tool_defs[0]); i++)
+        known = known || strcmp(tool_defs[i].name, name) == 0;
+    if (!known) {
+        send_error(m, id, RPC_BAD_PARAMS, "unknown tool '%.80s' (tools/list names them)", name);
+        return;
+    }
+    json_t *empty = NULL;
+    if (!args)
+        args = empty = json_object();
+    json_t *r = NULL;
+    bool no_answer = false;
+    char bad[128];
+    if (!json_is_object(args))
+        r = tool_error("arguments: expected an object");
+    else if (unknown_argument(name, args, bad, sizeof(bad)))
+        r = tool_error("unknown argument '%.80s' for %s (see its inputSchema)", bad, name);
+    else if (strcmp(name, "execute_code") == 0)
+        r = tool_execute(m, id, args, json_object_get(json_object_get(params, "_meta"), "progressToken"), &no_answer);
+    else if (strcmp(name, "get_result") == 0)
+        r = tool_get_result(m, id, args, &no_answer);
+    else if (strcmp(name, "cancel") == 0)
+        r = tool_cancel(m, args);
+    else
+        r = tool_workspace(m, name, args);
+    json_decref(empty);
+    if (no_answer) /* the client cancelled the call: no response is due */
+        return;
+    if (r)
+        send_result(m, id, r);
+    else
+        send_error(m, id, -32603, "out of memory");
+}
+
+static void handle(mcp *m, json_t *msg)
+{
+    if (!json_is_object(msg)) {
+        send_error(m, NULL, RPC_INVALID, "expected one JSON-RPC 2.0 message (an object) per line");
+        return;
+    }
+    json_t *id = json_object_get(msg, "id");
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    json_t *params = json_object_get(msg, "params");
+    bool id_ok = !id || json_is_string(id) || json_is_integer(id);
+    if (!method) {
+        /* A response (to a request we never make) or garbage. */
+        if (!json_object_get(msg, "result") && !json_object_get(msg, "error"))
+            send_error(m, id_ok ? id : NULL, RPC_INVALID, "not a JSON-RPC 2.0 request: no method");
+        return;
+    }
+    if (!json_is_string(json_object_get(msg, "jsonrpc")) || strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") != 0 ||
+        !id_ok || (params && !json_is_object(params))) {
+        if (id)
+            send_error(m, id_ok ? id : NULL, RPC_INVALID, "invalid JSON-RPC 2.0 request");
+        return;
+    }
+    if (!id) /* notifications: initialized, cancelled (of a call already answered), ... */
+        return;
+    if (strcmp(method, "initialize") == 0) {
+        const char *want = json_string_value(json_object_get(params, "protocolVersion"));
+        const char *version = protocol_versions[0];
+        for (size_t i = 0; want && i < sizeof(protocol_versions) / sizeof(protocol_versions[0]); i++)
+            if (strcmp(want, protocol_versions[i]) == 0)
+                version = protocol_versions[i];
+        char instructions[600];
+        snprintf(instructions, sizeof(instructions),
+                 "codefleet runs code in an isolated worker fleet. execute_code runs a program and returns its "
+                 "status and output (request topic %s). A program that fails is a normal result: read status, "
+                 "exit_code, stderr. Long runs: execute_code with wait=false, then get_result or cancel.",
+                 m->g->request_topic ? m->g->request_topic : CF_DEFAULT_REQUEST_TOPIC);
+        send_result(m, id,
+                    json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", version, "capabilities",
+                              "tools", "listChanged", 0, "serverInfo", "name", "codefleet", "title", "codefleet",
+                              "version", CF_PROJECT_VERSION, "instructions", instructions));
+    } else if (strcmp(method, "ping") == 0) {
+        send_result(m, id, json_object());
+    } else if (strcmp(method, "tools/list") == 0) {
+        send_result(m, id, tools_list());
+    } else if (strcmp(method, "tools/call") == 0) {
+        handle_tools_call(m, id, params ? params : json_null());
+    } else {
+        send_error(m, id, RPC_NO_METHOD, "method '%.80s' not supported (this server offers tools)", method);
+    }
+}
+
+/* ---------------------------------------------------------------- command */
+
+static const char mcp_help[] =
+    "Usage: codefleet [GLOBAL OPTIONS] mcp\n"
+    "\n"
+    "A Model Context Protocol server on stdin/stdout (JSON-RPC 2.0, one message\n"
+    "per line; logs on stderr).  Tools: execute_code, get_result, cancel,\n"
+    "list_files, read_file, write_file (workspaces need --redis).  Requests go to\n"
+    "--request-topic, results are read from --result-topic (and output chunks\n"
+    "from <result topic>.output for progress notifications), with the\n"
+    "credentials of --config.  Example client configuration:\n"
+    "  {\"mcpServers\": {\"codefleet\": {\"command\": \"codefleet\",\n"
+    "    \"args\": [\"--config\", \"/path/to/client.conf\", \"mcp\"]}}}\n";
+
+int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
+{
+    if (argc > 1) {
+        bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+        fputs(mcp_help, help ? stdout : stderr);
+        return help ? CF_EXIT_OK : CF_EXIT_USAGE;
+    }
+    mcp m = {.g = g};
+    pthread_mutex_init(&m.out_mu, NULL);
+    pthread_mutex_init(&m.mu, NULL);
+    pthread_cond_init(&m.cv, NULL);
+    cf_dispatcher_config cfg = {
+        .brokers = g->brokers,
+        .request_topic = g->request_topic,
+        .result_topic = g->result_topic,
+        .client_id = "codefleet-mcp",
+        .kafka = &g->kafka,
+        .collect_results = true,
+        .on_chunk = on_chunk,
+        .on_chunk_ctx = &m,
+    };
+    cf_error err = {0};
+    m.streaming = true;
+    if (cf_dispatcher_new(&cfg, &m.d, &err) < 0) {
+        /* Without an output topic the tools work, without progress. */
+        cf_log_warn(LOG_SUB, "no output chunks (%s): execute_code sends no progress", err.msg);
+        cf_error_clear(&err);
+        cfg.on_chunk = NULL;
+        m.streaming = false;
+        if (cf_dispatcher_new(&cfg, &m.d, &err) < 0) {
+            fprintf(stderr, "codefleet mcp: %s\n", err.msg);
+            return cf_cli_exit_for_error(&err);
+        }
+    }
+    int rc = CF_EXIT_OK;
+    if (pthread_create(&m.reader, NULL, reader_main, &m) != 0) {
+        fprintf(stderr, "codefleet mcp: cannot start the input reader\n");
+        rc = CF_EXIT_TRANSPORT;
+    } else {
+        m.reader_started = true;
+        cf_log_info(LOG_SUB, "serving MCP on stdio (requests to %s)",
+                    g->request_topic ? g->request_topic : CF_DEFAULT_REQUEST_TOPIC);
+        for (;;) {
+            bool eof = false;
+            queued *q = next_message(&m, -1, &eof);
+            if (!q)
+                break;
+            if (!q->msg)
+                send_error(&m, NULL, RPC_PARSE, "%s", q->why);
+            else
+                handle(&m, q->msg);
+            json_decref(q->msg);
+            free(q);
+        }
+    }
+    /* stdin closed (the client is gone) or a signal: the reader may still
+     * block in fgets on a signal; the process ends right after. */
+    if (m.reader_started && m.eof)
+        pthread_join(m.reader, NULL);
+    else if (m.reader_started)
+        pthread_detach(m.reader);
+    cf_dispatcher_destroy(m.d);
+    cf_workspace_store_destroy(m.ws);
+    cf_redis_destroy(m.redis);
+    pthread_mutex_lock(&m.mu);
+    json_decref(m.progress_token);
+    m.progress_token = NULL;
+    for (queued *q = m.head; q;) {
+        queued *next = q->next;
+        json_decref(q->msg);
+        free(q);
+        q = next;
+    }
+    m.head = m.tail = NULL;
+    pthread_mutex_unlock(&m.mu);
+    return rc;
+}

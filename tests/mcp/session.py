@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""A scripted MCP client session against `codefleet mcp` and a real worker
+on the test stack: the JSON-RPC 2.0 messages written by hand, one per line,
+as the MCP stdio transport says (standard library only).
+
+Covers: initialize and version negotiation, tools/list (schemas whose enums
+come from the wire schema), tools/call of every tool, output as progress
+notifications while a program runs, the cancel tool, an MCP
+notifications/cancelled that becomes a fleet cancel (the program is killed),
+ping served while a tool runs, protocol errors (not JSON, unknown method,
+unknown tool) and tool errors (bad arguments, a rejected request).
+"""
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+import queue
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fleet import Fleet  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    if cond:
+        print("ok   " + what)
+    else:
+        print("FAIL " + what)
+        failures.append(what)
+
+
+class Server:
+    """`codefleet mcp` as a subprocess, read by a thread into a queue."""
+
+    def __init__(self, fleet):
+        env = dict(os.environ, CODEFLEET_LOG_LEVEL="info")
+        self.p = subprocess.Popen([fleet.cli] + fleet.globals() + ["mcp"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=open("/tmp/cf-mcp-server-%d.log" % os.getpid(), "wb"),
+                                  env=env)
+        self.q = queue.Queue()
+        self.next_id = 1
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.q.put(json.loads(line))
+        self.q.put(None)
+
+    def send(self, msg):
+        self.p.stdin.write((json.dumps(msg) + "\n").encode())
+        self.p.stdin.flush()
+
+    def send_raw(self, data):
+        self.p.stdin.write(data)
+        self.p.stdin.flush()
+
+    def request(self, method, params=None, notify=None):
+        """Sends a request; returns its id (use wait_for)."""
+        rid = self.next_id
+        self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return rid
+
+    def wait_for(self, rid, timeout=120, others=None):
+        """The response to rid; other messages go to `others` (a list)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                m = self.q.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError("no response to %r within %s s" % (rid, timeout))
+            if m is None:
+                raise EOFError("the server closed stdout")
+            if m.get("id") == rid and ("result" in m or "error" in m):
+                return m
+            if others is not None:
+                others.append(m)
+
+    def call(self, rid_params, timeout=120, others=None):
+        return self.wait_for(self.request("tools/call", rid_params), timeout, others)
+
+    def close(self):
+        self.p.stdin.close()
+        try:
+            self.p.wait(30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+        return self.p.returncode
+
+
+def main():
+    fleet = Fleet("mcp-session").start()
+    srv = Server(fleet)
+    try:
+        run(srv, fleet)
+    finally:
+        code = srv.close()
+        check(code == 0, "the server exits 0 when its input ends (exit %s)" % code)
+        fleet.stop()
+        if failures:
+            fleet.dump_log()
+            with open("/tmp/cf-mcp-server-%d.log" % os.getpid(), "rb") as f:
+                sys.stderr.write(f.read().decode("utf-8", "replace")[-8000:])
+    print("%d failure(s)" % len(failures))
+    return 1 if failures else 0
+
+
+def run(srv, fleet):
+    r = srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "session.py", "version": "1"}}))
+    res = r.get("result", {})
+    check(res.get("protocolVersion") == "2025-06-18", "initialize echoes a version it supports")
+    check(res.get("capabilities", {}).get("tools") is not None, "initialize offers tools")
+    check(res.get("serverInfo", {}).get("name") == "codefleet", "serverInfo names codefleet")
+    r = srv.wait_for(srv.request("initialize", {"protocolVersion": "1999-01-01", "capabilities": {},
+                                                "clientInfo": {"name": "old", "version": "1"}}))
+    check(r["result"]["protocolVersion"] == "2025-11-25", "an unknown version gets the newest it speaks")
+    srv.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    tools = srv.wait_for(srv.request("tools/list"))["result"]["tools"]
+    names = sorted(t["name"] for t in tools)
+    check(names == ["cancel", "execute_code", "get_result", "list_files", "read_file", "write_file"],
+          "tools/list: %s" % names)
+    ex = next(t for t in tools if t["name"] == "execute_code")
+    langs = ex["inputSchema"]["properties"]["language"]["enum"]
+    check("python" in langs and "rust" in langs and "command" in langs, "language enum from the schema: %s" % langs)
+    check(ex["inputSchema"]["required"] == ["language"], "execute_code requires language")
+
+    # A program that works.
+    r = srv.call({"name": "execute_code", "arguments": {"language": "python", "code": "print(6 * 7)"}})
+    sc = r["result"]["structuredContent"]
+    check(r["result"]["isError"] is False and sc["status"] == "success" and sc["stdout"] == "42\n",
+          "execute_code python -> success, stdout 42")
+    check("42" in r["result"]["content"][0]["text"], "the text summary shows the output")
+
+    # A program that fails is a result, not an error.
+    r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "echo oops >&2; exit 3"}})
+    sc = r["result"]["structuredContent"]
+    check(r["result"]["isError"] is False and sc["status"] == "failed" and sc["exit_code"] == 3
+          and sc["stderr"] == "oops\n", "a failing program: status failed, exit 3, not isError")
+
+    # Limits reach the worker.
+    r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "sleep 5",
+                                                        "timeout_ms": 300}})
+    check(r["result"]["structuredContent"]["status"] == "timeout", "timeout_ms becomes the policy: timeout")
+
+    # Bad arguments are tool errors the model can read.
+    r = srv.call({"name": "execute_code", "arguments": {"language": "cobol", "code": "x"}})
+    check(r["result"]["isError"] is True and "language" in r["result"]["content"][0]["text"],
+          "an unknown language: isError naming the field")
+    r = srv.call({"name": "execute_code", "arguments": {"language": "python", "code": "1", "timout_ms": 5}})
+    check(r["result"]["isError"] is True and "timout_ms" in r["result"]["content"][0]["text"],
+          "a misspelt argument is named, not ignored")
+    r = srv.call({"name": "execute_code", "arguments": {"language": "python", "code": "1", "backend": "nosuch"}})
+    check(r["result"]["isError"] is True and r["result"]["structuredContent"]["status"] == "rejected",
+          "a rejected request: isError with the result")
+
+    # Output while it runs: progress notifications before the response.
+    others = []
+    r = srv.call({"name": "execute_code", "_meta": {"progressToken": "tok-1"},
+                  "arguments": {"language": "python",
+                                "code": "import time\nfor i in range(4):\n    print('step', i, flush=True)\n"
+                                        "    time.sleep(0.3)\n"}}, others=others)
+    prog = [m for m in others if m.get("method") == "notifications/progress"]
+    text = "".join(m["params"].get("message", "") for m in prog)
+    check(len(prog) >= 3 and all(m["params"]["progressToken"] == "tok-1" for m in prog),
+          "progress notifications with the token (%d)" % len(prog))
+    check(text == "step 0\nstep 1\nstep 2\nstep 3\n", "progress messages carry the output: %r" % text)
+    check([m["params"]["progress"] for m in prog] == list(range(1, len(prog) + 1)), "progress increases")
+    check(r["result"]["structuredContent"]["chunks"] == len(prog), "the result counts the chunks")
+
+    # wait=false, then the cancel tool, then get_result.
+    r = srv.call({"name": "execute_code", "arguments": {"language": "command", "argv": ["/bin/sleep", "60"],
+                                                        "wait": False}})
+    eid = r["result"]["structuredContent"]["id"]
+    check(r["result"]["structuredContent"]["status"] == "submitted", "wait=false returns the id at once")
+    time.sleep(1.0)
+    r = srv.call({"name": "cancel", "arguments": {"id": eid, "reason": "changed my mind"}})
+    check(r["result"]["isError"] is False, "cancel tool: sent")
+    t0 = time.monotonic()
+    r = srv.call({"name": "get_result", "arguments": {"id": eid, "wait_timeout_ms": 30000}})
+    sc = r["result"]["structuredContent"]
+    check(sc["status"] == "cancelled" and "changed my mind" in sc.get("reason", ""),
+          "get_result: cancelled with the reason (%.1f s)" % (time.monotonic() - t0))
+
+    # The client cancels a running call: no response, the program is killed.
+    marker = "/tmp/cf-mcp-%s.pid" % secrets.token_hex(4)
+    rid = srv.request("tools/call", {"name": "execute_code", "arguments": {
+        "language": "shell", "code": "echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 60" % (marker, marker, marker)}})
+    pid = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and pid is None:
+        try:
+            pid = int(open(marker).read())
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    check(pid is not None, "the long program runs")
+    ping = srv.request("ping")
+    pong = srv.wait_for(ping, timeout=10)
+    check(pong.get("result") == {}, "ping is answered while a tool runs")
+    srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid,
+                                                                               "reason": "user pressed stop"}})
+    gone = False
+    deadline = time.monotonic() + 20
+    while pid and time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            time.sleep(0.05)
+        except ProcessLookupError:
+            gone = True
+            break
+    check(gone, "the MCP cancel killed the program")
+    after = srv.wait_for(srv.request("ping"), timeout=10, others=(leftover := []))
+    check(after.get("result") == {} and not any(m.get("id") == rid for m in leftover),
+          "no response for the cancelled call")
+    try:
+        os.unlink(marker)
+    except OSError:
+        pass
+
+    # Workspace tools (with Redis).
+    if os.environ.get("CF_TEST_REDIS"):
+        ws = "mcp-ws-" + secrets.token_hex(4)
+        r = srv.call({"name": "write_file", "arguments": {"workspace": ws, "path": "data/in.txt",
+                                                          "content": "hello from mcp\n"}})
+        check(r["result"]["isError"] is False and r["result"]["structuredContent"]["revision"] >= 1,
+              "write_file creates the workspace and writes")
+        r = srv.call({"name": "write_file", "arguments": {"workspace": ws, "path": "bin.dat",
+                                                          "content": {"base64": "AP8A"}}})
+        check(r["result"]["isError"] is False, "write_file takes base64")
+        r = srv.call({"name": "list_files", "arguments": {"workspace": ws}})
+        files = r["result"]["structuredContent"]["files"]
+        check(files == [{"path": "bin.dat", "size": 3}, {"path": "data/in.txt", "size": 15}], "list_files: %s" % files)
+        r = srv.call({"name": "read_file", "arguments": {"workspace": ws, "path": "bin.dat"}})
+        check(r["result"]["structuredContent"]["content"] == {"base64": "AP8A"}, "read_file: binary as base64")
+        if "sandbox" in fleet.backends:
+            r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "cat data/in.txt",
+                                                                "workspace": ws, "filesystem": "workspace_ro",
+                                                                "backend": "sandbox"}})
+            check(r["result"]["structuredContent"].get("stdout") == "hello from mcp\n",
+                  "a program reads the file written through MCP: %s" % r["result"]["content"][0]["text"][:300])
+        else:
+            print("skip reading the workspace from a program: the sandbox needs root")
+        r = srv.call({"name": "read_file", "arguments": {"workspace": ws, "path": "../etc/passwd"}})
+        check(r["result"]["isError"] is True, "read_file refuses a path outside the workspace")
+        r = srv.call({"name": "write_file", "arguments": {"workspace": ws, "path": "x", "content": "1",
+                                                          "expected_revision": 1}})
+        check(r["result"]["isError"] is True and "revision" in r["result"]["content"][0]["text"],
+              "write_file with a stale revision: a conflict, said")
+    else:
+        print("skip workspace tools: no CF_TEST_REDIS")
+
+    # Protocol errors.
+    srv.send_raw(b"this is not json\n")
+    got = srv.q.get(timeout=10)
+    check(got.get("error", {}).get("code") == -32700 and got.get("id") is None, "not JSON: -32700")
+    r = srv.wait_for(srv.request("resources/list"))
+    check(r.get("error", {}).get("code") == -32601, "unknown method: -32601")
+    r = srv.call({"name": "no_such_tool", "arguments": {}})
+    check(r.get("error", {}).get("code") == -32602, "unknown tool: -32602")
+    r = srv.wait_for(srv.request("tools/call", {"name": "execute_code", "arguments": ["not", "an", "object"]}))
+    check(r["result"]["isError"] is True, "arguments that are not an object: a tool error")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
