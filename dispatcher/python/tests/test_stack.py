@@ -1,0 +1,305 @@
+"""The client against the real local stack (deploy/stack.sh): skipped unless
+CF_TEST_BROKERS is set.
+
+Each run creates its own topics (2 partitions) and starts its own worker on
+them, so it disturbs nothing else on the broker.  Environment:
+CF_TEST_BROKERS, CF_TEST_CLIENT_CONFIG (settings file with the SASL
+credentials), CF_BINARY_DIR (where codefleet-worker was built).
+"""
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+from typing import List, Optional
+
+import msgpack
+
+import codefleet as cf
+
+BROKERS = os.environ.get("CF_TEST_BROKERS")
+CLIENT_CONFIG = os.environ.get("CF_TEST_CLIENT_CONFIG")
+BINARY_DIR = Path(os.environ.get("CF_BINARY_DIR") or Path(__file__).resolve().parents[3] / "build")
+
+PREFIX = f"pyclient-{os.getpid()}-{secrets.token_hex(3)}"
+REQ, RES, DLQ, EVENTS = f"{PREFIX}.req", f"{PREFIX}.res", f"{PREFIX}.dlq", f"{PREFIX}.events"
+IDLE_REQ, IDLE_RES = f"{PREFIX}-idle.req", f"{PREFIX}-idle.res"  # no worker reads these
+TOPICS = [REQ, RES, DLQ, f"{REQ}.cancel", f"{RES}.output", EVENTS, IDLE_REQ, IDLE_RES]
+WORKER_ID = f"{PREFIX}-w"
+
+worker: Optional[subprocess.Popen] = None
+worker_log = Path(tempfile.gettempdir()) / f"{PREFIX}-worker.log"
+client: Optional[cf.Client] = None
+
+
+def settings() -> cf.Settings:
+    s = cf.load_settings(CLIENT_CONFIG, environ={}) if CLIENT_CONFIG else cf.Settings()
+    s.brokers = BROKERS or s.brokers
+    return s
+
+
+def kafka_conf() -> dict:
+    s = settings()
+    return {"bootstrap.servers": s.brokers, **s.kafka}
+
+
+def create_topics(names: List[str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient(kafka_conf())
+    futures = admin.create_topics([NewTopic(n, num_partitions=2, replication_factor=-1) for n in names],
+                                  operation_timeout=30)
+    for f in futures.values():
+        f.result(timeout=60)
+
+
+def delete_topics(names: List[str]) -> None:
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient(kafka_conf())  # kept referenced until the futures resolve
+    try:
+        for f in admin.delete_topics(names, operation_timeout=30).values():
+            f.result(timeout=60)
+    except Exception as e:  # noqa: BLE001 - leftovers are harmless; say so and go on
+        print(f"could not delete the test topics: {e}", file=sys.stderr)
+
+
+def dump_worker_log() -> None:
+    if worker_log.exists():
+        lines = worker_log.read_text(errors="replace").splitlines()
+        print(f"\n---- worker log {worker_log} (last 80 lines) ----", file=sys.stderr)
+        print("\n".join(lines[-80:]), file=sys.stderr)
+
+
+def start_worker() -> subprocess.Popen:
+    args = [str(BINARY_DIR / "worker" / "codefleet-worker")]
+    if CLIENT_CONFIG:
+        args.append(f"--config={CLIENT_CONFIG}")
+    args += [f"--brokers={BROKERS}", f"--group={PREFIX}.grp", f"--request-topic={REQ}", f"--result-topic={RES}",
+             f"--dlq-topic={DLQ}", f"--worker-id={WORKER_ID}", "--log-level=info",
+             "--kafka.session.timeout.ms=6000", "--kafka.heartbeat.interval.ms=500", "--backends=process",
+             "--profile.default.backends=process", "--profile.default.network=enabled"]
+    with open(worker_log, "wb") as log:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while b"reading cancels from" not in worker_log.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            dump_worker_log()
+            proc.kill()
+            proc.wait()
+            raise RuntimeError("the worker did not come up")
+        time.sleep(0.1)
+    return proc
+
+
+def setUpModule() -> None:
+    global worker, client
+    if not BROKERS:
+        raise unittest.SkipTest("CF_TEST_BROKERS is not set: no stack to test against")
+    create_topics(TOPICS)
+    worker = start_worker()
+    client = cf.Client(settings(), request_topic=REQ, result_topic=RES, events_topic=EVENTS)
+
+
+def tearDownModule() -> None:
+    if client is not None:
+        client.close()
+    if worker is not None:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    if BROKERS:
+        delete_topics(TOPICS)
+    worker_log.unlink(missing_ok=True)
+
+
+class StackTest(unittest.TestCase):
+    def run(self, result=None):
+        # The worker's log is what explains a failure here: show it then.
+        result = result if result is not None else self.defaultTestResult()
+        before = len(result.failures) + len(result.errors)
+        out = super().run(result)
+        if len(result.failures) + len(result.errors) > before:
+            dump_worker_log()
+        return out
+
+    # -- submit and wait --------------------------------------------------
+
+    def test_run_success(self):
+        res = client.run(cf.Request("python", "print(6*7)"), timeout=60)
+        self.assertEqual(res.status, cf.Status.SUCCESS, res.reason)
+        self.assertEqual(res.stdout, b"42\n")
+        self.assertEqual(res.exit_code, 0)
+        self.assertTrue(cf.id_valid(res.id))
+        self.assertEqual(res.metadata.worker, WORKER_ID)
+
+    def test_submit_then_wait_keeps_the_callers_request(self):
+        req = cf.Request("python", "print('hi')", id=f"{PREFIX}-given-id")
+        self.assertEqual(client.submit(req), req.id)
+        self.assertEqual(req.created_us, 0)  # filled on the copy that was sent, not here
+        res = client.wait(req.id, timeout=60)
+        self.assertEqual((res.id, res.status, res.stdout), (req.id, cf.Status.SUCCESS, b"hi\n"))
+
+    def test_failing_program(self):
+        res = client.run(cf.Request("python", "import sys\nsys.stderr.write('boom\\n')\nsys.exit(3)\n"), timeout=60)
+        self.assertEqual(res.status, cf.Status.FAILED)
+        self.assertEqual(res.exit_code, 3)
+        self.assertEqual(res.stderr, b"boom\n")
+
+    def test_timeout_policy(self):
+        started = time.monotonic()
+        res = client.run(cf.Request("python", "import time\ntime.sleep(30)\n",
+                                    policy=cf.Policy(timeout_us=1_000_000)), timeout=60)
+        self.assertEqual(res.status, cf.Status.TIMEOUT, res.reason)
+        self.assertIsNone(res.exit_code)  # killed, it never exited
+        self.assertLess(time.monotonic() - started, 20)
+
+    def test_wait_times_out_when_no_worker_serves_the_topic(self):
+        with cf.Client(settings(), request_topic=IDLE_REQ, result_topic=IDLE_RES) as idle:
+            started = time.monotonic()
+            with self.assertRaises(cf.Timeout) as ctx:
+                idle.run(cf.Request("python", "print(1)"), timeout=1.5)
+            waited = time.monotonic() - started
+        self.assertIsInstance(ctx.exception, TimeoutError)
+        self.assertTrue(cf.id_valid(ctx.exception.id))
+        self.assertGreaterEqual(waited, 1.5)
+        self.assertLess(waited, 10)
+
+    # -- streaming --------------------------------------------------------
+
+    STREAM_PROGRAM = "for i in 1 2 3 4 5; do echo line$i; sleep 0.2; done\n"
+
+    def check_stream(self, chunks, times, ended, result):
+        self.assertIsNotNone(result)
+        self.assertEqual(result.status, cf.Status.SUCCESS, result.reason)
+        self.assertEqual(result.stdout, b"line1\nline2\nline3\nline4\nline5\n")
+        self.assertGreaterEqual(len(chunks), 2)  # lines 200 ms apart do not all go out together
+        self.assertEqual([c.seq for c in chunks], list(range(len(chunks))))
+        self.assertEqual(result.chunks, len(chunks))
+        self.assertEqual(b"".join(c.data for c in chunks if c.stream == cf.OutputStream.STDOUT), result.stdout)
+        self.assertTrue(all(c.id == result.id and c.run == result.metadata.run for c in chunks))
+        # The first chunk came while the program still ran: at least the
+        # remaining 4 x 200 ms of it before the stream ended.
+        self.assertGreater(ended - times[0], 0.5)
+
+    def test_stream(self):
+        chunks, times = [], []
+        with client.stream(cf.Request("shell", self.STREAM_PROGRAM), timeout=60) as stream:
+            for chunk in stream:
+                chunks.append(chunk)
+                times.append(time.monotonic())
+                if len(chunks) == 1:
+                    self.assertIsNone(stream.result)
+            ended = time.monotonic()
+        self.check_stream(chunks, times, ended, stream.result)
+
+    def test_async_stream(self):
+        async def main():
+            chunks, times = [], []
+            async with cf.AsyncClient(settings(), request_topic=REQ, result_topic=RES) as aclient:
+                stream = aclient.stream(cf.Request("shell", self.STREAM_PROGRAM), timeout=60)
+                async for chunk in stream:
+                    chunks.append(chunk)
+                    times.append(time.monotonic())
+                ended = time.monotonic()
+                plain = await aclient.run(cf.Request("python", "print('async')"), timeout=60)
+            return chunks, times, ended, stream.result, plain
+
+        chunks, times, ended, result, plain = asyncio.run(main())
+        self.check_stream(chunks, times, ended, result)
+        self.assertEqual(plain.stdout, b"async\n")
+
+    # -- cancel and batch -------------------------------------------------
+
+    def test_cancel_a_running_request(self):
+        rid = client.submit(cf.Request("command", argv=["/bin/sleep", "60"]))
+        time.sleep(1.0)  # let the worker start it
+        started = time.monotonic()
+        client.cancel(rid, reason="python client test")
+        res = client.wait(rid, timeout=30)
+        self.assertEqual(res.status, cf.Status.CANCELLED)
+        self.assertIn("python client test", res.reason or "")
+        self.assertLess(time.monotonic() - started, 15)
+
+    def test_batch(self):
+        requests = [cf.Request("python", f"print({i} * {i})") for i in range(20)]
+        results = client.batch(requests, concurrency=5, timeout=120)
+        self.assertEqual(len(results), 20)
+        self.assertEqual([r.status for r in results], [cf.Status.SUCCESS] * 20)
+        self.assertEqual([r.stdout for r in results], [f"{i * i}\n".encode() for i in range(20)])
+
+    def test_async_batch(self):
+        async def main():
+            async with cf.AsyncClient(settings(), request_topic=REQ, result_topic=RES) as aclient:
+                return await aclient.batch([cf.Request("python", f"print({i})") for i in range(6)], concurrency=3,
+                                           timeout=120)
+
+        self.assertEqual([r.stdout for r in asyncio.run(main())], [f"{i}\n".encode() for i in range(6)])
+
+    # -- hostile bytes on the topics -------------------------------------
+
+    def produce_raw(self, topic: str, key: bytes, value: bytes) -> None:
+        from confluent_kafka import Producer
+        producer = Producer(kafka_conf())
+        producer.produce(topic, key=key, value=value)
+        self.assertEqual(producer.flush(30), 0)
+
+    def test_malformed_request_goes_to_the_dlq_and_the_worker_goes_on(self):
+        from confluent_kafka import Consumer, TopicPartition
+        garbage = b"\xc1garbage"
+        self.produce_raw(REQ, b"garbage-key", garbage)
+        res = client.run(cf.Request("python", "print('still here')"), timeout=60)
+        self.assertEqual(res.stdout, b"still here\n")
+        dlq = Consumer({**kafka_conf(), "group.id": f"{PREFIX}-dlq-reader", "enable.auto.commit": False})
+        try:
+            dlq.assign([TopicPartition(DLQ, p, -2) for p in (0, 1)])  # -2: from the beginning
+            deadline = time.monotonic() + 30
+            found = None
+            while found is None and time.monotonic() < deadline:
+                msg = dlq.poll(0.2)
+                if msg is not None and msg.error() is None and msg.value() == garbage:
+                    found = msg
+        finally:
+            dlq.close()
+        self.assertIsNotNone(found, "the malformed request did not reach the dead-letter topic")
+        headers = dict(found.headers() or [])
+        self.assertEqual(headers.get("codefleet-origin-topic"), REQ.encode())
+        self.assertEqual(found.key(), b"garbage-key")
+
+    def test_undecodable_results_do_not_stop_the_collector(self):
+        before = client.stats().results_malformed
+        rid = f"{PREFIX}-bad-result"
+        # garbage without any id: skipped; a result with a readable id but an
+        # unknown status: its waiter gets an internal_error saying so.
+        # Same key, same partition: the garbage is read before the result.
+        self.produce_raw(RES, rid.encode(), b"\xc1\xc1")
+        self.produce_raw(RES, rid.encode(), msgpack.packb({"v": 1, "id": rid, "status": "exploded"}))
+        res = client.wait(rid, timeout=30)
+        self.assertEqual(res.status, cf.Status.INTERNAL_ERROR)
+        self.assertIn("cannot be decoded", res.reason)
+        self.assertIn("status", res.reason)
+        self.assertEqual(client.stats().results_malformed - before, 2)
+        self.assertEqual(client.run(cf.Request("python", "print(1)"), timeout=60).stdout, b"1\n")
+
+    # -- events -----------------------------------------------------------
+
+    def test_events_round_trip(self):
+        correlation = f"task-{secrets.token_hex(4)}"
+        with client.subscribe_events(correlation_id=correlation) as sub:
+            published = client.publish_event(cf.Event(workspace="ws-py", correlation_id=correlation,
+                                                      topic="parser", producer="agent:py",
+                                                      kind=cf.EventKind.NEED_WORK, payload={"files": ["a.c"]}))
+            got = sub.next(timeout=30)
+        self.assertTrue(cf.id_valid(published.id))
+        self.assertGreater(published.timestamp_us, 0)
+        self.assertEqual(got, published)
+
+
+if __name__ == "__main__":
+    unittest.main()
