@@ -323,8 +323,8 @@ int cf_policy_check(const cf_backend_caps *caps, const char *backend_name, const
         if (caps->controls & order[i])
             continue;
         if (order[i] == CF_CTL_STREAM) {
-            snprintf(reason, reason_size, "backend '%s' cannot stream output (it has the output only when the "
-                     "program ended): ask without \"stream\" or use the process or sandbox backend", backend_name);
+            snprintf(reason, reason_size, "stream: backend '%s' cannot stream output (it has the output only when "
+                     "the program ended): ask without \"stream\" or use the process or sandbox backend", backend_name);
             return -1;
         }
         snprintf(reason, reason_size, "backend '%s' cannot enforce %s (%s %s)", backend_name,

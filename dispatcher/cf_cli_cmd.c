@@ -103,21 +103,49 @@ typedef struct follow_state {
     char run[CF_CHUNK_RUN_MAX + 1]; /* the run followed (the first one seen) */
     int64_t seen;        /* chunks of that run */
     size_t printed[2];   /* bytes of each stream written so far */
+    uint8_t carry[2][4]; /* a UTF-8 sequence cut at a chunk's end (terminals) */
+    size_t ncarry[2];
 } follow_state;
 
-/* Writes program output to the terminal or pipe: output is hostile, so a
- * terminal does not get its escape sequences. */
-static void write_output(FILE *f, bool tty, const uint8_t *p, size_t n)
+/* Writes program output to the terminal or pipe.  Output is hostile: a
+ * terminal gets it through cf_sanitize_text (no escape sequences, no C1
+ * controls or bidi overrides), with a UTF-8 sequence cut at a chunk's end
+ * kept for the next chunk.  A pipe gets the bytes. */
+static void write_output(follow_state *fs, int k, const uint8_t *p, size_t n, bool last)
 {
-    if (!tty) {
+    FILE *f = k ? stderr : stdout;
+    if (!fs->tty[k]) {
         fwrite(p, 1, n, f);
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            uint8_t ch = p[i];
-            fputc((ch < 0x20 && ch != '\n' && ch != '\t' && ch != '\r') || ch == 0x7f ? '?' : ch, f);
-        }
+        fflush(f);
+        return;
     }
+    size_t total = fs->ncarry[k] + n;
+    uint8_t *joined = malloc(total + 1);
+    char *clean = malloc(total + 1);
+    if (!joined || !clean) {
+        free(joined);
+        free(clean);
+        return;
+    }
+    memcpy(joined, fs->carry[k], fs->ncarry[k]);
+    memcpy(joined + fs->ncarry[k], p, n);
+    size_t keep = 0; /* an incomplete sequence at the end waits for its rest */
+    for (size_t back = 1; !last && back <= 3 && back <= total; back++) {
+        uint8_t c = joined[total - back];
+        if ((c & 0xc0) == 0x80)
+            continue;
+        size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+        if (need > back)
+            keep = back;
+        break;
+    }
+    fs->ncarry[k] = keep;
+    memcpy(fs->carry[k], joined + total - keep, keep);
+    size_t m = cf_sanitize_text((const char *)joined, total - keep, true, clean, total + 1);
+    fwrite(clean, 1, m, f);
     fflush(f);
+    free(joined);
+    free(clean);
 }
 
 static void follow_chunk(void *ctx, const cf_chunk *c)
@@ -149,7 +177,7 @@ static void follow_chunk(void *ctx, const cf_chunk *c)
     } else if ((size_t)c->offset <= fs->printed[k] && (size_t)c->offset + c->data.len > fs->printed[k]) {
         /* Contiguous only: a gap (a chunk lost) is filled from the result. */
         size_t skip = fs->printed[k] - (size_t)c->offset;
-        write_output(k ? stderr : stdout, fs->tty[k], c->data.data + skip, c->data.len - skip);
+        write_output(fs, k, c->data.data + skip, c->data.len - skip, false);
         fs->printed[k] = (size_t)c->offset + c->data.len;
     }
     pthread_cond_broadcast(&fs->cv);
@@ -157,7 +185,10 @@ static void follow_chunk(void *ctx, const cf_chunk *c)
 }
 
 /* After the result: waits (up to 2 s) for the chunks it counts, then
- * writes what never came as a chunk from the result itself. */
+ * writes what never came as a chunk from the result itself.  When the
+ * chunks shown were of another run than the one the result reports (a
+ * redelivery ran it again), or the result has no run (a worker that did
+ * not stream), the result's whole output is written after a note. */
 static void follow_finish(follow_state *fs, const cf_result *res)
 {
     struct timespec until;
@@ -165,16 +196,21 @@ static void follow_finish(follow_state *fs, const cf_result *res)
     until.tv_sec += 2;
     pthread_mutex_lock(&fs->mu);
     bool same_run = res->meta.run && (!fs->run[0] || strcmp(fs->run, res->meta.run) == 0);
-    while (same_run && fs->seen < res->chunks)
+    while (same_run && fs->run[0] && fs->seen < res->chunks)
         if (pthread_cond_timedwait(&fs->cv, &fs->mu, &until) != 0)
             break;
-    if (!fs->json && same_run) {
+    if (!fs->json) {
+        if (!same_run && (fs->printed[0] || fs->printed[1])) {
+            fprintf(stderr, "codefleet: the output above is of another run of this request (%s); the result's "
+                            "output (run %s) follows\n", fs->run, res->meta.run ? res->meta.run : "not streamed");
+            fs->printed[0] = fs->printed[1] = 0;
+        }
         const cf_bytes *b[2] = {&res->stdout_data, &res->stderr_data};
-        for (int k = 0; k < 2; k++)
-            if (b[k]->len > fs->printed[k]) {
-                write_output(k ? stderr : stdout, fs->tty[k], b[k]->data + fs->printed[k], b[k]->len - fs->printed[k]);
-                fs->printed[k] = b[k]->len;
-            }
+        for (int k = 0; k < 2; k++) {
+            size_t from = fs->printed[k] < b[k]->len ? fs->printed[k] : b[k]->len;
+            write_output(fs, k, b[k]->data + from, b[k]->len - from, true);
+            fs->printed[k] = b[k]->len > fs->printed[k] ? b[k]->len : fs->printed[k];
+        }
     }
     fs->id = ""; /* no more output after the result */
     pthread_mutex_unlock(&fs->mu);

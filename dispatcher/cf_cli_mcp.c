@@ -39,23 +39,28 @@
 #include "cf_util.h"
 #include "cf_workspace.h"
 
-#define MCP_LINE_MAX (32u * 1024 * 1024) /* bytes of one incoming message */
-#define MCP_QUEUE_MAX 1024               /* messages read ahead while a tool runs */
+#define MCP_LINE_MAX (4u * 1024 * 1024)     /* bytes of one incoming message */
+#define MCP_QUEUE_BYTES (16u * 1024 * 1024) /* bytes of messages read ahead while a tool runs */
+#define MCP_PEEK_MAX 4096                   /* queued lines this small are looked into (ping, cancel) */
 #define MCP_TEXT_MAX (32 * 1024)         /* bytes of stdout/stderr in the text summary */
 #define MCP_WAIT_SLICE_US 100000
 #define MCP_DEFAULT_WAIT_MS 120000
 #define MCP_MAX_WAIT_MS (3600 * 1000)
 #define LOG_SUB "mcp"
 
-/* Newest first; the client's version is echoed when it is one of these. */
-static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+/* Newest first; the client's version is echoed when it is one of these.
+ * Not 2025-03-26: it requires JSON-RPC batches, which this server refuses. */
+static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2024-11-05"};
 
 enum { RPC_PARSE = -32700, RPC_INVALID = -32600, RPC_NO_METHOD = -32601, RPC_BAD_PARAMS = -32602 };
 
+/* A line read ahead, kept as text: it is parsed when its turn comes (only
+ * small ones are looked into earlier), so what waits costs its bytes. */
 typedef struct queued {
     struct queued *next;
-    json_t *msg;   /* NULL: a line that was not JSON (or too long) */
-    char why[160]; /* ... and why */
+    size_t len;
+    bool too_long;
+    char text[]; /* len bytes, NUL-terminated */
 } queued;
 
 typedef struct mcp {
@@ -67,17 +72,18 @@ typedef struct mcp {
     pthread_mutex_t out_mu; /* one message at a time on stdout */
     /* Lines read by the reader thread. */
     pthread_t reader;
-    bool reader_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     queued *head, *tail;
-    size_t queued_n;
+    size_t queued_bytes;
     bool eof;
     /* The execute_code waiting now (guarded by mu): its chunks become
      * progress notifications. */
     char exec_id[CF_ID_MAX + 1];
+    char exec_run[CF_CHUNK_RUN_MAX + 1]; /* the run its chunks come from (the first seen) */
     json_t *progress_token;
     int64_t progress;
+    pthread_cond_t progress_cv;
 } mcp;
 
 /* ---------------------------------------------------------------- output */
@@ -141,25 +147,26 @@ static json_t *tool_error(const char *fmt, ...)
 
 /* ---------------------------------------------------------------- input */
 
-static void enqueue(mcp *m, json_t *msg, const char *why)
+static void enqueue(mcp *m, const uint8_t *text, size_t len, bool too_long)
 {
-    queued *q = calloc(1, sizeof(*q));
-    if (!q) {
-        json_decref(msg);
+    queued *q = malloc(sizeof(*q) + len + 1);
+    if (!q)
         return;
-    }
-    q->msg = msg;
-    if (why)
-        snprintf(q->why, sizeof(q->why), "%s", why);
+    q->next = NULL;
+    q->len = len;
+    q->too_long = too_long;
+    memcpy(q->text, text, len);
+    q->text[len] = '\0';
     pthread_mutex_lock(&m->mu);
-    while (m->queued_n >= MCP_QUEUE_MAX && !m->eof) /* the main thread is behind: wait for it */
+    /* The main thread is behind: wait for it (one line always fits). */
+    while (m->head && m->queued_bytes + len > MCP_QUEUE_BYTES)
         pthread_cond_wait(&m->cv, &m->mu);
     if (m->tail)
         m->tail->next = q;
     else
         m->head = q;
     m->tail = q;
-    m->queued_n++;
+    m->queued_bytes += len;
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
 }
@@ -187,15 +194,10 @@ static void *reader_main(void *arg)
         }
         if (!end)
             continue;
-        if (too_long) {
-            enqueue(m, NULL, "message too long (at most 32 MiB per line)");
-        } else if (line.len > 0 && !(line.len == 1 && line.data[0] == '\r')) {
-            json_error_t jerr;
-            json_t *msg = json_loadb((const char *)line.data, line.len, JSON_REJECT_DUPLICATES, &jerr);
-            char why[160];
-            snprintf(why, sizeof(why), "not JSON: %.100s (column %d)", jerr.text, jerr.column);
-            enqueue(m, msg, msg ? NULL : why);
-        }
+        if (too_long)
+            enqueue(m, NULL, 0, true);
+        else if (line.len > 0 && !(line.len == 1 && line.data[0] == '\r'))
+            enqueue(m, line.data, line.len, false);
         line.len = 0;
         too_long = false;
     }
@@ -228,7 +230,7 @@ static queued *next_message(mcp *m, int64_t timeout_us, bool *eof)
         m->head = q->next;
         if (!m->head)
             m->tail = NULL;
-        m->queued_n--;
+        m->queued_bytes -= q->len;
         pthread_cond_broadcast(&m->cv);
     }
     *eof = !q && (m->eof || cf_cli_stop);
@@ -518,6 +520,8 @@ static json_t *result_tool_result(const cf_result *res)
 }
 
 /* Output chunks of the execution being waited for, as progress. */
+/* Sent while holding mu, so none can follow the call's response (which is
+ * sent after watch_execution stopped the watch under mu). */
 static void on_chunk(void *ctx, const cf_chunk *c)
 {
     mcp *m = ctx;
@@ -526,30 +530,48 @@ static void on_chunk(void *ctx, const cf_chunk *c)
         pthread_mutex_unlock(&m->mu);
         return;
     }
-    json_t *token = json_incref(m->progress_token);
-    int64_t progress = ++m->progress;
-    pthread_mutex_unlock(&m->mu);
-    char note[64];
-    const char *text = note;
-    char *copy = NULL;
-    if (cf_utf8_valid(c->data.data, c->data.len) && !memchr(c->data.data, 0, c->data.len)) {
-        copy = cf_strndup((const char *)c->data.data, c->data.len);
-        text = copy ? copy : "";
-    } else {
-        snprintf(note, sizeof(note), "[%zu bytes of %s, not UTF-8]", c->data.len, cf_chunk_stream_name(c->stream));
+    if (!m->exec_run[0])
+        snprintf(m->exec_run, sizeof(m->exec_run), "%s", c->run);
+    if (strcmp(m->exec_run, c->run) != 0) { /* another run of the same id */
+        pthread_mutex_unlock(&m->mu);
+        return;
     }
-    send_msg(m, json_pack("{s:s, s:s, s:{s:o, s:I, s:s}}", "jsonrpc", "2.0", "method", "notifications/progress",
-                          "params", "progressToken", token, "progress", (json_int_t)progress, "message", text));
-    free(copy);
+    int64_t progress = ++m->progress;
+    /* The program's text without terminal controls, like the summary. */
+    char *text = malloc(c->data.len + 1);
+    if (text)
+        cf_sanitize_text((const char *)c->data.data, c->data.len, true, text, c->data.len + 1);
+    send_msg(m, json_pack("{s:s, s:s, s:{s:O, s:I, s:s}}", "jsonrpc", "2.0", "method", "notifications/progress",
+                          "params", "progressToken", m->progress_token, "progress", (json_int_t)progress, "message",
+                          text ? text : ""));
+    free(text);
+    pthread_cond_broadcast(&m->progress_cv);
+    pthread_mutex_unlock(&m->mu);
 }
 
 static void watch_execution(mcp *m, const char *id, json_t *token)
 {
     pthread_mutex_lock(&m->mu);
     snprintf(m->exec_id, sizeof(m->exec_id), "%s", id ? id : "");
+    m->exec_run[0] = '\0';
     json_decref(m->progress_token);
     m->progress_token = token ? json_incref(token) : NULL;
     m->progress = 0;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Before the response: the chunks the result counts, for up to 1 s (they
+ * travel on another topic and may come after it). */
+static void progress_catch_up(mcp *m, const cf_result *res)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    pthread_mutex_lock(&m->mu);
+    while (res->meta.run && (!m->exec_run[0] || strcmp(m->exec_run, res->meta.run) == 0) &&
+           m->progress < res->chunks)
+        if (pthread_cond_timedwait(&m->progress_cv, &m->mu, &until) != 0)
+            break;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -562,16 +584,22 @@ static bool serve_while_waiting(mcp *m, const json_t *call_id)
     queued **pp = &m->head, *prev = NULL;
     while (*pp) {
         queued *q = *pp;
-        const char *method = json_string_value(json_object_get(q->msg, "method"));
-        json_t *params = json_object_get(q->msg, "params");
+        json_t *msg = q->len <= MCP_PEEK_MAX ? json_loadb(q->text, q->len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+        const char *method = json_string_value(json_object_get(msg, "method"));
+        json_t *params = json_object_get(msg, "params");
         bool take = false;
         if (method && strcmp(method, "notifications/cancelled") == 0 &&
             json_equal(json_object_get(params, "requestId"), (json_t *)call_id)) {
             cancelled = take = true;
-        } else if (method && strcmp(method, "ping") == 0 && json_object_get(q->msg, "id")) {
-            send_result(m, json_object_get(q->msg, "id"), json_object());
+        } else if (method && strcmp(method, "ping") == 0 && json_object_get(msg, "id")) {
+            json_t *pid = json_object_get(msg, "id");
+            if (json_is_string(pid) || json_is_integer(pid))
+                send_result(m, pid, json_object());
+            else
+                send_error(m, NULL, RPC_INVALID, "invalid JSON-RPC 2.0 request");
             take = true;
         }
+        json_decref(msg);
         if (!take) {
             prev = q;
             pp = &q->next;
@@ -580,8 +608,7 @@ static bool serve_while_waiting(mcp *m, const json_t *call_id)
         *pp = q->next;
         if (m->tail == q)
             m->tail = prev;
-        m->queued_n--;
-        json_decref(q->msg);
+        m->queued_bytes -= q->len;
         free(q);
     }
     pthread_cond_broadcast(&m->cv);
@@ -590,12 +617,24 @@ static bool serve_while_waiting(mcp *m, const json_t *call_id)
 }
 
 /* Waits for id's result in slices, serving pings and watching for the
- * client's cancel.  Returns 0 (result), 1 (the client cancelled: no
- * answer is due), -1 (err: timeout or transport). */
+ * client's cancel.  With since_us, the result topic is first scanned once
+ * from then (a result that came before this server started, or before the
+ * call, while nobody waited); after that, and without it, the collector
+ * (which reads everything since the server started) is waited on.
+ * Returns 0 (result), 1 (the client cancelled: no answer is due), -1
+ * (err: timeout or transport). */
 static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t since_us, int64_t timeout_us,
                        bool cancel_on_abort, cf_result *out, cf_error *err)
 {
     int64_t until = cf_mono_us() + timeout_us;
+    if (since_us) {
+        int64_t scan = timeout_us < 10 * 1000000LL ? timeout_us : 10 * 1000000LL;
+        cf_error_clear(err);
+        if (cf_dispatcher_wait_since(m->d, id, since_us, scan, out, err) == 0)
+            return 0;
+        if (err->code != CF_E_TIMEOUT)
+            return -1;
+    }
     for (;;) {
         if (serve_while_waiting(m, call_id) || cf_cli_stop) {
             if (cancel_on_abort) {
@@ -612,8 +651,7 @@ static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t si
             return cf_error_set(err, CF_E_TIMEOUT, "no result for %s within %" PRId64 " ms", id, timeout_us / 1000);
         int64_t slice = left < MCP_WAIT_SLICE_US ? left : MCP_WAIT_SLICE_US;
         cf_error_clear(err);
-        int rc = since_us ? cf_dispatcher_wait_since(m->d, id, since_us, slice, out, err)
-                          : cf_dispatcher_wait(m->d, id, slice, out, err);
+        int rc = cf_dispatcher_wait(m->d, id, slice, out, err);
         if (rc == 0)
             return 0;
         if (err->code != CF_E_TIMEOUT)
@@ -636,37 +674,57 @@ static json_t *tool_execute(mcp *m, const json_t *call_id, const json_t *args, j
     int64_t wait_ms = int_arg(args, "wait_timeout_ms", MCP_DEFAULT_WAIT_MS, 1, MCP_MAX_WAIT_MS, &ok);
     if (!ok)
         return tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
-    bool stream = wait && progress_token && m->streaming;
-    json_t *rj = request_json(args, id, stream, why, sizeof(why));
-    if (!rj)
-        return tool_error("%s", why);
-    cf_request req = {0};
-    int rc = cf_request_from_json(rj, &req, &err);
-    json_decref(rj);
-    if (rc < 0)
-        return tool_error("invalid request: %s", err.msg);
-    if (stream)
-        watch_execution(m, id, progress_token);
-    if (cf_dispatcher_submit(m->d, &req, &err) < 0 || (!wait && cf_dispatcher_flush(m->d, 10 * 1000000LL, &err) < 0)) {
-        watch_execution(m, NULL, NULL);
-        cf_request_clear(&req);
-        return tool_error("could not submit: %s", err.msg);
-    }
-    cf_request_clear(&req);
-    if (!wait) {
-        char text[300];
-        snprintf(text, sizeof(text), "submitted as request %s: use get_result or cancel with this id", id);
-        return tool_result(text, json_pack("{s:s, s:s}", "id", id, "status", "submitted"), false);
-    }
+    /* A progress token (a string or an integer) asks for output as it
+     * comes: the request then streams, where the fleet can. */
+    bool stream = wait && m->streaming && (json_is_string(progress_token) || json_is_integer(progress_token));
     cf_result res = {0};
-    rc = wait_result(m, call_id, id, 0, wait_ms * 1000, true, &res, &err);
-    watch_execution(m, NULL, NULL);
-    if (rc == 1) {
-        *no_answer = true;
-        return NULL;
+    for (;;) {
+        json_t *rj = request_json(args, id, stream, why, sizeof(why));
+        if (!rj)
+            return tool_error("%s", why);
+        cf_request req = {0};
+        int rc = cf_request_from_json(rj, &req, &err);
+        json_decref(rj);
+        if (rc < 0)
+            return tool_error("invalid request: %s", err.msg);
+        if (stream)
+            watch_execution(m, id, progress_token);
+        /* Flushed: a request the broker refuses is said now, not after
+         * wait_timeout_ms (nor blamed on the next call). */
+        if (cf_dispatcher_submit(m->d, &req, &err) < 0 || cf_dispatcher_flush(m->d, 10 * 1000000LL, &err) < 0) {
+            watch_execution(m, NULL, NULL);
+            cf_request_clear(&req);
+            return tool_error("could not submit: %s", err.msg);
+        }
+        cf_request_clear(&req);
+        if (!wait) {
+            char text[300];
+            snprintf(text, sizeof(text), "submitted as request %s: use get_result or cancel with this id", id);
+            return tool_result(text, json_pack("{s:s, s:s}", "id", id, "status", "submitted"), false);
+        }
+        rc = wait_result(m, call_id, id, 0, wait_ms * 1000, true, &res, &err);
+        if (rc == 0 && stream)
+            progress_catch_up(m, &res);
+        watch_execution(m, NULL, NULL);
+        if (rc == 1) {
+            *no_answer = true;
+            return NULL;
+        }
+        if (rc < 0)
+            return tool_error("request %s: %s (it may still run: get_result with this id, or cancel it)", id,
+                              err.msg);
+        /* Streaming is a convenience here: where the fleet cannot stream
+         * (a js or wasm backend, streaming off), run it without. */
+        if (stream && res.status == CF_STATUS_REJECTED && res.reason && strncmp(res.reason, "stream:", 7) == 0) {
+            cf_log_info(LOG_SUB, "request %s: %s; sent again without streaming", id, res.reason);
+            cf_result_clear(&res);
+            stream = false;
+            if (cf_dispatcher_new_id(id, sizeof(id), &err) < 0)
+                return tool_error("cannot make a request id: %s", err.msg);
+            continue;
+        }
+        break;
     }
-    if (rc < 0)
-        return tool_error("request %s: %s (it may still run: get_result with this id, or cancel it)", id, err.msg);
     json_t *out = result_tool_result(&res);
     cf_result_clear(&res);
     return out;
@@ -942,10 +1000,18 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         fputs(mcp_help, help ? stdout : stderr);
         return help ? CF_EXIT_OK : CF_EXIT_USAGE;
     }
-    mcp m = {.g = g};
-    pthread_mutex_init(&m.out_mu, NULL);
-    pthread_mutex_init(&m.mu, NULL);
-    pthread_cond_init(&m.cv, NULL);
+    /* On the heap: after a stop signal the reader thread may still sit in
+     * fgets, and is left to the process's exit rather than joined. */
+    mcp *m = calloc(1, sizeof(*m));
+    if (!m) {
+        fprintf(stderr, "codefleet mcp: out of memory\n");
+        return CF_EXIT_TRANSPORT;
+    }
+    m->g = g;
+    pthread_mutex_init(&m->out_mu, NULL);
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    pthread_cond_init(&m->progress_cv, NULL);
     cf_dispatcher_config cfg = {
         .brokers = g->brokers,
         .request_topic = g->request_topic,
@@ -954,61 +1020,76 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         .kafka = &g->kafka,
         .collect_results = true,
         .on_chunk = on_chunk,
-        .on_chunk_ctx = &m,
+        .on_chunk_ctx = m,
     };
     cf_error err = {0};
-    m.streaming = true;
-    if (cf_dispatcher_new(&cfg, &m.d, &err) < 0) {
+    m->streaming = true;
+    if (cf_dispatcher_new(&cfg, &m->d, &err) < 0) {
         /* Without an output topic the tools work, without progress. */
         cf_log_warn(LOG_SUB, "no output chunks (%s): execute_code sends no progress", err.msg);
         cf_error_clear(&err);
         cfg.on_chunk = NULL;
-        m.streaming = false;
-        if (cf_dispatcher_new(&cfg, &m.d, &err) < 0) {
+        m->streaming = false;
+        if (cf_dispatcher_new(&cfg, &m->d, &err) < 0) {
             fprintf(stderr, "codefleet mcp: %s\n", err.msg);
+            free(m);
             return cf_cli_exit_for_error(&err);
         }
     }
     int rc = CF_EXIT_OK;
-    if (pthread_create(&m.reader, NULL, reader_main, &m) != 0) {
+    if (pthread_create(&m->reader, NULL, reader_main, m) != 0) {
         fprintf(stderr, "codefleet mcp: cannot start the input reader\n");
         rc = CF_EXIT_TRANSPORT;
     } else {
-        m.reader_started = true;
         cf_log_info(LOG_SUB, "serving MCP on stdio (requests to %s)",
                     g->request_topic ? g->request_topic : CF_DEFAULT_REQUEST_TOPIC);
         for (;;) {
             bool eof = false;
-            queued *q = next_message(&m, -1, &eof);
+            queued *q = next_message(m, -1, &eof);
             if (!q)
                 break;
-            if (!q->msg)
-                send_error(&m, NULL, RPC_PARSE, "%s", q->why);
-            else
-                handle(&m, q->msg);
-            json_decref(q->msg);
+            json_error_t jerr;
+            bool too_long = q->too_long;
+            json_t *msg = too_long ? NULL : json_loadb(q->text, q->len, JSON_REJECT_DUPLICATES, &jerr);
             free(q);
+            if (!msg) {
+                if (too_long)
+                    send_error(m, NULL, RPC_PARSE, "message too long (at most %u MiB per line)",
+                               MCP_LINE_MAX / (1024 * 1024));
+                else
+                    send_error(m, NULL, RPC_PARSE, "not JSON: %.100s (column %d)", jerr.text, jerr.column);
+                continue;
+            }
+            /* A call the client cancelled while it waited its turn never
+             * starts (its notification is still queued behind it). */
+            json_t *id = json_object_get(msg, "id");
+            if (!(id && serve_while_waiting(m, id)))
+                handle(m, msg);
+            json_decref(msg);
         }
+        pthread_mutex_lock(&m->mu);
+        bool reader_done = m->eof;
+        pthread_mutex_unlock(&m->mu);
+        if (!reader_done) { /* a stop signal: the reader may block in fgets */
+            pthread_detach(m->reader);
+            cf_dispatcher_destroy(m->d);
+            return rc; /* m stays for the reader until the process exits */
+        }
+        pthread_join(m->reader, NULL);
     }
-    /* stdin closed (the client is gone) or a signal: the reader may still
-     * block in fgets on a signal; the process ends right after. */
-    if (m.reader_started && m.eof)
-        pthread_join(m.reader, NULL);
-    else if (m.reader_started)
-        pthread_detach(m.reader);
-    cf_dispatcher_destroy(m.d);
-    cf_workspace_store_destroy(m.ws);
-    cf_redis_destroy(m.redis);
-    pthread_mutex_lock(&m.mu);
-    json_decref(m.progress_token);
-    m.progress_token = NULL;
-    for (queued *q = m.head; q;) {
+    cf_dispatcher_destroy(m->d);
+    cf_workspace_store_destroy(m->ws);
+    cf_redis_destroy(m->redis);
+    json_decref(m->progress_token);
+    for (queued *q = m->head; q;) {
         queued *next = q->next;
-        json_decref(q->msg);
         free(q);
         q = next;
     }
-    m.head = m.tail = NULL;
-    pthread_mutex_unlock(&m.mu);
+    pthread_cond_destroy(&m->progress_cv);
+    pthread_cond_destroy(&m->cv);
+    pthread_mutex_destroy(&m->mu);
+    pthread_mutex_destroy(&m->out_mu);
+    free(m);
     return rc;
 }

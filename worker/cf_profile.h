@@ -86,6 +86,7 @@ typedef struct cf_profile_env {
     const char *events_topic;   /* never a reply_to target either */
     const char *workers_topic;  /* the workers' reports: never a request, result or reply_to topic */
     const char *env_prefix;     /* names with this prefix are never passed (worker secrets) */
+    const char *stream_suffix;  /* output topics: <result topic> + this ("" = no streaming) */
     const cf_backend_set *backends; /* every profile backend must be enabled here */
 } cf_profile_env;
 

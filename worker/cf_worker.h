@@ -72,6 +72,7 @@ typedef struct cf_worker_config {
     char *stream_topic_suffix;  /* "" = no streaming */
     int64_t stream_interval_us;
     int64_t stream_chunk_bytes;
+    int64_t stream_max_chunks;
     int64_t rebalance_wait_us;
     /* Redis (workspaces, checkpoints, attempt counts); redis "" = none. */
     char *redis;

@@ -80,6 +80,7 @@ struct cf_profile_set {
     cf_profile *items;
     size_t n;
     char *result_topic, *dlq_topic, *events_topic, *workers_topic;
+    char *stream_suffix; /* "" = no output topics */
     char *request_topic; /* the worker's own (may be empty) */
 };
 
@@ -401,6 +402,7 @@ int cf_profile_set_new(const cf_kvlist *kv, const cf_profile_env *env, cf_profil
     s->events_topic = cf_strdup(env->events_topic);
     s->workers_topic = env->workers_topic && env->workers_topic[0] ? cf_strdup(env->workers_topic) : NULL;
     s->request_topic = cf_strdup(env->request_topic ? env->request_topic : "");
+    s->stream_suffix = cf_strdup(env->stream_suffix ? env->stream_suffix : "");
     if (!set_add(s, "default", 7, err))
         goto fail;
     for (size_t i = 0; kv && i < kv->count; i++) {
@@ -457,6 +459,7 @@ void cf_profile_set_destroy(cf_profile_set *s)
     free(s->events_topic);
     free(s->workers_topic);
     free(s->request_topic);
+    free(s->stream_suffix);
     free(s);
 }
 
@@ -637,6 +640,16 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
             others = true;
         if (others)
             REFUSE("reply_to '%s' is another profile's result topic", buf);
+        /* Any profile's output topic: results there would be taken for
+         * chunks by that tenant's readers. */
+        size_t sl = set->stream_suffix ? strlen(set->stream_suffix) : 0;
+        for (size_t i = 0; sl && i < set->n; i++) {
+            const cf_profile *q = &set->items[i];
+            const char *rt = q->result_topic && q->result_topic[0] ? q->result_topic : set->result_topic;
+            size_t rl = rt ? strlen(rt) : 0;
+            if (rl && strlen(t) == rl + sl && strncmp(t, rt, rl) == 0 && strcmp(t + rl, set->stream_suffix) == 0)
+                REFUSE("reply_to '%s' is an output topic of the fleet", buf);
+        }
         if (!reply_allowed(p, t))
             REFUSE("reply_to '%s' is not allowed", buf);
     }

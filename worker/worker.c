@@ -161,6 +161,7 @@ typedef struct part_state {
 
 #define MAX_PARTITIONS 100000
 #define STREAM_TOPICS_KNOWN 64
+#define CHUNK_OUTQ_MAX 10000 /* producer queue depth past which chunks wait */
 
 /* One request topic the worker consumes, and the profile governing it. */
 typedef struct topic_state {
@@ -1272,10 +1273,12 @@ static bool user_cancel_answer(cf_worker *w, job *j, cf_result *res, int64_t wal
 
 /* ---------------------------------------------------------------- streaming */
 
-/* Whether an output topic exists, from a cache (64 names; a hit lasts 5
- * minutes, a miss 5 s) filled by a metadata request on the slot's thread:
- * chunks for a missing topic would only fail one by one, seconds later. */
-static bool stream_topic_exists(cf_worker *w, const char *topic)
+/* Whether an output topic exists (1), does not (0), or the broker could
+ * not say (-1: a transient failure, not cached), from a cache (64 names; a
+ * hit lasts 5 minutes, a miss 5 s) filled by a metadata request on the
+ * slot's thread: chunks for a missing topic would only fail one by one,
+ * seconds later. */
+static int stream_topic_exists(cf_worker *w, const char *topic)
 {
     int64_t now = cf_mono_us();
     pthread_mutex_lock(&w->stream_mu);
@@ -1284,28 +1287,32 @@ static bool stream_topic_exists(cf_worker *w, const char *topic)
         if (e->until_us > now && strcmp(e->name, topic) == 0) {
             bool yes = e->exists;
             pthread_mutex_unlock(&w->stream_mu);
-            return yes;
+            return yes ? 1 : 0;
         }
     }
     pthread_mutex_unlock(&w->stream_mu);
-    bool exists = false;
+    bool exists = false, known = false;
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(w->producer, topic, NULL);
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(w->producer, 0, rkt, &md, 3000) : RD_KAFKA_RESP_ERR__FAIL;
-    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1 && md->topics[0].err == 0 &&
-        md->topics[0].partition_cnt > 0)
-        exists = true;
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && md->topic_cnt == 1) {
+        rd_kafka_resp_err_t te = md->topics[0].err;
+        exists = te == 0 && md->topics[0].partition_cnt > 0;
+        known = exists || te == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || te == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    }
     if (md)
         rd_kafka_metadata_destroy(md);
     if (rkt)
         rd_kafka_topic_destroy(rkt);
+    if (!known)
+        return -1;
     pthread_mutex_lock(&w->stream_mu);
     struct stream_topic_entry *slot = &w->stream_topics[w->stream_topics_next++ % STREAM_TOPICS_KNOWN];
     snprintf(slot->name, sizeof(slot->name), "%s", topic);
     slot->exists = exists;
     slot->until_us = now + (exists ? 300 : 5) * 1000000LL;
     pthread_mutex_unlock(&w->stream_mu);
-    return exists;
+    return exists ? 1 : 0;
 }
 
 typedef struct stream_sink {
@@ -1318,6 +1325,9 @@ typedef struct stream_sink {
 static int publish_chunk(void *arg, const char *id, uint8_t *value, size_t len)
 {
     stream_sink *sk = arg;
+    /* Results come first: chunks never fill the producer's queue. */
+    if (rd_kafka_outq_len(sk->w->producer) > CHUNK_OUTQ_MAX)
+        return 1;
     rd_kafka_resp_err_t e = rd_kafka_producev(sk->w->producer, RD_KAFKA_V_TOPIC(sk->topic),
                                               RD_KAFKA_V_KEY(id, strlen(id)), RD_KAFKA_V_VALUE(value, len),
                                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_FREE), RD_KAFKA_V_OPAQUE(&chunk_tag),
@@ -1362,16 +1372,21 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     cf_streamer streamer;
     stream_sink sink = {.w = w, .topic = j->stream_topic};
     if (j->req.stream) {
-        if (!j->stream_topic || !stream_topic_exists(w, j->stream_topic)) {
-            res->status = CF_STATUS_REJECTED;
-            cf_result_set_reason(res, "stream: output topic '%s' does not exist or cannot be reached (codefleet "
-                                 "topics create makes it)", j->stream_topic ? j->stream_topic : "?");
+        int exists = j->stream_topic ? stream_topic_exists(w, j->stream_topic) : 0;
+        if (exists <= 0) {
+            /* Missing: the request's mistake.  Unknown: the broker's trouble. */
+            res->status = exists == 0 ? CF_STATUS_REJECTED : CF_STATUS_INTERNAL_ERROR;
+            cf_result_set_reason(res, exists == 0 ? "stream: output topic '%s' does not exist (codefleet topics create "
+                                                    "makes it)"
+                                                  : "stream: the broker did not say whether output topic '%s' exists: "
+                                                    "try again",
+                                 j->stream_topic ? j->stream_topic : "?");
             return true;
         }
         char run[CF_CHUNK_RUN_MAX + 1];
         snprintf(run, sizeof(run), "%s-%" PRIu64, w->nonce, (uint64_t)atomic_fetch_add(&w->run_seq, 1));
         cf_streamer_init(&streamer, j->req.id, run, w->cfg->stream_interval_us, (size_t)w->cfg->stream_chunk_bytes,
-                         publish_chunk, &sink);
+                         w->cfg->stream_max_chunks, publish_chunk, &sink);
         ctx.on_output = cf_streamer_on_output;
         ctx.on_output_arg = &streamer;
     }
@@ -1418,6 +1433,12 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         if (j->req.stream) {
             res->chunks = streamer.seq;
             cf_str_set(&res->meta.run, streamer.run);
+            if (streamer.stopped) {
+                char msg[200];
+                snprintf(msg, sizeof(msg), "output streaming stopped after %" PRId64 " chunk(s): the broker did not "
+                         "take the next one; stdout and stderr here are complete", streamer.seq);
+                add_warning(res, msg);
+            }
         }
         if (completed && needs_state && cf_wstate_finish(st, &j->req, &run, executed, res, &err) < 0) {
             /* The program ran but its changes could not be stored: the
@@ -2403,6 +2424,10 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
              * topic with reply_to_error: every topic of the fleet exists
              * before results are sent to it. */
             {"topic.metadata.propagation.max.ms", "5000"},
+            /* A topic named by a request (reply_to, its output topic) is
+             * never created by the worker's metadata requests, whatever
+             * the broker's auto.create.topics.enable says. */
+            {"allow.auto.create.topics", "false"},
         };
         for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
             if (conf_set(conf, kv[i][0], kv[i][1], err) < 0)
@@ -2804,7 +2829,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
 
     w->penv = (cf_profile_env){.request_topic = cfg->request_topic, .result_topic = cfg->result_topic,
                                .dlq_topic = cfg->dlq_topic, .events_topic = cfg->events_topic,
-                               .workers_topic = cfg->workers_topic,
+                               .workers_topic = cfg->workers_topic, .stream_suffix = cfg->stream_topic_suffix,
                                .env_prefix = cf_worker_conf_table.env_prefix, .backends = w->backends};
     if (cf_profile_set_new(&cfg->profiles, &w->penv, &w->profiles, err) < 0) {
         cf_error_wrap(err, "profiles");

@@ -190,6 +190,9 @@ static const cf_conf_prop worker_props[] = {
     {"stream-interval", CF_CONF_DURATION, OFF(stream_interval_us), 1000, 10 * SEC, "10ms", NULL,
      "A streaming request's chunks are published at most once per this interval; bytes written in between "
      "go out together in the next round (the first bytes after a quiet interval go at once).", NULL},
+    {"stream-max-chunks", CF_CONF_INT, OFF(stream_max_chunks), 1, 10000000, "10000", NULL,
+     "Chunks of one execution published at the stream-interval pace; past them, at most one round a second "
+     "(a program writing a byte at a time cannot turn its run into millions of messages).", NULL},
     {"stream-chunk-max", CF_CONF_SIZE, OFF(stream_chunk_bytes), 1024, 256 * 1024, "64KiB", NULL,
      "Largest data of one output chunk; more is split.", NULL},
     {"result-batch", CF_CONF_DURATION, OFF(result_batch_us), 0, 1000000, "5ms", NULL,

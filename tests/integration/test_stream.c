@@ -140,6 +140,17 @@ static void lines_arrive_while_running(const char *backend, const char *warm)
     collector col;
     cf_dispatcher *d = stream_dispatcher(&t, &col);
     cf_request req;
+    if (warm) {
+        /* The slots build their sandboxes once the worker runs: one
+         * request through, and a moment, so the next one finds them. */
+        cf_result wres = {0};
+        it_request_init(&req, CF_LANG_SHELL, "true");
+        it_submit_wait(d, &req, 120 * SEC, &wres);
+        assert_int_equal(wres.status, CF_STATUS_SUCCESS);
+        cf_result_clear(&wres);
+        cf_request_clear(&req);
+        usleep(1500 * 1000);
+    }
     it_request_init(&req, CF_LANG_SHELL,
                     "for i in 1 2 3 4 5; do echo \"line $i\"; echo \"err $i\" >&2; sleep 0.3; done");
     req.stream = true;
@@ -152,6 +163,9 @@ static void lines_arrive_while_running(const char *backend, const char *warm)
         it_worker_dump_log(&w);
         fail_msg("status %s: %s", cf_status_name(res.status), res.reason ? res.reason : "-");
     }
+    /* The sandbox path asked for is the one taken (warm: prepared ahead). */
+    if (warm)
+        assert_string_equal(res.meta.sandbox, strstr(warm, "true") ? "warm" : "cold");
     wait_chunks(&col, res.chunks, 10 * SEC);
     check_chunks_match(&col, &res);
     assert_true(res.chunks >= 5); /* lines 300 ms apart are not coalesced into fewer */
@@ -230,6 +244,55 @@ static void stream_caps_hold(void **state)
     assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
 }
 
+/* codefleet submit --follow: the program's stdout and stderr come out on
+ * the CLI's own, whole and in order, the summary on stderr; --json gives one
+ * chunk line per chunk, then the result. */
+static void stream_cli_follow(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "stream-cli", 2);
+    it_worker w;
+    it_worker_start(&w, &t, "stream-cli-w1", NULL);
+    char tmp[] = "/tmp/cf-it-follow-XXXXXX";
+    assert_non_null(mkdtemp(tmp));
+    static char out[65536], err[65536];
+    const char *code = "for i in 1 2 3; do echo out $i; echo err $i >&2; sleep 0.2; done; printf 'tail-no-newline'";
+    const char *args[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "60s", "submit",
+                          "--follow", "-l", "shell", "--code", code, NULL};
+    int rc = it_cli_run(args, tmp, out, sizeof(out), err, sizeof(err));
+    if (rc != 0)
+        fail_msg("exit %d; stdout: %s; stderr: %s", rc, out, err);
+    assert_string_equal(out, "out 1\nout 2\nout 3\ntail-no-newline");
+    assert_non_null(strstr(err, "err 1\nerr 2\nerr 3\n"));
+    assert_non_null(strstr(err, "status:   success"));
+    assert_null(strstr(out, "status:")); /* the summary is not mixed into the program's stdout */
+
+    const char *jargs[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "60s", "--json",
+                           "submit", "--follow", "-l", "shell", "--code", "echo a; sleep 0.3; echo b", NULL};
+    rc = it_cli_run(jargs, tmp, out, sizeof(out), err, sizeof(err));
+    assert_int_equal(rc, 0);
+    int chunk_lines = 0, result_lines = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "{\"chunk\":", 9) == 0) {
+            assert_int_equal(result_lines, 0); /* chunks come before the result */
+            chunk_lines++;
+        } else if (strstr(line, "\"status\":\"success\"")) {
+            result_lines++;
+        }
+    }
+    assert_int_equal(chunk_lines, 2);
+    assert_int_equal(result_lines, 1);
+    /* --follow with --no-wait is a usage error. */
+    const char *bad[] = {"--request-topic", t.requests, "submit", "--follow", "--no-wait", "--", "/bin/true", NULL};
+    assert_int_equal(it_cli_run(bad, tmp, out, sizeof(out), err, sizeof(err)), 2);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    assert_int_equal(system(cmd), 0);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
 static void expect_rejected(cf_dispatcher *d, cf_request *req, const char *want)
 {
     cf_result res = {0};
@@ -267,7 +330,7 @@ static void stream_rejections(void **state)
     cf_dispatcher *d = it_dispatcher_new(&t);
     /* The answer goes where reply_to says (that was allowed). */
     it_topics rt = t;
-    snprintf(rt.results, sizeof(rt.results), "%s", reply_to);
+    snprintf(rt.results, sizeof(rt.results), "%.95s", reply_to);
     cf_dispatcher *drt = it_dispatcher_new(&rt);
     cf_request req;
     it_request_init(&req, CF_LANG_SHELL, "echo ran > /tmp/cf-it-stream-ran; echo hi");
@@ -314,7 +377,7 @@ static void stream_rejections(void **state)
         it_request_init(&req, CF_LANG_JAVASCRIPT, "console.log(1)");
         cf_str_set(&req.backend, "js");
         req.stream = true;
-        expect_rejected(d, &req, "cannot stream");
+        expect_rejected(d, &req, "stream: backend 'js' cannot stream");
         cf_request_clear(&req);
     } else {
         print_message("no js backend in this build: that case skipped\n");
@@ -330,6 +393,7 @@ int main(void)
         cmocka_unit_test(stream_sandbox_cold),
         cmocka_unit_test(stream_sandbox_warm),
         cmocka_unit_test(stream_caps_hold),
+        cmocka_unit_test(stream_cli_follow),
         cmocka_unit_test(stream_rejections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

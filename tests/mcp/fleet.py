@@ -14,7 +14,7 @@ import time
 
 
 class Fleet:
-    def __init__(self, prefix):
+    def __init__(self, prefix, extra=()):
         self.brokers = os.environ["CF_TEST_BROKERS"]
         self.config = os.environ.get("CF_TEST_CLIENT_CONFIG", "")
         bindir = os.environ.get("CF_BINARY_DIR", "build")
@@ -26,6 +26,7 @@ class Fleet:
         self.worker_id = base + "-w1"
         self.log_path = "/tmp/cf-mcp-%s.log" % base
         self.worker = None
+        self.extra = list(extra)  # more worker flags
         # process first (the default); the sandbox too where it can run (root),
         # for what only it offers (workspace file systems).
         self.backends = "process,sandbox" if os.geteuid() == 0 else "process"
@@ -49,6 +50,7 @@ class Fleet:
                 "--worker-id=" + self.worker_id, "--log-level=info", "--kafka.session.timeout.ms=6000",
                 "--kafka.heartbeat.interval.ms=500", "--backends=" + self.backends,
                 "--profile.default.backends=" + self.backends, "--profile.default.network=enabled"]
+        args += self.extra
         if self.config:
             args.insert(1, "--config=" + self.config)
         redis = os.environ.get("CF_TEST_REDIS")

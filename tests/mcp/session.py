@@ -95,15 +95,37 @@ class Server:
         return self.p.returncode
 
 
+def no_streaming(fleet):
+    """A worker with streaming off: a progress token must not cost the run."""
+    srv = Server(fleet)
+    try:
+        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "session.py", "version": "1"}}))
+        others = []
+        r = srv.call({"name": "execute_code", "_meta": {"progressToken": 7},
+                      "arguments": {"language": "shell", "code": "echo still runs"}}, others=others)
+        sc = r["result"]["structuredContent"]
+        check(sc["status"] == "success" and sc["stdout"] == "still runs\n" and not r["result"]["isError"],
+              "streaming refused by the worker: run again without it, and it succeeds")
+        check(not [m for m in others if m.get("method") == "notifications/progress"], "no progress then")
+    finally:
+        srv.close()
+
+
 def main():
     fleet = Fleet("mcp-session").start()
     srv = Server(fleet)
+    quiet = None
     try:
         run(srv, fleet)
+        quiet = Fleet("mcp-nostream", extra=["--stream-topic-suffix="]).start()
+        no_streaming(quiet)
     finally:
         code = srv.close()
         check(code == 0, "the server exits 0 when its input ends (exit %s)" % code)
         fleet.stop()
+        if quiet:
+            quiet.stop()
         if failures:
             fleet.dump_log()
             with open("/tmp/cf-mcp-server-%d.log" % os.getpid(), "rb") as f:
@@ -256,6 +278,26 @@ def run(srv, fleet):
               "write_file with a stale revision: a conflict, said")
     else:
         print("skip workspace tools: no CF_TEST_REDIS")
+
+    # A call cancelled while it waits its turn never starts.
+    slow = srv.request("tools/call", {"name": "execute_code", "arguments": {"language": "shell", "code": "sleep 1"}})
+    marker2 = "/tmp/cf-mcp-%s.ran" % secrets.token_hex(4)
+    queued_call = srv.request("tools/call", {"name": "execute_code", "arguments": {
+        "language": "shell", "code": "touch %s" % marker2}})
+    srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": queued_call}})
+    leftover = []
+    r = srv.wait_for(slow, others=leftover)
+    after = srv.wait_for(srv.request("ping"), timeout=10, others=leftover)
+    time.sleep(1.0)
+    check(not os.path.exists(marker2) and not any(m.get("id") == queued_call for m in leftover),
+          "a call cancelled before its turn neither runs nor answers")
+
+    # A line too long for the server: a parse error, and it goes on.
+    srv.send_raw(b'{"jsonrpc":"2.0","id":99,"method":"ping","params":{"x":"' + b"a" * (5 << 20) + b'"}}\n')
+    got = srv.q.get(timeout=30)
+    check(got.get("error", {}).get("code") == -32700 and "too long" in got["error"]["message"],
+          "a 5 MiB line: -32700 too long")
+    check(srv.wait_for(srv.request("ping"), timeout=10).get("result") == {}, "and the server goes on")
 
     # Protocol errors.
     srv.send_raw(b"this is not json\n")

@@ -468,6 +468,51 @@ static void test_env_reply_state(void **state)
     cf_request_clear(&req);
 }
 
+/* Output topics (streaming): never a fleet topic, never another tenant's;
+ * and no reply_to may name an output topic of the fleet. */
+static void test_output_topics(void **state)
+{
+    fixture *f = *state;
+    f->env.stream_suffix = ".output";
+    kv(f, "default.backends", "process");
+    kv(f, "default.reply-to", "*");
+    kv(f, "t3.topic", "t3.requests");
+    kv(f, "t3.result-topic", "t3.results"); /* outside the fleet's namespaces */
+    kv(f, "t3.backends", "process");
+    cf_error err;
+    assert_int_equal(load(f, &err), 0);
+    const cf_profile *def = cf_profile_set_for_topic(f->set, "cf.requests");
+    const cf_profile *t3 = cf_profile_set_for_topic(f->set, "t3.requests");
+    char reason[256];
+    assert_true(cf_profile_output_topic_ok(def, f->set, "cf.results.output", reason, sizeof(reason)));
+    assert_true(cf_profile_output_topic_ok(t3, f->set, "t3.results.output", reason, sizeof(reason)));
+    assert_true(cf_profile_output_topic_ok(def, f->set, "mine.output", reason, sizeof(reason)));
+    static const struct {
+        const char *profile_topic, *topic;
+    } refused[] = {
+        {"cf.requests", "cf.dlq"},          {"cf.requests", "cf.requests"},       {"cf.requests", "cf.events"},
+        {"cf.requests", "cf.workers"},      {"cf.requests", "__consumer_offsets"}, {"cf.requests", "t3.results"},
+        {"cf.requests", "cf.results"},      {"t3.requests", "cf.results.output"}, {"t3.requests", "cf.requests.x"},
+        {"cf.requests", "bad topic!"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        const cf_profile *p = cf_profile_set_for_topic(f->set, refused[i].profile_topic);
+        if (cf_profile_output_topic_ok(p, f->set, refused[i].topic, reason, sizeof(reason)))
+            fail_msg("output topic %s allowed for %s", refused[i].topic, refused[i].profile_topic);
+        assert_non_null(strstr(reason, "stream: output topic"));
+    }
+    /* reply_to: t3's output topic (outside the namespaces) is refused by name. */
+    cf_request req;
+    mkreq(&req, CF_LANG_SHELL, "x", 0);
+    req.reply_to = strdup("t3.results.output");
+    expect_refused(f, "cf.requests", &req, "is an output topic of the fleet");
+    cf_request_clear(&req);
+    mkreq(&req, CF_LANG_SHELL, "x", 0);
+    req.reply_to = strdup("t3.results.outputs");
+    expect_admitted(f, "cf.requests", &req);
+    cf_request_clear(&req);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +521,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_tenant_profile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paths_under_roots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_env_reply_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_output_topics, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

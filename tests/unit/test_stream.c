@@ -173,7 +173,7 @@ static void streamer_rounds(void **state)
     (void)state;
     sink sk = {0};
     cf_streamer st;
-    cf_streamer_init(&st, "req-1", "w-7", 10000, 4, take, &sk);
+    cf_streamer_init(&st, "req-1", "w-7", 10000, 4, 0, take, &sk);
     cf_buf out, err;
     cf_buf_init(&out, 0);
     cf_buf_init(&err, 0);
@@ -223,20 +223,82 @@ static void streamer_rounds(void **state)
     cf_buf_free(&err);
 }
 
-static void streamer_failures(void **state)
+/* A chunk refused for good stops the stream: what was published stays a
+ * gap-free prefix, and nothing more is tried. */
+static void streamer_stops_on_failure(void **state)
 {
     (void)state;
-    sink sk = {.fail_all = true};
+    sink sk = {0};
     cf_streamer st;
-    cf_streamer_init(&st, "req-1", "w-7", 10000, 64, take, &sk);
+    cf_streamer_init(&st, "req-1", "w-7", 10000, 64, 0, take, &sk);
     cf_buf out, err;
     cf_buf_init(&out, 0);
     cf_buf_init(&err, 0);
+    append(&out, "kept");
+    assert_int_equal(cf_streamer_on_output(&st, &out, &err, false, 1000000), INT64_MAX);
+    assert_int_equal(sk.taken, 1);
+    sk.fail_all = true;
     append(&out, "lost");
-    assert_int_equal(cf_streamer_on_output(&st, &out, &err, true, 5), INT64_MAX);
-    /* Failed for good: not counted as published, counted as failed. */
+    assert_int_equal(cf_streamer_on_output(&st, &out, &err, false, 2000000), INT64_MAX);
+    assert_true(st.stopped);
+    assert_int_equal(st.seq, 1);
+    assert_int_equal(st.sent[CF_CHUNK_STDOUT], 4);
+    sk.fail_all = false;
+    append(&out, "more");
+    assert_int_equal(cf_streamer_on_output(&st, &out, &err, true, 3000000), INT64_MAX);
+    assert_int_equal(sk.taken, 1); /* nothing after the stop */
+    sink_free(&sk);
+    cf_buf_free(&out);
+    cf_buf_free(&err);
+}
+
+/* A producer that stays busy through the final round: given up after the
+ * patience, and the stream says it stopped. */
+static void streamer_final_gives_up(void **state)
+{
+    (void)state;
+    sink sk = {.busy_left = 1 << 30};
+    cf_streamer st;
+    cf_streamer_init(&st, "req-1", "w-7", 10000, 64, 0, take, &sk);
+    cf_buf out, err;
+    cf_buf_init(&out, 0);
+    cf_buf_init(&err, 0);
+    append(&out, "never");
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(cf_streamer_on_output(&st, &out, &err, true, t0), INT64_MAX);
+    int64_t took = cf_mono_us() - t0;
+    assert_true(took >= 1900000 && took < 5000000);
+    assert_true(st.stopped);
     assert_int_equal(st.seq, 0);
-    assert_int_equal(st.failed, 1);
+    sink_free(&sk);
+    cf_buf_free(&out);
+    cf_buf_free(&err);
+}
+
+/* Past max_chunks, one round a second: a byte-at-a-time writer cannot
+ * turn its run into a message per byte. */
+static void streamer_budget_slows_down(void **state)
+{
+    (void)state;
+    sink sk = {0};
+    cf_streamer st;
+    cf_streamer_init(&st, "req-1", "w-7", 10000, 64, 3, take, &sk);
+    cf_buf out, err;
+    cf_buf_init(&out, 0);
+    cf_buf_init(&err, 0);
+    int64_t t = 1000000;
+    for (int i = 0; i < 3; i++) {
+        append(&out, "x");
+        assert_int_equal(cf_streamer_on_output(&st, &out, &err, false, t), INT64_MAX);
+        t += 10000;
+    }
+    assert_int_equal(sk.taken, 3);
+    append(&out, "y");
+    /* The next round is a second after the last, not 10 ms. */
+    assert_int_equal(cf_streamer_on_output(&st, &out, &err, false, t), t - 10000 + 1000000);
+    assert_int_equal(sk.taken, 3);
+    assert_int_equal(cf_streamer_on_output(&st, &out, &err, false, t - 10000 + 1000000), INT64_MAX);
+    assert_int_equal(sk.taken, 4);
     sink_free(&sk);
     cf_buf_free(&out);
     cf_buf_free(&err);
@@ -247,7 +309,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(chunk_codec),
         cmocka_unit_test(streamer_rounds),
-        cmocka_unit_test(streamer_failures),
+        cmocka_unit_test(streamer_stops_on_failure),
+        cmocka_unit_test(streamer_final_gives_up),
+        cmocka_unit_test(streamer_budget_slows_down),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
