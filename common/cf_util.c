@@ -294,17 +294,23 @@ size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf
     for (size_t i = 0; s && i < len && j + 1 < size; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x80) {
-            /* a UTF-8 sequence: whole or not at all */
-            size_t n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+            /* a UTF-8 sequence: whole and well-formed (no overlong forms,
+             * surrogates or code points past U+10FFFF), or a '?' */
+            size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 1;
             if (n == 1 || i + n > len || j + n >= size) {
-                if (n > 1 && j + n >= size)
+                if (n > 1 && i + n <= len && j + n >= size)
                     break;
                 buf[j++] = '?';
                 continue;
             }
             bool ok = true;
-            for (size_t k = 1; k < n; k++)
+            uint32_t cp = n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
+            for (size_t k = 1; k < n; k++) {
                 ok = ok && ((unsigned char)s[i + k] & 0xc0) == 0x80;
+                cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3fu);
+            }
+            ok = ok && !(n == 3 && cp < 0x800) && !(n == 4 && (cp < 0x10000 || cp > 0x10ffff)) &&
+                 !(cp >= 0xd800 && cp <= 0xdfff);
             if (!ok) {
                 buf[j++] = '?';
                 continue;
@@ -312,10 +318,6 @@ size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf
             /* Terminal controls spelled in UTF-8: the C1 set (U+0080-009F,
              * e.g. CSI) and the bidi overrides (U+202A-202E, U+2066-2069)
              * that make text display other than it reads. */
-            uint32_t cp = n == 2   ? ((c & 0x1fu) << 6) | ((unsigned char)s[i + 1] & 0x3fu)
-                          : n == 3 ? ((c & 0x0fu) << 12) | (((unsigned char)s[i + 1] & 0x3fu) << 6) |
-                                         ((unsigned char)s[i + 2] & 0x3fu)
-                                   : 0;
             if ((cp >= 0x80 && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069)) {
                 buf[j++] = '?';
                 i += n - 1;

@@ -1290,13 +1290,22 @@ void cf_cli_format_size(int64_t bytes, char *buf, size_t cap)
         snprintf(buf, cap, "%.1f %s", v, units[u]);
 }
 
+/* The program's output is hostile: a terminal gets it through
+ * cf_sanitize_text (no escape sequences, C1 controls or bidi overrides);
+ * a pipe or file gets the bytes. */
 static void print_stream(FILE *out, const char *name, const cf_bytes *b, bool truncated)
 {
     if (b->len == 0 && !truncated)
         return;
     fprintf(out, "--- %s ---\n", name);
-    if (b->len)
+    char *clean = b->len && isatty(fileno(out)) ? malloc(b->len + 1) : NULL;
+    if (clean) {
+        size_t n = cf_sanitize_text((const char *)b->data, b->len, true, clean, b->len + 1);
+        fwrite(clean, 1, n, out);
+        free(clean);
+    } else if (b->len) {
         fwrite(b->data, 1, b->len, out);
+    }
     if (b->len && b->data[b->len - 1] != '\n')
         fputc('\n', out);
     if (truncated)

@@ -336,8 +336,11 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
     }
     if (opts.follow && opts.no_wait)
         return usage_error("submit", "--follow and --no-wait exclude each other");
-    if (opts.follow && req.reply_to)
-        return usage_error("submit", "--follow reads the result topic's output topic: not with --reply-to");
+    /* The answer (and its chunks) go where reply_to says: wait there. */
+    cf_cli_globals gr = *g;
+    if (req.reply_to)
+        gr.result_topic = req.reply_to;
+    g = &gr;
     cf_dispatcher *d = NULL;
     int rc;
     follow_state fs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .json = g->json,

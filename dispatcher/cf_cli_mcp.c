@@ -81,6 +81,8 @@ typedef struct mcp {
      * progress notifications. */
     char exec_id[CF_ID_MAX + 1];
     char exec_run[CF_CHUNK_RUN_MAX + 1]; /* the run its chunks come from (the first seen) */
+    uint8_t carry[2][4]; /* a UTF-8 sequence cut at a chunk's end, per stream */
+    size_t ncarry[2];
     json_t *progress_token;
     int64_t progress;
     pthread_cond_t progress_cv;
@@ -472,22 +474,21 @@ static json_t *request_json(const json_t *args, const char *id, bool stream, cha
     return r;
 }
 
-/* Appends one stream of the result to the text summary. */
+/* Appends one stream of the result to the text summary (made safe with the
+ * rest of the text by result_tool_result). */
 static void text_stream(FILE *f, const char *name, const cf_bytes *b, bool truncated)
 {
     if (b->len == 0 && !truncated)
         return;
     fprintf(f, "--- %s ---\n", name);
     size_t n = b->len < MCP_TEXT_MAX ? b->len : MCP_TEXT_MAX;
-    if (n && cf_utf8_valid(b->data, n) && !memchr(b->data, 0, n)) {
+    if (n) {
         fwrite(b->data, 1, n, f);
         if (b->data[n - 1] != '\n')
             fputc('\n', f);
-        if (n < b->len)
-            fprintf(f, "[%zu more bytes in structuredContent]\n", b->len - n);
-    } else if (b->len) {
-        fprintf(f, "[%zu bytes, not UTF-8 text: see structuredContent (base64)]\n", b->len);
     }
+    if (n < b->len)
+        fprintf(f, "[%zu more bytes in structuredContent]\n", b->len - n);
     if (truncated)
         fputs("[truncated at the cap]\n", f);
 }
@@ -506,15 +507,15 @@ static json_t *result_tool_result(const cf_result *res)
         text_stream(f, "stderr", &res->stderr_data, res->stderr_truncated);
         fclose(f);
     }
-    /* Text from the program: control characters other than newlines and
-     * tabs are not passed on. */
-    for (size_t i = 0; text && i < tlen; i++)
-        if ((unsigned char)text[i] < 0x20 && text[i] != '\n' && text[i] != '\t')
-            text[i] = '?';
+    /* Text from the program: no terminal controls (C0 but newline and
+     * tab, DEL, C1, bidi overrides), and well-formed UTF-8. */
+    char *clean = text ? malloc(tlen + 1) : NULL;
+    if (clean)
+        cf_sanitize_text(text, tlen, true, clean, tlen + 1);
     json_t *structured = cf_result_to_json(res);
     bool is_error = res->status == CF_STATUS_REJECTED || res->status == CF_STATUS_INTERNAL_ERROR;
-    json_t *r = tool_result(text && cf_utf8_valid((const uint8_t *)text, tlen) ? text : "(see structuredContent)",
-                            structured, is_error);
+    json_t *r = tool_result(clean ? clean : "(see structuredContent)", structured, is_error);
+    free(clean);
     free(text);
     return r;
 }
@@ -537,10 +538,31 @@ static void on_chunk(void *ctx, const cf_chunk *c)
         return;
     }
     int64_t progress = ++m->progress;
-    /* The program's text without terminal controls, like the summary. */
-    char *text = malloc(c->data.len + 1);
-    if (text)
-        cf_sanitize_text((const char *)c->data.data, c->data.len, true, text, c->data.len + 1);
+    /* The program's text without terminal controls, like the summary; a
+     * UTF-8 sequence cut at the chunk's end waits for the next chunk. */
+    int k = c->stream == CF_CHUNK_STDERR;
+    size_t total = m->ncarry[k] + c->data.len, keep = 0;
+    uint8_t *joined = malloc(total + 1);
+    char *text = malloc(total + 1);
+    if (joined && text) {
+        memcpy(joined, m->carry[k], m->ncarry[k]);
+        memcpy(joined + m->ncarry[k], c->data.data, c->data.len);
+        for (size_t back = 1; back <= 3 && back <= total; back++) {
+            uint8_t b = joined[total - back];
+            if ((b & 0xc0) == 0x80)
+                continue;
+            if ((b >= 0xf0 ? 4u : b >= 0xe0 ? 3u : b >= 0xc0 ? 2u : 1u) > back)
+                keep = back;
+            break;
+        }
+        m->ncarry[k] = keep;
+        memcpy(m->carry[k], joined + total - keep, keep);
+        cf_sanitize_text((const char *)joined, total - keep, true, text, total + 1);
+    } else {
+        free(text);
+        text = NULL;
+    }
+    free(joined);
     send_msg(m, json_pack("{s:s, s:s, s:{s:O, s:I, s:s}}", "jsonrpc", "2.0", "method", "notifications/progress",
                           "params", "progressToken", m->progress_token, "progress", (json_int_t)progress, "message",
                           text ? text : ""));
@@ -554,6 +576,7 @@ static void watch_execution(mcp *m, const char *id, json_t *token)
     pthread_mutex_lock(&m->mu);
     snprintf(m->exec_id, sizeof(m->exec_id), "%s", id ? id : "");
     m->exec_run[0] = '\0';
+    m->ncarry[0] = m->ncarry[1] = 0;
     json_decref(m->progress_token);
     m->progress_token = token ? json_incref(token) : NULL;
     m->progress = 0;
@@ -591,7 +614,9 @@ static bool serve_while_waiting(mcp *m, const json_t *call_id)
         if (method && strcmp(method, "notifications/cancelled") == 0 &&
             json_equal(json_object_get(params, "requestId"), (json_t *)call_id)) {
             cancelled = take = true;
-        } else if (method && strcmp(method, "ping") == 0 && json_object_get(msg, "id")) {
+        } else if (method && strcmp(method, "ping") == 0 && json_object_get(msg, "id") &&
+                   json_is_string(json_object_get(msg, "jsonrpc")) &&
+                   strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") == 0) {
             json_t *pid = json_object_get(msg, "id");
             if (json_is_string(pid) || json_is_integer(pid))
                 send_result(m, pid, json_object());

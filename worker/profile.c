@@ -622,6 +622,13 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
             (set->events_topic && strcmp(t, set->events_topic) == 0) ||
             (set->workers_topic && strcmp(t, set->workers_topic) == 0))
             REFUSE("reply_to '%s' is one of the fleet's own topics", buf);
+        /* An output topic, of any tenant of any worker group: results
+         * there would be taken for chunks by that tenant's readers.  By its
+         * suffix, so tenants this worker does not know are covered too. */
+        size_t sl = set->stream_suffix ? strlen(set->stream_suffix) : 0, tl = strlen(t);
+        if (sl && tl > sl && strcmp(t + tl - sl, set->stream_suffix) == 0)
+            REFUSE("reply_to '%s' ends in '%s': that names an output topic, not a result topic", buf,
+                   set->stream_suffix);
         /* Another tenant's results: the worker would write, with its own
          * credentials, where only that tenant reads. */
         const char *own = p->result_topic && p->result_topic[0] ? p->result_topic : set->result_topic;
@@ -640,16 +647,6 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
             others = true;
         if (others)
             REFUSE("reply_to '%s' is another profile's result topic", buf);
-        /* Any profile's output topic: results there would be taken for
-         * chunks by that tenant's readers. */
-        size_t sl = set->stream_suffix ? strlen(set->stream_suffix) : 0;
-        for (size_t i = 0; sl && i < set->n; i++) {
-            const cf_profile *q = &set->items[i];
-            const char *rt = q->result_topic && q->result_topic[0] ? q->result_topic : set->result_topic;
-            size_t rl = rt ? strlen(rt) : 0;
-            if (rl && strlen(t) == rl + sl && strncmp(t, rt, rl) == 0 && strcmp(t + rl, set->stream_suffix) == 0)
-                REFUSE("reply_to '%s' is an output topic of the fleet", buf);
-        }
         if (!reply_allowed(p, t))
             REFUSE("reply_to '%s' is not allowed", buf);
     }

@@ -168,6 +168,14 @@ def run(srv, fleet):
     check(r["result"]["isError"] is False and sc["status"] == "failed" and sc["exit_code"] == 3
           and sc["stderr"] == "oops\n", "a failing program: status failed, exit 3, not isError")
 
+    # The program's text reaches the model without terminal controls.
+    r = srv.call({"name": "execute_code", "arguments": {"language": "python", "code":
+                  "import sys\nsys.stdout.buffer.write(b'C1:\\xc2\\x9b31m BIDI:\\xe2\\x80\\xaeevil ESC:\\x1b[2J "
+                  "BAD:\\xc0\\xaf\\n')"}})
+    text = r["result"]["content"][0]["text"]
+    check(all(ch not in text for ch in "\u009b\u202e\x1b\x7f") and "C1:?31m BIDI:?evil ESC:?[2J BAD:??" in text,
+          "content text: C1, bidi, ESC and bad UTF-8 shown as '?'")
+
     # Limits reach the worker.
     r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "sleep 5",
                                                         "timeout_ms": 300}})

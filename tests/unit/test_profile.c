@@ -505,7 +505,11 @@ static void test_output_topics(void **state)
     cf_request req;
     mkreq(&req, CF_LANG_SHELL, "x", 0);
     req.reply_to = strdup("t3.results.output");
-    expect_refused(f, "cf.requests", &req, "is an output topic of the fleet");
+    expect_refused(f, "cf.requests", &req, "ends in '.output': that names an output topic");
+    cf_request_clear(&req);
+    mkreq(&req, CF_LANG_SHELL, "x", 0);
+    req.reply_to = strdup("unknown.group.results.output"); /* a tenant of another worker group */
+    expect_refused(f, "cf.requests", &req, "ends in '.output'");
     cf_request_clear(&req);
     mkreq(&req, CF_LANG_SHELL, "x", 0);
     req.reply_to = strdup("t3.results.outputs");

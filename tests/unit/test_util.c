@@ -33,6 +33,16 @@ static void test_sanitize_controls(void **state)
     assert_string_equal(clean("caf\xc3\xa9 \xe2\x82\xac", false), "caf\xc3\xa9 \xe2\x82\xac");
     /* Broken UTF-8 becomes '?'. */
     assert_string_equal(clean("bad\xc3(", false), "bad?(");
+    /* Not UTF-8 at all, though shaped like it: overlong forms (C0 AF is
+     * '/', C0 9B a CSI), a surrogate, past U+10FFFF, F8+ leads. */
+    assert_string_equal(clean("a\xc0\xaf" "b", false), "a??b");
+    assert_string_equal(clean("\xc0\x9b" "31m", false), "??31m");
+    assert_string_equal(clean("\xe0\x80\xaf", false), "???");
+    assert_string_equal(clean("s\xed\xa0\x80" "e", false), "s???e");
+    assert_string_equal(clean("\xf4\x90\x80\x80", false), "????");
+    assert_string_equal(clean("\xf8\x88\x80\x80\x80", false), "?????");
+    /* The highest code point and a 4-byte emoji stay. */
+    assert_string_equal(clean("\xf4\x8f\xbf\xbf \xf0\x9f\x98\x80", false), "\xf4\x8f\xbf\xbf \xf0\x9f\x98\x80");
 }
 
 static void test_sanitize_bounds(void **state)
