@@ -331,11 +331,14 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
     if (cf_cli_parse_submit(argc, argv, &req, &opts, &err) < 0)
         return usage_error("submit", err.msg);
     if (opts.help) {
+        cf_request_clear(&req);
         fputs(submit_help, stdout);
         return CF_EXIT_OK;
     }
-    if (opts.follow && opts.no_wait)
+    if (opts.follow && opts.no_wait) {
+        cf_request_clear(&req);
         return usage_error("submit", "--follow and --no-wait exclude each other");
+    }
     /* The answer (and its chunks) go where reply_to says: wait there. */
     cf_cli_globals gr = *g;
     if (req.reply_to)

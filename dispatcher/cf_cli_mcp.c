@@ -157,7 +157,8 @@ static void enqueue(mcp *m, const uint8_t *text, size_t len, bool too_long)
     q->next = NULL;
     q->len = len;
     q->too_long = too_long;
-    memcpy(q->text, text, len);
+    if (len)
+        memcpy(q->text, text, len);
     q->text[len] = '\0';
     pthread_mutex_lock(&m->mu);
     /* The main thread is behind: wait for it (one line always fits). */
