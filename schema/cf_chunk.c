@@ -105,8 +105,9 @@ static int dec_nonneg_field(cf_mp_reader *r, const char *f, int64_t *out, cf_err
     return 0;
 }
 
-static int dec_field(cf_mp_reader *r, cf_chunk *c, int idx, cf_error *err)
+static int dec_field(cf_mp_reader *r, void *obj, int idx, cf_error *err)
 {
+    cf_chunk *c = obj;
     const char *f = ck_keys[idx];
     if (idx == CK_V)
         return cf_mp_skip(r, 2, err); /* checked by the prescan */
@@ -150,33 +151,9 @@ int cf_chunk_decode(const void *buf, size_t len, const cf_decode_limits *limits,
 {
     memset(out, 0, sizeof(*out));
     const cf_decode_limits *lim = limits ? limits : &cf_decode_limits_default;
-    if (cf_msg_prescan(buf, len, lim, ck_keys, CK__COUNT, err) < 0)
-        return -1;
-    cf_mp_reader r;
-    cf_mp_reader_init(&r, buf, len, lim);
-    uint32_t n;
-    if (cf_mp_read_map(&r, 1, &n, err) < 0)
-        goto fail;
     unsigned seen = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *k;
-        size_t klen;
-        if (cf_mp_read_str(&r, lim->max_str_bytes, &k, &klen, err) < 0)
-            goto fail;
-        int idx = cf_name_index(ck_keys, 0, CK__COUNT, k, klen);
-        if (idx < 0) { /* forward compatibility */
-            if (cf_mp_skip(&r, 2, err) < 0)
-                goto fail;
-            continue;
-        }
-        if (seen & (1u << idx)) {
-            cf_error_set(err, CF_E_INVALID, "%s: duplicate field", ck_keys[idx]);
-            goto fail;
-        }
-        seen |= 1u << idx;
-        if (dec_field(&r, out, idx, err) < 0)
-            goto fail;
-    }
+    if (cf_mp_decode_flat(buf, len, lim, ck_keys, CK__COUNT, dec_field, out, &seen, err) < 0)
+        goto fail;
     const int required[] = {CK_SEQ, CK_STREAM, CK_OFFSET};
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++)
         if (!(seen & (1u << required[i]))) {

@@ -76,8 +76,15 @@ int cf_cancel_encode(const cf_cancel *c, cf_bytes *out, cf_error *err)
 enum { CT_V, CT_TYPE, CT_ID, CT_REASON, CT_CREATED, CT__COUNT };
 static const char *const ct_keys[CT__COUNT] = {"v", "type", "id", "reason", "created_us"};
 
-static int dec_field(cf_mp_reader *r, cf_cancel *c, int idx, bool *typed, cf_error *err)
+typedef struct cancel_dec {
+    cf_cancel *c;
+    bool typed; /* a "type" that is not nil was read */
+} cancel_dec;
+
+static int dec_field(cf_mp_reader *r, void *obj, int idx, cf_error *err)
 {
+    cancel_dec *d = obj;
+    cf_cancel *c = d->c;
     const char *f = ct_keys[idx];
     if (idx == CT_V)
         return cf_mp_skip(r, 2, err); /* checked by the prescan */
@@ -94,7 +101,7 @@ static int dec_field(cf_mp_reader *r, cf_cancel *c, int idx, bool *typed, cf_err
         /* The value is hostile: it is not echoed. */
         if (len != 6 || memcmp(s, "cancel", 6) != 0)
             return cf_error_set(err, CF_E_INVALID, "type: unknown control message type (expected \"cancel\")");
-        *typed = true;
+        d->typed = true;
         return 0;
     }
     case CT_ID: return cf_mp_read_cstr(r, f, &c->id, err);
@@ -115,35 +122,10 @@ int cf_cancel_decode(const void *buf, size_t len, const cf_decode_limits *limits
 {
     memset(out, 0, sizeof(*out));
     const cf_decode_limits *lim = limits ? limits : &cf_decode_limits_default;
-    if (cf_msg_prescan(buf, len, lim, ct_keys, CT__COUNT, err) < 0)
-        return -1;
-    cf_mp_reader r;
-    cf_mp_reader_init(&r, buf, len, lim);
-    uint32_t n;
-    bool typed = false;
-    if (cf_mp_read_map(&r, 1, &n, err) < 0)
+    cancel_dec d = {.c = out};
+    if (cf_mp_decode_flat(buf, len, lim, ct_keys, CT__COUNT, dec_field, &d, NULL, err) < 0)
         goto fail;
-    unsigned seen = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *k;
-        size_t klen;
-        if (cf_mp_read_str(&r, lim->max_str_bytes, &k, &klen, err) < 0)
-            goto fail;
-        int idx = cf_name_index(ct_keys, 0, CT__COUNT, k, klen);
-        if (idx < 0) { /* forward compatibility */
-            if (cf_mp_skip(&r, 2, err) < 0)
-                goto fail;
-            continue;
-        }
-        if (seen & (1u << idx)) {
-            cf_error_set(err, CF_E_INVALID, "%s: duplicate field", ct_keys[idx]);
-            goto fail;
-        }
-        seen |= 1u << idx;
-        if (dec_field(&r, out, idx, &typed, err) < 0)
-            goto fail;
-    }
-    if (!typed) {
+    if (!d.typed) {
         cf_error_set(err, CF_E_INVALID, "missing required field \"type\"");
         goto fail;
     }

@@ -215,8 +215,9 @@ static const char *const ev_keys[EV__COUNT] = {
     "v", "id", "workspace", "correlation_id", "topic", "producer", "consumer", "kind", "payload", "timestamp_us",
 };
 
-static int dec_field(cf_mp_reader *r, cf_event *ev, int idx, cf_error *err)
+static int dec_field(cf_mp_reader *r, void *obj, int idx, cf_error *err)
 {
+    cf_event *ev = obj;
     const char *f = ev_keys[idx];
     if (idx == EV_V)
         return cf_mp_skip(r, 2, err); /* checked by the prescan */
@@ -272,34 +273,10 @@ int cf_event_decode(const void *buf, size_t len, const cf_decode_limits *limits,
 {
     memset(out, 0, sizeof(*out));
     const cf_decode_limits *lim = limits ? limits : &cf_decode_limits_default;
-    /* Pass 1 checks the version before any field type (SPEC.md section 5). */
-    if (cf_msg_prescan(buf, len, lim, ev_keys, EV__COUNT, err) < 0)
-        return -1;
-    cf_mp_reader r;
-    cf_mp_reader_init(&r, buf, len, lim);
-    uint32_t n;
-    if (cf_mp_read_map(&r, 1, &n, err) < 0)
+    /* Pass 1 (the prescan) checks the version before any field type
+     * (SPEC.md section 5). */
+    if (cf_mp_decode_flat(buf, len, lim, ev_keys, EV__COUNT, dec_field, out, NULL, err) < 0)
         goto fail;
-    unsigned seen = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *k;
-        size_t klen;
-        if (cf_mp_read_str(&r, lim->max_str_bytes, &k, &klen, err) < 0)
-            goto fail;
-        int idx = cf_name_index(ev_keys, 0, EV__COUNT, k, klen);
-        if (idx < 0) { /* forward compatibility: newer minor versions add fields */
-            if (cf_mp_skip(&r, 2, err) < 0)
-                goto fail;
-            continue;
-        }
-        if (seen & (1u << idx)) {
-            cf_error_set(err, CF_E_INVALID, "%s: duplicate field", ev_keys[idx]);
-            goto fail;
-        }
-        seen |= 1u << idx;
-        if (dec_field(&r, out, idx, err) < 0)
-            goto fail;
-    }
     /* The payload was validated by the skip above under the caller's limits. */
     if (check_event(out, false, err) < 0)
         goto fail;

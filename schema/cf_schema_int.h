@@ -122,4 +122,13 @@ int cf_json_version_check(const json_t *o, cf_error *err);
  * (encoders check it once at the end). */
 void cf_mp_pack_kv_str(msgpack_packer *pk, int *rc, const char *k, const char *v);
 
+/* Both passes over a flat top-level message (an event, a cancel, a chunk):
+ * cf_msg_prescan, then each key of the map once: a known one (its index in
+ * keys, at most 32) handed to field with obj, an unknown one skipped
+ * (forward compatibility), a repeated one refused.  *seen (may be NULL)
+ * gets a bit per key present.  The caller clears obj on failure. */
+typedef int (*cf_mp_field_fn)(cf_mp_reader *r, void *obj, int idx, cf_error *err);
+int cf_mp_decode_flat(const void *buf, size_t len, const cf_decode_limits *lim, const char *const *keys, int nkeys,
+                      cf_mp_field_fn field, void *obj, unsigned *seen, cf_error *err);
+
 #endif

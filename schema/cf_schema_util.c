@@ -153,3 +153,36 @@ void cf_mp_pack_kv_str(msgpack_packer *pk, int *rc, const char *k, const char *v
     if (msgpack_pack_str_with_body(pk, k, strlen(k)) || msgpack_pack_str_with_body(pk, v, strlen(v)))
         *rc = -1;
 }
+
+int cf_mp_decode_flat(const void *buf, size_t len, const cf_decode_limits *lim, const char *const *keys, int nkeys,
+                      cf_mp_field_fn field, void *obj, unsigned *seen, cf_error *err)
+{
+    if (cf_msg_prescan(buf, len, lim, keys, (size_t)nkeys, err) < 0)
+        return -1;
+    cf_mp_reader r;
+    cf_mp_reader_init(&r, buf, len, lim);
+    uint32_t n;
+    if (cf_mp_read_map(&r, 1, &n, err) < 0)
+        return -1;
+    unsigned got = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *k;
+        size_t klen;
+        if (cf_mp_read_str(&r, lim->max_str_bytes, &k, &klen, err) < 0)
+            return -1;
+        int idx = cf_name_index(keys, 0, (size_t)nkeys, k, klen);
+        if (idx < 0) { /* forward compatibility: newer minor versions add fields */
+            if (cf_mp_skip(&r, 2, err) < 0)
+                return -1;
+            continue;
+        }
+        if (got & (1u << idx))
+            return cf_error_set(err, CF_E_INVALID, "%s: duplicate field", keys[idx]);
+        got |= 1u << idx;
+        if (field(&r, obj, idx, err) < 0)
+            return -1;
+    }
+    if (seen)
+        *seen = got;
+    return 0;
+}
