@@ -335,3 +335,15 @@ size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf
     buf[j] = '\0';
     return j;
 }
+
+size_t cf_utf8_incomplete_tail(const uint8_t *s, size_t len)
+{
+    for (size_t back = 1; back <= 3 && back <= len; back++) {
+        uint8_t c = s[len - back];
+        if ((c & 0xc0) == 0x80)
+            continue; /* a continuation byte: look further back for the lead */
+        size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+        return need > back ? back : 0;
+    }
+    return 0;
+}

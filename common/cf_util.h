@@ -47,6 +47,10 @@ size_t cf_strlcpy(char *dst, const char *src, size_t cap);
 bool cf_topic_name_valid(const char *t);
 
 size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf, size_t size);
+/* How many bytes at the end of s[0..len) start a UTF-8 sequence that is
+ * not complete yet (0..3): text arriving in pieces keeps them for the next
+ * piece instead of showing a cut character as '?'. */
+size_t cf_utf8_incomplete_tail(const uint8_t *s, size_t len);
 
 /* strdup that returns NULL for NULL. */
 char *cf_strdup(const char *s);

@@ -129,16 +129,7 @@ static void write_output(follow_state *fs, int k, const uint8_t *p, size_t n, bo
     }
     memcpy(joined, fs->carry[k], fs->ncarry[k]);
     memcpy(joined + fs->ncarry[k], p, n);
-    size_t keep = 0; /* an incomplete sequence at the end waits for its rest */
-    for (size_t back = 1; !last && back <= 3 && back <= total; back++) {
-        uint8_t c = joined[total - back];
-        if ((c & 0xc0) == 0x80)
-            continue;
-        size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-        if (need > back)
-            keep = back;
-        break;
-    }
+    size_t keep = last ? 0 : cf_utf8_incomplete_tail(joined, total); /* waits for its rest */
     fs->ncarry[k] = keep;
     memcpy(fs->carry[k], joined + total - keep, keep);
     size_t m = cf_sanitize_text((const char *)joined, total - keep, true, clean, total + 1);
@@ -216,8 +207,9 @@ static void follow_finish(follow_state *fs, const cf_result *res)
     pthread_mutex_unlock(&fs->mu);
 }
 
-static int open_dispatcher_to(const cf_cli_globals *g, bool collect, const char *cancel_topic, cf_dispatcher **d,
-                              cf_error *err)
+/* follow (may be NULL): read output chunks into it (submit --follow). */
+static int open_dispatcher_to(const cf_cli_globals *g, bool collect, const char *cancel_topic, follow_state *follow,
+                              cf_dispatcher **d, cf_error *err)
 {
     cf_dispatcher_config cfg = {
         .brokers = g->brokers,
@@ -227,28 +219,15 @@ static int open_dispatcher_to(const cf_cli_globals *g, bool collect, const char 
         .kafka = &g->kafka,
         .collect_results = collect,
         .cancel_topic = cancel_topic,
+        .on_chunk = follow ? follow_chunk : NULL,
+        .on_chunk_ctx = follow,
     };
     return cf_dispatcher_new(&cfg, d, err);
 }
 
 static int open_dispatcher(const cf_cli_globals *g, bool collect, cf_dispatcher **d, cf_error *err)
 {
-    return open_dispatcher_to(g, collect, NULL, d, err);
-}
-
-static int open_follower(const cf_cli_globals *g, follow_state *fs, cf_dispatcher **d, cf_error *err)
-{
-    cf_dispatcher_config cfg = {
-        .brokers = g->brokers,
-        .request_topic = g->request_topic,
-        .result_topic = g->result_topic,
-        .client_id = "codefleet-cli",
-        .kafka = &g->kafka,
-        .collect_results = true,
-        .on_chunk = follow_chunk,
-        .on_chunk_ctx = fs,
-    };
-    return cf_dispatcher_new(&cfg, d, err);
+    return open_dispatcher_to(g, collect, NULL, NULL, d, err);
 }
 
 /* One-line JSON object {key: value[, "status": status]} (escaping done by jansson). */
@@ -349,7 +328,7 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
     follow_state fs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .json = g->json,
                        .tty = {isatty(STDOUT_FILENO) == 1, isatty(STDERR_FILENO) == 1}};
     fs.id = req.id ? req.id : "";
-    if ((opts.follow ? open_follower(g, &fs, &d, &err) : open_dispatcher(g, !opts.no_wait, &d, &err)) < 0) {
+    if (open_dispatcher_to(g, !opts.no_wait, NULL, opts.follow ? &fs : NULL, &d, &err) < 0) {
         rc = fail(&err, NULL);
         goto out;
     }
@@ -459,7 +438,7 @@ static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
         return usage_error("cancel", err.msg);
     int64_t since_us = cf_now_us() - INT64_C(600000000);
     cf_dispatcher *d = NULL;
-    if (open_dispatcher_to(g, false, topic, &d, &err) < 0)
+    if (open_dispatcher_to(g, false, topic, NULL, &d, &err) < 0)
         return fail(&err, NULL);
     int rc = CF_EXIT_OK;
     if (cf_dispatcher_cancel(d, id, reason, g->timeout_us, &err) < 0) {

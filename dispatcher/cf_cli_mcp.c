@@ -86,6 +86,7 @@ typedef struct mcp {
     json_t *progress_token;
     int64_t progress;
     pthread_cond_t progress_cv;
+    json_t *tools; /* the tools/list answer, built once */
 } mcp;
 
 /* ---------------------------------------------------------------- output */
@@ -393,25 +394,29 @@ static json_t *tools_list(void)
     return json_pack("{s:o}", "tools", tools);
 }
 
-/* Arguments are checked against the tool's own schema's property names:
- * a misspelt one is said, not ignored. */
-static bool unknown_argument(const char *tool, const json_t *args, char *bad, size_t size)
+/* Arguments are checked against the tool's own schema's property names
+ * (from tools, the list built once): a misspelt one is said, not ignored. */
+static bool unknown_argument(const json_t *tools, const char *tool, const json_t *args, char *bad, size_t size)
 {
-    json_t *schema = tool_schema(tool);
-    json_t *props = json_object_get(schema, "properties");
+    const json_t *props = NULL;
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(tools, "tools"), i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (name && strcmp(name, tool) == 0)
+            props = json_object_get(json_object_get(t, "inputSchema"), "properties");
+    }
     const char *k;
     json_t *v;
-    bool unknown = false;
     json_object_foreach((json_t *)args, k, v)
     {
         if (!json_object_get(props, k)) {
             snprintf(bad, size, "%s", k);
-            unknown = true;
-            break;
+            return true;
         }
     }
-    json_decref(schema);
-    return unknown;
+    return false;
 }
 
 static int64_t int_arg(const json_t *args, const char *k, int64_t dflt, int64_t lo, int64_t hi, bool *ok)
@@ -542,20 +547,13 @@ static void on_chunk(void *ctx, const cf_chunk *c)
     /* The program's text without terminal controls, like the summary; a
      * UTF-8 sequence cut at the chunk's end waits for the next chunk. */
     int k = c->stream == CF_CHUNK_STDERR;
-    size_t total = m->ncarry[k] + c->data.len, keep = 0;
+    size_t total = m->ncarry[k] + c->data.len;
     uint8_t *joined = malloc(total + 1);
     char *text = malloc(total + 1);
     if (joined && text) {
         memcpy(joined, m->carry[k], m->ncarry[k]);
         memcpy(joined + m->ncarry[k], c->data.data, c->data.len);
-        for (size_t back = 1; back <= 3 && back <= total; back++) {
-            uint8_t b = joined[total - back];
-            if ((b & 0xc0) == 0x80)
-                continue;
-            if ((b >= 0xf0 ? 4u : b >= 0xe0 ? 3u : b >= 0xc0 ? 2u : 1u) > back)
-                keep = back;
-            break;
-        }
+        size_t keep = cf_utf8_incomplete_tail(joined, total);
         m->ncarry[k] = keep;
         memcpy(m->carry[k], joined + total - keep, keep);
         cf_sanitize_text((const char *)joined, total - keep, true, text, total + 1);
@@ -935,7 +933,7 @@ static void handle_tools_call(mcp *m, json_t *id, json_t *params)
     char bad[128];
     if (!json_is_object(args))
         r = tool_error("arguments: expected an object");
-    else if (unknown_argument(name, args, bad, sizeof(bad)))
+    else if (unknown_argument(m->tools, name, args, bad, sizeof(bad)))
         r = tool_error("unknown argument '%.80s' for %s (see its inputSchema)", bad, name);
     else if (strcmp(name, "execute_code") == 0)
         r = tool_execute(m, id, args, json_object_get(json_object_get(params, "_meta"), "progressToken"), &no_answer);
@@ -997,7 +995,7 @@ static void handle(mcp *m, json_t *msg)
     } else if (strcmp(method, "ping") == 0) {
         send_result(m, id, json_object());
     } else if (strcmp(method, "tools/list") == 0) {
-        send_result(m, id, tools_list());
+        send_result(m, id, json_incref(m->tools));
     } else if (strcmp(method, "tools/call") == 0) {
         handle_tools_call(m, id, params ? params : json_null());
     } else {
@@ -1034,6 +1032,12 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         return CF_EXIT_TRANSPORT;
     }
     m->g = g;
+    m->tools = tools_list();
+    if (!m->tools) {
+        free(m);
+        fprintf(stderr, "codefleet mcp: out of memory\n");
+        return CF_EXIT_TRANSPORT;
+    }
     pthread_mutex_init(&m->out_mu, NULL);
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
@@ -1058,6 +1062,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         m->streaming = false;
         if (cf_dispatcher_new(&cfg, &m->d, &err) < 0) {
             fprintf(stderr, "codefleet mcp: %s\n", err.msg);
+            json_decref(m->tools);
             free(m);
             return cf_cli_exit_for_error(&err);
         }
@@ -1107,6 +1112,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
     cf_workspace_store_destroy(m->ws);
     cf_redis_destroy(m->redis);
     json_decref(m->progress_token);
+    json_decref(m->tools);
     for (queued *q = m->head; q;) {
         queued *next = q->next;
         free(q);

@@ -142,6 +142,32 @@ static const cf_conf_prop sprops[] = {
 };
 static const cf_conf_table stable = {.program = "bench_fleet", .props = sprops, .nprops = 3};
 
+/* One trivial request submitted and waited for: its round trip in us;
+ * *status (may be NULL) gets its status. */
+static int64_t trivial_round_trip(cf_dispatcher *d, char **av, cf_status *status)
+{
+    cf_request req;
+    char id[64];
+    cf_error err;
+    cf_error_clear(&err);
+    trivial_request(&req, av);
+    cf_dispatcher_new_id(id, sizeof(id), NULL);
+    req.id = id;
+    int64_t t0 = cf_mono_us();
+    if (cf_dispatcher_submit(d, &req, &err) < 0)
+        die("submit", &err);
+    cf_result res = {0};
+    if (cf_dispatcher_wait(d, id, 30 * SEC, &res, &err) < 0)
+        die("wait", &err);
+    int64_t took = cf_mono_us() - t0;
+    if (status)
+        *status = res.status;
+    if (res.status != CF_STATUS_SUCCESS)
+        fprintf(stderr, "bench_fleet: request failed: %s %s\n", cf_status_name(res.status), res.reason ? res.reason : "");
+    cf_result_clear(&res);
+    return took;
+}
+
 /* stream mode: each chunk's lines are epoch nanoseconds the program took
  * right before writing them; the latency is the chunk's arrival here. */
 typedef struct chunk_lat {
@@ -230,35 +256,14 @@ int main(int argc, char **argv)
     if (strcmp(mode, "latency") == 0) {
         n = n ? n : 200;
         /* Warm the path (connections, partition leaders, the worker's caches). */
-        for (int i = 0; i < 200; i++) {
-            trivial_request(&req, av);
-            cf_dispatcher_new_id(id, sizeof(id), NULL);
-            req.id = id;
-            if (cf_dispatcher_submit(d, &req, &err) < 0)
-                die("submit", &err);
-            cf_result res = {0};
-            if (cf_dispatcher_wait(d, id, 30 * SEC, &res, &err) < 0)
-                die("wait", &err);
-            cf_result_clear(&res);
-        }
+        for (int i = 0; i < 200; i++)
+            trivial_round_trip(d, av, NULL);
         int64_t *lat = calloc((size_t)n, sizeof(int64_t));
         for (int i = 0; i < n; i++) {
-            trivial_request(&req, av);
-            cf_dispatcher_new_id(id, sizeof(id), NULL);
-            req.id = id;
-            int64_t t0 = cf_mono_us();
-            if (cf_dispatcher_submit(d, &req, &err) < 0)
-                die("submit", &err);
-            cf_result res = {0};
-            if (cf_dispatcher_wait(d, id, 30 * SEC, &res, &err) < 0)
-                die("wait", &err);
-            lat[i] = cf_mono_us() - t0;
-            if (res.status != CF_STATUS_SUCCESS) {
-                fprintf(stderr, "bench_fleet: request failed: %s %s\n", cf_status_name(res.status),
-                        res.reason ? res.reason : "");
+            cf_status st;
+            lat[i] = trivial_round_trip(d, av, &st);
+            if (st != CF_STATUS_SUCCESS)
                 return 1;
-            }
-            cf_result_clear(&res);
         }
         qsort(lat, (size_t)n, sizeof(int64_t), cmp_i64);
         int64_t bare = bare_median(strcmp(kind, "python") == 0 ? 50 : 300);
@@ -334,18 +339,9 @@ int main(int argc, char **argv)
         int n_e2e = 200;
         int64_t *e2e = calloc((size_t)n_e2e, sizeof(int64_t));
         for (int i = 0; i < 100 + n_e2e; i++) {
-            trivial_request(&req, av);
-            cf_dispatcher_new_id(id, sizeof(id), NULL);
-            req.id = id;
-            int64_t t0 = cf_mono_us();
-            if (cf_dispatcher_submit(d, &req, &err) < 0)
-                die("submit", &err);
-            cf_result res = {0};
-            if (cf_dispatcher_wait(d, id, 30 * SEC, &res, &err) < 0)
-                die("wait", &err);
+            int64_t took = trivial_round_trip(d, av, NULL);
             if (i >= 100)
-                e2e[i - 100] = cf_mono_us() - t0;
-            cf_result_clear(&res);
+                e2e[i - 100] = took;
         }
         qsort(e2e, (size_t)n_e2e, sizeof(int64_t), cmp_i64);
         /* n requests, each writing 100 timestamps 20 ms apart. */

@@ -14,35 +14,9 @@
 #include "cf_chunk.h"
 #include "cf_util.h"
 #include "streamer.h"
+#include "unit/msgpack_builders.h"
 
 /* ---- the codec ---------------------------------------------------------- */
-
-/* Packs a map from alternating key/value specs: "s:text", "i:123", "n"
- * (nil), "b:text" (a bin). */
-static cf_bytes pack(int n, ...)
-{
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, (size_t)n);
-    va_list ap;
-    va_start(ap, n);
-    for (int i = 0; i < 2 * n; i++) {
-        const char *s = va_arg(ap, const char *);
-        if (s[0] == 's')
-            msgpack_pack_str_with_body(&pk, s + 2, strlen(s + 2));
-        else if (s[0] == 'i')
-            msgpack_pack_int64(&pk, strtoll(s + 2, NULL, 10));
-        else if (s[0] == 'n')
-            msgpack_pack_nil(&pk);
-        else
-            msgpack_pack_bin_with_body(&pk, s + 2, strlen(s + 2));
-    }
-    va_end(ap);
-    cf_bytes b = {(uint8_t *)sb.data, sb.size};
-    return b;
-}
 
 static void refuse(cf_bytes b, const char *want)
 {

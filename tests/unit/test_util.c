@@ -45,6 +45,19 @@ static void test_sanitize_controls(void **state)
     assert_string_equal(clean("\xf4\x8f\xbf\xbf \xf0\x9f\x98\x80", false), "\xf4\x8f\xbf\xbf \xf0\x9f\x98\x80");
 }
 
+static void test_utf8_incomplete_tail(void **state)
+{
+    (void)state;
+    assert_int_equal(cf_utf8_incomplete_tail((const uint8_t *)"abc", 3), 0);
+    assert_int_equal(cf_utf8_incomplete_tail((const uint8_t *)"a\xe2\x82", 3), 2);  /* euro sign, cut */
+    assert_int_equal(cf_utf8_incomplete_tail((const uint8_t *)"a\xe2\x82\xac", 4), 0);
+    assert_int_equal(cf_utf8_incomplete_tail((const uint8_t *)"\xf0", 1), 1);
+    assert_int_equal(cf_utf8_incomplete_tail((const uint8_t *)"\xf0\x9f\x98", 3), 3);
+    assert_int_equal(cf_utf8_incomplete_tail((const uint8_t *)"\xc3", 1), 1);
+    assert_int_equal(cf_utf8_incomplete_tail((const uint8_t *)"\x80\x80\x80\x80", 4), 0); /* no lead: nothing to wait for */
+    assert_int_equal(cf_utf8_incomplete_tail(NULL, 0), 0);
+}
+
 static void test_sanitize_bounds(void **state)
 {
     (void)state;
@@ -62,6 +75,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sanitize_controls),
         cmocka_unit_test(test_sanitize_bounds),
+        cmocka_unit_test(test_utf8_incomplete_tail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
