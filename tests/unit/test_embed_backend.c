@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support/cgroup_host.h"
+
 #include "unit/request_builders.h"
 
 #include <dirent.h>
@@ -75,24 +77,9 @@ static void load_guest(const char *name, cf_bytes *out)
 
 /* ---- leftovers (cgroup v1 and v2) ---- */
 
-static const char *const ctrls[] = {"memory", "pids", "cpu", "cpuacct", "freezer", ""};
-
 static int count_cgroups(const fixture *f)
 {
-    int n = 0;
-    for (size_t i = 0; i < sizeof(ctrls) / sizeof(ctrls[0]); i++) {
-        char p[256];
-        snprintf(p, sizeof(p), "/sys/fs/cgroup%s%s%s", ctrls[i][0] ? "/" : "", ctrls[i], f->cg_parent);
-        DIR *d = opendir(p);
-        if (!d)
-            continue;
-        struct dirent *de;
-        while ((de = readdir(d)))
-            if (de->d_type == DT_DIR && de->d_name[0] != '.')
-                n++;
-        closedir(d);
-    }
-    return n;
+    return cgh_count_cgroups(f->cg_parent);
 }
 
 /* The real uid of a process (from its status: /proc/<pid> of a process
@@ -212,10 +199,9 @@ static int group_teardown(void **state)
             fprintf(stderr, "helper processes left\n");
             rc = -1;
         }
-        for (size_t i = 0; i < sizeof(ctrls) / sizeof(ctrls[0]); i++) {
-            char p[256];
-            snprintf(p, sizeof(p), "/sys/fs/cgroup%s%s%s", ctrls[i][0] ? "/" : "", ctrls[i], F->cg_parent);
-            rmdir(p);
+        if (cgh_remove(F->cg_parent) < 0) {
+            fprintf(stderr, "cgroup %s not removable\n", F->cg_parent);
+            rc = -1;
         }
         if (rmdir(F->root) < 0) {
             fprintf(stderr, "work root %s not empty\n", F->root);

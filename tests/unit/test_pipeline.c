@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "support/cgroup_host.h"
 
 #include "test_host.h"
 #include "unit/request_builders.h"
@@ -124,12 +125,7 @@ static int teardown_group(void **state)
     if (F && have_root()) {
         cf_backend_set_destroy(F->set);
         cf_pipeline_destroy(F->pl);
-        static const char *const ctrls[] = {"memory", "pids", "freezer", "cpu", "cpuacct", ""};
-        for (size_t i = 0; i < sizeof(ctrls) / sizeof(ctrls[0]); i++) {
-            char p[256];
-            snprintf(p, sizeof(p), "/sys/fs/cgroup/%s%s%s", ctrls[i], ctrls[i][0] ? "" : "", F->cg_parent);
-            rmdir(p);
-        }
+        cgh_remove(F->cg_parent);
         rmdir(F->root);
     }
     free(F);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "support/cgroup_host.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -59,12 +60,8 @@ static int teardown(void **state)
     cf_error err;
     cf_cgroup_sweep(g.cgenv, "", &err);
     cf_cgroup_env_destroy(g.cgenv);
-    static const char *const ctrls[] = {"memory", "pids", "freezer", "cpu"};
-    for (size_t i = 0; i < 4; i++) {
-        char p[256];
-        snprintf(p, sizeof(p), "/sys/fs/cgroup/%s%s", ctrls[i], g.parent_rel);
-        rmdir(p);
-    }
+    if (cgh_remove(g.parent_rel) < 0)
+        fprintf(stderr, "cgroup %s left\n", g.parent_rel);
     cf_sandbox_fs_destroy(g.fs);
     cf_seccomp_prog_destroy(g.seccomp);
     char cmd[128];

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
+#include "support/cgroup_host.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -15,12 +16,7 @@
 
 static void rm_parent(const char *rel)
 {
-    static const char *const ctrls[] = {"memory", "pids", "freezer", "cpu"};
-    for (size_t i = 0; i < 4; i++) {
-        char p[256];
-        snprintf(p, sizeof(p), "/sys/fs/cgroup/%s%s", ctrls[i], rel);
-        rmdir(p);
-    }
+    cgh_remove(rel);
 }
 
 static void test_probe_this_host(void **state)
