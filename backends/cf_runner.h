@@ -70,6 +70,13 @@ typedef struct cf_run_spec {
     uid_t stdio_uid;
     gid_t stdio_gid;
     int clone_flags;       /* extra CLONE_NEW* flags for the child (sandbox) */
+    /* > 0: a cgroup v2 directory the child is created in (clone3 with
+     * CLONE_INTO_CGROUP, kernel 5.7+): no parent-side attach, which takes
+     * the cgroup's global lock and waits for an RCU grace period.  Where
+     * the kernel refuses, the child is made as usual and *cgroup_joined
+     * stays false: parent_setup attaches it then.  0: none. */
+    int cgroup_fd;
+    bool *cgroup_joined;
     /* Run a minimal init as the child (after child_setup) with the program
      * as its only child: init reaps every orphan, forwards the signals it
      * receives to the program, and reports the program's own exit status

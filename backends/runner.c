@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -26,6 +27,9 @@
 #ifndef CLONE_PIDFD
 #define CLONE_PIDFD 0x00001000
 #endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
 
 /* After the main process exits, output still held open by an escaped
  * descendant is drained at most this long. */
@@ -34,9 +38,11 @@
 #define CANCEL_POLL_US 50000
 #define IO_CHUNK 65536
 
-/* The first version of struct clone_args (CLONE_ARGS_SIZE_VER0): declared
- * here because glibc 2.36 does not export it and <linux/sched.h> clashes
- * with <sched.h>. */
+/* struct clone_args up to its third version (CLONE_ARGS_SIZE_VER2, with
+ * the cgroup): declared here because glibc 2.36 does not export it and
+ * <linux/sched.h> clashes with <sched.h>.  Only the first 64 bytes (VER0)
+ * are passed unless a cgroup is asked for, so older kernels see the size
+ * they know. */
 struct run_clone_args {
     uint64_t flags;
     uint64_t pidfd;
@@ -46,7 +52,16 @@ struct run_clone_args {
     uint64_t stack;
     uint64_t stack_size;
     uint64_t tls;
+    uint64_t set_tid;      /* VER1 */
+    uint64_t set_tid_size;
+    uint64_t cgroup;       /* VER2 */
 };
+#define RUN_CLONE_ARGS_VER0 64
+#define RUN_CLONE_ARGS_VER2 88
+
+/* Set once the kernel refused CLONE_INTO_CGROUP (before 5.7, or a cgroup
+ * it will not take): later children are attached by the parent at once. */
+static atomic_bool into_cgroup_refused;
 
 /* AddressSanitizer's interceptors keep per-thread state that a child
  * sharing our memory on a foreign stack corrupts (seen: a false
@@ -633,11 +648,29 @@ static pid_t spawn(struct child_args *a, int *pidfd)
      * worker must not ignore SIGCHLD (SIG_IGN/SA_NOCLDWAIT auto-reap and
      * wait4 would fail with ECHILD); it never needs a handler for it. */
     ca.exit_signal = SIGCHLD;
-    long r = syscall(SYS_clone3, &ca, sizeof(ca));
+    size_t size = RUN_CLONE_ARGS_VER0;
+    bool into = a->spec->cgroup_fd > 0 && !atomic_load(&into_cgroup_refused);
+    if (into) {
+        ca.flags |= CLONE_INTO_CGROUP;
+        ca.cgroup = (uint64_t)a->spec->cgroup_fd;
+        size = RUN_CLONE_ARGS_VER2;
+    }
+    long r = syscall(SYS_clone3, &ca, size);
+    if (r < 0 && into && (errno == E2BIG || errno == EINVAL || errno == EBADF || errno == EOPNOTSUPP)) {
+        /* Not this kernel, or not this cgroup: the parent attaches. */
+        atomic_store(&into_cgroup_refused, true);
+        into = false;
+        ca.flags &= ~(uint64_t)CLONE_INTO_CGROUP;
+        ca.cgroup = 0;
+        r = syscall(SYS_clone3, &ca, RUN_CLONE_ARGS_VER0);
+    }
     if (r == 0)
         child_main(a);
-    if (r > 0)
+    if (r > 0) {
+        if (a->spec->cgroup_joined)
+            *a->spec->cgroup_joined = into;
         return (pid_t)r;
+    }
     if (errno != ENOSYS)
         return -1;
 #endif

@@ -435,6 +435,12 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                                      "for them are rejected and other executions run without a memory cap",
                           st->probe.cgroup_note[0] ? st->probe.cgroup_note : "unusable");
     }
+    if (st->cgenv && cf_cgroup_env_version(st->cgenv) == CF_CGROUP_V2)
+        cf_exec_notes_add(&st->base, "cgroup join: %s",
+                          cf_cgroup_env_clone_into(st->cgenv)
+                              ? "created in its cgroup (clone3 CLONE_INTO_CGROUP)"
+                              : "attached by the worker (this kernel lacks CLONE_INTO_CGROUP or kills children "
+                                "created in a cgroup that was killed before)");
     st->cpu_total = st->cgenv && cf_cgroup_env_has_cpuacct(st->cgenv);
     st->cg_peak = st->cgenv && cf_cgroup_env_has_peak(st->cgenv);
     if (st->cpu_total)

@@ -5,11 +5,15 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +40,9 @@ struct cf_cgroup_env {
      * comes from the cpu directory, which is always made. */
     bool acct_in_cpu;
     char parent[C__N][PATH_MAX]; /* absolute parent dir per controller (v2: [0]) */
+    /* v2: children may be created in a cgroup (clone3 CLONE_INTO_CGROUP),
+     * probed at env creation (see clone_into_probe). */
+    bool clone_into;
 };
 
 struct cf_cgroup {
@@ -45,6 +52,7 @@ struct cf_cgroup {
     bool removed;
     cf_cgroup_limits lim; /* what is set now */
     int peak_fd;          /* v2: memory.peak opened for a per-fd peak, -1 */
+    int dir_fd;           /* v2: the directory, for CLONE_INTO_CGROUP; -1 until asked */
 };
 
 /* ---- small file helpers ------------------------------------------- */
@@ -345,6 +353,143 @@ static int v2_enable(cf_cgroup_env *env, const char *mount, const char *own, con
     return 0;
 }
 
+/* Whether the cgroup at dir was handed to us: systemd marks a unit's
+ * cgroup with Delegate=yes by the trusted.delegate (or, for user
+ * managers, user.delegate) extended attribute. */
+static bool marked_delegated(const char *dir)
+{
+    static const char *const names[] = {"trusted.delegate", "user.delegate"};
+    for (size_t i = 0; i < 2; i++) {
+        char v[8] = "";
+        ssize_t n = getxattr(dir, names[i], v, sizeof(v) - 1);
+        if (n > 0 && v[0] == '1')
+            return true;
+    }
+    return false;
+}
+
+/* v2, default parent only.  The "no internal processes" rule: below the
+ * root, a cgroup that passes controllers to children may not hold
+ * processes.  A worker handed a cgroup of its own (a systemd unit with
+ * Delegate=yes, a container's cgroup namespace as a Kubernetes pod has it)
+ * sits in the top of that subtree, maybe with an init such as tini, so it
+ * first moves every process there into the leaf CF_CGROUP_WORKER_LEAF, the
+ * way systemd and container runtimes do.  A cgroup that is not provably
+ * the worker's (other processes, no delegation mark, not a namespace root:
+ * a login session, say) is left alone and reported.  own (in/out): the
+ * worker's cgroup, rewritten to the subtree's top; a worker already in the
+ * leaf (a second env in the same process) keeps the layout. */
+static int v2_own_to_leaf(const cf_cgroup_env *env, const char *mount, char *own, cf_error *err)
+{
+    char top[PATH_MAX], leaf[PATH_MAX];
+    if (snprintf(top, sizeof(top), "%s%s", mount, own) >= (int)sizeof(top))
+        return cf_error_set(err, CF_E_LIMIT, "cgroup: path too long");
+    /* The real root is exempt from the rule (and has no cgroup.type); a
+     * cgroup namespace's root, seen as "/" too, is not. */
+    bool ns_root = !own[0];
+    if (ns_root && !file_exists(top, "cgroup.type"))
+        return 0;
+    const char *slash = strrchr(own, '/');
+    if (slash && strcmp(slash + 1, CF_CGROUP_WORKER_LEAF) == 0) {
+        own[slash - own] = '\0';
+        return 0;
+    }
+    if (path_join(leaf, sizeof(leaf), top, CF_CGROUP_WORKER_LEAF, err) < 0)
+        return -1;
+    bool delegated = ns_root || marked_delegated(top);
+    pid_t self = getpid();
+    /* A process forking meanwhile lands in top again: a few rounds. */
+    for (int round = 0; round < 10; round++) {
+        char buf[65536];
+        if (read_small(top, "cgroup.procs", buf, sizeof(buf)) < 0)
+            return cf_error_set_errno(err, CF_E_UNSUPPORTED, errno, "cgroup v2: reading %s/cgroup.procs", top);
+        if (!buf[0])
+            return 0;
+        int others = 0;
+        for (char *p = buf; *p;) {
+            char *end;
+            long pid = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            p = end + (*end == '\n');
+            others += pid != self;
+        }
+        if (others && !delegated)
+            return cf_error_set(err, CF_E_UNSUPPORTED,
+                                "cgroup v2: %s holds %d other process(es) and is not delegated to the worker (no "
+                                "trusted.delegate mark, not a cgroup namespace root): run the worker in a cgroup of "
+                                "its own (a systemd unit with Delegate=yes, a container) or set cgroup-root",
+                                top, others);
+        if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
+            return cf_error_set_errno(err, CF_E_UNSUPPORTED, errno,
+                                      "cgroup v2: cannot make the worker's leaf %s (no write access to the "
+                                      "worker's own cgroup: delegate it, or set cgroup-root)", leaf);
+        for (char *p = buf; *p;) {
+            char *end;
+            long pid = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            p = end + (*end == '\n');
+            if (pid <= 0)
+                continue;
+            cf_error e;
+            /* ESRCH: gone meanwhile. */
+            if (write_i64(env, leaf, "cgroup.procs", pid, &e) < 0 && e.sys_errno != ESRCH)
+                return cf_error_set_errno(err, CF_E_UNSUPPORTED, e.sys_errno,
+                                          "cgroup v2: moving pid %ld of %s into %s", pid, top, leaf);
+        }
+    }
+    return cf_error_set(err, CF_E_UNSUPPORTED, "cgroup v2: %s keeps getting new processes", top);
+}
+
+/* v2: whether a child created in a cgroup with clone3's CLONE_INTO_CGROUP
+ * lives, in a cgroup that cgroup.kill was used on before (as every slot
+ * cgroup is, after its first execution).  Some kernels kill such a child
+ * at birth: seen on Debian's 6.12.95 (tests/vm/run.sh), not on 6.1, which
+ * compares the cgroup.kill sequence of the parent's cgroup with the
+ * child's.  Where the child dies, or clone3 refuses the flag (before 5.7),
+ * the parent attaches children instead.  The child only exits. */
+static bool clone_into_probe(const char *parent)
+{
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof(dir), "%s/cf-clone-probe-%d", parent, (int)getpid()) >= (int)sizeof(dir))
+        return false;
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return false;
+    bool ok = false;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char kill_file[PATH_MAX + 16];
+    snprintf(kill_file, sizeof(kill_file), "%s/cgroup.kill", dir);
+    int kfd = open(kill_file, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0 && kfd >= 0 && write(kfd, "1", 1) == 1) {
+        struct {
+            uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+                set_tid_size, cgroup;
+        } ca;
+        memset(&ca, 0, sizeof(ca));
+        ca.flags = 0x200000000ULL; /* CLONE_INTO_CGROUP */
+        ca.exit_signal = SIGCHLD;
+        ca.cgroup = (uint64_t)fd;
+        long pid = syscall(SYS_clone3, &ca, sizeof(ca));
+        if (pid == 0)
+            _exit(0);
+        if (pid > 0) {
+            int st = 0;
+            pid_t w;
+            do
+                w = waitpid((pid_t)pid, &st, __WALL);
+            while (w < 0 && errno == EINTR);
+            ok = w == (pid_t)pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        }
+    }
+    if (kfd >= 0)
+        close(kfd);
+    if (fd >= 0)
+        close(fd);
+    rmdir(dir);
+    return ok;
+}
+
 int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_error *err)
 {
     *out = NULL;
@@ -377,6 +522,8 @@ int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_er
         char own[PATH_MAX];
         if (own_cgroup_path(proc, NULL, own, sizeof(own), err) < 0)
             goto fail;
+        if (!o.parent && !o.fake_fs && v2_own_to_leaf(env, mount, own, err) < 0)
+            goto fail;
         if (o.parent)
             cf_strlcpy(rel, o.parent, sizeof(rel));
         else if (snprintf(rel, sizeof(rel), "%s/codefleet", own) >= (int)sizeof(rel))
@@ -390,6 +537,7 @@ int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_er
                          env->parent[0]);
             goto fail;
         }
+        env->clone_into = !o.fake_fs && clone_into_probe(env->parent[0]);
     } else {
         for (int c = 0; c < C__N; c++) {
             char base[PATH_MAX];
@@ -453,6 +601,11 @@ const char *cf_cgroup_env_parent_dir(const cf_cgroup_env *env)
 bool cf_cgroup_env_has_cpu(const cf_cgroup_env *env)
 {
     return env->avail[C_CPU];
+}
+
+bool cf_cgroup_env_clone_into(const cf_cgroup_env *env)
+{
+    return env->version == CF_CGROUP_V2 && env->clone_into;
 }
 
 bool cf_cgroup_env_has_freezer(const cf_cgroup_env *env)
@@ -550,6 +703,7 @@ int cf_cgroup_new(cf_cgroup_env *env, const char *name, const cf_cgroup_limits *
         return cf_error_set(err, CF_E_NOMEM, "cgroup: out of memory");
     cg->env = env;
     cg->peak_fd = -1;
+    cg->dir_fd = -1;
     for (int c = 0; c < n_slots(env); c++) {
         if (!env->avail[c] && env->version == CF_CGROUP_V1)
             continue;
@@ -790,6 +944,15 @@ int cf_cgroup_join_self(const int *fds, int n)
     return 0;
 }
 
+int cf_cgroup_dir_fd(cf_cgroup *cg)
+{
+    if (cg->env->version != CF_CGROUP_V2 || cg->env->fake_fs || !cg->env->clone_into || cg->removed)
+        return -1;
+    if (cg->dir_fd < 0)
+        cg->dir_fd = open(cg->dir[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return cg->dir_fd;
+}
+
 int cf_cgroup_attach(cf_cgroup *cg, pid_t pid, cf_error *err)
 {
     if (pid <= 1)
@@ -950,6 +1113,10 @@ int cf_cgroup_remove(cf_cgroup *cg, cf_error *err)
 {
     if (cg->removed)
         return 0;
+    if (cg->dir_fd >= 0) {
+        close(cg->dir_fd);
+        cg->dir_fd = -1;
+    }
     cf_cgroup_kill_all(cg);
     int rc = 0;
     for (int c = 0; c < C__N; c++) {
@@ -971,6 +1138,8 @@ void cf_cgroup_destroy(cf_cgroup *cg)
         return;
     if (cg->peak_fd >= 0)
         close(cg->peak_fd);
+    if (cg->dir_fd >= 0)
+        close(cg->dir_fd);
     cf_cgroup_remove(cg, NULL);
     free(cg);
 }

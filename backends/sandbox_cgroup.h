@@ -13,8 +13,13 @@
  * parent defaults to the worker's own cgroup plus "/codefleet", so limits
  * set on the worker (a container, a systemd unit) still bound its
  * executions.  On v2 the parent's ancestors up to the worker's own cgroup
- * must delegate the controllers (a systemd unit with Delegate=yes whose
- * processes live in a leaf); a non-delegated tree is reported, not forced.
+ * must delegate the controllers (a systemd unit with Delegate=yes, a
+ * Kubernetes pod's cgroup namespace); the worker first moves the processes
+ * of its own cgroup into the leaf <own>/codefleet-worker (v2's "no
+ * internal processes" rule), but other processes only when the cgroup is
+ * provably its own (marked delegated, or a cgroup namespace's root).  A
+ * tree it cannot use is reported, not forced: the backends then say memory
+ * and pids are not enforced.
  *
  * Memory accounting includes tmpfs and shm pages written by the execution
  * (memcg charges shmem to the writer), so a private /tmp cannot be used to
@@ -28,6 +33,9 @@
 #include <sys/types.h>
 
 #include "cf_error.h"
+
+/* v2: the leaf the worker's own processes move to (see above). */
+#define CF_CGROUP_WORKER_LEAF "codefleet-worker"
 
 typedef enum cf_cgroup_version {
     CF_CGROUP_AUTO = 0, /* detect from the mount (opts only) */
@@ -123,6 +131,18 @@ int cf_cgroup_join_fds(cf_cgroup *cg, int *fds, int max, cf_error *err);
 
 /* Child side, async-signal-safe: writes "0" to each fd.  0 or -1 (errno). */
 int cf_cgroup_join_self(const int *fds, int n);
+
+/* v2: whether children can be created in a cgroup (clone3 with
+ * CLONE_INTO_CGROUP), probed at env creation: false before kernel 5.7 and
+ * on kernels that kill a child created in a cgroup that cgroup.kill was
+ * used on before (seen on 6.12.95).  Then the parent attaches. */
+bool cf_cgroup_env_clone_into(const cf_cgroup_env *env);
+
+/* v2: a directory fd of the cgroup (O_RDONLY|O_DIRECTORY|O_CLOEXEC),
+ * owned by cg and closed with it, for clone3's CLONE_INTO_CGROUP; -1 on v1,
+ * where cf_cgroup_env_clone_into is false, or when it cannot be opened:
+ * attach instead. */
+int cf_cgroup_dir_fd(cf_cgroup *cg);
 
 /* Moves pid (a whole process) into the cgroup.  For parent_setup. */
 int cf_cgroup_attach(cf_cgroup *cg, pid_t pid, cf_error *err);

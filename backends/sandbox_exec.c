@@ -150,7 +150,7 @@ static int sx_parent_setup(pid_t pid, void *arg, cf_error *err)
      * it, unmapped but effective for permission checks on host files). */
     if (write_proc(pid, "uid_map", sx->uid_map, err) < 0 || write_proc(pid, "gid_map", sx->gid_map, err) < 0)
         return -1;
-    if (sx->cg && sx->n_join == 0 && cf_cgroup_attach(sx->cg, pid, err) < 0)
+    if (sx->cg && sx->n_join == 0 && !sx->cg_joined && cf_cgroup_attach(sx->cg, pid, err) < 0)
         return -1;
     /* The child waits at its barrier: its network namespace gets its TAP
      * device before it sets up the routes. */
@@ -199,6 +199,13 @@ int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *er
     spec->go_flags = 0;
     spec->parent_setup = sx_parent_setup;
     spec->parent_setup_arg = sx;
+    /* v2: created in its cgroup, so no parent-side attach (v1 children
+     * join themselves through join_fds). */
+    sx->cg_joined = false;
+    spec->cgroup_fd = sx->cg && sx->n_join == 0 ? cf_cgroup_dir_fd(sx->cg) : -1;
+    if (spec->cgroup_fd < 0)
+        spec->cgroup_fd = 0;
+    spec->cgroup_joined = &sx->cg_joined;
     spec->kill_all = sx_kill_all;
     spec->kill_all_arg = sx;
     return 0;

@@ -30,6 +30,8 @@ typedef struct cf_sandbox_exec {
      * itself, the parent does not attach.  n_join 0: parent attaches. */
     const int *join_fds;
     int n_join;
+    /* v2: the child was created in cg (CLONE_INTO_CGROUP); set per spawn. */
+    bool cg_joined;
     uid_t uid, gid;                 /* ids inside the namespace */
     uid_t host_uid, host_gid;       /* what they are outside (never 0) */
     /* network=enabled: slirp4netns to start for the child's own network
