@@ -7,7 +7,8 @@
 #   3. deploy/stack.sh up --workers 0   (integration tests start their own workers)
 #   4. ctest -L unit, ctest -L integration (build), ctest -L unit (build-asan),
 #      tests/harness/check.sh (the function harnesses)
-#   5. tests/fuzz/run.sh: each libFuzzer harness for CF_FUZZ_SECONDS (10)
+#   5. tests/vm/run.sh: the sandbox suites on cgroup v2 kernels in qemu
+#      tests/fuzz/run.sh: each libFuzzer harness for CF_FUZZ_SECONDS (10)
 #   6. deploy/stack.sh down (always, from a trap)
 # The last line is "N passed, N failed" summed over the ctest runs; a step
 # that breaks (install, build, stack) counts as one failure.  Exit status is
@@ -127,6 +128,24 @@ if tests/harness/check.sh; then
     notes+=("function harnesses: passed")
 else
     step_failed "function harnesses: tests/harness/check.sh"
+fi
+
+# The sandbox on cgroup v2: Debian kernels (the distribution's and
+# backports') booted in qemu with a v2-only hierarchy run the sandbox's
+# unit tests, the hostile driver and the v2 cases (tests/vm/run.sh).
+if ((build_ok)); then
+    say "cgroup v2 kernels in qemu (tests/vm/run.sh)"
+    vm_out=$(mktemp)
+    tests/vm/run.sh 2>&1 | tee "$vm_out"
+    line=$(tail -n 1 "$vm_out")
+    if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+        passed=$((passed + BASH_REMATCH[1]))
+        failed=$((failed + BASH_REMATCH[2]))
+        notes+=("cgroup v2 (qemu): ${BASH_REMATCH[1]} passed, ${BASH_REMATCH[2]} failed")
+    else
+        step_failed "cgroup v2 (qemu): no summary"
+    fi
+    rm -f "$vm_out"
 fi
 
 # ThreadSanitizer on the worker's threaded units (slot pool, offset

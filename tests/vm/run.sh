@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# The sandbox on real cgroup v2 kernels (issue 16): boots Debian kernels in
+# qemu with a cgroup v2-only hierarchy and runs there the sandbox's unit
+# tests, the hostile programs through the sandbox backend, the v2 cases
+# (delegated subtree, no writable cgroup, memory.peak) and a short
+# per-execution benchmark against bare fork+exec in the same VM.
+#
+#   tests/vm/run.sh [--kernels "dist backports"] [--build DIR] [--only REGEX]
+#                   [--command "CMD"]    (only CMD, e.g. a test under strace)
+#
+# Kernels: "dist" is the distribution's linux-image-amd64 (6.1 on
+# bookworm), "backports" the one in <codename>-backports (6.12), so both the
+# RSS fallback and v2's memory.peak reset are exercised.  Nothing goes into
+# the host's /boot: each kernel package is downloaded and unpacked under
+# the cache ($XDG_CACHE_HOME/codefleet/vm, outside the clone) with its
+# initramfs (a static busybox, the virtio/9p/veth/tun modules).  The guest
+# root is a tmpfs holding the host's /usr and /etc and this checkout as
+# read-only virtio-9p shares, so the guest runs the very binaries just built
+# against the same libraries; results come back through a writable share.
+# Software emulation (KVM is not usable on these machines): about 3 s to
+# boot.  Needs root, qemu-system-x86, busybox-static, kmod, cpio (installed
+# by deploy/install.sh) and the build (deploy/build.sh).  Last line:
+# "N passed, N failed"; exit status non-zero when anything failed.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=$repo/build
+kernels="dist backports"
+only=""
+command=""
+while (($#)); do
+    case $1 in
+    --kernels) kernels=$2; shift 2 ;;
+    --build) build=$(cd "$2" && pwd); shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    --command) command=$2; shift 2 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+exec </dev/null
+
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/codefleet/vm
+mkdir -p "$cache"
+say() { printf 'vm: %s\n' "$*" >&2; }
+die() { say "$*"; echo "0 passed, 1 failed"; exit 1; }
+
+((EUID == 0)) || die "needs root (9p shares of /usr and /etc, the tests' namespaces)"
+for t in qemu-system-x86_64 busybox cpio depmod modprobe apt-get dpkg-deb; do
+    command -v "$t" >/dev/null || die "$t missing: run deploy/install.sh"
+done
+busybox=$(command -v busybox)
+[[ -x $build/tests/unit_test_cgroup ]] || die "no build at $build: run deploy/build.sh"
+
+# ---- kernels ---------------------------------------------------------------
+
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+[[ -n $codename ]] || die "cannot tell the Debian release from /etc/os-release"
+
+# apt options for a private package list holding <codename>-backports, so
+# the host's sources stay as they are.
+bp_apt() {
+    local d=$cache/apt
+    mkdir -p "$d/lists/partial" "$d/cache/archives/partial"
+    echo "deb http://deb.debian.org/debian $codename-backports main" >"$d/sources.list"
+    printf '%s\n' -o "Dir::Etc::SourceList=$d/sources.list" -o Dir::Etc::SourceParts=/dev/null \
+        -o "Dir::State::Lists=$d/lists" -o "Dir::Cache=$d/cache"
+}
+
+# Prints the unpacked kernel's directory for "dist" or "backports",
+# downloading and unpacking it once.
+fetch_kernel() {
+    local which=$1 opts=() pkg dir
+    if [[ $which == backports ]]; then
+        mapfile -t opts < <(bp_apt)
+        # A day-old list is fresh enough; a failing update keeps the old one.
+        if [[ -z $(find "$cache/apt/lists" -name '*Packages*' -mtime -1 2>/dev/null) ]]; then
+            apt-get "${opts[@]}" update >&2 || say "backports list not refreshed"
+        fi
+    fi
+    pkg=$(apt-cache "${opts[@]}" depends linux-image-amd64 2>/dev/null |
+        awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+    [[ -n $pkg ]] || return 1
+    dir=$cache/${pkg#linux-image-}
+    if [[ ! -f $dir/ready ]]; then
+        rm -rf "$dir" && mkdir -p "$dir/deb"
+        (cd "$dir/deb" && apt-get "${opts[@]}" download "$pkg" >&2) || return 1
+        dpkg-deb --fsys-tarfile "$dir"/deb/*.deb | tar -x -C "$dir" ./boot ./lib/modules ||
+            dpkg-deb --fsys-tarfile "$dir"/deb/*.deb | tar -x -C "$dir" ./boot ./usr/lib/modules
+        [[ -d $dir/usr/lib/modules ]] && mkdir -p "$dir/lib" && mv "$dir/usr/lib/modules" "$dir/lib/modules"
+        rm -rf "$dir/deb"
+        touch "$dir/ready"
+    fi
+    echo "$dir"
+}
+
+# The initramfs of a kernel: busybox, /init and the modules the guest needs
+# (with what they depend on, in load order; compressed ones unpacked since
+# busybox insmod reads plain .ko).
+make_initramfs() {
+    local dir=$1 ver root m f order=() seen=" "
+    ver=$(ls "$dir/lib/modules")
+    local out=$dir/initramfs-$(sha1sum "$repo/tests/vm/initramfs-init.sh" | cut -c1-12).cpio.gz
+    if [[ ! -f $out ]]; then
+        depmod -b "$dir" "$ver"
+        root=$(mktemp -d)
+        mkdir -p "$root/bin" "$root/mods"
+        cp "$busybox" "$root/bin/busybox"
+        cp "$repo/tests/vm/initramfs-init.sh" "$root/init"
+        chmod 755 "$root/init"
+        for m in virtio_pci 9pnet_virtio 9p veth tun; do
+            while read -r kind f; do
+                [[ $kind == insmod ]] || continue
+                [[ $seen == *" $f "* ]] && continue
+                seen+="$f "
+                local base
+                base=$(basename "$f")
+                case $f in
+                *.xz) xz -dc "$f" >"$root/mods/${base%.xz}"; base=${base%.xz} ;;
+                *.zst) zstd -qdc "$f" >"$root/mods/${base%.zst}"; base=${base%.zst} ;;
+                *) cp "$f" "$root/mods/$base" ;;
+                esac
+                order+=("mods/$base")
+            done < <(modprobe -d "$dir" -S "$ver" --show-depends "$m" 2>/dev/null || true)
+        done
+        printf '%s\n' "${order[@]}" >"$root/modules.order"
+        (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$out.tmp" && mv "$out.tmp" "$out"
+        rm -rf "$root"
+    fi
+    echo "$out"
+}
+
+# ---- the plan ---------------------------------------------------------------
+
+# name, timeout (s), command.  CF_* as ctest sets them.
+env_prefix="CF_SOURCE_DIR=$repo CF_BINARY_DIR=$build"
+# The cgroup-dependent suites run on every kernel; the ones that do not
+# touch cgroups (exec setup, seccomp) only on the newest, to keep the stage
+# short.
+plan_lines() { # which
+    local t=$build/tests
+    cat <<EOF
+unit_test_cgroup	600	$env_prefix $t/unit_test_cgroup
+unit_test_sandbox_probe	600	$env_prefix $t/unit_test_sandbox_probe
+unit_test_sandbox_backend	900	$env_prefix $t/unit_test_sandbox_backend
+unit_test_hostile_backend	900	$env_prefix $t/unit_test_hostile_backend
+bench_exec	600	$env_prefix CF_VM_BENCH_ITERATIONS=60 $repo/tests/vm/bench.sh $build
+EOF
+    if [[ $1 == backports ]]; then
+        cat <<EOF
+unit_test_sandbox_exec	600	$env_prefix $t/unit_test_sandbox_exec
+unit_test_seccomp	600	$env_prefix $t/unit_test_seccomp
+EOF
+    fi
+    # Last: every suite above removed the cgroups it made (cf-* parents
+    # included), whatever it tested.
+    printf 'cgroup_leftovers\t60\t%s\n' \
+        "left=\$(find /sys/fs/cgroup -mindepth 1 -type d -name 'cf-*' | head -20); [ -z \"\$left\" ] || { echo \"left behind: \$left\"; exit 1; }"
+}
+
+# ---- run ---------------------------------------------------------------------
+
+passed=0
+failed=0
+summary=()
+for which in $kernels; do
+    kdir=$(fetch_kernel "$which") || { say "$which: no kernel package"; failed=$((failed + 1)); summary+=("$which: no kernel"); continue; }
+    kver=$(ls "$kdir/lib/modules")
+    initrd=$(make_initramfs "$kdir")
+    out=$(mktemp -d /tmp/cfvm-out.XXXXXX)
+    chmod 755 "$out"
+    if [[ -n $command ]]; then
+        printf 'command\t1800\t%s %s\n' "$env_prefix" "$command" >"$out/plan"
+    else
+        plan_lines "$which" | { if [[ -n $only ]]; then grep -E "^($only)	" || true; else cat; fi; } >"$out/plan"
+    fi
+    build_share=()
+    build_arg=""
+    if [[ $build != "$repo"/* ]]; then
+        build_share=(-virtfs "local,path=$build,mount_tag=build,security_model=none,readonly=on")
+        build_arg="cfvm_build=$build"
+    fi
+    say "$which: kernel $kver, $(wc -l <"$out/plan") step(s)"
+    start=$(date +%s)
+    set +e
+    timeout -k 10 1800 qemu-system-x86_64 \
+        -machine q35 -accel tcg,thread=multi -cpu max -smp 2 -m 2048 \
+        -kernel "$kdir/boot/vmlinuz-$kver" -initrd "$initrd" \
+        -append "console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all cfvm_src=$repo $build_arg" \
+        -virtfs "local,path=/usr,mount_tag=usr,security_model=none,readonly=on,multidevs=remap" \
+        -virtfs "local,path=/etc,mount_tag=etc,security_model=none,readonly=on,multidevs=remap" \
+        -virtfs "local,path=$repo,mount_tag=src,security_model=none,readonly=on,multidevs=remap" \
+        "${build_share[@]}" \
+        -virtfs "local,path=$out,mount_tag=out,security_model=none,multidevs=remap" \
+        -nic none -display none -serial "file:$out/console.log" -no-reboot >"$out/qemu.log" 2>&1
+    qrc=$?
+    set -e
+    secs=$(($(date +%s) - start))
+    cat "$out/guest-info" 2>/dev/null | sed 's/^/vm:   /' >&2 || true
+    n_plan=$(grep -c . "$out/plan" || true)
+    n_res=$(grep -c . "$out/results" 2>/dev/null || true)
+    touch "$out/results"
+    failed_before=$failed
+    while read -r name rc took; do
+        if [[ $rc == 0 ]]; then
+            passed=$((passed + 1))
+            say "$which: $name passed (${took}s)"
+        else
+            failed=$((failed + 1))
+            say "$which: $name FAILED (exit $rc, ${took}s); its output:"
+            tail -n 60 "$out/$name.log" | sed 's/^/    /' >&2
+        fi
+    done <"$out/results"
+    if ((n_res < n_plan)); then
+        failed=$((failed + n_plan - n_res))
+        say "$which: only $n_res of $n_plan step(s) reported (qemu exit $qrc after ${secs}s); console:"
+        tail -n 40 "$out/console.log" | sed 's/^/    /' >&2
+    fi
+    [[ -f $out/bench_exec.log ]] && grep '^bench:' "$out/bench_exec.log" | sed "s/^bench:/vm: $which ($kver) bench:/" >&2
+    summary+=("$which ($kver): $n_res of $n_plan steps ran in ${secs}s")
+    if ((failed > failed_before)) || [[ -n $command ]]; then
+        say "$which: kept $out (logs of every step, console.log)"
+    else
+        rm -rf "$out"
+    fi
+done
+for s in "${summary[@]}"; do say "$s"; done
+echo "$passed passed, $failed failed"
+((failed == 0 && passed > 0))
