@@ -81,6 +81,9 @@ typedef struct cf_backend_config {
      * each slot prepares its next sandbox while idle (warm).  The worker's
      * sandbox-warm (default off) sets it. */
     bool sandbox_cold;
+    /* true: a host without usable cgroups is an error at start instead of
+     * a sandbox that enforces neither memory nor processes. */
+    bool sandbox_require_cgroups;
     /* Compiled languages the worker's pipeline serves (bit per
      * cf_language): backends that run prepared programs declare them. */
     uint32_t compiled_languages;

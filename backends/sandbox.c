@@ -348,10 +348,17 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     }
     if (cf_seccomp_prog_new(NULL, &st->seccomp, err) < 0)
         goto fail;
+    cf_error cgerr;
+    cf_error_clear(&cgerr);
     if (st->probe.cgroup_version != 0) {
-        cf_error cgerr;
         if (cf_cgroup_env_new(&cgo, &st->cgenv, &cgerr) < 0)
             st->cgenv = NULL; /* the probe said yes a moment ago; caps follow reality */
+    }
+    if (!st->cgenv && cfg->sandbox_require_cgroups) {
+        /* INVALID, not UNSUPPORTED: the worker stops rather than start without the sandbox. */
+        cf_error_set(err, CF_E_INVALID, "sandbox: no usable cgroups (%s) and sandbox-require-cgroups is set",
+                     cgerr.msg[0] ? cgerr.msg : st->probe.cgroup_note[0] ? st->probe.cgroup_note : "none found");
+        goto fail;
     }
 
     int swept_dirs = 0, swept_cgroups = 0;
@@ -437,10 +444,12 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     }
     if (st->cgenv && cf_cgroup_env_version(st->cgenv) == CF_CGROUP_V2)
         cf_exec_notes_add(&st->base, "cgroup join: %s",
-                          cf_cgroup_env_clone_into(st->cgenv)
-                              ? "created in its cgroup (clone3 CLONE_INTO_CGROUP)"
-                              : "attached by the worker (this kernel lacks CLONE_INTO_CGROUP or kills children "
-                                "created in a cgroup that was killed before)");
+                          !cf_cgroup_env_clone_into(st->cgenv)
+                              ? "attached by the worker (this kernel lacks CLONE_INTO_CGROUP)"
+                          : cf_cgroup_env_kill_taints(st->cgenv)
+                              ? "created in its cgroup (clone3 CLONE_INTO_CGROUP); a slot cgroup that had to be "
+                                "killed is replaced, since this kernel kills children created in such a cgroup"
+                              : "created in its cgroup (clone3 CLONE_INTO_CGROUP)");
     st->cpu_total = st->cgenv && cf_cgroup_env_has_cpuacct(st->cgenv);
     st->cg_peak = st->cgenv && cf_cgroup_env_has_peak(st->cgenv);
     if (st->cpu_total)
@@ -619,7 +628,10 @@ static int slot_cgroup(sb_state *st, sb_slot *s, int slot, const cf_cgroup_limit
 {
     for (int attempt = 0; attempt < 2; attempt++) {
         if (s->cg) {
-            if (cf_cgroup_nprocs(s->cg) == 0 && cf_cgroup_set_limits(s->cg, lim, NULL) == 0)
+            /* A cgroup that was killed is replaced where the kernel would
+             * kill the children created in it (cf_cgroup_fresh_needed). */
+            if (!cf_cgroup_fresh_needed(s->cg) && cf_cgroup_nprocs(s->cg) == 0 &&
+                cf_cgroup_set_limits(s->cg, lim, NULL) == 0)
                 return 0;
             slot_drop_cgroup(s);
             s->gen++;

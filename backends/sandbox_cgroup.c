@@ -41,8 +41,10 @@ struct cf_cgroup_env {
     bool acct_in_cpu;
     char parent[C__N][PATH_MAX]; /* absolute parent dir per controller (v2: [0]) */
     /* v2: children may be created in a cgroup (clone3 CLONE_INTO_CGROUP),
-     * probed at env creation (see clone_into_probe). */
+     * probed at env creation (see clone_into_probe); kill_taints: but not
+     * in one that cgroup.kill was used on. */
     bool clone_into;
+    bool kill_taints;
 };
 
 struct cf_cgroup {
@@ -53,6 +55,7 @@ struct cf_cgroup {
     cf_cgroup_limits lim; /* what is set now */
     int peak_fd;          /* v2: memory.peak opened for a per-fd peak, -1 */
     int dir_fd;           /* v2: the directory, for CLONE_INTO_CGROUP; -1 until asked */
+    bool killed;          /* v2: cgroup.kill was written (see kill_taints) */
 };
 
 /* ---- small file helpers ------------------------------------------- */
@@ -368,17 +371,32 @@ static bool marked_delegated(const char *dir)
     return false;
 }
 
+/* Whether pid is still in the cgroup own (relative to the v2 mount): the
+ * narrowest check against moving a pid that exited and was reused
+ * between reading cgroup.procs and writing it. */
+static bool pid_in(long pid, const char *own)
+{
+    char path[64], buf[PATH_MAX + 8], want[PATH_MAX + 8];
+    snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
+    if (read_small("/", path + 1, buf, sizeof(buf)) < 0)
+        return false;
+    snprintf(want, sizeof(want), "0::%s\n", own[0] ? own : "/");
+    return strstr(buf, want) != NULL;
+}
+
 /* v2, default parent only.  The "no internal processes" rule: below the
  * root, a cgroup that passes controllers to children may not hold
  * processes.  A worker handed a cgroup of its own (a systemd unit with
  * Delegate=yes, a container's cgroup namespace as a Kubernetes pod has it)
  * sits in the top of that subtree, maybe with an init such as tini, so it
  * first moves every process there into the leaf CF_CGROUP_WORKER_LEAF, the
- * way systemd and container runtimes do.  A cgroup that is not provably
- * the worker's (other processes, no delegation mark, not a namespace root:
- * a login session, say) is left alone and reported.  own (in/out): the
- * worker's cgroup, rewritten to the subtree's top; a worker already in the
- * leaf (a second env in the same process) keeps the layout. */
+ * way systemd and container runtimes do.  Only a cgroup that is provably
+ * the worker's is touched: marked delegated (trusted.delegate, or
+ * user.delegate from a user manager) or the root of its cgroup namespace;
+ * any other (a service without Delegate=yes, a login session) belongs to
+ * its manager and is reported, not changed.  own (in/out): the worker's
+ * cgroup, rewritten to the subtree's top; a worker already in the leaf (a
+ * second env in the same process) keeps the layout. */
 static int v2_own_to_leaf(const cf_cgroup_env *env, const char *mount, char *own, cf_error *err)
 {
     char top[PATH_MAX], leaf[PATH_MAX];
@@ -396,34 +414,31 @@ static int v2_own_to_leaf(const cf_cgroup_env *env, const char *mount, char *own
     }
     if (path_join(leaf, sizeof(leaf), top, CF_CGROUP_WORKER_LEAF, err) < 0)
         return -1;
-    bool delegated = ns_root || marked_delegated(top);
-    pid_t self = getpid();
-    /* A process forking meanwhile lands in top again: a few rounds. */
-    for (int round = 0; round < 10; round++) {
+    if (!ns_root && !marked_delegated(top))
+        return cf_error_set(err, CF_E_UNSUPPORTED,
+                            "cgroup v2: the worker's cgroup %s is not delegated to it (no trusted.delegate or "
+                            "user.delegate mark, not a cgroup namespace root), so it may not make cgroups there: run "
+                            "the worker in a cgroup of its own (a systemd unit with Delegate=yes, a container) or set "
+                            "cgroup-root",
+                            top);
+    if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
+        return cf_error_set_errno(err, CF_E_UNSUPPORTED, errno,
+                                  "cgroup v2: cannot make the worker's leaf %s (no write access to the worker's own "
+                                  "cgroup: delegate it, or set cgroup-root)",
+                                  leaf);
+    /* A process forking meanwhile lands in top again: a few rounds, then
+     * one last look. */
+    for (int round = 0; round <= 10; round++) {
         char buf[65536];
-        if (read_small(top, "cgroup.procs", buf, sizeof(buf)) < 0)
+        ssize_t n = read_small(top, "cgroup.procs", buf, sizeof(buf));
+        if (n < 0)
             return cf_error_set_errno(err, CF_E_UNSUPPORTED, errno, "cgroup v2: reading %s/cgroup.procs", top);
+        if ((size_t)n >= sizeof(buf) - 1)
+            return cf_error_set(err, CF_E_UNSUPPORTED, "cgroup v2: %s holds too many processes to move", top);
         if (!buf[0])
             return 0;
-        int others = 0;
-        for (char *p = buf; *p;) {
-            char *end;
-            long pid = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            p = end + (*end == '\n');
-            others += pid != self;
-        }
-        if (others && !delegated)
-            return cf_error_set(err, CF_E_UNSUPPORTED,
-                                "cgroup v2: %s holds %d other process(es) and is not delegated to the worker (no "
-                                "trusted.delegate mark, not a cgroup namespace root): run the worker in a cgroup of "
-                                "its own (a systemd unit with Delegate=yes, a container) or set cgroup-root",
-                                top, others);
-        if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
-            return cf_error_set_errno(err, CF_E_UNSUPPORTED, errno,
-                                      "cgroup v2: cannot make the worker's leaf %s (no write access to the "
-                                      "worker's own cgroup: delegate it, or set cgroup-root)", leaf);
+        if (round == 10)
+            break;
         for (char *p = buf; *p;) {
             char *end;
             long pid = strtol(p, &end, 10);
@@ -431,63 +446,93 @@ static int v2_own_to_leaf(const cf_cgroup_env *env, const char *mount, char *own
                 break;
             p = end + (*end == '\n');
             if (pid <= 0)
-                continue;
+                return cf_error_set(err, CF_E_UNSUPPORTED,
+                                    "cgroup v2: %s holds a process outside the worker's pid namespace, which it cannot "
+                                    "move; set cgroup-root",
+                                    top);
+            if (!pid_in(pid, own))
+                continue; /* gone (or reused) since the list was read */
             cf_error e;
             /* ESRCH: gone meanwhile. */
             if (write_i64(env, leaf, "cgroup.procs", pid, &e) < 0 && e.sys_errno != ESRCH)
-                return cf_error_set_errno(err, CF_E_UNSUPPORTED, e.sys_errno,
-                                          "cgroup v2: moving pid %ld of %s into %s", pid, top, leaf);
+                return cf_error_set_errno(err, CF_E_UNSUPPORTED, e.sys_errno, "cgroup v2: moving pid %ld of %s into %s",
+                                          pid, top, leaf);
         }
     }
     return cf_error_set(err, CF_E_UNSUPPORTED, "cgroup v2: %s keeps getting new processes", top);
 }
 
-/* v2: whether a child created in a cgroup with clone3's CLONE_INTO_CGROUP
- * lives, in a cgroup that cgroup.kill was used on before (as every slot
- * cgroup is, after its first execution).  Some kernels kill such a child
- * at birth: seen on Debian's 6.12.95 (tests/vm/run.sh), not on 6.1, which
- * compares the cgroup.kill sequence of the parent's cgroup with the
- * child's.  Where the child dies, or clone3 refuses the flag (before 5.7),
- * the parent attaches children instead.  The child only exits. */
-static bool clone_into_probe(const char *parent)
+/* One child created in the cgroup at fd (clone3 CLONE_INTO_CGROUP) that
+ * only exits: 1 it lived, 0 it was killed, -1 the kernel refused the flag. */
+static int clone_into_once(int fd)
 {
-    char dir[PATH_MAX];
-    if (snprintf(dir, sizeof(dir), "%s/cf-clone-probe-%d", parent, (int)getpid()) >= (int)sizeof(dir))
-        return false;
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-        return false;
-    bool ok = false;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    char kill_file[PATH_MAX + 16];
-    snprintf(kill_file, sizeof(kill_file), "%s/cgroup.kill", dir);
-    int kfd = open(kill_file, O_WRONLY | O_CLOEXEC);
-    if (fd >= 0 && kfd >= 0 && write(kfd, "1", 1) == 1) {
-        struct {
-            uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
-                set_tid_size, cgroup;
-        } ca;
-        memset(&ca, 0, sizeof(ca));
-        ca.flags = 0x200000000ULL; /* CLONE_INTO_CGROUP */
-        ca.exit_signal = SIGCHLD;
-        ca.cgroup = (uint64_t)fd;
-        long pid = syscall(SYS_clone3, &ca, sizeof(ca));
-        if (pid == 0)
-            _exit(0);
-        if (pid > 0) {
-            int st = 0;
-            pid_t w;
-            do
-                w = waitpid((pid_t)pid, &st, __WALL);
-            while (w < 0 && errno == EINTR);
-            ok = w == (pid_t)pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    struct {
+        uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
+            cgroup;
+    } ca;
+    memset(&ca, 0, sizeof(ca));
+    ca.flags = 0x200000000ULL; /* CLONE_INTO_CGROUP */
+    ca.exit_signal = SIGCHLD;
+    ca.cgroup = (uint64_t)fd;
+    long pid = syscall(SYS_clone3, &ca, sizeof(ca));
+    if (pid == 0)
+        _exit(0);
+    if (pid < 0)
+        return -1;
+    int st = 0;
+    pid_t w;
+    do
+        w = waitpid((pid_t)pid, &st, __WALL);
+    while (w < 0 && errno == EINTR);
+    return w == (pid_t)pid && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 1 : 0;
+}
+
+/* v2: whether clone3's CLONE_INTO_CGROUP works here (kernel 5.7+), and
+ * whether a child created so lives in a cgroup that cgroup.kill was used
+ * on before.  Kernels that compare the cgroup.kill sequence of the
+ * parent's cgroup with the child's kill it at birth (seen on Debian's
+ * 6.12.95 and on 6.18; not on 6.1): such cgroups are then replaced
+ * rather than reused (cf_cgroup_fresh_needed).  The probe cgroup is
+ * named after our pid; ones of dead pids are removed first. */
+static void clone_into_probe(const char *parent, bool *works, bool *kill_taints)
+{
+    *works = false;
+    *kill_taints = false;
+    DIR *d = opendir(parent);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        long pid;
+        char extra;
+        if (sscanf(de->d_name, "cf-clone-probe-%ld%c", &pid, &extra) == 1 && pid > 0 && kill((pid_t)pid, 0) < 0 &&
+            errno == ESRCH) {
+            char old[PATH_MAX];
+            if (snprintf(old, sizeof(old), "%s/%s", parent, de->d_name) < (int)sizeof(old))
+                rmdir(old);
         }
     }
-    if (kfd >= 0)
-        close(kfd);
+    if (d)
+        closedir(d);
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof(dir), "%s/cf-clone-probe-%d", parent, (int)getpid()) >= (int)sizeof(dir))
+        return;
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0 && clone_into_once(fd) == 1) {
+        *works = true;
+        /* cgroup.kill exists from 5.14; without it nothing taints. */
+        char kill_file[PATH_MAX + 16];
+        snprintf(kill_file, sizeof(kill_file), "%s/cgroup.kill", dir);
+        int kfd = open(kill_file, O_WRONLY | O_CLOEXEC);
+        if (kfd >= 0) {
+            if (write(kfd, "1", 1) == 1)
+                *kill_taints = clone_into_once(fd) != 1;
+            close(kfd);
+        }
+    }
     if (fd >= 0)
         close(fd);
     rmdir(dir);
-    return ok;
 }
 
 int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_error *err)
@@ -537,7 +582,8 @@ int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_er
                          env->parent[0]);
             goto fail;
         }
-        env->clone_into = !o.fake_fs && clone_into_probe(env->parent[0]);
+        if (!o.fake_fs)
+            clone_into_probe(env->parent[0], &env->clone_into, &env->kill_taints);
     } else {
         for (int c = 0; c < C__N; c++) {
             char base[PATH_MAX];
@@ -606,6 +652,16 @@ bool cf_cgroup_env_has_cpu(const cf_cgroup_env *env)
 bool cf_cgroup_env_clone_into(const cf_cgroup_env *env)
 {
     return env->version == CF_CGROUP_V2 && env->clone_into;
+}
+
+bool cf_cgroup_env_kill_taints(const cf_cgroup_env *env)
+{
+    return env->version == CF_CGROUP_V2 && env->clone_into && env->kill_taints;
+}
+
+bool cf_cgroup_fresh_needed(const cf_cgroup *cg)
+{
+    return cg && cg->killed && cf_cgroup_env_kill_taints(cg->env);
 }
 
 bool cf_cgroup_env_has_freezer(const cf_cgroup_env *env)
@@ -946,7 +1002,8 @@ int cf_cgroup_join_self(const int *fds, int n)
 
 int cf_cgroup_dir_fd(cf_cgroup *cg)
 {
-    if (cg->env->version != CF_CGROUP_V2 || cg->env->fake_fs || !cg->env->clone_into || cg->removed)
+    if (cg->env->version != CF_CGROUP_V2 || cg->env->fake_fs || !cg->env->clone_into || cg->removed ||
+        cf_cgroup_fresh_needed(cg))
         return -1;
     if (cg->dir_fd < 0)
         cg->dir_fd = open(cg->dir[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1057,8 +1114,10 @@ int cf_cgroup_kill_all(cf_cgroup *cg)
         return 0;
     if (env->version == CF_CGROUP_V2) {
         /* cgroup.kill (5.14+) kills atomically, forks included. */
-        if (env->fake_fs || file_exists(cg->dir[0], "cgroup.kill"))
+        if (env->fake_fs || file_exists(cg->dir[0], "cgroup.kill")) {
             write_str(env, cg->dir[0], "cgroup.kill", "1", NULL);
+            cg->killed = true;
+        }
     } else if (cg->made[C_FREEZER]) {
         /* Freeze so nothing forks between reading the list and killing;
          * SIGKILL is delivered when thawed. */
@@ -1138,8 +1197,10 @@ void cf_cgroup_destroy(cf_cgroup *cg)
         return;
     if (cg->peak_fd >= 0)
         close(cg->peak_fd);
-    if (cg->dir_fd >= 0)
+    if (cg->dir_fd >= 0) {
         close(cg->dir_fd);
+        cg->dir_fd = -1; /* remove would close it again */
+    }
     cf_cgroup_remove(cg, NULL);
     free(cg);
 }

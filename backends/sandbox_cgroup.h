@@ -133,10 +133,15 @@ int cf_cgroup_join_fds(cf_cgroup *cg, int *fds, int max, cf_error *err);
 int cf_cgroup_join_self(const int *fds, int n);
 
 /* v2: whether children can be created in a cgroup (clone3 with
- * CLONE_INTO_CGROUP), probed at env creation: false before kernel 5.7 and
- * on kernels that kill a child created in a cgroup that cgroup.kill was
- * used on before (seen on 6.12.95).  Then the parent attaches. */
+ * CLONE_INTO_CGROUP), probed at env creation: false before kernel 5.7
+ * (then the parent attaches). */
 bool cf_cgroup_env_clone_into(const cf_cgroup_env *env);
+/* v2: whether this kernel kills a child created in a cgroup that
+ * cgroup.kill was used on before (seen on 6.12.95 and 6.18, not on 6.1):
+ * such a cgroup gives no directory fd any more (cf_cgroup_dir_fd), and a
+ * caller that reuses cgroups replaces it instead (cf_cgroup_fresh_needed). */
+bool cf_cgroup_env_kill_taints(const cf_cgroup_env *env);
+bool cf_cgroup_fresh_needed(const cf_cgroup *cg);
 
 /* v2: a directory fd of the cgroup (O_RDONLY|O_DIRECTORY|O_CLOEXEC),
  * owned by cg and closed with it, for clone3's CLONE_INTO_CGROUP; -1 on v1,

@@ -43,7 +43,7 @@ packages=(build-essential cmake ninja-build pkg-config librdkafka-dev libmsgpack
     libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libssl-dev redis-server redis-tools kcat bubblewrap
     python3 nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev
     rustc golang-go lld-14 wasi-libc libclang-rt-14-dev-wasm32 wabt
-    qemu-system-x86 busybox-static kmod cpio xz-utils)
+    qemu-system-x86 busybox-static kmod cpio xz-utils zstd)
 # (qemu, busybox, kmod, cpio: tests/vm/run.sh boots cgroup v2 kernels.)
 # Any Java 17+ runtime will do: only ask for Debian's default when none is there.
 command -v java >/dev/null 2>&1 || packages+=(default-jre-headless)

@@ -49,6 +49,7 @@ typedef struct cf_worker_config {
     int64_t sandbox_work_bytes;
     int64_t sandbox_inodes;
     bool sandbox_warm;
+    bool sandbox_require_cgroups;
     char *embed_helper_path;    /* wasm/js runtime helper ("" = the one built with the worker) */
     int64_t embed_helper_memory_bytes;
     int64_t wasm_module_max_bytes;

@@ -2807,6 +2807,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .sandbox_work_bytes = cfg->sandbox_work_bytes,
         .sandbox_inodes = cfg->sandbox_inodes,
         .sandbox_cold = !cfg->sandbox_warm,
+        .sandbox_require_cgroups = cfg->sandbox_require_cgroups,
         .embed_helper_path = cfg->embed_helper_path && cfg->embed_helper_path[0] ? cfg->embed_helper_path
                                                                                   : CF_DEFAULT_EMBED_HELPER,
         .embed_helper_memory_bytes = cfg->embed_helper_memory_bytes,

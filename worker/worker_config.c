@@ -134,6 +134,10 @@ static const cf_conf_prop worker_props[] = {
      "network=enabled or fs_mode=paths always get one built for them.  Off by default: the waiting sandbox is a "
      "copy of the worker, and keeping one costs the busy worker about 0.75 ms of CPU per request (cross-CPU TLB "
      "flushes), which on a machine whose cores are all busy outweighs the gain (BENCHMARKS.md).", NULL},
+    {"sandbox-require-cgroups", CF_CONF_BOOL, OFF(sandbox_require_cgroups), 0, 0, "false", NULL,
+     "Sandbox: refuse to start without usable cgroups (a read-only /sys/fs/cgroup, a cgroup that is not "
+     "delegated).  Otherwise the worker starts, requests asking for memory or max_processes are rejected, and "
+     "every other execution runs without a memory or process cap of its own.", NULL},
     {"embed-helper", CF_CONF_STRING, OFF(embed_helper_path), 0, 1024, NULL, NULL,
      "wasm and js backends: the runtime helper program (absolute path); default: the codefleet-embed-helper "
      "built with this worker.  A build without the runtimes has none: those backends are then unavailable.",

@@ -152,9 +152,11 @@ int main(int argc, char **argv)
      * once-killed cgroup killed: cf_cgroup_env_clone_into). */
     int dir_fd = v2 ? open(cf_cgroup_path(cg), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     if (v2)
-        printf("cgroup v2: the sandbox %s\n", cf_cgroup_env_clone_into(env)
-                                                  ? "creates children in their cgroup (CLONE_INTO_CGROUP)"
-                                                  : "attaches children from the worker (CLONE_INTO_CGROUP unusable here)");
+        printf("cgroup v2: the sandbox %s\n",
+               !cf_cgroup_env_clone_into(env) ? "attaches children from the worker (no CLONE_INTO_CGROUP here)"
+               : cf_cgroup_env_kill_taints(env)
+                   ? "creates children in their cgroup (CLONE_INTO_CGROUP), replacing a cgroup once killed"
+                   : "creates children in their cgroup (CLONE_INTO_CGROUP)");
     if (nfds < 0 || (v2 && dir_fd < 0)) {
         fprintf(stderr, "bench_cgroup: cannot open the cgroup for joining\n");
         return 1;

@@ -69,12 +69,27 @@ static inline bool cgh_expect_cgroup_peak(void)
 
 #define CGH_MAX_DIRS 5
 
+/* Whether parent is one of the tests' own cgroups: "/.../cf-*" or
+ * ".../codefleet" (the default parent).  Anything else (above all "" or
+ * "/", which a failed setup would leave) is never counted, killed or
+ * removed: that would be every process of the host. */
+static inline bool cgh_parent_safe(const char *parent)
+{
+    if (!parent || parent[0] != '/' || strstr(parent, "..") || strlen(parent) > 200)
+        return false;
+    const char *last = strrchr(parent, '/') + 1;
+    return strncmp(last, "cf-", 3) == 0 || strcmp(last, "codefleet") == 0;
+}
+
 /* The directories of parent (relative to each hierarchy's root, "/x/y") on
  * this host: one per v1 controller the sandbox may use, or the one v2
- * directory.  Returns how many were written (whether or not they exist). */
+ * directory.  Returns how many were written (whether or not they exist);
+ * none for a parent that is not a test's own (cgh_parent_safe). */
 static inline int cgh_parent_dirs(const char *parent, char dirs[CGH_MAX_DIRS][256])
 {
     static const char *const ctrls[] = {"memory", "pids", "freezer", "cpu", "cpuacct"};
+    if (!cgh_parent_safe(parent))
+        return 0;
     cgh_version v = cgh_detect();
     if (v == CGH_V2) {
         snprintf(dirs[0], 256, "/sys/fs/cgroup%s", parent);

@@ -1102,6 +1102,16 @@ static int ro_cgroup_child(const char *root)
     cf_result_clear(&res);
     cf_request_clear(&req);
     cf_backend_set_destroy(f.set);
+    /* An operator who wants no execution without caps says so: then such
+     * a host is an error at start. */
+    cf_backend_config strict = f.cfg;
+    strict.sandbox_require_cgroups = true;
+    cf_backend_set *set = NULL;
+    if (cf_backend_set_new("sandbox", &strict, &set, &err) == 0 || !strstr(err.msg, "sandbox-require-cgroups")) {
+        fprintf(stderr, "sandbox-require-cgroups not honoured: %s\n", err.msg);
+        cf_backend_set_destroy(set);
+        return 19;
+    }
     return 0;
 }
 

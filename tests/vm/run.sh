@@ -2,7 +2,9 @@
 # The sandbox on real cgroup v2 kernels (issue 16): boots Debian kernels in
 # qemu with a cgroup v2-only hierarchy and runs there the sandbox's unit
 # tests, the hostile programs through the sandbox backend, the v2 cases
-# (delegated subtree, no writable cgroup, memory.peak) and a short
+# (delegated subtree, no writable cgroup, memory.peak; the hostile
+# programs again from a worker in a delegated systemd unit and in a pod's
+# cgroup namespace, tests/vm/layout.sh) and a short
 # per-execution benchmark against bare fork+exec in the same VM.
 #
 #   tests/vm/run.sh [--kernels "dist backports"] [--build DIR] [--only REGEX]
@@ -34,7 +36,7 @@ while (($#)); do
     --build) build=$(cd "$2" && pwd); shift 2 ;;
     --only) only=$2; shift 2 ;;
     --command) command=$2; shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -57,26 +59,33 @@ busybox=$(command -v busybox)
 codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 [[ -n $codename ]] || die "cannot tell the Debian release from /etc/os-release"
 
-# apt options for a private package list holding <codename>-backports, so
-# the host's sources stay as they are.
-bp_apt() {
-    local d=$cache/apt
+# apt options for a private package list of <codename> (dist) or
+# <codename>-backports, so the host's sources and lists stay as they are
+# (and a host whose lists are empty or stale still finds the kernel).
+private_apt() { # suite
+    local d=$cache/apt-$1
     mkdir -p "$d/lists/partial" "$d/cache/archives/partial"
-    echo "deb http://deb.debian.org/debian $codename-backports main" >"$d/sources.list"
+    if [[ $1 == *-backports ]]; then
+        echo "deb http://deb.debian.org/debian $1 main" >"$d/sources.list"
+    else
+        # The release's current kernel comes through its point updates and
+        # security archive.
+        printf '%s\n' "deb http://deb.debian.org/debian $1 main" "deb http://deb.debian.org/debian $1-updates main" \
+            "deb http://deb.debian.org/debian-security $1-security main" >"$d/sources.list"
+    fi
     printf '%s\n' -o "Dir::Etc::SourceList=$d/sources.list" -o Dir::Etc::SourceParts=/dev/null \
-        -o "Dir::State::Lists=$d/lists" -o "Dir::Cache=$d/cache"
+        -o "Dir::State::Lists=$d/lists" -o "Dir::Cache=$d/cache" -o APT::Sandbox::User=root
 }
 
 # Prints the unpacked kernel's directory for "dist" or "backports",
 # downloading and unpacking it once.
 fetch_kernel() {
-    local which=$1 opts=() pkg dir
-    if [[ $which == backports ]]; then
-        mapfile -t opts < <(bp_apt)
-        # A day-old list is fresh enough; a failing update keeps the old one.
-        if [[ -z $(find "$cache/apt/lists" -name '*Packages*' -mtime -1 2>/dev/null) ]]; then
-            apt-get "${opts[@]}" update >&2 || say "backports list not refreshed"
-        fi
+    local which=$1 opts=() pkg dir suite=$codename
+    [[ $which == backports ]] && suite=$codename-backports
+    mapfile -t opts < <(private_apt "$suite")
+    # A day-old list is fresh enough; a failing update keeps the old one.
+    if [[ -z $(find "$cache/apt-$suite/lists" -name '*Packages*' -mtime -1 2>/dev/null) ]]; then
+        apt-get "${opts[@]}" update >&2 || say "$suite: package list not refreshed"
     fi
     pkg=$(apt-cache "${opts[@]}" depends linux-image-amd64 2>/dev/null |
         awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
@@ -85,10 +94,16 @@ fetch_kernel() {
     if [[ ! -f $dir/ready ]]; then
         rm -rf "$dir" && mkdir -p "$dir/deb"
         (cd "$dir/deb" && apt-get "${opts[@]}" download "$pkg" >&2) || return 1
-        dpkg-deb --fsys-tarfile "$dir"/deb/*.deb | tar -x -C "$dir" ./boot ./lib/modules ||
-            dpkg-deb --fsys-tarfile "$dir"/deb/*.deb | tar -x -C "$dir" ./boot ./usr/lib/modules
-        [[ -d $dir/usr/lib/modules ]] && mkdir -p "$dir/lib" && mv "$dir/usr/lib/modules" "$dir/lib/modules"
+        if ! dpkg-deb --fsys-tarfile "$dir"/deb/*.deb | tar -x -C "$dir" ./boot ./lib/modules 2>/dev/null; then
+            dpkg-deb --fsys-tarfile "$dir"/deb/*.deb | tar -x -C "$dir" ./boot ./usr/lib/modules || return 1
+        fi
+        if [[ -d $dir/usr/lib/modules ]]; then
+            mkdir -p "$dir/lib" && mv "$dir/usr/lib/modules" "$dir/lib/modules" || return 1
+        fi
         rm -rf "$dir/deb"
+        # Only a complete unpack is remembered.
+        compgen -G "$dir/boot/vmlinuz-*" >/dev/null && [[ $(ls "$dir/lib/modules" 2>/dev/null | wc -l) == 1 ]] ||
+            return 1
         touch "$dir/ready"
     fi
     echo "$dir"
@@ -145,6 +160,8 @@ unit_test_sandbox_probe	600	$env_prefix $t/unit_test_sandbox_probe
 unit_test_sandbox_backend	900	$env_prefix $t/unit_test_sandbox_backend
 unit_test_hostile_backend	900	$env_prefix $t/unit_test_hostile_backend
 bench_exec	600	$env_prefix CF_VM_BENCH_ITERATIONS=60 $repo/tests/vm/bench.sh $build
+hostile_delegated_unit	900	$env_prefix $repo/tests/vm/layout.sh delegated $t/unit_test_hostile_backend
+hostile_pod	900	$env_prefix $repo/tests/vm/layout.sh pod $t/unit_test_hostile_backend
 EOF
     if [[ $1 == backports ]]; then
         cat <<EOF
@@ -163,8 +180,10 @@ EOF
 passed=0
 failed=0
 summary=()
+used_dirs=()
 for which in $kernels; do
     kdir=$(fetch_kernel "$which") || { say "$which: no kernel package"; failed=$((failed + 1)); summary+=("$which: no kernel"); continue; }
+    used_dirs+=("$kdir")
     kver=$(ls "$kdir/lib/modules")
     initrd=$(make_initramfs "$kdir")
     out=$(mktemp -d /tmp/cfvm-out.XXXXXX)
@@ -183,7 +202,9 @@ for which in $kernels; do
     say "$which: kernel $kver, $(wc -l <"$out/plan") step(s)"
     start=$(date +%s)
     set +e
-    timeout -k 10 1800 qemu-system-x86_64 \
+    # The steps' own limits, plus boot and shutdown.
+    vm_limit=$(awk -F'\t' '{t += $2} END {print t + 120}' "$out/plan")
+    timeout -k 10 "$vm_limit" qemu-system-x86_64 \
         -machine q35 -accel tcg,thread=multi -cpu max -smp 2 -m 2048 \
         -kernel "$kdir/boot/vmlinuz-$kver" -initrd "$initrd" \
         -append "console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all cfvm_src=$repo $build_arg" \
@@ -214,15 +235,23 @@ for which in $kernels; do
     if ((n_res < n_plan)); then
         failed=$((failed + n_plan - n_res))
         say "$which: only $n_res of $n_plan step(s) reported (qemu exit $qrc after ${secs}s); console:"
-        tail -n 40 "$out/console.log" | sed 's/^/    /' >&2
+        tail -n 40 "$out/console.log" 2>/dev/null | sed 's/^/    /' >&2 || true
     fi
-    [[ -f $out/bench_exec.log ]] && grep '^bench:' "$out/bench_exec.log" | sed "s/^bench:/vm: $which ($kver) bench:/" >&2
+    if [[ -f $out/bench_exec.log ]]; then
+        grep '^bench:' "$out/bench_exec.log" | sed "s/^bench:/vm: $which ($kver) bench:/" >&2 || true
+    fi
     summary+=("$which ($kver): $n_res of $n_plan steps ran in ${secs}s")
     if ((failed > failed_before)) || [[ -n $command ]]; then
         say "$which: kept $out (logs of every step, console.log)"
     else
         rm -rf "$out"
     fi
+done
+# Kernels of earlier package versions are not needed any more (only known
+# when both kinds were fetched).
+[[ $kernels == "dist backports" ]] && for d in "$cache"/*/ready; do
+    d=${d%/ready}
+    [[ " ${used_dirs[*]:-} " == *" $d "* ]] || { say "removing the old kernel $(basename "$d") from the cache"; rm -rf "$d"; }
 done
 for s in "${summary[@]}"; do say "$s"; done
 echo "$passed passed, $failed failed"
