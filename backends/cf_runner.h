@@ -194,4 +194,28 @@ bool cf_run_prep_alive(const cf_run_prep *prep);
 /* Its pid (in the worker's pid namespace), for logs and tests. */
 pid_t cf_run_prep_pid(const cf_run_prep *prep);
 
+/* A process made for an execution by someone else (a zygote's child,
+ * run_report.h on its report pipe): not the worker's child, so its end is
+ * seen through its pidfd, signals go through the pidfd, and the program's
+ * status comes from the status record its init writes.  cf_run_adopt_pipes
+ * makes the four pipes (child_fds: stdin's read end, stdout's and stderr's
+ * write ends, the report's write end; all close-on-exec, the program's
+ * given to spec's stdio owner as cf_run does; the caller hands them over
+ * and closes its copies) and fills a with the worker's ends.  Once the
+ * process exists, set a->pid (in the worker's pid namespace) and
+ * a->pidfd: cf_run_adopt owns every descriptor of a from then on (closed
+ * whatever it returns) and supervises as cf_run does: stdin, caps,
+ * timeout, cancel, the cpu hook, on_output, and spec->kill_all, which is
+ * required (the only way to end the process's own children).  A process
+ * that ends without a status record was killed: the outcome says SIGKILL.
+ * cf_run_adoptee_close releases a not handed to cf_run_adopt. */
+typedef struct cf_run_adoptee {
+    pid_t pid;
+    int pidfd;
+    int in_w, out_r, err_r, rep_r;
+} cf_run_adoptee;
+int cf_run_adopt_pipes(const cf_run_spec *spec, int child_fds[4], cf_run_adoptee *a, cf_error *err);
+int cf_run_adopt(cf_run_adoptee *a, const cf_run_spec *spec, cf_run_outcome *out, cf_error *err);
+void cf_run_adoptee_close(cf_run_adoptee *a);
+
 #endif

@@ -6,6 +6,7 @@
  * their exec.
  */
 #include "cf_runner.h"
+#include "run_report.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,18 +80,9 @@ static atomic_bool into_cgroup_refused;
 #define VFORK_USABLE 1
 #endif
 
-/* What the child writes back over the report pipe: fixed size, below
- * PIPE_BUF, so a record arrives whole or not at all.  A setup failure or
- * an execve failure ends the child; with spec->init, init adds the
- * program's wait status when the program ended. */
-enum { REPORT_SETUP = 0, REPORT_EXEC = 1, REPORT_STATUS = 2, REPORT_READY = 3 };
-struct run_report {
-    int kind;
-    int err;    /* errno (SETUP, EXEC) */
-    int status; /* wait status of the program (STATUS) */
-    int64_t maxrss_kb; /* largest RSS of the program and its descendants (STATUS) */
-    char msg[108];
-};
+/* What the child writes back over the report pipe: run_report.h. */
+enum { REPORT_SETUP = CF_REPORT_SETUP, REPORT_EXEC = CF_REPORT_EXEC, REPORT_STATUS = CF_REPORT_STATUS,
+       REPORT_READY = CF_REPORT_READY };
 
 /* Where the process's argv and environment strings live (fields 48-51 of
  * /proc/self/stat), read once in the parent; zero when unknown. */
@@ -183,12 +175,13 @@ struct run_go_hdr {
 
 static void report(int fd, int kind, int e, int status, int64_t maxrss_kb, const char *msg)
 {
-    struct run_report r;
+    cf_run_report r;
     memset(&r, 0, sizeof(r));
     r.kind = kind;
     r.err = e;
     r.status = status;
     r.maxrss_kb = maxrss_kb;
+    r.cpu_us = -1;
     for (size_t i = 0; msg && msg[i] && i + 1 < sizeof(r.msg); i++)
         r.msg[i] = msg[i];
     ssize_t w;
@@ -758,11 +751,26 @@ void cf_run_outcome_free(cf_run_outcome *out)
 struct cf_run_prep {
     pid_t pid;
     int pidfd;
+    /* Not our child (cf_run_adopt): its end is seen through pidfd only,
+     * signals go through pidfd, and the status comes from the report. */
+    bool adopted;
     int in_w, out_r, err_r, rep_r, bar_w;
     /* kill_all and its argument, fixed when the child was made */
     void (*kill_all)(pid_t pid, void *arg);
     void *kill_all_arg;
 };
+
+/* SIGKILL to the main process: through its pidfd when it is not our
+ * child (its pid could be reused once its parent reaps it). */
+static void kill_main(const struct cf_run_prep *c)
+{
+    if (c->adopted) {
+        if (c->pidfd >= 0)
+            (void)syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
+    } else if (c->pid > 0) {
+        kill(c->pid, SIGKILL);
+    }
+}
 
 static void child_close(struct cf_run_prep *c)
 {
@@ -953,7 +961,7 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
             bool cancel = spec->cancel && __atomic_load_n(spec->cancel, __ATOMIC_RELAXED);
             if (cancel || now >= deadline) {
                 kill_everything(&kspec, pid);
-                kill(pid, SIGKILL); /* in case a custom kill_all missed it */
+                kill_main(c); /* in case a custom kill_all missed it */
                 killed = true;
                 if (cancel)
                     out->cancelled = true;
@@ -964,7 +972,7 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
                 next_cpu = now + CF_RUN_CPU_POLL_US;
                 if (used > spec->cpu_limit_us) {
                     kill_everything(&kspec, pid);
-                    kill(pid, SIGKILL);
+                    kill_main(c);
                     killed = true;
                     out->cpu_exceeded = true;
                 }
@@ -1041,14 +1049,19 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
             /* The main process is a zombie: its pid (our process group id)
              * cannot be reused yet, so killing the group is still safe. */
             kill_everything(&kspec, pid);
-            pid_t wr;
-            do
-                wr = wait4(pid, &status, __WALL, &ru);
-            while (wr < 0 && errno == EINTR);
-            if (wr != pid) {
-                cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: wait4%s",
-                                   errno == ECHILD ? " (is SIGCHLD ignored in the worker?)" : "");
-                goto fail;
+            if (c->adopted) {
+                /* Its parent reaps it; the program's status is in the report. */
+                status = W_EXITCODE(0, SIGKILL);
+            } else {
+                pid_t wr;
+                do
+                    wr = wait4(pid, &status, __WALL, &ru);
+                while (wr < 0 && errno == EINTR);
+                if (wr != pid) {
+                    cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: wait4%s",
+                                       errno == ECHILD ? " (is SIGCHLD ignored in the worker?)" : "");
+                    goto fail;
+                }
             }
             reaped = true;
             child_done = true;
@@ -1079,7 +1092,7 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
      * (init) the program's own status.  Each was written before its writer
      * exited, so it is all there now. */
     for (int nrep = 0; nrep < 4; nrep++) {
-        struct run_report rep;
+        cf_run_report rep;
         ssize_t rr;
         do
             rr = read(c->rep_r, &rep, sizeof(rep));
@@ -1100,6 +1113,8 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
             out->exit_code = out->exited ? WEXITSTATUS(rep.status) : 0;
             out->signal = WIFSIGNALED(rep.status) ? WTERMSIG(rep.status) : 0;
             out->peak_rss_bytes = rep.maxrss_kb * 1024;
+            if (rep.cpu_us >= 0)
+                out->cpu_us = rep.cpu_us;
         } else if (rep.kind == REPORT_READY) {
             continue;
         } else {
@@ -1115,7 +1130,9 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
 fail:
     kill_everything(&kspec, pid);
 out:
-    if (!reaped) {
+    if (!reaped && c->adopted) {
+        kill_main(c); /* its parent reaps it */
+    } else if (!reaped) {
         /* Never leave a process behind. */
         kill(pid, SIGKILL);
         pid_t wr;
@@ -1158,6 +1175,83 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     return rc;
 }
 
+int cf_run_adopt_pipes(const cf_run_spec *spec, int child_fds[4], cf_run_adoptee *a, cf_error *err)
+{
+    int p[4][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
+    for (int i = 0; i < 4; i++)
+        child_fds[i] = -1;
+    *a = (cf_run_adoptee){.pid = -1, .pidfd = -1, .in_w = -1, .out_r = -1, .err_r = -1, .rep_r = -1};
+    for (int i = 0; i < 4; i++) {
+        if (pipe2(p[i], O_CLOEXEC) < 0) {
+            cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: pipe2");
+            goto fail;
+        }
+    }
+    /* The program's ends (stdin's read end, the others' write ends) are
+     * given to its uid, as cf_run does. */
+    if (spec && (spec->set_ids || spec->stdio_owner_set)) {
+        uid_t u = spec->set_ids ? spec->uid : spec->stdio_uid;
+        gid_t g = spec->set_ids ? spec->gid : spec->stdio_gid;
+        if (fchown(p[0][0], u, g) < 0 || fchown(p[1][1], u, g) < 0 || fchown(p[2][1], u, g) < 0) {
+            cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: giving the stdio pipes to uid %u", (unsigned)u);
+            goto fail;
+        }
+    }
+    if (set_nonblock(p[0][1]) < 0 || set_nonblock(p[1][0]) < 0 || set_nonblock(p[2][0]) < 0 ||
+        set_nonblock(p[3][0]) < 0) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: fcntl");
+        goto fail;
+    }
+    child_fds[0] = p[0][0];
+    child_fds[1] = p[1][1];
+    child_fds[2] = p[2][1];
+    child_fds[3] = p[3][1];
+    a->in_w = p[0][1];
+    a->out_r = p[1][0];
+    a->err_r = p[2][0];
+    a->rep_r = p[3][0];
+    return 0;
+fail:
+    for (int i = 0; i < 4; i++) {
+        close_fd(&p[i][0]);
+        close_fd(&p[i][1]);
+    }
+    return -1;
+}
+
+void cf_run_adoptee_close(cf_run_adoptee *a)
+{
+    if (!a)
+        return;
+    close_fd(&a->pidfd);
+    close_fd(&a->in_w);
+    close_fd(&a->out_r);
+    close_fd(&a->err_r);
+    close_fd(&a->rep_r);
+    a->pid = -1;
+}
+
+int cf_run_adopt(cf_run_adoptee *a, const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
+{
+    outcome_init(out);
+    struct cf_run_prep c = {.pid = a->pid, .pidfd = a->pidfd, .adopted = true, .in_w = a->in_w,
+                            .out_r = a->out_r, .err_r = a->err_r, .rep_r = a->rep_r, .bar_w = -1,
+                            .kill_all = spec ? spec->kill_all : NULL,
+                            .kill_all_arg = spec ? spec->kill_all_arg : NULL};
+    *a = (cf_run_adoptee){.pid = -1, .pidfd = -1, .in_w = -1, .out_r = -1, .err_r = -1, .rep_r = -1};
+    if (!spec || !spec->kill_all || c.pid <= 0 || c.pidfd < 0 || c.out_r < 0 || c.err_r < 0 || c.rep_r < 0) {
+        /* Without a kill_all the process's own tree could not be ended. */
+        kill_main(&c);
+        child_close(&c);
+        return cf_error_set(err, CF_E_INVALID, "runner: cannot adopt (no kill_all hook or descriptors missing)");
+    }
+    struct sigpipe_guard guard;
+    sigpipe_block(&guard);
+    int rc = supervise(&c, spec, cf_mono_us(), out, err);
+    sigpipe_restore(&guard);
+    return rc;
+}
+
 /* How long a prepared child may take to report that it is ready. */
 #define PREPARE_READY_MS 10000
 
@@ -1179,7 +1273,7 @@ int cf_run_prepare(const cf_run_spec *spec, cf_run_prep **prep, cf_error *err)
     int rc = child_start(spec, true, c, &none, err);
     if (rc == 0) {
         /* Ready, or a setup failure (report, then exit), or a death. */
-        struct run_report rep;
+        cf_run_report rep;
         memset(&rep, 0, sizeof(rep));
         bool ready = false, got = false;
         int64_t until = cf_mono_us() + PREPARE_READY_MS * 1000LL;
