@@ -84,6 +84,14 @@ typedef struct cf_backend_config {
     /* true: a host without usable cgroups is an error at start instead of
      * a sandbox that enforces neither memory nor processes. */
     bool sandbox_require_cgroups;
+    /* The sandbox's zygote (sandbox_zygote.h): a Python interpreter per
+     * slot, initialised once, forked per execution.  NULL/"" path: none
+     * (built without python3-dev, or switched off). */
+    const char *zygote_path;
+    bool zygote_exec;             /* the zygote also starts other programs (its fork execs them) */
+    const char *zygote_preload;   /* comma-separated standard modules it imports at start */
+    int64_t zygote_memory_bytes;  /* its own memory cgroup (256 MiB) */
+    int64_t zygote_max_requests;  /* executions per zygote before it is replaced (1000) */
     /* Compiled languages the worker's pipeline serves (bit per
      * cf_language): backends that run prepared programs declare them. */
     uint32_t compiled_languages;

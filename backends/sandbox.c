@@ -47,6 +47,7 @@
 #include "sandbox_net.h"
 #include "sandbox_probe.h"
 #include "sandbox_seccomp.h"
+#include "sandbox_zygote.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -122,6 +123,7 @@ typedef struct sb_slot {
     char mnt[PATH_MAX];   /* mount point of the per-execution tmpfs */
     bool mnt_made;
     sb_warm warm;
+    cf_zygote *zyg;       /* the slot's Python zygote, NULL: none */
     struct sb_state *st;  /* for the preparer thread */
     int index;
 } sb_slot;
@@ -144,6 +146,8 @@ typedef struct sb_state {
     bool cpu_total;       /* cpu_time from the cgroup's accounting */
     bool cg_peak;         /* peak memory from the cgroup, reset per execution */
     const char *const *toolchain_dirs; /* cfg's (outlives the backend): bound read-only */
+    int zygote_fd;        /* codefleet-zygote, opened at create; -1: no zygotes */
+    bool zygote_exec;     /* zygotes also start non-Python programs */
 } sb_state;
 
 /* The runner's cpu_usage_us hook: CPU of the slot's cgroup since this
@@ -191,18 +195,18 @@ static long meter_cpu_limit(const sb_state *st, const cf_policy *pol, sb_meter *
  * is read (the pid namespace died with its init; this is the check), then
  * the OOM kills, CPU and peak memory of this execution (shared memory and
  * tmpfs pages count: a process's RSS does not show them). */
-static void meter_collect(sb_slot *s, const sb_meter *m, cf_run_outcome *o, bool *oom, int64_t *cpu_us)
+static void meter_collect(cf_cgroup *cg, const sb_meter *m, cf_run_outcome *o, bool *oom, int64_t *cpu_us)
 {
     *oom = false;
     *cpu_us = -1;
-    if (!s->cg)
+    if (!cg)
         return;
-    cf_cgroup_kill_all(s->cg);
-    *oom = cf_cgroup_oom_kills(s->cg) > m->oom_before;
-    int64_t cpu_after = cf_cgroup_cpu_usage_us(s->cg);
+    cf_cgroup_kill_all(cg);
+    *oom = cf_cgroup_oom_kills(cg) > m->oom_before;
+    int64_t cpu_after = cf_cgroup_cpu_usage_us(cg);
     if (m->cpu.before >= 0 && cpu_after >= m->cpu.before)
         *cpu_us = cpu_after - m->cpu.before;
-    int64_t peak = m->peak_ok ? cf_cgroup_memory_peak(s->cg) : -1;
+    int64_t peak = m->peak_ok ? cf_cgroup_memory_peak(cg) : -1;
     if (peak >= 0)
         o->peak_rss_bytes = peak;
 }
@@ -263,8 +267,14 @@ static void sb_destroy(void *state)
         return;
     for (int i = 0; st->slot && i < st->slots; i++)
         warm_stop(&st->slot[i]);
+    for (int i = 0; st->slot && i < st->slots; i++) {
+        cf_zygote_destroy(st->slot[i].zyg);
+        st->slot[i].zyg = NULL;
+    }
     for (int i = 0; st->slot && i < st->slots; i++)
         slot_release(st, &st->slot[i]);
+    if (st->zygote_fd >= 0)
+        close(st->zygote_fd);
     free(st->slot);
     if (st->inst[0])
         cf_instance_remove_dir(st->inst);
@@ -279,12 +289,58 @@ static int64_t or_default(int64_t v, int64_t def)
     return v > 0 ? v : def;
 }
 
+/* A zygote per slot when one is configured and can serve: it needs the
+ * interpreter it stands for and cgroups (its executions' limits).  A
+ * zygote that cannot be had is a note, not a failure: executions then
+ * take the other paths. */
+static int zygotes_start(sb_state *st, const cf_backend_config *cfg, cf_error *err)
+{
+    const char *why = NULL;
+    if (!cfg->zygote_path || !cfg->zygote_path[0])
+        return 0; /* off, or built without it: nothing to say */
+    if (!st->base.python_path)
+        why = "no Python interpreter configured";
+    else if (!st->cgenv)
+        why = "no usable cgroups";
+    else if (cfg->zygote_path[0] != '/')
+        why = "zygote path is not absolute";
+    if (!why) {
+        st->zygote_fd = open(cfg->zygote_path, O_PATH | O_CLOEXEC);
+        if (st->zygote_fd < 0)
+            why = "zygote program not found";
+    }
+    if (why) {
+        cf_exec_notes_add(&st->base, "zygote NOT used (%s): Python starts an interpreter per execution", why);
+        return 0;
+    }
+    st->zygote_exec = cfg->zygote_exec;
+    for (int i = 0; i < st->slots; i++) {
+        cf_zygote_opts zo = {.slot = i, .tag = st->tag, .inst = st->inst, .cgenv = st->cgenv,
+                             .seccomp = st->seccomp, .zygote_path = cfg->zygote_path, .zygote_fd = st->zygote_fd,
+                             .python_path = st->base.python_path, .preload = cfg->zygote_preload,
+                             .exec_path = st->base.exec_path, .host_id = (uid_t)(st->uid_base + i),
+                             .zygote_memory = cfg->zygote_memory_bytes > 0 ? cfg->zygote_memory_bytes : 256LL << 20,
+                             .work_bytes = st->work_bytes, .tmp_bytes = st->tmp_bytes, .inodes = st->inodes,
+                             .max_requests = cfg->zygote_max_requests > 0 ? (int)cfg->zygote_max_requests : 1000,
+                             .toolchain_dirs = st->toolchain_dirs};
+        if (cf_zygote_new(&zo, &st->slot[i].zyg, err) < 0)
+            return cf_error_wrap(err, "sandbox: slot %d", i);
+    }
+    cf_exec_notes_add(&st->base,
+                      "zygote: each slot keeps a pre-initialised Python (%s) that forks a fresh, fully isolated "
+                      "child per Python execution%s; executions it cannot serve as a cold start would take the "
+                      "other path (metadata.sandbox says which)",
+                      cfg->zygote_path, st->zygote_exec ? " and per other program (which it execs)" : "");
+    return 0;
+}
+
 static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err)
 {
     *state = NULL;
     sb_state *st = calloc(1, sizeof(*st));
     if (!st)
         return cf_error_set(err, CF_E_NOMEM, "sandbox: out of memory");
+    st->zygote_fd = -1;
     if (cf_exec_base_init(&st->base, "sandbox", cfg, err) < 0)
         goto fail;
     st->base.exec_where = " inside the sandbox";
@@ -506,6 +562,8 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
             if (warm_start(st, &st->slot[i], i, err) < 0)
                 goto fail;
     }
+    if (zygotes_start(st, cfg, err) < 0)
+        goto fail;
     caps->notes = st->base.notes;
     *state = st;
     return 0;
@@ -923,7 +981,7 @@ static int warm_execute(sb_state *st, sb_slot *s, cf_exec_job *job, const cf_exe
     }
     bool oom;
     int64_t cpu_us;
-    meter_collect(s, &m, &outcome, &oom, &cpu_us);
+    meter_collect(s->cg, &m, &outcome, &oom, &cpu_us);
     rc = cf_exec_job_finish(job, ctx, &outcome, oom, cpu_us, err);
 out:
     /* A rejected placement leaves the prepared child unused: it goes, like
@@ -1038,7 +1096,7 @@ static int cold_execute(sb_state *st, sb_slot *s, int slot, cf_exec_job *job, co
     }
     bool oom;
     int64_t cpu_us;
-    meter_collect(s, &m, &outcome, &oom, &cpu_us);
+    meter_collect(s->cg, &m, &outcome, &oom, &cpu_us);
     rc = cf_exec_job_finish(job, ctx, &outcome, oom, cpu_us, err);
 
 out:
@@ -1050,6 +1108,143 @@ out:
      * and destroy unmounts everything below the instance directory. */
     if (mounted)
         (void)umount2(s->mnt, MNT_DETACH);
+    cf_run_outcome_free(&outcome);
+    return rc;
+}
+
+/* ---- the zygote ---- */
+
+/* The first cheap look: a slot with a zygote, a request whose sandbox
+ * needs nothing built for it, and (for other languages) zygote-exec.
+ * *python: run in the zygote's interpreter. */
+static bool zygote_fits(const sb_state *st, const sb_slot *s, const cf_exec_ctx *ctx, const cf_request *req,
+                        bool *python)
+{
+    const cf_policy *pol = &req->policy;
+    *python = false;
+    if (!s->zyg || pol->network == CF_NET_ENABLED || pol->fs_mode == CF_FS_PATHS)
+        return false;
+    *python = req->language == CF_LANG_PYTHON && !(ctx && ctx->program);
+    return *python || st->zygote_exec;
+}
+
+/* Environment names that change how an interpreter starts (the zygote's
+ * started long ago, without them). */
+static bool starts_python_differently(const char *name)
+{
+    return strncmp(name, "PYTHON", 6) == 0 || strncmp(name, "LC_", 3) == 0 || strcmp(name, "LANG") == 0 ||
+           strcmp(name, "LANGUAGE") == 0;
+}
+
+/* The top-level entry a work-relative path lives in. */
+static bool top_shadows(const cf_zygote *z, const char *path)
+{
+    char top[256];
+    size_t l = path ? strcspn(path, "/") : 0;
+    if (l == 0 || l >= sizeof(top))
+        return false;
+    memcpy(top, path, l);
+    top[l] = '\0';
+    return cf_zygote_shadows(z, top);
+}
+
+/* With the zygote taken: whether this Python execution would start
+ * exactly as the zygote's interpreter did (nothing in its environment
+ * that changes start-up, no file that a cold start would have imported
+ * or found first). */
+static bool zygote_python_ok(const cf_zygote *z, const cf_exec_ctx *ctx, const cf_request *req)
+{
+    const cf_policy *pol = &req->policy;
+    for (size_t i = 0; i < req->n_env; i++)
+        if (req->env[i].key && starts_python_differently(req->env[i].key))
+            return false;
+    for (size_t i = 0; pol->env_allow_set && i < pol->n_env_allow; i++)
+        if (pol->env_allow[i] && starts_python_differently(pol->env_allow[i]) && getenv(pol->env_allow[i]))
+            return false;
+    for (size_t i = 0; i < req->n_files; i++)
+        if (top_shadows(z, req->files[i].path))
+            return false;
+    for (size_t i = 0; ctx && ctx->files && i < ctx->files->n_place; i++)
+        if (top_shadows(z, ctx->files->place[i].path))
+            return false;
+    return true;
+}
+
+/* The request in a fork of the slot's zygote.  *fallback: nothing ran
+ * (the zygote could not take it); the job is freed and the caller starts
+ * over on another path. */
+static int zygote_execute(sb_state *st, sb_slot *s, cf_exec_job *job, const cf_exec_ctx *ctx, const cf_request *req,
+                          const cf_cgroup_limits *lim, bool python, bool *fallback, cf_error *err)
+{
+    cf_zygote *z = s->zyg;
+    const cf_policy *pol = &req->policy;
+    cf_run_outcome outcome;
+    memset(&outcome, 0, sizeof(outcome));
+    int rc = -1;
+    *fallback = false;
+    cf_cgroup *cg = cf_zygote_exec_cgroup(z, lim, NULL);
+    if (!cg || cf_zygote_mount(z, NULL) < 0) {
+        *fallback = true;
+        return 0;
+    }
+    sb_meter m = {.cpu = {.cg = cg, .before = cf_cgroup_cpu_usage_us(cg)}, .oom_before = cf_cgroup_oom_kills(cg)};
+    m.peak_ok = st->cg_peak && cf_cgroup_peak_reset(cg) == 0;
+    uid_t host_id = (uid_t)(st->uid_base + ctx->slot);
+    if (cf_exec_job_dirs(job, cf_zygote_mount_dir(z), host_id, host_id, err) < 0)
+        goto out;
+    cf_exec_view view = {.work = CF_SANDBOX_WORK_DIR, .run = RUN_DIR};
+    if (cf_exec_job_fill(job, ctx->files, &view, err) < 0)
+        goto out;
+    if (job->rejected) {
+        rc = 0;
+        goto out;
+    }
+    cf_run_spec spec;
+    cf_exec_job_spec(job, ctx, &spec);
+    spec.stdio_owner_set = true;
+    spec.stdio_uid = host_id;
+    spec.stdio_gid = host_id;
+    /* A cold `python3` coerces the C locale and shows it in its
+     * environment (appended last): so does the zygote's program. */
+    char *envp[CF_EXEC_ENV_MAX + 2];
+    if (python && cf_zygote_lc_ctype(z)) {
+        size_t n = 0;
+        bool has = false;
+        for (; n < job->env.n && n < CF_EXEC_ENV_MAX; n++) {
+            envp[n] = job->env.v[n];
+            has = has || strncmp(envp[n], "LC_CTYPE=", 9) == 0;
+        }
+        if (!has)
+            envp[n++] = "LC_CTYPE=C.UTF-8";
+        envp[n] = NULL;
+        spec.envp = envp;
+    }
+    int64_t cpu_secs = meter_cpu_limit(st, pol, &m, &spec);
+    bool work_rw = !(pol->fs_mode == CF_FS_WORKSPACE_RO || (ctx->files && ctx->files->read_only));
+    const char *topdir = strrchr(cf_workdir_path(job->top), '/');
+    cf_zygote_run_args a = {.top = topdir ? topdir + 1 : cf_workdir_path(job->top), .python = python,
+                            .work_ro = !work_rw, .cpu_rlimit_s = cpu_secs, .tmp_bytes = st->tmp_bytes,
+                            .inodes = st->inodes};
+    bool nothing_ran = false;
+    if (cf_zygote_run(z, &a, cg, &spec, &outcome, &nothing_ran, err) < 0) {
+        if (nothing_ran) {
+            *fallback = true;
+            rc = 0;
+        } else {
+            cf_error_wrap(err, "sandbox (zygote)");
+        }
+        goto out;
+    }
+    bool oom;
+    int64_t cpu_us;
+    meter_collect(cg, &m, &outcome, &oom, &cpu_us);
+    rc = cf_exec_job_finish(job, ctx, &outcome, oom, cpu_us, err);
+out:
+    if (cf_cgroup_nprocs(cg) != 0)
+        cf_cgroup_kill_all(cg);
+    cf_exec_job_free(job);
+    /* Whatever the program left in work/ and run/ goes with the tmpfs. */
+    cf_zygote_umount(z);
     cf_run_outcome_free(&outcome);
     return rc;
 }
@@ -1097,6 +1292,33 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
                              * +1 with network: slirp4netns, which joins the cgroup */
                             .pids_max = (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + 1 +
                                         (pol->network == CF_NET_ENABLED ? 1 : 0)};
+    /* The slot's zygote when it is up and the request is one it serves
+     * exactly as a cold start would; otherwise (or when it cannot take
+     * the request after all) the paths below. */
+    bool zpython = false;
+    if (zygote_fits(st, s, ctx, req, &zpython) && cf_zygote_acquire(s->zyg)) {
+        bool ok = !zpython || zygote_python_ok(s->zyg, ctx, req);
+        bool fallback = true;
+        int zrc = 0;
+        if (ok)
+            zrc = zygote_execute(st, s, &job, ctx, req, &lim, zpython, &fallback, err);
+        cf_zygote_release(s->zyg);
+        if (!fallback) {
+            if (zrc == 0 && res->status != CF_STATUS_REJECTED) {
+                free(res->meta.sandbox);
+                res->meta.sandbox = strdup("zygote");
+            }
+            return zrc;
+        }
+        if (ok) {
+            /* zygote_execute freed the job: start it again. */
+            if (cf_exec_job_check(&job, &st->base, "sandbox", "sandbox", ctx, req, res, err) < 0)
+                return -1;
+            if (job.rejected)
+                return 0;
+        }
+    }
+
     /* A warm sandbox when the request fits one: its own network namespace
      * stays empty and only work/, run/ and run/out are bound. */
     bool fits = pol->network != CF_NET_ENABLED && pol->fs_mode != CF_FS_PATHS;

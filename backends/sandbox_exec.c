@@ -1,6 +1,8 @@
 #include "sandbox_exec.h"
 
 #include <errno.h>
+#include <linux/capability.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <sched.h>
@@ -9,7 +11,9 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ---- child (async-signal-safe only) ----------------------------------- */
@@ -82,6 +86,29 @@ static int sx_child_setup(void *arg, const char **msg)
     return 0;
 }
 
+/* A helper that builds namespaces itself (the zygote): every capability
+ * but those in keep goes, those stay effective and ambient so they
+ * survive its exec (it runs as a non-root uid of its user namespace). */
+static int keep_only(uint64_t keep)
+{
+    for (int cap = 0; cap <= 63; cap++)
+        if (!(keep & (1ULL << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+            return -1;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+        return -1;
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof(data));
+    data[0].effective = data[0].permitted = data[0].inheritable = (uint32_t)keep;
+    data[1].effective = data[1].permitted = data[1].inheritable = (uint32_t)(keep >> 32);
+    if (syscall(SYS_capset, &hdr, data) < 0)
+        return -1;
+    for (int cap = 0; cap <= 63; cap++)
+        if ((keep & (1ULL << cap)) && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) < 0)
+            return -1;
+    return 0;
+}
+
 /* The request's part, after the runner's rlimits (a warm sandbox waited
  * for it with its root built): the cpu backstop, /work read-only when the
  * request wants it so, then the capabilities go and the filter comes. */
@@ -109,7 +136,7 @@ static int sx_child_go(void *arg, unsigned go_flags, int64_t cpu_rlimit_s, const
         *msg = "sandbox: /work read-only";
         return -1;
     }
-    if (cf_sandbox_drop_caps() < 0) {
+    if (sx->keep_caps ? keep_only(sx->keep_caps) < 0 : cf_sandbox_drop_caps() < 0) {
         *msg = "sandbox: drop capabilities";
         return -1;
     }

@@ -14,6 +14,7 @@
 #define CF_SANDBOX_EXEC_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "cf_runner.h"
@@ -46,6 +47,11 @@ typedef struct cf_sandbox_exec {
      * program that catches SIGXCPU.  cf_sandbox_exec_prepare puts it in
      * spec->go_arg (a prepared child gets it from cf_run_start's spec). */
     long cpu_rlimit_s;
+    /* 0: every capability goes before the program starts.  Otherwise
+     * (the zygote, which builds its executions' namespaces) these
+     * capabilities of the user namespace stay, raised as ambient so they
+     * survive the exec; all others go. */
+    uint64_t keep_caps;
     /* filled by cf_sandbox_exec_prepare */
     char uid_map[64], gid_map[64];
     /* the running slirp4netns (parent_setup): stop it with

@@ -60,6 +60,7 @@ struct cf_sandbox_fs {
     struct late_bind *binds;
     size_t n_binds;
     char *stage_opts;    /* tmpfs options of the root */
+    bool receive_host_mounts; /* MS_SLAVE instead of MS_PRIVATE (see the spec) */
 };
 
 /* ---- plan building (parent) ------------------------------------------ */
@@ -354,6 +355,15 @@ int cf_sandbox_fs_new(const cf_sandbox_fs_spec *spec, cf_sandbox_fs **out, cf_er
         goto fail;
     if (plan_mkdir(fs, "/work", 0755, err) < 0)
         goto fail;
+    for (const char *const *m = spec->mountpoints; m && *m; m++) {
+        if ((*m)[0] != '/' || strstr(*m, "/..") || strlen(*m) + sizeof(STAGE) >= PATH_MAX) {
+            cf_error_set(err, CF_E_INVALID, "sandbox fs: bad mount point %s", *m);
+            goto fail;
+        }
+        if (plan_mkdir_p(fs, *m, err) < 0)
+            goto fail;
+    }
+    fs->receive_host_mounts = spec->receive_host_mounts;
     *out = fs;
     return 0;
 fail:
@@ -617,8 +627,9 @@ static int mkdir_p_child(const char *path, bool last_is_file)
 int cf_sandbox_fs_apply_fds(const cf_sandbox_fs *fs, int *fds, const char **msg)
 {
     size_t nb = fs->n_binds < CF_SANDBOX_MAX_BINDS ? fs->n_binds : CF_SANDBOX_MAX_BINDS;
-    /* Nothing we mount may propagate back to the host. */
-    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+    /* Nothing we mount may propagate back to the host (a slave receives
+     * the host's mount events below shared mounts, never sends). */
+    if (mount(NULL, "/", NULL, MS_REC | (fs->receive_host_mounts ? MS_SLAVE : MS_PRIVATE), NULL) < 0) {
         *msg = "fs: make / private";
         goto fail;
     }

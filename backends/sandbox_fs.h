@@ -64,6 +64,13 @@ typedef struct cf_sandbox_fs_spec {
      * execution with cf_sandbox_fs_set_binds. */
     const cf_sandbox_bind *binds;
     size_t n_binds;
+    /* Empty directories made in the root (absolute, NULL-terminated, may
+     * be NULL): places a process of the sandbox mounts on later. */
+    const char *const *mountpoints;
+    /* Mounts the host makes later below a shared mount that is bound in
+     * (a bind's source) show up inside: the root is made MS_SLAVE instead
+     * of MS_PRIVATE.  Either way nothing mounted inside reaches the host. */
+    bool receive_host_mounts;
 } cf_sandbox_fs_spec;
 
 typedef struct cf_sandbox_fs cf_sandbox_fs;

@@ -50,6 +50,12 @@ typedef struct cf_worker_config {
     int64_t sandbox_inodes;
     bool sandbox_warm;
     bool sandbox_require_cgroups;
+    bool sandbox_zygote;
+    bool zygote_exec;
+    char *zygote_path;          /* "" = the one built with the worker */
+    char *zygote_preload;
+    int64_t zygote_memory_bytes;
+    int64_t zygote_max_requests;
     char *embed_helper_path;    /* wasm/js runtime helper ("" = the one built with the worker) */
     int64_t embed_helper_memory_bytes;
     int64_t wasm_module_max_bytes;

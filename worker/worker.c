@@ -2808,6 +2808,13 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .sandbox_inodes = cfg->sandbox_inodes,
         .sandbox_cold = !cfg->sandbox_warm,
         .sandbox_require_cgroups = cfg->sandbox_require_cgroups,
+        .zygote_path = !cfg->sandbox_zygote ? NULL
+                       : cfg->zygote_path && cfg->zygote_path[0] ? cfg->zygote_path
+                                                                 : CF_DEFAULT_ZYGOTE,
+        .zygote_exec = cfg->zygote_exec,
+        .zygote_preload = cfg->zygote_preload,
+        .zygote_memory_bytes = cfg->zygote_memory_bytes,
+        .zygote_max_requests = cfg->zygote_max_requests,
         .embed_helper_path = cfg->embed_helper_path && cfg->embed_helper_path[0] ? cfg->embed_helper_path
                                                                                   : CF_DEFAULT_EMBED_HELPER,
         .embed_helper_memory_bytes = cfg->embed_helper_memory_bytes,

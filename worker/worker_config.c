@@ -138,6 +138,30 @@ static const cf_conf_prop worker_props[] = {
      "Sandbox: refuse to start without usable cgroups (a read-only /sys/fs/cgroup, a cgroup that is not "
      "delegated).  Otherwise the worker starts, requests asking for memory or max_processes are rejected, and "
      "every other execution runs without a memory or process cap of its own.", NULL},
+    {"sandbox-zygote", CF_CONF_BOOL, OFF(sandbox_zygote), 0, 0, "true", NULL,
+     "Sandbox: a Python interpreter per slot, started and initialised once inside the slot's confinement, "
+     "forks a fresh child per Python execution (its own pid, mount, ipc, network and uts namespaces, work "
+     "tmpfs, /tmp, cgroup, seccomp, no capabilities) instead of starting an interpreter: a few ms instead of "
+     "tens.  Executions it cannot serve exactly as a cold start would (network=enabled, fs_mode=paths, an "
+     "environment naming PYTHON*, LANG or LC_* variables, a work file named like a module it has loaded) take "
+     "the other path; results say which (metadata.sandbox).", NULL},
+    {"zygote-exec", CF_CONF_BOOL, OFF(zygote_exec), 0, 0, "false", NULL,
+     "Sandbox: the zygote also starts the other languages' programs (its fresh child execs them), so no "
+     "sandbox is cloned from the worker at all.", NULL},
+    {"zygote", CF_CONF_STRING, OFF(zygote_path), 0, 1024, NULL, NULL,
+     "Sandbox: the zygote program (absolute path); default: the codefleet-zygote built with this worker.  A "
+     "build without python3-dev has none: sandbox-zygote then does nothing.", NULL},
+    {"zygote-preload", CF_CONF_STRING, OFF(zygote_preload), 0, 2000,
+     "json,re,collections,itertools,functools,math,random,datetime,typing,dataclasses,decimal,fractions,"
+     "statistics,string,heapq,bisect,copy,enum,pathlib,operator,hashlib,base64,struct,csv,textwrap,subprocess,"
+     "tempfile,shutil",
+     NULL,
+     "Sandbox: standard modules the zygote imports at start (comma-separated); a program importing them finds "
+     "them loaded.", NULL},
+    {"zygote-memory", CF_CONF_SIZE, OFF(zygote_memory_bytes), 32 * MIB, 64 * 1024 * MIB, "256MiB", NULL,
+     "Sandbox: the memory cgroup of each slot's zygote (executions have their own).", NULL},
+    {"zygote-max-requests", CF_CONF_INT, OFF(zygote_max_requests), 1, 100000000, "1000", NULL,
+     "Sandbox: executions per zygote before it is replaced by a fresh one (a fresh hash seed).", NULL},
     {"embed-helper", CF_CONF_STRING, OFF(embed_helper_path), 0, 1024, NULL, NULL,
      "wasm and js backends: the runtime helper program (absolute path); default: the codefleet-embed-helper "
      "built with this worker.  A build without the runtimes has none: those backends are then unavailable.",

@@ -85,6 +85,7 @@ static struct {
     it_worker w;
     bool worker_started;
     bool cold; /* the worker builds every sandbox for its request */
+    bool zygote; /* every program is started by a fork of the slot's zygote */
     cf_dispatcher *d;
     cf_cgroup_env *demo_env;
     int demo_seq;
@@ -495,7 +496,7 @@ static void run_request(const cf_request *req, cf_result *res)
      * request needs one built for it. */
     if (res->status != CF_STATUS_REJECTED && res->status != CF_STATUS_INTERNAL_ERROR) {
         bool fits = req->policy.network != CF_NET_ENABLED && req->policy.fs_mode != CF_FS_PATHS;
-        const char *want = !g.cold && fits ? "warm" : "cold";
+        const char *want = !fits ? "cold" : g.zygote ? "zygote" : g.cold ? "cold" : "warm";
         if (!res->meta.sandbox || strcmp(res->meta.sandbox, want) != 0)
             fail_msg("%s ran in a %s sandbox, not %s", req->id, res->meta.sandbox ? res->meta.sandbox : "-", want);
     }
@@ -991,9 +992,14 @@ static int group_setup(void **state)
     snprintf(a_root, sizeof(a_root), "--work-root=%s", g.work_root);
     /* CF_HOSTILE_SANDBOX=cold: every sandbox built for its request (the
      * default is the warm one its slot prepared ahead). */
-    g.cold = getenv("CF_HOSTILE_SANDBOX") && strcmp(getenv("CF_HOSTILE_SANDBOX"), "cold") == 0;
+    /* CF_HOSTILE_SANDBOX=zygote: every program started by the slot's
+     * zygote (zygote-exec), none from a sandbox of the worker's. */
+    const char *mode = getenv("CF_HOSTILE_SANDBOX") ? getenv("CF_HOSTILE_SANDBOX") : "warm";
+    g.cold = strcmp(mode, "cold") == 0;
+    g.zygote = strcmp(mode, "zygote") == 0;
     const char *extra[] = {"--backends=sandbox,process", a_root, "--slots=1", "--max-timeout=60s",
-                           g.cold ? "--sandbox-warm=false" : "--sandbox-warm=true", NULL};
+                           g.cold || g.zygote ? "--sandbox-warm=false" : "--sandbox-warm=true",
+                           g.zygote ? "--zygote-exec=true" : "--zygote-exec=false", NULL};
     /* The canary lives in the worker's environment only. */
     setenv(CANARY_ENV, g.canary, 1);
     it_worker_start(&g.w, &g.t, "hostile-w1", extra);
@@ -1061,6 +1067,26 @@ static int group_setup(void **state)
     fprintf(stderr, "hostile: sandbox ready; uid_map of an execution: %s", res_stdout(&res));
     cf_request_clear(&req);
     cf_result_clear(&res);
+    /* The zygote comes up in the background: the suite starts once it
+     * serves. */
+    for (int i = 0; g.zygote; i++) {
+        it_request_init(&req, CF_LANG_SHELL, "true");
+        req.backend = strdup("sandbox");
+        req.policy.timeout_us = 20 * SEC;
+        memset(&res, 0, sizeof(res));
+        bool up = cf_dispatcher_submit(g.d, &req, &err) == 0 && cf_dispatcher_wait(g.d, req.id, 20 * SEC, &res, &err) == 0 &&
+                  res.meta.sandbox && strcmp(res.meta.sandbox, "zygote") == 0;
+        cf_request_clear(&req);
+        cf_result_clear(&res);
+        if (up)
+            break;
+        if (i == 100) {
+            it_worker_dump_log(&g.w);
+            fprintf(stderr, "FAILED: the zygote never served\n");
+            return -1;
+        }
+        usleep(200 * 1000);
+    }
 
     cg_snapshot(&g.cg_baseline, &g.n_cg_baseline);
     mnt_snapshot(&g.mnt_baseline, &g.n_mnt_baseline);

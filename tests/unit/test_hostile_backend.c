@@ -33,6 +33,9 @@
 
 static struct {
     bool cold;
+    bool zygote;      /* every program started by a fork of the slot's zygote (zygote-exec) */
+    char zygote_path[512];
+    bool default_cg;  /* CF_TEST_CGROUP_DEFAULT: the default parent below the worker's own cgroup */
     char root[64];
     char cg_parent[64];
     uint8_t *bin;
@@ -62,6 +65,54 @@ static int load_binary(void)
     return n == (ssize_t)g.bin_len ? 0 : -1;
 }
 
+/* The default parent (CF_TEST_CGROUP_DEFAULT): <the worker's cgroup, the
+ * subtree's top when it moved into its leaf>/codefleet, as the sandbox
+ * chose it (v2: read after the backend moved this process). */
+static int default_parent(char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[512], own[512] = "";
+    while (f && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        /* v2 "0::/path"; v1 "N:memory:/path" */
+        if (strncmp(line, "0::", 3) == 0 || strstr(line, ":memory:")) {
+            cf_strlcpy(own, strrchr(line, ':') + 1, sizeof(own));
+            if (strncmp(line, "0::", 3) != 0)
+                break;
+        }
+    }
+    if (f)
+        fclose(f);
+    char *leaf = strrchr(own, '/');
+    if (leaf && strcmp(leaf + 1, "codefleet-worker") == 0)
+        *leaf = '\0';
+    if (strcmp(own, "/") == 0)
+        own[0] = '\0';
+    snprintf(out, cap, "%s/codefleet", own);
+    fprintf(stderr, "default cgroup parent: %s\n", out);
+    return 0;
+}
+
+static int run_quiet(cf_request *req, cf_result *res);
+
+/* The zygote starts in the background: wait until it serves. */
+static bool zygote_up(void)
+{
+    for (int i = 0; i < 200; i++) {
+        cf_request req;
+        cf_result res;
+        req_init_timeout(&req, CF_LANG_SHELL, "true", 5 * SEC);
+        bool up = run_quiet(&req, &res) == 0 && res.meta.sandbox && strcmp(res.meta.sandbox, "zygote") == 0;
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+        if (up)
+            return true;
+        usleep(100 * 1000);
+    }
+    fprintf(stderr, "the zygote never served\n");
+    return false;
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -75,6 +126,11 @@ static int group_setup(void **state)
     snprintf(g.cg_parent, sizeof(g.cg_parent), "/cf-hbtest-%d", (int)getpid());
     memset(&g.cfg, 0, sizeof(g.cfg));
     g.cfg.sandbox_cold = g.cold;
+    if (g.zygote) {
+        g.cfg.zygote_path = g.zygote_path;
+        g.cfg.zygote_exec = true;
+        g.cfg.zygote_max_requests = 1000;
+    }
     g.cfg.work_root = g.root;
     g.cfg.python_path = "/usr/bin/python3";
     g.cfg.shell_path = "/bin/sh";
@@ -82,7 +138,7 @@ static int group_setup(void **state)
     g.cfg.slots = 1;
     g.cfg.max_files_bytes = 8 << 20;
     g.cfg.max_output_file_bytes = 1 << 16;
-    g.cfg.cgroup_root = g.cg_parent;
+    g.cfg.cgroup_root = g.default_cg ? NULL : g.cg_parent;
     g.cfg.run_uid_base = UID_BASE;
     cf_error err;
     if (cf_backend_set_new("sandbox", &g.cfg, &g.set, &err) < 0) {
@@ -90,8 +146,12 @@ static int group_setup(void **state)
         return -1;
     }
     g.be = cf_backend_set_get(g.set, 0);
-    fprintf(stderr, "hostile through the sandbox backend, %s, cgroup %s\n", g.cold ? "cold" : "warm",
-            cgh_name(cgh_detect()));
+    if (g.default_cg && default_parent(g.cg_parent, sizeof(g.cg_parent)) < 0)
+        return -1;
+    fprintf(stderr, "hostile through the sandbox backend, %s, cgroup %s, parent %s\n",
+            g.zygote ? "zygote" : g.cold ? "cold" : "warm", cgh_name(cgh_detect()), g.cg_parent);
+    if (g.zygote && !zygote_up())
+        return -1;
     return 0;
 }
 
@@ -159,8 +219,44 @@ static bool is_waiting_prepared(long pid, void *arg)
     return c == EOF;
 }
 
+/* The slot's zygote itself (in its own cgroup, "<tag>-z<slot>-g<n>"),
+ * and any process of it that is still a zygote: not an execution's. */
+static bool is_zygote(long pid)
+{
+    char p[64], comm[32] = "", cg[512] = "";
+    snprintf(p, sizeof(p), "/proc/%ld/comm", pid);
+    FILE *fp = fopen(p, "r");
+    if (!fp)
+        return false;
+    bool named = fgets(comm, sizeof(comm), fp) && strcmp(comm, "codefleet-zygot\n") == 0;
+    fclose(fp);
+    snprintf(p, sizeof(p), "/proc/%ld/cgroup", pid);
+    fp = fopen(p, "r");
+    bool own = false;
+    while (named && fp && fgets(cg, sizeof(cg), fp))
+        own = own || (strstr(cg, "-z0-g") != NULL);
+    if (fp)
+        fclose(fp);
+    return named && own;
+}
+
+static bool not_an_execution(long pid, void *arg)
+{
+    return is_waiting_prepared(pid, arg) || is_zygote(pid);
+}
+
+static int run_quiet(cf_request *req, cf_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    cf_error err;
+    cf_error_clear(&err);
+    cf_exec_ctx ctx = {.slot = 0, .worker_id = "hostile"};
+    return g.be->ops->execute(g.be->state, &ctx, req, res, &err);
+}
+
 /* Runs the request; afterwards no process of it is left in any cgroup
- * below the test's parent (a slot's next warm sandbox aside). */
+ * below the test's parent (a slot's next warm sandbox and its zygote
+ * aside). */
 static void run(cf_request *req, cf_result *res)
 {
     memset(res, 0, sizeof(*res));
@@ -169,9 +265,13 @@ static void run(cf_request *req, cf_result *res)
     cf_exec_ctx ctx = {.slot = 0, .worker_id = "hostile"};
     if (g.be->ops->execute(g.be->state, &ctx, req, res, &err) < 0)
         fail_msg("execute: %s", err.msg);
+    /* On the zygote run every attack goes through the zygote, none falls
+     * back to another path. */
+    if (g.zygote && (!res->meta.sandbox || strcmp(res->meta.sandbox, "zygote") != 0))
+        fail_msg("served by '%s', not the zygote", res->meta.sandbox ? res->meta.sandbox : "(none)");
     int left = -1;
     for (int i = 0; i < 200 && left != 0; i++) {
-        left = cgh_count_procs(g.cg_parent, is_waiting_prepared, NULL);
+        left = cgh_count_procs(g.cg_parent, not_an_execution, NULL);
         if (left)
             usleep(10000);
     }
@@ -477,10 +577,19 @@ int main(void)
     };
     if (geteuid() != 0)
         fprintf(stderr, "hostile backend suite skipped: not root\n");
+    g.default_cg = getenv("CF_TEST_CGROUP_DEFAULT") != NULL;
+    const char *bin = getenv("CF_BINARY_DIR");
+    snprintf(g.zygote_path, sizeof(g.zygote_path), "%s/backends/codefleet-zygote", bin ? bin : ".");
     g.cold = false;
     int failed = cmocka_run_group_tests_name("hostile, warm sandbox", tests, group_setup, group_teardown);
     g.cold = true;
     failed += cmocka_run_group_tests_name("hostile, cold sandbox", tests, group_setup, group_teardown);
+    if (access(g.zygote_path, X_OK) == 0) {
+        g.zygote = true;
+        failed += cmocka_run_group_tests_name("hostile, zygote", tests, group_setup, group_teardown);
+    } else {
+        fprintf(stderr, "no zygote at %s: its run is left out\n", g.zygote_path);
+    }
     free(g.bin);
     return failed;
 }
