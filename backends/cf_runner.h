@@ -202,8 +202,9 @@ pid_t cf_run_prep_pid(const cf_run_prep *prep);
  * write ends, the report's write end; all close-on-exec, the program's
  * given to spec's stdio owner as cf_run does; the caller hands them over
  * and closes its copies) and fills a with the worker's ends.  Once the
- * process exists, set a->pid (in the worker's pid namespace) and
- * a->pidfd: cf_run_adopt owns every descriptor of a from then on (closed
+ * process exists, set a->pidfd (and a->pid, in the worker's pid
+ * namespace, -1 when unknown: only the pidfd is used to signal it and to
+ * see its end): cf_run_adopt owns every descriptor of a from then on (closed
  * whatever it returns) and supervises as cf_run does: stdin, caps,
  * timeout, cancel, the cpu hook, on_output, and spec->kill_all, which is
  * required (the only way to end the process's own children).  A process

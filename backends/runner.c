@@ -1239,7 +1239,8 @@ int cf_run_adopt(cf_run_adoptee *a, const cf_run_spec *spec, cf_run_outcome *out
                             .kill_all = spec ? spec->kill_all : NULL,
                             .kill_all_arg = spec ? spec->kill_all_arg : NULL};
     *a = (cf_run_adoptee){.pid = -1, .pidfd = -1, .in_w = -1, .out_r = -1, .err_r = -1, .rep_r = -1};
-    if (!spec || !spec->kill_all || c.pid <= 0 || c.pidfd < 0 || c.out_r < 0 || c.err_r < 0 || c.rep_r < 0) {
+    /* The pid may be unknown (-1): everything goes through the pidfd. */
+    if (!spec || !spec->kill_all || c.pidfd < 0 || c.out_r < 0 || c.err_r < 0 || c.rep_r < 0) {
         /* Without a kill_all the process's own tree could not be ended. */
         kill_main(&c);
         child_close(&c);

@@ -321,7 +321,7 @@ static int zygotes_start(sb_state *st, const cf_backend_config *cfg, cf_error *e
                              .exec_path = st->base.exec_path, .host_id = (uid_t)(st->uid_base + i),
                              .zygote_memory = cfg->zygote_memory_bytes > 0 ? cfg->zygote_memory_bytes : 256LL << 20,
                              .work_bytes = st->work_bytes, .tmp_bytes = st->tmp_bytes, .inodes = st->inodes,
-                             .max_requests = cfg->zygote_max_requests > 0 ? (int)cfg->zygote_max_requests : 1000,
+                             .max_requests = cfg->zygote_max_requests > 0 ? (int)cfg->zygote_max_requests : 200,
                              .toolchain_dirs = st->toolchain_dirs};
         if (cf_zygote_new(&zo, &st->slot[i].zyg, err) < 0)
             return cf_error_wrap(err, "sandbox: slot %d", i);
@@ -1128,12 +1128,18 @@ static bool zygote_fits(const sb_state *st, const sb_slot *s, const cf_exec_ctx 
     return *python || st->zygote_exec;
 }
 
-/* Environment names that change how an interpreter starts (the zygote's
- * started long ago, without them). */
+/* Environment names read once at a process's or interpreter's start (the
+ * zygote started long ago, without them): the interpreter's own settings,
+ * the locale, what the dynamic loader and the C library read at exec,
+ * OpenSSL's configuration, and HOME (where site looks for the user's
+ * packages).  TZ is read again in the program (time.tzset). */
 static bool starts_python_differently(const char *name)
 {
-    return strncmp(name, "PYTHON", 6) == 0 || strncmp(name, "LC_", 3) == 0 || strcmp(name, "LANG") == 0 ||
-           strcmp(name, "LANGUAGE") == 0;
+    static const char *const prefixes[] = {"PYTHON", "LC_", "LD_", "GLIBC_", "MALLOC_", "OPENSSL_"};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+        if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0)
+            return true;
+    return strcmp(name, "LANG") == 0 || strcmp(name, "LANGUAGE") == 0 || strcmp(name, "HOME") == 0;
 }
 
 /* The top-level entry a work-relative path lives in. */

@@ -61,6 +61,7 @@ struct cf_sandbox_fs {
     size_t n_binds;
     char *stage_opts;    /* tmpfs options of the root */
     bool receive_host_mounts; /* MS_SLAVE instead of MS_PRIVATE (see the spec) */
+    char *receive_below;      /* ... for the mounts there only (private_except) */
 };
 
 /* ---- plan building (parent) ------------------------------------------ */
@@ -363,7 +364,13 @@ int cf_sandbox_fs_new(const cf_sandbox_fs_spec *spec, cf_sandbox_fs **out, cf_er
         if (plan_mkdir_p(fs, *m, err) < 0)
             goto fail;
     }
-    fs->receive_host_mounts = spec->receive_host_mounts;
+    if (spec->receive_host_mounts) {
+        if (!spec->receive_below || spec->receive_below[0] != '/' || !(fs->receive_below = cf_strdup(spec->receive_below))) {
+            cf_error_set(err, CF_E_INVALID, "sandbox fs: receive_host_mounts needs receive_below");
+            goto fail;
+        }
+        fs->receive_host_mounts = true;
+    }
     *out = fs;
     return 0;
 fail:
@@ -447,6 +454,7 @@ void cf_sandbox_fs_destroy(cf_sandbox_fs *fs)
     }
     free(fs->ops);
     free(fs->stage_opts);
+    free(fs->receive_below);
     free(fs);
 }
 
@@ -624,6 +632,70 @@ static int mkdir_p_child(const char *path, bool last_is_file)
     return 0;
 }
 
+/* After pivot_root, with receive_host_mounts: every mount is made private
+ * again but the ones at keep (and below it), so of the host's later mount
+ * events only those below the bound share arrive (a toolchain or /usr
+ * mounted on the host afterwards does not).  Reads /proc/self/mountinfo
+ * with plain syscalls (field 5 is the mount point, octal escapes undone);
+ * async-signal-safe. */
+static int private_except(const char *keep)
+{
+    static char buf[65536]; /* the child's own copy: no other thread here */
+    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t len = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + len, sizeof(buf) - 1 - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+        if (len == sizeof(buf) - 1) {
+            close(fd);
+            errno = E2BIG;
+            return -1;
+        }
+    }
+    close(fd);
+    buf[len] = '\0';
+    size_t klen = strlen(keep);
+    for (char *line = buf; *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        /* id parent major:minor root mountpoint ... */
+        char *f = line;
+        for (int i = 0; i < 4 && f; i++) {
+            f = strchr(f, ' ');
+            if (f)
+                f++;
+        }
+        if (f) {
+            char mp[PATH_MAX];
+            size_t n = 0;
+            for (char *c = f; *c && *c != ' ' && n + 1 < sizeof(mp); c++) {
+                if (c[0] == '\\' && c[1] >= '0' && c[1] <= '7' && c[2] >= '0' && c[2] <= '7' && c[3] >= '0' &&
+                    c[3] <= '7') {
+                    mp[n++] = (char)((c[1] - '0') * 64 + (c[2] - '0') * 8 + (c[3] - '0'));
+                    c += 3;
+                } else {
+                    mp[n++] = *c;
+                }
+            }
+            mp[n] = '\0';
+            bool kept = strncmp(mp, keep, klen) == 0 && (mp[klen] == '\0' || mp[klen] == '/');
+            if (!kept && mount(NULL, mp, NULL, MS_PRIVATE, NULL) < 0 && errno != EINVAL && errno != ENOENT)
+                return -1;
+        }
+        if (!nl)
+            break;
+        line = nl + 1;
+    }
+    return 0;
+}
+
 int cf_sandbox_fs_apply_fds(const cf_sandbox_fs *fs, int *fds, const char **msg)
 {
     size_t nb = fs->n_binds < CF_SANDBOX_MAX_BINDS ? fs->n_binds : CF_SANDBOX_MAX_BINDS;
@@ -676,6 +748,10 @@ int cf_sandbox_fs_apply_fds(const cf_sandbox_fs *fs, int *fds, const char **msg)
     }
     if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0) {
         *msg = "fs: remount / read-only";
+        return -1;
+    }
+    if (fs->receive_host_mounts && private_except(fs->receive_below) < 0) {
+        *msg = "fs: make the mounts private but the shared one";
         return -1;
     }
     return 0;

@@ -68,9 +68,12 @@ typedef struct cf_sandbox_fs_spec {
      * be NULL): places a process of the sandbox mounts on later. */
     const char *const *mountpoints;
     /* Mounts the host makes later below a shared mount that is bound in
-     * (a bind's source) show up inside: the root is made MS_SLAVE instead
-     * of MS_PRIVATE.  Either way nothing mounted inside reaches the host. */
+     * at receive_below (a bind's destination) show up inside there: the
+     * tree is built MS_SLAVE instead of MS_PRIVATE, and every other mount
+     * is made private once the root is in place.  Either way nothing
+     * mounted inside reaches the host. */
     bool receive_host_mounts;
+    const char *receive_below;
 } cf_sandbox_fs_spec;
 
 typedef struct cf_sandbox_fs cf_sandbox_fs;

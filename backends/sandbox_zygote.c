@@ -59,6 +59,7 @@ struct cf_zygote {
     int quick_deaths;
     unsigned starts;
     uint64_t runs;
+    unsigned runs_this; /* executions of the current zygote */
     uint64_t seq;
     char last_end[256];
     /* from HELLO */
@@ -243,6 +244,15 @@ void cf_zygote_release(cf_zygote *z)
 {
     pthread_mutex_lock(&z->mu);
     z->busy = false;
+    /* Retired while idle, never under an execution: its executions share
+     * its hash seed, address layout and stack canary, so it serves only so
+     * many. */
+    if (z->runs_this >= (unsigned)(z->o.max_requests > 0 ? z->o.max_requests : 200) && !z->condemned) {
+        z->condemned = true;
+        __atomic_store_n(&z->kill, 1, __ATOMIC_RELAXED);
+        if (z->sock >= 0)
+            shutdown(z->sock, SHUT_RDWR);
+    }
     pthread_cond_broadcast(&z->cv);
     pthread_mutex_unlock(&z->mu);
 }
@@ -517,8 +527,14 @@ int cf_zygote_run(cf_zygote *z, const cf_zygote_run_args *a, cf_cgroup *cg, cons
             condemn(z, "it went away");
         goto fail; /* closing the barrier ends an init waiting there */
     }
+    /* v1: the init was released with RUN, so from here on the program
+     * may have run (or even ended, its pid gone): it is supervised through
+     * its pidfd whatever happens, never run again another way. */
+    if (self_join)
+        *nothing_ran = false;
     pid_t pid = pidfd_pid(pidfd);
-    if (pid <= 0) {
+    if (pid <= 0 && !self_join) {
+        /* v2: still at its barrier, or dead before it: nothing ran. */
         cf_error_set(err, CF_E_SANDBOX, "zygote: the init's pid is unknown (no pidfd fdinfo)");
         goto fail;
     }
@@ -531,10 +547,21 @@ int cf_zygote_run(cf_zygote *z, const cf_zygote_run_args *a, cf_cgroup *cg, cons
             cf_error_wrap(err, "zygote: execution cgroup");
             goto fail;
         }
+        /* An init dead meanwhile: EPIPE, not the worker's SIGPIPE. */
+        sigset_t pipe_only, old_mask;
+        sigemptyset(&pipe_only);
+        sigaddset(&pipe_only, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &pipe_only, &old_mask);
         ssize_t w;
         do
             w = write(bar[1], "g", 1);
         while (w < 0 && errno == EINTR);
+        int werr = errno;
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_only, NULL, &zero) > 0)
+            ;
+        pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+        errno = werr;
         if (w != 1) {
             cf_error_set_errno(err, CF_E_SANDBOX, errno, "zygote: releasing the execution's init");
             goto fail;
@@ -543,7 +570,10 @@ int cf_zygote_run(cf_zygote *z, const cf_zygote_run_args *a, cf_cgroup *cg, cons
     close(bar[1]);
     bar[1] = -1;
     z->runs++;
+    z->runs_this++;
     *nothing_ran = false;
+    /* (v1, pid unknown: the init has ended already; its pidfd and report
+     * tell the rest.) */
     ad.pid = pid;
     ad.pidfd = pidfd;
     rc = cf_run_adopt(&ad, &rs, out, err);
@@ -614,7 +644,8 @@ static int zygote_prepare(cf_zygote *z, cf_error *err)
         cf_sandbox_bind binds[1] = {{.src = z->share, .dst = CF_ZY_SHARE_IN, .rw = true}};
         cf_sandbox_fs_spec fspec = {.tmp_size_bytes = ZYGOTE_TMP, .nr_inodes = 256, .uid = IN_ID, .gid = IN_ID,
                                     .extra_ro = z->o.toolchain_dirs, .binds = binds, .n_binds = 1,
-                                    .mountpoints = mountpoints, .receive_host_mounts = true};
+                                    .mountpoints = mountpoints, .receive_host_mounts = true,
+                                    .receive_below = CF_ZY_SHARE_IN};
         if (cf_sandbox_fs_new(&fspec, &z->fs, err) < 0)
             return -1;
     }
@@ -632,11 +663,9 @@ static int zygote_run_one(cf_zygote *z, cf_error *err)
     int one = 1;
     /* Its HELLO then carries its pid as we see it. */
     (void)setsockopt(sv[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
-    char maxreq[24], pathenv[PATH_MAX + 8];
-    snprintf(maxreq, sizeof(maxreq), "%d", z->o.max_requests > 0 ? z->o.max_requests : 1000);
+    char pathenv[PATH_MAX + 8];
     snprintf(pathenv, sizeof(pathenv), "PATH=%s", z->exec_path);
-    char *argv[] = {"codefleet-zygote", "--python", z->python_path, "--preload", z->preload, "--max-requests",
-                    maxreq, NULL};
+    char *argv[] = {"codefleet-zygote", "--python", z->python_path, "--preload", z->preload, NULL};
     /* What a `python3` of a request sees at start, for what decides how
      * the interpreter starts (exec_common sets the same). */
     char *envp[] = {"PYTHONPATH=/work", "PYTHONDONTWRITEBYTECODE=1", "HOME=/work", pathenv, NULL};
@@ -667,6 +696,7 @@ static int zygote_run_one(cf_zygote *z, cf_error *err)
     z->condemned = false;
     z->pid = -1;
     z->starts++;
+    z->runs_this = 0;
     __atomic_store_n(&z->kill, 0, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&z->cv);
     pthread_mutex_unlock(&z->mu);

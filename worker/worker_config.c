@@ -143,8 +143,8 @@ static const cf_conf_prop worker_props[] = {
      "forks a fresh child per Python execution (its own pid, mount, ipc, network and uts namespaces, work "
      "tmpfs, /tmp, cgroup, seccomp, no capabilities) instead of starting an interpreter: a few ms instead of "
      "tens.  Executions it cannot serve exactly as a cold start would (network=enabled, fs_mode=paths, an "
-     "environment naming PYTHON*, LANG or LC_* variables, a work file named like a module it has loaded) take "
-     "the other path; results say which (metadata.sandbox).", NULL},
+     "environment naming PYTHON*, LANG, LC_*, LD_*, GLIBC_*, MALLOC_*, OPENSSL_* or HOME, a work file named like a "
+     "module it has loaded) take the other path; results say which (metadata.sandbox).", NULL},
     {"zygote-exec", CF_CONF_BOOL, OFF(zygote_exec), 0, 0, "false", NULL,
      "Sandbox: the zygote also starts the other languages' programs (its fresh child execs them), so no "
      "sandbox is cloned from the worker at all.", NULL},
@@ -160,8 +160,9 @@ static const cf_conf_prop worker_props[] = {
      "them loaded.", NULL},
     {"zygote-memory", CF_CONF_SIZE, OFF(zygote_memory_bytes), 32 * MIB, 64 * 1024 * MIB, "256MiB", NULL,
      "Sandbox: the memory cgroup of each slot's zygote (executions have their own).", NULL},
-    {"zygote-max-requests", CF_CONF_INT, OFF(zygote_max_requests), 1, 100000000, "1000", NULL,
-     "Sandbox: executions per zygote before it is replaced by a fresh one (a fresh hash seed).", NULL},
+    {"zygote-max-requests", CF_CONF_INT, OFF(zygote_max_requests), 1, 100000000, "200", NULL,
+     "Sandbox: executions per zygote before it is replaced (while idle) by a fresh one: the executions of one "
+     "zygote share its interpreter's hash seed, its address layout and its stack canary.", NULL},
     {"embed-helper", CF_CONF_STRING, OFF(embed_helper_path), 0, 1024, NULL, NULL,
      "wasm and js backends: the runtime helper program (absolute path); default: the codefleet-embed-helper "
      "built with this worker.  A build without the runtimes has none: those backends are then unavailable.",

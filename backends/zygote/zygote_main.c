@@ -41,8 +41,9 @@
  * which never runs a request's code, and each has its own pid, mount, ipc,
  * network and uts namespaces, tmpfs and cgroup.  Shared by the executions
  * of one zygote: the user namespace (keyrings are refused by seccomp) and
- * the interpreter's hash seed (set at start; the zygote is replaced after
- * --max-requests executions).
+ * the interpreter's hash seed, address layout and stack canary (set at
+ * start; the worker replaces the zygote after zygote-max-requests
+ * executions).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -108,7 +109,8 @@ static struct sock_fprog filter = {.len = 0, .filter = filter_insns};
 static const char *python_path = "/usr/bin/python3";
 static bool coerced_lc_ctype;
 static PyObject *bootstrap; /* _cf_request(argv, orig_argv, env) */
-static PyObject *teardown;  /* _cf_teardown() */
+static PyObject *teardown;  /* _cf_teardown(main_dict) */
+static PyObject *set_loader; /* _cf_loader(main_dict, filename) */
 
 /* Python run in the program around its script.  _cf_request: the
  * environment, argv and sys.path[0] as `python3 script args` has them at
@@ -119,8 +121,10 @@ static PyObject *teardown;  /* _cf_teardown() */
  * unflushed files behave as at a cold exit; the modules the zygote had
  * loaded are left alone (tearing them down would copy the zygote's whole
  * heap page by page into each program).  __main__'s dict is cleared
- * outright: it was made in the zygote, so it sits in the collector's
- * permanent generation, where no collection would find its cycles. */
+ * outright (in its own order, as the collector would clear it cold): it
+ * was made in the zygote, so it sits in the collector's permanent
+ * generation, where no collection would find its cycles.  _cf_loader:
+ * __main__.__loader__ as set_main_loader sets it for a script. */
 static const char bootstrap_src[] =
     "import sys as _sys, builtins as _builtins\n"
     "_zy_modules = frozenset(_sys.modules)\n"
@@ -134,6 +138,12 @@ static const char bootstrap_src[] =
     "    sys.argv = argv\n"
     "    sys.orig_argv = orig_argv\n"
     "    sys.path.insert(0, os.path.dirname(os.path.realpath(argv[0])))\n"
+    "    if b'TZ' in d:\n"
+    "        import time\n"
+    "        time.tzset()\n"
+    "def _cf_loader(main_dict, filename):\n"
+    "    import _frozen_importlib_external\n"
+    "    main_dict['__loader__'] = _frozen_importlib_external.SourceFileLoader('__main__', filename)\n"
     "def _cf_clear(md):\n"
     "    for k in [k for k in md if k[:1] == '_' and k[:2] != '__']:\n"
     "        md[k] = None\n"
@@ -154,7 +164,7 @@ static const char bootstrap_src[] =
     "    d = builtins.__dict__\n"
     "    for k in [k for k in d if k not in _zy_builtins]:\n"
     "        del d[k]\n"
-    "    _cf_clear(main_dict)\n"
+    "    main_dict.clear()\n"
     "    del main_dict, d\n"
     "    gc.collect()\n"
     "    for ref in reversed(gone):\n"
@@ -431,6 +441,18 @@ static __attribute__((noreturn)) void exit_as_python(int code)
     Py_XDECREF(r);
     if (flush_std() < 0)
         status = -1;
+    /* The original streams, if the program replaced sys.stdout or
+     * sys.stderr: a cold finalization closes them, which flushes them;
+     * the zygote's sys module is never torn down here. */
+    const char *orig[2] = {"__stdout__", "__stderr__"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *f = PySys_GetObject(orig[i]);
+        if (f && f != Py_None) {
+            PyObject *fr = PyObject_CallMethod(f, "flush", NULL);
+            Py_XDECREF(fr);
+            PyErr_Clear();
+        }
+    }
     if (status < 0)
         code = 120;
     if (_Py_UnhandledKeyboardInterrupt) {
@@ -478,8 +500,6 @@ static __attribute__((noreturn)) void run_python(const struct payload *p)
     Py_DECREF(argv);
     Py_DECREF(orig);
     Py_DECREF(env);
-    /* From here on it is the program's: the report pipe is the init's. */
-    close(A_REP_FD);
 
     /* As pymain_run_file and _PyRun_SimpleFileObject: the file run in
      * __main__ with __file__ set for the run. */
@@ -487,13 +507,21 @@ static __attribute__((noreturn)) void run_python(const struct payload *p)
     PyObject *main_mod = PyImport_AddModule("__main__"); /* borrowed */
     PyObject *d = main_mod ? PyModule_GetDict(main_mod) : NULL;
     PyObject *fname = PyUnicode_DecodeFSDefault(script);
+    PyObject *lr = NULL;
     if (!d || !fname || PyDict_SetItemString(d, "__file__", fname) < 0 ||
-        PyDict_SetItemString(d, "__cached__", Py_None) < 0) {
+        PyDict_SetItemString(d, "__cached__", Py_None) < 0 ||
+        !(lr = PyObject_CallFunctionObjArgs(set_loader, d, fname, NULL))) {
         Py_XDECREF(fname);
         goto broken;
     }
+    Py_DECREF(lr);
     Py_DECREF(fname);
+    /* ps and /proc/self/comm say python3, as for a cold start. */
+    const char *base = strrchr(python_path, '/');
+    (void)prctl(PR_SET_NAME, base ? base + 1 : python_path, 0, 0, 0);
     int code = 0;
+    /* From here on it is the program's: the report pipe is the init's. */
+    close(A_REP_FD);
     FILE *fp = fopen(script, "rb");
     if (!fp) {
         int e = errno;
@@ -695,7 +723,7 @@ static __attribute__((noreturn)) void init_main(const int fds[CF_ZY_RUN_FDS], co
         fail(errno, "prctl(PR_SET_DUMPABLE)");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         fail(errno, "prctl(PR_SET_NO_NEW_PRIVS)");
-    if (filter.len > 0 && syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &filter) < 0)
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &filter) < 0)
         fail(errno, "seccomp");
 
     sigset_t all;
@@ -812,9 +840,14 @@ static int serve_one(int sock)
     }
     cf_zy_started ans = {.magic = CF_ZY_MAGIC, .kind = CF_ZY_STARTED, .seq = msg.seq, .err = 0};
     int pidfd = -1;
-    if (n != (ssize_t)sizeof(msg) || msg.magic != CF_ZY_MAGIC || msg.kind != CF_ZY_RUN ||
-        msg.n_join > CF_ZY_MAX_JOIN || nfds != CF_ZY_RUN_FDS + (int)msg.n_join ||
-        (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    bool ok = n == (ssize_t)sizeof(msg) && msg.magic == CF_ZY_MAGIC && msg.kind == CF_ZY_RUN &&
+              msg.n_join <= CF_ZY_MAX_JOIN && nfds == CF_ZY_RUN_FDS + (int)msg.n_join &&
+              !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC));
+    int n_join = ok ? (int)msg.n_join : 0;
+    /* The sequence number counts every execution of this slot: the init,
+     * and so the program, gets a copy of this memory. */
+    explicit_bzero(&msg, sizeof(msg));
+    if (!ok) {
         ans.err = EPROTO;
     } else {
         struct clone_args_v0 ca;
@@ -824,8 +857,10 @@ static int serve_one(int sock)
         ca.exit_signal = SIGCHLD;
         PyOS_BeforeFork();
         long pid = syscall(SYS_clone3, &ca, sizeof(ca));
-        if (pid == 0)
-            init_main(fds, fds + CF_ZY_RUN_FDS, (int)msg.n_join);
+        if (pid == 0) {
+            explicit_bzero(&ans, sizeof(ans));
+            init_main(fds, fds + CF_ZY_RUN_FDS, n_join);
+        }
         int e = errno;
         PyOS_AfterFork_Parent();
         if (pid < 0)
@@ -834,6 +869,7 @@ static int serve_one(int sock)
     for (int i = 0; i < nfds; i++)
         close(fds[i]);
     int rc = send_msg(sock, &ans, sizeof(ans), ans.err == 0 ? pidfd : -1);
+    explicit_bzero(&ans, sizeof(ans));
     if (pidfd >= 0)
         close(pidfd);
     return rc < 0 ? -1 : 1;
@@ -917,10 +953,12 @@ static int init_python(const char *preload, char *modules, size_t mcap, uint32_t
     Py_DECREF(r);
     bootstrap = PyDict_GetItemString(globals, "_cf_request");
     teardown = PyDict_GetItemString(globals, "_cf_teardown");
-    if (!bootstrap || !teardown)
+    set_loader = PyDict_GetItemString(globals, "_cf_loader");
+    if (!bootstrap || !teardown || !set_loader)
         return -1;
     Py_INCREF(bootstrap);
     Py_INCREF(teardown);
+    Py_INCREF(set_loader);
     /* The import system remembers what /work held when the zygote started
      * (nothing): each program's /work is listed afresh on its first
      * import.  Then every object so far goes to the collector's permanent
@@ -977,22 +1015,13 @@ static int init_python(const char *preload, char *modules, size_t mcap, uint32_t
 int main(int argc, char **argv)
 {
     const char *preload = "";
-    long max_requests = 1000;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--python") == 0 && i + 1 < argc)
             python_path = argv[++i];
         else if (strcmp(argv[i], "--preload") == 0 && i + 1 < argc)
             preload = argv[++i];
-        else if (strcmp(argv[i], "--max-requests") == 0 && i + 1 < argc) {
-            char *end;
-            errno = 0;
-            max_requests = strtol(argv[++i], &end, 10);
-            if (errno || *end || max_requests < 1) {
-                say("codefleet-zygote: bad --max-requests");
-                return 2;
-            }
-        } else {
-            say("usage: codefleet-zygote [--python PATH] [--preload a,b] [--max-requests N] "
+        else {
+            say("usage: codefleet-zygote [--python PATH] [--preload a,b] "
                 "(stdin: seccomp filter; fd %d: the worker's socket)",
                 CF_ZY_CTL_FD);
             return 2;
@@ -1007,17 +1036,13 @@ int main(int argc, char **argv)
         say("codefleet-zygote: fd %d is not the worker's socket", CF_ZY_CTL_FD);
         return 2;
     }
-    if (read_filter() < 0) {
-        say("codefleet-zygote: stdin is not a seccomp filter");
+    if (read_filter() < 0 || filter.len == 0) {
+        say("codefleet-zygote: stdin is not a seccomp filter (the programs may not run without one)");
         return 2;
     }
-    /* The interpreter's stdin: empty, like a program's with no input. */
-    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (null < 0 || dup2(null, 0) < 0) {
-        say("codefleet-zygote: /dev/null: %s", strerror(errno));
-        return 1;
-    }
-    close(null);
+    /* stdin stays the pipe the filter came on, now at its end: the
+     * interpreter's sys.stdin is then made for a pipe, as a program's is
+     * (not seekable). */
 
     static cf_zy_hello hello;
     memset(&hello, 0, sizeof(hello));
@@ -1045,7 +1070,6 @@ int main(int argc, char **argv)
     if (send_msg(CF_ZY_CTL_FD, &hello, sizeof(hello), -1) < 0)
         return 1;
 
-    long served = 0;
     for (;;) {
         struct pollfd pfd[2] = {{.fd = CF_ZY_CTL_FD, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
         if (poll(pfd, 2, -1) < 0) {
@@ -1057,15 +1081,15 @@ int main(int argc, char **argv)
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
                 ;
+            explicit_bzero(&si, sizeof(si)); /* an init's pid: traffic, for whoever reads a copy of us */
             while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
                 ;
         }
         if (pfd[0].revents) {
-            int r = serve_one(CF_ZY_CTL_FD);
-            if (r <= 0)
+            /* No count is kept here (a program could read it from its
+             * copy of this memory): the worker retires the zygote. */
+            if (serve_one(CF_ZY_CTL_FD) <= 0)
                 break;
-            if (++served >= max_requests)
-                break; /* a fresh zygote (and hash seed) for the next ones */
         }
     }
     /* Our inits die with this pid namespace; nothing else to do. */

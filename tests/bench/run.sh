@@ -16,10 +16,12 @@
 #   6. sandbox backend per-execution cost vs bare and vs bubblewrap (root):
 #      warm sandboxes (the default) and cold ones interleaved, back to back,
 #      and the total CPU per execution of each
+#  6b. the Python zygote: trivial Python and /bin/true through it vs bare,
+#      warm, cold and bubblewrap, and the CPU per execution (root)
 #   7. the idempotency store's cost: latency and throughput of one worker
 #      with Redis (claim, lease, stored result per request) vs without
-#  10. the sandbox through Kafka: latency and throughput, warm vs cold, and
-#      trivial Python end to end beside bare python3 (root)
+#  10. the sandbox through Kafka: latency and throughput, warm, cold and
+#      zygote, and trivial Python end to end beside bare python3 (root)
 #   9. failover: SIGKILL a worker with queued requests, time to the first
 #      of them answered by another worker (20 rounds)
 #   8. compiled languages (C, Rust hello world) in the sandbox: cold compile
@@ -40,8 +42,8 @@ exec </dev/null
 
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
-n_exec=500 n_lat=300 n_thr=10000 n_pub=200000 n_warm=20000 n_py=100 n_cancel=20 n_stream=10
-((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000 n_py=20 n_cancel=5 n_stream=2
+n_exec=500 n_lat=300 n_thr=10000 n_pub=200000 n_warm=20000 n_py=100 n_cancel=20 n_stream=10 n_zyg=200
+((quick)) && n_exec=100 n_lat=50 n_thr=500 n_pub=2000 n_warm=2000 n_py=20 n_cancel=5 n_stream=2 n_zyg=30
 
 export CODEFLEET_STATE=$repo/.stack-bench
 export CODEFLEET_KAFKA_PORT=19292
@@ -222,17 +224,31 @@ if [[ $EUID -eq 0 && -x /usr/bin/bwrap ]]; then
 else
     echo "== 6. sandbox backend: skipped (needs root and /usr/bin/bwrap)"
 fi
+# 6b. The Python zygote (issue 11 part 2): trivial Python and /bin/true
+#     through a fork of the slot's zygote, beside bare processes, warm and
+#     cold sandboxes and bubblewrap, interleaved; and the CPU per execution.
+echo
+if [[ $EUID -eq 0 && -x $bin/backends/codefleet-zygote ]]; then
+    echo "== 6b. the Python zygote vs bare, warm and cold sandboxes ($n_zyg interleaved iterations)"
+    collect < <(CF_BENCH_WORK_ROOT=$work_root CF_BINARY_DIR=$bin "$bin/tests/bench_zygote" --iterations "$n_zyg")
+else
+    echo "== 6b. the Python zygote: skipped (needs root and a build with python3-dev)"
+fi
 # 10. The sandbox through the fleet: end-to-end latency and one worker's
-#     throughput of /bin/true on the sandbox backend, warm sandboxes (the
-#     default) against every sandbox built for its request.
+#     throughput of /bin/true on the sandbox backend, and trivial Python:
+#     warm sandboxes, every sandbox built for its request, and the zygote
+#     (Python in a fork of the slot's interpreter; with zygote-exec so
+#     /bin/true goes through it too).
 if [[ $EUID -eq 0 ]]; then
-    for mode in warm cold; do
+    for mode in warm cold zygote; do
         echo
         echo "== 10. sandbox through Kafka, $mode ($n_lat sequential, then $n_thr at once)"
         t=bench-sbx-$mode-$run
         topics "$t" 6
         start_worker "$t" "sbx-$mode-w1" --backends sandbox --profile.default.backends=sandbox \
-            --sandbox-warm=$([[ $mode == warm ]] && echo true || echo false)
+            --sandbox-warm=$([[ $mode == warm ]] && echo true || echo false) \
+            --sandbox-zygote=$([[ $mode == zygote ]] && echo true || echo false) \
+            --zygote-exec=$([[ $mode == zygote ]] && echo true || echo false)
         collect < <("$bin/tests/bench_fleet" latency --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \
             --results "$t.res" -n "$n_lat" | sed "s/^RESULT e2e_latency /RESULT e2e_latency sandbox=$mode /")
         collect < <("$bin/tests/bench_fleet" throughput --config "$admin_conf" --brokers "$brokers" --requests "$t.req" \

@@ -284,7 +284,10 @@ static void test_python_same_as_cold(void **state)
                 "     ('Uid', 'Gid', 'Groups', 'CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs',\n"
                 "      'Seccomp', 'Seccomp_filters', 'SigBlk', 'SigIgn', 'NSpid')],\n"
                 "  'limits': open('/proc/self/limits').read(), 'procs': sorted(p for p in os.listdir('/proc') if p.isdigit()),\n"
-                "  'mounts': sorted(l.split()[4] for l in open('/proc/self/mountinfo'))}, indent=1, sort_keys=True))\n");
+                "  'mounts': sorted(l.split()[4] for l in open('/proc/self/mountinfo')),\n"
+                "  'loader': type(__loader__).__name__, 'spec': repr(__spec__), 'comm': open('/proc/self/comm').read(),\n"
+                "  'stdin': [sys.stdin.seekable(), sys.stdin.isatty(), sys.stdin.buffer.raw.__class__.__name__],\n"
+                "  'tz': [__import__('time').tzname, __import__('time').timezone]}, indent=1, sort_keys=True))\n");
     same_python("threads and subprocess",
                 "import threading, subprocess\nt = threading.Thread(target=lambda: print('thread'))\nt.start(); t.join()\n"
                 "r = subprocess.run(['/usr/bin/python3', '-c', 'import os; print(os.getppid() > 1)'],\n"
@@ -293,6 +296,20 @@ static void test_python_same_as_cold(void **state)
                                               "open('/dev/stdout', 'w').write('via /dev/stdout\\n')\n");
     same_python("network is off", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n"
                                   "except OSError as e:\n    print(type(e).__name__)\n");
+
+    same_python("original streams flushed at exit",
+                "import sys\nsys.__stdout__.write('to the original stdout')\nsys.stdout = open('/dev/null', 'w')\n"
+                "print('gone')\n");
+    {
+        /* TZ is read again in the program, not at the zygote's start. */
+        cf_request tz;
+        req_init_timeout(&tz, CF_LANG_PYTHON,
+                         "import time, datetime\nprint(time.strftime('%H %Z', time.localtime(0)), time.tzname)\n",
+                         20 * SEC);
+        req_env(&tz, "TZ", "JST-9");
+        same_on_both("TZ", &tz, true);
+        cf_request_clear(&tz);
+    }
 
     /* stdin, arguments, environment, files, modules next to the program,
      * structured input and output. */
@@ -343,6 +360,16 @@ static void test_python_cold_when_start_differs(void **state)
     req_env(&req, "LC_ALL", "C");
     same_on_both("LC_ALL", &req, false);
     cf_request_clear(&req);
+    /* What the dynamic loader and glibc read at exec, and a HOME of its
+     * own (site's user directory), only a fresh process honours. */
+    static const char *const at_exec[][2] = {{"LD_LIBRARY_PATH", "/work/lib"}, {"GLIBC_TUNABLES", "glibc.malloc.check=0"},
+                                             {"HOME", "/tmp"}, {"OPENSSL_CONF", "/dev/null"}};
+    for (size_t i = 0; i < sizeof(at_exec) / sizeof(at_exec[0]); i++) {
+        req_init_timeout(&req, CF_LANG_PYTHON, "import os\nprint(os.environ.get('HOME'))\n", 20 * SEC);
+        req_env(&req, at_exec[i][0], at_exec[i][1]);
+        same_on_both(at_exec[i][0], &req, false);
+        cf_request_clear(&req);
+    }
     /* A module name the zygote has not loaded is imported from /work as
      * on a cold start: the zygote serves it. */
     req_init_timeout(&req, CF_LANG_PYTHON, "import mymod\nprint(mymod.X)\n", 20 * SEC);
@@ -540,6 +567,124 @@ static void test_zygote_replaced_when_killed(void **state)
     assert_true(zygote_up());
 }
 
+/* The pid of the zygote of g.zyg's slot 0 (its own cgroup holds only it). */
+static long zygote_pid(void)
+{
+    char dirs[CGH_MAX_DIRS][256];
+    int nd = cgh_parent_dirs(g.zyg.cg_parent, dirs);
+    if (nd <= 0)
+        return -1;
+    DIR *d = opendir(dirs[0]);
+    struct dirent *de;
+    long pid = -1;
+    while (d && (de = readdir(d))) {
+        if (!strstr(de->d_name, "-z0-g"))
+            continue;
+        char procs[600];
+        snprintf(procs, sizeof(procs), "%s/%s/cgroup.procs", dirs[0], de->d_name);
+        FILE *f = fopen(procs, "r");
+        if (f && fscanf(f, "%ld", &pid) != 1)
+            pid = -1;
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return pid;
+}
+
+/* The zygote's mount table: only the share (its /tmp) receives the host's
+ * mount events, every other mount is private; and it does not grow with
+ * executions (each one's tmpfs comes and goes). */
+static void test_zygote_mounts(void **state)
+{
+    (void)state;
+    REQUIRE_ROOT();
+    assert_true(zygote_up());
+    long pid = zygote_pid();
+    assert_true(pid > 0);
+    char path[64], line[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/mountinfo", pid);
+    int before = 0, slaves = 0, share_slave = 0;
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f)) {
+        before++;
+        char mp[512] = "";
+        sscanf(line, "%*s %*s %*s %*s %511s", mp);
+        bool slave = strstr(line, " master:") != NULL || strstr(line, " shared:") != NULL;
+        if (strcmp(mp, "/tmp") == 0 && strstr(line, " master:"))
+            share_slave++;
+        else if (slave) {
+            print_message("not private: %s", line);
+            slaves++;
+        }
+    }
+    fclose(f);
+    assert_int_equal(slaves, 0);
+    assert_true(share_slave >= 1);
+    for (int i = 0; i < 20; i++) {
+        cf_request req;
+        cf_result res;
+        req_init_timeout(&req, CF_LANG_PYTHON, "open('/work/x', 'w').write('x')\n", 20 * SEC);
+        assert_int_equal(run_on(&g.zyg, &req, &res), 0);
+        assert_int_equal(res.status, CF_STATUS_SUCCESS);
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+    }
+    assert_int_equal(zygote_pid(), pid); /* the same zygote */
+    int after = 0;
+    f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f))
+        after++;
+    fclose(f);
+    assert_int_equal(after, before);
+}
+
+/* A zygote serves zygote-max-requests executions, then is replaced while
+ * idle: no execution is ever cut short by its retirement (the one that
+ * reaches the count finishes normally), and the next ones are served
+ * (cold while the new zygote starts, then by it). */
+static void test_retired_between_executions(void **state)
+{
+    (void)state;
+    REQUIRE_ROOT();
+    side small;
+    memset(&small, 0, sizeof(small));
+    snprintf(small.cg_parent, sizeof(small.cg_parent), "/cf-zytest-r-%d", (int)getpid());
+    assert_int_equal(make_side(&small, true, UID_BASE + 20), 0);
+    small.cfg.zygote_max_requests = 3;
+    cf_backend_set_destroy(small.set);
+    cf_error err;
+    assert_int_equal(cf_backend_set_new("sandbox", &small.cfg, &small.set, &err), 0);
+    small.be = cf_backend_set_get(small.set, 0);
+    int zygote = 0, other = 0;
+    for (int i = 0; i < 40 && (zygote < 8 || other < 1); i++) {
+        cf_request req;
+        cf_result res;
+        req_init_timeout(&req, CF_LANG_PYTHON, "import time\ntime.sleep(0.02)\nprint('done')\n", 20 * SEC);
+        assert_int_equal(run_on(&small, &req, &res), 0);
+        if (res.status != CF_STATUS_SUCCESS)
+            print_result("retirement", &res);
+        assert_int_equal(res.status, CF_STATUS_SUCCESS);
+        assert_true(res.stdout_data.len == 5 && memcmp(res.stdout_data.data, "done\n", 5) == 0);
+        if (strcmp(sandbox_of(&res), "zygote") == 0)
+            zygote++;
+        else
+            other++;
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+        usleep(20 * 1000);
+    }
+    print_message("served by zygotes %d, otherwise %d\n", zygote, other);
+    /* More than one zygote's worth: at least one was replaced. */
+    assert_true(zygote >= 8);
+    cf_backend_set_destroy(small.set);
+    assert_int_equal(cgh_count_cgroups(small.cg_parent), 0);
+    assert_int_equal(cgh_remove(small.cg_parent), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -550,7 +695,9 @@ int main(void)
         cmocka_unit_test(test_nothing_crosses_executions),
         cmocka_unit_test(test_random_differs),
         cmocka_unit_test(test_limits_hold),
+        cmocka_unit_test(test_zygote_mounts),
         cmocka_unit_test(test_zygote_replaced_when_killed),
+        cmocka_unit_test(test_retired_between_executions),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -159,6 +159,7 @@ unit_test_cgroup	600	$env_prefix $t/unit_test_cgroup
 unit_test_sandbox_probe	600	$env_prefix $t/unit_test_sandbox_probe
 unit_test_sandbox_backend	900	$env_prefix $t/unit_test_sandbox_backend
 unit_test_hostile_backend	900	$env_prefix $t/unit_test_hostile_backend
+unit_test_zygote	600	$env_prefix $t/unit_test_zygote
 bench_exec	600	$env_prefix CF_VM_BENCH_ITERATIONS=60 $repo/tests/vm/bench.sh $build
 hostile_delegated_unit	900	$env_prefix $repo/tests/vm/layout.sh delegated $t/unit_test_hostile_backend
 hostile_pod	900	$env_prefix $repo/tests/vm/layout.sh pod $t/unit_test_hostile_backend
