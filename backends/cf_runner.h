@@ -169,6 +169,9 @@ typedef struct cf_run_outcome {
  * out must be freed with cf_run_outcome_free even on failure. */
 int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err);
 void cf_run_outcome_free(cf_run_outcome *out);
+/* How a long-lived helper ended, for logs: "exited N: <last of its
+ * stderr>" or "killed by signal N: ...", sanitised. */
+void cf_run_outcome_describe(const cf_run_outcome *o, char *buf, size_t cap);
 
 /* A child made ahead of its request (a warm sandbox): cf_run_prepare
  * clones it, runs parent_setup and child_setup and returns once the child

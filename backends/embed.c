@@ -246,16 +246,7 @@ static int run_helper(em_state *st, em_slot *s, cf_error *err)
     close(s->sock);
     s->sock = -1;
     if (rc == 0) {
-        char tail[160] = "";
-        if (o.err.len) {
-            size_t from = o.err.len > 150 ? o.err.len - 150 : 0;
-            cf_sanitize_text((const char *)o.err.data + from, o.err.len - from, false, tail, sizeof(tail));
-        }
-        if (o.signal)
-            snprintf(s->last_end, sizeof(s->last_end), "killed by signal %d%s%s", o.signal, tail[0] ? ": " : "",
-                     tail);
-        else
-            snprintf(s->last_end, sizeof(s->last_end), "exited %d%s%s", o.exit_code, tail[0] ? ": " : "", tail);
+        cf_run_outcome_describe(&o, s->last_end, sizeof(s->last_end));
     } else {
         snprintf(s->last_end, sizeof(s->last_end), "could not start: %s", err->msg);
     }

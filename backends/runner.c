@@ -7,6 +7,7 @@
  */
 #include "cf_runner.h"
 #include "run_report.h"
+#include "sandbox_child.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -238,30 +240,7 @@ static __attribute__((noreturn)) void init_main(pid_t program, int rep, const si
     if (syscall(SYS_close_range, 4u, ~0u, 0u) < 0)
         for (int fd = 4; fd < 65536; fd++)
             close(fd);
-    int status = 0;
-    for (;;) {
-        siginfo_t si;
-        int sig = sigwaitinfo(all, &si);
-        if (sig < 0)
-            continue; /* EINTR */
-        if (sig != SIGCHLD) {
-            (void)kill(program, sig);
-            continue;
-        }
-        bool done = false;
-        for (;;) {
-            int st;
-            pid_t p = waitpid(-1, &st, WNOHANG | __WALL);
-            if (p <= 0)
-                break;
-            if (p == program) {
-                status = st;
-                done = true;
-            }
-        }
-        if (done)
-            break;
-    }
+    int status = cf_child_init_wait(program, all);
     (void)kill(-1, SIGKILL); /* in a pid namespace: everyone but init */
     /* init's own rusage would be the worker's copy-on-write image: the
      * program's peak is that of init's children. */
@@ -737,6 +716,19 @@ static int set_nonblock(int fd)
     if (fl < 0)
         return -1;
     return fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+void cf_run_outcome_describe(const cf_run_outcome *o, char *buf, size_t cap)
+{
+    char tail[160] = "";
+    if (o->err.len) {
+        size_t from = o->err.len > 150 ? o->err.len - 150 : 0;
+        cf_sanitize_text((const char *)o->err.data + from, o->err.len - from, false, tail, sizeof(tail));
+    }
+    if (o->signal)
+        snprintf(buf, cap, "killed by signal %d%s%s", o->signal, tail[0] ? ": " : "", tail);
+    else
+        snprintf(buf, cap, "exited %d%s%s", o->exit_code, tail[0] ? ": " : "", tail);
 }
 
 void cf_run_outcome_free(cf_run_outcome *out)
@@ -1352,19 +1344,12 @@ static char *go_encode(const cf_run_spec *spec, size_t *len, cf_error *err)
     }
     memcpy(buf, &h, sizeof(h));
     char *p = buf + sizeof(h);
-#define GO_PUT(str)                      \
-    do {                                 \
-        size_t l_ = strlen(str) + 1;     \
-        memcpy(p, (str), l_);            \
-        p += l_;                         \
-    } while (0)
-    GO_PUT(spec->path);
-    GO_PUT(spec->cwd ? spec->cwd : "");
+    p = cf_put_str(p, spec->path);
+    p = cf_put_str(p, spec->cwd ? spec->cwd : "");
     for (size_t i = 0; i < argc; i++)
-        GO_PUT(spec->argv[i]);
+        p = cf_put_str(p, spec->argv[i]);
     for (size_t i = 0; i < envc; i++)
-        GO_PUT(spec->envp[i]);
-#undef GO_PUT
+        p = cf_put_str(p, spec->envp[i]);
     *len = sizeof(h) + total;
     return buf;
 }

@@ -1,4 +1,5 @@
 #include "sandbox_exec.h"
+#include "sandbox_child.h"
 
 #include <errno.h>
 #include <linux/capability.h>
@@ -17,27 +18,6 @@
 #include <unistd.h>
 
 /* ---- child (async-signal-safe only) ----------------------------------- */
-
-/* Brings loopback up in the new, empty network namespace: programs that
- * talk to themselves over 127.0.0.1 work; nothing else is reachable. */
-static int loopback_up(void)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    memcpy(ifr.ifr_name, "lo", 3);
-    int rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
-    if (rc == 0) {
-        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-        rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
-    }
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
-}
 
 static int sx_child_setup(void *arg, const char **msg)
 {
@@ -58,7 +38,7 @@ static int sx_child_setup(void *arg, const char **msg)
             *msg = "sandbox: egress routes";
             return -1;
         }
-    } else if (sx->loopback && loopback_up() < 0) {
+    } else if (sx->loopback && cf_child_loopback_up() < 0) {
         *msg = "sandbox: loopback up";
         return -1;
     }

@@ -1,4 +1,5 @@
 #include "sandbox_fs.h"
+#include "sandbox_child.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -788,15 +789,5 @@ int cf_sandbox_become(uid_t uid, gid_t gid)
 
 int cf_sandbox_drop_caps(void)
 {
-    /* The bounding set first (needs CAP_SETPCAP, still held), so no exec
-     * can ever regain a capability; then ambient, then the rest. */
-    for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-            return -1;
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-        return -1;
-    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-    struct __user_cap_data_struct data[2];
-    memset(data, 0, sizeof(data));
-    return (int)syscall(SYS_capset, &hdr, data);
+    return cf_child_drop_caps();
 }

@@ -129,28 +129,27 @@ void cf_zygote_umount(cf_zygote *z)
 
 /* ---- cgroups ---- */
 
+/* Kills what runs in *cg, removes it and closes its join fds. */
+static void cg_drop(cf_cgroup **cg, int *join, int *n_join)
+{
+    while (*n_join > 0)
+        close(join[--*n_join]);
+    if (*cg) {
+        cf_cgroup_kill_all(*cg);
+        (void)cf_cgroup_remove(*cg, NULL);
+        cf_cgroup_destroy(*cg);
+        *cg = NULL;
+    }
+}
+
 static void drop_zcg(cf_zygote *z)
 {
-    while (z->nzjoin > 0)
-        close(z->zjoin[--z->nzjoin]);
-    if (z->zcg) {
-        cf_cgroup_kill_all(z->zcg);
-        (void)cf_cgroup_remove(z->zcg, NULL);
-        cf_cgroup_destroy(z->zcg);
-        z->zcg = NULL;
-    }
+    cg_drop(&z->zcg, z->zjoin, &z->nzjoin);
 }
 
 static void drop_xcg(cf_zygote *z)
 {
-    while (z->nxjoin > 0)
-        close(z->xjoin[--z->nxjoin]);
-    if (z->xcg) {
-        cf_cgroup_kill_all(z->xcg);
-        (void)cf_cgroup_remove(z->xcg, NULL);
-        cf_cgroup_destroy(z->xcg);
-        z->xcg = NULL;
-    }
+    cg_drop(&z->xcg, z->xjoin, &z->nxjoin);
 }
 
 cf_cgroup *cf_zygote_exec_cgroup(cf_zygote *z, const cf_cgroup_limits *lim, cf_error *err)
@@ -337,20 +336,13 @@ static int payload_fd(const cf_zygote_run_args *a, const cf_run_spec *spec, cf_e
         h->rl[i].value = (uint64_t)spec->rlimits[i].value;
     }
     char *p = buf + sizeof(*h);
-#define PUT(str)                      \
-    do {                              \
-        size_t l_ = strlen(str) + 1;  \
-        memcpy(p, (str), l_);         \
-        p += l_;                      \
-    } while (0)
-    PUT(a->top);
-    PUT(spec->path);
-    PUT(spec->cwd ? spec->cwd : "");
+    p = cf_put_str(p, a->top);
+    p = cf_put_str(p, spec->path);
+    p = cf_put_str(p, spec->cwd ? spec->cwd : "");
     for (size_t i = 0; i < argc; i++)
-        PUT(spec->argv[i]);
+        p = cf_put_str(p, spec->argv[i]);
     for (size_t i = 0; i < envc; i++)
-        PUT(spec->envp[i]);
-#undef PUT
+        p = cf_put_str(p, spec->envp[i]);
     int fd = memfd_create("cf-zygote-run", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     size_t off = 0;
     while (fd >= 0 && off < len) {
@@ -715,16 +707,7 @@ static int zygote_run_one(cf_zygote *z, cf_error *err)
     z->pid = -1;
     bool killed = __atomic_load_n(&z->kill, __ATOMIC_RELAXED) != 0;
     if (rc == 0) {
-        char tail[160] = "";
-        if (o.err.len) {
-            size_t from = o.err.len > 150 ? o.err.len - 150 : 0;
-            cf_sanitize_text((const char *)o.err.data + from, o.err.len - from, false, tail, sizeof(tail));
-        }
-        if (o.signal)
-            snprintf(z->last_end, sizeof(z->last_end), "killed by signal %d%s%s", o.signal, tail[0] ? ": " : "",
-                     tail);
-        else
-            snprintf(z->last_end, sizeof(z->last_end), "exited %d%s%s", o.exit_code, tail[0] ? ": " : "", tail);
+        cf_run_outcome_describe(&o, z->last_end, sizeof(z->last_end));
     } else {
         snprintf(z->last_end, sizeof(z->last_end), "could not start: %.200s", err->msg);
     }

@@ -146,6 +146,13 @@ size_t cf_strlcpy(char *dst, const char *src, size_t cap)
     return n;
 }
 
+char *cf_put_str(char *p, const char *s)
+{
+    size_t l = strlen(s) + 1;
+    memcpy(p, s, l);
+    return p + l;
+}
+
 char *cf_strdup(const char *s)
 {
     return s ? strdup(s) : NULL;

@@ -38,6 +38,10 @@ void cf_printable(const char *s, size_t len, char *buf, size_t size);
 /* Bounded copy that always NUL-terminates; returns strlen(src). */
 size_t cf_strlcpy(char *dst, const char *src, size_t cap);
 
+/* Copies s with its NUL to p, which must have room; returns the byte past
+ * it (for packing NUL-separated strings into a sized buffer). */
+char *cf_put_str(char *p, const char *s);
+
 /* Text from elsewhere (a compiler, a program) made safe for a terminal or
  * a log line, without cf_printable's short cut: control characters other
  * than tab become '?' (newlines too, unless keep_newlines), the rest, UTF-8

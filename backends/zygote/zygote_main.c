@@ -78,6 +78,7 @@
 #include <unistd.h>
 
 #include "run_report.h"
+#include "sandbox_child.h"
 #include "zygote_proto.h"
 
 #ifndef CLONE_PIDFD
@@ -213,38 +214,6 @@ static __attribute__((noreturn)) void fail(int e, const char *msg)
 {
     report(A_REP_FD, CF_REPORT_SETUP, e, 0, 0, -1, msg);
     _exit(127);
-}
-
-static int drop_caps(void)
-{
-    for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-            return -1;
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-        return -1;
-    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-    struct __user_cap_data_struct data[2];
-    memset(data, 0, sizeof(data));
-    return (int)syscall(SYS_capset, &hdr, data);
-}
-
-static int loopback_up(void)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    memcpy(ifr.ifr_name, "lo", 3);
-    int rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
-    if (rc == 0) {
-        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-        rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
-    }
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
 }
 
 /* "/proc/self/fd/N" */
@@ -711,13 +680,13 @@ static __attribute__((noreturn)) void init_main(const int fds[CF_ZY_RUN_FDS], co
     static const char hn[] = "sandbox";
     if (sethostname(hn, sizeof(hn) - 1) < 0)
         fail(errno, "sethostname");
-    if (loopback_up() < 0)
+    if (cf_child_loopback_up() < 0)
         fail(errno, "loopback up");
 
     /* From here on nothing privileged: the capabilities go, the filter
      * comes (inherited by the program), and no debugger may attach to
      * this init, which is a copy of the zygote. */
-    if (drop_caps() < 0)
+    if (cf_child_drop_caps() < 0)
         fail(errno, "drop capabilities");
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
         fail(errno, "prctl(PR_SET_DUMPABLE)");
@@ -740,30 +709,7 @@ static __attribute__((noreturn)) void init_main(const int fds[CF_ZY_RUN_FDS], co
      * holds its output pipes. */
     for (int fd = 0; fd < 3; fd++)
         close(fd);
-    int status = 0;
-    for (;;) {
-        siginfo_t si;
-        int sig = sigwaitinfo(&all, &si);
-        if (sig < 0)
-            continue;
-        if (sig != SIGCHLD) {
-            (void)kill(program, sig);
-            continue;
-        }
-        bool done = false;
-        for (;;) {
-            int st;
-            pid_t w = waitpid(-1, &st, WNOHANG | __WALL);
-            if (w <= 0)
-                break;
-            if (w == program) {
-                status = st;
-                done = true;
-            }
-        }
-        if (done)
-            break;
-    }
+    int status = cf_child_init_wait(program, &all);
     (void)kill(-1, SIGKILL); /* the rest of the namespace */
     struct rusage ru;
     memset(&ru, 0, sizeof(ru));

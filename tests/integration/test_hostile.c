@@ -15,6 +15,7 @@
  * the local stack (CF_TEST_BROKERS).  Without root it skips with a message;
  * as root, a sandbox backend that does not start is a failure. */
 #include "it_support.h"
+#include "support/sandbox_test.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -205,48 +206,6 @@ static void expect_status(const cf_result *res, cf_status want, const char *what
         dump_result(res, what);
         fail_msg("%s: status %s, expected %s", what, cf_status_name(res->status), cf_status_name(want));
     }
-}
-
-/* Value of "key: value" in text (first occurrence), or NULL. */
-static const char *line_value(const char *text, const char *key, char *buf, size_t size)
-{
-    size_t kl = strlen(key);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (strncmp(p, key, kl) == 0 && p[kl] == ':' && p[kl + 1] == ' ') {
-            const char *v = p + kl + 2;
-            size_t n = strcspn(v, "\n");
-            if (n >= size)
-                n = size - 1;
-            memcpy(buf, v, n);
-            buf[n] = '\0';
-            return buf;
-        }
-    }
-    return NULL;
-}
-
-static bool has_line(const char *text, const char *line)
-{
-    size_t n = strlen(line);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (strncmp(p, line, n) == 0 && (p[n] == '\n' || p[n] == '\0'))
-            return true;
-    return false;
-}
-
-/* Largest N of lines "<prefix>: N MiB" (progress of the memory/disk hogs). */
-static long progress_mib(const char *text, const char *prefix)
-{
-    long best = 0;
-    size_t pl = strlen(prefix);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (strncmp(p, prefix, pl) == 0 && p[pl] == ':') {
-            long v = strtol(p + pl + 1, NULL, 10);
-            if (v > best)
-                best = v;
-        }
-    }
-    return best;
 }
 
 /* ---- host demonstrations (no sandbox, bounded) ----------------------------- */

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "support/cgroup_host.h"
+#include "support/sandbox_test.h"
 #include "unit/request_builders.h"
 
 #include <errno.h>
@@ -196,29 +197,6 @@ static void hostile_request(cf_request *req, const char *args)
     req->policy.max_stderr_bytes = 64 * 1024;
 }
 
-/* A waiting warm sandbox (codefleet-init before its program) is not an
- * execution's leftover. */
-static bool is_waiting_prepared(long pid, void *arg)
-{
-    (void)arg;
-    char p[64], comm[32] = "";
-    snprintf(p, sizeof(p), "/proc/%ld/comm", pid);
-    FILE *fp = fopen(p, "r");
-    if (!fp)
-        return false;
-    bool named = fgets(comm, sizeof(comm), fp) && strcmp(comm, "codefleet-init\n") == 0;
-    fclose(fp);
-    if (!named)
-        return false;
-    snprintf(p, sizeof(p), "/proc/%ld/task/%ld/children", pid, pid);
-    fp = fopen(p, "r");
-    if (!fp)
-        return false;
-    int c = fgetc(fp);
-    fclose(fp);
-    return c == EOF;
-}
-
 /* The slot's zygote itself (in its own cgroup, "<tag>-z<slot>-g<n>"),
  * and any process of it that is still a zygote: not an execution's. */
 static bool is_zygote(long pid)
@@ -242,7 +220,8 @@ static bool is_zygote(long pid)
 
 static bool not_an_execution(long pid, void *arg)
 {
-    return is_waiting_prepared(pid, arg) || is_zygote(pid);
+    (void)arg;
+    return is_waiting_prepared(pid) || is_zygote(pid);
 }
 
 static int run_quiet(cf_request *req, cf_result *res)
@@ -297,46 +276,6 @@ static void dump(const cf_result *res, const char *what)
                   cf_status_name(res->status), res->reason ? res->reason : "-", res->signal, out(res),
                   (int)(res->stderr_data.len < 2000 ? res->stderr_data.len : 2000),
                   res->stderr_data.data ? (const char *)res->stderr_data.data : "");
-}
-
-static const char *line_value(const char *text, const char *key, char *buf, size_t size)
-{
-    size_t kl = strlen(key);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (strncmp(p, key, kl) == 0 && p[kl] == ':' && p[kl + 1] == ' ') {
-            const char *v = p + kl + 2;
-            size_t n = strcspn(v, "\n");
-            if (n >= size)
-                n = size - 1;
-            memcpy(buf, v, n);
-            buf[n] = '\0';
-            return buf;
-        }
-    }
-    return NULL;
-}
-
-static bool has_line(const char *text, const char *line)
-{
-    size_t n = strlen(line);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (strncmp(p, line, n) == 0 && (p[n] == '\n' || p[n] == '\0'))
-            return true;
-    return false;
-}
-
-/* Largest N of the lines "<prefix>: N MiB". */
-static long progress_mib(const char *text, const char *prefix)
-{
-    long best = 0;
-    size_t pl = strlen(prefix);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (strncmp(p, prefix, pl) == 0 && p[pl] == ':') {
-            long v = strtol(p + pl + 1, NULL, 10);
-            if (v > best)
-                best = v;
-        }
-    return best;
 }
 
 /* ---- the attacks ------------------------------------------------------------ */

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "support/cgroup_host.h"
+#include "support/sandbox_test.h"
 #include "test_host.h"
 #include "unit/request_builders.h"
 
@@ -81,29 +82,6 @@ static int make_set(fixture *f)
 static int count_cgroups(const fixture *f)
 {
     return cgh_count_cgroups(f->cg_parent);
-}
-
-/* A warm sandbox waiting for its request: the runner's init-to-be, named
- * codefleet-init, still before its program (no child).  Any other process
- * of a sandbox is an execution's. */
-static bool is_waiting_prepared(long pid)
-{
-    char p[64], comm[32] = "";
-    snprintf(p, sizeof(p), "/proc/%ld/comm", pid);
-    FILE *fp = fopen(p, "r");
-    if (!fp)
-        return false;
-    bool named = fgets(comm, sizeof(comm), fp) && strcmp(comm, "codefleet-init\n") == 0;
-    fclose(fp);
-    if (!named)
-        return false;
-    snprintf(p, sizeof(p), "/proc/%ld/task/%ld/children", pid, pid);
-    fp = fopen(p, "r");
-    if (!fp)
-        return false;
-    int c = fgetc(fp);
-    fclose(fp);
-    return c == EOF;
 }
 
 static int g_prepared_seen;
