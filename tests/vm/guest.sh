@@ -10,8 +10,8 @@ mount -t proc proc /proc
 mount -t devtmpfs dev /dev
 mount -t sysfs sys /sys
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
-mount -t tmpfs -o mode=1777 tmp /tmp
-mount -t tmpfs -o mode=755 run /run
+# (/tmp and /run are tmpfs already: the initramfs mounted them under the
+# shares, so a checkout below /tmp stays visible.)
 mkdir -p /dev/pts /dev/shm /dev/net
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
 mount -t tmpfs -o mode=1777 shm /dev/shm

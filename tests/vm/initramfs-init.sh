@@ -20,6 +20,10 @@ share() { # tag dir [rw]
 mount -t tmpfs -o mode=755 cfvm-root /newroot
 cd /newroot
 mkdir -p proc sys dev tmp run root var/tmp
+# /tmp and /run first: a checkout or build below them (a CI clone in /tmp)
+# is mounted on top, never hidden by them.
+mount -t tmpfs -o mode=1777 tmp /newroot/tmp
+mount -t tmpfs -o mode=755 run /newroot/run
 ln -s usr/bin bin
 ln -s usr/sbin sbin
 ln -s usr/lib lib
