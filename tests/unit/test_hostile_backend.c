@@ -519,15 +519,25 @@ int main(void)
     g.default_cg = getenv("CF_TEST_CGROUP_DEFAULT") != NULL;
     const char *bin = getenv("CF_BINARY_DIR");
     snprintf(g.zygote_path, sizeof(g.zygote_path), "%s/backends/codefleet-zygote", bin ? bin : ".");
-    g.cold = false;
-    int failed = cmocka_run_group_tests_name("hostile, warm sandbox", tests, group_setup, group_teardown);
-    g.cold = true;
-    failed += cmocka_run_group_tests_name("hostile, cold sandbox", tests, group_setup, group_teardown);
-    if (access(g.zygote_path, X_OK) == 0) {
-        g.zygote = true;
-        failed += cmocka_run_group_tests_name("hostile, zygote", tests, group_setup, group_teardown);
-    } else {
-        fprintf(stderr, "no zygote at %s: its run is left out\n", g.zygote_path);
+    /* CF_HOSTILE_MODES: which paths to run (default all three). */
+    const char *modes = getenv("CF_HOSTILE_MODES") ? getenv("CF_HOSTILE_MODES") : "warm,cold,zygote";
+    int failed = 0;
+    if (strstr(modes, "warm")) {
+        g.cold = false;
+        failed += cmocka_run_group_tests_name("hostile, warm sandbox", tests, group_setup, group_teardown);
+    }
+    if (strstr(modes, "cold")) {
+        g.cold = true;
+        failed += cmocka_run_group_tests_name("hostile, cold sandbox", tests, group_setup, group_teardown);
+    }
+    if (strstr(modes, "zygote")) {
+        if (access(g.zygote_path, X_OK) == 0) {
+            g.cold = true;
+            g.zygote = true;
+            failed += cmocka_run_group_tests_name("hostile, zygote", tests, group_setup, group_teardown);
+        } else {
+            fprintf(stderr, "no zygote at %s: its run is left out\n", g.zygote_path);
+        }
     }
     free(g.bin);
     return failed;

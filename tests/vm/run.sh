@@ -154,18 +154,23 @@ env_prefix="CF_SOURCE_DIR=$repo CF_BINARY_DIR=$build"
 # short.
 plan_lines() { # which
     local t=$build/tests
+    # Both kernels: the cgroup layer, the hostile programs (warm, cold and
+    # through the zygote), the benchmark, a worker in a delegated unit and
+    # in a pod (one path each: the layout is what they test).
     cat <<EOF
 unit_test_cgroup	600	$env_prefix $t/unit_test_cgroup
 unit_test_sandbox_probe	600	$env_prefix $t/unit_test_sandbox_probe
-unit_test_sandbox_backend	900	$env_prefix $t/unit_test_sandbox_backend
 unit_test_hostile_backend	900	$env_prefix $t/unit_test_hostile_backend
-unit_test_zygote	600	$env_prefix $t/unit_test_zygote
-bench_exec	600	$env_prefix CF_VM_BENCH_ITERATIONS=60 $repo/tests/vm/bench.sh $build
-hostile_delegated_unit	900	$env_prefix $repo/tests/vm/layout.sh delegated $t/unit_test_hostile_backend
-hostile_pod	900	$env_prefix $repo/tests/vm/layout.sh pod $t/unit_test_hostile_backend
+bench_exec	600	$env_prefix CF_VM_BENCH_ITERATIONS=40 $repo/tests/vm/bench.sh $build
+hostile_delegated_unit	900	$env_prefix CF_HOSTILE_MODES=warm $repo/tests/vm/layout.sh delegated $t/unit_test_hostile_backend
+hostile_pod	900	$env_prefix CF_HOSTILE_MODES=warm $repo/tests/vm/layout.sh pod $t/unit_test_hostile_backend
 EOF
+    # The newest kernel also: the whole sandbox backend suite, the zygote's,
+    # and the exec and seccomp units (the slow ones, once).
     if [[ $1 == backports ]]; then
         cat <<EOF
+unit_test_sandbox_backend	900	$env_prefix $t/unit_test_sandbox_backend
+unit_test_zygote	600	$env_prefix $t/unit_test_zygote
 unit_test_sandbox_exec	600	$env_prefix $t/unit_test_sandbox_exec
 unit_test_seccomp	600	$env_prefix $t/unit_test_seccomp
 EOF
