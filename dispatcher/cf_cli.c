@@ -1413,9 +1413,11 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
         fprintf(out, "backend:  %s", res->meta.backend ? res->meta.backend : "?");
         if (res->meta.isolation)
             fprintf(out, " (%s)", res->meta.isolation);
-        /* Which sandbox served it; only the two values the schema knows. */
+        /* Which sandbox path served it; only the values the schema knows. */
         if (res->meta.sandbox && (strcmp(res->meta.sandbox, "warm") == 0 || strcmp(res->meta.sandbox, "cold") == 0))
             fprintf(out, ", %s sandbox", res->meta.sandbox);
+        else if (res->meta.sandbox && strcmp(res->meta.sandbox, "zygote") == 0)
+            fprintf(out, ", Python zygote");
         if (res->meta.worker)
             fprintf(out, ", worker %s", res->meta.worker);
         if (res->meta.attempt > 1)
