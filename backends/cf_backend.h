@@ -99,6 +99,11 @@ typedef struct cf_backend_config {
      * directories (NULL-terminated, may be NULL): bound read-only into
      * sandboxes at the same paths.  Must outlive the backends. */
     const char *const *toolchain_dirs;
+    /* container backend */
+    const char *container_images;  /* "name=rootfs,..."; NULL/"": unavailable */
+    const char *container_runtime; /* crun */
+    const char *container_init;    /* static init bound in as pid 1 */
+    const char *container_state;   /* the runtime's --root */
     /* wasm and js backends (0 = the default in parentheses) */
     const char *embed_helper_path;     /* codefleet-embed-helper; NULL/"": built without the runtimes */
     int64_t embed_helper_memory_bytes; /* memory cgroup of each helper (1 GiB); guests get 128 MiB less */

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -28,6 +30,28 @@ static bool is_executable_file(const char *path)
 {
     struct stat sb;
     return path && path[0] == '/' && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 0111);
+}
+
+bool cf_exec_file_in_root(const char *root, const char *path)
+{
+    if (!root)
+        return is_executable_file(path);
+    if (!path || path[0] != '/')
+        return false;
+    int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0)
+        return false;
+    /* Symlinks resolved as the program will see them (an image's
+     * /usr/bin/cc -> /etc/alternatives/cc is the image's, not the host's). */
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, rfd, path + 1, &how, sizeof(how));
+    close(rfd);
+    if (fd < 0)
+        return false;
+    struct stat sb;
+    bool ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 0111);
+    close(fd);
+    return ok;
 }
 
 /* The worker's own binary (or anything reached through /proc) is never
@@ -502,8 +526,8 @@ static int resolve_command(cf_exec_job *job, const char *name)
         size_t dl = colon ? (size_t)(colon - p) : strlen(p);
         if (dl > 0 && p[0] == '/') { /* relative PATH entries would depend on the cwd */
             int n = snprintf(job->exe, sizeof(job->exe), "%.*s/%s", (int)dl, p, name);
-            if (n > 0 && (size_t)n < sizeof(job->exe) && is_executable_file(job->exe)) {
-                if (is_forbidden_program(job->exe))
+            if (n > 0 && (size_t)n < sizeof(job->exe) && cf_exec_file_in_root(job->root, job->exe)) {
+                if (!job->root && is_forbidden_program(job->exe))
                     return job_reject(job, "command '%s' is not allowed", shown);
                 return 0;
             }

@@ -102,7 +102,15 @@ typedef struct cf_exec_job {
     char exe[CF_EXEC_PATH_BYTES];     /* program path as the program's root sees it */
     char work_in[CF_EXEC_PATH_BYTES]; /* the views, resolved */
     char run_in[CF_EXEC_PATH_BYTES];
+    /* The host directory that is the program's root (a container image),
+     * where command names are looked up; NULL: the host's own.  Set by
+     * the backend before cf_exec_job_fill. */
+    const char *root;
 } cf_exec_job;
+
+/* Whether path (absolute, as the program sees it) is an executable regular
+ * file below root, symlinks resolved inside root (root NULL: the host). */
+bool cf_exec_file_in_root(const char *root, const char *path);
 
 /* Validates req (language, argv, file paths and sizes, environment names)
  * and fills res->meta.  A bad request sets job->rejected (res->status

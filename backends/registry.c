@@ -12,12 +12,14 @@ extern const cf_backend_ops cf_backend_process_ops;
 extern const cf_backend_ops cf_backend_sandbox_ops;
 extern const cf_backend_ops cf_backend_wasm_ops;
 extern const cf_backend_ops cf_backend_js_ops;
+extern const cf_backend_ops cf_backend_container_ops;
 
 static const cf_backend_ops *const registry[] = {
     &cf_backend_process_ops,
     &cf_backend_sandbox_ops,
     &cf_backend_wasm_ops,
     &cf_backend_js_ops,
+    &cf_backend_container_ops,
     NULL,
 };
 

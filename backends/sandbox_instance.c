@@ -14,8 +14,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
-/* "<prefix><pid>.<n>..." -> pid, or -1. */
-static long tag_pid(const char *name, const char *prefix)
+long cf_instance_tag_pid(const char *name, const char *prefix)
 {
     size_t pl = strlen(prefix);
     if (strncmp(name, prefix, pl) != 0)
@@ -29,7 +28,7 @@ static long tag_pid(const char *name, const char *prefix)
     return pid;
 }
 
-static bool pid_gone(long pid)
+bool cf_instance_pid_gone(long pid)
 {
     return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
 }
@@ -80,8 +79,8 @@ void cf_instance_sweep(const char *real_root, cf_cgroup_env *cgenv, const char *
     if (d) {
         struct dirent *de;
         while ((de = readdir(d))) {
-            long pid = tag_pid(de->d_name, prefix);
-            if (pid < 0 || !pid_gone(pid))
+            long pid = cf_instance_tag_pid(de->d_name, prefix);
+            if (pid < 0 || !cf_instance_pid_gone(pid))
                 continue;
             char path[PATH_MAX];
             if (snprintf(path, sizeof(path), "%s/%s", real_root, de->d_name) >= (int)sizeof(path))
@@ -98,8 +97,8 @@ void cf_instance_sweep(const char *real_root, cf_cgroup_env *cgenv, const char *
         return;
     struct dirent *de;
     while ((de = readdir(d))) {
-        long pid = tag_pid(de->d_name, prefix);
-        if (pid < 0 || !pid_gone(pid))
+        long pid = cf_instance_tag_pid(de->d_name, prefix);
+        if (pid < 0 || !cf_instance_pid_gone(pid))
             continue;
         char pre[64];
         snprintf(pre, sizeof(pre), "%s%ld.", prefix, pid);

@@ -13,6 +13,11 @@
 
 #define CF_INSTANCE_RESOLV_NAME "resolv.conf"
 
+/* "<prefix><pid>.<n>..." -> pid, or -1 when name is not one of ours. */
+long cf_instance_tag_pid(const char *name, const char *prefix);
+/* Whether no process has that pid any more (its worker is dead). */
+bool cf_instance_pid_gone(long pid);
+
 /* Unmounts every mount at or below dir (deepest first, from mountinfo). */
 void cf_instance_umount_below(const char *dir);
 /* Removes an instance directory: its mounts, the empty slot mount points

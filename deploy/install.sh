@@ -4,8 +4,9 @@
 # registry into a system location every uid can read, then fetches the Apache
 # Kafka broker jars from Maven Central into a cache outside git.
 #
-# Usage: deploy/install.sh [--no-kafka] [--no-runtimes] [--force-kafka] [--force-typescript]
+# Usage: deploy/install.sh [--no-kafka] [--no-runtimes] [--no-images] [--force-kafka] [--force-typescript]
 #   --no-kafka          skip the Kafka jars
+#   --no-images         skip the container backend's default image (deploy/images.sh)
 #   --no-runtimes       skip the wasm/js runtimes' sources and the cargo check
 #   --force-kafka       fetch the Kafka jars again even if the cache is complete
 #   --force-typescript  run npm ci again even if the installed tree matches
@@ -22,16 +23,18 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 fetch_kafka=1
 runtimes=1
+images=1
 force_kafka=0
 force_ts=0
 while (($#)); do
     case $1 in
     --no-kafka) fetch_kafka=0 ;;
     --no-runtimes) runtimes=0 ;;
+    --no-images) images=0 ;;
     --force-kafka) force_kafka=1 ;;
     --force-typescript) force_ts=1 ;;
     -h | --help)
-        sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *) cf_die "unknown argument '$1' (see --help)" ;;
@@ -43,8 +46,10 @@ packages=(build-essential cmake ninja-build pkg-config librdkafka-dev libmsgpack
     libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libssl-dev redis-server redis-tools kcat bubblewrap
     python3 python3-dev nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev
     rustc golang-go lld-14 wasi-libc libclang-rt-14-dev-wasm32 wabt
-    qemu-system-x86 busybox-static kmod cpio xz-utils zstd)
+    qemu-system-x86 busybox-static kmod cpio xz-utils zstd
+    crun tini debootstrap)
 # (qemu, busybox, kmod, cpio: tests/vm/run.sh boots cgroup v2 kernels.)
+# (crun, tini, debootstrap: the container backend and its default image.)
 # Any Java 17+ runtime will do: only ask for Debian's default when none is there.
 command -v java >/dev/null 2>&1 || packages+=(default-jre-headless)
 command -v mvn >/dev/null 2>&1 || packages+=(maven)
@@ -233,4 +238,7 @@ if ((runtimes)); then
     fetch_quickjs
     check_cargo
 fi
+# The container backend's default image: debootstrap from Debian packages,
+# cached in /var/lib/codefleet/images (a no-op when it is there).
+((images)) && "$(dirname "${BASH_SOURCE[0]}")/images.sh"
 exit 0

@@ -111,6 +111,19 @@ bool cf_id_valid(const char *id, size_t len)
     return true;
 }
 
+bool cf_image_name_valid(const char *name)
+{
+    size_t len = name ? strlen(name) : 0;
+    if (len == 0 || len > CF_IMAGE_NAME_MAX || !((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= '0' && name[0] <= '9')))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
 int cf_bytes_set(cf_bytes *b, const void *data, size_t len)
 {
     /* One extra NUL so text fields can be used as C strings. */
@@ -177,6 +190,7 @@ void cf_request_clear(cf_request *req)
         return;
     free(req->id);
     free(req->backend);
+    free(req->image);
     free(req->code.data);
     free_strv(req->argv, req->argc);
     free(req->module.data);
@@ -371,6 +385,10 @@ static int request_check(const cf_request *req, bool check_values, cf_error *err
     }
     if (strv_check(req->argv, req->argc, "argv", err) < 0)
         return -1;
+    if (req->image && !cf_image_name_valid(req->image))
+        return cf_error_set(err, CF_E_INVALID,
+                            "image: must be 1..%d characters of a-z, 0-9, '.', '_' and '-', starting with a letter or "
+                            "digit", CF_IMAGE_NAME_MAX);
     if (req->argc && req->argv[0][0] == '\0' && req->language == CF_LANG_COMMAND)
         return cf_error_set(err, CF_E_INVALID, "argv[0]: empty program name");
     if (check_values && cf_value_check(&req->input, "input", err) < 0)
@@ -820,6 +838,7 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
     put_true(&e, "stop_on_failure", req->stop_on_failure);
     put_strv(&e, "collect", req->collect, req->n_collect, false);
     put_true(&e, "stream", req->stream);
+    put_str(&e, "image", req->image);
 
     int rc = enc_finish(&e, out, err);
     enc_free(&fs);
@@ -1248,12 +1267,12 @@ static int dec_object(dec *d, const char *path, unsigned depth, const char *cons
 enum {
     RQ_V, RQ_ID, RQ_LANGUAGE, RQ_BACKEND, RQ_CODE, RQ_ARGV, RQ_MODULE, RQ_STDIN, RQ_INPUT, RQ_ENV, RQ_FILES,
     RQ_POLICY, RQ_WORKSPACE, RQ_THREAD, RQ_IDENTITY, RQ_REPLY_TO, RQ_DEADLINE, RQ_CREATED, RQ_TRACE,
-    RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ_STREAM, RQ__COUNT
+    RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ_STREAM, RQ_IMAGE, RQ__COUNT
 };
 static const char *const rq_keys[RQ__COUNT] = {
     "v", "id", "language", "backend", "code", "argv", "module", "stdin", "input", "env", "files",
     "policy", "workspace", "thread", "identity", "reply_to", "deadline_us", "created_us", "trace",
-    "harness", "compile_flags", "cases", "stop_on_failure", "collect", "stream",
+    "harness", "compile_flags", "cases", "stop_on_failure", "collect", "stream", "image",
 };
 
 enum { CA_NAME, CA_STDIN, CA_INPUT, CA_ARGV, CA_EXPECT, CA__COUNT };
@@ -1396,6 +1415,7 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
     case RQ_STOP_ON_FAILURE: return dec_bool(d, path, &req->stop_on_failure);
     case RQ_COLLECT: return dec_strv(d, path, depth, &req->collect, &req->n_collect);
     case RQ_STREAM: return dec_bool(d, path, &req->stream);
+    case RQ_IMAGE: return dec_str(d, path, &req->image);
     default: return dec_strmap(d, path, depth, &req->trace, &req->n_trace);
     }
 }

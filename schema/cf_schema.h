@@ -162,6 +162,7 @@ typedef struct cf_request {
     char **collect;       /* glob patterns of work-directory files returned in the result */
     size_t n_collect;
     bool stream;          /* publish output chunks while the program runs (SPEC.md "Output chunks") */
+    char *image;          /* container backend: an image name from the operator's allowlist */
 } cf_request;
 
 typedef struct cf_diagnostic {
@@ -312,6 +313,11 @@ bool cf_utf8_valid(const uint8_t *s, size_t len);
 
 /* Checks an id: 1..CF_ID_MAX bytes of printable ASCII without spaces. */
 bool cf_id_valid(const char *id, size_t len);
+
+/* An image name (request "image", the worker's container-images): 1..
+ * CF_IMAGE_NAME_MAX of a-z 0-9 . _ -, starting with a letter or digit. */
+#define CF_IMAGE_NAME_MAX 64
+bool cf_image_name_valid(const char *name);
 
 /* Whether v (one msgpack value; len 0 = absent) fits where it sits:
  * inside outer_levels containers of a message (1 for a top-level field,

@@ -430,6 +430,7 @@ json_t *cf_request_to_json(const cf_request *req)
     jset_str(o, "thread", req->thread, &ok);
     jset_str(o, "identity", req->identity, &ok);
     jset_str(o, "reply_to", req->reply_to, &ok);
+    jset_str(o, "image", req->image, &ok);
     jset_int(o, "deadline_us", req->deadline_us, &ok);
     jset_int(o, "created_us", req->created_us, &ok);
     if (req->n_trace)
@@ -891,7 +892,7 @@ static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
             return -1;
     }
     if (jstr(o, "", "workspace", &r->workspace, err) < 0 || jstr(o, "", "thread", &r->thread, err) < 0 ||
-        jstr(o, "", "identity", &r->identity, err) < 0 || jstr(o, "", "reply_to", &r->reply_to, err) < 0 ||
+        jstr(o, "", "identity", &r->identity, err) < 0 || jstr(o, "", "reply_to", &r->reply_to, err) < 0 || jstr(o, "", "image", &r->image, err) < 0 ||
         jnonneg(o, "", "deadline_us", &r->deadline_us, err) < 0 ||
         jnonneg(o, "", "created_us", &r->created_us, err) < 0 ||
         jstrmap(o, "trace", &r->trace, &r->n_trace, err) < 0)

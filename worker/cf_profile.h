@@ -55,11 +55,14 @@ typedef struct cf_profile {
     int64_t max_processes;       /* 0: no profile cap */
     int64_t max_output_bytes;    /* 0: the worker's max-output */
     int64_t max_file_size_bytes; /* 0: no profile cap */
+    char *images;                /* container images a request may name: comma list or "*" */
 
     /* Derived at load (owned). */
     char name[CF_PROFILE_NAME_MAX + 1];
     char **backend_names;
     size_t n_backends;
+    char **image_names;     /* NULL with images "*": every image of the worker */
+    size_t n_images;
     uint32_t language_mask; /* bit (1u << cf_language) */
     char **ro_roots;        /* canonical (realpath), no trailing '/' */
     size_t n_ro_roots;

@@ -56,6 +56,10 @@ typedef struct cf_worker_config {
     char *zygote_preload;
     int64_t zygote_memory_bytes;
     int64_t zygote_max_requests;
+    char *container_images;     /* container backend: name=rootfs,... ("" = backend unavailable) */
+    char *container_runtime;    /* OCI runtime (crun) */
+    char *container_init;       /* static init bound into every container (tini-static) */
+    char *container_state;      /* the runtime's state directory for our containers */
     char *embed_helper_path;    /* wasm/js runtime helper ("" = the one built with the worker) */
     int64_t embed_helper_memory_bytes;
     int64_t wasm_module_max_bytes;

@@ -67,6 +67,10 @@ static const cf_conf_prop profile_props[] = {
      "Largest stdout/stderr cap (0: the worker's max-output).", NULL},
     {"max-file-size", CF_CONF_SIZE, OFF(max_file_size_bytes), 0, 1024 * 1024 * MIB, "0", NULL,
      "Largest file a program may write; requests setting none get this (0: no profile cap).", NULL},
+    {"images", CF_CONF_STRING, OFF(images), 0, 1024, "*", NULL,
+     "Container images (names from the worker's container-images) a request of the `container` backend may "
+     "name, comma-separated; the first runs requests that name none. `*`: every image of the worker, the "
+     "worker's first being the default.", NULL},
 };
 
 const cf_conf_table cf_profile_conf_table = {
@@ -205,6 +209,7 @@ static void profile_free(cf_profile *p)
 {
     cf_conf_free(&cf_profile_conf_table, p);
     strv_free(p->backend_names, p->n_backends);
+    strv_free(p->image_names, p->n_images);
     strv_free(p->ro_roots, p->n_ro_roots);
     strv_free(p->rw_roots, p->n_rw_roots);
     strv_free(p->env_names, p->n_env_names);
@@ -245,6 +250,16 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
 
     if (split_list(p->backends, &p->backend_names, &p->n_backends, err) < 0)
         return -1;
+    if (p->images && strcmp(p->images, "*") != 0) {
+        if (split_list(p->images, &p->image_names, &p->n_images, err) < 0)
+            return -1;
+        if (p->n_images == 0)
+            return cf_error_set(err, CF_E_INVALID, "profile '%s': images is empty (use * for all)", p->name);
+        for (size_t i = 0; i < p->n_images; i++)
+            if (!cf_image_name_valid(p->image_names[i]))
+                return cf_error_set(err, CF_E_INVALID, "profile '%s': images: '%s' is not an image name", p->name,
+                                    p->image_names[i]);
+    }
     if (p->n_backends == 0)
         return cf_error_set(err, CF_E_INVALID, "profile '%s': backends is empty", p->name);
     for (size_t i = 0; i < p->n_backends; i++) {
@@ -577,6 +592,19 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
     unsigned lang = (unsigned)req->language;
     if (lang >= 32 || !(p->language_mask & (1u << lang)))
         REFUSE("language %s is not allowed", cf_language_name(req->language));
+    /* Images: only the container backend runs one, and only those the
+     * profile lists; a request naming none gets the profile's first. */
+    if (strcmp(backend, "container") != 0) {
+        if (req->image)
+            REFUSE("image: only the container backend runs images (this request runs on '%s')", backend);
+    } else if (p->image_names) {
+        if (req->image && !in_list(p->image_names, p->n_images, req->image)) {
+            shown(req->image, buf, sizeof(buf));
+            REFUSE("image '%s' is not allowed (allowed: %s)", buf, p->images);
+        }
+        if (!req->image && !(req->image = strdup(p->image_names[0])))
+            REFUSE("out of memory");
+    }
 
     cf_policy *pol = &req->policy;
     if (pol->network == CF_NET_ENABLED && p->network == 0)

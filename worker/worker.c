@@ -2815,6 +2815,10 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .zygote_preload = cfg->zygote_preload,
         .zygote_memory_bytes = cfg->zygote_memory_bytes,
         .zygote_max_requests = cfg->zygote_max_requests,
+        .container_images = cfg->container_images,
+        .container_runtime = cfg->container_runtime,
+        .container_init = cfg->container_init,
+        .container_state = cfg->container_state,
         .embed_helper_path = cfg->embed_helper_path && cfg->embed_helper_path[0] ? cfg->embed_helper_path
                                                                                   : CF_DEFAULT_EMBED_HELPER,
         .embed_helper_memory_bytes = cfg->embed_helper_memory_bytes,

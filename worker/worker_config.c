@@ -151,6 +151,20 @@ static const cf_conf_prop worker_props[] = {
     {"zygote", CF_CONF_STRING, OFF(zygote_path), 0, 1024, NULL, NULL,
      "Sandbox: the zygote program (absolute path); default: the codefleet-zygote built with this worker.  A "
      "build without python3-dev has none: sandbox-zygote then does nothing.", NULL},
+    {"container-images", CF_CONF_STRING, OFF(container_images), 0, 4096, "", NULL,
+     "Container backend: the images it may run, as name=root-filesystem-directory pairs, comma-separated (e.g. "
+     "`default=/var/lib/codefleet/images/default/rootfs`; deploy/images.sh builds that one).  The first is the "
+     "default; a profile's `images` narrows the list.  Each directory must have the codefleet layout (/work, "
+     "/run/codefleet, /run/codefleet-init); the languages of an image are those whose interpreter it has.  Empty: "
+     "the container backend is unavailable.", NULL},
+    {"container-runtime", CF_CONF_STRING, OFF(container_runtime), 0, 1024, "/usr/bin/crun", NULL,
+     "Container backend: the OCI runtime (crun; absolute path).", NULL},
+    {"container-init", CF_CONF_STRING, OFF(container_init), 0, 1024, "/usr/bin/tini-static", NULL,
+     "Container backend: a statically linked init bound read-only into every container as its pid 1 (reaps "
+     "orphans, forwards signals): Debian's tini-static.", NULL},
+    {"container-state", CF_CONF_STRING, OFF(container_state), 0, 1024, "/run/codefleet/crun", NULL,
+     "Container backend: the runtime's state directory (--root) for this host's codefleet containers; the "
+     "start-up sweep removes what dead workers left in it.", NULL},
     {"zygote-preload", CF_CONF_STRING, OFF(zygote_preload), 0, 2000,
      "json,re,collections,itertools,functools,math,random,datetime,typing,dataclasses,decimal,fractions,"
      "statistics,string,heapq,bisect,copy,enum,pathlib,operator,hashlib,base64,struct,csv,textwrap,subprocess,"

@@ -1,0 +1,595 @@
+/* The `container` backend through the backend API, the way the worker
+ * drives it (needs root: skipped otherwise), with the default image that
+ * deploy/images.sh builds (CF_TEST_IMAGE, else $CODEFLEET_IMAGES or /var/lib/codefleet/images).  Each test
+ * checks that nothing of an execution outlives it: no container in the
+ * runtime's own listing, no cgroup, no process of the run uids, no mount. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "support/cgroup_host.h"
+#include "test_host.h"
+#include "unit/request_builders.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cf_backend.h"
+#include "cf_util.h"
+#include "cf_workdir.h"
+
+#define SEC 1000000LL
+#define MIB (1024LL * 1024)
+#define UID_BASE 241000 /* not the sandbox tests' */
+
+typedef struct fixture {
+    char root[64];
+    char cg_parent[64];
+    char state[96];
+    char images[PATH_MAX + 16];
+    cf_backend_config cfg;
+    cf_backend_set *set;
+    const cf_backend *be;
+} fixture;
+
+static bool have_root(void)
+{
+    return geteuid() == 0;
+}
+
+static void image_dir(char *buf, size_t size)
+{
+    const char *e = getenv("CF_TEST_IMAGE");
+    if (e && e[0]) {
+        cf_strlcpy(buf, e, size);
+        return;
+    }
+    const char *images = getenv("CODEFLEET_IMAGES");
+    snprintf(buf, size, "%s/default/rootfs", images && images[0] ? images : "/var/lib/codefleet/images");
+}
+
+static int make_set(fixture *f, const char *images)
+{
+    memset(&f->cfg, 0, sizeof(f->cfg));
+    f->cfg.work_root = f->root;
+    f->cfg.python_path = "/usr/bin/python3";
+    f->cfg.node_path = "/usr/bin/node";
+    f->cfg.shell_path = "/bin/sh";
+    f->cfg.exec_path = "/usr/bin:/bin";
+    f->cfg.slots = 2;
+    f->cfg.max_files_bytes = 1 << 20;
+    f->cfg.max_output_file_bytes = 1 << 16;
+    f->cfg.cgroup_root = f->cg_parent;
+    f->cfg.run_uid_base = UID_BASE;
+    f->cfg.container_images = images;
+    f->cfg.container_state = f->state;
+    f->cfg.compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP;
+    cf_error err;
+    if (cf_backend_set_new("container", &f->cfg, &f->set, &err) < 0) {
+        fprintf(stderr, "container backend: %s\n", err.msg);
+        return -1;
+    }
+    f->be = cf_backend_set_get(f->set, 0);
+    return f->be ? 0 : -1;
+}
+
+/* Containers the runtime lists in the test's state directory. */
+static int count_containers(const fixture *f)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "crun --root %s list -q 2>/dev/null", f->state);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    int n = 0;
+    char line[256];
+    while (fgets(line, sizeof(line), p))
+        if (line[0] && line[0] != '\n')
+            n++;
+    if (pclose(p) != 0)
+        return -1;
+    return n;
+}
+
+/* A zombie runs nothing: when the OOM killer took the runtime itself (the
+ * memory of a filled /dev/shm outlives the container's processes), the
+ * container's init is left for the host's pid 1 to reap, which this
+ * machine's pid 1 never does.  Counted apart, not as running. */
+static bool is_zombie(const char *pid)
+{
+    char p[300], buf[512];
+    snprintf(p, sizeof(p), "/proc/%.255s/stat", pid);
+    FILE *f = fopen(p, "re");
+    if (!f)
+        return true; /* gone */
+    bool z = fgets(buf, sizeof(buf), f) && strrchr(buf, ')') && strrchr(buf, ')')[2] == 'Z';
+    fclose(f);
+    return z;
+}
+
+static int count_uid_procs(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        char p[300];
+        snprintf(p, sizeof(p), "/proc/%.255s", de->d_name);
+        struct stat sb;
+        if (stat(p, &sb) == 0 && sb.st_uid >= UID_BASE && sb.st_uid < UID_BASE + 2 && !is_zombie(de->d_name))
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int count_work_mounts(const fixture *f)
+{
+    FILE *fp = fopen("/proc/self/mountinfo", "r");
+    char line[4096];
+    int n = 0;
+    size_t rl = strlen(f->root);
+    while (fp && fgets(line, sizeof(line), fp)) {
+        char *save = NULL, *tok = strtok_r(line, " ", &save);
+        for (int i = 0; tok && i < 4; i++)
+            tok = strtok_r(NULL, " ", &save);
+        if (tok && strncmp(tok, f->root, rl) == 0 && strstr(tok + rl, "/s"))
+            n++;
+    }
+    if (fp)
+        fclose(fp);
+    return n;
+}
+
+static void assert_nothing_left(const fixture *f)
+{
+    assert_int_equal(count_containers(f), 0);
+    assert_int_equal(cgh_count_cgroups(f->cg_parent), 0);
+    assert_int_equal(cgh_count_procs(f->cg_parent, NULL, NULL), 0);
+    assert_int_equal(count_uid_procs(), 0);
+    assert_int_equal(count_work_mounts(f), 0);
+}
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    *state = f;
+    if (!have_root())
+        return 0;
+    cf_strlcpy(f->root, "/tmp/cf-cttest-XXXXXX", sizeof(f->root));
+    if (!mkdtemp(f->root) || chmod(f->root, 0711) < 0)
+        return -1;
+    snprintf(f->cg_parent, sizeof(f->cg_parent), "/cf-cttest-%d", (int)getpid());
+    snprintf(f->state, sizeof(f->state), "/run/cf-cttest-%d", (int)getpid());
+    char dir[PATH_MAX];
+    image_dir(dir, sizeof(dir));
+    snprintf(f->images, sizeof(f->images), "default=%s", dir);
+    if (access(dir, F_OK) < 0) {
+        fprintf(stderr, "no default image at %s: run deploy/images.sh\n", dir);
+        return -1;
+    }
+    return make_set(f, f->images);
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    int rc = 0;
+    if (have_root()) {
+        cf_backend_set_destroy(f->set);
+        if (cgh_count_cgroups(f->cg_parent) != 0) {
+            fprintf(stderr, "cgroups left below %s\n", f->cg_parent);
+            rc = -1;
+        }
+        if (cgh_remove(f->cg_parent) < 0)
+            rc = -1;
+        if (rmdir(f->root) < 0) {
+            fprintf(stderr, "work root %s not empty\n", f->root);
+            rc = -1;
+        }
+        rmdir(f->state);
+    }
+    free(f);
+    return rc;
+}
+
+#define REQUIRE_ROOT()                                                                                         \
+    do {                                                                                                       \
+        if (!have_root())                                                                                      \
+            skip();                                                                                            \
+    } while (0)
+
+static void req_init(cf_request *r, cf_language lang, const char *code)
+{
+    req_init_timeout(r, lang, code, 20 * SEC);
+    r->policy.network = CF_NET_DISABLED;
+}
+
+static int run_slot(fixture *f, int slot, const cf_request *req, cf_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    cf_error err;
+    cf_error_clear(&err);
+    cf_exec_ctx ctx = {.slot = slot, .worker_id = "test"};
+    int rc = f->be->ops->execute(f->be->state, &ctx, req, res, &err);
+    if (rc < 0)
+        print_error("execute: %s\n", err.msg);
+    else if (res->status != CF_STATUS_SUCCESS)
+        print_message("status %s reason %s stderr %.*s\n", cf_status_name(res->status),
+                      res->reason ? res->reason : "-", (int)res->stderr_data.len,
+                      res->stderr_data.data ? (const char *)res->stderr_data.data : "");
+    return rc;
+}
+
+static int run(fixture *f, const cf_request *req, cf_result *res)
+{
+    return run_slot(f, 0, req, res);
+}
+
+static bool out_is(const cf_bytes *b, const char *s)
+{
+    return b->len == strlen(s) && (b->len == 0 || memcmp(b->data, s, b->len) == 0);
+}
+
+static bool out_has(const cf_bytes *b, const char *s)
+{
+    return b->data && memmem(b->data, b->len, s, strlen(s)) != NULL;
+}
+
+/* ---- tests ---- */
+
+static void test_caps(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    const cf_backend_caps *c = &f->be->caps;
+    assert_string_equal(c->isolation, "container");
+    for (int l = CF_LANG_COMMAND; l <= CF_LANG_JAVASCRIPT; l++)
+        assert_true(c->languages & (1u << l));
+    assert_true(c->languages & (1u << CF_LANG_C));
+    uint32_t want = CF_CTL_TIMEOUT | CF_CTL_CPU_TIME | CF_CTL_MEMORY | CF_CTL_MAX_PROCESSES | CF_CTL_STDOUT_CAP |
+                    CF_CTL_STDERR_CAP | CF_CTL_FILE_SIZE | CF_CTL_ENV_ALLOWLIST | CF_CTL_NETWORK_DISABLED |
+                    CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW;
+    assert_int_equal(c->controls & want, want);
+    /* Not offered, so requests asking for them are rejected by the policy check. */
+    assert_false(c->controls & CF_CTL_NETWORK_ENABLED);
+    assert_false(c->controls & CF_CTL_FS_PATHS);
+    assert_non_null(strstr(c->notes, "image default (default)"));
+}
+
+/* Each language of the default image, and stdin reaching the program. */
+static void test_languages_and_stdin(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    static const struct {
+        cf_language lang;
+        const char *code;
+        const char *want;
+    } cases[] = {
+        {CF_LANG_PYTHON, "import sys\nprint('py', sys.stdin.read().strip())", "py from-stdin\n"},
+        {CF_LANG_JAVASCRIPT, "let d='';process.stdin.on('data',c=>d+=c).on('end',()=>console.log('js',d.trim()))",
+         "js from-stdin\n"},
+        {CF_LANG_SHELL, "read x; echo sh $x", "sh from-stdin\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cf_request req;
+        cf_result res;
+        req_init(&req, cases[i].lang, cases[i].code);
+        cf_bytes_set(&req.stdin_data, "from-stdin\n", 11);
+        assert_int_equal(run(f, &req, &res), 0);
+        assert_int_equal(res.status, CF_STATUS_SUCCESS);
+        if (!out_is(&res.stdout_data, cases[i].want))
+            fail_msg("%s: got '%.*s'", cf_language_name(cases[i].lang), (int)res.stdout_data.len,
+                     (const char *)res.stdout_data.data);
+        assert_string_equal(res.meta.isolation, "container");
+        assert_string_equal(res.meta.sandbox, "default");
+        cf_request_clear(&req);
+        cf_result_clear(&res);
+    }
+    /* A command found in the image's PATH (not the host's). */
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_COMMAND, NULL);
+    const char *argv[] = {"cat", "/etc/debian_version"};
+    req_argv(&req, 2, argv);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(res.stdout_data.len > 0);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+/* What the program is: uid 1000, no capabilities, no_new_privs, seccomp,
+ * its own pid 1 (the init), a read-only root, its own cgroup namespace. */
+static void test_identity_and_confinement(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL,
+             "id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' ';"
+             "cat /proc/1/cmdline | tr '\\0' ' '; echo;"
+             "touch /usr/x 2>/dev/null && echo root-writable || echo root-ro;"
+             "cat /proc/self/cgroup | head -1; cat /proc/self/uid_map | tr -s ' ';"
+             "echo ok > /work/w && cat /work/w; echo t > /tmp/t && cat /tmp/t; pwd");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    const cf_bytes *o = &res.stdout_data;
+    assert_true(out_has(o, "1000\n"));
+    assert_true(out_has(o, "CapEff: 0000000000000000"));
+    assert_true(out_has(o, "CapBnd: 0000000000000000"));
+    assert_true(out_has(o, "NoNewPrivs: 1"));
+    assert_true(out_has(o, "Seccomp: 2"));
+    assert_true(out_has(o, "/run/codefleet-init -- /bin/sh"));
+    assert_true(out_has(o, "root-ro"));
+    assert_true(out_has(o, ":/\n"));
+    char map[64];
+    snprintf(map, sizeof(map), " 1000 %d 1", UID_BASE);
+    assert_true(out_has(o, map));
+    assert_true(out_has(o, "ok\nt\n/work\n"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+/* The wall clock stops the container itself: nothing of it runs or is
+ * listed afterwards. */
+static void test_timeout_leaves_nothing(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init_timeout(&req, CF_LANG_SHELL, "sleep 30 & sleep 30; echo never", 1 * SEC);
+    req.policy.network = CF_NET_DISABLED;
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(run(f, &req, &res), 0);
+    int64_t took = cf_mono_us() - t0;
+    assert_int_equal(res.status, CF_STATUS_TIMEOUT);
+    assert_true(took < 5 * SEC);
+    assert_false(out_has(&res.stdout_data, "never"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+static void test_memory_hog(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_PYTHON, "b = []\nwhile True:\n    b.append(bytearray(8 << 20))\n");
+    req.policy.memory_bytes = 64 * MIB;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_MEMORY_EXCEEDED);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    /* tmpfs pages count too: /tmp cannot hold what memory may not. */
+    req_init(&req, CF_LANG_SHELL, "head -c 120M /dev/zero > /dev/shm/big; echo wrote");
+    req.policy.memory_bytes = 48 * MIB;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_true(res.status == CF_STATUS_MEMORY_EXCEEDED || res.status == CF_STATUS_FAILED);
+    assert_false(out_has(&res.stdout_data, "wrote"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+static void test_fork_bomb(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init_timeout(&req, CF_LANG_PYTHON,
+                     "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+                     "            time.sleep(30)\n            os._exit(0)\n        n += 1\n"
+                     "except OSError as e:\n    print('stopped after', n, e.errno)\n",
+                     10 * SEC);
+    req.policy.network = CF_NET_DISABLED;
+    req.policy.max_processes = 20;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_has(&res.stdout_data, "stopped after"));
+    /* At most max_processes of the program's own (the runtime's few are
+     * accounted apart). */
+    int n = atoi((const char *)res.stdout_data.data + strlen("stopped after "));
+    if (!(n > 0 && n < 20))
+        fail_msg("forked %d with max_processes 20 (the program itself is one)", n);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+static void test_output_flood_capped(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "yes flood");
+    req.policy.max_stdout_bytes = 64 * 1024;
+    req.policy.timeout_us = 3 * SEC;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_true(res.stdout_truncated);
+    assert_true(res.stdout_data.len <= 64 * 1024);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+/* No network: neither the host's loopback (a listener here) nor outside. */
+static void test_network_refused(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(ls, 4), 0);
+    socklen_t al = sizeof(a);
+    getsockname(ls, (struct sockaddr *)&a, &al);
+    char code[512];
+    snprintf(code, sizeof(code),
+             "import socket\nfor h, p in (('127.0.0.1', %d), ('1.1.1.1', 53)):\n    try:\n"
+             "        socket.create_connection((h, p), timeout=2)\n        print('reached', h)\n"
+             "    except OSError as e:\n        print('refused', h)\n",
+             ntohs(a.sin_port));
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_PYTHON, code);
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_has(&res.stdout_data, "refused 127.0.0.1"));
+    assert_true(out_has(&res.stdout_data, "refused 1.1.1.1"));
+    assert_false(out_has(&res.stdout_data, "reached"));
+    close(ls);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    /* Asking for the network is rejected, never run without it. */
+    req_init(&req, CF_LANG_SHELL, "echo hi");
+    req.policy.network = CF_NET_ENABLED;
+    char reason[256];
+    assert_int_equal(cf_policy_check(&f->be->caps, "container", &req, reason, sizeof(reason)), -1);
+    assert_non_null(strstr(reason, "network=enabled"));
+    cf_request_clear(&req);
+    assert_nothing_left(f);
+}
+
+/* The environment is the allowlist's: nothing of the worker's. */
+static void test_env_and_signals(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    setenv("CF_CT_SECRET", "worker-secret", 1);
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "env; kill -9 $$; echo survived");
+    req_env(&req, "MINE", "yes");
+    assert_int_equal(run(f, &req, &res), 0);
+    /* The init forwards: the shell's own SIGKILL ends it (not ignored as
+     * pid 1 would). */
+    assert_int_equal(res.status, CF_STATUS_FAILED);
+    assert_true(out_has(&res.stdout_data, "MINE=yes"));
+    assert_false(out_has(&res.stdout_data, "worker-secret"));
+    assert_false(out_has(&res.stdout_data, "survived"));
+    unsetenv("CF_CT_SECRET");
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+/* Files in, workspace files collected, nothing seen by the next run. */
+static void test_files_and_isolation_between_runs(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "cat in.txt; echo made > new.txt; echo left > /tmp/left; sleep 60 &");
+    req_file(&req, "in.txt", "placed\n");
+    cf_file ws = {.path = "ws.txt"};
+    cf_bytes_set(&ws.content, "workspace\n", 10);
+    cf_exec_files files = {.place = &ws, .n_place = 1, .collect = true, .max_files = 10, .max_bytes = 1 << 20};
+    cf_exec_ctx ctx = {.slot = 1, .worker_id = "test", .files = &files};
+    memset(&res, 0, sizeof(res));
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(f->be->ops->execute(f->be->state, &ctx, &req, &res, &err), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "placed\n"));
+    bool saw_new = false;
+    for (size_t i = 0; i < files.n_collected; i++)
+        saw_new |= strcmp(files.collected[i].path, "new.txt") == 0;
+    assert_true(saw_new);
+    cf_workdir_files_free(files.collected, files.n_collected);
+    free(files.collect_error);
+    free(ws.content.data);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    /* The same slot again: a fresh work dir and /tmp. */
+    req_init(&req, CF_LANG_SHELL, "ls; cat /tmp/left 2>/dev/null || echo clean");
+    assert_int_equal(run_slot(f, 1, &req, &res), 0);
+    assert_true(out_is(&res.stdout_data, "clean\n"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+/* Images: an unknown one is rejected with its name; compiled C through the
+ * image's own compiler is the pipeline's, covered by the fleet test. */
+static void test_unknown_image_rejected(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "echo hi");
+    req.image = strdup("nope");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_REJECTED);
+    assert_non_null(strstr(res.reason, "image 'nope'"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+/* An image directory that others may write is refused at start. */
+static void test_writable_image_refused(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    char dir[] = "/tmp/cf-ctimg-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    chmod(dir, 0777);
+    char spec[128];
+    snprintf(spec, sizeof(spec), "bad=%s", dir);
+    cf_backend_config cfg = f->cfg;
+    cfg.container_images = spec;
+    cf_backend_set *set = NULL;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_backend_set_new("container", &cfg, &set, &err), -1);
+    assert_non_null(strstr(err.msg, "writable by nobody else"));
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_languages_and_stdin),
+        cmocka_unit_test(test_identity_and_confinement),
+        cmocka_unit_test(test_timeout_leaves_nothing),
+        cmocka_unit_test(test_memory_hog),
+        cmocka_unit_test(test_fork_bomb),
+        cmocka_unit_test(test_output_flood_capped),
+        cmocka_unit_test(test_network_refused),
+        cmocka_unit_test(test_env_and_signals),
+        cmocka_unit_test(test_files_and_isolation_between_runs),
+        cmocka_unit_test(test_unknown_image_rejected),
+        cmocka_unit_test(test_writable_image_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
