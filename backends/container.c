@@ -17,9 +17,10 @@
  *   - the image's root filesystem read-only, /work bound read-write (or
  *     read-only for workspace_ro), /run/codefleet read-only with its out/
  *     writable, private /tmp and /dev/shm tmpfs with size caps;
- *   - pid 1 is the host's static tini bound in at /run/codefleet-init: it
- *     reaps orphans and forwards signals, so the program is not a pid 1
- *     that ignores its own signals;
+ *   - pid 1 is codefleet-container-init (static) bound in at
+ *     /run/codefleet-init: it reaps orphans and forwards signals, so the
+ *     program is not a pid 1 that ignores its own signals, and reports the
+ *     program's own exit status or signal on a pipe (its fd 4);
  *   - new user (the program is uid 1000 inside, mapped to the slot's run
  *     uid alone; root is not mapped), pid, mount, network (loopback only),
  *     ipc, uts and cgroup namespaces; no capabilities at all;
@@ -75,7 +76,7 @@
 #define DEFAULT_WORK (128LL << 20)
 #define DEFAULT_INODES 16384
 /* Besides the program's own: crun, which waits for the container, and
- * tini, its pid 1 (crun's setup child becomes tini). */
+ * the init, its pid 1 (crun's setup child becomes the init). */
 #define RUNTIME_PIDS 2
 #define LOG_MAX 4096
 #define DELETE_TIMEOUT_US (10 * 1000000LL)
@@ -382,7 +383,7 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         goto fail;
     }
     const char *rt = cfg->container_runtime && cfg->container_runtime[0] ? cfg->container_runtime : "/usr/bin/crun";
-    const char *init = cfg->container_init && cfg->container_init[0] ? cfg->container_init : "/usr/bin/tini-static";
+    const char *init = cfg->container_init ? cfg->container_init : "";
     const char *sroot = cfg->container_state && cfg->container_state[0] ? cfg->container_state : "/run/codefleet/crun";
     if (rt[0] != '/' || access(rt, X_OK) < 0) {
         cf_error_set(err, CF_E_UNSUPPORTED, "container: runtime '%s' is not an executable absolute path (install crun)",
@@ -391,7 +392,7 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     }
     if (init[0] != '/' || access(init, X_OK) < 0) {
         cf_error_set(err, CF_E_UNSUPPORTED,
-                     "container: init '%s' is not an executable absolute path (install tini: tini-static)", init);
+                     "container: init '%s' is not an executable absolute path (codefleet-container-init)", init);
         goto fail;
     }
     if (sroot[0] != '/' || cf_strlcpy(st->state_root, sroot, sizeof(st->state_root)) >= sizeof(st->state_root) ||
@@ -476,7 +477,7 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     caps->controls = CF_CTL_TIMEOUT | CF_CTL_CPU_TIME | CF_CTL_MEMORY | CF_CTL_MAX_PROCESSES | CF_CTL_STDOUT_CAP |
                      CF_CTL_STDERR_CAP | CF_CTL_FILE_SIZE | CF_CTL_ENV_ALLOWLIST | CF_CTL_NETWORK_DISABLED |
                      CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW | CF_CTL_STREAM;
-    cf_exec_notes_add(&st->base, "runtime %s (%s) with --cgroup-manager=disabled%s; init %s as pid 1", st->runtime,
+    cf_exec_notes_add(&st->base, "runtime %s (%s) with --cgroup-manager=disabled%s; %s as pid 1", st->runtime,
                       st->version, st->mask_unified ? ", in a mount namespace hiding the hybrid v2 mount" : "",
                       st->init);
     for (size_t i = 0; i < st->n_images; i++) {
@@ -570,8 +571,8 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     json_t *args = json_array(), *env = json_array(), *rl = json_array(), *mounts = json_array();
     json_t *cfg = NULL;
     bool ok = args && env && rl && mounts;
-    /* tini as pid 1, the program its child (argv[0] as the program sees
-     * its path: the interpreter's or the command's). */
+    /* The init as pid 1, the program its child (argv[0] as the program
+     * sees its path: the interpreter's or the command's). */
     ok = ok && json_array_append_new(args, json_string(INIT_IN)) == 0 &&
          json_array_append_new(args, json_string("--")) == 0 &&
          json_array_append_new(args, json_string(spec->path)) == 0;
@@ -805,7 +806,7 @@ static bool in_list(const pid_t *v, size_t n, pid_t p)
     return false;
 }
 
-/* The runner's kill_all.  The container's pid 1 (tini, the runtime's
+/* The runner's kill_all.  The container's pid 1 (the init, the runtime's
  * child) goes first: the kernel then kills everything in its pid
  * namespace, and the runtime reaps it, removes the container and exits
  * like after any other end.  Killing the runtime with the rest would leave
@@ -854,8 +855,11 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
         return -1;
     char logopt[PATH_MAX + 16];
     snprintf(logopt, sizeof(logopt), "--log=file:%s/log", r->bundle);
+    /* fd 4 of the runtime (the runner's pass_fd) is the init's report
+     * pipe; fd 3 is whatever the runtime opens first, which the init
+     * closes. */
     char *argv[] = {st->runtime, "--root",  st->state_root, "--cgroup-manager=disabled", logopt,
-                    "--log-format=json", "run", "--bundle", r->bundle, r->id, NULL};
+                    "--log-format=json", "run", "--preserve-fds=2", "--bundle", r->bundle, r->id, NULL};
     static char *const envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
     spec->path = st->runtime;
     spec->argv = argv;
@@ -880,9 +884,39 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
     spec->cgroup_joined = &r->child.cg_joined;
     spec->kill_all = ct_kill_all;
     spec->kill_all_arg = r;
-    if (cf_run(spec, o, err) < 0)
+    int rep[2];
+    if (pipe2(rep, O_CLOEXEC) < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: pipe");
+    spec->pass_fd = rep[1]; /* cf_run's from here on */
+    if (cf_run(spec, o, err) < 0) {
+        close(rep[0]);
         return cf_error_wrap(err, "container");
+    }
     cf_cgroup_kill_all(r->cg);
+    /* Every writer is gone (the runtime and the container ended). */
+    char line[64];
+    ssize_t n = read(rep[0], line, sizeof(line) - 1);
+    close(rep[0]);
+    int v;
+    if (n > 0 && !o->timed_out && !o->cancelled && !o->cpu_exceeded) {
+        line[n] = '\0';
+        /* The program's own end, not the runtime's 128+N. */
+        if (sscanf(line, "exec-failed %d", &v) == 1 && v > 0) {
+            o->exited = true;
+            o->exit_code = 127;
+            o->signal = 0;
+            o->exec_failed = true;
+            o->exec_errno = v;
+        } else if (sscanf(line, "signaled %d", &v) == 1 && v > 0 && v < 65) {
+            o->exited = false;
+            o->exit_code = 0;
+            o->signal = v;
+        } else if (sscanf(line, "exited %d", &v) == 1 && v >= 0 && v < 256) {
+            o->exited = true;
+            o->exit_code = v;
+            o->signal = 0;
+        }
+    }
     if (o->timed_out || o->cancelled || o->cpu_exceeded)
         return 0;
     char msg[512];
@@ -915,7 +949,7 @@ static int ct_trial(ct_state *st, cf_error *err)
         in.spec = &prog;
         rc = ct_run_container(&r, &in, &spec, &o, err);
     }
-    if (rc == 0 && !(o.exited && o.exit_code == 0 && o.out.len && memmem(o.out.data, o.out.len, "tini", 4))) {
+    if (rc == 0 && !(o.exited && o.exit_code == 0 && o.out.len && memmem(o.out.data, o.out.len, "codefleet-container-init", 24))) {
         char why[300];
         cf_run_outcome_describe(&o, why, sizeof(why));
         rc = cf_error_set(err, CF_E_UNSUPPORTED, "container: the trial container did not run: %s", why);

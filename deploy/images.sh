@@ -54,8 +54,8 @@ if [[ -z $suite ]]; then
     [[ -n $suite ]] || suite=bookworm
 fi
 mirror=${CODEFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-# What each default language needs; tini is not in it (the backend binds the
-# host's static tini as the container's init, so any image gets one).
+# What each default language needs; the init is not in it (the backend binds
+# its static codefleet-container-init in as pid 1, so any image gets one).
 include=python3,nodejs,gcc,g++,libc6-dev,ca-certificates
 stamp="suite=$suite include=$include layout=1"
 

@@ -2817,7 +2817,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .zygote_max_requests = cfg->zygote_max_requests,
         .container_images = cfg->container_images,
         .container_runtime = cfg->container_runtime,
-        .container_init = cfg->container_init,
+        .container_init = cfg->container_init && cfg->container_init[0] ? cfg->container_init
+                                                                        : CF_DEFAULT_CONTAINER_INIT,
         .container_state = cfg->container_state,
         .embed_helper_path = cfg->embed_helper_path && cfg->embed_helper_path[0] ? cfg->embed_helper_path
                                                                                   : CF_DEFAULT_EMBED_HELPER,

@@ -159,9 +159,10 @@ static const cf_conf_prop worker_props[] = {
      "the container backend is unavailable.", NULL},
     {"container-runtime", CF_CONF_STRING, OFF(container_runtime), 0, 1024, "/usr/bin/crun", NULL,
      "Container backend: the OCI runtime (crun; absolute path).", NULL},
-    {"container-init", CF_CONF_STRING, OFF(container_init), 0, 1024, "/usr/bin/tini-static", NULL,
-     "Container backend: a statically linked init bound read-only into every container as its pid 1 (reaps "
-     "orphans, forwards signals): Debian's tini-static.", NULL},
+    {"container-init", CF_CONF_STRING, OFF(container_init), 0, 1024, "", NULL,
+     "Container backend: the statically linked init bound read-only into every container as its pid 1 (reaps "
+     "orphans, forwards signals, reports the program's own exit or signal); default: the "
+     "codefleet-container-init built with this worker.", NULL},
     {"container-state", CF_CONF_STRING, OFF(container_state), 0, 1024, "/run/codefleet/crun", NULL,
      "Container backend: the runtime's state directory (--root) for this host's codefleet containers; the "
      "start-up sweep removes what dead workers left in it.", NULL},

@@ -87,6 +87,7 @@ static struct {
     bool worker_started;
     bool cold; /* the worker builds every sandbox for its request */
     bool zygote; /* every program is started by a fork of the slot's zygote */
+    const char *backend; /* "sandbox", or "container" (CF_HOSTILE_SANDBOX=container) */
     cf_dispatcher *d;
     cf_cgroup_env *demo_env;
     int demo_seq;
@@ -394,7 +395,7 @@ static void hostile_request(cf_request *req, const char *args)
     char code[1024];
     snprintf(code, sizeof(code), "chmod 755 hostile && exec ./hostile %s\n", args);
     it_request_init(req, CF_LANG_SHELL, code);
-    req->backend = strdup("sandbox");
+    req->backend = strdup(g.backend);
     req->files = calloc(1, sizeof(cf_file));
     req->files[0].path = strdup("hostile");
     cf_bytes_set(&req->files[0].content, g.bin, g.bin_len);
@@ -449,13 +450,14 @@ static void run_request(const cf_request *req, cf_result *res)
         dump_result(res, req->id);
         it_worker_dump_log(&g.w);
     }
-    if (res->status != CF_STATUS_REJECTED && (!res->meta.backend || strcmp(res->meta.backend, "sandbox") != 0))
-        fail_msg("%s ran on backend %s, not sandbox", req->id, res->meta.backend ? res->meta.backend : "-");
+    if (res->status != CF_STATUS_REJECTED && (!res->meta.backend || strcmp(res->meta.backend, g.backend) != 0))
+        fail_msg("%s ran on backend %s, not %s", req->id, res->meta.backend ? res->meta.backend : "-", g.backend);
     /* The path under test served it: warm unless cold was asked for or the
      * request needs one built for it. */
     if (res->status != CF_STATUS_REJECTED && res->status != CF_STATUS_INTERNAL_ERROR) {
         bool fits = req->policy.network != CF_NET_ENABLED && req->policy.fs_mode != CF_FS_PATHS;
-        const char *want = !fits ? "cold" : g.zygote ? "zygote" : g.cold ? "cold" : "warm";
+        const char *want = strcmp(g.backend, "container") == 0 ? "default" /* the image */
+                           : !fits ? "cold" : g.zygote ? "zygote" : g.cold ? "cold" : "warm";
         if (!res->meta.sandbox || strcmp(res->meta.sandbox, want) != 0)
             fail_msg("%s ran in a %s sandbox, not %s", req->id, res->meta.sandbox ? res->meta.sandbox : "-", want);
     }
@@ -704,7 +706,7 @@ static void after_case(const char *what)
     }
     cf_request req;
     it_request_init(&req, CF_LANG_SHELL, "echo still-here");
-    req.backend = strdup("sandbox");
+    req.backend = strdup(g.backend);
     req.policy.timeout_us = 10 * SEC;
     cf_result res;
     run_request(&req, &res);
@@ -956,9 +958,19 @@ static int group_setup(void **state)
     const char *mode = getenv("CF_HOSTILE_SANDBOX") ? getenv("CF_HOSTILE_SANDBOX") : "warm";
     g.cold = strcmp(mode, "cold") == 0;
     g.zygote = strcmp(mode, "zygote") == 0;
-    const char *extra[] = {"--backends=sandbox,process", a_root, "--slots=1", "--max-timeout=60s",
+    /* CF_HOSTILE_SANDBOX=container: every program in the container backend
+     * (crun, the default image of deploy/images.sh). */
+    bool container = strcmp(mode, "container") == 0;
+    g.backend = container ? "container" : "sandbox";
+    char a_images[4200];
+    const char *images_dir = getenv("CODEFLEET_IMAGES");
+    snprintf(a_images, sizeof(a_images), "--container-images=default=%.2000s/default/rootfs",
+             images_dir && images_dir[0] ? images_dir : "/var/lib/codefleet/images");
+    const char *extra[] = {container ? "--backends=container,sandbox,process" : "--backends=sandbox,process", a_root,
+                           "--slots=1", "--max-timeout=60s",
                            g.cold || g.zygote ? "--sandbox-warm=false" : "--sandbox-warm=true",
-                           g.zygote ? "--zygote-exec=true" : "--zygote-exec=false", NULL};
+                           g.zygote ? "--zygote-exec=true" : "--zygote-exec=false",
+                           container ? a_images : "--container-images=", NULL};
     /* The canary lives in the worker's environment only. */
     setenv(CANARY_ENV, g.canary, 1);
     it_worker_start(&g.w, &g.t, "hostile-w1", extra);
@@ -995,7 +1007,7 @@ static int group_setup(void **state)
     }
     cf_request req;
     it_request_init(&req, CF_LANG_SHELL, "cat /proc/self/uid_map; echo warm");
-    req.backend = strdup("sandbox");
+    req.backend = strdup(g.backend);
     req.policy.timeout_us = 20 * SEC;
     cf_result res;
     memset(&res, 0, sizeof(res));
@@ -1017,10 +1029,10 @@ static int group_setup(void **state)
             return -1;
         }
     }
-    if (res.status != CF_STATUS_SUCCESS || !res.meta.isolation || strcmp(res.meta.isolation, "sandbox") != 0) {
+    if (res.status != CF_STATUS_SUCCESS || !res.meta.isolation || strcmp(res.meta.isolation, g.backend) != 0) {
         dump_result(&res, "warm-up in the sandbox");
         it_worker_dump_log(&g.w);
-        fprintf(stderr, "FAILED: the sandbox backend does not run programs on this host\n");
+        fprintf(stderr, "FAILED: the %s backend does not run programs on this host\n", g.backend);
         return -1;
     }
     fprintf(stderr, "hostile: sandbox ready; uid_map of an execution: %s", res_stdout(&res));
@@ -1030,7 +1042,7 @@ static int group_setup(void **state)
      * serves. */
     for (int i = 0; g.zygote; i++) {
         it_request_init(&req, CF_LANG_SHELL, "true");
-        req.backend = strdup("sandbox");
+        req.backend = strdup(g.backend);
         req.policy.timeout_us = 20 * SEC;
         memset(&res, 0, sizeof(res));
         bool up = cf_dispatcher_submit(g.d, &req, &err) == 0 && cf_dispatcher_wait(g.d, req.id, 20 * SEC, &res, &err) == 0 &&
@@ -1547,7 +1559,7 @@ static void test_stdio_by_name(void **state)
     REQUIRE_SUITE();
     cf_request req;
     it_request_init(&req, CF_LANG_SHELL, "cat /dev/stdin; echo x > /dev/stdout; echo y > /dev/stderr");
-    req.backend = strdup("sandbox");
+    req.backend = strdup(g.backend);
     req.policy.timeout_us = 10 * SEC;
     cf_bytes_set(&req.stdin_data, "from stdin\n", 11);
     cf_result res;

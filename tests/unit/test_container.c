@@ -75,6 +75,10 @@ static int make_set(fixture *f, const char *images)
     f->cfg.run_uid_base = UID_BASE;
     f->cfg.container_images = images;
     f->cfg.container_state = f->state;
+    static char init[PATH_MAX];
+    snprintf(init, sizeof(init), "%s/backends/codefleet-container-init",
+             getenv("CF_BINARY_DIR") ? getenv("CF_BINARY_DIR") : "build");
+    f->cfg.container_init = init;
     f->cfg.compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP;
     cf_error err;
     if (cf_backend_set_new("container", &f->cfg, &f->set, &err) < 0) {
@@ -352,6 +356,28 @@ static void test_identity_and_confinement(void **state)
     assert_nothing_left(f);
 }
 
+/* The program holds stdin, stdout and stderr and nothing else: not the
+ * init's report pipe, not the runtime's log file. */
+static void test_no_inherited_fds(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_PYTHON,
+             "import os\nopen_fds = []\nfor fd in range(0, 1024):\n    try:\n        os.fstat(fd)\n"
+             "        open_fds.append(fd)\n    except OSError:\n        pass\nprint(open_fds)\n"
+             "for fd in (3, 4):\n    try:\n        os.open('/proc/1/fd/%d' % fd, os.O_WRONLY)\n        print('reached', fd)\n"
+             "    except OSError as e:\n        print('refused', fd)\n");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    if (!out_has(&res.stdout_data, "[0, 1, 2]\n") || out_has(&res.stdout_data, "reached"))
+        fail_msg("fds: %.*s", (int)res.stdout_data.len, (const char *)res.stdout_data.data);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
 /* The wall clock stops the container itself: nothing of it runs or is
  * listed afterwards. */
 static void test_timeout_leaves_nothing(void **state)
@@ -488,9 +514,10 @@ static void test_env_and_signals(void **state)
     req_init(&req, CF_LANG_SHELL, "env; kill -9 $$; echo survived");
     req_env(&req, "MINE", "yes");
     assert_int_equal(run(f, &req, &res), 0);
-    /* The init forwards: the shell's own SIGKILL ends it (not ignored as
-     * pid 1 would). */
+    /* The shell is not pid 1: its own SIGKILL ends it (a pid 1 would have
+     * it ignored), and the result says so, not "exit 137". */
     assert_int_equal(res.status, CF_STATUS_FAILED);
+    assert_int_equal(res.signal, SIGKILL);
     assert_true(out_has(&res.stdout_data, "MINE=yes"));
     assert_false(out_has(&res.stdout_data, "worker-secret"));
     assert_false(out_has(&res.stdout_data, "survived"));
@@ -581,6 +608,7 @@ int main(void)
         cmocka_unit_test(test_caps),
         cmocka_unit_test(test_languages_and_stdin),
         cmocka_unit_test(test_identity_and_confinement),
+        cmocka_unit_test(test_no_inherited_fds),
         cmocka_unit_test(test_timeout_leaves_nothing),
         cmocka_unit_test(test_memory_hog),
         cmocka_unit_test(test_fork_bomb),
