@@ -39,7 +39,9 @@
 #include "cf_backend.h"
 #include "exec_common.h"
 #include "sandbox_cgroup.h"
+#include "sandbox_child.h"
 #include "sandbox_instance.h"
+#include "sandbox_net.h"
 #include "sandbox_seccomp.h"
 
 #include "cf_log.h"
@@ -57,10 +59,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define CT_PREFIX "cfct-"
@@ -86,6 +90,7 @@ typedef struct ct_image {
     char name[CF_IMAGE_NAME_MAX + 1];
     char root[PATH_MAX]; /* canonical */
     uint32_t languages;
+    bool has_resolv;     /* /etc/resolv.conf to bind slirp's DNS onto */
 } ct_image;
 
 typedef struct ct_slot {
@@ -109,6 +114,8 @@ typedef struct ct_state {
     bool inst_bound;
     ct_image images[MAX_IMAGES];
     size_t n_images;
+    char slirp[PATH_MAX];  /* network=enabled through it; "" not offered */
+    char resolv[PATH_MAX]; /* <inst>/resolv.conf naming slirp's DNS */
     int slots;
     ct_slot *slot;
     int64_t uid_base, def_memory, def_pids, tmp_bytes, work_bytes, inodes;
@@ -294,6 +301,7 @@ static int parse_images(ct_state *st, const char *spec, const cf_backend_config 
                                     "container: image '%s' lacks the codefleet layout (directories /work, %s, /tmp, "
                                     "/dev, /proc and an empty file %s; see deploy/images.sh)",
                                     item, RUN_DIR, INIT_IN);
+            im->has_resolv = image_has(im->root, "/etc/resolv.conf", false);
             im->languages = 1u << CF_LANG_COMMAND;
             if (cfg->shell_path && cf_exec_file_in_root(im->root, cfg->shell_path))
                 im->languages |= 1u << CF_LANG_SHELL;
@@ -465,6 +473,16 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
             goto fail;
         }
 
+    /* network=enabled: a network namespace of its own behind slirp4netns,
+     * egress only, as in the sandbox. */
+    char netwhy[200];
+    size_t n_host = 0;
+    if (cf_net_offer_check(cfg->slirp4netns_path, st->inst, netwhy, sizeof(netwhy), &n_host, st->resolv,
+                           sizeof(st->resolv), err) < 0)
+        goto fail;
+    if (!netwhy[0])
+        cf_strlcpy(st->slirp, cfg->slirp4netns_path, sizeof(st->slirp));
+
     /* The runtime, the init, the namespaces, the profile and an image, for
      * real: a container that prints the init's version. */
     if (ct_trial(st, err) < 0)
@@ -477,6 +495,8 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     caps->controls = CF_CTL_TIMEOUT | CF_CTL_CPU_TIME | CF_CTL_MEMORY | CF_CTL_MAX_PROCESSES | CF_CTL_STDOUT_CAP |
                      CF_CTL_STDERR_CAP | CF_CTL_FILE_SIZE | CF_CTL_ENV_ALLOWLIST | CF_CTL_NETWORK_DISABLED |
                      CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW | CF_CTL_STREAM;
+    if (st->slirp[0])
+        caps->controls |= CF_CTL_NETWORK_ENABLED;
     cf_exec_notes_add(&st->base, "runtime %s (%s) with --cgroup-manager=disabled%s; %s as pid 1", st->runtime,
                       st->version, st->mask_unified ? ", in a mount namespace hiding the hybrid v2 mount" : "",
                       st->init);
@@ -503,10 +523,19 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     cf_exec_notes_add(&st->base,
                       "read-only image root; uid 1000 inside = host uids %lld..%lld, root unmapped; no capabilities, "
                       "no_new_privs, the sandbox's seccomp table; own pid/mount/net (loopback only)/ipc/uts/cgroup/"
-                      "user namespaces; network=enabled and fs_mode=paths NOT offered; work dir tmpfs %lld MiB, "
-                      "/tmp and /dev/shm %lld MiB",
+                      "user namespaces; fs_mode=paths NOT offered; work dir tmpfs %lld MiB, /tmp and /dev/shm %lld "
+                      "MiB",
                       (long long)st->uid_base, (long long)(st->uid_base + st->slots - 1),
                       (long long)(st->work_bytes >> 20), (long long)(st->tmp_bytes >> 20));
+    if (st->slirp[0])
+        cf_exec_notes_add(&st->base,
+                          "network=enabled = egress only, as in the sandbox: a network namespace of the worker's behind "
+                          "slirp4netns (host loopback unreachable; private, link-local, shared, reserved and multicast "
+                          "ranges and the host's %zu own addresses refused unless a profile allows a destination; no "
+                          "IPv6); the program has no capability over it",
+                          n_host);
+    else
+        cf_exec_notes_add(&st->base, "network=enabled NOT offered (%s)", netwhy);
     if (swept_containers || swept_dirs || swept_cgroups)
         cf_exec_notes_add(&st->base, "swept %d container(s), %d dir(s) and %d cgroup(s) of dead workers",
                           swept_containers, swept_dirs, swept_cgroups);
@@ -562,6 +591,8 @@ typedef struct ct_bundle_in {
     bool work_rw;
     uid_t host_id;
     long cpu_rlimit_s;      /* 0: none */
+    const char *netns;      /* network=enabled: /proc/<holder>/ns/net; NULL: a new, empty one */
+    const char *resolv;     /* bound onto /etc/resolv.conf; NULL: none */
 } ct_bundle_in;
 
 /* config.json text (caller frees), or NULL (out of memory). */
@@ -569,8 +600,16 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
 {
     const cf_run_spec *spec = in->spec;
     json_t *args = json_array(), *env = json_array(), *rl = json_array(), *mounts = json_array();
+    json_t *ns = json_array();
     json_t *cfg = NULL;
-    bool ok = args && env && rl && mounts;
+    bool ok = args && env && rl && mounts && ns;
+    static const char *const ns_types[] = {"pid", "network", "ipc", "uts", "mount", "user", "cgroup"};
+    for (size_t i = 0; ok && i < sizeof(ns_types) / sizeof(ns_types[0]); i++) {
+        json_t *e = json_pack("{s:s}", "type", ns_types[i]);
+        if (e && in->netns && strcmp(ns_types[i], "network") == 0)
+            ok = json_object_set_new(e, "path", json_string(in->netns)) == 0;
+        ok = ok && json_array_append_new(ns, e) == 0;
+    }
     /* The init as pid 1, the program its child (argv[0] as the program
      * sees its path: the interpreter's or the command's). */
     ok = ok && json_array_append_new(args, json_string(INIT_IN)) == 0 &&
@@ -612,12 +651,15 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
              json_array_append_new(mounts, mount_entry(RUN_DIR, "bind", in->run_host, "rbind,ro,nosuid,nodev")) == 0 &&
              json_array_append_new(mounts,
                                    mount_entry(RUN_DIR "/out", "bind", in->out_host, "rbind,rw,nosuid,nodev")) == 0;
+    if (ok && in->resolv)
+        ok = json_array_append_new(mounts, mount_entry("/etc/resolv.conf", "bind", in->resolv,
+                                                       "bind,ro,nosuid,nodev,noexec")) == 0;
     json_error_t jerr;
     if (ok) {
         cfg = json_pack_ex(&jerr, 0, 
             "{s:s, s:{s:b, s:{s:i, s:i}, s:O, s:O, s:s, s:b, s:i, s:{s:[], s:[], s:[], s:[], s:[]}, s:O},"
             " s:{s:s, s:b}, s:s, s:O,"
-            " s:{s:[{s:s},{s:s},{s:s},{s:s},{s:s},{s:s},{s:s}], s:[{s:i, s:i, s:i}], s:[{s:i, s:i, s:i}],"
+            " s:{s:O, s:[{s:i, s:i, s:i}], s:[{s:i, s:i, s:i}],"
             "    s:[s,s,s,s,s,s,s,s,s], s:[s,s,s,s,s,s], s:O}}",
             "ociVersion", "1.0.2",
             "process", "terminal", 0, "user", "uid", IN_ID, "gid", IN_ID, "args", args, "env", env, "cwd",
@@ -626,8 +668,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
             "root", "path", in->image->root, "readonly", 1,
             "hostname", "codefleet",
             "mounts", mounts,
-            "linux", "namespaces", "type", "pid", "type", "network", "type", "ipc", "type", "uts", "type", "mount",
-            "type", "user", "type", "cgroup",
+            "linux", "namespaces", ns,
             "uidMappings", "containerID", IN_ID, "hostID", (int)in->host_id, "size", 1,
             "gidMappings", "containerID", IN_ID, "hostID", (int)in->host_id, "size", 1,
             "maskedPaths", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
@@ -640,6 +681,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     json_decref(env);
     json_decref(rl);
     json_decref(mounts);
+    json_decref(ns);
     if (!cfg) {
         if (ok)
             cf_log_error("container", "config.json: %s", jerr.text);
@@ -715,6 +757,7 @@ typedef struct ct_run {
     int slot;
     const ct_image *image;
     cf_cgroup *cg;
+    int helpers;          /* processes of ours in the cgroup besides the container's (network) */
     ct_child child;
     char id[128];
     char bundle[PATH_MAX];
@@ -835,7 +878,7 @@ static void ct_kill_all(pid_t pid, void *arg)
                 killed |= kill((pid_t)c, SIGKILL) == 0;
         }
         /* The runtime's own exit, briefly: it only reaps and cleans up. */
-        for (int i = 0; killed && i < 200 && cf_cgroup_nprocs(r->cg) > 0; i++)
+        for (int i = 0; killed && i < 200 && cf_cgroup_nprocs(r->cg) > r->helpers; i++)
             usleep(5000);
     }
     cf_cgroup_kill_all(r->cg);
@@ -976,6 +1019,105 @@ static int ct_trial(ct_state *st, cf_error *err)
     return rc;
 }
 
+/* ---- network=enabled ---- */
+
+/* A process holding a network namespace of the worker's (owned by the
+ * host's user namespace, so the program, in a user namespace of its own,
+ * has no capability over it: it cannot change the routes), with loopback
+ * up, slirp4netns attached and the sandbox's refusing routes; crun joins
+ * it by path.  The holder and slirp4netns run in the execution's cgroup:
+ * their memory and CPU are the execution's and they die with it. */
+typedef struct ct_net {
+    pid_t holder;
+    int hold_fd; /* closing it ends the holder */
+    cf_net_egress egress;
+    char path[64];
+} ct_net;
+
+#define NET_READY_US (5 * 1000000LL)
+
+static void net_stop(ct_net *n)
+{
+    cf_net_egress_stop(&n->egress);
+    if (n->hold_fd >= 0)
+        close(n->hold_fd);
+    n->hold_fd = -1;
+    if (n->holder > 0) {
+        kill(n->holder, SIGKILL);
+        while (waitpid(n->holder, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+    n->holder = 0;
+}
+
+static int net_start(ct_run *r, const cf_exec_ctx *ctx, ct_net *n, cf_error *err)
+{
+    cf_net_routes routes;
+    if (cf_net_default_blocks(&routes, err) < 0 || cf_net_set_allows(&routes, ctx->net_allow, ctx->n_net_allow, err) < 0)
+        return -1;
+    int go[2], ready[2];
+    if (pipe2(go, O_CLOEXEC) < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: pipe");
+    if (pipe2(ready, O_CLOEXEC) < 0) {
+        int e = errno;
+        close(go[0]);
+        close(go[1]);
+        return cf_error_set_errno(err, CF_E_SYSTEM, e, "container: pipe");
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Async-signal-safe calls only: a copy of a threaded worker. */
+        close(go[1]);
+        close(ready[0]);
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+        char c = 0;
+        if (unshare(CLONE_NEWNET) < 0 || cf_child_loopback_up() < 0 || write(ready[1], "n", 1) != 1)
+            _exit(1);
+        if (read(go[0], &c, 1) != 1)
+            _exit(0);
+        if (cf_net_egress_routes(&routes) < 0 || write(ready[1], "r", 1) != 1)
+            _exit(1);
+        while (read(go[0], &c, 1) > 0) {
+        }
+        _exit(0);
+    }
+    int e = errno;
+    close(go[0]);
+    close(ready[1]);
+    if (pid < 0) {
+        close(go[1]);
+        close(ready[0]);
+        return cf_error_set_errno(err, CF_E_SYSTEM, e, "container: fork");
+    }
+    n->holder = pid;
+    n->hold_fd = go[1];
+    int rc = -1;
+    char c = 0;
+    if (read(ready[0], &c, 1) != 1 || c != 'n') {
+        cf_error_set(err, CF_E_SANDBOX, "container: the network namespace could not be made");
+        goto out;
+    }
+    if (cf_cgroup_attach(r->cg, pid, err) < 0)
+        goto out;
+    r->helpers++;
+    if (cf_net_egress_start(r->st->slirp, pid, NET_READY_US, &n->egress, err) < 0)
+        goto out;
+    if (cf_cgroup_attach(r->cg, n->egress.pid, err) < 0)
+        goto out;
+    r->helpers++;
+    if (write(go[1], "g", 1) != 1 || read(ready[0], &c, 1) != 1 || c != 'r') {
+        cf_error_set(err, CF_E_SANDBOX, "container: the network namespace's routes could not be set");
+        goto out;
+    }
+    snprintf(n->path, sizeof(n->path), "/proc/%d/ns/net", (int)pid);
+    rc = 0;
+out:
+    close(ready[0]);
+    if (rc < 0 && err)
+        err->retriable = true;
+    return rc;
+}
+
 /* ---- per execution ---- */
 
 /* The runner's cpu hook: the execution's cgroup is its own, so its count
@@ -1023,18 +1165,21 @@ static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         return cf_exec_reject(res, "image '%s' has no %s (its languages are what it has an interpreter or compiler "
                                    "for)", im->name, cf_language_name(req->language));
     }
-    if (pol->network == CF_NET_ENABLED || pol->fs_mode == CF_FS_PATHS) {
+    bool network = pol->network == CF_NET_ENABLED;
+    if ((network && !st->slirp[0]) || pol->fs_mode == CF_FS_PATHS) {
         cf_exec_job_free(&job);
         return cf_exec_reject(res, "backend 'container' cannot enforce %s",
-                              pol->network == CF_NET_ENABLED ? "network=enabled" : "fs_mode=paths");
+                              network ? "network=enabled" : "fs_mode=paths");
     }
     int slot = ctx->slot;
     ct_run r = {.st = st, .s = &st->slot[slot], .slot = slot, .image = im};
     cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
+                            /* with network: the holder and slirp4netns */
                             .pids_max = (pol->max_processes > 0 ? pol->max_processes : st->def_pids) +
-                                        RUNTIME_PIDS};
+                                        RUNTIME_PIDS + (network ? 2 : 0)};
     cf_run_outcome outcome;
     memset(&outcome, 0, sizeof(outcome));
+    ct_net net = {.hold_fd = -1, .egress = {.pid = 0, .exit_fd = -1}};
     int rc = -1;
     if (ct_run_begin(&r, &lim, err) < 0)
         goto out;
@@ -1059,6 +1204,12 @@ static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
                        .run_host = cf_workdir_path(job.run), .out_host = out_host,
                        .work_rw = !(pol->fs_mode == CF_FS_WORKSPACE_RO || (ctx->files && ctx->files->read_only)),
                        .host_id = host_id};
+    if (network) {
+        if (net_start(&r, ctx, &net, err) < 0)
+            goto out;
+        in.netns = net.path;
+        in.resolv = st->resolv[0] && im->has_resolv ? st->resolv : NULL;
+    }
     /* cpu_time: the cgroup's total, RLIMIT_CPU a second later as backstop. */
     if (pol->cpu_time_us > 0 && cf_cgroup_env_has_cpuacct(st->cgenv)) {
         in.cpu_rlimit_s = (long)((pol->cpu_time_us + 999999) / 1000000) + 1;
@@ -1076,6 +1227,7 @@ static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     rc = cf_exec_job_finish(&job, ctx, &outcome, oom, cpu_us, err);
 out:
     ct_run_cleanup(&r);
+    net_stop(&net);
     cf_exec_job_free(&job);
     ct_run_unmount(&r);
     cf_run_outcome_free(&outcome);

@@ -452,31 +452,12 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     /* network=enabled: an own network namespace behind slirp4netns, never
      * the host's.  Without slirp4netns or /dev/net/tun it is not offered. */
     char netwhy[200] = "";
-    cf_net_routes probe_routes; /* only to check and report here: executions read their own */
-    if (!cfg->slirp4netns_path || !cfg->slirp4netns_path[0])
-        snprintf(netwhy, sizeof(netwhy), "no slirp4netns configured");
-    else if (cfg->slirp4netns_path[0] != '/' || access(cfg->slirp4netns_path, X_OK) < 0)
-        snprintf(netwhy, sizeof(netwhy), "slirp4netns '%.100s' is not an executable absolute path",
-                 cfg->slirp4netns_path);
-    else if (access("/dev/net/tun", R_OK | W_OK) < 0)
-        snprintf(netwhy, sizeof(netwhy), "no /dev/net/tun");
-    else if (access(CF_NET_UNSHARE, X_OK) < 0)
-        snprintf(netwhy, sizeof(netwhy), "no %s (util-linux)", CF_NET_UNSHARE);
-    else if (cf_net_default_blocks(&probe_routes, err) < 0)
+    size_t n_host = 0;
+    if (cf_net_offer_check(cfg->slirp4netns_path, st->inst, netwhy, sizeof(netwhy), &n_host, st->resolv,
+                           sizeof(st->resolv), err) < 0)
         goto fail;
-    if (!netwhy[0]) {
+    if (!netwhy[0])
         cf_strlcpy(st->slirp, cfg->slirp4netns_path, sizeof(st->slirp));
-        /* slirp4netns forwards DNS from 10.0.2.3 to the host's resolver. */
-        char rpath[PATH_MAX];
-        snprintf(rpath, sizeof(rpath), "%.4000s/" RESOLV_NAME, st->inst);
-        int fd = open(rpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (fd >= 0) {
-            static const char conf[] = "nameserver 10.0.2.3\n";
-            if (write(fd, conf, sizeof(conf) - 1) == (ssize_t)(sizeof(conf) - 1))
-                cf_strlcpy(st->resolv, rpath, sizeof(st->resolv));
-            close(fd);
-        }
-    }
 
     memset(caps, 0, sizeof(*caps));
     caps->isolation = "sandbox";
@@ -527,7 +508,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                           "network=enabled = egress only: an own network namespace behind slirp4netns (host loopback "
                           "unreachable; private, link-local, shared, reserved and multicast ranges and the host's %zu "
                           "own addresses refused unless a profile allows a destination; no IPv6)",
-                          probe_routes.n_host);
+                          n_host);
     else
         cf_exec_notes_add(&st->base, "network=enabled NOT offered (%s)", netwhy);
     cf_exec_notes_add(&st->base,

@@ -338,3 +338,37 @@ int cf_net_egress_routes(const cf_net_routes *r)
     errno = saved;
     return rc;
 }
+
+int cf_net_offer_check(const char *slirp_path, const char *dir, char *why, size_t why_size, size_t *n_host,
+                       char *resolv, size_t resolv_size, cf_error *err)
+{
+    why[0] = '\0';
+    resolv[0] = '\0';
+    *n_host = 0;
+    cf_net_routes probe; /* only to check and report here: executions read their own */
+    if (!slirp_path || !slirp_path[0])
+        snprintf(why, why_size, "no slirp4netns configured");
+    else if (slirp_path[0] != '/' || access(slirp_path, X_OK) < 0)
+        snprintf(why, why_size, "slirp4netns '%.100s' is not an executable absolute path", slirp_path);
+    else if (access("/dev/net/tun", R_OK | W_OK) < 0)
+        snprintf(why, why_size, "no /dev/net/tun");
+    else if (access(CF_NET_UNSHARE, X_OK) < 0)
+        snprintf(why, why_size, "no %s (util-linux)", CF_NET_UNSHARE);
+    else if (cf_net_default_blocks(&probe, err) < 0)
+        return -1;
+    if (why[0])
+        return 0;
+    *n_host = probe.n_host;
+    /* slirp4netns forwards DNS from 10.0.2.3 to the host's resolver. */
+    char rpath[4096];
+    if (snprintf(rpath, sizeof(rpath), "%.4000s/resolv.conf", dir) >= (int)sizeof(rpath))
+        return 0;
+    int fd = open(rpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0) {
+        static const char conf[] = "nameserver 10.0.2.3\n";
+        if (write(fd, conf, sizeof(conf) - 1) == (ssize_t)(sizeof(conf) - 1))
+            cf_strlcpy(resolv, rpath, resolv_size);
+        close(fd);
+    }
+    return 0;
+}

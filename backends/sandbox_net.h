@@ -67,6 +67,14 @@ void cf_net_egress_stop(cf_net_egress *e);
  * (rtnetlink; async-signal-safe).  Returns 0 or -1 with errno. */
 int cf_net_egress_routes(const cf_net_routes *r);
 
+/* Whether this host can offer network=enabled through slirp_path (may be
+ * NULL/""): fills why (empty when offered) and *n_host (the host's own
+ * addresses refused); when offered, writes <dir>/resolv.conf naming slirp's
+ * DNS forwarder and its path into resolv ("" when it could not).  -1 only
+ * for a failure of the host (err). */
+int cf_net_offer_check(const char *slirp_path, const char *dir, char *why, size_t why_size, size_t *n_host,
+                       char *resolv, size_t resolv_size, cf_error *err);
+
 /* "a.b.c.d/n" -> rule; -1 when not a canonical IPv4 CIDR. */
 int cf_cidr4_parse(const char *s, cf_cidr4 *out);
 

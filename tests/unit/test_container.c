@@ -16,7 +16,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +82,7 @@ static int make_set(fixture *f, const char *images)
              getenv("CF_BINARY_DIR") ? getenv("CF_BINARY_DIR") : "build");
     f->cfg.container_init = init;
     f->cfg.compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP;
+    f->cfg.slirp4netns_path = "/usr/bin/slirp4netns";
     cf_error err;
     if (cf_backend_set_new("container", &f->cfg, &f->set, &err) < 0) {
         fprintf(stderr, "container backend: %s\n", err.msg);
@@ -272,8 +275,9 @@ static void test_caps(void **state)
                     CF_CTL_STDERR_CAP | CF_CTL_FILE_SIZE | CF_CTL_ENV_ALLOWLIST | CF_CTL_NETWORK_DISABLED |
                     CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW;
     assert_int_equal(c->controls & want, want);
-    /* Not offered, so requests asking for them are rejected by the policy check. */
-    assert_false(c->controls & CF_CTL_NETWORK_ENABLED);
+    /* slirp4netns is installed by deploy/install.sh: egress is offered. */
+    assert_true(c->controls & CF_CTL_NETWORK_ENABLED);
+    /* Not offered, so requests asking for it are rejected by the policy check. */
     assert_false(c->controls & CF_CTL_FS_PATHS);
     assert_non_null(strstr(c->notes, "image default (default)"));
 }
@@ -493,13 +497,88 @@ static void test_network_refused(void **state)
     close(ls);
     cf_request_clear(&req);
     cf_result_clear(&res);
-    /* Asking for the network is rejected, never run without it. */
-    req_init(&req, CF_LANG_SHELL, "echo hi");
-    req.policy.network = CF_NET_ENABLED;
-    char reason[256];
-    assert_int_equal(cf_policy_check(&f->be->caps, "container", &req, reason, sizeof(reason)), -1);
-    assert_non_null(strstr(reason, "network=enabled"));
-    cf_request_clear(&req);
+    assert_nothing_left(f);
+}
+
+/* network=enabled is egress only, as in the sandbox: the host's loopback,
+ * slirp's gateway (the host), the host's own addresses and a private test
+ * host are refused, the test host is reached when the profile allows its
+ * range, and the program cannot change the routes that refuse. */
+static void test_network_enabled_egress_only(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    assert_non_null(strstr(f->be->caps.notes, "network=enabled = egress only"));
+    test_host th;
+    assert_true(test_host_up(&th, "ct", "10.236"));
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(ls, 8), 0);
+    socklen_t al = sizeof(a);
+    assert_int_equal(getsockname(ls, (struct sockaddr *)&a, &al), 0);
+    int port = ntohs(a.sin_port);
+    char code[2048];
+    snprintf(code, sizeof(code),
+             "import socket, subprocess\n"
+             "for name, host, port in [('loopback', '127.0.0.1', %d), ('gateway', '10.0.2.2', %d), "
+             "('host', '%s', %d), ('testhost', '%s', 7777)]:\n"
+             "    s = socket.socket(); s.settimeout(3)\n"
+             "    try:\n        s.connect((host, port)); print(name, 'ok', s.recv(5).decode() or '-')\n"
+             "    except OSError as e:\n        print(name, 'failed', e.errno)\n"
+             "import ctypes, struct\n"
+             "# RTM_DELROUTE of the prohibit route for 10.0.0.0/8 over rtnetlink\n"
+             "nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\n"
+             "rt = struct.pack('BBBBBBBBI', 2, 8, 0, 0, 254, 0, 0, 8, 0)\n"
+             "attr = struct.pack('HH4s', 8, 1, socket.inet_aton('10.0.0.0'))\n"
+             "body = rt + attr\n"
+             "msg = struct.pack('IHHII', 16 + len(body), 25, 0x5, 1, 0) + body\n"
+             "nl.send(msg); r = nl.recv(4096)\n"
+             "print('delroute', -struct.unpack('i', r[16:20])[0])\n",
+             port, port, th.ours, port, th.peer);
+    for (int i = 0; i < 2; i++) {
+        cf_request req;
+        cf_result res;
+        req_init(&req, CF_LANG_PYTHON, code);
+        req.policy.network = CF_NET_ENABLED;
+        cf_cidr4 allow;
+        cf_exec_ctx ctx = {.slot = 0, .worker_id = "test"};
+        if (i == 1) { /* the profile allows the test host's range */
+            struct in_addr in;
+            inet_pton(AF_INET, th.peer, &in);
+            allow.addr = htonl(ntohl(in.s_addr) & ~3u);
+            allow.len = 30;
+            ctx.net_allow = &allow;
+            ctx.n_net_allow = 1;
+        }
+        memset(&res, 0, sizeof(res));
+        cf_error err;
+        cf_error_clear(&err);
+        int rc = f->be->ops->execute(f->be->state, &ctx, &req, &res, &err);
+        if (rc < 0)
+            fail_msg("execute: %s", err.msg);
+        assert_int_equal(res.status, CF_STATUS_SUCCESS);
+        char out[1024];
+        size_t ol = res.stdout_data.len < sizeof(out) - 1 ? res.stdout_data.len : sizeof(out) - 1;
+        memcpy(out, res.stdout_data.data, ol);
+        out[ol] = '\0';
+        print_message("round %d:\n%s", i, out);
+        assert_non_null(strstr(out, "loopback failed 111\n")); /* its own lo, not the host's */
+        assert_non_null(strstr(out, "gateway failed 13\n"));   /* slirp's gateway is the host: refused */
+        assert_non_null(strstr(out, "host failed 13\n"));      /* the host's own address: refused */
+        assert_non_null(strstr(out, i == 0 ? "testhost failed 13\n" : "testhost ok hello\n"));
+        assert_non_null(strstr(out, "delroute 1\n")); /* EPERM: no capability over the namespace */
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+    }
+    struct sockaddr_in peer;
+    socklen_t pl = sizeof(peer);
+    int fl = 1;
+    ioctl(ls, FIONBIO, &fl);
+    assert_int_equal(accept(ls, (struct sockaddr *)&peer, &pl), -1);
+    close(ls);
+    test_host_down(&th);
+    assert_int_equal(test_host_sh("pgrep -x slirp4netns >/dev/null"), 256);
     assert_nothing_left(f);
 }
 
@@ -614,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_fork_bomb),
         cmocka_unit_test(test_output_flood_capped),
         cmocka_unit_test(test_network_refused),
+        cmocka_unit_test(test_network_enabled_egress_only),
         cmocka_unit_test(test_env_and_signals),
         cmocka_unit_test(test_files_and_isolation_between_runs),
         cmocka_unit_test(test_unknown_image_rejected),
