@@ -553,6 +553,7 @@ enum {
     OPT_INPUT,
     OPT_ENV,
     OPT_BACKEND,
+    OPT_IMAGE,
     OPT_TIMEOUT_EXEC,
     OPT_CPU_TIME,
     OPT_MEMORY,
@@ -593,6 +594,7 @@ static const struct option submit_longopts[] = {
     {"input", required_argument, NULL, OPT_INPUT},
     {"env", required_argument, NULL, OPT_ENV},
     {"backend", required_argument, NULL, OPT_BACKEND},
+    {"image", required_argument, NULL, OPT_IMAGE},
     {"timeout-exec", required_argument, NULL, OPT_TIMEOUT_EXEC},
     {"cpu-time", required_argument, NULL, OPT_CPU_TIME},
     {"memory", required_argument, NULL, OPT_MEMORY},
@@ -905,6 +907,10 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
         return strmap_push_kv(&req->env, &req->n_env, v, "--env", err);
     case OPT_BACKEND:
         return set_str(&req->backend, v, err);
+    case OPT_IMAGE:
+        if (!cf_image_name_valid(v))
+            return cf_error_set(err, CF_E_INVALID, "--image: '%s' is not an image name (a-z 0-9 . _ -)", v);
+        return set_str(&req->image, v, err);
     case OPT_TIMEOUT_EXEC:
         return parse_duration_flag(v, &p->timeout_us, "--timeout-exec", err);
     case OPT_CPU_TIME:

@@ -286,6 +286,7 @@ static const char submit_help[] =
     "  --env NAME=VALUE        environment variable (repeatable)\n"
     "  --env-allow NAME        pass a worker environment variable through (repeatable)\n"
     "  --backend NAME          backend to use\n"
+    "  --image NAME            container backend: an image the operator allows\n"
     "  --timeout-exec DURATION wall-clock limit (policy.timeout_us)\n"
     "  --cpu-time DURATION     CPU-time limit\n"
     "  --memory SIZE           memory limit (\"64MiB\")\n"

@@ -313,6 +313,8 @@ static json_t *execute_schema(void)
     json_object_set_new(p, "function", prop("boolean", "The code defines run(input); its return value is the "
                                                        "result's output (python, javascript, typescript, rust)."));
     json_object_set_new(p, "backend", prop("string", "Backend to run on (default: the worker's for the language)."));
+    json_object_set_new(p, "image", prop("string", "backend=container: an image the operator allows (default: the "
+                                                   "profile's first)."));
     json_object_set_new(p, "timeout_ms", prop("integer", "Wall-clock limit of the program."));
     json_object_set_new(p, "memory_mb", prop("integer", "Memory limit in MiB."));
     json_object_set_new(p, "max_output_bytes", prop("integer", "Cap on stdout and on stderr each."));
@@ -441,7 +443,7 @@ static json_t *request_json(const json_t *args, const char *id, bool stream, cha
 {
     json_t *r = json_pack("{s:i, s:s}", "v", 1, "id", id);
     static const char *const same[] = {"language", "code", "argv", "stdin", "input", "files",
-                                       "env",      "backend", "workspace", "thread"};
+                                       "env",      "backend", "workspace", "thread", "image"};
     for (size_t i = 0; r && i < sizeof(same) / sizeof(same[0]); i++) {
         json_t *v = json_object_get(args, same[i]);
         if (v)

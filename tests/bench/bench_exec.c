@@ -199,6 +199,23 @@ int main(int argc, char **argv)
         .max_output_file_bytes = 1 << 20,
         .slirp4netns_path = "/usr/bin/slirp4netns",
     };
+    /* container: the default image of deploy/images.sh and the init built
+     * beside this program (build/backends/codefleet-container-init). */
+    char images[4200], init[4200];
+    if (strcmp(backend_name, "container") == 0) {
+        const char *dir = getenv("CF_BENCH_IMAGE") ? getenv("CF_BENCH_IMAGE")
+                                                   : "/var/lib/codefleet/images/default/rootfs";
+        snprintf(images, sizeof(images), "default=%.4000s", dir);
+        char self[4096];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash)
+            *slash = '\0';
+        snprintf(init, sizeof(init), "%.4000s/../backends/codefleet-container-init", self);
+        cfg.container_images = images;
+        cfg.container_init = init;
+    }
     void *state = NULL;
     cf_backend_caps caps;
     cf_error err;

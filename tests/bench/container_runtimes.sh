@@ -33,8 +33,9 @@
 #   podman_noop   `podman image exists` of the image: the CLI and libpod/storage
 #                 start-up every podman command pays, running nothing
 #   crun_min_nopivot   crun_min with --no-pivot (only with --no-pivot)
-# Then, when the repository is built, the sandbox backend through
-# build/tests/bench_exec (its own interleaved run with its own bare anchor).
+# Then, when the repository is built, the sandbox and container backends
+# through build/tests/bench_exec (each its own interleaved run with its own
+# bare anchor; container_vs_podman compares the ratios to bare).
 #
 # Hybrid cgroup hosts (v1 controllers + a cgroup2 mount at
 # /sys/fs/cgroup/unified with a controller enabled, e.g. hugetlb): crun
@@ -331,8 +332,25 @@ if [[ -x $repo/build/tests/bench_exec ]]; then
         printf '%s\n' "$line"
         [[ $line == RESULT* ]] && results+=("${line#RESULT }")
     done < <(CF_BENCH_WORK_ROOT=/dev/shm/$prefix-sbx "$repo/build/tests/bench_exec" --backend sandbox --no-bwrap --iterations "$sbx_iters" 2>&1)
+    # The container backend: crun through the worker's backend, the default
+    # image (deploy/images.sh), its own interleaved run and bare anchor.
+    # container_vs_podman compares each one's ratio to its own bare anchor.
+    echo "== container backend: build/tests/bench_exec --backend container --no-bwrap ($sbx_iters iterations)"
+    mkdir -p "/dev/shm/$prefix-ct"
+    chmod 0711 "/dev/shm/$prefix-ct"
+    ct_ratio=
+    while IFS= read -r line; do
+        printf '%s\n' "$line"
+        [[ $line == RESULT* ]] && results+=("${line#RESULT }")
+        [[ $line == "RESULT exec_overhead backend=container "* ]] && ct_ratio=$(sed -E 's/.*median_ratio=([0-9.]+).*/\1/' <<<"$line")
+    done < <(CF_BENCH_WORK_ROOT=/dev/shm/$prefix-ct "$repo/build/tests/bench_exec" --backend container --no-bwrap --iterations "$sbx_iters" 2>&1)
+    rmdir "/dev/shm/$prefix-ct" 2>/dev/null || true
+    pod_med=$(awk '$1 == "STAT" && $2 == "podman" {print $5}' "$work/stats")
+    if [[ -n $ct_ratio && -n $pod_med && -n $bare ]]; then
+        results+=("$(awk -v c="$ct_ratio" -v p="$pod_med" -v b="$bare" 'BEGIN {printf "container_vs_podman container_ratio_bare=%.2f podman_ratio_bare=%.2f container_over_podman=%.3f", c, p / b, c / (p / b)}')")
+    fi
 else
-    echo "== sandbox backend: skipped ($repo/build/tests/bench_exec not built; deploy/build.sh)"
+    echo "== sandbox and container backends: skipped ($repo/build/tests/bench_exec not built; deploy/build.sh)"
 fi
 
 echo

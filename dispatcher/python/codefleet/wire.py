@@ -307,6 +307,7 @@ class Request:
     stop_on_failure: bool = False
     collect: List[str] = field(default_factory=list)
     stream: bool = False
+    image: Optional[str] = None
 
     def __post_init__(self) -> None:
         self.code = _to_bytes(self.code)
@@ -1037,6 +1038,7 @@ _REQUEST = _Spec([
     ("stop_on_failure", _d_bool, True),
     ("collect", _d_strlist, True),
     ("stream", _d_bool, True),
+    ("image", _d_str, True),
 ], _build_request)
 
 def _d_diagnostics(r: _Reader, path: str, depth: int) -> List[Diagnostic]:
@@ -1234,6 +1236,9 @@ def _check_id(value: Any, name: str, max_len: int = ID_MAX) -> None:
         raise WireError(name, f"must be 1..{max_len} printable ASCII characters without spaces")
 
 
+_IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
 def _check_request(req: Request) -> None:
     _check_id(req.id, "id")
     lang = Language(req.language)
@@ -1252,6 +1257,8 @@ def _check_request(req: Request) -> None:
             raise WireError("env", "invalid variable name")
     if any(path == "" for path in req.files):
         raise WireError("files", "empty path")
+    if req.image is not None and not _IMAGE_NAME.fullmatch(req.image):
+        raise WireError("image", "must be 1..64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit")
     fs = req.policy.filesystem
     if (fs.read_only or fs.read_write) and fs.mode != FsMode.PATHS:
         raise WireError("policy.filesystem", 'read_only/read_write are only valid with mode "paths"')
@@ -1592,6 +1599,7 @@ def _encode_request(req: Request) -> bytes:
     m.put_flag("stop_on_failure", req.stop_on_failure, "stop_on_failure")
     m.put_strlist("collect", req.collect, "collect")
     m.put_flag("stream", req.stream, "stream")
+    m.put_str("image", req.image, "image")
     out = _finish(m, "request")
     _check_request(req)
     return out
