@@ -4,7 +4,8 @@
 # virtio and 9p modules, builds the guest's root on a tmpfs from the host's
 # /usr and /etc and the checkout (read-only 9p shares) plus a writable share
 # for results, and hands over to tests/vm/guest.sh.  Kernel parameters the
-# kernel does not know arrive here as environment: cfvm_src, cfvm_build.
+# kernel does not know arrive here as environment: cfvm_src, cfvm_build,
+# cfvm_images.
 /bin/busybox --install -s /bin
 mkdir -p /proc /sys /dev /newroot
 mount -t proc proc /proc
@@ -32,6 +33,8 @@ share usr /usr
 share etc /etc
 share src "$cfvm_src"
 [ -n "$cfvm_build" ] && share build "$cfvm_build"
+# The container backend's images (deploy/images.sh), when the host has them.
+[ -n "$cfvm_images" ] && share images "$cfvm_images"
 share out /vm-out rw
 umount /proc
 exec switch_root /newroot /usr/bin/bash "$cfvm_src/tests/vm/guest.sh"

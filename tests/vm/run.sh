@@ -28,6 +28,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$repo/build
 kernels="dist backports"
+images=${CODEFLEET_IMAGES:-/var/lib/codefleet/images}
 only=""
 command=""
 while (($#)); do
@@ -174,6 +175,11 @@ unit_test_zygote	600	$env_prefix $t/unit_test_zygote
 unit_test_sandbox_exec	600	$env_prefix $t/unit_test_sandbox_exec
 unit_test_seccomp	600	$env_prefix $t/unit_test_seccomp
 EOF
+        # The container backend (crun without the hybrid mask, created in
+        # its cgroup by clone3) when the host has the default image.
+        if [[ -d $images/default/rootfs ]]; then
+            printf 'unit_test_container\t900\t%s CODEFLEET_IMAGES=%s %s/unit_test_container\n' "$env_prefix" "$images" "$t"
+        fi
     fi
     # Last: every suite above removed the cgroups it made (cf-* parents
     # included), whatever it tested.
@@ -201,9 +207,13 @@ for which in $kernels; do
     fi
     build_share=()
     build_arg=""
+    if [[ -d $images/default/rootfs ]]; then
+        build_share+=(-virtfs "local,path=$images,mount_tag=images,security_model=none,readonly=on,multidevs=remap")
+        build_arg+=" cfvm_images=$images"
+    fi
     if [[ $build != "$repo"/* ]]; then
-        build_share=(-virtfs "local,path=$build,mount_tag=build,security_model=none,readonly=on")
-        build_arg="cfvm_build=$build"
+        build_share+=(-virtfs "local,path=$build,mount_tag=build,security_model=none,readonly=on")
+        build_arg+=" cfvm_build=$build"
     fi
     say "$which: kernel $kver, $(wc -l <"$out/plan") step(s)"
     start=$(date +%s)
