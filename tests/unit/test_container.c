@@ -452,6 +452,80 @@ static void test_fork_bomb(void **state)
     assert_nothing_left(f);
 }
 
+/* max_processes counts the program's processes only: one is enough for a
+ * program that starts nothing (the runtime and the init are not its). */
+static void test_one_process_is_enough(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_COMMAND, NULL);
+    const char *argv[] = {"/bin/echo", "alone"};
+    req_argv(&req, 2, argv);
+    req.policy.max_processes = 1;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_is(&res.stdout_data, "alone\n"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    /* and a second process is refused */
+    req_init(&req, CF_LANG_SHELL, "/bin/true && echo forked || echo refused");
+    req.policy.max_processes = 1;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_true(out_has(&res.stdout_data, "refused") || out_has(&res.stderr_data, "fork"));
+    assert_false(out_has(&res.stdout_data, "forked"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+/* Output is handed over while the program runs (request "stream"). */
+typedef struct stream_seen {
+    int calls_with_data_before_final;
+    bool final;
+    int64_t first_data_us;
+} stream_seen;
+
+static int64_t on_output(void *arg, const cf_buf *out, const cf_buf *err, bool final, int64_t now_us)
+{
+    (void)err;
+    stream_seen *s = arg;
+    if (final) {
+        s->final = true;
+        return INT64_MAX;
+    }
+    if (out->len > 0 && s->calls_with_data_before_final++ == 0)
+        s->first_data_us = now_us;
+    return INT64_MAX;
+}
+
+static void test_streams_while_running(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "echo early; sleep 1; echo late");
+    req.stream = true;
+    stream_seen seen = {0};
+    cf_exec_ctx ctx = {.slot = 0, .worker_id = "test", .on_output = on_output, .on_output_arg = &seen};
+    memset(&res, 0, sizeof(res));
+    cf_error err;
+    cf_error_clear(&err);
+    int64_t t0 = cf_mono_us();
+    assert_int_equal(f->be->ops->execute(f->be->state, &ctx, &req, &res, &err), 0);
+    int64_t end = cf_mono_us();
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(seen.final);
+    assert_true(seen.calls_with_data_before_final >= 1);
+    /* "early" arrived well before the program ended */
+    assert_true(seen.first_data_us - t0 < end - t0 - 500000);
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
 static void test_output_flood_capped(void **state)
 {
     REQUIRE_ROOT();
@@ -691,6 +765,8 @@ int main(void)
         cmocka_unit_test(test_timeout_leaves_nothing),
         cmocka_unit_test(test_memory_hog),
         cmocka_unit_test(test_fork_bomb),
+        cmocka_unit_test(test_one_process_is_enough),
+        cmocka_unit_test(test_streams_while_running),
         cmocka_unit_test(test_output_flood_capped),
         cmocka_unit_test(test_network_refused),
         cmocka_unit_test(test_network_enabled_egress_only),
