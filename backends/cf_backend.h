@@ -99,6 +99,11 @@ typedef struct cf_backend_config {
      * directories (NULL-terminated, may be NULL): bound read-only into
      * sandboxes at the same paths.  Must outlive the backends. */
     const char *const *toolchain_dirs;
+    /* The compile pipeline's compilers (resolved host paths; NULL: off): a
+     * backend with a root of its own offers C or C++ only where that very
+     * path exists in it (container images). */
+    const char *cc_path;
+    const char *cxx_path;
     /* container backend */
     const char *container_images;  /* "name=rootfs,..."; NULL/"": unavailable */
     const char *container_runtime; /* crun */

@@ -75,6 +75,8 @@ uint32_t cf_pipeline_languages(const cf_pipeline *p);
 /* Host directories the toolchains live in outside the system directories
  * (NULL-terminated; owned by p): to be bound into sandboxes. */
 const char *const *cf_pipeline_toolchain_dirs(const cf_pipeline *p);
+/* The resolved compiler of a compiled language, NULL when it is off. */
+const char *cf_pipeline_toolchain_path(const cf_pipeline *p, cf_language lang);
 /* One line: "c (gcc 12.2.0), rust (rustc 1.63.0), go: no toolchain (...)". */
 void cf_pipeline_describe(const cf_pipeline *p, char *buf, size_t size);
 

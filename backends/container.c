@@ -24,7 +24,9 @@
  *   - new user (the program is uid 1000 inside, mapped to the slot's run
  *     uid alone; root is not mapped), pid, mount, network (loopback only),
  *     ipc, uts and cgroup namespaces; no capabilities at all;
- *     no_new_privs; the sandbox's seccomp table as the OCI profile;
+ *     no_new_privs; the sandbox's very seccomp filter (the same BPF program,
+ *     handed to crun as run.oci.seccomp_bpf_data: a foreign ABI kills the
+ *     process, as in the sandbox);
  *   - rlimits for cpu_time (backstop of the cgroup total), file size and
  *     open files;
  *   - the container is named <instance>-s<slot>-<n>; after any outcome the
@@ -49,8 +51,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <linux/filter.h>
+#include <openssl/evp.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
@@ -64,6 +69,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/types.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,6 +97,7 @@ typedef struct ct_image {
     char root[PATH_MAX]; /* canonical */
     uint32_t languages;
     bool has_resolv;     /* /etc/resolv.conf to bind slirp's DNS onto */
+    char bound[PATH_MAX]; /* <inst>/simg<k>: root bound read-only, nosuid, nodev: the containers' root */
 } ct_image;
 
 typedef struct ct_slot {
@@ -102,7 +109,7 @@ typedef struct ct_slot {
 typedef struct ct_state {
     cf_exec_base base;
     cf_cgroup_env *cgenv;
-    json_t *seccomp;       /* the OCI profile */
+    char *seccomp_b64;     /* the sandbox's filter, base64 of its BPF (crun's run.oci.seccomp_bpf_data) */
     char runtime[PATH_MAX];
     char init[PATH_MAX];
     char state_root[PATH_MAX];
@@ -167,6 +174,16 @@ static int ct_child_setup(void *arg, const char **msg)
 static int ct_parent_setup(pid_t pid, void *arg, cf_error *err)
 {
     ct_child *c = arg;
+    /* The OOM killer should take the program, not the runtime, whose death
+     * orphans the container's init.  Only a worker with CAP_SYS_RESOURCE
+     * may lower a score: best effort (README, "Containers"). */
+    char oom[64];
+    snprintf(oom, sizeof(oom), "/proc/%d/oom_score_adj", (int)pid);
+    int ofd = open(oom, O_WRONLY | O_CLOEXEC);
+    if (ofd >= 0) {
+        (void)!write(ofd, "-1000", 5);
+        close(ofd);
+    }
     if (c->cg && c->n_join == 0 && !c->cg_joined && cf_cgroup_attach(c->cg, pid, err) < 0)
         return -1;
     return 0;
@@ -220,7 +237,7 @@ static void ct_destroy(void *state)
     if (st->inst[0])
         cf_instance_remove_dir(st->inst);
     cf_cgroup_env_destroy(st->cgenv);
-    json_decref(st->seccomp);
+    free(st->seccomp_b64);
     cf_exec_base_free(&st->base);
     free(st);
 }
@@ -234,6 +251,27 @@ static bool image_has(const char *root, const char *path, bool want_dir)
     if (snprintf(full, sizeof(full), "%s%s", root, path) >= (int)sizeof(full) || lstat(full, &sb) < 0)
         return false;
     return want_dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode);
+}
+
+/* nftw's callback has no argument: the first offending entry, for the
+ * message (the backend is created on one thread). */
+static __thread char g_image_bad[PATH_MAX + 64];
+
+static int image_entry_ok(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)ftw;
+    if (type == FTW_SL || type == FTW_SLN)
+        return 0; /* a link's own mode says nothing */
+    if (type == FTW_NS || type == FTW_DNR) {
+        snprintf(g_image_bad, sizeof(g_image_bad), "'%.4000s' cannot be read", path);
+        return 1;
+    }
+    if (sb->st_uid != 0 || (sb->st_mode & 022)) {
+        snprintf(g_image_bad, sizeof(g_image_bad), "'%.4000s' is %s", path,
+                 sb->st_uid != 0 ? "not owned by root" : "writable by others than root");
+        return 1;
+    }
+    return 0;
 }
 
 /* container-images: "name=dir,name=dir".  Each directory canonical, owned
@@ -273,7 +311,10 @@ static int parse_images(ct_state *st, const char *spec, const cf_backend_config 
             cf_strlcpy(im->name, item, sizeof(im->name));
             const char *dir = eq + 1;
             struct stat sb;
-            if (dir[0] != '/' || !realpath(dir, im->root) || stat(im->root, &sb) < 0 || !S_ISDIR(sb.st_mode))
+            if (dir[0] != '/')
+                return cf_error_set(err, CF_E_INVALID, "container: image '%s': '%s' must be an absolute path", item,
+                                    dir);
+            if (!realpath(dir, im->root) || stat(im->root, &sb) < 0 || !S_ISDIR(sb.st_mode))
                 return cf_error_set(err, CF_E_UNSUPPORTED,
                                     "container: image '%s': '%s' is not a directory (deploy/images.sh builds the "
                                     "default image)",
@@ -292,8 +333,23 @@ static int parse_images(ct_state *st, const char *spec, const cf_backend_config 
                                         "container: image '%s': '%s' does not let other uids through (needs o+x; "
                                         "keep images out of home directories, e.g. in /var/lib/codefleet/images)",
                                         item, walk);
+                /* Whoever may rename a directory above the image may swap it
+                 * (a sticky /tmp lets nobody rename root's entries). */
+                if (sb.st_uid != 0 || ((sb.st_mode & 022) && !(sb.st_mode & S_ISVTX)))
+                    return cf_error_set(err, CF_E_INVALID,
+                                        "container: image '%s': '%s' above it must be owned by root and writable by "
+                                        "nobody else",
+                                        item, walk);
                 slash[slash == walk ? 1 : 0] = '\0';
             }
+            /* Every entry of the image: a file another uid may change is a
+             * program another uid chooses for every tenant. */
+            g_image_bad[0] = '\0';
+            if (nftw(im->root, image_entry_ok, 64, FTW_PHYS | FTW_MOUNT) != 0)
+                return cf_error_set(err, CF_E_INVALID,
+                                    "container: image '%s': %s (everything in an image must be root's and writable "
+                                    "by nobody else; deploy/images.sh does so)",
+                                    item, g_image_bad[0] ? g_image_bad : "cannot be read");
             if (!image_has(im->root, "/work", true) || !image_has(im->root, RUN_DIR, true) ||
                 !image_has(im->root, INIT_IN, false) || !image_has(im->root, "/tmp", true) ||
                 !image_has(im->root, "/dev", true) || !image_has(im->root, "/proc", true))
@@ -309,11 +365,14 @@ static int parse_images(ct_state *st, const char *spec, const cf_backend_config 
                 im->languages |= 1u << CF_LANG_PYTHON;
             if (cfg->node_path && cf_exec_file_in_root(im->root, cfg->node_path))
                 im->languages |= 1u << CF_LANG_JAVASCRIPT;
-            /* C and C++ through the compile pipeline, with the image's own
-             * compilers (the pipeline runs them at the host's paths). */
-            if ((cfg->compiled_languages & (1u << CF_LANG_C)) && cf_exec_file_in_root(im->root, "/usr/bin/gcc"))
+            /* C and C++ through the compile pipeline, which runs its
+             * compiler at the path it resolved on the host: offered where
+             * the image has that very path. */
+            if ((cfg->compiled_languages & (1u << CF_LANG_C)) && cfg->cc_path &&
+                cf_exec_file_in_root(im->root, cfg->cc_path))
                 im->languages |= 1u << CF_LANG_C;
-            if ((cfg->compiled_languages & (1u << CF_LANG_CPP)) && cf_exec_file_in_root(im->root, "/usr/bin/g++"))
+            if ((cfg->compiled_languages & (1u << CF_LANG_CPP)) && cfg->cxx_path &&
+                cf_exec_file_in_root(im->root, cfg->cxx_path))
                 im->languages |= 1u << CF_LANG_CPP;
             st->n_images++;
         }
@@ -403,7 +462,11 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                      "container: init '%s' is not an executable absolute path (codefleet-container-init)", init);
         goto fail;
     }
-    if (sroot[0] != '/' || cf_strlcpy(st->state_root, sroot, sizeof(st->state_root)) >= sizeof(st->state_root) ||
+    if (sroot[0] != '/') {
+        cf_error_set(err, CF_E_INVALID, "container: container-state '%s' must be an absolute path", sroot);
+        goto fail;
+    }
+    if (cf_strlcpy(st->state_root, sroot, sizeof(st->state_root)) >= sizeof(st->state_root) ||
         mkdir_p(st->state_root, 0700) < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: state directory '%s'", sroot);
         goto fail;
@@ -431,14 +494,18 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     st->mask_unified = cf_cgroup_env_version(st->cgenv) == CF_CGROUP_V1 &&
                        statfs("/sys/fs/cgroup/unified", &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC;
 
-    char *prof = NULL;
-    if (cf_seccomp_oci_profile(&prof, err) < 0)
+    /* The sandbox's filter, compiled once: crun loads it as it is. */
+    cf_seccomp_prog *prog = NULL;
+    if (cf_seccomp_prog_new(NULL, &prog, err) < 0)
         goto fail;
-    json_error_t jerr;
-    st->seccomp = json_loads(prof, 0, &jerr);
-    free(prof);
-    if (!st->seccomp) {
-        cf_error_set(err, CF_E_SANDBOX, "container: seccomp profile: %s", jerr.text);
+    const struct sock_fprog *fp = cf_seccomp_prog_fprog(prog);
+    size_t raw = (size_t)fp->len * sizeof(struct sock_filter);
+    st->seccomp_b64 = malloc(4 * ((raw + 2) / 3) + 1);
+    if (st->seccomp_b64)
+        EVP_EncodeBlock((unsigned char *)st->seccomp_b64, (const unsigned char *)fp->filter, (int)raw);
+    cf_seccomp_prog_destroy(prog);
+    if (!st->seccomp_b64) {
+        cf_error_set(err, CF_E_NOMEM, "container: out of memory");
         goto fail;
     }
 
@@ -451,7 +518,18 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
         goto fail;
     }
-    if (mkdir(st->inst, 0700) < 0) {
+    /* 0711: the runtime reaches the images' binds below it from inside
+     * the containers' user namespaces.  An existing one with this very
+     * name is a previous life of this pid (a worker that is pid 1 of its
+     * container, restarted on the same work root): its leftovers go. */
+    if (mkdir(st->inst, 0711) < 0 && errno == EEXIST) {
+        cf_instance_remove_dir(st->inst);
+        if (mkdir(st->inst, 0711) == 0)
+            cf_exec_notes_add(&st->base, "removed %s, left by an earlier worker with this pid", st->inst);
+        else
+            errno = EEXIST;
+    }
+    if (access(st->inst, F_OK) < 0 || chmod(st->inst, 0711) < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: mkdir %s", st->inst);
         st->inst[0] = '\0';
         goto fail;
@@ -460,6 +538,20 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     if (mount(st->inst, st->inst, NULL, MS_BIND, NULL) == 0) {
         st->inst_bound = true;
         (void)mount(NULL, st->inst, NULL, MS_PRIVATE, NULL);
+    }
+    /* Each image bound once, read-only, nosuid and nodev: a setuid program
+     * or a device node an image may hold means nothing inside. */
+    for (size_t k = 0; k < st->n_images; k++) {
+        ct_image *im = &st->images[k];
+        if (snprintf(im->bound, sizeof(im->bound), "%.4000s/simg%zu", st->inst, k) >= (int)sizeof(im->bound)) {
+            cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
+            goto fail;
+        }
+        if (mkdir(im->bound, 0755) < 0 || mount(im->root, im->bound, NULL, MS_BIND, NULL) < 0 ||
+            mount(NULL, im->bound, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0) {
+            cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: binding image '%s' at %s", im->name, im->bound);
+            goto fail;
+        }
     }
     st->slot = calloc((size_t)st->slots, sizeof(*st->slot));
     if (!st->slot) {
@@ -560,6 +652,7 @@ static const char *rlimit_name(int resource)
     case RLIMIT_CORE: return "RLIMIT_CORE";
     case RLIMIT_NPROC: return "RLIMIT_NPROC";
     case RLIMIT_STACK: return "RLIMIT_STACK";
+    case RLIMIT_SIGPENDING: return "RLIMIT_SIGPENDING";
     default: return NULL;
     }
 }
@@ -612,24 +705,39 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     }
     /* The init as pid 1, the program its child (argv[0] as the program
      * sees its path: the interpreter's or the command's). */
-    ok = ok && json_array_append_new(args, json_string(INIT_IN)) == 0 &&
-         json_array_append_new(args, json_string("--")) == 0 &&
+    /* RLIMIT_CPU and RLIMIT_FSIZE are set by the init for the program
+     * (the runtime would apply them to itself before writing its state);
+     * the others through config.json. */
+    long long cpu = 0, fsize = -1;
+    for (int i = 0; i < spec->n_rlimits; i++) {
+        if (spec->rlimits[i].resource == RLIMIT_CPU)
+            cpu = in->cpu_rlimit_s > 0 ? in->cpu_rlimit_s : (long long)spec->rlimits[i].value;
+        else if (spec->rlimits[i].resource == RLIMIT_FSIZE)
+            fsize = (long long)spec->rlimits[i].value;
+    }
+    char cpu_s[32], fsize_s[32];
+    snprintf(cpu_s, sizeof(cpu_s), "%lld", cpu);
+    snprintf(fsize_s, sizeof(fsize_s), "%lld", fsize);
+    ok = ok && json_array_append_new(args, json_string(INIT_IN)) == 0;
+    if (ok && cpu > 0)
+        ok = json_array_append_new(args, json_string("--cpu")) == 0 &&
+             json_array_append_new(args, json_string(cpu_s)) == 0;
+    if (ok && fsize >= 0)
+        ok = json_array_append_new(args, json_string("--fsize")) == 0 &&
+             json_array_append_new(args, json_string(fsize_s)) == 0;
+    ok = ok && json_array_append_new(args, json_string("--")) == 0 &&
          json_array_append_new(args, json_string(spec->path)) == 0;
     for (size_t i = 1; ok && spec->argv[0] && spec->argv[i]; i++)
         ok = json_array_append_new(args, json_string(spec->argv[i])) == 0;
     for (size_t i = 0; ok && spec->envp && spec->envp[i]; i++)
         ok = json_array_append_new(env, json_string(spec->envp[i])) == 0;
     for (int i = 0; ok && i < spec->n_rlimits; i++) {
-        const char *n = rlimit_name(spec->rlimits[i].resource);
-        if (!n)
+        int res = spec->rlimits[i].resource;
+        const char *n = rlimit_name(res);
+        if (!n || res == RLIMIT_CPU || res == RLIMIT_FSIZE)
             continue;
         json_int_t v = (json_int_t)spec->rlimits[i].value;
-        json_int_t hard = v;
-        if (spec->rlimits[i].resource == RLIMIT_CPU) {
-            v = in->cpu_rlimit_s > 0 ? in->cpu_rlimit_s : v;
-            hard = v + 1; /* SIGXCPU first, SIGKILL a second later */
-        }
-        ok = json_array_append_new(rl, json_pack("{s:s, s:I, s:I}", "type", n, "soft", v, "hard", hard)) == 0;
+        ok = json_array_append_new(rl, json_pack("{s:s, s:I, s:I}", "type", n, "soft", v, "hard", v)) == 0;
     }
     ok = ok && json_array_append_new(rl, json_pack("{s:s, s:I, s:I}", "type", "RLIMIT_CORE", "soft",
                                                    (json_int_t)0, "hard", (json_int_t)0)) == 0;
@@ -640,7 +748,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
              (long long)st->tmp_bytes, (long long)st->inodes);
     ok = ok && json_array_append_new(mounts, mount_entry("/proc", "proc", "proc", "nosuid,noexec,nodev")) == 0 &&
          json_array_append_new(mounts, mount_entry("/dev", "tmpfs", "tmpfs", "nosuid,noexec,strictatime,mode=755,"
-                                                                              "size=65536k")) == 0 &&
+                                                                              "size=256k,nr_inodes=256")) == 0 &&
          json_array_append_new(mounts, mount_entry("/dev/shm", "tmpfs", "shm", shm_opts)) == 0 &&
          json_array_append_new(mounts, mount_entry("/tmp", "tmpfs", "tmpfs", tmp_opts)) == 0 &&
          json_array_append_new(mounts, mount_entry(INIT_IN, "bind", st->init, "bind,ro,nosuid,nodev")) == 0;
@@ -657,15 +765,16 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     json_error_t jerr;
     if (ok) {
         cfg = json_pack_ex(&jerr, 0, 
-            "{s:s, s:{s:b, s:{s:i, s:i}, s:O, s:O, s:s, s:b, s:i, s:{s:[], s:[], s:[], s:[], s:[]}, s:O},"
+            "{s:s, s:{s:b, s:{s:i, s:i}, s:O, s:O, s:s, s:b, s:{s:[], s:[], s:[], s:[], s:[]}, s:O},"
             " s:{s:s, s:b}, s:s, s:O,"
             " s:{s:O, s:[{s:i, s:i, s:i}], s:[{s:i, s:i, s:i}],"
-            "    s:[s,s,s,s,s,s,s,s,s], s:[s,s,s,s,s,s], s:O}}",
+            "    s:[s,s,s,s,s,s,s,s,s], s:[s,s,s,s,s,s]},"
+            " s:{s:s, s:s}}",
             "ociVersion", "1.0.2",
             "process", "terminal", 0, "user", "uid", IN_ID, "gid", IN_ID, "args", args, "env", env, "cwd",
-            spec->cwd ? spec->cwd : "/", "noNewPrivileges", 1, "oomScoreAdj", 1000, "capabilities", "bounding", "effective",
+            spec->cwd ? spec->cwd : "/", "noNewPrivileges", 1, "capabilities", "bounding", "effective",
             "inheritable", "permitted", "ambient", "rlimits", rl,
-            "root", "path", in->image->root, "readonly", 1,
+            "root", "path", in->image->bound, "readonly", 1,
             "hostname", "codefleet",
             "mounts", mounts,
             "linux", "namespaces", ns,
@@ -675,7 +784,10 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
             "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
             "readonlyPaths", "/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
             "/proc/sysrq-trigger",
-            "seccomp", st->seccomp);
+            /* No "seccomp" profile: the annotation's BPF is the filter, and
+             * crun refuses a bad one rather than run without it. */
+            "annotations", "run.oci.seccomp_bpf_data", st->seccomp_b64,
+            "run.oci.seccomp_fail_unknown_syscall", "1");
     }
     json_decref(args);
     json_decref(env);
@@ -762,6 +874,7 @@ typedef struct ct_run {
     char id[128];
     char bundle[PATH_MAX];
     bool mounted;
+    bool reported; /* the init reported the program's end */
 } ct_run;
 
 static void ct_run_cleanup(ct_run *r)
@@ -818,9 +931,16 @@ static int ct_run_begin(ct_run *r, const cf_cgroup_limits *lim, cf_error *err)
         return -1;
     }
     r->mounted = true;
-    if (snprintf(r->bundle, sizeof(r->bundle), "%s/bundle", s->mnt) >= (int)sizeof(r->bundle) ||
-        mkdir(r->bundle, 0700) < 0)
+    /* The bundle (config.json, the runtime's log) lives beside the tmpfs,
+     * not on it: a request that fills its work tmpfs cannot keep the
+     * runtime from starting or from logging why it failed. */
+    if (snprintf(r->bundle, sizeof(r->bundle), "%s.bundle", s->mnt) >= (int)sizeof(r->bundle) ||
+        (mkdir(r->bundle, 0700) < 0 && errno != EEXIST))
         return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: bundle directory");
+    char logp[PATH_MAX + 8];
+    snprintf(logp, sizeof(logp), "%s/log", r->bundle);
+    if (unlink(logp) < 0 && errno != ENOENT)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: %s", logp);
     return 0;
 }
 
@@ -909,9 +1029,6 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
     spec->envp = envp;
     spec->cwd = "/";
     spec->n_rlimits = 0; /* the container's, in config.json; not the runtime's */
-    /* The OOM killer takes the container's processes (oomScoreAdj 1000 in
-     * config.json, which they cannot lower below 0) before the runtime,
-     * whose death would orphan the container's init. */
     spec->set_ids = false;
     spec->stdio_owner_set = true;
     spec->stdio_uid = in->host_id;
@@ -931,6 +1048,7 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
     if (pipe2(rep, O_CLOEXEC) < 0)
         return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: pipe");
     spec->pass_fd = rep[1]; /* cf_run's from here on */
+    (void)fcntl(rep[0], F_SETFL, O_NONBLOCK); /* read once every writer is dead */
     if (cf_run(spec, o, err) < 0) {
         close(rep[0]);
         return cf_error_wrap(err, "container");
@@ -941,7 +1059,9 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
     ssize_t n = read(rep[0], line, sizeof(line) - 1);
     close(rep[0]);
     int v;
+    r->reported = false;
     if (n > 0 && !o->timed_out && !o->cancelled && !o->cpu_exceeded) {
+        r->reported = true;
         line[n] = '\0';
         /* The program's own end, not the runtime's 128+N. */
         if (sscanf(line, "exec-failed %d", &v) == 1 && v > 0) {
@@ -1069,6 +1189,16 @@ static int net_start(ct_run *r, const cf_exec_ctx *ctx, ct_net *n, cf_error *err
         /* Async-signal-safe calls only: a copy of a threaded worker. */
         close(go[1]);
         close(ready[0]);
+        /* Nothing of the worker's (other slots' pipes, sockets, files)
+         * stays open for as long as the execution runs. */
+        int g = fcntl(go[0], F_DUPFD, 10), rd = fcntl(ready[1], F_DUPFD, 10);
+        if (g < 0 || rd < 0 || dup2(g, 3) < 0 || dup2(rd, 4) < 0)
+            _exit(1);
+        go[0] = 3;
+        ready[1] = 4;
+        if (syscall(SYS_close_range, 5u, ~0u, 0u) < 0)
+            for (int fd = 5; fd < 65536; fd++)
+                (void)close(fd);
         (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
         char c = 0;
         if (unshare(CLONE_NEWNET) < 0 || cf_child_loopback_up() < 0 || write(ready[1], "n", 1) != 1)
@@ -1165,6 +1295,16 @@ static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         return cf_exec_reject(res, "image '%s' has no %s (its languages are what it has an interpreter or compiler "
                                    "for)", im->name, cf_language_name(req->language));
     }
+    /* A program named by its path (a compile step's compiler) must be in
+     * the image: one that is not is the request's image's lack, not a
+     * broken backend. */
+    if (req->language == CF_LANG_COMMAND && req->argc && req->argv[0][0] == '/' &&
+        !cf_exec_file_in_root(im->root, req->argv[0])) {
+        char shown[100];
+        cf_printable(req->argv[0], strlen(req->argv[0]), shown, sizeof(shown));
+        cf_exec_job_free(&job);
+        return cf_exec_reject(res, "image '%s' has no program '%s'", im->name, shown);
+    }
     bool network = pol->network == CF_NET_ENABLED;
     if ((network && !st->slirp[0]) || pol->fs_mode == CF_FS_PATHS) {
         cf_exec_job_free(&job);
@@ -1220,6 +1360,15 @@ static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     if (ct_run_container(&r, &in, &spec, &outcome, err) < 0)
         goto out;
     bool oom = cf_cgroup_oom_kills(r.cg) > 0;
+    /* No word from the init, and nothing that stopped it on purpose: the
+     * runtime or the init broke, not the program.  Never the runtime's
+     * exit status reported as the program's. */
+    if (!r.reported && !outcome.timed_out && !outcome.cancelled && !outcome.cpu_exceeded && !oom) {
+        char why[200];
+        cf_run_outcome_describe(&outcome, why, sizeof(why));
+        cf_error_set(err, CF_E_SANDBOX, "container: the container ended without its init's report (%s)", why);
+        goto out;
+    }
     int64_t cpu_us = cf_cgroup_cpu_usage_us(r.cg);
     int64_t peak = peak_ok ? cf_cgroup_memory_peak(r.cg) : -1;
     if (peak >= 0)

@@ -23,6 +23,7 @@ extern char **environ;
 #define FALLBACK_OUTPUT_FILE_BYTES (16 * 1024 * 1024)
 #define FALLBACK_COLLECT_FILES 10000
 #define OPEN_FILES_LIMIT 256
+#define PENDING_SIGNALS_LIMIT 1024
 
 /* ---- configuration ---- */
 
@@ -49,7 +50,8 @@ bool cf_exec_file_in_root(const char *root, const char *path)
     if (fd < 0)
         return false;
     struct stat sb;
-    bool ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 0111);
+    /* Executable by others: the program runs as an unprivileged uid. */
+    bool ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & S_IXOTH);
     close(fd);
     return ok;
 }
@@ -719,6 +721,12 @@ void cf_exec_job_spec(const cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_spe
     if (pol->max_file_size_bytes > 0)
         spec->rlimits[nl++] = (cf_run_rlimit){RLIMIT_FSIZE, (rlim_t)pol->max_file_size_bytes};
     spec->rlimits[nl++] = (cf_run_rlimit){RLIMIT_NOFILE, OPEN_FILES_LIMIT};
+    /* Queued signals are counted per user up the user namespaces, so an
+     * execution in a namespace the worker (root) made charges root's count:
+     * without a cap of its own, one program could queue root's whole quota
+     * and leave every root process (the worker, other tenants) without
+     * timers or queued signals until it ends. */
+    spec->rlimits[nl++] = (cf_run_rlimit){RLIMIT_SIGPENDING, PENDING_SIGNALS_LIMIT};
     spec->n_rlimits = nl;
 }
 

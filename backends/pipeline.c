@@ -374,6 +374,11 @@ uint32_t cf_pipeline_languages(const cf_pipeline *p)
     return p ? p->languages : 0;
 }
 
+const char *cf_pipeline_toolchain_path(const cf_pipeline *p, cf_language lang)
+{
+    return p && (unsigned)lang < CF_LANG__COUNT ? p->tc[lang].path : NULL;
+}
+
 const char *const *cf_pipeline_toolchain_dirs(const cf_pipeline *p)
 {
     return p ? (const char *const *)p->tc_dirs : NULL;
@@ -828,6 +833,8 @@ static int build_key(const cf_pipeline *p, const char *profile, const char *back
     /* What a compiler can reach differs per backend (the host's files on
      * process): a build never crosses backends. */
     FEEDS(backend);
+    /* and never crosses container images (another image, another compiler) */
+    FEEDS(req->image ? req->image : "");
     FEEDS(cf_language_name(req->language));
     FEEDS(p->tc[req->language].version);
     FEEDS(p->tc[req->language].path);
@@ -986,6 +993,7 @@ static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char 
     creq.id = req->id;
     creq.language = CF_LANG_COMMAND;
     creq.backend = req->backend;
+    creq.image = req->image; /* the container backend compiles in the request's image */
     creq.argv = (char **)plan.argv;
     creq.argc = plan.argc;
     creq.env = plan.env;
@@ -1081,8 +1089,9 @@ static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char 
         return 0;
     }
     const cf_bytes *diag_text = plan.diag_stdout ? &cres.stdout_data : &cres.stderr_data;
-    cf_diag_opts dopts = {.strip_prefix = b->caps.isolation && strcmp(b->caps.isolation, "sandbox") == 0 ? "/work"
-                                                                                                         : NULL,
+    bool own_root = b->caps.isolation &&
+                    (strcmp(b->caps.isolation, "sandbox") == 0 || strcmp(b->caps.isolation, "container") == 0);
+    cf_diag_opts dopts = {.strip_prefix = own_root ? "/work" : NULL,
                           .max_diagnostics = MAX_DIAGNOSTICS};
     cf_error derr;
     cf_error_clear(&derr);

@@ -329,8 +329,12 @@ int cf_policy_check(const cf_backend_caps *caps, const char *backend_name, const
                      "the program ended): ask without \"stream\" or use the process or sandbox backend", backend_name);
             return -1;
         }
+        /* A backend isolating files that binds no host paths (container). */
+        const char *why = order[i] == CF_CTL_FS_PATHS && (caps->controls & CF_CTL_FS_NONE)
+                              ? "no host paths are bound on"
+                              : why_not(order[i]);
         snprintf(reason, reason_size, "backend '%s' cannot enforce %s (%s %s)", backend_name,
-                 cf_control_name(order[i]), why_not(order[i]), caps->isolation ? caps->isolation : "this host");
+                 cf_control_name(order[i]), why, caps->isolation ? caps->isolation : "this host");
         return -1;
     }
     return -1; /* not reached: some wanted bit was missing */

@@ -64,8 +64,16 @@ void cf_instance_remove_dir(const char *dir)
     if (d) {
         struct dirent *de;
         while ((de = readdir(d)))
-            if (de->d_name[0] == 's')
+            if (de->d_name[0] == 's') {
+                /* A container slot's bundle (sN.bundle): its two files. */
+                int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub >= 0) {
+                    unlinkat(sub, "config.json", 0);
+                    unlinkat(sub, "log", 0);
+                    close(sub);
+                }
                 unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+            }
         unlinkat(dirfd(d), CF_INSTANCE_RESOLV_NAME, 0);
         closedir(d);
     }

@@ -20,8 +20,9 @@ bool cf_instance_pid_gone(long pid);
 
 /* Unmounts every mount at or below dir (deepest first, from mountinfo). */
 void cf_instance_umount_below(const char *dir);
-/* Removes an instance directory: its mounts, the empty slot mount points
- * (names starting with 's') and resolv.conf, then the directory itself.
+/* Removes an instance directory: its mounts, the slot mount points (names
+ * starting with 's'; a container slot's bundle directory with its
+ * config.json and log) and resolv.conf, then the directory itself.
  * Anything else in it is left. */
 void cf_instance_remove_dir(const char *dir);
 /* Sweeps dead workers' instance directories below real_root and their

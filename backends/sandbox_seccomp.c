@@ -1,7 +1,6 @@
 #include "sandbox_seccomp.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <linux/filter.h>
 #include <linux/netlink.h>
 #include <linux/seccomp.h>
@@ -118,23 +117,16 @@ static int scmp_fail(cf_error *err, int rc, const char *what, const char *name)
                               name ? name : "");
 }
 
-/* Where a table row's libseccomp rules go: into a filter being compiled
- * (add_rule), or into an OCI runtime's JSON profile (oci_rule).  One
- * translation of the table serves both, so the container backend's
- * profile is the sandbox's filter rule for rule. */
-typedef int (*rule_sink)(void *arg, uint32_t action, int nr, const char *name, unsigned n,
-                         const struct scmp_arg_cmp *cmp, cf_error *err);
-
-static int add_rule(void *arg, uint32_t action, int nr, const char *name, unsigned n, const struct scmp_arg_cmp *cmp,
-                    cf_error *err)
+static int add_rule(scmp_filter_ctx ctx, uint32_t action, int nr, const char *name, unsigned n,
+                    const struct scmp_arg_cmp *cmp, cf_error *err)
 {
-    int rc = seccomp_rule_add_array((scmp_filter_ctx)arg, action, nr, n, cmp);
+    int rc = seccomp_rule_add_array(ctx, action, nr, n, cmp);
     if (rc < 0)
         return scmp_fail(err, rc, "adding a rule for", name);
     return 0;
 }
 
-static int table_rule(rule_sink add, void *ctx, const cf_seccomp_rule *r, int errno_override, cf_error *err)
+static int add_table_rule(scmp_filter_ctx ctx, const cf_seccomp_rule *r, int errno_override, cf_error *err)
 {
     int nr = seccomp_syscall_resolve_name(r->syscall);
     if (nr == __NR_SCMP_ERROR)
@@ -150,7 +142,7 @@ static int table_rule(rule_sink add, void *ctx, const cf_seccomp_rule *r, int er
     struct scmp_arg_cmp cmp[2];
     switch (r->args) {
     case CF_SECCOMP_ARGS_NONE:
-        return add(ctx, action, nr, r->syscall, 0, NULL, err);
+        return add_rule(ctx, action, nr, r->syscall, 0, NULL, err);
 
     case CF_SECCOMP_ARGS_CLONE_NEWNS: {
         /* One rule per flag: libseccomp ORs rules of one syscall, and a
@@ -160,7 +152,7 @@ static int table_rule(rule_sink add, void *ctx, const cf_seccomp_rule *r, int er
                                             CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
         for (size_t i = 0; i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++) {
             cmp[0] = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]);
-            if (add(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
+            if (add_rule(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
                 return -1;
         }
         return 0;
@@ -176,16 +168,16 @@ static int table_rule(rule_sink add, void *ctx, const cf_seccomp_rule *r, int er
             if (fam == AF_UNIX || fam == AF_INET || fam == AF_INET6)
                 continue;
             cmp[0] = SCMP_A0(SCMP_CMP_EQ, fam);
-            if (add(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
+            if (add_rule(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
                 return -1;
         }
         cmp[0] = SCMP_A0(SCMP_CMP_GT, AF_NETLINK);
-        return add(ctx, action, nr, r->syscall, 1, cmp, err);
+        return add_rule(ctx, action, nr, r->syscall, 1, cmp, err);
 
     case CF_SECCOMP_ARGS_NETLINK_PROTO:
         cmp[0] = SCMP_A0(SCMP_CMP_EQ, AF_NETLINK);
         cmp[1] = SCMP_A2(SCMP_CMP_NE, NETLINK_ROUTE);
-        return add(ctx, action, nr, r->syscall, 2, cmp, err);
+        return add_rule(ctx, action, nr, r->syscall, 2, cmp, err);
 
     case CF_SECCOMP_ARGS_IOCTL_TTY_INJECT: {
         /* The kernel reads cmd as 32 bits: compare only those, otherwise
@@ -193,7 +185,7 @@ static int table_rule(rule_sink add, void *ctx, const cf_seccomp_rule *r, int er
         static const uint64_t cmds[] = {TIOCSTI, TIOCLINUX};
         for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
             cmp[0] = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, cmds[i]);
-            if (add(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
+            if (add_rule(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
                 return -1;
         }
         return 0;
@@ -207,10 +199,10 @@ static int table_rule(rule_sink add, void *ctx, const cf_seccomp_rule *r, int er
         for (unsigned i = 0; i < 31; i++) {
             uint64_t bit = 1ULL << i, top = 1ULL << 31;
             cmp[0] = SCMP_A0(SCMP_CMP_MASKED_EQ, bit | top, bit);
-            if (add(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
+            if (add_rule(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
                 return -1;
             cmp[0] = SCMP_A0(SCMP_CMP_MASKED_EQ, bit | top, top);
-            if (add(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
+            if (add_rule(ctx, action, nr, r->syscall, 1, cmp, err) < 0)
                 return -1;
         }
         return 0;
@@ -281,7 +273,7 @@ int cf_seccomp_prog_new(const cf_seccomp_opts *opts, cf_seccomp_prog **out, cf_e
     size_t n;
     const cf_seccomp_rule *tab = cf_seccomp_rules(&n);
     for (size_t i = 0; i < n; i++)
-        if (table_rule(add_rule, ctx, &tab[i], errno_override, err) < 0)
+        if (add_table_rule(ctx, &tab[i], errno_override, err) < 0)
             goto fail;
     if (export_bpf(ctx, prog, err) < 0)
         goto fail;
@@ -292,100 +284,6 @@ fail:
     seccomp_release(ctx);
     cf_seccomp_prog_destroy(prog);
     return -1;
-}
-
-/* ---- the same rules as an OCI runtime profile ---- */
-
-static const char *oci_op(enum scmp_compare op)
-{
-    switch (op) {
-    case SCMP_CMP_NE: return "SCMP_CMP_NE";
-    case SCMP_CMP_LT: return "SCMP_CMP_LT";
-    case SCMP_CMP_LE: return "SCMP_CMP_LE";
-    case SCMP_CMP_EQ: return "SCMP_CMP_EQ";
-    case SCMP_CMP_GE: return "SCMP_CMP_GE";
-    case SCMP_CMP_GT: return "SCMP_CMP_GT";
-    case SCMP_CMP_MASKED_EQ: return "SCMP_CMP_MASKED_EQ";
-    default: return NULL;
-    }
-}
-
-/* One libseccomp rule as an entry of the profile's "syscalls" array.  The
- * runtime hands value/valueTwo to libseccomp as datum_a/datum_b, which is
- * how they were built here (MASKED_EQ: mask, then the expected bits). */
-static int oci_rule(void *arg, uint32_t action, int nr, const char *name, unsigned n, const struct scmp_arg_cmp *cmp,
-                    cf_error *err)
-{
-    (void)nr;
-    json_t *list = arg;
-    json_t *e = json_object();
-    json_t *names = json_array();
-    json_t *args = json_array();
-    int bad = !e || !names || !args || json_array_append_new(names, json_string(name)) < 0;
-    if (action == SCMP_ACT_KILL_PROCESS) {
-        bad |= json_object_set_new(e, "action", json_string("SCMP_ACT_KILL_PROCESS")) < 0;
-    } else if ((action & SCMP_ACT_ERRNO(0)) == SCMP_ACT_ERRNO(0) && (action & ~0xffffU) == SCMP_ACT_ERRNO(0)) {
-        bad |= json_object_set_new(e, "action", json_string("SCMP_ACT_ERRNO")) < 0;
-        bad |= json_object_set_new(e, "errnoRet", json_integer(action & 0xffffU)) < 0;
-    } else {
-        bad = 1;
-    }
-    for (unsigned i = 0; !bad && i < n; i++) {
-        const char *op = oci_op(cmp[i].op);
-        json_t *a = json_pack("{s:I, s:I, s:I, s:s}", "index", (json_int_t)cmp[i].arg, "value",
-                              (json_int_t)cmp[i].datum_a, "valueTwo", (json_int_t)cmp[i].datum_b, "op",
-                              op ? op : "");
-        bad |= !op || !a || json_array_append_new(args, a) < 0;
-    }
-    if (!bad) {
-        bad |= json_object_set_new(e, "names", names) < 0;
-        names = NULL;
-        if (n) {
-            bad |= json_object_set_new(e, "args", args) < 0;
-            args = NULL;
-        }
-    }
-    json_decref(names);
-    json_decref(args);
-    if (bad || json_array_append_new(list, e) < 0) {
-        if (bad)
-            json_decref(e);
-        return cf_error_set(err, CF_E_SANDBOX, "seccomp: cannot express the rule for %s as OCI JSON", name);
-    }
-    return 0;
-}
-
-int cf_seccomp_oci_profile(char **out, cf_error *err)
-{
-    *out = NULL;
-    json_t *list = json_array();
-    json_t *prof = json_pack("{s:s, s:[s]}", "defaultAction", "SCMP_ACT_ALLOW", "architectures", "SCMP_ARCH_NATIVE");
-    if (!list || !prof) {
-        json_decref(list);
-        json_decref(prof);
-        return cf_error_set(err, CF_E_NOMEM, "seccomp: out of memory");
-    }
-#if defined(__x86_64__)
-    /* Only the native ABI, as in the sandbox's filter: i386 and x32 calls
-     * are not listed, so they hit the bad-arch action (kill). */
-    json_array_set_new(json_object_get(prof, "architectures"), 0, json_string("SCMP_ARCH_X86_64"));
-#elif defined(__aarch64__)
-    json_array_set_new(json_object_get(prof, "architectures"), 0, json_string("SCMP_ARCH_AARCH64"));
-#endif
-    size_t n;
-    const cf_seccomp_rule *tab = cf_seccomp_rules(&n);
-    for (size_t i = 0; i < n; i++)
-        if (table_rule(oci_rule, list, &tab[i], 0, err) < 0) {
-            json_decref(list);
-            json_decref(prof);
-            return -1;
-        }
-    if (json_object_set_new(prof, "syscalls", list) < 0 || !(*out = json_dumps(prof, JSON_COMPACT))) {
-        json_decref(prof);
-        return cf_error_set(err, CF_E_NOMEM, "seccomp: out of memory");
-    }
-    json_decref(prof);
-    return 0;
 }
 
 void cf_seccomp_prog_destroy(cf_seccomp_prog *prog)

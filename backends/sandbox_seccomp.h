@@ -75,12 +75,6 @@ void cf_seccomp_prog_destroy(cf_seccomp_prog *prog); /* NULL-safe */
 const struct sock_fprog *cf_seccomp_prog_fprog(const cf_seccomp_prog *prog);
 size_t cf_seccomp_prog_len(const cf_seccomp_prog *prog);
 
-/* The same rules as the "seccomp" object of an OCI runtime's config.json
- * (defaultAction allow, the native architecture only, one entry per
- * libseccomp rule of the table): the container backend's profile.  *out
- * is JSON text the caller frees. */
-int cf_seccomp_oci_profile(char **out, cf_error *err);
-
 /* Child side, async-signal-safe: sets no_new_privs and installs the filter.
  * Returns 0, or -1 with errno set (then the child must not exec). */
 int cf_seccomp_load(const cf_seccomp_prog *prog);

@@ -21,7 +21,10 @@
 #
 # An operator's own image needs the same layout: empty directories /work,
 # /run/codefleet and an empty file /run/codefleet-init (make_layout below),
-# and whatever the languages it is allowed for need at the usual paths.
+# everything owned by root and writable by nobody else (harden below), and
+# whatever the languages it is allowed for need at the usual paths.  A
+# running worker keeps using the image it started with: restart workers
+# after replacing one.
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -57,14 +60,33 @@ mirror=${CODEFLEET_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # What each default language needs; the init is not in it (the backend binds
 # its static codefleet-container-init in as pid 1, so any image gets one).
 include=python3,nodejs,gcc,g++,libc6-dev,ca-certificates
-stamp="suite=$suite include=$include layout=1"
+stamp="suite=$suite include=$include layout=3"
 
 make_layout() {
     local root=$1
     install -d -m 0755 "$root/work" "$root/run/codefleet" "$root/tmp" "$root/dev" "$root/proc"
     : >"$root/run/codefleet-init"
     chmod 0644 "$root/run/codefleet-init"
-    chmod 1777 "$root/tmp"
+    # Nothing of the build machine: no resolver of ours (network=enabled
+    # binds slirp's over this file), its own name, localhost resolvable.
+    : >"$root/etc/resolv.conf"
+    echo codefleet >"$root/etc/hostname"
+    printf '127.0.0.1\tlocalhost codefleet\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+    chmod 0644 "$root/etc/resolv.conf" "$root/etc/hostname" "$root/etc/hosts"
+}
+
+# The image sits on the host where every uid can reach it (the runtime sets
+# containers up inside their user namespaces): nothing in it may be a way in
+# for a host user or a program of another backend.  No device nodes (the
+# runtime makes /dev), no setuid or setgid programs, nothing writable but by
+# root (/tmp and /var/tmp included: inside, /tmp is a tmpfs and the rest is
+# read-only anyway).  The worker checks the same at start.
+harden() {
+    local root=$1
+    find "$root/dev" -mindepth 1 -maxdepth 1 -exec rm -rf {} +
+    find "$root" -xdev ! -type l -perm /6000 -exec chmod ug-s {} +
+    find "$root" -xdev ! -type l -perm /022 -exec chmod go-w {} +
+    chmod 0755 "$root/tmp" "$root/var/tmp" 2>/dev/null || true
 }
 
 if ((!force)) && [[ -f $dest/stamp && $(cat "$dest/stamp") == "$stamp" && -x $dest/rootfs/usr/bin/python3 ]]; then
@@ -74,7 +96,7 @@ fi
 command -v debootstrap >/dev/null || cf_die "debootstrap is not installed (deploy/install.sh installs it)"
 
 mkdir -p "$images"
-chmod 0755 "$images" "$(dirname "$images")"
+chmod 0755 "$images"
 tmp=$(mktemp -d "$images/.build.XXXXXX")
 trap 'rm -rf --one-file-system "$tmp"' EXIT
 cf_log "building the default container image ($suite: $include) in $tmp; this takes a few minutes"
@@ -86,6 +108,7 @@ fi
 # Nothing of the build machine's package caches goes into the image.
 rm -rf "$tmp/rootfs/var/cache/apt/archives/"*.deb "$tmp/rootfs/var/lib/apt/lists/"* 2>/dev/null || true
 make_layout "$tmp/rootfs"
+harden "$tmp/rootfs"
 echo "$stamp" >"$tmp/stamp"
 chmod 0755 "$tmp" "$tmp/rootfs"
 rm -f "$tmp/debootstrap.log"

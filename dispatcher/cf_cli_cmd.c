@@ -298,7 +298,7 @@ static const char submit_help[] =
     "  --deadline DURATION     reject if not started within DURATION from now\n"
     "  --no-wait               do not wait: print the id once the broker has the request\n"
     "  --stream                ask for output chunks while the program runs (SPEC.md \"Output\n"
-    "                          chunks\"; the process and sandbox backends)\n"
+    "                          chunks\"; the process, sandbox and container backends)\n"
     "  --follow                --stream, and write the program's stdout and stderr here as they\n"
     "                          come; the result's summary then goes to stderr (--json: one\n"
     "                          {\"chunk\": ...} line per chunk, then the result)\n";

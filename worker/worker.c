@@ -2831,6 +2831,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP | 1u << CF_LANG_RUST | 1u << CF_LANG_GO |
                               1u << CF_LANG_TYPESCRIPT,
         .toolchain_dirs = cf_pipeline_toolchain_dirs(w->pipeline),
+        .cc_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_C),
+        .cxx_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_CPP),
     };
     if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0) {
         cf_error_wrap(err, "backends");

@@ -2,8 +2,12 @@
  * backend, bound read-only into it at /run/codefleet-init.  A static
  * program (the image may have no libc, or another one).
  *
- * Usage: codefleet-container-init -- PROGRAM [ARGS...]
+ * Usage: codefleet-container-init [--cpu SECONDS] [--fsize BYTES] -- PROGRAM [ARGS...]
  *        codefleet-container-init --version
+ *
+ * The program's RLIMIT_CPU (hard = soft + 1 s) and RLIMIT_FSIZE are set
+ * here, not in config.json: the runtime applies those to itself before it
+ * has written its state, and a small file size limit broke it.
  *
  * Like the runner's init of the sandbox: every signal blocked and taken
  * with sigwaitinfo; SIGCHLD reaps every zombie; any other signal goes to
@@ -25,9 +29,13 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #define REPORT_FD 4
 
@@ -46,11 +54,29 @@ int main(int argc, char **argv)
         (void)!write(1, v, sizeof(v) - 1);
         return 0;
     }
-    if (argc < 3 || strcmp(argv[1], "--") != 0) {
-        static const char u[] = "usage: codefleet-container-init -- PROGRAM [ARGS...]\n";
+    /* Dies with the runtime, which dies with the worker: an execution
+     * never outlives its supervisor (the kernel then kills the namespace). */
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    long long cpu = 0, fsize = -1;
+    int a = 1;
+    while (a + 1 < argc && argv[a][0] == '-' && argv[a][1] == '-' && argv[a][2]) {
+        char *end;
+        if (strcmp(argv[a], "--cpu") == 0)
+            cpu = strtoll(argv[a + 1], &end, 10);
+        else if (strcmp(argv[a], "--fsize") == 0)
+            fsize = strtoll(argv[a + 1], &end, 10);
+        else
+            break;
+        if (*end)
+            return 125;
+        a += 2;
+    }
+    if (a + 1 >= argc || strcmp(argv[a], "--") != 0) {
+        static const char u[] = "usage: codefleet-container-init [--cpu S] [--fsize B] -- PROGRAM [ARGS...]\n";
         (void)!write(2, u, sizeof(u) - 1);
         return 125;
     }
+    char **prog = argv + a + 1;
     /* No report pipe (run by hand): report nowhere. */
     bool have_report = fcntl(REPORT_FD, F_GETFD) >= 0;
     if (have_report)
@@ -71,7 +97,22 @@ int main(int argc, char **argv)
     }
     if (program == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
-        execvp(argv[2], argv + 2);
+        (void)prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+        struct rlimit rl;
+        if (cpu > 0) {
+            rl.rlim_cur = (rlim_t)cpu;
+            rl.rlim_max = (rlim_t)cpu + 1;
+            if (setrlimit(RLIMIT_CPU, &rl) < 0)
+                _exit(126);
+        }
+        if (fsize >= 0) {
+            rl.rlim_cur = rl.rlim_max = (rlim_t)fsize;
+            if (setrlimit(RLIMIT_FSIZE, &rl) < 0)
+                _exit(126);
+        }
+        /* A path, never a PATH search or a shell fallback (execvp runs a
+         * file without #! as a shell script): as in the sandbox. */
+        execve(prog[0], prog, environ);
         int e = errno;
         if (have_report)
             report("exec-failed", e);

@@ -82,6 +82,10 @@ static int make_set(fixture *f, const char *images)
              getenv("CF_BINARY_DIR") ? getenv("CF_BINARY_DIR") : "build");
     f->cfg.container_init = init;
     f->cfg.compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP;
+    /* The pipeline's resolved compilers, as the worker passes them. */
+    static char cc[PATH_MAX], cxx[PATH_MAX];
+    f->cfg.cc_path = realpath("/usr/bin/gcc", cc);
+    f->cfg.cxx_path = realpath("/usr/bin/g++", cxx);
     f->cfg.slirp4netns_path = "/usr/bin/slirp4netns";
     cf_error err;
     if (cf_backend_set_new("container", &f->cfg, &f->set, &err) < 0) {
@@ -155,7 +159,8 @@ static int count_work_mounts(const fixture *f)
         char *save = NULL, *tok = strtok_r(line, " ", &save);
         for (int i = 0; tok && i < 4; i++)
             tok = strtok_r(NULL, " ", &save);
-        if (tok && strncmp(tok, f->root, rl) == 0 && strstr(tok + rl, "/s"))
+        /* (an instance's image binds, simg<k>, live as long as it) */
+        if (tok && strncmp(tok, f->root, rl) == 0 && strstr(tok + rl, "/s") && !strstr(tok + rl, "/simg"))
             n++;
     }
     if (fp)
@@ -339,7 +344,8 @@ static void test_identity_and_confinement(void **state)
              "cat /proc/1/cmdline | tr '\\0' ' '; echo;"
              "touch /usr/x 2>/dev/null && echo root-writable || echo root-ro;"
              "cat /proc/self/cgroup | head -1; cat /proc/self/uid_map | tr -s ' ';"
-             "echo ok > /work/w && cat /work/w; echo t > /tmp/t && cat /tmp/t; pwd");
+             "echo ok > /work/w && cat /work/w; echo t > /tmp/t && cat /tmp/t; pwd;"
+             "awk '$5 == \"/\" {print \"root:\" $6}' /proc/self/mountinfo");
     assert_int_equal(run(f, &req, &res), 0);
     assert_int_equal(res.status, CF_STATUS_SUCCESS);
     const cf_bytes *o = &res.stdout_data;
@@ -355,6 +361,8 @@ static void test_identity_and_confinement(void **state)
     snprintf(map, sizeof(map), " 1000 %d 1", UID_BASE);
     assert_true(out_has(o, map));
     assert_true(out_has(o, "ok\nt\n/work\n"));
+    /* the image is bound read-only, nosuid and nodev */
+    assert_true(out_has(o, "root:ro,nosuid,nodev"));
     cf_request_clear(&req);
     cf_result_clear(&res);
     assert_nothing_left(f);
@@ -475,6 +483,39 @@ static void test_one_process_is_enough(void **state)
     assert_int_equal(run(f, &req, &res), 0);
     assert_true(out_has(&res.stdout_data, "refused") || out_has(&res.stderr_data, "fork"));
     assert_false(out_has(&res.stdout_data, "forked"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    assert_nothing_left(f);
+}
+
+/* Small file-size and the queued-signal cap: a 1 KiB file limit stops the
+ * program's writes, not the runtime (which once failed under it); a
+ * program cannot queue more than its own cap of signals (they count
+ * against root's quota up the user namespaces). */
+static void test_file_size_and_signal_caps(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL, "echo ok; head -c 4096 /dev/zero > /tmp/big || echo refused");
+    req.policy.max_file_size_bytes = 1024;
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_true(out_has(&res.stdout_data, "ok\n"));
+    assert_true(out_has(&res.stdout_data, "refused"));
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    req_init(&req, CF_LANG_PYTHON,
+             "import ctypes, os, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\n"
+             "libc = ctypes.CDLL(None, use_errno=True)\nn = 0\n"
+             "while n < 200000 and libc.sigqueue(os.getpid(), int(signal.SIGRTMIN), 0) == 0:\n    n += 1\n"
+             "print('queued', n)\n");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_has(&res.stdout_data, "queued "));
+    int n = atoi(strstr((const char *)res.stdout_data.data, "queued ") + 7);
+    if (n > 1024)
+        fail_msg("queued %d signals", n);
     cf_request_clear(&req);
     cf_result_clear(&res);
     assert_nothing_left(f);
@@ -767,6 +808,7 @@ int main(void)
         cmocka_unit_test(test_fork_bomb),
         cmocka_unit_test(test_one_process_is_enough),
         cmocka_unit_test(test_streams_while_running),
+        cmocka_unit_test(test_file_size_and_signal_caps),
         cmocka_unit_test(test_output_flood_capped),
         cmocka_unit_test(test_network_refused),
         cmocka_unit_test(test_network_enabled_egress_only),
