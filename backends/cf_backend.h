@@ -56,6 +56,9 @@ typedef struct cf_backend_caps {
     /* Free text per control that needs a qualifier, e.g. memory enforced as
      * an address-space rlimit.  May be NULL. */
     const char *notes;
+    /* Container backend: its image names, comma-separated ("default,ml");
+     * NULL for others.  Profiles' `images` must name these. */
+    const char *images;
 } cf_backend_caps;
 
 /* Settings the worker hands to backends (from its configuration table). */

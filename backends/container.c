@@ -121,6 +121,7 @@ typedef struct ct_state {
     bool inst_bound;
     ct_image images[MAX_IMAGES];
     size_t n_images;
+    char image_names[MAX_IMAGES * (CF_IMAGE_NAME_MAX + 1) + 1]; /* caps->images */
     char slirp[PATH_MAX];  /* network=enabled through it; "" not offered */
     char resolv[PATH_MAX]; /* <inst>/resolv.conf naming slirp's DNS */
     int slots;
@@ -613,8 +614,8 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                       cf_cgroup_env_version(st->cgenv) == CF_CGROUP_V2 ? 2 : 1, (long long)(st->def_memory >> 20),
                       RUNTIME_PIDS, (long long)st->def_pids);
     cf_exec_notes_add(&st->base,
-                      "read-only image root; uid 1000 inside = host uids %lld..%lld, root unmapped; no capabilities, "
-                      "no_new_privs, the sandbox's seccomp table; own pid/mount/net (loopback only)/ipc/uts/cgroup/"
+                      "image root read-only, nosuid, nodev; uid 1000 inside = host uids %lld..%lld, root unmapped; no "
+                      "capabilities, no_new_privs, the sandbox's seccomp filter (the same BPF); own pid/mount/net (loopback only)/ipc/uts/cgroup/"
                       "user namespaces; fs_mode=paths NOT offered; work dir tmpfs %lld MiB, /tmp and /dev/shm %lld "
                       "MiB",
                       (long long)st->uid_base, (long long)(st->uid_base + st->slots - 1),
@@ -632,6 +633,13 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         cf_exec_notes_add(&st->base, "swept %d container(s), %d dir(s) and %d cgroup(s) of dead workers",
                           swept_containers, swept_dirs, swept_cgroups);
     caps->notes = st->base.notes;
+    for (size_t i = 0, used = 0; i < st->n_images; i++) {
+        int w = snprintf(st->image_names + used, sizeof(st->image_names) - used, "%s%s", i ? "," : "",
+                         st->images[i].name);
+        if (w > 0 && (size_t)w < sizeof(st->image_names) - used)
+            used += (size_t)w;
+    }
+    caps->images = st->image_names;
     st->base.languages = caps->languages;
     *state = st;
     return 0;
@@ -944,27 +952,23 @@ static int ct_run_begin(ct_run *r, const cf_cgroup_limits *lim, cf_error *err)
     return 0;
 }
 
-/* Pids listed in a cgroup.procs file (at most max). */
-static size_t read_procs(const char *dir, pid_t *pids, size_t max)
+/* Whether pid is in the execution's cgroup (its name ends the path in
+ * /proc/<pid>/cgroup, on every hierarchy it is in). */
+static bool in_exec_cgroup(pid_t pid, const char *id)
 {
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof(path), "%s/cgroup.procs", dir) >= (int)sizeof(path))
-        return 0;
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    size_t n = 0;
-    long v;
-    while (n < max && fscanf(f, "%ld", &v) == 1)
-        pids[n++] = (pid_t)v;
-    fclose(f);
-    return n;
-}
-
-static bool in_list(const pid_t *v, size_t n, pid_t p)
-{
-    for (size_t i = 0; i < n; i++)
-        if (v[i] == p)
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    size_t il = strlen(id);
+    for (const char *p = buf; (p = strstr(p, id)); p += il)
+        if (p > buf && p[-1] == '/' && (p[il] == '\n' || p[il] == '\0'))
             return true;
     return false;
 }
@@ -974,14 +978,13 @@ static bool in_list(const pid_t *v, size_t n, pid_t p)
  * namespace, and the runtime reaps it, removes the container and exits
  * like after any other end.  Killing the runtime with the rest would leave
  * the init a zombie for the host's pid 1 to reap and the container's state
- * behind.  Only processes of this execution's cgroup are signalled (pid
- * may be reaped already).  Whatever remains then dies with the cgroup. */
+ * behind.  Only processes of this execution's cgroup are signalled, each
+ * through a pidfd taken before the check (pid may be reaped already, a
+ * child's pid reused).  Whatever remains then dies with the cgroup. */
 static void ct_kill_all(pid_t pid, void *arg)
 {
     ct_run *r = arg;
-    pid_t procs[256];
-    size_t n = read_procs(cf_cgroup_path(r->cg), procs, sizeof(procs) / sizeof(procs[0]));
-    if (pid > 0 && in_list(procs, n, pid)) {
+    if (pid > 0 && in_exec_cgroup(pid, r->id)) {
         char path[64], buf[512];
         snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -989,13 +992,18 @@ static void ct_kill_all(pid_t pid, void *arg)
         if (fd >= 0)
             close(fd);
         bool killed = false;
-        for (char *p = buf, *end; len > 0 && p < buf + len; p = end) {
+        if (len > 0)
             buf[len] = '\0';
+        for (char *p = buf, *end; len > 0 && p < buf + len; p = end) {
             long c = strtol(p, &end, 10);
             if (end == p)
                 break;
-            if (c > 0 && in_list(procs, n, (pid_t)c))
-                killed |= kill((pid_t)c, SIGKILL) == 0;
+            int pfd = c > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)c, 0) : -1;
+            if (pfd < 0)
+                continue;
+            if (in_exec_cgroup((pid_t)c, r->id))
+                killed |= syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0) == 0;
+            close(pfd);
         }
         /* The runtime's own exit, briefly: it only reaps and cleans up. */
         for (int i = 0; killed && i < 200 && cf_cgroup_nprocs(r->cg) > r->helpers; i++)

@@ -273,6 +273,26 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
             return cf_error_set(err, CF_E_INVALID, "profile '%s': backend '%s' is not enabled on this worker (backends)",
                                 p->name, p->backend_names[i]);
     }
+    /* Images the profile names must be the worker's (container-images). */
+    for (size_t k = 0; p->image_names && env->backends && k < cf_backend_set_count(env->backends); k++) {
+        const cf_backend *b = cf_backend_set_get(env->backends, k);
+        if (!b->caps.images || !in_list(p->backend_names, p->n_backends, b->ops->name))
+            continue;
+        for (size_t i = 0; i < p->n_images; i++) {
+            bool known = false;
+            const char *c = b->caps.images;
+            size_t want = strlen(p->image_names[i]);
+            while (*c && !known) {
+                size_t len = strcspn(c, ",");
+                known = len == want && strncmp(c, p->image_names[i], len) == 0;
+                c += len + (c[len] == ',');
+            }
+            if (!known)
+                return cf_error_set(err, CF_E_INVALID,
+                                    "profile '%s': images: '%s' is not one of the worker's container-images (%s)",
+                                    p->name, p->image_names[i], b->caps.images);
+        }
+    }
 
     char **langs = NULL;
     size_t nl = 0;

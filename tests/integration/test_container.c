@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cf_dispatcher.h"
@@ -240,6 +241,32 @@ static void images_by_name(void **state)
     cf_request_clear(&req);
 }
 
+/* A profile naming an image the worker does not have is a configuration
+ * error at start, not a rejection of every request later. */
+static void profile_with_an_unknown_image_is_refused_at_start(void **state)
+{
+    (void)state;
+    REQUIRE();
+    it_worker w;
+    const char *extra[] = {"--backends=container,sandbox", g.a_images, g.a_state, g.a_cg, g.a_work,
+                           "--profile.default.images=default,nope", NULL};
+    it_worker_start(&w, &g.t, "ct-badprofile", extra);
+    int st = 0;
+    pid_t r = 0;
+    for (int i = 0; i < 600 && (r = waitpid(w.pid, &st, WNOHANG)) == 0; i++)
+        usleep(50 * 1000);
+    if (r != w.pid) {
+        it_worker_stop(&w, SIGKILL, 1000);
+        fail_msg("the worker started with a profile naming an unknown image");
+    }
+    w.pid = 0;
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    if (!it_worker_log_contains(&w, "images: 'nope' is not one of the worker's container-images (default,second)")) {
+        it_worker_dump_log(&w);
+        fail_msg("no reason naming the image");
+    }
+}
+
 /* network=enabled: the program gets egress only; the broker the worker
  * talks to (on this host) is refused. */
 static void network_enabled_cannot_reach_the_broker(void **state)
@@ -332,6 +359,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(each_language_of_the_image),
         cmocka_unit_test(images_by_name),
+        cmocka_unit_test(profile_with_an_unknown_image_is_refused_at_start),
         cmocka_unit_test(network_enabled_cannot_reach_the_broker),
         cmocka_unit_test(timeout_leaves_no_container),
         cmocka_unit_test(killed_worker_leaves_nothing_after_restart),
