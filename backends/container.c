@@ -175,16 +175,10 @@ static int ct_child_setup(void *arg, const char **msg)
 static int ct_parent_setup(pid_t pid, void *arg, cf_error *err)
 {
     ct_child *c = arg;
-    /* The OOM killer should take the program, not the runtime, whose death
-     * orphans the container's init.  Only a worker with CAP_SYS_RESOURCE
-     * may lower a score: best effort (README, "Containers"). */
-    char oom[64];
-    snprintf(oom, sizeof(oom), "/proc/%d/oom_score_adj", (int)pid);
-    int ofd = open(oom, O_WRONLY | O_CLOEXEC);
-    if (ofd >= 0) {
-        (void)!write(ofd, "-1000", 5);
-        close(ofd);
-    }
+    /* No oom_score_adj games: the container's processes inherit crun's, and
+     * crun applies a config.json value to itself too; a -1000 crun made the
+     * program unkillable on a cgroup v2 kernel (the execution hung at its
+     * memory limit until the wall clock). */
     if (c->cg && c->n_join == 0 && !c->cg_joined && cf_cgroup_attach(c->cg, pid, err) < 0)
         return -1;
     return 0;
@@ -212,14 +206,26 @@ static void delete_container(const ct_state *st, const char *id)
     struct stat sb;
     if (snprintf(path, sizeof(path), "%s/%s", st->state_root, id) >= (int)sizeof(path) || lstat(path, &sb) < 0)
         return;
-    char *argv[] = {(char *)st->runtime, "--root", (char *)st->state_root, "delete", "--force", (char *)id, NULL};
-    cf_run_outcome o;
-    cf_error e;
-    cf_error_clear(&e);
-    int rr = run_runtime(st, argv, st->mask_unified, &o, &e);
-    if (rr < 0 || !o.exited || o.exit_code != 0)
-        cf_log_warn("container", "could not delete container %s: %s", id, e.msg[0] ? e.msg : "runtime failed");
-    cf_run_outcome_free(&o);
+    /* --force kills what still runs; a container whose processes are all
+     * gone (another pid namespace's, a previous life's) can fail it (no
+     * pidfd to open) and goes with a plain delete. */
+    char *force[] = {(char *)st->runtime, "--root", (char *)st->state_root, "delete", "--force", (char *)id, NULL};
+    char *plain[] = {(char *)st->runtime, "--root", (char *)st->state_root, "delete", (char *)id, NULL};
+    char *const *argvs[] = {force, plain};
+    char why[200] = "";
+    for (int i = 0; i < 2; i++) {
+        cf_run_outcome o;
+        cf_error e;
+        cf_error_clear(&e);
+        int rr = run_runtime(st, argvs[i], st->mask_unified, &o, &e);
+        bool ok = rr == 0 && o.exited && o.exit_code == 0;
+        if (!ok)
+            cf_run_outcome_describe(&o, why, sizeof(why));
+        cf_run_outcome_free(&o);
+        if (ok || (lstat(path, &sb) < 0 && errno == ENOENT))
+            return;
+    }
+    cf_log_warn("container", "could not delete container %s: %s", id, why);
 }
 
 /* ---- create / destroy ---- */
@@ -524,6 +530,15 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
      * name is a previous life of this pid (a worker that is pid 1 of its
      * container, restarted on the same work root): its leftovers go. */
     if (mkdir(st->inst, 0711) < 0 && errno == EEXIST) {
+        /* Its containers too: their names would come again. */
+        DIR *sd = opendir(st->state_root);
+        size_t tl = strlen(st->tag);
+        struct dirent *de;
+        while (sd && (de = readdir(sd)))
+            if (strncmp(de->d_name, st->tag, tl) == 0 && de->d_name[tl] == '-')
+                delete_container(st, de->d_name);
+        if (sd)
+            closedir(sd);
         cf_instance_remove_dir(st->inst);
         if (mkdir(st->inst, 0711) == 0)
             cf_exec_notes_add(&st->base, "removed %s, left by an earlier worker with this pid", st->inst);
