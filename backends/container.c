@@ -253,11 +253,8 @@ static void ct_destroy(void *state)
  * regular file, symlinks resolved inside the image. */
 static bool image_has(const char *root, const char *path, bool want_dir)
 {
-    char full[PATH_MAX];
     struct stat sb;
-    if (snprintf(full, sizeof(full), "%s%s", root, path) >= (int)sizeof(full) || lstat(full, &sb) < 0)
-        return false;
-    return want_dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode);
+    return cf_exec_stat_in_root(root, path, &sb) && (want_dir ? S_ISDIR(sb.st_mode) : S_ISREG(sb.st_mode));
 }
 
 /* nftw's callback has no argument: the first offending entry, for the

@@ -33,11 +33,9 @@ static bool is_executable_file(const char *path)
     return path && path[0] == '/' && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 0111);
 }
 
-bool cf_exec_file_in_root(const char *root, const char *path)
+bool cf_exec_stat_in_root(const char *root, const char *path, struct stat *sb)
 {
-    if (!root)
-        return is_executable_file(path);
-    if (!path || path[0] != '/')
+    if (!root || !path || path[0] != '/')
         return false;
     int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (rfd < 0)
@@ -49,11 +47,18 @@ bool cf_exec_file_in_root(const char *root, const char *path)
     close(rfd);
     if (fd < 0)
         return false;
-    struct stat sb;
-    /* Executable by others: the program runs as an unprivileged uid. */
-    bool ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & S_IXOTH);
+    bool ok = fstat(fd, sb) == 0;
     close(fd);
     return ok;
+}
+
+bool cf_exec_file_in_root(const char *root, const char *path)
+{
+    if (!root)
+        return is_executable_file(path);
+    struct stat sb;
+    /* Executable by others: the program runs as an unprivileged uid. */
+    return cf_exec_stat_in_root(root, path, &sb) && S_ISREG(sb.st_mode) && (sb.st_mode & S_IXOTH);
 }
 
 /* The worker's own binary (or anything reached through /proc) is never

@@ -111,6 +111,10 @@ typedef struct cf_exec_job {
 /* Whether path (absolute, as the program sees it) is an executable regular
  * file below root, symlinks resolved inside root (root NULL: the host). */
 bool cf_exec_file_in_root(const char *root, const char *path);
+/* stat of path (absolute, as the program sees it) below root, symlinks
+ * resolved inside root; false when it is not there. */
+struct stat;
+bool cf_exec_stat_in_root(const char *root, const char *path, struct stat *sb);
 
 /* Validates req (language, argv, file paths and sizes, environment names)
  * and fills res->meta.  A bad request sets job->rejected (res->status
