@@ -179,6 +179,14 @@ typedef struct cf_exec_take {
 } cf_exec_take;
 
 /* Per-execution context from the worker. */
+/* When the program itself ran (monotonic us), for the worker's trace
+ * spans: what came before is setting up, what comes after is collecting.
+ * Filled by backends that finish through cf_exec_job_finish; 0 = unknown. */
+typedef struct cf_exec_phases {
+    int64_t run_start_us;
+    int64_t run_end_us;
+} cf_exec_phases;
+
 typedef struct cf_exec_ctx {
     int slot;                 /* 0..slots-1, stable while the execution runs */
     const char *worker_id;
@@ -210,6 +218,7 @@ typedef struct cf_exec_ctx {
     int64_t profile_max_timeout_us;
     int64_t profile_max_memory_bytes;
     int64_t profile_max_processes;
+    cf_exec_phases *phases; /* may be NULL */
 } cf_exec_ctx;
 
 typedef struct cf_backend_ops {

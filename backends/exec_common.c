@@ -2,6 +2,7 @@
 #include "exec_common.h"
 
 #include "cf_schema_json.h"
+#include "cf_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -873,6 +874,10 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
                        cf_error *err)
 {
     cf_result *res = job->res;
+    if (ctx && ctx->phases) {
+        ctx->phases->run_end_us = cf_mono_us();
+        ctx->phases->run_start_us = ctx->phases->run_end_us - (o->wall_us > 0 ? o->wall_us : 0);
+    }
     if (o->cancelled) {
         cf_error_set(err, CF_E_TIMEOUT, "%s: execution cancelled (worker shutting down)", job->who);
         if (err)

@@ -11,6 +11,19 @@ cf_log_level cf_log_current_level = CF_LOG_INFO;
 static cf_log_format log_format = CF_LOG_TEXT;
 static char log_program[64] = "codefleet";
 
+static _Thread_local char log_trace[33];
+static _Thread_local char log_span[17];
+
+void cf_log_set_trace(const char *trace_id, const char *span_id)
+{
+    if (!trace_id || !span_id || strlen(trace_id) != 32 || strlen(span_id) != 16) {
+        log_trace[0] = log_span[0] = '\0';
+        return;
+    }
+    memcpy(log_trace, trace_id, 33);
+    memcpy(log_span, span_id, 17);
+}
+
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
 void cf_log_setup(cf_log_level level, cf_log_format format, const char *program)
@@ -77,12 +90,18 @@ void cf_log_write(cf_log_level level, const char *subsystem, const char *fmt, ..
         char esub[64];
         json_escape(emsg, sizeof(emsg), msg);
         json_escape(esub, sizeof(esub), subsystem ? subsystem : "");
+        char trace[96] = "";
+        if (log_trace[0])
+            snprintf(trace, sizeof(trace), ",\"trace_id\":\"%s\",\"span_id\":\"%s\"", log_trace, log_span);
         snprintf(line, sizeof(line),
-                 "{\"ts\":\"%s\",\"level\":\"%s\",\"program\":\"%s\",\"pid\":%ld,\"sub\":\"%s\",\"msg\":\"%s\"}\n",
-                 ts, lname, log_program, (long)getpid(), esub, emsg);
+                 "{\"ts\":\"%s\",\"level\":\"%s\",\"program\":\"%s\",\"pid\":%ld,\"sub\":\"%s\"%s,\"msg\":\"%s\"}\n",
+                 ts, lname, log_program, (long)getpid(), esub, trace, emsg);
     } else {
-        snprintf(line, sizeof(line), "%s %s[%ld] %-5s %s: %s\n", ts, log_program, (long)getpid(), lname,
-                 subsystem ? subsystem : "-", msg);
+        char trace[96] = "";
+        if (log_trace[0])
+            snprintf(trace, sizeof(trace), " trace=%s span=%s", log_trace, log_span);
+        snprintf(line, sizeof(line), "%s %s[%ld] %-5s %s: %s%s\n", ts, log_program, (long)getpid(), lname,
+                 subsystem ? subsystem : "-", msg, trace);
     }
     /* One write per line keeps lines from concurrent threads whole. */
     size_t len = strnlen(line, sizeof(line));

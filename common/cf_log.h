@@ -27,6 +27,12 @@ void cf_log_setup(cf_log_level level, cf_log_format format, const char *program)
 /* Parses "error|warn|info|debug"; returns -1 on an unknown name. */
 int cf_log_level_parse(const char *name, cf_log_level *out);
 
+/* The calling thread's trace context: while set, its lines carry
+ * trace_id and span_id (JSON fields; " trace=... span=..." in text), so a
+ * request's lines can be found from its trace.  Hex strings of 32 and 16
+ * digits; NULL clears. */
+void cf_log_set_trace(const char *trace_id, const char *span_id);
+
 /* subsystem: a short tag ("kafka", "exec", "config"). */
 void cf_log_write(cf_log_level level, const char *subsystem, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

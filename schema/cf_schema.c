@@ -244,6 +244,7 @@ void cf_result_clear(cf_result *res)
     free(res->meta.toolchain);
     free(res->meta.sandbox);
     free(res->meta.run);
+    free(res->meta.traceparent);
     for (size_t i = 0; res->cases && i < res->n_cases; i++)
         cf_case_result_clear(&res->cases[i]);
     free(res->cases);
@@ -956,6 +957,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     put_str(&meta, "toolchain", res->meta.toolchain);
     put_str(&meta, "sandbox", res->meta.sandbox);
     put_str(&meta, "run", res->meta.run);
+    put_str(&meta, "traceparent", res->meta.traceparent);
     put_map(&e, "metadata", &meta);
     put_str(&e, "reason", res->reason);
     put_str(&e, "reply_to_error", res->reply_to_error);
@@ -1446,9 +1448,10 @@ enum { OF_PATH, OF_SIZE, OF_CONTENT, OF_TRUNCATED, OF__COUNT };
 static const char *const of_keys[OF__COUNT] = {"path", "size", "content", "truncated"};
 
 enum { MD_BACKEND, MD_ISOLATION, MD_LANGUAGE, MD_WORKER, MD_IDENTITY, MD_ATTEMPT, MD_REPLAY, MD_TOOLCHAIN, MD_SANDBOX,
-       MD_RUN, MD__COUNT };
+       MD_RUN, MD_TRACEPARENT, MD__COUNT };
 static const char *const md_keys[MD__COUNT] = {"backend",  "isolation", "language", "worker", "identity",
-                                               "attempt",  "replay",    "toolchain", "sandbox", "run"};
+                                               "attempt",  "replay",    "toolchain", "sandbox", "run",
+                                               "traceparent"};
 
 enum { DG_LEVEL, DG_MESSAGE, DG_FILE, DG_LINE, DG_COLUMN, DG_CODE, DG_END_LINE, DG_END_COLUMN, DG_CHILDREN,
        DG__COUNT };
@@ -1470,6 +1473,7 @@ static int meta_field(dec *d, void *obj, int idx, const char *path, unsigned dep
     case MD_TOOLCHAIN: return dec_str(d, path, &m->toolchain);
     case MD_SANDBOX: return dec_str(d, path, &m->sandbox);
     case MD_RUN: return dec_str(d, path, &m->run);
+    case MD_TRACEPARENT: return dec_str(d, path, &m->traceparent);
     default: return dec_nonneg(d, path, &m->attempt);
     }
 }

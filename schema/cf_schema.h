@@ -225,6 +225,7 @@ typedef struct cf_result_meta {
     char *toolchain; /* compiled languages: the compiler's version ("gcc 12.2.0") */
     char *sandbox;   /* sandbox backend: "warm" (prepared ahead) or "cold" (built for the request) */
     char *run;       /* streaming: the execution's run id, as in its chunks */
+    char *traceparent; /* W3C traceparent of the worker's span for the request */
 } cf_result_meta;
 
 typedef struct cf_result {

@@ -560,6 +560,7 @@ json_t *cf_result_to_json(const cf_result *res)
         jset_str(m, "toolchain", res->meta.toolchain, &ok);
         jset_str(m, "sandbox", res->meta.sandbox, &ok);
         jset_str(m, "run", res->meta.run, &ok);
+        jset_str(m, "traceparent", res->meta.traceparent, &ok);
         if (json_object_size(m))
             jset(o, "metadata", json_incref(m), &ok);
         json_decref(m);
@@ -1029,7 +1030,8 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
             jbool(m, "replay", &r->meta.replay, err) < 0 ||
             jstr(m, "metadata", "toolchain", &r->meta.toolchain, err) < 0 ||
             jstr(m, "metadata", "sandbox", &r->meta.sandbox, err) < 0 ||
-            jstr(m, "metadata", "run", &r->meta.run, err) < 0)
+            jstr(m, "metadata", "run", &r->meta.run, err) < 0 ||
+            jstr(m, "metadata", "traceparent", &r->meta.traceparent, err) < 0)
             return -1;
     }
     if (jstr(o, "", "reason", &r->reason, err) < 0 || jstr(o, "", "reply_to_error", &r->reply_to_error, err) < 0 ||

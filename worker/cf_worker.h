@@ -122,6 +122,10 @@ typedef struct cf_worker_config {
     int64_t artifact_bytes;
     int64_t compile_cache_bytes;
     int64_t collect_bytes;
+    char *metrics_listen;       /* host:port of /metrics, /healthz, /readyz ("" = none) */
+    int64_t liveness_stall_us;
+    char *otlp_endpoint;        /* OTLP/HTTP collector ("" = no span export) */
+    char *otlp_headers;
     int64_t log_level;          /* enum index: error|warn|info|debug */
     int64_t log_format;         /* enum index: text|json */
     cf_kvlist kafka;            /* librdkafka pass-through ("kafka.<property>") */

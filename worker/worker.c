@@ -45,6 +45,7 @@
 #include "cf_schema.h"
 #include "cf_util.h"
 #include "exec_pool.h"
+#include "observe.h"
 #include "offset_tracker.h"
 #include "streamer.h"
 #include "worker_report.h"
@@ -122,6 +123,7 @@ typedef struct job {
     char token[CF_ID_MAX + 48];
     char lease_key[CF_ID_MAX + 200];   /* fences the run's state writes */
     char lease_value[CF_ID_MAX + 200];
+    cf_job_obs obs;           /* trace context and timeline (observe.h) */
     struct job *list_next;    /* handoff or retry list */
 } job;
 
@@ -260,6 +262,7 @@ struct cf_worker {
     atomic_uint_fast64_t run_seq;
     atomic_uint_fast64_t chunks_failed;
     _Atomic int64_t chunk_fail_logged_us;
+    cf_observe *obs;           /* metrics, health, traces (NULL: none) */
     /* Counters for the shutdown summary. */
     uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned, n_retries;
 };
@@ -470,6 +473,9 @@ static void result_fill_meta(cf_worker *w, const job *j, cf_result *res)
     if (!res->meta.language && j->req.language != CF_LANG_NONE)
         cf_str_set(&res->meta.language, cf_language_name(j->req.language));
     cf_str_set(&res->meta.worker, w->worker_id);
+    char tp[64];
+    cf_job_obs_traceparent(&j->obs, tp, sizeof(tp));
+    cf_str_set(&res->meta.traceparent, tp);
     if (j->req.identity)
         cf_str_set(&res->meta.identity, j->req.identity);
     res->finished_us = cf_now_us();
@@ -635,6 +641,13 @@ static void slim_result(cf_result *res, size_t refused_bytes)
 static int set_result_out(cf_worker *w, job *j, cf_result *res)
 {
     result_fill_meta(w, j, res);
+    /* What the metrics count once it is delivered: names of the worker's
+     * own (enum names, its backends), never a request's strings. */
+    j->obs.status = cf_status_name(res->status);
+    j->obs.backend = j->backend ? j->backend->ops->name : "none";
+    j->obs.language = j->req.language != CF_LANG_NONE ? cf_language_name(j->req.language) : "none";
+    j->obs.dead_letter = false;
+    j->obs.produce_ns = cf_observe_now_ns();
     cf_bytes enc = {0};
     cf_error err;
     cf_error_clear(&err);
@@ -712,6 +725,8 @@ static int set_dead_letter_out(cf_worker *w, job *j, const char *key, const void
     out_clear(&j->out);
     j->kind = JOB_DEAD;
     j->delivery_tries = 0;
+    j->obs.dead_letter = true;
+    j->obs.produce_ns = cf_observe_now_ns();
     const char *origin = w->topics[j->topic].name;
     cf_log_warn(LOG_SUB, "dead-lettering %s[%" PRId32 "]@%" PRId64 ": %s", origin, j->partition, j->offset, reason);
     rd_kafka_headers_t *h = rd_kafka_headers_new(6);
@@ -793,6 +808,7 @@ static void answer_failed(cf_worker *w, job *j, rd_kafka_resp_err_t e)
         return;
     }
     j->delivery_tries++;
+    cf_observe_produce_retry(w->obs);
     cf_log_warn(LOG_SUB, "delivery of %s for %s failed (try %d): %s", j->kind == JOB_DEAD ? "dead letter" : "result",
                 j->req.id ? j->req.id : "?", j->delivery_tries, rd_kafka_err2str(e));
     if (rd_kafka_fatal_error(w->producer, NULL, 0)) {
@@ -929,6 +945,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     if (!j)
         return;
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        cf_observe_answered(w->obs, &j->obs, j->req.id);
         if (j->kind == JOB_DEAD)
             w->n_dead++;
         else
@@ -1110,7 +1127,15 @@ static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *op
 
 /* Takes one message: every path ends in an answer (result or dead letter)
  * or, if the message cannot even be recorded, a rewind to it. */
+static void handle_message_traced(cf_worker *w, rd_kafka_message_t *m);
+
 static void handle_message(cf_worker *w, rd_kafka_message_t *m)
+{
+    handle_message_traced(w, m);
+    cf_job_obs_log(NULL);
+}
+
+static void handle_message_traced(cf_worker *w, rd_kafka_message_t *m)
 {
     if (m->err) {
         /* The same one-line explanations as the clients' errors. */
@@ -1139,6 +1164,8 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
     }
     w->n_received++;
     w->inflight++;
+    int64_t msg_ts = rd_kafka_message_timestamp(m, NULL);
+    cf_job_obs_begin(&j->obs, NULL, msg_ts > 0 ? msg_ts : 0);
     if (!ps->held && cf_offset_tracker_pending(ps->tracker) >= tracker_soft(w))
         hold_partitions(w);
     j->topic = (size_t)ti;
@@ -1168,6 +1195,12 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
         cf_decode_limits lim = cf_decode_limits_default;
         lim.max_total_bytes = (size_t)w->cfg->max_request_bytes;
         if (cf_request_decode(m->payload, m->len, &lim, &j->req, &err) == 0) {
+            /* Its caller's trace, continued: this thread's lines about it
+             * carry the trace (cleared by handle_message). */
+            int64_t taken = j->obs.taken_ns;
+            cf_job_obs_begin(&j->obs, &j->req, msg_ts > 0 ? msg_ts : 0);
+            j->obs.taken_ns = taken;
+            cf_job_obs_log(&j->obs);
             /* The digest is of the request as sent, before admission fills
              * defaults (which a configuration change could alter between
              * two deliveries of one message). */
@@ -1194,9 +1227,11 @@ static void handle_message(cf_worker *w, rd_kafka_message_t *m)
              * refused. */
             if ((!j->has_digest && deadline_passed(&j->req, reason, sizeof(reason))) ||
                 admit(w, j, reason, sizeof(reason)) < 0) {
+                j->obs.admitted_ns = cf_observe_now_ns();
                 answer_rejected(w, j, j->req.id, reason);
                 return;
             }
+            j->obs.admitted_ns = cf_observe_now_ns();
             j->kind = JOB_EXECUTE;
             j->state = JOB_QUEUED;
             cf_log_debug(LOG_SUB, "request %s (%s) queued", j->req.id, cf_language_name(j->req.language));
@@ -1397,10 +1432,12 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     bool run_it = true, completed = true;
     if (needs_state) {
         if (!st) {
+            cf_observe_redis_error(w->obs);
             cf_log_error(LOG_SUB, "request %s: workspace store unavailable: %s", j->req.id, err.msg);
             state_failed(res, &err, "before the run");
             run_it = false;
         } else if (cf_wstate_prepare(st, &j->req, writer_seq_for(w, j), &run, &run_it, res, &err) < 0) {
+            cf_observe_redis_error(w->obs);
             cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
             cf_result_clear(res);
             state_failed(res, &err, "before the run");
@@ -1413,9 +1450,23 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     }
     if (run_it) {
         ctx.files = run.ws_active ? &run.files : NULL;
+        cf_exec_phases phases = {0};
+        ctx.phases = &phases;
         int64_t t0 = cf_mono_us();
+        j->obs.exec_start_ns = cf_observe_now_ns();
         bool executed =
             cf_pipeline_execute(w->pipeline, j->backend, j->profile->name, &ctx, &j->req, res, &err) == 0;
+        j->obs.exec_end_ns = cf_observe_now_ns();
+        j->obs.run_start_ns = cf_observe_mono_to_unix_ns(phases.run_start_us);
+        j->obs.run_end_ns = cf_observe_mono_to_unix_ns(phases.run_end_us);
+        if (executed) {
+            j->obs.exec_wall_us = res->wall_time_us;
+            j->obs.setup_failed = res->status == CF_STATUS_INTERNAL_ERROR;
+            if (res->compile.present)
+                j->obs.compile_cache = res->compile.cached ? 1 : -1;
+        } else if (!cancelled(w, j)) {
+            j->obs.setup_failed = true;
+        }
         if (!executed && cancelled(w, j)) {
             /* Killed by us, not by its own doing: no write; a result only
              * when its sender cancelled it. */
@@ -1443,6 +1494,7 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         if (completed && needs_state && cf_wstate_finish(st, &j->req, &run, executed, res, &err) < 0) {
             /* The program ran but its changes could not be stored: the
              * caller must not take the run as applied. */
+            cf_observe_redis_error(w->obs);
             cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
             state_failed(res, &err, "after the run: its changes were not stored");
         }
@@ -1593,10 +1645,21 @@ static int stored_copy(cf_result *res, const cf_bytes *published, size_t max, cf
     return 0;
 }
 
+static void run_job_traced(cf_worker *w, job *j, int slot);
+
 static void run_job(cf_pool_job *pj, int slot, void *arg)
 {
     cf_worker *w = arg;
     job *j = (job *)pj;
+    j->obs.slot_ns = cf_observe_now_ns();
+    cf_observe_queue_wait(w->obs, &j->obs);
+    cf_job_obs_log(&j->obs);
+    run_job_traced(w, j, slot);
+    cf_job_obs_log(NULL);
+}
+
+static void run_job_traced(cf_worker *w, job *j, int slot)
+{
     pthread_mutex_lock(&w->lock);
     j->state = JOB_RUNNING;
     w->running[slot] = j;
@@ -1693,6 +1756,8 @@ static void run_job(cf_pool_job *pj, int slot, void *arg)
                                                 w->cfg->idempotency_ttl_us / 1000, &err)
                        : cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err);
         free(copy.data);
+        if (rc < 0)
+            cf_observe_redis_error(w->obs);
         if (rc < 0)
             cf_log_warn(LOG_SUB, "request %s: idempotency store: %s (the result is published all the same)",
                         j->req.id, err.msg);
@@ -2189,6 +2254,7 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         cf_log_info("kafka", "assigned %d partition(s)", parts->cnt);
         partitions_assigned(w, parts);
+        cf_observe_assigned(w->obs, true);
         rd_kafka_error_t *e = NULL;
         if (cooperative)
             e = rd_kafka_incremental_assign(rk, parts);
@@ -2211,6 +2277,10 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
         bool lost = err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS || rd_kafka_assignment_lost(rk);
         cf_log_info("kafka", "%s %d partition(s)", lost ? "lost" : "revoked", parts->cnt);
         partitions_revoked(w, parts, lost);
+        /* Lost: out of the group until it rejoins.  A cooperative revoke
+         * is followed by the rest of the rebalance's assignment. */
+        if (lost)
+            cf_observe_assigned(w->obs, false);
         if (cooperative) {
             rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, parts);
             if (e) {
@@ -2254,6 +2324,7 @@ static kafka_problem classify_kafka_error(int err, const char *reason)
 static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     cf_worker *w = opaque;
+    cf_observe_kafka_error(w->obs, err == RD_KAFKA_RESP_ERR__FATAL, err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN);
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char buf[512];
         rd_kafka_fatal_error(rk, buf, sizeof(buf));
@@ -2327,6 +2398,14 @@ static void on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const
     if (strcmp(fac, "FAIL") == 0 || l > CF_LOG_WARN)
         l = CF_LOG_DEBUG;
     CF_LOG(l, "kafka", "%s: %s", fac, buf);
+}
+
+static int on_kafka_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    cf_worker *w = opaque;
+    cf_observe_kafka_stats(w->obs, json, len);
+    return 0; /* librdkafka frees json */
 }
 
 /* ---------------------------------------------------------------- setup */
@@ -2414,6 +2493,13 @@ static rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *er
             if (conf_set(conf, kv[i][0], kv[i][1], err) < 0)
                 goto fail;
         rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
+        /* Lag per partition and brokers' state for /metrics and /readyz:
+         * librdkafka's statistics, served on the consumer's queue. */
+        if (c->metrics_listen && c->metrics_listen[0]) {
+            if (conf_set(conf, "statistics.interval.ms", "2000", err) < 0)
+                goto fail;
+            rd_kafka_conf_set_stats_cb(conf, on_kafka_stats);
+        }
     } else {
         static const char *const kv[][2] = {
             {"enable.idempotence", "true"}, {"acks", "all"},
@@ -2744,6 +2830,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     w->have_redis = cfg->redis && cfg->redis[0];
     if (cf_wstate_config_check(cfg, err) < 0)
         goto fail;
+    if (cf_observe_new(cfg, w->worker_id, &w->obs, err) < 0)
+        goto fail;
     w->wstate = calloc((size_t)cfg->slots, sizeof(*w->wstate));
     w->running = calloc((size_t)cfg->slots, sizeof(*w->running));
     w->recent = calloc(RECENT_CANCELS, sizeof(*w->recent));
@@ -2998,6 +3086,14 @@ static void serve(cf_worker *w)
             set_paused(w, want_pause);
     }
     store_offsets(w);
+    if (w->obs) {
+        cf_observe_loop_state ls = {.slots = w->cfg->slots,
+                                    .busy = (int64_t)cf_exec_pool_running(w->pool),
+                                    .held = (int64_t)cf_exec_pool_queued(w->pool),
+                                    .paused = w->paused_all,
+                                    .draining = w->stopping};
+        cf_observe_loop(w->obs, &ls);
+    }
 }
 
 static void wait_events(cf_worker *w, int sig_fd, int timeout_ms)
@@ -3019,6 +3115,10 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
 {
     w->ran = true;
     w->stopping = true;
+    /* Not ready from now on: a load balancer or the group's next
+     * rebalance moves work elsewhere while this one drains. */
+    if (w->obs)
+        cf_observe_loop(w->obs, &(cf_observe_loop_state){.slots = w->cfg->slots, .draining = true});
     set_paused(w, true);
     drop_jobs(w, cf_exec_pool_drop_queued(w->pool, NULL, NULL));
     int64_t until = cf_mono_us() + w->cfg->shutdown_grace_us;
@@ -3320,6 +3420,8 @@ void cf_worker_destroy(cf_worker *w)
     cf_profile_set_destroy(w->profiles);
     cf_backend_set_destroy(w->backends);
     cf_pipeline_destroy(w->pipeline);
+    /* Last: delivery reports until here may count and export. */
+    cf_observe_destroy(w->obs);
     if (w->wake_fd >= 0)
         close(w->wake_fd);
     pthread_mutex_destroy(&w->lock);

@@ -289,6 +289,20 @@ static const cf_conf_prop worker_props[] = {
      "With Redis: the largest stored copy of a result.  A larger result is stored with its stdout, stderr and "
      "output cut to fit (the replay says so in a diagnostic), so one tenant's big outputs cannot fill Redis "
      "for everyone.", NULL},
+    {"metrics-listen", CF_CONF_STRING, OFF(metrics_listen), 0, 300, "", NULL,
+     "host:port where the worker serves GET /metrics (Prometheus text format), /healthz (liveness) and /readyz "
+     "(readiness: connected to the broker, in the group with an assignment, Redis reachable when configured, not "
+     "draining).  Empty: no HTTP server.  Port 0 picks a free port (logged).  Read-only, but it tells the fleet's "
+     "load: bind it where only the scraper reaches (docs/OPERATIONS.md).", NULL},
+    {"liveness-stall", CF_CONF_DURATION, OFF(liveness_stall_us), 1 * SEC, 3600 * SEC, "60s", NULL,
+     "/healthz fails once the worker's main loop has not turned for this long (a hung worker is restarted by "
+     "its supervisor).", NULL},
+    {"otlp-endpoint", CF_CONF_STRING, OFF(otlp_endpoint), 0, 1024, "", NULL,
+     "OpenTelemetry collector (OTLP/HTTP) base URL, e.g. http://127.0.0.1:4318: each request's spans are POSTed "
+     "as JSON to <endpoint>/v1/traces.  Empty: no export (log lines and results still carry the trace).", NULL},
+    {"otlp-headers", CF_CONF_STRING, OFF(otlp_headers), 0, 4096, "", NULL,
+     "Extra HTTP headers for the OTLP export, Name=value,... (e.g. an Authorization header: a secret, best given "
+     "as CODEFLEET_WORKER_OTLP_HEADERS).", NULL},
     {"log-level", CF_CONF_ENUM, OFF(log_level), 0, 0, "info", "error|warn|info|debug",
      "Log verbosity.", NULL},
     {"log-format", CF_CONF_ENUM, OFF(log_format), 0, 0, "text", "text|json",

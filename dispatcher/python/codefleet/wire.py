@@ -363,6 +363,7 @@ class Metadata:
     toolchain: Optional[str] = None
     sandbox: Optional[str] = None
     run: Optional[str] = None
+    traceparent: Optional[str] = None
 
 
 @dataclass
@@ -1071,6 +1072,7 @@ _METADATA = _Spec([
     ("toolchain", _d_str, True),
     ("sandbox", _d_str, True),
     ("run", _d_str, True),
+    ("traceparent", _d_str, True),
 ], _building(Metadata))
 
 _COMPILE = _Spec([
@@ -1675,7 +1677,7 @@ def _encode_result(res: Result) -> bytes:
         mm.put_str(name, getattr(md, name), f"metadata.{name}")
     mm.put_int("attempt", md.attempt, "metadata.attempt")
     mm.put_flag("replay", md.replay, "metadata.replay")
-    for name in ("toolchain", "sandbox", "run"):
+    for name in ("toolchain", "sandbox", "run", "traceparent"):
         mm.put_str(name, getattr(md, name), f"metadata.{name}")
     m.put_child("metadata", mm)
     m.put_str("reason", res.reason, "reason")
