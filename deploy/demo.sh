@@ -155,6 +155,13 @@ done >"$batch"
 expect 0 "batch of 50 requests across the workers" -- batch "$batch"
 rm -f "$batch"
 
+# What an operator sees: the fleet at a glance, and one worker's metrics.
+expect 0 "the fleet at a glance (codefleet top)" -- top --once
+if command -v curl >/dev/null 2>&1 && curl -sf "http://127.0.0.1:${CODEFLEET_METRICS_PORT:-19464}/readyz" >/dev/null; then
+    printf '\n\033[1m=== %s\033[0m\n' "worker w1's /metrics (Prometheus), the request counters"
+    curl -s "http://127.0.0.1:${CODEFLEET_METRICS_PORT:-19464}/metrics" | grep '^codefleet_requests_total' || true
+fi
+
 echo
 if ((failures)); then
     echo "demo: $failures step(s) did not behave as expected"

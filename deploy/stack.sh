@@ -37,6 +37,8 @@
 #   CODEFLEET_WORKERS              workers started by `up` (2)
 #   CODEFLEET_GROUP                the workers' consumer group (codefleet)
 #   CODEFLEET_STACK_WORKER_ARGS    extra arguments for every worker (word-split)
+#   CODEFLEET_METRICS_PORT         worker i serves /metrics, /healthz, /readyz on
+#                                  127.0.0.1:<this + i - 1> (19464; 0: no HTTP server)
 #   CODEFLEET_BACKENDS             the workers' backends (sandbox,process,wasm,js as root, else process)
 #   CODEFLEET_WORK_ROOT            the workers' work-root (/dev/shm/codefleet: a tmpfs is faster)
 #   CODEFLEET_BIN                  directory holding codefleet and codefleet-worker
@@ -565,6 +567,10 @@ start_workers() {
     mkdir -p "$WORKER_DIR"
     write_worker_config
     local -a extra=()
+    metrics_listen() {
+        local base=${CODEFLEET_METRICS_PORT:-19464}
+        ((base > 0)) && printf '127.0.0.1:%d' $((base + $1 - 1)) || true
+    }
     # shellcheck disable=SC2206 # word splitting is the documented interface
     [[ -n ${CODEFLEET_STACK_WORKER_ARGS:-} ]] && extra=($CODEFLEET_STACK_WORKER_ARGS)
     # Work directories on a tmpfs: ext4 directory operations cost ~0.5 ms
@@ -585,6 +591,7 @@ start_workers() {
             --workers-topic "$TOPIC_WORKERS" \
             --redis "127.0.0.1:$REDIS_PORT" --backends "$BACKENDS" --run-uid-base $((100000 + i * 1000)) \
             --work-root "$WORK_ROOT" "${PROFILE_ARGS[@]}" \
+            --metrics-listen "$(metrics_listen "$i")" \
             "${extra[@]}"
         started+=("$i")
     done

@@ -236,6 +236,8 @@ void cf_cli_print_usage(FILE *out)
           "  events publish|tail|wait ...  collaboration events on the events topic\n"
           "  doctor [--no-roundtrip] [--no-redis]\n"
           "                                check broker, topics, workers, Redis and a round trip; say what to fix\n"
+          "  top [--once] [--interval S] [--json]\n"
+          "                                the fleet at a glance: workers, busy slots, waiting, lag, answer rates\n"
           "  mcp                           serve the fleet as Model Context Protocol tools on stdin/stdout\n"
           "\n"
           "Global options (before the command):\n"

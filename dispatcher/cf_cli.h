@@ -59,6 +59,7 @@ int cf_cli_cmd_workspace(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_checkpoint(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_events(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv);
+int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv);
 /* codefleet mcp: a Model Context Protocol server on stdin/stdout. */
 int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv);
 /* Redis and the workspace store as the globals say (no I/O yet). */

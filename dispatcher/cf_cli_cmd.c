@@ -1018,6 +1018,8 @@ int cf_cli_main(int argc, char **argv)
         rc = cf_cli_cmd_events(&g, sub_argc, sub_argv);
     else if (strcmp(name, "doctor") == 0)
         rc = cf_cli_cmd_doctor(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "top") == 0)
+        rc = cf_cli_cmd_top(&g, sub_argc, sub_argv);
     else if (strcmp(name, "mcp") == 0)
         rc = cf_cli_cmd_mcp(&g, sub_argc, sub_argv);
     else if (strcmp(name, "help") == 0) {

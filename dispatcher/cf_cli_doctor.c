@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cf_chunk.h"
 #include "cf_cli.h"
@@ -1233,5 +1235,238 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
     json_decref(d.reports);
     json_decref(d.report_groups);
     json_decref(d.lag_parts);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- top */
+
+static const char top_help[] =
+    "usage: codefleet top [--once] [--interval SECONDS] [--count N] [--json]\n"
+    "\n"
+    "The fleet at a glance, for people without Grafana: the workers' group\n"
+    "(live members), each worker's slots, busy slots, waiting requests, state\n"
+    "and answer rate (from the load its report carries, republished every\n"
+    "report-interval), and the group's lag on the request topic, per partition.\n"
+    "Refreshes every --interval (2 s) until interrupted; --once prints one\n"
+    "picture, --json one JSON object per picture.  Uses --workers-topic,\n"
+    "--worker-group and --request-topic.\n";
+
+/* The previous picture's counts per worker: rates are differences between
+ * two reports of one worker. */
+typedef struct top_prev {
+    json_t *seen; /* worker_id -> [at_ms, answered, rate] */
+} top_prev;
+
+static json_t *top_picture(doctor *d, top_prev *prev)
+{
+    json_t *workers = json_array();
+    int64_t slots = 0, busy = 0, held = 0;
+    double rate_sum = 0;
+    int64_t now_ms = cf_now_us() / 1000;
+    size_t i;
+    json_t *m;
+    json_array_foreach(d->members, i, m)
+    {
+        json_t *rep = report_of_member(d, m);
+        json_t *load = rep ? json_object_get(rep, "load") : NULL;
+        const char *id = rep ? str_of(rep, "worker_id") : str_of(m, "client_id");
+        json_t *w = json_pack("{s:s, s:s, s:O}", "worker_id", id, "host", str_of(m, "host"), "partitions",
+                              json_object_get(m, "partitions"));
+        if (!w)
+            continue;
+        if (rep) {
+            json_int_t s = json_integer_value(json_object_get(rep, "slots"));
+            json_object_set_new(w, "slots", json_integer(s));
+            slots += s;
+        }
+        if (load) {
+            json_int_t at = json_integer_value(json_object_get(load, "at_ms"));
+            json_int_t ans = json_integer_value(json_object_get(load, "answered"));
+            json_int_t b = json_integer_value(json_object_get(load, "busy"));
+            json_int_t h = json_integer_value(json_object_get(load, "held"));
+            busy += b;
+            held += h;
+            json_object_set_new(w, "busy", json_integer(b));
+            json_object_set_new(w, "held", json_integer(h));
+            json_object_set_new(w, "answered", json_integer(ans));
+            json_object_set_new(w, "state", json_string(json_is_true(json_object_get(load, "draining")) ? "draining"
+                                                        : json_is_true(json_object_get(load, "paused")) ? "paused"
+                                                                                                          : "running"));
+            json_object_set_new(w, "report_age_s", json_real((double)(now_ms - at) / 1000.0));
+            /* The rate between this report and the previous one seen. */
+            json_t *p = json_object_get(prev->seen, id);
+            double rate = -1;
+            if (p) {
+                json_int_t pat = json_integer_value(json_array_get(p, 0));
+                json_int_t pans = json_integer_value(json_array_get(p, 1));
+                rate = json_real_value(json_array_get(p, 2));
+                if (at > pat && ans >= pans)
+                    rate = (double)(ans - pans) * 1000.0 / (double)(at - pat);
+            }
+            if (!p || at > json_integer_value(json_array_get(p, 0)))
+                json_object_set_new(prev->seen, id, json_pack("[I, I, f]", at, ans, rate));
+            if (rate >= 0) {
+                json_object_set_new(w, "answers_per_s", json_real(rate));
+                rate_sum += rate;
+            }
+        }
+        json_array_append_new(workers, w);
+    }
+    json_t *pic = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:o}", "group", d->g->worker_group, "state",
+                            d->group_state ? d->group_state : "unknown", "workers_live",
+                            (json_int_t)json_array_size(d->members), "slots", (json_int_t)slots, "busy",
+                            (json_int_t)busy, "held", (json_int_t)held, "workers", workers);
+    if (!pic)
+        return NULL;
+    json_object_set_new(pic, "lag", json_integer(d->lag));
+    json_object_set(pic, "lag_by_partition", d->lag_parts ? d->lag_parts : json_object());
+    json_object_set_new(pic, "answers_per_s", json_real(rate_sum));
+    if (!d->group_known)
+        json_object_set_new(pic, "why", json_string(d->group_why));
+    if (!d->reports_read && d->reports_why[0])
+        json_object_set_new(pic, "reports_why", json_string(d->reports_why));
+    return pic;
+}
+
+static void top_print(const json_t *pic, bool clear)
+{
+    if (clear)
+        fputs("\033[H\033[2J", stdout);
+    char when[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof(when), "%H:%M:%SZ", &tm);
+    json_int_t lag = json_integer_value(json_object_get(pic, "lag"));
+    printf("codefleet top  %s  group %s (%s)  workers %" JSON_INTEGER_FORMAT "  slots %" JSON_INTEGER_FORMAT
+           " busy %" JSON_INTEGER_FORMAT " waiting %" JSON_INTEGER_FORMAT "  %.1f answers/s\n",
+           when, json_string_value(json_object_get(pic, "group")), json_string_value(json_object_get(pic, "state")),
+           json_integer_value(json_object_get(pic, "workers_live")), json_integer_value(json_object_get(pic, "slots")),
+           json_integer_value(json_object_get(pic, "busy")), json_integer_value(json_object_get(pic, "held")),
+           json_real_value(json_object_get(pic, "answers_per_s")));
+    if (lag >= 0) {
+        printf("lag %" JSON_INTEGER_FORMAT " request(s):", lag);
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)json_object_get(pic, "lag_by_partition"), k, v)
+            printf(" %s=%" JSON_INTEGER_FORMAT, k, json_integer_value(v));
+        putchar('\n');
+    } else {
+        printf("lag unknown\n");
+    }
+    const char *why = json_string_value(json_object_get(pic, "why"));
+    if (why)
+        printf("group not described: %s\n", why);
+    why = json_string_value(json_object_get(pic, "reports_why"));
+    if (why)
+        printf("reports not read: %s\n", why);
+    printf("\n%-28s %-16s %5s %5s %7s %-9s %9s %9s %6s\n", "WORKER", "HOST", "SLOTS", "BUSY", "WAITING", "STATE",
+           "ANSWERED", "ANSWERS/S", "AGE");
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(pic, "workers"), i, w)
+    {
+        char rate[32] = "-", age[32] = "-", slots[16] = "-", busy[16] = "-", held[16] = "-", ans[32] = "-";
+        if (json_object_get(w, "answers_per_s"))
+            snprintf(rate, sizeof(rate), "%.1f", json_real_value(json_object_get(w, "answers_per_s")));
+        if (json_object_get(w, "report_age_s"))
+            snprintf(age, sizeof(age), "%.0fs", json_real_value(json_object_get(w, "report_age_s")));
+        if (json_object_get(w, "slots"))
+            snprintf(slots, sizeof(slots), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(w, "slots")));
+        if (json_object_get(w, "busy"))
+            snprintf(busy, sizeof(busy), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(w, "busy")));
+        if (json_object_get(w, "held"))
+            snprintf(held, sizeof(held), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(w, "held")));
+        if (json_object_get(w, "answered"))
+            snprintf(ans, sizeof(ans), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(w, "answered")));
+        const char *state = json_string_value(json_object_get(w, "state"));
+        printf("%-28.28s %-16.16s %5s %5s %7s %-9s %9s %9s %6s\n", json_string_value(json_object_get(w, "worker_id")),
+               json_string_value(json_object_get(w, "host")), slots, busy, held, state ? state : "no report", ans,
+               rate, age);
+    }
+    fflush(stdout);
+}
+
+int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv)
+{
+    bool once = false, json = g->json;
+    double interval = 2;
+    long count = -1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--once") == 0) {
+            once = true;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            interval = strtod(argv[++i], &end);
+            if (*end || !(interval >= 0.2 && interval <= 3600)) {
+                fprintf(stderr, "codefleet top: --interval takes seconds, 0.2 to 3600\n");
+                return CF_EXIT_USAGE;
+            }
+        } else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            count = strtol(argv[++i], &end, 10);
+            if (*end || count < 1) {
+                fprintf(stderr, "codefleet top: --count takes a positive number\n");
+                return CF_EXIT_USAGE;
+            }
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(top_help, stdout);
+            return CF_EXIT_OK;
+        } else {
+            fprintf(stderr, "codefleet top: unknown argument '%s'\n%s", argv[i], top_help);
+            return CF_EXIT_USAGE;
+        }
+    }
+    if (once)
+        count = 1;
+    top_prev prev = {.seen = json_object()};
+    int rc = CF_EXIT_OK;
+    bool tty = isatty(STDOUT_FILENO);
+    for (long n = 0; count < 0 || n < count; n++) {
+        if (n > 0)
+            usleep((useconds_t)(interval * 1e6));
+        doctor d = {.g = g, .json = json, .deadline = cf_mono_us() + DOCTOR_BUDGET_US};
+        d.checks = json_array();
+        d.members = json_array();
+        d.reports = json_object();
+        d.report_groups = json_object();
+        check_broker(&d);
+        json_t *pic = NULL;
+        if (d.broker_ok) {
+            gather_group(&d);
+            if (g->workers_topic && g->workers_topic[0])
+                d.reports_read = read_reports(&d, d.reports_why, sizeof(d.reports_why)) == 0;
+            pic = top_picture(&d, &prev);
+        } else {
+            json_t *c = json_array_get(d.checks, 0);
+            fprintf(stderr, "codefleet top: %s\n", c ? str_of(c, "message") : "the broker is unreachable");
+            rc = CF_EXIT_TRANSPORT;
+        }
+        if (pic) {
+            if (json) {
+                char *s = json_dumps(pic, JSON_COMPACT);
+                if (s)
+                    printf("%s\n", s);
+                free(s);
+                fflush(stdout);
+            } else {
+                top_print(pic, tty && !once);
+            }
+            rc = CF_EXIT_OK;
+        }
+        json_decref(pic);
+        if (d.rk)
+            rd_kafka_destroy(d.rk);
+        json_decref(d.checks);
+        json_decref(d.members);
+        json_decref(d.reports);
+        json_decref(d.report_groups);
+        json_decref(d.lag_parts);
+        if (rc != CF_EXIT_OK && once)
+            break;
+    }
+    json_decref(prev.seen);
     return rc;
 }

@@ -31,6 +31,7 @@ typedef struct cf_worker_config {
     char *dlq_topic;
     char *events_topic;         /* never a reply_to target */
     char *workers_topic;        /* worker reports for operators ("" = none) */
+    int64_t report_interval_us; /* republish the report with its load (0 = at start only) */
     int64_t slots;              /* concurrent executions */
     int64_t prefetch;           /* requests buffered beyond the slots before pausing */
     bool static_membership;     /* worker-id is the group.instance.id (KIP-345) */

@@ -263,6 +263,8 @@ struct cf_worker {
     atomic_uint_fast64_t chunks_failed;
     _Atomic int64_t chunk_fail_logged_us;
     cf_observe *obs;           /* metrics, health, traces (NULL: none) */
+    int64_t started_ms;        /* Unix time, for the reports */
+    int64_t report_next_us;    /* monotonic: the next periodic report */
     /* Counters for the shutdown summary. */
     uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned, n_retries;
 };
@@ -3234,11 +3236,21 @@ static void publish_report(cf_worker *w, bool gone)
         }
         char client_id[200];
         kafka_client_id(w, true, client_id, sizeof(client_id));
+        cf_worker_load load = {.at_ms = cf_now_us() / 1000,
+                               .busy = (int64_t)cf_exec_pool_running(w->pool),
+                               .held = (int64_t)cf_exec_pool_queued(w->pool),
+                               .paused = w->paused_all,
+                               .draining = w->stopping,
+                               .received = w->n_received,
+                               .answered = w->n_results,
+                               .rejected = w->n_rejected,
+                               .dead_lettered = w->n_dead,
+                               .retries = w->n_retries};
         cf_worker_report_info info = {
             .worker_id = w->worker_id,
             .client_id = client_id,
             .group = c->group,
-            .started_at_ms = cf_now_us() / 1000,
+            .started_at_ms = w->started_ms,
             .slots = c->slots,
             .request_topics = topics,
             .n_request_topics = n,
@@ -3253,6 +3265,7 @@ static void publish_report(cf_worker *w, bool gone)
             .redis = w->have_redis,
             .backends = w->backends,
             .compiled_languages = cf_pipeline_languages(w->pipeline),
+            .load = &load,
         };
         json = cf_worker_report_json(&info);
         free(topics);
@@ -3300,6 +3313,8 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
     }
     cf_log_info(LOG_SUB, "worker %s consuming %s (group %s, %" PRId64 " slot(s))", w->worker_id, names,
                 w->cfg->group, w->cfg->slots);
+    w->started_ms = cf_now_us() / 1000;
+    w->report_next_us = cf_mono_us() + w->cfg->report_interval_us;
     publish_report(w, false);
     int rc = 0;
     while (!atomic_load(&w->stop_requested)) {
@@ -3310,6 +3325,10 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
             break;
         }
         serve(w);
+        if (w->cfg->report_interval_us > 0 && cf_mono_us() >= w->report_next_us) {
+            w->report_next_us = cf_mono_us() + w->cfg->report_interval_us;
+            publish_report(w, false);
+        }
         /* A periodic wake keeps max.poll.interval.ms satisfied and commits
          * flowing even when nothing happens. */
         wait_events(w, sig_fd, 200);

@@ -37,6 +37,9 @@ static const cf_conf_prop worker_props[] = {
      "Compacted topic where the worker publishes what it serves (backends, languages, limits) at start, and a "
      "tombstone at a clean stop; `codefleet doctor` reads it.  Empty: no report.  A failed report is logged, "
      "never fatal.", NULL},
+    {"report-interval", CF_CONF_DURATION, OFF(report_interval_us), 0, 3600 * SEC, "10s", NULL,
+     "How often the worker republishes its report with what it is doing (busy slots, waiting requests, counts "
+     "since start) for `codefleet top`.  0: at start and stop only.", NULL},
     {"slots", CF_CONF_INT, OFF(slots), 1, 256, "2", NULL,
      "Executions run concurrently by this worker.", NULL},
     {"prefetch", CF_CONF_INT, OFF(prefetch), 0, 4096, "32", NULL,

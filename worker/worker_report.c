@@ -86,6 +86,14 @@ static char *report_json(const cf_worker_report_info *info, size_t max_topics, b
         return NULL;
     if (truncated)
         json_object_set_new(o, "truncated", json_true());
+    const cf_worker_load *l = info->load;
+    if (l)
+        json_object_set_new(o, "load",
+                            json_pack("{s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:I, s:I, s:I}", "at_ms", (json_int_t)l->at_ms,
+                                      "busy", (json_int_t)l->busy, "held", (json_int_t)l->held, "paused", l->paused,
+                                      "draining", l->draining, "received", (json_int_t)l->received, "answered",
+                                      (json_int_t)l->answered, "rejected", (json_int_t)l->rejected, "dead_lettered",
+                                      (json_int_t)l->dead_lettered, "retries", (json_int_t)l->retries));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;

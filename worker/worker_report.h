@@ -11,6 +11,7 @@
 #ifndef CF_WORKER_REPORT_H
 #define CF_WORKER_REPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,15 @@
 #define CF_WORKER_REPORT_SCHEMA 1
 /* The largest report a reader accepts (a report is a few KiB). */
 #define CF_WORKER_REPORT_MAX_BYTES (64 * 1024)
+
+/* What the worker is doing, in the reports it republishes every
+ * report-interval (`codefleet top` reads them). */
+typedef struct cf_worker_load {
+    int64_t at_ms;              /* Unix time of the picture */
+    int64_t busy, held;         /* slots running, requests waiting for one */
+    bool paused, draining;
+    uint64_t received, answered, rejected, dead_lettered, retries; /* since start */
+} cf_worker_load;
 
 typedef struct cf_worker_report_info {
     const char *worker_id;
@@ -36,6 +46,7 @@ typedef struct cf_worker_report_info {
     int redis;                  /* 1: workspaces, checkpoints and idempotency available */
     const cf_backend_set *backends;
     uint32_t compiled_languages; /* languages the compile pipeline serves on this host */
+    const cf_worker_load *load; /* NULL: none */
 } cf_worker_report_info;
 
 /* The report as a NUL-terminated JSON string (caller frees), NULL when out
