@@ -86,6 +86,25 @@ static void test_report_fields(void **state)
     assert_true(has_string(json_object_get(b, "controls"), "env_allow"));
     assert_false(has_string(json_object_get(b, "controls"), "network=disabled")); /* host_local */
     assert_true(has_string(json_object_get(o, "languages"), "c"));
+    assert_null(json_object_get(o, "load")); /* none given */
+    json_decref(o);
+    free(s);
+    /* The periodic report carries the worker's load (codefleet top). */
+    cf_worker_load load = {.at_ms = 1700000001000, .busy = 3, .held = 7, .paused = true, .received = 12,
+                           .answered = 10, .rejected = 2, .dead_lettered = 1, .retries = 5};
+    info.load = &load;
+    s = cf_worker_report_json(&info);
+    o = json_loads(s, JSON_REJECT_DUPLICATES, &je);
+    json_t *l = json_object_get(o, "load");
+    assert_non_null(l);
+    assert_int_equal(json_integer_value(json_object_get(l, "at_ms")), 1700000001000);
+    assert_int_equal(json_integer_value(json_object_get(l, "busy")), 3);
+    assert_int_equal(json_integer_value(json_object_get(l, "held")), 7);
+    assert_true(json_is_true(json_object_get(l, "paused")));
+    assert_true(json_is_false(json_object_get(l, "draining")));
+    assert_int_equal(json_integer_value(json_object_get(l, "answered")), 10);
+    assert_int_equal(json_integer_value(json_object_get(l, "dead_lettered")), 1);
+    assert_int_equal(json_integer_value(json_object_get(l, "retries")), 5);
     json_decref(o);
     free(s);
     cf_backend_set_destroy(set);
