@@ -253,6 +253,22 @@ static series *series_of(cf_metric *f, const char *const *values, bool create)
     return NULL;
 }
 
+void cf_metric_replace(cf_metric *f, size_t n, const char *const *values, const double *v)
+{
+    if (!f)
+        return;
+    pthread_mutex_lock(&f->reg->mu);
+    for (size_t i = 0; i < f->n; i++)
+        series_free(&f->s[i]);
+    f->n = 0;
+    for (size_t i = 0; i < n; i++) {
+        series *s = series_of(f, values + i * f->n_labels, true);
+        if (s)
+            s->value = v[i];
+    }
+    pthread_mutex_unlock(&f->reg->mu);
+}
+
 void cf_metric_inc(cf_metric *f, double by, const char *const *values)
 {
     if (!f)

@@ -46,6 +46,10 @@ void cf_metric_observe(cf_metric *f, double v, const char *const *values);
 /* Drops every series of a gauge family (to set a fresh picture, e.g. the
  * partitions' lag after a rebalance). */
 void cf_metric_clear(cf_metric *f);
+/* Replaces every series of a gauge family at once (a scrape sees the old
+ * picture or the new one, never none): n series, values[i * n_labels + k]
+ * the k-th label of series i, v[i] its value. */
+void cf_metric_replace(cf_metric *f, size_t n, const char *const *values, const double *v);
 /* The value of one series (counters and gauges; histograms: the count),
  * 0 when it does not exist.  For tests and `codefleet top`'s own use. */
 double cf_metric_get(cf_metric *f, const char *const *values);

@@ -275,7 +275,17 @@ void cf_observe_kafka_stats(cf_observe *o, const char *json, size_t len)
     }
     atomic_store(&o->broker_up, up);
     atomic_store(&o->stats_seen, true);
-    cf_metric_clear(o->lag);
+    /* Collected first, then swapped in at once. */
+    enum { LAG_MAX = 4096 };
+    const char **lv = calloc(2 * LAG_MAX, sizeof(*lv));
+    double *vals = calloc(LAG_MAX, sizeof(*vals));
+    size_t n = 0;
+    if (!lv || !vals) {
+        free(lv);
+        free(vals);
+        json_decref(root);
+        return;
+    }
     json_t *topics = json_object_get(root, "topics"), *t;
     const char *tname;
     json_object_foreach(topics, tname, t)
@@ -296,12 +306,16 @@ void cf_observe_kafka_stats(cf_observe *o, const char *json, size_t len)
              * worker reads from the earliest), or from where it is. */
             if (lag < 0)
                 lag = pos >= 0 ? hi - pos : lo >= 0 ? hi - lo : -1;
-            if (lag < 0)
+            if (lag < 0 || n >= LAG_MAX)
                 continue;
-            const char *lv[] = {tname, pname};
-            cf_metric_set(o->lag, (double)lag, lv);
+            lv[2 * n] = tname;
+            lv[2 * n + 1] = pname;
+            vals[n++] = (double)lag;
         }
     }
+    cf_metric_replace(o->lag, n, lv, vals);
+    free(lv);
+    free(vals);
     json_decref(root);
 }
 

@@ -55,6 +55,19 @@ static void test_counter_gauge_render(void **state)
     text = cf_metrics_render(m, &len);
     assert_non_null(strstr(text, "x_slots 0\n"));
     free(text);
+    /* A gauge family replaced as a whole: old series gone, new ones in. */
+    static const char *const pl[] = {"topic", "partition"};
+    cf_metric *lag = cf_metrics_add(m, CF_METRIC_GAUGE, "x_lag", "Lag.", 2, pl, NULL, 0);
+    const char *first[] = {"t", "0", "t", "1"};
+    const double fv[] = {5, 6};
+    cf_metric_replace(lag, 2, first, fv);
+    const char *second[] = {"t", "1"};
+    const double sv[] = {7};
+    cf_metric_replace(lag, 1, second, sv);
+    text = cf_metrics_render(m, &len);
+    assert_null(strstr(text, "x_lag{topic=\"t\",partition=\"0\"}"));
+    assert_non_null(strstr(text, "x_lag{topic=\"t\",partition=\"1\"} 7\n"));
+    free(text);
     cf_metrics_destroy(m);
     cf_metrics_destroy(NULL);
 }
