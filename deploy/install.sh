@@ -48,12 +48,13 @@ packages=(build-essential cmake ninja-build pkg-config librdkafka-dev libmsgpack
     rustc golang-go lld-14 wasi-libc libclang-rt-14-dev-wasm32 wabt
     qemu-system-x86 busybox-static kmod cpio xz-utils zstd
     crun debootstrap
-    libmicrohttpd-dev libcurl4-openssl-dev prometheus podman)
+    libmicrohttpd-dev libcurl4-openssl-dev prometheus podman runc)
 # (qemu, busybox, kmod, cpio: tests/vm/run.sh boots cgroup v2 kernels.)
 # (crun, debootstrap: the container backend and its default image.)
 # (libmicrohttpd: the worker's /metrics and health endpoints; libcurl: OTLP
 #  trace export; prometheus: promtool and a real scraper for the tests;
-#  podman: the worker image is built and run in CI.)
+#  podman (+ runc: crun refuses cgroup v1/hybrid hosts): the worker image is
+#  built and run in CI.)
 # Any Java 17+ runtime will do: only ask for Debian's default when none is there.
 command -v java >/dev/null 2>&1 || packages+=(default-jre-headless)
 command -v mvn >/dev/null 2>&1 || packages+=(maven)

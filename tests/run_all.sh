@@ -7,8 +7,12 @@
 #   3. deploy/stack.sh up --workers 0   (integration tests start their own workers)
 #   4. ctest -L unit, ctest -L integration (build), ctest -L unit (build-asan),
 #      tests/harness/check.sh (the function harnesses)
-#   5. tests/vm/run.sh: the sandbox suites on cgroup v2 kernels in qemu
+#   5. tests/image/run.sh: the worker image built with podman, one worker
+#      from it against the stack (before stack down)
+#      tests/vm/run.sh: the sandbox suites on cgroup v2 kernels in qemu
 #      tests/fuzz/run.sh: each libFuzzer harness for CF_FUZZ_SECONDS (10)
+#      tests/k8s/run.sh: Kubernetes manifests against the upstream API
+#      types, the systemd unit, the Grafana dashboard against a live scrape
 #   6. deploy/stack.sh down (always, from a trap)
 # The last line is "N passed, N failed" summed over the ctest runs; a step
 # that breaks (install, build, stack) counts as one failure.  Exit status is
@@ -38,6 +42,24 @@ step_failed() {
     failed=$((failed + 1))
     notes+=("FAILED: $1")
     printf 'run_all: FAILED: %s\n' "$1" >&2
+}
+
+# Runs a script whose last line is "N passed, N failed" and adds its counts.
+run_counted() { # what script [args...]
+    local what=$1 out line
+    shift
+    say "$what ($1)"
+    out=$(mktemp)
+    "$@" 2>&1 | tee "$out"
+    line=$(tail -n 1 "$out")
+    if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+        passed=$((passed + BASH_REMATCH[1]))
+        failed=$((failed + BASH_REMATCH[2]))
+        notes+=("$what: ${BASH_REMATCH[1]} passed, ${BASH_REMATCH[2]} failed")
+    else
+        step_failed "$what: no summary"
+    fi
+    rm -f "$out"
 }
 
 # Runs ctest and adds its counts, parsed from
@@ -111,6 +133,9 @@ if ((build_ok)); then
         else
             step_failed "chaos: tests/chaos/run.sh --quick"
         fi
+        # The worker image: built with podman, one worker from it against
+        # this stack.
+        run_counted "worker image" tests/image/run.sh
     else
         notes+=("integration, chaos: skipped (no stack)")
     fi
@@ -172,6 +197,13 @@ else
     step_failed "fuzz: no summary"
 fi
 rm -f "$fuzz_out"
+
+# The deployment files: manifests strictly decoded into the upstream
+# Kubernetes and KEDA types and validated as the API server would, the
+# systemd unit, the dashboard against a live worker's /metrics.
+if ((build_ok)); then
+    run_counted "deployment files" tests/k8s/run.sh
+fi
 
 say "summary"
 for n in "${notes[@]}"; do printf '  %s\n' "$n"; done
