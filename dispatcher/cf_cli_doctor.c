@@ -1274,16 +1274,23 @@ static json_t *top_picture(doctor *d, top_prev *prev)
                               json_object_get(m, "partitions"));
         if (!w)
             continue;
-        if (rep) {
-            json_int_t s = json_integer_value(json_object_get(rep, "slots"));
+        /* Reports are data from the workers topic: numbers out of range
+         * are not shown (a forged report must not wrap the sums or freeze
+         * the rates). */
+#define TOP_COUNT_MAX (INT64_C(1) << 50)
+        json_int_t s = rep ? json_integer_value(json_object_get(rep, "slots")) : -1;
+        if (s >= 0 && s <= 65536) {
             json_object_set_new(w, "slots", json_integer(s));
             slots += s;
         }
+        json_int_t at = load ? json_integer_value(json_object_get(load, "at_ms")) : 0;
+        json_int_t ans = load ? json_integer_value(json_object_get(load, "answered")) : -1;
+        json_int_t b = load ? json_integer_value(json_object_get(load, "busy")) : -1;
+        json_int_t h = load ? json_integer_value(json_object_get(load, "held")) : -1;
+        if (load && (at <= 0 || at > now_ms + 60000 || ans < 0 || ans > TOP_COUNT_MAX || b < 0 || b > 65536 ||
+                     h < 0 || h > TOP_COUNT_MAX))
+            load = NULL;
         if (load) {
-            json_int_t at = json_integer_value(json_object_get(load, "at_ms"));
-            json_int_t ans = json_integer_value(json_object_get(load, "answered"));
-            json_int_t b = json_integer_value(json_object_get(load, "busy"));
-            json_int_t h = json_integer_value(json_object_get(load, "held"));
             busy += b;
             held += h;
             json_object_set_new(w, "busy", json_integer(b));
@@ -1301,7 +1308,9 @@ static json_t *top_picture(doctor *d, top_prev *prev)
                 json_int_t pans = json_integer_value(json_array_get(p, 1));
                 rate = json_real_value(json_array_get(p, 2));
                 if (at > pat && ans >= pans)
-                    rate = (double)(ans - pans) * 1000.0 / (double)(at - pat);
+                    rate = ((double)ans - (double)pans) * 1000.0 / ((double)at - (double)pat);
+                else if (at < pat || ans < pans)
+                    p = NULL, rate = -1; /* went backwards: start again from this one */
             }
             if (!p || at > json_integer_value(json_array_get(p, 0)))
                 json_object_set_new(prev->seen, id, json_pack("[I, I, f]", at, ans, rate));
@@ -1366,6 +1375,13 @@ static void top_print(const json_t *pic, bool clear)
     json_t *w;
     json_array_foreach(json_object_get(pic, "workers"), i, w)
     {
+        /* Names come from reports: only printable ASCII reaches the
+         * terminal. */
+        char id[100], host[100];
+        const char *sid = json_string_value(json_object_get(w, "worker_id"));
+        const char *shost = json_string_value(json_object_get(w, "host"));
+        cf_printable(sid ? sid : "", sid ? strlen(sid) : 0, id, sizeof(id));
+        cf_printable(shost ? shost : "", shost ? strlen(shost) : 0, host, sizeof(host));
         char rate[32] = "-", age[32] = "-", slots[16] = "-", busy[16] = "-", held[16] = "-", ans[32] = "-";
         if (json_object_get(w, "answers_per_s"))
             snprintf(rate, sizeof(rate), "%.1f", json_real_value(json_object_get(w, "answers_per_s")));
@@ -1380,9 +1396,8 @@ static void top_print(const json_t *pic, bool clear)
         if (json_object_get(w, "answered"))
             snprintf(ans, sizeof(ans), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(w, "answered")));
         const char *state = json_string_value(json_object_get(w, "state"));
-        printf("%-28.28s %-16.16s %5s %5s %7s %-9s %9s %9s %6s\n", json_string_value(json_object_get(w, "worker_id")),
-               json_string_value(json_object_get(w, "host")), slots, busy, held, state ? state : "no report", ans,
-               rate, age);
+        printf("%-28.28s %-16.16s %5s %5s %7s %-9s %9s %9s %6s\n", id, host, slots, busy, held,
+               state ? state : "no report", ans, rate, age);
     }
     fflush(stdout);
 }

@@ -834,7 +834,14 @@ int cf_kafka_create_topics_opts(const char *brokers, const cf_kvlist *kafka, con
         bool compact = opts->compacted && strcmp(names[i], opts->compacted) == 0;
         char retention[32];
         snprintf(retention, sizeof(retention), "%" PRId64, opts->retention_ms);
-        if ((compact && rd_kafka_NewTopic_set_config(topics[i], "cleanup.policy", "compact")) ||
+        /* Workers republish their reports (report-interval): segments roll
+         * and are compacted every 10 minutes, so readers that scan the
+         * topic from its start (doctor, top) read about one report per
+         * worker plus the last minutes', not days of them. */
+        if ((compact && (rd_kafka_NewTopic_set_config(topics[i], "cleanup.policy", "compact") ||
+                         rd_kafka_NewTopic_set_config(topics[i], "segment.ms", "600000") ||
+                         rd_kafka_NewTopic_set_config(topics[i], "max.compaction.lag.ms", "600000") ||
+                         rd_kafka_NewTopic_set_config(topics[i], "min.cleanable.dirty.ratio", "0.1"))) ||
             (!compact && opts->retention_ms > 0 && rd_kafka_NewTopic_set_config(topics[i], "retention.ms", retention))) {
             cf_error_set(err, CF_E_INVALID, "topic %s: cannot set its cleanup policy or retention", names[i]);
             goto out;

@@ -127,6 +127,7 @@ typedef struct cf_worker_config {
     int64_t liveness_stall_us;
     char *otlp_endpoint;        /* OTLP/HTTP collector ("" = no span export) */
     char *otlp_headers;
+    int64_t otlp_sample_percent;
     int64_t log_level;          /* enum index: error|warn|info|debug */
     int64_t log_format;         /* enum index: text|json */
     cf_kvlist kafka;            /* librdkafka pass-through ("kafka.<property>") */

@@ -147,8 +147,15 @@ static void sb_number(sbuf *b, double v)
         sb_puts(b, v > 0 ? "+Inf" : "-Inf");
     else if (v == floor(v) && fabs(v) < 1e15)
         sb_printf(b, "%.0f", v);
-    else
-        sb_printf(b, "%.17g", v);
+    else {
+        /* The shortest form that reads back the same: le="0.1", not
+         * "0.10000000000000001" (selectors compare the text). */
+        char t[40];
+        snprintf(t, sizeof(t), "%.15g", v);
+        if (strtod(t, NULL) != v)
+            snprintf(t, sizeof(t), "%.17g", v);
+        sb_puts(b, t);
+    }
 }
 
 cf_metric *cf_metrics_add(cf_metrics *m, cf_metric_type type, const char *name, const char *help, size_t n_labels,

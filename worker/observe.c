@@ -44,11 +44,12 @@ struct cf_observe {
         *compile_cache, *lag, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
     /* liveness and readiness */
     _Atomic int64_t loop_mono_us;
-    atomic_bool assigned, draining_now, broker_up, stats_seen;
+    atomic_bool assigned, draining_now, broker_up, stats_seen, fatal;
     pthread_mutex_t redis_mu;
     cf_redis *redis;
     int64_t redis_checked_us;
     bool redis_ok;
+    atomic_bool redis_last_ok;
     char redis_why[200];
 };
 
@@ -82,7 +83,7 @@ void cf_job_obs_begin(cf_job_obs *j, const cf_request *req, int64_t msg_ts_ms)
     if (tp && cf_traceparent_parse(tp, &caller) == 0) {
         memcpy(j->ctx.trace_id, caller.trace_id, 16);
         memcpy(j->parent_span, caller.span_id, 8);
-        j->ctx.flags = caller.flags;
+        j->ctx.flags = caller.flags & 1; /* the other bits are reserved */
     } else {
         cf_trace_new_trace_id(j->ctx.trace_id);
         j->ctx.flags = 1; /* a trace we start is sampled: exported when there is an exporter */
@@ -93,11 +94,19 @@ void cf_job_obs_begin(cf_job_obs *j, const cf_request *req, int64_t msg_ts_ms)
     /* End to end starts at the request's creation when it says so and the
      * claim is plausible (a sender's clock), else at the message's
      * timestamp, else now. */
+    /* A sender's claim is believed only between the message's own
+     * timestamp (the broker's or the producer's: a request cannot be older
+     * than an hour before it, nor newer than it) and now. */
     int64_t now_us = j->taken_ns / 1000;
-    if (req && req->created_us > now_us - 86400LL * 1000000 && req->created_us <= now_us + 1000000)
+    int64_t ts_us = msg_ts_ms > 0 && msg_ts_ms < INT64_MAX / 1000 ? msg_ts_ms * 1000 : 0;
+    if (ts_us > now_us || ts_us < now_us - 86400LL * 1000000)
+        ts_us = 0;
+    int64_t lo = ts_us ? ts_us - 3600LL * 1000000 : now_us - 3600LL * 1000000;
+    int64_t hi = ts_us ? ts_us : now_us;
+    if (req && req->created_us >= lo && req->created_us <= hi && req->created_us < INT64_MAX / 1000)
         j->created_ns = req->created_us * 1000;
-    else if (msg_ts_ms > 0 && msg_ts_ms * 1000 > now_us - 86400LL * 1000000 && msg_ts_ms * 1000 <= now_us + 1000000)
-        j->created_ns = msg_ts_ms * 1000000;
+    else if (ts_us)
+        j->created_ns = ts_us * 1000;
     else
         j->created_ns = j->taken_ns;
 }
@@ -131,6 +140,12 @@ static void span_init(cf_span *s, const cf_job_obs *j, const char *name, const u
 static void export_spans(cf_observe *o, const cf_job_obs *j, const char *request_id, int64_t end_ns)
 {
     if (!o->otlp || !(j->ctx.flags & 1))
+        return;
+    /* The operator's share, by the trace id's low bytes (random): every
+     * worker keeps the same traces. */
+    uint32_t h = (uint32_t)j->ctx.trace_id[12] << 24 | (uint32_t)j->ctx.trace_id[13] << 16 |
+                 (uint32_t)j->ctx.trace_id[14] << 8 | j->ctx.trace_id[15];
+    if ((uint64_t)h * 100 >= (uint64_t)o->cfg->otlp_sample_percent * 4294967296ULL)
         return;
     cf_span sp[8];
     size_t n = 0;
@@ -191,7 +206,7 @@ void cf_observe_answered(cf_observe *o, cf_job_obs *j, const char *request_id)
             cf_metric_observe(o->exec_seconds, (double)j->exec_wall_us / 1e6, ev);
         }
         const char *bv[] = {j->backend};
-        cf_metric_observe(o->e2e_seconds, (double)(now - j->created_ns) / 1e9, bv);
+        cf_metric_observe(o->e2e_seconds, now > j->created_ns ? (double)(now - j->created_ns) / 1e9 : 0, bv);
         if (j->setup_failed)
             cf_metric_inc(o->setup_failures, 1, bv);
         if (j->compile_cache) {
@@ -207,7 +222,7 @@ void cf_observe_queue_wait(cf_observe *o, const cf_job_obs *j)
     if (!o || !j || !j->slot_ns)
         return;
     int64_t from = j->admitted_ns ? j->admitted_ns : j->taken_ns;
-    cf_metric_observe(o->queue_seconds, (double)(j->slot_ns - from) / 1e9, NULL);
+    cf_metric_observe(o->queue_seconds, j->slot_ns > from ? (double)(j->slot_ns - from) / 1e9 : 0, NULL);
 }
 
 void cf_observe_loop(cf_observe *o, const cf_observe_loop_state *s)
@@ -235,8 +250,10 @@ void cf_observe_kafka_error(cf_observe *o, bool fatal, bool all_brokers_down)
         return;
     const char *kind[] = {fatal ? "fatal" : "transient"};
     cf_metric_inc(o->kafka_errors, 1, kind);
-    if (all_brokers_down || fatal)
+    if (all_brokers_down)
         atomic_store(&o->broker_up, false);
+    if (fatal)
+        atomic_store(&o->fatal, true); /* for good: the worker stops */
 }
 
 void cf_observe_redis_error(cf_observe *o)
@@ -276,7 +293,7 @@ void cf_observe_kafka_stats(cf_observe *o, const char *json, size_t len)
     atomic_store(&o->broker_up, up);
     atomic_store(&o->stats_seen, true);
     /* Collected first, then swapped in at once. */
-    enum { LAG_MAX = 4096 };
+    enum { LAG_MAX = CF_METRICS_MAX_SERIES - 1 };
     const char **lv = calloc(2 * LAG_MAX, sizeof(*lv));
     double *vals = calloc(LAG_MAX, sizeof(*vals));
     size_t n = 0;
@@ -299,7 +316,9 @@ void cf_observe_kafka_stats(cf_observe *o, const char *json, size_t len)
             json_int_t lo = json_integer_value(json_object_get(p, "lo_offset"));
             json_int_t pos = json_integer_value(json_object_get(p, "app_offset"));
             const char *fs = json_string_value(json_object_get(p, "fetch_state"));
-            if (strcmp(pname, "-1") == 0 || !fs || strcmp(fs, "none") == 0 || hi < 0)
+            /* Only what this worker fetches: a revoked partition stays in the
+             * statistics ("stopped") with its lag frozen. */
+            if (strcmp(pname, "-1") == 0 || !fs || strcmp(fs, "active") != 0 || hi < 0)
                 continue;
             /* librdkafka says -1 until the group committed an offset: a
              * partition never committed is behind by what it holds (the
@@ -359,7 +378,14 @@ static void process_metrics(cf_observe *o)
 static bool redis_reachable(cf_observe *o, char *why, size_t size)
 {
     const cf_worker_config *c = o->cfg;
-    pthread_mutex_lock(&o->redis_mu);
+    if (pthread_mutex_trylock(&o->redis_mu) != 0) {
+        /* Another request is checking: its answer comes soon; this one
+         * says what the last check found rather than wait. */
+        bool ok = atomic_load(&o->redis_last_ok);
+        if (!ok)
+            snprintf(why, size, "redis %s unreachable (checking again)", c->redis);
+        return ok;
+    }
     int64_t now = cf_mono_us();
     if (o->redis_checked_us == 0 || now - o->redis_checked_us >= REDIS_CHECK_EVERY_US) {
         cf_error err;
@@ -390,6 +416,7 @@ static bool redis_reachable(cf_observe *o, char *why, size_t size)
         o->redis_checked_us = cf_mono_us();
     }
     bool ok = o->redis_ok;
+    atomic_store(&o->redis_last_ok, ok);
     if (!ok)
         snprintf(why, size, "%s", o->redis_why);
     pthread_mutex_unlock(&o->redis_mu);
@@ -400,8 +427,23 @@ static bool hook_live(void *arg, char *why, size_t size)
 {
     cf_observe *o = arg;
     int64_t last = atomic_load(&o->loop_mono_us);
+    if (atomic_load(&o->fatal)) {
+        snprintf(why, size, "a Kafka client had a fatal error: the worker is stopping");
+        return false;
+    }
+    if (!last) {
+        /* Still starting (probing the host, zygotes): a startup probe
+         * waits for this, a liveness probe starts after it. */
+        snprintf(why, size, "starting");
+        return false;
+    }
     int64_t stalled = cf_mono_us() - last;
-    if (last && stalled > o->cfg->liveness_stall_us) {
+    /* A revoke holds the loop up to rebalance-wait and ~35 s more while it
+     * stops what runs: that is not a hang. */
+    int64_t allowed = o->cfg->liveness_stall_us;
+    if (allowed < o->cfg->rebalance_wait_us + 35 * 1000000LL)
+        allowed = o->cfg->rebalance_wait_us + 35 * 1000000LL;
+    if (stalled > allowed) {
         snprintf(why, size, "main loop stalled for %" PRId64 " ms", stalled / 1000);
         return false;
     }
@@ -550,7 +592,8 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
             cf_observe_destroy(o);
             return -1;
         }
-        cf_log_info(LOG_SUB, "exporting spans to %s/v1/traces", cfg->otlp_endpoint);
+        cf_log_info(LOG_SUB, "exporting spans to %s (%" PRId64 "%% of sampled traces)", cf_otlp_url(o->otlp),
+                    cfg->otlp_sample_percent);
     }
     if (cfg->metrics_listen && cfg->metrics_listen[0]) {
         cf_ops_hooks hooks = {.arg = o, .metrics = hook_metrics, .live = hook_live, .ready = hook_ready};

@@ -11,8 +11,12 @@
 
 #include "cf_util.h"
 
-#define CONNECTIONS_MAX 32
-#define CONNECTION_TIMEOUT_S 10
+/* A slow client holds at most PER_IP of them for at most TIMEOUT_S each,
+ * so one cannot starve the kubelet's probes (which the port must not be
+ * open to more than: docs/OPERATIONS.md). */
+#define CONNECTIONS_MAX 64
+#define CONNECTIONS_PER_IP 4
+#define CONNECTION_TIMEOUT_S 5
 
 struct cf_ops_http {
     struct MHD_Daemon *d;
@@ -63,8 +67,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return MHD_YES;
     }
     bool head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && !head)
-        return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET and HEAD");
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && !head) {
+        struct MHD_Response *r = MHD_create_response_from_buffer(18, (void *)"only GET and HEAD\n", MHD_RESPMEM_PERSISTENT);
+        if (!r)
+            return MHD_NO;
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+        enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_METHOD_NOT_ALLOWED, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
     char why[300] = "";
     if (strcmp(url, "/metrics") == 0) {
         size_t len = 0;
@@ -89,7 +100,9 @@ static int parse_listen(const char *listen, struct sockaddr_storage *ss, socklen
     char host[256];
     const char *colon = strrchr(listen, ':');
     if (!colon || colon == listen || !colon[1])
-        return cf_error_set(err, CF_E_INVALID, "metrics-listen '%s': expected host:port", listen);
+        return cf_error_set(err, CF_E_INVALID,
+                            "metrics-listen '%s': expected host:port (e.g. 0.0.0.0:9464 for every address, "
+                            "127.0.0.1:9464 for this host only)", listen);
     size_t hl = (size_t)(colon - listen);
     if (listen[0] == '[') {
         if (hl < 3 || listen[hl - 1] != ']')
@@ -129,8 +142,12 @@ int cf_ops_http_start(const char *listen, const cf_ops_hooks *hooks, cf_ops_http
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, handle, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONNECTIONS_MAX,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)CONNECTIONS_PER_IP,
+                            /* /readyz may wait for a Redis PING: /healthz
+                             * is served by another thread meanwhile. */
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)4,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S, MHD_OPTION_END);
     if (!h->d) {
         free(h);
         return cf_error_set(err, CF_E_SYSTEM, "metrics-listen '%s': cannot listen there (in use, or not an address "

@@ -20,6 +20,7 @@
 
 struct cf_otlp {
     char url[1100];
+    char shown_url[1100]; /* for logs: without userinfo */
     struct curl_slist *headers;
     char instance[256];
     pthread_t thread;
@@ -167,7 +168,7 @@ static void *exporter_main(void *arg)
             if (o->fail_logged_us == 0 || now - o->fail_logged_us > 60 * 1000000LL) {
                 o->fail_logged_us = now;
                 cf_log_warn(LOG_SUB, "spans not exported to %s: %s (%zu dropped; counted in "
-                            "codefleet_spans_dropped_total)", o->url, why, n);
+                            "codefleet_spans_dropped_total)", o->shown_url, why, n);
             }
         }
     }
@@ -198,7 +199,24 @@ int cf_otlp_new(const char *endpoint, const char *headers, const char *service_i
     size_t el = strlen(endpoint);
     while (el && endpoint[el - 1] == '/')
         el--;
-    snprintf(o->url, sizeof(o->url), "%.*s/v1/traces", (int)el, endpoint);
+    const char *host = strstr(endpoint, "://") + 3;
+    if ((size_t)(host - endpoint) >= el || *host == '/' || *host == ':') {
+        free(o);
+        return cf_error_set(err, CF_E_INVALID, "otlp-endpoint '%s': no host", endpoint);
+    }
+    /* Given with its path already: taken as it is. */
+    static const char path[] = "/v1/traces";
+    if (el >= sizeof(path) - 1 && strncmp(endpoint + el - (sizeof(path) - 1), path, sizeof(path) - 1) == 0)
+        snprintf(o->url, sizeof(o->url), "%.*s", (int)el, endpoint);
+    else
+        snprintf(o->url, sizeof(o->url), "%.*s%s", (int)el, endpoint, path);
+    /* user:password@host: logs show ***@host. */
+    const char *at = strchr(host, '@'), *slash = strchr(host, '/');
+    if (at && (!slash || at < slash))
+        snprintf(o->shown_url, sizeof(o->shown_url), "%.*s***%s", (int)(host - endpoint), endpoint,
+                 o->url + (at - endpoint));
+    else
+        cf_strlcpy(o->shown_url, o->url, sizeof(o->shown_url));
     cf_strlcpy(o->instance, service_instance ? service_instance : "", sizeof(o->instance));
     o->headers = curl_slist_append(NULL, "Content-Type: application/json");
     /* "Name=value,Name2=value2": each becomes "Name: value". */
@@ -212,8 +230,18 @@ int cf_otlp_new(const char *endpoint, const char *headers, const char *service_i
             free(o);
             return cf_error_set(err, CF_E_INVALID, "otlp-headers: expected Name=value,... (an entry has no '=')");
         }
-        char line[1024];
-        snprintf(line, sizeof(line), "%.*s: %.*s", (int)(eq - p), p, (int)(n - (size_t)(eq - p) - 1), eq + 1);
+        /* Surrounding blanks of names and values are not theirs. */
+        const char *ns = p, *ne = eq, *vs = eq + 1, *ve = p + n;
+        while (ns < ne && (*ns == ' ' || *ns == '\t'))
+            ns++;
+        while (ne > ns && (ne[-1] == ' ' || ne[-1] == '\t'))
+            ne--;
+        while (vs < ve && (*vs == ' ' || *vs == '\t'))
+            vs++;
+        while (ve > vs && (ve[-1] == ' ' || ve[-1] == '\t'))
+            ve--;
+        char line[4200]; /* otlp-headers is at most 4096 bytes */
+        snprintf(line, sizeof(line), "%.*s: %.*s", (int)(ne - ns), ns, (int)(ve - vs), vs);
         if (strpbrk(line, "\r\n")) {
             curl_slist_free_all(o->headers);
             free(o);
@@ -257,6 +285,11 @@ void cf_otlp_export(cf_otlp *o, const cf_span *spans, size_t n)
     if (o->count >= CF_OTLP_BATCH_MAX)
         pthread_cond_signal(&o->cv);
     pthread_mutex_unlock(&o->mu);
+}
+
+const char *cf_otlp_url(const cf_otlp *o)
+{
+    return o ? o->shown_url : "";
 }
 
 cf_otlp_stats cf_otlp_get_stats(cf_otlp *o)

@@ -63,6 +63,8 @@ int cf_otlp_new(const char *endpoint, const char *headers, const char *service_i
 /* Queues copies of the spans.  Never blocks on the network. */
 void cf_otlp_export(cf_otlp *o, const cf_span *spans, size_t n);
 cf_otlp_stats cf_otlp_get_stats(cf_otlp *o);
+/* The export URL for logs, any user:password@ of it hidden. */
+const char *cf_otlp_url(const cf_otlp *o);
 /* Sends what is queued (waiting at most timeout_ms), then stops.  NULL-safe. */
 void cf_otlp_destroy(cf_otlp *o, int timeout_ms);
 

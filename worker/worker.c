@@ -931,7 +931,14 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     cf_worker *w = opaque;
     if (m->_private == &report_tag) {
         /* Purged: the worker is stopping with the broker gone. */
-        if (m->err && m->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE && m->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
+        /* Reports repeat every report-interval: their failure is said
+         * once every 10 minutes. */
+        static int64_t report_fail_logged_us;
+        int64_t now_us = cf_mono_us();
+        bool say = report_fail_logged_us == 0 || now_us - report_fail_logged_us > 600 * 1000000LL;
+        if (say && m->err && m->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE && m->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
+            report_fail_logged_us = now_us;
+        if (say && m->err && m->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE && m->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
             cf_log_warn(LOG_SUB,
                         "worker report not published to %s: %s (codefleet doctor will not see what this worker "
                         "serves: check that the topic exists and this principal may write it)",
@@ -3322,6 +3329,14 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
             char buf[512];
             rd_kafka_fatal_error(w->producer, buf, sizeof(buf));
             rc = cf_error_set(err, CF_E_KAFKA, "producer fatal error: %s", buf);
+            break;
+        }
+        /* E.g. a static member fenced by another with its id: it would
+         * consume nothing ever again, so it stops (and is restarted). */
+        if (rd_kafka_fatal_error(w->consumer, NULL, 0)) {
+            char buf[512];
+            rd_kafka_fatal_error(w->consumer, buf, sizeof(buf));
+            rc = cf_error_set(err, CF_E_KAFKA, "consumer fatal error: %s", buf);
             break;
         }
         serve(w);

@@ -37,9 +37,10 @@ static const cf_conf_prop worker_props[] = {
      "Compacted topic where the worker publishes what it serves (backends, languages, limits) at start, and a "
      "tombstone at a clean stop; `codefleet doctor` reads it.  Empty: no report.  A failed report is logged, "
      "never fatal.", NULL},
-    {"report-interval", CF_CONF_DURATION, OFF(report_interval_us), 0, 3600 * SEC, "10s", NULL,
+    {"report-interval", CF_CONF_DURATION, OFF(report_interval_us), 0, 3600 * SEC, "30s", NULL,
      "How often the worker republishes its report with what it is doing (busy slots, waiting requests, counts "
-     "since start) for `codefleet top`.  0: at start and stop only.", NULL},
+     "since start) for `codefleet top`.  0: at start and stop only.  `codefleet topics create` makes the workers "
+     "topic compact every 10 minutes; a topic made otherwise grows by one report per worker per interval.", NULL},
     {"slots", CF_CONF_INT, OFF(slots), 1, 256, "2", NULL,
      "Executions run concurrently by this worker.", NULL},
     {"prefetch", CF_CONF_INT, OFF(prefetch), 0, 4096, "32", NULL,
@@ -304,8 +305,12 @@ static const cf_conf_prop worker_props[] = {
      "OpenTelemetry collector (OTLP/HTTP) base URL, e.g. http://127.0.0.1:4318: each request's spans are POSTed "
      "as JSON to <endpoint>/v1/traces.  Empty: no export (log lines and results still carry the trace).", NULL},
     {"otlp-headers", CF_CONF_STRING, OFF(otlp_headers), 0, 4096, "", NULL,
-     "Extra HTTP headers for the OTLP export, Name=value,... (e.g. an Authorization header: a secret, best given "
-     "as CODEFLEET_WORKER_OTLP_HEADERS).", NULL},
+     "Extra HTTP headers for the OTLP export, Name=value,... (e.g. an Authorization header: a secret, kept in the "
+     "0600 configuration file like the other credentials, never in the environment).", NULL},
+    {"otlp-sample-percent", CF_CONF_INT, OFF(otlp_sample_percent), 0, 100, "100", NULL,
+     "Share of sampled traces whose spans are exported, decided by the trace id (every worker keeps the same "
+     "ones).  Callers choose their traceparent's sampled flag and new traces start sampled: lower this where "
+     "tenants could flood the collector.", NULL},
     {"log-level", CF_CONF_ENUM, OFF(log_level), 0, 0, "info", "error|warn|info|debug",
      "Log verbosity.", NULL},
     {"log-format", CF_CONF_ENUM, OFF(log_format), 0, 0, "text", "text|json",

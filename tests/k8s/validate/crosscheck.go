@@ -473,7 +473,7 @@ func workerConfFromPod(s *objSet, pod *corev1.PodSpec, c *corev1.Container, ref 
 	}
 	var wc *workerConf
 	var errs []string
-	for _, src := range sources {
+	for i, src := range sources {
 		t, k, w, v, err := volumeFile(s, pod, c, src)
 		if err != nil {
 			errs = append(errs, "--config "+file+" from "+err.Error())
@@ -484,6 +484,9 @@ func workerConfFromPod(s *objSet, pod *corev1.PodSpec, c *corev1.Container, ref 
 			errs = append(errs, w+": "+e)
 		}
 		if k == "ConfigMap" {
+			if i+1 < len(sources) {
+				errs = append(errs, fmt.Sprintf("--config %s: the credentials must come before the settings (settings ending in a [profile.x] section would take them as the profile's keys)", file))
+			}
 			if wc != nil {
 				errs = append(errs, fmt.Sprintf("--config %s: composed of two ConfigMap files", file))
 			}
