@@ -194,7 +194,11 @@ if [[ -x $worker ]]; then
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     mkdir -p "$work/wr"
     # No broker is needed for /metrics: the worker serves it while it retries.
-    "$worker" --brokers=127.0.0.1:1 --backends=process --profile.default.backends=process \
+    # Its settings are these flags alone: a CODEFLEET_WORKER_* variable of
+    # the caller's (run_all.sh exports the test stack's) must not reach it.
+    clean_env=()
+    while IFS= read -r v; do clean_env+=(-u "$v"); done < <(compgen -e | grep '^CODEFLEET_WORKER_' || true)
+    env "${clean_env[@]}" "$worker" --brokers=127.0.0.1:1 --backends=process --profile.default.backends=process \
         --work-root="$work/wr" --metrics-listen="127.0.0.1:$port" --shutdown-grace=0 \
         --shutdown-kafka-timeout=100ms >"$work/worker.log" 2>&1 &
     wpid=$!
