@@ -392,15 +392,8 @@ static bool redis_reachable(cf_observe *o, char *why, size_t size)
         cf_error_clear(&err);
         if (!o->redis) {
             char host[256];
-            int port = 0;
-            if (cf_wstate_addr_parse(c->redis, host, sizeof(host), &port, &err) == 0) {
-                cf_redis_config rc;
-                cf_redis_config_init(&rc);
-                rc.host = host;
-                rc.port = port;
-                rc.user = c->redis_user && c->redis_user[0] ? c->redis_user : NULL;
-                rc.password = c->redis_password && c->redis_password[0] ? c->redis_password : NULL;
-                rc.db = (int)c->redis_db;
+            cf_redis_config rc;
+            if (cf_wstate_redis_config(c, host, sizeof(host), &rc, &err) == 0) {
                 /* A probe answers within a second or says no. */
                 rc.connect_timeout_us = 500000;
                 rc.command_timeout_us = 500000;

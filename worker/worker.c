@@ -2764,19 +2764,10 @@ static bool warm_topic_metadata(rd_kafka_t *rk, const char *topic)
 static void probe_redis(const cf_worker_config *cfg)
 {
     char host[256];
-    int port = 0;
     cf_error err = {0};
-    if (cf_wstate_addr_parse(cfg->redis, host, sizeof(host), &port, &err) < 0)
-        return; /* cf_wstate_config_check said so already */
     cf_redis_config rc;
-    cf_redis_config_init(&rc);
-    rc.host = host;
-    rc.port = port;
-    rc.user = cfg->redis_user && cfg->redis_user[0] ? cfg->redis_user : NULL;
-    rc.password = cfg->redis_password && cfg->redis_password[0] ? cfg->redis_password : NULL;
-    rc.db = (int)cfg->redis_db;
-    rc.connect_timeout_us = cfg->redis_connect_timeout_us;
-    rc.command_timeout_us = cfg->redis_command_timeout_us;
+    if (cf_wstate_redis_config(cfg, host, sizeof(host), &rc, &err) < 0)
+        return; /* cf_wstate_config_check said so already */
     cf_redis *r = cf_redis_new(&rc, true, &err);
     if (r && cf_redis_ping(r, &err) == 0) {
         cf_redis_destroy(r);

@@ -108,6 +108,23 @@ static void cp_config(const cf_worker_config *c, cf_checkpoint_config *cc)
     cc->ttl_us = c->checkpoint_ttl_us;
 }
 
+int cf_wstate_redis_config(const cf_worker_config *cfg, char *host, size_t hostsz, cf_redis_config *rc,
+                           cf_error *err)
+{
+    int port = 0;
+    if (cf_wstate_addr_parse(cfg->redis, host, hostsz, &port, err) < 0)
+        return -1;
+    cf_redis_config_init(rc);
+    rc->host = host;
+    rc->port = port;
+    rc->user = cfg->redis_user && cfg->redis_user[0] ? cfg->redis_user : NULL;
+    rc->password = cfg->redis_password && cfg->redis_password[0] ? cfg->redis_password : NULL;
+    rc->db = (int)cfg->redis_db;
+    rc->connect_timeout_us = cfg->redis_connect_timeout_us;
+    rc->command_timeout_us = cfg->redis_command_timeout_us;
+    return 0;
+}
+
 int cf_wstate_config_check(const cf_worker_config *cfg, cf_error *err)
 {
     if (!cfg->redis || !cfg->redis[0])
@@ -143,17 +160,10 @@ cf_wstate *cf_wstate_new(const cf_worker_config *cfg, const char *worker_id, con
     st->cfg = cfg;
     st->worker_id = worker_id;
     st->cancel = cancel;
-    if (cf_wstate_addr_parse(cfg->redis, st->host, sizeof(st->host), &st->port, err) < 0)
-        goto fail;
     cf_redis_config rc;
-    cf_redis_config_init(&rc);
-    rc.host = st->host;
-    rc.port = st->port;
-    rc.user = cfg->redis_user && cfg->redis_user[0] ? cfg->redis_user : NULL;
-    rc.password = cfg->redis_password && cfg->redis_password[0] ? cfg->redis_password : NULL;
-    rc.db = (int)cfg->redis_db;
-    rc.connect_timeout_us = cfg->redis_connect_timeout_us;
-    rc.command_timeout_us = cfg->redis_command_timeout_us;
+    if (cf_wstate_redis_config(cfg, st->host, sizeof(st->host), &rc, err) < 0)
+        goto fail;
+    st->port = rc.port;
     /* A reconnect backoff longer than the retry budget would let the budget
      * run out without a single new connection attempt. */
     int64_t backoff_cap = cfg->redis_retry_budget_us / 4;

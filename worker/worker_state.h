@@ -40,6 +40,12 @@ typedef struct cf_wstate cf_wstate;
  * NUL-terminated (at most hostsz-1 bytes). */
 int cf_wstate_addr_parse(const char *addr, char *host, size_t hostsz, int *port, cf_error *err);
 
+struct cf_redis_config;
+/* The connection settings of cfg's "redis" (address, credentials, db,
+ * timeouts) in rc; host receives the parsed host (rc->host points at it). */
+int cf_wstate_redis_config(const cf_worker_config *cfg, char *host, size_t hostsz, struct cf_redis_config *rc,
+                           cf_error *err);
+
 /* Checks the Redis-related settings of cfg (address, caps) once at start-up. */
 int cf_wstate_config_check(const cf_worker_config *cfg, cf_error *err);
 
