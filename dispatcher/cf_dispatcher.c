@@ -793,6 +793,35 @@ static void admin_end(admin_call *a)
     memset(a, 0, sizeof(*a));
 }
 
+/* A broker publishes a new partition's leader in its metadata a moment
+ * before its replica manager serves the partition.  A produce arriving in
+ * that gap fails and is retried while the next one is appended, so an
+ * idempotent producer's first two messages can land in the wrong order
+ * (KAFKA-15591, seen here as a reordered event stream).  A partition that
+ * answers ListOffsets is served by its leader: wait for that. */
+static int wait_partitions_serve(rd_kafka_t *rk, const char *topic, int32_t np, int64_t until, cf_error *err)
+{
+    for (int32_t p = 0; p < np; p++) {
+        for (;;) {
+            int64_t lo = 0, hi = 0;
+            rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi, 2000);
+            if (!e)
+                break;
+            if (!cf_kafka_transient(e) && e != RD_KAFKA_RESP_ERR__TIMED_OUT)
+                return cf_error_set(err, CF_E_KAFKA, "topic %s partition %" PRId32 ": %s", topic, p,
+                                    rd_kafka_err2str(e));
+            if (cf_mono_us() >= until) {
+                cf_error_set(err, CF_E_KAFKA, "topic %s partition %" PRId32 " created, but not served yet: %s",
+                             topic, p, rd_kafka_err2str(e));
+                return cf_error_set_retriable(err, true);
+            }
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return 0;
+}
+
 int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const char *const *names, size_t n,
                               int partitions, int replication_factor, int64_t timeout_us, cf_error *err)
 {
@@ -870,8 +899,8 @@ int cf_kafka_create_topics_opts(const char *brokers, const cf_kvlist *kafka, con
      * partition), so callers can consume from it at once. */
     int64_t until = cf_mono_us() + (timeout_us > 0 ? timeout_us : 30000000);
     for (size_t i = 0; i < n; i++) {
+        int32_t np = 0;
         for (;;) {
-            int32_t np = 0;
             rd_kafka_resp_err_t kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
             if (cf_kafka_topic_partitions(a.rk, names[i], true, &np, &kerr, err) == 0)
                 break;
@@ -882,6 +911,8 @@ int cf_kafka_create_topics_opts(const char *brokers, const cf_kvlist *kafka, con
             struct timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
+        if (wait_partitions_serve(a.rk, names[i], np, until, err) < 0)
+            goto out;
     }
     rc = 0;
 out:
