@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <librdkafka/rdkafka.h>
 #include <poll.h>
 #include <pthread.h>
@@ -190,6 +191,10 @@ struct cf_worker {
     const cf_worker_config *cfg;
     char worker_id[CF_ID_MAX + 1];
     cf_backend_config bcfg;
+    /* Helper programs and harnesses this worker uses unless configured:
+     * installed ones next to an installed worker, else the build's. */
+    char zygote_path[PATH_MAX], container_init_path[PATH_MAX], embed_helper_path[PATH_MAX],
+        harness_dir[PATH_MAX];
     cf_pipeline *pipeline;   /* compiled languages, harnesses, cases, collect */
     bool ran;                /* cf_worker_run's shutdown happened */
     bool kafka_closing;      /* ... and reached its flush/commit/close (after the grace) */
@@ -2788,6 +2793,47 @@ static void probe_redis(const cf_worker_config *cfg)
                      cfg->redis, err.msg);
 }
 
+/* ---- where the helper programs are ---- */
+
+/* An installed worker (cmake --install) finds its helpers relative to its
+ * own executable: <bindir>/CF_INSTALL_REL_LIBEXEC/<name> and the harnesses
+ * in <bindir>/CF_INSTALL_REL_DATA/harness, so a prefix or DESTDIR copy
+ * moved elsewhere still works.  A worker run from its build tree has none
+ * there and uses the build's own (compiled-in) paths.  An empty `built`
+ * means the build has no such helper: the answer stays empty unless an
+ * installed one exists. */
+static void default_path(const char *rel, const char *name, const char *built, char *out, size_t cap)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            char cand[PATH_MAX];
+            int m = snprintf(cand, sizeof(cand), "%s/%s/%s", exe, rel, name);
+            char real[PATH_MAX];
+            if (m > 0 && (size_t)m < sizeof(cand) && realpath(cand, real) && strlen(real) < cap) {
+                cf_strlcpy(out, real, cap);
+                return;
+            }
+        }
+    }
+    cf_strlcpy(out, built, cap);
+}
+
+static void resolve_default_paths(cf_worker *w)
+{
+    default_path(CF_INSTALL_REL_LIBEXEC, "codefleet-zygote", CF_DEFAULT_ZYGOTE, w->zygote_path,
+                 sizeof(w->zygote_path));
+    default_path(CF_INSTALL_REL_LIBEXEC, "codefleet-container-init", CF_DEFAULT_CONTAINER_INIT,
+                 w->container_init_path, sizeof(w->container_init_path));
+    default_path(CF_INSTALL_REL_LIBEXEC, "codefleet-embed-helper", CF_DEFAULT_EMBED_HELPER, w->embed_helper_path,
+                 sizeof(w->embed_helper_path));
+    default_path(CF_INSTALL_REL_DATA, "harness", CF_DEFAULT_HARNESS_DIR, w->harness_dir, sizeof(w->harness_dir));
+}
+
 int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
 {
     *out = NULL;
@@ -2796,6 +2842,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
     w->cfg = cfg;
     w->wake_fd = -1;
+    resolve_default_paths(w);
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
         rnd = (uint64_t)cf_now_us() ^ ((uint64_t)getpid() << 32);
@@ -2858,7 +2905,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     cf_pipeline_config pcfg = {
         .cc = cfg->cc_path, .cxx = cfg->cxx_path, .rustc = cfg->rustc_path, .go = cfg->go_path,
         .tsc = cfg->tsc_path, .node = cfg->node_path,
-        .harness_dir = cfg->harness_dir && cfg->harness_dir[0] ? cfg->harness_dir : CF_DEFAULT_HARNESS_DIR,
+        .harness_dir = cfg->harness_dir && cfg->harness_dir[0] ? cfg->harness_dir : w->harness_dir,
         .compile_timeout_us = cfg->compile_timeout_us, .compile_memory_bytes = cfg->compile_memory_bytes,
         .compile_processes = cfg->compile_processes, .compile_output_bytes = cfg->compile_output_bytes,
         .artifact_bytes = cfg->artifact_bytes, .cache_bytes = cfg->compile_cache_bytes,
@@ -2898,7 +2945,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .sandbox_require_cgroups = cfg->sandbox_require_cgroups,
         .zygote_path = !cfg->sandbox_zygote ? NULL
                        : cfg->zygote_path && cfg->zygote_path[0] ? cfg->zygote_path
-                                                                 : CF_DEFAULT_ZYGOTE,
+                                                                 : w->zygote_path,
         .zygote_exec = cfg->zygote_exec,
         .zygote_preload = cfg->zygote_preload,
         .zygote_memory_bytes = cfg->zygote_memory_bytes,
@@ -2906,10 +2953,10 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .container_images = cfg->container_images,
         .container_runtime = cfg->container_runtime,
         .container_init = cfg->container_init && cfg->container_init[0] ? cfg->container_init
-                                                                        : CF_DEFAULT_CONTAINER_INIT,
+                                                                        : w->container_init_path,
         .container_state = cfg->container_state,
         .embed_helper_path = cfg->embed_helper_path && cfg->embed_helper_path[0] ? cfg->embed_helper_path
-                                                                                  : CF_DEFAULT_EMBED_HELPER,
+                                                                                  : w->embed_helper_path,
         .embed_helper_memory_bytes = cfg->embed_helper_memory_bytes,
         .wasm_module_max_bytes = cfg->wasm_module_max_bytes,
         .wasm_fuel = cfg->wasm_fuel,
@@ -2922,6 +2969,9 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .cc_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_C),
         .cxx_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_CPP),
     };
+    cf_log_info(LOG_SUB, "helpers: harnesses %s, zygote %s, container init %s, embed helper %s", pcfg.harness_dir,
+                !w->bcfg.zygote_path ? "(off)" : w->bcfg.zygote_path[0] ? w->bcfg.zygote_path : "(none)",
+                w->bcfg.container_init, w->bcfg.embed_helper_path[0] ? w->bcfg.embed_helper_path : "(none)");
     if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0) {
         cf_error_wrap(err, "backends");
         goto fail;

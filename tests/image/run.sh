@@ -137,17 +137,22 @@ else
 fi
 IMAGE=$CF_WORKER_IMAGE
 
-# The helper files the worker finds by its compiled-in defaults (and
-# worker.conf) are where the image put them.
+# The helper files are where the install rules put them, and the installed
+# worker finds them there by itself (it names them on start-up; with only
+# the process backend and no broker it then ends).
 if "${CF_PODMAN[@]}" run --rm "${CF_PODMAN_ULIMITS[@]}" --network=none --entrypoint /bin/sh "$IMAGE" -c '
     set -e
-    for f in /usr/local/share/codefleet/backends/harness /usr/local/libexec/codefleet/backends/codefleet-zygote \
-             /usr/local/libexec/codefleet/backends/codefleet-container-init; do
-        test -e "$f"; grep -q -a "$f" /usr/local/bin/codefleet-worker
-    done
-    test -f /usr/local/share/codefleet/backends/harness/python.py
-    test -x /usr/bin/tini -a -x /usr/bin/python3 -a -x /usr/bin/node -a -x /usr/bin/slirp4netns' >"$tmp/paths.log" 2>&1; then
-    pass "image: helper files at the worker's compiled-in paths; tini, python3, node, slirp4netns"
+    test -f /usr/local/share/codefleet/harness/python.py
+    test -x /usr/local/libexec/codefleet/codefleet-zygote -a -x /usr/local/libexec/codefleet/codefleet-container-init
+    test -x /usr/bin/tini -a -x /usr/bin/python3 -a -x /usr/bin/node -a -x /usr/bin/slirp4netns
+    line=$(timeout 30 /usr/local/bin/codefleet-worker --brokers=127.0.0.1:9 --backends=process --log-format=text 2>&1 |
+           grep -m1 "helpers: " || true)
+    echo "$line"
+    case "$line" in
+    *"harnesses /usr/local/share/codefleet/harness, zygote /usr/local/libexec/codefleet/codefleet-zygote, container init /usr/local/libexec/codefleet/codefleet-container-init,"*) ;;
+    *) exit 1 ;;
+    esac' >"$tmp/paths.log" 2>&1; then
+    pass "image: the installed worker finds its harnesses, zygote and container init; tini, python3, node, slirp4netns"
 else
     fail "image: helper files or interpreters missing" "$(tail -n 3 "$tmp/paths.log")"
 fi
