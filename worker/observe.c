@@ -350,6 +350,54 @@ static int count_fds(void)
     return n - 3; /* ., .. and the directory's own */
 }
 
+/* The process's start as Prometheus clients report it: its start in clock
+ * ticks after boot (/proc/self/stat, field 22) plus the boot time
+ * (/proc/stat btime).  0 when either is unreadable. */
+static double process_start_unix(void)
+{
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!p)
+        return 0;
+    p++;
+    unsigned long long ticks = 0;
+    for (int field = 3; field <= 22; field++) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            return 0;
+        if (field == 22) {
+            char *end = NULL;
+            ticks = strtoull(p, &end, 10);
+            if (end == p)
+                return 0;
+            break;
+        }
+        while (*p && *p != ' ')
+            p++;
+    }
+    long hz = sysconf(_SC_CLK_TCK);
+    f = fopen("/proc/stat", "re");
+    if (!f || hz <= 0) {
+        if (f)
+            fclose(f);
+        return 0;
+    }
+    char line[256];
+    long long btime = -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "btime %lld", &btime) == 1)
+            break;
+    fclose(f);
+    return btime > 0 ? (double)btime + (double)ticks / (double)hz : 0;
+}
+
 static void process_metrics(cf_observe *o)
 {
     struct rusage ru;
@@ -578,7 +626,8 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
     const char *iv[] = {worker_id, cfg->group, CODEFLEET_VERSION};
     cf_metric_set(o->info, 1, iv);
     cf_metric_set(o->start_time, (double)o->started_unix_s, NULL);
-    cf_metric_set(o->p_start, (double)o->started_unix_s, NULL);
+    double pstart = process_start_unix();
+    cf_metric_set(o->p_start, pstart > 0 ? pstart : (double)o->started_unix_s, NULL);
     cf_metric_set(o->slots, (double)cfg->slots, NULL);
     if (cfg->otlp_endpoint && cfg->otlp_endpoint[0]) {
         if (cf_otlp_new(cfg->otlp_endpoint, cfg->otlp_headers, worker_id, &o->otlp, err) < 0) {

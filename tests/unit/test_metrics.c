@@ -20,6 +20,7 @@
 #include "cf_trace.h"
 #include "cf_util.h"
 #include "metrics.h"
+#include "observe.h"
 #include "ops_http.h"
 #include "otlp.h"
 
@@ -266,6 +267,34 @@ static long get(int port, const char *method, const char *path)
     return code;
 }
 
+/* process_start_time_seconds is the process's start (what Prometheus
+ * clients report), not the observer's creation: created 1.2 s after this
+ * process started, it must say so. */
+static void test_process_start_time(void **state)
+{
+    (void)state;
+    struct timespec nap = {1, 200 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    cf_worker_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.slots = 1;
+    cf_observe *o = NULL;
+    cf_error err = {0};
+    if (cf_observe_new(&cfg, "w-start", &o, &err) < 0)
+        fail_msg("observe: %s", err.msg);
+    double now = (double)cf_now_us() / 1e6;
+    size_t len = 0;
+    char *text = cf_observe_render(o, &len);
+    assert_non_null(text);
+    const char *line = strstr(text, "\nprocess_start_time_seconds ");
+    assert_non_null(line);
+    double start = strtod(line + strlen("\nprocess_start_time_seconds "), NULL);
+    assert_true(start <= now - 1.15);
+    assert_true(start > now - 600);
+    free(text);
+    cf_observe_destroy(o);
+}
+
 static void test_ops_http_routes(void **state)
 {
     (void)state;
@@ -304,7 +333,7 @@ int main(void)
         cmocka_unit_test(test_counter_gauge_render), cmocka_unit_test(test_histogram_cumulative),
         cmocka_unit_test(test_series_bounded),       cmocka_unit_test(test_traceparent),
         cmocka_unit_test(test_log_trace_fields),     cmocka_unit_test(test_otlp_config_checked),
-        cmocka_unit_test(test_ops_http_routes),
+        cmocka_unit_test(test_ops_http_routes),      cmocka_unit_test(test_process_start_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
