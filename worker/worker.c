@@ -110,6 +110,11 @@ typedef struct job {
     char cancel_reason[CF_CANCEL_REASON_MAX + 64];
     bool answered_cancelled;  /* its answer is `cancelled` (for the counters) */
     job_out out;
+    /* Bumped (release) just before each produce of out, read (acquire) by
+     * the delivery report: the main thread then sees everything the slot
+     * wrote into the job, by our own ordering rather than librdkafka's
+     * internal hand-offs (ThreadSanitizer saw no order through those). */
+    unsigned produced;
     int delivery_tries;       /* failed deliveries of the current answer */
     int64_t next_try_us;      /* JOB_RETRY_WAIT: when (monotonic) */
     bool blocks_intake;       /* a dead letter waiting: the worker takes no work */
@@ -496,6 +501,7 @@ static rd_kafka_resp_err_t produce_out(cf_worker *w, job *j, bool on_main)
 {
     const job_out *o = &j->out;
     j->state = JOB_PRODUCING;
+    __atomic_add_fetch(&j->produced, 1, __ATOMIC_RELEASE);
     for (int tries = 0;; tries++) {
         rd_kafka_resp_err_t e;
         rd_kafka_headers_t *copy = o->hdrs ? rd_kafka_headers_copy(o->hdrs) : NULL;
@@ -958,6 +964,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     job *j = m->_private;
     if (!j)
         return;
+    (void)__atomic_load_n(&j->produced, __ATOMIC_ACQUIRE); /* pairs with produce_out's */
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         cf_observe_answered(w->obs, &j->obs, j->req.id);
         if (j->kind == JOB_DEAD)
