@@ -34,6 +34,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -2805,40 +2806,67 @@ static void probe_redis(const cf_worker_config *cfg)
 /* An installed worker (cmake --install) finds its helpers relative to its
  * own executable: <bindir>/CF_INSTALL_REL_LIBEXEC/<name> and the harnesses
  * in <bindir>/CF_INSTALL_REL_DATA/harness, so a prefix or DESTDIR copy
- * moved elsewhere still works.  A worker run from its build tree has none
- * there and uses the build's own (compiled-in) paths.  An empty `built`
- * means the build has no such helper: the answer stays empty unless an
- * installed one exists. */
-static void default_path(const char *rel, const char *name, const char *built, char *out, size_t cap)
+ * moved elsewhere still works.  Installed means that libexec directory
+ * exists next to the executable; such a worker never falls back to the
+ * build's paths (a build tree is its builder's, not root's, to write).  A
+ * worker elsewhere (its build tree, a test) uses the build's own,
+ * compiled-in paths.  "" means none: not installed, or not built. */
+typedef struct install_dirs {
+    bool installed;
+    char libexec[PATH_MAX], data[PATH_MAX];
+} install_dirs;
+
+static void find_install_dirs(install_dirs *d)
 {
+    memset(d, 0, sizeof(*d));
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            char cand[PATH_MAX];
-            int m = snprintf(cand, sizeof(cand), "%s/%s/%s", exe, rel, name);
-            char real[PATH_MAX];
-            if (m > 0 && (size_t)m < sizeof(cand) && realpath(cand, real) && strlen(real) < cap) {
-                cf_strlcpy(out, real, cap);
-                return;
-            }
-        }
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return;
+    *slash = '\0';
+    char cand[PATH_MAX];
+    struct stat st;
+    int m = snprintf(cand, sizeof(cand), "%s/%s", exe, CF_INSTALL_REL_LIBEXEC);
+    if (m <= 0 || (size_t)m >= sizeof(cand) || !realpath(cand, d->libexec) || stat(d->libexec, &st) < 0 ||
+        !S_ISDIR(st.st_mode))
+        return;
+    m = snprintf(cand, sizeof(cand), "%s/%s", exe, CF_INSTALL_REL_DATA);
+    if (m <= 0 || (size_t)m >= sizeof(cand) || !realpath(cand, d->data))
+        d->data[0] = '\0';
+    d->installed = true;
+}
+
+static void default_path(const install_dirs *d, bool data, const char *name, const char *built, char *out,
+                         size_t cap)
+{
+    out[0] = '\0';
+    if (!d->installed) {
+        cf_strlcpy(out, built, cap);
+        return;
     }
-    cf_strlcpy(out, built, cap);
+    const char *dir = data ? d->data : d->libexec;
+    struct stat st;
+    char cand[PATH_MAX];
+    int m = snprintf(cand, sizeof(cand), "%s/%s", dir, name);
+    if (dir[0] && m > 0 && (size_t)m < sizeof(cand) && (size_t)m < cap && stat(cand, &st) == 0 &&
+        (data ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode) && access(cand, X_OK) == 0))
+        cf_strlcpy(out, cand, cap);
 }
 
 static void resolve_default_paths(cf_worker *w)
 {
-    default_path(CF_INSTALL_REL_LIBEXEC, "codefleet-zygote", CF_DEFAULT_ZYGOTE, w->zygote_path,
-                 sizeof(w->zygote_path));
-    default_path(CF_INSTALL_REL_LIBEXEC, "codefleet-container-init", CF_DEFAULT_CONTAINER_INIT,
-                 w->container_init_path, sizeof(w->container_init_path));
-    default_path(CF_INSTALL_REL_LIBEXEC, "codefleet-embed-helper", CF_DEFAULT_EMBED_HELPER, w->embed_helper_path,
+    install_dirs d;
+    find_install_dirs(&d);
+    default_path(&d, false, "codefleet-zygote", CF_DEFAULT_ZYGOTE, w->zygote_path, sizeof(w->zygote_path));
+    default_path(&d, false, "codefleet-container-init", CF_DEFAULT_CONTAINER_INIT, w->container_init_path,
+                 sizeof(w->container_init_path));
+    default_path(&d, false, "codefleet-embed-helper", CF_DEFAULT_EMBED_HELPER, w->embed_helper_path,
                  sizeof(w->embed_helper_path));
-    default_path(CF_INSTALL_REL_DATA, "harness", CF_DEFAULT_HARNESS_DIR, w->harness_dir, sizeof(w->harness_dir));
+    default_path(&d, true, "harness", CF_DEFAULT_HARNESS_DIR, w->harness_dir, sizeof(w->harness_dir));
 }
 
 int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
@@ -2976,9 +3004,11 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .cc_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_C),
         .cxx_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_CPP),
     };
-    cf_log_info(LOG_SUB, "helpers: harnesses %s, zygote %s, container init %s, embed helper %s", pcfg.harness_dir,
+    cf_log_info(LOG_SUB, "helpers: harnesses %s, zygote %s, container init %s, embed helper %s",
+                pcfg.harness_dir[0] ? pcfg.harness_dir : "(none)",
                 !w->bcfg.zygote_path ? "(off)" : w->bcfg.zygote_path[0] ? w->bcfg.zygote_path : "(none)",
-                w->bcfg.container_init, w->bcfg.embed_helper_path[0] ? w->bcfg.embed_helper_path : "(none)");
+                w->bcfg.container_init[0] ? w->bcfg.container_init : "(none)",
+                w->bcfg.embed_helper_path[0] ? w->bcfg.embed_helper_path : "(none)");
     if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0) {
         cf_error_wrap(err, "backends");
         goto fail;

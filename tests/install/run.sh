@@ -58,6 +58,18 @@ mv "$tmp/stage/opt/codefleet" "$tmp/moved"
 line=$(helpers_line "$tmp/moved/bin/codefleet-worker")
 expect_paths "moved prefix" "$line" "$tmp/moved/share/codefleet/harness" "$tmp/moved/libexec/codefleet/codefleet-container-init"
 
+# An installed worker missing a helper says so; it never falls back to the
+# build tree's (its builder's to write, not root's).
+rm "$tmp/moved/libexec/codefleet/codefleet-container-init"
+rm -r "$tmp/moved/share/codefleet/harness"
+line=$(helpers_line "$tmp/moved/bin/codefleet-worker")
+check "installed worker without its container init: none, not the build's" grep -qF "container init (none)," <<<"$line"
+check "installed worker without its harnesses: none, not the source tree's" grep -qF "harnesses (none)," <<<"$line"
+
+# The installed unit names the installed worker.
+check "installed systemd unit starts /opt/codefleet/bin/codefleet-worker" \
+    grep -q '^ExecStart=/opt/codefleet/bin/codefleet-worker ' "$tmp/moved/share/codefleet/systemd/codefleet-worker@.service"
+
 # The build tree's worker uses the build's helpers and the source harnesses.
 line=$(helpers_line "$B/worker/codefleet-worker")
 expect_paths "build-tree worker" "$line" "$S/backends/harness" "$B/backends/codefleet-container-init"
