@@ -798,28 +798,66 @@ static void admin_end(admin_call *a)
  * that gap fails and is retried while the next one is appended, so an
  * idempotent producer's first two messages can land in the wrong order
  * (KAFKA-15591, seen here as a reordered event stream).  A partition that
- * answers ListOffsets is served by its leader: wait for that. */
+ * answers ListOffsets is served by its leader: wait for that.  One
+ * offsets_for_times call asks every leader at once (batched per broker);
+ * only the partitions that failed are asked again. */
+static bool serve_wait_transient(rd_kafka_resp_err_t e)
+{
+    return cf_kafka_transient(e) || e == RD_KAFKA_RESP_ERR_OFFSET_NOT_AVAILABLE ||
+           e == RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT || e == RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR ||
+           e == RD_KAFKA_RESP_ERR__TIMED_OUT || e == RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE;
+}
+
 static int wait_partitions_serve(rd_kafka_t *rk, const char *topic, int32_t np, int64_t until, cf_error *err)
 {
-    for (int32_t p = 0; p < np; p++) {
-        for (;;) {
-            int64_t lo = 0, hi = 0;
-            rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi, 2000);
-            if (!e)
-                break;
-            if (!cf_kafka_transient(e) && e != RD_KAFKA_RESP_ERR__TIMED_OUT)
-                return cf_error_set(err, CF_E_KAFKA, "topic %s partition %" PRId32 ": %s", topic, p,
-                                    rd_kafka_err2str(e));
-            if (cf_mono_us() >= until) {
-                cf_error_set(err, CF_E_KAFKA, "topic %s partition %" PRId32 " created, but not served yet: %s",
-                             topic, p, rd_kafka_err2str(e));
-                return cf_error_set_retriable(err, true);
-            }
-            struct timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
-            nanosleep(&ts, NULL);
+    rd_kafka_topic_partition_list_t *todo = rd_kafka_topic_partition_list_new(np);
+    if (!todo)
+        return cf_error_set(err, CF_E_NOMEM, "partition list: out of memory");
+    for (int32_t p = 0; p < np; p++)
+        rd_kafka_topic_partition_list_add(todo, topic, p)->offset = RD_KAFKA_OFFSET_END; /* "latest" */
+    int rc = -1;
+    for (;;) {
+        int64_t left_us = until - cf_mono_us();
+        int tmo = left_us > 2000000 ? 2000 : left_us > 1000 ? cf_kafka_ms_of_us(left_us) : 1;
+        rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(rk, todo, tmo);
+        rd_kafka_resp_err_t last = e;
+        rd_kafka_topic_partition_list_t *again = rd_kafka_topic_partition_list_new(todo->cnt);
+        if (!again) {
+            cf_error_set(err, CF_E_NOMEM, "partition list: out of memory");
+            break;
         }
+        for (int i = 0; i < todo->cnt; i++) {
+            rd_kafka_topic_partition_t *tp = &todo->elems[i];
+            rd_kafka_resp_err_t pe = e ? e : tp->err;
+            if (!pe)
+                continue;
+            last = pe;
+            if (!serve_wait_transient(pe)) {
+                cf_error_set(err, CF_E_KAFKA, "topic %s partition %" PRId32 ": %s", topic, tp->partition,
+                             rd_kafka_err2str(pe));
+                rd_kafka_topic_partition_list_destroy(again);
+                goto out;
+            }
+            rd_kafka_topic_partition_list_add(again, topic, tp->partition)->offset = RD_KAFKA_OFFSET_END;
+        }
+        rd_kafka_topic_partition_list_destroy(todo);
+        todo = again;
+        if (todo->cnt == 0) {
+            rc = 0;
+            break;
+        }
+        if (cf_mono_us() >= until) {
+            cf_error_set(err, CF_E_KAFKA, "topic %s: %d of %" PRId32 " partitions created, but not served yet: %s",
+                         topic, todo->cnt, np, rd_kafka_err2str(last));
+            cf_error_set_retriable(err, true);
+            break;
+        }
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
-    return 0;
+out:
+    rd_kafka_topic_partition_list_destroy(todo);
+    return rc;
 }
 
 int cf_kafka_create_topics_ex(const char *brokers, const cf_kvlist *kafka, const char *const *names, size_t n,
