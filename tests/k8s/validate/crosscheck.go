@@ -14,8 +14,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 )
@@ -98,6 +101,7 @@ type objSet struct {
 	services    []*corev1.Service
 	pdbs        []*policyv1.PodDisruptionBudget
 	hpas        []*autoscalingv2.HorizontalPodAutoscaler
+	netpols     []*networkingv1.NetworkPolicy
 	sos         []*kedav1alpha1.ScaledObject
 	tas         map[string]*kedav1alpha1.TriggerAuthentication
 }
@@ -119,6 +123,8 @@ func collect(objs []object) *objSet {
 			s.pdbs = append(s.pdbs, x)
 		case *autoscalingv2.HorizontalPodAutoscaler:
 			s.hpas = append(s.hpas, x)
+		case *networkingv1.NetworkPolicy:
+			s.netpols = append(s.netpols, x)
 		case *kedav1alpha1.ScaledObject:
 			s.sos = append(s.sos, x)
 		case *kedav1alpha1.TriggerAuthentication:
@@ -314,6 +320,10 @@ func crossChecks(rep *Report, vname string, objs []object, ref *confReference, a
 		}
 		chk("PodDisruptionBudget/"+pdb.Name+": selects the worker pods", errs)
 	}
+
+	// -- who may connect: only the scraper, only to the metrics port --
+	chk("NetworkPolicy: the worker pods admit connections only to the metrics port, only from selected peers",
+		networkPolicyErrors(s, d, c, wc, ref))
 
 	// -- autoscaling --
 	targets := map[string][]string{}
@@ -911,4 +921,128 @@ func hpaErrors(h *autoscalingv2.HorizontalPodAutoscaler, annos map[string]string
 		}
 	}
 	return errs
+}
+
+// networkPolicyErrors: some NetworkPolicy of the workers' namespace selects
+// the worker pods for Ingress; every ingress rule of one that does names
+// narrow peers (not every source, every namespace, every pod of the
+// namespace or a huge address block) and only the metrics port (the port
+// metrics-listen binds; without ports a rule admits every port); and some
+// rule admits the metrics port, or Prometheus cannot scrape.
+func networkPolicyErrors(s *objSet, d *appsv1.Deployment, c *corev1.Container, wc *workerConf, ref *confReference) []string {
+	podLabels := d.Spec.Template.Labels
+	metricsPort, havePort := metricsListenPort(wc, ref)
+	var errs []string
+	selecting, scrapable := 0, false
+	for _, np := range s.netpols {
+		if np.Namespace != d.Namespace || !selectorSelects(&np.Spec.PodSelector, podLabels) {
+			continue
+		}
+		ingress := len(np.Spec.PolicyTypes) == 0 // defaults to Ingress
+		for _, t := range np.Spec.PolicyTypes {
+			ingress = ingress || t == networkingv1.PolicyTypeIngress
+		}
+		if !ingress {
+			continue
+		}
+		selecting++
+		for i, r := range np.Spec.Ingress {
+			where := fmt.Sprintf("NetworkPolicy/%s ingress[%d]", np.Name, i)
+			if len(r.From) == 0 {
+				errs = append(errs, where+": no `from`: admits every source")
+			}
+			for j, peer := range r.From {
+				if e := peerTooBroad(peer); e != "" {
+					errs = append(errs, fmt.Sprintf("%s from[%d]: %s", where, j, e))
+				}
+			}
+			if len(r.Ports) == 0 {
+				errs = append(errs, where+": no `ports`: admits every port of the pod")
+			}
+			for _, p := range r.Ports {
+				if p.Port == nil {
+					errs = append(errs, where+": a port entry without a port admits every port")
+					continue
+				}
+				if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP {
+					errs = append(errs, fmt.Sprintf("%s: protocol %s: the metrics port is TCP", where, *p.Protocol))
+					continue
+				}
+				n, err := resolvePort(c, *p.Port)
+				if err != nil {
+					errs = append(errs, fmt.Sprintf("%s: port %s: %v", where, p.Port.String(), err))
+					continue
+				}
+				if havePort && n != metricsPort {
+					errs = append(errs, fmt.Sprintf("%s: port %d is not metrics-listen's %d: the worker serves nothing else", where, n, metricsPort))
+					continue
+				}
+				if p.EndPort != nil && *p.EndPort > n {
+					errs = append(errs, fmt.Sprintf("%s: ports %d-%d admit more than the metrics port", where, n, *p.EndPort))
+					continue
+				}
+				scrapable = true
+			}
+		}
+	}
+	if selecting == 0 {
+		errs = append(errs, "no NetworkPolicy in the workers' namespace selects the worker pods for Ingress: anything in the cluster reaches the metrics port (many clients starve the probes)")
+	} else if !scrapable {
+		errs = append(errs, "no NetworkPolicy rule admits the metrics port: Prometheus cannot scrape the workers")
+	}
+	return errs
+}
+
+// peerTooBroad judges a peer by what it matches: a namespace selector that
+// matches a namespace nobody labelled matches every namespace (then any
+// pod anywhere, or any pod given the right label by whoever can create
+// pods there); a pod selector alone that matches an unlabelled pod admits
+// the whole namespace; an address block shorter than /8 (IPv6 /16) is
+// most of the address space.
+func peerTooBroad(peer networkingv1.NetworkPolicyPeer) string {
+	if peer.IPBlock != nil {
+		_, nw, err := net.ParseCIDR(peer.IPBlock.CIDR)
+		if err != nil {
+			return fmt.Sprintf("ipBlock %q: %v", peer.IPBlock.CIDR, err)
+		}
+		ones, bits := nw.Mask.Size()
+		if (bits == 32 && ones < 8) || (bits == 128 && ones < 16) {
+			return fmt.Sprintf("ipBlock %s admits most of the address space (except does not narrow it to the scraper)", peer.IPBlock.CIDR)
+		}
+		return ""
+	}
+	unlabelled := map[string]string{"kubernetes.io/metadata.name": "codefleet-validator-unlabelled-namespace"}
+	if peer.NamespaceSelector != nil {
+		if selectorSelects(peer.NamespaceSelector, unlabelled) {
+			return "the namespaceSelector matches every namespace: pods anywhere in the cluster are admitted"
+		}
+		return ""
+	}
+	if peer.PodSelector != nil && selectorSelects(peer.PodSelector, map[string]string{}) {
+		return "the podSelector matches every pod of the namespace"
+	}
+	return ""
+}
+
+// selectorSelects: a LabelSelector (matchLabels and matchExpressions)
+// matches the labels; the empty selector selects every pod.
+func selectorSelects(sel *metav1.LabelSelector, labels map[string]string) bool {
+	ls, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return false
+	}
+	return ls.Matches(k8slabels.Set(labels))
+}
+
+// metricsListenPort: the port of metrics-listen, when it parses.
+func metricsListenPort(wc *workerConf, ref *confReference) (int32, bool) {
+	_, portStr, err := net.SplitHostPort(wc.get(ref, "metrics-listen"))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(portStr)
+	if err != nil || n <= 0 || n > 65535 {
+		return 0, false
+	}
+	return int32(n), true
 }

@@ -17,6 +17,7 @@ import (
 	_ "k8s.io/kubernetes/pkg/apis/apps/install"
 	_ "k8s.io/kubernetes/pkg/apis/autoscaling/install"
 	_ "k8s.io/kubernetes/pkg/apis/core/install"
+	_ "k8s.io/kubernetes/pkg/apis/networking/install"
 	_ "k8s.io/kubernetes/pkg/apis/policy/install"
 
 	// The API server's create strategies (PrepareForCreate, Validate,
@@ -26,6 +27,7 @@ import (
 	"k8s.io/kubernetes/pkg/registry/core/configmap"
 	"k8s.io/kubernetes/pkg/registry/core/secret"
 	"k8s.io/kubernetes/pkg/registry/core/service"
+	"k8s.io/kubernetes/pkg/registry/networking/networkpolicy"
 	"k8s.io/kubernetes/pkg/registry/policy/poddisruptionbudget"
 )
 
@@ -51,6 +53,8 @@ func strategyFor(gvk schema.GroupVersionKind) (createStrategy, string, bool) {
 		return service.Strategy, "services", true
 	case "PodDisruptionBudget.policy":
 		return poddisruptionbudget.Strategy, "poddisruptionbudgets", true
+	case "NetworkPolicy.networking.k8s.io":
+		return networkpolicy.Strategy, "networkpolicies", true
 	}
 	return nil, "", false
 }

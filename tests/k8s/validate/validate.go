@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -84,6 +85,8 @@ func newTyped(apiVersion, kind string) (any, bool) {
 		return &appsv1.Deployment{}, true
 	case "policy/v1 PodDisruptionBudget":
 		return &policyv1.PodDisruptionBudget{}, true
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, true
 	case "autoscaling/v2 HorizontalPodAutoscaler":
 		return &autoscalingv2.HorizontalPodAutoscaler{}, true
 	case "keda.sh/v1alpha1 ScaledObject":
@@ -306,7 +309,7 @@ type variant struct {
 }
 
 func variants(dir string) []variant {
-	base := []string{"ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget"}
+	base := []string{"ConfigMap", "Secret", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"}
 	return []variant{
 		{name: "default (KEDA)", wantKinds: append(append([]string{}, base...), "ScaledObject", "TriggerAuthentication")},
 		{name: "hpa component", components: []string{"hpa"}, wantKinds: append(append([]string{}, base...), "HorizontalPodAutoscaler")},
