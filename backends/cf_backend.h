@@ -61,6 +61,25 @@ typedef struct cf_backend_caps {
     const char *images;
 } cf_backend_caps;
 
+/* Host uids of user code: each backend that runs programs as a run uid has
+ * a block of its own, `slots` uids long, above the base (run-uid-base, or
+ * 100000 for the namespaced backends when it is 0), so that no backend's
+ * program, clean-up (kill by uid) or RLIMIT_NPROC reaches another's: a
+ * process-backend program on the host must not signal, trace or count
+ * against the slot's zygote, warm sandbox or runtime helper. */
+typedef enum cf_uid_block {
+    CF_UID_BLOCK_SANDBOX = 0, /* sandbox (executions, zygotes, warm sandboxes) and container */
+    CF_UID_BLOCK_WASM = 1,    /* wasm backend's helpers (cf_embed_runtime 1) */
+    CF_UID_BLOCK_JS = 2,      /* js backend's helpers (cf_embed_runtime 2) */
+    CF_UID_BLOCK_PROCESS = 3, /* process backend (only with run-uid-base > 0) */
+    CF_UID_BLOCKS = 4
+} cf_uid_block;
+
+static inline int64_t cf_run_uid(int64_t base, int slots, cf_uid_block block, int slot)
+{
+    return base + (int64_t)slots * (int64_t)block + slot;
+}
+
 /* Settings the worker hands to backends (from its configuration table). */
 typedef struct cf_backend_config {
     const char *work_root;      /* parent of per-execution work directories */
@@ -69,7 +88,7 @@ typedef struct cf_backend_config {
     const char *shell_path;
     const char *exec_path;      /* PATH given to user code and used to resolve argv[0] */
     int slots;                  /* concurrent executions of this worker */
-    int64_t run_uid_base;       /* >0: run slot i as uid/gid run_uid_base+i (root only) */
+    int64_t run_uid_base;       /* >0: run uids from here (cf_uid_block; root only) */
     int64_t max_files_bytes;    /* cap on files placed into / collected from a work dir */
     int64_t max_output_file_bytes; /* cap on the structured output file */
     const char *cgroup_root;    /* for sandbox-type backends; NULL = autodetect */

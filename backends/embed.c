@@ -366,7 +366,8 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     st->fuel = cfg->wasm_fuel;
     st->cache_bytes = cfg->wasm_cache_bytes; /* 0: no cache (the worker's default is 64 MiB) */
     int64_t uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
-    int64_t first_uid = uid_base + (int64_t)st->slots * runtime; /* the sandbox backend has base .. base+slots-1 */
+    /* Blocks 1 and 2 (cf_uid_block): the sandbox has base .. base+slots-1. */
+    int64_t first_uid = cf_run_uid(uid_base, st->slots, runtime == CF_EMBED_WASM ? CF_UID_BLOCK_WASM : CF_UID_BLOCK_JS, 0);
     if (first_uid + st->slots > INT32_MAX) {
         cf_error_set(err, CF_E_INVALID, "%s: run_uid_base %lld too large", st->name, (long long)uid_base);
         goto fail;

@@ -68,7 +68,7 @@ static int process_create(const cf_backend_config *cfg, void **state, cf_backend
 
     if (cfg->run_uid_base > 0 && geteuid() == 0) {
         struct stat sb;
-        if (cfg->run_uid_base + st->slots > INT32_MAX) {
+        if (cf_run_uid(cfg->run_uid_base, st->slots, CF_UID_BLOCK_PROCESS, st->slots) > INT32_MAX) {
             cf_error_set(err, CF_E_INVALID, "process: run_uid_base %lld too large", (long long)cfg->run_uid_base);
             process_destroy(st);
             return -1;
@@ -81,7 +81,7 @@ static int process_create(const cf_backend_config *cfg, void **state, cf_backend
             return -1;
         }
         st->per_slot_uid = true;
-        st->uid_base = cfg->run_uid_base;
+        st->uid_base = cf_run_uid(cfg->run_uid_base, st->slots, CF_UID_BLOCK_PROCESS, 0);
     }
 
     memset(caps, 0, sizeof(*caps));

@@ -112,9 +112,12 @@ static const cf_conf_prop worker_props[] = {
     {"exec-path", CF_CONF_STRING, OFF(exec_path), 0, 4096, "/usr/local/bin:/usr/bin:/bin", NULL,
      "PATH given to user code, and the only path used to resolve a command's argv[0].", NULL},
     {"run-uid-base", CF_CONF_INT, OFF(run_uid_base), 0, 4000000000LL, "0", NULL,
-     "When >0 and running as root, slot i runs user code as uid/gid run-uid-base+i "
-     "(enables the processes limit and kill-by-uid clean-up). The sandbox backend also uses it "
-     "(0 = host uids 100000+i); give each worker on a host its own base.", NULL},
+     "When >0 and running as root, the process backend runs slot i's code as uid/gid "
+     "run-uid-base+3*slots+i (enables its processes limit and kill-by-uid clean-up). The "
+     "namespaced backends run as host uids from it too (0 = from 100000): sandbox and container "
+     "base+i, wasm base+slots+i, js base+2*slots+i; each backend a block of its own, so no "
+     "program or clean-up reaches another backend's processes.  Give each worker on a host its "
+     "own base, at least 4*slots apart.", NULL},
     {"cgroup-root", CF_CONF_STRING, OFF(cgroup_root), 0, 1024, NULL, NULL,
      "Parent of the sandbox's cgroups, relative to each hierarchy's root; default: the "
      "worker's own cgroup + /codefleet.", NULL},

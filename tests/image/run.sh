@@ -34,7 +34,7 @@
 #                       Read-only file system")
 #        SETUID, SETGID writing each sandbox's uid_map/gid_map onto host uids
 #                       run-uid-base + slot (and the process backend's
-#                       per-slot uids).  Without: every sandboxed request is
+#                       per-slot uids, a block of its own above them).  Without: every sandboxed request is
 #                       internal_error "write /proc/N/uid_map (gid_map):
 #                       Operation not permitted"
 #        CHOWN          giving the work directory and the stdio pipes to the
@@ -383,7 +383,14 @@ if grep -q '"msg":"stopped: .* 0 left for redelivery' "$tmp/worker.log" &&
 else
     fail "clean stop" "$(grep -E '"level":"error"|stopped:' "$tmp/worker.log" | tail -n 3)"
 fi
-# Warnings are not failures, but worth seeing.
+# The process backend once shared the slot's host uid with the sandbox, and
+# its clean-up by uid killed that slot's Python zygote.
+if grep -q 'zygote ended' "$tmp/worker.log"; then
+    fail "zygotes lived through the run" "$(grep 'zygote ended' "$tmp/worker.log" | head -n 2)"
+else
+    pass "zygotes lived through the run (a process-backend run does not reach the sandbox's uids)"
+fi
+# Other warnings are not failures, but worth seeing.
 grep '"level":"warn"' "$tmp/worker.log" | grep -v 'GETPID' | head -n 5 | sed 's/^/note: worker warning: /'
 if ((failed)); then
     printf 'image test: worker log (last 20 lines):\n'

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cf_backend.h"
@@ -489,12 +491,36 @@ static void test_per_slot_uid(void **state)
     memcpy(text, res.stdout_data.data, n);
     text[n] = '\0';
     char *save = NULL;
-    assert_string_equal(strtok_r(text, "\n", &save), "61001");
-    assert_string_equal(strtok_r(NULL, "\n", &save), "61001");
-    assert_string_equal(strtok_r(NULL, "\n", &save), "61001");
+    /* The process backend's block of uids: base + 3 * slots + slot. */
+    assert_string_equal(strtok_r(text, "\n", &save), "61007");
+    assert_string_equal(strtok_r(NULL, "\n", &save), "61007");
+    assert_string_equal(strtok_r(NULL, "\n", &save), "61007");
     pid_t escaped = (pid_t)strtol(strtok_r(NULL, "\n", &save), NULL, 10);
     assert_true(escaped > 1);
     assert_true(pid_gone(escaped));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* A process of the slot's sandbox uid (what its zygote or a warm
+     * sandbox runs as) survives a program that kills everything it may,
+     * and the clean-up by uid after it. */
+    pid_t zyg = fork();
+    assert_true(zyg >= 0);
+    if (zyg == 0) {
+        uid_t sb = (uid_t)cf_run_uid(61000, 2, CF_UID_BLOCK_SANDBOX, 1);
+        if (setresgid(sb, sb, sb) < 0 || setresuid(sb, sb, sb) < 0)
+            _exit(3);
+        for (;;)
+            pause();
+    }
+    struct timespec settle = {0, 50 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+    req_init(&req, CF_LANG_SHELL, "kill -9 -1; echo done");
+    assert_int_equal(run(&g, 1, &req, &res), 0);
+    int zst = 0;
+    assert_int_equal(waitpid(zyg, &zst, WNOHANG), 0); /* still running */
+    kill(zyg, SIGKILL);
+    assert_int_equal(waitpid(zyg, &zst, 0), zyg);
     cf_result_clear(&res);
     cf_request_clear(&req);
 
