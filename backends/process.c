@@ -53,6 +53,8 @@ static void process_destroy(void *state)
     free(st);
 }
 
+static void kill_uid(uid_t uid, gid_t gid);
+
 static int process_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err)
 {
     *state = NULL;
@@ -82,6 +84,11 @@ static int process_create(const cf_backend_config *cfg, void **state, cf_backend
         }
         st->per_slot_uid = true;
         st->uid_base = cf_run_uid(cfg->run_uid_base, st->slots, CF_UID_BLOCK_PROCESS, 0);
+        /* A crashed worker's programs that escaped their process group
+         * and its death signal (double fork, setsid) would share a uid
+         * with the next tenant of the slot: the block starts empty. */
+        for (int i = 0; i < st->slots; i++)
+            kill_uid((uid_t)(st->uid_base + i), (gid_t)(st->uid_base + i));
     }
 
     memset(caps, 0, sizeof(*caps));
