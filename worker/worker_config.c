@@ -74,7 +74,7 @@ static const cf_conf_prop worker_props[] = {
      "from the same node_modules (deploy/install.sh installs both).", NULL},
     {"harness-dir", CF_CONF_STRING, OFF(harness_dir), 0, 1024, NULL, NULL,
      "Directory of the function harnesses (python.py, javascript.js, typescript.ts, rust.rs) used by requests "
-     "with harness=function; default: share/codefleet/harness of an installed worker's prefix (cmake --install), else backends/harness of the source tree the worker was built from.", NULL},
+     "with harness=function; default: share/codefleet/harness of an installed worker's prefix (cmake --install; none if missing there), or for a worker run from its build tree backends/harness of its source tree.", NULL},
     {"c-flags-allowed", CF_CONF_STRING, OFF(c_flags_allowed), 0, 4096,
      "-O0,-O1,-O2,-O3,-Os,-g,-Wall,-Wextra,-Werror,-Wpedantic,-pedantic,-std=c*,-std=gnu*,-D*,-U*,-fsanitize=undefined,-fno-omit-frame-pointer",
      NULL, "Extra compile flags a c request may give (comma-separated; a trailing * allows a prefix).  Everything "
@@ -117,7 +117,8 @@ static const cf_conf_prop worker_props[] = {
      "namespaced backends run as host uids from it too (0 = from 100000): sandbox and container "
      "base+i, wasm base+slots+i, js base+2*slots+i; each backend a block of its own, so no "
      "program or clean-up reaches another backend's processes.  Give each worker on a host its "
-     "own base, at least 4*slots apart.", NULL},
+     "own base, at least 4*slots apart.  With 0 (or not root) the process backend runs programs as "
+     "the worker's own user: root, trusted tenants only.", NULL},
     {"cgroup-root", CF_CONF_STRING, OFF(cgroup_root), 0, 1024, NULL, NULL,
      "Parent of the sandbox's cgroups, relative to each hierarchy's root; default: the "
      "worker's own cgroup + /codefleet.", NULL},
@@ -156,7 +157,7 @@ static const cf_conf_prop worker_props[] = {
      "Sandbox: the zygote also starts the other languages' programs (its fresh child execs them), so no "
      "sandbox is cloned from the worker at all.", NULL},
     {"zygote", CF_CONF_STRING, OFF(zygote_path), 0, 1024, NULL, NULL,
-     "Sandbox: the zygote program (absolute path); default: the codefleet-zygote installed with this worker (libexec/codefleet of its prefix), else the one built with it.  A "
+     "Sandbox: the zygote program (absolute path); default: the codefleet-zygote installed with this worker (libexec/codefleet of its prefix; none if missing there), or for a worker run from its build tree the one built with it.  A "
      "build without python3-dev has none: sandbox-zygote then does nothing.", NULL},
     {"container-images", CF_CONF_STRING, OFF(container_images), 0, 4096, "", NULL,
      "Container backend: the images it may run, as name=root-filesystem-directory pairs, comma-separated (e.g. "
@@ -169,7 +170,7 @@ static const cf_conf_prop worker_props[] = {
     {"container-init", CF_CONF_STRING, OFF(container_init), 0, 1024, "", NULL,
      "Container backend: the statically linked init bound read-only into every container as its pid 1 (reaps "
      "orphans, forwards signals, reports the program's own exit or signal); default: the "
-     "codefleet-container-init installed with this worker (libexec/codefleet of its prefix), else the one built with it.", NULL},
+     "codefleet-container-init installed with this worker (libexec/codefleet of its prefix; none if missing there), or for a worker run from its build tree the one built with it.", NULL},
     {"container-state", CF_CONF_STRING, OFF(container_state), 0, 1024, "/run/codefleet/crun", NULL,
      "Container backend: the runtime's state directory (--root) for this host's codefleet containers; the "
      "start-up sweep removes what dead workers left in it.", NULL},
@@ -187,7 +188,7 @@ static const cf_conf_prop worker_props[] = {
      "zygote share its interpreter's hash seed, its address layout and its stack canary.", NULL},
     {"embed-helper", CF_CONF_STRING, OFF(embed_helper_path), 0, 1024, NULL, NULL,
      "wasm and js backends: the runtime helper program (absolute path); default: the codefleet-embed-helper "
-     "installed with this worker (libexec/codefleet of its prefix), else the one built with it.  A build without the runtimes has none: those backends are then unavailable.",
+     "installed with this worker (libexec/codefleet of its prefix; none if missing there), or for a worker run from its build tree the one built with it.  A build without the runtimes has none: those backends are then unavailable.",
      NULL},
     {"embed-helper-memory", CF_CONF_SIZE, OFF(embed_helper_memory_bytes), 256 * MIB, 1024 * 1024 * MIB, "1GiB",
      NULL,

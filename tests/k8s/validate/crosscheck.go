@@ -997,8 +997,9 @@ func networkPolicyErrors(s *objSet, d *appsv1.Deployment, c *corev1.Container, w
 // matches a namespace nobody labelled matches every namespace (then any
 // pod anywhere, or any pod given the right label by whoever can create
 // pods there); a pod selector alone that matches an unlabelled pod admits
-// the whole namespace; an address block shorter than /8 (IPv6 /16) is
-// most of the address space.
+// the whole namespace; an address block wider than /16 (IPv6 /48) is
+// more than a scraper's subnet (a /8 is the whole pod network of most
+// clusters).
 func peerTooBroad(peer networkingv1.NetworkPolicyPeer) string {
 	if peer.IPBlock != nil {
 		_, nw, err := net.ParseCIDR(peer.IPBlock.CIDR)
@@ -1006,8 +1007,8 @@ func peerTooBroad(peer networkingv1.NetworkPolicyPeer) string {
 			return fmt.Sprintf("ipBlock %q: %v", peer.IPBlock.CIDR, err)
 		}
 		ones, bits := nw.Mask.Size()
-		if (bits == 32 && ones < 8) || (bits == 128 && ones < 16) {
-			return fmt.Sprintf("ipBlock %s admits most of the address space (except does not narrow it to the scraper)", peer.IPBlock.CIDR)
+		if (bits == 32 && ones < 16) || (bits == 128 && ones < 48) {
+			return fmt.Sprintf("ipBlock %s is wider than /16 (IPv6 /48): on most clusters that is the pod network or more, not the scraper (except does not narrow it)", peer.IPBlock.CIDR)
 		}
 		return ""
 	}
