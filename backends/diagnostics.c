@@ -648,8 +648,8 @@ static int append_bounded(sink *s, cf_buf *b, bool *more, const char *p, size_t 
 
 static int rustc_conv_any(sink *s, json_t *o, cf_diagnostic *d, bool child)
 {
-    const char *msg, *level = "error", *code = NULL, *repl;
-    size_t msg_len, level_len = 5, code_len = 0, repl_len;
+    const char *msg, *level = "error", *code = NULL, *repl = NULL;
+    size_t msg_len, level_len = 5, code_len = 0, repl_len = 0;
     if (!jstr(o, "message", &msg, &msg_len))
         return 1;
     jstr(o, "level", &level, &level_len);
