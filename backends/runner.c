@@ -8,6 +8,7 @@
 #include "cf_runner.h"
 #include "run_report.h"
 #include "sandbox_child.h"
+#include "cf_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -98,32 +99,8 @@ static pthread_once_t cmdline_once = PTHREAD_ONCE_INIT;
 
 static void cmdline_area_read(void)
 {
-    char buf[2048];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return;
-    buf[n] = '\0';
-    /* The command name (field 2) may hold spaces: count from its ')'. */
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return;
-    unsigned long long v[52] = {0};
-    int field = 2;
-    for (char *tok = p + 1; *tok && field < 51;) {
-        while (*tok == ' ')
-            tok++;
-        if (!*tok)
-            break;
-        field++;
-        v[field] = strtoull(tok, NULL, 10); /* field 3 is a letter: 0, unused */
-        while (*tok && *tok != ' ')
-            tok++;
-    }
-    if (field >= 51 && v[49] > v[48] && v[51] > v[50]) {
+    unsigned long long v[52];
+    if (cf_proc_self_stat(v, 52) >= 51 && v[49] > v[48] && v[51] > v[50]) {
         cmdline_area.start = (uintptr_t)v[48];
         cmdline_area.end = (uintptr_t)v[49];
         cmdline_area.env_start = (uintptr_t)v[50];

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,4 +354,35 @@ size_t cf_utf8_incomplete_tail(const uint8_t *s, size_t len)
         return need > back ? back : 0;
     }
     return 0;
+}
+
+int cf_proc_self_stat(unsigned long long *v, int n)
+{
+    char buf[2048];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t got = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (got <= 0)
+        return -1;
+    buf[got] = '\0';
+    memset(v, 0, (size_t)n * sizeof(*v));
+    /* The command name (field 2) may hold spaces and parentheses: count
+     * from its last ')'. */
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    int field = 2;
+    for (char *tok = p + 1; *tok && field < n - 1;) {
+        while (*tok == ' ')
+            tok++;
+        if (!*tok)
+            break;
+        field++;
+        v[field] = strtoull(tok, NULL, 10); /* field 3 is a letter: 0 */
+        while (*tok && *tok != ' ')
+            tok++;
+    }
+    return field;
 }

@@ -100,4 +100,10 @@ void cf_cleanup_closep(int *fd);
         _stolen;                                                                          \
     })
 
+/* Reads /proc/self/stat into v[0..n-1] by field number (man 5 proc: 1 is
+ * the pid; fields before the command name's closing parenthesis and
+ * non-numeric ones read as 0).  Returns the last field number read, or -1
+ * when the file cannot be read. */
+int cf_proc_self_stat(unsigned long long *v, int n);
+
 #endif

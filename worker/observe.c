@@ -355,47 +355,20 @@ static int count_fds(void)
  * (/proc/stat btime).  0 when either is unreadable. */
 static double process_start_unix(void)
 {
-    char buf[1024];
-    FILE *f = fopen("/proc/self/stat", "re");
+    unsigned long long v[23];
+    long hz = sysconf(_SC_CLK_TCK);
+    if (cf_proc_self_stat(v, 23) < 22 || hz <= 0)
+        return 0;
+    FILE *f = fopen("/proc/stat", "re");
     if (!f)
         return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    if (!p)
-        return 0;
-    p++;
-    unsigned long long ticks = 0;
-    for (int field = 3; field <= 22; field++) {
-        while (*p == ' ')
-            p++;
-        if (!*p)
-            return 0;
-        if (field == 22) {
-            char *end = NULL;
-            ticks = strtoull(p, &end, 10);
-            if (end == p)
-                return 0;
-            break;
-        }
-        while (*p && *p != ' ')
-            p++;
-    }
-    long hz = sysconf(_SC_CLK_TCK);
-    f = fopen("/proc/stat", "re");
-    if (!f || hz <= 0) {
-        if (f)
-            fclose(f);
-        return 0;
-    }
     char line[256];
     long long btime = -1;
     while (fgets(line, sizeof(line), f))
         if (sscanf(line, "btime %lld", &btime) == 1)
             break;
     fclose(f);
-    return btime > 0 ? (double)btime + (double)ticks / (double)hz : 0;
+    return btime > 0 ? (double)btime + (double)v[22] / (double)hz : 0;
 }
 
 static void process_metrics(cf_observe *o)

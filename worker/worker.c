@@ -942,19 +942,19 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     (void)rk;
     cf_worker *w = opaque;
     if (m->_private == &report_tag) {
-        /* Purged: the worker is stopping with the broker gone. */
-        /* Reports repeat every report-interval: their failure is said
-         * once every 10 minutes. */
+        /* Purged: the worker is stopping with the broker gone.  Reports
+         * repeat every report-interval: their failure is said once every
+         * 10 minutes. */
         static int64_t report_fail_logged_us;
         int64_t now_us = cf_mono_us();
-        bool say = report_fail_logged_us == 0 || now_us - report_fail_logged_us > 600 * 1000000LL;
-        if (say && m->err && m->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE && m->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
+        bool failed = m->err && m->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE && m->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT;
+        if (failed && (report_fail_logged_us == 0 || now_us - report_fail_logged_us > 600 * 1000000LL)) {
             report_fail_logged_us = now_us;
-        if (say && m->err && m->err != RD_KAFKA_RESP_ERR__PURGE_QUEUE && m->err != RD_KAFKA_RESP_ERR__PURGE_INFLIGHT)
             cf_log_warn(LOG_SUB,
                         "worker report not published to %s: %s (codefleet doctor will not see what this worker "
                         "serves: check that the topic exists and this principal may write it)",
                         rd_kafka_topic_name(m->rkt), rd_kafka_err2str(m->err));
+        }
         return;
     }
     if (m->_private == &chunk_tag) {

@@ -64,6 +64,20 @@ static void produce_garbage(cf_dispatcher *d, const it_topics *t, const char *ke
         fail_msg("flush: %s", err.msg);
 }
 
+/* A plain client of the test broker (its credentials), for what the
+ * dispatcher does not wrap: describing configs, reading offsets. */
+static rd_kafka_t *admin_client(void)
+{
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", it_brokers(), errstr, sizeof(errstr));
+    it_kafka_conf_apply(conf);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+    if (!rk)
+        fail_msg("client: %s", errstr);
+    return rk;
+}
+
 static void test_topics_create_idempotent(void **state)
 {
     (void)state;
@@ -89,12 +103,7 @@ static void test_topics_create_idempotent(void **state)
 
     /* The topic says how large a message it takes (a stock broker's 1 MiB
      * would cut results with a few MiB of output). */
-    char errstr[256];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", it_brokers(), errstr, sizeof(errstr));
-    it_kafka_conf_apply(conf);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-    assert_non_null(rk);
+    rd_kafka_t *rk = admin_client();
     rd_kafka_ConfigResource_t *cr = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, b);
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_DescribeConfigs(rk, &cr, 1, NULL, q);
@@ -128,12 +137,7 @@ static void test_topics_create_returns_served_partitions(void **state)
 {
     (void)state;
     IT_REQUIRE_BROKER();
-    char errstr[256];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", it_brokers(), errstr, sizeof(errstr));
-    it_kafka_conf_apply(conf);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-    assert_non_null(rk);
+    rd_kafka_t *rk = admin_client();
     for (int round = 0; round < 8; round++) {
         char name[96];
         it_unique_name("disp-served", name, sizeof(name));

@@ -468,6 +468,31 @@ static bool pid_gone(pid_t pid)
     return false;
 }
 
+/* A child idling as uid (gid the same), returned once it holds that uid
+ * (a pipe, not a sleep: a child still root would prove nothing). */
+static pid_t fork_idle_as(uid_t uid)
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        if (setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0)
+            _exit(3);
+        if (write(ready[1], "u", 1) != 1)
+            _exit(4);
+        close(ready[1]);
+        for (;;)
+            pause();
+    }
+    close(ready[1]);
+    char got = 0;
+    assert_int_equal(read(ready[0], &got, 1), 1);
+    close(ready[0]);
+    return pid;
+}
+
 static void test_per_slot_uid(void **state)
 {
     fixture *f = *state;
@@ -504,25 +529,7 @@ static void test_per_slot_uid(void **state)
     /* A process of the slot's sandbox uid (what its zygote or a warm
      * sandbox runs as) survives a program that kills everything it may,
      * and the clean-up by uid after it. */
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t zyg = fork();
-    assert_true(zyg >= 0);
-    if (zyg == 0) {
-        close(ready[0]);
-        uid_t sb = (uid_t)cf_run_uid(61000, 2, CF_UID_BLOCK_SANDBOX, 1);
-        if (setresgid(sb, sb, sb) < 0 || setresuid(sb, sb, sb) < 0)
-            _exit(3);
-        if (write(ready[1], "u", 1) != 1)
-            _exit(4);
-        close(ready[1]);
-        for (;;)
-            pause();
-    }
-    close(ready[1]);
-    char got = 0;
-    assert_int_equal(read(ready[0], &got, 1), 1); /* it is the sandbox's uid now */
-    close(ready[0]);
+    pid_t zyg = fork_idle_as((uid_t)cf_run_uid(61000, 2, CF_UID_BLOCK_SANDBOX, 1));
     req_init(&req, CF_LANG_SHELL, "kill -9 -1; echo done");
     assert_int_equal(run(&g, 1, &req, &res), 0);
     int zst = 0;
@@ -534,23 +541,7 @@ static void test_per_slot_uid(void **state)
 
     /* A leftover of the process block (a crashed worker's escaped
      * program) is killed when the backend starts. */
-    assert_int_equal(pipe(ready), 0);
-    pid_t left = fork();
-    assert_true(left >= 0);
-    if (left == 0) {
-        close(ready[0]);
-        uid_t pu = (uid_t)cf_run_uid(61000, 2, CF_UID_BLOCK_PROCESS, 0);
-        if (setresgid(pu, pu, pu) < 0 || setresuid(pu, pu, pu) < 0)
-            _exit(3);
-        if (write(ready[1], "u", 1) != 1)
-            _exit(4);
-        close(ready[1]);
-        for (;;)
-            pause();
-    }
-    close(ready[1]);
-    assert_int_equal(read(ready[0], &got, 1), 1);
-    close(ready[0]);
+    pid_t left = fork_idle_as((uid_t)cf_run_uid(61000, 2, CF_UID_BLOCK_PROCESS, 0));
     fixture h;
     memset(&h, 0, sizeof(h));
     cf_strlcpy(h.root, f->root, sizeof(h.root));
