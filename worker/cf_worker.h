@@ -86,6 +86,7 @@ typedef struct cf_worker_config {
     int64_t stream_chunk_bytes;
     int64_t stream_max_chunks;
     int64_t rebalance_wait_us;
+    int64_t partition_stall_us; /* the partition guard (partition_guard.h) */
     /* Redis (workspaces, checkpoints, attempt counts); redis "" = none. */
     char *redis;
     char *redis_user;
@@ -151,6 +152,23 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err);
  * gracefully: stops taking work, lets running executions finish within
  * shutdown_grace, commits, closes the consumer.  Returns 0 on a clean stop. */
 int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err);
+
+/* What the worker's consumer holds and what its partition guard did, read
+ * from any thread (each field on its own; not one consistent picture). */
+typedef struct cf_worker_partitions {
+    int64_t assigned;         /* request partitions assigned now */
+    int64_t stalled;          /* of those, found stalled and not yet moving again */
+    uint64_t stalls;          /* stalls found since start */
+    uint64_t recoveries[3];   /* by the step that got one moving: resume, seek, rejoin */
+} cf_worker_partitions;
+
+void cf_worker_partitions_get(const cf_worker *w, cf_worker_partitions *out);
+
+/* Fault injection, for tests of the partition guard: pauses a partition
+ * in the consumer behind the worker's back (its own record says it is
+ * fetched), the state librdkafka 2.0.2 left a partition in after a lost
+ * assignment (issue 28).  Thread-safe. */
+int cf_worker_fault_pause_unrecorded(cf_worker *w, const char *topic, int32_t partition);
 
 /* Asks a running worker to stop (thread-safe and async-signal-safe). */
 void cf_worker_stop(cf_worker *w);

@@ -41,7 +41,7 @@ struct cf_observe {
     /* families */
     cf_metric *info, *start_time, *requests, *exec_seconds, *e2e_seconds, *queue_seconds, *slots, *slots_busy, *held,
         *paused, *draining, *ready, *produced, *retries, *dead, *kafka_errors, *redis_errors, *setup_failures,
-        *compile_cache, *lag, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
+        *compile_cache, *lag, *stalled, *stall_steps, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
     /* liveness and readiness */
     _Atomic int64_t loop_mono_us;
     atomic_bool assigned, draining_now, broker_up, stats_seen, fatal;
@@ -236,6 +236,15 @@ void cf_observe_loop(cf_observe *o, const cf_observe_loop_state *s)
     cf_metric_set(o->held, (double)s->held, NULL);
     cf_metric_set(o->paused, s->paused ? 1 : 0, NULL);
     cf_metric_set(o->draining, s->draining ? 1 : 0, NULL);
+    cf_metric_set(o->stalled, (double)s->stalled, NULL);
+}
+
+void cf_observe_partition_stall(cf_observe *o, const char *step)
+{
+    if (!o)
+        return;
+    const char *l[] = {step};
+    cf_metric_inc(o->stall_steps, 1, l);
 }
 
 void cf_observe_assigned(cf_observe *o, bool has_assignment)
@@ -580,6 +589,15 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
     o->lag = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_consumer_lag",
                             "Messages behind the partition's end, for the partitions this worker consumes.", 2, lag_l,
                             NULL, 0);
+    static const char *const step_l[] = {"step"};
+    o->stalled = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_partitions_stalled",
+                                "Partitions with requests waiting that this worker holds, has not paused, and took "
+                                "nothing from for partition-stall while it had room (the partition guard).",
+                                0, NULL, NULL, 0);
+    o->stall_steps = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_partition_stall_steps_total",
+                                    "Steps the partition guard took to move a stalled partition again, by step "
+                                    "(resume, seek, rejoin).",
+                                    1, step_l, NULL, 0);
     o->spans_exported = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_spans_exported_total",
                                        "Spans the OTLP collector accepted.", 0, NULL, NULL, 0);
     o->spans_dropped = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_spans_dropped_total",

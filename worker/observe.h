@@ -36,6 +36,7 @@ typedef struct cf_observe_loop_state {
     int64_t slots, busy, held;
     bool paused;   /* some partition paused for backpressure */
     bool draining; /* stopping: not ready */
+    int64_t stalled; /* partitions the partition guard finds stalled */
 } cf_observe_loop_state;
 void cf_observe_loop(cf_observe *o, const cf_observe_loop_state *s);
 
@@ -47,6 +48,8 @@ void cf_observe_kafka_stats(cf_observe *o, const char *json, size_t len);
 void cf_observe_kafka_error(cf_observe *o, bool fatal, bool all_brokers_down);
 void cf_observe_redis_error(cf_observe *o);
 void cf_observe_produce_retry(cf_observe *o);
+/* The partition guard took a step ("resume", "seek", "rejoin"). */
+void cf_observe_partition_stall(cf_observe *o, const char *step);
 
 /* One request's timeline and outcome, carried by its job.  Times are Unix
  * nanoseconds (0 = did not happen). */

@@ -49,6 +49,7 @@
 #include "exec_pool.h"
 #include "observe.h"
 #include "offset_tracker.h"
+#include "partition_guard.h"
 #include "streamer.h"
 #include "worker_report.h"
 #include "worker_state.h"
@@ -166,6 +167,7 @@ typedef struct part_state {
     bool held;       /* paused alone: its tracker is full (a slow head) */
     uint64_t gen;
     cf_offset_tracker *tracker;
+    cf_pguard_part guard; /* the partition guard's record (partition_guard.h) */
 } part_state;
 
 #define MAX_PARTITIONS 100000
@@ -274,6 +276,9 @@ struct cf_worker {
     atomic_uint_fast64_t chunks_failed;
     _Atomic int64_t chunk_fail_logged_us;
     cf_observe *obs;           /* metrics, health, traces (NULL: none) */
+    cf_pguard *guard;          /* notices partitions that stand still (partition_guard.h) */
+    int64_t guard_next_us;     /* monotonic: the guard's next look */
+    _Atomic int64_t n_assigned; /* request partitions held now (cf_worker_partitions_get) */
     int64_t started_ms;        /* Unix time, for the reports */
     int64_t report_next_us;    /* monotonic: the next periodic report */
     /* Counters for the shutdown summary. */
@@ -1172,6 +1177,14 @@ static void handle_message_traced(cf_worker *w, rd_kafka_message_t *m)
         return; /* not ours (any more): not tracked, so never committed */
     job *j = calloc(1, sizeof(*j));
     int added = j ? cf_offset_tracker_add(ps->tracker, m->offset) : -2;
+    if (added >= -1 && w->guard) {
+        int step = cf_pguard_taken(w->guard, &ps->guard, tname, m->partition, m->offset, cf_mono_us());
+        if (step >= 0) {
+            cf_log_warn(LOG_SUB, "partition guard: %s[%" PRId32 "] is moving again after the %s step", tname,
+                        m->partition, cf_pguard_step_name((cf_pguard_step)step));
+            w->report_next_us = 0;
+        }
+    }
     if (added == -1) {
         cf_log_debug(LOG_SUB, "partition %" PRId32 " offset %" PRId64 " seen already", m->partition, m->offset);
         free(j);
@@ -2202,6 +2215,102 @@ static void set_paused(cf_worker *w, bool pause)
     w->paused_all = pause;
 }
 
+/* Subscribes the consumer to every request topic; names gets them, comma-separated. */
+static rd_kafka_resp_err_t subscribe_all(cf_worker *w, char *names, size_t nsize)
+{
+    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new((int)w->ntopics);
+    if (nsize)
+        names[0] = '\0';
+    for (size_t i = 0; i < w->ntopics; i++) {
+        rd_kafka_topic_partition_list_add(topics, w->topics[i].name, RD_KAFKA_PARTITION_UA);
+        size_t n = strlen(names);
+        if (n < nsize)
+            snprintf(names + n, nsize - n, "%s%s", i ? "," : "", w->topics[i].name);
+    }
+    rd_kafka_resp_err_t e = rd_kafka_subscribe(w->consumer, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    return e;
+}
+
+/* ------------------------------------------------------- the partition guard */
+
+/* The guard's last step: leave the group and join again.  Every partition
+ * is revoked (its running executions get rebalance-wait, as in any
+ * rebalance) and the group assigns afresh: a consumer-side state that
+ * neither resume nor seek cleared does not survive it. */
+static void rejoin_group(cf_worker *w)
+{
+    rd_kafka_resp_err_t e = rd_kafka_unsubscribe(w->consumer);
+    if (e)
+        cf_log_error("kafka", "partition guard: leaving the group: %s", rd_kafka_err2str(e));
+    char names[1024];
+    e = subscribe_all(w, names, sizeof(names));
+    if (e)
+        cf_log_error("kafka", "partition guard: subscribing again to %s: %s", names, rd_kafka_err2str(e));
+}
+
+static void guard_step(cf_worker *w, size_t t, int32_t p, part_state *ps, int step, int64_t position)
+{
+    const char *topic = w->topics[t].name;
+    int64_t stalled_s = (cf_mono_us() - ps->guard.stalled_us) / 1000000;
+    cf_log_warn(LOG_SUB,
+                "partition guard: %s[%" PRId32 "] has %" PRId64 " request(s) waiting after offset %" PRId64
+                " and nothing was taken from it for %" PRId64 " s while this worker had room (stalled %" PRId64
+                " s): %s",
+                topic, p, ps->guard.waiting, position, w->cfg->partition_stall_us / 1000000 + stalled_s, stalled_s,
+                step == CF_PGUARD_RESUME ? "resuming it"
+                : step == CF_PGUARD_SEEK ? "seeking it to its position"
+                                         : "leaving the group and joining again");
+    switch (step) {
+    case CF_PGUARD_RESUME:
+        pause_one(w, t, p, false);
+        break;
+    case CF_PGUARD_SEEK:
+        rewind_partition(w, topic, p, position);
+        break;
+    default:
+        rejoin_group(w);
+        break;
+    }
+    if (w->obs)
+        cf_observe_partition_stall(w->obs, cf_pguard_step_name((cf_pguard_step)step));
+    w->report_next_us = 0; /* operators see it now, not a report-interval later */
+}
+
+/* Looks at every held partition twice a second: those that should move
+ * and have not for partition-stall are probed (on the guard's thread);
+ * answers are judged here and the step they call for is taken. */
+static void guard_serve(cf_worker *w)
+{
+    if (!w->guard)
+        return;
+    int64_t now = cf_mono_us();
+    cf_pguard_answer a;
+    while (cf_pguard_next_answer(w->guard, &a)) {
+        part_state *ps = part_of(w, a.topic, a.partition, false);
+        if (!ps || !ps->assigned || ps->gen != a.gen)
+            continue; /* given up meanwhile: its record started anew */
+        if (a.failed)
+            cf_log_debug(LOG_SUB, "partition guard: probing %s[%" PRId32 "]: %s", a.topic, a.partition, a.why);
+        int64_t position = -1;
+        int step = cf_pguard_judge(w->guard, &ps->guard, &a, now, &position);
+        if (step >= 0)
+            guard_step(w, (size_t)topic_index(w, a.topic), a.partition, ps, step, position);
+    }
+    if (now < w->guard_next_us)
+        return;
+    w->guard_next_us = now + 500 * 1000;
+    size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
+    bool room = !w->paused_all && !w->stopping && w->intake_blocked == 0 && w->inflight < high;
+    for (size_t t = 0; t < w->ntopics; t++)
+        for (size_t p = 0; p < w->topics[t].nparts; p++) {
+            part_state *ps = &w->topics[t].parts[p];
+            if (ps->assigned)
+                cf_pguard_check(w->guard, &ps->guard, w->topics[t].name, (int32_t)p, ps->gen, room && !ps->paused,
+                                now);
+        }
+}
+
 static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *parts)
 {
     for (int i = 0; i < parts->cnt; i++) {
@@ -2214,6 +2323,10 @@ static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *p
         ps->paused = false;
         ps->held = false;
         ps->gen = ++w->gen_counter;
+        ps->guard = (cf_pguard_part){.next_offset = -1};
+        cf_pguard_restart(&ps->guard, cf_mono_us());
+        if (ps->assigned)
+            atomic_fetch_add(&w->n_assigned, 1);
     }
 }
 
@@ -2222,7 +2335,8 @@ static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *p
  * finish so their offsets can be committed before we let go, and are then
  * stopped, so that no request runs here and at its new owner at once.
  * Lost partitions (the group moved on without us) are stopped at once. */
-static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *parts, bool lost)
+static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *parts, bool lost,
+                               rd_kafka_topic_partition_list_t *was_paused)
 {
     lane_match lm = {w, parts};
     drop_jobs(w, cf_exec_pool_drop_queued(w->pool, job_in_partitions, &lm));
@@ -2260,6 +2374,12 @@ static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *pa
         part_state *ps = part_of(w, parts->elems[i].topic, parts->elems[i].partition, false);
         if (!ps)
             continue;
+        if (ps->paused)
+            rd_kafka_topic_partition_list_add(was_paused, parts->elems[i].topic, parts->elems[i].partition);
+        if (ps->assigned)
+            atomic_fetch_sub(&w->n_assigned, 1);
+        if (w->guard)
+            cf_pguard_forget(w->guard, &ps->guard);
         ps->assigned = false;
         ps->paused = false;
         ps->held = false;
@@ -2298,7 +2418,8 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
     } else {
         bool lost = err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS || rd_kafka_assignment_lost(rk);
         cf_log_info("kafka", "%s %d partition(s)", lost ? "lost" : "revoked", parts->cnt);
-        partitions_revoked(w, parts, lost);
+        rd_kafka_topic_partition_list_t *was_paused = rd_kafka_topic_partition_list_new(parts->cnt);
+        partitions_revoked(w, parts, lost, was_paused);
         /* Lost: out of the group until it rejoins.  A cooperative revoke
          * is followed by the rest of the rebalance's assignment. */
         if (lost)
@@ -2312,6 +2433,21 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic
         } else {
             rd_kafka_assign(rk, NULL);
         }
+        /* librdkafka keeps the application's pause on a partition across
+         * its revocation (only its own pause is reset by an assign), while
+         * our record of the partition starts afresh when it comes back: a
+         * partition paused here, lost, and assigned to us again would then
+         * never be fetched (issue 28: seven minutes without a message after
+         * a broker outage).  So what we paused is resumed as we let it go;
+         * it is no longer fetched by then, so nothing is read here. */
+        if (was_paused->cnt) {
+            rd_kafka_resp_err_t re = rd_kafka_resume_partitions(rk, was_paused);
+            if (re)
+                cf_log_warn("kafka", "resuming %d given-up partition(s): %s", was_paused->cnt, rd_kafka_err2str(re));
+            else
+                cf_log_debug("kafka", "resumed %d given-up partition(s) paused here", was_paused->cnt);
+        }
+        rd_kafka_topic_partition_list_destroy(was_paused);
     }
 }
 
@@ -3102,6 +3238,9 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     }
     rd_kafka_poll_set_consumer(w->consumer);
     w->consumer_q = rd_kafka_queue_get_consumer(w->consumer);
+    w->guard = cf_pguard_new(w->consumer, cfg->partition_stall_us, pool_notify, w, err);
+    if (!w->guard)
+        goto fail;
     w->producer_q = rd_kafka_queue_get_main(w->producer);
     if (pthread_create(&w->flusher, NULL, flusher_main, w) != 0) {
         cf_error_set(err, CF_E_SYSTEM, "starting the result flusher thread");
@@ -3132,6 +3271,27 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
 fail:
     cf_worker_destroy(w);
     return -1;
+}
+
+void cf_worker_partitions_get(const cf_worker *w, cf_worker_partitions *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->assigned = atomic_load(&((cf_worker *)w)->n_assigned);
+    cf_pguard_counts c;
+    cf_pguard_counts_get(w->guard, &c);
+    out->stalled = c.stalled;
+    out->stalls = c.stalls;
+    for (int i = 0; i < 3 && i < CF_PGUARD__STEPS; i++)
+        out->recoveries[i] = c.recovered[i];
+}
+
+int cf_worker_fault_pause_unrecorded(cf_worker *w, const char *topic, int32_t partition)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, partition);
+    rd_kafka_resp_err_t e = rd_kafka_pause_partitions(w->consumer, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    return e ? -1 : 0;
 }
 
 void cf_worker_stop(cf_worker *w)
@@ -3167,6 +3327,7 @@ static void serve(cf_worker *w)
     drain_handoff(w);
     run_retries(w);
     hold_partitions(w);
+    guard_serve(w);
     if (!w->stopping) {
         bool want_pause = w->intake_blocked > 0 || w->inflight >= high || (w->paused_all && w->inflight > low);
         if (want_pause != w->paused_all)
@@ -3179,6 +3340,9 @@ static void serve(cf_worker *w)
                                     .held = (int64_t)cf_exec_pool_queued(w->pool),
                                     .paused = w->paused_all,
                                     .draining = w->stopping};
+        cf_pguard_counts gc;
+        cf_pguard_counts_get(w->guard, &gc);
+        ls.stalled = gc.stalled;
         cf_observe_loop(w->obs, &ls);
     }
 }
@@ -3202,6 +3366,7 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
 {
     w->ran = true;
     w->stopping = true;
+    cf_pguard_stop(w->guard);
     /* Not ready from now on: a load balancer or the group's next
      * rebalance moves work elsewhere while this one drains. */
     if (w->obs)
@@ -3331,6 +3496,23 @@ static void publish_report(cf_worker *w, bool gone)
                                .rejected = w->n_rejected,
                                .dead_lettered = w->n_dead,
                                .retries = w->n_retries};
+        /* The partitions the guard finds stalled, as "topic[N]" (a few:
+         * the report stays small). */
+        const char *stalled_names[CF_WORKER_LOAD_STALLED_MAX];
+        char stalled_buf[CF_WORKER_LOAD_STALLED_MAX][280];
+        for (size_t t = 0; t < w->ntopics; t++)
+            for (size_t p = 0; p < w->topics[t].nparts; p++) {
+                const part_state *ps = &w->topics[t].parts[p];
+                if (!ps->assigned || !ps->guard.stalled_us || load.n_stalled >= CF_WORKER_LOAD_STALLED_MAX)
+                    continue;
+                snprintf(stalled_buf[load.n_stalled], sizeof(stalled_buf[0]), "%s[%zu]", w->topics[t].name, p);
+                stalled_names[load.n_stalled] = stalled_buf[load.n_stalled];
+                load.n_stalled++;
+            }
+        load.stalled = stalled_names;
+        cf_pguard_counts gc;
+        cf_pguard_counts_get(w->guard, &gc);
+        load.stalls = gc.stalls;
         cf_worker_report_info info = {
             .worker_id = w->worker_id,
             .client_id = client_id,
@@ -3382,15 +3564,8 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
         if (sig_fd < 0)
             return cf_error_set_errno(err, CF_E_SYSTEM, errno, "signalfd");
     }
-    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new((int)w->ntopics);
-    char names[1024] = "";
-    for (size_t i = 0; i < w->ntopics; i++) {
-        rd_kafka_topic_partition_list_add(topics, w->topics[i].name, RD_KAFKA_PARTITION_UA);
-        size_t n = strlen(names);
-        snprintf(names + n, sizeof(names) - n, "%s%s", i ? "," : "", w->topics[i].name);
-    }
-    rd_kafka_resp_err_t e = rd_kafka_subscribe(w->consumer, topics);
-    rd_kafka_topic_partition_list_destroy(topics);
+    char names[1024];
+    rd_kafka_resp_err_t e = subscribe_all(w, names, sizeof(names));
     if (e) {
         if (sig_fd >= 0)
             close(sig_fd);
@@ -3458,6 +3633,8 @@ void cf_worker_destroy(cf_worker *w)
     drop_retries(w, NULL);
     control_stop(w);
     memo_free(w);
+    cf_pguard_destroy(w->guard); /* its thread uses the consumer */
+    w->guard = NULL;
     if (w->consumer_q)
         rd_kafka_queue_destroy(w->consumer_q);
     if (w->consumer) {

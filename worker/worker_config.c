@@ -255,6 +255,12 @@ static const cf_conf_prop worker_props[] = {
     {"rebalance-wait", CF_CONF_DURATION, OFF(rebalance_wait_us), 0, 600 * SEC, "5s", NULL,
      "When partitions are revoked, how long to wait for their running executions so their "
      "offsets can be committed (past it, the new owner may run them again).", NULL},
+    {"partition-stall", CF_CONF_DURATION, OFF(partition_stall_us), SEC, 3600 * SEC, "10s", NULL,
+     "The partition guard: a partition this worker holds, has not paused, with requests waiting beyond its "
+     "position, from which nothing was taken for this long while the worker had room, is a stall: logged, "
+     "counted (codefleet_partition_stalls_total), shown by `codefleet top` and `doctor`, and moved again by "
+     "the cheapest correct step, one per further period: resume it, seek it to its position, rejoin the "
+     "group.  Nothing is skipped (docs/RELIABILITY.md, \"The partition guard\").", NULL},
     {"redis", CF_CONF_STRING, OFF(redis), 0, 1024, "", NULL,
      "Redis for workspaces, checkpoints and delivery counts: host:port, or a unix socket path. Empty: no "
      "Redis; requests naming a workspace or thread are then rejected.", NULL},

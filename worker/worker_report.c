@@ -87,13 +87,19 @@ static char *report_json(const cf_worker_report_info *info, size_t max_topics, b
     if (truncated)
         json_object_set_new(o, "truncated", json_true());
     const cf_worker_load *l = info->load;
-    if (l)
+    if (l) {
+        json_t *stalled = json_array();
+        for (size_t i = 0; stalled && i < l->n_stalled && i < CF_WORKER_LOAD_STALLED_MAX; i++)
+            json_array_append_new(stalled, json_string(l->stalled[i]));
         json_object_set_new(o, "load",
-                            json_pack("{s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:I, s:I, s:I}", "at_ms", (json_int_t)l->at_ms,
-                                      "busy", (json_int_t)l->busy, "held", (json_int_t)l->held, "paused", l->paused,
-                                      "draining", l->draining, "received", (json_int_t)l->received, "answered",
-                                      (json_int_t)l->answered, "rejected", (json_int_t)l->rejected, "dead_lettered",
-                                      (json_int_t)l->dead_lettered, "retries", (json_int_t)l->retries));
+                            json_pack("{s:I, s:I, s:I, s:b, s:b, s:I, s:I, s:I, s:I, s:I, s:o, s:I}", "at_ms",
+                                      (json_int_t)l->at_ms, "busy", (json_int_t)l->busy, "held", (json_int_t)l->held,
+                                      "paused", l->paused, "draining", l->draining, "received",
+                                      (json_int_t)l->received, "answered", (json_int_t)l->answered, "rejected",
+                                      (json_int_t)l->rejected, "dead_lettered", (json_int_t)l->dead_lettered,
+                                      "retries", (json_int_t)l->retries, "stalled",
+                                      stalled ? stalled : json_array(), "stalls", (json_int_t)l->stalls));
+    }
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;

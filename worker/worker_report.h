@@ -28,7 +28,13 @@ typedef struct cf_worker_load {
     int64_t busy, held;         /* slots running, requests waiting for one */
     bool paused, draining;
     uint64_t received, answered, rejected, dead_lettered, retries; /* since start */
+    const char *const *stalled; /* partitions the guard finds stalled now, "topic[N]" */
+    size_t n_stalled;
+    uint64_t stalls;            /* stalls the guard found since start */
 } cf_worker_load;
+
+/* The most stalled partitions a report names. */
+#define CF_WORKER_LOAD_STALLED_MAX 16
 
 typedef struct cf_worker_report_info {
     const char *worker_id;

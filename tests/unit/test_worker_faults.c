@@ -17,6 +17,8 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -518,6 +520,201 @@ static void revoke_stops_the_running_execution(void **state)
     got_clear(&all);
 }
 
+/* The pid a program wrote to dir/name, or -1. */
+static long read_pid(const char *dir, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *fp = fopen(path, "r");
+    long pid = -1;
+    if (fp) {
+        if (fscanf(fp, "%ld", &pid) != 1)
+            pid = -1;
+        fclose(fp);
+    }
+    return pid;
+}
+
+static bool results_for(fx *f, const char *const *ids, size_t n, int timeout_ms, got *res)
+{
+    read_topic(f, "res", 0, 10, res); /* nothing to wait for: read once */
+    got_clear(res);
+    int64_t until = cf_mono_us() + (int64_t)timeout_ms * 1000;
+    for (;;) {
+        read_topic(f, "res", 32, 1500, res);
+        size_t have = 0;
+        for (size_t i = 0; i < n; i++)
+            have += count_id(res, ids[i]) > 0;
+        if (have == n)
+            return true;
+        if (cf_mono_us() >= until)
+            return false;
+        got_clear(res);
+    }
+}
+
+/* The shape of the worker when its session times out during a broker
+ * outage (issue 28): every partition paused (its slots full), one
+ * execution running, or nothing to do. */
+typedef enum outage_shape { OUTAGE_PAUSED, OUTAGE_BUSY, OUTAGE_IDLE } outage_shape;
+
+/* The broker stops answering long enough for the group session to time
+ * out: the worker loses its partitions, stops their executions, and when
+ * the broker is back the group gives the same partitions to the same
+ * worker.  It must then consume them: every request is answered, within a
+ * bound (the session timeout, the rejoin, the runs), never "some unrelated
+ * rebalance later".  Before the fix, the PAUSED shape never answered: the
+ * application pause flag stays on a partition across its revocation in
+ * librdkafka, while the worker's own record of it was reset. */
+static void lost_and_reassigned(fx *f, outage_shape shape)
+{
+    /* r0 runs long the first time (it is running when the session times
+     * out), quickly when run again; the others are quick. */
+    enum { N = 6 };
+    char ids_buf[N][32], code_buf[N][512];
+    const char *ids[N], *codes[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(ids_buf[i], sizeof(ids_buf[i]), "outage-%d-%d", (int)shape, i);
+        if (i == 0)
+            snprintf(code_buf[i], sizeof(code_buf[i]),
+                     "if mkdir %s/once-%d 2>/dev/null; then echo $$ > %s/pid-%d; exec sleep 120; fi; echo again-%d",
+                     f->dir, i, f->dir, i, i);
+        else
+            snprintf(code_buf[i], sizeof(code_buf[i]), "echo ok-%d", i);
+        ids[i] = ids_buf[i];
+        codes[i] = code_buf[i];
+    }
+    /* PAUSED: one slot, no prefetch: the running r0 fills the worker and
+     * every partition is paused.  BUSY: room left, nothing paused. */
+    /* The partition guard off: the fix itself is under test here. */
+    const char *paused_extra[] = {"slots", "1", "prefetch", "0", "partition-stall", "1h", NULL};
+    const char *busy_extra[] = {"slots", "2", "prefetch", "8", "partition-stall", "1h", NULL};
+    running_worker *rw = NULL;
+    if (shape == OUTAGE_IDLE) {
+        rw = worker_start(f, "w-idle", busy_extra);
+        /* Idle and assigned: one request answered first. */
+        const char *warm_id[] = {"outage-idle-warm"}, *warm_code[] = {"echo warm"};
+        produce_requests(f, 1, warm_id, warm_code, 0);
+        got warm;
+        assert_true(results_for(f, warm_id, 1, 30000, &warm));
+        got_clear(&warm);
+    } else {
+        /* r0 first, alone on partition 0, then the rest on both. */
+        produce_requests(f, 1, &ids[0], &codes[0], 0);
+        rw = worker_start(f, shape == OUTAGE_PAUSED ? "w-paused" : "w-busy",
+                          shape == OUTAGE_PAUSED ? paused_extra : busy_extra);
+        int64_t until = cf_mono_us() + 30 * 1000000LL;
+        while (read_pid(f->dir, "pid-0") < 0 && cf_mono_us() < until)
+            usleep(20 * 1000);
+        assert_true(read_pid(f->dir, "pid-0") > 0);
+        if (shape == OUTAGE_PAUSED) {
+            /* More work behind r0: taken only once r0 is done. */
+            produce_requests(f, 2, &ids[1], &codes[1], 0);
+            produce_requests(f, 3, &ids[3], &codes[3], 1);
+        }
+    }
+    /* The outage: nothing answers until the worker has given up its
+     * session, which it shows by stopping r0 (lost partitions' runs stop at
+     * once); idle, by the time the session timeout has surely passed. */
+    broker_unreachable(f, 30000);
+    if (shape == OUTAGE_IDLE) {
+        /* No execution to watch: the worker says it holds nothing. */
+        cf_worker_partitions wp;
+        int64_t until = cf_mono_us() + 30 * 1000000LL;
+        do {
+            usleep(50 * 1000);
+            cf_worker_partitions_get(rw->w, &wp);
+        } while (wp.assigned > 0 && cf_mono_us() < until);
+        assert_int_equal(wp.assigned, 0);
+    } else {
+        long pid = read_pid(f->dir, "pid-0");
+        int64_t until = cf_mono_us() + 30 * 1000000LL;
+        while (kill((pid_t)pid, 0) == 0 && cf_mono_us() < until)
+            usleep(50 * 1000);
+        assert_int_not_equal(kill((pid_t)pid, 0), 0);
+    }
+    broker_unreachable(f, 0);
+    int64_t back = cf_mono_us();
+    if (shape != OUTAGE_PAUSED) {
+        produce_requests(f, 2, &ids[1], &codes[1], 0);
+        produce_requests(f, 3, &ids[3], &codes[3], 1);
+    }
+    /* Bound: the rejoin (a session timeout at most) plus the runs, with
+     * room for a slow machine; the bug never answered at all. */
+    got res;
+    bool all = results_for(f, shape == OUTAGE_PAUSED || shape == OUTAGE_BUSY ? ids : ids + 1,
+                           shape == OUTAGE_IDLE ? N - 1 : N, 45000, &res);
+    double took = (cf_mono_us() - back) / 1e6;
+    fprintf(stderr, "shape %d: answered %s %.1f s after the broker came back\n", (int)shape,
+            all ? "all" : "NOT all", took);
+    worker_finish(rw);
+    assert_true(all);
+    got_clear(&res);
+}
+
+static void lost_while_paused_then_reassigned(void **state)
+{
+    lost_and_reassigned(*state, OUTAGE_PAUSED);
+}
+
+static void lost_while_busy_then_reassigned(void **state)
+{
+    lost_and_reassigned(*state, OUTAGE_BUSY);
+}
+
+static void lost_while_idle_then_reassigned(void **state)
+{
+    lost_and_reassigned(*state, OUTAGE_IDLE);
+}
+
+/* The partition guard (issue 28, part 2): a partition held, not paused by
+ * the worker, with requests waiting, and nothing taken from it for
+ * partition-stall while the worker has room, is noticed and moved again;
+ * nothing is skipped.  The stall is injected: the partition is paused in
+ * the consumer behind the worker's back (what librdkafka 2.0.2 did after a
+ * lost assignment). */
+static void guard_moves_a_stalled_partition(void **state)
+{
+    fx *f = *state;
+    const char *extra[] = {"partition-stall", "2s", NULL};
+    running_worker *rw = worker_start(f, "w-guard", extra);
+    const char *warm_id[] = {"guard-warm"}, *warm_code[] = {"echo warm"};
+    produce_requests(f, 1, warm_id, warm_code, 0);
+    got res;
+    assert_true(results_for(f, warm_id, 1, 30000, &res));
+    got_clear(&res);
+    assert_int_equal(cf_worker_fault_pause_unrecorded(rw->w, "req", 0), 0);
+    enum { N = 5 };
+    char ids_buf[N][32];
+    const char *ids[N], *codes[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(ids_buf[i], sizeof(ids_buf[i]), "guard-%d", i);
+        ids[i] = ids_buf[i];
+        codes[i] = "echo after-the-stall";
+    }
+    produce_requests(f, N, ids, codes, 0);
+    int64_t t0 = cf_mono_us();
+    /* Bound: partition-stall (2 s) + its twice-a-second look + the probe +
+     * the runs, with room for a busy machine. */
+    bool all = results_for(f, ids, N, 30000, &res);
+    double took = (cf_mono_us() - t0) / 1e6;
+    cf_worker_partitions wp;
+    cf_worker_partitions_get(rw->w, &wp);
+    fprintf(stderr, "guard: answered %s in %.1f s; stalls %" PRIu64 ", recovered by resume %" PRIu64
+                    ", seek %" PRIu64 ", rejoin %" PRIu64 ", stalled now %" PRId64 "\n",
+            all ? "all" : "NOT all", took, wp.stalls, wp.recoveries[0], wp.recoveries[1], wp.recoveries[2],
+            wp.stalled);
+    worker_finish(rw);
+    assert_true(all);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(count_id(&res, ids[i]), 1); /* nothing skipped, nothing twice */
+    assert_true(wp.stalls >= 1);
+    assert_true(wp.recoveries[0] >= 1); /* the cheapest step did it */
+    assert_int_equal(wp.stalled, 0);
+    assert_int_equal(wait_committed(f, 0, N + 1, 10000), N + 1);
+    got_clear(&res);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -527,6 +724,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(shutdown_is_bounded_without_a_broker, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(unknown_reply_to_topic_falls_back, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(revoke_stops_the_running_execution, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(lost_while_paused_then_reassigned, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(lost_while_busy_then_reassigned, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(lost_while_idle_then_reassigned, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(guard_moves_a_stalled_partition, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,6 +92,10 @@ static void test_report_fields(void **state)
     /* The periodic report carries the worker's load (codefleet top). */
     cf_worker_load load = {.at_ms = 1700000001000, .busy = 3, .held = 7, .paused = true, .received = 12,
                            .answered = 10, .rejected = 2, .dead_lettered = 1, .retries = 5};
+    const char *stalled[] = {"req[1]", "req[4]"};
+    load.stalled = stalled;
+    load.n_stalled = 2;
+    load.stalls = 3;
     info.load = &load;
     s = cf_worker_report_json(&info);
     o = json_loads(s, JSON_REJECT_DUPLICATES, &je);
@@ -105,6 +109,11 @@ static void test_report_fields(void **state)
     assert_int_equal(json_integer_value(json_object_get(l, "answered")), 10);
     assert_int_equal(json_integer_value(json_object_get(l, "dead_lettered")), 1);
     assert_int_equal(json_integer_value(json_object_get(l, "retries")), 5);
+    /* The partition guard's picture (issue 28). */
+    json_t *st = json_object_get(l, "stalled");
+    assert_int_equal(json_array_size(st), 2);
+    assert_string_equal(json_string_value(json_array_get(st, 1)), "req[4]");
+    assert_int_equal(json_integer_value(json_object_get(l, "stalls")), 3);
     json_decref(o);
     free(s);
     cf_backend_set_destroy(set);
