@@ -114,6 +114,8 @@ struct child_args {
     int in_r, out_w, err_w, rep_w, bar_r, bar_w;
     bool barrier;  /* wait for the parent's go before anything else */
     bool prepared; /* cf_run_prepare: stop before the request's part, read it from bar_r */
+    pid_t parent_pid;  /* the worker's getpid() */
+    int parent_pidfd;  /* a pidfd of the worker, for a child in a new pid namespace (-1: none) */
 };
 
 /* The request's part of a run: from the spec (cf_run) or, for a prepared
@@ -149,6 +151,9 @@ struct run_go_hdr {
 };
 /* Where a prepared child keeps the go pipe (close-on-exec). */
 #define RUN_GO_FD 6
+/* The worker's pidfd in a child in a new pid namespace: its init watches it
+ * (cf_child_init_wait).  Close-on-exec: no program gets it. */
+#define RUN_LIFELINE_FD 7
 
 /* ---- child side: async-signal-safe calls only from here to execve ---- */
 
@@ -208,16 +213,30 @@ static int scrub_worker_image(const struct cmdline_area *cmd)
     return 0;
 }
 
-static __attribute__((noreturn)) void init_main(pid_t program, int rep, const sigset_t *all)
+/* Closes first..last (async-signal-safe; without close_range, the usual
+ * descriptor numbers). */
+static void close_range_or_loop(unsigned first, unsigned last)
 {
-    /* Only the report pipe (fd 3) stays: a copy of a stdio pipe end here
-     * would keep the program's stdin or output from ever reaching EOF. */
+    if (syscall(SYS_close_range, first, last, 0u) < 0)
+        for (unsigned fd = first; fd <= last && fd < 65536; fd++)
+            close((int)fd);
+}
+
+static __attribute__((noreturn)) void init_main(pid_t program, int rep, const sigset_t *all, int lifeline)
+{
+    /* Only the report pipe (fd 3) and the worker's pidfd stay: a copy of a
+     * stdio pipe end here would keep the program's stdin or output from
+     * ever reaching EOF. */
     for (int fd = 0; fd < 3; fd++)
         close(fd);
-    if (syscall(SYS_close_range, 4u, ~0u, 0u) < 0)
-        for (int fd = 4; fd < 65536; fd++)
-            close(fd);
-    int status = cf_child_init_wait(program, all);
+    unsigned keep = lifeline >= 0 ? (unsigned)lifeline : ~0u;
+    close_range_or_loop(4u, lifeline >= 0 ? keep - 1 : ~0u);
+    if (lifeline >= 0)
+        close_range_or_loop(keep + 1, ~0u);
+    /* The worker's death kills this init (its death signal, checked when
+     * set); the lifeline covers the last microseconds of a worker whose
+     * exit was under way as that check ran. */
+    int status = cf_child_init_wait(program, all, lifeline, CF_LIFELINE_PIDFD);
     (void)kill(-1, SIGKILL); /* in a pid namespace: everyone but init */
     /* init's own rusage would be the worker's copy-on-write image: the
      * program's peak is that of init's children. */
@@ -233,6 +252,7 @@ struct program_args {
     const struct run_go *go;
     int rep;
     struct rlimit nofile;
+    int lifeline; /* RUN_LIFELINE_FD or -1 */
 };
 
 #define INIT_CHILD_STACK_BYTES (64 * 1024)
@@ -391,13 +411,15 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     /* Move our pipe ends above the fixed slots first so dup2 onto them
      * cannot clobber one another (the worker's stdio might have been
      * closed). */
-    int src[7] = {a->in_r, a->out_w, a->err_w, a->rep_w, spec->pass_fd, spec->exec_fd, a->prepared ? a->bar_r : -1};
-    int hi[7];
-    for (int i = 0; i < 7; i++) {
+    int src[8] = {a->in_r,         a->out_w,       a->err_w,
+                  a->rep_w,        spec->pass_fd,  spec->exec_fd,
+                  a->prepared ? a->bar_r : -1, a->parent_pidfd};
+    int hi[8];
+    for (int i = 0; i < 8; i++) {
         hi[i] = -1;
-        if ((i >= 4 && i < 6 && src[i] <= 2) || (i == 6 && src[i] < 0))
+        if ((i >= 4 && i < 6 && src[i] <= 2) || (i >= 6 && src[i] < 0))
             continue; /* not given */
-        hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, RUN_GO_FD + 1);
+        hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, RUN_LIFELINE_FD + 1);
         if (hi[i] < 0)
             child_fail(rep, errno, "dup stdio");
     }
@@ -414,6 +436,12 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
         child_fail(rep, errno, "dup program fd");
     if (hi[6] >= 0 && dup3(hi[6], RUN_GO_FD, O_CLOEXEC) < 0)
         child_fail(rep, errno, "dup go pipe");
+    int lifeline = -1;
+    if (hi[7] >= 0) {
+        if (dup3(hi[7], RUN_LIFELINE_FD, O_CLOEXEC) < 0)
+            child_fail(rep, errno, "dup the worker's pidfd");
+        lifeline = RUN_LIFELINE_FD;
+    }
 
     /* With set_ids the limits come first, as they always did: the kernel
      * checks RLIMIT_NPROC at the uid change (a uid already over it cannot
@@ -452,6 +480,11 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
      * exec keeps it. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
         child_fail(rep, errno, "prctl(PR_SET_PDEATHSIG)");
+    /* A worker that died before that (between the clone and here: the
+     * sandbox's mounts take milliseconds) never sends it: nobody would
+     * stop this execution, and the request's next worker runs it again. */
+    if (cf_child_parent_gone(a->parent_pid, lifeline))
+        _exit(127);
 
     if (spec->init && scrub_worker_image(&a->cmdline) < 0)
         child_fail(rep, errno, "init: scrubbing the worker's command line");
@@ -463,8 +496,8 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
         if (syscall(SYS_close_range, CF_RUN_PASS_FD, RUN_GO_FD - 1, 0u) < 0) /* never given to it */
             for (int fd = CF_RUN_PASS_FD; fd < RUN_GO_FD; fd++)
                 close(fd);
-        if (syscall(SYS_close_range, RUN_GO_FD + 1, ~0u, 0u) < 0)
-            for (int fd = RUN_GO_FD + 1; fd < 65536; fd++)
+        if (syscall(SYS_close_range, RUN_LIFELINE_FD + 1, ~0u, 0u) < 0)
+            for (int fd = RUN_LIFELINE_FD + 1; fd < 65536; fd++)
                 close(fd);
         report(rep, REPORT_READY, 0, 0, 0, "ready");
         go_receive(RUN_GO_FD, rep, &go);
@@ -483,7 +516,7 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
             child_fail(rep, errno, msg);
     }
 
-    struct program_args pa = {spec, &go, rep, nofile};
+    struct program_args pa = {spec, &go, rep, nofile, lifeline};
     if (spec->init) {
         /* The program borrows init's memory until it execs (as on the
          * runner's vfork path): init is a copy of the large worker, and a
@@ -511,7 +544,7 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
         }
         sigset_t all;
         sigfillset(&all);
-        init_main(p, rep, &all);
+        init_main(p, rep, &all, lifeline);
     }
     exec_program(&pa);
 }
@@ -840,13 +873,26 @@ static int child_start(const cf_run_spec *spec, bool prepared, struct cf_run_pre
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &before);
     struct child_args ca = {.spec = spec, .in_r = in_p[0], .out_w = out_p[1], .err_w = err_p[1], .rep_w = rep_p[1],
-                            .bar_r = bar_p[0], .bar_w = bar_p[1], .barrier = true, .prepared = prepared};
+                            .bar_r = bar_p[0], .bar_w = bar_p[1], .barrier = true, .prepared = prepared,
+                            .parent_pid = getpid(), .parent_pidfd = -1};
+    /* A child in a new pid namespace sees its parent as pid 0: it checks
+     * the worker's liveness through a pidfd of the worker instead. */
+    if (spec->clone_flags & CLONE_NEWPID) {
+        ca.parent_pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+        if (ca.parent_pidfd < 0) {
+            cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: pidfd_open of the worker");
+            pthread_sigmask(SIG_SETMASK, &before, NULL);
+            goto done;
+        }
+    }
     if (spec->init) {
         pthread_once(&cmdline_once, cmdline_area_read);
         ca.cmdline = cmdline_area;
     }
     c->pid = spawn(&ca, &c->pidfd);
     int spawn_errno = errno;
+    if (ca.parent_pidfd >= 0)
+        close(ca.parent_pidfd); /* the child has its copy */
     pthread_sigmask(SIG_SETMASK, &before, NULL);
     close_fd(pass_fd); /* the child has its copy (or there is no child) */
     if (c->pid < 0) {

@@ -81,6 +81,12 @@ int main(int argc, char **argv)
     bool have_report = fcntl(REPORT_FD, F_GETFD) >= 0;
     if (have_report)
         (void)fcntl(REPORT_FD, F_SETFD, FD_CLOEXEC);
+    /* The death signal above is the runtime's, set after the runtime had
+     * started us: a worker (and so a runtime) gone by then sends nothing.
+     * The report pipe's reader is the worker: without one, nobody
+     * supervises this execution and its request runs again elsewhere. */
+    if (have_report && cf_child_lifeline_cut(REPORT_FD, CF_LIFELINE_PIPE_WRITER))
+        return 125;
     (void)close(3);
     if (syscall(SYS_close_range, (unsigned)REPORT_FD + 1, ~0u, 0u) < 0)
         for (int fd = REPORT_FD + 1; fd < 4096; fd++)
@@ -120,7 +126,9 @@ int main(int argc, char **argv)
         (void)!write(2, m, sizeof(m) - 1);
         _exit(e == ENOENT ? 127 : 126);
     }
-    int status = cf_child_init_wait(program, &all);
+    /* And while it runs: a worker gone ends it within 100 ms, whatever
+     * slipped between the check above and the runtime's death. */
+    int status = cf_child_init_wait(program, &all, have_report ? REPORT_FD : -1, CF_LIFELINE_PIPE_WRITER);
     (void)kill(-1, SIGKILL); /* everyone else of the namespace */
     if (have_report) {
         if (WIFEXITED(status))

@@ -709,7 +709,9 @@ static __attribute__((noreturn)) void init_main(const int fds[CF_ZY_RUN_FDS], co
      * holds its output pipes. */
     for (int fd = 0; fd < 3; fd++)
         close(fd);
-    int status = cf_child_init_wait(program, &all);
+    /* No lifeline: the zygote is pid 1 of its sandbox, so its death (it
+     * dies with the worker) takes this nested namespace with it. */
+    int status = cf_child_init_wait(program, &all, -1, CF_LIFELINE_PIDFD);
     (void)kill(-1, SIGKILL); /* the rest of the namespace */
     struct rusage ru;
     memset(&ru, 0, sizeof(ru));

@@ -6,7 +6,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
+#include <sched.h>
+#include <time.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -893,6 +897,134 @@ static void test_prepared_failures(void **state)
     cf_run_outcome_free(&o);
 }
 
+/* ---- nothing outlives its worker, without a race (issue 28) ---- */
+
+/* Processes whose environment holds token (the programs of one round). */
+static int count_with_token(const char *token, bool kill_them)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return -1;
+    int n = 0;
+    size_t tl = strlen(token);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%ld/environ", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        char buf[8192];
+        ssize_t r = read(fd, buf, sizeof(buf));
+        close(fd);
+        for (ssize_t i = 0; r > 0 && i + (ssize_t)tl <= r; i++)
+            if (memcmp(buf + i, token, tl) == 0) {
+                if (!pid_dead((pid_t)pid)) {
+                    n++;
+                    if (kill_them)
+                        kill((pid_t)pid, SIGKILL);
+                }
+                break;
+            }
+    }
+    closedir(d);
+    return n;
+}
+
+/* The slow part of a sandbox's child setup (mounts: milliseconds), before
+ * the death signal can be set: the window a worker's death could fall in. */
+static int slow_setup(void *arg, const char **msg)
+{
+    (void)arg;
+    (void)msg;
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    return 0;
+}
+
+/* A worker stand-in: spawns programs in a loop, each stopped after 20 ms,
+ * until it is killed. */
+static __attribute__((noreturn)) void spawning_worker(const char *token, bool pidns)
+{
+    char env_token[128];
+    snprintf(env_token, sizeof(env_token), "%s=1", token);
+    char *envp[] = {"PATH=/usr/bin:/bin", env_token, NULL};
+    char *argv[] = {"sleep", "30", NULL};
+    for (;;) {
+        cf_run_spec s;
+        memset(&s, 0, sizeof(s));
+        s.path = "/bin/sleep";
+        s.argv = argv;
+        s.envp = envp;
+        s.max_stdout = s.max_stderr = 4096;
+        s.timeout_us = 20 * 1000;
+        if (pidns) {
+            s.clone_flags = CLONE_NEWPID | CLONE_NEWNS;
+            s.init = true;
+            s.child_setup = slow_setup;
+        }
+        cf_run_outcome o;
+        cf_error err;
+        if (cf_run(&s, &o, &err) == 0)
+            cf_run_outcome_free(&o);
+    }
+}
+
+/* Kills a spawning worker at random points, many times: afterwards no
+ * program of it may be left running (the death signal set after the
+ * worker died is never sent: the child must notice for itself).  Before
+ * the fix, the pid-namespace variant left a program behind in about one
+ * round in ten. */
+static void kill_around_spawns(bool pidns)
+{
+    unsigned seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+    print_message("seed %u\n", seed);
+    int rounds = 150, orphans = 0;
+    for (int i = 0; i < rounds; i++) {
+        char token[64];
+        snprintf(token, sizeof(token), "CF_ORPHAN_%d_%d", (int)getpid(), i);
+        pid_t w = fork();
+        assert_true(w >= 0);
+        if (w == 0)
+            spawning_worker(token, pidns);
+        /* A random point: the first spawn, or any later one. */
+        struct timespec ts = {0, (long)(rand_r(&seed) % 30000) * 1000L};
+        nanosleep(&ts, NULL);
+        kill(w, SIGKILL);
+        while (waitpid(w, NULL, 0) < 0 && errno == EINTR)
+            ;
+        /* Its programs die with it at once; wait for that, bounded. */
+        int left = -1;
+        for (int t = 0; t < 300 && (left = count_with_token(token, false)) > 0; t++)
+            usleep(10 * 1000);
+        if (left > 0) {
+            orphans++;
+            print_message("round %d: %d program(s) outlived their worker\n", i, left);
+            count_with_token(token, true);
+        }
+    }
+    assert_int_equal(orphans, 0);
+}
+
+static void test_nothing_outlives_a_killed_spawner(void **state)
+{
+    (void)state;
+    kill_around_spawns(false);
+}
+
+static void test_nothing_outlives_a_killed_spawner_pidns(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        skip();
+    }
+    kill_around_spawns(true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -918,6 +1050,8 @@ int main(void)
         cmocka_unit_test(test_pass_fd_and_exec_fd),
         cmocka_unit_test(test_prepared_runs_the_request),
         cmocka_unit_test(test_prepared_failures),
+        cmocka_unit_test(test_nothing_outlives_a_killed_spawner),
+        cmocka_unit_test(test_nothing_outlives_a_killed_spawner_pidns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -86,10 +86,11 @@ static int count_cgroups(const fixture *f)
 
 static int g_prepared_seen;
 
-/* A waiting warm sandbox holds its stdio pipes (0-2), its report pipe (3)
- * and its go pipe (6), nothing of the worker: a worker descriptor kept
- * there (another slot's work directory, an output pipe) would pin what
- * an execution left or delay another's end. */
+/* A waiting warm sandbox holds its stdio pipes (0-2), its report pipe (3),
+ * its go pipe (6) and a pidfd of the worker (7: it dies with the worker),
+ * nothing else of the worker's: a worker descriptor kept there (another
+ * slot's work directory, an output pipe) would pin what an execution left
+ * or delay another's end. */
 static void assert_prepared_fds_own(long pid)
 {
     /* The sandbox takes its name just before it closes what it inherited
@@ -108,6 +109,15 @@ static void assert_prepared_fds_own(long pid)
             if (de->d_name[0] == '.')
                 continue;
             long fd = strtol(de->d_name, NULL, 10);
+            if (fd == 7) {
+                char lp[96], target[64] = "";
+                snprintf(lp, sizeof(lp), "/proc/%ld/fd/7", pid);
+                ssize_t tl = readlink(lp, target, sizeof(target) - 1);
+                if (tl > 0)
+                    target[tl] = '\0';
+                if (strcmp(target, "anon_inode:[pidfd]") == 0)
+                    continue;
+            }
             if (fd > 3 && fd != 6)
                 extra = fd;
         }
