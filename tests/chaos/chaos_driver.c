@@ -9,11 +9,21 @@
  *   - no id ran twice, unless its first run's worker was killed or stopped
  *     the run itself (run.sh lists both);
  *   - every workspace write a result acknowledged is in the workspace, and
- *     every checkpoint a result names exists.
- * Prints the figures and exits 1 on any violation.
+ *     every checkpoint a result names exists;
+ *   - every request is answered within the bound the run states (the broker
+ *     outage, the session timeout, the slowest request: see bound_s).
+ * Prints the figures (lost requests by partition and owner, the slowest
+ * answers) and exits 1 on any violation.
  *
- * Programs log each start to a host file ("<id> <worker pid>"): the chaos
- * workers run the process backend, which shares the host's file system. */
+ * Programs log each start to a host file ("<id> <work directory>"): the
+ * chaos workers run the process backend, which shares the host's file
+ * system, and each worker's work-root is named after its pid (run.sh), so
+ * every run is attributed to the worker that started it without trusting
+ * the program's parent pid.
+ *
+ * Signals from run.sh: SIGUSR1 submits the burst (--burst slow requests at
+ * once: every worker's intake fills and its partitions pause), SIGUSR2
+ * records how many requests were unanswered as the broker went down. */
 #include <errno.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -56,18 +66,26 @@ typedef struct req_state {
     int runs;
     long first_run_pid;
     bool stopped; /* a worker stopped a run of it (revoke, shutdown) */
+    int burst_sleep_ds; /* burst requests: tenths of a second they sleep (0: not one) */
 } req_state;
 
 static struct {
-    const char *brokers, *config, *redis, *requests, *results, *runs_file, *killed_file, *logs_dir, *tag;
-    int n, rate, groups, timeout_s;
-} opt = {.n = 2000, .rate = 40, .groups = 20, .timeout_s = 600, .tag = "chaos"};
+    const char *brokers, *config, *redis, *requests, *results, *runs_file, *killed_file, *logs_dir, *tag, *group,
+        *outage_file;
+    int n, rate, groups, timeout_s, burst;
+    /* The bound on time to answer, in parts (seconds): see bound_s. */
+    double session_s, rebalance_s, lease_s, stall_s, slowest_s, margin_s;
+} opt = {.n = 2000, .rate = 40, .groups = 20, .timeout_s = 600, .tag = "chaos", .session_s = 6, .rebalance_s = 2,
+         .lease_s = 3, .stall_s = 5, .slowest_s = 2, .margin_s = 20};
 
 static req_state *reqs;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int answered;
 static atomic_long total_results;
 static volatile sig_atomic_t stop_reader;
+static volatile sig_atomic_t burst_wanted, broker_down_seen;
+static atomic_int unanswered_at_outage = -1;
+static int total; /* opt.n + opt.burst */
 static cf_kvlist kafka_props;
 static char redis_user[256], redis_password[1024];
 
@@ -120,7 +138,7 @@ static req_state *find(const char *id)
     if (!dash)
         return NULL;
     long i = strtol(dash + 1, NULL, 10);
-    if (i < 0 || i >= opt.n || strcmp(reqs[i].id, id) != 0)
+    if (i < 0 || i >= total || strcmp(reqs[i].id, id) != 0)
         return NULL;
     return &reqs[i];
 }
@@ -168,14 +186,18 @@ static void build(cf_request *req, req_state *r)
     req->id = strdup(r->id);
     req->language = CF_LANG_SHELL;
     char code[1024], log[512];
-    snprintf(log, sizeof(log), "echo \"%s $PPID\" >> %s", r->id, opt.runs_file);
+    snprintf(log, sizeof(log), "echo \"%s $PWD\" >> %s", r->id, opt.runs_file);
     char name[64];
     switch (r->k) {
     case K_TRIVIAL:
         snprintf(code, sizeof(code), "%s; echo ok", log);
         break;
     case K_SLOW:
-        snprintf(code, sizeof(code), "%s; sleep 0.%d; echo ok", log, 3 + rand() % 7);
+        if (r->burst_sleep_ds)
+            snprintf(code, sizeof(code), "%s; sleep %d.%d; echo ok", log, r->burst_sleep_ds / 10,
+                     r->burst_sleep_ds % 10);
+        else
+            snprintf(code, sizeof(code), "%s; sleep 0.%d; echo ok", log, 3 + rand() % 7);
         break;
     case K_WORKSPACE:
         snprintf(code, sizeof(code), "%s; echo %s > %s.txt", log, r->id, r->id);
@@ -229,6 +251,140 @@ static cf_redis *redis_open(void)
     return r;
 }
 
+static void on_usr1(int sig)
+{
+    (void)sig;
+    burst_wanted = 1;
+}
+
+static void on_usr2(int sig)
+{
+    (void)sig;
+    broker_down_seen = 1;
+}
+
+/* The worker pid in a run's work directory: run.sh gives each worker the
+ * work-root <dir>/root-<pid>; -1 when the path has none. */
+static long pid_of_workdir(const char *path)
+{
+    const char *p = strstr(path, "/root-");
+    if (!p)
+        return -1;
+    char *end;
+    long pid = strtol(p + 6, &end, 10);
+    return end != p + 6 && (*end == '/' || *end == '\0') && pid > 0 ? pid : -1;
+}
+
+/* The key the dispatcher produced a request with (cf_dispatcher_submit). */
+static void key_of(const req_state *q, char *buf, size_t cap)
+{
+    if (q->k == K_WORKSPACE)
+        snprintf(buf, cap, "%s-ws-%d", opt.tag, q->group);
+    else if (q->k == K_CHECKPOINT)
+        snprintf(buf, cap, "%s-th-%d", opt.tag, q->group);
+    else
+        snprintf(buf, cap, "%s", q->id);
+}
+
+/* The group's members now: for each partition of the request topic, the
+ * client id of its owner ("" = none).  owners[p] must hold 256 bytes. */
+static void describe_owners(int32_t nparts, char (*owners)[256])
+{
+    for (int32_t p = 0; p < nparts; p++)
+        owners[p][0] = '\0';
+    if (!opt.group)
+        return;
+    cf_error err;
+    rd_kafka_t *rk = cf_kafka_consumer_new(opt.brokers, "chaos-describe", &kafka_props, "codefleet-chaos", "admin",
+                                           &err);
+    if (!rk)
+        return;
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_AdminOptions_t *o = rd_kafka_AdminOptions_new(rk, RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS);
+    rd_kafka_AdminOptions_set_request_timeout(o, 10000, NULL, 0);
+    const char *groups[] = {opt.group};
+    rd_kafka_DescribeConsumerGroups(rk, groups, 1, o, q);
+    rd_kafka_AdminOptions_destroy(o);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 15000);
+    if (ev && !rd_kafka_event_error(ev)) {
+        size_t n = 0;
+        const rd_kafka_ConsumerGroupDescription_t **ds =
+            rd_kafka_DescribeConsumerGroups_result_groups(rd_kafka_event_DescribeConsumerGroups_result(ev), &n);
+        for (size_t m = 0; n == 1 && m < rd_kafka_ConsumerGroupDescription_member_count(ds[0]); m++) {
+            const rd_kafka_MemberDescription_t *md = rd_kafka_ConsumerGroupDescription_member(ds[0], m);
+            const rd_kafka_topic_partition_list_t *l =
+                rd_kafka_MemberAssignment_partitions(rd_kafka_MemberDescription_assignment(md));
+            for (int i = 0; l && i < l->cnt; i++)
+                if (strcmp(l->elems[i].topic, opt.requests) == 0 && l->elems[i].partition >= 0 &&
+                    l->elems[i].partition < nparts)
+                    cf_strlcpy(owners[l->elems[i].partition], rd_kafka_MemberDescription_client_id(md), 256);
+        }
+    }
+    if (ev)
+        rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    cf_kafka_consumer_close(rk);
+}
+
+/* The bound on a request's time to answer, and how it is made: a request
+ * may wait out the broker's outage (measured by run.sh), then a session
+ * timeout and the rebalance after it twice (its partition's worker killed,
+ * and the next owner killed too: kills come every 3-8 s), the idempotency
+ * lease of a run its killed worker left, the partition guard's period,
+ * and its own run; the margin is for a machine kept busy by another
+ * process. */
+static double bound_s(double outage_s, char *why, size_t cap)
+{
+    double b = outage_s + 2 * (opt.session_s + opt.rebalance_s) + opt.lease_s + opt.stall_s + opt.slowest_s +
+               opt.margin_s;
+    snprintf(why, cap,
+             "broker outage %.1f + 2 x (session timeout %.0f + rebalance-wait %.0f) + idempotency lease %.0f + "
+             "partition-stall %.0f + slowest request %.1f + margin %.0f",
+             outage_s, opt.session_s, opt.rebalance_s, opt.lease_s, opt.stall_s, opt.slowest_s, opt.margin_s);
+    return b;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void submit_one(cf_dispatcher *d, req_state *q)
+{
+    cf_request req;
+    cf_error err;
+    build(&req, q);
+    q->submitted_us = cf_mono_us();
+    /* The broker may be down: the producer buffers and retries. */
+    while (cf_dispatcher_submit(d, &req, &err) < 0) {
+        fprintf(stderr, "chaos_driver: submit %s: %s (retrying)\n", q->id, err.msg);
+        sleep(1);
+    }
+    cf_request_clear(&req);
+}
+
+static void serve_signals(cf_dispatcher *d, bool *burst_done)
+{
+    if (burst_wanted && !*burst_done) {
+        *burst_done = true;
+        for (int i = opt.n; i < total; i++)
+            submit_one(d, &reqs[i]);
+        cf_error err;
+        while (cf_dispatcher_flush(d, 10 * 1000000LL, &err) < 0)
+            fprintf(stderr, "chaos_driver: flush: %s (retrying)\n", err.msg);
+        fprintf(stderr, "chaos_driver: burst of %d slow requests submitted\n", opt.burst);
+    }
+    if (broker_down_seen && atomic_load(&unanswered_at_outage) < 0) {
+        int submitted = 0;
+        pthread_mutex_lock(&mu);
+        for (int i = 0; i < total; i++)
+            submitted += reqs[i].submitted_us != 0;
+        pthread_mutex_unlock(&mu);
+        atomic_store(&unanswered_at_outage, submitted - atomic_load(&answered));
+    }
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -246,20 +402,40 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--rate")) opt.rate = atoi(v);
         else if (!strcmp(k, "--groups")) opt.groups = atoi(v);
         else if (!strcmp(k, "--timeout")) opt.timeout_s = atoi(v);
+        else if (!strcmp(k, "--group")) opt.group = v;
+        else if (!strcmp(k, "--burst")) opt.burst = atoi(v);
+        else if (!strcmp(k, "--outage-file")) opt.outage_file = v;
+        else if (!strcmp(k, "--session-s")) opt.session_s = atof(v);
+        else if (!strcmp(k, "--rebalance-s")) opt.rebalance_s = atof(v);
+        else if (!strcmp(k, "--lease-s")) opt.lease_s = atof(v);
+        else if (!strcmp(k, "--stall-s")) opt.stall_s = atof(v);
+        else if (!strcmp(k, "--margin-s")) opt.margin_s = atof(v);
         else die("unknown option %s", k);
     }
+    if (opt.burst < 0 || opt.burst > 5000 || opt.n + opt.burst > MAX_REQ)
+        die("--burst: 0 to 5000, with --n at most %d in all", MAX_REQ);
     if (!opt.brokers || !opt.redis || !opt.requests || !opt.results || !opt.runs_file || opt.n <= 0 ||
         opt.n > MAX_REQ || opt.rate <= 0 || opt.groups <= 0)
         die("usage: --brokers B --redis H:P --requests T --results T --runs-file F [--config F] [--n N] ...");
     if (opt.config)
         read_config(opt.config);
     srand(42);
-    reqs = calloc((size_t)opt.n, sizeof(*reqs));
-    for (int i = 0; i < opt.n; i++) {
+    total = opt.n + opt.burst;
+    reqs = calloc((size_t)total, sizeof(*reqs));
+    for (int i = 0; i < total; i++) {
         snprintf(reqs[i].id, sizeof(reqs[i].id), "%s-%d", opt.tag, i);
         reqs[i].k = (kind)(i % K__COUNT);
         reqs[i].group = (i / K__COUNT) % opt.groups;
+        if (i >= opt.n) {
+            /* The burst: slow, each keyed by its own id (any partition). */
+            reqs[i].k = K_SLOW;
+            reqs[i].burst_sleep_ds = 10 + rand() % 10;
+        }
     }
+    if (opt.burst)
+        opt.slowest_s = 2;
+    signal(SIGUSR1, on_usr1);
+    signal(SIGUSR2, on_usr2);
 
     /* Workspaces must exist before requests name them. */
     cf_redis *r = redis_open();
@@ -291,20 +467,14 @@ int main(int argc, char **argv)
     if (cf_dispatcher_new(&dc, &d, &err) < 0)
         die("dispatcher: %s", err.msg);
     int64_t t0 = cf_mono_us();
+    bool burst_done = opt.burst == 0;
     for (int i = 0; i < opt.n; i++) {
         int64_t due = t0 + (int64_t)i * 1000000 / opt.rate;
         int64_t now = cf_mono_us();
         if (due > now)
             usleep((useconds_t)(due - now));
-        cf_request req;
-        build(&req, &reqs[i]);
-        reqs[i].submitted_us = cf_mono_us();
-        /* The broker may be down: the producer buffers and retries. */
-        while (cf_dispatcher_submit(d, &req, &err) < 0) {
-            fprintf(stderr, "chaos_driver: submit %s: %s (retrying)\n", reqs[i].id, err.msg);
-            sleep(1);
-        }
-        cf_request_clear(&req);
+        serve_signals(d, &burst_done);
+        submit_one(d, &reqs[i]);
         if (i % 200 == 199)
             fprintf(stderr, "chaos_driver: %d submitted, %d answered\n", i + 1, atomic_load(&answered));
     }
@@ -312,8 +482,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "chaos_driver: flush: %s (retrying)\n", err.msg);
     fprintf(stderr, "chaos_driver: all %d submitted in %.1f s\n", opt.n, (cf_mono_us() - t0) / 1e6);
     int64_t deadline = cf_mono_us() + (int64_t)opt.timeout_s * 1000000;
-    while (atomic_load(&answered) < opt.n && cf_mono_us() < deadline)
-        usleep(200 * 1000);
+    /* A burst asked for late (run.sh's choreography waits for a worker's
+     * assignment) is still submitted; its requests are then waited for. */
+    while ((atomic_load(&answered) < total || !burst_done) && cf_mono_us() < deadline) {
+        serve_signals(d, &burst_done);
+        usleep(100 * 1000);
+    }
     sleep(3); /* late duplicates */
     stop_reader = 1;
     pthread_join(reader, NULL);
@@ -325,10 +499,10 @@ int main(int argc, char **argv)
     FILE *f = fopen(opt.runs_file, "r");
     char line[256];
     while (f && fgets(line, sizeof(line), f)) {
-        char id[128];
-        long pid = 0;
-        if (sscanf(line, "%127s %ld", id, &pid) != 2)
+        char id[128], wd[1024];
+        if (sscanf(line, "%127s %1023s", id, wd) != 2)
             continue;
+        long pid = pid_of_workdir(wd);
         req_state *q = find(id);
         if (!q)
             continue;
@@ -365,18 +539,41 @@ int main(int argc, char **argv)
     if (dd)
         closedir(dd);
 
+    /* Where lost requests sit: their partition (from the key, as the
+     * producer chose it) and its owner now. */
+    int32_t nparts = 0;
+    {
+        rd_kafka_resp_err_t kerr;
+        rd_kafka_t *rk = cf_kafka_consumer_new(opt.brokers, "chaos-meta", &kafka_props, "codefleet-chaos", "consumer",
+                                               &err);
+        if (!rk || cf_kafka_topic_partitions(rk, opt.requests, false, &nparts, &kerr, &err) < 0)
+            nparts = 0;
+        cf_kafka_consumer_close(rk);
+    }
+    if (nparts > 256)
+        nparts = 256;
+    int lost_by_part[256] = {0};
     int lost = 0, mismatched = 0, dup_runs = 0, dup_explained = 0, dup_unexplained = 0, replays = 0, never_ran = 0;
     int ws_missing = 0, cp_missing = 0, ws_checked = 0, cp_checked = 0;
     int64_t max_answer = 0;
+    int64_t *times = calloc((size_t)total, sizeof(*times));
+    int ntimes = 0;
     int by_status[16] = {0};
-    for (int i = 0; i < opt.n; i++) {
+    for (int i = 0; i < total; i++) {
         req_state *q = &reqs[i];
         if (!q->nresults) {
             lost++;
+            char key[128];
+            key_of(q, key, sizeof(key));
+            int32_t part = nparts > 0 ? cf_kafka_partition_for_key(key, nparts) : -1;
+            if (part >= 0 && part < nparts)
+                lost_by_part[part]++;
             if (lost <= 10)
-                fprintf(stderr, "LOST: %s (%s)\n", q->id, kind_names[q->k]);
+                fprintf(stderr, "LOST: %s (%s, partition %d)\n", q->id, kind_names[q->k], (int)part);
             continue;
         }
+        if (times)
+            times[ntimes++] = q->answered_us - q->submitted_us;
         if ((int)q->status >= 0 && q->status < 16)
             by_status[q->status]++;
         if (q->answered_us - q->submitted_us > max_answer)
@@ -451,12 +648,13 @@ int main(int argc, char **argv)
     cf_workspace_store_destroy(ws);
     cf_redis_destroy(r);
 
-    printf("requests            %d (%d per kind: trivial, slow, workspace, checkpoint)\n", opt.n, opt.n / K__COUNT);
+    printf("requests            %d (%d per kind: trivial, slow, workspace, checkpoint; %d more in the burst)\n",
+           total, opt.n / K__COUNT, opt.burst);
     printf("elapsed             %.1f s\n", elapsed / 1e6);
-    printf("answered            %d\n", opt.n - lost);
+    printf("answered            %d\n", total - lost);
     printf("lost                %d\n", lost);
     printf("result messages     %ld (%ld more than ids: answers repeated after a kill)\n",
-           atomic_load(&total_results), atomic_load(&total_results) - (opt.n - lost));
+           atomic_load(&total_results), atomic_load(&total_results) - (total - lost));
     printf("statuses            success %d, failed %d, timeout %d, rejected %d, internal_error %d\n",
            by_status[CF_STATUS_SUCCESS], by_status[CF_STATUS_FAILED], by_status[CF_STATUS_TIMEOUT],
            by_status[CF_STATUS_REJECTED], by_status[CF_STATUS_INTERNAL_ERROR]);
@@ -468,7 +666,49 @@ int main(int argc, char **argv)
     printf("workspace writes    %d checked, %d lost\n", ws_checked, ws_missing);
     printf("checkpoints         %d checked, %d lost\n", cp_checked, cp_missing);
     printf("max time to answer  %.1f s\n", max_answer / 1e6);
-    bool ok = lost == 0 && mismatched == 0 && dup_unexplained == 0 && ws_missing == 0 && cp_missing == 0;
+    double p50 = 0, p99 = 0;
+    if (times && ntimes) {
+        qsort(times, (size_t)ntimes, sizeof(*times), cmp_i64);
+        p50 = times[(ntimes - 1) / 2] / 1e6;
+        p99 = times[(size_t)((ntimes - 1) * 0.99)] / 1e6;
+    }
+    printf("time to answer      p50 %.2f s, p99 %.1f s, max %.1f s\n", p50, p99, max_answer / 1e6);
+    /* The bound: with the outage run.sh measured (none: 0). */
+    double outage = 0;
+    FILE *of = opt.outage_file ? fopen(opt.outage_file, "r") : NULL;
+    if (of) {
+        if (fscanf(of, "%lf", &outage) != 1)
+            outage = 0;
+        fclose(of);
+    }
+    char why[512];
+    double bound = bound_s(outage, why, sizeof(why));
+    int over_bound = 0;
+    for (int i = 0; i < total; i++)
+        if (reqs[i].nresults && (reqs[i].answered_us - reqs[i].submitted_us) / 1e6 > bound) {
+            if (++over_bound <= 10)
+                fprintf(stderr, "OVER THE BOUND: %s answered after %.1f s\n", reqs[i].id,
+                        (reqs[i].answered_us - reqs[i].submitted_us) / 1e6);
+        }
+    printf("bound               %.1f s (%s): %d over\n", bound, why, over_bound);
+    if (opt.burst)
+        printf("burst               %d slow requests; %d unanswered as the broker went down\n", opt.burst,
+               atomic_load(&unanswered_at_outage));
+    if (lost) {
+        char (*owners)[256] = calloc(nparts > 0 ? (size_t)nparts : 1, sizeof(*owners));
+        if (owners)
+            describe_owners(nparts, owners);
+        printf("lost by partition  ");
+        for (int32_t p = 0; p < nparts; p++)
+            if (lost_by_part[p])
+                printf(" %s[%d]: %d (owner now: %s)", opt.requests, (int)p, lost_by_part[p],
+                       owners && owners[p][0] ? owners[p] : "none");
+        printf("\n");
+        free(owners);
+    }
+    free(times);
+    bool ok = lost == 0 && mismatched == 0 && dup_unexplained == 0 && ws_missing == 0 && cp_missing == 0 &&
+              over_bound == 0;
     printf("verdict             %s\n", ok ? "PASS" : "FAIL");
     free(reqs);
     return ok ? 0 : 1;

@@ -7,10 +7,15 @@
 # file) serve a mix of requests from tests/chaos/chaos_driver: trivial, slow,
 # workspace-writing, checkpointing.  Meanwhile a random worker is SIGKILLed
 # every 3-8 s and restarted, the broker is stopped and restarted once, and
-# Redis is SIGKILLed and restarted once.  The driver then checks that every
-# id has a result, that no id ran twice except across a kill (with the same
-# status), and that no acknowledged workspace write or checkpoint is lost,
-# and prints the figures (docs/RELIABILITY.md).
+# Redis is SIGKILLed and restarted once.  The broker's restart is timed to
+# land on the shape that once stopped a worker for good (issue 28): a burst
+# of slow requests fills every worker's intake (its partitions pause), a
+# worker is killed and restarted, and the broker goes down as soon as the
+# restarted worker holds freshly assigned partitions.  The driver then
+# checks that every id has a result within the bound it states, that no id
+# ran twice except across a kill (attributed by the work directory, whose
+# root names the worker's pid), and that no acknowledged workspace write or
+# checkpoint is lost, and prints the figures (docs/RELIABILITY.md).
 #
 # Default: 2000 requests at 25/s.  --quick (the CI variant): 500 at 10/s,
 # about a minute and a half.  Needs the stack up (tests/run_all.sh starts one; by
@@ -37,7 +42,9 @@ done
 : "${CF_TEST_BROKERS:?the stack environment is not set: eval \"\$(deploy/stack.sh env)\"}"
 : "${CF_TEST_REDIS:?}" "${CF_TEST_CLIENT_CONFIG:?}"
 BUILD=${CF_BINARY_DIR:-$REPO/build}
-WORKER=$BUILD/worker/codefleet-worker
+# CF_CHAOS_WORKER: another worker binary (an older commit's, to show what
+# the suite finds there); the driver and the CLI stay this build's.
+WORKER=${CF_CHAOS_WORKER:-$BUILD/worker/codefleet-worker}
 CLI=$BUILD/dispatcher/codefleet
 DRIVER=$BUILD/tests/chaos_driver
 for b in "$WORKER" "$CLI" "$DRIVER"; do [[ -x $b ]] || cf_die "$b not found: build first"; done
@@ -53,16 +60,40 @@ req=$tag.requests res=$tag.results dlq=$tag.dlq group=$tag-workers
 "$CLI" --config "$CF_TEST_CLIENT_CONFIG" --brokers "$CF_TEST_BROKERS" topics create --partitions 6 \
     "$req" "$res" "$dlq" >/dev/null
 
+# The partition guard, quick to act here; a worker without it (an older
+# build) runs without.
+guard_args=()
+if "$WORKER" --help-config 2>/dev/null | grep -q 'partition-stall'; then guard_args=(--partition-stall 5s); fi
 pids=("" "" "")
+# Each worker's work-root is <dir>/root-<its pid>: a program's work
+# directory says which worker started it (its parent pid would not, for a
+# program that outlived its worker).  Small prefetch: a burst pauses intake.
 start_worker() { # index
     local i=$1
-    setsid "$WORKER" --config "$CF_TEST_CLIENT_CONFIG" --brokers "$CF_TEST_BROKERS" --group "$group" \
+    # shellcheck disable=SC2016 # expanded by the inner shell, whose $$ the worker keeps
+    setsid sh -c 'r="$0/root-$$"; mkdir -p "$r" && exec "$@" --work-root "$r"' "$dir" \
+        "$WORKER" --config "$CF_TEST_CLIENT_CONFIG" --brokers "$CF_TEST_BROKERS" --group "$group" \
         --worker-id "$tag-w$i" --request-topic "$req" --result-topic "$res" --dlq-topic "$dlq" \
         --redis "$CF_TEST_REDIS" --backends process --profile.default.backends=process \
-        --profile.default.network=enabled --slots 2 --idempotency-lease 3s --rebalance-wait 2s \
-        --kafka.session.timeout.ms=6000 --kafka.heartbeat.interval.ms=500 --log-level info \
+        --profile.default.network=enabled --slots 2 --prefetch 2 --idempotency-lease 3s --rebalance-wait 2s \
+        "${guard_args[@]}" --kafka.session.timeout.ms=6000 --kafka.heartbeat.interval.ms=500 --log-level info \
         >>"$dir/w$i.log" 2>&1 </dev/null &
     pids[i]=$!
+}
+# Waits (bounded) until file has more than n lines matching pattern.
+wait_lines() { # file pattern n seconds
+    local deadline=$((SECONDS + $4))
+    while (($(grep -c -- "$2" "$1" 2>/dev/null || true) <= $3)); do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
+}
+kill_worker() { # index
+    local i=$1
+    echo "${pids[i]}" >>"$dir/killed"
+    kill -KILL "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+    kills=$((kills + 1))
 }
 stop_all() {
     local p
@@ -75,6 +106,8 @@ for i in 0 1 2; do start_worker "$i"; done
 "$DRIVER" --brokers "$CF_TEST_BROKERS" --config "$CF_TEST_CLIENT_CONFIG" --redis "$CF_TEST_REDIS" \
     --requests "$req" --results "$res" --runs-file "$dir/runs" --killed-file "$dir/killed" \
     --logs-dir "$dir" --tag "$tag" --n "$requests" --rate "$rate" --timeout 420 \
+    --group "$group" --burst 30 --outage-file "$dir/outage" \
+    --session-s 6 --rebalance-s 2 --lease-s 3 --stall-s 5 \
     >"$dir/report" 2>"$dir/driver.log" &
 driver=$!
 
@@ -86,8 +119,26 @@ while kill -0 "$driver" 2>/dev/null; do
     kill -0 "$driver" 2>/dev/null || break
     t=$((SECONDS - start))
     if ((!broker_done && t >= broker_at)); then
-        cf_log "chaos: t=${t}s stopping and restarting the broker"
+        # The shape of issue 28: paused partitions (the burst fills every
+        # worker's intake) and freshly assigned ones (a worker restarted
+        # just now), then the broker goes away.
+        cf_log "chaos: t=${t}s burst of slow requests"
+        kill -USR1 "$driver"
+        wait_lines "$dir/driver.log" 'burst of' 0 60 || cf_log "chaos: the burst was not confirmed"
+        i=$((RANDOM % 3))
+        assigned=$(grep -c 'kafka: assigned [1-9]' "$dir/w$i.log" 2>/dev/null || true)
+        cf_log "chaos: t=$((SECONDS - start))s SIGKILL worker w$i (pid ${pids[i]}), restarting it"
+        kill_worker "$i"
+        start_worker "$i"
+        wait_lines "$dir/w$i.log" 'kafka: assigned [1-9]' "$assigned" 60 ||
+            cf_log "chaos: w$i was not assigned partitions within 60 s"
+        kill -USR2 "$driver"
+        cf_log "chaos: t=$((SECONDS - start))s w$i holds fresh partitions: stopping and restarting the broker"
+        t0=$(date +%s%N)
         "$STACK" restart kafka >>"$dir/stack.log" 2>&1
+        t1=$(date +%s%N)
+        awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", (b - a) / 1e9 }' >"$dir/outage"
+        cf_log "chaos: the broker was away $(cat "$dir/outage") s"
         broker_done=1
         continue
     fi
@@ -101,10 +152,7 @@ while kill -0 "$driver" 2>/dev/null; do
     ((t < submit_s)) || continue
     i=$((RANDOM % 3))
     cf_log "chaos: t=${t}s SIGKILL worker w$i (pid ${pids[i]})"
-    echo "${pids[i]}" >>"$dir/killed"
-    kill -KILL "${pids[i]}" 2>/dev/null || true
-    wait "${pids[i]}" 2>/dev/null || true
-    kills=$((kills + 1))
+    kill_worker "$i"
     start_worker "$i"
 done
 wait "$driver" || true
@@ -112,7 +160,7 @@ stop_all
 trap - EXIT
 cat "$dir/report"
 echo "worker kills         $kills"
-echo "broker restarts      $broker_done"
+echo "broker restarts      $broker_done (away $(cat "$dir/outage" 2>/dev/null || echo '?') s)"
 echo "redis kills          $redis_done"
 echo "logs                 $dir"
 grep -q '^verdict *PASS' "$dir/report"
