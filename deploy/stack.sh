@@ -776,6 +776,7 @@ cmd_env() {
         CODEFLEET_WORKER_CONFIG "$STATE/worker.conf" \
         CF_TEST_CLIENT_CONFIG "$SECRETS/admin.conf" \
         CF_TEST_SECRETS "$SECRETS" \
+        CF_TEST_KAFKA_PIDFILE "$STATE/kafka/kafka.pid" \
         CF_TEST_GROUP "$GROUP" \
         CODEFLEET_REQUEST_TOPIC "$TOPIC_REQUESTS" \
         CODEFLEET_RESULT_TOPIC "$TOPIC_RESULTS" \
