@@ -60,6 +60,32 @@ int cf_cli_cmd_checkpoint(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_events(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv);
+
+/* doctor and top: partitions that do not move (cf_cli_doctor.c). */
+/* The most stalled partitions taken from one report (the worker writes no
+ * more: worker_report.h). */
+#define CF_CLI_STALLED_MAX 16
+/* What a worker report (untrusted; may be NULL) says its partition guard
+ * finds stalled: a new array of at most CF_CLI_STALLED_MAX strings from
+ * load.stalled, non-strings and empty strings skipped, each cut to
+ * printable ASCII (cf_printable); NULL when the report has no such array
+ * (an older worker, or no report).  *stalls (may be NULL) gets load.stalls,
+ * -1 when absent or out of range. */
+json_t *cf_cli_report_stalled(const json_t *report, int64_t *stalls);
+/* True when a report's load says the worker can take more: busy < slots,
+ * paused and draining false.  False when unknown (NULL, fields missing or
+ * out of range). */
+bool cf_cli_report_has_room(const json_t *report);
+/* Lag that does not move, across samples.  sample (not changed): "topic[N]"
+ * -> {"committed": C, "lag": L, "member": client id, "owner": name shown
+ * (optional), "room": bool (optional: unknown)}.  watch (the caller's,
+ * an empty object before the first sample) keeps per partition since when
+ * its committed offset has stood under one member; a partition without lag,
+ * leaving the sample, or whose owner has no room starts again.  Returns a
+ * new array of {"partition", "owner", "lag", "committed", "for_s"} for the
+ * partitions that stood for at least min_ms with lag and whose owner has
+ * room now ("room": true); NULL only when out of memory. */
+json_t *cf_cli_lag_watch(json_t *watch, json_t *sample, int64_t now_ms, int64_t min_ms);
 /* codefleet mcp: a Model Context Protocol server on stdin/stdout. */
 int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv);
 /* Redis and the workspace store as the globals say (no I/O yet). */

@@ -6,9 +6,14 @@
  * topics (present, partitions, a result-size limit that fits what the
  * workers produce), the worker group (members, assigned partitions, lag),
  * what the live workers serve (from their reports on the workers topic,
- * worker/worker_report.h), Redis, and one trivial request's round trip.
+ * worker/worker_report.h), Redis, one trivial request's round trip, and
+ * the partitions: those the live workers' partition guards report stalled,
+ * and those whose lag did not move during doctor's own run under an owner
+ * with room (the group's committed offsets sampled at its start and end).
  * The exit code is 0 when nothing failed (warnings allowed), 1 otherwise;
- * --json prints the whole report as one object. */
+ * --json prints the whole report as one object.  `codefleet top` (below)
+ * reuses the gathering and watches the lag across its pictures. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -36,6 +41,18 @@
 #define DOCTOR_REPORT_MAX_BYTES (64 * 1024)
 #define DOCTOR_REPORT_SCHEMA 1
 #define DOCTOR_ROUNDTRIP_DEFAULT_US (15 * INT64_C(1000000))
+/* Counts in reports beyond this are not believed (a forged report must not
+ * wrap sums or freeze rates). */
+#define REPORT_COUNT_MAX (INT64_C(1) << 50)
+/* Doctor compares the committed offsets of its start and end only when at
+ * least this long passed: the workers commit every 500 ms, so a partition
+ * served in between moved. */
+#define DOCTOR_STILL_MIN_US (3 * INT64_C(1000000))
+/* top calls a lag not moving after max(this, 3 x --interval): as long as
+ * the workers' own partition guard waits by default (partition-stall). */
+#define TOP_STILL_MIN_MS INT64_C(10000)
+/* The most "not moving" partitions named in one line or check. */
+#define DOCTOR_STILL_SHOWN 16
 
 typedef struct doctor {
     const cf_cli_globals *g;
@@ -53,6 +70,11 @@ typedef struct doctor {
     int64_t lag;          /* -1: unknown */
     char lag_why[300];
     json_t *lag_parts;
+    json_t *committed;    /* "topic[N]" -> the group's committed offset (-1: none) */
+    /* Doctor's first sample of the lag: who holds what since when
+     * (cf_cli_lag_watch), taken at watch_at_us; NULL: none taken. */
+    json_t *watch;
+    int64_t watch_at_us;
     json_t *members;      /* live group members: [{client_id, host, partitions[], report?}] */
     /* The workers topic: the live members' latest reports, and the groups
      * any report names (for "wrong --worker-group" hints). */
@@ -209,8 +231,11 @@ static rd_kafka_topic_partition_list_t *group_committed(doctor *d, const rd_kafk
 }
 
 /* Total lag: high watermark minus the committed offset, or minus the low
- * watermark where nothing is committed yet (a new fleet's backlog). */
-static int64_t group_lag(doctor *d, const rd_kafka_topic_partition_list_t *committed, json_t *per_partition)
+ * watermark where nothing is committed yet (a new fleet's backlog).  Per
+ * partition "topic[N]": the lag into per_partition, the committed offset
+ * (-1: none) into committed_out (may be NULL). */
+static int64_t group_lag(doctor *d, const rd_kafka_topic_partition_list_t *committed, json_t *per_partition,
+                         json_t *committed_out)
 {
     int64_t total = 0;
     for (int i = 0; committed && i < committed->cnt; i++) {
@@ -230,8 +255,28 @@ static int64_t group_lag(doctor *d, const rd_kafka_topic_partition_list_t *commi
         char key[300];
         snprintf(key, sizeof(key), "%s[%" PRId32 "]", p->topic, p->partition);
         json_object_set_new(per_partition, key, json_integer(lag));
+        if (committed_out)
+            json_object_set_new(committed_out, key, json_integer(p->offset >= 0 ? p->offset : -1));
     }
     return total;
+}
+
+/* "topic[N]" (as partition_list_json writes it) into topic and *part;
+ * -1 when s is not of that form. */
+static int parse_partition(const char *s, char *topic, size_t cap, int32_t *part)
+{
+    const char *br = s ? strrchr(s, '[') : NULL;
+    if (!br || br == s || (size_t)(br - s) >= cap)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(br + 1, &end, 10);
+    if (errno || end == br + 1 || strcmp(end, "]") != 0 || n < 0 || n > INT32_MAX)
+        return -1;
+    memcpy(topic, s, (size_t)(br - s));
+    topic[br - s] = '\0';
+    *part = (int32_t)n;
+    return 0;
 }
 
 /* Adds topic's partitions to l (no duplicates); quietly nothing when its
@@ -254,6 +299,7 @@ static void gather_group(doctor *d)
     const char *group = d->g->worker_group;
     d->lag = -1;
     d->lag_parts = json_object();
+    d->committed = json_object();
     rd_kafka_queue_t *q = rd_kafka_queue_new(d->rk);
     rd_kafka_AdminOptions_t *o = admin_options(d, RD_KAFKA_ADMIN_OP_DESCRIBECONSUMERGROUPS);
     const char *groups[] = {group};
@@ -311,24 +357,17 @@ static void gather_group(doctor *d)
         json_t *p;
         json_array_foreach(json_object_get(m, "partitions"), k, p)
         {
-            /* "topic[N]" */
-            const char *s = json_string_value(p);
-            const char *br = s ? strrchr(s, '[') : NULL;
-            if (!br || br == s)
-                continue;
             char topic[256];
-            size_t tl = (size_t)(br - s) < sizeof(topic) - 1 ? (size_t)(br - s) : sizeof(topic) - 1;
-            memcpy(topic, s, tl);
-            topic[tl] = '\0';
-            int32_t part = (int32_t)strtol(br + 1, NULL, 10);
-            if (!rd_kafka_topic_partition_list_find(wanted, topic, part))
+            int32_t part;
+            if (parse_partition(json_string_value(p), topic, sizeof(topic), &part) == 0 &&
+                !rd_kafka_topic_partition_list_find(wanted, topic, part))
                 rd_kafka_topic_partition_list_add(wanted, topic, part);
         }
     }
     if (wanted->cnt > 0) {
         rd_kafka_topic_partition_list_t *committed = group_committed(d, wanted, d->lag_why, sizeof(d->lag_why));
         if (committed) {
-            d->lag = group_lag(d, committed, d->lag_parts);
+            d->lag = group_lag(d, committed, d->lag_parts, d->committed);
             rd_kafka_topic_partition_list_destroy(committed);
         }
     } else {
@@ -1109,6 +1148,312 @@ fail:;
     cf_dispatcher_destroy(disp);
 }
 
+/* ---------------------------------------------------------------- partitions */
+
+/* Appends to buf (*len bytes so far); false once it is full (the text then
+ * ends with "..." where it fit). */
+static bool buf_add(char *buf, size_t cap, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static bool buf_add(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    if (*len + 1 >= cap)
+        return false;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (w < 0 || (size_t)w >= cap - *len) {
+        if (cap >= 4)
+            memcpy(buf + cap - 4, "...", 4);
+        *len = cap - 1;
+        return false;
+    }
+    *len += (size_t)w;
+    return true;
+}
+
+json_t *cf_cli_report_stalled(const json_t *report, int64_t *stalls)
+{
+    json_t *load = json_object_get(report, "load");
+    if (stalls) {
+        json_t *n = json_object_get(load, "stalls");
+        json_int_t v = json_is_integer(n) ? json_integer_value(n) : -1;
+        *stalls = v >= 0 && v <= REPORT_COUNT_MAX ? (int64_t)v : -1;
+    }
+    json_t *list = json_object_get(load, "stalled");
+    if (!json_is_array(list))
+        return NULL;
+    json_t *out = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e)
+    {
+        if (!out || json_array_size(out) >= CF_CLI_STALLED_MAX)
+            break;
+        const char *s = json_string_value(e);
+        size_t n = s ? json_string_length(e) : 0;
+        if (n == 0)
+            continue;
+        /* A real "topic[N]" is printable already and kept whole (topic
+         * names reach 249 bytes); anything else is cut by cf_printable. */
+        char topic[256], buf[96];
+        int32_t part;
+        if (strlen(s) == n && parse_partition(s, topic, sizeof(topic), &part) == 0 && cf_topic_name_valid(topic)) {
+            json_array_append_new(out, json_string(s));
+        } else {
+            cf_printable(s, n, buf, sizeof(buf));
+            json_array_append_new(out, json_string(buf));
+        }
+    }
+    return out;
+}
+
+bool cf_cli_report_has_room(const json_t *report)
+{
+    json_t *load = json_object_get(report, "load");
+    json_t *busy = json_object_get(load, "busy"), *slots = json_object_get(report, "slots");
+    if (!json_is_integer(busy) || !json_is_integer(slots))
+        return false;
+    json_int_t b = json_integer_value(busy), n = json_integer_value(slots);
+    /* Room only when the report says so: a report without the flags is not
+     * taken to mean "running". */
+    return b >= 0 && n > 0 && n <= 65536 && b < n && json_is_false(json_object_get(load, "paused")) &&
+           json_is_false(json_object_get(load, "draining"));
+}
+
+json_t *cf_cli_lag_watch(json_t *watch, json_t *sample, int64_t now_ms, int64_t min_ms)
+{
+    json_t *out = json_array();
+    const char *key;
+    json_t *v;
+    void *tmp;
+    /* What left the sample (revoked, or not read this time) starts again
+     * when it comes back: the watch never outgrows one sample. */
+    json_object_foreach_safe(watch, tmp, key, v)
+    {
+        if (!json_object_get(sample, key))
+            json_object_del(watch, key);
+    }
+    json_object_foreach(sample, key, v)
+    {
+        json_t *jc = json_object_get(v, "committed"), *jl = json_object_get(v, "lag");
+        const char *member = json_string_value(json_object_get(v, "member"));
+        json_t *room = json_object_get(v, "room");
+        /* Nothing waiting, or an owner that says it is full, paused or
+         * draining: not moving is expected there. */
+        if (!json_is_integer(jc) || !json_is_integer(jl) || json_integer_value(jl) <= 0 || !member ||
+            json_is_false(room)) {
+            json_object_del(watch, key);
+            continue;
+        }
+        json_int_t committed = json_integer_value(jc);
+        json_t *e = json_object_get(watch, key);
+        /* A new offset or a new owner (a rebalance) gets a fresh start. */
+        if (!e || json_integer_value(json_object_get(e, "committed")) != committed ||
+            strcmp(str_of(e, "member"), member) != 0) {
+            json_object_set_new(watch, key,
+                                json_pack("{s:I, s:s, s:I}", "committed", committed, "member", member, "since_ms",
+                                          (json_int_t)now_ms));
+            continue;
+        }
+        int64_t since = json_integer_value(json_object_get(e, "since_ms"));
+        if (!json_is_true(room) || now_ms - since < min_ms || !out)
+            continue;
+        const char *owner = json_string_value(json_object_get(v, "owner"));
+        json_array_append_new(out, json_pack("{s:s, s:s, s:O, s:I, s:f}", "partition", key, "owner",
+                                             owner ? owner : member, "lag", jl, "committed", committed, "for_s",
+                                             (double)(now_ms - since) / 1000.0));
+    }
+    return out;
+}
+
+/* One sample for cf_cli_lag_watch: each partition a live member holds
+ * whose lag and committed offset were read, with its member, the owner's
+ * name (its worker id when its report is known) and, when with_room,
+ * whether its report says it has room. */
+static json_t *lag_sample(doctor *d, json_t *lag, json_t *committed, bool with_room)
+{
+    json_t *sample = json_object();
+    size_t i;
+    json_t *m;
+    json_array_foreach(d->members, i, m)
+    {
+        json_t *rep = with_room ? report_of_member(d, m) : NULL;
+        const char *cid = str_of(m, "client_id");
+        const char *owner = rep ? str_of(rep, "worker_id") : cid;
+        bool room = cf_cli_report_has_room(rep);
+        size_t k;
+        json_t *p;
+        json_array_foreach(json_object_get(m, "partitions"), k, p)
+        {
+            const char *key = json_string_value(p);
+            json_t *l = key ? json_object_get(lag, key) : NULL;
+            json_t *c = key ? json_object_get(committed, key) : NULL;
+            if (!sample || !l || !c)
+                continue;
+            json_t *e = json_pack("{s:O, s:O, s:s, s:s}", "committed", c, "lag", l, "member", cid, "owner", owner);
+            if (e && with_room)
+                json_object_set_new(e, "room", json_boolean(room));
+            if (e)
+                json_object_set_new(sample, key, e);
+        }
+    }
+    return sample;
+}
+
+/* Doctor's first lag sample, right after the group was described (the
+ * reports are not read yet: the owners' room is judged at the second). */
+static void lag_first_sample(doctor *d)
+{
+    json_t *sample = lag_sample(d, d->lag_parts, d->committed, false);
+    d->watch = json_object();
+    d->watch_at_us = cf_mono_us();
+    if (sample && d->watch)
+        json_decref(cf_cli_lag_watch(d->watch, sample, d->watch_at_us / 1000, DOCTOR_STILL_MIN_US / 1000));
+    json_decref(sample);
+}
+
+/* The second sample, at the end of doctor's run: the partitions of the
+ * first that had lag under an owner whose report says it has room, read
+ * again.  NULL (nothing to say) when less than DOCTOR_STILL_MIN_US passed
+ * (doctor does not wait for it), nothing qualifies, or they cannot be read;
+ * else what did not move, and *window_s how long it was watched. */
+static json_t *lag_second_sample(doctor *d, double *window_s)
+{
+    int64_t now = cf_mono_us();
+    if (!d->watch || json_object_size(d->watch) == 0 || now - d->watch_at_us < DOCTOR_STILL_MIN_US ||
+        now > d->deadline)
+        return NULL;
+    rd_kafka_topic_partition_list_t *wanted = rd_kafka_topic_partition_list_new(16);
+    const char *key;
+    json_t *e;
+    json_object_foreach(d->watch, key, e)
+    {
+        /* Only what can still qualify is read again: each costs a
+         * watermark request. */
+        json_t *m = member_by_client_id(d, str_of(e, "member"));
+        char topic[256];
+        int32_t part;
+        if (m && cf_cli_report_has_room(report_of_member(d, m)) &&
+            parse_partition(key, topic, sizeof(topic), &part) == 0)
+            rd_kafka_topic_partition_list_add(wanted, topic, part);
+    }
+    json_t *out = NULL;
+    char why[300];
+    rd_kafka_topic_partition_list_t *committed = wanted->cnt ? group_committed(d, wanted, why, sizeof(why)) : NULL;
+    if (committed) {
+        json_t *lag = json_object(), *offs = json_object();
+        group_lag(d, committed, lag, offs);
+        json_t *sample = lag_sample(d, lag, offs, true);
+        int64_t at = cf_mono_us();
+        if (sample)
+            out = cf_cli_lag_watch(d->watch, sample, at / 1000, DOCTOR_STILL_MIN_US / 1000);
+        *window_s = (double)(at - d->watch_at_us) / 1e6;
+        json_decref(sample);
+        json_decref(lag);
+        json_decref(offs);
+        rd_kafka_topic_partition_list_destroy(committed);
+    }
+    rd_kafka_topic_partition_list_destroy(wanted);
+    return out;
+}
+
+/* "partitions": what the live workers' partition guards find stalled (their
+ * reports), and the lag that did not move during this run. */
+static void check_partitions(doctor *d)
+{
+    const char *skip = NULL;
+    if (!d->broker_ok)
+        skip = "the broker check failed";
+    else if (!d->g->workers_topic || !d->g->workers_topic[0])
+        skip = "no workers topic configured (--workers-topic)";
+    else if (!d->group_known)
+        skip = "the group could not be described, so the live workers are unknown";
+    else if (!d->reports_read)
+        skip = "the worker reports are unavailable (see capabilities)";
+    else if (json_array_size(d->members) == 0)
+        skip = "no live worker in the group";
+    if (skip) {
+        add_check(d, "partitions", "skipped", NULL, NULL, "%s", skip);
+        return;
+    }
+    /* Two parts, each bounded, so that many stalled names do not push the
+     * lag that did not move out of the message. */
+    char msg[560] = "", nm[400] = "";
+    size_t len = 0, nlen = 0, silent = 0, i;
+    json_t *stalled = json_array(), *m;
+    json_array_foreach(d->members, i, m)
+    {
+        json_t *rep = report_of_member(d, m);
+        int64_t stalls = -1;
+        json_t *parts = cf_cli_report_stalled(rep, &stalls);
+        if (!parts) {
+            silent++; /* no report, or one from before workers said */
+            continue;
+        }
+        if (json_array_size(parts) == 0) {
+            json_decref(parts);
+            continue;
+        }
+        char wid[100];
+        const char *sid = str_of(rep, "worker_id");
+        cf_printable(sid, strlen(sid), wid, sizeof(wid));
+        buf_add(msg, sizeof(msg), &len, "%sworker %s reports stalled:", len ? "; " : "", wid);
+        size_t k;
+        json_t *p;
+        json_array_foreach(parts, k, p)
+            buf_add(msg, sizeof(msg), &len, "%s %s", k ? "," : "", json_string_value(p));
+        if (stalls >= 0)
+            buf_add(msg, sizeof(msg), &len, " (%" PRId64 " stall(s) since it started)", stalls);
+        json_t *entry = json_pack("{s:s, s:o}", "worker_id", sid, "partitions", parts);
+        if (entry && stalls >= 0)
+            json_object_set_new(entry, "stalls", json_integer(stalls));
+        json_array_append_new(stalled, entry);
+    }
+    double window_s = 0;
+    json_t *still = lag_second_sample(d, &window_s);
+    size_t nstill = json_array_size(still);
+    json_t *p;
+    json_array_foreach(still, i, p)
+    {
+        if (i == DOCTOR_STILL_SHOWN) {
+            buf_add(nm, sizeof(nm), &nlen, " and %zu more", nstill - i);
+            break;
+        }
+        char part[100], owner[100];
+        const char *sp = str_of(p, "partition"), *so = str_of(p, "owner");
+        cf_printable(sp, strlen(sp), part, sizeof(part));
+        cf_printable(so, strlen(so), owner, sizeof(owner));
+        buf_add(nm, sizeof(nm), &nlen, "%s%s (owner %s, for %.0f s)", i ? ", " : "not moving during this check: ",
+                part, owner, json_real_value(json_object_get(p, "for_s")));
+    }
+    json_t *extra = json_pack("{s:o, s:o}", "stalled", stalled, "not_moving", still ? still : json_array());
+    if (extra && still)
+        json_object_set_new(extra, "window_s", json_real(window_s));
+    if (json_array_size(stalled) == 0 && nstill == 0) {
+        if (silent)
+            add_check(d, "partitions", "ok", extra, NULL,
+                      "no partition stalled under a live worker (%zu of %zu live worker(s) do not report on their "
+                      "partitions: no report, or an older worker)",
+                      silent, json_array_size(d->members));
+        else
+            add_check(d, "partitions", "ok", extra, NULL, "no partition stalled under a live worker");
+        return;
+    }
+    char fix[600] = "";
+    size_t flen = 0;
+    if (json_array_size(stalled))
+        buf_add(fix, sizeof(fix), &flen,
+                "a worker's partition guard moves a stalled partition again by itself (resume, seek, rejoin); if it "
+                "stays stalled, read that worker's log and restart it");
+    if (nstill)
+        buf_add(fix, sizeof(fix), &flen,
+                "%slook at what the owner runs: a request running longer than this check holds its partition's "
+                "commit; if it runs nothing, read its log and restart it",
+                flen ? "; for the lag not moving, " : "");
+    add_check(d, "partitions", "warn", extra, fix, "%s%s%s", msg, len && nlen ? "; " : "", nm);
+}
+
 /* ---------------------------------------------------------------- command */
 
 static const char doctor_help[] =
@@ -1121,7 +1466,9 @@ static const char doctor_help[] =
     "partitions, result topics whose message limit fits the largest result a\n"
     "worker may send, a compacted workers topic; Redis answers; a trivial request\n"
     "round-trips, with its latency (15 s to answer, 5 s when no worker is known;\n"
-    "--timeout sets it).\n"
+    "--timeout sets it); no live worker reports a stalled partition, and no\n"
+    "partition's lag stood still during this run under an owner with room\n"
+    "(compared only when the run took 3 s or more).\n"
     "\n"
     "  --json           one object {\"ok\", \"failed\", \"warnings\", \"checks\": [...]}\n"
     "                   (the global --json does the same)\n"
@@ -1195,6 +1542,8 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
     check_broker(&d);
     if (d.broker_ok) {
         gather_group(&d);
+        if (d.lag >= 0)
+            lag_first_sample(&d);
         if (g->workers_topic && g->workers_topic[0])
             d.reports_read = read_reports(&d, d.reports_why, sizeof(d.reports_why)) == 0;
         emit_group_check(&d);
@@ -1214,6 +1563,9 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
     } else if (roundtrip) {
         add_check(&d, "roundtrip", "skipped", NULL, NULL, "the broker check failed");
     }
+    /* Last: the longer doctor ran (the round trip), the more its second
+     * lag sample says. */
+    check_partitions(&d);
     if (d.rk)
         rd_kafka_destroy(d.rk);
 
@@ -1235,6 +1587,8 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
     json_decref(d.reports);
     json_decref(d.report_groups);
     json_decref(d.lag_parts);
+    json_decref(d.committed);
+    json_decref(d.watch);
     return rc;
 }
 
@@ -1246,7 +1600,10 @@ static const char top_help[] =
     "The fleet at a glance, for people without Grafana: the workers' group\n"
     "(live members), each worker's slots, busy slots, waiting requests, state\n"
     "and answer rate (from the load its report carries, republished every\n"
-    "report-interval), and the group's lag on the request topic, per partition.\n"
+    "report-interval), the partitions its partition guard finds stalled, and\n"
+    "the group's lag on the request topic, per partition.  A partition whose\n"
+    "committed offset stays put with lag under a member that reports room, for\n"
+    "max(10 s, 3 x --interval), is shown as \"lag not moving\".\n"
     "Refreshes every --interval (2 s) until interrupted; --once prints one\n"
     "picture, --json one JSON object per picture.  Uses --workers-topic,\n"
     "--worker-group and --request-topic.\n";
@@ -1255,6 +1612,8 @@ static const char top_help[] =
  * two reports of one worker. */
 typedef struct top_prev {
     json_t *seen; /* worker_id -> [at_ms, answered, rate] */
+    json_t *watch;        /* the lag watch across pictures (cf_cli_lag_watch) */
+    int64_t still_min_ms; /* how long a lag stands before it is "not moving" */
 } top_prev;
 
 static json_t *top_picture(doctor *d, top_prev *prev)
@@ -1277,7 +1636,6 @@ static json_t *top_picture(doctor *d, top_prev *prev)
         /* Reports are data from the workers topic: numbers out of range
          * are not shown (a forged report must not wrap the sums or freeze
          * the rates). */
-#define TOP_COUNT_MAX (INT64_C(1) << 50)
         json_int_t s = rep ? json_integer_value(json_object_get(rep, "slots")) : -1;
         if (s >= 0 && s <= 65536) {
             json_object_set_new(w, "slots", json_integer(s));
@@ -1287,8 +1645,8 @@ static json_t *top_picture(doctor *d, top_prev *prev)
         json_int_t ans = load ? json_integer_value(json_object_get(load, "answered")) : -1;
         json_int_t b = load ? json_integer_value(json_object_get(load, "busy")) : -1;
         json_int_t h = load ? json_integer_value(json_object_get(load, "held")) : -1;
-        if (load && (at <= 0 || at > now_ms + 60000 || ans < 0 || ans > TOP_COUNT_MAX || b < 0 || b > 65536 ||
-                     h < 0 || h > TOP_COUNT_MAX))
+        if (load && (at <= 0 || at > now_ms + 60000 || ans < 0 || ans > REPORT_COUNT_MAX || b < 0 || b > 65536 ||
+                     h < 0 || h > REPORT_COUNT_MAX))
             load = NULL;
         if (load) {
             busy += b;
@@ -1318,6 +1676,12 @@ static json_t *top_picture(doctor *d, top_prev *prev)
                 json_object_set_new(w, "answers_per_s", json_real(rate));
                 rate_sum += rate;
             }
+            int64_t stalls = -1;
+            json_t *stalled = cf_cli_report_stalled(rep, &stalls);
+            if (stalled)
+                json_object_set_new(w, "stalled", stalled);
+            if (stalls >= 0)
+                json_object_set_new(w, "stalls", json_integer(stalls));
         }
         json_array_append_new(workers, w);
     }
@@ -1330,11 +1694,63 @@ static json_t *top_picture(doctor *d, top_prev *prev)
     json_object_set_new(pic, "lag", json_integer(d->lag));
     json_object_set(pic, "lag_by_partition", d->lag_parts ? d->lag_parts : json_object());
     json_object_set_new(pic, "answers_per_s", json_real(rate_sum));
+    /* Lag unknown this time (offsets not read): the watch keeps what it
+     * had rather than starting again over a passing error. */
+    json_t *still = NULL;
+    if (d->lag >= 0) {
+        json_t *sample = lag_sample(d, d->lag_parts, d->committed, true);
+        if (sample)
+            still = cf_cli_lag_watch(prev->watch, sample, cf_mono_us() / 1000, prev->still_min_ms);
+        json_decref(sample);
+    }
+    json_object_set_new(pic, "not_moving", still ? still : json_array());
     if (!d->group_known)
         json_object_set_new(pic, "why", json_string(d->group_why));
     if (!d->reports_read && d->reports_why[0])
         json_object_set_new(pic, "reports_why", json_string(d->reports_why));
     return pic;
+}
+
+/* Below the table: each worker's stalled partitions, then the lag that
+ * does not move.  Names come from reports and the broker: printable ASCII
+ * only. */
+static void top_print_partitions(const json_t *pic)
+{
+    size_t i, k;
+    json_t *w, *p;
+    char buf[100], buf2[100];
+    json_array_foreach(json_object_get(pic, "workers"), i, w)
+    {
+        json_t *st = json_object_get(w, "stalled");
+        if (json_array_size(st) == 0)
+            continue;
+        const char *sid = str_of(w, "worker_id");
+        cf_printable(sid, strlen(sid), buf, sizeof(buf));
+        printf("stalled on %s:", buf);
+        json_array_foreach(st, k, p)
+        {
+            const char *s = json_string_value(p);
+            cf_printable(s ? s : "", s ? strlen(s) : 0, buf2, sizeof(buf2));
+            printf(" %s", buf2);
+        }
+        if (json_object_get(w, "stalls"))
+            printf(" (%" JSON_INTEGER_FORMAT " stall(s) since it started)",
+                   json_integer_value(json_object_get(w, "stalls")));
+        putchar('\n');
+    }
+    json_t *still = json_object_get(pic, "not_moving");
+    json_array_foreach(still, i, p)
+    {
+        if (i == DOCTOR_STILL_SHOWN) {
+            printf("lag not moving: %zu more\n", json_array_size(still) - i);
+            break;
+        }
+        const char *sp = str_of(p, "partition"), *so = str_of(p, "owner");
+        cf_printable(sp, strlen(sp), buf, sizeof(buf));
+        cf_printable(so, strlen(so), buf2, sizeof(buf2));
+        printf("lag not moving: %s (owner %s, for %.0f s)\n", buf, buf2,
+               json_real_value(json_object_get(p, "for_s")));
+    }
 }
 
 static void top_print(const json_t *pic, bool clear)
@@ -1369,8 +1785,8 @@ static void top_print(const json_t *pic, bool clear)
     why = json_string_value(json_object_get(pic, "reports_why"));
     if (why)
         printf("reports not read: %s\n", why);
-    printf("\n%-28s %-16s %5s %5s %7s %-9s %9s %9s %6s\n", "WORKER", "HOST", "SLOTS", "BUSY", "WAITING", "STATE",
-           "ANSWERED", "ANSWERS/S", "AGE");
+    printf("\n%-28s %-16s %5s %5s %7s %-9s %7s %9s %9s %6s\n", "WORKER", "HOST", "SLOTS", "BUSY", "WAITING", "STATE",
+           "STALLED", "ANSWERED", "ANSWERS/S", "AGE");
     size_t i;
     json_t *w;
     json_array_foreach(json_object_get(pic, "workers"), i, w)
@@ -1395,10 +1811,14 @@ static void top_print(const json_t *pic, bool clear)
             snprintf(held, sizeof(held), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(w, "held")));
         if (json_object_get(w, "answered"))
             snprintf(ans, sizeof(ans), "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(w, "answered")));
+        char stalled[16] = "-";
+        if (json_object_get(w, "stalled"))
+            snprintf(stalled, sizeof(stalled), "%zu", json_array_size(json_object_get(w, "stalled")));
         const char *state = json_string_value(json_object_get(w, "state"));
-        printf("%-28.28s %-16.16s %5s %5s %7s %-9s %9s %9s %6s\n", id, host, slots, busy, held,
-               state ? state : "no report", ans, rate, age);
+        printf("%-28.28s %-16.16s %5s %5s %7s %-9s %7s %9s %9s %6s\n", id, host, slots, busy, held,
+               state ? state : "no report", stalled, ans, rate, age);
     }
+    top_print_partitions(pic);
     fflush(stdout);
 }
 
@@ -1436,7 +1856,11 @@ int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv)
     }
     if (once)
         count = 1;
-    top_prev prev = {.seen = json_object()};
+    /* max(10 s, 3 intervals): a slow --interval still wants three looks. */
+    int64_t three = (int64_t)(3 * interval * 1000);
+    top_prev prev = {.seen = json_object(),
+                     .watch = json_object(),
+                     .still_min_ms = three > TOP_STILL_MIN_MS ? three : TOP_STILL_MIN_MS};
     int rc = CF_EXIT_OK;
     bool tty = isatty(STDOUT_FILENO);
     for (long n = 0; count < 0 || n < count; n++) {
@@ -1479,9 +1903,11 @@ int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv)
         json_decref(d.reports);
         json_decref(d.report_groups);
         json_decref(d.lag_parts);
+        json_decref(d.committed);
         if (rc != CF_EXIT_OK && once)
             break;
     }
     json_decref(prev.seen);
+    json_decref(prev.watch);
     return rc;
 }
