@@ -1,0 +1,355 @@
+/* worker_int.h: what the worker's rooms share (private to worker/).
+ *
+ * The worker is one struct cf_worker, owned by the main thread except
+ * where a field says otherwise.  Its rooms:
+ *   worker.c         start, the main loop, shutdown, reports
+ *   intake.c         a message taken: decode, admission, queueing
+ *   slots.c          a slot thread's run of a job, the lease keeper
+ *   delivery.c       answers to the producer, delivery reports, retries, dead letters
+ *   partitions.c     assignment, revocation, pause and hold, offsets, the partition guard
+ *   cancels.c        the cancel topics and the cancels remembered
+ *   kafka_clients.c  the Kafka clients' configuration and callbacks
+ *   job.c            the job record
+ */
+#ifndef CF_WORKER_INT_H
+#define CF_WORKER_INT_H
+
+#include <librdkafka/rdkafka.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cf_backend.h"
+#include "cf_control.h"
+#include "cf_pipeline.h"
+#include "cf_profile.h"
+#include "cf_schema.h"
+#include "cf_worker.h"
+#include "exec_pool.h"
+#include "observe.h"
+#include "offset_tracker.h"
+#include "partition_guard.h"
+#include "worker_state.h"
+
+/* Delivery reports served per call of delivery_serve_producer (it returns
+ * this when there may be more). */
+#define PRODUCER_SERVE_MAX 1000
+#define HDR_PREFIX "codefleet-" /* the headers of dead letters */
+
+typedef enum job_kind {
+    JOB_EXECUTE,  /* decoded, admitted: runs in a slot */
+    JOB_ANSWERED, /* answered on the main thread (rejected) */
+    JOB_DEAD,     /* its answer is a dead letter */
+} job_kind;
+
+/* Where a job is.  Every message taken ends in one of two ways: its answer
+ * (result or dead letter) is delivered and its offset marked done, or the
+ * partition is given up (revoke, shutdown) and the job is dropped without
+ * marking, so the next owner reads it again.  Nothing else frees a job. */
+typedef enum job_state {
+    JOB_QUEUED,     /* admitted, waiting for a slot */
+    JOB_RUNNING,    /* in a slot */
+    JOB_PRODUCING,  /* its answer is with the producer */
+    JOB_RETRY_WAIT, /* its answer failed; produced again at next_try_us */
+} job_state;
+
+/* What a slot hands back to the main thread. */
+typedef enum handoff_kind {
+    HANDOFF_ABANDON, /* cancelled (revoke, shutdown): drop, never mark */
+    HANDOFF_FAILED,  /* producing its answer failed at once: retry */
+} handoff_kind;
+
+/* The message a job answers with, kept until it is delivered so that a
+ * failed delivery can be retried as it was. */
+typedef struct job_out {
+    const char *topic;
+    char *key;
+    cf_bytes value;
+    rd_kafka_headers_t *hdrs; /* dead letters: origin and reason */
+    bool slimmed;             /* a result already cut to fit */
+    bool value_dropped;       /* a dead letter already sent without its value */
+} job_out;
+
+typedef struct job {
+    cf_pool_job pj; /* first: the pool hands this pointer back */
+    job_kind kind;
+    job_state state;
+    size_t topic;       /* index into the worker's request topics */
+    char *key;          /* the message's key (pj.key is it qualified by the topic) */
+    const cf_profile *profile;
+    int32_t partition;
+    int64_t offset;
+    uint64_t gen; /* assignment generation of the partition when taken */
+    cf_request req;
+    const cf_backend *backend;
+    const char *result_topic; /* req.reply_to or the profile's result topic */
+    char *stream_topic;       /* req.stream: result_topic + stream-topic-suffix (owned) */
+    volatile int cancel;      /* set by the main thread: stop this execution */
+    /* Set (release) by the main thread after cancel_reason, when the stop
+     * is its sender's cancel: then it is answered `cancelled`. */
+    volatile int user_cancelled;
+    char cancel_reason[CF_CANCEL_REASON_MAX + 64];
+    bool answered_cancelled;  /* its answer is `cancelled` (for the counters) */
+    job_out out;
+    /* Bumped (release) just before each produce of out, read (acquire) by
+     * the delivery report: the main thread then sees everything the slot
+     * wrote into the job, by our own ordering rather than librdkafka's
+     * internal hand-offs (ThreadSanitizer saw no order through those). */
+    unsigned produced;
+    int delivery_tries;       /* failed deliveries of the current answer */
+    int64_t next_try_us;      /* JOB_RETRY_WAIT: when (monotonic) */
+    bool blocks_intake;       /* a dead letter waiting: the worker takes no work */
+    handoff_kind handoff;
+    rd_kafka_resp_err_t handoff_err;
+    /* Idempotency (slot thread; leased is read by the lease keeper under
+     * the worker's lock). */
+    bool leased;
+    bool has_digest;          /* digest taken at intake (idempotency on) */
+    bool unprotected;         /* ran without the store (Redis unreachable) */
+    char digest[CF_DIGEST_HEX];
+    char token[CF_ID_MAX + 48];
+    char lease_key[CF_ID_MAX + 200];   /* fences the run's state writes */
+    char lease_value[CF_ID_MAX + 200];
+    cf_job_obs obs;           /* trace context and timeline (observe.h) */
+    struct job *list_next;    /* handoff or retry list */
+} job;
+
+/* Cancels remembered for requests not (yet) here: per request topic and
+ * id, until they expire (cancel-memory).  Main thread only. */
+#define MEMO_BUCKETS 4096
+#define MEMO_MAX 100000      /* in all (~450 bytes each with the allocator's share: ~45 MB) */
+#define MEMO_MAX_TOPIC 20000 /* per request topic: one tenant cannot fill it for all */
+typedef struct memo_entry {
+    struct memo_entry *next;
+    size_t topic;
+    int64_t expires_us; /* monotonic */
+    const char *reason; /* in data, after the id */
+    char id[];          /* NUL-terminated, then the reason */
+} memo_entry;
+
+/* The latest cancels, for a slot that takes a job at the moment its cancel
+ * is applied: apply_cancel records here and looks at the running jobs,
+ * run_job registers its job and looks here, both under the worker's lock,
+ * so one of them sees the other. */
+#define RECENT_CANCELS 256
+#define RECENT_CANCEL_US (10 * 1000000LL) /* far longer than that hand-over */
+typedef struct recent_cancel {
+    int64_t at_us; /* monotonic */
+    size_t topic;
+    char id[CF_ID_MAX + 1];
+    char reason[CF_CANCEL_REASON_MAX + 64];
+} recent_cancel;
+
+typedef struct part_state {
+    bool assigned;
+    bool paused;
+    bool held;       /* paused alone: its tracker is full (a slow head) */
+    uint64_t gen;
+    cf_offset_tracker *tracker;
+    cf_pguard_part guard; /* the partition guard's record (partition_guard.h) */
+} part_state;
+
+#define MAX_PARTITIONS 100000
+#define STREAM_TOPICS_KNOWN 64
+#define CHUNK_OUTQ_MAX 10000 /* producer queue depth past which chunks wait */
+
+/* One request topic the worker consumes, and the profile governing it. */
+typedef struct topic_state {
+    const cf_profile *profile;
+    const char *name;     /* profile->topic */
+    const char *results;  /* its result topic */
+    part_state *parts;
+    size_t nparts;
+} topic_state;
+
+/* What an operator can act on, from a librdkafka error: one line naming
+ * what failed and what to check (the raw detail stays at debug level). */
+typedef enum kafka_problem {
+    KP_NONE,
+    KP_UNREACHABLE,
+    KP_AUTH,
+    KP_ACL,
+    KP_TOPIC,
+    KP_PROTOCOL,
+    KP__COUNT,
+} kafka_problem;
+
+struct cf_worker {
+    const cf_worker_config *cfg;
+    char worker_id[CF_ID_MAX + 1];
+    cf_backend_config bcfg;
+    /* Helper programs and harnesses this worker uses unless configured:
+     * installed ones next to an installed worker, else the build's. */
+    char zygote_path[PATH_MAX], container_init_path[PATH_MAX], embed_helper_path[PATH_MAX],
+        harness_dir[PATH_MAX];
+    cf_pipeline *pipeline;   /* compiled languages, harnesses, cases, collect */
+    bool ran;                /* cf_worker_run's shutdown happened */
+    bool kafka_closing;      /* ... and reached its flush/commit/close (after the grace) */
+    bool consumer_closed;    /* ... and the consumer's close finished */
+    rd_kafka_queue_t *close_q; /* the close's queue, served until the consumer is destroyed */
+    cf_backend_set *backends;
+    rd_kafka_t *consumer;
+    rd_kafka_t *producer;
+    rd_kafka_queue_t *consumer_q;
+    rd_kafka_queue_t *producer_q;
+    int wake_fd;
+    cf_exec_pool *pool;
+    cf_profile_set *profiles;
+    cf_profile_env penv;
+    topic_state *topics;
+    size_t ntopics;
+    uint64_t gen_counter;
+    bool paused_all;
+    bool stopping;
+    bool destroying;           /* cf_worker_destroy: failed answers are dropped */
+    atomic_int stop_requested;
+    volatile int cancel_exec;  /* shutdown: Redis retries stop early */
+    size_t inflight;           /* jobs taken and not yet finished (main thread) */
+    size_t intake_blocked;     /* dead letters waiting for the broker (main thread) */
+    job *retry;                /* answers waiting to be produced again (main thread) */
+    pthread_mutex_t lock;      /* guards handoff and running */
+    job *handoff;              /* jobs slots hand back: main thread takes them */
+    job **running;             /* per slot: the job it runs, NULL when idle */
+    bool have_redis;
+    bool idempotent;           /* Redis and idempotency-ttl > 0 */
+    cf_wstate **wstate;        /* per slot, created lazily by that slot's thread */
+    atomic_uint_fast64_t lease_seq;
+    char nonce[17];            /* random, per process: in lease tokens */
+    pthread_t keeper;          /* renews the leases of running executions */
+    bool keeper_started;
+    _Atomic int64_t kafka_explained_us[KP__COUNT]; /* when each kafka_problem was last explained */
+    bool keeper_stop;          /* guarded by lock */
+    pthread_cond_t keeper_cond;
+    /* Cancels: see control_start. */
+    rd_kafka_t *control;
+    rd_kafka_queue_t *control_q;
+    int *control_parts;        /* per request topic: partitions of its cancel topic read (0 = missing) */
+    int64_t control_next_refresh_us;
+    bool control_missing_logged;
+    uint64_t memo_seed;        /* keys the memo's hash: ids are chosen by senders */
+    size_t *memo_per_topic;    /* entries per request topic (MEMO_MAX_TOPIC each) */
+    memo_entry *memo[MEMO_BUCKETS];
+    recent_cancel *recent;     /* RECENT_CANCELS, guarded by lock */
+    size_t recent_next;
+    size_t memo_n;
+    int64_t memo_full_logged_us;
+    uint64_t cancels_skipped;  /* malformed cancels */
+    int64_t cancel_skip_logged_us;
+    uint64_t n_cancelled;
+    /* The result flusher: see flusher_main. */
+    pthread_t flusher;
+    bool flusher_started;
+    pthread_mutex_t flush_mu;
+    pthread_cond_t flush_cv;
+    bool flush_wanted;         /* guarded by flush_mu */
+    bool flush_stop;           /* guarded by flush_mu */
+    /* Streaming: output topics known to exist (stream_topic_exists). */
+    pthread_mutex_t stream_mu;
+    struct stream_topic_entry {
+        char name[256];
+        bool exists;
+        int64_t until_us; /* monotonic */
+    } stream_topics[STREAM_TOPICS_KNOWN];
+    size_t stream_topics_next;
+    atomic_uint_fast64_t run_seq;
+    atomic_uint_fast64_t chunks_failed;
+    _Atomic int64_t chunk_fail_logged_us;
+    cf_observe *obs;           /* metrics, health, traces (NULL: none) */
+    cf_pguard *guard;          /* notices partitions that stand still (partition_guard.h) */
+    int64_t guard_next_us;     /* monotonic: the guard's next look */
+    _Atomic int64_t n_assigned; /* request partitions held now (cf_worker_partitions_get) */
+    int64_t started_ms;        /* Unix time, for the reports */
+    int64_t report_next_us;    /* monotonic: the next periodic report */
+    /* Counters for the shutdown summary. */
+    uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned, n_retries;
+};
+
+
+typedef struct lane_match {
+    cf_worker *w;
+    const rd_kafka_topic_partition_list_t *parts;
+} lane_match;
+
+/* worker.c */
+void worker_wake(cf_worker *w);
+void worker_pool_notify(void *arg);
+
+/* job.c */
+void job_out_clear(job_out *o);
+void job_free(job *j);
+void job_finished(cf_worker *w, job *j, bool delivered);
+
+/* intake.c */
+bool intake_deadline_passed(const cf_request *req, char *reason, size_t rsz);
+void intake_take(cf_worker *w, rd_kafka_message_t *m);
+
+/* slots.c */
+void flag_set(volatile int *f);
+void slots_run_job(cf_pool_job *pj, int slot, void *arg);
+size_t slots_stop_running(cf_worker *w, lane_match *lm);
+void *slots_lease_keeper(void *arg);
+
+/* delivery.c */
+void *flusher_main(void *arg);
+void delivery_kick(cf_worker *w);
+void delivery_handed_over(cf_worker *w);
+int delivery_serve_producer(cf_worker *w, int timeout_ms);
+rd_kafka_resp_err_t delivery_drain(cf_worker *w, int timeout_ms);
+void delivery_hand_back(cf_worker *w, job *j, handoff_kind kind, rd_kafka_resp_err_t e);
+void delivery_send(cf_worker *w, job *j, bool on_main);
+void result_add_warning(cf_result *res, const char *msg);
+bool result_cut_bulk(cf_result *res, size_t each);
+int delivery_set_result(cf_worker *w, job *j, cf_result *res);
+void delivery_send_result(cf_worker *w, job *j, cf_result *res, bool on_main);
+void delivery_answer_rejected(cf_worker *w, job *j, const char *id, const char *reason);
+void delivery_answer_cancelled(cf_worker *w, job *j, const char *reason);
+void delivery_dead_letter(cf_worker *w, job *j, const rd_kafka_message_t *m, const char *reason);
+void delivery_failed(cf_worker *w, job *j, rd_kafka_resp_err_t e);
+void delivery_run_retries(cf_worker *w);
+extern char delivery_report_tag;
+extern char delivery_chunk_tag;
+void delivery_chunk_failed(cf_worker *w, const char *topic, rd_kafka_resp_err_t e);
+void delivery_take_handed_back(cf_worker *w);
+void delivery_drop_retries(cf_worker *w, lane_match *lm);
+
+/* partitions.c */
+long partitions_topic_index(const cf_worker *w, const char *name);
+part_state *partitions_get(cf_worker *w, size_t topic, int32_t partition, bool create);
+part_state *partitions_of(cf_worker *w, const char *topic, int32_t partition, bool create);
+int32_t partitions_lane(size_t topic, int32_t partition);
+size_t partitions_tracker_soft(const cf_worker *w);
+size_t partitions_tracker_cap(const cf_worker *w);
+void partitions_pause_one(cf_worker *w, size_t t, int32_t p, bool pause);
+void partitions_hold(cf_worker *w);
+void partitions_rewind(cf_worker *w, const char *topic, int32_t partition, int64_t offset);
+bool partitions_job_owned(cf_worker *w, const job *j);
+void jobs_drop(cf_worker *w, cf_pool_job *list);
+void partitions_store_offsets(cf_worker *w);
+void partitions_set_paused(cf_worker *w, bool pause);
+rd_kafka_resp_err_t partitions_subscribe(cf_worker *w, char *names, size_t nsize);
+void partitions_guard_serve(cf_worker *w);
+void partitions_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
+                         void *opaque);
+bool partitions_lane_matches(int32_t lane, void *arg);
+
+/* cancels.c */
+const memo_entry *cancels_remembered(cf_worker *w, size_t topic, const char *id);
+void cancels_free(cf_worker *w);
+void cancels_serve(cf_worker *w);
+void cancels_stop(cf_worker *w);
+int cancels_start(cf_worker *w, cf_error *err);
+
+/* kafka_clients.c */
+void kafka_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque);
+void kafka_on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
+int kafka_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque);
+int kafka_conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, cf_error *err);
+bool kafka_key_consumer_only(const char *k);
+bool kafka_key_producer_only(const char *k);
+void kafka_client_id(const cf_worker *w, bool consumer, char *buf, size_t size);
+rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *err);
+bool kafka_warm_topic(rd_kafka_t *rk, const char *topic);
+
+#endif
