@@ -133,11 +133,8 @@ static void apply_cancel(cf_worker *w, size_t ti, const char *id, const char *re
     }
     for (int64_t s = 0; s < w->cfg->slots; s++) {
         job *j = w->running[s];
-        if (j && j->topic == ti && j->req.id && strcmp(j->req.id, id) == 0 &&
-            !__atomic_load_n(&j->user_cancelled, __ATOMIC_RELAXED)) {
-            cf_strlcpy(j->cancel_reason, reason, sizeof(j->cancel_reason));
-            __atomic_store_n(&j->user_cancelled, 1, __ATOMIC_RELEASE);
-            flag_set(&j->cancel);
+        if (j && j->topic == ti && j->req.id && strcmp(j->req.id, id) == 0 && job_stop_of(j) != JOB_STOP_SENDER) {
+            job_request_stop(j, JOB_STOP_SENDER, reason);
             running++;
         }
     }

@@ -15,6 +15,7 @@
 #ifndef CF_WORKER_H
 #define CF_WORKER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -163,6 +164,22 @@ typedef struct cf_worker_partitions {
 } cf_worker_partitions;
 
 void cf_worker_partitions_get(const cf_worker *w, cf_worker_partitions *out);
+
+/* The worker's jobs (one per message taken from a request partition) by
+ * where they ended.  Every job taken ends exactly once: answered (its
+ * result delivered), dead-lettered, or dropped (given up unanswered: read
+ * again by the partition's next owner); live are those not ended yet. */
+typedef struct cf_worker_jobs {
+    _Atomic uint64_t taken, answered, dead_lettered, dropped;
+    _Atomic int64_t live;
+} cf_worker_jobs;
+
+/* The counts as they are now (any thread). */
+void cf_worker_jobs_get(const cf_worker *w, cf_worker_jobs *out);
+/* Before cf_worker_run: from then on the worker also keeps the counts in *ledger (the caller's,
+ * zeroed, and outliving the worker: cf_worker_destroy's own endings are in
+ * it too).  For audits and tests. */
+void cf_worker_jobs_watch(cf_worker *w, cf_worker_jobs *ledger);
 
 /* Fault injection, for tests of the partition guard: pauses a partition
  * in the consumer behind the worker's back (its own record says it is

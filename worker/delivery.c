@@ -134,14 +134,22 @@ static void result_fill_meta(cf_worker *w, const job *j, cf_result *res)
     res->finished_us = cf_now_us();
 }
 
+/* Whether the caller is the main thread (which serves the producer's
+ * queue and owns the retries) rather than a slot. */
+static bool on_main_thread(const cf_worker *w)
+{
+    return pthread_equal(pthread_self(), w->main_thread) != 0;
+}
+
 /* Hands the job's answer (j->out) to the producer, which copies it: the job
- * keeps its own copy until the delivery report, to retry with.  on_main:
- * the caller is the main thread and may serve the producer queue while the
- * local queue is full; slot threads sleep instead. */
-static rd_kafka_resp_err_t produce_out(cf_worker *w, job *j, bool on_main)
+ * keeps its own copy until the delivery report, to retry with.  The main
+ * thread serves the producer's queue while the local queue is full; a
+ * slot sleeps instead. */
+static rd_kafka_resp_err_t produce_out(cf_worker *w, job *j)
 {
     const job_out *o = &j->out;
-    j->state = JOB_PRODUCING;
+    bool on_main = on_main_thread(w);
+    job_set_state(w, j, j->state == JOB_BLOCKING ? JOB_BLOCKING : JOB_PRODUCING);
     __atomic_add_fetch(&j->produced, 1, __ATOMIC_RELEASE);
     for (int tries = 0;; tries++) {
         rd_kafka_resp_err_t e;
@@ -177,11 +185,12 @@ static bool too_large(rd_kafka_resp_err_t e)
     return e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE || e == RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE;
 }
 
-/* A slot gives a job back to the main thread. */
-void delivery_hand_back(cf_worker *w, job *j, handoff_kind kind, rd_kafka_resp_err_t e)
+/* A slot gives a job back to the main thread: one it stopped or could not
+ * answer (still running: dropped there), or one whose answer the producer
+ * refused at once (producing: a failed delivery). */
+void delivery_hand_back(cf_worker *w, job *j, rd_kafka_resp_err_t e)
 {
-    j->handoff = kind;
-    j->handoff_err = e;
+    j->last_err = e;
     pthread_mutex_lock(&w->lock);
     j->list_next = w->handoff;
     w->handoff = j;
@@ -189,16 +198,17 @@ void delivery_hand_back(cf_worker *w, job *j, handoff_kind kind, rd_kafka_resp_e
     worker_wake(w);
 }
 
-/* Produces j->out; an immediate failure goes the way of a failed delivery. */
-void delivery_send(cf_worker *w, job *j, bool on_main)
+/* Produces j->out; an immediate failure goes the way of a failed delivery
+ * (on a slot: through the main thread). */
+void delivery_send(cf_worker *w, job *j)
 {
-    rd_kafka_resp_err_t e = produce_out(w, j, on_main);
+    rd_kafka_resp_err_t e = produce_out(w, j);
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
         return;
-    if (on_main)
+    if (on_main_thread(w))
         delivery_failed(w, j, e);
     else
-        delivery_hand_back(w, j, HANDOFF_FAILED, e);
+        delivery_hand_back(w, j, e);
 }
 
 /* Appends a warning diagnostic (best effort: dropped when out of memory). */
@@ -251,6 +261,8 @@ static bool cut_cases_and_files(cf_result *res, size_t each)
     return dropped;
 }
 
+/* Cuts stdout and stderr to each bytes (marking them truncated) and drops
+ * a structured output larger than that; true when the output was dropped. */
 bool result_cut_bulk(cf_result *res, size_t each)
 {
     bool dropped_cases = cut_cases_and_files(res, each);
@@ -270,6 +282,9 @@ bool result_cut_bulk(cf_result *res, size_t each)
     return true;
 }
 
+/* A result the result topic refused as too large keeps its status and
+ * metadata but loses most of its bulk, and says so: better a truncated
+ * answer than none (or an endless redelivery of the request). */
 static void slim_result(cf_result *res, size_t refused_bytes)
 {
     bool dropped_output = result_cut_bulk(res, SLIM_STREAM_BYTES);
@@ -308,6 +323,7 @@ int delivery_set_result(cf_worker *w, job *j, cf_result *res)
             return -1;
     }
     free(j->out.value.data);
+    j->out.kind = JOB_OUT_RESULT;
     j->out.value = enc;
     j->out.topic = j->result_topic;
     if (!j->out.key && res->id)
@@ -319,17 +335,17 @@ int delivery_set_result(cf_worker *w, job *j, cf_result *res)
  * (out of memory), the job is dropped unmarked: the partition's position
  * stays before it and the request is read again after a restart or
  * rebalance; the worker logs it loudly. */
-void delivery_send_result(cf_worker *w, job *j, cf_result *res, bool on_main)
+void delivery_send_result(cf_worker *w, job *j, cf_result *res)
 {
     if (delivery_set_result(w, j, res) < 0) {
         cf_log_error(LOG_SUB, "request %s: no memory for its result: left for redelivery", j->req.id);
-        if (on_main)
-            job_finished(w, j, false);
+        if (on_main_thread(w))
+            job_set_state(w, j, JOB_DROPPED);
         else
-            delivery_hand_back(w, j, HANDOFF_ABANDON, 0);
+            delivery_hand_back(w, j, 0);
         return;
     }
-    delivery_send(w, j, on_main);
+    delivery_send(w, j);
 }
 
 void delivery_answer_rejected(cf_worker *w, job *j, const char *id, const char *reason)
@@ -338,10 +354,9 @@ void delivery_answer_rejected(cf_worker *w, job *j, const char *id, const char *
     res.status = CF_STATUS_REJECTED;
     cf_str_set(&res.id, id);
     cf_result_set_reason(&res, "%s", reason);
-    j->kind = JOB_ANSWERED;
     w->n_rejected++;
     cf_log_info(LOG_SUB, "request %s rejected: %s", id, reason);
-    delivery_send_result(w, j, &res, true);
+    delivery_send_result(w, j, &res);
     cf_result_clear(&res);
 }
 
@@ -352,10 +367,8 @@ void delivery_answer_cancelled(cf_worker *w, job *j, const char *reason)
     res.status = CF_STATUS_CANCELLED;
     cf_str_set(&res.id, j->req.id);
     cf_result_set_reason(&res, "%s", reason);
-    j->kind = JOB_ANSWERED;
-    j->answered_cancelled = true;
     cf_log_info(LOG_SUB, "request %s cancelled while it waited for a slot", j->req.id);
-    delivery_send_result(w, j, &res, true);
+    delivery_send_result(w, j, &res);
     cf_result_clear(&res);
 }
 
@@ -365,7 +378,7 @@ static int set_dead_letter_out(cf_worker *w, job *j, const char *key, const void
                                const char *reason)
 {
     job_out_clear(&j->out);
-    j->kind = JOB_DEAD;
+    j->out.kind = JOB_OUT_DEAD_LETTER;
     j->delivery_tries = 0;
     j->obs.dead_letter = true;
     j->obs.produce_ns = cf_observe_now_ns();
@@ -400,10 +413,10 @@ void delivery_dead_letter(cf_worker *w, job *j, const rd_kafka_message_t *m, con
     free(key);
     if (rc < 0) {
         cf_log_error(LOG_SUB, "out of memory dead-lettering offset %" PRId64 ": left for redelivery", j->offset);
-        job_finished(w, j, false);
+        job_set_state(w, j, JOB_DROPPED);
         return;
     }
-    delivery_send(w, j, true);
+    delivery_send(w, j);
 }
 
 /* Backoff before producing a failed answer again: 100 ms doubling, capped
@@ -412,64 +425,70 @@ static int64_t retry_delay_us(const job *j)
 {
     int n = j->delivery_tries < 12 ? j->delivery_tries : 12;
     int64_t d = 100000LL << (n > 0 ? n - 1 : 0);
-    int64_t cap = j->kind == JOB_DEAD ? 30000000 : 10000000;
+    int64_t cap = j->out.kind == JOB_OUT_DEAD_LETTER ? 30000000 : 10000000;
     return d < cap ? d : cap;
 }
 
-static void schedule_retry(cf_worker *w, job *j, int64_t delay_us)
+/* Into retry-wait (or, for a dead letter the broker refuses, blocking)
+ * until delay_us from now. */
+static void schedule_retry(cf_worker *w, job *j, job_state wait_in, int64_t delay_us)
 {
-    j->state = JOB_RETRY_WAIT;
+    job_set_state(w, j, wait_in);
     j->next_try_us = cf_mono_us() + delay_us;
     j->list_next = w->retry;
     w->retry = j;
     w->n_retries++;
 }
 
+/* An answer could not be delivered (main thread).  A result is adjusted
+ * when that can help (too large: cut; reply_to topic refused: the default
+ * topic with reply_to_error) and retried with backoff; after RESULT_TRIES
+ * the request itself is dead-lettered.  A dead letter is retried until it
+ * lands, and while one waits the worker takes no new work (blocking): it
+ * never skips an offset, and no offset waits longer than the broker does. */
 void delivery_failed(cf_worker *w, job *j, rd_kafka_resp_err_t e)
 {
     if (!partitions_job_owned(w, j) || w->destroying) {
         /* Its partition went to another worker, which reads the request
          * again: retrying here would only answer it twice. */
-        job_finished(w, j, false);
+        job_set_state(w, j, JOB_DROPPED);
         return;
     }
     j->delivery_tries++;
     cf_observe_produce_retry(w->obs);
-    cf_log_warn(LOG_SUB, "delivery of %s for %s failed (try %d): %s", j->kind == JOB_DEAD ? "dead letter" : "result",
+    bool dead = j->out.kind == JOB_OUT_DEAD_LETTER;
+    cf_log_warn(LOG_SUB, "delivery of %s for %s failed (try %d): %s", dead ? "dead letter" : "result",
                 j->req.id ? j->req.id : "?", j->delivery_tries, rd_kafka_err2str(e));
     if (rd_kafka_fatal_error(w->producer, NULL, 0)) {
-        job_finished(w, j, false); /* the worker stops; the request is redelivered */
+        job_set_state(w, j, JOB_DROPPED); /* the worker stops; the request is redelivered */
         return;
     }
-    if (j->kind == JOB_DEAD) {
-        if (too_large(e) && !j->out.value_dropped) {
+    if (dead) {
+        bool blocking = j->state == JOB_BLOCKING;
+        if (too_large(e) && j->out.cut == JOB_OUT_WHOLE) {
             free(j->out.value.data);
             j->out.value = (cf_bytes){0};
-            j->out.value_dropped = true;
+            j->out.cut = JOB_OUT_VALUE_DROPPED;
             rd_kafka_header_add(j->out.hdrs, HDR_PREFIX "value-dropped", -1, "too large for the dead-letter topic",
                                 -1);
-            schedule_retry(w, j, 0);
+            schedule_retry(w, j, blocking ? JOB_BLOCKING : JOB_RETRY_WAIT, 0);
             return;
         }
-        if (!j->blocks_intake) {
-            j->blocks_intake = true;
-            w->intake_blocked++;
+        if (!blocking)
             cf_log_error(LOG_SUB, "the dead-letter topic %s cannot be written (%s): taking no work until it can",
                          w->cfg->dlq_topic, rd_kafka_err2str(e));
-        }
-        schedule_retry(w, j, retry_delay_us(j));
+        schedule_retry(w, j, JOB_BLOCKING, retry_delay_us(j));
         return;
     }
     /* A result. */
     bool to_default = j->out.topic != w->topics[j->topic].results;
-    if ((too_large(e) && !j->out.slimmed) || to_default) {
+    if ((too_large(e) && j->out.cut == JOB_OUT_WHOLE) || to_default) {
         cf_result res = {0};
         cf_decode_limits lim = cf_decode_limits_default;
         lim.max_total_bytes = lim.max_bin_bytes = j->out.value.len;
         if (cf_result_decode(j->out.value.data, j->out.value.len, &lim, &res, NULL) == 0) {
             if (too_large(e)) {
                 slim_result(&res, j->out.value.len);
-                j->out.slimmed = true;
             } else {
                 /* A reply_to topic that does not take it: the profile's
                  * result topic, saying why. */
@@ -484,7 +503,9 @@ void delivery_failed(cf_worker *w, job *j, rd_kafka_resp_err_t e)
             int rc = delivery_set_result(w, j, &res);
             cf_result_clear(&res);
             if (rc == 0) {
-                schedule_retry(w, j, 0);
+                if (too_large(e))
+                    j->out.cut = JOB_OUT_SLIMMED;
+                schedule_retry(w, j, JOB_RETRY_WAIT, 0);
                 return;
             }
         }
@@ -499,14 +520,14 @@ void delivery_failed(cf_worker *w, job *j, rd_kafka_resp_err_t e)
             set_dead_letter_out(w, j, j->key, enc.data, enc.len, reason) < 0) {
             free(enc.data);
             cf_log_error(LOG_SUB, "request %s: out of memory dead-lettering: left for redelivery", j->req.id);
-            job_finished(w, j, false);
+            job_set_state(w, j, JOB_DROPPED);
             return;
         }
         free(enc.data);
-        schedule_retry(w, j, 0);
+        schedule_retry(w, j, JOB_RETRY_WAIT, 0);
         return;
     }
-    schedule_retry(w, j, retry_delay_us(j));
+    schedule_retry(w, j, JOB_RETRY_WAIT, retry_delay_us(j));
 }
 
 /* Produces the answers whose retry time has come (main thread). */
@@ -529,9 +550,9 @@ void delivery_run_retries(cf_worker *w)
         due = j->list_next;
         j->list_next = NULL;
         if (partitions_job_owned(w, j))
-            delivery_send(w, j, true);
+            delivery_send(w, j);
         else
-            job_finished(w, j, false);
+            job_set_state(w, j, JOB_DROPPED);
     }
 }
 
@@ -580,13 +601,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     (void)__atomic_load_n(&j->produced, __ATOMIC_ACQUIRE); /* pairs with produce_out's */
     if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         cf_observe_answered(w->obs, &j->obs, j->req.id);
-        if (j->kind == JOB_DEAD)
-            w->n_dead++;
-        else
-            w->n_results++;
-        if (j->answered_cancelled)
-            w->n_cancelled++;
-        job_finished(w, j, true);
+        job_set_state(w, j, j->out.kind == JOB_OUT_DEAD_LETTER ? JOB_DEAD_LETTERED : JOB_ANSWERED);
         return;
     }
     delivery_failed(w, j, m->err);
@@ -603,10 +618,10 @@ void delivery_take_handed_back(cf_worker *w)
         job *j = list;
         list = j->list_next;
         j->list_next = NULL;
-        if (j->handoff == HANDOFF_FAILED)
-            delivery_failed(w, j, j->handoff_err);
+        if (j->state == JOB_RUNNING)
+            job_set_state(w, j, JOB_DROPPED); /* stopped by the worker, or no memory for its answer */
         else
-            job_finished(w, j, false);
+            delivery_failed(w, j, j->last_err);
     }
 }
 
@@ -618,7 +633,7 @@ void delivery_drop_retries(cf_worker *w, lane_match *lm)
         job *j = *pp;
         if (!lm || partitions_lane_matches(j->pj.partition, lm)) {
             *pp = j->list_next;
-            job_finished(w, j, false);
+            job_set_state(w, j, JOB_DROPPED);
         } else {
             pp = &j->list_next;
         }

@@ -127,7 +127,7 @@ static void intake_take_traced(cf_worker *w, rd_kafka_message_t *m)
     part_state *ps = ti < 0 ? NULL : partitions_get(w, (size_t)ti, m->partition, false);
     if (!ps || !ps->assigned || w->stopping)
         return; /* not ours (any more): not tracked, so never committed */
-    job *j = calloc(1, sizeof(*j));
+    job *j = job_new(w);
     int added = j ? cf_offset_tracker_add(ps->tracker, m->offset) : -2;
     if (added >= -1 && w->guard) {
         int step = cf_pguard_taken(w->guard, &ps->guard, tname, m->partition, m->offset, cf_mono_us());
@@ -139,18 +139,16 @@ static void intake_take_traced(cf_worker *w, rd_kafka_message_t *m)
     }
     if (added == -1) {
         cf_log_debug(LOG_SUB, "partition %" PRId32 " offset %" PRId64 " seen already", m->partition, m->offset);
-        free(j);
+        job_free(j);
         return;
     }
     if (added < 0) {
         cf_log_error(LOG_SUB, "cannot take %s[%" PRId32 "]@%" PRId64 " (%zu pending, or no memory): reading it again",
                      tname, m->partition, m->offset, cf_offset_tracker_pending(ps->tracker));
-        free(j);
+        job_free(j);
         partitions_rewind(w, tname, m->partition, m->offset);
         return;
     }
-    w->n_received++;
-    w->inflight++;
     int64_t msg_ts = rd_kafka_message_timestamp(m, NULL);
     cf_job_obs_begin(&j->obs, NULL, msg_ts > 0 ? msg_ts : 0);
     if (!ps->held && cf_offset_tracker_pending(ps->tracker) >= partitions_tracker_soft(w))
@@ -162,6 +160,7 @@ static void intake_take_traced(cf_worker *w, rd_kafka_message_t *m)
     j->gen = ps->gen;
     j->result_topic = w->topics[ti].results;
     j->pj.partition = partitions_lane((size_t)ti, m->partition);
+    job_taken(w, j); /* from here on it ends exactly once */
     if (m->key_len) {
         /* Requests of one key run in order; keys of different topics
          * (tenants) never wait for each other. */
@@ -194,8 +193,8 @@ static void intake_take_traced(cf_worker *w, rd_kafka_message_t *m)
             if (w->idempotent) {
                 cf_error derr;
                 cf_error_clear(&derr);
-                j->has_digest = cf_request_digest(&j->req, j->digest, &derr) == 0;
-                if (!j->has_digest)
+                j->claim = cf_request_digest(&j->req, j->digest, &derr) == 0 ? JOB_CLAIM_WANTED : JOB_CLAIM_OFF;
+                if (j->claim == JOB_CLAIM_OFF)
                     cf_log_warn(LOG_SUB, "request %s: no digest (%s): it runs without the idempotency store",
                                 j->req.id, derr.msg);
             }
@@ -204,30 +203,25 @@ static void intake_take_traced(cf_worker *w, rd_kafka_message_t *m)
              * idempotency store holds is replayed, a redelivered request
              * that already finished is not contradicted) but never runs. */
             const memo_entry *me = cancels_remembered(w, ti, j->req.id);
-            if (me) {
-                cf_strlcpy(j->cancel_reason, me->reason, sizeof(j->cancel_reason));
-                __atomic_store_n(&j->user_cancelled, 1, __ATOMIC_RELEASE);
-                flag_set(&j->cancel);
-            }
+            if (me)
+                job_request_stop(j, JOB_STOP_SENDER, me->reason);
             /* With the store, a passed deadline is judged in the slot, after
              * the store is asked: an answered request is replayed, not
              * refused. */
-            if ((!j->has_digest && intake_deadline_passed(&j->req, reason, sizeof(reason))) ||
+            if ((j->claim == JOB_CLAIM_OFF && intake_deadline_passed(&j->req, reason, sizeof(reason))) ||
                 admit(w, j, reason, sizeof(reason)) < 0) {
                 j->obs.admitted_ns = cf_observe_now_ns();
                 delivery_answer_rejected(w, j, j->req.id, reason);
                 return;
             }
             j->obs.admitted_ns = cf_observe_now_ns();
-            j->kind = JOB_EXECUTE;
-            j->state = JOB_QUEUED;
-            cf_log_debug(LOG_SUB, "request %s (%s) queued", j->req.id, cf_language_name(j->req.language));
+            job_set_state(w, j, JOB_QUEUED);
             if (cf_exec_pool_submit(w->pool, &j->pj) < 0) {
                 cf_log_error(LOG_SUB, "out of memory queueing request %s", j->req.id);
                 cf_result res = {0};
                 res.status = CF_STATUS_INTERNAL_ERROR;
                 cf_result_set_reason(&res, "worker %s is out of memory: the request was not run", w->worker_id);
-                delivery_send_result(w, j, &res, true);
+                delivery_send_result(w, j, &res);
                 cf_result_clear(&res);
             }
             return;

@@ -263,6 +263,10 @@ fail:
 
 /* Returns false when the broker could not be reached: warming the other
  * topics would only add 5 s each to the start-up. */
+/* librdkafka holds the first message for a topic whose metadata it has not
+ * seen and, with linger.ms=0, sends it at the broker thread's next periodic
+ * wake-up (about 1 s later): fetching the metadata at start-up takes that
+ * second off the first result. */
 bool kafka_warm_topic(rd_kafka_t *rk, const char *topic)
 {
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);

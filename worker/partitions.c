@@ -150,7 +150,7 @@ void jobs_drop(cf_worker *w, cf_pool_job *list)
 {
     while (list) {
         cf_pool_job *next = list->next;
-        job_finished(w, (job *)list, false);
+        job_set_state(w, (job *)list, JOB_DROPPED);
         list = next;
     }
 }

@@ -50,7 +50,7 @@ void flag_set(volatile int *f)
 
 static bool cancelled(const cf_worker *w, const job *j)
 {
-    return __atomic_load_n(&w->cancel_exec, __ATOMIC_RELAXED) || __atomic_load_n(&j->cancel, __ATOMIC_RELAXED);
+    return __atomic_load_n(&w->cancel_exec, __ATOMIC_RELAXED) || job_stop_of(j) != JOB_STOP_NONE;
 }
 
 /* A job stopped by the worker: true (res filled: `cancelled`) when the
@@ -58,11 +58,11 @@ static bool cancelled(const cf_worker *w, const job *j)
  * false when it is to be left for the partition's next owner. */
 static bool user_cancel_answer(cf_worker *w, job *j, cf_result *res, int64_t wall_us)
 {
-    if (__atomic_load_n(&w->cancel_exec, __ATOMIC_RELAXED) || !__atomic_load_n(&j->user_cancelled, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&w->cancel_exec, __ATOMIC_RELAXED) || job_stop_of(j) != JOB_STOP_SENDER)
         return false;
     res->status = CF_STATUS_CANCELLED;
     res->wall_time_us = wall_us;
-    cf_result_set_reason(res, "%s", j->cancel_reason);
+    cf_result_set_reason(res, "%s", j->stop_reason);
     cf_log_info(LOG_SUB, "request %s cancelled %s", j->req.id, wall_us ? "while it ran" : "before it started");
     return true;
 }
@@ -156,7 +156,7 @@ static void state_failed(cf_result *res, const cf_error *err, const char *when)
  * nothing was written back. */
 static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
 {
-    cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &j->cancel, .profile = j->profile->name,
+    cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &j->stop, .profile = j->profile->name,
                        .profile_max_timeout_us = j->profile->max_timeout_us,
                        .profile_max_memory_bytes = j->profile->max_memory_bytes,
                        .profile_max_processes = j->profile->max_processes,
@@ -188,20 +188,25 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     cf_wstate *st = slot_state(w, slot, &err);
     cf_wstate_run run;
     memset(&run, 0, sizeof(run));
-    bool run_it = true, completed = true;
-    if (needs_state) {
-        if (!st) {
-            cf_observe_redis_error(w->obs);
-            cf_log_error(LOG_SUB, "request %s: workspace store unavailable: %s", j->req.id, err.msg);
-            state_failed(res, &err, "before the run");
-            run_it = false;
-        } else if (cf_wstate_prepare(st, &j->req, writer_seq_for(w, j), &run, &run_it, res, &err) < 0) {
-            cf_observe_redis_error(w->obs);
-            cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
-            cf_result_clear(res);
-            state_failed(res, &err, "before the run");
-            run_it = false;
-        }
+    bool run_it = true, completed = true, executed = false;
+    /* Holding the lease, the run's workspace and checkpoint writes are
+     * fenced by it: if it lapses and another worker takes the request
+     * over, this run writes nothing. */
+    bool fenced = st && j->claim == JOB_CLAIM_LEASED &&
+                  cf_wstate_lease_ref(j->profile->name, j->req.id, j->digest, j->token, j->lease_key,
+                                      sizeof(j->lease_key), j->lease_value, sizeof(j->lease_value)) == 0;
+    if (needs_state && !st) {
+        cf_observe_redis_error(w->obs);
+        cf_log_error(LOG_SUB, "request %s: workspace store unavailable: %s", j->req.id, err.msg);
+        state_failed(res, &err, "before the run");
+        run_it = false;
+    } else if (st && cf_wstate_begin(st, &j->req, writer_seq_for(w, j), fenced ? j->lease_key : NULL,
+                                     j->lease_value, &run, &run_it, res, &err) < 0) {
+        cf_observe_redis_error(w->obs);
+        cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
+        cf_result_clear(res);
+        state_failed(res, &err, "before the run");
+        run_it = false;
     }
     if (run_it && cancelled(w, j)) {
         run_it = false;
@@ -213,7 +218,7 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         ctx.phases = &phases;
         int64_t t0 = cf_mono_us();
         j->obs.exec_start_ns = cf_observe_now_ns();
-        bool executed =
+        executed =
             cf_pipeline_execute(w->pipeline, j->backend, j->profile->name, &ctx, &j->req, res, &err) == 0;
         j->obs.exec_end_ns = cf_observe_now_ns();
         j->obs.run_start_ns = cf_observe_mono_to_unix_ns(phases.run_start_us);
@@ -250,19 +255,20 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
                 result_add_warning(res, msg);
             }
         }
-        if (completed && needs_state && cf_wstate_finish(st, &j->req, &run, executed, res, &err) < 0) {
-            /* The program ran but its changes could not be stored: the
-             * caller must not take the run as applied. */
-            cf_observe_redis_error(w->obs);
-            cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
-            state_failed(res, &err, "after the run: its changes were not stored");
-        }
-        if (completed && run.ws_active)
-            cf_log_debug(LOG_SUB, "request %s: workspace %s revision %" PRId64 " -> %" PRId64 " (%zu changed%s)",
-                         j->req.id, j->req.workspace, run.ws_rev, res->workspace_revision, res->n_changed_paths,
-                         res->workspace_conflict ? ", conflict" : "");
     }
-    cf_wstate_run_clear(&run, &j->req);
+    int64_t rev_before = run.ws_rev;
+    bool ws_active = run.ws_active;
+    if (st && cf_wstate_end(st, &j->req, &run, run_it && completed, executed, res, &err) < 0) {
+        /* The program ran but its changes could not be stored: the
+         * caller must not take the run as applied. */
+        cf_observe_redis_error(w->obs);
+        cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
+        state_failed(res, &err, "after the run: its changes were not stored");
+    }
+    if (run_it && completed && ws_active)
+        cf_log_debug(LOG_SUB, "request %s: workspace %s revision %" PRId64 " -> %" PRId64 "%s", j->req.id,
+                     j->req.workspace, rev_before, res->workspace_revision,
+                     res->workspace_conflict ? " (conflict)" : "");
     return completed;
 }
 
@@ -293,7 +299,7 @@ typedef enum claim_outcome {
  * run of the same request elsewhere is waited for, then replayed. */
 static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_result *res)
 {
-    if (!w->idempotent || !st || !j->has_digest)
+    if (!w->idempotent || !st || j->claim == JOB_CLAIM_OFF)
         return CLAIM_RUN;
     cf_error err;
     cf_error_clear(&err);
@@ -316,13 +322,13 @@ static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_res
             /* No store: run anyway (at-least-once for this request), and
              * say so in the result. */
             cf_log_warn(LOG_SUB, "request %s: idempotency store unavailable (%s): run without it", j->req.id, err.msg);
-            j->unprotected = true;
+            j->claim = JOB_CLAIM_UNPROTECTED;
             return CLAIM_RUN;
         }
         switch (c.kind) {
         case CF_CLAIM_RUN:
             pthread_mutex_lock(&w->lock);
-            j->leased = true;
+            j->claim = JOB_CLAIM_LEASED;
             pthread_mutex_unlock(&w->lock);
             return CLAIM_RUN;
         case CF_CLAIM_REPLAY: {
@@ -417,8 +423,8 @@ void slots_run_job(cf_pool_job *pj, int slot, void *arg)
 
 static void run_job_traced(cf_worker *w, job *j, int slot)
 {
+    job_set_state(w, j, JOB_RUNNING);
     pthread_mutex_lock(&w->lock);
-    j->state = JOB_RUNNING;
     w->running[slot] = j;
     /* A cancel applied while the pool handed this job over. */
     int64_t now = cf_mono_us();
@@ -427,9 +433,7 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
         const recent_cancel *rc = &w->recent[i];
         if (now - rc->at_us < window && rc->topic == j->topic && j->req.id &&
             strcmp(rc->id, j->req.id) == 0) {
-            cf_strlcpy(j->cancel_reason, rc->reason, sizeof(j->cancel_reason));
-            __atomic_store_n(&j->user_cancelled, 1, __ATOMIC_RELEASE);
-            flag_set(&j->cancel);
+            job_request_stop(j, JOB_STOP_SENDER, rc->reason);
             break;
         }
     }
@@ -442,7 +446,7 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
     cf_wstate *st = slot_state(w, slot, &err);
     /* A revoke stops this job's Redis retries too, not only its program. */
     if (st)
-        cf_wstate_set_cancel(st, &j->cancel);
+        cf_wstate_set_cancel(st, &j->stop);
     int64_t attempt = delivery_count(w, j, st);
     claim_outcome o = claim(w, j, slot, st, &res);
     if (o == CLAIM_RUN && intake_deadline_passed(&j->req, reason, sizeof(reason))) {
@@ -452,23 +456,13 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
         cf_result_set_reason(&res, "%s", reason);
     } else {
         if (o == CLAIM_RUN) {
-            /* Holding the lease, the run's workspace and checkpoint writes
-             * are fenced by it: if it lapses and another worker takes the
-             * request over, this run writes nothing. */
-            bool fenced = j->leased && cf_wstate_lease_ref(j->profile->name, j->req.id, j->digest, j->token,
-                                                           j->lease_key, sizeof(j->lease_key), j->lease_value,
-                                                           sizeof(j->lease_value)) == 0;
-            if (fenced)
-                cf_wstate_set_guard(st, j->lease_key, j->lease_value);
             completed = execute_job(w, j, slot, &res);
-            if (fenced)
-                cf_wstate_set_guard(st, NULL, NULL);
         } else if (o == CLAIM_STOPPED) {
             completed = user_cancel_answer(w, j, &res, 0);
         }
     }
     res.meta.attempt = attempt;
-    if (j->unprotected && completed)
+    if (j->claim == JOB_CLAIM_UNPROTECTED && completed)
         result_add_warning(&res, "the idempotency store could not be reached: this request ran without replay "
                           "protection, and a redelivery of it would run again");
     if (st)
@@ -477,8 +471,9 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
      * must not find it among the running ones. */
     pthread_mutex_lock(&w->lock);
     w->running[slot] = NULL;
-    bool leased = j->leased;
-    j->leased = false;
+    bool leased = j->claim == JOB_CLAIM_LEASED;
+    if (leased)
+        j->claim = JOB_CLAIM_DONE; /* the lease keeper renews it no more */
     pthread_mutex_unlock(&w->lock);
     if (!completed) {
         /* The worker stopped it (its partition was revoked, or shutdown
@@ -489,17 +484,16 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
         cf_log_info(LOG_SUB, "request %s: execution stopped by the worker: left for the partition's next owner",
                     j->req.id);
         cf_result_clear(&res);
-        delivery_hand_back(w, j, HANDOFF_ABANDON, 0);
+        delivery_hand_back(w, j, 0); /* running: dropped by the main thread */
         return;
     }
     cf_log_debug(LOG_SUB, "request %s finished: %s", j->req.id, cf_status_name(res.status));
-    j->answered_cancelled = res.status == CF_STATUS_CANCELLED;
     if (delivery_set_result(w, j, &res) < 0) {
         cf_log_error(LOG_SUB, "request %s: no memory for its result: left for redelivery", j->req.id);
         if (leased)
             cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err);
         cf_result_clear(&res);
-        delivery_hand_back(w, j, HANDOFF_ABANDON, 0);
+        delivery_hand_back(w, j, 0);
         return;
     }
     if (leased) {
@@ -520,7 +514,7 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
                         j->req.id, err.msg);
     }
     cf_result_clear(&res);
-    delivery_send(w, j, false);
+    delivery_send(w, j);
 }
 
 /* Tells the running executions that match (lm NULL = all) to stop. */
@@ -531,7 +525,7 @@ size_t slots_stop_running(cf_worker *w, lane_match *lm)
     for (int64_t s = 0; s < w->cfg->slots; s++) {
         job *j = w->running[s];
         if (j && (!lm || partitions_lane_matches(j->pj.partition, lm))) {
-            flag_set(&j->cancel);
+            job_request_stop(j, JOB_STOP_WORKER, NULL);
             n++;
         }
     }
@@ -574,7 +568,7 @@ void *slots_lease_keeper(void *arg)
         size_t n = 0;
         for (int64_t s = 0; s < w->cfg->slots; s++) {
             const job *j = w->running[s];
-            if (j && j->leased) {
+            if (j && j->claim == JOB_CLAIM_LEASED) {
                 h[n].scope = j->profile->name;
                 cf_strlcpy(h[n].id, j->req.id, sizeof(h[n].id));
                 cf_strlcpy(h[n].digest, j->digest, sizeof(h[n].digest));

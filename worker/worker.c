@@ -160,6 +160,7 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
     w->cfg = cfg;
     w->wake_fd = -1;
+    w->main_thread = pthread_self(); /* until cf_worker_run: cancels caught up at start */
     resolve_default_paths(w);
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
@@ -598,7 +599,9 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
     cf_log_info(LOG_SUB,
                 "stopped: %" PRIu64 " received, %" PRIu64 " answered (%" PRIu64 " rejected, %" PRIu64
                 " cancelled), %" PRIu64 " dead-lettered, %" PRIu64 " left for redelivery, %" PRIu64 " answer retries",
-                w->n_received, w->n_results, w->n_rejected, w->n_cancelled, w->n_dead, w->n_abandoned, w->n_retries);
+                (uint64_t)atomic_load(&w->jobs.taken), (uint64_t)atomic_load(&w->jobs.answered), w->n_rejected,
+                w->n_cancelled, (uint64_t)atomic_load(&w->jobs.dead_lettered), (uint64_t)atomic_load(&w->jobs.dropped),
+                w->n_retries);
 }
 
 /* Publishes this worker's report (or, when gone, its tombstone) to the
@@ -636,10 +639,10 @@ static void publish_report(cf_worker *w, bool gone)
                                .held = (int64_t)cf_exec_pool_queued(w->pool),
                                .paused = w->paused_all,
                                .draining = w->stopping,
-                               .received = w->n_received,
-                               .answered = w->n_results,
+                               .received = atomic_load(&w->jobs.taken),
+                               .answered = atomic_load(&w->jobs.answered),
                                .rejected = w->n_rejected,
-                               .dead_lettered = w->n_dead,
+                               .dead_lettered = atomic_load(&w->jobs.dead_lettered),
                                .retries = w->n_retries};
         /* The partitions the guard finds stalled, as "topic[N]" (a few:
          * the report stays small). */
@@ -699,6 +702,9 @@ static void publish_report(cf_worker *w, bool gone)
 
 int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
 {
+    /* Delivery's main-thread work (retries, failed deliveries) happens on
+     * this thread from now on. */
+    w->main_thread = pthread_self();
     int sig_fd = -1;
     if (handle_signals) {
         sigset_t set;

@@ -28,6 +28,7 @@
 #include "cf_schema.h"
 #include "cf_worker.h"
 #include "exec_pool.h"
+#include "job_int.h"
 #include "observe.h"
 #include "offset_tracker.h"
 #include "partition_guard.h"
@@ -37,84 +38,6 @@
  * this when there may be more). */
 #define PRODUCER_SERVE_MAX 1000
 #define HDR_PREFIX "codefleet-" /* the headers of dead letters */
-
-typedef enum job_kind {
-    JOB_EXECUTE,  /* decoded, admitted: runs in a slot */
-    JOB_ANSWERED, /* answered on the main thread (rejected) */
-    JOB_DEAD,     /* its answer is a dead letter */
-} job_kind;
-
-/* Where a job is.  Every message taken ends in one of two ways: its answer
- * (result or dead letter) is delivered and its offset marked done, or the
- * partition is given up (revoke, shutdown) and the job is dropped without
- * marking, so the next owner reads it again.  Nothing else frees a job. */
-typedef enum job_state {
-    JOB_QUEUED,     /* admitted, waiting for a slot */
-    JOB_RUNNING,    /* in a slot */
-    JOB_PRODUCING,  /* its answer is with the producer */
-    JOB_RETRY_WAIT, /* its answer failed; produced again at next_try_us */
-} job_state;
-
-/* What a slot hands back to the main thread. */
-typedef enum handoff_kind {
-    HANDOFF_ABANDON, /* cancelled (revoke, shutdown): drop, never mark */
-    HANDOFF_FAILED,  /* producing its answer failed at once: retry */
-} handoff_kind;
-
-/* The message a job answers with, kept until it is delivered so that a
- * failed delivery can be retried as it was. */
-typedef struct job_out {
-    const char *topic;
-    char *key;
-    cf_bytes value;
-    rd_kafka_headers_t *hdrs; /* dead letters: origin and reason */
-    bool slimmed;             /* a result already cut to fit */
-    bool value_dropped;       /* a dead letter already sent without its value */
-} job_out;
-
-typedef struct job {
-    cf_pool_job pj; /* first: the pool hands this pointer back */
-    job_kind kind;
-    job_state state;
-    size_t topic;       /* index into the worker's request topics */
-    char *key;          /* the message's key (pj.key is it qualified by the topic) */
-    const cf_profile *profile;
-    int32_t partition;
-    int64_t offset;
-    uint64_t gen; /* assignment generation of the partition when taken */
-    cf_request req;
-    const cf_backend *backend;
-    const char *result_topic; /* req.reply_to or the profile's result topic */
-    char *stream_topic;       /* req.stream: result_topic + stream-topic-suffix (owned) */
-    volatile int cancel;      /* set by the main thread: stop this execution */
-    /* Set (release) by the main thread after cancel_reason, when the stop
-     * is its sender's cancel: then it is answered `cancelled`. */
-    volatile int user_cancelled;
-    char cancel_reason[CF_CANCEL_REASON_MAX + 64];
-    bool answered_cancelled;  /* its answer is `cancelled` (for the counters) */
-    job_out out;
-    /* Bumped (release) just before each produce of out, read (acquire) by
-     * the delivery report: the main thread then sees everything the slot
-     * wrote into the job, by our own ordering rather than librdkafka's
-     * internal hand-offs (ThreadSanitizer saw no order through those). */
-    unsigned produced;
-    int delivery_tries;       /* failed deliveries of the current answer */
-    int64_t next_try_us;      /* JOB_RETRY_WAIT: when (monotonic) */
-    bool blocks_intake;       /* a dead letter waiting: the worker takes no work */
-    handoff_kind handoff;
-    rd_kafka_resp_err_t handoff_err;
-    /* Idempotency (slot thread; leased is read by the lease keeper under
-     * the worker's lock). */
-    bool leased;
-    bool has_digest;          /* digest taken at intake (idempotency on) */
-    bool unprotected;         /* ran without the store (Redis unreachable) */
-    char digest[CF_DIGEST_HEX];
-    char token[CF_ID_MAX + 48];
-    char lease_key[CF_ID_MAX + 200];   /* fences the run's state writes */
-    char lease_value[CF_ID_MAX + 200];
-    cf_job_obs obs;           /* trace context and timeline (observe.h) */
-    struct job *list_next;    /* handoff or retry list */
-} job;
 
 /* Cancels remembered for requests not (yet) here: per request topic and
  * id, until they expire (cancel-memory).  Main thread only. */
@@ -206,9 +129,10 @@ struct cf_worker {
     bool destroying;           /* cf_worker_destroy: failed answers are dropped */
     atomic_int stop_requested;
     volatile int cancel_exec;  /* shutdown: Redis retries stop early */
-    size_t inflight;           /* jobs taken and not yet finished (main thread) */
-    size_t intake_blocked;     /* dead letters waiting for the broker (main thread) */
-    job *retry;                /* answers waiting to be produced again (main thread) */
+    size_t inflight;           /* jobs taken and not ended (main thread) */
+    size_t intake_blocked;     /* jobs in state blocking (main thread) */
+    job *retry;                /* jobs in retry-wait or blocking, by when (main thread) */
+    pthread_t main_thread;     /* the thread of cf_worker_run (and of cf_worker_new) */
     pthread_mutex_t lock;      /* guards handoff and running */
     job *handoff;              /* jobs slots hand back: main thread takes them */
     job **running;             /* per slot: the job it runs, NULL when idle */
@@ -263,7 +187,10 @@ struct cf_worker {
     int64_t started_ms;        /* Unix time, for the reports */
     int64_t report_next_us;    /* monotonic: the next periodic report */
     /* Counters for the shutdown summary. */
-    uint64_t n_received, n_results, n_rejected, n_dead, n_abandoned, n_retries;
+    uint64_t n_rejected, n_retries;
+    /* Jobs by where they ended (job.c; any thread may read them). */
+    cf_worker_jobs jobs;
+    cf_worker_jobs *ledger;    /* cf_worker_jobs_watch: a copy the caller owns */
 };
 
 
@@ -277,9 +204,6 @@ void worker_wake(cf_worker *w);
 void worker_pool_notify(void *arg);
 
 /* job.c */
-void job_out_clear(job_out *o);
-void job_free(job *j);
-void job_finished(cf_worker *w, job *j, bool delivered);
 
 /* intake.c */
 bool intake_deadline_passed(const cf_request *req, char *reason, size_t rsz);
@@ -297,12 +221,12 @@ void delivery_kick(cf_worker *w);
 void delivery_handed_over(cf_worker *w);
 int delivery_serve_producer(cf_worker *w, int timeout_ms);
 rd_kafka_resp_err_t delivery_drain(cf_worker *w, int timeout_ms);
-void delivery_hand_back(cf_worker *w, job *j, handoff_kind kind, rd_kafka_resp_err_t e);
-void delivery_send(cf_worker *w, job *j, bool on_main);
+void delivery_hand_back(cf_worker *w, job *j, rd_kafka_resp_err_t e);
+void delivery_send(cf_worker *w, job *j);
 void result_add_warning(cf_result *res, const char *msg);
 bool result_cut_bulk(cf_result *res, size_t each);
 int delivery_set_result(cf_worker *w, job *j, cf_result *res);
-void delivery_send_result(cf_worker *w, job *j, cf_result *res, bool on_main);
+void delivery_send_result(cf_worker *w, job *j, cf_result *res);
 void delivery_answer_rejected(cf_worker *w, job *j, const char *id, const char *reason);
 void delivery_answer_cancelled(cf_worker *w, job *j, const char *reason);
 void delivery_dead_letter(cf_worker *w, job *j, const rd_kafka_message_t *m, const char *reason);

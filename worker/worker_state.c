@@ -923,6 +923,32 @@ int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const ch
     return rc;
 }
 
+int cf_wstate_begin(cf_wstate *st, cf_request *req, int64_t writer_seq, const char *fence_key,
+                    const char *fence_value, cf_wstate_run *run, bool *run_it, cf_result *res, cf_error *err)
+{
+    memset(run, 0, sizeof(*run));
+    *run_it = true;
+    if (fence_key)
+        cf_wstate_set_guard(st, fence_key, fence_value);
+    if (!req->workspace && !req->thread)
+        return 0;
+    if (cf_wstate_prepare(st, req, writer_seq, run, run_it, res, err) < 0)
+        return -1;
+    run->prepared = *run_it;
+    return 0;
+}
+
+int cf_wstate_end(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ran_to_completion, bool executed,
+                  cf_result *res, cf_error *err)
+{
+    int rc = 0;
+    if (ran_to_completion && run->prepared)
+        rc = cf_wstate_finish(st, req, run, executed, res, err);
+    cf_wstate_set_guard(st, NULL, NULL);
+    cf_wstate_run_clear(run, req);
+    return rc;
+}
+
 void cf_wstate_set_cancel(cf_wstate *st, const volatile int *job_cancel)
 {
     st->job_cancel = job_cancel;

@@ -79,7 +79,28 @@ typedef struct cf_wstate_run {
     int64_t writer_seq;      /* fencing token for the save (0 = none) */
     cf_bytes orig_input;     /* the request's own input while the envelope is in place */
     bool input_swapped;
+    bool prepared;           /* cf_wstate_begin prepared it: cf_wstate_end finishes it */
 } cf_wstate_run;
+
+/* The state steps around one execution, in the one order they run; a slot
+ * calls begin, runs the program when told to, then end:
+ *   begin  1. the lease fences every workspace and checkpoint write of
+ *             this slot until end (fence_key NULL: no lease, no fence);
+ *          2. a request naming a workspace or thread: the workspace is
+ *             checked out and the thread's checkpoint loaded (prepare)
+ *   (the program)
+ *   end    3. when the program ran and its run completed (not stopped by
+ *             the worker): the workspace written back and the checkpoint
+ *             saved, fenced (finish);
+ *          4. the fence lifted, the run's bookkeeping freed, req's input
+ *             restored.
+ * begin returns as cf_wstate_prepare does (run_it false: res holds the
+ * answer; -1: Redis failed, err); end returns -1 when finish failed (res
+ * keeps what was done).  end is called after every begin. */
+int cf_wstate_begin(cf_wstate *st, cf_request *req, int64_t writer_seq, const char *fence_key,
+                    const char *fence_value, cf_wstate_run *run, bool *run_it, cf_result *res, cf_error *err);
+int cf_wstate_end(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ran_to_completion, bool executed,
+                  cf_result *res, cf_error *err);
 
 /* Before execute.  writer_seq: the fencing token for a checkpoint save (the
  * request's Kafka offset + 1 when the thread's requests share a partition,

@@ -17,6 +17,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@ typedef struct running_worker {
     cf_worker *w;
     pthread_t thread;
     int rc;
+    cf_worker_jobs ledger; /* where every job taken ended (outlives the worker) */
 } running_worker;
 
 static int fx_setup(void **state)
@@ -137,6 +139,7 @@ static running_worker *worker_start(fx *f, const char *id, const char *const *ex
     assert_int_equal(cf_conf_validate(&cf_worker_conf_table, &rw->cfg, &err), 0);
     if (cf_worker_new(&rw->cfg, &rw->w, &err) < 0)
         fail_msg("worker: %s", err.msg);
+    cf_worker_jobs_watch(rw->w, &rw->ledger);
     assert_int_equal(pthread_create(&rw->thread, NULL, worker_thread, rw), 0);
     return rw;
 }
@@ -149,6 +152,14 @@ static void worker_finish(running_worker *rw)
     pthread_join(rw->thread, NULL);
     cf_worker_destroy(rw->w);
     cf_conf_free(&cf_worker_conf_table, &rw->cfg);
+    /* Every job that entered reached exactly one terminal state, through
+     * whatever fault the test made. */
+    uint64_t taken = atomic_load(&rw->ledger.taken), answered = atomic_load(&rw->ledger.answered),
+             dead = atomic_load(&rw->ledger.dead_lettered), dropped = atomic_load(&rw->ledger.dropped);
+    fprintf(stderr, "jobs: %" PRIu64 " taken, %" PRIu64 " answered, %" PRIu64 " dead-lettered, %" PRIu64
+                    " dropped\n", taken, answered, dead, dropped);
+    assert_int_equal(atomic_load(&rw->ledger.live), 0);
+    assert_int_equal(taken, answered + dead + dropped);
     free(rw);
 }
 
