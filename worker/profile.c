@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "cf_util.h"
-#include "sandbox_net.h"
+#include "cf_net.h"
 
 #define OFF(field) offsetof(cf_profile, field)
 #define SEC 1000000LL

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "cf_util.h"
-#include "sandbox_cgroup.h"
+#include "cf_cgroup.h"
 
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL

@@ -21,7 +21,7 @@
 #include "cf_profile.h"
 #include "cf_redis.h"
 #include "cf_worker.h"
-#include "diagnostics.h"
+#include "diagnostics_int.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

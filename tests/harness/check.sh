@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the function harnesses of backends/harness/ by hand-made programs:
+# Checks the function harnesses of backends/languages/harness/ by hand-made programs:
 # each case is a user source, the harness appended after a newline (as the
 # worker does), run (or compiled, then run) directly on this host, no worker
 # and no sandbox.  A case checks the exit code, the output file (its exact
@@ -13,7 +13,7 @@
 # status non-zero when a case failed.
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-harness=$repo/backends/harness
+harness=$repo/backends/languages/harness
 exec </dev/null
 
 declare -A tc=()

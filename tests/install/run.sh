@@ -72,7 +72,7 @@ check "installed systemd unit starts /opt/codefleet/bin/codefleet-worker" \
 
 # The build tree's worker uses the build's helpers and the source harnesses.
 line=$(helpers_line "$B/worker/codefleet-worker")
-expect_paths "build-tree worker" "$line" "$S/backends/harness" "$B/backends/codefleet-container-init"
+expect_paths "build-tree worker" "$line" "$S/backends/languages/harness" "$B/backends/codefleet-container-init"
 
 check "installed codefleet --help runs" sh -c "'$tmp/moved/bin/codefleet' --help >/dev/null"
 

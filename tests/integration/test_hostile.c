@@ -41,7 +41,7 @@
 
 #include "cf_runner.h"
 #include "cf_util.h"
-#include "sandbox_cgroup.h"
+#include "cf_cgroup.h"
 
 #define SEC 1000000LL
 #define MIB (1024LL * 1024LL)

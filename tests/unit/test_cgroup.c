@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "cf_util.h"
-#include "sandbox_cgroup.h"
+#include "cf_cgroup.h"
 #include "support/cgroup_host.h"
 
 #define MiB (1024 * 1024)

@@ -20,7 +20,7 @@
 
 #include "cf_schema.h"
 #include "cf_util.h"
-#include "diagnostics.h"
+#include "diagnostics_int.h"
 
 #define FFFD "\xEF\xBF\xBD"
 

@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "embed_proto.h"
+#include "proto_int.h"
 
 static char *S(const char *s)
 {

@@ -76,13 +76,13 @@ static int setup_group(void **state)
         return 0;
     const char *src = getenv("CF_SOURCE_DIR");
     if (src)
-        snprintf(F->harness, sizeof(F->harness), "%s/backends/harness", src);
+        snprintf(F->harness, sizeof(F->harness), "%s/backends/languages/harness", src);
     else /* run by hand: this file is tests/unit/ of the tree */
     {
         snprintf(F->harness, sizeof(F->harness), "%s", __FILE__);
         char *t = strstr(F->harness, "tests/unit/test_pipeline.c");
         if (t)
-            snprintf(t, sizeof(F->harness) - (size_t)(t - F->harness), "backends/harness");
+            snprintf(t, sizeof(F->harness) - (size_t)(t - F->harness), "backends/languages/harness");
     }
     cf_pipeline_config pc;
     pipeline_config(&pc, F->harness);

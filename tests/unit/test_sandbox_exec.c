@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "cf_util.h"
-#include "sandbox_exec.h"
+#include "cf_sandbox_exec.h"
 
 #define HOST_ID 100001
 #define IN_ID 1000

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "cf_util.h"
-#include "sandbox_fs.h"
+#include "cf_sandbox_fs.h"
 
 #define HOST_ID 100000
 #define IN_ID 1000

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sandbox_probe.h"
+#include "cf_sandbox_probe.h"
 
 static void rm_parent(const char *rel)
 {

@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "sandbox_seccomp.h"
+#include "cf_seccomp.h"
 
 /* A marker errno no kernel path returns for these calls: when a call
  * fails with it, the filter (built with errno_override) answered. */

@@ -1,5 +1,5 @@
-/* The sandbox's Python zygote (backends/sandbox_zygote.c,
- * backends/zygote/zygote_main.c) against the cold path it stands in for.
+/* The sandbox's Python zygote (backends/sandbox/zygote.c,
+ * backends/sandbox/zygote_main.c) against the cold path it stands in for.
  *
  * Two sandbox backends side by side: one whose slots keep a zygote (and
  * start other programs through it too), one that builds every sandbox
