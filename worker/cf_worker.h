@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cf_backend.h"
 #include "cf_config.h"
 #include "cf_error.h"
 
@@ -50,23 +51,6 @@ typedef struct cf_worker_config {
     int64_t sandbox_tmp_bytes;
     int64_t sandbox_work_bytes;
     int64_t sandbox_inodes;
-    bool sandbox_warm;
-    bool sandbox_require_cgroups;
-    bool sandbox_zygote;
-    bool zygote_exec;
-    char *zygote_path;          /* "" = the one built with the worker */
-    char *zygote_preload;
-    int64_t zygote_memory_bytes;
-    int64_t zygote_max_requests;
-    char *container_images;     /* container backend: name=rootfs,... ("" = backend unavailable) */
-    char *container_runtime;    /* OCI runtime (crun) */
-    char *container_init;       /* static init bound into every container (tini-static) */
-    char *container_state;      /* the runtime's state directory for our containers */
-    char *embed_helper_path;    /* wasm/js runtime helper ("" = the one built with the worker) */
-    int64_t embed_helper_memory_bytes;
-    int64_t wasm_module_max_bytes;
-    int64_t wasm_fuel;
-    int64_t wasm_cache_bytes;
     int64_t default_timeout_us;
     int64_t max_timeout_us;
     int64_t default_output_bytes;
@@ -134,9 +118,15 @@ typedef struct cf_worker_config {
     int64_t log_format;         /* enum index: text|json */
     cf_kvlist kafka;            /* librdkafka pass-through ("kafka.<property>") */
     cf_kvlist profiles;         /* "profile.<name>.<key>" (cf_profile.h) */
+    /* Each backend family's own keys (cf_backend_settings): set through
+     * the same table, read by the family itself. */
+    cf_backend_settings_area backend_settings;
 } cf_worker_config;
 
-extern const cf_conf_table cf_worker_conf_table;
+/* The worker's configuration table: its own keys and every backend
+ * family's (composed at first use). */
+const cf_conf_table *cf_worker_conf(void);
+#define cf_worker_conf_table (*cf_worker_conf())
 
 /* The reference (docs/CONFIGURATION-worker.md): the worker's table, then
  * the keys of a profile (cf_profile.h). */

@@ -123,33 +123,23 @@ static void find_install_dirs(install_dirs *d)
     d->installed = true;
 }
 
-static void default_path(const install_dirs *d, bool data, const char *name, const char *built, char *out,
-                         size_t cap)
-{
-    out[0] = '\0';
-    if (!d->installed) {
-        cf_strlcpy(out, built, cap);
-        return;
-    }
-    const char *dir = data ? d->data : d->libexec;
-    struct stat st;
-    char cand[PATH_MAX];
-    int m = snprintf(cand, sizeof(cand), "%s/%s", dir, name);
-    if (dir[0] && m > 0 && (size_t)m < sizeof(cand) && (size_t)m < cap && stat(cand, &st) == 0 &&
-        (data ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode) && access(cand, X_OK) == 0))
-        cf_strlcpy(out, cand, cap);
-}
-
+/* The harnesses: configured, else the installed ones (an installed worker
+ * never falls back to the build's), else the source tree's. */
 static void resolve_default_paths(cf_worker *w)
 {
     install_dirs d;
     find_install_dirs(&d);
-    default_path(&d, false, "codefleet-zygote", CF_DEFAULT_ZYGOTE, w->zygote_path, sizeof(w->zygote_path));
-    default_path(&d, false, "codefleet-container-init", CF_DEFAULT_CONTAINER_INIT, w->container_init_path,
-                 sizeof(w->container_init_path));
-    default_path(&d, false, "codefleet-embed-helper", CF_DEFAULT_EMBED_HELPER, w->embed_helper_path,
-                 sizeof(w->embed_helper_path));
-    default_path(&d, true, "harness", CF_DEFAULT_HARNESS_DIR, w->harness_dir, sizeof(w->harness_dir));
+    cf_strlcpy(w->helper_dir, d.installed ? d.libexec : "", sizeof(w->helper_dir));
+    w->harness_dir[0] = '\0';
+    struct stat st;
+    if (!d.installed)
+        cf_strlcpy(w->harness_dir, CF_DEFAULT_HARNESS_DIR, sizeof(w->harness_dir));
+    else if (d.data[0]) {
+        char cand[PATH_MAX];
+        int m = snprintf(cand, sizeof(cand), "%s/harness", d.data);
+        if (m > 0 && (size_t)m < sizeof(cand) && stat(cand, &st) == 0 && S_ISDIR(st.st_mode))
+            cf_strlcpy(w->harness_dir, cand, sizeof(w->harness_dir));
+    }
 }
 
 int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
@@ -260,26 +250,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .sandbox_tmp_bytes = cfg->sandbox_tmp_bytes,
         .sandbox_work_bytes = cfg->sandbox_work_bytes,
         .sandbox_inodes = cfg->sandbox_inodes,
-        .sandbox_cold = !cfg->sandbox_warm,
-        .sandbox_require_cgroups = cfg->sandbox_require_cgroups,
-        .zygote_path = !cfg->sandbox_zygote ? NULL
-                       : cfg->zygote_path && cfg->zygote_path[0] ? cfg->zygote_path
-                                                                 : w->zygote_path,
-        .zygote_exec = cfg->zygote_exec,
-        .zygote_preload = cfg->zygote_preload,
-        .zygote_memory_bytes = cfg->zygote_memory_bytes,
-        .zygote_max_requests = cfg->zygote_max_requests,
-        .container_images = cfg->container_images,
-        .container_runtime = cfg->container_runtime,
-        .container_init = cfg->container_init && cfg->container_init[0] ? cfg->container_init
-                                                                        : w->container_init_path,
-        .container_state = cfg->container_state,
-        .embed_helper_path = cfg->embed_helper_path && cfg->embed_helper_path[0] ? cfg->embed_helper_path
-                                                                                  : w->embed_helper_path,
-        .embed_helper_memory_bytes = cfg->embed_helper_memory_bytes,
-        .wasm_module_max_bytes = cfg->wasm_module_max_bytes,
-        .wasm_fuel = cfg->wasm_fuel,
-        .wasm_cache_bytes = cfg->wasm_cache_bytes,
+        .settings = &cfg->backend_settings,
+        .helper_dir = w->helper_dir,
         /* Every compiled language passes backend selection; the pipeline
          * answers one without a toolchain, naming what is missing. */
         .compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP | 1u << CF_LANG_RUST | 1u << CF_LANG_GO |
@@ -288,11 +260,9 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         .cc_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_C),
         .cxx_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_CPP),
     };
-    cf_log_info(LOG_SUB, "helpers: harnesses %s, zygote %s, container init %s, embed helper %s",
-                pcfg.harness_dir[0] ? pcfg.harness_dir : "(none)",
-                !w->bcfg.zygote_path ? "(off)" : w->bcfg.zygote_path[0] ? w->bcfg.zygote_path : "(none)",
-                w->bcfg.container_init[0] ? w->bcfg.container_init : "(none)",
-                w->bcfg.embed_helper_path[0] ? w->bcfg.embed_helper_path : "(none)");
+    char helpers[3 * PATH_MAX];
+    cf_backend_helpers_describe(&w->bcfg, helpers, sizeof(helpers));
+    cf_log_info(LOG_SUB, "helpers: harnesses %s, %s", pcfg.harness_dir[0] ? pcfg.harness_dir : "(none)", helpers);
     if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0) {
         cf_error_wrap(err, "backends");
         goto fail;

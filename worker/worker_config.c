@@ -6,6 +6,10 @@
 #include "cf_profile.h"
 #include "cf_worker.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
 #define OFF(field) offsetof(cf_worker_config, field)
 #define SEC 1000000LL
 #define MIB (1024LL * 1024)
@@ -136,71 +140,6 @@ static const cf_conf_prop worker_props[] = {
      "Sandbox: size of the per-execution tmpfs holding the work directory.", NULL},
     {"sandbox-inodes", CF_CONF_INT, OFF(sandbox_inodes), 64, 100000000, "16384", NULL,
      "Sandbox: inode cap of each of those tmpfs.", NULL},
-    {"sandbox-warm", CF_CONF_BOOL, OFF(sandbox_warm), 0, 0, "false", NULL,
-     "Sandbox: each slot builds its next sandbox (namespaces, root, cgroup, work tmpfs) while idle, so a "
-     "request only places its files and starts its program (about 1 ms less per execution).  Requests with "
-     "network=enabled or fs_mode=paths always get one built for them.  Off by default: the waiting sandbox is a "
-     "copy of the worker, and keeping one costs the busy worker about 0.75 ms of CPU per request (cross-CPU TLB "
-     "flushes), which on a machine whose cores are all busy outweighs the gain (BENCHMARKS.md).", NULL},
-    {"sandbox-require-cgroups", CF_CONF_BOOL, OFF(sandbox_require_cgroups), 0, 0, "false", NULL,
-     "Sandbox: refuse to start without usable cgroups (a read-only /sys/fs/cgroup, a cgroup that is not "
-     "delegated).  Otherwise the worker starts, requests asking for memory or max_processes are rejected, and "
-     "every other execution runs without a memory or process cap of its own.", NULL},
-    {"sandbox-zygote", CF_CONF_BOOL, OFF(sandbox_zygote), 0, 0, "true", NULL,
-     "Sandbox: a Python interpreter per slot, started and initialised once inside the slot's confinement, "
-     "forks a fresh child per Python execution (its own pid, mount, ipc, network and uts namespaces, work "
-     "tmpfs, /tmp, cgroup, seccomp, no capabilities) instead of starting an interpreter: a few ms instead of "
-     "tens.  Executions it cannot serve exactly as a cold start would (network=enabled, fs_mode=paths, an "
-     "environment naming PYTHON*, LANG, LC_*, LD_*, GLIBC_*, MALLOC_*, OPENSSL_* or HOME, a work file named like a "
-     "module it has loaded) take the other path; results say which (metadata.sandbox).", NULL},
-    {"zygote-exec", CF_CONF_BOOL, OFF(zygote_exec), 0, 0, "false", NULL,
-     "Sandbox: the zygote also starts the other languages' programs (its fresh child execs them), so no "
-     "sandbox is cloned from the worker at all.", NULL},
-    {"zygote", CF_CONF_STRING, OFF(zygote_path), 0, 1024, NULL, NULL,
-     "Sandbox: the zygote program (absolute path); default: the codefleet-zygote installed with this worker (libexec/codefleet of its prefix; none if missing there), or for a worker run from its build tree the one built with it.  A "
-     "build without python3-dev has none: sandbox-zygote then does nothing.", NULL},
-    {"container-images", CF_CONF_STRING, OFF(container_images), 0, 4096, "", NULL,
-     "Container backend: the images it may run, as name=root-filesystem-directory pairs, comma-separated (e.g. "
-     "`default=/var/lib/codefleet/images/default/rootfs`; deploy/images.sh builds that one).  The first is the "
-     "default; a profile's `images` narrows the list.  Each directory must have the codefleet layout (/work, "
-     "/run/codefleet, /run/codefleet-init); the languages of an image are those whose interpreter it has.  Empty: "
-     "the container backend is unavailable.", NULL},
-    {"container-runtime", CF_CONF_STRING, OFF(container_runtime), 0, 1024, "/usr/bin/crun", NULL,
-     "Container backend: the OCI runtime (crun; absolute path).", NULL},
-    {"container-init", CF_CONF_STRING, OFF(container_init), 0, 1024, "", NULL,
-     "Container backend: the statically linked init bound read-only into every container as its pid 1 (reaps "
-     "orphans, forwards signals, reports the program's own exit or signal); default: the "
-     "codefleet-container-init installed with this worker (libexec/codefleet of its prefix; none if missing there), or for a worker run from its build tree the one built with it.", NULL},
-    {"container-state", CF_CONF_STRING, OFF(container_state), 0, 1024, "/run/codefleet/crun", NULL,
-     "Container backend: the runtime's state directory (--root) for this host's codefleet containers; the "
-     "start-up sweep removes what dead workers left in it.", NULL},
-    {"zygote-preload", CF_CONF_STRING, OFF(zygote_preload), 0, 2000,
-     "json,re,collections,itertools,functools,math,random,datetime,typing,dataclasses,decimal,fractions,"
-     "statistics,string,heapq,bisect,copy,enum,pathlib,operator,hashlib,base64,struct,csv,textwrap,subprocess,"
-     "tempfile,shutil",
-     NULL,
-     "Sandbox: standard modules the zygote imports at start (comma-separated); a program importing them finds "
-     "them loaded.", NULL},
-    {"zygote-memory", CF_CONF_SIZE, OFF(zygote_memory_bytes), 32 * MIB, 64 * 1024 * MIB, "256MiB", NULL,
-     "Sandbox: the memory cgroup of each slot's zygote (executions have their own).", NULL},
-    {"zygote-max-requests", CF_CONF_INT, OFF(zygote_max_requests), 1, 100000000, "200", NULL,
-     "Sandbox: executions per zygote before it is replaced (while idle) by a fresh one: the executions of one "
-     "zygote share its interpreter's hash seed, its address layout and its stack canary.", NULL},
-    {"embed-helper", CF_CONF_STRING, OFF(embed_helper_path), 0, 1024, NULL, NULL,
-     "wasm and js backends: the runtime helper program (absolute path); default: the codefleet-embed-helper "
-     "installed with this worker (libexec/codefleet of its prefix; none if missing there), or for a worker run from its build tree the one built with it.  A build without the runtimes has none: those backends are then unavailable.",
-     NULL},
-    {"embed-helper-memory", CF_CONF_SIZE, OFF(embed_helper_memory_bytes), 256 * MIB, 1024 * 1024 * MIB, "1GiB",
-     NULL,
-     "wasm and js backends: memory cgroup of each slot's helper; a guest may use up to 128 MiB less (its "
-     "default limit is sandbox-memory).", NULL},
-    {"wasm-module-max", CF_CONF_SIZE, OFF(wasm_module_max_bytes), 1024, 1024 * MIB, "16MiB", NULL,
-     "wasm backend: largest module accepted; larger ones are rejected.", NULL},
-    {"wasm-fuel", CF_CONF_INT, OFF(wasm_fuel), 0, INT64_MAX, "0", NULL,
-     "wasm backend: a deterministic budget of instructions per execution (wasmtime fuel); past it the result "
-     "is timeout.  0: no fuel metering (it costs some speed).", NULL},
-    {"wasm-cache", CF_CONF_SIZE, OFF(wasm_cache_bytes), 0, 64 * 1024 * MIB, "64MiB", NULL,
-     "wasm backend: compiled modules kept per slot, counted by module size (least recently used out).", NULL},
     {"default-timeout", CF_CONF_DURATION, OFF(default_timeout_us), 1000, 24 * 3600 * SEC, "30s", NULL,
      "Wall-clock timeout for requests that set none.", NULL},
     {"max-timeout", CF_CONF_DURATION, OFF(max_timeout_us), 1000, 24 * 3600 * SEC, "15m", NULL,
@@ -333,12 +272,48 @@ static const cf_conf_prop worker_props[] = {
      "one request topic and says what its requests may ask for; keys in the Profiles table below.", NULL},
 };
 
-const cf_conf_table cf_worker_conf_table = {
-    .program = "codefleet-worker",
-    .env_prefix = "CODEFLEET_WORKER_",
-    .props = worker_props,
-    .nprops = sizeof(worker_props) / sizeof(worker_props[0]),
-};
+/* The worker's own keys, then each backend family's (cf_backend_settings),
+ * whose values live in the configuration's backend_settings area: the
+ * table is put together once, at first use. */
+static cf_conf_table worker_table;
+static pthread_once_t worker_table_once = PTHREAD_ONCE_INIT;
+
+static void worker_table_compose(void)
+{
+    size_t own = sizeof(worker_props) / sizeof(worker_props[0]), n = own;
+    const cf_backend_settings *const *fams = cf_backend_settings_all();
+    for (size_t i = 0; fams[i]; i++)
+        n += fams[i]->nprops;
+    cf_conf_prop *props = calloc(n, sizeof(*props));
+    if (!props) {
+        /* Before anything is configured: nothing to do but say so. */
+        fputs("codefleet-worker: out of memory composing the configuration table\n", stderr);
+        abort();
+    }
+    memcpy(props, worker_props, sizeof(worker_props));
+    size_t at = own;
+    for (size_t i = 0; fams[i]; i++) {
+        long off = cf_backend_settings_offset(fams[i]);
+        if (off < 0) {
+            fprintf(stderr, "codefleet-worker: backend %s's settings do not fit in CF_BACKEND_SETTINGS_BYTES\n",
+                    fams[i]->family);
+            abort();
+        }
+        for (size_t k = 0; k < fams[i]->nprops; k++) {
+            props[at] = fams[i]->props[k];
+            props[at].offset += offsetof(cf_worker_config, backend_settings) + (size_t)off;
+            at++;
+        }
+    }
+    worker_table = (cf_conf_table){.program = "codefleet-worker", .env_prefix = "CODEFLEET_WORKER_", .props = props,
+                                   .nprops = n};
+}
+
+const cf_conf_table *cf_worker_conf(void)
+{
+    pthread_once(&worker_table_once, worker_table_compose);
+    return &worker_table;
+}
 
 void cf_worker_print_config_markdown(FILE *out)
 {

@@ -105,8 +105,7 @@ struct cf_worker {
     cf_backend_config bcfg;
     /* Helper programs and harnesses this worker uses unless configured:
      * installed ones next to an installed worker, else the build's. */
-    char zygote_path[PATH_MAX], container_init_path[PATH_MAX], embed_helper_path[PATH_MAX],
-        harness_dir[PATH_MAX];
+    char helper_dir[PATH_MAX], harness_dir[PATH_MAX];
     cf_pipeline *pipeline;   /* compiled languages, harnesses, cases, collect */
     bool ran;                /* cf_worker_run's shutdown happened */
     bool kafka_closing;      /* ... and reached its flush/commit/close (after the grace) */

@@ -51,6 +51,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <ftw.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -427,10 +428,54 @@ static int mkdir_p(const char *path, mode_t mode)
 
 static int ct_trial(ct_state *st, cf_error *err);
 
+/* ---- the container backend's own settings (its keys of the worker's configuration) ---- */
+
+typedef struct ct_settings {
+    char *images;
+    char *runtime;
+    char *init;
+    char *state;
+} ct_settings;
+
+#define COFF(f) offsetof(ct_settings, f)
+static const cf_conf_prop ct_props[] = {
+    {"container-images", CF_CONF_STRING, COFF(images), 0, 4096, "", NULL,
+     "Container backend: the images it may run, as name=root-filesystem-directory pairs, comma-separated (e.g. "
+     "`default=/var/lib/codefleet/images/default/rootfs`; deploy/images.sh builds that one).  The first is the "
+     "default; a profile's `images` narrows the list.  Each directory must have the codefleet layout (/work, "
+     "/run/codefleet, /run/codefleet-init); the languages of an image are those whose interpreter it has.  Empty: "
+     "the container backend is unavailable.", NULL},
+    {"container-runtime", CF_CONF_STRING, COFF(runtime), 0, 1024, "/usr/bin/crun", NULL,
+     "Container backend: the OCI runtime (crun; absolute path).", NULL},
+    {"container-init", CF_CONF_STRING, COFF(init), 0, 1024, "", NULL,
+     "Container backend: the statically linked init bound read-only into every container as its pid 1 (reaps "
+     "orphans, forwards signals, reports the program's own exit or signal); default: the "
+     "codefleet-container-init installed with this worker (libexec/codefleet of its prefix; none if missing "
+     "there), or for a worker run from its build tree the one built with it.", NULL},
+    {"container-state", CF_CONF_STRING, COFF(state), 0, 1024, "/run/codefleet/crun", NULL,
+     "Container backend: the runtime's state directory (--root) for this host's codefleet containers; the "
+     "start-up sweep removes what dead workers left in it.", NULL},
+};
+
+static void ct_describe_helper(const cf_backend_config *cfg, char *buf, size_t cap);
+
+const cf_backend_settings cf_container_settings = {
+    .family = "container", .props = ct_props, .nprops = sizeof(ct_props) / sizeof(ct_props[0]),
+    .size = sizeof(ct_settings), .describe_helper = ct_describe_helper};
+
+static void ct_describe_helper(const cf_backend_config *cfg, char *buf, size_t cap)
+{
+    const ct_settings *cs = cf_backend_settings_of(cfg, &cf_container_settings);
+    char path[PATH_MAX];
+    cf_backend_helper_path(cfg, cs->init, "codefleet-container-init", CF_DEFAULT_CONTAINER_INIT, path, sizeof(path));
+    snprintf(buf, cap, "container init %s", path[0] ? path : "(none)");
+}
+
 static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err)
 {
     *state = NULL;
-    if (!cfg->container_images || !cfg->container_images[0])
+    const ct_settings *cs = cf_backend_settings_of(cfg, &cf_container_settings);
+    if (!cs->images || !cs->images[0])
         return cf_error_set(err, CF_E_UNSUPPORTED, "container: no images configured (container-images)");
     ct_state *st = calloc(1, sizeof(*st));
     if (!st)
@@ -453,9 +498,10 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         cf_error_set(err, CF_E_UNSUPPORTED, "container: the worker must run as root to use this backend");
         goto fail;
     }
-    const char *rt = cfg->container_runtime && cfg->container_runtime[0] ? cfg->container_runtime : "/usr/bin/crun";
-    const char *init = cfg->container_init ? cfg->container_init : "";
-    const char *sroot = cfg->container_state && cfg->container_state[0] ? cfg->container_state : "/run/codefleet/crun";
+    const char *rt = cs->runtime && cs->runtime[0] ? cs->runtime : "/usr/bin/crun";
+    char init[PATH_MAX];
+    cf_backend_helper_path(cfg, cs->init, "codefleet-container-init", CF_DEFAULT_CONTAINER_INIT, init, sizeof(init));
+    const char *sroot = cs->state && cs->state[0] ? cs->state : "/run/codefleet/crun";
     if (rt[0] != '/' || access(rt, X_OK) < 0) {
         cf_error_set(err, CF_E_UNSUPPORTED, "container: runtime '%s' is not an executable absolute path (install crun)",
                      rt);
@@ -481,7 +527,7 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: work_root '%s'", st->base.work_root);
         goto fail;
     }
-    if (parse_images(st, cfg->container_images, cfg, err) < 0)
+    if (parse_images(st, cs->images, cfg, err) < 0)
         goto fail;
 
     cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
@@ -1411,6 +1457,7 @@ const cf_backend_ops cf_backend_container_ops = {
     .name = "container",
     .description = "OCI containers (crun) from operator-allowed images: read-only root, user namespace, no "
                    "capabilities, seccomp, cgroup limits (container)",
+    .settings = &cf_container_settings,
     .create = ct_create,
     .destroy = ct_destroy,
     .execute = ct_execute,

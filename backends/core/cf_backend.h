@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cf_config.h"
 #include "cf_error.h"
 #include "cf_schema.h"
 #include "cf_util.h"
@@ -80,6 +81,50 @@ static inline int64_t cf_run_uid(int64_t base, int slots, cf_uid_block block, in
     return base + (int64_t)slots * (int64_t)block + slot;
 }
 
+/* The settings a backend family owns: its keys of the worker's
+ * configuration, as props of the configuration table whose offsets are
+ * into the family's own struct of `size` bytes.  The worker's table takes
+ * every family's keys in (worker_config.c) and keeps the values in one
+ * area; create() reads its family's struct back with cf_backend_settings_of.
+ * Backends of one family (wasm and js) point at the same settings.  Adding
+ * a backend adds its settings where it lives, and nothing here. */
+struct cf_backend_config;
+typedef struct cf_backend_settings {
+    const char *family; /* "sandbox", "container", "embedded" */
+    const cf_conf_prop *props;
+    size_t nprops;
+    size_t size;
+    /* Its helper program, for the worker's start-up line ("zygote /usr/...";
+     * may be NULL). */
+    void (*describe_helper)(const struct cf_backend_config *cfg, char *buf, size_t cap);
+} cf_backend_settings;
+
+/* Every family's settings, one after the other at cf_backend_settings_offset.
+ * The worker's configuration holds one (its keys are set like any other);
+ * a unit test may make its own (cf_backend_settings_area_init). */
+#define CF_BACKEND_SETTINGS_BYTES 2048
+typedef struct cf_backend_settings_area {
+    _Alignas(16) unsigned char bytes[CF_BACKEND_SETTINGS_BYTES];
+} cf_backend_settings_area;
+
+/* Every family's settings, each once, in registry order (NULL-terminated). */
+const cf_backend_settings *const *cf_backend_settings_all(void);
+/* Where s lives in an area; -1 when s is no family's or the area is too
+ * small for every family (a build error: raise CF_BACKEND_SETTINGS_BYTES). */
+long cf_backend_settings_offset(const cf_backend_settings *s);
+/* s's struct in area (NULL: s not laid out). */
+void *cf_backend_settings_in(cf_backend_settings_area *area, const cf_backend_settings *s);
+/* Every family's defaults into area (zeroed or freed before); strings are
+ * allocated: cf_backend_settings_area_free frees them. */
+int cf_backend_settings_area_init(cf_backend_settings_area *area, cf_error *err);
+/* Sets one family's key ("container-init") in area. */
+int cf_backend_settings_set(cf_backend_settings_area *area, const char *key, const char *value, cf_error *err);
+void cf_backend_settings_area_free(cf_backend_settings_area *area);
+
+/* Every family's helper program, comma-separated ("zygote /..., container
+ * init (none), ..."), for the worker's start-up line. */
+void cf_backend_helpers_describe(const struct cf_backend_config *cfg, char *buf, size_t cap);
+
 /* Settings the worker hands to backends (from its configuration table). */
 typedef struct cf_backend_config {
     const char *work_root;      /* parent of per-execution work directories */
@@ -92,28 +137,22 @@ typedef struct cf_backend_config {
     int64_t max_files_bytes;    /* cap on files placed into / collected from a work dir */
     int64_t max_output_file_bytes; /* cap on the structured output file */
     const char *cgroup_root;    /* for sandbox-type backends; NULL = autodetect */
-    const char *slirp4netns_path; /* sandbox network=enabled; NULL/"" or missing: not offered */
-    /* sandbox backend (0 = the default in parentheses) */
-    int64_t sandbox_memory_bytes; /* memory limit when a request sets none (512 MiB) */
-    int64_t sandbox_pids_max;     /* process/thread limit when a request sets none (256) */
+    const char *slirp4netns_path; /* network=enabled; NULL/"" or missing: not offered */
+    /* What every namespaced backend (sandbox, container, wasm and js) gives
+     * a request that sets none, and its tmpfs sizes (the sandbox-* keys;
+     * 0 = the default in parentheses). */
+    int64_t sandbox_memory_bytes; /* memory limit (512 MiB) */
+    int64_t sandbox_pids_max;     /* process/thread limit (256) */
     int64_t sandbox_tmp_bytes;    /* size of /tmp and of /dev/shm inside (64 MiB each) */
     int64_t sandbox_work_bytes;   /* size of the per-execution tmpfs holding work/ and run/ (128 MiB) */
     int64_t sandbox_inodes;       /* inode cap of each of those tmpfs (16384) */
-    /* true: every execution builds its sandbox on the critical path; false:
-     * each slot prepares its next sandbox while idle (warm).  The worker's
-     * sandbox-warm (default off) sets it. */
-    bool sandbox_cold;
-    /* true: a host without usable cgroups is an error at start instead of
-     * a sandbox that enforces neither memory nor processes. */
-    bool sandbox_require_cgroups;
-    /* The sandbox's zygote (sandbox_zygote.h): a Python interpreter per
-     * slot, initialised once, forked per execution.  NULL/"" path: none
-     * (built without python3-dev, or switched off). */
-    const char *zygote_path;
-    bool zygote_exec;             /* the zygote also starts other programs (its fork execs them) */
-    const char *zygote_preload;   /* comma-separated standard modules it imports at start */
-    int64_t zygote_memory_bytes;  /* its own memory cgroup (256 MiB) */
-    int64_t zygote_max_requests;  /* executions per zygote before it is replaced (1000) */
+    /* Each family's own settings (cf_backend_settings_of); NULL: every
+     * family's defaults. */
+    const cf_backend_settings_area *settings;
+    /* Where an installed worker's helper programs are (libexec/codefleet of
+     * its prefix); NULL or "": not installed, so the ones built with it
+     * (cf_backend_helper_path). */
+    const char *helper_dir;
     /* Compiled languages the worker's pipeline serves (bit per
      * cf_language): backends that run prepared programs declare them. */
     uint32_t compiled_languages;
@@ -126,18 +165,18 @@ typedef struct cf_backend_config {
      * path exists in it (container images). */
     const char *cc_path;
     const char *cxx_path;
-    /* container backend */
-    const char *container_images;  /* "name=rootfs,..."; NULL/"": unavailable */
-    const char *container_runtime; /* crun */
-    const char *container_init;    /* static init bound in as pid 1 */
-    const char *container_state;   /* the runtime's --root */
-    /* wasm and js backends (0 = the default in parentheses) */
-    const char *embed_helper_path;     /* codefleet-embed-helper; NULL/"": built without the runtimes */
-    int64_t embed_helper_memory_bytes; /* memory cgroup of each helper (1 GiB); guests get 128 MiB less */
-    int64_t wasm_module_max_bytes;     /* largest module accepted (16 MiB) */
-    int64_t wasm_fuel;                 /* instructions per execution; 0: no fuel metering */
-    int64_t wasm_cache_bytes;          /* compiled modules kept per helper, by module size (64 MiB) */
 } cf_backend_config;
+
+/* A family's settings for this worker: from cfg->settings, or the
+ * family's defaults when the worker gave none. */
+const void *cf_backend_settings_of(const cf_backend_config *cfg, const cf_backend_settings *s);
+
+/* The path of a helper program (codefleet-zygote, ...): configured (set,
+ * non-empty) wins; else the installed one in cfg->helper_dir, when it is
+ * there; else, for a worker not installed, built (the one built with it,
+ * "" for none).  Into out (cap bytes); "" when there is none. */
+void cf_backend_helper_path(const cf_backend_config *cfg, const char *configured, const char *name,
+                            const char *built, char *out, size_t cap);
 
 /* Workspace files for one execution (requests naming a workspace).
  *
@@ -243,6 +282,7 @@ typedef struct cf_exec_ctx {
 typedef struct cf_backend_ops {
     const char *name;        /* registry key, e.g. "process" */
     const char *description; /* one line for --help and docs */
+    const cf_backend_settings *settings; /* its family's own keys (NULL: none) */
     /* Probes the host, allocates the instance state, fills caps. */
     int (*create)(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err);
     void (*destroy)(void *state); /* NULL-safe */

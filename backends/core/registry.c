@@ -2,24 +2,28 @@
 #include "cf_backend.h"
 #include "cf_util.h"
 
+#include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Every backend compiled in.  Order is only cosmetic (describe output). */
 extern const cf_backend_ops cf_backend_process_ops;
 extern const cf_backend_ops cf_backend_sandbox_ops;
+extern const cf_backend_ops cf_backend_container_ops;
 extern const cf_backend_ops cf_backend_wasm_ops;
 extern const cf_backend_ops cf_backend_js_ops;
-extern const cf_backend_ops cf_backend_container_ops;
 
 static const cf_backend_ops *const registry[] = {
     &cf_backend_process_ops,
     &cf_backend_sandbox_ops,
+    &cf_backend_container_ops,
     &cf_backend_wasm_ops,
     &cf_backend_js_ops,
-    &cf_backend_container_ops,
     NULL,
 };
 
@@ -54,6 +58,163 @@ const cf_backend_ops *cf_backend_find(const char *name)
         if (strcmp(registry[i]->name, name) == 0)
             return registry[i];
     return NULL;
+}
+
+/* ---- each family's settings ---- */
+
+#define FAMILIES_MAX SET_MAX
+static const cf_backend_settings *families[FAMILIES_MAX + 1];
+static long family_offset[FAMILIES_MAX];
+static pthread_once_t families_once = PTHREAD_ONCE_INIT;
+
+/* Lays every family's settings out, once: in registry order, each at a
+ * multiple of 16; -1 for what does not fit. */
+static void families_lay_out(void)
+{
+    size_t n = 0, at = 0;
+    for (size_t i = 0; registry[i] && n < FAMILIES_MAX; i++) {
+        const cf_backend_settings *st = registry[i]->settings;
+        bool seen = !st;
+        for (size_t k = 0; k < n && !seen; k++)
+            seen = families[k] == st;
+        if (seen)
+            continue;
+        size_t size = (st->size + 15) & ~(size_t)15;
+        family_offset[n] = at + size <= CF_BACKEND_SETTINGS_BYTES ? (long)at : -1;
+        at += size;
+        families[n++] = st;
+    }
+    families[n] = NULL;
+}
+
+const cf_backend_settings *const *cf_backend_settings_all(void)
+{
+    pthread_once(&families_once, families_lay_out);
+    return families;
+}
+
+long cf_backend_settings_offset(const cf_backend_settings *s)
+{
+    pthread_once(&families_once, families_lay_out);
+    for (size_t i = 0; families[i]; i++)
+        if (families[i] == s)
+            return family_offset[i];
+    return -1;
+}
+
+void *cf_backend_settings_in(cf_backend_settings_area *area, const cf_backend_settings *s)
+{
+    long off = cf_backend_settings_offset(s);
+    return off < 0 ? NULL : area->bytes + off;
+}
+
+/* One family's keys as a table of the configuration engine, over its own
+ * struct. */
+static cf_conf_table family_table(const cf_backend_settings *s)
+{
+    return (cf_conf_table){.program = "codefleet-worker", .env_prefix = "CODEFLEET_WORKER_", .props = s->props,
+                           .nprops = s->nprops};
+}
+
+int cf_backend_settings_area_init(cf_backend_settings_area *area, cf_error *err)
+{
+    const cf_backend_settings *const *all = cf_backend_settings_all();
+    for (size_t i = 0; all[i]; i++) {
+        void *at = cf_backend_settings_in(area, all[i]);
+        if (!at)
+            return cf_error_set(err, CF_E_INVALID, "backend settings: %s's do not fit in %d bytes", all[i]->family,
+                                CF_BACKEND_SETTINGS_BYTES);
+        memset(at, 0, all[i]->size);
+        cf_conf_table t = family_table(all[i]);
+        if (cf_conf_init(&t, at, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int cf_backend_settings_set(cf_backend_settings_area *area, const char *key, const char *value, cf_error *err)
+{
+    const cf_backend_settings *const *all = cf_backend_settings_all();
+    for (size_t i = 0; all[i]; i++)
+        for (size_t k = 0; k < all[i]->nprops; k++)
+            if (strcmp(all[i]->props[k].name, key) == 0) {
+                cf_conf_table t = family_table(all[i]);
+                void *at = cf_backend_settings_in(area, all[i]);
+                return at ? cf_conf_set(&t, at, key, value, err)
+                          : cf_error_set(err, CF_E_INVALID, "backend settings: %s not laid out", all[i]->family);
+            }
+    return cf_error_set(err, CF_E_INVALID, "no backend has a setting '%s'", key);
+}
+
+void cf_backend_settings_area_free(cf_backend_settings_area *area)
+{
+    const cf_backend_settings *const *all = cf_backend_settings_all();
+    for (size_t i = 0; all[i]; i++) {
+        void *at = cf_backend_settings_in(area, all[i]);
+        cf_conf_table t = family_table(all[i]);
+        if (at)
+            cf_conf_free(&t, at);
+    }
+}
+
+/* The defaults of every family, for a worker (a test) that gave none. */
+static cf_backend_settings_area default_area;
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void default_area_fill(void)
+{
+    (void)cf_backend_settings_area_init(&default_area, NULL);
+}
+
+const void *cf_backend_settings_of(const cf_backend_config *cfg, const cf_backend_settings *s)
+{
+    const cf_backend_settings_area *area = cfg ? cfg->settings : NULL;
+    if (!area) {
+        pthread_once(&default_once, default_area_fill);
+        area = &default_area;
+    }
+    long off = cf_backend_settings_offset(s);
+    return off < 0 ? NULL : area->bytes + off;
+}
+
+void cf_backend_helper_path(const cf_backend_config *cfg, const char *configured, const char *name,
+                            const char *built, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (configured && configured[0]) {
+        cf_strlcpy(out, configured, cap);
+        return;
+    }
+    const char *dir = cfg ? cfg->helper_dir : NULL;
+    if (!dir || !dir[0]) {
+        /* Not installed: the build's own (a build tree is its builder's). */
+        cf_strlcpy(out, built ? built : "", cap);
+        return;
+    }
+    /* Installed: only its own libexec, never the build tree's. */
+    char cand[PATH_MAX];
+    struct stat st;
+    int m = snprintf(cand, sizeof(cand), "%s/%s", dir, name);
+    if (m > 0 && (size_t)m < sizeof(cand) && (size_t)m < cap && stat(cand, &st) == 0 && S_ISREG(st.st_mode) &&
+        access(cand, X_OK) == 0)
+        cf_strlcpy(out, cand, cap);
+}
+
+void cf_backend_helpers_describe(const cf_backend_config *cfg, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    const cf_backend_settings *const *all = cf_backend_settings_all();
+    for (size_t i = 0; all[i] && used + 1 < cap; i++) {
+        if (!all[i]->describe_helper)
+            continue;
+        char one[PATH_MAX + 64];
+        all[i]->describe_helper(cfg, one, sizeof(one));
+        int w = snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", one);
+        if (w < 0)
+            break;
+        used += (size_t)w < cap - used ? (size_t)w : cap - used - 1;
+    }
 }
 
 /* Names as they appear in policies and reasons ("network=disabled"), so a

@@ -45,6 +45,7 @@
 #include "cf_seccomp.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -338,6 +339,52 @@ static void em_destroy(void *state)
     free(st);
 }
 
+/* ---- the embedded runtimes' own settings (wasm and js share them) ---- */
+
+#define MIB (1024LL * 1024)
+
+typedef struct em_settings {
+    char *helper_path;
+    int64_t helper_memory_bytes;
+    int64_t wasm_module_max_bytes;
+    int64_t wasm_fuel;
+    int64_t wasm_cache_bytes;
+} em_settings;
+
+#define EOFF(f) offsetof(em_settings, f)
+static const cf_conf_prop em_props[] = {
+    {"embed-helper", CF_CONF_STRING, EOFF(helper_path), 0, 1024, NULL, NULL,
+     "wasm and js backends: the runtime helper program (absolute path); default: the codefleet-embed-helper "
+     "installed with this worker (libexec/codefleet of its prefix; none if missing there), or for a worker run "
+     "from its build tree the one built with it.  A build without the runtimes has none: those backends are then "
+     "unavailable.", NULL},
+    {"embed-helper-memory", CF_CONF_SIZE, EOFF(helper_memory_bytes), 256 * MIB, 1024 * 1024 * MIB, "1GiB", NULL,
+     "wasm and js backends: memory cgroup of each slot's helper; a guest may use up to 128 MiB less (its "
+     "default limit is sandbox-memory).", NULL},
+    {"wasm-module-max", CF_CONF_SIZE, EOFF(wasm_module_max_bytes), 1024, 1024 * MIB, "16MiB", NULL,
+     "wasm backend: largest module accepted; larger ones are rejected.", NULL},
+    {"wasm-fuel", CF_CONF_INT, EOFF(wasm_fuel), 0, INT64_MAX, "0", NULL,
+     "wasm backend: a deterministic budget of instructions per execution (wasmtime fuel); past it the result "
+     "is timeout.  0: no fuel metering (it costs some speed).", NULL},
+    {"wasm-cache", CF_CONF_SIZE, EOFF(wasm_cache_bytes), 0, 64 * 1024 * MIB, "64MiB", NULL,
+     "wasm backend: compiled modules kept per slot, counted by module size (least recently used out).", NULL},
+};
+
+static void em_describe_helper(const cf_backend_config *cfg, char *buf, size_t cap);
+
+const cf_backend_settings cf_embedded_settings = {
+    .family = "embedded", .props = em_props, .nprops = sizeof(em_props) / sizeof(em_props[0]),
+    .size = sizeof(em_settings), .describe_helper = em_describe_helper};
+
+static void em_describe_helper(const cf_backend_config *cfg, char *buf, size_t cap)
+{
+    const em_settings *es = cf_backend_settings_of(cfg, &cf_embedded_settings);
+    char path[PATH_MAX];
+    cf_backend_helper_path(cfg, es->helper_path, "codefleet-embed-helper", CF_DEFAULT_EMBED_HELPER, path,
+                           sizeof(path));
+    snprintf(buf, cap, "embed helper %s", path[0] ? path : "(none)");
+}
+
 static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err,
                      int runtime)
 {
@@ -347,6 +394,7 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         return cf_error_set(err, CF_E_NOMEM, "embedded backend: out of memory");
     st->runtime = runtime;
     st->helper_fd = -1;
+    const em_settings *es = cf_backend_settings_of(cfg, &cf_embedded_settings);
     st->name = runtime == CF_EMBED_WASM ? "wasm" : "js";
     st->language = runtime == CF_EMBED_WASM ? CF_LANG_WASM : CF_LANG_JAVASCRIPT;
     if (cf_exec_base_init(&st->base, st->name, cfg, err) < 0)
@@ -355,16 +403,16 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     st->base.embedded_runtime = runtime == CF_EMBED_WASM ? "wasmtime" : "quickjs";
     st->base.exec_where = " inside the runtime";
     st->slots = cfg->slots > 0 ? cfg->slots : 1;
-    st->helper_memory = cfg->embed_helper_memory_bytes > 0 ? cfg->embed_helper_memory_bytes : DEFAULT_HELPER_MEMORY;
+    st->helper_memory = es->helper_memory_bytes > 0 ? es->helper_memory_bytes : DEFAULT_HELPER_MEMORY;
     st->max_guest_memory = st->helper_memory - HELPER_OVERHEAD;
     st->def_memory = cfg->sandbox_memory_bytes > 0 ? cfg->sandbox_memory_bytes : 256LL << 20;
     if (st->def_memory > st->max_guest_memory)
         st->def_memory = st->max_guest_memory;
     st->work_bytes = cfg->sandbox_work_bytes > 0 ? cfg->sandbox_work_bytes : DEFAULT_WORK;
     st->inodes = cfg->sandbox_inodes > 0 ? cfg->sandbox_inodes : DEFAULT_INODES;
-    st->module_max = cfg->wasm_module_max_bytes > 0 ? cfg->wasm_module_max_bytes : DEFAULT_MODULE_MAX;
-    st->fuel = cfg->wasm_fuel;
-    st->cache_bytes = cfg->wasm_cache_bytes; /* 0: no cache (the worker's default is 64 MiB) */
+    st->module_max = es->wasm_module_max_bytes > 0 ? es->wasm_module_max_bytes : DEFAULT_MODULE_MAX;
+    st->fuel = es->wasm_fuel;
+    st->cache_bytes = es->wasm_cache_bytes; /* 0: no cache (the worker's default is 64 MiB) */
     int64_t uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
     /* Blocks 1 and 2 (cf_uid_block): the sandbox has base .. base+slots-1. */
     int64_t first_uid = cf_run_uid(uid_base, st->slots, runtime == CF_EMBED_WASM ? CF_UID_BLOCK_WASM : CF_UID_BLOCK_JS, 0);
@@ -372,17 +420,18 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         cf_error_set(err, CF_E_INVALID, "%s: run_uid_base %lld too large", st->name, (long long)uid_base);
         goto fail;
     }
-    if (!cfg->embed_helper_path || !cfg->embed_helper_path[0]) {
+    cf_backend_helper_path(cfg, es->helper_path, "codefleet-embed-helper", CF_DEFAULT_EMBED_HELPER, st->helper,
+                           sizeof(st->helper));
+    if (!st->helper[0]) {
         cf_error_set(err, CF_E_UNSUPPORTED, "%s: this build has no embedded runtimes (codefleet-embed-helper)",
                      st->name);
         goto fail;
     }
-    if (cfg->embed_helper_path[0] != '/' || access(cfg->embed_helper_path, X_OK) < 0) {
+    if (st->helper[0] != '/' || access(st->helper, X_OK) < 0) {
         cf_error_set(err, CF_E_UNSUPPORTED, "%s: the runtime helper '%s' is not an executable absolute path", st->name,
-                     cfg->embed_helper_path);
+                     st->helper);
         goto fail;
     }
-    cf_strlcpy(st->helper, cfg->embed_helper_path, sizeof(st->helper));
     st->helper_fd = open(st->helper, O_RDONLY | O_CLOEXEC);
     struct stat hsb;
     if (st->helper_fd < 0 || fstat(st->helper_fd, &hsb) < 0 || !S_ISREG(hsb.st_mode) || !(hsb.st_mode & S_IXOTH)) {
@@ -987,6 +1036,7 @@ out:
 const cf_backend_ops cf_backend_wasm_ops = {
     .name = "wasm",
     .description = "WebAssembly (WASI preview 1) modules in wasmtime, in confined pre-started helpers (wasm)",
+    .settings = &cf_embedded_settings,
     .create = wasm_create,
     .destroy = em_destroy,
     .execute = em_execute,
@@ -996,6 +1046,7 @@ const cf_backend_ops cf_backend_js_ops = {
     .name = "js",
     .description = "JavaScript in QuickJS-ng, a fresh runtime per execution, in confined pre-started helpers "
                    "(in_process)",
+    .settings = &cf_embedded_settings,
     .create = js_create,
     .destroy = em_destroy,
     .execute = em_execute,

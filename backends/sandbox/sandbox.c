@@ -50,6 +50,7 @@
 #include "zygote_int.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -71,6 +72,75 @@
 #define DEFAULT_TMP (64LL << 20)
 #define DEFAULT_WORK (128LL << 20)
 #define DEFAULT_INODES 16384
+#define MIB (1024LL * 1024)
+
+/* ---- the sandbox's own settings (its keys of the worker's configuration) ---- */
+
+typedef struct sb_settings {
+    bool warm;
+    bool require_cgroups;
+    bool zygote;
+    bool zygote_exec;
+    char *zygote_path;
+    char *zygote_preload;
+    int64_t zygote_memory_bytes;
+    int64_t zygote_max_requests;
+} sb_settings;
+
+#define SOFF(f) offsetof(sb_settings, f)
+static const cf_conf_prop sb_props[] = {
+    {"sandbox-warm", CF_CONF_BOOL, SOFF(warm), 0, 0, "false", NULL,
+     "Sandbox: each slot builds its next sandbox (namespaces, root, cgroup, work tmpfs) while idle, so a "
+     "request only places its files and starts its program (about 1 ms less per execution).  Requests with "
+     "network=enabled or fs_mode=paths always get one built for them.  Off by default: the waiting sandbox is a "
+     "copy of the worker, and keeping one costs the busy worker about 0.75 ms of CPU per request (cross-CPU TLB "
+     "flushes), which on a machine whose cores are all busy outweighs the gain (BENCHMARKS.md).", NULL},
+    {"sandbox-require-cgroups", CF_CONF_BOOL, SOFF(require_cgroups), 0, 0, "false", NULL,
+     "Sandbox: refuse to start without usable cgroups (a read-only /sys/fs/cgroup, a cgroup that is not "
+     "delegated).  Otherwise the worker starts, requests asking for memory or max_processes are rejected, and "
+     "every other execution runs without a memory or process cap of its own.", NULL},
+    {"sandbox-zygote", CF_CONF_BOOL, SOFF(zygote), 0, 0, "true", NULL,
+     "Sandbox: a Python interpreter per slot, started and initialised once inside the slot's confinement, "
+     "forks a fresh child per Python execution (its own pid, mount, ipc, network and uts namespaces, work "
+     "tmpfs, /tmp, cgroup, seccomp, no capabilities) instead of starting an interpreter: a few ms instead of "
+     "tens.  Executions it cannot serve exactly as a cold start would (network=enabled, fs_mode=paths, an "
+     "environment naming PYTHON*, LANG, LC_*, LD_*, GLIBC_*, MALLOC_*, OPENSSL_* or HOME, a work file named like a "
+     "module it has loaded) take the other path; results say which (metadata.sandbox).", NULL},
+    {"zygote-exec", CF_CONF_BOOL, SOFF(zygote_exec), 0, 0, "false", NULL,
+     "Sandbox: the zygote also starts the other languages' programs (its fresh child execs them), so no "
+     "sandbox is cloned from the worker at all.", NULL},
+    {"zygote", CF_CONF_STRING, SOFF(zygote_path), 0, 1024, NULL, NULL,
+     "Sandbox: the zygote program (absolute path); default: the codefleet-zygote installed with this worker "
+     "(libexec/codefleet of its prefix; none if missing there), or for a worker run from its build tree the one "
+     "built with it.  A build without python3-dev has none: sandbox-zygote then does nothing.", NULL},
+    {"zygote-preload", CF_CONF_STRING, SOFF(zygote_preload), 0, 2000,
+     "json,re,collections,itertools,functools,math,random,datetime,typing,dataclasses,decimal,fractions,"
+     "statistics,string,heapq,bisect,copy,enum,pathlib,operator,hashlib,base64,struct,csv,textwrap,subprocess,"
+     "tempfile,shutil",
+     NULL,
+     "Sandbox: standard modules the zygote imports at start (comma-separated); a program importing them finds "
+     "them loaded.", NULL},
+    {"zygote-memory", CF_CONF_SIZE, SOFF(zygote_memory_bytes), 32 * MIB, 64 * 1024 * MIB, "256MiB", NULL,
+     "Sandbox: the memory cgroup of each slot's zygote (executions have their own).", NULL},
+    {"zygote-max-requests", CF_CONF_INT, SOFF(zygote_max_requests), 1, 100000000, "200", NULL,
+     "Sandbox: executions per zygote before it is replaced (while idle) by a fresh one: the executions of one "
+     "zygote share its interpreter's hash seed, its address layout and its stack canary.", NULL},
+};
+
+static void sb_describe_helper(const cf_backend_config *cfg, char *buf, size_t cap);
+
+const cf_backend_settings cf_sandbox_settings = {
+    .family = "sandbox", .props = sb_props, .nprops = sizeof(sb_props) / sizeof(sb_props[0]),
+    .size = sizeof(sb_settings), .describe_helper = sb_describe_helper};
+
+static void sb_describe_helper(const cf_backend_config *cfg, char *buf, size_t cap)
+{
+    const sb_settings *ss = cf_backend_settings_of(cfg, &cf_sandbox_settings);
+    char path[PATH_MAX] = "";
+    if (ss->zygote)
+        cf_backend_helper_path(cfg, ss->zygote_path, "codefleet-zygote", CF_DEFAULT_ZYGOTE, path, sizeof(path));
+    snprintf(buf, cap, "zygote %s", !ss->zygote ? "(off)" : path[0] ? path : "(none)");
+}
 #define RUN_DIR "/run/codefleet"
 #define RESOLV_NAME CF_INSTANCE_RESOLV_NAME
 
@@ -293,19 +363,23 @@ static int64_t or_default(int64_t v, int64_t def)
  * interpreter it stands for and cgroups (its executions' limits).  A
  * zygote that cannot be had is a note, not a failure: executions then
  * take the other paths. */
-static int zygotes_start(sb_state *st, const cf_backend_config *cfg, cf_error *err)
+static int zygotes_start(sb_state *st, const cf_backend_config *cfg, const sb_settings *ss, cf_error *err)
 {
     const char *why = NULL;
-    if (!cfg->zygote_path || !cfg->zygote_path[0])
+    char zygote_path[PATH_MAX] = "";
+    if (ss->zygote)
+        cf_backend_helper_path(cfg, ss->zygote_path, "codefleet-zygote", CF_DEFAULT_ZYGOTE, zygote_path,
+                               sizeof(zygote_path));
+    if (!zygote_path[0])
         return 0; /* off, or built without it: nothing to say */
     if (!st->base.python_path)
         why = "no Python interpreter configured";
     else if (!st->cgenv)
         why = "no usable cgroups";
-    else if (cfg->zygote_path[0] != '/')
+    else if (zygote_path[0] != '/')
         why = "zygote path is not absolute";
     if (!why) {
-        st->zygote_fd = open(cfg->zygote_path, O_PATH | O_CLOEXEC);
+        st->zygote_fd = open(zygote_path, O_PATH | O_CLOEXEC);
         if (st->zygote_fd < 0)
             why = "zygote program not found";
     }
@@ -313,15 +387,15 @@ static int zygotes_start(sb_state *st, const cf_backend_config *cfg, cf_error *e
         cf_exec_notes_add(&st->base, "zygote NOT used (%s): Python starts an interpreter per execution", why);
         return 0;
     }
-    st->zygote_exec = cfg->zygote_exec;
+    st->zygote_exec = ss->zygote_exec;
     for (int i = 0; i < st->slots; i++) {
         cf_zygote_opts zo = {.slot = i, .tag = st->tag, .inst = st->inst, .cgenv = st->cgenv,
-                             .seccomp = st->seccomp, .zygote_path = cfg->zygote_path, .zygote_fd = st->zygote_fd,
-                             .python_path = st->base.python_path, .preload = cfg->zygote_preload,
+                             .seccomp = st->seccomp, .zygote_path = zygote_path, .zygote_fd = st->zygote_fd,
+                             .python_path = st->base.python_path, .preload = ss->zygote_preload,
                              .exec_path = st->base.exec_path, .host_id = (uid_t)(st->uid_base + i),
-                             .zygote_memory = cfg->zygote_memory_bytes > 0 ? cfg->zygote_memory_bytes : 256LL << 20,
+                             .zygote_memory = ss->zygote_memory_bytes > 0 ? ss->zygote_memory_bytes : 256LL << 20,
                              .work_bytes = st->work_bytes, .tmp_bytes = st->tmp_bytes, .inodes = st->inodes,
-                             .max_requests = cfg->zygote_max_requests > 0 ? (int)cfg->zygote_max_requests : 200,
+                             .max_requests = ss->zygote_max_requests > 0 ? (int)ss->zygote_max_requests : 200,
                              .toolchain_dirs = st->toolchain_dirs};
         if (cf_zygote_new(&zo, &st->slot[i].zyg, err) < 0)
             return cf_error_wrap(err, "sandbox: slot %d", i);
@@ -330,7 +404,7 @@ static int zygotes_start(sb_state *st, const cf_backend_config *cfg, cf_error *e
                       "zygote: each slot keeps a pre-initialised Python (%s) that forks a fresh, fully isolated "
                       "child per Python execution%s; executions it cannot serve as a cold start would take the "
                       "other path (metadata.sandbox says which)",
-                      cfg->zygote_path, st->zygote_exec ? " and per other program (which it execs)" : "");
+                      zygote_path, st->zygote_exec ? " and per other program (which it execs)" : "");
     return 0;
 }
 
@@ -341,6 +415,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     if (!st)
         return cf_error_set(err, CF_E_NOMEM, "sandbox: out of memory");
     st->zygote_fd = -1;
+    const sb_settings *ss = cf_backend_settings_of(cfg, &cf_sandbox_settings);
     if (cf_exec_base_init(&st->base, "sandbox", cfg, err) < 0)
         goto fail;
     st->base.exec_where = " inside the sandbox";
@@ -410,7 +485,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         if (cf_cgroup_env_new(&cgo, &st->cgenv, &cgerr) < 0)
             st->cgenv = NULL; /* the probe said yes a moment ago; caps follow reality */
     }
-    if (!st->cgenv && cfg->sandbox_require_cgroups) {
+    if (!st->cgenv && ss->require_cgroups) {
         /* INVALID, not UNSUPPORTED: the worker stops rather than start without the sandbox. */
         cf_error_set(err, CF_E_INVALID, "sandbox: no usable cgroups (%s) and sandbox-require-cgroups is set",
                      cgerr.msg[0] ? cgerr.msg : st->probe.cgroup_note[0] ? st->probe.cgroup_note : "none found");
@@ -516,7 +591,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                       "host uids %lld..%lld; work dir tmpfs %lld MiB, /tmp %lld MiB",
                       (long long)st->uid_base, (long long)(st->uid_base + st->slots - 1),
                       (long long)(st->work_bytes >> 20), (long long)(st->tmp_bytes >> 20));
-    if (!cfg->sandbox_cold)
+    if (ss->warm)
         cf_exec_notes_add(&st->base, "warm: each slot prepares its next sandbox while idle (not for network=enabled "
                                      "or fs_mode=paths, which get one built for them)");
     if (swept_dirs || swept_cgroups)
@@ -538,12 +613,12 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
             break;
         line = nl + 1;
     }
-    if (!cfg->sandbox_cold) {
+    if (ss->warm) {
         for (int i = 0; i < st->slots; i++)
             if (warm_start(st, &st->slot[i], i, err) < 0)
                 goto fail;
     }
-    if (zygotes_start(st, cfg, err) < 0)
+    if (zygotes_start(st, cfg, ss, err) < 0)
         goto fail;
     caps->notes = st->base.notes;
     *state = st;
@@ -1366,6 +1441,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
 const cf_backend_ops cf_backend_sandbox_ops = {
     .name = "sandbox",
     .description = "namespaces, private read-only root, seccomp, no capabilities, cgroup limits (sandbox)",
+    .settings = &cf_sandbox_settings,
     .create = sb_create,
     .destroy = sb_destroy,
     .execute = sb_execute,

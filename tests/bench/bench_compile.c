@@ -27,6 +27,7 @@
 #include "cf_backend.h"
 #include "cf_pipeline.h"
 #include "cf_util.h"
+#include "support/backend_settings.h"
 
 #define SEC 1000000LL
 
@@ -157,6 +158,7 @@ int main(int argc, char **argv)
                              .max_files_bytes = 64 << 20, .max_output_file_bytes = 1 << 20,
                              .compiled_languages = cf_pipeline_languages(cold),
                              .toolchain_dirs = cf_pipeline_toolchain_dirs(cold)};
+    cfg.settings = test_backend_settings((const char *[]){"sandbox-warm", "true", "sandbox-zygote", "false", NULL});
     cf_backend_set *set = NULL;
     if (cf_backend_set_new("sandbox", &cfg, &set, &err) < 0)
         return fprintf(stderr, "sandbox: %s\n", err.msg), 1;

@@ -20,6 +20,7 @@
 
 #include "cf_backend.h"
 #include "cf_util.h"
+#include "support/backend_settings.h"
 
 extern char **environ;
 
@@ -91,9 +92,8 @@ int main(int argc, char **argv)
         .slots = 1,
         .max_files_bytes = 64 << 20,
         .max_output_file_bytes = 1 << 20,
-        .embed_helper_path = helper,
-        .wasm_cache_bytes = 64 << 20, /* the worker's default */
     };
+    cfg.settings = test_backend_settings((const char *[]){"embed-helper", helper, "wasm-cache", "64MiB", NULL});
     cf_backend_set *set = NULL;
     cf_error err;
     cf_error_clear(&err);

@@ -33,6 +33,7 @@
 
 #include "cf_backend.h"
 #include "cf_util.h"
+#include "support/backend_settings.h"
 
 extern char **environ;
 
@@ -213,8 +214,11 @@ int main(int argc, char **argv)
         if (slash)
             *slash = '\0';
         snprintf(init, sizeof(init), "%.4000s/../backends/codefleet-container-init", self);
-        cfg.container_images = images;
-        cfg.container_init = init;
+        cfg.settings = test_backend_settings((const char *[]){"sandbox-warm", "true", "sandbox-zygote", "false",
+                                                              "container-images", images, "container-init", init, NULL});
+    } else {
+        cfg.settings =
+            test_backend_settings((const char *[]){"sandbox-warm", "true", "sandbox-zygote", "false", NULL});
     }
     void *state = NULL;
     cf_backend_caps caps;
@@ -230,7 +234,8 @@ int main(int argc, char **argv)
     void *cold_state = NULL;
     if (is_sandbox) {
         cf_backend_config ccfg = cfg;
-        ccfg.sandbox_cold = true;
+        ccfg.settings =
+            test_backend_settings((const char *[]){"sandbox-warm", "false", "sandbox-zygote", "false", NULL});
         cf_backend_caps ccaps;
         if (ops->create(&ccfg, &cold_state, &ccaps, &err) < 0) {
             fprintf(stderr, "bench_exec: sandbox (cold): %s\n", err.msg);

@@ -37,6 +37,7 @@
 
 #include "cf_backend.h"
 #include "cf_util.h"
+#include "support/backend_settings.h"
 
 extern char **environ;
 
@@ -166,13 +167,15 @@ static int make_path(path *p, const char *name, const char *root, const char *zy
     cf_backend_config cfg = {.work_root = root, .python_path = "/usr/bin/python3", .node_path = "/usr/bin/node",
                              .shell_path = "/bin/sh", .exec_path = "/usr/local/bin:/usr/bin:/bin", .slots = 1,
                              .max_files_bytes = 64 << 20, .max_output_file_bytes = 1 << 20,
-                             .cgroup_root = p->cg, .run_uid_base = uid_base, .sandbox_cold = !warm};
-    if (zygote) {
-        cfg.zygote_path = zygote;
-        cfg.zygote_exec = true;
-        cfg.zygote_preload = "json,re,collections,itertools,functools,math,random,datetime,typing,dataclasses";
-        cfg.zygote_max_requests = 100000000;
-    }
+                             .cgroup_root = p->cg, .run_uid_base = uid_base};
+    if (zygote)
+        cfg.settings = test_backend_settings((const char *[]){
+            "sandbox-warm", warm ? "true" : "false", "zygote", zygote, "zygote-exec", "true", "zygote-preload",
+            "json,re,collections,itertools,functools,math,random,datetime,typing,dataclasses", "zygote-max-requests",
+            "100000000", NULL});
+    else
+        cfg.settings = test_backend_settings(
+            (const char *[]){"sandbox-warm", warm ? "true" : "false", "sandbox-zygote", "false", NULL});
     cf_backend_caps caps;
     cf_error err;
     if (p->ops->create(&cfg, &p->st, &caps, &err) < 0) {

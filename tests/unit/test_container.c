@@ -31,6 +31,7 @@
 #include "cf_backend.h"
 #include "cf_util.h"
 #include "cf_workdir.h"
+#include "support/backend_settings.h"
 
 #define SEC 1000000LL
 #define MIB (1024LL * 1024)
@@ -75,12 +76,11 @@ static int make_set(fixture *f, const char *images)
     f->cfg.max_output_file_bytes = 1 << 16;
     f->cfg.cgroup_root = f->cg_parent;
     f->cfg.run_uid_base = UID_BASE;
-    f->cfg.container_images = images;
-    f->cfg.container_state = f->state;
     static char init[PATH_MAX];
     snprintf(init, sizeof(init), "%s/backends/codefleet-container-init",
              getenv("CF_BINARY_DIR") ? getenv("CF_BINARY_DIR") : "build");
-    f->cfg.container_init = init;
+    f->cfg.settings = test_backend_settings(
+        (const char *[]){"container-images", images, "container-state", f->state, "container-init", init, NULL});
     f->cfg.compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP;
     /* The pipeline's resolved compilers, as the worker passes them. */
     static char cc[PATH_MAX], cxx[PATH_MAX];
@@ -787,7 +787,11 @@ static void test_writable_image_refused(void **state)
     char spec[128];
     snprintf(spec, sizeof(spec), "bad=%s", dir);
     cf_backend_config cfg = f->cfg;
-    cfg.container_images = spec;
+    char init[PATH_MAX];
+    snprintf(init, sizeof(init), "%s/backends/codefleet-container-init",
+             getenv("CF_BINARY_DIR") ? getenv("CF_BINARY_DIR") : "build");
+    cfg.settings = test_backend_settings(
+        (const char *[]){"container-images", spec, "container-state", f->state, "container-init", init, NULL});
     cf_backend_set *set = NULL;
     cf_error err;
     cf_error_clear(&err);

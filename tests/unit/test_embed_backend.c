@@ -28,6 +28,7 @@
 #include "cf_backend.h"
 #include "cf_util.h"
 #include "cf_workdir.h"
+#include "support/backend_settings.h"
 
 #define SEC 1000000LL
 #define MS 1000LL
@@ -169,7 +170,9 @@ static int group_setup(void **state)
     c->cgroup_root = F->cg_parent;
     c->run_uid_base = UID_BASE;
     c->sandbox_memory_bytes = 64LL << 20; /* the guests' default memory limit */
-    c->embed_helper_path = runtimes_built() ? F->helper : "";
+    /* No compiled-module cache unless a test asks for one. */
+    c->settings = test_backend_settings(
+        (const char *[]){"wasm-cache", "0", runtimes_built() ? "embed-helper" : NULL, F->helper, NULL});
     cf_error err;
     if (cf_backend_set_new("process,wasm,js", c, &F->set, &err) < 0) {
         fprintf(stderr, "set: %s\n", err.msg);
@@ -680,7 +683,9 @@ static void test_wasm_fuel(void **state)
         return;
     cf_backend_config c = F->cfg;
     c.slots = 1;
-    c.wasm_fuel = 5000000;
+    c.settings = test_backend_settings(
+        (const char *[]){"wasm-cache", "0", "wasm-fuel", "5000000", runtimes_built() ? "embed-helper" : NULL, F->helper,
+                         NULL});
     cf_backend_set *set = NULL;
     cf_error err;
     if (cf_backend_set_new("process,wasm", &c, &set, &err) < 0)

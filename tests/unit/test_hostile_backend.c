@@ -27,6 +27,7 @@
 
 #include "cf_backend.h"
 #include "cf_util.h"
+#include "support/backend_settings.h"
 
 #define SEC 1000000LL
 #define MIB (1024LL * 1024LL)
@@ -126,12 +127,13 @@ static int group_setup(void **state)
         return -1;
     snprintf(g.cg_parent, sizeof(g.cg_parent), "/cf-hbtest-%d", (int)getpid());
     memset(&g.cfg, 0, sizeof(g.cfg));
-    g.cfg.sandbox_cold = g.cold;
-    if (g.zygote) {
-        g.cfg.zygote_path = g.zygote_path;
-        g.cfg.zygote_exec = true;
-        g.cfg.zygote_max_requests = 1000;
-    }
+    if (g.zygote)
+        g.cfg.settings = test_backend_settings((const char *[]){"sandbox-warm", g.cold ? "false" : "true", "zygote",
+                                                                g.zygote_path, "zygote-exec", "true",
+                                                                "zygote-max-requests", "1000", NULL});
+    else
+        g.cfg.settings = test_backend_settings(
+            (const char *[]){"sandbox-warm", g.cold ? "false" : "true", "sandbox-zygote", "false", NULL});
     g.cfg.work_root = g.root;
     g.cfg.python_path = "/usr/bin/python3";
     g.cfg.shell_path = "/bin/sh";

@@ -23,6 +23,7 @@
 #include "cf_pipeline.h"
 #include "cf_schema_json.h"
 #include "cf_util.h"
+#include "support/backend_settings.h"
 
 #define SEC 1000000LL
 #define UID_BASE 233000
@@ -108,6 +109,8 @@ static int setup_group(void **state)
     F->cfg.max_output_file_bytes = 1 << 16;
     F->cfg.cgroup_root = F->cg_parent;
     F->cfg.run_uid_base = UID_BASE;
+    /* Warm sandboxes, no zygote: what these cases were written against. */
+    F->cfg.settings = test_backend_settings((const char *[]){"sandbox-warm", "true", "sandbox-zygote", "false", NULL});
     F->cfg.compiled_languages = 1u << CF_LANG_C | 1u << CF_LANG_CPP | 1u << CF_LANG_RUST | 1u << CF_LANG_GO |
                                 1u << CF_LANG_TYPESCRIPT;
     F->cfg.toolchain_dirs = cf_pipeline_toolchain_dirs(F->pl);

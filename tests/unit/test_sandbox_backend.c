@@ -33,6 +33,7 @@
 #include "cf_schema_json.h"
 #include "cf_util.h"
 #include "cf_workdir.h"
+#include "support/backend_settings.h"
 
 #define SEC 1000000LL
 #define UID_BASE 231000 /* not the default: other suites may run sandboxes meanwhile */
@@ -57,7 +58,8 @@ static bool g_cold;
 static int make_set(fixture *f)
 {
     memset(&f->cfg, 0, sizeof(f->cfg));
-    f->cfg.sandbox_cold = g_cold;
+    f->cfg.settings = test_backend_settings(
+        (const char *[]){"sandbox-warm", g_cold ? "false" : "true", "sandbox-zygote", "false", NULL});
     f->cfg.work_root = f->root;
     f->cfg.python_path = "/usr/bin/python3";
     f->cfg.node_path = "/usr/bin/node";
@@ -1104,7 +1106,9 @@ static int ro_cgroup_child(const char *root)
     /* An operator who wants no execution without caps says so: then such
      * a host is an error at start. */
     cf_backend_config strict = f.cfg;
-    strict.sandbox_require_cgroups = true;
+    strict.settings = test_backend_settings((const char *[]){"sandbox-warm", g_cold ? "false" : "true",
+                                                             "sandbox-zygote", "false", "sandbox-require-cgroups",
+                                                             "true", NULL});
     cf_backend_set *set = NULL;
     if (cf_backend_set_new("sandbox", &strict, &set, &err) == 0 || !strstr(err.msg, "sandbox-require-cgroups")) {
         fprintf(stderr, "sandbox-require-cgroups not honoured: %s\n", err.msg);

@@ -31,6 +31,7 @@
 
 #include "cf_backend.h"
 #include "cf_util.h"
+#include "support/backend_settings.h"
 
 #define SEC 1000000LL
 #define MIB (1024LL * 1024LL)
@@ -57,7 +58,6 @@ static bool have_root(void)
 static int make_side(side *s, bool zygote, int uid_base)
 {
     memset(&s->cfg, 0, sizeof(s->cfg));
-    s->cfg.sandbox_cold = true;
     s->cfg.work_root = g.root;
     s->cfg.python_path = "/usr/bin/python3";
     s->cfg.node_path = "/usr/bin/node";
@@ -68,12 +68,13 @@ static int make_side(side *s, bool zygote, int uid_base)
     s->cfg.max_output_file_bytes = 1 << 16;
     s->cfg.cgroup_root = s->cg_parent;
     s->cfg.run_uid_base = uid_base;
-    if (zygote) {
-        s->cfg.zygote_path = g.zygote;
-        s->cfg.zygote_exec = true;
-        s->cfg.zygote_preload = "json,re,collections,random,datetime,subprocess";
-        s->cfg.zygote_max_requests = 1000;
-    }
+    if (zygote)
+        s->cfg.settings = test_backend_settings(
+            (const char *[]){"sandbox-warm", "false", "zygote", g.zygote, "zygote-exec", "true", "zygote-preload",
+                             "json,re,collections,random,datetime,subprocess", "zygote-max-requests", "1000", NULL});
+    else
+        s->cfg.settings =
+            test_backend_settings((const char *[]){"sandbox-warm", "false", "sandbox-zygote", "false", NULL});
     cf_error err;
     if (cf_backend_set_new("sandbox", &s->cfg, &s->set, &err) < 0) {
         fprintf(stderr, "set: %s\n", err.msg);
@@ -654,7 +655,9 @@ static void test_retired_between_executions(void **state)
     memset(&small, 0, sizeof(small));
     snprintf(small.cg_parent, sizeof(small.cg_parent), "/cf-zytest-r-%d", (int)getpid());
     assert_int_equal(make_side(&small, true, UID_BASE + 20), 0);
-    small.cfg.zygote_max_requests = 3;
+    small.cfg.settings = test_backend_settings(
+        (const char *[]){"sandbox-warm", "false", "zygote", g.zygote, "zygote-exec", "true", "zygote-preload",
+                         "json,re,collections,random,datetime,subprocess", "zygote-max-requests", "3", NULL});
     cf_backend_set_destroy(small.set);
     cf_error err;
     assert_int_equal(cf_backend_set_new("sandbox", &small.cfg, &small.set, &err), 0);
