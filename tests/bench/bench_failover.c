@@ -22,7 +22,7 @@
 
 #include "cf_config.h"
 #include "cf_dispatcher.h"
-#include "cf_kafka_int.h"
+#include "cf_kafka.h"
 #include "cf_util.h"
 
 #define SEC 1000000LL

@@ -39,7 +39,7 @@
 
 #include "cf_checkpoint.h"
 #include "cf_dispatcher.h"
-#include "cf_kafka_int.h"
+#include "cf_kafka.h"
 #include "cf_redis.h"
 #include "cf_schema.h"
 #include "cf_util.h"

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cf_kafka_int.h"
+#include "cf_kafka.h"
 #include "cf_util.h"
 
 #define SEC 1000000LL

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cf_kafka_int.h"
+#include "cf_kafka.h"
 #include "cf_util.h"
 
 #define SEC 1000000LL

@@ -1,5 +1,5 @@
 /* Unit tests of what `codefleet doctor` and `codefleet top` make of the
- * partitions (dispatcher/cf_cli_doctor.c): a worker report's stalled list
+ * partitions (dispatcher/cli/cf_cli_doctor.c): a worker report's stalled list
  * read as untrusted data, whether a report says its worker has room, and
  * the watch that calls a lag "not moving" across samples.  The broker side
  * (describing the group, reading offsets) is in tests/integration/

@@ -1,7 +1,7 @@
 """Blocking codefleet client: submit requests, wait for results, stream
 output chunks, cancel, run batches, publish and follow events.
 
-It behaves like the C dispatcher (``dispatcher/cf_dispatcher.h``):
+It behaves like the C dispatcher (``dispatcher/client/cf_dispatcher.h``):
 
 * one idempotent producer (``acks=all``, ``murmur2_random`` partitioner like
   the C clients and Java, so a workspace maps to the same partition whoever

@@ -15,7 +15,7 @@
 
 #include <librdkafka/rdkafka.h>
 
-#include "cf_kafka_int.h"
+#include "cf_kafka.h"
 #include "cf_log.h"
 #include "cf_util.h"
 

@@ -1,6 +1,6 @@
-/* cf_kafka_int: Kafka plumbing shared by the dispatcher and the events
- * library.  See cf_kafka_int.h. */
-#include "cf_kafka_int.h"
+/* cf_kafka: Kafka plumbing shared by the dispatcher and the events
+ * library.  See cf_kafka.h. */
+#include "cf_kafka.h"
 
 #include <inttypes.h>
 #include <pthread.h>

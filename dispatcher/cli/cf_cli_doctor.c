@@ -29,7 +29,7 @@
 #include "cf_cli.h"
 #include "cf_control.h"
 #include "cf_dispatcher.h"
-#include "cf_kafka_int.h"
+#include "cf_kafka.h"
 #include "cf_log.h"
 #include "cf_redis.h"
 #include "cf_util.h"

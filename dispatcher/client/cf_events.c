@@ -9,7 +9,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include "cf_dispatcher.h"
-#include "cf_kafka_int.h"
+#include "cf_kafka.h"
 #include "cf_log.h"
 #include "cf_util.h"
 

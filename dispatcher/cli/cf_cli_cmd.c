@@ -11,7 +11,7 @@
 
 #include "cf_cli.h"
 #include "cf_control.h"
-#include "cf_kafka_int.h"
+#include "cf_kafka.h"
 #include "cf_dispatcher.h"
 #include "cf_log.h"
 #include "cf_schema_json.h"

@@ -1,7 +1,10 @@
-/* cf_kafka_int: Kafka plumbing shared by cf_dispatcher.c and cf_events.c.
- * Private to dispatcher/ (not installed, not part of the public API). */
-#ifndef CF_KAFKA_INT_H
-#define CF_KAFKA_INT_H
+/* cf_kafka: the client library's Kafka plumbing (producers, assigned
+ * consumers, topic metadata, one-line explanations of librdkafka's
+ * errors), shared by cf_dispatcher.c and cf_events.c and used by the CLI
+ * and the project's tools.  Not installed: the public API for programs is
+ * cf_dispatcher.h and cf_events.h. */
+#ifndef CF_KAFKA_H
+#define CF_KAFKA_H
 
 #include <pthread.h>
 #include <signal.h>
