@@ -28,4 +28,10 @@ int cf_result_from_json(const json_t *obj, cf_result *out, cf_error *err);
 json_t *cf_msgpack_to_json(const void *buf, size_t len, cf_error *err);
 int cf_json_to_msgpack(const json_t *value, cf_bytes *out, cf_error *err);
 
+/* base64 (RFC 4648, padded), as the JSON view carries binary values.
+ * decode rejects bad characters and bad padding; whitespace is not
+ * allowed; more than max decoded bytes is an error. */
+char *cf_base64_encode(const uint8_t *data, size_t len, size_t *outlen);
+int cf_base64_decode(const char *s, size_t slen, size_t max, cf_bytes *out, cf_error *err);
+
 #endif

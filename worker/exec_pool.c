@@ -1,4 +1,4 @@
-#include "exec_pool.h"
+#include "exec_pool_int.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -31,10 +31,10 @@
 #include <stdint.h>
 
 #include "cf_backend.h"
-#include "cf_profile.h"
+#include "profile_int.h"
 #include "cf_schema.h"
-#include "exec_pool.h"
-#include "observe.h"
+#include "exec_pool_int.h"
+#include "observe_int.h"
 
 typedef enum job_state {
     JOB_TAKEN,         /* read from its partition: being decoded and admitted */

@@ -1,5 +1,5 @@
 /* metrics: see metrics.h. */
-#include "metrics.h"
+#include "metrics_int.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* observe: see observe.h. */
-#include "observe.h"
+#include "observe_int.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -16,10 +16,10 @@
 #include "cf_log.h"
 #include "cf_redis.h"
 #include "cf_util.h"
-#include "metrics.h"
-#include "ops_http.h"
-#include "otlp.h"
-#include "worker_state.h"
+#include "metrics_int.h"
+#include "ops_http_int.h"
+#include "otlp_int.h"
+#include "worker_state_int.h"
 
 #define LOG_SUB "observe"
 #define REDIS_CHECK_EVERY_US (2 * 1000000LL)

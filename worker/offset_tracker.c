@@ -1,4 +1,4 @@
-#include "offset_tracker.h"
+#include "offset_tracker_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* ops_http: see ops_http.h. */
-#include "ops_http.h"
+#include "ops_http_int.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>

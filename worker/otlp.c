@@ -1,5 +1,5 @@
 /* otlp: see otlp.h. */
-#include "otlp.h"
+#include "otlp_int.h"
 
 #include <curl/curl.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* partition_guard: see partition_guard.h. */
-#include "partition_guard.h"
+#include "partition_guard_int.h"
 
 #include <errno.h>
 #include <inttypes.h>

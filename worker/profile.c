@@ -1,5 +1,5 @@
 /* Operator policy profiles (cf_profile.h). */
-#include "cf_profile.h"
+#include "profile_int.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -11,7 +11,7 @@
 
 #include "cf_log.h"
 #include "cf_util.h"
-#include "streamer.h"
+#include "streamer_int.h"
 
 #define LOG_SUB "worker"
 

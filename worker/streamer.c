@@ -1,5 +1,5 @@
 /* cf_streamer: see streamer.h. */
-#include "streamer.h"
+#include "streamer_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -38,7 +38,7 @@
 #include <sys/stat.h>
 
 #include "cf_redis.h"
-#include "worker_report.h"
+#include "worker_report_int.h"
 
 #define LOG_SUB "worker"
 

@@ -3,7 +3,7 @@
  * docs/CONFIGURATION-worker.md. */
 #include <stddef.h>
 
-#include "cf_profile.h"
+#include "profile_int.h"
 #include "cf_worker.h"
 
 #include <pthread.h>

@@ -24,15 +24,15 @@
 #include "cf_backend.h"
 #include "cf_control.h"
 #include "cf_pipeline.h"
-#include "cf_profile.h"
+#include "profile_int.h"
 #include "cf_schema.h"
 #include "cf_worker.h"
-#include "exec_pool.h"
+#include "exec_pool_int.h"
 #include "job_int.h"
-#include "observe.h"
-#include "offset_tracker.h"
-#include "partition_guard.h"
-#include "worker_state.h"
+#include "observe_int.h"
+#include "offset_tracker_int.h"
+#include "partition_guard_int.h"
+#include "worker_state_int.h"
 
 /* Delivery reports served per call of delivery_serve_producer (it returns
  * this when there may be more). */

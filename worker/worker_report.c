@@ -1,5 +1,5 @@
 /* worker_report: see worker_report.h. */
-#include "worker_report.h"
+#include "worker_report_int.h"
 
 #include <jansson.h>
 #include <stdlib.h>

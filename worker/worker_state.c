@@ -1,6 +1,6 @@
 /* The worker's Redis side: workspaces, checkpoints, delivery counts (see
  * worker_state.h and docs/STATE.md, "Through the fleet"). */
-#include "worker_state.h"
+#include "worker_state_int.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "cf_redis.h"
-#include "cf_schema_int.h" /* cf_mp_reader: the bounded msgpack cursor */
+#include "cf_msgpack.h" /* the bounded msgpack cursor, the thread envelope */
 #include "cf_util.h"
 #include "cf_workdir.h"
 
@@ -287,48 +287,12 @@ int cf_wstate_admit(const cf_request *req, bool have_redis, char *reason, size_t
     return 0;
 }
 
-/* ---------------------------------------------------------------- msgpack */
-
-static int buf_str(cf_buf *b, const char *s, size_t n)
-{
-    uint8_t hdr[2];
-    size_t hl;
-    if (n < 32) {
-        hdr[0] = (uint8_t)(0xa0 | n);
-        hl = 1;
-    } else if (n < 256) {
-        hdr[0] = 0xd9;
-        hdr[1] = (uint8_t)n;
-        hl = 2;
-    } else {
-        return -1; /* only short keys and ids are written here */
-    }
-    return cf_buf_append(b, hdr, hl, NULL) < 0 || cf_buf_append(b, s, n, NULL) < 0 ? -1 : 0;
-}
-
-static int buf_value_or_nil(cf_buf *b, const void *v, size_t n)
-{
-    static const uint8_t nil = 0xc0;
-    return n ? cf_buf_append(b, v, n, NULL) : cf_buf_append(b, &nil, 1, NULL);
-}
+/* ---------------------------------------------------------------- msgpack (cf_msgpack.h) */
 
 int cf_wstate_envelope(const cf_bytes *input, const void *state, size_t state_len, const char *checkpoint_id,
                        cf_bytes *out, cf_error *err)
 {
-    cf_buf b;
-    cf_buf_init(&b, 0);
-    static const uint8_t map3 = 0x83;
-    static const uint8_t nil = 0xc0;
-    bool has_id = checkpoint_id && checkpoint_id[0];
-    if (cf_buf_append(&b, &map3, 1, NULL) < 0 || buf_str(&b, "checkpoint", 10) < 0 ||
-        buf_value_or_nil(&b, state, state_len) < 0 || buf_str(&b, "checkpoint_id", 13) < 0 ||
-        (has_id ? buf_str(&b, checkpoint_id, strlen(checkpoint_id)) : cf_buf_append(&b, &nil, 1, NULL)) < 0 ||
-        buf_str(&b, "input", 5) < 0 || buf_value_or_nil(&b, input ? input->data : NULL, input ? input->len : 0) < 0) {
-        cf_buf_free(&b);
-        return cf_error_set(err, CF_E_NOMEM, "building the checkpoint input");
-    }
-    out->data = cf_buf_steal(&b, &out->len);
-    return 0;
+    return cf_thread_envelope_encode(input, state, state_len, checkpoint_id, out, err);
 }
 
 int cf_wstate_output_checkpoint(const cf_bytes *output, const uint8_t **state, size_t *len, cf_error *err)
@@ -765,12 +729,7 @@ out:
  * its own save.  {"request_id": id, "worker": worker_id} */
 static int cp_meta(const cf_wstate *st, const cf_request *req, cf_buf *b)
 {
-    static const uint8_t map2 = 0x82;
-    return cf_buf_append(b, &map2, 1, NULL) < 0 || buf_str(b, "request_id", 10) < 0 ||
-                   buf_str(b, req->id, strlen(req->id)) < 0 || buf_str(b, "worker", 6) < 0 ||
-                   buf_str(b, st->worker_id, strlen(st->worker_id)) < 0
-               ? -1
-               : 0;
+    return cf_checkpoint_meta_encode(req->id, st->worker_id, b);
 }
 
 static bool save_landed(cf_wstate *st, const cf_request *req, const cf_wstate_run *run, const cf_buf *meta,

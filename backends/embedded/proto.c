@@ -5,7 +5,7 @@
  * a process that runs untrusted code. */
 #include "proto_int.h"
 
-#include "cf_schema_int.h"
+#include "cf_msgpack.h"
 
 #include <errno.h>
 #include <msgpack.h>

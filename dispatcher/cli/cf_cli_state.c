@@ -20,7 +20,7 @@
 #include "cf_checkpoint.h"
 #include "cf_cli.h"
 #include "cf_redis.h"
-#include "cf_schema_int.h"
+#include "cf_msgpack.h"
 #include "cf_schema_json.h"
 #include "cf_util.h"
 #include "cf_workspace.h"

@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cf_profile.h"
+#include "profile_int.h"
 #include "cf_worker.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

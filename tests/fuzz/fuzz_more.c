@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cf_cli.h"
-#include "cf_profile.h"
+#include "profile_int.h"
 #include "cf_redis.h"
 #include "cf_worker.h"
 #include "diagnostics_int.h"

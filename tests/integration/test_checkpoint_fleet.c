@@ -17,7 +17,7 @@
 #include "cf_redis.h"
 #include "cf_schema_json.h"
 #include "cf_util.h"
-#include "worker_state.h"
+#include "worker_state_int.h"
 
 #define SEC 1000000LL
 

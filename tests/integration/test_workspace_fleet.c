@@ -15,7 +15,7 @@
 #include "cf_util.h"
 #include "cf_workspace.h"
 #include "unit/redis_test_server.h"
-#include "worker_state.h"
+#include "worker_state_int.h"
 
 #define SEC 1000000LL
 

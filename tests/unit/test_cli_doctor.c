@@ -16,7 +16,7 @@
 #include <jansson.h>
 
 #include "cf_cli.h"
-#include "worker_report.h"
+#include "worker_report_int.h"
 
 /* JSON_ALLOW_NUL: more than doctor's reader lets through, so the functions
  * are tried on strings with a NUL inside too. */

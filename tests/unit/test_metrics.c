@@ -19,10 +19,10 @@
 #include "cf_log.h"
 #include "cf_trace.h"
 #include "cf_util.h"
-#include "metrics.h"
-#include "observe.h"
-#include "ops_http.h"
-#include "otlp.h"
+#include "metrics_int.h"
+#include "observe_int.h"
+#include "ops_http_int.h"
+#include "otlp_int.h"
 
 static void test_counter_gauge_render(void **state)
 {

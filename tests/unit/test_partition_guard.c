@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "cf_util.h"
-#include "partition_guard.h"
+#include "partition_guard_int.h"
 
 #define SEC 1000000LL
 #define STALL (10 * SEC)

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "cf_backend.h"
-#include "cf_profile.h"
+#include "profile_int.h"
 #include "cf_util.h"
 #include "request_builders.h"
 

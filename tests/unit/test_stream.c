@@ -13,7 +13,7 @@
 
 #include "cf_chunk.h"
 #include "cf_util.h"
-#include "streamer.h"
+#include "streamer_int.h"
 #include "unit/msgpack_builders.h"
 
 /* ---- the codec ---------------------------------------------------------- */

@@ -18,9 +18,9 @@
 #include "cf_util.h"
 #include "cf_worker.h"
 #include "redis_test_server.h"
-#include "worker_state.h"
-#include "exec_pool.h"
-#include "offset_tracker.h"
+#include "worker_state_int.h"
+#include "exec_pool_int.h"
+#include "offset_tracker_int.h"
 
 static void tracker_commits_only_contiguous_prefix(void **state)
 {

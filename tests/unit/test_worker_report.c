@@ -16,7 +16,7 @@
 #include "cf_backend.h"
 #include "cf_schema.h"
 #include "cf_util.h"
-#include "worker_report.h"
+#include "worker_report_int.h"
 
 static bool has_string(json_t *arr, const char *s)
 {
