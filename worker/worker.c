@@ -142,16 +142,10 @@ static void resolve_default_paths(cf_worker *w)
     }
 }
 
-int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
+/* Identity, locks, the nonce of lease tokens. */
+static int worker_identity(cf_worker *w, cf_error *err)
 {
-    *out = NULL;
-    cf_worker *w = calloc(1, sizeof(*w));
-    if (!w)
-        return cf_error_set(err, CF_E_NOMEM, "out of memory");
-    w->cfg = cfg;
-    w->wake_fd = -1;
-    w->main_thread = pthread_self(); /* until cf_worker_run: cancels caught up at start */
-    resolve_default_paths(w);
+    const cf_worker_config *cfg = w->cfg;
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
         rnd = (uint64_t)cf_now_us() ^ ((uint64_t)getpid() << 32);
@@ -173,28 +167,30 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         host[sizeof(host) - 1] = '\0';
         snprintf(w->worker_id, sizeof(w->worker_id), "%s-%ld", host, (long)getpid());
     }
-    if (cfg->static_membership && !(cfg->worker_id && cfg->worker_id[0])) {
-        cf_error_set(err, CF_E_INVALID,
-                     "static-membership needs a worker-id that stays the same across restarts (e.g. the pod name)");
-        goto fail;
-    }
-    if (!cf_id_valid(w->worker_id, strlen(w->worker_id))) {
-        cf_error_set(err, CF_E_INVALID, "worker-id '%s' must be printable ASCII without spaces", w->worker_id);
-        goto fail;
-    }
+    if (cfg->static_membership && !(cfg->worker_id && cfg->worker_id[0]))
+        return cf_error_set(err, CF_E_INVALID,
+                            "static-membership needs a worker-id that stays the same across restarts (e.g. the pod "
+                            "name)");
+    if (!cf_id_valid(w->worker_id, strlen(w->worker_id)))
+        return cf_error_set(err, CF_E_INVALID, "worker-id '%s' must be printable ASCII without spaces",
+                            w->worker_id);
+    return 0;
+}
 
+/* Redis: the per-slot state, what the operator is told about it. */
+static int worker_state_setup(cf_worker *w, cf_error *err)
+{
+    const cf_worker_config *cfg = w->cfg;
     w->have_redis = cfg->redis && cfg->redis[0];
     if (cf_wstate_config_check(cfg, err) < 0)
-        goto fail;
+        return -1;
     if (cf_observe_new(cfg, w->worker_id, &w->obs, err) < 0)
-        goto fail;
+        return -1;
     w->wstate = calloc((size_t)cfg->slots, sizeof(*w->wstate));
     w->running = calloc((size_t)cfg->slots, sizeof(*w->running));
     w->recent = calloc(RECENT_CANCELS, sizeof(*w->recent));
-    if (!w->wstate || !w->running || !w->recent) {
-        cf_error_set(err, CF_E_NOMEM, "out of memory");
-        goto fail;
-    }
+    if (!w->wstate || !w->running || !w->recent)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
     w->idempotent = w->have_redis && cfg->idempotency_ttl_us > 0;
     if (w->have_redis)
         cf_log_info(LOG_SUB, "redis %s (db %" PRId64 "%s%s)", cfg->redis, cfg->redis_db,
@@ -210,7 +206,13 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     else
         cf_log_warn(LOG_SUB, "delivery is at-least-once only (%s): a redelivered or resubmitted request runs again",
                     w->have_redis ? "idempotency-ttl is 0" : "no redis");
+    return 0;
+}
 
+/* The compile pipeline, then the backends (which take its toolchains). */
+static int worker_backends_setup(cf_worker *w, cf_error *err)
+{
+    const cf_worker_config *cfg = w->cfg;
     cf_pipeline_config pcfg = {
         .cc = cfg->cc_path, .cxx = cfg->cxx_path, .rustc = cfg->rustc_path, .go = cfg->go_path,
         .tsc = cfg->tsc_path, .node = cfg->node_path,
@@ -225,10 +227,8 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     pcfg.allowed_flags[CF_LANG_RUST] = cfg->rust_flags_allowed;
     pcfg.allowed_flags[CF_LANG_GO] = cfg->go_flags_allowed;
     pcfg.allowed_flags[CF_LANG_TYPESCRIPT] = cfg->ts_flags_allowed;
-    if (cf_pipeline_new(&pcfg, &w->pipeline, err) < 0) {
-        cf_error_wrap(err, "compile pipeline");
-        goto fail;
-    }
+    if (cf_pipeline_new(&pcfg, &w->pipeline, err) < 0)
+        return cf_error_wrap(err, "compile pipeline");
     char langs[1024];
     cf_pipeline_describe(w->pipeline, langs, sizeof(langs));
     cf_log_info(LOG_SUB, "compiled languages: %s", langs);
@@ -263,27 +263,27 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
     char helpers[3 * PATH_MAX];
     cf_backend_helpers_describe(&w->bcfg, helpers, sizeof(helpers));
     cf_log_info(LOG_SUB, "helpers: harnesses %s, %s", pcfg.harness_dir[0] ? pcfg.harness_dir : "(none)", helpers);
-    if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0) {
-        cf_error_wrap(err, "backends");
-        goto fail;
-    }
+    if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0)
+        return cf_error_wrap(err, "backends");
     char matrix[4096];
     cf_backend_set_describe(w->backends, matrix, sizeof(matrix));
     cf_log_info(LOG_SUB, "worker %s capabilities:\n%s", w->worker_id, matrix);
+    return 0;
+}
 
+/* The profiles, and one request topic per profile that has one. */
+static int worker_topics_setup(cf_worker *w, cf_error *err)
+{
+    const cf_worker_config *cfg = w->cfg;
     w->penv = (cf_profile_env){.request_topic = cfg->request_topic, .result_topic = cfg->result_topic,
                                .dlq_topic = cfg->dlq_topic, .events_topic = cfg->events_topic,
                                .workers_topic = cfg->workers_topic, .stream_suffix = cfg->stream_topic_suffix,
                                .env_prefix = cf_worker_conf_table.env_prefix, .backends = w->backends};
-    if (cf_profile_set_new(&cfg->profiles, &w->penv, &w->profiles, err) < 0) {
-        cf_error_wrap(err, "profiles");
-        goto fail;
-    }
+    if (cf_profile_set_new(&cfg->profiles, &w->penv, &w->profiles, err) < 0)
+        return cf_error_wrap(err, "profiles");
     w->topics = calloc(cf_profile_set_count(w->profiles), sizeof(*w->topics));
-    if (!w->topics) {
-        cf_error_set(err, CF_E_NOMEM, "out of memory");
-        goto fail;
-    }
+    if (!w->topics)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
     for (size_t i = 0; i < cf_profile_set_count(w->profiles); i++) {
         const cf_profile *pr = cf_profile_set_get(w->profiles, i);
         /* A profile maximum above the worker's would fill requests with a
@@ -298,11 +298,9 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
                     {"max-output", pr->max_output_bytes, cfg->max_output_bytes},
                     {"max-file-size", pr->max_file_size_bytes, cfg->max_file_size_bytes}};
         for (size_t k = 0; k < sizeof(over) / sizeof(over[0]); k++)
-            if (over[k].v > over[k].max) {
-                cf_error_set(err, CF_E_INVALID, "profile '%s': %s %" PRId64 " exceeds the worker's %" PRId64, pr->name,
-                             over[k].name, over[k].v, over[k].max);
-                goto fail;
-            }
+            if (over[k].v > over[k].max)
+                return cf_error_set(err, CF_E_INVALID, "profile '%s': %s %" PRId64 " exceeds the worker's %" PRId64,
+                                    pr->name, over[k].name, over[k].v, over[k].max);
         if (!pr->topic[0])
             continue;
         topic_state *t = &w->topics[w->ntopics++];
@@ -316,26 +314,28 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
                     pr->read_only_roots, pr->read_write_roots, pr->env_allow, pr->reply_to,
                     pr->state_prefix ? pr->state_prefix : "(none)");
     }
-    if (w->ntopics == 0) {
-        cf_error_set(err, CF_E_INVALID, "no request topic: set request-topic or a profile's topic");
-        goto fail;
-    }
+    if (w->ntopics == 0)
+        return cf_error_set(err, CF_E_INVALID, "no request topic: set request-topic or a profile's topic");
+    return 0;
+}
 
+/* The producer (its topics' metadata fetched now, so the first answer is
+ * not held back), the consumer, the partition guard, the flusher: all
+ * waking the main loop through one eventfd. */
+static int worker_kafka_setup(cf_worker *w, cf_error *err)
+{
+    const cf_worker_config *cfg = w->cfg;
     w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (w->wake_fd < 0) {
-        cf_error_set_errno(err, CF_E_SYSTEM, errno, "eventfd");
-        goto fail;
-    }
-
+    if (w->wake_fd < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "eventfd");
     char errstr[512];
     rd_kafka_conf_t *pconf = kafka_conf_new(w, false, err);
     if (!pconf)
-        goto fail;
+        return -1;
     w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pconf, errstr, sizeof(errstr));
     if (!w->producer) {
         rd_kafka_conf_destroy(pconf);
-        cf_error_set(err, CF_E_KAFKA, "creating producer: %s", errstr);
-        goto fail;
+        return cf_error_set(err, CF_E_KAFKA, "creating producer: %s", errstr);
     }
     bool reachable = kafka_warm_topic(w->producer, cfg->result_topic);
     for (size_t i = 0; reachable && i < w->ntopics; i++)
@@ -347,48 +347,62 @@ int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
         kafka_warm_topic(w->producer, cfg->workers_topic);
     rd_kafka_conf_t *cconf = kafka_conf_new(w, true, err);
     if (!cconf)
-        goto fail;
+        return -1;
     w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cconf, errstr, sizeof(errstr));
     if (!w->consumer) {
         rd_kafka_conf_destroy(cconf);
-        cf_error_set(err, CF_E_KAFKA, "creating consumer: %s", errstr);
-        goto fail;
+        return cf_error_set(err, CF_E_KAFKA, "creating consumer: %s", errstr);
     }
     rd_kafka_poll_set_consumer(w->consumer);
     w->consumer_q = rd_kafka_queue_get_consumer(w->consumer);
     w->guard = cf_pguard_new(w->consumer, cfg->partition_stall_us, worker_pool_notify, w, err);
     if (!w->guard)
-        goto fail;
+        return -1;
     w->producer_q = rd_kafka_queue_get_main(w->producer);
-    if (pthread_create(&w->flusher, NULL, flusher_main, w) != 0) {
-        cf_error_set(err, CF_E_SYSTEM, "starting the result flusher thread");
-        goto fail;
-    }
+    if (pthread_create(&w->flusher, NULL, flusher_main, w) != 0)
+        return cf_error_set(err, CF_E_SYSTEM, "starting the result flusher thread");
     w->flusher_started = true;
     static const uint64_t one = 1;
     rd_kafka_queue_io_event_enable(w->consumer_q, w->wake_fd, &one, sizeof(one));
     rd_kafka_queue_io_event_enable(w->producer_q, w->wake_fd, &one, sizeof(one));
+    return 0;
+}
 
-    w->pool = cf_exec_pool_new((int)cfg->slots, slots_run_job, worker_pool_notify, w);
-    if (!w->pool) {
-        cf_error_set(err, CF_E_NOMEM, "starting %" PRId64 " execution slots", cfg->slots);
-        goto fail;
-    }
+/* The slots, and the lease keeper that renews their leases. */
+static int worker_slots_setup(cf_worker *w, cf_error *err)
+{
+    w->pool = cf_exec_pool_new((int)w->cfg->slots, slots_run_job, worker_pool_notify, w);
+    if (!w->pool)
+        return cf_error_set(err, CF_E_NOMEM, "starting %" PRId64 " execution slots", w->cfg->slots);
     if (w->idempotent) {
-        if (pthread_create(&w->keeper, NULL, slots_lease_keeper, w) != 0) {
-            cf_error_set(err, CF_E_SYSTEM, "starting the lease keeper thread");
-            goto fail;
-        }
+        if (pthread_create(&w->keeper, NULL, slots_lease_keeper, w) != 0)
+            return cf_error_set(err, CF_E_SYSTEM, "starting the lease keeper thread");
         w->keeper_started = true;
     }
-    /* Last: catching up on cancels applies them to the pool and slots. */
-    if (cancels_start(w, err) < 0)
-        goto fail;
+    return 0;
+}
+
+int cf_worker_new(const cf_worker_config *cfg, cf_worker **out, cf_error *err)
+{
+    *out = NULL;
+    cf_worker *w = calloc(1, sizeof(*w));
+    if (!w)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    w->cfg = cfg;
+    w->wake_fd = -1;
+    w->main_thread = pthread_self(); /* until cf_worker_run: cancels caught up at start */
+    resolve_default_paths(w);
+    /* In this order: the backends' capabilities decide what the profiles
+     * may allow; the topics come from the profiles; Kafka needs them;
+     * catching up on cancels (last) applies them to the pool and slots. */
+    if (worker_identity(w, err) < 0 || worker_state_setup(w, err) < 0 || worker_backends_setup(w, err) < 0 ||
+        worker_topics_setup(w, err) < 0 || worker_kafka_setup(w, err) < 0 || worker_slots_setup(w, err) < 0 ||
+        cancels_start(w, err) < 0) {
+        cf_worker_destroy(w);
+        return -1;
+    }
     *out = w;
     return 0;
-fail:
-    cf_worker_destroy(w);
-    return -1;
 }
 
 void cf_worker_partitions_get(const cf_worker *w, cf_worker_partitions *out)
