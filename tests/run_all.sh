@@ -16,7 +16,17 @@
 #   6. deploy/stack.sh down (always, from a trap)
 # The last line is "N passed, N failed" summed over the ctest runs; a step
 # that breaks (install, build, stack) counts as one failure.  Exit status is
-# non-zero when anything failed.  Needs no stdin; works with CI=true.
+# non-zero when anything failed.  Needs no stdin; works with CI=true.  Before
+# it, every stage's time.
+#
+#   tests/run_all.sh --quick   the quick tier (a few minutes): install, build,
+#                              stack, the unit tests but the slow ones
+#                              (ctest -L unit -LE slow) and the fleet smoke
+#                              test (ctest -L smoke), stack down
+# A part by hand: ctest --test-dir build -L <area> (sandbox, container,
+# embedded, isolation, core, languages, worker, state, schema, dispatcher,
+# common; --print-labels lists them), with the stack's environment for the
+# integration ones (eval "$(deploy/stack.sh env)").
 #
 # The test stack is kept apart from a development stack: its own state dir
 # and ports (override with CODEFLEET_STATE, CODEFLEET_KAFKA_PORT,
@@ -31,12 +41,37 @@ export CODEFLEET_STATE=${CODEFLEET_STATE:-$repo/.stack-test}
 export CODEFLEET_KAFKA_PORT=${CODEFLEET_KAFKA_PORT:-19192}
 export CODEFLEET_REDIS_PORT=${CODEFLEET_REDIS_PORT:-16479}
 jobs=${CF_CTEST_JOBS:-1}
+quick=0
+for a in "$@"; do
+    case $a in
+    --quick) quick=1 ;;
+    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    *) printf 'run_all: unknown argument %s\n' "$a" >&2; exit 2 ;;
+    esac
+done
 
 passed=0
 failed=0
 notes=()
 
-say() { printf '\n=== %s\n' "$*"; }
+# Every stage's wall time, for the table at the end.
+stage_names=()
+stage_secs=()
+stage_now=""
+stage_t0=$SECONDS
+stage_close() {
+    if [[ -n $stage_now ]]; then
+        stage_names+=("$stage_now")
+        stage_secs+=($((SECONDS - stage_t0)))
+    fi
+    stage_now=""
+}
+say() {
+    stage_close
+    stage_now=$*
+    stage_t0=$SECONDS
+    printf '\n=== %s\n' "$*"
+}
 
 step_failed() {
     failed=$((failed + 1))
@@ -102,9 +137,11 @@ say "build"
 build_ok=0
 if deploy/build.sh; then build_ok=1; else step_failed "deploy/build.sh"; fi
 
-say "build --sanitize"
 asan_ok=0
-if deploy/build.sh --sanitize; then asan_ok=1; else step_failed "deploy/build.sh --sanitize"; fi
+if ((!quick)); then
+    say "build --sanitize"
+    if deploy/build.sh --sanitize; then asan_ok=1; else step_failed "deploy/build.sh --sanitize"; fi
+fi
 
 if ((build_ok)); then
     say "stack up"
@@ -119,8 +156,17 @@ if ((build_ok)); then
         stack_up_failed=1
     fi
 
-    run_ctest "unit" build unit
-    if [[ -z ${stack_up_failed:-} ]]; then
+    if ((quick)); then
+        run_ctest "unit (quick)" build unit -LE slow
+        if [[ -z ${stack_up_failed:-} ]]; then
+            run_ctest "smoke" build smoke
+        else
+            notes+=("smoke: skipped (no stack)")
+        fi
+    else
+        run_ctest "unit" build unit
+    fi
+    if ((!quick)) && [[ -z ${stack_up_failed:-} ]]; then
         run_ctest "integration" build integration
         # The same suite with ASan/UBSan-built workers, CLI and clients.
         if ((asan_ok)); then
@@ -139,6 +185,17 @@ if ((build_ok)); then
     else
         notes+=("integration, chaos: skipped (no stack)")
     fi
+fi
+
+if ((quick)); then
+    say "summary"
+    stage_close
+    printf 'stage timings:\n'
+    for i in "${!stage_names[@]}"; do printf '  %6ds  %s\n' "${stage_secs[i]}" "${stage_names[i]}"; done
+    for n in "${notes[@]}"; do printf '  %s\n' "$n"; done
+    printf '%d passed, %d failed\n' "$passed" "$failed"
+    ((failed == 0 && passed > 0))
+    exit
 fi
 
 if ((asan_ok)); then
@@ -206,6 +263,9 @@ if ((build_ok)); then
 fi
 
 say "summary"
+stage_close
+printf 'stage timings:\n'
+for i in "${!stage_names[@]}"; do printf '  %6ds  %s\n' "${stage_secs[i]}" "${stage_names[i]}"; done
 for n in "${notes[@]}"; do printf '  %s\n' "$n"; done
 printf '%d passed, %d failed\n' "$passed" "$failed"
 ((failed == 0 && passed > 0))
