@@ -244,14 +244,7 @@ void cf_buf_free(cf_buf *b)
     b->len = b->alloc = 0;
 }
 
-void cf_cleanup_freep(void *p)
-{
-    void **pp = (void **)p;
-    free(*pp);
-    *pp = NULL;
-}
-
-void cf_cleanup_closep(int *fd)
+void cf_fd_close(int *fd)
 {
     if (*fd >= 0) {
         int saved = errno;
@@ -385,4 +378,23 @@ int cf_proc_self_stat(unsigned long long *v, int n)
             tok++;
     }
     return field;
+}
+
+bool cf_list_next(const char **cursor, cf_list_item *item)
+{
+    const char *p = *cursor;
+    if (!p)
+        return false;
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    *cursor = comma ? comma + 1 : NULL;
+    while (len && (*p == ' ' || *p == '\t')) {
+        p++;
+        len--;
+    }
+    while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+        len--;
+    item->s = p;
+    item->len = len;
+    return true;
 }

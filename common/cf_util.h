@@ -56,6 +56,17 @@ size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf
  * piece instead of showing a cut character as '?'. */
 size_t cf_utf8_incomplete_tail(const uint8_t *s, size_t len);
 
+/* One item of a comma-separated list ("sandbox, process"), the blanks
+ * (space, tab) around it trimmed; not NUL-terminated. */
+typedef struct cf_list_item {
+    const char *s;
+    size_t len;
+} cf_list_item;
+/* The next item of a list: *cursor starts at the list (NULL: no items)
+ * and is NULL after the last one.  Empty items are returned too ("a,,b"
+ * has three): the caller decides whether one is an error. */
+bool cf_list_next(const char **cursor, cf_list_item *item);
+
 /* strdup that returns NULL for NULL. */
 char *cf_strdup(const char *s);
 char *cf_strndup(const char *s, size_t n);
@@ -80,19 +91,13 @@ int cf_buf_reserve(cf_buf *b, size_t need, cf_error *err);
 uint8_t *cf_buf_steal(cf_buf *b, size_t *len);
 void cf_buf_free(cf_buf *b);
 
-/* Scope-bound cleanup (crun/bubblewrap style). */
-void cf_cleanup_freep(void *p);
-void cf_cleanup_closep(int *fd);
-#define cf_autofree __attribute__((cleanup(cf_cleanup_freep)))
-#define cf_autoclose __attribute__((cleanup(cf_cleanup_closep)))
-
-/* Transfers ownership out of a cleanup-bound variable. */
-#define cf_steal_ptr(pp)                                                                  \
-    ({                                                                                    \
-        __typeof__(*(pp)) _stolen = *(pp);                                                \
-        *(pp) = NULL;                                                                     \
-        _stolen;                                                                          \
-    })
+/* Closes *fd when it is open and leaves it -1 (errno kept): the one
+ * close-and-forget of descriptors kept in structs or locals. */
+void cf_fd_close(int *fd);
+/* A descriptor closed when its variable goes out of scope (crun's
+ * cleanup_fd); multi-resource functions keep their goto-based cleanup,
+ * as librdkafka and redis do. */
+#define cf_autoclose __attribute__((cleanup(cf_fd_close)))
 #define cf_steal_fd(pfd)                                                                  \
     ({                                                                                    \
         int _stolen = *(pfd);                                                             \

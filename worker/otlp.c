@@ -219,27 +219,25 @@ int cf_otlp_new(const char *endpoint, const char *headers, const char *service_i
         cf_strlcpy(o->shown_url, o->url, sizeof(o->shown_url));
     cf_strlcpy(o->instance, service_instance ? service_instance : "", sizeof(o->instance));
     o->headers = curl_slist_append(NULL, "Content-Type: application/json");
-    /* "Name=value,Name2=value2": each becomes "Name: value". */
-    const char *p = headers ? headers : "";
-    while (o->headers && *p) {
-        const char *comma = strchr(p, ',');
-        size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        const char *eq = memchr(p, '=', n);
-        if (!eq || eq == p) {
+    /* "Name=value,Name2=value2": each becomes "Name: value" (a trailing
+     * comma ends the list). */
+    const char *cursor = headers && headers[0] ? headers : NULL;
+    cf_list_item it;
+    while (o->headers && cf_list_next(&cursor, &it)) {
+        if (it.len == 0 && !cursor)
+            break;
+        const char *eq = memchr(it.s, '=', it.len);
+        if (!eq || eq == it.s) {
             curl_slist_free_all(o->headers);
             free(o);
             return cf_error_set(err, CF_E_INVALID, "otlp-headers: expected Name=value,... (an entry has no '=')");
         }
         /* Surrounding blanks of names and values are not theirs. */
-        const char *ns = p, *ne = eq, *vs = eq + 1, *ve = p + n;
-        while (ns < ne && (*ns == ' ' || *ns == '\t'))
-            ns++;
+        const char *ns = it.s, *ne = eq, *vs = eq + 1, *ve = it.s + it.len;
         while (ne > ns && (ne[-1] == ' ' || ne[-1] == '\t'))
             ne--;
         while (vs < ve && (*vs == ' ' || *vs == '\t'))
             vs++;
-        while (ve > vs && (ve[-1] == ' ' || ve[-1] == '\t'))
-            ve--;
         char line[4200]; /* otlp-headers is at most 4096 bytes */
         snprintf(line, sizeof(line), "%.*s: %.*s", (int)(ne - ns), ns, (int)(ve - vs), vs);
         if (strpbrk(line, "\r\n")) {
@@ -251,7 +249,6 @@ int cf_otlp_new(const char *endpoint, const char *headers, const char *service_i
         if (!l)
             break;
         o->headers = l;
-        p += n + (comma ? 1 : 0);
     }
     o->queue = calloc(CF_OTLP_QUEUE_MAX, sizeof(*o->queue));
     pthread_mutex_init(&o->mu, NULL);

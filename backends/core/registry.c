@@ -267,54 +267,38 @@ int cf_backend_set_new(const char *names, const cf_backend_config *cfg, cf_backe
     if (!set)
         return cf_error_set(err, CF_E_NOMEM, "backends: out of memory");
 
-    const char *p = names;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        /* Trim blanks so "sandbox, process" works from a config file. */
-        while (len && (*p == ' ' || *p == '\t')) {
-            p++;
-            len--;
-        }
-        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
+    const char *cursor = names;
+    cf_list_item it;
+    while (cf_list_next(&cursor, &it)) {
         char name[NAME_MAX_LEN];
-        if (len == 0) {
-            set_destroy_items(set);
-            free(set);
-            return cf_error_set(err, CF_E_INVALID, "backends: empty name in list '%s'", names);
+        if (it.len == 0) {
+            cf_error_set(err, CF_E_INVALID, "backends: empty name in list '%s'", names);
+            goto fail;
         }
-        if (len >= sizeof(name)) {
-            set_destroy_items(set);
-            free(set);
-            return cf_error_set(err, CF_E_INVALID, "backends: name too long in list '%s'", names);
+        if (it.len >= sizeof(name)) {
+            cf_error_set(err, CF_E_INVALID, "backends: name too long in list '%s'", names);
+            goto fail;
         }
-        memcpy(name, p, len);
-        name[len] = '\0';
+        memcpy(name, it.s, it.len);
+        name[it.len] = '\0';
 
         const cf_backend_ops *ops = cf_backend_find(name);
         if (!ops) {
-            set_destroy_items(set);
-            free(set);
-            return cf_error_set(err, CF_E_NOT_FOUND, "backends: unknown backend '%s'", name);
+            cf_error_set(err, CF_E_NOT_FOUND, "backends: unknown backend '%s'", name);
+            goto fail;
         }
+        bool twice = false;
         for (size_t i = 0; i < set->n_missing; i++)
-            if (set->missing[i].ops == ops) {
-                set_destroy_items(set);
-                free(set);
-                return cf_error_set(err, CF_E_INVALID, "backends: '%s' listed twice", name);
-            }
-        for (size_t i = 0; i < set->n; i++) {
-            if (set->items[i].ops == ops) {
-                set_destroy_items(set);
-                free(set);
-                return cf_error_set(err, CF_E_INVALID, "backends: '%s' listed twice", name);
-            }
+            twice = twice || set->missing[i].ops == ops;
+        for (size_t i = 0; i < set->n; i++)
+            twice = twice || set->items[i].ops == ops;
+        if (twice) {
+            cf_error_set(err, CF_E_INVALID, "backends: '%s' listed twice", name);
+            goto fail;
         }
         if (set->n == SET_MAX) {
-            set_destroy_items(set);
-            free(set);
-            return cf_error_set(err, CF_E_LIMIT, "backends: more than %d backends", SET_MAX);
+            cf_error_set(err, CF_E_LIMIT, "backends: more than %d backends", SET_MAX);
+            goto fail;
         }
         cf_backend *b = &set->items[set->n];
         memset(b, 0, sizeof(*b));
@@ -326,23 +310,19 @@ int cf_backend_set_new(const char *names, const cf_backend_config *cfg, cf_backe
                 cf_strlcpy(u->reason, err->msg, sizeof(u->reason));
                 memset(b, 0, sizeof(*b));
                 cf_error_clear(err);
-                if (!comma)
-                    break;
-                p = comma + 1;
                 continue;
             }
             cf_error_wrap(err, "backend '%s'", name);
-            set_destroy_items(set);
-            free(set);
-            return -1;
+            goto fail;
         }
         set->n++;
-        if (!comma)
-            break;
-        p = comma + 1;
     }
     *out = set;
     return 0;
+fail:
+    set_destroy_items(set);
+    free(set);
+    return -1;
 }
 
 void cf_backend_set_destroy(cf_backend_set *set)

@@ -30,14 +30,6 @@ struct cf_workdir {
     bool sub;       /* made by cf_workdir_create_in: removed with its parent */
 };
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0) {
-        close(*fd);
-        *fd = -1;
-    }
-}
-
 int cf_workdir_create(const char *root, uid_t owner, gid_t group, cf_workdir **out, cf_error *err)
 {
     *out = NULL;
@@ -95,8 +87,8 @@ int cf_workdir_create(const char *root, uid_t owner, gid_t group, cf_workdir **o
     return 0;
 
 fail:
-    close_fd(&wd->fd);
-    close_fd(&wd->root_fd);
+    cf_fd_close(&wd->fd);
+    cf_fd_close(&wd->root_fd);
     free(wd->path);
     free(wd);
     return -1;
@@ -622,8 +614,8 @@ void cf_workdir_release(cf_workdir *wd)
 {
     if (!wd)
         return;
-    close_fd(&wd->fd);
-    close_fd(&wd->root_fd);
+    cf_fd_close(&wd->fd);
+    cf_fd_close(&wd->root_fd);
     free(wd->path);
     free(wd);
 }
@@ -649,11 +641,11 @@ void cf_workdir_destroy(cf_workdir *wd)
                 break;
         }
     }
-    close_fd(&wd->fd);
+    cf_fd_close(&wd->fd);
     if (wd->root_fd >= 0) {
         if (wd->name[0] && !wd->sub)
             (void)unlinkat(wd->root_fd, wd->name, AT_REMOVEDIR);
-        close_fd(&wd->root_fd);
+        cf_fd_close(&wd->root_fd);
     }
     free(wd->path);
     free(wd);
@@ -697,7 +689,7 @@ int cf_workdir_create_in(cf_workdir *parent, const char *name, uid_t owner, gid_
     *out = wd;
     return 0;
 fail:
-    close_fd(&wd->fd);
+    cf_fd_close(&wd->fd);
     free(wd->path);
     free(wd);
     return -1;

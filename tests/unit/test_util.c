@@ -70,11 +70,37 @@ static void test_sanitize_bounds(void **state)
     assert_int_equal(cf_sanitize_text("x", 1, false, buf, 0), 0);
 }
 
+/* The one comma-list splitter: blanks trimmed, empty items kept, a NULL
+ * list has none. */
+static void test_list_items(void **state)
+{
+    (void)state;
+    const char *cur = " sandbox ,process,\twasm\t,,";
+    const char *want[] = {"sandbox", "process", "wasm", "", ""};
+    cf_list_item it;
+    size_t n = 0;
+    while (cf_list_next(&cur, &it)) {
+        assert_true(n < 5);
+        assert_int_equal(it.len, strlen(want[n]));
+        assert_memory_equal(it.s, want[n], it.len);
+        n++;
+    }
+    assert_int_equal(n, 5);
+    assert_null(cur);
+    cur = NULL;
+    assert_false(cf_list_next(&cur, &it));
+    cur = "";
+    assert_true(cf_list_next(&cur, &it));
+    assert_int_equal(it.len, 0);
+    assert_false(cf_list_next(&cur, &it));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sanitize_controls),
         cmocka_unit_test(test_sanitize_bounds),
+        cmocka_unit_test(test_list_items),
         cmocka_unit_test(test_utf8_incomplete_tail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
