@@ -273,18 +273,23 @@ void cf_printable(const char *s, size_t len, char *buf, size_t size)
     buf[j] = '\0';
 }
 
-bool cf_topic_name_valid(const char *t)
+bool cf_name_valid(const char *s, size_t len, size_t max)
 {
-    size_t n = t ? strlen(t) : 0;
-    if (n == 0 || n > 249 || strcmp(t, ".") == 0 || strcmp(t, "..") == 0)
+    if (!s || len == 0 || len > max)
         return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = t[i];
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
               c == '-'))
             return false;
     }
     return true;
+}
+
+bool cf_topic_name_valid(const char *t)
+{
+    size_t n = t ? strlen(t) : 0;
+    return cf_name_valid(t, n, 249) && strcmp(t, ".") != 0 && strcmp(t, "..") != 0;
 }
 
 size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf, size_t size)

@@ -47,6 +47,10 @@ char *cf_put_str(char *p, const char *s);
  * than tab become '?' (newlines too, unless keep_newlines), the rest, UTF-8
  * included, is kept; cut at size - 1 bytes on a character boundary.
  * Returns the bytes written. */
+/* Whether s[0..len) is 1..max characters of [A-Za-z0-9._-]: the one rule
+ * of names the fleet takes from others (workspace and thread ids, topic
+ * names, state prefixes).  s may be NULL (false). */
+bool cf_name_valid(const char *s, size_t len, size_t max);
 /* A Kafka topic name: 1..249 of [A-Za-z0-9._-], not "." or "..". */
 bool cf_topic_name_valid(const char *t);
 

@@ -69,15 +69,7 @@ const char *cf_event_kind_a2a_state(cf_event_kind k)
 
 bool cf_event_workspace_valid(const char *s, size_t len)
 {
-    if (!s || len == 0 || len > CF_EVENT_WORKSPACE_MAX)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-'))
-            return false;
-    }
-    return true;
+    return cf_name_valid(s, len, CF_EVENT_WORKSPACE_MAX);
 }
 
 /* topic, producer, consumer: shown to humans by tails, so no control bytes. */

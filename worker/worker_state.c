@@ -244,18 +244,7 @@ static bool retry_again(const cf_wstate *st, retry *r, const cf_error *err)
 
 bool cf_wstate_name_ok(const char *s)
 {
-    if (!s)
-        return false;
-    size_t n = strlen(s);
-    if (n == 0 || n > 128)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-              c == '_' || c == '-'))
-            return false;
-    }
-    return true;
+    return s && cf_name_valid(s, strlen(s), 128);
 }
 
 int cf_wstate_admit(const cf_request *req, bool have_redis, char *reason, size_t rsz)
