@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Two worker builds side by side, interleaved, on the same broker: for a
+# change that must not cost speed (a refactor), say whether it did.
+#
+#   tests/bench/ab_worker.sh OLD_WORKER NEW_WORKER [--rounds N] [--backend B]
+#
+# Each round runs, for A then B (alternating which goes first), one fresh
+# worker (2 slots, the given backend: process by default) on fresh topics
+# and measures with bench_fleet: the end-to-end latency of 200 sequential
+# trivial requests (p50, p99) and the throughput of 2000 submitted at once.
+# Prints each figure's median over the rounds per build and the ratio B/A.
+# Needs the stack up and its environment (eval "$(deploy/stack.sh env)").
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=deploy/common.sh
+source "$REPO/deploy/common.sh"
+
+(($# >= 2)) || cf_die "usage: $0 OLD_WORKER NEW_WORKER [--rounds N] [--backend B]"
+A=$1 B=$2
+shift 2
+rounds=5 backend=process
+while (($#)); do
+    case $1 in
+    --rounds) rounds=$2; shift ;;
+    --backend) backend=$2; shift ;;
+    *) cf_die "unknown argument '$1'" ;;
+    esac
+    shift
+done
+for w in "$A" "$B"; do [[ -x $w ]] || cf_die "$w is not an executable"; done
+: "${CF_TEST_BROKERS:?the stack environment is not set: eval \"\$(deploy/stack.sh env)\"}"
+BIN=${CF_BINARY_DIR:-$REPO/build}
+FLEET=$BIN/tests/bench_fleet
+CLI=$BIN/dispatcher/codefleet
+conf=$CF_TEST_CLIENT_CONFIG
+dir=$(mktemp -d /tmp/cf-ab.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+
+one() { # worker label round
+    local w=$1 label=$2 r=$3
+    local t="ab-$$-$label-$r"
+    "$CLI" --config "$conf" --brokers "$CF_TEST_BROKERS" topics create --partitions 2 "$t.req" "$t.res" "$t.dlq" \
+        >/dev/null
+    "$w" --config "$conf" --brokers "$CF_TEST_BROKERS" --group "$t" --worker-id "$t" --request-topic "$t.req" \
+        --result-topic "$t.res" --dlq-topic "$t.dlq" --workers-topic "" --log-level warn --slots 2 \
+        --backends "$backend" --profile.default.backends="$backend" --profile.default.network=enabled \
+        --work-root /tmp >"$dir/$t.log" 2>&1 &
+    local pid=$!
+    # Ready when it answers: a latency run of one request.
+    for _ in $(seq 1 60); do
+        if "$FLEET" latency --config "$conf" --brokers "$CF_TEST_BROKERS" --requests "$t.req" --results "$t.res" \
+            -n 1 >/dev/null 2>&1; then break; fi
+    done
+    "$FLEET" latency --config "$conf" --brokers "$CF_TEST_BROKERS" --requests "$t.req" --results "$t.res" -n 200 |
+        sed -n "s/^RESULT /$label /p" >>"$dir/results"
+    "$FLEET" throughput --config "$conf" --brokers "$CF_TEST_BROKERS" --requests "$t.req" --results "$t.res" \
+        -n 2000 | sed -n "s/^RESULT /$label /p" >>"$dir/results"
+    kill -TERM "$pid"
+    wait "$pid" || true
+}
+
+for r in $(seq 1 "$rounds"); do
+    if ((r % 2)); then one "$A" A "$r"; one "$B" B "$r"; else one "$B" B "$r"; one "$A" A "$r"; fi
+    echo "round $r done" >&2
+done
+# "A latency p50_ms=1.23 p99_ms=..." -> medians per label and key.
+python3 - "$dir/results" <<'EOF'
+import sys, re, statistics, collections
+vals = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    parts = line.split()
+    if len(parts) < 3:
+        continue
+    label, fig = parts[0], parts[1]
+    for kv in parts[2:]:
+        if '=' in kv:
+            k, v = kv.split('=', 1)
+            try:
+                vals[(fig, k, label)].append(float(v))
+            except ValueError:
+                pass
+keys = sorted({(f, k) for (f, k, _) in vals})
+print(f"{'figure':40s} {'A (median)':>12s} {'B (median)':>12s} {'B/A':>7s}  rounds")
+for f, k in keys:
+    a, b = vals.get((f, k, 'A'), []), vals.get((f, k, 'B'), [])
+    if not a or not b:
+        continue
+    ma, mb = statistics.median(a), statistics.median(b)
+    ratio = mb / ma if ma else float('nan')
+    print(f"{f + ' ' + k:40s} {ma:12.3f} {mb:12.3f} {ratio:7.3f}  {len(a)}/{len(b)}")
+EOF
