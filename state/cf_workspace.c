@@ -411,6 +411,203 @@ static void unupload(cf_workspace_store *ws, const ws_keys *k, const char (*bid)
     free(args);
 }
 
+/* Blob ids: the sha256 of the bytes, so equal contents are stored once
+ * and an upload repeated after a lost reply writes nothing new.  *out
+ * (NULL for no puts) is the caller's to free. */
+static int blob_ids(const char *id, const cf_ws_file *puts, size_t nputs, char (**out)[WS_BLOB_ID_LEN + 1],
+                    cf_error *err)
+{
+    char(*bid)[WS_BLOB_ID_LEN + 1] = nputs ? calloc(nputs, sizeof(*bid)) : NULL;
+    *out = NULL;
+    if (nputs && !bid)
+        return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+    for (size_t i = 0; i < nputs; i++) {
+        if (blob_id(puts[i].data, puts[i].len, bid[i]) < 0) {
+            free(bid);
+            return cf_error_set(err, CF_E_NOMEM, "workspace %s: cannot hash %s", id, puts[i].path);
+        }
+    }
+    *out = bid;
+    return 0;
+}
+
+/* The commit script's arguments: nine numbers, then each put's path,
+ * size and blob id, each delete's path, and the guard's value last. */
+typedef struct commit_args {
+    const char **args;
+    size_t *lens;
+    size_t nargs;
+    char (*sizes)[24]; /* the puts' sizes as text */
+    char num[9][24];
+} commit_args;
+
+/* Frees what commit_args_build allocated (the numbers live in ca). */
+static void commit_args_free(commit_args *ca)
+{
+    free(ca->args);
+    free(ca->lens);
+    free(ca->sizes);
+}
+
+/* The nine numbers: expected revision, now, the caps, the counts and
+ * whether a delete of a missing file fails (strict). */
+static void commit_args_numbers(const cf_workspace_store *ws, int64_t expected_rev, size_t nputs, size_t ndeletes,
+                                bool strict, commit_args *ca)
+{
+    cf_state_i64(ca->num[0], 24, (long long)expected_rev);
+    cf_state_i64(ca->num[1], 24, (long long)cf_now_us());
+    cf_state_i64(ca->num[2], 24, (long long)ws->cfg.max_files);
+    cf_state_i64(ca->num[3], 24, (long long)ws->cfg.max_total_bytes);
+    cf_state_i64(ca->num[4], 24, (long long)ws->cfg.max_file_bytes);
+    cf_state_i64(ca->num[5], 24, (long long)ws->cfg.max_path_bytes);
+    cf_state_i64(ca->num[6], 24, (long long)nputs);
+    cf_state_i64(ca->num[7], 24, (long long)ndeletes);
+    cf_strlcpy(ca->num[8], strict ? "1" : "0", 24);
+    for (size_t i = 0; i < 9; i++) {
+        ca->args[i] = ca->num[i];
+        ca->lens[i] = strlen(ca->num[i]);
+    }
+}
+
+/* Builds ca (commit_args_free frees it; nothing is left on failure). */
+static int commit_args_build(const cf_workspace_store *ws, const char *id, int64_t expected_rev,
+                             const cf_ws_file *puts, size_t nputs, const char (*bid)[WS_BLOB_ID_LEN + 1],
+                             const char *const *deletes, size_t ndeletes, bool strict, commit_args *ca,
+                             cf_error *err)
+{
+    bool guarded = ws->guard_key != NULL;
+    ca->nargs = 9 + 3 * nputs + ndeletes + (guarded ? 1 : 0);
+    ca->args = calloc(ca->nargs, sizeof(*ca->args));
+    ca->lens = calloc(ca->nargs, sizeof(*ca->lens));
+    ca->sizes = nputs ? calloc(nputs, sizeof(*ca->sizes)) : NULL;
+    if (!ca->args || !ca->lens || (nputs && !ca->sizes)) {
+        commit_args_free(ca);
+        return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+    }
+    commit_args_numbers(ws, expected_rev, nputs, ndeletes, strict, ca);
+    const char **args = ca->args;
+    size_t *lens = ca->lens;
+    for (size_t i = 0; i < nputs; i++) {
+        cf_state_i64(ca->sizes[i], sizeof(ca->sizes[i]), (long long)puts[i].len);
+        args[9 + i] = puts[i].path;
+        lens[9 + i] = strlen(puts[i].path);
+        args[9 + nputs + i] = ca->sizes[i];
+        lens[9 + nputs + i] = strlen(ca->sizes[i]);
+        args[9 + 2 * nputs + i] = bid[i];
+        lens[9 + 2 * nputs + i] = WS_BLOB_ID_LEN;
+    }
+    for (size_t i = 0; i < ndeletes; i++) {
+        args[9 + 3 * nputs + i] = deletes[i];
+        lens[9 + 3 * nputs + i] = strlen(deletes[i]);
+    }
+    if (guarded) {
+        args[ca->nargs - 1] = ws->guard_value;
+        lens[ca->nargs - 1] = strlen(ws->guard_value);
+    }
+    return 0;
+}
+
+/* The bytes go first, with plain pipelined SETs outside the script; the
+ * script then only checks they are there and swaps the manifest.  A blob
+ * can vanish in between (an unreferenced one whose grace ran out): the
+ * script says so and the upload is repeated.  *rep: the script's last
+ * reply (the caller frees it). */
+static int commit_send(cf_workspace_store *ws, const ws_keys *k, const char *id, const cf_ws_file *puts, size_t nputs,
+                       const char (*bid)[WS_BLOB_ID_LEN + 1], const commit_args *ca, redisReply **rep, cf_error *err)
+{
+    bool guarded = ws->guard_key != NULL;
+    const char *keys[5] = {k->meta, k->files, k->refs, k->hist, ws->guard_key};
+    int rc = 0;
+    bool *created = nputs ? calloc(nputs, sizeof(*created)) : NULL;
+    bool *made = nputs ? calloc(nputs, sizeof(*made)) : NULL;
+    if (nputs && (!created || !made))
+        rc = cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+    for (int attempt = 0; rc == 0 && attempt < WS_ATTEMPTS; attempt++) {
+        cf_redis_reply_free(*rep);
+        *rep = NULL;
+        if (upload_blobs(ws, k, puts, nputs, bid, made, err) < 0) {
+            rc = -1;
+            break;
+        }
+        for (size_t i = 0; i < nputs; i++)
+            created[i] = created[i] || made[i];
+        if (ws_eval(ws, k, id, &cf_ws_script_commit, guarded ? 5 : 4, keys, (int)ca->nargs, ca->args, ca->lens, rep,
+                    err) < 0) {
+            rc = -1;
+            break;
+        }
+        if (!((*rep)->type == REDIS_REPLY_ARRAY && (*rep)->elements >= 1 &&
+              cf_redis_reply_is((*rep)->element[0], "missing")))
+            break;
+    }
+    /* Anything but a landed commit leaves no bytes behind (an ambiguous
+     * outcome, a lost connection, is the exception: the grace TTL). */
+    bool landed = rc == 0 && *rep && (*rep)->type == REDIS_REPLY_ARRAY && (*rep)->elements >= 1 &&
+                  cf_redis_reply_is((*rep)->element[0], "ok");
+    if (!landed && rc == 0)
+        unupload(ws, k, bid, created, nputs);
+    free(created);
+    free(made);
+    return rc;
+}
+
+/* The commit script's "limit" answer: which cap the commit would break. */
+static int commit_limit_error(const cf_workspace_store *ws, const char *id, const redisReply *rep, cf_error *err)
+{
+    const redisReply *kind = rep->elements > 1 ? rep->element[1] : NULL;
+    if (cf_redis_reply_is(kind, "files"))
+        return cf_error_set(err, CF_E_LIMIT, "workspace %s: commit would leave %" PRId64 " files, cap is %zu", id,
+                            cf_state_reply_elem_i64(rep, 2), ws->cfg.max_files);
+    if (cf_redis_reply_is(kind, "bytes"))
+        return cf_error_set(err, CF_E_LIMIT, "workspace %s: commit would leave %" PRId64 " bytes, cap is %zu", id,
+                            cf_state_reply_elem_i64(rep, 2), ws->cfg.max_total_bytes);
+    return cf_error_set(err, CF_E_LIMIT, "workspace %s: a file exceeds the cap of %zu bytes", id,
+                        ws->cfg.max_file_bytes);
+}
+
+/* What the commit script answered: the new revision, or why not. */
+static int commit_reply(const cf_workspace_store *ws, const char *id, int64_t expected_rev, const redisReply *rep,
+                        int64_t *new_rev, cf_error *err)
+{
+    int rc = cf_state_reply_head(rep, "ws_commit", err);
+    if (rc < 0)
+        return rc;
+    const redisReply *what = rep->element[0];
+    if (cf_redis_reply_is(what, "ok")) {
+        int64_t rev = cf_state_reply_elem_i64(rep, 1);
+        if (rev < 0)
+            return cf_error_set(err, CF_E_REDIS, "workspace %s: commit: bad revision in reply", id);
+        if (new_rev)
+            *new_rev = rev;
+        return rc;
+    }
+    if (cf_redis_reply_is(what, "fenced"))
+        return cf_error_set(err, CF_E_FENCED, "workspace %s: fenced: this writer no longer holds %s", id,
+                            ws->guard_key);
+    if (cf_redis_reply_is(what, "conflict")) {
+        int64_t cur = cf_state_reply_elem_i64(rep, 1);
+        if (new_rev)
+            *new_rev = cur;
+        return cf_error_set(err, CF_E_CONFLICT, "workspace %s: revision is %" PRId64 ", expected %" PRId64, id, cur,
+                            expected_rev);
+    }
+    if (cf_redis_reply_is(what, "notfound"))
+        return cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
+    if (cf_redis_reply_is(what, "nofile"))
+        return cf_error_set(err, CF_E_NOT_FOUND, "workspace %s: no such file", id);
+    if (cf_redis_reply_is(what, "invalid"))
+        return cf_error_set(err, CF_E_INVALID, "workspace %s: bad or repeated path (checked by Redis)", id);
+    if (cf_redis_reply_is(what, "missing")) {
+        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: commit: an uploaded blob vanished %d times", id,
+                          WS_ATTEMPTS);
+        cf_error_set_retriable(err, true);
+        return rc;
+    }
+    if (cf_redis_reply_is(what, "limit"))
+        return commit_limit_error(ws, id, rep, err);
+    return cf_error_set(err, CF_E_REDIS, "workspace %s: commit: unexpected reply", id);
+}
+
 static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_rev, const cf_ws_file *puts,
                        size_t nputs, const char *const *deletes, size_t ndeletes, bool strict, int64_t *new_rev,
                        cf_error *err)
@@ -423,146 +620,24 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
     if (commit_check(ws, puts, nputs, deletes, ndeletes, err) < 0)
         return cf_error_wrap(err, "workspace %s", id);
 
-    /* Blob ids: the sha256 of the bytes, so equal contents are stored once
-     * and an upload repeated after a lost reply writes nothing new. */
-    char(*bid)[WS_BLOB_ID_LEN + 1] = nputs ? calloc(nputs, sizeof(*bid)) : NULL;
-    if (nputs && !bid)
-        return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
-    for (size_t i = 0; i < nputs; i++) {
-        if (blob_id(puts[i].data, puts[i].len, bid[i]) < 0) {
-            free(bid);
-            return cf_error_set(err, CF_E_NOMEM, "workspace %s: cannot hash %s", id, puts[i].path);
-        }
-    }
-
-    bool guarded = ws->guard_key != NULL;
-    size_t nargs = 9 + 3 * nputs + ndeletes + (guarded ? 1 : 0);
-    const char **args = calloc(nargs, sizeof(*args));
-    size_t *lens = calloc(nargs, sizeof(*lens));
-    char(*sizes)[24] = nputs ? calloc(nputs, sizeof(*sizes)) : NULL;
-    if (!args || !lens || (nputs && !sizes)) {
-        free(args);
-        free(lens);
-        free(sizes);
+    char(*bid)[WS_BLOB_ID_LEN + 1];
+    if (blob_ids(id, puts, nputs, &bid, err) < 0)
+        return -1;
+    const char(*cbid)[WS_BLOB_ID_LEN + 1] = (const char(*)[WS_BLOB_ID_LEN + 1])bid;
+    commit_args ca;
+    if (commit_args_build(ws, id, expected_rev, puts, nputs, cbid, deletes, ndeletes, strict, &ca, err) < 0) {
         free(bid);
-        return cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
+        return -1;
     }
-    char num[9][24];
-    cf_state_i64(num[0], 24, (long long)expected_rev);
-    cf_state_i64(num[1], 24, (long long)cf_now_us());
-    cf_state_i64(num[2], 24, (long long)ws->cfg.max_files);
-    cf_state_i64(num[3], 24, (long long)ws->cfg.max_total_bytes);
-    cf_state_i64(num[4], 24, (long long)ws->cfg.max_file_bytes);
-    cf_state_i64(num[5], 24, (long long)ws->cfg.max_path_bytes);
-    cf_state_i64(num[6], 24, (long long)nputs);
-    cf_state_i64(num[7], 24, (long long)ndeletes);
-    cf_strlcpy(num[8], strict ? "1" : "0", 24);
-    for (size_t i = 0; i < 9; i++) {
-        args[i] = num[i];
-        lens[i] = strlen(num[i]);
-    }
-    for (size_t i = 0; i < nputs; i++) {
-        cf_state_i64(sizes[i], sizeof(sizes[i]), (long long)puts[i].len);
-        args[9 + i] = puts[i].path;
-        lens[9 + i] = strlen(puts[i].path);
-        args[9 + nputs + i] = sizes[i];
-        lens[9 + nputs + i] = strlen(sizes[i]);
-        args[9 + 2 * nputs + i] = bid[i];
-        lens[9 + 2 * nputs + i] = WS_BLOB_ID_LEN;
-    }
-    for (size_t i = 0; i < ndeletes; i++) {
-        args[9 + 3 * nputs + i] = deletes[i];
-        lens[9 + 3 * nputs + i] = strlen(deletes[i]);
-    }
-    const char *keys[5] = {k.meta, k.files, k.refs, k.hist, ws->guard_key};
-    if (guarded) {
-        args[nargs - 1] = ws->guard_value;
-        lens[nargs - 1] = strlen(ws->guard_value);
-    }
-    /* The bytes go first, with plain pipelined SETs outside the script;
-     * the script then only checks they are there and swaps the manifest.
-     * A blob can vanish in between (an unreferenced one whose grace ran
-     * out): the script says so and the upload is repeated. */
     redisReply *rep = NULL;
-    int rc = 0;
-    bool *created = nputs ? calloc(nputs, sizeof(*created)) : NULL;
-    bool *made = nputs ? calloc(nputs, sizeof(*made)) : NULL;
-    if (nputs && (!created || !made))
-        rc = cf_error_set(err, CF_E_NOMEM, "workspace %s: out of memory", id);
-    for (int attempt = 0; rc == 0 && attempt < WS_ATTEMPTS; attempt++) {
-        cf_redis_reply_free(rep);
-        rep = NULL;
-        if (upload_blobs(ws, &k, puts, nputs, (const char(*)[WS_BLOB_ID_LEN + 1])bid, made, err) < 0) {
-            rc = -1;
-            break;
-        }
-        for (size_t i = 0; i < nputs; i++)
-            created[i] = created[i] || made[i];
-        if (ws_eval(ws, &k, id, &cf_ws_script_commit, guarded ? 5 : 4, keys, (int)nargs, args, lens, &rep, err) < 0) {
-            rc = -1;
-            break;
-        }
-        if (!(rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 && cf_redis_reply_is(rep->element[0], "missing")))
-            break;
-    }
-    /* Anything but a landed commit leaves no bytes behind (an ambiguous
-     * outcome, a lost connection, is the exception: the grace TTL). */
-    bool landed = rc == 0 && rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1 &&
-                  cf_redis_reply_is(rep->element[0], "ok");
-    if (!landed && rc == 0)
-        unupload(ws, &k, (const char(*)[WS_BLOB_ID_LEN + 1])bid, created, nputs);
-    free(created);
-    free(made);
-    free(args);
-    free(lens);
-    free(sizes);
+    int rc = commit_send(ws, &k, id, puts, nputs, cbid, &ca, &rep, err);
+    commit_args_free(&ca);
     free(bid);
     if (rc < 0) {
         cf_redis_reply_free(rep);
         return cf_error_wrap(err, "workspace %s: commit", id);
     }
-    rc = cf_state_reply_head(rep, "ws_commit", err);
-    if (rc < 0) {
-        /* fall through to free */
-    } else if (cf_redis_reply_is(rep->element[0], "ok")) {
-        int64_t rev = cf_state_reply_elem_i64(rep, 1);
-        if (rev < 0)
-            rc = cf_error_set(err, CF_E_REDIS, "workspace %s: commit: bad revision in reply", id);
-        else if (new_rev)
-            *new_rev = rev;
-    } else if (cf_redis_reply_is(rep->element[0], "fenced")) {
-        rc = cf_error_set(err, CF_E_FENCED, "workspace %s: fenced: this writer no longer holds %s", id,
-                          ws->guard_key);
-    } else if (cf_redis_reply_is(rep->element[0], "conflict")) {
-        int64_t cur = cf_state_reply_elem_i64(rep, 1);
-        if (new_rev)
-            *new_rev = cur;
-        rc = cf_error_set(err, CF_E_CONFLICT, "workspace %s: revision is %" PRId64 ", expected %" PRId64, id, cur,
-                          expected_rev);
-    } else if (cf_redis_reply_is(rep->element[0], "notfound")) {
-        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s does not exist", id);
-    } else if (cf_redis_reply_is(rep->element[0], "nofile")) {
-        rc = cf_error_set(err, CF_E_NOT_FOUND, "workspace %s: no such file", id);
-    } else if (cf_redis_reply_is(rep->element[0], "invalid")) {
-        rc = cf_error_set(err, CF_E_INVALID, "workspace %s: bad or repeated path (checked by Redis)", id);
-    } else if (cf_redis_reply_is(rep->element[0], "missing")) {
-        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: commit: an uploaded blob vanished %d times", id,
-                          WS_ATTEMPTS);
-        cf_error_set_retriable(err, true);
-    } else if (cf_redis_reply_is(rep->element[0], "limit")) {
-        const redisReply *kind = rep->elements > 1 ? rep->element[1] : NULL;
-        if (cf_redis_reply_is(kind, "files"))
-            rc = cf_error_set(err, CF_E_LIMIT, "workspace %s: commit would leave %" PRId64 " files, cap is %zu", id,
-                              cf_state_reply_elem_i64(rep, 2), ws->cfg.max_files);
-        else if (cf_redis_reply_is(kind, "bytes"))
-            rc = cf_error_set(err, CF_E_LIMIT, "workspace %s: commit would leave %" PRId64 " bytes, cap is %zu",
-                              id, cf_state_reply_elem_i64(rep, 2), ws->cfg.max_total_bytes);
-        else
-            rc = cf_error_set(err, CF_E_LIMIT, "workspace %s: a file exceeds the cap of %zu bytes", id,
-                              ws->cfg.max_file_bytes);
-    } else {
-        rc = cf_error_set(err, CF_E_REDIS, "workspace %s: commit: unexpected reply", id);
-    }
+    rc = commit_reply(ws, id, expected_rev, rep, new_rev, err);
     cf_redis_reply_free(rep);
     return rc;
 }

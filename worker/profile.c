@@ -218,18 +218,10 @@ static void profile_free(cf_profile *p)
     memset(p, 0, sizeof(*p));
 }
 
-/* Derives the parsed forms and checks them against the worker. */
-static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *err)
+/* The profile's topic and result topic: usable names, never one of the
+ * fleet's own topics. */
+static int check_topics(const cf_profile *p, const cf_profile_env *env, cf_error *err)
 {
-    if (strcmp(p->name, "default") == 0 && (!p->topic || !p->topic[0])) {
-        free(p->topic);
-        p->topic = cf_strdup(env->request_topic ? env->request_topic : "");
-    }
-    if (!p->topic || !p->topic[0]) {
-        if (strcmp(p->name, "default") == 0)
-            return 0; /* the worker consumes no default topic */
-        return cf_error_set(err, CF_E_INVALID, "profile '%s': topic is required", p->name);
-    }
     if (!cf_topic_name_valid(p->topic) || strncmp(p->topic, "__", 2) == 0)
         return cf_error_set(err, CF_E_INVALID, "profile '%s': '%s' is not a usable topic name", p->name, p->topic);
     const char *fleet[] = {env->result_topic, env->dlq_topic, env->events_topic, env->workers_topic};
@@ -247,33 +239,29 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
         (!cf_topic_name_valid(p->result_topic) || strncmp(p->result_topic, "__", 2) == 0))
         return cf_error_set(err, CF_E_INVALID, "profile '%s': result-topic '%s' is not a usable topic name", p->name,
                             p->result_topic);
+    return 0;
+}
 
-    if (split_list(p->backends, &p->backend_names, &p->n_backends, err) < 0)
+/* images: "*" or a list of image names. */
+static int compile_images(cf_profile *p, cf_error *err)
+{
+    if (!p->images || strcmp(p->images, "*") == 0)
+        return 0;
+    if (split_list(p->images, &p->image_names, &p->n_images, err) < 0)
         return -1;
-    if (p->images && strcmp(p->images, "*") != 0) {
-        if (split_list(p->images, &p->image_names, &p->n_images, err) < 0)
-            return -1;
-        if (p->n_images == 0)
-            return cf_error_set(err, CF_E_INVALID, "profile '%s': images is empty (use * for all)", p->name);
-        for (size_t i = 0; i < p->n_images; i++)
-            if (!cf_image_name_valid(p->image_names[i]))
-                return cf_error_set(err, CF_E_INVALID, "profile '%s': images: '%s' is not an image name", p->name,
-                                    p->image_names[i]);
-    }
-    if (p->n_backends == 0)
-        return cf_error_set(err, CF_E_INVALID, "profile '%s': backends is empty", p->name);
-    for (size_t i = 0; i < p->n_backends; i++) {
-        bool found = false;
-        for (size_t k = 0; env->backends && k < cf_backend_set_count(env->backends); k++)
-            found |= strcmp(cf_backend_set_get(env->backends, k)->ops->name, p->backend_names[i]) == 0;
-        /* Listed for the worker but unavailable here (a build without the
-         * runtimes): requests naming it are refused with that reason. */
-        found |= env->backends && cf_backend_set_unavailable(env->backends, p->backend_names[i]);
-        if (!found)
-            return cf_error_set(err, CF_E_INVALID, "profile '%s': backend '%s' is not enabled on this worker (backends)",
-                                p->name, p->backend_names[i]);
-    }
-    /* Images the profile names must be the worker's (container-images). */
+    if (p->n_images == 0)
+        return cf_error_set(err, CF_E_INVALID, "profile '%s': images is empty (use * for all)", p->name);
+    for (size_t i = 0; i < p->n_images; i++)
+        if (!cf_image_name_valid(p->image_names[i]))
+            return cf_error_set(err, CF_E_INVALID, "profile '%s': images: '%s' is not an image name", p->name,
+                                p->image_names[i]);
+    return 0;
+}
+
+/* Images the profile names must be the worker's (container-images): the
+ * images of each backend of the profile that has some. */
+static int check_images_known(const cf_profile *p, const cf_profile_env *env, cf_error *err)
+{
     for (size_t k = 0; p->image_names && env->backends && k < cf_backend_set_count(env->backends); k++) {
         const cf_backend *b = cf_backend_set_get(env->backends, k);
         if (!b->caps.images || !in_list(p->backend_names, p->n_backends, b->ops->name))
@@ -293,7 +281,33 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
                                     p->name, p->image_names[i], b->caps.images);
         }
     }
+    return 0;
+}
 
+/* backends (each one the worker's) and images. */
+static int compile_backends(cf_profile *p, const cf_profile_env *env, cf_error *err)
+{
+    if (split_list(p->backends, &p->backend_names, &p->n_backends, err) < 0 || compile_images(p, err) < 0)
+        return -1;
+    if (p->n_backends == 0)
+        return cf_error_set(err, CF_E_INVALID, "profile '%s': backends is empty", p->name);
+    for (size_t i = 0; i < p->n_backends; i++) {
+        bool found = false;
+        for (size_t k = 0; env->backends && k < cf_backend_set_count(env->backends); k++)
+            found |= strcmp(cf_backend_set_get(env->backends, k)->ops->name, p->backend_names[i]) == 0;
+        /* Listed for the worker but unavailable here (a build without the
+         * runtimes): requests naming it are refused with that reason. */
+        found |= env->backends && cf_backend_set_unavailable(env->backends, p->backend_names[i]);
+        if (!found)
+            return cf_error_set(err, CF_E_INVALID, "profile '%s': backend '%s' is not enabled on this worker (backends)",
+                                p->name, p->backend_names[i]);
+    }
+    return check_images_known(p, env, err);
+}
+
+/* languages into language_mask ("*": all). */
+static int compile_languages(cf_profile *p, cf_error *err)
+{
     char **langs = NULL;
     size_t nl = 0;
     if (split_list(p->languages, &langs, &nl, err) < 0)
@@ -312,7 +326,13 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
         }
     }
     strv_free(langs, nl);
+    return 0;
+}
 
+/* network-allow into net_allow: at most 32 IPv4 CIDRs, only with network
+ * enabled. */
+static int compile_net_allow(cf_profile *p, cf_error *err)
+{
     char **nets = NULL;
     size_t nn = 0;
     if (split_list(p->network_allow, &nets, &nn, err) < 0)
@@ -338,11 +358,12 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
     strv_free(nets, nn);
     if (p->n_net_allow && p->network == 0)
         return cf_error_set(err, CF_E_INVALID, "profile '%s': network-allow needs network = enabled", p->name);
+    return 0;
+}
 
-    if (roots_load(p, "read-only-roots", p->read_only_roots, &p->ro_roots, &p->n_ro_roots, err) < 0 ||
-        roots_load(p, "read-write-roots", p->read_write_roots, &p->rw_roots, &p->n_rw_roots, err) < 0)
-        return -1;
-
+/* env-allow: variable names, never the worker's own configuration. */
+static int compile_env_allow(cf_profile *p, const cf_profile_env *env, cf_error *err)
+{
     if (split_list(p->env_allow, &p->env_names, &p->n_env_names, err) < 0)
         return -1;
     size_t pl = env->env_prefix ? strlen(env->env_prefix) : 0;
@@ -355,7 +376,12 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
                                 "profile '%s': env-allow: '%s' is the worker's own configuration (never passed)",
                                 p->name, p->env_names[i]);
     }
+    return 0;
+}
 
+/* reply-to: "*", topic names or prefixes ending in '*'. */
+static int compile_reply_to(cf_profile *p, cf_error *err)
+{
     if (split_list(p->reply_to, &p->reply_rules, &p->n_reply_rules, err) < 0)
         return -1;
     for (size_t i = 0; i < p->n_reply_rules; i++) {
@@ -374,21 +400,49 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
             return cf_error_set(err, CF_E_INVALID, "profile '%s': reply-to entry '%s' is not a topic or prefix*",
                                 p->name, r);
     }
-    if (p->state_prefix && strcmp(p->state_prefix, "*") != 0 && strcmp(p->state_prefix, "none") != 0) {
-        size_t n = strlen(p->state_prefix);
-        for (const char *c = p->state_prefix; *c; c++)
-            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
-                  *c == '_' || *c == '-'))
-                return cf_error_set(err, CF_E_INVALID, "profile '%s': state-prefix may hold [A-Za-z0-9._-] only",
-                                    p->name);
-        /* "tenant-a" would also match "tenant-ab.x": a prefix ends in a
-         * separator (and an empty one would match everything). */
-        char last = n ? p->state_prefix[n - 1] : '\0';
-        if (last != '.' && last != '-' && last != '_')
-            return cf_error_set(err, CF_E_INVALID,
-                                "profile '%s': state-prefix '%s' must end in '.', '-' or '_' (or be '*' or 'none')",
-                                p->name, p->state_prefix);
+    return 0;
+}
+
+/* state-prefix: "*", "none", or [A-Za-z0-9._-] ending in a separator. */
+static int check_state_prefix(const cf_profile *p, cf_error *err)
+{
+    if (!p->state_prefix || strcmp(p->state_prefix, "*") == 0 || strcmp(p->state_prefix, "none") == 0)
+        return 0;
+    size_t n = strlen(p->state_prefix);
+    for (const char *c = p->state_prefix; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+              *c == '_' || *c == '-'))
+            return cf_error_set(err, CF_E_INVALID, "profile '%s': state-prefix may hold [A-Za-z0-9._-] only", p->name);
+    /* "tenant-a" would also match "tenant-ab.x": a prefix ends in a
+     * separator (and an empty one would match everything). */
+    char last = n ? p->state_prefix[n - 1] : '\0';
+    if (last != '.' && last != '-' && last != '_')
+        return cf_error_set(err, CF_E_INVALID,
+                            "profile '%s': state-prefix '%s' must end in '.', '-' or '_' (or be '*' or 'none')",
+                            p->name, p->state_prefix);
+    return 0;
+}
+
+/* Derives the parsed forms and checks them against the worker. */
+static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *err)
+{
+    if (strcmp(p->name, "default") == 0 && (!p->topic || !p->topic[0])) {
+        free(p->topic);
+        p->topic = cf_strdup(env->request_topic ? env->request_topic : "");
     }
+    if (!p->topic || !p->topic[0]) {
+        if (strcmp(p->name, "default") == 0)
+            return 0; /* the worker consumes no default topic */
+        return cf_error_set(err, CF_E_INVALID, "profile '%s': topic is required", p->name);
+    }
+    if (check_topics(p, env, err) < 0 || compile_backends(p, env, err) < 0 || compile_languages(p, err) < 0 ||
+        compile_net_allow(p, err) < 0)
+        return -1;
+    if (roots_load(p, "read-only-roots", p->read_only_roots, &p->ro_roots, &p->n_ro_roots, err) < 0 ||
+        roots_load(p, "read-write-roots", p->read_write_roots, &p->rw_roots, &p->n_rw_roots, err) < 0)
+        return -1;
+    if (compile_env_allow(p, env, err) < 0 || compile_reply_to(p, err) < 0 || check_state_prefix(p, err) < 0)
+        return -1;
     return 0;
 }
 

@@ -471,17 +471,10 @@ static void ct_describe_helper(const cf_backend_config *cfg, char *buf, size_t c
     snprintf(buf, cap, "container init %s", path[0] ? path : "(none)");
 }
 
-static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err)
+/* The slot count, run uids and default limits, from the worker's
+ * configuration. */
+static void ct_limits(ct_state *st, const cf_backend_config *cfg)
 {
-    *state = NULL;
-    const ct_settings *cs = cf_backend_settings_of(cfg, &cf_container_settings);
-    if (!cs->images || !cs->images[0])
-        return cf_error_set(err, CF_E_UNSUPPORTED, "container: no images configured (container-images)");
-    ct_state *st = calloc(1, sizeof(*st));
-    if (!st)
-        return cf_error_set(err, CF_E_NOMEM, "container: out of memory");
-    if (cf_exec_base_init(&st->base, "container", cfg, err) < 0)
-        goto fail;
     st->base.exec_where = " inside the container";
     st->slots = cfg->slots > 0 ? cfg->slots : 1;
     st->uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
@@ -490,46 +483,39 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     st->tmp_bytes = or_default(cfg->sandbox_tmp_bytes, DEFAULT_TMP);
     st->work_bytes = or_default(cfg->sandbox_work_bytes, DEFAULT_WORK);
     st->inodes = or_default(cfg->sandbox_inodes, DEFAULT_INODES);
-    if (st->uid_base + st->slots > INT32_MAX) {
-        cf_error_set(err, CF_E_INVALID, "container: run_uid_base %lld too large", (long long)st->uid_base);
-        goto fail;
-    }
-    if (geteuid() != 0) {
-        cf_error_set(err, CF_E_UNSUPPORTED, "container: the worker must run as root to use this backend");
-        goto fail;
-    }
+}
+
+/* The runtime, the init and the runtime's state directory (made here),
+ * each checked; and the canonical work root. */
+static int ct_paths(ct_state *st, const cf_backend_config *cfg, const ct_settings *cs, cf_error *err)
+{
     const char *rt = cs->runtime && cs->runtime[0] ? cs->runtime : "/usr/bin/crun";
     char init[PATH_MAX];
     cf_backend_helper_path(cfg, cs->init, "codefleet-container-init", CF_DEFAULT_CONTAINER_INIT, init, sizeof(init));
     const char *sroot = cs->state && cs->state[0] ? cs->state : "/run/codefleet/crun";
-    if (rt[0] != '/' || access(rt, X_OK) < 0) {
-        cf_error_set(err, CF_E_UNSUPPORTED, "container: runtime '%s' is not an executable absolute path (install crun)",
-                     rt);
-        goto fail;
-    }
-    if (init[0] != '/' || access(init, X_OK) < 0) {
-        cf_error_set(err, CF_E_UNSUPPORTED,
-                     "container: init '%s' is not an executable absolute path (codefleet-container-init)", init);
-        goto fail;
-    }
-    if (sroot[0] != '/') {
-        cf_error_set(err, CF_E_INVALID, "container: container-state '%s' must be an absolute path", sroot);
-        goto fail;
-    }
+    if (rt[0] != '/' || access(rt, X_OK) < 0)
+        return cf_error_set(err, CF_E_UNSUPPORTED,
+                            "container: runtime '%s' is not an executable absolute path (install crun)", rt);
+    if (init[0] != '/' || access(init, X_OK) < 0)
+        return cf_error_set(err, CF_E_UNSUPPORTED,
+                            "container: init '%s' is not an executable absolute path (codefleet-container-init)",
+                            init);
+    if (sroot[0] != '/')
+        return cf_error_set(err, CF_E_INVALID, "container: container-state '%s' must be an absolute path", sroot);
     if (cf_strlcpy(st->state_root, sroot, sizeof(st->state_root)) >= sizeof(st->state_root) ||
-        mkdir_p(st->state_root, 0700) < 0) {
-        cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: state directory '%s'", sroot);
-        goto fail;
-    }
+        mkdir_p(st->state_root, 0700) < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: state directory '%s'", sroot);
     cf_strlcpy(st->runtime, rt, sizeof(st->runtime));
     cf_strlcpy(st->init, init, sizeof(st->init));
-    if (!realpath(st->base.work_root, st->real_root)) {
-        cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: work_root '%s'", st->base.work_root);
-        goto fail;
-    }
-    if (parse_images(st, cs->images, cfg, err) < 0)
-        goto fail;
+    if (!realpath(st->base.work_root, st->real_root))
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: work_root '%s'", st->base.work_root);
+    return 0;
+}
 
+/* The cgroup environment, and whether a hybrid host's v2 mount must be
+ * hidden from crun. */
+static int ct_cgroups(ct_state *st, const cf_backend_config *cfg, cf_error *err)
+{
     cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
                               .cpuacct = true};
     if (cf_cgroup_env_new(&cgo, &st->cgenv, err) < 0) {
@@ -538,107 +524,112 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         cf_error_wrap(err, "container: no usable cgroups");
         if (err)
             err->code = CF_E_UNSUPPORTED;
-        goto fail;
+        return -1;
     }
     struct statfs sfs;
     st->mask_unified = cf_cgroup_env_version(st->cgenv) == CF_CGROUP_V1 &&
                        statfs("/sys/fs/cgroup/unified", &sfs) == 0 && sfs.f_type == CGROUP2_SUPER_MAGIC;
+    return 0;
+}
 
-    /* The sandbox's filter, compiled once: crun loads it as it is. */
+/* The sandbox's filter, compiled once: crun loads it as it is. */
+static int ct_seccomp(ct_state *st, cf_error *err)
+{
     cf_seccomp_prog *prog = NULL;
     if (cf_seccomp_prog_new(NULL, &prog, err) < 0)
-        goto fail;
+        return -1;
     const struct sock_fprog *fp = cf_seccomp_prog_fprog(prog);
     size_t raw = (size_t)fp->len * sizeof(struct sock_filter);
     st->seccomp_b64 = malloc(4 * ((raw + 2) / 3) + 1);
     if (st->seccomp_b64)
         EVP_EncodeBlock((unsigned char *)st->seccomp_b64, (const unsigned char *)fp->filter, (int)raw);
     cf_seccomp_prog_destroy(prog);
-    if (!st->seccomp_b64) {
-        cf_error_set(err, CF_E_NOMEM, "container: out of memory");
-        goto fail;
-    }
+    if (!st->seccomp_b64)
+        return cf_error_set(err, CF_E_NOMEM, "container: out of memory");
+    return 0;
+}
 
-    int swept_containers, swept_dirs, swept_cgroups;
-    sweep(st, &swept_containers, &swept_dirs, &swept_cgroups);
+/* Removes what a previous life of this pid left under this instance's
+ * name (its directory and its containers) and makes the directory anew;
+ * errno is EEXIST when that failed. */
+static void ct_reclaim_inst(ct_state *st)
+{
+    /* Its containers too: their names would come again. */
+    DIR *sd = opendir(st->state_root);
+    size_t tl = strlen(st->tag);
+    struct dirent *de;
+    while (sd && (de = readdir(sd)))
+        if (strncmp(de->d_name, st->tag, tl) == 0 && de->d_name[tl] == '-')
+            delete_container(st, de->d_name);
+    if (sd)
+        closedir(sd);
+    cf_instance_remove_dir(st->inst);
+    if (mkdir(st->inst, 0711) == 0)
+        cf_exec_notes_add(&st->base, "removed %s, left by an earlier worker with this pid", st->inst);
+    else
+        errno = EEXIST;
+}
 
+/* This instance's directory <real_root>/<tag>, bound onto itself as a
+ * private mount. */
+static int ct_make_inst(ct_state *st, cf_error *err)
+{
     snprintf(st->tag, sizeof(st->tag), CT_PREFIX "%d.%d", (int)getpid(), atomic_fetch_add(&instance_counter, 1));
     if (snprintf(st->inst, sizeof(st->inst), "%s/%s", st->real_root, st->tag) >= (int)sizeof(st->inst)) {
         st->inst[0] = '\0';
-        cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
-        goto fail;
+        return cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
     }
     /* 0711: the runtime reaches the images' binds below it from inside
      * the containers' user namespaces.  An existing one with this very
      * name is a previous life of this pid (a worker that is pid 1 of its
      * container, restarted on the same work root): its leftovers go. */
-    if (mkdir(st->inst, 0711) < 0 && errno == EEXIST) {
-        /* Its containers too: their names would come again. */
-        DIR *sd = opendir(st->state_root);
-        size_t tl = strlen(st->tag);
-        struct dirent *de;
-        while (sd && (de = readdir(sd)))
-            if (strncmp(de->d_name, st->tag, tl) == 0 && de->d_name[tl] == '-')
-                delete_container(st, de->d_name);
-        if (sd)
-            closedir(sd);
-        cf_instance_remove_dir(st->inst);
-        if (mkdir(st->inst, 0711) == 0)
-            cf_exec_notes_add(&st->base, "removed %s, left by an earlier worker with this pid", st->inst);
-        else
-            errno = EEXIST;
-    }
+    if (mkdir(st->inst, 0711) < 0 && errno == EEXIST)
+        ct_reclaim_inst(st);
     if (access(st->inst, F_OK) < 0 || chmod(st->inst, 0711) < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: mkdir %s", st->inst);
         st->inst[0] = '\0';
-        goto fail;
+        return -1;
     }
     /* Private, so the per-execution tmpfs mounts never propagate. */
     if (mount(st->inst, st->inst, NULL, MS_BIND, NULL) == 0) {
         st->inst_bound = true;
         (void)mount(NULL, st->inst, NULL, MS_PRIVATE, NULL);
     }
-    /* Each image bound once, read-only, nosuid and nodev: a setuid program
-     * or a device node an image may hold means nothing inside. */
+    return 0;
+}
+
+/* Each image bound once, read-only, nosuid and nodev: a setuid program
+ * or a device node an image may hold means nothing inside. */
+static int ct_bind_images(ct_state *st, cf_error *err)
+{
     for (size_t k = 0; k < st->n_images; k++) {
         ct_image *im = &st->images[k];
-        if (snprintf(im->bound, sizeof(im->bound), "%.4000s/simg%zu", st->inst, k) >= (int)sizeof(im->bound)) {
-            cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
-            goto fail;
-        }
+        if (snprintf(im->bound, sizeof(im->bound), "%.4000s/simg%zu", st->inst, k) >= (int)sizeof(im->bound))
+            return cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
         if (mkdir(im->bound, 0755) < 0 || mount(im->root, im->bound, NULL, MS_BIND, NULL) < 0 ||
-            mount(NULL, im->bound, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0) {
-            cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: binding image '%s' at %s", im->name, im->bound);
-            goto fail;
-        }
+            mount(NULL, im->bound, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: binding image '%s' at %s", im->name,
+                                      im->bound);
     }
+    return 0;
+}
+
+/* The slots and the path of each one's per-execution tmpfs. */
+static int ct_make_slots(ct_state *st, cf_error *err)
+{
     st->slot = calloc((size_t)st->slots, sizeof(*st->slot));
-    if (!st->slot) {
-        cf_error_set(err, CF_E_NOMEM, "container: out of memory");
-        goto fail;
-    }
+    if (!st->slot)
+        return cf_error_set(err, CF_E_NOMEM, "container: out of memory");
     for (int i = 0; i < st->slots; i++)
         if (snprintf(st->slot[i].mnt, sizeof(st->slot[i].mnt), "%.4000s/s%d", st->inst, i) >=
-            (int)sizeof(st->slot[i].mnt)) {
-            cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
-            goto fail;
-        }
+            (int)sizeof(st->slot[i].mnt))
+            return cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
+    return 0;
+}
 
-    /* network=enabled: a network namespace of its own behind slirp4netns,
-     * egress only, as in the sandbox. */
-    char netwhy[200];
-    size_t n_host = 0;
-    if (cf_net_offer_check(cfg->slirp4netns_path, st->inst, netwhy, sizeof(netwhy), &n_host, st->resolv,
-                           sizeof(st->resolv), err) < 0)
-        goto fail;
-    if (!netwhy[0])
-        cf_strlcpy(st->slirp, cfg->slirp4netns_path, sizeof(st->slirp));
-
-    /* The runtime, the init, the namespaces, the profile and an image, for
-     * real: a container that prints the init's version. */
-    if (ct_trial(st, err) < 0)
-        goto fail;
-
+/* What the backend offers: the images' languages and the controls. */
+static void ct_fill_caps(const ct_state *st, cf_backend_caps *caps)
+{
     memset(caps, 0, sizeof(*caps));
     caps->isolation = "container";
     for (size_t i = 0; i < st->n_images; i++)
@@ -648,9 +639,11 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                      CF_CTL_FS_NONE | CF_CTL_FS_WORKSPACE_RO | CF_CTL_FS_WORKSPACE_RW | CF_CTL_STREAM;
     if (st->slirp[0])
         caps->controls |= CF_CTL_NETWORK_ENABLED;
-    cf_exec_notes_add(&st->base, "runtime %s (%s) with --cgroup-manager=disabled%s; %s as pid 1", st->runtime,
-                      st->version, st->mask_unified ? ", in a mount namespace hiding the hybrid v2 mount" : "",
-                      st->init);
+}
+
+/* A note per image: its name, root and languages. */
+static void ct_note_images(ct_state *st)
+{
     for (size_t i = 0; i < st->n_images; i++) {
         char langs[160] = "";
         size_t used = 0;
@@ -665,6 +658,11 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         cf_exec_notes_add(&st->base, "image %s%s = %s (%s)", st->images[i].name, i == 0 ? " (default)" : "",
                           st->images[i].root, langs);
     }
+}
+
+/* The notes on how the limits, the isolation and the network are made. */
+static void ct_note_isolation(ct_state *st, size_t n_host, const char *netwhy)
+{
     cf_exec_notes_add(&st->base,
                       "memory = cgroup v%d memory limit of the whole container incl. tmpfs/shm and the runtime "
                       "(default %lld MiB), OOM -> memory_exceeded; max_processes = pids cgroup (+%d for the runtime "
@@ -687,16 +685,74 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                           n_host);
     else
         cf_exec_notes_add(&st->base, "network=enabled NOT offered (%s)", netwhy);
-    if (swept_containers || swept_dirs || swept_cgroups)
-        cf_exec_notes_add(&st->base, "swept %d container(s), %d dir(s) and %d cgroup(s) of dead workers",
-                          swept_containers, swept_dirs, swept_cgroups);
-    caps->notes = st->base.notes;
+}
+
+/* caps->images: the image names, comma-separated, the default first. */
+static void ct_list_images(ct_state *st)
+{
     for (size_t i = 0, used = 0; i < st->n_images; i++) {
         int w = snprintf(st->image_names + used, sizeof(st->image_names) - used, "%s%s", i ? "," : "",
                          st->images[i].name);
         if (w > 0 && (size_t)w < sizeof(st->image_names) - used)
             used += (size_t)w;
     }
+}
+
+static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err)
+{
+    *state = NULL;
+    const ct_settings *cs = cf_backend_settings_of(cfg, &cf_container_settings);
+    if (!cs->images || !cs->images[0])
+        return cf_error_set(err, CF_E_UNSUPPORTED, "container: no images configured (container-images)");
+    ct_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return cf_error_set(err, CF_E_NOMEM, "container: out of memory");
+    if (cf_exec_base_init(&st->base, "container", cfg, err) < 0)
+        goto fail;
+    ct_limits(st, cfg);
+    if (st->uid_base + st->slots > INT32_MAX) {
+        cf_error_set(err, CF_E_INVALID, "container: run_uid_base %lld too large", (long long)st->uid_base);
+        goto fail;
+    }
+    if (geteuid() != 0) {
+        cf_error_set(err, CF_E_UNSUPPORTED, "container: the worker must run as root to use this backend");
+        goto fail;
+    }
+    if (ct_paths(st, cfg, cs, err) < 0 || parse_images(st, cs->images, cfg, err) < 0 || ct_cgroups(st, cfg, err) < 0 ||
+        ct_seccomp(st, err) < 0)
+        goto fail;
+
+    int swept_containers, swept_dirs, swept_cgroups;
+    sweep(st, &swept_containers, &swept_dirs, &swept_cgroups);
+    if (ct_make_inst(st, err) < 0 || ct_bind_images(st, err) < 0 || ct_make_slots(st, err) < 0)
+        goto fail;
+
+    /* network=enabled: a network namespace of its own behind slirp4netns,
+     * egress only, as in the sandbox. */
+    char netwhy[200];
+    size_t n_host = 0;
+    if (cf_net_offer_check(cfg->slirp4netns_path, st->inst, netwhy, sizeof(netwhy), &n_host, st->resolv,
+                           sizeof(st->resolv), err) < 0)
+        goto fail;
+    if (!netwhy[0])
+        cf_strlcpy(st->slirp, cfg->slirp4netns_path, sizeof(st->slirp));
+
+    /* The runtime, the init, the namespaces, the profile and an image, for
+     * real: a container that prints the init's version. */
+    if (ct_trial(st, err) < 0)
+        goto fail;
+
+    ct_fill_caps(st, caps);
+    cf_exec_notes_add(&st->base, "runtime %s (%s) with --cgroup-manager=disabled%s; %s as pid 1", st->runtime,
+                      st->version, st->mask_unified ? ", in a mount namespace hiding the hybrid v2 mount" : "",
+                      st->init);
+    ct_note_images(st);
+    ct_note_isolation(st, n_host, netwhy);
+    if (swept_containers || swept_dirs || swept_cgroups)
+        cf_exec_notes_add(&st->base, "swept %d container(s), %d dir(s) and %d cgroup(s) of dead workers",
+                          swept_containers, swept_dirs, swept_cgroups);
+    caps->notes = st->base.notes;
+    ct_list_images(st);
     caps->images = st->image_names;
     st->base.languages = caps->languages;
     *state = st;

@@ -550,66 +550,109 @@ static int resolve_command(cf_exec_job *job, const char *name)
 
 #define NOMEM(job, err) cf_error_set(err, CF_E_NOMEM, "%s: out of memory", (job)->who)
 
-int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec_view *view, cf_error *err)
+/* The steps of cf_exec_job_fill return -1 (the backend broke, err set), 0
+ * (go on) or FILL_STOP: the request was rejected (job->rejected, res
+ * filled) and nothing more is done. */
+#define FILL_STOP 1
+
+/* put_failed for a step: its rejection stops the fill. */
+static int fill_put_failed(cf_exec_job *job, const char *what, const char *path, cf_error *ferr, cf_error *err)
 {
-    const cf_request *req = job->req;
-    const cf_policy *pol = &req->policy;
+    return put_failed(job, what, path, ferr, err) < 0 ? -1 : FILL_STOP;
+}
+
+/* The work and run directories as the program sees them (view; NULL or
+ * a NULL member: the host paths). */
+static int fill_views(cf_exec_job *job, const cf_exec_view *view, cf_error *err)
+{
     const char *wv = view && view->work ? view->work : cf_workdir_path(job->work);
     const char *rv = view && view->run ? view->run : cf_workdir_path(job->run);
     if (cf_strlcpy(job->work_in, wv, sizeof(job->work_in)) >= sizeof(job->work_in) ||
         cf_strlcpy(job->run_in, rv, sizeof(job->run_in)) >= sizeof(job->run_in))
         return cf_error_set(err, CF_E_LIMIT, "%s: work directory path too long", job->who);
+    return 0;
+}
 
-    /* Workspace first, so a request file may not silently replace one
-     * (O_EXCL: a clash is the request's fault). */
-    if (files) {
-        size_t total = 0;
-        for (size_t i = 0; i < files->n_place; i++) {
-            const cf_file *f = &files->place[i];
-            const char *path = f->path ? f->path : "";
-            char why[96], shown[100];
-            if (cf_path_check(path, strlen(path), why, sizeof(why)) < 0) {
-                cf_printable(path, strlen(path), shown, sizeof(shown));
-                return job_reject(job, "unsafe workspace path '%s': %s", shown, why);
-            }
-            total += f->content.len;
-            if (total > job->base->max_files_bytes)
-                return job_reject(job, "workspace files exceed %zu bytes in total", job->base->max_files_bytes);
-            cf_error ferr;
-            cf_error_clear(&ferr);
-            if (cf_workdir_put(job->work, path, f->content.data ? (const void *)f->content.data : "", f->content.len,
-                               files->read_only ? 0444 : 0644, &ferr) < 0)
-                return put_failed(job, "workspace file", path, &ferr, err);
+/* The workspace's files into the work directory, each path checked and
+ * their total bounded; read-only ones 0444. */
+static int place_workspace(cf_exec_job *job, const cf_exec_files *files, cf_error *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < files->n_place; i++) {
+        const cf_file *f = &files->place[i];
+        const char *path = f->path ? f->path : "";
+        char why[96], shown[100];
+        if (cf_path_check(path, strlen(path), why, sizeof(why)) < 0) {
+            cf_printable(path, strlen(path), shown, sizeof(shown));
+            job_reject(job, "unsafe workspace path '%s': %s", shown, why);
+            return FILL_STOP;
         }
+        total += f->content.len;
+        if (total > job->base->max_files_bytes) {
+            job_reject(job, "workspace files exceed %zu bytes in total", job->base->max_files_bytes);
+            return FILL_STOP;
+        }
+        cf_error ferr;
+        cf_error_clear(&ferr);
+        if (cf_workdir_put(job->work, path, f->content.data ? (const void *)f->content.data : "", f->content.len,
+                           files->read_only ? 0444 : 0644, &ferr) < 0)
+            return fill_put_failed(job, "workspace file", path, &ferr, err);
+    }
+    return 0;
+}
+
+/* The workspace first, so a request file may not silently replace one
+ * (O_EXCL: a clash is the request's fault); then the request's files; a
+ * read-only workspace's directories sealed last. */
+static int place_files(cf_exec_job *job, const cf_exec_files *files, cf_error *err)
+{
+    const cf_request *req = job->req;
+    if (files) {
+        int rc = place_workspace(job, files, err);
+        if (rc != 0)
+            return rc;
     }
     for (size_t i = 0; i < req->n_files; i++) {
         cf_error ferr;
         cf_error_clear(&ferr);
         if (cf_workdir_put(job->work, req->files[i].path, req->files[i].content.data, req->files[i].content.len, 0644,
                            &ferr) < 0)
-            return put_failed(job, "file path", req->files[i].path, &ferr, err);
+            return fill_put_failed(job, "file path", req->files[i].path, &ferr, err);
     }
     if (files && files->read_only && seal_dirs(job, files, err) < 0)
         return -1;
+    return 0;
+}
 
+/* The prepared program (0755) or the request's code (or module) into the
+ * run directory. */
+static int place_code(cf_exec_job *job, cf_error *err)
+{
+    const cf_request *req = job->req;
     if (job->program) {
         cf_error ferr;
         cf_error_clear(&ferr);
         if (cf_workdir_put(job->run, job->code_file, job->program->data ? (const void *)job->program->data : "",
                            job->program->len, 0755, &ferr) < 0)
-            return put_failed(job, "program", job->code_file, &ferr, err);
+            return fill_put_failed(job, "program", job->code_file, &ferr, err);
     } else if (job->code_file) {
         cf_error ferr;
         cf_error_clear(&ferr);
         const cf_bytes *src = req->language == CF_LANG_WASM ? &req->module : &req->code;
         if (cf_workdir_put(job->run, job->code_file, src->data ? (const void *)src->data : "", src->len, 0644,
                            &ferr) < 0)
-            return put_failed(job, "code", job->code_file, &ferr, err);
+            return fill_put_failed(job, "code", job->code_file, &ferr, err);
     }
+    return 0;
+}
 
-    /* Environment: nothing of the worker's except the allowlist. */
+/* The environment every program gets, and the worker's variables the
+ * allowlist names: nothing else of the worker's. */
+static int env_fixed(cf_exec_job *job, cf_error *err)
+{
+    const cf_request *req = job->req;
+    const cf_policy *pol = &req->policy;
     cf_exec_envb *env = &job->env;
-    char pathbuf[CF_EXEC_PATH_BYTES + 32];
     if (env_set(env, "HOME", job->work_in) < 0 || env_set(env, "PATH", job->base->exec_path) < 0)
         return NOMEM(job, err);
     /* The code lives outside the work directory: let modules placed next
@@ -630,21 +673,41 @@ int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec
         if (v && env_set(env, name, v) < 0)
             return NOMEM(job, err);
     }
+    return 0;
+}
+
+/* The request's own variables (the compile pipeline's output mark made a
+ * path in the run directory). */
+static int env_request(cf_exec_job *job, cf_error *err)
+{
+    const cf_request *req = job->req;
+    char pathbuf[CF_EXEC_PATH_BYTES + 32];
     for (size_t i = 0; i < req->n_env; i++) {
         const char *val = req->env[i].value;
         if (job->take && strncmp(val, CF_EXEC_OUT_MARK, strlen(CF_EXEC_OUT_MARK)) == 0) {
             snprintf(pathbuf, sizeof(pathbuf), "%s/out%s", job->run_in, val + strlen(CF_EXEC_OUT_MARK));
             val = pathbuf;
         }
-        if (env_set(env, req->env[i].key, val) < 0) {
-            if (errno == E2BIG)
-                return job_reject(job, "more than %d environment variables", CF_EXEC_ENV_MAX);
+        if (env_set(&job->env, req->env[i].key, val) < 0) {
+            if (errno == E2BIG) {
+                job_reject(job, "more than %d environment variables", CF_EXEC_ENV_MAX);
+                return FILL_STOP;
+            }
             return NOMEM(job, err);
         }
     }
-    if (req->input.len > 0) {
+    return 0;
+}
+
+/* input.json written (when there is an input) and the variables naming
+ * the input, the output file and the work directory. */
+static int env_io(cf_exec_job *job, cf_error *err)
+{
+    cf_exec_envb *env = &job->env;
+    char pathbuf[CF_EXEC_PATH_BYTES + 32];
+    if (job->req->input.len > 0) {
         if (write_input(job, err) < 0 || job->rejected)
-            return job->rejected ? 0 : -1;
+            return job->rejected ? FILL_STOP : -1;
         snprintf(pathbuf, sizeof(pathbuf), "%s/input.json", job->run_in);
         if (env_set(env, "CODEFLEET_INPUT", pathbuf) < 0)
             return NOMEM(job, err);
@@ -652,44 +715,25 @@ int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec
     snprintf(pathbuf, sizeof(pathbuf), "%s/out/output.json", job->run_in);
     if (env_set(env, "CODEFLEET_OUTPUT", pathbuf) < 0 || env_set(env, "CODEFLEET_WORKDIR", job->work_in) < 0)
         return NOMEM(job, err);
+    return 0;
+}
 
-    /* argv: interpreter + code file + extra arguments, or the command. */
-    job->argv = calloc(req->argc + 3, sizeof(char *));
-    job->owned = calloc(req->argc + 3, sizeof(char *));
-    if (!job->argv || !job->owned)
-        return NOMEM(job, err);
-    size_t ac = 0;
-    if (job->program) {
-        snprintf(pathbuf, sizeof(pathbuf), "%s/%s", job->run_in, job->code_file);
-        char *prog_path = cf_strdup(pathbuf);
-        if (!prog_path)
-            return NOMEM(job, err);
-        job->owned[job->n_owned++] = prog_path;
-        cf_strlcpy(job->exe, job->interp ? job->interp : prog_path, sizeof(job->exe));
-        if (job->interp)
-            job->argv[ac++] = (char *)job->interp;
-        job->argv[ac++] = prog_path;
-        for (size_t i = 0; i < req->argc; i++)
-            job->argv[ac++] = req->argv[i];
-    } else if (req->language == CF_LANG_COMMAND) {
-        if (resolve_command(job, req->argv[0]) < 0 || job->rejected)
-            return 0;
-        for (size_t i = 0; i < req->argc; i++)
-            job->argv[ac++] = req->argv[i];
-    } else {
-        cf_strlcpy(job->exe, job->interp, sizeof(job->exe));
-        snprintf(pathbuf, sizeof(pathbuf), "%s/%s", job->run_in, job->code_file);
-        char *code_path = cf_strdup(pathbuf);
-        if (!code_path)
-            return NOMEM(job, err);
-        job->owned[job->n_owned++] = code_path;
-        job->argv[ac++] = (char *)job->interp;
-        job->argv[ac++] = code_path;
-        for (size_t i = 0; i < req->argc; i++)
-            job->argv[ac++] = req->argv[i];
-    }
-    job->argv[ac] = NULL;
-    /* The compile pipeline names the output directory with a mark. */
+/* run_in/name as an argument the job owns; NULL when out of memory. */
+static char *owned_run_path(cf_exec_job *job, const char *name)
+{
+    char pathbuf[CF_EXEC_PATH_BYTES + 32];
+    snprintf(pathbuf, sizeof(pathbuf), "%s/%s", job->run_in, name);
+    char *path = cf_strdup(pathbuf);
+    if (path)
+        job->owned[job->n_owned++] = path;
+    return path;
+}
+
+/* The compile pipeline names the output directory with a mark: each
+ * argument starting with it becomes a path in the run directory. */
+static int argv_out_marks(cf_exec_job *job, size_t ac, cf_error *err)
+{
+    char pathbuf[CF_EXEC_PATH_BYTES + 32];
     for (size_t i = 0; job->take && i < ac; i++) {
         if (strncmp(job->argv[i], CF_EXEC_OUT_MARK, strlen(CF_EXEC_OUT_MARK)) != 0)
             continue;
@@ -701,6 +745,63 @@ int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec
         job->argv[i] = p;
     }
     return 0;
+}
+
+/* argv and the program's path: interpreter + code file + extra
+ * arguments, or the command (resolved). */
+static int fill_argv(cf_exec_job *job, cf_error *err)
+{
+    const cf_request *req = job->req;
+    job->argv = calloc(req->argc + 3, sizeof(char *));
+    job->owned = calloc(req->argc + 3, sizeof(char *));
+    if (!job->argv || !job->owned)
+        return NOMEM(job, err);
+    size_t ac = 0;
+    if (job->program) {
+        char *prog_path = owned_run_path(job, job->code_file);
+        if (!prog_path)
+            return NOMEM(job, err);
+        cf_strlcpy(job->exe, job->interp ? job->interp : prog_path, sizeof(job->exe));
+        if (job->interp)
+            job->argv[ac++] = (char *)job->interp;
+        job->argv[ac++] = prog_path;
+        for (size_t i = 0; i < req->argc; i++)
+            job->argv[ac++] = req->argv[i];
+    } else if (req->language == CF_LANG_COMMAND) {
+        if (resolve_command(job, req->argv[0]) < 0 || job->rejected)
+            return FILL_STOP;
+        for (size_t i = 0; i < req->argc; i++)
+            job->argv[ac++] = req->argv[i];
+    } else {
+        cf_strlcpy(job->exe, job->interp, sizeof(job->exe));
+        char *code_path = owned_run_path(job, job->code_file);
+        if (!code_path)
+            return NOMEM(job, err);
+        job->argv[ac++] = (char *)job->interp;
+        job->argv[ac++] = code_path;
+        for (size_t i = 0; i < req->argc; i++)
+            job->argv[ac++] = req->argv[i];
+    }
+    job->argv[ac] = NULL;
+    return argv_out_marks(job, ac, err);
+}
+
+int cf_exec_job_fill(cf_exec_job *job, const cf_exec_files *files, const cf_exec_view *view, cf_error *err)
+{
+    int rc = fill_views(job, view, err);
+    if (rc == 0)
+        rc = place_files(job, files, err);
+    if (rc == 0)
+        rc = place_code(job, err);
+    if (rc == 0)
+        rc = env_fixed(job, err);
+    if (rc == 0)
+        rc = env_request(job, err);
+    if (rc == 0)
+        rc = env_io(job, err);
+    if (rc == 0)
+        rc = fill_argv(job, err);
+    return rc < 0 ? -1 : 0;
 }
 
 void cf_exec_job_spec(const cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_spec *spec)

@@ -180,15 +180,6 @@ static __attribute__((noreturn)) void child_fail(int fd, int e, const char *msg)
     _exit(127);
 }
 
-/* The init of a pid namespace (spec->init), in the spirit of tini and
- * bubblewrap's monitor: every signal stays blocked and is taken with
- * sigwaitinfo (a blocked signal is queued even for a namespace init, whose
- * default-action signals the kernel would otherwise drop); SIGCHLD reaps
- * every zombie, anything else is forwarded to the program.  When the
- * program ends, the rest of the namespace is killed, its wait status goes
- * to the report pipe and init exits with its exit code (128+signal when
- * signalled, for readers of the bare status).  Runs on the fds the runner
- * set up: stdio is closed so the program alone holds the output pipes. */
 /* init is a copy of the worker that never execs, and the program can read
  * some of it: /proc/1/cmdline and comm by anyone, /proc/1/environ and
  * /proc/1/mem if init were dumpable (it is not after its uid change unless
@@ -222,6 +213,15 @@ static void close_range_or_loop(unsigned first, unsigned last)
             close((int)fd);
 }
 
+/* The init of a pid namespace (spec->init), in the spirit of tini and
+ * bubblewrap's monitor: every signal stays blocked and is taken with
+ * sigwaitinfo (a blocked signal is queued even for a namespace init, whose
+ * default-action signals the kernel would otherwise drop); SIGCHLD reaps
+ * every zombie, anything else is forwarded to the program.  When the
+ * program ends, the rest of the namespace is killed, its wait status goes
+ * to the report pipe and init exits with its exit code (128+signal when
+ * signalled, for readers of the bare status).  Runs on the fds the runner
+ * set up: stdio is closed so the program alone holds the output pipes. */
 static __attribute__((noreturn)) void init_main(pid_t program, int rep, const sigset_t *all, int lifeline)
 {
     /* Only the report pipe (fd 3) and the worker's pidfd stay: a copy of a
@@ -365,13 +365,10 @@ static void apply_rlimits(const struct run_go *g, int rep)
         child_fail(rep, errno, "setrlimit core");
 }
 
-static __attribute__((noreturn)) void child_main(const struct child_args *a)
+/* Waits for the parent's go (parent_setup: uid maps, cgroups).  Our copy
+ * of the write end goes first so a dead parent means EOF, not a hang. */
+static void child_barrier(const struct child_args *a)
 {
-    const cf_run_spec *spec = a->spec;
-    int rep = a->rep_w;
-
-    /* Wait for the parent (parent_setup: uid maps, cgroups).  Our copy of
-     * the write end goes first so a dead parent means EOF, not a hang. */
     close(a->bar_w);
     if (a->barrier) {
         char c;
@@ -382,13 +379,13 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
         if (r != 1)
             _exit(127);
     }
+}
 
-    if (setsid() < 0)
-        child_fail(rep, errno, "setsid");
-
-    /* Signals are all blocked (the parent blocked them around clone); make
-     * every disposition default before unblocking so no handler of the
-     * worker runs here and no SIG_IGN (SIGPIPE!) leaks into the program. */
+/* Signals are all blocked (the parent blocked them around clone); make
+ * every disposition default before unblocking so no handler of the worker
+ * runs here and no SIG_IGN (SIGPIPE!) leaks into the program. */
+static void child_signals_default(const cf_run_spec *spec, int rep)
+{
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = SIG_DFL;
@@ -403,14 +400,18 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
      * them with sigwaitinfo, the program unblocks them. */
     if (!spec->init && sigprocmask(SIG_SETMASK, &none, NULL) < 0)
         child_fail(rep, errno, "sigprocmask");
+}
 
-    /* The fd limit before our rlimits apply, for the close fallback. */
-    struct rlimit nofile = {1024, 1024};
-    (void)getrlimit(RLIMIT_NOFILE, &nofile);
-
-    /* Move our pipe ends above the fixed slots first so dup2 onto them
-     * cannot clobber one another (the worker's stdio might have been
-     * closed). */
+/* Puts our pipe ends on their fixed numbers: stdio, the report pipe on 3,
+ * the passed and program fds, the go pipe and the worker's pidfd.  Returns
+ * the lifeline (RUN_LIFELINE_FD, or -1 when no pidfd was given); the
+ * report pipe is fd 3 afterwards. */
+static int child_place_fds(const struct child_args *a)
+{
+    const cf_run_spec *spec = a->spec;
+    int rep = a->rep_w;
+    /* Move them above the fixed slots first so dup2 onto them cannot
+     * clobber one another (the worker's stdio might have been closed). */
     int src[8] = {a->in_r,         a->out_w,       a->err_w,
                   a->rep_w,        spec->pass_fd,  spec->exec_fd,
                   a->prepared ? a->bar_r : -1, a->parent_pidfd};
@@ -436,43 +437,38 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
         child_fail(rep, errno, "dup program fd");
     if (hi[6] >= 0 && dup3(hi[6], RUN_GO_FD, O_CLOEXEC) < 0)
         child_fail(rep, errno, "dup go pipe");
-    int lifeline = -1;
-    if (hi[7] >= 0) {
-        if (dup3(hi[7], RUN_LIFELINE_FD, O_CLOEXEC) < 0)
-            child_fail(rep, errno, "dup the worker's pidfd");
-        lifeline = RUN_LIFELINE_FD;
-    }
+    if (hi[7] < 0)
+        return -1;
+    if (dup3(hi[7], RUN_LIFELINE_FD, O_CLOEXEC) < 0)
+        child_fail(rep, errno, "dup the worker's pidfd");
+    return RUN_LIFELINE_FD;
+}
 
-    /* With set_ids the limits come first, as they always did: the kernel
-     * checks RLIMIT_NPROC at the uid change (a uid already over it cannot
-     * exec).  Otherwise after child_setup (below), whose own writes (a
-     * sandbox's root) the request's file size limit must not bound. */
-    bool rlimits_first = spec->set_ids && !a->prepared;
-    struct run_go go;
-    if (rlimits_first) {
-        go = (struct run_go){.n_rlimits = spec->n_rlimits};
-        for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++)
-            go.rlimits[i] = spec->rlimits[i];
-        apply_rlimits(&go, rep);
-    }
+/* spec's rlimits into g. */
+static void go_rlimits_from_spec(const cf_run_spec *spec, struct run_go *g)
+{
+    g->n_rlimits = spec->n_rlimits;
+    for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++)
+        g->rlimits[i] = spec->rlimits[i];
+}
 
-    if (spec->set_ids) {
-        /* Raw syscalls: glibc's wrappers would try to broadcast to the
-         * worker's other threads, which do not exist in this child. */
-        if (syscall(SYS_setgroups, 0, NULL) < 0)
-            child_fail(rep, errno, "setgroups");
-        if (syscall(SYS_setresgid, spec->gid, spec->gid, spec->gid) < 0)
-            child_fail(rep, errno, "setgid");
-        if (syscall(SYS_setresuid, spec->uid, spec->uid, spec->uid) < 0)
-            child_fail(rep, errno, "setuid");
-    }
+/* The run uid and gid, no supplementary groups.  Raw syscalls: glibc's
+ * wrappers would try to broadcast to the worker's other threads, which do
+ * not exist in this child. */
+static void child_set_ids(const cf_run_spec *spec, int rep)
+{
+    if (syscall(SYS_setgroups, 0, NULL) < 0)
+        child_fail(rep, errno, "setgroups");
+    if (syscall(SYS_setresgid, spec->gid, spec->gid, spec->gid) < 0)
+        child_fail(rep, errno, "setgid");
+    if (syscall(SYS_setresuid, spec->uid, spec->uid, spec->uid) < 0)
+        child_fail(rep, errno, "setuid");
+}
 
-    if (spec->child_setup) {
-        const char *msg = "child_setup";
-        if (spec->child_setup(spec->child_setup_arg, &msg) < 0)
-            child_fail(rep, errno, msg);
-    }
-
+/* Ties this child's life to the worker's: its death signal, then a check
+ * that the worker is still there. */
+static void child_tie_to_parent(const struct child_args *a, int rep, int lifeline)
+{
     /* A worker that dies (SIGKILL, OOM kill) takes its executions with it:
      * the kernel kills this process (init: and so its whole pid namespace)
      * when the worker thread that started it exits.  Set after every
@@ -485,28 +481,106 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
      * stop this execution, and the request's next worker runs it again. */
     if (cf_child_parent_gone(a->parent_pid, lifeline))
         _exit(127);
+}
+
+/* A prepared child: says it is ready, then waits for its request's part
+ * (the go message) into g. */
+static void child_wait_go(int rep, struct run_go *g)
+{
+    /* Waiting, possibly for long: no descriptor of the worker stays
+     * here (another execution's output pipe held open would delay its
+     * end; the broker's and Redis's sockets are no business of ours). */
+    if (syscall(SYS_close_range, CF_RUN_PASS_FD, RUN_GO_FD - 1, 0u) < 0) /* never given to it */
+        for (int fd = CF_RUN_PASS_FD; fd < RUN_GO_FD; fd++)
+            close(fd);
+    if (syscall(SYS_close_range, RUN_LIFELINE_FD + 1, ~0u, 0u) < 0)
+        for (int fd = RUN_LIFELINE_FD + 1; fd < 65536; fd++)
+            close(fd);
+    report(rep, REPORT_READY, 0, 0, 0, "ready");
+    go_receive(RUN_GO_FD, rep, g);
+    close(RUN_GO_FD);
+}
+
+/* spec->init: starts the program as init's child, then becomes its init. */
+static __attribute__((noreturn)) void child_become_init(struct program_args *pa, int rep, int lifeline)
+{
+    /* The program borrows init's memory until it execs (as on the
+     * runner's vfork path): init is a copy of the large worker, and a
+     * plain fork would copy all its page tables again, charged to the
+     * execution's memory cgroup.  Sanitizer builds fork (see
+     * VFORK_USABLE). */
+    pid_t p;
+    if (VFORK_USABLE) {
+        void *stack = mmap(NULL, INIT_CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+        if (stack == MAP_FAILED)
+            child_fail(rep, errno, "stack for the program under init");
+        p = clone(program_under_init, (char *)stack + INIT_CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                  pa);
+        if (p < 0)
+            child_fail(rep, errno, "starting the program under init");
+        munmap(stack, INIT_CHILD_STACK_BYTES);
+    } else {
+        long r = syscall(SYS_clone, (unsigned long)SIGCHLD, 0L, 0L, 0L, 0L);
+        if (r == 0)
+            program_under_init(pa);
+        if (r < 0)
+            child_fail(rep, errno, "starting the program under init");
+        p = (pid_t)r;
+    }
+    sigset_t all;
+    sigfillset(&all);
+    init_main(p, rep, &all, lifeline);
+}
+
+/* The child from clone to exec: each step's place matters (see the
+ * comments); async-signal-safe calls only, no malloc, no stdio. */
+static __attribute__((noreturn)) void child_main(const struct child_args *a)
+{
+    const cf_run_spec *spec = a->spec;
+    int rep = a->rep_w;
+
+    child_barrier(a);
+    if (setsid() < 0)
+        child_fail(rep, errno, "setsid");
+    child_signals_default(spec, rep);
+
+    /* The fd limit before our rlimits apply, for the close fallback. */
+    struct rlimit nofile = {1024, 1024};
+    (void)getrlimit(RLIMIT_NOFILE, &nofile);
+
+    int lifeline = child_place_fds(a);
+    rep = 3;
+
+    /* With set_ids the limits come first, as they always did: the kernel
+     * checks RLIMIT_NPROC at the uid change (a uid already over it cannot
+     * exec).  Otherwise after child_setup (below), whose own writes (a
+     * sandbox's root) the request's file size limit must not bound. */
+    bool rlimits_first = spec->set_ids && !a->prepared;
+    struct run_go go;
+    if (rlimits_first) {
+        go = (struct run_go){0};
+        go_rlimits_from_spec(spec, &go);
+        apply_rlimits(&go, rep);
+    }
+    if (spec->set_ids)
+        child_set_ids(spec, rep);
+    if (spec->child_setup) {
+        const char *msg = "child_setup";
+        if (spec->child_setup(spec->child_setup_arg, &msg) < 0)
+            child_fail(rep, errno, msg);
+    }
+    child_tie_to_parent(a, rep, lifeline);
 
     if (spec->init && scrub_worker_image(&a->cmdline) < 0)
         child_fail(rep, errno, "init: scrubbing the worker's command line");
 
     if (a->prepared) {
-        /* Waiting, possibly for long: no descriptor of the worker stays
-         * here (another execution's output pipe held open would delay its
-         * end; the broker's and Redis's sockets are no business of ours). */
-        if (syscall(SYS_close_range, CF_RUN_PASS_FD, RUN_GO_FD - 1, 0u) < 0) /* never given to it */
-            for (int fd = CF_RUN_PASS_FD; fd < RUN_GO_FD; fd++)
-                close(fd);
-        if (syscall(SYS_close_range, RUN_LIFELINE_FD + 1, ~0u, 0u) < 0)
-            for (int fd = RUN_LIFELINE_FD + 1; fd < 65536; fd++)
-                close(fd);
-        report(rep, REPORT_READY, 0, 0, 0, "ready");
-        go_receive(RUN_GO_FD, rep, &go);
-        close(RUN_GO_FD);
+        child_wait_go(rep, &go);
     } else {
         go = (struct run_go){.path = spec->path, .argv = spec->argv, .envp = spec->envp, .cwd = spec->cwd,
-                             .n_rlimits = spec->n_rlimits, .go_flags = spec->go_flags, .go_arg = spec->go_arg};
-        for (int i = 0; i < spec->n_rlimits && i < CF_RUN_MAX_RLIMITS; i++)
-            go.rlimits[i] = spec->rlimits[i];
+                             .go_flags = spec->go_flags, .go_arg = spec->go_arg};
+        go_rlimits_from_spec(spec, &go);
     }
     if (!rlimits_first)
         apply_rlimits(&go, rep);
@@ -517,35 +591,8 @@ static __attribute__((noreturn)) void child_main(const struct child_args *a)
     }
 
     struct program_args pa = {spec, &go, rep, nofile, lifeline};
-    if (spec->init) {
-        /* The program borrows init's memory until it execs (as on the
-         * runner's vfork path): init is a copy of the large worker, and a
-         * plain fork would copy all its page tables again, charged to the
-         * execution's memory cgroup.  Sanitizer builds fork (see
-         * VFORK_USABLE). */
-        pid_t p;
-        if (VFORK_USABLE) {
-            void *stack = mmap(NULL, INIT_CHILD_STACK_BYTES, PROT_READ | PROT_WRITE,
-                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-            if (stack == MAP_FAILED)
-                child_fail(rep, errno, "stack for the program under init");
-            p = clone(program_under_init, (char *)stack + INIT_CHILD_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                      &pa);
-            if (p < 0)
-                child_fail(rep, errno, "starting the program under init");
-            munmap(stack, INIT_CHILD_STACK_BYTES);
-        } else {
-            long r = syscall(SYS_clone, (unsigned long)SIGCHLD, 0L, 0L, 0L, 0L);
-            if (r == 0)
-                program_under_init(&pa);
-            if (r < 0)
-                child_fail(rep, errno, "starting the program under init");
-            p = (pid_t)r;
-        }
-        sigset_t all;
-        sigfillset(&all);
-        init_main(p, rep, &all, lifeline);
-    }
+    if (spec->init)
+        child_become_init(&pa, rep, lifeline);
     exec_program(&pa);
 }
 
@@ -578,10 +625,13 @@ static __attribute__((noreturn)) void exec_program(const struct program_args *pa
 
 /* ---- parent side ---- */
 
+/* clone's entry point of spawn_vfork's child. */
 static int vfork_child(void *arg)
 {
     child_main(arg);
 }
+
+#define VFORK_STACK_BYTES (256 * 1024)
 
 /* The fast path when nothing has to happen between clone and the child's
  * own setup (no parent_setup, no namespaces): the child borrows our address
@@ -589,7 +639,6 @@ static int vfork_child(void *arg)
  * page tables of the large, multi-threaded worker are copied.  That was
  * about 1 ms of kernel time per execution.  The child runs on its own
  * stack and only makes async-signal-safe calls; this thread waits. */
-#define VFORK_STACK_BYTES (256 * 1024)
 static pid_t spawn_vfork(struct child_args *a, int *pidfd)
 {
     void *stack = mmap(NULL, VFORK_STACK_BYTES, PROT_READ | PROT_WRITE,
@@ -948,169 +997,225 @@ done:
     return rc;
 }
 
-/* Feeds, drains and waits for a released child to the end; always reaps
- * it and closes c's descriptors.  Called with SIGPIPE blocked. */
-static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t start, cf_run_outcome *out,
-                     cf_error *err)
-{
-    int rc = -1;
-    bool reaped = false;
-    pid_t pid = c->pid;
-    const cf_run_spec kspec = {.kill_all = c->kill_all, .kill_all_arg = c->kill_all_arg};
-    if (spec->stdin_len == 0 || !spec->stdin_data)
-        close_fd(&c->in_w);
-
-    size_t in_off = 0;
-    bool child_done = false, killed = false;
-    int64_t deadline = spec->timeout_us > 0 ? start + spec->timeout_us : INT64_MAX;
-    bool cpu_watch = spec->cpu_usage_us && spec->cpu_limit_us > 0;
-    int64_t next_cpu = cpu_watch ? start + CF_RUN_CPU_POLL_US : INT64_MAX;
-    int64_t exit_at = 0, drain_deadline = 0, out_wake = INT64_MAX;
-    int status = 0;
+/* supervise's view of a released child: its limits, where its stdin is,
+ * and how it ended. */
+struct run_watch {
+    struct cf_run_prep *c;
+    const cf_run_spec *spec;
+    cf_run_spec kspec; /* kill_all and its argument only: for kill_everything */
+    pid_t pid;
+    size_t in_off;     /* stdin bytes written */
+    bool child_done, killed, reaped, cpu_watch;
+    int64_t deadline, next_cpu, exit_at, drain_deadline, out_wake;
+    int status;
     struct rusage ru;
-    memset(&ru, 0, sizeof(ru));
+};
 
+/* Where each descriptor sits in a poll set (-1: not in it). */
+struct run_watch_fds {
+    int pid, in, out, err;
+};
+
+/* Kills the run when it is cancelled, out of time or (polled every
+ * CF_RUN_CPU_POLL_US) over its CPU limit, and says which. */
+static void watch_limits(struct run_watch *w, cf_run_outcome *out, int64_t now)
+{
+    const cf_run_spec *spec = w->spec;
+    bool cancel = spec->cancel && __atomic_load_n(spec->cancel, __ATOMIC_RELAXED);
+    if (cancel || now >= w->deadline) {
+        kill_everything(&w->kspec, w->pid);
+        kill_main(w->c); /* in case a custom kill_all missed it */
+        w->killed = true;
+        if (cancel)
+            out->cancelled = true;
+        else
+            out->timed_out = true;
+    } else if (now >= w->next_cpu) {
+        int64_t used = spec->cpu_usage_us(w->pid, spec->cpu_usage_arg);
+        w->next_cpu = now + CF_RUN_CPU_POLL_US;
+        if (used > spec->cpu_limit_us) {
+            kill_everything(&w->kspec, w->pid);
+            kill_main(w->c);
+            w->killed = true;
+            out->cpu_exceeded = true;
+        }
+    }
+}
+
+/* The poll set: the pidfd until the main process ended, and the pipes
+ * still open.  Returns its size. */
+static int watch_pollfds(const struct run_watch *w, struct pollfd pfd[4], struct run_watch_fds *ix)
+{
+    const struct cf_run_prep *c = w->c;
+    int n = 0;
+    *ix = (struct run_watch_fds){-1, -1, -1, -1};
+    if (!w->child_done) {
+        ix->pid = n;
+        pfd[n++] = (struct pollfd){.fd = c->pidfd, .events = POLLIN};
+    }
+    if (c->in_w >= 0) {
+        ix->in = n;
+        pfd[n++] = (struct pollfd){.fd = c->in_w, .events = POLLOUT};
+    }
+    if (c->out_r >= 0) {
+        ix->out = n;
+        pfd[n++] = (struct pollfd){.fd = c->out_r, .events = POLLIN};
+    }
+    if (c->err_r >= 0) {
+        ix->err = n;
+        pfd[n++] = (struct pollfd){.fd = c->err_r, .events = POLLIN};
+    }
+    return n;
+}
+
+/* How long poll may wait: until the next deadline, CPU check, cancel
+ * check, output callback or the end of the drain (at most a minute). */
+static int watch_timeout_ms(const struct run_watch *w, int64_t now)
+{
+    int64_t wake = INT64_MAX;
+    if (w->child_done)
+        wake = w->drain_deadline;
+    else if (!w->killed) {
+        wake = w->deadline < w->next_cpu ? w->deadline : w->next_cpu;
+        if (w->spec->cancel && now + CANCEL_POLL_US < wake)
+            wake = now + CANCEL_POLL_US;
+    }
+    if (w->out_wake < wake)
+        wake = w->out_wake;
+    int timeout_ms = -1;
+    if (wake != INT64_MAX) {
+        int64_t ms = (wake - now + 999) / 1000;
+        timeout_ms = ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms;
+    }
+    return timeout_ms;
+}
+
+/* Reads what stdout and stderr have (within their caps) and tells
+ * on_output when something came. */
+static void watch_read_output(struct run_watch *w, const struct pollfd *pfd, const struct run_watch_fds *ix,
+                              cf_run_outcome *out)
+{
+    const cf_run_spec *spec = w->spec;
+    size_t had_out = out->out.len, had_err = out->err.len;
+    if (ix->out >= 0 && pfd[ix->out].revents)
+        read_capped(&w->c->out_r, &out->out, spec->max_stdout, &out->out_truncated);
+    if (ix->err >= 0 && pfd[ix->err].revents)
+        read_capped(&w->c->err_r, &out->err, spec->max_stderr, &out->err_truncated);
+    if (spec->on_output && (out->out.len != had_out || out->err.len != had_err))
+        w->out_wake = spec->on_output(spec->on_output_arg, &out->out, &out->err, false, cf_mono_us());
+}
+
+/* Writes the next chunk of stdin; closes it at its end or when the
+ * program stopped reading. */
+static void watch_feed_stdin(struct run_watch *w, short revents)
+{
+    struct cf_run_prep *c = w->c;
+    const cf_run_spec *spec = w->spec;
+    if (revents & (POLLERR | POLLHUP)) {
+        close_fd(&c->in_w);
+        return;
+    }
+    size_t left = spec->stdin_len - w->in_off;
+    ssize_t wr = write(c->in_w, spec->stdin_data + w->in_off, left < IO_CHUNK ? left : IO_CHUNK);
+    if (wr > 0) {
+        w->in_off += (size_t)wr;
+        if (w->in_off == spec->stdin_len)
+            close_fd(&c->in_w); /* EOF for the program */
+    } else if (wr < 0 && errno != EAGAIN && errno != EINTR) {
+        close_fd(&c->in_w); /* EPIPE: the program stopped reading */
+    }
+}
+
+/* The main process ended: kills what is left of the run, reaps it (not
+ * an adopted one: its parent does) and starts the output drain. */
+static int watch_reap(struct run_watch *w, cf_run_outcome *out, cf_error *err)
+{
+    const cf_run_spec *spec = w->spec;
+    /* The main process is a zombie: its pid (our process group id)
+     * cannot be reused yet, so killing the group is still safe. */
+    kill_everything(&w->kspec, w->pid);
+    if (w->c->adopted) {
+        /* Its parent reaps it; the program's status is in the report. */
+        w->status = W_EXITCODE(0, SIGKILL);
+    } else {
+        pid_t wr;
+        do
+            wr = wait4(w->pid, &w->status, __WALL, &w->ru);
+        while (wr < 0 && errno == EINTR);
+        if (wr != w->pid)
+            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: wait4%s",
+                                      errno == ECHILD ? " (is SIGCHLD ignored in the worker?)" : "");
+    }
+    w->reaped = true;
+    w->child_done = true;
+    w->exit_at = cf_mono_us();
+    /* What was used between the last poll and the end counts too
+     * (the count of a cgroup survives its processes). */
+    if (w->cpu_watch && !w->killed && spec->cpu_usage_us(w->pid, spec->cpu_usage_arg) > spec->cpu_limit_us)
+        out->cpu_exceeded = true;
+    w->drain_deadline = w->exit_at + DRAIN_AFTER_EXIT_US;
+    close_fd(&w->c->in_w);
+    return 0;
+}
+
+/* Feeds, drains and watches the child until it ended and its output is
+ * drained (or the drain's time is up).  -1: poll or wait4 failed. */
+static int watch_loop(struct run_watch *w, cf_run_outcome *out, cf_error *err)
+{
+    const cf_run_spec *spec = w->spec;
+    struct cf_run_prep *c = w->c;
     for (;;) {
         int64_t now = cf_mono_us();
-        if (!child_done && !killed) {
-            bool cancel = spec->cancel && __atomic_load_n(spec->cancel, __ATOMIC_RELAXED);
-            if (cancel || now >= deadline) {
-                kill_everything(&kspec, pid);
-                kill_main(c); /* in case a custom kill_all missed it */
-                killed = true;
-                if (cancel)
-                    out->cancelled = true;
-                else
-                    out->timed_out = true;
-            } else if (now >= next_cpu) {
-                int64_t used = spec->cpu_usage_us(pid, spec->cpu_usage_arg);
-                next_cpu = now + CF_RUN_CPU_POLL_US;
-                if (used > spec->cpu_limit_us) {
-                    kill_everything(&kspec, pid);
-                    kill_main(c);
-                    killed = true;
-                    out->cpu_exceeded = true;
-                }
-            }
-        }
-        if (spec->on_output && now >= out_wake)
-            out_wake = spec->on_output(spec->on_output_arg, &out->out, &out->err, false, now);
-        if (child_done && (now >= drain_deadline || (c->out_r < 0 && c->err_r < 0)))
-            break;
+        if (!w->child_done && !w->killed)
+            watch_limits(w, out, now);
+        if (spec->on_output && now >= w->out_wake)
+            w->out_wake = spec->on_output(spec->on_output_arg, &out->out, &out->err, false, now);
+        if (w->child_done && (now >= w->drain_deadline || (c->out_r < 0 && c->err_r < 0)))
+            return 0;
 
         struct pollfd pfd[4];
-        int n = 0, i_pid = -1, i_in = -1, i_out = -1, i_err = -1;
-        if (!child_done) {
-            i_pid = n;
-            pfd[n++] = (struct pollfd){.fd = c->pidfd, .events = POLLIN};
-        }
-        if (c->in_w >= 0) {
-            i_in = n;
-            pfd[n++] = (struct pollfd){.fd = c->in_w, .events = POLLOUT};
-        }
-        if (c->out_r >= 0) {
-            i_out = n;
-            pfd[n++] = (struct pollfd){.fd = c->out_r, .events = POLLIN};
-        }
-        if (c->err_r >= 0) {
-            i_err = n;
-            pfd[n++] = (struct pollfd){.fd = c->err_r, .events = POLLIN};
-        }
-        int64_t wake = INT64_MAX;
-        if (child_done)
-            wake = drain_deadline;
-        else if (!killed) {
-            wake = deadline < next_cpu ? deadline : next_cpu;
-            if (spec->cancel && now + CANCEL_POLL_US < wake)
-                wake = now + CANCEL_POLL_US;
-        }
-        if (out_wake < wake)
-            wake = out_wake;
-        int timeout_ms = -1;
-        if (wake != INT64_MAX) {
-            int64_t ms = (wake - now + 999) / 1000;
-            timeout_ms = ms < 0 ? 0 : ms > 60000 ? 60000 : (int)ms;
-        }
-        int pr = poll(pfd, (nfds_t)n, timeout_ms);
+        struct run_watch_fds ix;
+        int n = watch_pollfds(w, pfd, &ix);
+        int pr = poll(pfd, (nfds_t)n, watch_timeout_ms(w, now));
         if (pr < 0) {
             if (errno == EINTR)
                 continue;
-            cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: poll");
-            goto fail;
+            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: poll");
         }
-        size_t had_out = out->out.len, had_err = out->err.len;
-        if (i_out >= 0 && pfd[i_out].revents)
-            read_capped(&c->out_r, &out->out, spec->max_stdout, &out->out_truncated);
-        if (i_err >= 0 && pfd[i_err].revents)
-            read_capped(&c->err_r, &out->err, spec->max_stderr, &out->err_truncated);
-        if (spec->on_output && (out->out.len != had_out || out->err.len != had_err))
-            out_wake = spec->on_output(spec->on_output_arg, &out->out, &out->err, false, cf_mono_us());
-        if (i_in >= 0 && pfd[i_in].revents) {
-            if (pfd[i_in].revents & (POLLERR | POLLHUP)) {
-                close_fd(&c->in_w);
-            } else {
-                size_t left = spec->stdin_len - in_off;
-                ssize_t wr = write(c->in_w, spec->stdin_data + in_off, left < IO_CHUNK ? left : IO_CHUNK);
-                if (wr > 0) {
-                    in_off += (size_t)wr;
-                    if (in_off == spec->stdin_len)
-                        close_fd(&c->in_w); /* EOF for the program */
-                } else if (wr < 0 && errno != EAGAIN && errno != EINTR) {
-                    close_fd(&c->in_w); /* EPIPE: the program stopped reading */
-                }
-            }
-        }
-        if (i_pid >= 0 && (pfd[i_pid].revents & POLLIN)) {
-            /* The main process is a zombie: its pid (our process group id)
-             * cannot be reused yet, so killing the group is still safe. */
-            kill_everything(&kspec, pid);
-            if (c->adopted) {
-                /* Its parent reaps it; the program's status is in the report. */
-                status = W_EXITCODE(0, SIGKILL);
-            } else {
-                pid_t wr;
-                do
-                    wr = wait4(pid, &status, __WALL, &ru);
-                while (wr < 0 && errno == EINTR);
-                if (wr != pid) {
-                    cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: wait4%s",
-                                       errno == ECHILD ? " (is SIGCHLD ignored in the worker?)" : "");
-                    goto fail;
-                }
-            }
-            reaped = true;
-            child_done = true;
-            exit_at = cf_mono_us();
-            /* What was used between the last poll and the end counts too
-             * (the count of a cgroup survives its processes). */
-            if (cpu_watch && !killed && spec->cpu_usage_us(pid, spec->cpu_usage_arg) > spec->cpu_limit_us)
-                out->cpu_exceeded = true;
-            drain_deadline = exit_at + DRAIN_AFTER_EXIT_US;
-            close_fd(&c->in_w);
-        }
+        watch_read_output(w, pfd, &ix, out);
+        if (ix.in >= 0 && pfd[ix.in].revents)
+            watch_feed_stdin(w, pfd[ix.in].revents);
+        if (ix.pid >= 0 && (pfd[ix.pid].revents & POLLIN) && watch_reap(w, out, err) < 0)
+            return -1;
     }
+}
 
-    if (spec->on_output)
-        spec->on_output(spec->on_output_arg, &out->out, &out->err, true, cf_mono_us());
-    out->wall_us = exit_at - start;
-    out->cpu_us = (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec + (int64_t)ru.ru_stime.tv_sec * 1000000 +
-                  ru.ru_stime.tv_usec;
-    out->peak_rss_bytes = (int64_t)ru.ru_maxrss * 1024;
-    if (WIFEXITED(status)) {
+/* The outcome as the main process's wait status and rusage tell it. */
+static void outcome_from_wait(const struct run_watch *w, int64_t start, cf_run_outcome *out)
+{
+    const struct rusage *ru = &w->ru;
+    out->wall_us = w->exit_at - start;
+    out->cpu_us = (int64_t)ru->ru_utime.tv_sec * 1000000 + ru->ru_utime.tv_usec +
+                  (int64_t)ru->ru_stime.tv_sec * 1000000 + ru->ru_stime.tv_usec;
+    out->peak_rss_bytes = (int64_t)ru->ru_maxrss * 1024;
+    if (WIFEXITED(w->status)) {
         out->exited = true;
-        out->exit_code = WEXITSTATUS(status);
-    } else if (WIFSIGNALED(status)) {
-        out->signal = WTERMSIG(status);
+        out->exit_code = WEXITSTATUS(w->status);
+    } else if (WIFSIGNALED(w->status)) {
+        out->signal = WTERMSIG(w->status);
     }
+}
 
-    /* What the child reported: a failure before exec, a failed execve, or
-     * (init) the program's own status.  Each was written before its writer
-     * exited, so it is all there now. */
+/* What the child reported: a failure before exec, a failed execve, or
+ * (init) the program's own status.  Each was written before its writer
+ * exited, so it is all there now.  -1: the child's setup failed. */
+static int read_reports(int rep_r, const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
+{
     for (int nrep = 0; nrep < 4; nrep++) {
         cf_run_report rep;
         ssize_t rr;
         do
-            rr = read(c->rep_r, &rep, sizeof(rep));
+            rr = read(rep_r, &rep, sizeof(rep));
         while (rr < 0 && errno == EINTR);
         if (rr != (ssize_t)sizeof(rep))
             break;
@@ -1137,22 +1242,43 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
                                rep.msg, spec->path);
             if (err)
                 err->retriable = false;
-            goto out;
+            return -1;
         }
     }
-    rc = 0;
-    goto out;
-fail:
-    kill_everything(&kspec, pid);
-out:
-    if (!reaped && c->adopted) {
+    return 0;
+}
+
+/* Feeds, drains and waits for a released child to the end; always reaps
+ * it and closes c's descriptors.  Called with SIGPIPE blocked. */
+static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t start, cf_run_outcome *out,
+                     cf_error *err)
+{
+    struct run_watch w = {.c = c, .spec = spec, .kspec = {.kill_all = c->kill_all, .kill_all_arg = c->kill_all_arg},
+                          .pid = c->pid};
+    if (spec->stdin_len == 0 || !spec->stdin_data)
+        close_fd(&c->in_w);
+    w.deadline = spec->timeout_us > 0 ? start + spec->timeout_us : INT64_MAX;
+    w.cpu_watch = spec->cpu_usage_us && spec->cpu_limit_us > 0;
+    w.next_cpu = w.cpu_watch ? start + CF_RUN_CPU_POLL_US : INT64_MAX;
+    w.out_wake = INT64_MAX;
+
+    int rc = -1;
+    if (watch_loop(&w, out, err) < 0) {
+        kill_everything(&w.kspec, w.pid);
+    } else {
+        if (spec->on_output)
+            spec->on_output(spec->on_output_arg, &out->out, &out->err, true, cf_mono_us());
+        outcome_from_wait(&w, start, out);
+        rc = read_reports(c->rep_r, spec, out, err);
+    }
+    if (!w.reaped && c->adopted) {
         kill_main(c); /* its parent reaps it */
-    } else if (!reaped) {
+    } else if (!w.reaped) {
         /* Never leave a process behind. */
-        kill(pid, SIGKILL);
+        kill(w.pid, SIGKILL);
         pid_t wr;
         do
-            wr = waitpid(pid, NULL, __WALL);
+            wr = waitpid(w.pid, NULL, __WALL);
         while (wr < 0 && errno == EINTR);
     }
     c->pid = -1;

@@ -385,20 +385,10 @@ static void em_describe_helper(const cf_backend_config *cfg, char *buf, size_t c
     snprintf(buf, cap, "embed helper %s", path[0] ? path : "(none)");
 }
 
-static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err,
-                     int runtime)
+/* The slot count, the helper's memory and the guests' default limits,
+ * from the worker's configuration and the backend's settings. */
+static void em_limits(em_state *st, const cf_backend_config *cfg, const em_settings *es, int runtime)
 {
-    *state = NULL;
-    em_state *st = calloc(1, sizeof(*st));
-    if (!st)
-        return cf_error_set(err, CF_E_NOMEM, "embedded backend: out of memory");
-    st->runtime = runtime;
-    st->helper_fd = -1;
-    const em_settings *es = cf_backend_settings_of(cfg, &cf_embedded_settings);
-    st->name = runtime == CF_EMBED_WASM ? "wasm" : "js";
-    st->language = runtime == CF_EMBED_WASM ? CF_LANG_WASM : CF_LANG_JAVASCRIPT;
-    if (cf_exec_base_init(&st->base, st->name, cfg, err) < 0)
-        goto fail;
     st->base.embedded_languages = 1u << st->language;
     st->base.embedded_runtime = runtime == CF_EMBED_WASM ? "wasmtime" : "quickjs";
     st->base.exec_where = " inside the runtime";
@@ -413,44 +403,37 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     st->module_max = es->wasm_module_max_bytes > 0 ? es->wasm_module_max_bytes : DEFAULT_MODULE_MAX;
     st->fuel = es->wasm_fuel;
     st->cache_bytes = es->wasm_cache_bytes; /* 0: no cache (the worker's default is 64 MiB) */
-    int64_t uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
-    /* Blocks 1 and 2 (cf_uid_block): the sandbox has base .. base+slots-1. */
-    int64_t first_uid = cf_run_uid(uid_base, st->slots, runtime == CF_EMBED_WASM ? CF_UID_BLOCK_WASM : CF_UID_BLOCK_JS, 0);
-    if (first_uid + st->slots > INT32_MAX) {
-        cf_error_set(err, CF_E_INVALID, "%s: run_uid_base %lld too large", st->name, (long long)uid_base);
-        goto fail;
-    }
+}
+
+/* The runtime helper program, checked and opened: every helper is
+ * executed from that descriptor. */
+static int em_open_helper(em_state *st, const cf_backend_config *cfg, const em_settings *es, cf_error *err)
+{
     cf_backend_helper_path(cfg, es->helper_path, "codefleet-embed-helper", CF_DEFAULT_EMBED_HELPER, st->helper,
                            sizeof(st->helper));
-    if (!st->helper[0]) {
-        cf_error_set(err, CF_E_UNSUPPORTED, "%s: this build has no embedded runtimes (codefleet-embed-helper)",
-                     st->name);
-        goto fail;
-    }
-    if (st->helper[0] != '/' || access(st->helper, X_OK) < 0) {
-        cf_error_set(err, CF_E_UNSUPPORTED, "%s: the runtime helper '%s' is not an executable absolute path", st->name,
-                     st->helper);
-        goto fail;
-    }
+    if (!st->helper[0])
+        return cf_error_set(err, CF_E_UNSUPPORTED, "%s: this build has no embedded runtimes (codefleet-embed-helper)",
+                            st->name);
+    if (st->helper[0] != '/' || access(st->helper, X_OK) < 0)
+        return cf_error_set(err, CF_E_UNSUPPORTED, "%s: the runtime helper '%s' is not an executable absolute path",
+                            st->name, st->helper);
     st->helper_fd = open(st->helper, O_RDONLY | O_CLOEXEC);
     struct stat hsb;
-    if (st->helper_fd < 0 || fstat(st->helper_fd, &hsb) < 0 || !S_ISREG(hsb.st_mode) || !(hsb.st_mode & S_IXOTH)) {
-        cf_error_set(err, CF_E_UNSUPPORTED, "%s: the runtime helper '%s' is not a regular file every uid may execute",
-                     st->name, st->helper);
-        goto fail;
-    }
-    if (geteuid() != 0) {
-        cf_error_set(err, CF_E_UNSUPPORTED, "%s: the worker must run as root to confine the runtime helpers",
-                     st->name);
-        goto fail;
-    }
-    if (!realpath(st->base.work_root, st->real_root)) {
-        cf_error_set_errno(err, CF_E_SYSTEM, errno, "%s: work_root '%s'", st->name, st->base.work_root);
-        goto fail;
-    }
+    if (st->helper_fd < 0 || fstat(st->helper_fd, &hsb) < 0 || !S_ISREG(hsb.st_mode) || !(hsb.st_mode & S_IXOTH))
+        return cf_error_set(err, CF_E_UNSUPPORTED,
+                            "%s: the runtime helper '%s' is not a regular file every uid may execute", st->name,
+                            st->helper);
+    return 0;
+}
+
+/* What this host allows, tried for real: every namespace and seccomp, or
+ * the helpers cannot be confined.  Then the filter and, where the probe
+ * found them, cgroups. */
+static int em_probe(em_state *st, const cf_backend_config *cfg, cf_error *err)
+{
     cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL};
     if (cf_sandbox_probe_run(&cgo, &st->probe, err) < 0)
-        goto fail;
+        return -1;
     if (!st->probe.userns || !st->probe.pidns || !st->probe.mountns || !st->probe.netns || !st->probe.ipcns ||
         !st->probe.utsns || !st->probe.seccomp) {
         char matrix[1024];
@@ -458,37 +441,44 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         for (char *p = matrix; *p; p++)
             if (*p == '\n')
                 *p = ';';
-        cf_error_set(err, CF_E_UNSUPPORTED, "%s: this host cannot confine the runtime helpers (%s)", st->name, matrix);
-        goto fail;
+        return cf_error_set(err, CF_E_UNSUPPORTED, "%s: this host cannot confine the runtime helpers (%s)", st->name,
+                            matrix);
     }
     if (cf_seccomp_prog_new(NULL, &st->seccomp, err) < 0)
-        goto fail;
+        return -1;
     if (st->probe.cgroup_version != 0) {
         cf_error cgerr;
         if (cf_cgroup_env_new(&cgo, &st->cgenv, &cgerr) < 0)
             st->cgenv = NULL;
     }
-    int swept_dirs = 0, swept_cgroups = 0;
-    cf_instance_sweep(st->real_root, st->cgenv, EM_PREFIX, &swept_dirs, &swept_cgroups);
+    return 0;
+}
 
+/* This instance's directory, a private mount so the slots' tmpfs mounts
+ * below it never propagate. */
+static int em_make_inst(em_state *st, cf_error *err)
+{
     snprintf(st->tag, sizeof(st->tag), EM_PREFIX "%d.%d", (int)getpid(), atomic_fetch_add(&instance_counter, 1));
     if (snprintf(st->inst, sizeof(st->inst), "%s/%s", st->real_root, st->tag) >= (int)sizeof(st->inst)) {
         st->inst[0] = '\0';
-        cf_error_set(err, CF_E_LIMIT, "%s: work_root path too long", st->name);
-        goto fail;
+        return cf_error_set(err, CF_E_LIMIT, "%s: work_root path too long", st->name);
     }
     if (mkdir(st->inst, 0711) < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "%s: mkdir %s", st->name, st->inst);
         st->inst[0] = '\0';
-        goto fail;
+        return -1;
     }
     if (mount(st->inst, st->inst, NULL, MS_BIND, NULL) == 0)
         (void)mount(NULL, st->inst, NULL, MS_PRIVATE, NULL);
+    return 0;
+}
+
+/* The slots: their run uids from first_uid on, locks and tmpfs paths. */
+static int em_make_slots(em_state *st, int64_t first_uid, cf_error *err)
+{
     st->slot = calloc((size_t)st->slots, sizeof(*st->slot));
-    if (!st->slot) {
-        cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
-        goto fail;
-    }
+    if (!st->slot)
+        return cf_error_set(err, CF_E_NOMEM, "%s: out of memory", st->name);
     for (int i = 0; i < st->slots; i++) {
         em_slot *s = &st->slot[i];
         s->st = st;
@@ -497,39 +487,43 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         s->host_id = (uid_t)(first_uid + i);
         pthread_mutex_init(&s->mu, NULL);
         pthread_cond_init(&s->cv, NULL);
-        if (snprintf(s->dir, sizeof(s->dir), "%.4000s/s%d", st->inst, i) >= (int)sizeof(s->dir)) {
-            cf_error_set(err, CF_E_LIMIT, "%s: work_root path too long", st->name);
-            goto fail;
-        }
+        if (snprintf(s->dir, sizeof(s->dir), "%.4000s/s%d", st->inst, i) >= (int)sizeof(s->dir))
+            return cf_error_set(err, CF_E_LIMIT, "%s: work_root path too long", st->name);
     }
-    /* The first helper is started here, synchronously, so a host where it
-     * cannot run says so at start-up instead of at the first request. */
+    return 0;
+}
+
+/* The slots' supervisor threads.  The first helper is started here,
+ * synchronously, and waited for, so a host where it cannot run says so at
+ * start-up instead of at the first request. */
+static int em_start_helpers(em_state *st, cf_error *err)
+{
     if (slot_prepare(st, &st->slot[0], err) < 0)
-        goto fail;
+        return -1;
     for (int i = 0; i < st->slots; i++) {
-        if (pthread_create(&st->slot[i].thread, NULL, slot_main, &st->slot[i]) != 0) {
-            cf_error_set(err, CF_E_SYSTEM, "%s: cannot start a supervisor thread", st->name);
-            goto fail;
-        }
+        if (pthread_create(&st->slot[i].thread, NULL, slot_main, &st->slot[i]) != 0)
+            return cf_error_set(err, CF_E_SYSTEM, "%s: cannot start a supervisor thread", st->name);
         st->slot[i].thread_started = true;
     }
-    {
-        em_slot *s = &st->slot[0];
-        int64_t until = cf_mono_us() + START_WAIT_US;
-        pthread_mutex_lock(&s->mu);
-        while (s->sock < 0 && s->quick_deaths == 0 && cf_mono_us() < until) {
-            slot_wait(s);
-        }
-        bool up = s->sock >= 0;
-        char why[sizeof(s->last_end)];
-        cf_strlcpy(why, s->last_end[0] ? s->last_end : "no helper within 10 s", sizeof(why));
-        pthread_mutex_unlock(&s->mu);
-        if (!up) {
-            cf_error_set(err, CF_E_SANDBOX, "%s: the runtime helper does not start: %s", st->name, why);
-            goto fail;
-        }
+    em_slot *s = &st->slot[0];
+    int64_t until = cf_mono_us() + START_WAIT_US;
+    pthread_mutex_lock(&s->mu);
+    while (s->sock < 0 && s->quick_deaths == 0 && cf_mono_us() < until) {
+        slot_wait(s);
     }
+    bool up = s->sock >= 0;
+    char why[sizeof(s->last_end)];
+    cf_strlcpy(why, s->last_end[0] ? s->last_end : "no helper within 10 s", sizeof(why));
+    pthread_mutex_unlock(&s->mu);
+    if (!up)
+        return cf_error_set(err, CF_E_SANDBOX, "%s: the runtime helper does not start: %s", st->name, why);
+    return 0;
+}
 
+/* What the backend offers, and the note on how its runtime is confined
+ * and limited. */
+static void em_fill_caps(em_state *st, cf_backend_caps *caps, int runtime)
+{
     memset(caps, 0, sizeof(*caps));
     caps->isolation = runtime == CF_EMBED_WASM ? "wasm" : "in_process";
     caps->languages = 1u << st->language;
@@ -560,6 +554,49 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                           "0.18", GRACE_US / 1000, (long long)(st->def_memory >> 20),
                           (long long)(st->max_guest_memory >> 20));
     }
+}
+
+static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err,
+                     int runtime)
+{
+    *state = NULL;
+    em_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return cf_error_set(err, CF_E_NOMEM, "embedded backend: out of memory");
+    st->runtime = runtime;
+    st->helper_fd = -1;
+    const em_settings *es = cf_backend_settings_of(cfg, &cf_embedded_settings);
+    st->name = runtime == CF_EMBED_WASM ? "wasm" : "js";
+    st->language = runtime == CF_EMBED_WASM ? CF_LANG_WASM : CF_LANG_JAVASCRIPT;
+    if (cf_exec_base_init(&st->base, st->name, cfg, err) < 0)
+        goto fail;
+    em_limits(st, cfg, es, runtime);
+    int64_t uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
+    /* Blocks 1 and 2 (cf_uid_block): the sandbox has base .. base+slots-1. */
+    int64_t first_uid = cf_run_uid(uid_base, st->slots, runtime == CF_EMBED_WASM ? CF_UID_BLOCK_WASM : CF_UID_BLOCK_JS, 0);
+    if (first_uid + st->slots > INT32_MAX) {
+        cf_error_set(err, CF_E_INVALID, "%s: run_uid_base %lld too large", st->name, (long long)uid_base);
+        goto fail;
+    }
+    if (em_open_helper(st, cfg, es, err) < 0)
+        goto fail;
+    if (geteuid() != 0) {
+        cf_error_set(err, CF_E_UNSUPPORTED, "%s: the worker must run as root to confine the runtime helpers",
+                     st->name);
+        goto fail;
+    }
+    if (!realpath(st->base.work_root, st->real_root)) {
+        cf_error_set_errno(err, CF_E_SYSTEM, errno, "%s: work_root '%s'", st->name, st->base.work_root);
+        goto fail;
+    }
+    if (em_probe(st, cfg, err) < 0)
+        goto fail;
+    int swept_dirs = 0, swept_cgroups = 0;
+    cf_instance_sweep(st->real_root, st->cgenv, EM_PREFIX, &swept_dirs, &swept_cgroups);
+    if (em_make_inst(st, err) < 0 || em_make_slots(st, first_uid, err) < 0 || em_start_helpers(st, err) < 0)
+        goto fail;
+
+    em_fill_caps(st, caps, runtime);
     if (!st->cgenv)
         cf_exec_notes_add(&st->base, "NO cgroup around the helpers (%s): a runtime bug could use the host's memory",
                           st->probe.cgroup_note[0] ? st->probe.cgroup_note : "cgroups unusable");
@@ -852,184 +889,268 @@ static attempt_end attempt(em_slot *s, const cf_exec_ctx *ctx, cf_embed_job *ej,
     return end;
 }
 
+/* One execution on an embedded backend: what its steps share. */
+typedef struct em_exec {
+    em_state *st;
+    em_slot *s;
+    const cf_exec_ctx *ctx;
+    const cf_request *req;
+    cf_result *res;
+    cf_exec_job job;
+    cf_embed_job ej;
+    cf_embed_reply reply;
+    cf_run_outcome outcome;
+    int64_t timeout;    /* the request's, or the fallback */
+    int64_t deadline;   /* monotonic: the whole execution, a retry included, with the grace */
+    int64_t oom_before; /* the slot cgroup's OOM kills before, -1: unknown */
+    char died[CF_ERROR_MSG_MAX]; /* how the helper broke */
+} em_exec;
+
+/* What this backend refuses of an otherwise valid request; true with res
+ * filled (rejected). */
+static bool em_refused(const em_state *st, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res)
+{
+    const cf_policy *pol = &req->policy;
+    if (ctx->program) {
+        if (st->runtime == CF_EMBED_JS)
+            cf_exec_reject(res, "backend 'js' needs no function harness: a global run(input) is called "
+                                "automatically (schema/SPEC.md 3.4)");
+        else
+            cf_exec_reject(res, "backend 'wasm' runs modules, not compiled programs");
+        return true;
+    }
+    if (st->runtime == CF_EMBED_JS && (req->argc > 0 || req->stdin_data.len > 0 || req->n_files > 0)) {
+        cf_exec_reject(res, "backend 'js' gives a script no %s (use input)",
+                       req->argc > 0 ? "arguments" : req->stdin_data.len > 0 ? "stdin" : "files");
+        return true;
+    }
+    if (req->language == CF_LANG_WASM && (int64_t)req->module.len > st->module_max) {
+        cf_exec_reject(res, "module of %zu bytes exceeds this backend's limit of %lld bytes", req->module.len,
+                       (long long)st->module_max);
+        return true;
+    }
+    if (pol->memory_bytes > st->max_guest_memory) {
+        cf_exec_reject(res, "memory_bytes %lld exceeds backend '%s''s maximum of %lld bytes",
+                       (long long)pol->memory_bytes, st->name, (long long)st->max_guest_memory);
+        return true;
+    }
+    return false;
+}
+
+/* Before a second attempt: the first one's job, files and result go, and
+ * the request is checked into a fresh job. */
+static int em_reset_job(em_exec *x, cf_error *err)
+{
+    em_state *st = x->st;
+    cf_exec_job_free(&x->job);
+    cf_embed_job_free(&x->ej);
+    memset(&x->ej, 0, sizeof(x->ej));
+    cf_result_clear(x->res);
+    memset(x->res, 0, sizeof(*x->res));
+    return cf_exec_job_check(&x->job, &st->base, st->name, st->runtime == CF_EMBED_WASM ? "wasm" : "in_process",
+                             x->ctx, x->req, x->res, err);
+}
+
+/* The helper's job: inline for js; for wasm the execution's directories
+ * in the slot's tmpfs, filled, then the job naming them. */
+static int em_prepare_job(em_exec *x, cf_error *err)
+{
+    em_state *st = x->st;
+    em_slot *s = x->s;
+    if (st->runtime == CF_EMBED_JS)
+        return build_inline_job(st, x->ctx, x->req, &x->job, &x->ej, err);
+    if (cf_exec_job_dirs(&x->job, s->dir, s->host_id, s->host_id, err) < 0)
+        return -1;
+    cf_exec_view view = {.work = "/work", .run = "/run/codefleet"};
+    if (cf_exec_job_fill(&x->job, x->ctx->files, &view, err) < 0)
+        return -1;
+    if (!x->job.rejected && build_job(st, x->ctx, x->req, &x->job, &x->ej, err) < 0)
+        return -1;
+    return 0;
+}
+
+/* The job on the slot's helper.  A helper that dies during the job is
+ * replaced and the job runs once more, from freshly placed files, in the
+ * time that is left.  Returns how the last attempt ended (ATTEMPT_ERROR
+ * also when preparing failed, or *rejected when the request was). */
+static attempt_end em_attempts(em_exec *x, bool *rejected, cf_error *err)
+{
+    attempt_end end = ATTEMPT_ERROR;
+    unsigned gen = 0;
+    for (int attempt_no = 0; attempt_no < 2; attempt_no++) {
+        if (attempt_no > 0 && em_reset_job(x, err) < 0)
+            return ATTEMPT_ERROR;
+        if (em_prepare_job(x, err) < 0)
+            return ATTEMPT_ERROR;
+        if (x->job.rejected) {
+            *rejected = true;
+            return ATTEMPT_ERROR;
+        }
+        /* the helper's own deadline: what is left, the grace is the watchdog's */
+        x->ej.timeout_us = x->deadline - GRACE_US - cf_mono_us();
+        if (attempt_no > 0 && x->ej.timeout_us < 1000)
+            break; /* no time left for a second run: the first death stands */
+        if (x->ej.timeout_us < 1)
+            x->ej.timeout_us = 1; /* preparing took the whole (tiny) timeout: the helper says timeout */
+        end = attempt(x->s, x->ctx, &x->ej, x->deadline, &gen, &x->reply, x->died, sizeof(x->died), err);
+        if (end != ATTEMPT_BROKEN)
+            break;
+        if (x->s->cg && x->oom_before >= 0 && cf_cgroup_oom_kills(x->s->cg) > x->oom_before)
+            break; /* the memory cgroup's OOM killer: not worth a retry */
+    }
+    return end;
+}
+
+/* A helper that broke on this request (not the memory cgroup's doing):
+ * the backend's fault, not retried elsewhere. */
+static int em_broken(const em_exec *x, cf_error *err)
+{
+    em_slot *s = x->s;
+    pthread_mutex_lock(&s->mu);
+    char how[sizeof(s->last_end)];
+    cf_strlcpy(how, s->last_end, sizeof(how));
+    pthread_mutex_unlock(&s->mu);
+    cf_error_set(err, CF_E_SANDBOX, "%s: the runtime helper failed on this request (%s; last helper: %s)",
+                 x->st->name, x->died[0] ? x->died : "no answer", how[0] ? how : "?");
+    if (err)
+        err->retriable = false;
+    return -1;
+}
+
+/* The reply (or how the attempt ended) as a runner outcome, so
+ * exec_common maps it like any run; the reply's output is moved. */
+static void em_outcome(em_exec *x, attempt_end end)
+{
+    cf_run_outcome *o = &x->outcome;
+    cf_embed_reply *r = &x->reply;
+    cf_buf_init(&o->out, 0);
+    cf_buf_init(&o->err, 0);
+    if (end == ATTEMPT_REPLY) {
+        bool stopped = r->end == CF_EMBED_TIMEOUT || r->end == CF_EMBED_CPU_EXCEEDED || r->end == CF_EMBED_MEMORY;
+        o->exited = !stopped;
+        o->exit_code = r->end == CF_EMBED_EXITED ? r->exit_code : stopped ? 0 : 1;
+        o->out = r->out;
+        o->err = r->err;
+        cf_buf_init(&r->out, 0);
+        cf_buf_init(&r->err, 0);
+        o->out_truncated = r->out_truncated;
+        o->err_truncated = r->err_truncated;
+        o->wall_us = r->wall_us;
+        o->cpu_us = r->cpu_us;
+        o->peak_rss_bytes = r->peak_memory_bytes;
+        o->timed_out = r->end == CF_EMBED_TIMEOUT;
+        o->cpu_exceeded = r->end == CF_EMBED_CPU_EXCEEDED;
+    } else if (end == ATTEMPT_TIMEOUT) {
+        o->timed_out = true;
+        o->wall_us = x->timeout + GRACE_US;
+    } else if (end == ATTEMPT_CANCELLED) {
+        o->cancelled = true;
+    } /* else: killed by the memory cgroup */
+}
+
+/* The status and reason the helper's reply gives the result (beyond
+ * what the outcome said).  -1: the helper itself failed. */
+static int em_reply_status(const em_exec *x, cf_result *res, cf_error *err)
+{
+    const cf_embed_reply *r = &x->reply;
+    int rc = 0;
+    char *why = clean_text(r->reason, false);
+    switch (r->end) {
+    case CF_EMBED_FAILED:
+        res->status = CF_STATUS_FAILED;
+        if (why)
+            cf_result_set_reason(res, "%s", why);
+        if (r->diagnostics)
+            add_error_diag(res, r->diagnostics);
+        break;
+    case CF_EMBED_MEMORY:
+        res->status = CF_STATUS_MEMORY_EXCEEDED;
+        if (why && strstr(why, "memory limit"))
+            cf_result_set_reason(res, "%s", why);
+        else if (why)
+            cf_result_set_reason(res, "memory limit of %lld bytes exceeded (%s)", (long long)x->ej.memory_bytes, why);
+        else
+            cf_result_set_reason(res, "memory limit of %lld bytes exceeded", (long long)x->ej.memory_bytes);
+        break;
+    case CF_EMBED_CPU_EXCEEDED:
+        if (why && x->st->fuel > 0 && strstr(why, "fuel"))
+            cf_result_set_reason(res, "%s", why);
+        break;
+    case CF_EMBED_BAD_PROGRAM:
+        res->status = CF_STATUS_COMPILE_FAILED;
+        cf_result_set_reason(res, "%s", why ? why : "the module could not be compiled");
+        break;
+    case CF_EMBED_LINK_FAILED:
+        res->status = CF_STATUS_FAILED;
+        cf_result_set_reason(res, "%s", why ? why : "the module could not be linked");
+        break;
+    case CF_EMBED_HELPER_ERROR:
+        cf_error_set(err, CF_E_SANDBOX, "%s: runtime helper: %s", x->st->name, why ? why : "error");
+        rc = -1;
+        break;
+    default:
+        break;
+    }
+    free(why);
+    return rc;
+}
+
+/* The result from how the execution ended: exec_common's mapping of the
+ * outcome, then the reply's output, its warnings and its status. */
+static int em_finish(em_exec *x, attempt_end end, bool oom_killed, cf_error *err)
+{
+    cf_result *res = x->res;
+    const cf_embed_reply *r = &x->reply;
+    em_outcome(x, end);
+    int rc = cf_exec_job_finish(&x->job, x->ctx, &x->outcome,
+                                oom_killed || (end == ATTEMPT_REPLY && r->end == CF_EMBED_MEMORY), -1, err);
+    if (rc == 0 && end == ATTEMPT_REPLY && r->has_output)
+        cf_exec_output_json(&x->job, (const char *)r->output.data, r->output.len);
+    if (rc == 0 && end == ATTEMPT_REPLY && r->output_too_big)
+        add_diag(res, "warning", "output.json", "the result was ignored: its JSON is larger than %lld bytes",
+                 (long long)x->ej.max_output);
+    if (rc == 0 && end == ATTEMPT_REPLY)
+        rc = em_reply_status(x, res, err);
+    return rc;
+}
+
 static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err)
 {
     em_state *st = state;
     const cf_policy *pol = &req->policy;
-    cf_exec_job job;
-    memset(&job, 0, sizeof(job));
-    cf_embed_job ej;
-    memset(&ej, 0, sizeof(ej));
-    cf_run_outcome outcome;
-    memset(&outcome, 0, sizeof(outcome));
-    cf_embed_reply reply;
-    cf_embed_reply_init(&reply);
-    int rc = -1;
+    em_exec x = {.st = st, .ctx = ctx, .req = req, .res = res};
+    cf_embed_reply_init(&x.reply);
 
     if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots)
         return cf_error_set(err, CF_E_INVALID, "%s: slot %d outside 0..%d", st->name, ctx ? ctx->slot : -1,
                             st->slots - 1);
-    if (cf_exec_job_check(&job, &st->base, st->name, st->runtime == CF_EMBED_WASM ? "wasm" : "in_process", ctx, req,
-                          res, err) < 0)
+    if (cf_exec_job_check(&x.job, &st->base, st->name, st->runtime == CF_EMBED_WASM ? "wasm" : "in_process", ctx,
+                          req, res, err) < 0)
         return -1;
-    if (job.rejected)
+    if (x.job.rejected || em_refused(st, ctx, req, res))
         return 0;
-    if (ctx->program)
-        return st->runtime == CF_EMBED_JS
-                   ? cf_exec_reject(res, "backend 'js' needs no function harness: a global run(input) is called "
-                                         "automatically (schema/SPEC.md 3.4)")
-                   : cf_exec_reject(res, "backend 'wasm' runs modules, not compiled programs");
-    if (st->runtime == CF_EMBED_JS && (req->argc > 0 || req->stdin_data.len > 0 || req->n_files > 0))
-        return cf_exec_reject(res, "backend 'js' gives a script no %s (use input)",
-                              req->argc > 0 ? "arguments" : req->stdin_data.len > 0 ? "stdin" : "files");
-    if (req->language == CF_LANG_WASM && (int64_t)req->module.len > st->module_max)
-        return cf_exec_reject(res, "module of %zu bytes exceeds this backend's limit of %lld bytes", req->module.len,
-                              (long long)st->module_max);
-    if (pol->memory_bytes > st->max_guest_memory)
-        return cf_exec_reject(res, "memory_bytes %lld exceeds backend '%s''s maximum of %lld bytes",
-                              (long long)pol->memory_bytes, st->name, (long long)st->max_guest_memory);
-    em_slot *s = &st->slot[ctx->slot];
-    int64_t timeout = pol->timeout_us > 0 ? pol->timeout_us : CF_EXEC_FALLBACK_TIMEOUT_US;
+    x.s = &st->slot[ctx->slot];
+    x.timeout = pol->timeout_us > 0 ? pol->timeout_us : CF_EXEC_FALLBACK_TIMEOUT_US;
     /* The whole execution, a retry included, ends by the deadline + grace. */
-    int64_t deadline = cf_mono_us() + timeout + GRACE_US;
-    int64_t oom_before = s->cg ? cf_cgroup_oom_kills(s->cg) : -1;
+    x.deadline = cf_mono_us() + x.timeout + GRACE_US;
+    x.oom_before = x.s->cg ? cf_cgroup_oom_kills(x.s->cg) : -1;
 
-    /* A helper that dies during the job is replaced and the job runs once
-     * more, from freshly placed files, in the time that is left. */
-    attempt_end end = ATTEMPT_ERROR;
-    unsigned gen = 0;
-    char died[CF_ERROR_MSG_MAX] = "";
-    for (int attempt_no = 0; attempt_no < 2; attempt_no++) {
-        if (attempt_no > 0) {
-            cf_exec_job_free(&job);
-            cf_embed_job_free(&ej);
-            memset(&ej, 0, sizeof(ej));
-            cf_result_clear(res);
-            memset(res, 0, sizeof(*res));
-            if (cf_exec_job_check(&job, &st->base, st->name,
-                                  st->runtime == CF_EMBED_WASM ? "wasm" : "in_process", ctx, req, res, err) < 0)
-                goto out;
-        }
-        if (st->runtime == CF_EMBED_JS) {
-            if (build_inline_job(st, ctx, req, &job, &ej, err) < 0)
-                goto out;
-        } else {
-            if (cf_exec_job_dirs(&job, s->dir, s->host_id, s->host_id, err) < 0)
-                goto out;
-            cf_exec_view view = {.work = "/work", .run = "/run/codefleet"};
-            if (cf_exec_job_fill(&job, ctx->files, &view, err) < 0)
-                goto out;
-            if (!job.rejected && build_job(st, ctx, req, &job, &ej, err) < 0)
-                goto out;
-        }
-        if (job.rejected) {
-            rc = 0;
-            goto out;
-        }
-        /* the helper's own deadline: what is left, the grace is the watchdog's */
-        ej.timeout_us = deadline - GRACE_US - cf_mono_us();
-        if (attempt_no > 0 && ej.timeout_us < 1000)
-            break; /* no time left for a second run: the first death stands */
-        if (ej.timeout_us < 1)
-            ej.timeout_us = 1; /* preparing took the whole (tiny) timeout: the helper says timeout */
-        end = attempt(s, ctx, &ej, deadline, &gen, &reply, died, sizeof(died), err);
-        if (end != ATTEMPT_BROKEN)
-            break;
-        if (s->cg && oom_before >= 0 && cf_cgroup_oom_kills(s->cg) > oom_before)
-            break; /* the memory cgroup's OOM killer: not worth a retry */
+    int rc = -1;
+    bool rejected = false;
+    attempt_end end = em_attempts(&x, &rejected, err);
+    if (rejected) {
+        rc = 0;
+    } else if (end != ATTEMPT_ERROR) {
+        bool oom_killed = x.s->cg && x.oom_before >= 0 && cf_cgroup_oom_kills(x.s->cg) > x.oom_before;
+        if (end == ATTEMPT_BROKEN && !oom_killed)
+            rc = em_broken(&x, err);
+        else
+            rc = em_finish(&x, end, oom_killed, err);
     }
-    if (end == ATTEMPT_ERROR)
-        goto out;
-    bool oom_killed = s->cg && oom_before >= 0 && cf_cgroup_oom_kills(s->cg) > oom_before;
-    if (end == ATTEMPT_BROKEN && !oom_killed) {
-        pthread_mutex_lock(&s->mu);
-        char how[sizeof(s->last_end)];
-        cf_strlcpy(how, s->last_end, sizeof(how));
-        pthread_mutex_unlock(&s->mu);
-        cf_error_set(err, CF_E_SANDBOX, "%s: the runtime helper failed on this request (%s; last helper: %s)",
-                     st->name, died[0] ? died : "no answer", how[0] ? how : "?");
-        if (err)
-            err->retriable = false;
-        goto out;
-    }
-
-    /* The reply as a runner outcome, so exec_common maps it like any run. */
-    cf_buf_init(&outcome.out, 0);
-    cf_buf_init(&outcome.err, 0);
-    if (end == ATTEMPT_REPLY) {
-        bool stopped = reply.end == CF_EMBED_TIMEOUT || reply.end == CF_EMBED_CPU_EXCEEDED ||
-                       reply.end == CF_EMBED_MEMORY;
-        outcome.exited = !stopped;
-        outcome.exit_code = reply.end == CF_EMBED_EXITED ? reply.exit_code : stopped ? 0 : 1;
-        outcome.out = reply.out;
-        outcome.err = reply.err;
-        cf_buf_init(&reply.out, 0);
-        cf_buf_init(&reply.err, 0);
-        outcome.out_truncated = reply.out_truncated;
-        outcome.err_truncated = reply.err_truncated;
-        outcome.wall_us = reply.wall_us;
-        outcome.cpu_us = reply.cpu_us;
-        outcome.peak_rss_bytes = reply.peak_memory_bytes;
-        outcome.timed_out = reply.end == CF_EMBED_TIMEOUT;
-        outcome.cpu_exceeded = reply.end == CF_EMBED_CPU_EXCEEDED;
-    } else if (end == ATTEMPT_TIMEOUT) {
-        outcome.timed_out = true;
-        outcome.wall_us = timeout + GRACE_US;
-    } else if (end == ATTEMPT_CANCELLED) {
-        outcome.cancelled = true;
-    } /* else: killed by the memory cgroup */
-    rc = cf_exec_job_finish(&job, ctx, &outcome, oom_killed || (end == ATTEMPT_REPLY && reply.end == CF_EMBED_MEMORY),
-                            -1, err);
-    if (rc == 0 && end == ATTEMPT_REPLY && reply.has_output)
-        cf_exec_output_json(&job, (const char *)reply.output.data, reply.output.len);
-    if (rc == 0 && end == ATTEMPT_REPLY && reply.output_too_big)
-        add_diag(res, "warning", "output.json", "the result was ignored: its JSON is larger than %lld bytes",
-                 (long long)ej.max_output);
-    if (rc == 0 && end == ATTEMPT_REPLY) {
-        char *why = clean_text(reply.reason, false);
-        switch (reply.end) {
-        case CF_EMBED_FAILED:
-            res->status = CF_STATUS_FAILED;
-            if (why)
-                cf_result_set_reason(res, "%s", why);
-            if (reply.diagnostics)
-                add_error_diag(res, reply.diagnostics);
-            break;
-        case CF_EMBED_MEMORY:
-            res->status = CF_STATUS_MEMORY_EXCEEDED;
-            if (why && strstr(why, "memory limit"))
-                cf_result_set_reason(res, "%s", why);
-            else if (why)
-                cf_result_set_reason(res, "memory limit of %lld bytes exceeded (%s)", (long long)ej.memory_bytes, why);
-            else
-                cf_result_set_reason(res, "memory limit of %lld bytes exceeded", (long long)ej.memory_bytes);
-            break;
-        case CF_EMBED_CPU_EXCEEDED:
-            if (why && st->fuel > 0 && strstr(why, "fuel"))
-                cf_result_set_reason(res, "%s", why);
-            break;
-        case CF_EMBED_BAD_PROGRAM:
-            res->status = CF_STATUS_COMPILE_FAILED;
-            cf_result_set_reason(res, "%s", why ? why : "the module could not be compiled");
-            break;
-        case CF_EMBED_LINK_FAILED:
-            res->status = CF_STATUS_FAILED;
-            cf_result_set_reason(res, "%s", why ? why : "the module could not be linked");
-            break;
-        case CF_EMBED_HELPER_ERROR:
-            cf_error_set(err, CF_E_SANDBOX, "%s: runtime helper: %s", st->name, why ? why : "error");
-            rc = -1;
-            break;
-        default:
-            break;
-        }
-        free(why);
-    }
-out:
-    cf_embed_reply_free(&reply);
-    cf_exec_job_free(&job);
-    cf_embed_job_free(&ej);
-    cf_run_outcome_free(&outcome);
+    cf_embed_reply_free(&x.reply);
+    cf_exec_job_free(&x.job);
+    cf_embed_job_free(&x.ej);
+    cf_run_outcome_free(&x.outcome);
     return rc;
 }
 

@@ -290,110 +290,158 @@ int helper_js_init(cf_error *err)
     return 0;
 }
 
-void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
+/* The script, NUL-terminated, from the job or its file.  -1 with reply
+ * filled (and code freed) when it cannot be read. */
+static int read_script(const cf_embed_job *job, cf_buf *code, cf_embed_reply *reply)
 {
-    js_job j = {.reply = reply};
-    helper_clock_start(&j.clock, job);
-    j.limit = job->memory_bytes > 0 ? (size_t)job->memory_bytes : (size_t)DEFAULT_MEMORY;
-
-    cf_buf code;
-    cf_buf_init(&code, 0);
-    int got = job->code ? cf_buf_append(&code, job->code, job->code_len, NULL)
-                        : helper_read_file(job->code_path, 64u << 20, &code);
-    if (got < 0 || cf_buf_append(&code, "", 1, NULL) < 0) {
+    cf_buf_init(code, 0);
+    int got = job->code ? cf_buf_append(code, job->code, job->code_len, NULL)
+                        : helper_read_file(job->code_path, 64u << 20, code);
+    if (got < 0 || cf_buf_append(code, "", 1, NULL) < 0) {
         reply->end = CF_EMBED_HELPER_ERROR;
         helper_reason(reply, "cannot read the script");
-        cf_buf_free(&code);
-        return;
+        cf_buf_free(code);
+        return -1;
     }
-    JSRuntime *rt = JS_NewRuntime2(&allocator, &j);
+    return 0;
+}
+
+/* A fresh runtime and context on the job's allocator, its stack size and
+ * interrupt handler set.  NULL with reply filled (and nothing left) when
+ * they cannot be made. */
+static JSContext *new_context(js_job *j, cf_embed_reply *reply)
+{
+    JSRuntime *rt = JS_NewRuntime2(&allocator, j);
     JSContext *ctx = rt ? JS_NewContext(rt) : NULL;
     if (!ctx) {
-        reply->end = j.oom ? CF_EMBED_MEMORY : CF_EMBED_HELPER_ERROR;
-        helper_reason(reply, j.oom ? "the memory limit is too small for a JavaScript context"
-                                   : "cannot create a JavaScript context");
+        reply->end = j->oom ? CF_EMBED_MEMORY : CF_EMBED_HELPER_ERROR;
+        helper_reason(reply, j->oom ? "the memory limit is too small for a JavaScript context"
+                                    : "cannot create a JavaScript context");
         if (rt)
             JS_FreeRuntime(rt);
-        cf_buf_free(&code);
-        return;
+        return NULL;
     }
     JS_SetMaxStackSize(rt, JS_STACK_BYTES);
-    JS_SetInterruptHandler(rt, on_interrupt, &j);
-    JS_SetContextOpaque(ctx, &j);
+    JS_SetInterruptHandler(rt, on_interrupt, j);
+    JS_SetContextOpaque(ctx, j);
+    return ctx;
+}
 
-    JSValue input = JS_UNDEFINED, value = JS_UNDEFINED;
-    if (install_globals(ctx, job, &j, &input) < 0) {
-        reply->end = j.oom ? CF_EMBED_MEMORY : CF_EMBED_HELPER_ERROR;
-        goto out;
+/* When the program defines a function run: run(input), settled, takes
+ * value's place (value is freed). */
+static JSValue call_run(JSContext *ctx, JSValue value, JSValue input)
+{
+    JSValue global = JS_GetGlobalObject(ctx);
+    JSValue run = JS_GetPropertyStr(ctx, global, "run");
+    if (JS_IsException(run)) { /* a getter on run that throws */
+        JS_FreeValue(ctx, value);
+        value = JS_EXCEPTION;
+    } else if (JS_IsFunction(ctx, run)) {
+        JS_FreeValue(ctx, value);
+        value = JS_Call(ctx, run, global, 1, (JSValueConst *)&input);
+        if (!JS_IsException(value))
+            value = settle(ctx, value);
     }
-    value = JS_Eval(ctx, (const char *)code.data, code.len - 1, "main.js", JS_EVAL_TYPE_GLOBAL);
+    JS_FreeValue(ctx, run);
+    JS_FreeValue(ctx, global);
+    return value;
+}
+
+/* Whatever is still queued runs too (a program may finish its work in
+ * callbacks after its last expression), within the same limits; a job
+ * that throws turns value into JS_EXCEPTION. */
+static JSValue run_pending(JSContext *ctx, JSValue value)
+{
+    JSRuntime *rt = JS_GetRuntime(ctx);
+    JSContext *jctx;
+    int r;
+    while ((r = JS_ExecutePendingJob(rt, &jctx)) > 0)
+        ;
+    if (r < 0) {
+        JS_FreeValue(ctx, value);
+        value = JS_EXCEPTION;
+    }
+    return value;
+}
+
+/* The program's value: the script's (settled), run(input)'s when it
+ * defines run, after the queue ran dry.  Owned, or JS_EXCEPTION. */
+static JSValue run_script(JSContext *ctx, const cf_buf *code, JSValue input)
+{
+    JSValue value = JS_Eval(ctx, (const char *)code->data, code->len - 1, "main.js", JS_EVAL_TYPE_GLOBAL);
     if (!JS_IsException(value))
         value = settle(ctx, value);
-    if (!JS_IsException(value)) {
-        JSValue global = JS_GetGlobalObject(ctx);
-        JSValue run = JS_GetPropertyStr(ctx, global, "run");
-        if (JS_IsException(run)) { /* a getter on run that throws */
-            JS_FreeValue(ctx, value);
-            value = JS_EXCEPTION;
-        } else if (JS_IsFunction(ctx, run)) {
-            JS_FreeValue(ctx, value);
-            value = JS_Call(ctx, run, global, 1, (JSValueConst *)&input);
-            if (!JS_IsException(value))
-                value = settle(ctx, value);
-        }
-        JS_FreeValue(ctx, run);
-        JS_FreeValue(ctx, global);
-    }
-    /* Whatever is still queued runs too (a program may finish its work in
-     * callbacks after its last expression), within the same limits. */
-    if (!JS_IsException(value)) {
-        JSContext *jctx;
-        int r;
-        while ((r = JS_ExecutePendingJob(rt, &jctx)) > 0)
-            ;
-        if (r < 0) {
-            JS_FreeValue(ctx, value);
-            value = JS_EXCEPTION;
-        }
-    }
+    if (!JS_IsException(value))
+        value = call_run(ctx, value, input);
+    if (!JS_IsException(value))
+        value = run_pending(ctx, value);
+    return value;
+}
 
-    /* Everything that runs JavaScript happens before the run is judged:
-     * turning the result into JSON (a toJSON or a getter) and describing an
-     * exception (its toString, its stack) are guest code under the same
-     * limits. */
+/* *value as JSON text into *output (malloc'd; stays NULL for undefined
+ * and for what JSON has no text for).  A failure turns *value into
+ * JS_EXCEPTION; returns whether it was the stringifying that threw. */
+static bool result_json(JSContext *ctx, JSValue *value, char **output, size_t *output_len)
+{
     bool not_json = false;
-    char *output = NULL;
-    size_t output_len = 0;
-    if (!JS_IsException(value) && !JS_IsUndefined(value)) {
-        JSValue json = JS_JSONStringify(ctx, value, JS_UNDEFINED, JS_UNDEFINED);
-        if (JS_IsException(json)) {
-            not_json = true;
-            JS_FreeValue(ctx, value);
-            value = JS_EXCEPTION;
-        } else if (JS_IsString(json)) {
-            const char *str = JS_ToCStringLen(ctx, &output_len, json);
-            output = str ? cf_strndup(str, output_len) : NULL;
-            if (str)
-                JS_FreeCString(ctx, str);
-            if (!output) {
-                JS_FreeValue(ctx, value);
-                value = JS_EXCEPTION;
-            }
+    if (JS_IsException(*value) || JS_IsUndefined(*value))
+        return false;
+    JSValue json = JS_JSONStringify(ctx, *value, JS_UNDEFINED, JS_UNDEFINED);
+    if (JS_IsException(json)) {
+        not_json = true;
+        JS_FreeValue(ctx, *value);
+        *value = JS_EXCEPTION;
+    } else if (JS_IsString(json)) {
+        const char *str = JS_ToCStringLen(ctx, output_len, json);
+        *output = str ? cf_strndup(str, *output_len) : NULL;
+        if (str)
+            JS_FreeCString(ctx, str);
+        if (!*output) {
+            JS_FreeValue(ctx, *value);
+            *value = JS_EXCEPTION;
         }
-        JS_FreeValue(ctx, json);
     }
-    if (JS_IsException(value) && !j.timed_out && !j.cpu_out && !j.oom)
-        describe_exception(ctx, reply);
+    JS_FreeValue(ctx, json);
+    return not_json;
+}
 
-    if (j.timed_out || cf_mono_us() > j.clock.deadline_us) {
+/* A successful run's result: inline in the reply when the worker asked
+ * so, otherwise into the job's output file. */
+static void deliver_result(const cf_embed_job *job, const char *output, size_t output_len, cf_embed_reply *reply)
+{
+    if (output && !job->output_path) {
+        /* inline, as the worker asked: no file at all */
+        if (output_len > (size_t)job->max_output) {
+            reply->output_too_big = true;
+        } else if (cf_buf_append(&reply->output, output, output_len, NULL) == 0) {
+            reply->has_output = true;
+        } else {
+            reply->end = CF_EMBED_HELPER_ERROR;
+            helper_reason(reply, "out of memory copying the result");
+        }
+    } else if (output && helper_write_file(job->output_path, output, output_len) < 0) {
+        /* the execution's capped work space is full: the program's doing */
+        reply->end = CF_EMBED_FAILED;
+        reply->exit_code = 1;
+        helper_reason(reply, "the result (%zu bytes of JSON) does not fit the execution's work space",
+                      output_len);
+    }
+}
+
+/* How the run ended (a limit first: its reason and diagnostics are not
+ * the program's), and a successful run's result delivered. */
+static void judge(const js_job *j, const cf_embed_job *job, bool exception, bool not_json, const char *output,
+                  size_t output_len, cf_embed_reply *reply)
+{
+    if (j->timed_out || cf_mono_us() > j->clock.deadline_us) {
         /* also a native call that returned past the deadline */
         reply->end = CF_EMBED_TIMEOUT;
-    } else if (j.cpu_out) {
+    } else if (j->cpu_out) {
         reply->end = CF_EMBED_CPU_EXCEEDED;
-    } else if (j.oom && JS_IsException(value)) {
+    } else if (j->oom && exception) {
         reply->end = CF_EMBED_MEMORY;
-        helper_reason(reply, "memory limit of %zu bytes exceeded", j.limit);
-    } else if (JS_IsException(value)) {
+        helper_reason(reply, "memory limit of %zu bytes exceeded", j->limit);
+    } else if (exception) {
         reply->end = CF_EMBED_FAILED;
         reply->exit_code = 1;
         if (not_json) {
@@ -404,23 +452,7 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
     } else {
         reply->end = CF_EMBED_EXITED;
         reply->exit_code = 0;
-        if (output && !job->output_path) {
-            /* inline, as the worker asked: no file at all */
-            if (output_len > (size_t)job->max_output) {
-                reply->output_too_big = true;
-            } else if (cf_buf_append(&reply->output, output, output_len, NULL) == 0) {
-                reply->has_output = true;
-            } else {
-                reply->end = CF_EMBED_HELPER_ERROR;
-                helper_reason(reply, "out of memory copying the result");
-            }
-        } else if (output && helper_write_file(job->output_path, output, output_len) < 0) {
-            /* the execution's capped work space is full: the program's doing */
-            reply->end = CF_EMBED_FAILED;
-            reply->exit_code = 1;
-            helper_reason(reply, "the result (%zu bytes of JSON) does not fit the execution's work space",
-                          output_len);
-        }
+        deliver_result(job, output, output_len, reply);
     }
     if (reply->end == CF_EMBED_TIMEOUT || reply->end == CF_EMBED_CPU_EXCEEDED) {
         free(reply->reason);
@@ -428,8 +460,41 @@ void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
         free(reply->diagnostics);
         reply->diagnostics = NULL;
     }
-    free(output);
-out:
+}
+
+void helper_js_run(const cf_embed_job *job, cf_embed_reply *reply)
+{
+    js_job j = {.reply = reply};
+    helper_clock_start(&j.clock, job);
+    j.limit = job->memory_bytes > 0 ? (size_t)job->memory_bytes : (size_t)DEFAULT_MEMORY;
+
+    cf_buf code;
+    if (read_script(job, &code, reply) < 0)
+        return;
+    JSContext *ctx = new_context(&j, reply);
+    if (!ctx) {
+        cf_buf_free(&code);
+        return;
+    }
+    JSRuntime *rt = JS_GetRuntime(ctx);
+
+    JSValue input = JS_UNDEFINED, value = JS_UNDEFINED;
+    if (install_globals(ctx, job, &j, &input) < 0) {
+        reply->end = j.oom ? CF_EMBED_MEMORY : CF_EMBED_HELPER_ERROR;
+    } else {
+        value = run_script(ctx, &code, input);
+        /* Everything that runs JavaScript happens before the run is
+         * judged: turning the result into JSON (a toJSON or a getter) and
+         * describing an exception (its toString, its stack) are guest code
+         * under the same limits. */
+        char *output = NULL;
+        size_t output_len = 0;
+        bool not_json = result_json(ctx, &value, &output, &output_len);
+        if (JS_IsException(value) && !j.timed_out && !j.cpu_out && !j.oom)
+            describe_exception(ctx, reply);
+        judge(&j, job, JS_IsException(value), not_json, output, output_len, reply);
+        free(output);
+    }
     if (JS_HasException(ctx))
         JS_FreeValue(ctx, JS_GetException(ctx));
     JS_FreeValue(ctx, value);

@@ -330,85 +330,102 @@ static bool memory_at_limit(wasmtime_context_t *ctx, const wasmtime_instance_t *
     return memory_size(ctx, inst) > limit - slack;
 }
 
-void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
+/* The job's module, from the cache or compiled (and cached when it fits:
+ * *owned says whether the caller deletes it).  NULL with reply filled
+ * when there is none. */
+static wasmtime_module_t *load_module(const cf_embed_job *job, const run_state *rs, cf_embed_reply *reply,
+                                      bool *owned)
 {
-    run_state rs = {.reply = reply};
-    helper_clock_start(&rs.clock, job);
-    int64_t limit = job->memory_bytes > 0 ? job->memory_bytes : DEFAULT_MEMORY;
-    char text[1024];
-
     cf_buf code;
     cf_buf_init(&code, 0);
+    *owned = false;
     if (!job->code_path || !job->work_dir || !job->run_dir || !job->out_dir) {
         reply->end = CF_EMBED_HELPER_ERROR;
         helper_reason(reply, "a wasm job needs its module file and directories");
-        return;
+        return NULL;
     }
     if (helper_read_file(job->code_path, 256u << 20, &code) < 0) {
         reply->end = CF_EMBED_HELPER_ERROR;
         helper_reason(reply, "cannot read the module: %s", strerror(errno));
         cf_buf_free(&code);
-        return;
+        return NULL;
     }
     uint8_t digest[32];
     bool keyed = digest_of(job->cache_scope ? job->cache_scope : "", code.data, code.len, digest);
     wasmtime_module_t *module = keyed ? cache_get(digest) : NULL;
-    bool module_owned = false;
     reply->cached = module != NULL;
     if (!module) {
         wasmtime_error_t *ce = wasmtime_module_new(engine, code.data, code.len, &module);
         if (ce) {
+            char text[1024];
             error_text(ce, text, sizeof(text));
             wasmtime_error_delete(ce);
             reply->end = CF_EMBED_BAD_PROGRAM;
             helper_reason(reply, "invalid WebAssembly module: %s", text);
             cf_buf_free(&code);
-            reply->wall_us = cf_mono_us() - rs.clock.start_us;
-            return;
+            reply->wall_us = cf_mono_us() - rs->clock.start_us;
+            return NULL;
         }
-        module_owned = !keyed || !cache_put(digest, module, code.len);
+        *owned = !keyed || !cache_put(digest, module, code.len);
     }
     cf_buf_free(&code);
+    return module;
+}
 
+/* A fresh store for one job: its memory limiter, the deadline check at
+ * each epoch tick, its fuel budget. */
+static wasmtime_store_t *job_store_new(const cf_embed_job *job, int64_t limit, run_state *rs)
+{
     wasmtime_store_t *store = wasmtime_store_new(engine, NULL, NULL);
     wasmtime_context_t *ctx = wasmtime_store_context(store);
     wasmtime_store_limiter(store, limit, MAX_TABLE_ELEMENTS, MAX_INSTANCES, MAX_TABLES, MAX_MEMORIES);
-    wasmtime_store_epoch_deadline_callback(store, on_epoch, &rs, NULL);
+    wasmtime_store_epoch_deadline_callback(store, on_epoch, rs, NULL);
     wasmtime_context_set_epoch_deadline(ctx, 1);
     if (fuel_enabled) {
         wasmtime_error_t *fe = wasmtime_context_set_fuel(ctx, job->fuel > 0 ? (uint64_t)job->fuel : UINT64_MAX);
         if (fe)
             wasmtime_error_delete(fe);
     }
+    return store;
+}
 
+/* The job's environment into wasi: set_env takes names and values apart,
+ * so each "K=V" is split (entries without '=' are left out). */
+static void wasi_env_set(wasi_config_t *wasi, const cf_embed_job *job)
+{
+    const char **names = calloc(job->envc + 1, sizeof(char *));
+    const char **values = calloc(job->envc + 1, sizeof(char *));
+    char **copies = calloc(job->envc + 1, sizeof(char *));
+    size_t n = 0;
+    for (size_t i = 0; names && values && copies && i < job->envc; i++) {
+        char *c = cf_strdup(job->env[i]);
+        char *eq = c ? strchr(c, '=') : NULL;
+        if (!eq) {
+            free(c);
+            continue;
+        }
+        *eq = '\0';
+        copies[n] = c;
+        names[n] = c;
+        values[n] = eq + 1;
+        n++;
+    }
+    wasi_config_set_env(wasi, n, names, values);
+    for (size_t i = 0; i < n; i++)
+        free(copies[i]);
+    free(names);
+    free(values);
+    free(copies);
+}
+
+/* The job's WASI context in ctx: arguments, environment, stdin, captured
+ * stdout and stderr, the preopened directories.  -1 with reply filled when
+ * it cannot be made. */
+static int wasi_setup(wasmtime_context_t *ctx, const cf_embed_job *job, cf_embed_reply *reply)
+{
     wasi_config_t *wasi = wasi_config_new();
     wasi_config_set_argv(wasi, job->argc, (const char **)job->argv);
-    /* set_env takes names and values apart: split "K=V" */
-    {
-        const char **names = calloc(job->envc + 1, sizeof(char *));
-        const char **values = calloc(job->envc + 1, sizeof(char *));
-        char **copies = calloc(job->envc + 1, sizeof(char *));
-        size_t n = 0;
-        for (size_t i = 0; names && values && copies && i < job->envc; i++) {
-            char *c = cf_strdup(job->env[i]);
-            char *eq = c ? strchr(c, '=') : NULL;
-            if (!eq) {
-                free(c);
-                continue;
-            }
-            *eq = '\0';
-            copies[n] = c;
-            names[n] = c;
-            values[n] = eq + 1;
-            n++;
-        }
-        wasi_config_set_env(wasi, n, names, values);
-        for (size_t i = 0; i < n; i++)
-            free(copies[i]);
-        free(names);
-        free(values);
-        free(copies);
-    }
+    wasi_env_set(wasi, job);
     wasm_byte_vec_t in;
     wasm_byte_vec_new(&in, job->stdin_len, (const char *)job->stdin_data);
     wasi_config_set_stdin_bytes(wasi, &in);
@@ -418,102 +435,157 @@ void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
               wasi_config_preopen_dir(wasi, job->work_dir, ".", job->work_rw) &&
               wasi_config_preopen_dir(wasi, job->run_dir, "/run/codefleet", false) &&
               wasi_config_preopen_dir(wasi, job->out_dir, "/run/codefleet/out", true);
-    wasmtime_error_t *e = NULL;
     if (!ok) {
         wasi_config_delete(wasi);
         reply->end = CF_EMBED_HELPER_ERROR;
         helper_reason(reply, "cannot preopen the execution's directories");
-        goto done;
+        return -1;
     }
-    e = wasmtime_context_set_wasi(ctx, wasi); /* takes wasi */
+    wasmtime_error_t *e = wasmtime_context_set_wasi(ctx, wasi); /* takes wasi */
     if (e) {
+        char text[1024];
         error_text(e, text, sizeof(text));
         reply->end = CF_EMBED_HELPER_ERROR;
         helper_reason(reply, "WASI setup: %s", text);
-        goto done;
+        wasmtime_error_delete(e);
+        return -1;
     }
+    return 0;
+}
 
-    ticking(true);
-    wasmtime_instance_t instance;
-    wasm_trap_t *trap = NULL;
-    e = wasmtime_linker_instantiate(linker, ctx, module, &instance, &trap);
-    bool instantiated = !e && !trap;
+/* An instantiation that failed before any deadline: proc_exit in a start
+ * function, an initial memory over the limit, or a link error. */
+static void instantiate_failed(wasmtime_error_t *e, const wasmtime_module_t *module, int64_t limit,
+                               cf_embed_reply *reply)
+{
     int start_status;
-    if (e && !rs.timed_out && !rs.cpu_out && wasmtime_error_exit_status(e, &start_status)) {
+    if (wasmtime_error_exit_status(e, &start_status)) {
         reply->end = CF_EMBED_EXITED; /* proc_exit inside a start function */
         reply->exit_code = start_status;
-        goto stop;
+        return;
     }
-    if (e && !rs.timed_out && !rs.cpu_out && memory_min_over(module, limit)) {
+    if (memory_min_over(module, limit)) {
         reply->end = CF_EMBED_MEMORY;
         helper_reason(reply, "the module's initial memory exceeds the memory limit of %lld bytes", (long long)limit);
-        goto stop;
+        return;
     }
-    if (e && !rs.timed_out && !rs.cpu_out) { /* a start function stopped by the deadline is a timeout */
-        error_text(e, text, sizeof(text));
+    char text[1024];
+    error_text(e, text, sizeof(text));
+    reply->end = CF_EMBED_LINK_FAILED;
+    helper_reason(reply, "cannot instantiate the module: %s", text);
+}
+
+/* Calls the module's _start (a WASI command's entry point): its error
+ * or trap into *e and *trap.  -1 with reply filled when there is none. */
+static int call_start(wasmtime_context_t *ctx, const wasmtime_instance_t *instance, wasmtime_error_t **e,
+                      wasm_trap_t **trap, cf_embed_reply *reply)
+{
+    wasmtime_extern_t start;
+    bool found = wasmtime_instance_export_get(ctx, instance, "_start", 6, &start);
+    if (!found || start.kind != WASMTIME_EXTERN_FUNC) {
+        if (found)
+            wasmtime_extern_delete(&start);
         reply->end = CF_EMBED_LINK_FAILED;
-        helper_reason(reply, "cannot instantiate the module: %s", text);
-        goto stop;
+        helper_reason(reply, "the module exports no _start function (a WASI command is expected)");
+        return -1;
     }
-    if (instantiated) {
-        /* A WASI command's entry point. */
-        wasmtime_extern_t start;
-        bool found = wasmtime_instance_export_get(ctx, &instance, "_start", 6, &start);
-        if (!found || start.kind != WASMTIME_EXTERN_FUNC) {
-            if (found)
-                wasmtime_extern_delete(&start);
-            reply->end = CF_EMBED_LINK_FAILED;
-            helper_reason(reply, "the module exports no _start function (a WASI command is expected)");
-            goto stop;
-        }
-        e = wasmtime_func_call(ctx, &start.of.func, NULL, 0, NULL, 0, &trap);
-        wasmtime_extern_delete(&start);
-    }
-    int status;
-    if (rs.timed_out) {
+    *e = wasmtime_func_call(ctx, &start.of.func, NULL, 0, NULL, 0, trap);
+    wasmtime_extern_delete(&start);
+    return 0;
+}
+
+/* A run that ended in a trap: fuel out, an interrupt, or the program's
+ * fault (the memory limit when its memory stands at it). */
+static void trap_verdict(wasm_trap_t *trap, wasmtime_context_t *ctx, const wasmtime_instance_t *instance,
+                         bool instantiated, const cf_embed_job *job, int64_t limit, cf_embed_reply *reply)
+{
+    char text[1024];
+    wasmtime_trap_code_t tcode;
+    bool has_code = wasmtime_trap_code(trap, &tcode);
+    trap_text(trap, text, sizeof(text));
+    if (has_code && tcode == WASMTIME_TRAP_CODE_OUT_OF_FUEL) {
+        reply->end = CF_EMBED_CPU_EXCEEDED;
+        helper_reason(reply, "fuel budget of %lld exhausted", (long long)job->fuel);
+    } else if (has_code && tcode == WASMTIME_TRAP_CODE_INTERRUPT) {
         reply->end = CF_EMBED_TIMEOUT;
-    } else if (rs.cpu_out) {
+    } else {
+        reply->end = instantiated && memory_at_limit(ctx, instance, limit) ? CF_EMBED_MEMORY : CF_EMBED_FAILED;
+        helper_reason(reply, "wasm trap: %s (%s)", has_code ? trap_name(tcode) : "trap", text);
+    }
+}
+
+/* How the run ended: a limit the epoch check hit, proc_exit, an error, a
+ * trap, or a plain return. */
+static void run_verdict(wasmtime_context_t *ctx, const wasmtime_instance_t *instance, bool instantiated,
+                        wasmtime_error_t *e, wasm_trap_t *trap, const cf_embed_job *job, int64_t limit,
+                        const run_state *rs, cf_embed_reply *reply)
+{
+    int status;
+    if (rs->timed_out) {
+        reply->end = CF_EMBED_TIMEOUT;
+    } else if (rs->cpu_out) {
         reply->end = CF_EMBED_CPU_EXCEEDED;
     } else if (e && wasmtime_error_exit_status(e, &status)) {
         reply->end = CF_EMBED_EXITED;
         reply->exit_code = status;
     } else if (e) {
+        char text[1024];
         error_text(e, text, sizeof(text));
-        reply->end = instantiated && memory_at_limit(ctx, &instance, limit) ? CF_EMBED_MEMORY : CF_EMBED_FAILED;
+        reply->end = instantiated && memory_at_limit(ctx, instance, limit) ? CF_EMBED_MEMORY : CF_EMBED_FAILED;
         helper_reason(reply, "%s", text);
     } else if (trap) {
-        wasmtime_trap_code_t tcode;
-        bool has_code = wasmtime_trap_code(trap, &tcode);
-        trap_text(trap, text, sizeof(text));
-        if (has_code && tcode == WASMTIME_TRAP_CODE_OUT_OF_FUEL) {
-            reply->end = CF_EMBED_CPU_EXCEEDED;
-            helper_reason(reply, "fuel budget of %lld exhausted", (long long)job->fuel);
-        } else if (has_code && tcode == WASMTIME_TRAP_CODE_INTERRUPT) {
-            reply->end = CF_EMBED_TIMEOUT;
-        } else {
-            reply->end = instantiated && memory_at_limit(ctx, &instance, limit) ? CF_EMBED_MEMORY : CF_EMBED_FAILED;
-            helper_reason(reply, "wasm trap: %s (%s)", has_code ? trap_name(tcode) : "trap", text);
-        }
+        trap_verdict(trap, ctx, instance, instantiated, job, limit, reply);
     } else {
         reply->end = CF_EMBED_EXITED;
         reply->exit_code = 0;
     }
-    /* A host call may return past the deadline without an epoch tick
-     * seeing it: the run still did not finish in time. */
-    if ((reply->end == CF_EMBED_EXITED || reply->end == CF_EMBED_FAILED) && cf_mono_us() > rs.clock.deadline_us) {
-        reply->end = CF_EMBED_TIMEOUT;
-        free(reply->reason);
-        reply->reason = NULL;
+}
+
+/* Instantiates the module and runs its _start with the epoch ticking;
+ * reply says how it ended. */
+static void run_module(wasmtime_context_t *ctx, wasmtime_module_t *module, const cf_embed_job *job, int64_t limit,
+                       run_state *rs, cf_embed_reply *reply)
+{
+    ticking(true);
+    wasmtime_instance_t instance;
+    wasm_trap_t *trap = NULL;
+    wasmtime_error_t *e = wasmtime_linker_instantiate(linker, ctx, module, &instance, &trap);
+    bool instantiated = !e && !trap;
+    if (e && !rs->timed_out && !rs->cpu_out) {
+        /* (a start function stopped by the deadline is a timeout) */
+        instantiate_failed(e, module, limit, reply);
+    } else if (!instantiated || call_start(ctx, &instance, &e, &trap, reply) == 0) {
+        run_verdict(ctx, &instance, instantiated, e, trap, job, limit, rs, reply);
+        /* A host call may return past the deadline without an epoch tick
+         * seeing it: the run still did not finish in time. */
+        if ((reply->end == CF_EMBED_EXITED || reply->end == CF_EMBED_FAILED) &&
+            cf_mono_us() > rs->clock.deadline_us) {
+            reply->end = CF_EMBED_TIMEOUT;
+            free(reply->reason);
+            reply->reason = NULL;
+        }
+        if (instantiated)
+            reply->peak_memory_bytes = memory_size(ctx, &instance);
     }
-    if (instantiated)
-        reply->peak_memory_bytes = memory_size(ctx, &instance);
-stop:
     ticking(false);
     if (trap)
         wasm_trap_delete(trap);
-done:
     if (e)
         wasmtime_error_delete(e);
+}
+
+void helper_wasm_run(const cf_embed_job *job, cf_embed_reply *reply)
+{
+    run_state rs = {.reply = reply};
+    helper_clock_start(&rs.clock, job);
+    int64_t limit = job->memory_bytes > 0 ? job->memory_bytes : DEFAULT_MEMORY;
+    bool module_owned;
+    wasmtime_module_t *module = load_module(job, &rs, reply, &module_owned);
+    if (!module)
+        return;
+    wasmtime_store_t *store = job_store_new(job, limit, &rs);
+    if (wasi_setup(wasmtime_store_context(store), job, reply) == 0)
+        run_module(wasmtime_store_context(store), module, job, limit, &rs, reply);
     wasmtime_store_delete(store);
     if (module_owned)
         wasmtime_module_delete(module);

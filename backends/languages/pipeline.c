@@ -930,77 +930,48 @@ typedef struct artifact {
     cf_language run_with;
 } artifact;
 
-/* Builds (or finds in the cache) the program.  Returns 0 with *ok set when
- * there is an artifact; 0 with res filled (compile_failed, rejected) when
- * not; -1 when the backend broke. */
-static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char *profile, const cf_exec_ctx *ctx,
-                                const cf_request *req, const cf_bytes *source, int64_t budget_us, build *planp,
-                                artifact *art, bool *ok, cf_result *res, cf_error *err)
+/* A cached build of the same program: copied into art and res, logged. */
+static bool compile_from_cache(cf_pipeline *p, const cf_request *req, const char *key, artifact *art, cf_result *res)
 {
-    build plan = *planp; /* shallow: the owned strings stay the caller's */
-    if (plan.overflow) {
-        set_reason(res, CF_STATUS_REJECTED, "too many compile flags and source files together (more than %d "
-                                            "compiler arguments)", ARGV_MAX - 1);
-        return 0;
-    }
-    art->name = plan.take;
-    art->run_with = plan.run_with;
+    cf_compile_info info;
+    cf_diagnostic *diags = NULL;
+    size_t nd = 0;
+    if (!cache_get(p, key, &art->data, &diags, &nd, &info))
+        return false;
+    res->compile = info;
     res->compile.present = true;
-    cf_str_set(&res->meta.toolchain, p->tc[req->language].version);
+    res->compile.cached = true;
+    res->diagnostics = diags;
+    res->n_diagnostics = nd;
+    cf_pipeline_stats st;
+    cf_pipeline_stats_get(p, &st);
+    cf_log_info(LOG_SUB,
+                "request %s: compile cache hit (%s; %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                " builds in %" PRIu64 " bytes)",
+                req->id, cf_language_name(req->language), st.cache_hits, st.cache_misses, st.cache_entries,
+                st.cache_bytes);
+    return true;
+}
 
-    char key[CF_DIGEST_HEX];
-    bool keyed = p->cfg.cache_bytes > 0 && build_key(p, profile, b->ops->name, req, source, ctx->files, key) == 0;
-    if (keyed) {
-        cf_compile_info info;
-        cf_diagnostic *diags = NULL;
-        size_t nd = 0;
-        if (cache_get(p, key, &art->data, &diags, &nd, &info)) {
-            res->compile = info;
-            res->compile.present = true;
-            res->compile.cached = true;
-            res->diagnostics = diags;
-            res->n_diagnostics = nd;
-            cf_pipeline_stats st;
-            cf_pipeline_stats_get(p, &st);
-            cf_log_info(LOG_SUB,
-                        "request %s: compile cache hit (%s; %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-                        " builds in %" PRIu64 " bytes)",
-                        req->id, cf_language_name(req->language), st.cache_hits, st.cache_misses, st.cache_entries,
-                        st.cache_bytes);
-            *ok = true;
-            return 0;
-        }
-    }
-
-    /* The compile request: the operator's toolchain and flags, the
-     * request's files and source, the compile limits. */
-    const char *src_name = source_name(req->language);
-    for (size_t i = 0; i < req->n_files; i++)
-        if (strcmp(req->files[i].path, src_name) == 0) {
-            set_reason(res, CF_STATUS_REJECTED, "files: '%s' is the program's source file; name it differently",
-                       src_name);
-            return 0;
-        }
+/* The request's files and the source under src_name (borrowed, not
+ * copied); NULL when out of memory. */
+static cf_file *compile_files(const cf_request *req, const char *src_name, const cf_bytes *source)
+{
     cf_file *files = calloc(req->n_files + 1, sizeof(*files));
     if (!files)
-        return cf_error_set(err, CF_E_NOMEM, "pipeline: out of memory");
+        return NULL;
     for (size_t i = 0; i < req->n_files; i++)
         files[i] = req->files[i];
     files[req->n_files] = (cf_file){.path = (char *)src_name, .content = *source};
+    return files;
+}
 
-    cf_request creq;
-    memset(&creq, 0, sizeof(creq));
-    creq.id = req->id;
-    creq.language = CF_LANG_COMMAND;
-    creq.backend = req->backend;
-    creq.image = req->image; /* the container backend compiles in the request's image */
-    creq.argv = (char **)plan.argv;
-    creq.argc = plan.argc;
-    creq.env = plan.env;
-    creq.n_env = plan.n_env;
-    creq.files = files;
-    creq.n_files = req->n_files + 1;
-    cf_policy *cp = &creq.policy;
+/* The compile limits: the operator's, narrowed by the request, what is
+ * left of its time and the tenant's profile.  True when the time left
+ * (budget_us) is what bounds the compile. */
+static bool compile_policy(const cf_pipeline *p, const cf_backend *b, const cf_exec_ctx *ctx, const cf_request *req,
+                           int64_t budget_us, cf_policy *cp)
+{
     cp->timeout_us = p->cfg.compile_timeout_us;
     if (req->policy.compile_timeout_us > 0 && req->policy.compile_timeout_us < cp->timeout_us)
         cp->timeout_us = req->policy.compile_timeout_us;
@@ -1030,38 +1001,62 @@ static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char 
     if (b->caps.controls & CF_CTL_FS_NONE)
         cp->fs_mode = CF_FS_NONE;
     cp->env_allow_set = true; /* nothing of the worker's environment */
+    return budget_cut;
+}
 
-    cf_exec_take take = {.name = plan.take, .max = (size_t)p->cfg.artifact_bytes};
-    cf_exec_ctx cctx = *ctx;
+/* The compile as a command request: the plan's argv and environment, the
+ * given files (borrowed), the request's backend and image. */
+static void compile_request(const cf_request *req, build *plan, cf_file *files, size_t n_files,
+                            cf_request *creq)
+{
+    memset(creq, 0, sizeof(*creq));
+    creq->id = req->id;
+    creq->language = CF_LANG_COMMAND;
+    creq->backend = req->backend;
+    creq->image = req->image; /* the container backend compiles in the request's image */
+    creq->argv = (char **)plan->argv;
+    creq->argc = plan->argc;
+    creq->env = plan->env;
+    creq->n_env = plan->n_env;
+    creq->files = files;
+    creq->n_files = n_files;
+}
+
+/* The context of the compile: it takes the artifact and no output
+ * callback, network allowance or program of the request's. */
+static void compile_ctx(const cf_exec_ctx *ctx, cf_exec_take *take, cf_exec_files *ws_ro, cf_exec_ctx *cctx)
+{
+    *cctx = *ctx;
     /* The workspace, when there is one, read-only: a project's headers and
      * modules build with it; nothing is collected from a compile. */
-    cf_exec_files ws_ro;
-    cctx.files = NULL;
+    cctx->files = NULL;
     if (ctx->files && ctx->files->n_place) {
-        memset(&ws_ro, 0, sizeof(ws_ro));
-        ws_ro.place = ctx->files->place;
-        ws_ro.n_place = ctx->files->n_place;
-        ws_ro.read_only = true;
-        cctx.files = &ws_ro;
+        memset(ws_ro, 0, sizeof(*ws_ro));
+        ws_ro->place = ctx->files->place;
+        ws_ro->n_place = ctx->files->n_place;
+        ws_ro->read_only = true;
+        cctx->files = ws_ro;
     }
-    cctx.program = NULL;
-    cctx.take = &take;
-    cctx.on_output = NULL; /* the compiler's output is diagnostics, not the program's */
-    cctx.net_allow = NULL;
-    cctx.n_net_allow = 0;
+    cctx->program = NULL;
+    cctx->take = take;
+    cctx->on_output = NULL; /* the compiler's output is diagnostics, not the program's */
+    cctx->net_allow = NULL;
+    cctx->n_net_allow = 0;
+}
 
-    cf_result cres;
-    memset(&cres, 0, sizeof(cres));
-    int rc = b->ops->execute(b->state, &cctx, &creq, &cres, err);
-    free(files);
-    if (rc == 0 && take.exec_failed) {
+/* Counts the compile and turns a backend failure (rc < 0) or a toolchain
+ * that would not start into -1, freeing cres and the taken bytes. */
+static int compile_ran(cf_pipeline *p, const cf_request *req, int rc, cf_result *cres, cf_exec_take *take,
+                       cf_error *err)
+{
+    if (rc == 0 && take->exec_failed) {
         /* The operator's toolchain does not start where it runs (not
          * bound, not readable by the run uid, a library missing): the
          * worker's fault, never the request's. */
         cf_error_set(err, CF_E_SANDBOX, "compile step: the %s toolchain cannot be executed: %s",
-                     cf_language_name(req->language), cres.reason ? cres.reason : "exec failed");
-        cf_result_clear(&cres);
-        free(take.data.data);
+                     cf_language_name(req->language), cres->reason ? cres->reason : "exec failed");
+        cf_result_clear(cres);
+        free(take->data.data);
         return -1;
     }
     pthread_mutex_lock(&p->lock);
@@ -1069,18 +1064,180 @@ static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char 
     pthread_mutex_unlock(&p->lock);
     if (rc < 0) {
         cf_error_wrap(err, "compile step");
-        cf_result_clear(&cres);
-        free(take.data.data);
+        cf_result_clear(cres);
+        free(take->data.data);
         return -1;
     }
-    res->compile.wall_time_us = cres.wall_time_us;
-    res->compile.cpu_time_us = cres.cpu_time_us;
-    res->compile.peak_memory_bytes = cres.peak_memory_bytes;
+    return 0;
+}
+
+/* The compile's times and who ran it (moved out of cres) into res. */
+static void compile_note_run(cf_result *res, cf_result *cres)
+{
+    res->compile.wall_time_us = cres->wall_time_us;
+    res->compile.cpu_time_us = cres->cpu_time_us;
+    res->compile.peak_memory_bytes = cres->peak_memory_bytes;
     free(res->meta.backend);
     free(res->meta.isolation);
-    res->meta.backend = cres.meta.backend;
-    res->meta.isolation = cres.meta.isolation;
-    cres.meta.backend = cres.meta.isolation = NULL;
+    res->meta.backend = cres->meta.backend;
+    res->meta.isolation = cres->meta.isolation;
+    cres->meta.backend = cres->meta.isolation = NULL;
+}
+
+/* The compiler's diagnostics into res, paths relative to the work
+ * directory where the backend has its own root. */
+static int compile_diagnostics(const cf_backend *b, const build *plan, const cf_bytes *diag_text, cf_result *res,
+                               cf_error *err)
+{
+    bool own_root = b->caps.isolation &&
+                    (strcmp(b->caps.isolation, "sandbox") == 0 || strcmp(b->caps.isolation, "container") == 0);
+    cf_diag_opts dopts = {.strip_prefix = own_root ? "/work" : NULL,
+                          .max_diagnostics = MAX_DIAGNOSTICS};
+    cf_error derr;
+    cf_error_clear(&derr);
+    if (cf_diag_parse(plan->diag, (const char *)diag_text->data, diag_text->len, &dopts, &res->diagnostics,
+                      &res->n_diagnostics, &derr) < 0)
+        return cf_error_set(err, CF_E_NOMEM, "pipeline: diagnostics: %s", derr.msg);
+    return 0;
+}
+
+/* Why no program came out of the compile, in one sentence. */
+static void compile_failure_reason(const cf_pipeline *p, const cf_result *cres, const cf_exec_take *take,
+                                   const cf_policy *cp, bool budget_cut, cf_result *res)
+{
+    char d[32];
+    cf_status why = cres->status;
+    if (why == CF_STATUS_TIMEOUT) {
+        cf_format_duration(cp->timeout_us, d, sizeof(d));
+        set_reason(res, CF_STATUS_COMPILE_FAILED, "compilation stopped: compile timeout of %s exceeded%s", d,
+                   budget_cut ? " (what was left of the request's max-timeout)" : "");
+    } else if (why == CF_STATUS_MEMORY_EXCEEDED) {
+        set_reason(res, CF_STATUS_COMPILE_FAILED,
+                   "compilation stopped: the compiler exceeded the compile memory limit of %lld bytes",
+                   (long long)cp->memory_bytes);
+    } else if (why == CF_STATUS_SUCCESS && take->too_big) {
+        set_reason(res, CF_STATUS_COMPILE_FAILED, "the build artifact exceeds the limit of %lld bytes",
+                   (long long)p->cfg.artifact_bytes);
+    } else if (why == CF_STATUS_SUCCESS) {
+        set_reason(res, CF_STATUS_COMPILE_FAILED, "the compiler reported success but produced no program");
+    } else if (cres->signal) {
+        set_reason(res, CF_STATUS_COMPILE_FAILED, "the compiler was stopped: %s",
+                   cres->reason ? cres->reason : "killed by a signal");
+    } else {
+        size_t ne = cf_diag_count_errors(res->diagnostics, res->n_diagnostics);
+        char first[600];
+        first_error(res->diagnostics, res->n_diagnostics, first, sizeof(first));
+        if (ne && first[0])
+            set_reason(res, CF_STATUS_COMPILE_FAILED, "compilation failed with %zu error%s; first: %s", ne,
+                       ne == 1 ? "" : "s", first);
+        else
+            set_reason(res, CF_STATUS_COMPILE_FAILED, "compilation failed (%s)",
+                       cres->reason ? cres->reason : "compiler exited non-zero");
+    }
+}
+
+/* A failed compile into res: counted, its reason, a note when the
+ * compiler's output was cut, and the raw output when nothing could be
+ * made of it (moved out of cres). */
+static void compile_failed(cf_pipeline *p, const build *plan, const cf_policy *cp, bool budget_cut, cf_result *cres,
+                           const cf_exec_take *take, cf_result *res)
+{
+    pthread_mutex_lock(&p->lock);
+    p->stats.compile_failures++;
+    pthread_mutex_unlock(&p->lock);
+    res->status = CF_STATUS_COMPILE_FAILED;
+    compile_failure_reason(p, cres, take, cp, budget_cut, res);
+    if (cres->stdout_truncated || cres->stderr_truncated) {
+        /* Say the list may be incomplete. */
+        cf_diagnostic *v = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*v));
+        if (v) {
+            res->diagnostics = v;
+            memset(&v[res->n_diagnostics], 0, sizeof(*v));
+            cf_str_set(&v[res->n_diagnostics].level, "note");
+            cf_str_set(&v[res->n_diagnostics].message,
+                       "the compiler's output was cut at the compile output limit: diagnostics may be missing");
+            res->n_diagnostics++;
+        }
+    }
+    /* The raw output when nothing could be made of it. */
+    if (res->n_diagnostics == 0) {
+        res->stderr_data = plan->diag_stdout ? cres->stdout_data : cres->stderr_data;
+        res->stderr_truncated = plan->diag_stdout ? cres->stdout_truncated : cres->stderr_truncated;
+        if (plan->diag_stdout)
+            cres->stdout_data = (cf_bytes){0};
+        else
+            cres->stderr_data = (cf_bytes){0};
+    }
+}
+
+/* A new build into the cache under key, logged. */
+static void compile_cache_store(cf_pipeline *p, const cf_request *req, const char *key, const artifact *art,
+                                const cf_result *res)
+{
+    cache_put(p, key, &art->data, res->diagnostics, res->n_diagnostics, &res->compile);
+    cf_pipeline_stats st;
+    cf_pipeline_stats_get(p, &st);
+    cf_log_info(LOG_SUB,
+                "request %s: compile cache miss, built (%s in %" PRId64 " ms; %" PRIu64 " hits, %" PRIu64
+                " misses, %" PRIu64 " builds in %" PRIu64 " bytes, %" PRIu64 " evicted)",
+                req->id, cf_language_name(req->language), res->compile.wall_time_us / 1000, st.cache_hits,
+                st.cache_misses, st.cache_entries, st.cache_bytes, st.cache_evictions);
+}
+
+/* Builds (or finds in the cache) the program.  Returns 0 with *ok set when
+ * there is an artifact; 0 with res filled (compile_failed, rejected) when
+ * not; -1 when the backend broke. */
+static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char *profile, const cf_exec_ctx *ctx,
+                                const cf_request *req, const cf_bytes *source, int64_t budget_us, build *planp,
+                                artifact *art, bool *ok, cf_result *res, cf_error *err)
+{
+    build plan = *planp; /* shallow: the owned strings stay the caller's */
+    if (plan.overflow) {
+        set_reason(res, CF_STATUS_REJECTED, "too many compile flags and source files together (more than %d "
+                                            "compiler arguments)", ARGV_MAX - 1);
+        return 0;
+    }
+    art->name = plan.take;
+    art->run_with = plan.run_with;
+    res->compile.present = true;
+    cf_str_set(&res->meta.toolchain, p->tc[req->language].version);
+
+    char key[CF_DIGEST_HEX];
+    bool keyed = p->cfg.cache_bytes > 0 && build_key(p, profile, b->ops->name, req, source, ctx->files, key) == 0;
+    if (keyed && compile_from_cache(p, req, key, art, res)) {
+        *ok = true;
+        return 0;
+    }
+
+    /* The compile request: the operator's toolchain and flags, the
+     * request's files and source, the compile limits. */
+    const char *src_name = source_name(req->language);
+    for (size_t i = 0; i < req->n_files; i++)
+        if (strcmp(req->files[i].path, src_name) == 0) {
+            set_reason(res, CF_STATUS_REJECTED, "files: '%s' is the program's source file; name it differently",
+                       src_name);
+            return 0;
+        }
+    cf_file *files = compile_files(req, src_name, source);
+    if (!files)
+        return cf_error_set(err, CF_E_NOMEM, "pipeline: out of memory");
+    cf_request creq;
+    compile_request(req, &plan, files, req->n_files + 1, &creq);
+    cf_policy *cp = &creq.policy;
+    bool budget_cut = compile_policy(p, b, ctx, req, budget_us, cp);
+
+    cf_exec_take take = {.name = plan.take, .max = (size_t)p->cfg.artifact_bytes};
+    cf_exec_ctx cctx;
+    cf_exec_files ws_ro;
+    compile_ctx(ctx, &take, &ws_ro, &cctx);
+
+    cf_result cres;
+    memset(&cres, 0, sizeof(cres));
+    int rc = b->ops->execute(b->state, &cctx, &creq, &cres, err);
+    free(files);
+    if (compile_ran(p, req, rc, &cres, &take, err) < 0)
+        return -1;
+    compile_note_run(res, &cres);
 
     if (cres.status == CF_STATUS_REJECTED) {
         set_reason(res, CF_STATUS_REJECTED, "compile step: %s", cres.reason ? cres.reason : "rejected");
@@ -1089,90 +1246,22 @@ static int compile_step_planned(cf_pipeline *p, const cf_backend *b, const char 
         return 0;
     }
     const cf_bytes *diag_text = plan.diag_stdout ? &cres.stdout_data : &cres.stderr_data;
-    bool own_root = b->caps.isolation &&
-                    (strcmp(b->caps.isolation, "sandbox") == 0 || strcmp(b->caps.isolation, "container") == 0);
-    cf_diag_opts dopts = {.strip_prefix = own_root ? "/work" : NULL,
-                          .max_diagnostics = MAX_DIAGNOSTICS};
-    cf_error derr;
-    cf_error_clear(&derr);
-    if (cf_diag_parse(plan.diag, (const char *)diag_text->data, diag_text->len, &dopts, &res->diagnostics,
-                      &res->n_diagnostics, &derr) < 0) {
+    if (compile_diagnostics(b, &plan, diag_text, res, err) < 0) {
         cf_result_clear(&cres);
         free(take.data.data);
-        return cf_error_set(err, CF_E_NOMEM, "pipeline: diagnostics: %s", derr.msg);
+        return -1;
     }
-    char d[32];
-    cf_status why = cres.status;
-    bool built = why == CF_STATUS_SUCCESS && take.data.data && !take.too_big;
+    bool built = cres.status == CF_STATUS_SUCCESS && take.data.data && !take.too_big;
     if (!built) {
-        pthread_mutex_lock(&p->lock);
-        p->stats.compile_failures++;
-        pthread_mutex_unlock(&p->lock);
-        res->status = CF_STATUS_COMPILE_FAILED;
-        if (why == CF_STATUS_TIMEOUT) {
-            cf_format_duration(cp->timeout_us, d, sizeof(d));
-            set_reason(res, CF_STATUS_COMPILE_FAILED, "compilation stopped: compile timeout of %s exceeded%s", d,
-                       budget_cut ? " (what was left of the request's max-timeout)" : "");
-        } else if (why == CF_STATUS_MEMORY_EXCEEDED) {
-            set_reason(res, CF_STATUS_COMPILE_FAILED,
-                       "compilation stopped: the compiler exceeded the compile memory limit of %lld bytes",
-                       (long long)cp->memory_bytes);
-        } else if (why == CF_STATUS_SUCCESS && take.too_big) {
-            set_reason(res, CF_STATUS_COMPILE_FAILED, "the build artifact exceeds the limit of %lld bytes",
-                       (long long)p->cfg.artifact_bytes);
-        } else if (why == CF_STATUS_SUCCESS) {
-            set_reason(res, CF_STATUS_COMPILE_FAILED, "the compiler reported success but produced no program");
-        } else if (cres.signal) {
-            set_reason(res, CF_STATUS_COMPILE_FAILED, "the compiler was stopped: %s",
-                       cres.reason ? cres.reason : "killed by a signal");
-        } else {
-            size_t ne = cf_diag_count_errors(res->diagnostics, res->n_diagnostics);
-            char first[600];
-            first_error(res->diagnostics, res->n_diagnostics, first, sizeof(first));
-            if (ne && first[0])
-                set_reason(res, CF_STATUS_COMPILE_FAILED, "compilation failed with %zu error%s; first: %s", ne,
-                           ne == 1 ? "" : "s", first);
-            else
-                set_reason(res, CF_STATUS_COMPILE_FAILED, "compilation failed (%s)",
-                           cres.reason ? cres.reason : "compiler exited non-zero");
-        }
-        if (cres.stdout_truncated || cres.stderr_truncated) {
-            /* Say the list may be incomplete. */
-            cf_diagnostic *v = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*v));
-            if (v) {
-                res->diagnostics = v;
-                memset(&v[res->n_diagnostics], 0, sizeof(*v));
-                cf_str_set(&v[res->n_diagnostics].level, "note");
-                cf_str_set(&v[res->n_diagnostics].message,
-                           "the compiler's output was cut at the compile output limit: diagnostics may be missing");
-                res->n_diagnostics++;
-            }
-        }
-        /* The raw output when nothing could be made of it. */
-        if (res->n_diagnostics == 0) {
-            res->stderr_data = *diag_text;
-            res->stderr_truncated = plan.diag_stdout ? cres.stdout_truncated : cres.stderr_truncated;
-            if (plan.diag_stdout)
-                cres.stdout_data = (cf_bytes){0};
-            else
-                cres.stderr_data = (cf_bytes){0};
-        }
+        compile_failed(p, &plan, cp, budget_cut, &cres, &take, res);
         cf_result_clear(&cres);
         free(take.data.data);
         return 0;
     }
     cf_result_clear(&cres);
     art->data = take.data;
-    if (keyed) {
-        cache_put(p, key, &art->data, res->diagnostics, res->n_diagnostics, &res->compile);
-        cf_pipeline_stats st;
-        cf_pipeline_stats_get(p, &st);
-        cf_log_info(LOG_SUB,
-                    "request %s: compile cache miss, built (%s in %" PRId64 " ms; %" PRIu64 " hits, %" PRIu64
-                    " misses, %" PRIu64 " builds in %" PRIu64 " bytes, %" PRIu64 " evicted)",
-                    req->id, cf_language_name(req->language), res->compile.wall_time_us / 1000, st.cache_hits,
-                    st.cache_misses, st.cache_entries, st.cache_bytes, st.cache_evictions);
-    }
+    if (keyed)
+        compile_cache_store(p, req, key, art, res);
     *ok = true;
     return 0;
 }
@@ -1321,13 +1410,6 @@ static void steal_into_case(cf_result *r, cf_case_result *c)
 }
 
 /* Which collected files the request asked for. */
-static bool collect_match(const cf_request *req, const char *path);
-
-static bool collect_want(const char *path, void *arg)
-{
-    return collect_match(arg, path);
-}
-
 static bool collect_match(const cf_request *req, const char *path)
 {
     for (size_t i = 0; i < req->n_collect; i++) {
@@ -1339,6 +1421,13 @@ static bool collect_match(const cf_request *req, const char *path)
             return true;
     }
     return false;
+}
+
+/* The workdir scan's filter (cf_exec_files.collect_want): unwanted files
+ * are not read. */
+static bool collect_want(const char *path, void *arg)
+{
+    return collect_match(arg, path);
 }
 
 static void collect_into(const cf_pipeline *p, const cf_request *req, const cf_exec_files *f, cf_result *res)
@@ -1475,6 +1564,233 @@ static int check_request(const cf_pipeline *p, const cf_exec_ctx *ctx, const cf_
     return -1;
 }
 
+/* What the build said (warnings, compile info, toolchain), kept out of
+ * the result while the program runs. */
+typedef struct build_said {
+    cf_diagnostic *diags;
+    size_t n_diags;
+    cf_compile_info info;
+    char *tc_version;
+} build_said;
+
+/* Moves what the build said out of res (the runs clear it). */
+static void build_said_keep(cf_result *res, build_said *bs)
+{
+    bs->diags = res->diagnostics;
+    bs->n_diags = res->n_diagnostics;
+    res->diagnostics = NULL;
+    res->n_diagnostics = 0;
+    bs->info = res->compile;
+    bs->tc_version = res->meta.toolchain;
+    res->meta.toolchain = NULL;
+}
+
+/* Puts what the build said back into res: build diagnostics first, then
+ * whatever the run added; and the request's language. */
+static void build_said_merge(cf_result *res, build_said *bs, const cf_request *req)
+{
+    if (bs->n_diags) {
+        cf_diagnostic *v = realloc(bs->diags, (bs->n_diags + res->n_diagnostics) * sizeof(*v));
+        if (v) {
+            if (res->n_diagnostics)
+                memcpy(v + bs->n_diags, res->diagnostics, res->n_diagnostics * sizeof(*v));
+            free(res->diagnostics);
+            res->diagnostics = v;
+            res->n_diagnostics += bs->n_diags;
+        } else {
+            cf_diagnostics_free(bs->diags, bs->n_diags);
+        }
+    }
+    res->compile = bs->info;
+    if (bs->tc_version) {
+        free(res->meta.toolchain);
+        res->meta.toolchain = bs->tc_version;
+    }
+    free(res->meta.language);
+    res->meta.language = cf_strdup(cf_language_name(req->language));
+}
+
+/* The request's time for its compile and runs together (0: none): the
+ * worker's max-total, narrowed by the tenant's profile. */
+static int64_t request_total_us(const cf_pipeline *p, const cf_exec_ctx *ctx)
+{
+    int64_t total_us = p ? p->cfg.max_total_us : 0;
+    if (ctx->profile_max_timeout_us > 0 && (total_us == 0 || ctx->profile_max_timeout_us < total_us))
+        total_us = ctx->profile_max_timeout_us;
+    return total_us;
+}
+
+/* The collection of a run that collects on its own account: ctx's
+ * placement (workspace_ro), only the files the request wants read. */
+static void collect_setup(const cf_pipeline *p, const cf_exec_ctx *ctx, const cf_request *req, cf_exec_files *local)
+{
+    if (ctx->files)
+        *local = *ctx->files; /* its placement (workspace_ro), our collection */
+    local->collect = true;
+    local->collect_want = collect_want; /* unwanted files are not read */
+    local->collect_want_arg = (void *)req;
+    local->max_files = 10000;
+    local->max_bytes = p->cfg.collect_scan_bytes > 0 ? (size_t)p->cfg.collect_scan_bytes : 0;
+    local->collected = NULL;
+    local->n_collected = 0;
+    local->collect_error = NULL;
+}
+
+/* A request without cases: one run within what is left of its time, then
+ * the harness's answer and the files it asked for. */
+static int run_single(cf_pipeline *p, const cf_backend *b, const cf_exec_ctx *ctx, const cf_request *req,
+                      const cf_exec_program *progp, int64_t deadline_us, int64_t total_us, cf_result *res,
+                      cf_error *err)
+{
+    cf_exec_ctx rctx = *ctx;
+    cf_exec_files local;
+    memset(&local, 0, sizeof(local));
+    if (req->n_collect && !(ctx->files && ctx->files->collect)) {
+        collect_setup(p, ctx, req, &local);
+        rctx.files = &local;
+    }
+    cf_result_clear(res);
+    int64_t left_us = deadline_us ? deadline_us - cf_mono_us() : 0;
+    if (deadline_us && left_us <= 0) {
+        char d[32];
+        cf_format_duration(total_us, d, sizeof(d));
+        res->status = CF_STATUS_TIMEOUT;
+        cf_result_set_reason(res, "the compile step used up the request's time (max-timeout %s)", d);
+        return 0;
+    }
+    int rc = run_once(b, &rctx, req, NULL, progp, left_us, res, err);
+    if (rc == 0 && req->harness == CF_HARNESS_FUNCTION && res->status != CF_STATUS_REJECTED)
+        harness_outcome(res);
+    if (rc == 0 && req->n_collect && res->status != CF_STATUS_REJECTED)
+        collect_into(p, req, rctx.files, res);
+    if (rctx.files == &local) {
+        cf_workdir_files_free(local.collected, local.n_collected);
+        free(local.collect_error);
+    }
+    return rc;
+}
+
+/* How the cases went so far. */
+typedef struct case_tally {
+    size_t failed_at, mismatches, not_ok, output_used;
+    bool stopped, budget_spent;
+} case_tally;
+
+/* Case i's result r moved into res: who ran it (the first case), its
+ * verdict, its share of the output budget, the totals.  Returns whether
+ * the case did not pass. */
+static bool case_record(cf_result *res, const cf_request *req, size_t i, cf_result *r, case_tally *t)
+{
+    if (i == 0) {
+        /* Who ran it (the same backend for every case). */
+        res->meta.backend = r->meta.backend;
+        res->meta.isolation = r->meta.isolation;
+        free(res->meta.sandbox);
+        res->meta.sandbox = r->meta.sandbox;
+        r->meta.backend = r->meta.isolation = r->meta.sandbox = NULL;
+    }
+    cf_case_result *c = &res->cases[i];
+    steal_into_case(r, c);
+    if (req->cases[i].name)
+        cf_str_set(&c->name, req->cases[i].name);
+    /* The verdict is on the whole stdout the program was allowed:
+     * before any cut below, and a stdout cut at its own cap is
+     * not the expected one (the rest is unknown). */
+    if (req->cases[i].has_expect && c->status == CF_STATUS_SUCCESS)
+        c->match = !c->stdout_truncated && stdout_matches(&c->stdout_data, &req->cases[i].expect_stdout) ? 1 : -1;
+    keep_case_within(c, &t->output_used);
+    res->n_cases = i + 1;
+    res->wall_time_us += c->wall_time_us;
+    res->cpu_time_us += c->cpu_time_us;
+    if (c->peak_memory_bytes > res->peak_memory_bytes)
+        res->peak_memory_bytes = c->peak_memory_bytes;
+    bool bad = c->status != CF_STATUS_SUCCESS || c->match < 0;
+    if (c->match < 0)
+        t->mismatches++;
+    if (bad && t->not_ok++ == 0)
+        t->failed_at = i;
+    return bad;
+}
+
+/* The request's status and reason from its cases: the first that did not
+ * pass, and whether the time ran out before the last. */
+static void cases_verdict(cf_result *res, const cf_request *req, const case_tally *t, int64_t total_us)
+{
+    if (t->not_ok == 0) {
+        res->status = CF_STATUS_SUCCESS;
+    } else {
+        const cf_case_result *c = &res->cases[t->failed_at];
+        /* A rejected case (its arguments) rejects nothing else:
+         * the request ran; it failed. */
+        res->status = c->status == CF_STATUS_SUCCESS || c->status == CF_STATUS_REJECTED ? CF_STATUS_FAILED
+                                                                                           : c->status;
+        char label[160] = "";
+        if (c->name)
+            snprintf(label, sizeof(label), " (%.120s)", c->name);
+        cf_result_set_reason(res, "%zu of %zu case%s did not pass (%zu stdout mismatch%s); first: case %zu%s: %s%s",
+                             t->not_ok, res->n_cases, res->n_cases == 1 ? "" : "s", t->mismatches,
+                             t->mismatches == 1 ? "" : "es", t->failed_at + 1, label,
+                             c->match < 0 && c->status == CF_STATUS_SUCCESS ? "stdout does not match"
+                                                                            : (c->reason ? c->reason : cf_status_name(c->status)),
+                             t->stopped ? "; stopped there (stop_on_failure)" : "");
+    }
+    if (t->budget_spent) {
+        char d[32], why[900];
+        cf_format_duration(total_us, d, sizeof(d));
+        snprintf(why, sizeof(why), "%s%sran %zu of %zu cases: the request's time (max-timeout %s for the "
+                                   "compile and all cases) was used up",
+                 res->reason ? res->reason : "", res->reason ? "; " : "", res->n_cases, req->n_cases, d);
+        if (t->not_ok == 0)
+            res->status = CF_STATUS_TIMEOUT;
+        cf_result_set_reason(res, "%s", why);
+    }
+}
+
+/* A request with cases: one run per case, each in what is left of the
+ * request's time, until the last, a failure (stop_on_failure) or a
+ * cancel. */
+static int run_cases(const cf_backend *b, const cf_exec_ctx *ctx, const cf_request *req, const cf_exec_program *progp,
+                     int64_t deadline_us, int64_t total_us, cf_result *res, cf_error *err)
+{
+    cf_result_clear(res);
+    res->cases = calloc(req->n_cases, sizeof(*res->cases));
+    if (!res->cases)
+        return cf_error_set(err, CF_E_NOMEM, "pipeline: out of memory");
+    int rc = 0;
+    case_tally t = {0};
+    for (size_t i = 0; i < req->n_cases; i++) {
+        cf_result r;
+        memset(&r, 0, sizeof(r));
+        int64_t left_us = deadline_us ? deadline_us - cf_mono_us() : 0;
+        if (deadline_us && left_us <= 0) {
+            t.budget_spent = true;
+            break;
+        }
+        if (run_once(b, ctx, req, &req->cases[i], progp, left_us, &r, err) < 0) {
+            cf_result_clear(&r);
+            rc = -1;
+            break;
+        }
+        if (req->harness == CF_HARNESS_FUNCTION && r.status != CF_STATUS_REJECTED)
+            harness_outcome(&r);
+        bool bad = case_record(res, req, i, &r, &t);
+        cf_result_clear(&r);
+        if (bad && req->stop_on_failure && i + 1 < req->n_cases) {
+            t.stopped = true;
+            break;
+        }
+        if (ctx->cancel && __atomic_load_n(ctx->cancel, __ATOMIC_RELAXED)) {
+            rc = cf_error_set(err, CF_E_TIMEOUT, "pipeline: cancelled between cases");
+            if (err)
+                err->retriable = true;
+            break;
+        }
+    }
+    if (rc == 0)
+        cases_verdict(res, req, &t, total_us);
+    return rc;
+}
+
 int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile, const cf_exec_ctx *ctx,
                         const cf_request *req, cf_result *res, cf_error *err)
 {
@@ -1504,9 +1820,7 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
     }
     /* A request's compile and runs together stay within max-timeout:
      * whoever waits for a duplicate to finish counts on that. */
-    int64_t total_us = p ? p->cfg.max_total_us : 0;
-    if (ctx->profile_max_timeout_us > 0 && (total_us == 0 || ctx->profile_max_timeout_us < total_us))
-        total_us = ctx->profile_max_timeout_us;
+    int64_t total_us = request_total_us(p, ctx);
     int64_t deadline_us = total_us > 0 ? cf_mono_us() + total_us : 0;
     if (cf_language_compiled(req->language)) {
         bool ok;
@@ -1527,169 +1841,13 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
     }
 
     /* Keep what the build said (warnings, compile info) across the run. */
-    cf_diagnostic *build_diags = res->diagnostics;
-    size_t n_build_diags = res->n_diagnostics;
-    res->diagnostics = NULL;
-    res->n_diagnostics = 0;
-    cf_compile_info cinfo = res->compile;
-    char *tc_version = res->meta.toolchain;
-    res->meta.toolchain = NULL;
-
-    if (req->n_cases == 0) {
-        cf_exec_ctx rctx = *ctx;
-        cf_exec_files local;
-        memset(&local, 0, sizeof(local));
-        if (req->n_collect && !(ctx->files && ctx->files->collect)) {
-            if (ctx->files)
-                local = *ctx->files; /* its placement (workspace_ro), our collection */
-            local.collect = true;
-            local.collect_want = collect_want; /* unwanted files are not read */
-            local.collect_want_arg = (void *)req;
-            local.max_files = 10000;
-            local.max_bytes = p->cfg.collect_scan_bytes > 0 ? (size_t)p->cfg.collect_scan_bytes : 0;
-            local.collected = NULL;
-            local.n_collected = 0;
-            local.collect_error = NULL;
-            rctx.files = &local;
-        }
-        cf_result_clear(res);
-        int64_t left_us = deadline_us ? deadline_us - cf_mono_us() : 0;
-        if (deadline_us && left_us <= 0) {
-            char d[32];
-            cf_format_duration(total_us, d, sizeof(d));
-            res->status = CF_STATUS_TIMEOUT;
-            cf_result_set_reason(res, "the compile step used up the request's time (max-timeout %s)", d);
-            rc = 0;
-            goto merged;
-        }
-        rc = run_once(b, &rctx, req, NULL, progp, left_us, res, err);
-        if (rc == 0 && req->harness == CF_HARNESS_FUNCTION && res->status != CF_STATUS_REJECTED)
-            harness_outcome(res);
-        if (rc == 0 && req->n_collect && res->status != CF_STATUS_REJECTED)
-            collect_into(p, req, rctx.files, res);
-        if (rctx.files == &local) {
-            cf_workdir_files_free(local.collected, local.n_collected);
-            free(local.collect_error);
-        }
-    } else {
-        cf_result_clear(res);
-        res->cases = calloc(req->n_cases, sizeof(*res->cases));
-        if (!res->cases) {
-            rc = cf_error_set(err, CF_E_NOMEM, "pipeline: out of memory");
-            goto merged;
-        }
-        rc = 0;
-        size_t failed_at = 0, mismatches = 0, not_ok = 0, case_output_used = 0;
-        bool stopped = false, budget_spent = false;
-        for (size_t i = 0; i < req->n_cases; i++) {
-            cf_result r;
-            memset(&r, 0, sizeof(r));
-            int64_t left_us = deadline_us ? deadline_us - cf_mono_us() : 0;
-            if (deadline_us && left_us <= 0) {
-                budget_spent = true;
-                break;
-            }
-            if (run_once(b, ctx, req, &req->cases[i], progp, left_us, &r, err) < 0) {
-                cf_result_clear(&r);
-                rc = -1;
-                break;
-            }
-            if (req->harness == CF_HARNESS_FUNCTION && r.status != CF_STATUS_REJECTED)
-                harness_outcome(&r);
-            if (i == 0) {
-                /* Who ran it (the same backend for every case). */
-                res->meta.backend = r.meta.backend;
-                res->meta.isolation = r.meta.isolation;
-                free(res->meta.sandbox);
-                res->meta.sandbox = r.meta.sandbox;
-                r.meta.backend = r.meta.isolation = r.meta.sandbox = NULL;
-            }
-            cf_case_result *c = &res->cases[i];
-            steal_into_case(&r, c);
-            if (req->cases[i].name)
-                cf_str_set(&c->name, req->cases[i].name);
-            /* The verdict is on the whole stdout the program was allowed:
-             * before any cut below, and a stdout cut at its own cap is
-             * not the expected one (the rest is unknown). */
-            if (req->cases[i].has_expect && c->status == CF_STATUS_SUCCESS)
-                c->match = !c->stdout_truncated && stdout_matches(&c->stdout_data, &req->cases[i].expect_stdout)
-                               ? 1
-                               : -1;
-            keep_case_within(c, &case_output_used);
-            res->n_cases = i + 1;
-            res->wall_time_us += c->wall_time_us;
-            res->cpu_time_us += c->cpu_time_us;
-            if (c->peak_memory_bytes > res->peak_memory_bytes)
-                res->peak_memory_bytes = c->peak_memory_bytes;
-            bool bad = c->status != CF_STATUS_SUCCESS || c->match < 0;
-            if (c->match < 0)
-                mismatches++;
-            if (bad && not_ok++ == 0)
-                failed_at = i;
-            cf_result_clear(&r);
-            if (bad && req->stop_on_failure && i + 1 < req->n_cases) {
-                stopped = true;
-                break;
-            }
-            if (ctx->cancel && __atomic_load_n(ctx->cancel, __ATOMIC_RELAXED)) {
-                rc = cf_error_set(err, CF_E_TIMEOUT, "pipeline: cancelled between cases");
-                if (err)
-                    err->retriable = true;
-                break;
-            }
-        }
-        if (rc == 0) {
-            if (not_ok == 0) {
-                res->status = CF_STATUS_SUCCESS;
-            } else {
-                const cf_case_result *c = &res->cases[failed_at];
-                /* A rejected case (its arguments) rejects nothing else:
-                 * the request ran; it failed. */
-                res->status = c->status == CF_STATUS_SUCCESS || c->status == CF_STATUS_REJECTED ? CF_STATUS_FAILED
-                                                                                                   : c->status;
-                char label[160] = "";
-                if (c->name)
-                    snprintf(label, sizeof(label), " (%.120s)", c->name);
-                cf_result_set_reason(res, "%zu of %zu case%s did not pass (%zu stdout mismatch%s); first: case %zu%s: %s%s",
-                                     not_ok, res->n_cases, res->n_cases == 1 ? "" : "s", mismatches,
-                                     mismatches == 1 ? "" : "es", failed_at + 1, label,
-                                     c->match < 0 && c->status == CF_STATUS_SUCCESS ? "stdout does not match"
-                                                                                    : (c->reason ? c->reason : cf_status_name(c->status)),
-                                     stopped ? "; stopped there (stop_on_failure)" : "");
-            }
-            if (budget_spent) {
-                char d[32], why[900];
-                cf_format_duration(total_us, d, sizeof(d));
-                snprintf(why, sizeof(why), "%s%sran %zu of %zu cases: the request's time (max-timeout %s for the "
-                                           "compile and all cases) was used up",
-                         res->reason ? res->reason : "", res->reason ? "; " : "", res->n_cases, req->n_cases, d);
-                if (not_ok == 0)
-                    res->status = CF_STATUS_TIMEOUT;
-                cf_result_set_reason(res, "%s", why);
-            }
-        }
-    }
-merged:
-    /* Build diagnostics first, then whatever the run added. */
-    if (n_build_diags) {
-        cf_diagnostic *v = realloc(build_diags, (n_build_diags + res->n_diagnostics) * sizeof(*v));
-        if (v) {
-            if (res->n_diagnostics)
-                memcpy(v + n_build_diags, res->diagnostics, res->n_diagnostics * sizeof(*v));
-            free(res->diagnostics);
-            res->diagnostics = v;
-            res->n_diagnostics += n_build_diags;
-        } else {
-            cf_diagnostics_free(build_diags, n_build_diags);
-        }
-    }
-    res->compile = cinfo;
-    if (tc_version) {
-        free(res->meta.toolchain);
-        res->meta.toolchain = tc_version;
-    }
-    free(res->meta.language);
-    res->meta.language = cf_strdup(cf_language_name(req->language));
+    build_said said;
+    build_said_keep(res, &said);
+    if (req->n_cases == 0)
+        rc = run_single(p, b, ctx, req, progp, deadline_us, total_us, res, err);
+    else
+        rc = run_cases(b, ctx, req, progp, deadline_us, total_us, res, err);
+    build_said_merge(res, &said, req);
 out:
     free(art.data.data);
     free(harnessed.data);

@@ -220,13 +220,15 @@ typedef struct sb_state {
     bool zygote_exec;     /* zygotes also start non-Python programs */
 } sb_state;
 
-/* The runner's cpu_usage_us hook: CPU of the slot's cgroup since this
- * execution started (the cgroup is reused, its count is cumulative). */
+/* sb_cpu_used's argument: the slot's cgroup and its CPU count when the
+ * execution started. */
 typedef struct sb_cpu {
     cf_cgroup *cg;
     int64_t before;
 } sb_cpu;
 
+/* The runner's cpu_usage_us hook: CPU of the slot's cgroup since this
+ * execution started (the cgroup is reused, its count is cumulative). */
 static int64_t sb_cpu_used(pid_t pid, void *arg)
 {
     (void)pid;
@@ -408,16 +410,10 @@ static int zygotes_start(sb_state *st, const cf_backend_config *cfg, const sb_se
     return 0;
 }
 
-static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err)
+/* The slot count, run uids and default limits, from the worker's
+ * configuration. */
+static void sb_limits(sb_state *st, const cf_backend_config *cfg)
 {
-    *state = NULL;
-    sb_state *st = calloc(1, sizeof(*st));
-    if (!st)
-        return cf_error_set(err, CF_E_NOMEM, "sandbox: out of memory");
-    st->zygote_fd = -1;
-    const sb_settings *ss = cf_backend_settings_of(cfg, &cf_sandbox_settings);
-    if (cf_exec_base_init(&st->base, "sandbox", cfg, err) < 0)
-        goto fail;
     st->base.exec_where = " inside the sandbox";
     st->slots = cfg->slots > 0 ? cfg->slots : 1;
     st->uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
@@ -427,113 +423,106 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     st->work_bytes = or_default(cfg->sandbox_work_bytes, DEFAULT_WORK);
     st->inodes = or_default(cfg->sandbox_inodes, DEFAULT_INODES);
     st->toolchain_dirs = cfg->toolchain_dirs;
-    if (st->uid_base + st->slots > INT32_MAX) {
-        cf_error_set(err, CF_E_INVALID, "sandbox: run_uid_base %lld too large", (long long)st->uid_base);
-        goto fail;
-    }
-    if (geteuid() != 0) {
-        /* uid maps to other uids and the per-execution tmpfs need root. */
-        cf_error_set(err, CF_E_UNSUPPORTED, "sandbox: the worker must run as root to use this backend");
-        goto fail;
-    }
-    if (!realpath(st->base.work_root, st->real_root)) {
-        cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: work_root '%s'", st->base.work_root);
-        goto fail;
-    }
-    /* The child opens its work directories as the slot's run uid: every
-     * directory down to the work root must let that uid pass. */
-    {
-        char walk[PATH_MAX];
-        cf_strlcpy(walk, st->real_root, sizeof(walk));
-        uid_t first = (uid_t)(cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE);
-        for (;;) {
-            struct stat sb;
-            if (stat(walk, &sb) < 0 || !run_uid_may(&sb, first, 1)) {
-                cf_error_set(err, CF_E_INVALID,
-                             "sandbox: work_root '%s': '%s' does not let the run uids through (needs o+x, e.g. mode "
-                             "0711)",
-                             st->real_root, walk);
-                goto fail;
-            }
-            char *slash = strrchr(walk, '/');
-            if (!slash || walk[1] == '\0')
-                break; /* "/" checked */
-            slash[slash == walk ? 1 : 0] = '\0';
-        }
-    }
+}
 
-    /* What this host allows, tried for real. */
-    cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
-                              .cpuacct = true};
-    if (cf_sandbox_probe_run(&cgo, &st->probe, err) < 0)
-        goto fail;
-    char matrix[1024];
-    cf_sandbox_probe_describe(&st->probe, matrix, sizeof(matrix));
+/* The canonical work root, every directory down to it passable by the
+ * run uids: the child opens its work directories as the slot's run uid. */
+static int sb_check_work_root(sb_state *st, const cf_backend_config *cfg, cf_error *err)
+{
+    if (!realpath(st->base.work_root, st->real_root))
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: work_root '%s'", st->base.work_root);
+    char walk[PATH_MAX];
+    cf_strlcpy(walk, st->real_root, sizeof(walk));
+    uid_t first = (uid_t)(cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE);
+    for (;;) {
+        struct stat sb;
+        if (stat(walk, &sb) < 0 || !run_uid_may(&sb, first, 1))
+            return cf_error_set(err, CF_E_INVALID,
+                                "sandbox: work_root '%s': '%s' does not let the run uids through (needs o+x, e.g. "
+                                "mode 0711)",
+                                st->real_root, walk);
+        char *slash = strrchr(walk, '/');
+        if (!slash || walk[1] == '\0')
+            return 0; /* "/" checked */
+        slash[slash == walk ? 1 : 0] = '\0';
+    }
+}
+
+/* What this host allows, tried for real; matrix gets the probe's report
+ * (a line per item).  Without every namespace and seccomp the backend is
+ * not offered. */
+static int sb_probe(sb_state *st, const cf_cgroup_env_opts *cgo, char *matrix, size_t msize, cf_error *err)
+{
+    if (cf_sandbox_probe_run(cgo, &st->probe, err) < 0)
+        return -1;
+    cf_sandbox_probe_describe(&st->probe, matrix, msize);
     if (!st->probe.userns || !st->probe.pidns || !st->probe.mountns || !st->probe.netns || !st->probe.ipcns ||
         !st->probe.utsns || !st->probe.seccomp) {
         for (char *p = matrix; *p; p++)
             if (*p == '\n')
                 *p = ';';
-        cf_error_set(err, CF_E_UNSUPPORTED, "sandbox: this host cannot isolate executions (%s)", matrix);
-        goto fail;
+        return cf_error_set(err, CF_E_UNSUPPORTED, "sandbox: this host cannot isolate executions (%s)", matrix);
     }
-    if (cf_seccomp_prog_new(NULL, &st->seccomp, err) < 0)
-        goto fail;
+    return 0;
+}
+
+/* The cgroup environment when the probe found one; none is a failure
+ * only under sandbox-require-cgroups. */
+static int sb_cgroups(sb_state *st, const sb_settings *ss, const cf_cgroup_env_opts *cgo, cf_error *err)
+{
     cf_error cgerr;
     cf_error_clear(&cgerr);
     if (st->probe.cgroup_version != 0) {
-        if (cf_cgroup_env_new(&cgo, &st->cgenv, &cgerr) < 0)
+        if (cf_cgroup_env_new(cgo, &st->cgenv, &cgerr) < 0)
             st->cgenv = NULL; /* the probe said yes a moment ago; caps follow reality */
     }
     if (!st->cgenv && ss->require_cgroups) {
         /* INVALID, not UNSUPPORTED: the worker stops rather than start without the sandbox. */
-        cf_error_set(err, CF_E_INVALID, "sandbox: no usable cgroups (%s) and sandbox-require-cgroups is set",
-                     cgerr.msg[0] ? cgerr.msg : st->probe.cgroup_note[0] ? st->probe.cgroup_note : "none found");
-        goto fail;
+        return cf_error_set(err, CF_E_INVALID, "sandbox: no usable cgroups (%s) and sandbox-require-cgroups is set",
+                            cgerr.msg[0] ? cgerr.msg : st->probe.cgroup_note[0] ? st->probe.cgroup_note : "none found");
     }
+    return 0;
+}
 
-    int swept_dirs = 0, swept_cgroups = 0;
-    sweep(st, &swept_dirs, &swept_cgroups);
-
-    /* This instance's directory, a private mount so the per-execution
-     * tmpfs mounts below it never propagate to other namespaces. */
+/* This instance's directory, a private mount so the per-execution tmpfs
+ * mounts below it never propagate to other namespaces. */
+static int sb_make_inst(sb_state *st, cf_error *err)
+{
     snprintf(st->tag, sizeof(st->tag), SB_PREFIX "%d.%d", (int)getpid(), atomic_fetch_add(&instance_counter, 1));
     if (snprintf(st->inst, sizeof(st->inst), "%s/%s", st->real_root, st->tag) >= (int)sizeof(st->inst)) {
         st->inst[0] = '\0';
-        cf_error_set(err, CF_E_LIMIT, "sandbox: work_root path too long");
-        goto fail;
+        return cf_error_set(err, CF_E_LIMIT, "sandbox: work_root path too long");
     }
     if (mkdir(st->inst, 0711) < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: mkdir %s", st->inst);
         st->inst[0] = '\0';
-        goto fail;
+        return -1;
     }
     if (mount(st->inst, st->inst, NULL, MS_BIND, NULL) == 0) {
         st->inst_bound = true;
         (void)mount(NULL, st->inst, NULL, MS_PRIVATE, NULL);
     }
+    return 0;
+}
+
+/* The slots and the path of each one's per-execution tmpfs. */
+static int sb_make_slots(sb_state *st, cf_error *err)
+{
     st->slot = calloc((size_t)st->slots, sizeof(*st->slot));
-    if (!st->slot) {
-        cf_error_set(err, CF_E_NOMEM, "sandbox: out of memory");
-        goto fail;
-    }
+    if (!st->slot)
+        return cf_error_set(err, CF_E_NOMEM, "sandbox: out of memory");
     for (int i = 0; i < st->slots; i++) {
         int n = snprintf(st->slot[i].mnt, sizeof(st->slot[i].mnt), "%.4000s/s%d", st->inst, i);
-        if (n < 0 || (size_t)n >= sizeof(st->slot[i].mnt)) {
-            cf_error_set(err, CF_E_LIMIT, "sandbox: work_root path too long");
-            goto fail;
-        }
+        if (n < 0 || (size_t)n >= sizeof(st->slot[i].mnt))
+            return cf_error_set(err, CF_E_LIMIT, "sandbox: work_root path too long");
     }
-    /* network=enabled: an own network namespace behind slirp4netns, never
-     * the host's.  Without slirp4netns or /dev/net/tun it is not offered. */
-    char netwhy[200] = "";
-    size_t n_host = 0;
-    if (cf_net_offer_check(cfg->slirp4netns_path, st->inst, netwhy, sizeof(netwhy), &n_host, st->resolv,
-                           sizeof(st->resolv), err) < 0)
-        goto fail;
-    if (!netwhy[0])
-        cf_strlcpy(st->slirp, cfg->slirp4netns_path, sizeof(st->slirp));
+    return 0;
+}
 
+/* What the backend offers; memory and processes only with cgroups (the
+ * note says which). */
+static void sb_fill_caps(sb_state *st, cf_backend_caps *caps)
+{
     memset(caps, 0, sizeof(*caps));
     caps->isolation = "sandbox";
     caps->languages = st->base.languages;
@@ -554,6 +543,12 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                                      "for them are rejected and other executions run without a memory cap",
                           st->probe.cgroup_note[0] ? st->probe.cgroup_note : "unusable");
     }
+}
+
+/* How executions are measured (cpu_time, peak memory: from the cgroup
+ * where it counts them), set and noted. */
+static void sb_measures(sb_state *st)
+{
     if (st->cgenv && cf_cgroup_env_version(st->cgenv) == CF_CGROUP_V2)
         cf_exec_notes_add(&st->base, "cgroup join: %s",
                           !cf_cgroup_env_clone_into(st->cgenv)
@@ -575,6 +570,13 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     cf_exec_notes_add(&st->base, "peak_memory = %s",
                       st->cg_peak ? "the cgroup's peak incl. tmpfs/shm and page cache (reset per execution)"
                                   : "the largest process's peak RSS (getrusage; NO per-execution cgroup peak here)");
+}
+
+/* The notes on the init, the network, the run uids, the tmpfs sizes,
+ * warm sandboxes and the sweep. */
+static void sb_note_isolation(sb_state *st, const sb_settings *ss, size_t n_host, const char *netwhy, int swept_dirs,
+                              int swept_cgroups)
+{
     cf_exec_notes_add(&st->base,
                       "pid 1 of the pid namespace is a minimal init (reaps orphans, forwards signals, reports the "
                       "program's own exit or signal); one more process than max_processes is allowed for it");
@@ -597,7 +599,12 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     if (swept_dirs || swept_cgroups)
         cf_exec_notes_add(&st->base, "swept %d stale dir(s) and %d cgroup(s) of dead workers", swept_dirs,
                           swept_cgroups);
-    /* The probe matrix, one line per item joined with " | ". */
+}
+
+/* The probe matrix appended to the notes, one line per item joined with
+ * " | " (matrix is cut into lines in place). */
+static void sb_note_probe(sb_state *st, char *matrix)
+{
     size_t used = strlen(st->base.notes);
     for (char *line = matrix; *line && used + 8 < sizeof(st->base.notes);) {
         char *nl = strchr(line, '\n');
@@ -613,6 +620,56 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
             break;
         line = nl + 1;
     }
+}
+
+static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err)
+{
+    *state = NULL;
+    sb_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return cf_error_set(err, CF_E_NOMEM, "sandbox: out of memory");
+    st->zygote_fd = -1;
+    const sb_settings *ss = cf_backend_settings_of(cfg, &cf_sandbox_settings);
+    if (cf_exec_base_init(&st->base, "sandbox", cfg, err) < 0)
+        goto fail;
+    sb_limits(st, cfg);
+    if (st->uid_base + st->slots > INT32_MAX) {
+        cf_error_set(err, CF_E_INVALID, "sandbox: run_uid_base %lld too large", (long long)st->uid_base);
+        goto fail;
+    }
+    if (geteuid() != 0) {
+        /* uid maps to other uids and the per-execution tmpfs need root. */
+        cf_error_set(err, CF_E_UNSUPPORTED, "sandbox: the worker must run as root to use this backend");
+        goto fail;
+    }
+    if (sb_check_work_root(st, cfg, err) < 0)
+        goto fail;
+
+    cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
+                              .cpuacct = true};
+    char matrix[1024];
+    if (sb_probe(st, &cgo, matrix, sizeof(matrix), err) < 0 || cf_seccomp_prog_new(NULL, &st->seccomp, err) < 0 ||
+        sb_cgroups(st, ss, &cgo, err) < 0)
+        goto fail;
+
+    int swept_dirs = 0, swept_cgroups = 0;
+    sweep(st, &swept_dirs, &swept_cgroups);
+    if (sb_make_inst(st, err) < 0 || sb_make_slots(st, err) < 0)
+        goto fail;
+    /* network=enabled: an own network namespace behind slirp4netns, never
+     * the host's.  Without slirp4netns or /dev/net/tun it is not offered. */
+    char netwhy[200] = "";
+    size_t n_host = 0;
+    if (cf_net_offer_check(cfg->slirp4netns_path, st->inst, netwhy, sizeof(netwhy), &n_host, st->resolv,
+                           sizeof(st->resolv), err) < 0)
+        goto fail;
+    if (!netwhy[0])
+        cf_strlcpy(st->slirp, cfg->slirp4netns_path, sizeof(st->slirp));
+
+    sb_fill_caps(st, caps);
+    sb_measures(st);
+    sb_note_isolation(st, ss, n_host, netwhy, swept_dirs, swept_cgroups);
+    sb_note_probe(st, matrix);
     if (ss->warm) {
         for (int i = 0; i < st->slots; i++)
             if (warm_start(st, &st->slot[i], i, err) < 0)

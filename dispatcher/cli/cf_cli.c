@@ -850,27 +850,52 @@ static int load_request_file(const char *path, cf_request *req, cf_error *err)
     return 0;
 }
 
-static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submit_opts *opts, cf_error *err)
+/* What a group of submit flags returns for an option not in the group
+ * (its own results are 0 or -1). */
+#define FLAG_NOT_OURS 1
+
+/* -l: a language; "js" is JavaScript on the embedded js backend
+ * (QuickJS-ng). */
+static int set_language_flag(const char *v, cf_request *req, cf_cli_submit_opts *opts, cf_error *err)
 {
-    cf_policy *p = &req->policy;
+    if (strcmp(v, "js") == 0) {
+        req->language = CF_LANG_JAVASCRIPT;
+        opts->lang_js = true;
+        return req->backend ? 0 : set_str(&req->backend, "js", err);
+    }
+    if (cf_language_parse(v, &req->language) < 0)
+        return cf_error_set(err, CF_E_INVALID,
+                            "--language: unknown '%s' (command|shell|python|javascript|js|wasm|c|cpp|rust|"
+                            "go|typescript)",
+                            v);
+    return 0;
+}
+
+/* --input: JSON text, carried as msgpack. */
+static int set_input_flag(const char *v, cf_request *req, cf_error *err)
+{
+    json_error_t je;
+    json_t *j = json_loads(v, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    if (!j)
+        return cf_error_set(err, CF_E_INVALID, "--input: invalid JSON: %s", je.text);
+    free(req->input.data);
+    req->input.data = NULL;
+    req->input.len = 0;
+    int rc = cf_json_to_msgpack(j, &req->input, err);
+    json_decref(j);
+    return rc < 0 ? cf_error_wrap(err, "--input") : 0;
+}
+
+/* The flags that say what runs, on what and with which data. */
+static int program_flag(int c, const char *v, cf_request *req, cf_cli_submit_opts *opts, cf_error *err)
+{
     switch (c) {
     case OPT_ID:
         if (!cf_id_valid(v, strlen(v)))
             return cf_error_set(err, CF_E_INVALID, "--id: 1..%d printable characters without spaces", CF_ID_MAX);
         return set_str(&req->id, v, err);
     case 'l':
-        /* "js": JavaScript on the embedded js backend (QuickJS-ng). */
-        if (strcmp(v, "js") == 0) {
-            req->language = CF_LANG_JAVASCRIPT;
-            opts->lang_js = true;
-            return req->backend ? 0 : set_str(&req->backend, "js", err);
-        }
-        if (cf_language_parse(v, &req->language) < 0)
-            return cf_error_set(err, CF_E_INVALID,
-                                "--language: unknown '%s' (command|shell|python|javascript|js|wasm|c|cpp|rust|"
-                                "go|typescript)",
-                                v);
-        return 0;
+        return set_language_flag(v, req, opts, err);
     case OPT_CODE:
         free(req->code.data);
         req->code.data = NULL;
@@ -893,18 +918,8 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
         if (cf_cli_read_file(v, CF_CLI_MAX_FILE_BYTES, &req->stdin_data, err) < 0)
             return cf_error_wrap(err, "--stdin-file");
         return 0;
-    case OPT_INPUT: {
-        json_error_t je;
-        json_t *j = json_loads(v, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
-        if (!j)
-            return cf_error_set(err, CF_E_INVALID, "--input: invalid JSON: %s", je.text);
-        free(req->input.data);
-        req->input.data = NULL;
-        req->input.len = 0;
-        int rc = cf_json_to_msgpack(j, &req->input, err);
-        json_decref(j);
-        return rc < 0 ? cf_error_wrap(err, "--input") : 0;
-    }
+    case OPT_INPUT:
+        return set_input_flag(v, req, err);
     case OPT_ENV:
         return strmap_push_kv(&req->env, &req->n_env, v, "--env", err);
     case OPT_BACKEND:
@@ -913,6 +928,42 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
         if (!cf_image_name_valid(v))
             return cf_error_set(err, CF_E_INVALID, "--image: '%s' is not an image name (a-z 0-9 . _ -)", v);
         return set_str(&req->image, v, err);
+    default:
+        return FLAG_NOT_OURS;
+    }
+}
+
+/* --network: disabled|enabled. */
+static int set_network_flag(const char *v, cf_policy *p, cf_error *err)
+{
+    if (strcmp(v, "disabled") == 0)
+        p->network = CF_NET_DISABLED;
+    else if (strcmp(v, "enabled") == 0)
+        p->network = CF_NET_ENABLED;
+    else
+        return cf_error_set(err, CF_E_INVALID, "--network: expected disabled|enabled, got '%s'", v);
+    return 0;
+}
+
+/* --filesystem: none|workspace_ro|workspace_rw. */
+static int set_filesystem_flag(const char *v, cf_policy *p, cf_error *err)
+{
+    if (strcmp(v, "none") == 0)
+        p->fs_mode = CF_FS_NONE;
+    else if (strcmp(v, "workspace_ro") == 0)
+        p->fs_mode = CF_FS_WORKSPACE_RO;
+    else if (strcmp(v, "workspace_rw") == 0)
+        p->fs_mode = CF_FS_WORKSPACE_RW;
+    else
+        return cf_error_set(err, CF_E_INVALID, "--filesystem: expected none|workspace_ro|workspace_rw, got '%s'", v);
+    return 0;
+}
+
+/* The flags of the request's policy: limits, network, filesystem,
+ * environment. */
+static int policy_flag(int c, const char *v, cf_policy *p, cf_error *err)
+{
+    switch (c) {
     case OPT_TIMEOUT_EXEC:
         return parse_duration_flag(v, &p->timeout_us, "--timeout-exec", err);
     case OPT_CPU_TIME:
@@ -928,27 +979,26 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
     case OPT_MAX_FILE_SIZE:
         return parse_size_flag(v, &p->max_file_size_bytes, "--max-file-size", err);
     case OPT_NETWORK:
-        if (strcmp(v, "disabled") == 0)
-            p->network = CF_NET_DISABLED;
-        else if (strcmp(v, "enabled") == 0)
-            p->network = CF_NET_ENABLED;
-        else
-            return cf_error_set(err, CF_E_INVALID, "--network: expected disabled|enabled, got '%s'", v);
-        return 0;
+        return set_network_flag(v, p, err);
     case OPT_FILESYSTEM:
-        if (strcmp(v, "none") == 0)
-            p->fs_mode = CF_FS_NONE;
-        else if (strcmp(v, "workspace_ro") == 0)
-            p->fs_mode = CF_FS_WORKSPACE_RO;
-        else if (strcmp(v, "workspace_rw") == 0)
-            p->fs_mode = CF_FS_WORKSPACE_RW;
-        else
-            return cf_error_set(err, CF_E_INVALID, "--filesystem: expected none|workspace_ro|workspace_rw, got '%s'",
-                                v);
-        return 0;
+        return set_filesystem_flag(v, p, err);
     case OPT_ENV_ALLOW:
         p->env_allow_set = true;
         return strv_push(&p->env_allow, &p->n_env_allow, v, err);
+    case OPT_COMPILE_TIMEOUT:
+        return parse_duration_flag(v, &p->compile_timeout_us, "--compile-timeout", err);
+    case OPT_COMPILE_MEMORY:
+        return parse_size_flag(v, &p->compile_memory_bytes, "--compile-memory", err);
+    default:
+        return FLAG_NOT_OURS;
+    }
+}
+
+/* The flags of the request's state and routing (workspace, thread,
+ * reply-to, deadline) and of the CLI itself (waiting, streaming, help). */
+static int routing_flag(int c, const char *v, cf_request *req, cf_cli_submit_opts *opts, cf_error *err)
+{
+    switch (c) {
     case OPT_WORKSPACE:
         return set_str(&req->workspace, v, err);
     case OPT_THREAD:
@@ -976,6 +1026,19 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
         req->stream = true;
         opts->follow = true;
         return 0;
+    case 'h':
+        opts->help = true;
+        return 0;
+    default:
+        return FLAG_NOT_OURS;
+    }
+}
+
+/* The flags of the language layer: test cases, collection, the function
+ * harness, compile flags. */
+static int pipeline_flag(int c, const char *v, cf_request *req, cf_error *err)
+{
+    switch (c) {
     case OPT_CASE: {
         json_t *one = case_from_spec(v, err);
         if (!one)
@@ -998,16 +1061,25 @@ static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submi
         return 0;
     case OPT_COMPILE_FLAG:
         return strv_push(&req->compile_flags, &req->n_compile_flags, v, err);
-    case OPT_COMPILE_TIMEOUT:
-        return parse_duration_flag(v, &p->compile_timeout_us, "--compile-timeout", err);
-    case OPT_COMPILE_MEMORY:
-        return parse_size_flag(v, &p->compile_memory_bytes, "--compile-memory", err);
-    case 'h':
-        opts->help = true;
-        return 0;
     default:
-        return cf_error_set(err, CF_E_INVALID, "internal: unhandled option %d", c);
+        return FLAG_NOT_OURS;
     }
+}
+
+/* Applies one flag of pass 2 (c: its getopt code, v: its value) to req
+ * and opts. */
+static int apply_submit_flag(int c, const char *v, cf_request *req, cf_cli_submit_opts *opts, cf_error *err)
+{
+    int rc = program_flag(c, v, req, opts, err);
+    if (rc == FLAG_NOT_OURS)
+        rc = policy_flag(c, v, &req->policy, err);
+    if (rc == FLAG_NOT_OURS)
+        rc = routing_flag(c, v, req, opts, err);
+    if (rc == FLAG_NOT_OURS)
+        rc = pipeline_flag(c, v, req, err);
+    if (rc == FLAG_NOT_OURS)
+        rc = cf_error_set(err, CF_E_INVALID, "internal: unhandled option %d", c);
+    return rc;
 }
 
 int cf_cli_parse_submit(int argc, char **argv, cf_request *req, cf_cli_submit_opts *opts, cf_error *err)
