@@ -429,6 +429,8 @@ static int profile_compile(cf_profile *p, const cf_profile_env *env, cf_error *e
     if (strcmp(p->name, "default") == 0 && (!p->topic || !p->topic[0])) {
         free(p->topic);
         p->topic = cf_strdup(env->request_topic ? env->request_topic : "");
+        if (!p->topic)
+            return cf_error_set(err, CF_E_NOMEM, "out of memory");
     }
     if (!p->topic || !p->topic[0]) {
         if (strcmp(p->name, "default") == 0)
@@ -492,6 +494,12 @@ int cf_profile_set_new(const cf_kvlist *kv, const cf_profile_env *env, cf_profil
     s->workers_topic = env->workers_topic && env->workers_topic[0] ? cf_strdup(env->workers_topic) : NULL;
     s->request_topic = cf_strdup(env->request_topic ? env->request_topic : "");
     s->stream_suffix = cf_strdup(env->stream_suffix ? env->stream_suffix : "");
+    if ((env->result_topic && !s->result_topic) || (env->dlq_topic && !s->dlq_topic) ||
+        (env->events_topic && !s->events_topic) || !s->request_topic || !s->stream_suffix ||
+        (env->workers_topic && env->workers_topic[0] && !s->workers_topic)) {
+        cf_error_set(err, CF_E_NOMEM, "out of memory");
+        goto fail;
+    }
     if (!set_add(s, "default", 7, err))
         goto fail;
     for (size_t i = 0; kv && i < kv->count; i++) {

@@ -186,7 +186,7 @@ static int ct_parent_setup(pid_t pid, void *arg, cf_error *err)
 }
 
 /* Runs the runtime with argv (no stdin, small output), its own cgroup-less
- * helper calls: delete, --version.  Returns 0 when it ran; *out gets its
+ * helper calls: delete, --version.  Returns 0 when it ran; *o gets its
  * outcome. */
 static int run_runtime(const ct_state *st, char *const *argv, bool mask, cf_run_outcome *o, cf_error *err)
 {
@@ -583,8 +583,16 @@ static int ct_make_inst(ct_state *st, cf_error *err)
      * the containers' user namespaces.  An existing one with this very
      * name is a previous life of this pid (a worker that is pid 1 of its
      * container, restarted on the same work root): its leftovers go. */
-    if (mkdir(st->inst, 0711) < 0 && errno == EEXIST)
+    int made = mkdir(st->inst, 0711) == 0 ? 0 : errno;
+    if (made == EEXIST)
         ct_reclaim_inst(st);
+    /* The first mkdir's errno is the cause when it failed otherwise
+     * (EACCES, ENOSPC); access() would only say ENOENT. */
+    if (made != 0 && made != EEXIST) {
+        cf_error_set_errno(err, CF_E_SYSTEM, made, "container: mkdir %s", st->inst);
+        st->inst[0] = '\0';
+        return -1;
+    }
     if (access(st->inst, F_OK) < 0 || chmod(st->inst, 0711) < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: mkdir %s", st->inst);
         st->inst[0] = '\0';

@@ -490,12 +490,8 @@ static void child_wait_go(int rep, struct run_go *g)
     /* Waiting, possibly for long: no descriptor of the worker stays
      * here (another execution's output pipe held open would delay its
      * end; the broker's and Redis's sockets are no business of ours). */
-    if (syscall(SYS_close_range, CF_RUN_PASS_FD, RUN_GO_FD - 1, 0u) < 0) /* never given to it */
-        for (int fd = CF_RUN_PASS_FD; fd < RUN_GO_FD; fd++)
-            close(fd);
-    if (syscall(SYS_close_range, RUN_LIFELINE_FD + 1, ~0u, 0u) < 0)
-        for (int fd = RUN_LIFELINE_FD + 1; fd < 65536; fd++)
-            close(fd);
+    close_range_or_loop(CF_RUN_PASS_FD, RUN_GO_FD - 1); /* never given to it */
+    close_range_or_loop(RUN_LIFELINE_FD + 1, ~0u);
     report(rep, REPORT_READY, 0, 0, 0, "ready");
     go_receive(RUN_GO_FD, rep, g);
     close(RUN_GO_FD);
@@ -726,14 +722,6 @@ static pid_t spawn(struct child_args *a, int *pidfd)
     return pid;
 }
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0) {
-        close(*fd);
-        *fd = -1;
-    }
-}
-
 static void kill_everything(const cf_run_spec *spec, pid_t pid)
 {
     if (spec->kill_all)
@@ -753,11 +741,11 @@ static void read_capped(int *fd, cf_buf *b, size_t cap, bool *truncated)
             if (errno == EINTR)
                 continue;
             if (errno != EAGAIN)
-                close_fd(fd);
+                cf_fd_close(fd);
             return;
         }
         if (r == 0) {
-            close_fd(fd);
+            cf_fd_close(fd);
             return;
         }
         size_t room = b->len < cap ? cap - b->len : 0;
@@ -825,12 +813,12 @@ static void kill_main(const struct cf_run_prep *c)
 
 static void child_close(struct cf_run_prep *c)
 {
-    close_fd(&c->in_w);
-    close_fd(&c->out_r);
-    close_fd(&c->err_r);
-    close_fd(&c->rep_r);
-    close_fd(&c->bar_w);
-    close_fd(&c->pidfd);
+    cf_fd_close(&c->in_w);
+    cf_fd_close(&c->out_r);
+    cf_fd_close(&c->err_r);
+    cf_fd_close(&c->rep_r);
+    cf_fd_close(&c->bar_w);
+    cf_fd_close(&c->pidfd);
 }
 
 static void child_kill_reap(struct cf_run_prep *c)
@@ -943,7 +931,7 @@ static int child_start(const cf_run_spec *spec, bool prepared, struct cf_run_pre
     if (ca.parent_pidfd >= 0)
         close(ca.parent_pidfd); /* the child has its copy */
     pthread_sigmask(SIG_SETMASK, &before, NULL);
-    close_fd(pass_fd); /* the child has its copy (or there is no child) */
+    cf_fd_close(pass_fd); /* the child has its copy (or there is no child) */
     if (c->pid < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, spawn_errno, "runner: clone");
         if (err)
@@ -972,7 +960,7 @@ static int child_start(const cf_run_spec *spec, bool prepared, struct cf_run_pre
         }
     }
     if (!prepared)
-        close_fd(&c->bar_w);
+        cf_fd_close(&c->bar_w);
     if (set_nonblock(c->in_w) < 0 || set_nonblock(c->out_r) < 0 || set_nonblock(c->err_r) < 0) {
         cf_error_set_errno(err, CF_E_SYSTEM, errno, "runner: fcntl");
         goto fail;
@@ -980,20 +968,20 @@ static int child_start(const cf_run_spec *spec, bool prepared, struct cf_run_pre
     rc = 0;
     goto done;
 fail:
-    close_fd(&c->bar_w); /* a child still at the barrier sees EOF and exits */
+    cf_fd_close(&c->bar_w); /* a child still at the barrier sees EOF and exits */
     child_kill_reap(c);
     child_close(c);
 done:
-    close_fd(&in_p[0]);
-    close_fd(&in_p[1]);
-    close_fd(&out_p[0]);
-    close_fd(&out_p[1]);
-    close_fd(&err_p[0]);
-    close_fd(&err_p[1]);
-    close_fd(&rep_p[0]);
-    close_fd(&rep_p[1]);
-    close_fd(&bar_p[0]);
-    close_fd(&bar_p[1]);
+    cf_fd_close(&in_p[0]);
+    cf_fd_close(&in_p[1]);
+    cf_fd_close(&out_p[0]);
+    cf_fd_close(&out_p[1]);
+    cf_fd_close(&err_p[0]);
+    cf_fd_close(&err_p[1]);
+    cf_fd_close(&rep_p[0]);
+    cf_fd_close(&rep_p[1]);
+    cf_fd_close(&bar_p[0]);
+    cf_fd_close(&bar_p[1]);
     return rc;
 }
 
@@ -1112,7 +1100,7 @@ static void watch_feed_stdin(struct run_watch *w, short revents)
     struct cf_run_prep *c = w->c;
     const cf_run_spec *spec = w->spec;
     if (revents & (POLLERR | POLLHUP)) {
-        close_fd(&c->in_w);
+        cf_fd_close(&c->in_w);
         return;
     }
     size_t left = spec->stdin_len - w->in_off;
@@ -1120,9 +1108,9 @@ static void watch_feed_stdin(struct run_watch *w, short revents)
     if (wr > 0) {
         w->in_off += (size_t)wr;
         if (w->in_off == spec->stdin_len)
-            close_fd(&c->in_w); /* EOF for the program */
+            cf_fd_close(&c->in_w); /* EOF for the program */
     } else if (wr < 0 && errno != EAGAIN && errno != EINTR) {
-        close_fd(&c->in_w); /* EPIPE: the program stopped reading */
+        cf_fd_close(&c->in_w); /* EPIPE: the program stopped reading */
     }
 }
 
@@ -1154,7 +1142,7 @@ static int watch_reap(struct run_watch *w, cf_run_outcome *out, cf_error *err)
     if (w->cpu_watch && !w->killed && spec->cpu_usage_us(w->pid, spec->cpu_usage_arg) > spec->cpu_limit_us)
         out->cpu_exceeded = true;
     w->drain_deadline = w->exit_at + DRAIN_AFTER_EXIT_US;
-    close_fd(&w->c->in_w);
+    cf_fd_close(&w->c->in_w);
     return 0;
 }
 
@@ -1256,7 +1244,7 @@ static int supervise(struct cf_run_prep *c, const cf_run_spec *spec, int64_t sta
     struct run_watch w = {.c = c, .spec = spec, .kspec = {.kill_all = c->kill_all, .kill_all_arg = c->kill_all_arg},
                           .pid = c->pid};
     if (spec->stdin_len == 0 || !spec->stdin_data)
-        close_fd(&c->in_w);
+        cf_fd_close(&c->in_w);
     w.deadline = spec->timeout_us > 0 ? start + spec->timeout_us : INT64_MAX;
     w.cpu_watch = spec->cpu_usage_us && spec->cpu_limit_us > 0;
     w.next_cpu = w.cpu_watch ? start + CF_RUN_CPU_POLL_US : INT64_MAX;
@@ -1298,11 +1286,11 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     outcome_init(out);
     int pass_fd = spec && spec->pass_fd > 2 ? spec->pass_fd : -1; /* ours to close, whatever happens */
     if (!spec || !spec->path || !spec->argv || !spec->argv[0]) {
-        close_fd(&pass_fd);
+        cf_fd_close(&pass_fd);
         return cf_error_set(err, CF_E_INVALID, "runner: no program given");
     }
     if (spec_check(spec, err) < 0) {
-        close_fd(&pass_fd);
+        cf_fd_close(&pass_fd);
         return -1;
     }
     struct sigpipe_guard guard;
@@ -1312,7 +1300,7 @@ int cf_run(const cf_run_spec *spec, cf_run_outcome *out, cf_error *err)
     if (child_start(spec, false, &c, &pass_fd, err) == 0)
         rc = supervise(&c, spec, cf_mono_us(), out, err);
     sigpipe_restore(&guard);
-    close_fd(&pass_fd);
+    cf_fd_close(&pass_fd);
     return rc;
 }
 
@@ -1354,8 +1342,8 @@ int cf_run_adopt_pipes(const cf_run_spec *spec, int child_fds[4], cf_run_adoptee
     return 0;
 fail:
     for (int i = 0; i < 4; i++) {
-        close_fd(&p[i][0]);
-        close_fd(&p[i][1]);
+        cf_fd_close(&p[i][0]);
+        cf_fd_close(&p[i][1]);
     }
     return -1;
 }
@@ -1364,11 +1352,11 @@ void cf_run_adoptee_close(cf_run_adoptee *a)
 {
     if (!a)
         return;
-    close_fd(&a->pidfd);
-    close_fd(&a->in_w);
-    close_fd(&a->out_r);
-    close_fd(&a->err_r);
-    close_fd(&a->rep_r);
+    cf_fd_close(&a->pidfd);
+    cf_fd_close(&a->in_w);
+    cf_fd_close(&a->out_r);
+    cf_fd_close(&a->err_r);
+    cf_fd_close(&a->rep_r);
     a->pid = -1;
 }
 
@@ -1533,7 +1521,7 @@ int cf_run_start(cf_run_prep *prep, const cf_run_spec *spec, cf_run_outcome *out
     }
     int saved = errno;
     free(msg);
-    close_fd(&prep->bar_w);
+    cf_fd_close(&prep->bar_w);
     int rc;
     if (off != len) {
         cf_error_set_errno(err, CF_E_SANDBOX, saved, "runner: handing the request to the prepared child");
@@ -1567,7 +1555,7 @@ void cf_run_prep_destroy(cf_run_prep *prep)
 {
     if (!prep)
         return;
-    close_fd(&prep->bar_w);
+    cf_fd_close(&prep->bar_w);
     child_kill_reap(prep);
     child_close(prep);
     free(prep);

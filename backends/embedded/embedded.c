@@ -487,6 +487,11 @@ static int em_make_slots(em_state *st, int64_t first_uid, cf_error *err)
         s->host_id = (uid_t)(first_uid + i);
         pthread_mutex_init(&s->mu, NULL);
         pthread_cond_init(&s->cv, NULL);
+    }
+    /* Paths in a second pass: em_destroy walks every slot, so each must
+     * have its lock and sock = -1 before any can fail. */
+    for (int i = 0; i < st->slots; i++) {
+        em_slot *s = &st->slot[i];
         if (snprintf(s->dir, sizeof(s->dir), "%.4000s/s%d", st->inst, i) >= (int)sizeof(s->dir))
             return cf_error_set(err, CF_E_LIMIT, "%s: work_root path too long", st->name);
     }

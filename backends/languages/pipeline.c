@@ -173,7 +173,8 @@ static void up(char *path, int levels)
     for (int i = 0; i < levels; i++) {
         char *s = strrchr(path, '/');
         if (!s || s == path) {
-            strcpy(path, "/");
+            path[0] = '/';
+            path[1] = '\0';
             return;
         }
         *s = '\0';
@@ -183,7 +184,6 @@ static void up(char *path, int levels)
 static void setup_toolchain(cf_pipeline *p, cf_language l, const char *configured)
 {
     toolchain *t = &p->tc[l];
-    const char *name = cf_language_name(l);
     if (!configured || !configured[0]) {
         snprintf(t->why, sizeof(t->why), "no toolchain configured");
         return;
@@ -263,7 +263,6 @@ static void setup_toolchain(cf_pipeline *p, cf_language l, const char *configure
     }
     default: up(dir, 1); add_tc_dir(p, dir); break;
     }
-    (void)name;
 }
 
 static int read_harness(cf_pipeline *p, int h, cf_error *err)

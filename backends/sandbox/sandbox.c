@@ -292,7 +292,9 @@ static void warm_stop(sb_slot *s);
  * capabilities on host files) may access an inode with mode bits `need`
  * (4 read, 2 write, 1 search).  The permission bits only: the child opens
  * the sources as that uid, and the kernel's check there is the one that
- * holds; this one gives the caller a clear reason before anything runs. */
+ * holds; this one gives the caller a clear reason before anything runs.
+ * A run's gid is its uid (its user namespace maps both to the slot's id), hence
+ * the group test against uid. */
 static bool run_uid_may(const struct stat *sb, uid_t uid, unsigned need)
 {
     unsigned bits = sb->st_uid == uid ? (sb->st_mode >> 6) & 7

@@ -13,10 +13,12 @@
 #include "unit/request_builders.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cf_backend.h"
@@ -967,6 +969,25 @@ static void test_request_time_is_bounded(void **state)
 
 /* A toolchain that cannot start inside the sandbox is the worker's
  * failure (internal_error), never the request's compile_failed. */
+/* Writes an executable script from a child process: the fixture's warm
+ * preparers clone children at any moment, and a clone made while this
+ * process held the script open for writing would keep a writer alive a
+ * moment longer, so running the script would fail with ETXTBSY.  The
+ * child's descriptor is never in this process. */
+static void write_script_apart(const char *path, const char *text)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+        size_t len = strlen(text);
+        _exit(fd >= 0 && write(fd, text, len) == (ssize_t)len && fchmod(fd, 0755) == 0 && close(fd) == 0 ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void test_toolchain_that_cannot_start_is_internal(void **state)
 {
     (void)state;
@@ -977,13 +998,9 @@ static void test_toolchain_that_cannot_start_is_internal(void **state)
     snprintf(bin, sizeof(bin), "%s/bin", dir);
     assert_int_equal(mkdir(bin, 0755), 0);
     snprintf(gcc, sizeof(gcc), "%s/gcc", bin);
-    FILE *f = fopen(gcc, "w");
-    assert_non_null(f);
     /* Answers the version probe on the host; inside, its interpreter is
      * not there. */
-    fputs("#!/bin/sh\necho 99.0\n", f);
-    fclose(f);
-    assert_int_equal(chmod(gcc, 0755), 0);
+    write_script_apart(gcc, "#!/bin/sh\necho 99.0\n");
     cf_pipeline_config pc;
     pipeline_config(&pc, F->harness);
     pc.cc = gcc;
@@ -992,10 +1009,7 @@ static void test_toolchain_that_cannot_start_is_internal(void **state)
     assert_int_equal(cf_pipeline_new(&pc, &p2, &err), 0);
     assert_true(cf_pipeline_languages(p2) & (1u << CF_LANG_C));
     /* Now break it: the interpreter line names nothing. */
-    f = fopen(gcc, "w");
-    assert_non_null(f);
-    fputs("#!/nonexistent/sh\n", f);
-    fclose(f);
+    write_script_apart(gcc, "#!/nonexistent/sh\n");
     cf_request r;
     req_init_timeout(&r, CF_LANG_C, "int main(void) { return 0; }\n", 10 * SEC);
     cf_result res;
