@@ -63,18 +63,6 @@ static struct timeval us_to_tv(int64_t us)
     return tv;
 }
 
-/* Copies up to cap-1 bytes of a server message, replacing control bytes:
- * error text comes from the server and ends up in logs. */
-static void copy_printable(char *dst, size_t cap, const char *src, size_t len)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < len && n + 1 < cap; i++) {
-        unsigned char ch = (unsigned char)src[i];
-        dst[n++] = (ch >= 0x20 && ch < 0x7f) ? (char)ch : '?';
-    }
-    dst[n] = '\0';
-}
-
 bool cf_redis_error_is_retriable(const char *msg, size_t len)
 {
     static const char *const retriable[] = {"LOADING",     "BUSY",       "TRYAGAIN", "READONLY", "MASTERDOWN",
@@ -273,7 +261,7 @@ static int read_reply(cf_redis *r, reply_budget *b, char *buf, redisReply **out,
     for (;;) {
         if (redisReaderGetReply(r->c->reader, &reply) != REDIS_OK) {
             char msg[160];
-            copy_printable(msg, sizeof(msg), r->c->reader->errstr, strnlen(r->c->reader->errstr, 128));
+            cf_sanitize_text(r->c->reader->errstr, strnlen(r->c->reader->errstr, 128), false, msg, sizeof(msg));
             drop_connection(r);
             cf_error_set(err, CF_E_REDIS, "redis %s:%d: protocol error: %s", r->host, r->port, msg);
             return cf_error_set_retriable(err, true);
@@ -353,7 +341,7 @@ static int roundtrip(cf_redis *r, int argc, const char **argv, const size_t *len
 static int fail_reply(cf_redis *r, redisReply *rep, const char *what, cf_error *err)
 {
     char msg[320];
-    copy_printable(msg, sizeof(msg), rep->str ? rep->str : "", rep->str ? rep->len : 0);
+    cf_sanitize_text(rep->str ? rep->str : "", rep->str ? rep->len : 0, false, msg, sizeof(msg));
     bool retriable = cf_redis_error_is_retriable(rep->str, rep->str ? rep->len : 0);
     freeReplyObject(rep);
     cf_error_set(err, CF_E_REDIS, "redis %s:%d: %s: %s", r->host, r->port, what, msg);
@@ -384,7 +372,7 @@ static int connect_once(cf_redis *r, cf_error *err)
         return cf_error_set(err, CF_E_NOMEM, "redis: cannot allocate context");
     if (c->err) {
         char msg[160];
-        copy_printable(msg, sizeof(msg), c->errstr, strnlen(c->errstr, sizeof(c->errstr)));
+        cf_sanitize_text(c->errstr, strnlen(c->errstr, sizeof(c->errstr)), false, msg, sizeof(msg));
         redisFree(c);
         cf_error_set(err, CF_E_REDIS, "redis %s:%d: connect failed: %s", r->host, r->port, msg);
         return cf_error_set_retriable(err, true);
@@ -554,7 +542,7 @@ int cf_redis_command_argv(cf_redis *r, int argc, const char **argv, const size_t
         return -1;
     if (rep->type == REDIS_REPLY_ERROR) {
         char what[40];
-        copy_printable(what, sizeof(what), argv[0], lens ? lens[0] : strlen(argv[0]));
+        cf_sanitize_text(argv[0], lens ? lens[0] : strlen(argv[0]), false, what, sizeof(what));
         return fail_reply(r, rep, what, err);
     }
     if (out)
@@ -628,8 +616,8 @@ int cf_redis_pipeline(cf_redis *r, const cf_redis_cmd *cmds, size_t n, redisRepl
         return 0;
     if (got == n) {
         char what[40];
-        copy_printable(what, sizeof(what), cmds[bad].argv[0],
-                       cmds[bad].lens ? cmds[bad].lens[0] : strlen(cmds[bad].argv[0]));
+        cf_sanitize_text(cmds[bad].argv[0], cmds[bad].lens ? cmds[bad].lens[0] : strlen(cmds[bad].argv[0]), false,
+                         what, sizeof(what));
         fail_reply(r, replies[bad], what, err);
         replies[bad] = NULL;
     }

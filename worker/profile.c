@@ -118,27 +118,17 @@ static int split_list(const char *s, char ***out, size_t *n, cf_error *err)
     if (!v)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
     size_t k = 0;
-    const char *p = s;
-    for (;;) {
-        const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        while (len && (*p == ' ' || *p == '\t')) {
-            p++;
-            len--;
+    const char *cursor = s;
+    cf_list_item it;
+    while (cf_list_next(&cursor, &it)) {
+        if (!it.len)
+            continue;
+        v[k] = cf_strndup(it.s, it.len);
+        if (!v[k]) {
+            strv_free(v, k);
+            return cf_error_set(err, CF_E_NOMEM, "out of memory");
         }
-        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        if (len) {
-            v[k] = cf_strndup(p, len);
-            if (!v[k]) {
-                strv_free(v, k);
-                return cf_error_set(err, CF_E_NOMEM, "out of memory");
-            }
-            k++;
-        }
-        if (!e)
-            break;
-        p = e + 1;
+        k++;
     }
     *out = v;
     *n = k;
@@ -409,10 +399,8 @@ static int check_state_prefix(const cf_profile *p, cf_error *err)
     if (!p->state_prefix || strcmp(p->state_prefix, "*") == 0 || strcmp(p->state_prefix, "none") == 0)
         return 0;
     size_t n = strlen(p->state_prefix);
-    for (const char *c = p->state_prefix; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
-              *c == '_' || *c == '-'))
-            return cf_error_set(err, CF_E_INVALID, "profile '%s': state-prefix may hold [A-Za-z0-9._-] only", p->name);
+    if (n && !cf_name_valid(p->state_prefix, n, n))
+        return cf_error_set(err, CF_E_INVALID, "profile '%s': state-prefix may hold [A-Za-z0-9._-] only", p->name);
     /* "tenant-a" would also match "tenant-ab.x": a prefix ends in a
      * separator (and an empty one would match everything). */
     char last = n ? p->state_prefix[n - 1] : '\0';

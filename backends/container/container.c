@@ -279,111 +279,126 @@ static int image_entry_ok(const char *path, const struct stat *sb, int type, str
     return 0;
 }
 
+/* The directories above an image's root: the runtime sets the container
+ * up inside its user namespace, where host root's 0700 directories (/root)
+ * are closed, and whoever may rename one of them may swap the image. */
+static int image_path_safe(const char *item, const ct_image *im, cf_error *err)
+{
+    struct stat sb;
+    char walk[PATH_MAX];
+    cf_strlcpy(walk, im->root, sizeof(walk));
+    for (char *slash; (slash = strrchr(walk, '/')) && walk[1];) {
+        if (stat(walk, &sb) < 0 || !(sb.st_mode & S_IXOTH))
+            return cf_error_set(err, CF_E_INVALID,
+                                "container: image '%s': '%s' does not let other uids through (needs o+x; "
+                                "keep images out of home directories, e.g. in /var/lib/codefleet/images)",
+                                item, walk);
+        /* Whoever may rename a directory above the image may swap it
+         * (a sticky /tmp lets nobody rename root's entries). */
+        if (sb.st_uid != 0 || ((sb.st_mode & 022) && !(sb.st_mode & S_ISVTX)))
+            return cf_error_set(err, CF_E_INVALID,
+                                "container: image '%s': '%s' above it must be owned by root and writable by "
+                                "nobody else",
+                                item, walk);
+        slash[slash == walk ? 1 : 0] = '\0';
+    }
+    return 0;
+}
+
+/* Whether the image has the codefleet layout and every entry is root's;
+ * the languages it offers are the interpreters (and compilers) at the
+ * paths the worker resolved. */
+static int image_contents(const char *item, ct_image *im, const cf_backend_config *cfg, cf_error *err)
+{
+    /* Every entry of the image: a file another uid may change is a
+     * program another uid chooses for every tenant. */
+    g_image_bad[0] = '\0';
+    if (nftw(im->root, image_entry_ok, 64, FTW_PHYS | FTW_MOUNT) != 0)
+        return cf_error_set(err, CF_E_INVALID,
+                            "container: image '%s': %s (everything in an image must be root's and writable "
+                            "by nobody else; deploy/images.sh does so)",
+                            item, g_image_bad[0] ? g_image_bad : "cannot be read");
+    if (!image_has(im->root, "/work", true) || !image_has(im->root, RUN_DIR, true) ||
+        !image_has(im->root, INIT_IN, false) || !image_has(im->root, "/tmp", true) ||
+        !image_has(im->root, "/dev", true) || !image_has(im->root, "/proc", true))
+        return cf_error_set(err, CF_E_INVALID,
+                            "container: image '%s' lacks the codefleet layout (directories /work, %s, /tmp, "
+                            "/dev, /proc and an empty file %s; see deploy/images.sh)",
+                            item, RUN_DIR, INIT_IN);
+    im->has_resolv = image_has(im->root, "/etc/resolv.conf", false);
+    im->languages = 1u << CF_LANG_COMMAND;
+    if (cfg->shell_path && cf_exec_file_in_root(im->root, cfg->shell_path))
+        im->languages |= 1u << CF_LANG_SHELL;
+    if (cfg->python_path && cf_exec_file_in_root(im->root, cfg->python_path))
+        im->languages |= 1u << CF_LANG_PYTHON;
+    if (cfg->node_path && cf_exec_file_in_root(im->root, cfg->node_path))
+        im->languages |= 1u << CF_LANG_JAVASCRIPT;
+    /* C and C++ through the compile pipeline, which runs its
+     * compiler at the path it resolved on the host: offered where
+     * the image has that very path. */
+    if ((cfg->compiled_languages & (1u << CF_LANG_C)) && cfg->cc_path &&
+        cf_exec_file_in_root(im->root, cfg->cc_path))
+        im->languages |= 1u << CF_LANG_C;
+    if ((cfg->compiled_languages & (1u << CF_LANG_CPP)) && cfg->cxx_path &&
+        cf_exec_file_in_root(im->root, cfg->cxx_path))
+        im->languages |= 1u << CF_LANG_CPP;
+    return 0;
+}
+
+/* One container-images entry, "name=dir", into st->images. */
+static int add_image(ct_state *st, char *item, const cf_backend_config *cfg, cf_error *err)
+{
+    char *eq = strchr(item, '=');
+    if (!eq)
+        return cf_error_set(err, CF_E_INVALID, "container: container-images entry '%s' is not name=directory",
+                            item);
+    *eq = '\0';
+    if (!cf_image_name_valid(item))
+        return cf_error_set(err, CF_E_INVALID, "container: '%s' is not an image name (a-z 0-9 . _ -)", item);
+    for (size_t i = 0; i < st->n_images; i++)
+        if (strcmp(st->images[i].name, item) == 0)
+            return cf_error_set(err, CF_E_INVALID, "container: image '%s' listed twice", item);
+    if (st->n_images == MAX_IMAGES)
+        return cf_error_set(err, CF_E_LIMIT, "container: more than %d images", MAX_IMAGES);
+    ct_image *im = &st->images[st->n_images];
+    cf_strlcpy(im->name, item, sizeof(im->name));
+    const char *dir = eq + 1;
+    struct stat sb;
+    if (dir[0] != '/')
+        return cf_error_set(err, CF_E_INVALID, "container: image '%s': '%s' must be an absolute path", item,
+                            dir);
+    if (!realpath(dir, im->root) || stat(im->root, &sb) < 0 || !S_ISDIR(sb.st_mode))
+        return cf_error_set(err, CF_E_UNSUPPORTED,
+                            "container: image '%s': '%s' is not a directory (deploy/images.sh builds the "
+                            "default image)",
+                            item, dir);
+    if (sb.st_uid != 0 || (sb.st_mode & 022))
+        return cf_error_set(err, CF_E_INVALID,
+                            "container: image '%s': %s must be owned by root and writable by nobody else",
+                            item, im->root);
+    if (image_path_safe(item, im, err) < 0 || image_contents(item, im, cfg, err) < 0)
+        return -1;
+    st->n_images++;
+    return 0;
+}
+
 /* container-images: "name=dir,name=dir".  Each directory canonical, owned
  * by root and writable by nobody else (it is every container's root), with
  * the codefleet layout; its languages are the interpreters it has. */
 static int parse_images(ct_state *st, const char *spec, const cf_backend_config *cfg, cf_error *err)
 {
-    const char *p = spec;
-    while (*p) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        while (len && (*p == ' ' || *p == '\t')) {
-            p++;
-            len--;
-        }
-        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
-            len--;
-        if (len) {
-            char item[PATH_MAX + CF_IMAGE_NAME_MAX + 2];
-            if (len >= sizeof(item))
-                return cf_error_set(err, CF_E_INVALID, "container: container-images entry too long");
-            memcpy(item, p, len);
-            item[len] = '\0';
-            char *eq = strchr(item, '=');
-            if (!eq)
-                return cf_error_set(err, CF_E_INVALID, "container: container-images entry '%s' is not name=directory",
-                                    item);
-            *eq = '\0';
-            if (!cf_image_name_valid(item))
-                return cf_error_set(err, CF_E_INVALID, "container: '%s' is not an image name (a-z 0-9 . _ -)", item);
-            for (size_t i = 0; i < st->n_images; i++)
-                if (strcmp(st->images[i].name, item) == 0)
-                    return cf_error_set(err, CF_E_INVALID, "container: image '%s' listed twice", item);
-            if (st->n_images == MAX_IMAGES)
-                return cf_error_set(err, CF_E_LIMIT, "container: more than %d images", MAX_IMAGES);
-            ct_image *im = &st->images[st->n_images];
-            cf_strlcpy(im->name, item, sizeof(im->name));
-            const char *dir = eq + 1;
-            struct stat sb;
-            if (dir[0] != '/')
-                return cf_error_set(err, CF_E_INVALID, "container: image '%s': '%s' must be an absolute path", item,
-                                    dir);
-            if (!realpath(dir, im->root) || stat(im->root, &sb) < 0 || !S_ISDIR(sb.st_mode))
-                return cf_error_set(err, CF_E_UNSUPPORTED,
-                                    "container: image '%s': '%s' is not a directory (deploy/images.sh builds the "
-                                    "default image)",
-                                    item, dir);
-            if (sb.st_uid != 0 || (sb.st_mode & 022))
-                return cf_error_set(err, CF_E_INVALID,
-                                    "container: image '%s': %s must be owned by root and writable by nobody else",
-                                    item, im->root);
-            /* The runtime sets the container up inside its user namespace,
-             * where host root's 0700 directories (/root) are closed. */
-            char walk[PATH_MAX];
-            cf_strlcpy(walk, im->root, sizeof(walk));
-            for (char *slash; (slash = strrchr(walk, '/')) && walk[1];) {
-                if (stat(walk, &sb) < 0 || !(sb.st_mode & S_IXOTH))
-                    return cf_error_set(err, CF_E_INVALID,
-                                        "container: image '%s': '%s' does not let other uids through (needs o+x; "
-                                        "keep images out of home directories, e.g. in /var/lib/codefleet/images)",
-                                        item, walk);
-                /* Whoever may rename a directory above the image may swap it
-                 * (a sticky /tmp lets nobody rename root's entries). */
-                if (sb.st_uid != 0 || ((sb.st_mode & 022) && !(sb.st_mode & S_ISVTX)))
-                    return cf_error_set(err, CF_E_INVALID,
-                                        "container: image '%s': '%s' above it must be owned by root and writable by "
-                                        "nobody else",
-                                        item, walk);
-                slash[slash == walk ? 1 : 0] = '\0';
-            }
-            /* Every entry of the image: a file another uid may change is a
-             * program another uid chooses for every tenant. */
-            g_image_bad[0] = '\0';
-            if (nftw(im->root, image_entry_ok, 64, FTW_PHYS | FTW_MOUNT) != 0)
-                return cf_error_set(err, CF_E_INVALID,
-                                    "container: image '%s': %s (everything in an image must be root's and writable "
-                                    "by nobody else; deploy/images.sh does so)",
-                                    item, g_image_bad[0] ? g_image_bad : "cannot be read");
-            if (!image_has(im->root, "/work", true) || !image_has(im->root, RUN_DIR, true) ||
-                !image_has(im->root, INIT_IN, false) || !image_has(im->root, "/tmp", true) ||
-                !image_has(im->root, "/dev", true) || !image_has(im->root, "/proc", true))
-                return cf_error_set(err, CF_E_INVALID,
-                                    "container: image '%s' lacks the codefleet layout (directories /work, %s, /tmp, "
-                                    "/dev, /proc and an empty file %s; see deploy/images.sh)",
-                                    item, RUN_DIR, INIT_IN);
-            im->has_resolv = image_has(im->root, "/etc/resolv.conf", false);
-            im->languages = 1u << CF_LANG_COMMAND;
-            if (cfg->shell_path && cf_exec_file_in_root(im->root, cfg->shell_path))
-                im->languages |= 1u << CF_LANG_SHELL;
-            if (cfg->python_path && cf_exec_file_in_root(im->root, cfg->python_path))
-                im->languages |= 1u << CF_LANG_PYTHON;
-            if (cfg->node_path && cf_exec_file_in_root(im->root, cfg->node_path))
-                im->languages |= 1u << CF_LANG_JAVASCRIPT;
-            /* C and C++ through the compile pipeline, which runs its
-             * compiler at the path it resolved on the host: offered where
-             * the image has that very path. */
-            if ((cfg->compiled_languages & (1u << CF_LANG_C)) && cfg->cc_path &&
-                cf_exec_file_in_root(im->root, cfg->cc_path))
-                im->languages |= 1u << CF_LANG_C;
-            if ((cfg->compiled_languages & (1u << CF_LANG_CPP)) && cfg->cxx_path &&
-                cf_exec_file_in_root(im->root, cfg->cxx_path))
-                im->languages |= 1u << CF_LANG_CPP;
-            st->n_images++;
-        }
-        if (!comma)
-            break;
-        p = comma + 1;
+    const char *cursor = spec;
+    cf_list_item it;
+    while (cf_list_next(&cursor, &it)) {
+        if (!it.len)
+            continue;
+        char item[PATH_MAX + CF_IMAGE_NAME_MAX + 2];
+        if (it.len >= sizeof(item))
+            return cf_error_set(err, CF_E_INVALID, "container: container-images entry too long");
+        memcpy(item, it.s, it.len);
+        item[it.len] = '\0';
+        if (add_image(st, item, cfg, err) < 0)
+            return -1;
     }
     if (st->n_images == 0)
         return cf_error_set(err, CF_E_UNSUPPORTED, "container: no images configured (container-images)");
@@ -793,11 +808,10 @@ static json_t *mount_entry(const char *dst, const char *type, const char *src, c
     if (!o)
         return NULL;
     json_t *arr = json_object_get(o, "options");
-    char buf[256];
-    cf_strlcpy(buf, opts, sizeof(buf));
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
-        if (json_array_append_new(arr, json_string(t)) < 0) {
+    const char *cursor = opts;
+    cf_list_item it;
+    while (cf_list_next(&cursor, &it))
+        if (it.len && json_array_append_new(arr, json_stringn(it.s, it.len)) < 0) {
             json_decref(o);
             return NULL;
         }
@@ -1403,15 +1417,9 @@ static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     ct_state *st = state;
     const cf_policy *pol = &req->policy;
     cf_exec_job job;
-    if (cf_exec_job_check(&job, &st->base, "container", "container", ctx, req, res, err) < 0)
-        return -1;
-    if (job.rejected)
-        return 0;
-    if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots) {
-        cf_exec_job_free(&job);
-        return cf_error_set(err, CF_E_INVALID, "container: slot %d outside 0..%d", ctx ? ctx->slot : -1,
-                            st->slots - 1);
-    }
+    int open = cf_exec_job_open(&job, &st->base, "container", "container", st->slots, ctx, req, res, err);
+    if (open <= 0)
+        return open;
     const ct_image *im = find_image(st, req->image);
     if (!im) {
         char shown[80];

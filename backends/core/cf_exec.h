@@ -122,6 +122,13 @@ bool cf_exec_stat_in_root(const char *root, const char *path, struct stat *sb);
 int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *who, const char *isolation,
                       const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err);
 
+/* The opening of every backend's execute: ctx's slot within 0..slots-1
+ * (slots 0: the backend needs none), then cf_exec_job_check.  1: go on;
+ * 0: the request is rejected (res says why; the backend returns 0); -1:
+ * err set. */
+int cf_exec_job_open(cf_exec_job *job, const cf_exec_base *base, const char *who, const char *isolation, int slots,
+                     const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err);
+
 /* Creates work/ and run/ (with run/out/) below parent, owned by
  * owner:group when owner is not (uid_t)-1.  Errors are the backend's
  * (retriable). */

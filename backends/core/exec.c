@@ -348,6 +348,17 @@ int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *wh
     return 0;
 }
 
+int cf_exec_job_open(cf_exec_job *job, const cf_exec_base *base, const char *who, const char *isolation, int slots,
+                     const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err)
+{
+    memset(job, 0, sizeof(*job));
+    if (slots > 0 && (!ctx || ctx->slot < 0 || ctx->slot >= slots))
+        return cf_error_set(err, CF_E_INVALID, "%s: slot %d outside 0..%d", who, ctx ? ctx->slot : -1, slots - 1);
+    if (cf_exec_job_check(job, base, who, isolation, ctx, req, res, err) < 0)
+        return -1;
+    return job->rejected ? 0 : 1;
+}
+
 /* ---- directories and files ---- */
 
 int cf_exec_dirs_create(const char *parent, uid_t owner, gid_t group, const char *who, cf_exec_dirs *d,

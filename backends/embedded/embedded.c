@@ -942,6 +942,12 @@ static bool em_refused(const em_state *st, const cf_exec_ctx *ctx, const cf_requ
     return false;
 }
 
+/* What a result's meta.isolation says of this runtime. */
+static const char *em_isolation(const em_state *st)
+{
+    return st->runtime == CF_EMBED_WASM ? "wasm" : "in_process";
+}
+
 /* Before a second attempt: the first one's job, files and result go, and
  * the request is checked into a fresh job. */
 static int em_reset_job(em_exec *x, cf_error *err)
@@ -952,8 +958,7 @@ static int em_reset_job(em_exec *x, cf_error *err)
     memset(&x->ej, 0, sizeof(x->ej));
     cf_result_clear(x->res);
     memset(x->res, 0, sizeof(*x->res));
-    return cf_exec_job_check(&x->job, &st->base, st->name, st->runtime == CF_EMBED_WASM ? "wasm" : "in_process",
-                             x->ctx, x->req, x->res, err);
+    return cf_exec_job_check(&x->job, &st->base, st->name, em_isolation(st), x->ctx, x->req, x->res, err);
 }
 
 /* The helper's job: inline for js; for wasm the execution's directories
@@ -1126,13 +1131,10 @@ static int em_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     em_exec x = {.st = st, .ctx = ctx, .req = req, .res = res};
     cf_embed_reply_init(&x.reply);
 
-    if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots)
-        return cf_error_set(err, CF_E_INVALID, "%s: slot %d outside 0..%d", st->name, ctx ? ctx->slot : -1,
-                            st->slots - 1);
-    if (cf_exec_job_check(&x.job, &st->base, st->name, st->runtime == CF_EMBED_WASM ? "wasm" : "in_process", ctx,
-                          req, res, err) < 0)
-        return -1;
-    if (x.job.rejected || em_refused(st, ctx, req, res))
+    int open = cf_exec_job_open(&x.job, &st->base, st->name, em_isolation(st), st->slots, ctx, req, res, err);
+    if (open <= 0)
+        return open;
+    if (em_refused(st, ctx, req, res))
         return 0;
     x.s = &st->slot[ctx->slot];
     x.timeout = pol->timeout_us > 0 ? pol->timeout_us : CF_EXEC_FALLBACK_TIMEOUT_US;

@@ -561,27 +561,17 @@ static bool flag_allowed(const char *allowed, const char *flag)
 {
     if (!allowed)
         return false;
-    const char *s = allowed;
-    while (*s) {
-        const char *comma = strchr(s, ',');
-        size_t n = comma ? (size_t)(comma - s) : strlen(s);
-        while (n && (*s == ' ')) {
-            s++;
-            n--;
-        }
-        while (n && s[n - 1] == ' ')
-            n--;
-        if (n) {
-            if (s[n - 1] == '*') {
-                if (strncmp(flag, s, n - 1) == 0)
-                    return true;
-            } else if (strlen(flag) == n && strncmp(flag, s, n) == 0) {
+    const char *cursor = allowed;
+    cf_list_item it;
+    while (cf_list_next(&cursor, &it)) {
+        if (!it.len)
+            continue;
+        if (it.s[it.len - 1] == '*') {
+            if (strncmp(flag, it.s, it.len - 1) == 0)
                 return true;
-            }
+        } else if (strlen(flag) == it.len && strncmp(flag, it.s, it.len) == 0) {
+            return true;
         }
-        if (!comma)
-            break;
-        s = comma + 1;
     }
     return false;
 }

@@ -154,17 +154,14 @@ static int process_execute(void *state, const cf_exec_ctx *ctx, const cf_request
     memset(&outcome, 0, sizeof(outcome));
     int rc = -1;
 
-    if (cf_exec_job_check(&job, &st->base, "process", "host_local", ctx, req, res, err) < 0)
-        return -1;
-    if (job.rejected)
-        return 0;
+    int open = cf_exec_job_open(&job, &st->base, "process", "host_local", st->per_slot_uid ? st->slots : 0, ctx, req,
+                                res, err);
+    if (open <= 0)
+        return open;
 
     uid_t uid = (uid_t)-1;
     gid_t gid = (gid_t)-1;
     if (st->per_slot_uid) {
-        if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots)
-            return cf_error_set(err, CF_E_INVALID, "process: slot %d outside 0..%d", ctx ? ctx->slot : -1,
-                                st->slots - 1);
         uid = (uid_t)(st->uid_base + ctx->slot);
         gid = (gid_t)uid;
     }

@@ -1376,13 +1376,9 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     const cf_policy *pol = &req->policy;
     cf_exec_job job;
 
-    if (cf_exec_job_check(&job, &st->base, "sandbox", "sandbox", ctx, req, res, err) < 0)
-        return -1;
-    if (job.rejected)
-        return 0;
-    if (!ctx || ctx->slot < 0 || ctx->slot >= st->slots)
-        return cf_error_set(err, CF_E_INVALID, "sandbox: slot %d outside 0..%d", ctx ? ctx->slot : -1,
-                            st->slots - 1);
+    int open = cf_exec_job_open(&job, &st->base, "sandbox", "sandbox", st->slots, ctx, req, res, err);
+    if (open <= 0)
+        return open;
     int slot = ctx->slot;
     sb_slot *s = &st->slot[slot];
 
@@ -1433,10 +1429,9 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
         }
         if (ok) {
             /* zygote_execute freed the job: start it again. */
-            if (cf_exec_job_check(&job, &st->base, "sandbox", "sandbox", ctx, req, res, err) < 0)
-                return -1;
-            if (job.rejected)
-                return 0;
+            open = cf_exec_job_open(&job, &st->base, "sandbox", "sandbox", st->slots, ctx, req, res, err);
+            if (open <= 0)
+                return open;
         }
     }
 
