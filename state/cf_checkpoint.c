@@ -18,6 +18,7 @@ struct cf_checkpoint_store {
     const char *guard_key;   /* fencing (cf_checkpoint_set_guard): borrowed */
     const char *guard_value;
     char prefix[CF_STATE_PREFIX_MAX + 1];
+    char scope[CF_STATE_NAME_MAX + 1]; /* cfg.id_prefix, "" for any */
     cf_checkpoint_config cfg;
     cf_decode_limits limits;
 };
@@ -65,6 +66,11 @@ cf_checkpoint_store *cf_checkpoint_store_new(cf_redis *r, const cf_checkpoint_co
     cf_strlcpy(cs->prefix, cfg->key_prefix, sizeof(cs->prefix));
     cs->cfg = *cfg;
     cs->cfg.key_prefix = cs->prefix;
+    if (cf_state_scope_set(cs->scope, sizeof(cs->scope), cfg->id_prefix, "checkpoint store", err) < 0) {
+        free(cs);
+        return NULL;
+    }
+    cs->cfg.id_prefix = cs->scope;
     if (cfg->limits) {
         cs->limits = *cfg->limits;
     } else {
@@ -87,7 +93,8 @@ void cf_checkpoint_store_destroy(cf_checkpoint_store *cs)
 
 static int cp_keys_init(const cf_checkpoint_store *cs, const char *thread, cp_keys *k, cf_error *err)
 {
-    if (cf_state_name_check(thread, "checkpoint thread", err) < 0)
+    if (cf_state_name_check(thread, "checkpoint thread", err) < 0 ||
+        cf_state_scope_check(cs->scope, thread, "thread", err) < 0)
         return -1;
     if (cf_state_key(k->meta, sizeof(k->meta), err, "%s{cp:%s}:meta", cs->prefix, thread) < 0 ||
         cf_state_key(k->idx, sizeof(k->idx), err, "%s{cp:%s}:idx", cs->prefix, thread) < 0 ||

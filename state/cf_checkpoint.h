@@ -39,6 +39,7 @@ typedef struct cf_checkpoint_config {
     size_t max_state_bytes;         /* 16 MiB */
     size_t max_meta_bytes;          /* 64 KiB */
     const cf_decode_limits *limits; /* msgpack limits; NULL = defaults, sizes raised to the caps above */
+    const char *id_prefix;          /* thread ids: as cf_workspace_config.id_prefix; copied */
 } cf_checkpoint_config;
 
 typedef struct cf_checkpoint {

@@ -35,6 +35,14 @@ extern const cf_redis_script cf_cp_script_delete_thread;
  * collide with another key's suffix.  what names the value in errors. */
 int cf_state_name_check(const char *name, const char *what, cf_error *err);
 
+/* An id scope (cf_workspace_config.id_prefix): NULL, "" or "*" (any id),
+ * "none" (no id), or [A-Za-z0-9._-] ending in '.', '-' or '_' (what a
+ * worker profile's state-prefix takes).  Copied into dst. */
+int cf_state_scope_set(char *dst, size_t cap, const char *scope, const char *what, cf_error *err);
+/* Whether id is inside scope (as cf_state_scope_set left it): the store
+ * refuses others before any Redis call, naming the scope. */
+int cf_state_scope_check(const char *scope, const char *id, const char *what, cf_error *err);
+
 /* Key prefixes: printable, no braces (they would move the hash tag). */
 int cf_state_prefix_check(const char *prefix, cf_error *err);
 

@@ -1,5 +1,6 @@
 /* Helpers shared by cf_workspace and cf_checkpoint. */
 #include "cf_state_int.h"
+#include "cf_util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +22,36 @@ int cf_state_name_check(const char *name, const char *what, cf_error *err)
             return cf_error_set(err, CF_E_INVALID, "%s has a byte outside [A-Za-z0-9._-] at offset %zu", what, i);
     }
     return 0;
+}
+
+int cf_state_scope_set(char *dst, size_t cap, const char *scope, const char *what, cf_error *err)
+{
+    dst[0] = '\0';
+    if (!scope || !scope[0] || strcmp(scope, "*") == 0)
+        return 0;
+    size_t n = strlen(scope);
+    char last = scope[n - 1];
+    if (strcmp(scope, "none") != 0 &&
+        (n >= cap || !cf_name_valid(scope, n, n) || (last != '.' && last != '-' && last != '_')))
+        return cf_error_set(err, CF_E_INVALID,
+                            "%s: id prefix must be '*', 'none' or [A-Za-z0-9._-] ending in '.', '-' or '_'", what);
+    cf_strlcpy(dst, scope, cap);
+    return 0;
+}
+
+int cf_state_scope_check(const char *scope, const char *id, const char *what, cf_error *err)
+{
+    if (!scope[0])
+        return 0;
+    size_t n = strlen(scope);
+    if (strcmp(scope, "none") != 0 && strncmp(id, scope, n) == 0 && id[n])
+        return 0;
+    /* id passed cf_state_name_check: it is printable. */
+    if (strcmp(scope, "none") == 0)
+        return cf_error_set(err, CF_E_INVALID, "%s '%s' refused: this client may name no workspace or thread "
+                                               "(state-prefix none)", what, id);
+    return cf_error_set(err, CF_E_INVALID,
+                        "%s '%s' is not this client's: its ids start with '%s' (state-prefix)", what, id, scope);
 }
 
 int cf_state_prefix_check(const char *prefix, cf_error *err)

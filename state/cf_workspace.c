@@ -27,6 +27,7 @@ struct cf_workspace_store {
     const char *guard_key;   /* fencing (cf_workspace_set_guard): borrowed */
     const char *guard_value;
     char prefix[CF_STATE_PREFIX_MAX + 1];
+    char scope[CF_STATE_NAME_MAX + 1]; /* cfg.id_prefix, "" for any */
     cf_workspace_config cfg;
 };
 
@@ -80,6 +81,11 @@ cf_workspace_store *cf_workspace_store_new(cf_redis *r, const cf_workspace_confi
     cf_strlcpy(ws->prefix, cfg->key_prefix, sizeof(ws->prefix));
     ws->cfg = *cfg;
     ws->cfg.key_prefix = ws->prefix;
+    if (cf_state_scope_set(ws->scope, sizeof(ws->scope), cfg->id_prefix, "workspace store", err) < 0) {
+        free(ws);
+        return NULL;
+    }
+    ws->cfg.id_prefix = ws->scope;
     return ws;
 }
 
@@ -90,7 +96,7 @@ void cf_workspace_store_destroy(cf_workspace_store *ws)
 
 static int ws_keys_init(const cf_workspace_store *ws, const char *id, ws_keys *k, cf_error *err)
 {
-    if (cf_state_name_check(id, "workspace id", err) < 0)
+    if (cf_state_name_check(id, "workspace id", err) < 0 || cf_state_scope_check(ws->scope, id, "workspace", err) < 0)
         return -1;
     if (cf_state_key(k->meta, sizeof(k->meta), err, "%s{ws:%s}:meta", ws->prefix, id) < 0 ||
         cf_state_key(k->files, sizeof(k->files), err, "%s{ws:%s}:files", ws->prefix, id) < 0 ||

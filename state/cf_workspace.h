@@ -35,6 +35,11 @@ typedef struct cf_workspace_config {
     size_t max_component_bytes; /* 255 bytes per path component */
     int64_t ttl_us;             /* 24 h idle TTL, 0 = none; fixed at create (ms granularity) */
     unsigned history;           /* 16 older revisions kept; fixed at create */
+    /* The ids this store may name start with this (NULL, "" or "*": any;
+     * "none": none); others are refused before Redis.  A tenant's client
+     * (CLI, MCP server) sets its state-prefix here; its Redis user is
+     * restricted to the same keys.  Copied. */
+    const char *id_prefix;
 } cf_workspace_config;
 
 /* A file to write: borrowed pointers, data may hold any bytes. */

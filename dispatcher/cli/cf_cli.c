@@ -51,6 +51,10 @@ static const cf_conf_prop global_props[] = {
      "Redis password (prefer the environment: CODEFLEET_REDIS_PASSWORD).", NULL},
     {"redis-prefix", CF_CONF_STRING, offsetof(cf_cli_globals, redis_prefix), 0, 64, "cf:", NULL,
      "Key prefix of workspaces and checkpoints in Redis.", NULL},
+    {"state-prefix", CF_CONF_STRING, offsetof(cf_cli_globals, state_prefix), 0, 128, "*", NULL,
+     "The workspace and thread ids this client may name start with it: a tenant's client sets its profile's "
+     "state-prefix (e.g. tenant-a.), and its workspace, checkpoint and MCP file tools refuse other ids before "
+     "Redis ('*': any, 'none': none).", NULL},
 };
 
 static const cf_conf_table global_table = {
@@ -65,7 +69,7 @@ static const cf_conf_table global_table = {
 static const char *const global_env[] = {"CODEFLEET_BROKERS",      "CODEFLEET_REQUEST_TOPIC", "CODEFLEET_RESULT_TOPIC",
                                          "CODEFLEET_EVENTS_TOPIC", "CODEFLEET_REDIS",         "CODEFLEET_REDIS_USER",
                                          "CODEFLEET_REDIS_PASSWORD", "CODEFLEET_REDIS_PREFIX", "CODEFLEET_DLQ_TOPIC",
-                                         "CODEFLEET_WORKERS_TOPIC", "CODEFLEET_WORKER_GROUP"};
+                                         "CODEFLEET_WORKERS_TOPIC", "CODEFLEET_WORKER_GROUP", "CODEFLEET_STATE_PREFIX"};
 
 static bool global_takes_value(const char *arg)
 {

@@ -47,6 +47,11 @@ typedef struct cf_cli_globals {
     char *redis_user;     /* ACL user, may be NULL */
     char *redis_password; /* may be NULL */
     char *redis_prefix;   /* key prefix of workspaces and checkpoints */
+    /* The ids of workspaces and threads this principal may use start with
+     * this (its profile's state-prefix; "*": any, "none": none).  The
+     * state stores refuse others before Redis, whose ACL user for a tenant
+     * holds the same line. */
+    char *state_prefix;
     char *events_topic;
     char *dlq_topic;      /* doctor: the workers' dead-letter topic */
     char *workers_topic;  /* doctor: the workers' reports */

@@ -163,6 +163,7 @@ cf_workspace_store *cf_cli_workspace_store_new(const cf_cli_globals *g, cf_redis
     cf_workspace_config wc;
     cf_workspace_config_init(&wc);
     wc.key_prefix = g->redis_prefix;
+    wc.id_prefix = g->state_prefix;
     return cf_workspace_store_new(r, &wc, err);
 }
 
@@ -176,6 +177,7 @@ static int state_open(const cf_cli_globals *g, state_conn *c, cf_error *err)
     cf_checkpoint_config cc;
     cf_checkpoint_config_init(&cc);
     cc.key_prefix = g->redis_prefix;
+    cc.id_prefix = g->state_prefix;
     c->max_state = cc.max_state_bytes;
     c->max_meta = cc.max_meta_bytes;
     c->ws = cf_cli_workspace_store_new(g, c->r, err);

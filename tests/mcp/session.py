@@ -36,9 +36,10 @@ def check(cond, what):
 class Server:
     """`codefleet mcp` as a subprocess, read by a thread into a queue."""
 
-    def __init__(self, fleet):
+    def __init__(self, fleet, globals_=None):
         env = dict(os.environ, CODEFLEET_LOG_LEVEL="info")
-        self.p = subprocess.Popen([fleet.cli] + fleet.globals() + ["mcp"], stdin=subprocess.PIPE,
+        g = fleet.globals() if globals_ is None else globals_
+        self.p = subprocess.Popen([fleet.cli] + g + ["mcp"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=open("/tmp/cf-mcp-server-%d.log" % os.getpid(), "wb"),
                                   env=env)
         self.q = queue.Queue()
@@ -112,12 +113,77 @@ def no_streaming(fleet):
         srv.close()
 
 
+def tool_text(r):
+    return r["result"]["content"][0]["text"] if "result" in r else json.dumps(r)
+
+
+def tenant_workspaces(fleet):
+    """Issue 33 part 5: a tenant's MCP server, set up as docs/MCP.md shows
+    (the tenant's settings file from deploy/stack.sh), reaches its own
+    workspaces only: its tools refuse other tenants' ids before Redis, and
+    given a setup that skips that check (--state-prefix='*'), its Redis
+    user still cannot read another tenant's keys."""
+    secrets_dir = os.environ.get("CF_TEST_SECRETS")
+    redis = os.environ.get("CF_TEST_REDIS")
+    if not secrets_dir or not redis:
+        print("skip tenant workspaces: not the stack of deploy/stack.sh (CF_TEST_SECRETS, CF_TEST_REDIS)")
+        return
+    tag = secrets.token_hex(4)
+    theirs, mine = "tenant-b.secret-" + tag, "tenant-a.mine-" + tag
+    # The tenant's file names its topics; the flags only win over a
+    # CODEFLEET_*_TOPIC this test's environment may hold.
+    tenant_a = ["--config", os.path.join(secrets_dir, "tenant-a.conf"), "--brokers", fleet.brokers,
+                "--redis", redis,
+                "--request-topic", os.environ.get("CF_TEST_TOPIC_REQUESTS", "codefleet.requests") + ".tenant-a",
+                "--result-topic", os.environ.get("CF_TEST_TOPIC_RESULTS", "codefleet.results") + ".tenant-a"]
+    # The operator (the CLI principal: any id) puts a file in tenant-b's workspace.
+    op = Server(fleet)
+    a = Server(fleet, tenant_a)
+    loose = Server(fleet, tenant_a + ["--state-prefix=*"])
+    try:
+        for srv in (op, a, loose):
+            srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                    "clientInfo": {"name": "session.py", "version": "1"}}))
+        r = op.call({"name": "write_file", "arguments": {"workspace": theirs, "path": "key.txt",
+                                                         "content": "tenant-b only\n"}})
+        check(r["result"]["isError"] is False, "the operator writes tenant-b's workspace: %s" % tool_text(r)[:200])
+        r = op.call({"name": "read_file", "arguments": {"workspace": theirs, "path": "key.txt"}})
+        check(not r["result"]["isError"] and r["result"]["structuredContent"]["content"] == "tenant-b only\n",
+              "and reads it back (the file is there to be stolen)")
+
+        r = a.call({"name": "write_file", "arguments": {"workspace": mine, "path": "f.txt", "content": "mine\n"}})
+        check(r["result"]["isError"] is False, "tenant-a writes its own workspace: %s" % tool_text(r)[:200])
+        r = a.call({"name": "read_file", "arguments": {"workspace": mine, "path": "f.txt"}})
+        check(not r["result"]["isError"] and r["result"]["structuredContent"]["content"] == "mine\n",
+              "and reads it")
+        for tool, extra in (("read_file", {"path": "key.txt"}), ("list_files", {}),
+                            ("write_file", {"path": "planted", "content": "x"})):
+            r = a.call({"name": tool, "arguments": dict(extra, workspace=theirs)})
+            text = tool_text(r)
+            check(r["result"]["isError"] is True and "tenant-a." in text and "state-prefix" in text
+                  and "tenant-b only" not in text,
+                  "tenant-a's %s on tenant-b's workspace: refused, naming its prefix (%s)" % (tool, text[:160]))
+        for tool, extra in (("read_file", {"path": "key.txt"}), ("list_files", {}),
+                            ("write_file", {"path": "planted", "content": "x"})):
+            r = loose.call({"name": tool, "arguments": dict(extra, workspace=theirs)})
+            text = tool_text(r)
+            check(r["result"]["isError"] is True and "NOPERM" in text and "tenant-b only" not in text,
+                  "with the prefix check skipped, Redis's ACL refuses tenant-a's %s (%s)" % (tool, text[:160]))
+        r = op.call({"name": "list_files", "arguments": {"workspace": theirs}})
+        files = r["result"]["structuredContent"]["files"] if not r["result"]["isError"] else None
+        check(files == [{"path": "key.txt", "size": 14}], "tenant-b's workspace is as it was: %s" % files)
+    finally:
+        for srv in (op, a, loose):
+            srv.close()
+
+
 def main():
     fleet = Fleet("mcp-session").start()
     srv = Server(fleet)
     quiet = None
     try:
         run(srv, fleet)
+        tenant_workspaces(fleet)
         quiet = Fleet("mcp-nostream", extra=["--stream-topic-suffix="]).start()
         no_streaming(quiet)
     finally:

@@ -604,10 +604,38 @@ static void test_racing_writers_build_linear_chain(void **state)
     cf_checkpoints_clear(&l);
 }
 
+/* Thread ids outside the store's id_prefix are refused before Redis. */
+static void test_id_prefix_scopes_threads(void **state)
+{
+    fixture *f = *state;
+    cf_checkpoint_config cfg;
+    cf_checkpoint_config_init(&cfg);
+    cfg.id_prefix = "tenant-a.";
+    cf_error err;
+    cf_checkpoint_store *a = cf_checkpoint_store_new(f->r, &cfg, &err);
+    assert_non_null(a);
+    char id[CF_CHECKPOINT_ID_MAX + 1];
+    save_n(a, "tenant-a.t", 1, NULL, id);
+    uint8_t st[6];
+    assert_int_equal(cf_checkpoint_save(a, "tenant-b.t", st, mk_state(st, 2), NULL, id, &err), -1);
+    assert_int_equal(err.code, CF_E_INVALID);
+    assert_non_null(strstr(err.msg, "tenant-a."));
+    cf_checkpoint cp;
+    memset(&cp, 0, sizeof(cp));
+    assert_int_equal(cf_checkpoint_latest(a, "tenant-b.t", &cp, &err), -1);
+    assert_int_equal(err.code, CF_E_INVALID);
+    redisReply *rep = redisCommand(f->raw, "EXISTS cf:{cp:tenant-b.t}:meta");
+    assert_non_null(rep);
+    assert_int_equal(rep->integer, 0);
+    freeReplyObject(rep);
+    cf_checkpoint_store_destroy(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_save_get_latest_history, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_id_prefix_scopes_threads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_guard_fences_saves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rollback_keeps_old_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_delete_and_delete_thread, setup, teardown),

@@ -960,6 +960,60 @@ static void test_restart_under_load(void **state)
     assert_true(cf_redis_reconnect_count(f->r) >= 1);
 }
 
+static void id_prefix_tenant_a(cf_workspace_config *c)
+{
+    c->id_prefix = "tenant-a.";
+}
+
+static void id_prefix_none(cf_workspace_config *c)
+{
+    c->id_prefix = "none";
+}
+
+/* A tenant's client sets its state-prefix as the store's id_prefix: ids
+ * outside it are refused before Redis is asked anything (issue 33). */
+static void test_id_prefix_scopes_ids(void **state)
+{
+    fixture *f = *state;
+    cf_error err;
+    cf_workspace_config bad;
+    cf_workspace_config_init(&bad);
+    bad.id_prefix = "tenant-a"; /* would also match tenant-ab.x */
+    assert_null(cf_workspace_store_new(f->r, &bad, &err));
+    assert_int_equal(err.code, CF_E_INVALID);
+
+    cf_workspace_store *a = store_with(f, id_prefix_tenant_a);
+    ok(cf_workspace_create(a, "tenant-a.w", NULL, NULL, &err), &err);
+    int64_t rev = 0;
+    ok(cf_workspace_put(a, "tenant-a.w", CF_WS_ANY_REV, "f", "x", 1, &rev, &err), &err);
+    /* Another tenant's, the bare prefix, a longer tenant name: refused. */
+    const char *theirs[] = {"tenant-b.w", "tenant-a.", "tenant-ab.w", "w"};
+    for (size_t i = 0; i < sizeof(theirs) / sizeof(theirs[0]); i++) {
+        cf_error_clear(&err);
+        assert_int_equal(cf_workspace_create(a, theirs[i], NULL, NULL, &err), -1);
+        assert_int_equal(err.code, CF_E_INVALID);
+        assert_non_null(strstr(err.msg, "tenant-a."));
+        assert_non_null(strstr(err.msg, "state-prefix"));
+        uint8_t *data = NULL;
+        size_t len = 0;
+        assert_int_equal(cf_workspace_get(a, theirs[i], "f", &data, &len, NULL, &err), -1);
+        assert_null(data);
+    }
+    /* Nothing was written for them. */
+    redisReply *rep = redisCommand(f->raw, "EXISTS cf:{ws:tenant-b.w}:meta");
+    assert_non_null(rep);
+    assert_int_equal(rep->integer, 0);
+    freeReplyObject(rep);
+    cf_workspace_store_destroy(a);
+
+    cf_workspace_store *none = store_with(f, id_prefix_none);
+    assert_int_equal(cf_workspace_create(none, "tenant-a.v", NULL, NULL, &err), -1);
+    assert_non_null(strstr(err.msg, "state-prefix none"));
+    cf_workspace_store_destroy(none);
+    /* The fixture's store (no id_prefix) names any id. */
+    ok(cf_workspace_create(f->ws, "tenant-b.w", NULL, NULL, &err), &err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -975,6 +1029,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_format1_is_migrated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_metadata_writes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_beside_a_writer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_id_prefix_scopes_ids, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_under_load, setup_aof_auth, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
