@@ -8,7 +8,9 @@
 # worker (2 slots, the given backend: process by default) on fresh topics
 # and measures with bench_fleet: the end-to-end latency of 200 sequential
 # trivial requests (p50, p99) and the throughput of 2000 submitted at once.
-# Prints each figure's median over the rounds per build and the ratio B/A.
+# Prints each figure's median over the rounds per build, the ratio B/A, and
+# the spread of the per-round ratios (min, median, max): a difference
+# inside that spread is noise.
 # Needs the stack up and its environment (eval "$(deploy/stack.sh env)").
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -80,12 +82,16 @@ for line in open(sys.argv[1]):
             except ValueError:
                 pass
 keys = sorted({(f, k) for (f, k, _) in vals})
-print(f"{'figure':40s} {'A (median)':>12s} {'B (median)':>12s} {'B/A':>7s}  rounds")
+# Per round, B's figure over A's of the same round (they ran back to back):
+# the spread of those ratios is the noise a difference must stand out of.
+print(f"{'figure':34s} {'A (median)':>11s} {'B (median)':>11s} {'B/A':>6s}  {'paired B/A: min  median  max':>28s}  rounds")
 for f, k in keys:
     a, b = vals.get((f, k, 'A'), []), vals.get((f, k, 'B'), [])
     if not a or not b:
         continue
     ma, mb = statistics.median(a), statistics.median(b)
     ratio = mb / ma if ma else float('nan')
-    print(f"{f + ' ' + k:40s} {ma:12.3f} {mb:12.3f} {ratio:7.3f}  {len(a)}/{len(b)}")
+    paired = sorted(y / x for x, y in zip(a, b) if x)
+    spread = (f"{paired[0]:8.3f} {statistics.median(paired):7.3f} {paired[-1]:7.3f}" if paired else "")
+    print(f"{f + ' ' + k:34s} {ma:11.3f} {mb:11.3f} {ratio:6.3f}  {spread:>28s}  {len(a)}/{len(b)}")
 EOF
