@@ -572,7 +572,10 @@ static int file_handler(void *user, const char *section, const char *name, const
         } else {
             rc = 0;
         }
-        if (rc == 0)
+        bool foreign = false;
+        for (size_t i = 0; c->t->file_foreign && c->t->file_foreign[i]; i++)
+            foreign = foreign || strcmp(c->t->file_foreign[i], key) == 0;
+        if (rc == 0 && !foreign)
             rc = cf_conf_set(c->t, c->target, key, unq ? unq : value, c->err);
         free(unq);
     }

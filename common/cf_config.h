@@ -63,6 +63,10 @@ typedef struct cf_conf_table {
     const char *env_prefix; /* "CODEFLEET_" */
     const cf_conf_prop *props;
     size_t nprops;
+    /* Keys of a sibling program that a shared settings file may hold
+     * (NULL-terminated, may be NULL): skipped in files, unknown elsewhere.
+     * A principal's file serves both the CLI and the worker. */
+    const char *const *file_foreign;
 } cf_conf_table;
 
 /* Where a value came from, for error messages. */

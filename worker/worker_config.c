@@ -305,8 +305,11 @@ static void worker_table_compose(void)
             at++;
         }
     }
+    /* The CLI's own keys in a principal's settings file (deploy/stack.sh
+     * writes one file per principal for both programs). */
+    static const char *const cli_keys[] = {"state-prefix", NULL};
     worker_table = (cf_conf_table){.program = "codefleet-worker", .env_prefix = "CODEFLEET_WORKER_", .props = props,
-                                   .nprops = n};
+                                   .nprops = n, .file_foreign = cli_keys};
 }
 
 const cf_conf_table *cf_worker_conf(void)

@@ -247,6 +247,23 @@ static void test_file_ok(void **state)
     assert_int_equal(f->s.max_output, 1024 * 1024); /* untouched default */
 }
 
+/* A sibling program's keys in a shared settings file are skipped there,
+ * and stay unknown as a flag or a key set directly. */
+static void test_file_foreign_keys(void **state)
+{
+    fixture *f = *state;
+    static const char *const foreign[] = {"state-prefix", NULL};
+    cf_conf_table t = sample_table;
+    t.file_foreign = foreign;
+    write_file(f, "name = shared\nstate-prefix = tenant-a.\n");
+    assert_int_equal(cf_conf_load_file(&t, &f->s, f->path, &f->err), 0);
+    assert_string_equal(f->s.name, "shared");
+    assert_int_equal(cf_conf_set(&t, &f->s, "state-prefix", "x.", &f->err), -1);
+    /* Without the list, the same file is refused. */
+    assert_int_equal(cf_conf_load_file(&sample_table, &f->s, f->path, &f->err), -1);
+    assert_non_null(strstr(f->err.msg, "unknown key 'state-prefix'"));
+}
+
 /* Expects "config file <path> line <line>: <needle>". */
 static void expect_file_error(fixture *f, const char *text, int line, const char *needle)
 {
@@ -500,7 +517,7 @@ static void test_bad_tables(void **state)
     cf_conf_prop bad_default[] = {
         {"slots", CF_CONF_INT, offsetof(sample, slots), 1, 10, "11", NULL, "x", NULL},
     };
-    cf_conf_table t = {"p", "P_", bad_default, 1};
+    cf_conf_table t = {"p", "P_", bad_default, 1, NULL};
     assert_int_equal(cf_conf_init(&t, &s, &err), -1);
     assert_non_null(strstr(err.msg, "bad default for 'slots'"));
 
@@ -674,6 +691,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_set_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kvlist_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_ok, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_foreign_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_env_ok, setup, teardown),
         cmocka_unit_test_setup_teardown(test_env_errors, setup, teardown),
