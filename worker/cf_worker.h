@@ -37,6 +37,7 @@ typedef struct cf_worker_config {
     int64_t slots;              /* concurrent executions */
     int64_t prefetch;           /* requests buffered beyond the slots before pausing */
     bool static_membership;     /* worker-id is the group.instance.id (KIP-345) */
+    bool consumer_per_topic;    /* one group member per request topic: each topic spread over the workers */
     char *backends;             /* "process" or "sandbox,process": first = default */
     char *work_root;
     char *python_path;

@@ -14,7 +14,7 @@
 
 #define LOG_SUB "worker"
 
-static void intake_take_traced(cf_worker *w, rd_kafka_message_t *m);
+static void intake_take_traced(cf_worker *w, rd_kafka_t *rk, rd_kafka_message_t *m);
 
 static int64_t min_set(int64_t a, int64_t b)
 {
@@ -108,18 +108,18 @@ bool intake_deadline_passed(const cf_request *req, char *reason, size_t rsz)
     return true;
 }
 
-void intake_take(cf_worker *w, rd_kafka_message_t *m)
+void intake_take(cf_worker *w, rd_kafka_t *rk, rd_kafka_message_t *m)
 {
-    intake_take_traced(w, m);
+    intake_take_traced(w, rk, m);
     cf_job_obs_log(NULL);
 }
 
-static void intake_take_traced(cf_worker *w, rd_kafka_message_t *m)
+static void intake_take_traced(cf_worker *w, rd_kafka_t *rk, rd_kafka_message_t *m)
 {
     if (m->err) {
         /* The same one-line explanations as the clients' errors. */
         if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-            kafka_on_error(w->consumer, m->err, rd_kafka_message_errstr(m), w);
+            kafka_on_error(rk, m->err, rd_kafka_message_errstr(m), w);
         return;
     }
     const char *tname = m->rkt ? rd_kafka_topic_name(m->rkt) : NULL;

@@ -172,7 +172,7 @@ void kafka_client_id(const cf_worker *w, bool consumer, char *buf, size_t size)
         snprintf(buf, size, "codefleet-worker-%s%s", w->worker_id, consumer ? "" : "-producer");
 }
 
-rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *err)
+rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, int consumer_index, cf_error *err)
 {
     const cf_worker_config *c = w->cfg;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -197,8 +197,13 @@ rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *err)
              * (docs/RELIABILITY.md, "Failover"). */
             {"session.timeout.ms", "6000"},     {"heartbeat.interval.ms", "1000"},
         };
+        /* Static membership: each consumer is a member of its own, so the
+         * second and later ones (consumer-per-topic) get the worker id
+         * with their index; the first keeps the worker id itself. */
+        char instance[CF_ID_MAX + 16];
+        snprintf(instance, sizeof(instance), consumer_index > 0 ? "%s.t%d" : "%s", w->worker_id, consumer_index);
         if (kafka_conf_set(conf, "group.id", c->group, err) < 0 ||
-            (c->static_membership && kafka_conf_set(conf, "group.instance.id", w->worker_id, err) < 0))
+            (c->static_membership && kafka_conf_set(conf, "group.instance.id", instance, err) < 0))
             goto fail;
         /* What librdkafka prefetches per partition beyond what we took:
          * bounds each drain of its queue, so the offset trackers stay small

@@ -260,7 +260,7 @@ bool cf_pguard_next_answer(cf_pguard *g, cf_pguard_answer *out)
 }
 
 int cf_pguard_judge(cf_pguard *g, cf_pguard_part *p, const cf_pguard_answer *a, int64_t now_us,
-                    int64_t *position)
+                    int64_t fetch_position, int64_t *position)
 {
     int64_t asked = p->asked_us;
     p->asked_us = 0;
@@ -273,6 +273,8 @@ int cf_pguard_judge(cf_pguard *g, cf_pguard_part *p, const cf_pguard_answer *a, 
         return -1;
     }
     int64_t pos = p->next_offset >= 0 ? p->next_offset : a->committed >= 0 ? a->committed : a->low;
+    if (fetch_position > pos)
+        pos = fetch_position;
     if (position)
         *position = pos;
     if (a->high <= pos) {

@@ -102,9 +102,13 @@ bool cf_pguard_next_answer(cf_pguard *g, cf_pguard_answer *out);
 
 /* Judges an answer for its partition: returns the step to take now, or -1
  * for none (not stalled, no verdict, or it moved meanwhile).  The caller
- * takes the step; a stall found is counted here. */
+ * takes the step; a stall found is counted here.  fetch_position: the
+ * consumer's own position of the partition (rd_kafka_position; -1 when
+ * unknown), which steps over what the application never sees (a
+ * transaction's commit marker, aborted records): past the last message
+ * taken, nothing may be waiting although the log end is further. */
 int cf_pguard_judge(cf_pguard *g, cf_pguard_part *p, const cf_pguard_answer *a, int64_t now_us,
-                    int64_t *position);
+                    int64_t fetch_position, int64_t *position);
 
 /* A stalled partition given up (revoked, lost): no longer counted as
  * stalled. */

@@ -75,7 +75,8 @@ void partitions_pause_one(cf_worker *w, size_t t, int32_t p, bool pause)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, w->topics[t].name, p);
-    rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(w->consumer, l) : rd_kafka_resume_partitions(w->consumer, l);
+    rd_kafka_t *rk = consumers_of_topic(w, t);
+    rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(rk, l) : rd_kafka_resume_partitions(rk, l);
     if (e)
         cf_log_warn("kafka", "%s %s[%" PRId32 "]: %s", pause ? "pausing" : "resuming", w->topics[t].name, p,
                     rd_kafka_err2str(e));
@@ -117,7 +118,7 @@ void partitions_rewind(cf_worker *w, const char *topic, int32_t partition, int64
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
-    rd_kafka_error_t *e = rd_kafka_seek_partitions(w->consumer, l, 0);
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(consumers_of_topic_name(w, topic), l, 0);
     if (e) {
         cf_log_error("kafka", "rewinding %s[%" PRId32 "] to %" PRId64 ": %s", topic, partition, offset,
                      rd_kafka_error_string(e));
@@ -156,83 +157,76 @@ void jobs_drop(cf_worker *w, cf_pool_job *list)
 }
 
 /* Stores every committable position (the next auto-commit, or an explicit
- * commit, sends them). */
+ * commit, sends them), each with the consumer of its topic. */
 void partitions_store_offsets(cf_worker *w)
 {
-    rd_kafka_topic_partition_list_t *l = NULL;
-    for (size_t t = 0; t < w->ntopics; t++)
-        for (size_t p = 0; p < w->topics[t].nparts; p++) {
-            part_state *ps = &w->topics[t].parts[p];
-            if (!ps->assigned)
+    for (size_t c = 0; c < w->nconsumers; c++) {
+        rd_kafka_topic_partition_list_t *l = NULL;
+        for (size_t t = 0; t < w->ntopics; t++) {
+            if (w->topics[t].consumer != c)
                 continue;
-            int64_t pos = cf_offset_tracker_take_committable(ps->tracker);
-            if (pos < 0)
-                continue;
-            if (!l)
-                l = rd_kafka_topic_partition_list_new(4);
-            rd_kafka_topic_partition_list_add(l, w->topics[t].name, (int32_t)p)->offset = pos;
+            for (size_t p = 0; p < w->topics[t].nparts; p++) {
+                part_state *ps = &w->topics[t].parts[p];
+                if (!ps->assigned)
+                    continue;
+                int64_t pos = cf_offset_tracker_take_committable(ps->tracker);
+                if (pos < 0)
+                    continue;
+                if (!l)
+                    l = rd_kafka_topic_partition_list_new(4);
+                rd_kafka_topic_partition_list_add(l, w->topics[t].name, (int32_t)p)->offset = pos;
+            }
         }
-    if (!l)
-        return;
-    rd_kafka_resp_err_t e = rd_kafka_offsets_store(w->consumer, l);
-    if (e)
-        cf_log_warn("kafka", "storing offsets: %s", rd_kafka_err2str(e));
-    rd_kafka_topic_partition_list_destroy(l);
+        if (!l)
+            continue;
+        rd_kafka_resp_err_t e = rd_kafka_offsets_store(w->consumers[c].rk, l);
+        if (e)
+            cf_log_warn("kafka", "storing offsets: %s", rd_kafka_err2str(e));
+        rd_kafka_topic_partition_list_destroy(l);
+    }
 }
 
 void partitions_set_paused(cf_worker *w, bool pause)
 {
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
-    for (size_t t = 0; t < w->ntopics; t++)
-        for (size_t p = 0; p < w->topics[t].nparts; p++) {
-            part_state *ps = &w->topics[t].parts[p];
-            if (ps->assigned && ps->paused != pause && !(ps->held && !pause)) {
-                rd_kafka_topic_partition_list_add(l, w->topics[t].name, (int32_t)p);
-                ps->paused = pause;
+    for (size_t c = 0; c < w->nconsumers; c++) {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+        for (size_t t = 0; t < w->ntopics; t++) {
+            if (w->topics[t].consumer != c)
+                continue;
+            for (size_t p = 0; p < w->topics[t].nparts; p++) {
+                part_state *ps = &w->topics[t].parts[p];
+                if (ps->assigned && ps->paused != pause && !(ps->held && !pause)) {
+                    rd_kafka_topic_partition_list_add(l, w->topics[t].name, (int32_t)p);
+                    ps->paused = pause;
+                }
             }
         }
-    if (l->cnt) {
-        rd_kafka_resp_err_t e =
-            pause ? rd_kafka_pause_partitions(w->consumer, l) : rd_kafka_resume_partitions(w->consumer, l);
-        if (e)
-            cf_log_warn("kafka", "%s partitions: %s", pause ? "pausing" : "resuming", rd_kafka_err2str(e));
-        else
-            cf_log_debug("kafka", "%s %d partition(s)", pause ? "paused" : "resumed", l->cnt);
+        if (l->cnt) {
+            rd_kafka_t *rk = w->consumers[c].rk;
+            rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(rk, l) : rd_kafka_resume_partitions(rk, l);
+            if (e)
+                cf_log_warn("kafka", "%s partitions: %s", pause ? "pausing" : "resuming", rd_kafka_err2str(e));
+            else
+                cf_log_debug("kafka", "%s %d partition(s)", pause ? "paused" : "resumed", l->cnt);
+        }
+        rd_kafka_topic_partition_list_destroy(l);
     }
-    rd_kafka_topic_partition_list_destroy(l);
     w->paused_all = pause;
-}
-
-/* Subscribes the consumer to every request topic; names gets them, comma-separated. */
-rd_kafka_resp_err_t partitions_subscribe(cf_worker *w, char *names, size_t nsize)
-{
-    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new((int)w->ntopics);
-    if (nsize)
-        names[0] = '\0';
-    for (size_t i = 0; i < w->ntopics; i++) {
-        rd_kafka_topic_partition_list_add(topics, w->topics[i].name, RD_KAFKA_PARTITION_UA);
-        size_t n = strlen(names);
-        if (n < nsize)
-            snprintf(names + n, nsize - n, "%s%s", i ? "," : "", w->topics[i].name);
-    }
-    rd_kafka_resp_err_t e = rd_kafka_subscribe(w->consumer, topics);
-    rd_kafka_topic_partition_list_destroy(topics);
-    return e;
 }
 
 /* The guard's last step: leave the group and join again.  Every partition
  * is revoked (its running executions get rebalance-wait, as in any
  * rebalance) and the group assigns afresh: a consumer-side state that
  * neither resume nor seek cleared does not survive it. */
-static void rejoin_group(cf_worker *w)
+static void rejoin_group(cf_worker *w, size_t topic)
 {
-    rd_kafka_resp_err_t e = rd_kafka_unsubscribe(w->consumer);
+    size_t c = w->topics[topic].consumer;
+    rd_kafka_resp_err_t e = rd_kafka_unsubscribe(w->consumers[c].rk);
     if (e)
         cf_log_error("kafka", "partition guard: leaving the group: %s", rd_kafka_err2str(e));
-    char names[1024];
-    e = partitions_subscribe(w, names, sizeof(names));
+    e = consumers_subscribe_one(w, c);
     if (e)
-        cf_log_error("kafka", "partition guard: subscribing again to %s: %s", names, rd_kafka_err2str(e));
+        cf_log_error("kafka", "partition guard: subscribing again: %s", rd_kafka_err2str(e));
 }
 
 static void guard_step(cf_worker *w, size_t t, int32_t p, part_state *ps, int step, int64_t position)
@@ -255,12 +249,31 @@ static void guard_step(cf_worker *w, size_t t, int32_t p, part_state *ps, int st
         partitions_rewind(w, topic, p, position);
         break;
     default:
-        rejoin_group(w);
+        rejoin_group(w, t);
         break;
     }
     if (w->obs)
         cf_observe_partition_stall(w->obs, cf_pguard_step_name((cf_pguard_step)step));
     w->report_next_us = 0; /* operators see it now, not a report-interval later */
+}
+
+/* The consumer's position of a partition (-1 when unknown). */
+static int64_t fetch_position(cf_worker *w, size_t t, int32_t partition)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, w->topics[t].name, partition);
+    int64_t pos = -1;
+    if (rd_kafka_position(consumers_of_topic(w, t), l) == RD_KAFKA_RESP_ERR_NO_ERROR && !l->elems[0].err)
+        pos = l->elems[0].offset >= 0 ? l->elems[0].offset : -1;
+    rd_kafka_topic_partition_list_destroy(l);
+    return pos;
+}
+
+/* Whether the worker would take a request now. */
+static bool worker_has_room(const cf_worker *w)
+{
+    size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
+    return !w->paused_all && !w->stopping && w->intake_blocked == 0 && w->inflight < high;
 }
 
 /* Looks at every held partition twice a second: those that should move
@@ -278,16 +291,24 @@ void partitions_guard_serve(cf_worker *w)
             continue; /* given up meanwhile: its record started anew */
         if (a.failed)
             cf_log_debug(LOG_SUB, "partition guard: probing %s[%" PRId32 "]: %s", a.topic, a.partition, a.why);
+        /* An answer to a picture that changed: paused by us since, out of
+         * room, or stopping, the partition is not expected to move (and a
+         * step would undo our own pause).  Its clock starts again. */
+        if (ps->paused || w->stopping || !worker_has_room(w)) {
+            ps->guard.asked_us = 0;
+            cf_pguard_restart(&ps->guard, now);
+            continue;
+        }
+        size_t t = (size_t)partitions_topic_index(w, a.topic);
         int64_t position = -1;
-        int step = cf_pguard_judge(w->guard, &ps->guard, &a, now, &position);
+        int step = cf_pguard_judge(w->guard, &ps->guard, &a, now, fetch_position(w, t, a.partition), &position);
         if (step >= 0)
-            guard_step(w, (size_t)partitions_topic_index(w, a.topic), a.partition, ps, step, position);
+            guard_step(w, t, a.partition, ps, step, position);
     }
     if (now < w->guard_next_us)
         return;
     w->guard_next_us = now + 500 * 1000;
-    size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
-    bool room = !w->paused_all && !w->stopping && w->intake_blocked == 0 && w->inflight < high;
+    bool room = worker_has_room(w);
     for (size_t t = 0; t < w->ntopics; t++)
         for (size_t p = 0; p < w->topics[t].nparts; p++) {
             part_state *ps = &w->topics[t].parts[p];
@@ -321,7 +342,7 @@ static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *p
  * finish so their offsets can be committed before we let go, and are then
  * stopped, so that no request runs here and at its new owner at once.
  * Lost partitions (the group moved on without us) are stopped at once. */
-static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *parts, bool lost,
+static void partitions_revoked(cf_worker *w, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *parts, bool lost,
                                rd_kafka_topic_partition_list_t *was_paused)
 {
     lane_match lm = {w, parts};
@@ -351,7 +372,7 @@ static void partitions_revoked(cf_worker *w, rd_kafka_topic_partition_list_t *pa
             delivery_drain(w, 2000);
         delivery_take_handed_back(w);
         partitions_store_offsets(w);
-        rd_kafka_resp_err_t e = rd_kafka_commit(w->consumer, NULL, w->kafka_closing ? 1 : 0);
+        rd_kafka_resp_err_t e = rd_kafka_commit(rk, NULL, w->kafka_closing ? 1 : 0);
         if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
             cf_log_warn("kafka", "commit on revoke: %s", rd_kafka_err2str(e));
     }
@@ -405,7 +426,7 @@ void partitions_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_t
         bool lost = err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS || rd_kafka_assignment_lost(rk);
         cf_log_info("kafka", "%s %d partition(s)", lost ? "lost" : "revoked", parts->cnt);
         rd_kafka_topic_partition_list_t *was_paused = rd_kafka_topic_partition_list_new(parts->cnt);
-        partitions_revoked(w, parts, lost, was_paused);
+        partitions_revoked(w, rk, parts, lost, was_paused);
         /* Lost: out of the group until it rejoins.  A cooperative revoke
          * is followed by the rest of the rebalance's assignment. */
         if (lost)

@@ -329,7 +329,7 @@ static int worker_kafka_setup(cf_worker *w, cf_error *err)
     if (w->wake_fd < 0)
         return cf_error_set_errno(err, CF_E_SYSTEM, errno, "eventfd");
     char errstr[512];
-    rd_kafka_conf_t *pconf = kafka_conf_new(w, false, err);
+    rd_kafka_conf_t *pconf = kafka_conf_new(w, false, 0, err);
     if (!pconf)
         return -1;
     w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pconf, errstr, sizeof(errstr));
@@ -345,17 +345,11 @@ static int worker_kafka_setup(cf_worker *w, cf_error *err)
         reachable = kafka_warm_topic(w->producer, cfg->dlq_topic);
     if (reachable && cfg->workers_topic && cfg->workers_topic[0])
         kafka_warm_topic(w->producer, cfg->workers_topic);
-    rd_kafka_conf_t *cconf = kafka_conf_new(w, true, err);
-    if (!cconf)
+    if (consumers_setup(w, err) < 0)
         return -1;
-    w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, cconf, errstr, sizeof(errstr));
-    if (!w->consumer) {
-        rd_kafka_conf_destroy(cconf);
-        return cf_error_set(err, CF_E_KAFKA, "creating consumer: %s", errstr);
-    }
-    rd_kafka_poll_set_consumer(w->consumer);
-    w->consumer_q = rd_kafka_queue_get_consumer(w->consumer);
-    w->guard = cf_pguard_new(w->consumer, cfg->partition_stall_us, worker_pool_notify, w, err);
+    /* One consumer asks for every topic: committed offsets are the
+     * group's, and watermarks any client may read. */
+    w->guard = cf_pguard_new(w->consumers[0].rk, cfg->partition_stall_us, worker_pool_notify, w, err);
     if (!w->guard)
         return -1;
     w->producer_q = rd_kafka_queue_get_main(w->producer);
@@ -363,7 +357,6 @@ static int worker_kafka_setup(cf_worker *w, cf_error *err)
         return cf_error_set(err, CF_E_SYSTEM, "starting the result flusher thread");
     w->flusher_started = true;
     static const uint64_t one = 1;
-    rd_kafka_queue_io_event_enable(w->consumer_q, w->wake_fd, &one, sizeof(one));
     rd_kafka_queue_io_event_enable(w->producer_q, w->wake_fd, &one, sizeof(one));
     return 0;
 }
@@ -421,7 +414,7 @@ int cf_worker_fault_pause_unrecorded(cf_worker *w, const char *topic, int32_t pa
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
     rd_kafka_topic_partition_list_add(l, topic, partition);
-    rd_kafka_resp_err_t e = rd_kafka_pause_partitions(w->consumer, l);
+    rd_kafka_resp_err_t e = rd_kafka_pause_partitions(consumers_of_topic_name(w, topic), l);
     rd_kafka_topic_partition_list_destroy(l);
     return e ? -1 : 0;
 }
@@ -447,14 +440,10 @@ static void serve(cf_worker *w)
      * once half the prefetch is used up. */
     size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
     size_t low = (size_t)(w->cfg->slots + w->cfg->prefetch / 2);
-    rd_kafka_message_t *m;
     /* Cancels first: a request fetched together with its cancel must find
      * it remembered. */
     cancels_serve(w);
-    while ((m = rd_kafka_consumer_poll(w->consumer, 0)) != NULL) {
-        intake_take(w, m);
-        rd_kafka_message_destroy(m);
-    }
+    consumers_take(w);
     delivery_serve_producer(w, 0);
     delivery_take_handed_back(w);
     delivery_run_retries(w);
@@ -543,37 +532,12 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
     partitions_store_offsets(w);
     /* Asynchronous: the close below sends it; a broker that does not
      * answer costs no more than the deadline. */
-    e = rd_kafka_commit(w->consumer, NULL, 1);
-    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
-        cf_log_warn("kafka", "final commit: %s", rd_kafka_err2str(e));
+    consumers_commit(w, true);
     int64_t t_close = cf_mono_us();
-    int64_t left = kafka_until - t_close;
-    rd_kafka_queue_t *cq = rd_kafka_queue_new(w->consumer);
-    rd_kafka_error_t *cerr = cq ? rd_kafka_consumer_close_queue(w->consumer, cq) : NULL;
-    if (!cq || cerr) {
-        cf_log_warn("kafka", "consumer close: %s", cerr ? rd_kafka_error_string(cerr) : "out of memory");
-        rd_kafka_error_destroy(cerr);
-    } else {
-        /* Rebalance events of the close come here: hand them to the same
-         * handling as during the run. */
-        while (!rd_kafka_consumer_closed(w->consumer)) {
-            left = kafka_until - cf_mono_us();
-            if (left <= 0)
-                break;
-            rd_kafka_event_t *ev = rd_kafka_queue_poll(cq, (int)(left / 1000 > 100 ? 100 : left / 1000 + 1));
-            if (!ev)
-                continue;
-            if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE)
-                partitions_on_rebalance(w->consumer, rd_kafka_event_error(ev),
-                             (rd_kafka_topic_partition_list_t *)rd_kafka_event_topic_partition_list(ev), w);
-            rd_kafka_event_destroy(ev);
-        }
-    }
-    /* Kept until the consumer is destroyed: a rebalance left unserved in
-     * it would make that destroy wait forever (cf_worker_destroy drains it). */
-    w->close_q = cq;
-    w->consumer_closed = rd_kafka_consumer_closed(w->consumer);
-    if (!w->consumer_closed)
+    /* The closes' queues are kept until the consumers are destroyed: a
+     * rebalance left unserved in one would make that destroy wait forever
+     * (consumers_destroy drains them). */
+    if (!consumers_close(w, kafka_until))
         cf_log_warn("kafka",
                     "the broker did not answer the group leave within shutdown-kafka-timeout (%.1fs): leaving "
                     "without it; the group reassigns the partitions after its session timeout",
@@ -700,7 +664,7 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
             return cf_error_set_errno(err, CF_E_SYSTEM, errno, "signalfd");
     }
     char names[1024];
-    rd_kafka_resp_err_t e = partitions_subscribe(w, names, sizeof(names));
+    rd_kafka_resp_err_t e = (rd_kafka_resp_err_t)consumers_subscribe(w, names, sizeof(names));
     if (e) {
         if (sig_fd >= 0)
             close(sig_fd);
@@ -721,10 +685,9 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
         }
         /* E.g. a static member fenced by another with its id: it would
          * consume nothing ever again, so it stops (and is restarted). */
-        if (rd_kafka_fatal_error(w->consumer, NULL, 0)) {
-            char buf[512];
-            rd_kafka_fatal_error(w->consumer, buf, sizeof(buf));
-            rc = cf_error_set(err, CF_E_KAFKA, "consumer fatal error: %s", buf);
+        char fatal[512];
+        if (consumers_fatal(w, fatal, sizeof(fatal))) {
+            rc = cf_error_set(err, CF_E_KAFKA, "consumer fatal error: %s", fatal);
             break;
         }
         serve(w);
@@ -770,46 +733,7 @@ void cf_worker_destroy(cf_worker *w)
     cancels_free(w);
     cf_pguard_destroy(w->guard); /* its thread uses the consumer */
     w->guard = NULL;
-    if (w->consumer_q)
-        rd_kafka_queue_destroy(w->consumer_q);
-    if (w->consumer) {
-        /* A close that did not finish (broker gone) is not tried again;
-         * what it still has queued is answered without the worker's
-         * waits: an (un)assign call left unmade blocks the destroy. */
-        if (w->ran && !w->consumer_closed) {
-            rd_kafka_event_t *ev;
-            while (w->close_q && (ev = rd_kafka_queue_poll(w->close_q, 0))) {
-                if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE) {
-                    const rd_kafka_topic_partition_list_t *parts = rd_kafka_event_topic_partition_list(ev);
-                    bool coop = strcmp(rd_kafka_rebalance_protocol(w->consumer), "COOPERATIVE") == 0;
-                    if (rd_kafka_event_error(ev) == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS) {
-                        if (coop) {
-                            rd_kafka_error_t *e2 = rd_kafka_incremental_unassign(w->consumer, parts);
-                            rd_kafka_error_destroy(e2);
-                        } else {
-                            rd_kafka_assign(w->consumer, NULL);
-                        }
-                    } else if (coop) {
-                        /* An assignment now is taken and dropped at once. */
-                        rd_kafka_error_t *e2 = rd_kafka_incremental_assign(w->consumer, parts);
-                        rd_kafka_error_destroy(e2);
-                    } else {
-                        rd_kafka_assign(w->consumer, parts);
-                    }
-                }
-                rd_kafka_event_destroy(ev);
-            }
-            if (w->close_q)
-                rd_kafka_queue_destroy(w->close_q);
-            w->close_q = NULL;
-            rd_kafka_destroy_flags(w->consumer, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-        } else {
-            if (w->close_q)
-                rd_kafka_queue_destroy(w->close_q);
-            w->close_q = NULL;
-            rd_kafka_destroy(w->consumer);
-        }
-    }
+    consumers_destroy(w);
     if (w->producer && w->producer_q) {
         delivery_drain(w, 1000);
         rd_kafka_purge(w->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);

@@ -23,6 +23,10 @@ static const cf_conf_prop worker_props[] = {
      "fence static members.", NULL},
     {"worker-id", CF_CONF_STRING, OFF(worker_id), 0, 128, NULL, NULL,
      "Name reported in results and logs; default <hostname>-<pid>.", NULL},
+    {"consumer-per-topic", CF_CONF_BOOL, OFF(consumer_per_topic), 0, 0, "true", NULL,
+     "One consumer (group member) per request topic, so that the group spreads each topic over the live workers "
+     "(within one partition); off: one consumer for all topics, which the group balances by the total only, so "
+     "one worker may hold all of a tenant's partitions (docs/OPERATIONS.md, \"Spreading topics\").", NULL},
     {"static-membership", CF_CONF_BOOL, OFF(static_membership), 0, 0, "false", NULL,
      "Join the group as a static member named by worker-id (required then): a worker restarted with the same "
      "id within the session timeout (6 s) gets its partitions back without a rebalance of the others.  The "

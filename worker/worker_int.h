@@ -85,7 +85,17 @@ typedef struct topic_state {
     const char *results;  /* its result topic */
     part_state *parts;
     size_t nparts;
+    size_t consumer;      /* index into cf_worker.consumers */
 } topic_state;
+
+/* A request consumer (consumers.c): one per request topic, or one for all. */
+typedef struct request_consumer {
+    rd_kafka_t *rk;
+    rd_kafka_queue_t *q;       /* its consumer queue: wakes the main loop */
+    rd_kafka_queue_t *close_q; /* the close's queue, served until rk is destroyed */
+    bool close_failed;         /* the close could not even start */
+    bool closed;               /* ... and the close finished */
+} request_consumer;
 
 /* What an operator can act on, from a librdkafka error: one line naming
  * what failed and what to check (the raw detail stays at debug level). */
@@ -109,12 +119,10 @@ struct cf_worker {
     cf_pipeline *pipeline;   /* compiled languages, harnesses, cases, collect */
     bool ran;                /* cf_worker_run's shutdown happened */
     bool kafka_closing;      /* ... and reached its flush/commit/close (after the grace) */
-    bool consumer_closed;    /* ... and the consumer's close finished */
-    rd_kafka_queue_t *close_q; /* the close's queue, served until the consumer is destroyed */
     cf_backend_set *backends;
-    rd_kafka_t *consumer;
+    request_consumer *consumers; /* consumers.c */
+    size_t nconsumers;
     rd_kafka_t *producer;
-    rd_kafka_queue_t *consumer_q;
     rd_kafka_queue_t *producer_q;
     int wake_fd;
     cf_exec_pool *pool;
@@ -206,7 +214,7 @@ void worker_pool_notify(void *arg);
 
 /* intake.c */
 bool intake_deadline_passed(const cf_request *req, char *reason, size_t rsz);
-void intake_take(cf_worker *w, rd_kafka_message_t *m);
+void intake_take(cf_worker *w, rd_kafka_t *rk, rd_kafka_message_t *m);
 
 /* slots.c */
 void flag_set(volatile int *f);
@@ -251,7 +259,6 @@ bool partitions_job_owned(cf_worker *w, const job *j);
 void jobs_drop(cf_worker *w, cf_pool_job *list);
 void partitions_store_offsets(cf_worker *w);
 void partitions_set_paused(cf_worker *w, bool pause);
-rd_kafka_resp_err_t partitions_subscribe(cf_worker *w, char *names, size_t nsize);
 void partitions_guard_serve(cf_worker *w);
 void partitions_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
                          void *opaque);
@@ -264,6 +271,18 @@ void cancels_serve(cf_worker *w);
 void cancels_stop(cf_worker *w);
 int cancels_start(cf_worker *w, cf_error *err);
 
+/* consumers.c */
+int consumers_setup(cf_worker *w, cf_error *err);
+rd_kafka_t *consumers_of_topic(const cf_worker *w, size_t topic);
+rd_kafka_t *consumers_of_topic_name(const cf_worker *w, const char *topic);
+void consumers_take(cf_worker *w);
+int consumers_subscribe(cf_worker *w, char *names, size_t nsize);
+rd_kafka_resp_err_t consumers_subscribe_one(cf_worker *w, size_t consumer);
+bool consumers_fatal(cf_worker *w, char *buf, size_t size);
+void consumers_commit(cf_worker *w, bool async);
+bool consumers_close(cf_worker *w, int64_t until);
+void consumers_destroy(cf_worker *w);
+
 /* kafka_clients.c */
 void kafka_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque);
 void kafka_on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
@@ -272,7 +291,7 @@ int kafka_conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, cf_error
 bool kafka_key_consumer_only(const char *k);
 bool kafka_key_producer_only(const char *k);
 void kafka_client_id(const cf_worker *w, bool consumer, char *buf, size_t size);
-rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, cf_error *err);
+rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, int consumer_index, cf_error *err);
 bool kafka_warm_topic(rd_kafka_t *rk, const char *topic);
 
 #endif

@@ -104,7 +104,7 @@ static void steps_in_order_until_it_moves(void **state)
         t += STALL;
         assert_true(cf_pguard_check(f->g, &p, "t", 0, 1, true, t));
         int64_t pos = -1;
-        assert_int_equal(cf_pguard_judge(f->g, &p, &a, t + 1000, &pos), expect[i]);
+        assert_int_equal(cf_pguard_judge(f->g, &p, &a, t + 1000, -1, &pos), expect[i]);
         assert_int_equal(pos, 3);
         assert_int_equal(p.waiting, 4);
         t += 1000;
@@ -135,7 +135,7 @@ static void recovery_is_counted_by_its_step(void **state)
     t += STALL;
     assert_true(cf_pguard_check(f->g, &p, "t", 0, 1, true, t));
     int64_t pos = -1;
-    assert_int_equal(cf_pguard_judge(f->g, &p, &a, t, &pos), CF_PGUARD_RESUME);
+    assert_int_equal(cf_pguard_judge(f->g, &p, &a, t, -1, &pos), CF_PGUARD_RESUME);
     assert_int_equal(pos, 0);
     assert_int_equal(cf_pguard_taken(f->g, &p, "t", 0, 0, t + 1), CF_PGUARD_RESUME);
     cf_pguard_counts c;
@@ -156,24 +156,45 @@ static void idle_failed_or_moved_is_no_stall(void **state)
     t += STALL;
     assert_true(cf_pguard_check(f->g, &p, "t", 0, 1, true, t));
     cf_pguard_answer idle = answer(0, 10, 4); /* committed lags the position: the position rules */
-    assert_int_equal(cf_pguard_judge(f->g, &p, &idle, t, NULL), -1);
+    assert_int_equal(cf_pguard_judge(f->g, &p, &idle, t, -1, NULL), -1);
     /* A failed probe: no verdict, asked again a period later. */
     t += STALL;
     assert_true(cf_pguard_check(f->g, &p, "t", 0, 1, true, t));
     cf_pguard_answer failed = answer(0, 99, -1);
     failed.failed = true;
-    assert_int_equal(cf_pguard_judge(f->g, &p, &failed, t, NULL), -1);
+    assert_int_equal(cf_pguard_judge(f->g, &p, &failed, t, -1, NULL), -1);
     assert_false(cf_pguard_check(f->g, &p, "t", 0, 1, true, t + STALL - 1));
     /* Moved while the probe was out. */
     t += STALL;
     assert_true(cf_pguard_check(f->g, &p, "t", 0, 1, true, t));
     cf_pguard_taken(f->g, &p, "t", 0, 10, t + 5);
     cf_pguard_answer behind = answer(0, 50, -1);
-    assert_int_equal(cf_pguard_judge(f->g, &p, &behind, t + 10, NULL), -1);
+    assert_int_equal(cf_pguard_judge(f->g, &p, &behind, t + 10, -1, NULL), -1);
     cf_pguard_counts c;
     cf_pguard_counts_get(f->g, &c);
     assert_int_equal(c.stalls, 0);
     assert_int_equal(c.stalled, 0);
+}
+
+/* A transaction's commit marker after the last request: the application
+ * never sees it, so the last offset taken stays one short of the log end;
+ * the consumer's own position steps over it, and with it nothing is
+ * waiting (review of issue 28: without it, an idle transactional topic
+ * looked stalled and was rejoined every 40 s). */
+static void commit_marker_is_not_a_stall(void **state)
+{
+    fx *f = *state;
+    int64_t t = 1000 * SEC;
+    cf_pguard_part p = fresh(t);
+    cf_pguard_taken(f->g, &p, "t", 0, 9, t); /* the last request at 9, the marker at 10 */
+    t += STALL;
+    assert_true(cf_pguard_check(f->g, &p, "t", 0, 1, true, t));
+    cf_pguard_answer a = answer(0, 11, 10);
+    assert_int_equal(cf_pguard_judge(f->g, &p, &a, t, 11, NULL), -1);
+    /* Without the position the same answer is a stall: the check can fail. */
+    t += STALL;
+    assert_true(cf_pguard_check(f->g, &p, "t", 0, 1, true, t));
+    assert_int_equal(cf_pguard_judge(f->g, &p, &a, t, -1, NULL), CF_PGUARD_RESUME);
 }
 
 /* A stalled partition given up is no longer counted as stalled. */
@@ -186,7 +207,7 @@ static void forget_ends_the_count(void **state)
     assert_true(cf_pguard_check(f->g, &p, "t", 3, 1, true, t));
     cf_pguard_answer a = answer(0, 5, 0);
     a.partition = 3;
-    assert_int_equal(cf_pguard_judge(f->g, &p, &a, t, NULL), CF_PGUARD_RESUME);
+    assert_int_equal(cf_pguard_judge(f->g, &p, &a, t, -1, NULL), CF_PGUARD_RESUME);
     cf_pguard_counts c;
     cf_pguard_counts_get(f->g, &c);
     assert_int_equal(c.stalled, 1);
@@ -202,6 +223,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(probes_only_what_should_move, setup, teardown),
         cmocka_unit_test_setup_teardown(steps_in_order_until_it_moves, setup, teardown),
         cmocka_unit_test_setup_teardown(recovery_is_counted_by_its_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(commit_marker_is_not_a_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(idle_failed_or_moved_is_no_stall, setup, teardown),
         cmocka_unit_test_setup_teardown(forget_ends_the_count, setup, teardown),
     };
