@@ -170,6 +170,8 @@ static void check_broker(doctor *d)
 
 /* ---------------------------------------------------------------- group */
 
+static json_t *member_by_client_id(doctor *d, const char *cid);
+
 static json_t *partition_list_json(const rd_kafka_topic_partition_list_t *l)
 {
     json_t *a = json_array();
@@ -334,10 +336,19 @@ static void gather_group(doctor *d)
             const rd_kafka_topic_partition_list_t *parts =
                 rd_kafka_MemberAssignment_partitions(rd_kafka_MemberDescription_assignment(m));
             d->assigned += parts ? (size_t)parts->cnt : 0;
-            json_array_append_new(d->members,
-                                  json_pack("{s:s, s:s, s:o}", "client_id", rd_kafka_MemberDescription_client_id(m),
-                                            "host", rd_kafka_MemberDescription_host(m), "partitions",
-                                            partition_list_json(parts)));
+            /* A worker is one member per request topic (consumer-per-topic),
+             * all with its client id: one entry per worker. */
+            const char *cid = rd_kafka_MemberDescription_client_id(m);
+            json_t *same = member_by_client_id(d, cid);
+            if (same) {
+                json_t *more = partition_list_json(parts);
+                json_array_extend(json_object_get(same, "partitions"), more);
+                json_decref(more);
+                continue;
+            }
+            json_array_append_new(d->members, json_pack("{s:s, s:s, s:o}", "client_id", cid, "host",
+                                                        rd_kafka_MemberDescription_host(m), "partitions",
+                                                        partition_list_json(parts)));
         }
     }
     if (ev)
@@ -1454,6 +1465,101 @@ static void check_partitions(doctor *d)
     add_check(d, "partitions", "warn", extra, fix, "%s%s%s", msg, len && nlen ? "; " : "", nm);
 }
 
+/* Each request topic's partitions by live worker: {topic: {worker: n}},
+ * a worker named by its client id without the "codefleet-worker-" its
+ * consumers get (so, its worker id). */
+static json_t *spread_by_topic(doctor *d)
+{
+    json_t *topics = json_object();
+    size_t i;
+    json_t *m;
+    json_array_foreach(d->members, i, m)
+    {
+        const char *cid = str_of(m, "client_id");
+        const char *name = strncmp(cid, "codefleet-worker-", 17) == 0 && cid[17] ? cid + 17 : cid;
+        size_t k;
+        json_t *p;
+        json_array_foreach(json_object_get(m, "partitions"), k, p)
+        {
+            char topic[256];
+            int32_t part;
+            if (parse_partition(json_string_value(p), topic, sizeof(topic), &part) < 0)
+                continue;
+            json_t *by = json_object_get(topics, topic);
+            if (!by) {
+                by = json_object();
+                json_object_set_new(topics, topic, by);
+            }
+            json_object_set_new(by, name, json_integer(json_integer_value(json_object_get(by, name)) + 1));
+        }
+    }
+    return topics;
+}
+
+/* Whether a topic's partitions (by worker, of nw live workers) sit on
+ * fewer workers than could hold them, or differ by more than one between
+ * workers; lo and hi get the fewest and most a live worker holds. */
+static bool spread_uneven(const json_t *by, size_t nw, json_int_t *lo, json_int_t *hi)
+{
+    json_int_t total = 0;
+    *lo = -1;
+    *hi = 0;
+    const char *w;
+    json_t *n;
+    json_object_foreach((json_t *)by, w, n)
+    {
+        json_int_t v = json_integer_value(n);
+        total += v;
+        *hi = v > *hi ? v : *hi;
+        *lo = *lo < 0 || v < *lo ? v : *lo;
+    }
+    size_t holders = json_object_size(by);
+    size_t could = (size_t)total < nw ? (size_t)total : nw;
+    if (holders < nw)
+        *lo = 0; /* a live worker holds none */
+    return holders < could || *hi - *lo > 1;
+}
+
+/* "spread": each request topic over the live workers.  A worker holds
+ * its even share of every topic (consumer-per-topic); a topic that sits on
+ * fewer workers than could hold it is served by fewer slots than the fleet
+ * has (an older worker, or consumer-per-topic off, where the group
+ * balances only the total). */
+static void check_spread(doctor *d)
+{
+    if (!d->group_known || json_array_size(d->members) == 0) {
+        add_check(d, "spread", "skipped", NULL, NULL, "%s",
+                  d->group_known ? "no live worker in the group" : "the group could not be described");
+        return;
+    }
+    size_t nw = json_array_size(d->members);
+    json_t *topics = spread_by_topic(d);
+    char msg[700] = "";
+    size_t len = 0, uneven = 0;
+    const char *topic;
+    json_t *by;
+    json_object_foreach(topics, topic, by)
+    {
+        json_int_t lo, hi;
+        if (!spread_uneven(by, nw, &lo, &hi))
+            continue;
+        uneven++;
+        char shown[100];
+        cf_printable(topic, strlen(topic), shown, sizeof(shown));
+        buf_add(msg, sizeof(msg), &len,
+                "%s%s on %zu of %zu worker(s) (%" JSON_INTEGER_FORMAT "-%" JSON_INTEGER_FORMAT " partition(s) each)",
+                len ? "; " : "", shown, json_object_size(by), nw, lo, hi);
+    }
+    json_t *extra = json_pack("{s:o}", "topics", topics);
+    if (uneven == 0)
+        add_check(d, "spread", "ok", extra, NULL, "every request topic spread over the %zu live worker(s)", nw);
+    else
+        add_check(d, "spread", "warn", extra,
+                  "run every worker with consumer-per-topic (the default): the group then spreads each topic over "
+                  "the workers; with one consumer for all topics it balances only the total",
+                  "%s", msg);
+}
+
 /* ---------------------------------------------------------------- command */
 
 static const char doctor_help[] =
@@ -1566,6 +1672,7 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
     /* Last: the longer doctor ran (the round trip), the more its second
      * lag sample says. */
     check_partitions(&d);
+    check_spread(&d);
     if (d.rk)
         rd_kafka_destroy(d.rk);
 
@@ -1704,6 +1811,7 @@ static json_t *top_picture(doctor *d, top_prev *prev)
         json_decref(sample);
     }
     json_object_set_new(pic, "not_moving", still ? still : json_array());
+    json_object_set_new(pic, "spread", spread_by_topic(d));
     if (!d->group_known)
         json_object_set_new(pic, "why", json_string(d->group_why));
     if (!d->reports_read && d->reports_why[0])
@@ -1750,6 +1858,32 @@ static void top_print_partitions(const json_t *pic)
         cf_printable(so, strlen(so), buf2, sizeof(buf2));
         printf("lag not moving: %s (owner %s, for %.0f s)\n", buf, buf2,
                json_real_value(json_object_get(p, "for_s")));
+    }
+}
+
+/* Each request topic's partitions by worker, marked when uneven. */
+static void top_print_spread(const json_t *pic)
+{
+    size_t nw = (size_t)json_integer_value(json_object_get(pic, "workers_live"));
+    const char *topic;
+    json_t *by;
+    json_object_foreach((json_t *)json_object_get(pic, "spread"), topic, by)
+    {
+        char buf[100];
+        cf_printable(topic, strlen(topic), buf, sizeof(buf));
+        json_int_t lo, hi;
+        bool uneven = spread_uneven(by, nw, &lo, &hi);
+        printf("%s %s:", uneven ? "UNEVEN" : "spread", buf);
+        const char *w;
+        json_t *n;
+        json_object_foreach(by, w, n)
+        {
+            cf_printable(w, strlen(w), buf, sizeof(buf));
+            printf(" %s %" JSON_INTEGER_FORMAT, buf, json_integer_value(n));
+        }
+        if (uneven)
+            printf("  (on %zu of %zu workers)", json_object_size(by), nw);
+        putchar('\n');
     }
 }
 
@@ -1818,6 +1952,7 @@ static void top_print(const json_t *pic, bool clear)
         printf("%-28.28s %-16.16s %5s %5s %7s %-9s %7s %9s %9s %6s\n", id, host, slots, busy, held,
                state ? state : "no report", stalled, ans, rate, age);
     }
+    top_print_spread(pic);
     top_print_partitions(pic);
     fflush(stdout);
 }
