@@ -327,9 +327,11 @@ static void describe_owners(int32_t nparts, char (*owners)[256])
 }
 
 /* The bound on a request's time to answer has two parts.  What faults may
- * cost it: the broker's outage (measured by run.sh), then a session
- * timeout and the rebalance after it twice (its partition's worker killed,
- * and the next owner killed too: kills come every 3-8 s), the idempotency
+ * cost it: the broker's outage (measured by run.sh) and the group's own
+ * recovery after it (the members rejoin the restarted coordinator: a
+ * session timeout and a rebalance), then a session timeout and the
+ * rebalance after it twice (its partition's worker killed, and the next
+ * owner killed too: kills come every 3-8 s), the idempotency
  * lease of a run its killed worker left, the partition guard's period, its
  * own run, and a margin for a machine kept busy by another process.  And
  * the queue ahead of it: the requests submitted before it and not yet
@@ -338,12 +340,13 @@ static void describe_owners(int32_t nparts, char (*owners)[256])
  * stands still answers late beyond any queue). */
 static double fault_allowance_s(double outage_s, char *why, size_t cap)
 {
-    double b = outage_s + 2 * (opt.session_s + opt.rebalance_s) + opt.lease_s + opt.stall_s + opt.slowest_s +
+    int cycles = outage_s > 0 ? 3 : 2;
+    double b = outage_s + cycles * (opt.session_s + opt.rebalance_s) + opt.lease_s + opt.stall_s + opt.slowest_s +
                opt.margin_s;
     snprintf(why, cap,
-             "broker outage %.1f + 2 x (session timeout %.0f + rebalance-wait %.0f) + idempotency lease %.0f + "
+             "broker outage %.1f + %d x (session timeout %.0f + rebalance-wait %.0f) + idempotency lease %.0f + "
              "partition-stall %.0f + slowest request %.1f + margin %.0f",
-             outage_s, opt.session_s, opt.rebalance_s, opt.lease_s, opt.stall_s, opt.slowest_s, opt.margin_s);
+             outage_s, cycles, opt.session_s, opt.rebalance_s, opt.lease_s, opt.stall_s, opt.slowest_s, opt.margin_s);
     return b;
 }
 
