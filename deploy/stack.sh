@@ -459,10 +459,15 @@ write_redis_config() {
             # A tenant: its own workspaces and threads only (the keys of
             # workspace and thread T are cf:{ws:T}... and cf:{cp:T}...,
             # docs/STATE.md), whose ids start with its state prefix
-            # (<tenant>.); no command that lists other keys' names.
+            # (<tenant>.).  Key patterns do not cover commands that show
+            # other keys' names or counts: SCAN, RANDOMKEY, DBSIZE, and
+            # CLIENT TRACKING (its broadcast mode names every key changed,
+            # unchecked before Redis 7.4); nor other clients' scripts:
+            # SCRIPT FLUSH/KILL, FUNCTION.  EVAL and EVALSHA stay: the
+            # workspace and checkpoint operations are scripts.
             for t in "${TENANTS[@]}"; do
-                printf 'user %s on >%s ~cf:{ws:%s.* ~cf:{cp:%s.* +@all -@admin -@dangerous -scan -randomkey\n' \
-                    "$t" "$(password "$t")" "$t" "$t"
+                printf 'user %s on >%s ~cf:{ws:%s.* ~cf:{cp:%s.* %s\n' "$t" "$(password "$t")" "$t" "$t" \
+                    '+@all -@admin -@dangerous -scan -randomkey -dbsize -client|tracking -script|flush -script|kill -function -fcall -fcall_ro'
             done
         } >"$REDIS_DIR/redis.conf"
     )
