@@ -450,6 +450,12 @@ write_redis_config() {
             # are created by the requests that name them): past it writes
             # fail and are reported, instead of the host running out.
             printf 'maxmemory %s\nmaxmemory-policy noeviction\n' "${CODEFLEET_REDIS_MAXMEMORY:-1gb}"
+            # maxmemory does not count replies a client has not read: by
+            # default a client may pile up unread replies without bound
+            # (a tenant pipelining GETs of a large value took Redis past
+            # 2 GB on a 1 GB cap).  The largest reply codefleet reads is a
+            # 64 MiB workspace snapshot.
+            printf 'client-output-buffer-limit normal 256mb 128mb 60\n'
             printf 'user default on #%s ~* &* +@all\n' "$(head -c 32 /dev/urandom | sha256sum | cut -d' ' -f1)"
             printf 'user admin on >%s ~* &* +@all\n' "$(password admin)"
             # Scripts call what they need (TIME, ZADD, UNLINK...): every
@@ -467,28 +473,31 @@ write_redis_config() {
             # workspace and checkpoint operations are scripts.
             for t in "${TENANTS[@]}"; do
                 printf 'user %s on >%s ~cf:{ws:%s.* ~cf:{cp:%s.* %s\n' "$t" "$(password "$t")" "$t" "$t" \
-                    '+@all -@admin -@dangerous -scan -randomkey -dbsize -client|tracking -script|flush -script|kill -function -fcall -fcall_ro'
+                    '+@all -@admin -@dangerous -scan -randomkey -dbsize -client|tracking -script|flush -script|kill -function -fcall -fcall_ro -select -memory|stats -memory|doctor -memory|malloc-stats -memory|purge'
             done
         } >"$REDIS_DIR/redis.conf"
     )
 }
 
-# A Redis already running keeps the users it started with; a stack made
-# by an older version of this script would lack the tenants' users (or
-# hold their old rules).  Apply the generated users' lines to it (through
-# stdin: no password on a command line); default and admin stay.
-sync_redis_users() {
+# A Redis already running keeps the users and limits it started with; a
+# stack made by an older version of this script would lack the tenants'
+# users (or hold their old rules).  Apply the generated users' lines and
+# the client output limit to it (through stdin: no password on a command
+# line); default and admin stay.
+sync_redis_config() {
     write_redis_config
     local out
-    out=$(sed -n 's/^user \(worker\|cli\|tenant-[A-Za-z0-9_-]*\) \(.*\)$/ACL SETUSER \1 reset \2/p' \
-        "$REDIS_DIR/redis.conf" | REDISCLI_AUTH=$(password admin) redis-cli --user admin -h 127.0.0.1 -p "$REDIS_PORT" 2>&1) &&
+    out=$({
+        sed -n 's/^user \(worker\|cli\|tenant-[A-Za-z0-9_-]*\) \(.*\)$/ACL SETUSER \1 reset \2/p' "$REDIS_DIR/redis.conf"
+        sed -n 's/^client-output-buffer-limit \(.*\)$/CONFIG SET client-output-buffer-limit "\1"/p' "$REDIS_DIR/redis.conf"
+    } | REDISCLI_AUTH=$(password admin) redis-cli --user admin -h 127.0.0.1 -p "$REDIS_PORT" 2>&1) &&
         ! grep -q 'ERR' <<<"$out" || cf_die "could not update the running redis's users: $out"
 }
 
 start_redis() {
     if redis_running; then
         cf_log "redis already running (pid $(read_pid "$REDIS_DIR/redis.pid")) on 127.0.0.1:$REDIS_PORT"
-        sync_redis_users
+        sync_redis_config
         return 0
     fi
     command -v redis-server >/dev/null 2>&1 || cf_die "redis-server not found: run deploy/install.sh"

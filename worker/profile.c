@@ -757,9 +757,12 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
             size_t n = strlen(pre);
             const char *ids[2] = {req->workspace, req->thread};
             for (int i = 0; i < 2; i++)
-                if (ids[i] && strncmp(ids[i], pre, n) != 0) {
+                /* The prefix alone is no id of the tenant's (its clients'
+                 * stores refuse it too: cf_state_scope_check). */
+                if (ids[i] && (strncmp(ids[i], pre, n) != 0 || !ids[i][n])) {
                     shown(ids[i], buf, sizeof(buf));
-                    REFUSE("%s '%s' does not start with '%s'", i ? "thread" : "workspace", buf, pre);
+                    REFUSE("%s '%s' does not start with '%s' followed by a name", i ? "thread" : "workspace", buf,
+                           pre);
                 }
         }
     }

@@ -465,6 +465,12 @@ static void test_env_reply_state(void **state)
     free(req.workspace);
     req.workspace = strdup("globex.ws");
     expect_refused(f, "cf.requests.acme", &req, "workspace 'globex.ws' does not start with 'acme.'");
+    /* The prefix alone is no name (the tenant's own clients refuse it). */
+    free(req.workspace);
+    req.workspace = strdup("acme.");
+    free(req.thread);
+    req.thread = strdup("acme.t1");
+    expect_refused(f, "cf.requests.acme", &req, "workspace 'acme.' does not start with 'acme.' followed by a name");
     cf_request_clear(&req);
 }
 
