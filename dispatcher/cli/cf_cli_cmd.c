@@ -65,9 +65,13 @@ void cf_cli_explain(const cf_error *err, char *hint, size_t size)
                  err->msg);
     } else if (err->code == CF_E_REDIS) {
         const char *redis = g && g->redis ? g->redis : "?";
-        if (strstr(err->msg, "WRONGPASS") || strstr(err->msg, "NOAUTH") || strstr(err->msg, "NOPERM"))
-            snprintf(hint, size, "Redis at %s refused the credentials or the command: check redis-user / "
-                                 "redis-password in --config (CODEFLEET_CONFIG)", redis);
+        if (strstr(err->msg, "WRONGPASS") || strstr(err->msg, "NOAUTH"))
+            snprintf(hint, size, "Redis at %s refused the credentials: check redis-user / redis-password in "
+                                 "--config (CODEFLEET_CONFIG)", redis);
+        else if (strstr(err->msg, "NOPERM"))
+            snprintf(hint, size, "Redis at %s: this Redis user may not run that command or touch that key "
+                                 "(NOPERM): a tenant's user reaches only its own workspaces and threads, the ids "
+                                 "that start with its state-prefix", redis);
         else if (strstr(err->msg, "refused") || strstr(err->msg, "connect") || strstr(err->msg, "timed out"))
             snprintf(hint, size, "cannot reach Redis at %s: is it running? check --redis (CODEFLEET_REDIS)", redis);
     }
