@@ -90,7 +90,7 @@ wait_lines() { # file pattern n seconds
 }
 kill_worker() { # index
     local i=$1
-    echo "${pids[i]}" >>"$dir/killed"
+    echo "${pids[i]} $(date +%s%6N)" >>"$dir/killed"
     kill -KILL "${pids[i]}" 2>/dev/null || true
     wait "${pids[i]}" 2>/dev/null || true
     kills=$((kills + 1))
