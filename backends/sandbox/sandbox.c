@@ -1413,7 +1413,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
      * exactly as a cold start would; otherwise (or when it cannot take
      * the request after all) the paths below. */
     bool zpython = false;
-    if (zygote_fits(st, s, ctx, req, &zpython) && cf_zygote_acquire(s->zyg)) {
+    if (zygote_fits(st, s, ctx, req, &zpython) && cf_zygote_acquire(s->zyg, ctx ? ctx->profile : NULL)) {
         bool ok = !zpython || zygote_python_ok(s->zyg, ctx, req);
         bool fallback = true;
         int zrc = 0;

@@ -60,6 +60,12 @@ struct cf_zygote {
     unsigned starts;
     uint64_t runs;
     unsigned runs_this; /* executions of the current zygote */
+    unsigned owner_changes; /* zygotes replaced for another tenant */
+    /* The profile (tenant) the current zygote serves, set by its first
+     * acquire: its executions share its hash seed, address layout and
+     * stack canary, so it never serves another. */
+    bool owned;
+    char owner[130];
     uint64_t seq;
     char last_end[256];
     /* from HELLO */
@@ -224,15 +230,30 @@ static bool hello_take(cf_zygote *z)
     return ok;
 }
 
-bool cf_zygote_acquire(cf_zygote *z)
+bool cf_zygote_acquire(cf_zygote *z, const char *owner)
 {
     if (!z)
         return false;
+    const char *o = owner ? owner : "";
     pthread_mutex_lock(&z->mu);
     bool ok = !z->stop && z->sock >= 0 && !z->busy && !z->condemned;
     if (ok && !z->ready)
         z->ready = hello_take(z);
     ok = ok && z->ready && !z->condemned;
+    if (ok && z->owned && (strlen(o) >= sizeof(z->owner) || strcmp(z->owner, o) != 0)) {
+        /* Another tenant's: replaced (this execution goes cold; the next
+         * of this tenant finds a zygote of its own). */
+        z->condemned = true;
+        __atomic_store_n(&z->kill, 1, __ATOMIC_RELAXED);
+        shutdown(z->sock, SHUT_RDWR);
+        z->owner_changes++;
+        ok = false;
+    }
+    if (ok && !z->owned && strlen(o) < sizeof(z->owner)) {
+        z->owned = true;
+        cf_strlcpy(z->owner, o, sizeof(z->owner));
+    }
+    ok = ok && z->owned;
     if (ok)
         z->busy = true;
     pthread_mutex_unlock(&z->mu);
@@ -689,6 +710,8 @@ static int zygote_run_one(cf_zygote *z, cf_error *err)
     z->pid = -1;
     z->starts++;
     z->runs_this = 0;
+    z->owned = false;
+    z->owner[0] = '\0';
     __atomic_store_n(&z->kill, 0, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&z->cv);
     pthread_mutex_unlock(&z->mu);
@@ -891,6 +914,8 @@ void cf_zygote_get_stats(cf_zygote *z, cf_zygote_stats *s)
     s->starts = z->starts;
     s->runs = z->runs;
     cf_strlcpy(s->last_end, z->last_end, sizeof(s->last_end));
+    s->owner_changes = z->owner_changes;
+    cf_strlcpy(s->owner, z->owned ? z->owner : "", sizeof(s->owner));
     cf_strlcpy(s->python_version, z->python_version, sizeof(s->python_version));
     pthread_mutex_unlock(&z->mu);
 }

@@ -59,9 +59,13 @@ int cf_zygote_new(const cf_zygote_opts *opts, cf_zygote **out, cf_error *err);
 /* Stops the zygote (killing what runs in it) and removes what was made. */
 void cf_zygote_destroy(cf_zygote *z);
 
-/* Takes the zygote for one execution when it is up and free; false
- * otherwise (it is starting, restarting or in use). */
-bool cf_zygote_acquire(cf_zygote *z);
+/* Takes the zygote for one execution of `owner` (the request's profile,
+ * its tenant; NULL: none) when it is up and free; false otherwise (it is
+ * starting, restarting or in use).  A zygote serves one owner, the first
+ * that takes it: executions of one zygote share its hash seed, address
+ * layout and stack canary.  Asked by another, it is replaced (false: that
+ * execution starts cold, the next finds a zygote of its own). */
+bool cf_zygote_acquire(cf_zygote *z, const char *owner);
 void cf_zygote_release(cf_zygote *z);
 
 /* What the zygote said when it came up (valid while acquired). */
@@ -110,6 +114,8 @@ typedef struct cf_zygote_stats {
     unsigned starts;      /* zygotes started so far */
     uint64_t runs;        /* executions started in zygotes */
     char last_end[256];   /* how the last zygote ended */
+    unsigned owner_changes; /* zygotes replaced because another tenant asked */
+    char owner[130];      /* the tenant the current zygote serves ("" none yet) */
     char python_version[32];
 } cf_zygote_stats;
 void cf_zygote_get_stats(cf_zygote *z, cf_zygote_stats *s);
