@@ -11,6 +11,7 @@ typedef struct pool_node {
     cf_pool_job *job; /* valid until run() is called */
     char *key;        /* copy; NULL = unordered */
     int32_t partition;
+    int group;
     bool running;
     struct pool_node *next;
 } pool_node;
@@ -24,6 +25,11 @@ struct cf_exec_pool {
     size_t running;
     bool stopping;
     int nslots;
+    int ngroups;      /* 1 until cf_exec_pool_set_groups */
+    int *weight;      /* per group */
+    int *cap;         /* per group: most running at once */
+    int *running_g;   /* per group */
+    pool_node **cand; /* per group: scratch of next_runnable */
     pthread_t *threads;
     cf_pool_run_fn run;
     cf_pool_notify_fn notify;
@@ -35,26 +41,49 @@ typedef struct slot_arg {
     int slot;
 } slot_arg;
 
-/* The first queued node that no earlier node (queued or running) with the
- * same key precedes.  Caller holds the lock. */
+/* Whether an earlier node (queued or running) with n's key precedes it. */
+static bool key_blocked(const cf_exec_pool *p, const pool_node *n)
+{
+    if (!n->key)
+        return false;
+    for (const pool_node *e = p->head; e != n; e = e->next)
+        if (e->key && strcmp(e->key, n->key) == 0)
+            return true;
+    return false;
+}
+
+/* The next job to run: each group under its cap offers its first queued
+ * node that no earlier node with the same key precedes; of those, the one
+ * of the group with the fewest running jobs for its weight (compared as
+ * running_a * weight_b < running_b * weight_a), the earliest on a tie.
+ * Caller holds the lock. */
 static pool_node *next_runnable(cf_exec_pool *p)
 {
-    for (pool_node *n = p->head; n; n = n->next) {
-        if (n->running)
+    int offered = 0;
+    for (int g = 0; g < p->ngroups; g++)
+        p->cand[g] = NULL;
+    for (pool_node *n = p->head; n && offered < p->ngroups; n = n->next) {
+        int g = n->group;
+        if (n->running || p->cand[g] || p->running_g[g] >= p->cap[g] || key_blocked(p, n))
             continue;
-        if (!n->key)
-            return n;
-        bool blocked = false;
-        for (pool_node *e = p->head; e != n; e = e->next) {
-            if (e->key && strcmp(e->key, n->key) == 0) {
-                blocked = true;
-                break;
-            }
-        }
-        if (!blocked)
-            return n;
+        p->cand[g] = n;
+        offered++;
     }
-    return NULL;
+    pool_node *best = NULL;
+    for (int g = 0; g < p->ngroups; g++) {
+        pool_node *n = p->cand[g];
+        if (!n)
+            continue;
+        if (!best) {
+            best = n;
+            continue;
+        }
+        long long mine = (long long)p->running_g[g] * p->weight[best->group];
+        long long theirs = (long long)p->running_g[best->group] * p->weight[g];
+        if (mine < theirs)
+            best = n; /* (equal: best stays, it came first in the scan or its group came first) */
+    }
+    return best;
 }
 
 static void unlink_node(cf_exec_pool *p, pool_node *node)
@@ -95,11 +124,13 @@ static void *slot_main(void *argp)
         node->job = NULL; /* handed over: may be freed before run() returns */
         p->queued--;
         p->running++;
+        p->running_g[node->group]++;
         pthread_mutex_unlock(&p->lock);
 
         p->run(job, slot, p->arg);
 
         pthread_mutex_lock(&p->lock);
+        p->running_g[node->group]--;
         unlink_node(p, node);
         node_free(node);
         p->running--;
@@ -124,8 +155,11 @@ cf_exec_pool *cf_exec_pool_new(int slots, cf_pool_run_fn run, cf_pool_notify_fn 
     p->run = run;
     p->notify = notify;
     p->arg = arg;
+    p->nslots = 0;
+    int one_weight = 1, one_cap = slots;
     p->threads = calloc((size_t)slots, sizeof(pthread_t));
-    if (!p->threads) {
+    if (!p->threads || cf_exec_pool_set_groups(p, 1, &one_weight, &one_cap) < 0) {
+        free(p->threads);
         free(p);
         return NULL;
     }
@@ -164,9 +198,52 @@ void cf_exec_pool_destroy(cf_exec_pool *p)
     }
     p->tail = NULL;
     free(p->threads);
+    free(p->weight);
+    free(p->cap);
+    free(p->running_g);
+    free(p->cand);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p);
+}
+
+int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const int *caps)
+{
+    if (n < 1)
+        return -1;
+    int *w = calloc((size_t)n, sizeof(*w)), *c = calloc((size_t)n, sizeof(*c)), *r = calloc((size_t)n, sizeof(*r));
+    pool_node **cand = calloc((size_t)n, sizeof(*cand));
+    if (!w || !c || !r || !cand) {
+        free(w);
+        free(c);
+        free(r);
+        free(cand);
+        return -1;
+    }
+    for (int g = 0; g < n; g++) {
+        w[g] = weights[g] > 0 ? weights[g] : 1;
+        c[g] = caps[g] > 0 ? caps[g] : 1;
+    }
+    pthread_mutex_lock(&p->lock);
+    free(p->weight);
+    free(p->cap);
+    free(p->running_g);
+    free(p->cand);
+    p->weight = w;
+    p->cap = c;
+    p->running_g = r;
+    p->cand = cand;
+    p->ngroups = n;
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+size_t cf_exec_pool_group_running(cf_exec_pool *p, int group)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t n = group >= 0 && group < p->ngroups ? (size_t)p->running_g[group] : 0;
+    pthread_mutex_unlock(&p->lock);
+    return n;
 }
 
 int cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job)
@@ -180,6 +257,7 @@ int cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job)
     }
     n->job = job;
     n->partition = job->partition;
+    n->group = job->group >= 0 && job->group < p->ngroups ? job->group : 0;
     job->next = NULL;
     pthread_mutex_lock(&p->lock);
     if (p->tail)

@@ -1,9 +1,17 @@
-/* exec_pool: execution slots with per-key ordering.
+/* exec_pool: execution slots with per-key ordering and shares by group.
  *
  * A fixed set of slot threads runs jobs.  Jobs with the same non-empty key
  * (the Kafka message key: a workspace or thread id, so one workspace's
  * requests are never run concurrently and run in arrival order) are run one
  * after another; jobs with different keys run in parallel.
+ *
+ * Each job belongs to a group (the worker's: its profile, so its tenant).
+ * A free slot goes to the group with the fewest running jobs for its
+ * weight among those with a runnable job (ties: the earliest job), and a
+ * group never runs more than its cap at once: one tenant's long runs
+ * cannot take every slot, and a tenant with work never waits behind
+ * another's backlog (the queue is not first-come-first-served across
+ * groups; within a group it is).
  *
  * Ownership: the pool never touches a job once run() has been called on it
  * (the job's owner may free it as soon as its result is delivered, possibly
@@ -19,6 +27,7 @@
 typedef struct cf_pool_job {
     char *key;                  /* NULL or "" = no ordering constraint */
     int32_t partition;          /* for rebalance bookkeeping */
+    int group;                  /* 0..groups-1 (cf_exec_pool_set_groups); 0 without groups */
     struct cf_pool_job *next;   /* links jobs returned by cf_exec_pool_drop_queued */
 } cf_pool_job;
 
@@ -33,6 +42,14 @@ cf_exec_pool *cf_exec_pool_new(int slots, cf_pool_run_fn run, cf_pool_notify_fn 
 /* Stops the threads after the jobs already running finish; queued jobs
  * are not run (use drop first to reclaim them).  NULL-safe. */
 void cf_exec_pool_destroy(cf_exec_pool *p);
+
+/* The groups' weights (> 0) and caps (1..slots: the most of its jobs that
+ * run at once), n of each; before the first submit.  Without: one group,
+ * weight 1, cap slots.  -1 when out of memory. */
+int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const int *caps);
+
+/* Jobs of a group running now. */
+size_t cf_exec_pool_group_running(cf_exec_pool *p, int group);
 
 /* Queues a job; -1 when out of memory (the job stays the caller's). */
 int cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job);

@@ -160,6 +160,7 @@ static void intake_take_traced(cf_worker *w, rd_kafka_t *rk, rd_kafka_message_t 
     j->gen = ps->gen;
     j->result_topic = w->topics[ti].results;
     j->pj.partition = partitions_lane((size_t)ti, m->partition);
+    j->pj.group = (int)ti;
     job_taken(w, j); /* from here on it ends exactly once */
     if (m->key_len) {
         /* Requests of one key run in order; keys of different topics

@@ -100,8 +100,8 @@ static void count(cf_worker *w, size_t field_offset, int64_t by)
 
 void job_taken(cf_worker *w, job *j)
 {
-    (void)j;
     w->inflight++;
+    w->topics[j->topic].inflight++;
     count(w, offsetof(cf_worker_jobs, taken), 1);
     atomic_fetch_add(&w->jobs.live, 1);
     if (w->ledger)
@@ -134,6 +134,7 @@ static void job_end(cf_worker *w, job *j, job_state how)
     if (w->ledger)
         atomic_fetch_sub(&w->ledger->live, 1);
     w->inflight--;
+    w->topics[j->topic].inflight--;
     job_free(j);
 }
 

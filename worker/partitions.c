@@ -104,7 +104,7 @@ void partitions_hold(cf_worker *w)
                 }
             } else if (ps->held && pending <= soft / 2) {
                 ps->held = false;
-                if (ps->paused && !w->paused_all && !w->stopping) {
+                if (ps->paused && !w->topics[t].paused && !w->stopping) {
                     partitions_pause_one(w, t, (int32_t)p, false);
                     ps->paused = false;
                 }
@@ -186,32 +186,39 @@ void partitions_store_offsets(cf_worker *w)
     }
 }
 
+/* Pauses or resumes one topic's intake: its partitions not held for
+ * their tracker (those stay paused until it drains). */
+void partitions_set_topic_paused(cf_worker *w, size_t t, bool pause)
+{
+    topic_state *ts = &w->topics[t];
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
+    for (size_t p = 0; p < ts->nparts; p++) {
+        part_state *ps = &ts->parts[p];
+        if (ps->assigned && ps->paused != pause && !(ps->held && !pause)) {
+            rd_kafka_topic_partition_list_add(l, ts->name, (int32_t)p);
+            ps->paused = pause;
+        }
+    }
+    if (l->cnt) {
+        rd_kafka_t *rk = consumers_of_topic(w, t);
+        rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(rk, l) : rd_kafka_resume_partitions(rk, l);
+        if (e)
+            cf_log_warn("kafka", "%s %s: %s", pause ? "pausing" : "resuming", ts->name, rd_kafka_err2str(e));
+        else
+            cf_log_debug("kafka", "%s %d partition(s) of %s", pause ? "paused" : "resumed", l->cnt, ts->name);
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    ts->paused = pause;
+    bool all = w->ntopics > 0;
+    for (size_t i = 0; i < w->ntopics; i++)
+        all = all && w->topics[i].paused;
+    w->paused_all = all;
+}
+
 void partitions_set_paused(cf_worker *w, bool pause)
 {
-    for (size_t c = 0; c < w->nconsumers; c++) {
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(8);
-        for (size_t t = 0; t < w->ntopics; t++) {
-            if (w->topics[t].consumer != c)
-                continue;
-            for (size_t p = 0; p < w->topics[t].nparts; p++) {
-                part_state *ps = &w->topics[t].parts[p];
-                if (ps->assigned && ps->paused != pause && !(ps->held && !pause)) {
-                    rd_kafka_topic_partition_list_add(l, w->topics[t].name, (int32_t)p);
-                    ps->paused = pause;
-                }
-            }
-        }
-        if (l->cnt) {
-            rd_kafka_t *rk = w->consumers[c].rk;
-            rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(rk, l) : rd_kafka_resume_partitions(rk, l);
-            if (e)
-                cf_log_warn("kafka", "%s partitions: %s", pause ? "pausing" : "resuming", rd_kafka_err2str(e));
-            else
-                cf_log_debug("kafka", "%s %d partition(s)", pause ? "paused" : "resumed", l->cnt);
-        }
-        rd_kafka_topic_partition_list_destroy(l);
-    }
-    w->paused_all = pause;
+    for (size_t t = 0; t < w->ntopics; t++)
+        partitions_set_topic_paused(w, t, pause);
 }
 
 /* The guard's last step: leave the group and join again.  Every partition
@@ -269,11 +276,12 @@ static int64_t fetch_position(cf_worker *w, size_t t, int32_t partition)
     return pos;
 }
 
-/* Whether the worker would take a request now. */
-static bool worker_has_room(const cf_worker *w)
+/* Whether the worker would take a request of topic t now. */
+bool partitions_topic_has_room(const cf_worker *w, size_t t)
 {
-    size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
-    return !w->paused_all && !w->stopping && w->intake_blocked == 0 && w->inflight < high;
+    const topic_state *ts = &w->topics[t];
+    return !ts->paused && !w->stopping && w->intake_blocked == 0 &&
+           ts->inflight < (size_t)(ts->slot_cap + w->cfg->prefetch);
 }
 
 /* Looks at every held partition twice a second: those that should move
@@ -294,7 +302,8 @@ void partitions_guard_serve(cf_worker *w)
         /* An answer to a picture that changed: paused by us since, out of
          * room, or stopping, the partition is not expected to move (and a
          * step would undo our own pause).  Its clock starts again. */
-        if (ps->paused || w->stopping || !worker_has_room(w)) {
+        long ti = partitions_topic_index(w, a.topic);
+        if (ps->paused || w->stopping || ti < 0 || !partitions_topic_has_room(w, (size_t)ti)) {
             ps->guard.asked_us = 0;
             cf_pguard_restart(&ps->guard, now);
             continue;
@@ -308,14 +317,15 @@ void partitions_guard_serve(cf_worker *w)
     if (now < w->guard_next_us)
         return;
     w->guard_next_us = now + 500 * 1000;
-    bool room = worker_has_room(w);
-    for (size_t t = 0; t < w->ntopics; t++)
+    for (size_t t = 0; t < w->ntopics; t++) {
+        bool room = partitions_topic_has_room(w, t);
         for (size_t p = 0; p < w->topics[t].nparts; p++) {
             part_state *ps = &w->topics[t].parts[p];
             if (ps->assigned)
                 cf_pguard_check(w->guard, &ps->guard, w->topics[t].name, (int32_t)p, ps->gen, room && !ps->paused,
                                 now);
         }
+    }
 }
 
 static void partitions_assigned(cf_worker *w, rd_kafka_topic_partition_list_t *parts)
@@ -413,15 +423,20 @@ void partitions_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_t
             cf_log_error("kafka", "assign: %s", rd_kafka_error_string(e));
             rd_kafka_error_destroy(e);
         }
-        /* Partitions assigned while we are busy arrive unpaused. */
-        if (w->paused_all || w->stopping) {
-            rd_kafka_pause_partitions(rk, parts);
-            for (int i = 0; i < parts->cnt; i++) {
-                part_state *ps = partitions_of(w, parts->elems[i].topic, parts->elems[i].partition, false);
-                if (ps)
-                    ps->paused = true;
+        /* Partitions assigned while their topic's intake is paused (or we
+         * are stopping) arrive unpaused. */
+        rd_kafka_topic_partition_list_t *busy = rd_kafka_topic_partition_list_new(parts->cnt);
+        for (int i = 0; i < parts->cnt; i++) {
+            long ti = partitions_topic_index(w, parts->elems[i].topic);
+            part_state *ps = ti < 0 ? NULL : partitions_get(w, (size_t)ti, parts->elems[i].partition, false);
+            if (ps && (w->topics[ti].paused || w->stopping)) {
+                rd_kafka_topic_partition_list_add(busy, parts->elems[i].topic, parts->elems[i].partition);
+                ps->paused = true;
             }
         }
+        if (busy->cnt)
+            rd_kafka_pause_partitions(rk, busy);
+        rd_kafka_topic_partition_list_destroy(busy);
     } else {
         bool lost = err != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS || rd_kafka_assignment_lost(rk);
         cf_log_info("kafka", "%s %d partition(s)", lost ? "lost" : "revoked", parts->cnt);

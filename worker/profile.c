@@ -71,6 +71,14 @@ static const cf_conf_prop profile_props[] = {
      "Container images (names from the worker's container-images) a request of the `container` backend may "
      "name, comma-separated; the first runs requests that name none. `*`: every image of the worker, the "
      "worker's first being the default.", NULL},
+    {"weight", CF_CONF_INT, OFF(weight), 1, 1000, "1", NULL,
+     "This profile's share of a worker's slots against the other profiles with work waiting: a free slot goes "
+     "to the profile with the fewest running executions for its weight (docs/OPERATIONS.md, \"Fair shares\").",
+     NULL},
+    {"max-slots", CF_CONF_INT, OFF(max_slots), 0, 65536, "0", NULL,
+     "The most of a worker's slots this profile's executions hold at once.  0: all but one when the worker "
+     "serves more than one profile (so one tenant's long runs always leave a slot for the others), else all.",
+     NULL},
 };
 
 const cf_conf_table cf_profile_conf_table = {

@@ -56,6 +56,8 @@ typedef struct cf_profile {
     int64_t max_output_bytes;    /* 0: the worker's max-output */
     int64_t max_file_size_bytes; /* 0: no profile cap */
     char *images;                /* container images a request may name: comma list or "*" */
+    int64_t weight;              /* share of the slots against other profiles with work */
+    int64_t max_slots;           /* most slots held at once (0: auto, see profile.c) */
 
     /* Derived at load (owned). */
     char name[CF_PROFILE_NAME_MAX + 1];

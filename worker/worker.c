@@ -367,6 +367,18 @@ static int worker_slots_setup(cf_worker *w, cf_error *err)
     w->pool = cf_exec_pool_new((int)w->cfg->slots, slots_run_job, worker_pool_notify, w);
     if (!w->pool)
         return cf_error_set(err, CF_E_NOMEM, "starting %" PRId64 " execution slots", w->cfg->slots);
+    /* Fair shares: the pool's groups are the topics (so the profiles). */
+    int weights[CF_PROFILE_MAX], caps[CF_PROFILE_MAX];
+    int slots = (int)w->cfg->slots;
+    for (size_t t = 0; t < w->ntopics && t < CF_PROFILE_MAX; t++) {
+        const cf_profile *p = w->topics[t].profile;
+        int cap = p->max_slots > 0 ? (int)p->max_slots : w->ntopics > 1 && slots >= 2 ? slots - 1 : slots;
+        w->topics[t].slot_cap = cap < slots ? cap : slots;
+        weights[t] = (int)p->weight;
+        caps[t] = w->topics[t].slot_cap;
+    }
+    if (w->ntopics > 0 && cf_exec_pool_set_groups(w->pool, (int)w->ntopics, weights, caps) < 0)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
     if (w->idempotent) {
         if (pthread_create(&w->keeper, NULL, slots_lease_keeper, w) != 0)
             return cf_error_set(err, CF_E_SYSTEM, "starting the lease keeper thread");
@@ -433,13 +445,11 @@ static void serve(cf_worker *w)
         ;
     /* Everything librdkafka has fetched is taken (its local queue is
      * bounded by queued.min.messages per partition, set from slots +
-     * prefetch), then the partitions pause once slots + prefetch requests
-     * are taken and unanswered.  Pausing in the middle of a fetched batch
-     * was tried: librdkafka 2.0.2 then needs ~1 s to deliver again after a
-     * resume, and throughput fell to tens per second.  Hysteresis: resume
-     * once half the prefetch is used up. */
-    size_t high = (size_t)(w->cfg->slots + w->cfg->prefetch);
-    size_t low = (size_t)(w->cfg->slots + w->cfg->prefetch / 2);
+     * prefetch), then a topic's partitions pause once its slot cap +
+     * prefetch requests are taken and unanswered.  Pausing in the middle
+     * of a fetched batch was tried: librdkafka 2.0.2 then needs ~1 s to
+     * deliver again after a resume, and throughput fell to tens per second.
+     * Hysteresis: resume once half the prefetch is used up. */
     /* Cancels first: a request fetched together with its cancel must find
      * it remembered. */
     cancels_serve(w);
@@ -449,10 +459,15 @@ static void serve(cf_worker *w)
     delivery_run_retries(w);
     partitions_hold(w);
     partitions_guard_serve(w);
-    if (!w->stopping) {
-        bool want_pause = w->intake_blocked > 0 || w->inflight >= high || (w->paused_all && w->inflight > low);
-        if (want_pause != w->paused_all)
-            partitions_set_paused(w, want_pause);
+    /* Each topic's intake on its own: one tenant's backlog pauses its
+     * topic only, and another tenant's requests are still fetched. */
+    for (size_t t = 0; !w->stopping && t < w->ntopics; t++) {
+        topic_state *ts = &w->topics[t];
+        size_t high = (size_t)(ts->slot_cap + w->cfg->prefetch);
+        size_t low = (size_t)(ts->slot_cap + w->cfg->prefetch / 2);
+        bool want_pause = w->intake_blocked > 0 || ts->inflight >= high || (ts->paused && ts->inflight > low);
+        if (want_pause != ts->paused)
+            partitions_set_topic_paused(w, t, want_pause);
     }
     partitions_store_offsets(w);
     if (w->obs) {

@@ -86,6 +86,11 @@ typedef struct topic_state {
     part_state *parts;
     size_t nparts;
     size_t consumer;      /* index into cf_worker.consumers */
+    /* Fair shares (docs/OPERATIONS.md, "Fair shares"): the pool's group of
+     * this topic is its index. */
+    int slot_cap;         /* the most slots its executions hold at once */
+    size_t inflight;      /* its jobs taken and not ended (main thread) */
+    bool paused;          /* its intake is paused: slot_cap + prefetch taken */
 } topic_state;
 
 /* A request consumer (consumers.c): one per request topic, or one for all. */
@@ -131,7 +136,7 @@ struct cf_worker {
     topic_state *topics;
     size_t ntopics;
     uint64_t gen_counter;
-    bool paused_all;
+    bool paused_all;           /* every topic's intake is paused */
     bool stopping;
     bool destroying;           /* cf_worker_destroy: failed answers are dropped */
     atomic_int stop_requested;
@@ -259,6 +264,8 @@ bool partitions_job_owned(cf_worker *w, const job *j);
 void jobs_drop(cf_worker *w, cf_pool_job *list);
 void partitions_store_offsets(cf_worker *w);
 void partitions_set_paused(cf_worker *w, bool pause);
+void partitions_set_topic_paused(cf_worker *w, size_t topic, bool pause);
+bool partitions_topic_has_room(const cf_worker *w, size_t topic);
 void partitions_guard_serve(cf_worker *w);
 void partitions_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *parts,
                          void *opaque);

@@ -1080,6 +1080,146 @@ static void run_and_free(cf_pool_job *pj, int slot, void *arg)
     __atomic_add_fetch(done, 1, __ATOMIC_SEQ_CST);
 }
 
+/* Fair shares: each job waits for its own release, so what starts when
+ * is decided by the pool alone, not by timing. */
+typedef struct gated_job {
+    cf_pool_job pj; /* first: the pool hands this pointer back */
+    bool go;
+} gated_job;
+
+typedef struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    int started[2];      /* per group */
+    int order[64];       /* groups in start order */
+    gated_job *jobs[64]; /* in start order */
+    int n;
+} gate;
+
+static void gated_run(cf_pool_job *pj, int slot, void *arg)
+{
+    (void)slot;
+    gate *g = arg;
+    gated_job *j = (gated_job *)pj;
+    pthread_mutex_lock(&g->lock);
+    g->started[pj->group]++;
+    g->order[g->n] = pj->group;
+    g->jobs[g->n++] = j;
+    pthread_cond_broadcast(&g->cv);
+    while (!j->go)
+        pthread_cond_wait(&g->cv, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+    free(j);
+}
+
+static void wait_started(gate *g, int total)
+{
+    pthread_mutex_lock(&g->lock);
+    while (g->n < total)
+        pthread_cond_wait(&g->cv, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* Lets the i-th started job end. */
+static void release(gate *g, int i)
+{
+    pthread_mutex_lock(&g->lock);
+    g->jobs[i]->go = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void gate_init(gate *g)
+{
+    memset(g, 0, sizeof(*g));
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->cv, NULL);
+}
+
+static void submit_gated(cf_exec_pool *p, int group)
+{
+    gated_job *j = calloc(1, sizeof(*j));
+    assert_non_null(j);
+    j->pj.group = group;
+    assert_int_equal(cf_exec_pool_submit(p, &j->pj), 0);
+}
+
+/* Releases every job, started or to start, and waits for the pool. */
+static void drain_gated(cf_exec_pool *p, gate *g, int total)
+{
+    for (int i = 0; i < total; i++) {
+        wait_started(g, i + 1);
+        release(g, i);
+    }
+    while (cf_exec_pool_pending(p) > 0)
+        usleep(1000);
+}
+
+/* Issue 30 part 2: a tenant's backlog (group 0) takes at most its cap of
+ * the slots, and a job of another tenant (group 1) queued behind that
+ * backlog starts in the slot left, before the backlog's next. */
+static void pool_shares_slots_between_groups(void **state)
+{
+    (void)state;
+    gate g;
+    gate_init(&g);
+    cf_exec_pool *p = cf_exec_pool_new(2, gated_run, NULL, &g);
+    assert_non_null(p);
+    int weights[2] = {1, 1}, caps[2] = {1, 2};
+    assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
+    for (int i = 0; i < 6; i++)
+        submit_gated(p, 0);
+    wait_started(&g, 1);
+    submit_gated(p, 1);
+    wait_started(&g, 2);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.started[0], 1); /* the cap held the second slot free */
+    assert_int_equal(g.started[1], 1);
+    pthread_mutex_unlock(&g.lock);
+    drain_gated(p, &g, 7);
+    assert_int_equal(g.started[0], 6);
+    cf_exec_pool_destroy(p);
+}
+
+/* Weights 3:1, both backlogged: as slots free, they go 3 to 1.  Four jobs
+ * of group 1 hold the four slots; group 1 then queues more before group 0
+ * does (first come is not first served across groups). */
+static void pool_weights_share_the_slots(void **state)
+{
+    (void)state;
+    gate g;
+    gate_init(&g);
+    cf_exec_pool *p = cf_exec_pool_new(4, gated_run, NULL, &g);
+    assert_non_null(p);
+    int weights[2] = {3, 1}, caps[2] = {4, 4};
+    assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
+    for (int i = 0; i < 4; i++)
+        submit_gated(p, 1);
+    wait_started(&g, 4);
+    for (int i = 0; i < 8; i++)
+        submit_gated(p, 1);
+    for (int i = 0; i < 8; i++)
+        submit_gated(p, 0);
+    /* Free the four slots one by one, each time waiting for its new job:
+     * running (g0, g1) goes (0,3) -> g0, (1,2) -> g0, (2,1) -> g0, (3,0) -> g1. */
+    for (int i = 0; i < 4; i++) {
+        release(&g, i);
+        wait_started(&g, 5 + i);
+    }
+    pthread_mutex_lock(&g.lock);
+    int want[4] = {0, 0, 0, 1};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(g.order[4 + i], want[i]);
+    pthread_mutex_unlock(&g.lock);
+    for (int i = 4; i < 20; i++) {
+        wait_started(&g, i + 1);
+        release(&g, i);
+    }
+    while (cf_exec_pool_pending(p) > 0)
+        usleep(1000);
+    cf_exec_pool_destroy(p);
+}
+
 static void pool_never_touches_a_job_after_run(void **state)
 {
     (void)state;
@@ -1112,6 +1252,8 @@ int main(void)
         cmocka_unit_test(tracker_grows_past_initial_ring),
         cmocka_unit_test(tracker_is_bounded),
         cmocka_unit_test(pool_orders_same_key_and_parallelises_others),
+        cmocka_unit_test(pool_shares_slots_between_groups),
+        cmocka_unit_test(pool_weights_share_the_slots),
         cmocka_unit_test(pool_drops_only_queued_jobs),
         cmocka_unit_test(pool_never_touches_a_job_after_run),
         cmocka_unit_test(worker_config_defaults_are_valid),
