@@ -38,6 +38,7 @@ typedef struct cf_worker_config {
     int64_t prefetch;           /* requests buffered beyond the slots before pausing */
     bool static_membership;     /* worker-id is the group.instance.id (KIP-345) */
     bool consumer_per_topic;    /* one group member per request topic: each topic spread over the workers */
+    int64_t memory_budget_bytes; /* what running executions' memory limits may add up to (0: auto, budget.c) */
     char *backends;             /* "process" or "sandbox,process": first = default */
     char *work_root;
     char *python_path;

@@ -28,22 +28,37 @@
 
 #define LOG_SUB "worker"
 
+/* librdkafka before 2.6.1: its sticky assignor's balance check loops for
+ * ever on the group leader when members subscribe to different topics with
+ * different partition counts (confluentinc/librdkafka#4783), which one
+ * member per topic makes the rule. */
+#define RDKAFKA_PER_TOPIC_MIN 0x020601ff
+
 int consumers_setup(cf_worker *w, cf_error *err)
 {
-    size_t n = w->cfg->consumer_per_topic ? w->ntopics : 1;
-    if (n == 0)
-        n = 1;
+    bool per_topic = w->cfg->consumer_per_topic && w->ntopics > 1;
+    if (per_topic && rd_kafka_version() < RDKAFKA_PER_TOPIC_MIN) {
+        cf_log_warn(LOG_SUB,
+                    "consumer-per-topic needs librdkafka 2.6.1 or newer (this is %s, whose cooperative-sticky "
+                    "assignor can hang the group leader when members subscribe to different topics, "
+                    "confluentinc/librdkafka#4783): one consumer reads every topic, and the group balances the "
+                    "total only (codefleet doctor's spread check says how the topics sit)",
+                    rd_kafka_version_str());
+        per_topic = false;
+    }
+    w->consumer_per_topic = per_topic;
+    size_t n = per_topic ? w->ntopics : 1;
     w->consumers = calloc(n, sizeof(*w->consumers));
     if (!w->consumers)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
     w->nconsumers = n;
     for (size_t t = 0; t < w->ntopics; t++)
-        w->topics[t].consumer = w->cfg->consumer_per_topic ? t : 0;
+        w->topics[t].consumer = per_topic ? t : 0;
     static const uint64_t one = 1;
     for (size_t i = 0; i < n; i++) {
         request_consumer *c = &w->consumers[i];
         char errstr[512];
-        rd_kafka_conf_t *conf = kafka_conf_new(w, true, (int)i, err);
+        rd_kafka_conf_t *conf = kafka_conf_new(w, true, per_topic ? w->topics[i].name : NULL, err);
         if (!conf)
             return -1;
         c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));

@@ -12,6 +12,7 @@ typedef struct pool_node {
     char *key;        /* copy; NULL = unordered */
     int32_t partition;
     int group;
+    int64_t cost;
     bool running;
     struct pool_node *next;
 } pool_node;
@@ -30,6 +31,8 @@ struct cf_exec_pool {
     int *cap;         /* per group: most running at once */
     int *running_g;   /* per group */
     pool_node **cand; /* per group: scratch of next_runnable */
+    int64_t budget;   /* 0: none */
+    int64_t reserved; /* costs of the running jobs */
     pthread_t *threads;
     cf_pool_run_fn run;
     cf_pool_notify_fn notify;
@@ -40,6 +43,10 @@ typedef struct slot_arg {
     cf_exec_pool *pool;
     int slot;
 } slot_arg;
+
+/* A group's mark in next_runnable's scratch: its first job does not fit
+ * the budget now. */
+static pool_node waits_for_budget;
 
 /* Whether an earlier node (queued or running) with n's key precedes it. */
 static bool key_blocked(const cf_exec_pool *p, const pool_node *n)
@@ -53,7 +60,8 @@ static bool key_blocked(const cf_exec_pool *p, const pool_node *n)
 }
 
 /* The next job to run: each group under its cap offers its first queued
- * node that no earlier node with the same key precedes; of those, the one
+ * node that no earlier node with the same key precedes (when it fits the
+ * budget; when not, the group offers nothing); of those, the one
  * of the group with the fewest running jobs for its weight (compared as
  * running_a * weight_b < running_b * weight_a), the earliest on a tie.
  * Caller holds the lock. */
@@ -68,11 +76,15 @@ static pool_node *next_runnable(cf_exec_pool *p)
             continue;
         p->cand[g] = n;
         offered++;
+        /* Offered, but it waits while it does not fit: the group's later
+         * jobs do not pass it. */
+        if (p->budget > 0 && p->reserved + n->cost > p->budget)
+            p->cand[g] = &waits_for_budget;
     }
     pool_node *best = NULL;
     for (int g = 0; g < p->ngroups; g++) {
         pool_node *n = p->cand[g];
-        if (!n)
+        if (!n || n == &waits_for_budget)
             continue;
         if (!best) {
             best = n;
@@ -125,12 +137,14 @@ static void *slot_main(void *argp)
         p->queued--;
         p->running++;
         p->running_g[node->group]++;
+        p->reserved += node->cost;
         pthread_mutex_unlock(&p->lock);
 
         p->run(job, slot, p->arg);
 
         pthread_mutex_lock(&p->lock);
         p->running_g[node->group]--;
+        p->reserved -= node->cost;
         unlink_node(p, node);
         node_free(node);
         p->running--;
@@ -238,6 +252,22 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
     return 0;
 }
 
+void cf_exec_pool_set_budget(cf_exec_pool *p, int64_t budget)
+{
+    pthread_mutex_lock(&p->lock);
+    p->budget = budget > 0 ? budget : 0;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+int64_t cf_exec_pool_reserved(cf_exec_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int64_t r = p->reserved;
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
 size_t cf_exec_pool_group_running(cf_exec_pool *p, int group)
 {
     pthread_mutex_lock(&p->lock);
@@ -258,6 +288,7 @@ int cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job)
     n->job = job;
     n->partition = job->partition;
     n->group = job->group >= 0 && job->group < p->ngroups ? job->group : 0;
+    n->cost = job->cost > 0 ? job->cost : 0;
     job->next = NULL;
     pthread_mutex_lock(&p->lock);
     if (p->tail)

@@ -28,6 +28,7 @@ typedef struct cf_pool_job {
     char *key;                  /* NULL or "" = no ordering constraint */
     int32_t partition;          /* for rebalance bookkeeping */
     int group;                  /* 0..groups-1 (cf_exec_pool_set_groups); 0 without groups */
+    int64_t cost;               /* what it reserves of the budget while it runs (memory bytes) */
     struct cf_pool_job *next;   /* links jobs returned by cf_exec_pool_drop_queued */
 } cf_pool_job;
 
@@ -47,6 +48,13 @@ void cf_exec_pool_destroy(cf_exec_pool *p);
  * run at once), n of each; before the first submit.  Without: one group,
  * weight 1, cap slots.  -1 when out of memory. */
 int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const int *caps);
+
+/* The budget the running jobs' costs may add up to (0: none).  A job
+ * that does not fit waits (its group offers it first, so a group's order
+ * holds); one larger than the whole budget must be refused before submit. */
+void cf_exec_pool_set_budget(cf_exec_pool *p, int64_t budget);
+/* The costs of the jobs running now. */
+int64_t cf_exec_pool_reserved(cf_exec_pool *p);
 
 /* Jobs of a group running now. */
 size_t cf_exec_pool_group_running(cf_exec_pool *p, int group);

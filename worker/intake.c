@@ -38,6 +38,8 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
         p->max_stdout_bytes = min_set(c->default_output_bytes, prof->max_output_bytes);
     if (p->max_stderr_bytes == 0)
         p->max_stderr_bytes = min_set(c->default_output_bytes, prof->max_output_bytes);
+    if (p->memory_bytes == 0 && prof->default_memory_bytes > 0)
+        p->memory_bytes = min_set(prof->default_memory_bytes, prof->max_memory_bytes);
     if (cf_profile_admit(prof, w->profiles, bname, req, reason, rsz) < 0)
         return -1;
     j->backend = cf_backend_set_select_as(w->backends, bname, req, reason, rsz);
@@ -90,6 +92,16 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
                      caps[i].v, caps[i].max);
             return -1;
         }
+    /* What it reserves of the memory budget while it runs; one that could
+     * never fit is refused now rather than waiting for ever. */
+    j->pj.cost = budget_cost(w, p);
+    if (w->memory_budget > 0 && j->pj.cost > w->memory_budget) {
+        snprintf(reason, rsz,
+                 "policy.memory_bytes %" PRId64 " (%" PRId64 " MiB) does not fit this worker's memory budget of %" PRId64
+                 " MiB (memory-budget: what the executions running at once may reserve)",
+                 j->pj.cost, j->pj.cost >> 20, w->memory_budget >> 20);
+        return -1;
+    }
     if (cf_wstate_admit(req, w->have_redis, reason, rsz) < 0)
         return -1;
     return cf_policy_check(&j->backend->caps, j->backend->ops->name, req, reason, rsz);

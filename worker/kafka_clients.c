@@ -124,9 +124,8 @@ void kafka_on_log(const rd_kafka_t *rk, int level, const char *fac, const char *
 
 int kafka_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
 {
-    (void)rk;
     cf_worker *w = opaque;
-    cf_observe_kafka_stats(w->obs, json, len);
+    cf_observe_kafka_stats(w->obs, rd_kafka_name(rk), json, len);
     return 0; /* librdkafka frees json */
 }
 
@@ -172,7 +171,7 @@ void kafka_client_id(const cf_worker *w, bool consumer, char *buf, size_t size)
         snprintf(buf, size, "codefleet-worker-%s%s", w->worker_id, consumer ? "" : "-producer");
 }
 
-rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, int consumer_index, cf_error *err)
+rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_topic, cf_error *err)
 {
     const cf_worker_config *c = w->cfg;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -197,11 +196,19 @@ rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, int consumer_index,
              * (docs/RELIABILITY.md, "Failover"). */
             {"session.timeout.ms", "6000"},     {"heartbeat.interval.ms", "1000"},
         };
-        /* Static membership: each consumer is a member of its own, so the
-         * second and later ones (consumer-per-topic) get the worker id
-         * with their index; the first keeps the worker id itself. */
-        char instance[CF_ID_MAX + 16];
-        snprintf(instance, sizeof(instance), consumer_index > 0 ? "%s.t%d" : "%s", w->worker_id, consumer_index);
+        /* Static membership: with one consumer per topic each is a member
+         * of its own, named by the worker id and its topic (a hash of the
+         * name: a topic's consumer keeps its id when profiles are added,
+         * and the id stays within Kafka's 249 characters). */
+        char instance[CF_ID_MAX + 32];
+        if (own_topic) {
+            uint32_t h = 2166136261u; /* FNV-1a */
+            for (const char *s = own_topic; *s; s++)
+                h = (h ^ (uint8_t)*s) * 16777619u;
+            snprintf(instance, sizeof(instance), "%s.topic-%08x", w->worker_id, h);
+        } else {
+            snprintf(instance, sizeof(instance), "%s", w->worker_id);
+        }
         if (kafka_conf_set(conf, "group.id", c->group, err) < 0 ||
             (c->static_membership && kafka_conf_set(conf, "group.instance.id", instance, err) < 0))
             goto fail;

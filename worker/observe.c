@@ -21,6 +21,8 @@
 #include "otlp_int.h"
 #include "worker_state_int.h"
 
+/* Consumers whose lag series are kept (one per request topic). */
+#define LAG_SOURCES 68 /* CF_PROFILE_MAX (64) request topics, and spare */
 #define LOG_SUB "observe"
 #define REDIS_CHECK_EVERY_US (2 * 1000000LL)
 /* Lag older than this is not shown: a partition's statistics stop when it
@@ -41,11 +43,19 @@ struct cf_observe {
     /* families */
     cf_metric *info, *start_time, *requests, *exec_seconds, *e2e_seconds, *queue_seconds, *slots, *slots_busy, *held,
         *paused, *draining, *ready, *produced, *retries, *dead, *kafka_errors, *redis_errors, *setup_failures,
-        *compile_cache, *lag, *stalled, *stall_steps, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
+        *compile_cache, *lag, *stalled, *stall_steps, *mem_reserved, *mem_budget, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
     /* liveness and readiness */
     _Atomic int64_t loop_mono_us;
     atomic_bool assigned, draining_now, broker_up, stats_seen, fatal;
     pthread_mutex_t redis_mu;
+    /* Each consumer's latest lag series (cf_observe_kafka_stats). */
+    pthread_mutex_t lag_mu;
+    struct lag_source {
+        char name[128];
+        size_t n;
+        char **topic, **part;
+        double *val;
+    } lag_src[LAG_SOURCES];
     cf_redis *redis;
     int64_t redis_checked_us;
     bool redis_ok;
@@ -237,6 +247,8 @@ void cf_observe_loop(cf_observe *o, const cf_observe_loop_state *s)
     cf_metric_set(o->paused, s->paused ? 1 : 0, NULL);
     cf_metric_set(o->draining, s->draining ? 1 : 0, NULL);
     cf_metric_set(o->stalled, (double)s->stalled, NULL);
+    cf_metric_set(o->mem_reserved, (double)s->memory_reserved, NULL);
+    cf_metric_set(o->mem_budget, (double)s->memory_budget, NULL);
 }
 
 void cf_observe_partition_stall(cf_observe *o, const char *step)
@@ -277,9 +289,86 @@ void cf_observe_produce_retry(cf_observe *o)
         cf_metric_inc(o->retries, 1, NULL);
 }
 
+static void lag_source_clear(struct lag_source *ls)
+{
+    for (size_t i = 0; i < ls->n; i++) {
+        free(ls->topic[i]);
+        free(ls->part[i]);
+    }
+    free(ls->topic);
+    free(ls->part);
+    free(ls->val);
+    ls->topic = ls->part = NULL;
+    ls->val = NULL;
+    ls->n = 0;
+}
+
+/* One partition's lag from its statistics, -1 when not this consumer's
+ * to report: only what it fetches (a revoked partition stays in the
+ * statistics, "stopped", its lag frozen).  librdkafka says -1 until the
+ * group committed an offset: a partition never committed is behind by
+ * what it holds (the worker reads from the earliest), or from where it
+ * is. */
+static json_int_t partition_lag(const char *pname, const json_t *p)
+{
+    json_int_t lag = json_integer_value(json_object_get(p, "consumer_lag"));
+    json_int_t hi = json_integer_value(json_object_get(p, "hi_offset"));
+    json_int_t lo = json_integer_value(json_object_get(p, "lo_offset"));
+    json_int_t pos = json_integer_value(json_object_get(p, "app_offset"));
+    const char *fs = json_string_value(json_object_get(p, "fetch_state"));
+    if (strcmp(pname, "-1") == 0 || !fs || strcmp(fs, "active") != 0 || hi < 0)
+        return -1;
+    if (lag < 0)
+        lag = pos >= 0 ? hi - pos : lo >= 0 ? hi - lo : -1;
+    return lag;
+}
+
+/* This source's series from its statistics, replacing its last ones. */
+static void lag_source_set(struct lag_source *ls, const json_t *root)
+{
+    lag_source_clear(ls);
+    size_t cap = 0;
+    json_t *topics = json_object_get(root, "topics"), *t;
+    const char *tname;
+    json_object_foreach(topics, tname, t)
+    {
+        json_t *parts = json_object_get(t, "partitions"), *p;
+        const char *pname;
+        json_object_foreach(parts, pname, p)
+        {
+            json_int_t lag = partition_lag(pname, p);
+            if (lag < 0 || ls->n >= CF_METRICS_MAX_SERIES - 1)
+                continue;
+            if (ls->n == cap) {
+                cap = cap ? 2 * cap : 16;
+                char **nt = realloc(ls->topic, cap * sizeof(*nt));
+                if (nt)
+                    ls->topic = nt;
+                char **np = realloc(ls->part, cap * sizeof(*np));
+                if (np)
+                    ls->part = np;
+                double *nv = realloc(ls->val, cap * sizeof(*nv));
+                if (nv)
+                    ls->val = nv;
+                if (!nt || !np || !nv)
+                    return;
+            }
+            ls->topic[ls->n] = strdup(tname);
+            ls->part[ls->n] = strdup(pname);
+            ls->val[ls->n] = (double)lag;
+            if (!ls->topic[ls->n] || !ls->part[ls->n]) {
+                free(ls->topic[ls->n]);
+                free(ls->part[ls->n]);
+                return;
+            }
+            ls->n++;
+        }
+    }
+}
+
 /* librdkafka's statistics: topics.<t>.partitions.<p>.consumer_lag for the
  * partitions this consumer fetches (-1: not known yet), brokers.<b>.state. */
-void cf_observe_kafka_stats(cf_observe *o, const char *json, size_t len)
+void cf_observe_kafka_stats(cf_observe *o, const char *source, const char *json, size_t len)
 {
     if (!o)
         return;
@@ -301,47 +390,32 @@ void cf_observe_kafka_stats(cf_observe *o, const char *json, size_t len)
     }
     atomic_store(&o->broker_up, up);
     atomic_store(&o->stats_seen, true);
-    /* Collected first, then swapped in at once. */
+    pthread_mutex_lock(&o->lag_mu);
+    struct lag_source *ls = NULL;
+    for (size_t i = 0; i < LAG_SOURCES && !ls; i++)
+        if (strcmp(o->lag_src[i].name, source ? source : "") == 0)
+            ls = &o->lag_src[i];
+    for (size_t i = 0; i < LAG_SOURCES && !ls; i++)
+        if (!o->lag_src[i].name[0]) {
+            ls = &o->lag_src[i];
+            cf_strlcpy(ls->name, source && source[0] ? source : "?", sizeof(ls->name));
+        }
+    if (ls)
+        lag_source_set(ls, root);
+    /* Every source's latest, swapped in at once. */
     enum { LAG_MAX = CF_METRICS_MAX_SERIES - 1 };
     const char **lv = calloc(2 * LAG_MAX, sizeof(*lv));
     double *vals = calloc(LAG_MAX, sizeof(*vals));
     size_t n = 0;
-    if (!lv || !vals) {
-        free(lv);
-        free(vals);
-        json_decref(root);
-        return;
-    }
-    json_t *topics = json_object_get(root, "topics"), *t;
-    const char *tname;
-    json_object_foreach(topics, tname, t)
-    {
-        json_t *parts = json_object_get(t, "partitions"), *p;
-        const char *pname;
-        json_object_foreach(parts, pname, p)
-        {
-            json_int_t lag = json_integer_value(json_object_get(p, "consumer_lag"));
-            json_int_t hi = json_integer_value(json_object_get(p, "hi_offset"));
-            json_int_t lo = json_integer_value(json_object_get(p, "lo_offset"));
-            json_int_t pos = json_integer_value(json_object_get(p, "app_offset"));
-            const char *fs = json_string_value(json_object_get(p, "fetch_state"));
-            /* Only what this worker fetches: a revoked partition stays in the
-             * statistics ("stopped") with its lag frozen. */
-            if (strcmp(pname, "-1") == 0 || !fs || strcmp(fs, "active") != 0 || hi < 0)
-                continue;
-            /* librdkafka says -1 until the group committed an offset: a
-             * partition never committed is behind by what it holds (the
-             * worker reads from the earliest), or from where it is. */
-            if (lag < 0)
-                lag = pos >= 0 ? hi - pos : lo >= 0 ? hi - lo : -1;
-            if (lag < 0 || n >= LAG_MAX)
-                continue;
-            lv[2 * n] = tname;
-            lv[2 * n + 1] = pname;
-            vals[n++] = (double)lag;
+    for (size_t i = 0; lv && vals && i < LAG_SOURCES; i++)
+        for (size_t k = 0; k < o->lag_src[i].n && n < LAG_MAX; k++) {
+            lv[2 * n] = o->lag_src[i].topic[k];
+            lv[2 * n + 1] = o->lag_src[i].part[k];
+            vals[n++] = o->lag_src[i].val[k];
         }
-    }
-    cf_metric_replace(o->lag, n, lv, vals);
+    if (lv && vals)
+        cf_metric_replace(o->lag, n, lv, vals);
+    pthread_mutex_unlock(&o->lag_mu);
     free(lv);
     free(vals);
     json_decref(root);
@@ -529,6 +603,7 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
     o->cfg = cfg;
     cf_strlcpy(o->worker_id, worker_id, sizeof(o->worker_id));
     pthread_mutex_init(&o->redis_mu, NULL);
+    pthread_mutex_init(&o->lag_mu, NULL);
     cf_metrics *r = o->reg = cf_metrics_new();
     if (!r) {
         cf_observe_destroy(o);
@@ -559,6 +634,12 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
     o->slots = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_slots", "Execution slots of this worker.", 0, NULL,
                               NULL, 0);
     o->slots_busy = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_slots_busy", "Slots running an execution.", 0,
+                                   NULL, NULL, 0);
+    o->mem_reserved = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_memory_reserved_bytes",
+                                     "Memory limits of the executions running now (reserved against the budget).", 0,
+                                     NULL, NULL, 0);
+    o->mem_budget = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_memory_budget_bytes",
+                                   "What the running executions' memory limits may add up to (0: not enforced).", 0,
                                    NULL, NULL, 0);
     o->held = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_requests_held",
                              "Requests taken and waiting for a slot.", 0, NULL, NULL, 0);
@@ -654,6 +735,9 @@ void cf_observe_destroy(cf_observe *o)
     cf_otlp_destroy(o->otlp, 2000);
     cf_redis_destroy(o->redis);
     pthread_mutex_destroy(&o->redis_mu);
+    for (size_t i = 0; i < LAG_SOURCES; i++)
+        lag_source_clear(&o->lag_src[i]);
+    pthread_mutex_destroy(&o->lag_mu);
     cf_metrics_destroy(o->reg);
     free(o);
 }

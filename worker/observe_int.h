@@ -37,14 +37,17 @@ typedef struct cf_observe_loop_state {
     bool paused;   /* some partition paused for backpressure */
     bool draining; /* stopping: not ready */
     int64_t stalled; /* partitions the partition guard finds stalled */
+    int64_t memory_reserved, memory_budget; /* bytes: the running executions' limits, and their ceiling (0: none) */
 } cf_observe_loop_state;
 void cf_observe_loop(cf_observe *o, const cf_observe_loop_state *s);
 
 /* The group's assignment: has_assignment after an assign (an empty one
  * counts: more workers than partitions), false after a revoke or loss. */
 void cf_observe_assigned(cf_observe *o, bool has_assignment);
-/* librdkafka's statistics JSON (consumer): lag per partition, brokers up. */
-void cf_observe_kafka_stats(cf_observe *o, const char *json, size_t len);
+/* librdkafka's statistics JSON of one consumer (source: its name): lag per
+ * partition, brokers up.  The lag series are those of every consumer's
+ * latest statistics together (a worker has one per request topic). */
+void cf_observe_kafka_stats(cf_observe *o, const char *source, const char *json, size_t len);
 void cf_observe_kafka_error(cf_observe *o, bool fatal, bool all_brokers_down);
 void cf_observe_redis_error(cf_observe *o);
 void cf_observe_produce_retry(cf_observe *o);

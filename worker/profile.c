@@ -59,7 +59,12 @@ static const cf_conf_prop profile_props[] = {
     {"max-cpu-time", CF_CONF_DURATION, OFF(max_cpu_time_us), 0, 24 * 3600 * SEC, "0", NULL,
      "Largest CPU time; requests setting none get this (0: no profile cap).", NULL},
     {"max-memory", CF_CONF_SIZE, OFF(max_memory_bytes), 0, 1024 * 1024 * MIB, "0", NULL,
-     "Largest memory limit; requests setting none get this (0: no profile cap, the backend's default applies).",
+     "Largest memory limit; requests setting none get default-memory, or else this (0: no profile cap, the "
+     "backend's default applies).",
+     NULL},
+    {"default-memory", CF_CONF_SIZE, OFF(default_memory_bytes), 0, 1024 * 1024 * MIB, "0", NULL,
+     "Memory limit of requests that set none (at most max-memory); what they reserve of the worker's "
+     "memory-budget.  0: max-memory when set, else the backend's default (sandbox-memory).",
      NULL},
     {"max-processes", CF_CONF_INT, OFF(max_processes), 0, 1000000, "0", NULL,
      "Largest processes limit; requests setting none get this (0: no profile cap).", NULL},
@@ -478,6 +483,28 @@ static cf_profile *set_add(cf_profile_set *s, const char *name, size_t n, cf_err
 
 /* ---------------------------------------------------------------- set */
 
+/* Tenants' state prefixes must not nest: with "acme-" and "acme-eu-", the
+ * requests of the first could name the second's workspaces (the worker's
+ * own Redis user reaches every id). */
+static int check_prefixes_apart(const cf_profile_set *s, cf_error *err)
+{
+    for (size_t i = 0; i < s->n; i++)
+        for (size_t k = 0; k < s->n; k++) {
+            const char *a = s->items[i].state_prefix, *b = s->items[k].state_prefix;
+            if (i == k || !a || !b || !strcmp(a, "*") || !strcmp(a, "none") || !strcmp(b, "*") ||
+                !strcmp(b, "none"))
+                continue;
+            if (strncmp(b, a, strlen(a)) == 0)
+                return cf_error_set(err, CF_E_INVALID,
+                                    "profiles '%s' and '%s': state-prefix '%s' %s '%s' (one tenant could name the "
+                                    "other's workspaces and threads): make them distinct, neither starting with the "
+                                    "other",
+                                    s->items[i].name, s->items[k].name, a,
+                                    strcmp(a, b) == 0 ? "is the same as" : "is the start of", b);
+        }
+    return 0;
+}
+
 int cf_profile_set_new(const cf_kvlist *kv, const cf_profile_env *env, cf_profile_set **out, cf_error *err)
 {
     *out = NULL;
@@ -533,6 +560,8 @@ int cf_profile_set_new(const cf_kvlist *kv, const cf_profile_env *env, cf_profil
                 goto fail;
             }
         }
+    if (check_prefixes_apart(s, err) < 0)
+        goto fail;
     *out = s;
     return 0;
 fail:

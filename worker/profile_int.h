@@ -52,6 +52,7 @@ typedef struct cf_profile {
     int64_t max_timeout_us;  /* 0: the worker's max-timeout */
     int64_t max_cpu_time_us; /* 0: the worker's max-timeout */
     int64_t max_memory_bytes;    /* 0: no profile cap (the backend's default applies) */
+    int64_t default_memory_bytes; /* requests setting none (0: max_memory_bytes, else the backend's) */
     int64_t max_processes;       /* 0: no profile cap */
     int64_t max_output_bytes;    /* 0: the worker's max-output */
     int64_t max_file_size_bytes; /* 0: no profile cap */

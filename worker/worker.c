@@ -329,7 +329,7 @@ static int worker_kafka_setup(cf_worker *w, cf_error *err)
     if (w->wake_fd < 0)
         return cf_error_set_errno(err, CF_E_SYSTEM, errno, "eventfd");
     char errstr[512];
-    rd_kafka_conf_t *pconf = kafka_conf_new(w, false, 0, err);
+    rd_kafka_conf_t *pconf = kafka_conf_new(w, false, NULL, err);
     if (!pconf)
         return -1;
     w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, pconf, errstr, sizeof(errstr));
@@ -379,6 +379,10 @@ static int worker_slots_setup(cf_worker *w, cf_error *err)
     }
     if (w->ntopics > 0 && cf_exec_pool_set_groups(w->pool, (int)w->ntopics, weights, caps) < 0)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    char why[160];
+    w->memory_budget = budget_memory(w->cfg, why, sizeof(why));
+    cf_exec_pool_set_budget(w->pool, w->memory_budget);
+    cf_log_info(LOG_SUB, "memory budget for executions: %" PRId64 " MiB (%s)", w->memory_budget / (1024 * 1024), why);
     if (w->idempotent) {
         if (pthread_create(&w->keeper, NULL, slots_lease_keeper, w) != 0)
             return cf_error_set(err, CF_E_SYSTEM, "starting the lease keeper thread");
@@ -475,7 +479,9 @@ static void serve(cf_worker *w)
                                     .busy = (int64_t)cf_exec_pool_running(w->pool),
                                     .held = (int64_t)cf_exec_pool_queued(w->pool),
                                     .paused = w->paused_all,
-                                    .draining = w->stopping};
+                                    .draining = w->stopping,
+                                    .memory_reserved = cf_exec_pool_reserved(w->pool),
+                                    .memory_budget = w->memory_budget};
         cf_pguard_counts gc;
         cf_pguard_counts_get(w->guard, &gc);
         ls.stalled = gc.stalled;
@@ -606,7 +612,9 @@ static void publish_report(cf_worker *w, bool gone)
                                .answered = atomic_load(&w->jobs.answered),
                                .rejected = w->n_rejected,
                                .dead_lettered = atomic_load(&w->jobs.dead_lettered),
-                               .retries = w->n_retries};
+                               .retries = w->n_retries,
+                               .memory_reserved = cf_exec_pool_reserved(w->pool),
+                               .memory_budget = w->memory_budget};
         /* The partitions the guard finds stalled, as "topic[N]" (a few:
          * the report stays small). */
         const char *stalled_names[CF_WORKER_LOAD_STALLED_MAX];

@@ -23,6 +23,11 @@ static const cf_conf_prop worker_props[] = {
      "fence static members.", NULL},
     {"worker-id", CF_CONF_STRING, OFF(worker_id), 0, 128, NULL, NULL,
      "Name reported in results and logs; default <hostname>-<pid>.", NULL},
+    {"memory-budget", CF_CONF_SIZE, OFF(memory_budget_bytes), 0, 1024 * 1024 * MIB, "0", NULL,
+     "What the memory limits of the executions running at once may add up to: an execution reserves its limit "
+     "(its request's, its profile's default-memory, or sandbox-memory) before it starts and waits while it "
+     "does not fit; one larger than the budget is rejected.  0: three quarters of the worker's cgroup limit, "
+     "or of the host's memory (docs/OPERATIONS.md, \"Memory budget\").", NULL},
     {"consumer-per-topic", CF_CONF_BOOL, OFF(consumer_per_topic), 0, 0, "true", NULL,
      "One consumer (group member) per request topic, so that the group spreads each topic over the live workers "
      "(within one partition); off: one consumer for all topics, which the group balances by the total only, so "

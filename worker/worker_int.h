@@ -127,6 +127,7 @@ struct cf_worker {
     cf_backend_set *backends;
     request_consumer *consumers; /* consumers.c */
     size_t nconsumers;
+    bool consumer_per_topic;     /* in effect: one consumer per request topic */
     rd_kafka_t *producer;
     rd_kafka_queue_t *producer_q;
     int wake_fd;
@@ -203,6 +204,7 @@ struct cf_worker {
     /* Jobs by where they ended (job.c; any thread may read them). */
     cf_worker_jobs jobs;
     cf_worker_jobs *ledger;    /* cf_worker_jobs_watch: a copy the caller owns */
+    int64_t memory_budget;     /* budget.c: what running executions' memory may add up to (0: none) */
 };
 
 
@@ -278,6 +280,10 @@ void cancels_serve(cf_worker *w);
 void cancels_stop(cf_worker *w);
 int cancels_start(cf_worker *w, cf_error *err);
 
+/* budget.c */
+int64_t budget_memory(const cf_worker_config *cfg, char *why, size_t cap);
+int64_t budget_cost(const cf_worker *w, const cf_policy *pol);
+
 /* consumers.c */
 int consumers_setup(cf_worker *w, cf_error *err);
 rd_kafka_t *consumers_of_topic(const cf_worker *w, size_t topic);
@@ -298,7 +304,7 @@ int kafka_conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, cf_error
 bool kafka_key_consumer_only(const char *k);
 bool kafka_key_producer_only(const char *k);
 void kafka_client_id(const cf_worker *w, bool consumer, char *buf, size_t size);
-rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, int consumer_index, cf_error *err);
+rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_topic, cf_error *err);
 bool kafka_warm_topic(rd_kafka_t *rk, const char *topic);
 
 #endif

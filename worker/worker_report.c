@@ -99,6 +99,11 @@ static char *report_json(const cf_worker_report_info *info, size_t max_topics, b
                                       (json_int_t)l->rejected, "dead_lettered", (json_int_t)l->dead_lettered,
                                       "retries", (json_int_t)l->retries, "stalled",
                                       stalled ? stalled : json_array(), "stalls", (json_int_t)l->stalls));
+        json_t *lo = json_object_get(o, "load");
+        if (lo) {
+            json_object_set_new(lo, "memory_reserved", json_integer(l->memory_reserved));
+            json_object_set_new(lo, "memory_budget", json_integer(l->memory_budget));
+        }
     }
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);

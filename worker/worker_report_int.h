@@ -31,6 +31,7 @@ typedef struct cf_worker_load {
     const char *const *stalled; /* partitions the guard finds stalled now, "topic[N]" */
     size_t n_stalled;
     uint64_t stalls;            /* stalls the guard found since start */
+    int64_t memory_reserved, memory_budget; /* bytes (budget 0: not enforced) */
 } cf_worker_load;
 
 /* The most stalled partitions a report names. */

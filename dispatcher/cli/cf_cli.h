@@ -67,6 +67,26 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv);
 
 /* doctor and top: partitions that do not move (cf_cli_doctor.c). */
+/* cf_cli_fleet_view.c: the group's description and the workers' reports,
+ * read by doctor and top. */
+
+/* Counts in a report above this are not believed (a forged report must
+ * not wrap sums). */
+#define CF_CLI_REPORT_COUNT_MAX (INT64_C(1) << 50)
+/* A string member of a JSON object, "?" when absent or not a string. */
+const char *cf_cli_json_str(const json_t *o, const char *k);
+/* "topic[N]" (as doctor lists a member's partitions) into topic and
+ * *part; -1 when s is not of that form. */
+int cf_cli_parse_partition(const char *s, char *topic, size_t cap, int32_t *part);
+/* Each request topic's partitions by live worker, from the group's
+ * members ([{client_id, partitions: ["topic[N]"...]}]): {topic: {worker:
+ * n}}, a worker named by its client id without the "codefleet-worker-"
+ * its consumers get (so, its worker id). */
+json_t *cf_cli_spread_by_topic(const json_t *members);
+/* Whether a topic's partitions (by worker, of nw live workers) sit on
+ * fewer workers than could hold them, or differ by more than one between
+ * workers; lo and hi get the fewest and most a live worker holds. */
+bool cf_cli_spread_uneven(const json_t *by, size_t nw, json_int_t *lo, json_int_t *hi);
 /* The most stalled partitions taken from one report (the worker writes no
  * more: worker_report.h). */
 #define CF_CLI_STALLED_MAX 16

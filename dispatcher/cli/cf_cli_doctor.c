@@ -43,7 +43,6 @@
 #define DOCTOR_ROUNDTRIP_DEFAULT_US (15 * INT64_C(1000000))
 /* Counts in reports beyond this are not believed (a forged report must not
  * wrap sums or freeze rates). */
-#define REPORT_COUNT_MAX (INT64_C(1) << 50)
 /* Doctor compares the committed offsets of its start and end only when at
  * least this long passed: the workers commit every 500 ms, so a partition
  * served in between moved. */
@@ -118,12 +117,6 @@ static void add_check(doctor *d, const char *name, const char *status, json_t *e
         d->failed++;
     else if (strcmp(status, "warn") == 0)
         d->warned++;
-}
-
-static const char *str_of(json_t *o, const char *k)
-{
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "?";
 }
 
 /* ---------------------------------------------------------------- broker */
@@ -263,23 +256,6 @@ static int64_t group_lag(doctor *d, const rd_kafka_topic_partition_list_t *commi
     return total;
 }
 
-/* "topic[N]" (as partition_list_json writes it) into topic and *part;
- * -1 when s is not of that form. */
-static int parse_partition(const char *s, char *topic, size_t cap, int32_t *part)
-{
-    const char *br = s ? strrchr(s, '[') : NULL;
-    if (!br || br == s || (size_t)(br - s) >= cap)
-        return -1;
-    char *end = NULL;
-    errno = 0;
-    long n = strtol(br + 1, &end, 10);
-    if (errno || end == br + 1 || strcmp(end, "]") != 0 || n < 0 || n > INT32_MAX)
-        return -1;
-    memcpy(topic, s, (size_t)(br - s));
-    topic[br - s] = '\0';
-    *part = (int32_t)n;
-    return 0;
-}
 
 /* Adds topic's partitions to l (no duplicates); quietly nothing when its
  * metadata cannot be read (the topic checks say why). */
@@ -370,7 +346,7 @@ static void gather_group(doctor *d)
         {
             char topic[256];
             int32_t part;
-            if (parse_partition(json_string_value(p), topic, sizeof(topic), &part) == 0 &&
+            if (cf_cli_parse_partition(json_string_value(p), topic, sizeof(topic), &part) == 0 &&
                 !rd_kafka_topic_partition_list_find(wanted, topic, part))
                 rd_kafka_topic_partition_list_add(wanted, topic, part);
         }
@@ -468,7 +444,7 @@ static json_t *member_by_client_id(doctor *d, const char *cid)
     json_t *m;
     json_array_foreach(d->members, i, m)
     {
-        if (strcmp(str_of(m, "client_id"), cid) == 0)
+        if (strcmp(cf_cli_json_str(m, "client_id"), cid) == 0)
             return m;
     }
     return NULL;
@@ -509,7 +485,7 @@ static void take_report(doctor *d, const rd_kafka_message_t *m)
      * forged keys cannot grow what doctor holds. */
     bool keep = false;
     if (valid) {
-        const char *cid = str_of(rep, "client_id");
+        const char *cid = cf_cli_json_str(rep, "client_id");
         char own[CF_ID_MAX + 32];
         snprintf(own, sizeof(own), "codefleet-worker-%s", key);
         if (member_by_client_id(d, cid))
@@ -653,7 +629,7 @@ static void describe_backends(json_t *report, char *buf, size_t cap)
     json_t *b;
     json_array_foreach(json_object_get(report, "backends"), i, b)
     {
-        int w = snprintf(buf + len, cap - len, "%s%s [%s:", i ? "; " : "", str_of(b, "name"), str_of(b, "isolation"));
+        int w = snprintf(buf + len, cap - len, "%s%s [%s:", i ? "; " : "", cf_cli_json_str(b, "name"), cf_cli_json_str(b, "isolation"));
         if (w < 0 || (size_t)w >= cap - len)
             return;
         len += (size_t)w;
@@ -681,18 +657,18 @@ static void describe_backends(json_t *report, char *buf, size_t cap)
  * (a worker whose kafka.client.id is set), never when two disagree. */
 static json_t *report_of_member(doctor *d, json_t *member)
 {
-    const char *cid = str_of(member, "client_id");
+    const char *cid = cf_cli_json_str(member, "client_id");
     static const char prefix[] = "codefleet-worker-";
     const char *own = strncmp(cid, prefix, sizeof(prefix) - 1) == 0 ? cid + sizeof(prefix) - 1 : NULL;
     json_t *mine = own ? json_object_get(d->reports, own) : NULL;
-    if (mine && strcmp(str_of(mine, "client_id"), cid) == 0)
+    if (mine && strcmp(cf_cli_json_str(mine, "client_id"), cid) == 0)
         return mine;
     const char *key;
     json_t *rep, *found = NULL;
     size_t n = 0;
     json_object_foreach(d->reports, key, rep)
     {
-        if (strcmp(str_of(rep, "client_id"), cid) == 0) {
+        if (strcmp(cf_cli_json_str(rep, "client_id"), cid) == 0) {
             found = rep;
             n++;
         }
@@ -753,8 +729,8 @@ static void check_reports(doctor *d)
         }
         char bdesc[1500];
         describe_backends(found, bdesc, sizeof(bdesc));
-        json_array_append_new(serving, json_pack("{s:s, s:s, s:s}", "worker_id", str_of(found, "worker_id"), "host",
-                                                 str_of(found, "host"), "backends", bdesc));
+        json_array_append_new(serving, json_pack("{s:s, s:s, s:s}", "worker_id", cf_cli_json_str(found, "worker_id"), "host",
+                                                 cf_cli_json_str(found, "host"), "backends", bdesc));
     }
     char all[600] = "";
     size_t len = 0;
@@ -781,7 +757,7 @@ static void check_reports(doctor *d)
         add_check(d, "capabilities", missing ? "warn" : "ok", extra,
                   missing ? "workers without a report: check their workers-topic setting and ACLs" : NULL,
                   "%zu live worker(s) serve: %s; backends of %s: %s%s", live - missing, all[0] ? all : "(nothing)",
-                  str_of(w0, "worker_id"), str_of(w0, "backends"),
+                  cf_cli_json_str(w0, "worker_id"), cf_cli_json_str(w0, "backends"),
                   missing ? " (some workers published no report)" : "");
     }
 }
@@ -965,7 +941,7 @@ static void check_topics(doctor *d)
     json_array_foreach(d->members, i, m)
     {
         json_t *rep = json_object_get(m, "report");
-        const char *wid = str_of(rep, "worker_id");
+        const char *wid = cf_cli_json_str(rep, "worker_id");
         static const struct {
             const char *field, *role;
             topic_kind kind;
@@ -1183,100 +1159,8 @@ static bool buf_add(char *buf, size_t cap, size_t *len, const char *fmt, ...)
     return true;
 }
 
-json_t *cf_cli_report_stalled(const json_t *report, int64_t *stalls)
-{
-    json_t *load = json_object_get(report, "load");
-    if (stalls) {
-        json_t *n = json_object_get(load, "stalls");
-        json_int_t v = json_is_integer(n) ? json_integer_value(n) : -1;
-        *stalls = v >= 0 && v <= REPORT_COUNT_MAX ? (int64_t)v : -1;
-    }
-    json_t *list = json_object_get(load, "stalled");
-    if (!json_is_array(list))
-        return NULL;
-    json_t *out = json_array();
-    size_t i;
-    json_t *e;
-    json_array_foreach(list, i, e)
-    {
-        if (!out || json_array_size(out) >= CF_CLI_STALLED_MAX)
-            break;
-        const char *s = json_string_value(e);
-        size_t n = s ? json_string_length(e) : 0;
-        if (n == 0)
-            continue;
-        /* A real "topic[N]" is printable already and kept whole (topic
-         * names reach 249 bytes); anything else is cut by cf_printable. */
-        char topic[256], buf[96];
-        int32_t part;
-        if (strlen(s) == n && parse_partition(s, topic, sizeof(topic), &part) == 0 && cf_topic_name_valid(topic)) {
-            json_array_append_new(out, json_string(s));
-        } else {
-            cf_printable(s, n, buf, sizeof(buf));
-            json_array_append_new(out, json_string(buf));
-        }
-    }
-    return out;
-}
 
-bool cf_cli_report_has_room(const json_t *report)
-{
-    json_t *load = json_object_get(report, "load");
-    json_t *busy = json_object_get(load, "busy"), *slots = json_object_get(report, "slots");
-    if (!json_is_integer(busy) || !json_is_integer(slots))
-        return false;
-    json_int_t b = json_integer_value(busy), n = json_integer_value(slots);
-    /* Room only when the report says so: a report without the flags is not
-     * taken to mean "running". */
-    return b >= 0 && n > 0 && n <= 65536 && b < n && json_is_false(json_object_get(load, "paused")) &&
-           json_is_false(json_object_get(load, "draining"));
-}
 
-json_t *cf_cli_lag_watch(json_t *watch, json_t *sample, int64_t now_ms, int64_t min_ms)
-{
-    json_t *out = json_array();
-    const char *key;
-    json_t *v;
-    void *tmp;
-    /* What left the sample (revoked, or not read this time) starts again
-     * when it comes back: the watch never outgrows one sample. */
-    json_object_foreach_safe(watch, tmp, key, v)
-    {
-        if (!json_object_get(sample, key))
-            json_object_del(watch, key);
-    }
-    json_object_foreach(sample, key, v)
-    {
-        json_t *jc = json_object_get(v, "committed"), *jl = json_object_get(v, "lag");
-        const char *member = json_string_value(json_object_get(v, "member"));
-        json_t *room = json_object_get(v, "room");
-        /* Nothing waiting, or an owner that says it is full, paused or
-         * draining: not moving is expected there. */
-        if (!json_is_integer(jc) || !json_is_integer(jl) || json_integer_value(jl) <= 0 || !member ||
-            json_is_false(room)) {
-            json_object_del(watch, key);
-            continue;
-        }
-        json_int_t committed = json_integer_value(jc);
-        json_t *e = json_object_get(watch, key);
-        /* A new offset or a new owner (a rebalance) gets a fresh start. */
-        if (!e || json_integer_value(json_object_get(e, "committed")) != committed ||
-            strcmp(str_of(e, "member"), member) != 0) {
-            json_object_set_new(watch, key,
-                                json_pack("{s:I, s:s, s:I}", "committed", committed, "member", member, "since_ms",
-                                          (json_int_t)now_ms));
-            continue;
-        }
-        int64_t since = json_integer_value(json_object_get(e, "since_ms"));
-        if (!json_is_true(room) || now_ms - since < min_ms || !out)
-            continue;
-        const char *owner = json_string_value(json_object_get(v, "owner"));
-        json_array_append_new(out, json_pack("{s:s, s:s, s:O, s:I, s:f}", "partition", key, "owner",
-                                             owner ? owner : member, "lag", jl, "committed", committed, "for_s",
-                                             (double)(now_ms - since) / 1000.0));
-    }
-    return out;
-}
 
 /* One sample for cf_cli_lag_watch: each partition a live member holds
  * whose lag and committed offset were read, with its member, the owner's
@@ -1290,8 +1174,8 @@ static json_t *lag_sample(doctor *d, json_t *lag, json_t *committed, bool with_r
     json_array_foreach(d->members, i, m)
     {
         json_t *rep = with_room ? report_of_member(d, m) : NULL;
-        const char *cid = str_of(m, "client_id");
-        const char *owner = rep ? str_of(rep, "worker_id") : cid;
+        const char *cid = cf_cli_json_str(m, "client_id");
+        const char *owner = rep ? cf_cli_json_str(rep, "worker_id") : cid;
         bool room = cf_cli_report_has_room(rep);
         size_t k;
         json_t *p;
@@ -1342,11 +1226,11 @@ static json_t *lag_second_sample(doctor *d, double *window_s)
     {
         /* Only what can still qualify is read again: each costs a
          * watermark request. */
-        json_t *m = member_by_client_id(d, str_of(e, "member"));
+        json_t *m = member_by_client_id(d, cf_cli_json_str(e, "member"));
         char topic[256];
         int32_t part;
         if (m && cf_cli_report_has_room(report_of_member(d, m)) &&
-            parse_partition(key, topic, sizeof(topic), &part) == 0)
+            cf_cli_parse_partition(key, topic, sizeof(topic), &part) == 0)
             rd_kafka_topic_partition_list_add(wanted, topic, part);
     }
     json_t *out = NULL;
@@ -1407,7 +1291,7 @@ static void check_partitions(doctor *d)
             continue;
         }
         char wid[100];
-        const char *sid = str_of(rep, "worker_id");
+        const char *sid = cf_cli_json_str(rep, "worker_id");
         cf_printable(sid, strlen(sid), wid, sizeof(wid));
         buf_add(msg, sizeof(msg), &len, "%sworker %s reports stalled:", len ? "; " : "", wid);
         size_t k;
@@ -1432,7 +1316,7 @@ static void check_partitions(doctor *d)
             break;
         }
         char part[100], owner[100];
-        const char *sp = str_of(p, "partition"), *so = str_of(p, "owner");
+        const char *sp = cf_cli_json_str(p, "partition"), *so = cf_cli_json_str(p, "owner");
         cf_printable(sp, strlen(sp), part, sizeof(part));
         cf_printable(so, strlen(so), owner, sizeof(owner));
         buf_add(nm, sizeof(nm), &nlen, "%s%s (owner %s, for %.0f s)", i ? ", " : "not moving during this check: ",
@@ -1465,61 +1349,6 @@ static void check_partitions(doctor *d)
     add_check(d, "partitions", "warn", extra, fix, "%s%s%s", msg, len && nlen ? "; " : "", nm);
 }
 
-/* Each request topic's partitions by live worker: {topic: {worker: n}},
- * a worker named by its client id without the "codefleet-worker-" its
- * consumers get (so, its worker id). */
-static json_t *spread_by_topic(doctor *d)
-{
-    json_t *topics = json_object();
-    size_t i;
-    json_t *m;
-    json_array_foreach(d->members, i, m)
-    {
-        const char *cid = str_of(m, "client_id");
-        const char *name = strncmp(cid, "codefleet-worker-", 17) == 0 && cid[17] ? cid + 17 : cid;
-        size_t k;
-        json_t *p;
-        json_array_foreach(json_object_get(m, "partitions"), k, p)
-        {
-            char topic[256];
-            int32_t part;
-            if (parse_partition(json_string_value(p), topic, sizeof(topic), &part) < 0)
-                continue;
-            json_t *by = json_object_get(topics, topic);
-            if (!by) {
-                by = json_object();
-                json_object_set_new(topics, topic, by);
-            }
-            json_object_set_new(by, name, json_integer(json_integer_value(json_object_get(by, name)) + 1));
-        }
-    }
-    return topics;
-}
-
-/* Whether a topic's partitions (by worker, of nw live workers) sit on
- * fewer workers than could hold them, or differ by more than one between
- * workers; lo and hi get the fewest and most a live worker holds. */
-static bool spread_uneven(const json_t *by, size_t nw, json_int_t *lo, json_int_t *hi)
-{
-    json_int_t total = 0;
-    *lo = -1;
-    *hi = 0;
-    const char *w;
-    json_t *n;
-    json_object_foreach((json_t *)by, w, n)
-    {
-        json_int_t v = json_integer_value(n);
-        total += v;
-        *hi = v > *hi ? v : *hi;
-        *lo = *lo < 0 || v < *lo ? v : *lo;
-    }
-    size_t holders = json_object_size(by);
-    size_t could = (size_t)total < nw ? (size_t)total : nw;
-    if (holders < nw)
-        *lo = 0; /* a live worker holds none */
-    return holders < could || *hi - *lo > 1;
-}
-
 /* "spread": each request topic over the live workers.  A worker holds
  * its even share of every topic (consumer-per-topic); a topic that sits on
  * fewer workers than could hold it is served by fewer slots than the fleet
@@ -1533,7 +1362,7 @@ static void check_spread(doctor *d)
         return;
     }
     size_t nw = json_array_size(d->members);
-    json_t *topics = spread_by_topic(d);
+    json_t *topics = cf_cli_spread_by_topic(d->members);
     char msg[700] = "";
     size_t len = 0, uneven = 0;
     const char *topic;
@@ -1541,7 +1370,7 @@ static void check_spread(doctor *d)
     json_object_foreach(topics, topic, by)
     {
         json_int_t lo, hi;
-        if (!spread_uneven(by, nw, &lo, &hi))
+        if (!cf_cli_spread_uneven(by, nw, &lo, &hi))
             continue;
         uneven++;
         char shown[100];
@@ -1555,8 +1384,9 @@ static void check_spread(doctor *d)
         add_check(d, "spread", "ok", extra, NULL, "every request topic spread over the %zu live worker(s)", nw);
     else
         add_check(d, "spread", "warn", extra,
-                  "run every worker with consumer-per-topic (the default): the group then spreads each topic over "
-                  "the workers; with one consumer for all topics it balances only the total",
+                  "run every worker with consumer-per-topic (the default, in effect with librdkafka 2.6.1 or newer): "
+                  "the group then spreads each topic over the workers; with one consumer for all topics it balances "
+                  "only the total",
                   "%s", msg);
 }
 
@@ -1598,15 +1428,15 @@ static void print_text(doctor *d)
     json_t *c;
     json_array_foreach(d->checks, i, c)
     {
-        const char *st = str_of(c, "status");
+        const char *st = cf_cli_json_str(c, "status");
         const char *tag = strcmp(st, "ok") == 0     ? "OK"
                           : strcmp(st, "warn") == 0 ? "WARN"
                           : strcmp(st, "fail") == 0 ? "FAIL"
                                                     : "SKIP";
         char prefix[64];
         snprintf(prefix, sizeof(prefix), "%-7s %-12s ", tag,
-                 strncmp(str_of(c, "check"), "topic ", 6) == 0 ? "topic" : str_of(c, "check"));
-        print_clean(prefix, str_of(c, "message"));
+                 strncmp(cf_cli_json_str(c, "check"), "topic ", 6) == 0 ? "topic" : cf_cli_json_str(c, "check"));
+        print_clean(prefix, cf_cli_json_str(c, "message"));
         const char *fix = json_string_value(json_object_get(c, "fix"));
         if (fix)
             print_clean("                     fix: ", fix);
@@ -1735,8 +1565,8 @@ static json_t *top_picture(doctor *d, top_prev *prev)
     {
         json_t *rep = report_of_member(d, m);
         json_t *load = rep ? json_object_get(rep, "load") : NULL;
-        const char *id = rep ? str_of(rep, "worker_id") : str_of(m, "client_id");
-        json_t *w = json_pack("{s:s, s:s, s:O}", "worker_id", id, "host", str_of(m, "host"), "partitions",
+        const char *id = rep ? cf_cli_json_str(rep, "worker_id") : cf_cli_json_str(m, "client_id");
+        json_t *w = json_pack("{s:s, s:s, s:O}", "worker_id", id, "host", cf_cli_json_str(m, "host"), "partitions",
                               json_object_get(m, "partitions"));
         if (!w)
             continue;
@@ -1752,8 +1582,8 @@ static json_t *top_picture(doctor *d, top_prev *prev)
         json_int_t ans = load ? json_integer_value(json_object_get(load, "answered")) : -1;
         json_int_t b = load ? json_integer_value(json_object_get(load, "busy")) : -1;
         json_int_t h = load ? json_integer_value(json_object_get(load, "held")) : -1;
-        if (load && (at <= 0 || at > now_ms + 60000 || ans < 0 || ans > REPORT_COUNT_MAX || b < 0 || b > 65536 ||
-                     h < 0 || h > REPORT_COUNT_MAX))
+        if (load && (at <= 0 || at > now_ms + 60000 || ans < 0 || ans > CF_CLI_REPORT_COUNT_MAX || b < 0 || b > 65536 ||
+                     h < 0 || h > CF_CLI_REPORT_COUNT_MAX))
             load = NULL;
         if (load) {
             busy += b;
@@ -1811,7 +1641,7 @@ static json_t *top_picture(doctor *d, top_prev *prev)
         json_decref(sample);
     }
     json_object_set_new(pic, "not_moving", still ? still : json_array());
-    json_object_set_new(pic, "spread", spread_by_topic(d));
+    json_object_set_new(pic, "spread", cf_cli_spread_by_topic(d->members));
     if (!d->group_known)
         json_object_set_new(pic, "why", json_string(d->group_why));
     if (!d->reports_read && d->reports_why[0])
@@ -1832,7 +1662,7 @@ static void top_print_partitions(const json_t *pic)
         json_t *st = json_object_get(w, "stalled");
         if (json_array_size(st) == 0)
             continue;
-        const char *sid = str_of(w, "worker_id");
+        const char *sid = cf_cli_json_str(w, "worker_id");
         cf_printable(sid, strlen(sid), buf, sizeof(buf));
         printf("stalled on %s:", buf);
         json_array_foreach(st, k, p)
@@ -1853,7 +1683,7 @@ static void top_print_partitions(const json_t *pic)
             printf("lag not moving: %zu more\n", json_array_size(still) - i);
             break;
         }
-        const char *sp = str_of(p, "partition"), *so = str_of(p, "owner");
+        const char *sp = cf_cli_json_str(p, "partition"), *so = cf_cli_json_str(p, "owner");
         cf_printable(sp, strlen(sp), buf, sizeof(buf));
         cf_printable(so, strlen(so), buf2, sizeof(buf2));
         printf("lag not moving: %s (owner %s, for %.0f s)\n", buf, buf2,
@@ -1872,7 +1702,7 @@ static void top_print_spread(const json_t *pic)
         char buf[100];
         cf_printable(topic, strlen(topic), buf, sizeof(buf));
         json_int_t lo, hi;
-        bool uneven = spread_uneven(by, nw, &lo, &hi);
+        bool uneven = cf_cli_spread_uneven(by, nw, &lo, &hi);
         printf("%s %s:", uneven ? "UNEVEN" : "spread", buf);
         const char *w;
         json_t *n;
@@ -2015,7 +1845,7 @@ int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv)
             pic = top_picture(&d, &prev);
         } else {
             json_t *c = json_array_get(d.checks, 0);
-            fprintf(stderr, "codefleet top: %s\n", c ? str_of(c, "message") : "the broker is unreachable");
+            fprintf(stderr, "codefleet top: %s\n", c ? cf_cli_json_str(c, "message") : "the broker is unreachable");
             rc = CF_EXIT_TRANSPORT;
         }
         if (pic) {

@@ -84,14 +84,15 @@ static int64_t bare_median(int n)
 /* --kind: what a trivial request runs.  command: /bin/true on the
  * worker's default backend; wasm: the smallest WASI command (an empty
  * _start) on the wasm backend; js: the snippet `0` on the js backend;
- * python: print(1) on the worker's default backend. */
+ * python: print(1) on the worker's default backend; sleep:S: /bin/sleep S
+ * on the worker's default backend. */
 
 /* (module (func (export "_start"))) */
 static const uint8_t empty_command[] = {0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x04, 0x01, 0x60, 0x00,
                                         0x00, 0x03, 0x02, 0x01, 0x00, 0x07, 0x0a, 0x01, 0x06, '_',  's',  't',  'a',
                                         'r',  't',  0x00, 0x00, 0x0a, 0x04, 0x01, 0x02, 0x00, 0x0b};
 
-static void trivial_request(cf_request *req, char *av[2])
+static void trivial_request(cf_request *req, char *av[3])
 {
     memset(req, 0, sizeof(*req));
     if (strcmp(kind, "wasm") == 0) {
@@ -112,6 +113,18 @@ static void trivial_request(cf_request *req, char *av[2])
         req->language = CF_LANG_PYTHON;
         req->code.data = (uint8_t *)"print(1)";
         req->code.len = 8;
+        return;
+    }
+    if (strncmp(kind, "sleep:", 6) == 0) {
+        /* /bin/sleep S: a request that holds its slot (makespan, fair
+         * shares). */
+        av[0] = (char *)"/bin/sleep";
+        av[1] = (char *)kind + 6;
+        av[2] = NULL;
+        req->language = CF_LANG_COMMAND;
+        req->argv = av;
+        req->argc = 2;
+        req->policy.timeout_us = 3600 * SEC;
         return;
     }
     av[0] = (char *)"/bin/true";
@@ -249,7 +262,7 @@ int main(int argc, char **argv)
     cf_dispatcher *d = NULL;
     if (cf_dispatcher_new(&cfg, &d, &err) < 0)
         die("dispatcher", &err);
-    char *av[2];
+    char *av[3];
     cf_request req;
     char id[64];
 

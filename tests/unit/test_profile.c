@@ -220,6 +220,27 @@ static void test_load_errors(void **state)
     kv(f, "a.backends", "process");
     assert_int_equal(load(f, &err), -1);
     assert_non_null(strstr(err.msg, "both govern topic 'cf.requests'"));
+
+    /* Nested state prefixes: acme-'s requests could name acme-eu-'s ids. */
+    cf_kvlist_free(&f->kv);
+    kv(f, "default.backends", "process");
+    kv(f, "a.topic", "cf.requests.a");
+    kv(f, "a.backends", "process");
+    kv(f, "a.state-prefix", "acme-");
+    kv(f, "b.topic", "cf.requests.b");
+    kv(f, "b.backends", "process");
+    kv(f, "b.state-prefix", "acme-eu-");
+    assert_int_equal(load(f, &err), -1);
+    assert_non_null(strstr(err.msg, "state-prefix 'acme-' is the start of 'acme-eu-'"));
+    cf_kvlist_free(&f->kv);
+    kv(f, "default.backends", "process");
+    kv(f, "a.topic", "cf.requests.a");
+    kv(f, "a.backends", "process");
+    kv(f, "a.state-prefix", "acme-");
+    kv(f, "b.topic", "cf.requests.b");
+    kv(f, "b.backends", "process");
+    kv(f, "b.state-prefix", "acmf-");
+    assert_int_equal(load(f, &err), 0);
 }
 
 /* A tenant profile: its own topic and result topic, roots, env names,
