@@ -131,7 +131,7 @@ static void apply_cancel(cf_worker *w, size_t ti, const char *id, const char *re
         cf_strlcpy(rc->id, id, sizeof(rc->id));
         cf_strlcpy(rc->reason, reason, sizeof(rc->reason));
     }
-    for (int64_t s = 0; s < w->cfg->slots; s++) {
+    for (int64_t s = 0; s < w->nslots; s++) {
         job *j = w->running[s];
         if (j && j->topic == ti && j->req.id && strcmp(j->req.id, id) == 0 && job_stop_of(j) != JOB_STOP_SENDER) {
             job_request_stop(j, JOB_STOP_SENDER, reason);

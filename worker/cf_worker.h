@@ -39,6 +39,7 @@ typedef struct cf_worker_config {
     bool static_membership;     /* worker-id is the group.instance.id (KIP-345) */
     bool consumer_per_topic;    /* one group member per request topic: each topic spread over the workers */
     int64_t memory_budget_bytes; /* what running executions' memory limits may add up to (0: auto, budget.c) */
+    int64_t reserve_slots;      /* slots beyond `slots` no one profile may fill (-1: auto) */
     char *backends;             /* "process" or "sandbox,process": first = default */
     char *work_root;
     char *python_path;

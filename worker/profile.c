@@ -81,8 +81,8 @@ static const cf_conf_prop profile_props[] = {
      "to the profile with the fewest running executions for its weight (docs/OPERATIONS.md, \"Fair shares\").",
      NULL},
     {"max-slots", CF_CONF_INT, OFF(max_slots), 0, 65536, "0", NULL,
-     "The most of a worker's slots this profile's executions hold at once.  0: all but one when the worker "
-     "serves more than one profile (so one tenant's long runs always leave a slot for the others), else all.",
+     "The most of a worker's slots this profile's executions hold at once (at most `slots`).  0: `slots`; the "
+     "worker's reserve-slots stay for the other profiles either way.",
      NULL},
 };
 

@@ -522,7 +522,7 @@ size_t slots_stop_running(cf_worker *w, lane_match *lm)
 {
     size_t n = 0;
     pthread_mutex_lock(&w->lock);
-    for (int64_t s = 0; s < w->cfg->slots; s++) {
+    for (int64_t s = 0; s < w->nslots; s++) {
         job *j = w->running[s];
         if (j && (!lm || partitions_lane_matches(j->pj.partition, lm))) {
             job_request_stop(j, JOB_STOP_WORKER, NULL);
@@ -550,7 +550,7 @@ void *slots_lease_keeper(void *arg)
         char digest[CF_DIGEST_HEX];
         char token[CF_ID_MAX + 48];
     } held;
-    held *h = calloc((size_t)w->cfg->slots, sizeof(*h));
+    held *h = calloc((size_t)w->nslots, sizeof(*h));
     pthread_mutex_lock(&w->lock);
     while (!w->keeper_stop) {
         struct timespec until;
@@ -566,7 +566,7 @@ void *slots_lease_keeper(void *arg)
         if (w->keeper_stop || !st || !h)
             continue;
         size_t n = 0;
-        for (int64_t s = 0; s < w->cfg->slots; s++) {
+        for (int64_t s = 0; s < w->nslots; s++) {
             const job *j = w->running[s];
             if (j && j->claim == JOB_CLAIM_LEASED) {
                 h[n].scope = j->profile->name;

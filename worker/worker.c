@@ -177,17 +177,52 @@ static int worker_identity(cf_worker *w, cf_error *err)
     return 0;
 }
 
+/* How many profiles the configuration names (the default one counts when
+ * it has a topic), before they are built: the slot count depends on it and
+ * the backends, which the profiles are checked against, need the count. */
+static size_t profiles_named(const cf_worker_config *cfg)
+{
+    char names[CF_PROFILE_MAX][CF_PROFILE_NAME_MAX + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->profiles.count && n < CF_PROFILE_MAX; i++) {
+        const char *k = cfg->profiles.items[i].key, *dot = strchr(k, '.');
+        size_t len = dot ? (size_t)(dot - k) : strlen(k);
+        if (len == 0 || len > CF_PROFILE_NAME_MAX)
+            continue;
+        if (len == 7 && strncmp(k, "default", 7) == 0)
+            continue; /* counted below, by its topic */
+        bool known = false;
+        for (size_t j = 0; j < n && !known; j++)
+            known = strlen(names[j]) == len && strncmp(names[j], k, len) == 0;
+        if (!known) {
+            memcpy(names[n], k, len);
+            names[n++][len] = '\0';
+        }
+    }
+    return n + (cfg->request_topic && cfg->request_topic[0] ? 1 : 0);
+}
+
+/* The slot threads: `slots`, and the reserve no one profile may fill
+ * (reserve-slots; auto: one when the worker serves several profiles). */
+static void worker_slot_count(cf_worker *w)
+{
+    const cf_worker_config *cfg = w->cfg;
+    int64_t reserve = cfg->reserve_slots >= 0 ? cfg->reserve_slots : profiles_named(cfg) > 1 ? 1 : 0;
+    w->nslots = (int)(cfg->slots + reserve);
+}
+
 /* Redis: the per-slot state, what the operator is told about it. */
 static int worker_state_setup(cf_worker *w, cf_error *err)
 {
     const cf_worker_config *cfg = w->cfg;
+    worker_slot_count(w);
     w->have_redis = cfg->redis && cfg->redis[0];
     if (cf_wstate_config_check(cfg, err) < 0)
         return -1;
     if (cf_observe_new(cfg, w->worker_id, &w->obs, err) < 0)
         return -1;
-    w->wstate = calloc((size_t)cfg->slots, sizeof(*w->wstate));
-    w->running = calloc((size_t)cfg->slots, sizeof(*w->running));
+    w->wstate = calloc((size_t)w->nslots, sizeof(*w->wstate));
+    w->running = calloc((size_t)w->nslots, sizeof(*w->running));
     w->recent = calloc(RECENT_CANCELS, sizeof(*w->recent));
     if (!w->wstate || !w->running || !w->recent)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
@@ -239,7 +274,7 @@ static int worker_backends_setup(cf_worker *w, cf_error *err)
         .node_path = cfg->node_path,
         .shell_path = cfg->shell_path,
         .exec_path = cfg->exec_path,
-        .slots = (int)cfg->slots,
+        .slots = w->nslots,
         .run_uid_base = cfg->run_uid_base,
         .max_files_bytes = cfg->max_files_bytes,
         .max_output_file_bytes = cfg->max_output_file_bytes,
@@ -364,15 +399,17 @@ static int worker_kafka_setup(cf_worker *w, cf_error *err)
 /* The slots, and the lease keeper that renews their leases. */
 static int worker_slots_setup(cf_worker *w, cf_error *err)
 {
-    w->pool = cf_exec_pool_new((int)w->cfg->slots, slots_run_job, worker_pool_notify, w);
+    w->pool = cf_exec_pool_new(w->nslots, slots_run_job, worker_pool_notify, w);
     if (!w->pool)
-        return cf_error_set(err, CF_E_NOMEM, "starting %" PRId64 " execution slots", w->cfg->slots);
+        return cf_error_set(err, CF_E_NOMEM, "starting %d execution slots", w->nslots);
     /* Fair shares: the pool's groups are the topics (so the profiles). */
     int weights[CF_PROFILE_MAX], caps[CF_PROFILE_MAX];
     int slots = (int)w->cfg->slots;
     for (size_t t = 0; t < w->ntopics && t < CF_PROFILE_MAX; t++) {
         const cf_profile *p = w->topics[t].profile;
-        int cap = p->max_slots > 0 ? (int)p->max_slots : w->ntopics > 1 && slots >= 2 ? slots - 1 : slots;
+        /* A profile fills at most `slots` (or its max-slots): the reserve
+         * stays for the others. */
+        int cap = p->max_slots > 0 ? (int)p->max_slots : slots;
         w->topics[t].slot_cap = cap < slots ? cap : slots;
         weights[t] = (int)p->weight;
         caps[t] = w->topics[t].slot_cap;
@@ -475,7 +512,7 @@ static void serve(cf_worker *w)
     }
     partitions_store_offsets(w);
     if (w->obs) {
-        cf_observe_loop_state ls = {.slots = w->cfg->slots,
+        cf_observe_loop_state ls = {.slots = w->nslots,
                                     .busy = (int64_t)cf_exec_pool_running(w->pool),
                                     .held = (int64_t)cf_exec_pool_queued(w->pool),
                                     .paused = w->paused_all,
@@ -510,7 +547,7 @@ static void shutdown_gracefully(cf_worker *w, int sig_fd)
     /* Not ready from now on: a load balancer or the group's next
      * rebalance moves work elsewhere while this one drains. */
     if (w->obs)
-        cf_observe_loop(w->obs, &(cf_observe_loop_state){.slots = w->cfg->slots, .draining = true});
+        cf_observe_loop(w->obs, &(cf_observe_loop_state){.slots = w->nslots, .draining = true});
     partitions_set_paused(w, true);
     jobs_drop(w, cf_exec_pool_drop_queued(w->pool, NULL, NULL));
     int64_t until = cf_mono_us() + w->cfg->shutdown_grace_us;
@@ -637,7 +674,7 @@ static void publish_report(cf_worker *w, bool gone)
             .client_id = client_id,
             .group = c->group,
             .started_at_ms = w->started_ms,
-            .slots = c->slots,
+            .slots = w->nslots,
             .request_topics = topics,
             .n_request_topics = n,
             .result_topic = c->result_topic,
@@ -693,8 +730,8 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
             close(sig_fd);
         return cf_error_set(err, CF_E_KAFKA, "subscribing to %s: %s", names, rd_kafka_err2str(e));
     }
-    cf_log_info(LOG_SUB, "worker %s consuming %s (group %s, %" PRId64 " slot(s))", w->worker_id, names,
-                w->cfg->group, w->cfg->slots);
+    cf_log_info(LOG_SUB, "worker %s consuming %s (group %s, %" PRId64 " slot(s) + %" PRId64 " reserve)", w->worker_id,
+                names, w->cfg->group, w->cfg->slots, (int64_t)w->nslots - w->cfg->slots);
     w->started_ms = cf_now_us() / 1000;
     w->report_next_us = cf_mono_us() + w->cfg->report_interval_us;
     publish_report(w, false);
@@ -777,7 +814,7 @@ void cf_worker_destroy(cf_worker *w)
     if (w->producer)
         rd_kafka_destroy(w->producer);
     delivery_drop_retries(w, NULL);
-    for (int64_t s = 0; w->wstate && s < w->cfg->slots; s++)
+    for (int64_t s = 0; w->wstate && s < w->nslots; s++)
         cf_wstate_destroy(w->wstate[s]);
     free(w->wstate);
     free(w->running);

@@ -23,6 +23,11 @@ static const cf_conf_prop worker_props[] = {
      "fence static members.", NULL},
     {"worker-id", CF_CONF_STRING, OFF(worker_id), 0, 128, NULL, NULL,
      "Name reported in results and logs; default <hostname>-<pid>.", NULL},
+    {"reserve-slots", CF_CONF_INT, OFF(reserve_slots), -1, 64, "-1", NULL,
+     "Execution slots added to `slots` that no one profile may fill: a profile runs at most `slots` (or its "
+     "max-slots) at once, so while one tenant's runs hold them another tenant's request still starts at once "
+     "(docs/OPERATIONS.md, \"Fair shares\").  -1: one when the worker serves more than one profile, else none.",
+     NULL},
     {"memory-budget", CF_CONF_SIZE, OFF(memory_budget_bytes), 0, 1024 * 1024 * MIB, "0", NULL,
      "What the memory limits of the executions running at once may add up to: an execution reserves its limit "
      "(its request's, its profile's default-memory, or sandbox-memory) before it starts and waits while it "

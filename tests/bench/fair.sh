@@ -10,8 +10,8 @@
 #    while it floods 500 runs of 0.05 s; one worker, 2 slots, serving the
 #    default profile, tenant-a and tenant-b;
 # 3. that worker's throughput (2000 trivial requests on tenant-a's topic)
-#    with fair shares (the default) and without (consumer-per-topic=false,
-#    every profile's max-slots = all slots: the intake and order of before),
+#    with fair shares (the default: a reserve slot, each profile at most
+#    `slots`) and without (reserve-slots=0, consumer-per-topic=false),
 #    interleaved.
 # Needs the stack up and its environment (eval "$(deploy/stack.sh env)").
 set -euo pipefail
@@ -119,8 +119,7 @@ for r in $(seq 1 "$rounds"); do
         mapfile -t tf < <(tenants "$b")
         extra=()
         if [[ $mode == unfair ]]; then
-            extra=(--consumer-per-topic=false --profile.default.max-slots=2 --profile.tenant-a.max-slots=2
-                --profile.tenant-b.max-slots=2)
+            extra=(--consumer-per-topic=false --reserve-slots=0)
         fi
         start_worker "$b" "$b-w1" "${tf[@]}" "${extra[@]}"
         ready "$b.a" "$b.res"
@@ -140,16 +139,16 @@ for line in open(sys.argv[1]):
         if '=' in kv:
             k, v = kv.split('=', 1)
             try:
-                vals[(parts[0], k)].append(float(v))
+                x = float(v)
             except ValueError:
-                pass
+                continue
+            vals[(parts[0], k)].append(x)
 med = {k: statistics.median(v) for k, v in vals.items()}
 def m(label, key):
     return med.get((label, key), float('nan'))
 print("figure                                          median")
 for nw, ideal in ((1, 4.0), (2, 2.0)):
-    rps = m(f"makespan_{nw}w", "requests_per_s")
-    span = 8 / rps if rps else float('nan')
+    span = m(f"makespan_{nw}w", "elapsed_s")
     print(f"makespan 8 x sleep 1, {nw} worker(s)             {span:6.2f} s   {span / ideal:5.2f} x ideal ({ideal:.0f} s)")
 for load in ("idle", "long", "flood"):
     print(f"tenant-b trivial, tenant-a {load:5s}  p50 {m('tenant_b_' + load, 'p50_us') / 1000:7.1f} ms  "

@@ -1,9 +1,9 @@
 /* Fair shares between tenants on one worker (issue 30 part 2), on the real
  * broker: one worker with 2 slots serves tenant-a's and tenant-b's topics.
  *
- * - Long runs: tenant-a's four 60 s runs would take both slots; a trivial
- *   request of tenant-b sent after them must be answered while all of
- *   tenant-a's are still running or waiting (before any of them ends).
+ * - Long runs: tenant-a's four 60 s runs take both slots; a trivial request
+ *   of tenant-b sent after them must be answered (in the reserve slot)
+ *   while all of tenant-a's are still running or waiting.
  * - A flood: 200 short runs of tenant-a queued; tenant-b's trivial request
  *   sent after them must not wait for the backlog tenant-a's intake had
  *   fetched (it did: ~50 requests ahead of it, 2 s).
@@ -143,14 +143,15 @@ static void test_long_runs_leave_a_slot(void **state)
     for (int i = 0; i < 4; i++)
         if (answered_now(f->da, id[i]))
             fail_msg("tenant-a's %s was answered before tenant-b's trivial request", id[i]);
-    /* And how many of tenant-a's ran at once: at most its cap, one. */
+    /* And how many of tenant-a's ran at once: its share, the 2 slots (the
+     * third, the reserve, ran tenant-b's). */
     int running = 0;
     for (int i = 0; i < 4; i++) {
         snprintf(marker, sizeof(marker), "%s-long-%d", f->marks, i);
         running += access(marker, F_OK) == 0;
     }
     print_message("tenant-a runs started while tenant-b was answered: %d of 4\n", running);
-    assert_int_equal(running, 1);
+    assert_int_equal(running, 2);
     for (int i = 0; i < 4; i++) {
         if (cf_dispatcher_cancel(f->da, id[i], "test over", 30 * SEC, &err) < 0)
             fail_msg("cancel: %s", err.msg);
@@ -193,10 +194,12 @@ static void test_flood_does_not_queue_others(void **state)
     for (int i = 0; i < FLOOD; i++)
         done += seen[i] = answered_now(f->da, ids[i]);
     print_message("tenant-a's flood answered when tenant-b's request was: %d of %d\n", done, FLOOD);
-    /* What tenant-a's intake had fetched (tens of requests) was queued
-     * ahead of tenant-b's before: now tenant-b's runs in the slot tenant-a
-     * may not take, as soon as it is fetched. */
-    assert_true(done < 25);
+    /* Before, everything tenant-a's intake had fetched was queued ahead of
+     * tenant-b's request (188 of the 200 were answered first); now it runs
+     * in the slot tenant-a may not take as soon as it is fetched (16 in a
+     * run here: tenant-a's two slots go on meanwhile).  A quarter leaves
+     * room for a busy machine and none for the old order. */
+    assert_true(done < FLOOD / 4);
     /* The flood still ends, every request answered. */
     for (int i = 0; i < FLOOD; i++) {
         if (seen[i])
