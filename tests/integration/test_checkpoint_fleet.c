@@ -261,7 +261,8 @@ static void stale_worker_cannot_overwrite(void **state)
         usleep(10000);
     assert_int_equal(stat(marker, &sb), 0);
     char needle[200];
-    snprintf(needle, sizeof(needle), "request %s (shell) queued", r1.id);
+    /* The job's transitions are logged as "request ID (topic[p]@off): a -> b". */
+    snprintf(needle, sizeof(needle), "request %s (", r1.id);
     const char *xid = owner_of(&a, &b, needle);
     assert_non_null(xid);
     it_worker *x = strcmp(xid, a.id) == 0 ? &a : &b;
