@@ -30,7 +30,10 @@
 #
 # The test stack is kept apart from a development stack: its own state dir
 # and ports (override with CODEFLEET_STATE, CODEFLEET_KAFKA_PORT,
-# CODEFLEET_REDIS_PORT).  CF_CTEST_JOBS sets ctest --parallel (default 1).
+# CODEFLEET_REDIS_PORT).  CF_CTEST_JOBS sets ctest --parallel (default 2:
+# the integration tests are RUN_SERIAL and the unit suites share a
+# RESOURCE_LOCK, so only the mostly idle mock-cluster suite overlaps them;
+# tests/CMakeLists.txt).
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,12 +43,12 @@ exec </dev/null
 export CODEFLEET_STATE=${CODEFLEET_STATE:-$repo/.stack-test}
 export CODEFLEET_KAFKA_PORT=${CODEFLEET_KAFKA_PORT:-19192}
 export CODEFLEET_REDIS_PORT=${CODEFLEET_REDIS_PORT:-16479}
-jobs=${CF_CTEST_JOBS:-1}
+jobs=${CF_CTEST_JOBS:-2}
 quick=0
 for a in "$@"; do
     case $a in
     --quick) quick=1 ;;
-    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
     *) printf 'run_all: unknown argument %s\n' "$a" >&2; exit 2 ;;
     esac
 done
