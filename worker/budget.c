@@ -105,10 +105,25 @@ int64_t budget_memory(const cf_worker_config *cfg, char *why, size_t cap)
     return have / 4 * 3;
 }
 
-int64_t budget_cost(const cf_worker *w, const cf_policy *pol)
+int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what)
 {
     /* A request without a memory limit gets the backend's default one
      * (sandbox-memory; the process backend sets none, and is charged as
      * if it did). */
-    return pol->memory_bytes > 0 ? pol->memory_bytes : w->cfg->sandbox_memory_bytes;
+    const cf_policy *pol = &req->policy;
+    int64_t run = pol->memory_bytes > 0 ? pol->memory_bytes : w->cfg->sandbox_memory_bytes;
+    *what = pol->memory_bytes > 0 ? "policy.memory_bytes" : "sandbox-memory (the default limit)";
+    /* A compiled language's compile step runs in the same slot before the
+     * program, under its own limit (compile-memory, which a request may
+     * only lower): the slot holds the larger of the two. */
+    if (cf_language_compiled(req->language)) {
+        int64_t compile = w->cfg->compile_memory_bytes;
+        if (pol->compile_memory_bytes > 0 && pol->compile_memory_bytes < compile)
+            compile = pol->compile_memory_bytes;
+        if (compile > run) {
+            *what = "its compile step's memory (compile-memory, or policy.compile_memory_bytes)";
+            return compile;
+        }
+    }
+    return run;
 }

@@ -237,7 +237,10 @@ void consumers_destroy(cf_worker *w)
             answer_leftover_rebalances(c);
         if (c->close_q)
             rd_kafka_queue_destroy(c->close_q);
-        if (unclosed)
+        /* Nor is one made for a worker that never ran (its start failed
+         * after subscribing): a close would serve a rebalance into the
+         * worker's half-torn-down state, and it consumed nothing. */
+        if (unclosed || !w->ran)
             rd_kafka_destroy_flags(c->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
         else
             rd_kafka_destroy(c->rk);

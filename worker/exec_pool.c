@@ -31,6 +31,7 @@ struct cf_exec_pool {
     int *cap;         /* per group: most running at once */
     int *running_g;   /* per group */
     pool_node **cand; /* per group: scratch of next_runnable */
+    int *offer_order; /* scratch of next_runnable: groups in the order their candidates were met */
     int64_t budget;   /* 0: none */
     int64_t reserved; /* costs of the running jobs */
     pthread_t *threads;
@@ -59,12 +60,26 @@ static bool key_blocked(const cf_exec_pool *p, const pool_node *n)
     return false;
 }
 
+/* Whether group a has fewer running jobs for its weight than group b
+ * (running_a / weight_a < running_b / weight_b, without division). */
+static bool fewer_for_weight(const cf_exec_pool *p, int a, int b)
+{
+    return (long long)p->running_g[a] * p->weight[b] < (long long)p->running_g[b] * p->weight[a];
+}
+
 /* The next job to run: each group under its cap offers its first queued
- * node that no earlier node with the same key precedes (when it fits the
- * budget; when not, the group offers nothing); of those, the one
- * of the group with the fewest running jobs for its weight (compared as
- * running_a * weight_b < running_b * weight_a), the earliest on a tie.
- * Caller holds the lock. */
+ * node that no earlier node with the same key precedes; of those, the one
+ * of the group with the fewest running jobs for its weight, the earliest
+ * job on a tie (the scan meets the candidates in arrival order, so a
+ * tenant whose job has waited longest goes first: with more busy tenants
+ * than slots, each gets its turn).
+ *
+ * The budget: a group whose first job does not fit offers nothing (its
+ * later jobs do not pass it), and while it is no better served than the
+ * best candidate, nothing starts at all: the running jobs drain until it
+ * fits.  Otherwise other tenants' small jobs, started as soon as one of
+ * theirs ends, would keep the budget full and a large job waiting for
+ * ever.  Caller holds the lock. */
 static pool_node *next_runnable(cf_exec_pool *p)
 {
     int offered = 0;
@@ -75,26 +90,23 @@ static pool_node *next_runnable(cf_exec_pool *p)
         if (n->running || p->cand[g] || p->running_g[g] >= p->cap[g] || key_blocked(p, n))
             continue;
         p->cand[g] = n;
-        offered++;
-        /* Offered, but it waits while it does not fit: the group's later
-         * jobs do not pass it. */
+        p->offer_order[offered++] = g;
         if (p->budget > 0 && p->reserved + n->cost > p->budget)
             p->cand[g] = &waits_for_budget;
     }
     pool_node *best = NULL;
-    for (int g = 0; g < p->ngroups; g++) {
-        pool_node *n = p->cand[g];
-        if (!n || n == &waits_for_budget)
-            continue;
-        if (!best) {
-            best = n;
-            continue;
+    int waiting = -1; /* the least served group whose job waits for the budget */
+    for (int i = 0; i < offered; i++) {
+        int g = p->offer_order[i];
+        if (p->cand[g] == &waits_for_budget) {
+            if (waiting < 0 || fewer_for_weight(p, g, waiting))
+                waiting = g;
+        } else if (!best || fewer_for_weight(p, g, best->group)) {
+            best = p->cand[g]; /* strictly fewer: on a tie the earlier stays */
         }
-        long long mine = (long long)p->running_g[g] * p->weight[best->group];
-        long long theirs = (long long)p->running_g[best->group] * p->weight[g];
-        if (mine < theirs)
-            best = n; /* (equal: best stays, it came first in the scan or its group came first) */
     }
+    if (best && waiting >= 0 && !fewer_for_weight(p, best->group, waiting))
+        return NULL; /* drain for the waiting job */
     return best;
 }
 
@@ -216,6 +228,7 @@ void cf_exec_pool_destroy(cf_exec_pool *p)
     free(p->cap);
     free(p->running_g);
     free(p->cand);
+    free(p->offer_order);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p);
@@ -227,11 +240,13 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
         return -1;
     int *w = calloc((size_t)n, sizeof(*w)), *c = calloc((size_t)n, sizeof(*c)), *r = calloc((size_t)n, sizeof(*r));
     pool_node **cand = calloc((size_t)n, sizeof(*cand));
-    if (!w || !c || !r || !cand) {
+    int *order = calloc((size_t)n, sizeof(*order));
+    if (!w || !c || !r || !cand || !order) {
         free(w);
         free(c);
         free(r);
         free(cand);
+        free(order);
         return -1;
     }
     for (int g = 0; g < n; g++) {
@@ -243,10 +258,12 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
     free(p->cap);
     free(p->running_g);
     free(p->cand);
+    free(p->offer_order);
     p->weight = w;
     p->cap = c;
     p->running_g = r;
     p->cand = cand;
+    p->offer_order = order;
     p->ngroups = n;
     pthread_mutex_unlock(&p->lock);
     return 0;

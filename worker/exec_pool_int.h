@@ -11,7 +11,9 @@
  * group never runs more than its cap at once: one tenant's long runs
  * cannot take every slot, and a tenant with work never waits behind
  * another's backlog (the queue is not first-come-first-served across
- * groups; within a group it is).
+ * groups; within a group it is).  With a memory budget, a job that does
+ * not fit waits, and while its group is no better served than the others
+ * nothing else starts: the running jobs drain until it fits.
  *
  * Ownership: the pool never touches a job once run() has been called on it
  * (the job's owner may free it as soon as its result is delivered, possibly

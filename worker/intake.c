@@ -94,12 +94,13 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
         }
     /* What it reserves of the memory budget while it runs; one that could
      * never fit is refused now rather than waiting for ever. */
-    j->pj.cost = budget_cost(w, p);
+    const char *charged;
+    j->pj.cost = budget_cost(w, req, &charged);
     if (w->memory_budget > 0 && j->pj.cost > w->memory_budget) {
         snprintf(reason, rsz,
-                 "policy.memory_bytes %" PRId64 " (%" PRId64 " MiB) does not fit this worker's memory budget of %" PRId64
+                 "%s, %" PRId64 " (%" PRId64 " MiB), does not fit this worker's memory budget of %" PRId64
                  " MiB (memory-budget: what the executions running at once may reserve)",
-                 j->pj.cost, j->pj.cost >> 20, w->memory_budget >> 20);
+                 charged, j->pj.cost, j->pj.cost >> 20, w->memory_budget >> 20);
         return -1;
     }
     if (cf_wstate_admit(req, w->have_redis, reason, rsz) < 0)

@@ -322,7 +322,9 @@ static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_res
             /* No store: run anyway (at-least-once for this request), and
              * say so in the result. */
             cf_log_warn(LOG_SUB, "request %s: idempotency store unavailable (%s): run without it", j->req.id, err.msg);
+            pthread_mutex_lock(&w->lock); /* the lease keeper reads claim under it */
             j->claim = JOB_CLAIM_UNPROTECTED;
+            pthread_mutex_unlock(&w->lock);
             return CLAIM_RUN;
         }
         switch (c.kind) {

@@ -184,13 +184,19 @@ static size_t profiles_named(const cf_worker_config *cfg)
 {
     char names[CF_PROFILE_MAX][CF_PROFILE_NAME_MAX + 1];
     size_t n = 0;
+    bool default_topic = cfg->request_topic && cfg->request_topic[0];
     for (size_t i = 0; i < cfg->profiles.count && n < CF_PROFILE_MAX; i++) {
         const char *k = cfg->profiles.items[i].key, *dot = strchr(k, '.');
         size_t len = dot ? (size_t)(dot - k) : strlen(k);
         if (len == 0 || len > CF_PROFILE_NAME_MAX)
             continue;
-        if (len == 7 && strncmp(k, "default", 7) == 0)
-            continue; /* counted below, by its topic */
+        if (len == 7 && strncmp(k, "default", 7) == 0) {
+            /* counted below, when it has a topic (request-topic or its own) */
+            const char *v = cfg->profiles.items[i].value;
+            if (strcmp(k, "default.topic") == 0 && v && v[0])
+                default_topic = true;
+            continue;
+        }
         bool known = false;
         for (size_t j = 0; j < n && !known; j++)
             known = strlen(names[j]) == len && strncmp(names[j], k, len) == 0;
@@ -199,7 +205,7 @@ static size_t profiles_named(const cf_worker_config *cfg)
             names[n++][len] = '\0';
         }
     }
-    return n + (cfg->request_topic && cfg->request_topic[0] ? 1 : 0);
+    return n + (default_topic ? 1 : 0);
 }
 
 /* The slot threads: `slots`, and the reserve no one profile may fill
@@ -775,6 +781,7 @@ void cf_worker_destroy(cf_worker *w)
             slots_stop_running(w, NULL);
         jobs_drop(w, cf_exec_pool_drop_queued(w->pool, NULL, NULL));
         cf_exec_pool_destroy(w->pool);
+        w->pool = NULL; /* what runs later (the consumers' destroy) must not reach it */
     }
     if (w->keeper_started) {
         pthread_mutex_lock(&w->lock);

@@ -134,8 +134,8 @@ static const cf_conf_prop worker_props[] = {
      "run-uid-base+3*slots+i (enables its processes limit and kill-by-uid clean-up). The "
      "namespaced backends run as host uids from it too (0 = from 100000): sandbox and container "
      "base+i, wasm base+slots+i, js base+2*slots+i; each backend a block of its own, so no "
-     "program or clean-up reaches another backend's processes.  Give each worker on a host its "
-     "own base, at least 4*slots apart.  With 0 (or not root) the process backend runs programs as "
+     "program or clean-up reaches another backend's processes (slots here counts the slot threads: slots + "
+     "reserve-slots).  Give each worker on a host its own base, at least 4*(slots+reserve-slots) apart.  With 0 (or not root) the process backend runs programs as "
      "the worker's own user: root, trusted tenants only.", NULL},
     {"cgroup-root", CF_CONF_STRING, OFF(cgroup_root), 0, 1024, NULL, NULL,
      "Parent of the sandbox's cgroups, relative to each hierarchy's root; default: the "

@@ -283,7 +283,7 @@ int cancels_start(cf_worker *w, cf_error *err);
 
 /* budget.c */
 int64_t budget_memory(const cf_worker_config *cfg, char *why, size_t cap);
-int64_t budget_cost(const cf_worker *w, const cf_policy *pol);
+int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what);
 
 /* consumers.c */
 int consumers_setup(cf_worker *w, cf_error *err);

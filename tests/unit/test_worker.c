@@ -1090,7 +1090,7 @@ typedef struct gated_job {
 typedef struct gate {
     pthread_mutex_t lock;
     pthread_cond_t cv;
-    int started[2];      /* per group */
+    int started[4];      /* per group */
     int order[64];       /* groups in start order */
     gated_job *jobs[64]; /* in start order */
     int n;
@@ -1141,6 +1141,15 @@ static void submit_gated(cf_exec_pool *p, int group)
     gated_job *j = calloc(1, sizeof(*j));
     assert_non_null(j);
     j->pj.group = group;
+    assert_int_equal(cf_exec_pool_submit(p, &j->pj), 0);
+}
+
+static void submit_gated_cost(cf_exec_pool *p, int group, int64_t cost)
+{
+    gated_job *j = calloc(1, sizeof(*j));
+    assert_non_null(j);
+    j->pj.group = group;
+    j->pj.cost = cost;
     assert_int_equal(cf_exec_pool_submit(p, &j->pj), 0);
 }
 
@@ -1220,6 +1229,78 @@ static void pool_weights_share_the_slots(void **state)
     cf_exec_pool_destroy(p);
 }
 
+/* More busy tenants than slots: a tie goes to the earliest waiting job,
+ * not to the group listed first.  Three groups fill the three slots, a
+ * fourth queues one job, then the three queue more; when group 0's job
+ * ends, groups 0 and 3 both run none: group 3's job came first and starts
+ * (choosing by group number, group 3 would wait while the others have
+ * work). */
+static void pool_ties_go_to_the_earliest_job(void **state)
+{
+    (void)state;
+    gate g;
+    gate_init(&g);
+    cf_exec_pool *p = cf_exec_pool_new(3, gated_run, NULL, &g);
+    assert_non_null(p);
+    int weights[4] = {1, 1, 1, 1}, caps[4] = {3, 3, 3, 3};
+    assert_int_equal(cf_exec_pool_set_groups(p, 4, weights, caps), 0);
+    for (int grp = 0; grp < 3; grp++)
+        submit_gated(p, grp);
+    wait_started(&g, 3);
+    submit_gated(p, 3);
+    for (int i = 0; i < 3; i++)
+        for (int grp = 0; grp < 3; grp++)
+            submit_gated(p, grp);
+    release(&g, 0); /* group 0's */
+    wait_started(&g, 4);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.order[3], 3);
+    pthread_mutex_unlock(&g.lock);
+    drain_gated(p, &g, 13);
+    cf_exec_pool_destroy(p);
+}
+
+/* The memory budget cannot starve a large job: three small jobs of group
+ * 0 (3 units each) hold 9 of a budget of 10, group 1 queues one of 8, then
+ * group 0 more small ones.  As the small ones end, none starts in their
+ * place (each would fit, and would keep the large one out for ever): the
+ * running ones drain, and the large one starts before the small ones
+ * queued after it. */
+static void pool_budget_drains_for_a_large_job(void **state)
+{
+    (void)state;
+    gate g;
+    gate_init(&g);
+    cf_exec_pool *p = cf_exec_pool_new(4, gated_run, NULL, &g);
+    assert_non_null(p);
+    int weights[2] = {1, 1}, caps[2] = {4, 4};
+    assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
+    cf_exec_pool_set_budget(p, 10);
+    for (int i = 0; i < 3; i++)
+        submit_gated_cost(p, 0, 3);
+    wait_started(&g, 3);
+    submit_gated_cost(p, 1, 8);
+    for (int i = 0; i < 4; i++)
+        submit_gated_cost(p, 0, 3);
+    for (int i = 0; i < 2; i++) {
+        release(&g, i);
+        /* The released job leaves the pool: then nothing may have started. */
+        while (cf_exec_pool_running(p) > (size_t)(2 - i))
+            usleep(1000);
+        pthread_mutex_lock(&g.lock);
+        assert_int_equal(g.n, 3);
+        pthread_mutex_unlock(&g.lock);
+    }
+    release(&g, 2);
+    wait_started(&g, 4);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.order[3], 1);
+    pthread_mutex_unlock(&g.lock);
+    drain_gated(p, &g, 8);
+    assert_int_equal(cf_exec_pool_reserved(p), 0);
+    cf_exec_pool_destroy(p);
+}
+
 static void pool_never_touches_a_job_after_run(void **state)
 {
     (void)state;
@@ -1254,6 +1335,8 @@ int main(void)
         cmocka_unit_test(pool_orders_same_key_and_parallelises_others),
         cmocka_unit_test(pool_shares_slots_between_groups),
         cmocka_unit_test(pool_weights_share_the_slots),
+        cmocka_unit_test(pool_ties_go_to_the_earliest_job),
+        cmocka_unit_test(pool_budget_drains_for_a_large_job),
         cmocka_unit_test(pool_drops_only_queued_jobs),
         cmocka_unit_test(pool_never_touches_a_job_after_run),
         cmocka_unit_test(worker_config_defaults_are_valid),
