@@ -261,6 +261,14 @@ rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_top
         const char *k = c->kafka.items[i].key;
         if ((consumer && kafka_key_producer_only(k)) || (!consumer && kafka_key_consumer_only(k)))
             continue;
+        /* One id for every consumer of the worker (one per topic) would
+         * have them fence each other out of the group. */
+        if (consumer && strcmp(k, "group.instance.id") == 0) {
+            cf_error_set(err, CF_E_INVALID,
+                         "kafka.group.instance.id: not settable; use static-membership = true (the worker names each "
+                         "of its consumers from worker-id)");
+            goto fail;
+        }
         if (kafka_conf_set(conf, k, c->kafka.items[i].value, err) < 0)
             goto fail;
     }

@@ -672,6 +672,13 @@ static void publish_report(cf_worker *w, bool gone)
                 load.n_stalled++;
             }
         load.stalled = stalled_names;
+        /* A topic paused on its own is no room for its lag, though the
+         * worker as a whole has some (doctor reads it so). */
+        const char *paused_names[CF_PROFILE_MAX];
+        for (size_t t = 0; t < w->ntopics && load.n_paused_topics < CF_PROFILE_MAX; t++)
+            if (w->topics[t].paused)
+                paused_names[load.n_paused_topics++] = w->topics[t].name;
+        load.paused_topics = paused_names;
         cf_pguard_counts gc;
         cf_pguard_counts_get(w->guard, &gc);
         load.stalls = gc.stalls;

@@ -97,10 +97,12 @@ bool cf_cli_spread_uneven(const json_t *by, size_t nw, json_int_t *lo, json_int_
  * (an older worker, or no report).  *stalls (may be NULL) gets load.stalls,
  * -1 when absent or out of range. */
 json_t *cf_cli_report_stalled(const json_t *report, int64_t *stalls);
-/* True when a report's load says the worker can take more: busy < slots,
- * paused and draining false.  False when unknown (NULL, fields missing or
- * out of range). */
-bool cf_cli_report_has_room(const json_t *report);
+/* True when a report's load says the worker can take more of topic's
+ * requests: busy < slots, paused and draining false, and topic (when not
+ * NULL) not among load.paused_topics (a tenant's topic paused at its
+ * profile's cap while the worker still has a slot for others).  False
+ * when unknown (NULL, fields missing or out of range). */
+bool cf_cli_report_has_room(const json_t *report, const char *topic);
 /* Lag that does not move, across samples.  sample (not changed): "topic[N]"
  * -> {"committed": C, "lag": L, "member": client id, "owner": name shown
  * (optional), "room": bool (optional: unknown)}.  watch (the caller's,

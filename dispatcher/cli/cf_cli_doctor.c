@@ -1176,7 +1176,6 @@ static json_t *lag_sample(doctor *d, json_t *lag, json_t *committed, bool with_r
         json_t *rep = with_room ? report_of_member(d, m) : NULL;
         const char *cid = cf_cli_json_str(m, "client_id");
         const char *owner = rep ? cf_cli_json_str(rep, "worker_id") : cid;
-        bool room = cf_cli_report_has_room(rep);
         size_t k;
         json_t *p;
         json_array_foreach(json_object_get(m, "partitions"), k, p)
@@ -1186,6 +1185,9 @@ static json_t *lag_sample(doctor *d, json_t *lag, json_t *committed, bool with_r
             json_t *c = key ? json_object_get(committed, key) : NULL;
             if (!sample || !l || !c)
                 continue;
+            char topic[256];
+            int32_t part;
+            bool room = cf_cli_parse_partition(key, topic, sizeof(topic), &part) == 0 && cf_cli_report_has_room(rep, topic);
             json_t *e = json_pack("{s:O, s:O, s:s, s:s}", "committed", c, "lag", l, "member", cid, "owner", owner);
             if (e && with_room)
                 json_object_set_new(e, "room", json_boolean(room));
@@ -1229,8 +1231,8 @@ static json_t *lag_second_sample(doctor *d, double *window_s)
         json_t *m = member_by_client_id(d, cf_cli_json_str(e, "member"));
         char topic[256];
         int32_t part;
-        if (m && cf_cli_report_has_room(report_of_member(d, m)) &&
-            cf_cli_parse_partition(key, topic, sizeof(topic), &part) == 0)
+        if (m && cf_cli_parse_partition(key, topic, sizeof(topic), &part) == 0 &&
+            cf_cli_report_has_room(report_of_member(d, m), topic))
             rd_kafka_topic_partition_list_add(wanted, topic, part);
     }
     json_t *out = NULL;

@@ -69,7 +69,7 @@ json_t *cf_cli_report_stalled(const json_t *report, int64_t *stalls)
     return out;
 }
 
-bool cf_cli_report_has_room(const json_t *report)
+bool cf_cli_report_has_room(const json_t *report, const char *topic)
 {
     json_t *load = json_object_get(report, "load");
     json_t *busy = json_object_get(load, "busy"), *slots = json_object_get(report, "slots");
@@ -78,8 +78,17 @@ bool cf_cli_report_has_room(const json_t *report)
     json_int_t b = json_integer_value(busy), n = json_integer_value(slots);
     /* Room only when the report says so: a report without the flags is not
      * taken to mean "running". */
-    return b >= 0 && n > 0 && n <= 65536 && b < n && json_is_false(json_object_get(load, "paused")) &&
-           json_is_false(json_object_get(load, "draining"));
+    if (!(b >= 0 && n > 0 && n <= 65536 && b < n && json_is_false(json_object_get(load, "paused")) &&
+          json_is_false(json_object_get(load, "draining"))))
+        return false;
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(load, "paused_topics"), i, t)
+    {
+        if (topic && json_is_string(t) && strcmp(json_string_value(t), topic) == 0)
+            return false;
+    }
+    return true;
 }
 
 json_t *cf_cli_lag_watch(json_t *watch, json_t *sample, int64_t now_ms, int64_t min_ms)

@@ -53,7 +53,7 @@ static void test_stalled_from_the_writer(void **state)
     assert_string_equal(json_string_value(json_array_get(got, 1)), "codefleet.requests[4]");
     assert_int_equal(stalls, 3);
     json_decref(got);
-    assert_true(cf_cli_report_has_room(rep));
+    assert_true(cf_cli_report_has_room(rep, NULL));
     json_decref(rep);
 
     /* Nothing stalled: an empty list, not "not reported". */
@@ -68,7 +68,20 @@ static void test_stalled_from_the_writer(void **state)
     assert_int_equal(json_array_size(got), 0);
     assert_int_equal(stalls, 0);
     json_decref(got);
-    assert_false(cf_cli_report_has_room(rep)); /* paused */
+    assert_false(cf_cli_report_has_room(rep, NULL)); /* paused */
+    json_decref(rep);
+
+    /* One topic paused at its profile's cap, the worker not: no room for
+     * that topic's lag, room for the others'. */
+    load.paused = false;
+    const char *paused_topics[] = {"codefleet.requests.tenant-a"};
+    load.paused_topics = paused_topics;
+    load.n_paused_topics = 1;
+    s = cf_worker_report_json(&info);
+    rep = parse(s);
+    free(s);
+    assert_false(cf_cli_report_has_room(rep, "codefleet.requests.tenant-a"));
+    assert_true(cf_cli_report_has_room(rep, "codefleet.requests"));
     json_decref(rep);
 }
 
@@ -176,11 +189,11 @@ static void test_has_room(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         json_t *rep = parse(cases[i].report);
-        if (cf_cli_report_has_room(rep) != cases[i].room)
+        if (cf_cli_report_has_room(rep, NULL) != cases[i].room)
             fail_msg("has_room(%s) should be %d", cases[i].report, cases[i].room);
         json_decref(rep);
     }
-    assert_false(cf_cli_report_has_room(NULL));
+    assert_false(cf_cli_report_has_room(NULL, NULL));
 }
 
 /* One sample entry; room: 1 yes, 0 no, -1 unknown (absent). */

@@ -144,6 +144,31 @@ static running_worker *worker_start(fx *f, const char *id, const char *const *ex
     return rw;
 }
 
+/* kafka.group.instance.id would name every consumer of the worker (one
+ * per topic) alike, and they would fence each other: refused at start. */
+static void instance_id_override_is_refused(void **state)
+{
+    fx *f = *state;
+    cf_worker_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_conf_init(&cf_worker_conf_table, &cfg, &err), 0);
+    conf_set(&cfg, "brokers", f->bootstraps);
+    conf_set(&cfg, "backends", "process");
+    conf_set(&cfg, "profile.default.backends", "process");
+    conf_set(&cfg, "work-root", f->dir);
+    conf_set(&cfg, "log-level", "error");
+    conf_set(&cfg, "kafka.group.instance.id", "mine");
+    assert_int_equal(cf_conf_validate(&cf_worker_conf_table, &cfg, &err), 0);
+    cf_worker *w = NULL;
+    assert_int_equal(cf_worker_new(&cfg, &w, &err), -1);
+    assert_null(w);
+    if (!strstr(err.msg, "static-membership"))
+        fail_msg("refused for another reason: %s", err.msg);
+    cf_conf_free(&cf_worker_conf_table, &cfg);
+}
+
 static void worker_finish(running_worker *rw)
 {
     if (!rw)
@@ -729,6 +754,7 @@ static void guard_moves_a_stalled_partition(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(instance_id_override_is_refused, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(failed_deliveries_are_retried, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(undeliverable_result_is_dead_lettered, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(broker_outage_loses_nothing, fx_setup, fx_teardown),
