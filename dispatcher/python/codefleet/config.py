@@ -58,6 +58,14 @@ class Settings:
     events_topic: str = DEFAULT_EVENTS_TOPIC
     kafka: Dict[str, str] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        # Settings end up in logs and tracebacks: a librdkafka property that
+        # holds a secret (sasl.password, ssl.key.password, ...) is shown as
+        # '***', never its value.
+        kafka = {k: ("***" if _secret_key(k) else v) for k, v in self.kafka.items()}
+        return (f"Settings(brokers={self.brokers!r}, request_topic={self.request_topic!r}, "
+                f"result_topic={self.result_topic!r}, events_topic={self.events_topic!r}, kafka={kafka!r})")
+
     @property
     def cancel_topic(self) -> str:
         """Where cancels for the request topic go (SPEC.md section 12)."""
@@ -67,6 +75,11 @@ class Settings:
     def output_topic(self) -> str:
         """Where a streaming request's chunks come (SPEC.md section 13)."""
         return self.result_topic + ".output"
+
+
+def _secret_key(key: str) -> bool:
+    k = key.lower()
+    return any(w in k for w in ("password", "secret", "token", "sasl.jaas", "key.pem", "private"))
 
 
 def _strip_inline_comment(value: str) -> str:

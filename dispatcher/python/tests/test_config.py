@@ -30,6 +30,11 @@ class SettingsFile(unittest.TestCase):
         self.assertEqual(s.brokers, "10.0.0.1:9092")
         self.assertEqual((s.request_topic, s.result_topic), ("codefleet.requests", "codefleet.results"))
         self.assertEqual((s.cancel_topic, s.output_topic), ("codefleet.requests.cancel", "codefleet.results.output"))
+        # Printed (logs, tracebacks), the password is masked; the rest shows.
+        self.assertNotIn("s3cret", repr(s))
+        self.assertNotIn("s3cret", str(s))
+        self.assertIn("'sasl.password': '***'", repr(s))
+        self.assertIn("'sasl.username': 'admin'", repr(s))
 
     def test_sections_comments_separators(self):
         path = self.write(
