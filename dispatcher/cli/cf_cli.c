@@ -3,6 +3,7 @@
  * talks to Kafka (see cf_cli_cmd.c). */
 #include "cf_cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -867,12 +868,36 @@ static int set_language_flag(const char *v, cf_request *req, cf_cli_submit_opts 
         opts->lang_js = true;
         return req->backend ? 0 : set_str(&req->backend, "js", err);
     }
-    if (cf_language_parse(v, &req->language) < 0)
-        return cf_error_set(err, CF_E_INVALID,
-                            "--language: unknown '%s' (command|shell|python|javascript|js|wasm|c|cpp|rust|"
-                            "go|typescript)",
-                            v);
-    return 0;
+    /* The names users type for the wire's (issue 33): the request always
+     * carries the canonical one. */
+    static const char *const aliases[][2] = {
+        {"py", "python"},     {"python3", "python"}, {"sh", "shell"},     {"bash", "shell"},
+        {"node", "javascript"}, {"ts", "typescript"}, {"c++", "cpp"},     {"cxx", "cpp"},
+        {"golang", "go"},     {"rs", "rust"},
+    };
+    const char *name = v;
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strcmp(v, aliases[i][0]) == 0)
+            name = aliases[i][1];
+    if (cf_language_parse(name, &req->language) == 0)
+        return 0;
+    /* A near miss: the same name in other case ("Python"). */
+    cf_language near;
+    char lower[32];
+    size_t n = 0;
+    for (; v[n] && n + 1 < sizeof(lower); n++)
+        lower[n] = (char)tolower((unsigned char)v[n]);
+    lower[n] = '\0';
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strcmp(lower, aliases[i][0]) == 0)
+            snprintf(lower, sizeof(lower), "%s", aliases[i][1]);
+    if (!v[n] && strcmp(lower, v) != 0 && (cf_language_parse(lower, &near) == 0 || strcmp(lower, "js") == 0))
+        return cf_error_set(err, CF_E_INVALID, "--language: unknown '%s': did you mean '%s'?", v,
+                            strcmp(lower, "js") == 0 ? "js" : cf_language_name(near));
+    return cf_error_set(err, CF_E_INVALID,
+                        "--language: unknown '%s' (command|shell|python|javascript|js|wasm|c|cpp|rust|go|typescript; "
+                        "also py, sh, bash, node, ts, c++, golang, rs)",
+                        v);
 }
 
 /* --input: JSON text, carried as msgpack. */

@@ -320,6 +320,34 @@ static void test_submit_defaults_and_inference(void **state)
     assert_int_equal(cf_cli_parse_submit(ARGC(a3), a3, &req, &o, &err), 0);
     assert_true(o.help);
     cf_request_clear(&req);
+
+    /* The names users type, sent as the canonical ones; a near miss gets a
+     * suggestion, anything else the list. */
+    const struct {
+        char *name;
+        cf_language want;
+    } alias[] = {{"py", CF_LANG_PYTHON}, {"bash", CF_LANG_SHELL},      {"sh", CF_LANG_SHELL},
+                 {"node", CF_LANG_JAVASCRIPT}, {"ts", CF_LANG_TYPESCRIPT}, {"c++", CF_LANG_CPP},
+                 {"golang", CF_LANG_GO}, {"rs", CF_LANG_RUST}};
+    for (size_t i = 0; i < sizeof(alias) / sizeof(alias[0]); i++) {
+        char *a[] = {"submit", "-l", alias[i].name, "--code", "x", NULL};
+        assert_int_equal(cf_cli_parse_submit(ARGC(a), a, &req, &o, &err), 0);
+        assert_int_equal(req.language, alias[i].want);
+        cf_request_clear(&req);
+    }
+    const struct {
+        char *name;
+        const char *want;
+    } miss[] = {{"Python", "did you mean 'python'"}, {"PY", "did you mean 'python'"}, {"JS", "did you mean 'js'"},
+                {"cobol", "also py, sh"}};
+    for (size_t i = 0; i < sizeof(miss) / sizeof(miss[0]); i++) {
+        char *a[] = {"submit", "-l", miss[i].name, "--code", "x", NULL};
+        memset(&err, 0, sizeof(err));
+        assert_int_equal(cf_cli_parse_submit(ARGC(a), a, &req, &o, &err), -1);
+        if (!strstr(err.msg, miss[i].want))
+            fail_msg("-l %s: '%s', want '%s'", miss[i].name, err.msg, miss[i].want);
+        cf_request_clear(&req);
+    }
 }
 
 /* The embedded runtimes from the CLI: --module, -l js, and the mistakes a
