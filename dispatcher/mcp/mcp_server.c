@@ -508,8 +508,11 @@ static json_t *result_tool_result(const cf_result *res)
     FILE *f = open_memstream(&text, &tlen);
     if (f) {
         cf_result summary = *res;
+        /* The summary without the streams (a truncated flag alone would
+         * make it print their section): they follow, once each. */
         summary.stdout_data = (cf_bytes){0};
         summary.stderr_data = (cf_bytes){0};
+        summary.stdout_truncated = summary.stderr_truncated = false;
         cf_cli_print_result(f, &summary);
         text_stream(f, "stdout", &res->stdout_data, res->stdout_truncated);
         text_stream(f, "stderr", &res->stderr_data, res->stderr_truncated);

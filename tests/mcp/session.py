@@ -228,6 +228,14 @@ def run(srv, fleet):
           "execute_code python -> success, stdout 42")
     check("42" in r["result"]["content"][0]["text"], "the text summary shows the output")
 
+    # Output cut at the cap: each stream's section once, with the mark.
+    r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "max_output_bytes": 10,
+                                                         "code": "head -c 100 /dev/zero | tr '\\0' x"}})
+    text = r["result"]["content"][0]["text"]
+    check(r["result"]["structuredContent"]["stdout_truncated"] is True and text.count("--- stdout ---") == 1
+          and "[truncated at the cap]" in text and "--- stderr ---" not in text,
+          "truncated output: its section once, marked")
+
     # A program that fails is a result, not an error.
     r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "echo oops >&2; exit 3"}})
     sc = r["result"]["structuredContent"]
