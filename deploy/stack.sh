@@ -540,8 +540,10 @@ create_topics() {
         all+=("$TOPIC_REQUESTS.$t" "$TOPIC_REQUESTS.$t.cancel" "$TOPIC_RESULTS.$t" "$TOPIC_RESULTS.$t.output")
     done
     cf_log "topics (${PARTITIONS} partitions): ${all[*]}"
-    cli_as admin --workers-topic "$TOPIC_WORKERS" topics create --partitions "$PARTITIONS" "${all[@]}" >/dev/null ||
-        cf_die "topic creation failed"
+    # A freshly started broker on a busy machine can take more than the
+    # CLI's default 30 s to serve every partition of these topics.
+    cli_as admin --workers-topic "$TOPIC_WORKERS" --timeout 180s topics create --partitions "$PARTITIONS" \
+        "${all[@]}" >/dev/null || cf_die "topic creation failed"
 }
 
 # What each principal may do on the broker (idempotent).
