@@ -745,6 +745,19 @@ cmd_down() {
 # append-only file before it answers, so a killed redis-server loses nothing
 # it acknowledged; the file is fsynced every second, so a power loss could
 # lose up to a second (appendfsync always closes that, at a write cost).
+# A SIGKILLed server's process can be gone from /proc while the kernel
+# still holds its listening socket for a moment: starting again at once
+# found the port "in use by another process" and left the server down.
+wait_ports_free() { # port...
+    local p tries
+    for p in "$@"; do
+        for ((tries = 0; tries < 300; tries++)); do
+            cf_port_busy "$p" || break
+            sleep 0.1
+        done
+    done
+}
+
 cmd_restart() {
     local what=${1:-} kill=0
     (($#)) && shift
@@ -761,6 +774,7 @@ cmd_restart() {
         if ((kill)); then
             kill -KILL "$(read_pid "$KAFKA_DIR/kafka.pid")" 2>/dev/null || true
             while kafka_running; do sleep 0.1; done
+            wait_ports_free "$KAFKA_PORT" "$(ctrl_port)"
             rm -f "$KAFKA_DIR/kafka.pid"
         else
             stop_pidfile "$KAFKA_DIR/kafka.pid" kafka_check 30 kafka
@@ -771,6 +785,7 @@ cmd_restart() {
         if ((kill)); then
             kill -KILL "$(read_pid "$REDIS_DIR/redis.pid")" 2>/dev/null || true
             while redis_running; do sleep 0.1; done
+            wait_ports_free "$REDIS_PORT"
             rm -f "$REDIS_DIR/redis.pid"
             cf_log "killed redis"
         else
