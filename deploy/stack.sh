@@ -623,6 +623,12 @@ start_workers() {
     # per execution here, a tmpfs ~0.05 ms.
     mkdir -p "$WORK_ROOT" && chmod 0711 "$WORK_ROOT"
     local started=()
+    # The workers share this host: each gets its part of three quarters of
+    # its memory as the budget its executions may reserve (the worker's
+    # default assumes it is alone on the host or in a pod).
+    local mem_kib budget=()
+    mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || true)
+    [[ $mem_kib =~ ^[0-9]+$ ]] && budget=(--memory-budget "$((mem_kib * 3 / 4 / n))KiB")
     for ((i = 1; i <= n; i++)); do
         pidfile=$WORKER_DIR/w$i.pid
         if worker_running "$pidfile"; then
@@ -637,7 +643,7 @@ start_workers() {
             --workers-topic "$TOPIC_WORKERS" \
             --redis "127.0.0.1:$REDIS_PORT" --backends "$BACKENDS" --run-uid-base $((100000 + i * 1000)) \
             --work-root "$WORK_ROOT" "${PROFILE_ARGS[@]}" \
-            --metrics-listen "$(metrics_listen "$i")" \
+            --metrics-listen "$(metrics_listen "$i")" "${budget[@]}" \
             "${extra[@]}"
         started+=("$i")
     done

@@ -34,6 +34,8 @@ struct cf_exec_pool {
     int *offer_order; /* scratch of next_runnable: groups in the order their candidates were met */
     int64_t budget;   /* 0: none */
     int64_t reserved; /* costs of the running jobs */
+    int64_t group_max;    /* the most one group may reserve (0: the budget) */
+    int64_t *reserved_g;  /* per group */
     pthread_t *threads;
     cf_pool_run_fn run;
     cf_pool_notify_fn notify;
@@ -45,9 +47,10 @@ typedef struct slot_arg {
     int slot;
 } slot_arg;
 
-/* A group's mark in next_runnable's scratch: its first job does not fit
- * the budget now. */
+/* A group's marks in next_runnable's scratch: its first job does not fit
+ * the budget now; it does not fit the group's own share of it. */
 static pool_node waits_for_budget;
+static pool_node waits_for_own;
 
 /* Whether an earlier node (queued or running) with n's key precedes it. */
 static bool key_blocked(const cf_exec_pool *p, const pool_node *n)
@@ -91,13 +94,17 @@ static pool_node *next_runnable(cf_exec_pool *p)
             continue;
         p->cand[g] = n;
         p->offer_order[offered++] = g;
-        if (p->budget > 0 && p->reserved + n->cost > p->budget)
+        if (p->budget > 0 && p->group_max > 0 && p->reserved_g[g] + n->cost > p->group_max)
+            p->cand[g] = &waits_for_own;
+        else if (p->budget > 0 && p->reserved + n->cost > p->budget)
             p->cand[g] = &waits_for_budget;
     }
     pool_node *best = NULL;
     int waiting = -1; /* the least served group whose job waits for the budget */
     for (int i = 0; i < offered; i++) {
         int g = p->offer_order[i];
+        if (p->cand[g] == &waits_for_own)
+            continue;
         if (p->cand[g] == &waits_for_budget) {
             if (waiting < 0 || fewer_for_weight(p, g, waiting))
                 waiting = g;
@@ -150,6 +157,7 @@ static void *slot_main(void *argp)
         p->running++;
         p->running_g[node->group]++;
         p->reserved += node->cost;
+        p->reserved_g[node->group] += node->cost;
         pthread_mutex_unlock(&p->lock);
 
         p->run(job, slot, p->arg);
@@ -157,6 +165,7 @@ static void *slot_main(void *argp)
         pthread_mutex_lock(&p->lock);
         p->running_g[node->group]--;
         p->reserved -= node->cost;
+        p->reserved_g[node->group] -= node->cost;
         unlink_node(p, node);
         node_free(node);
         p->running--;
@@ -229,6 +238,7 @@ void cf_exec_pool_destroy(cf_exec_pool *p)
     free(p->running_g);
     free(p->cand);
     free(p->offer_order);
+    free(p->reserved_g);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p);
@@ -241,12 +251,14 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
     int *w = calloc((size_t)n, sizeof(*w)), *c = calloc((size_t)n, sizeof(*c)), *r = calloc((size_t)n, sizeof(*r));
     pool_node **cand = calloc((size_t)n, sizeof(*cand));
     int *order = calloc((size_t)n, sizeof(*order));
-    if (!w || !c || !r || !cand || !order) {
+    int64_t *rg = calloc((size_t)n, sizeof(*rg));
+    if (!w || !c || !r || !cand || !order || !rg) {
         free(w);
         free(c);
         free(r);
         free(cand);
         free(order);
+        free(rg);
         return -1;
     }
     for (int g = 0; g < n; g++) {
@@ -259,11 +271,13 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
     free(p->running_g);
     free(p->cand);
     free(p->offer_order);
+    free(p->reserved_g);
     p->weight = w;
     p->cap = c;
     p->running_g = r;
     p->cand = cand;
     p->offer_order = order;
+    p->reserved_g = rg;
     p->ngroups = n;
     pthread_mutex_unlock(&p->lock);
     return 0;
@@ -273,6 +287,14 @@ void cf_exec_pool_set_budget(cf_exec_pool *p, int64_t budget)
 {
     pthread_mutex_lock(&p->lock);
     p->budget = budget > 0 ? budget : 0;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void cf_exec_pool_set_group_budget(cf_exec_pool *p, int64_t group_max)
+{
+    pthread_mutex_lock(&p->lock);
+    p->group_max = group_max > 0 ? group_max : 0;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
 }

@@ -55,6 +55,10 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
  * that does not fit waits (its group offers it first, so a group's order
  * holds); one larger than the whole budget must be refused before submit. */
 void cf_exec_pool_set_budget(cf_exec_pool *p, int64_t budget);
+/* The most of the budget one group's running jobs may hold (0: all of it):
+ * the rest stays for the others, as the reserve slots do.  A group at it
+ * waits for its own jobs; it does not make the others drain. */
+void cf_exec_pool_set_group_budget(cf_exec_pool *p, int64_t group_max);
 /* The costs of the jobs running now. */
 int64_t cf_exec_pool_reserved(cf_exec_pool *p);
 

@@ -426,6 +426,27 @@ static int worker_slots_setup(cf_worker *w, cf_error *err)
     w->memory_budget = budget_memory(w->cfg, why, sizeof(why));
     cf_exec_pool_set_budget(w->pool, w->memory_budget);
     cf_log_info(LOG_SUB, "memory budget for executions: %" PRId64 " MiB (%s)", w->memory_budget / (1024 * 1024), why);
+    /* The reserve slots' memory: what a request of any profile reserves
+     * by default, kept out of each profile's share, so one tenant's large
+     * runs cannot hold the whole budget while another's request waits. */
+    int64_t reserve = w->nslots - (int)w->cfg->slots, dflt = 0;
+    for (size_t t = 0; t < w->ntopics; t++) {
+        const cf_profile *p = w->topics[t].profile;
+        int64_t d = p->default_memory_bytes > 0 ? p->default_memory_bytes : w->cfg->sandbox_memory_bytes;
+        dflt = d > dflt ? d : dflt;
+    }
+    if (w->memory_budget > 0 && reserve > 0) {
+        if (reserve * dflt < w->memory_budget) {
+            w->memory_group_max = w->memory_budget - reserve * dflt;
+            cf_exec_pool_set_group_budget(w->pool, w->memory_group_max);
+            cf_log_info(LOG_SUB, "a profile's executions reserve at most %" PRId64 " MiB of it (the reserve slots keep %" PRId64
+                        " MiB)", w->memory_group_max >> 20, (reserve * dflt) >> 20);
+        } else {
+            cf_log_warn(LOG_SUB, "memory budget %" PRId64 " MiB: too small to keep the reserve slots' %" PRId64
+                        " MiB out of each profile's share; one profile may hold all of it",
+                        w->memory_budget >> 20, (reserve * dflt) >> 20);
+        }
+    }
     if (w->idempotent) {
         if (pthread_create(&w->keeper, NULL, slots_lease_keeper, w) != 0)
             return cf_error_set(err, CF_E_SYSTEM, "starting the lease keeper thread");

@@ -205,6 +205,7 @@ struct cf_worker {
     cf_worker_jobs jobs;
     cf_worker_jobs *ledger;    /* cf_worker_jobs_watch: a copy the caller owns */
     int64_t memory_budget;     /* budget.c: what running executions' memory may add up to (0: none) */
+    int64_t memory_group_max;  /* what one profile's may add up to (0: the budget): the reserve slots' memory kept out */
     int nslots;                /* slot threads: slots + the reserve (worker.c, worker_slot_count) */
 };
 

@@ -59,7 +59,8 @@ static int setup(void **state)
     snprintf(b_topic, sizeof(b_topic), "--profile.tenant-b.topic=%s", f->tb);
     const char *extra[] = {a_topic, "--profile.tenant-a.backends=process", "--profile.tenant-a.network=enabled",
                            b_topic, "--profile.tenant-b.backends=process", "--profile.tenant-b.network=enabled",
-                           "--slots=2", NULL};
+                           "--slots=2", "--memory-budget=3GiB", "--sandbox-memory=512MiB", "--max-memory=4GiB",
+                           NULL};
     it_worker_start(&f->w, &f->t, "fair-w1", extra);
     if (!it_worker_wait_log(&f->w, "reading cancels from", 60000)) {
         it_worker_dump_log(&f->w);
@@ -84,17 +85,23 @@ static int teardown(void **state)
     return 0;
 }
 
-static void submit(cf_dispatcher *d, const char *id, const char *code, int64_t timeout_us)
+static void submit_mem(cf_dispatcher *d, const char *id, const char *code, int64_t timeout_us, int64_t memory)
 {
     cf_request req;
     it_request_init(&req, CF_LANG_SHELL, code);
     free(req.id);
     req.id = strdup(id);
     req.policy.timeout_us = timeout_us;
+    req.policy.memory_bytes = memory;
     cf_error err;
     if (cf_dispatcher_submit(d, &req, &err) < 0)
         fail_msg("submit %s: %s", id, err.msg);
     cf_request_clear(&req);
+}
+
+static void submit(cf_dispatcher *d, const char *id, const char *code, int64_t timeout_us)
+{
+    submit_mem(d, id, code, timeout_us, 0);
 }
 
 /* Whether a result for id has arrived (taken if so). */
@@ -213,11 +220,83 @@ static void test_flood_does_not_queue_others(void **state)
     free(seen);
 }
 
+/* The memory budget is shared too: on a 3 GiB budget, tenant-a's two
+ * 60 s runs of 1.5 GiB each would reserve all of it, and tenant-b's trivial
+ * request (charged 512 MiB) waited for one of them to end.  Now a profile
+ * reserves at most the budget less the reserve slot's 512 MiB: tenant-a's
+ * second run waits for its first, and tenant-b's request runs at once.
+ * Tenant-a asking for the whole budget is told it exceeds its share. */
+static void test_memory_share_leaves_room(void **state)
+{
+    fair_fx *f = *state;
+    IT_REQUIRE_BROKER();
+    char id[2][64], code[256];
+    for (int i = 0; i < 2; i++) {
+        snprintf(id[i], sizeof(id[i]), "fair-mem-%ld-%d", (long)getpid(), i);
+        snprintf(code, sizeof(code), "touch %s-mem-%d; sleep 60", f->marks, i);
+        submit_mem(f->da, id[i], code, 120 * SEC, 1536LL * 1024 * 1024);
+    }
+    /* One of them has started (whichever the pool took first). */
+    char marker[2][128];
+    for (int i = 0; i < 2; i++)
+        snprintf(marker[i], sizeof(marker[i]), "%s-mem-%d", f->marks, i);
+    int started = 0;
+    for (int waited = 0; waited < 600 && started == 0; waited++) {
+        started = (access(marker[0], F_OK) == 0) + (access(marker[1], F_OK) == 0);
+        if (!started)
+            usleep(100 * 1000);
+    }
+    assert_int_not_equal(started, 0);
+    char bid[64];
+    snprintf(bid, sizeof(bid), "fair-bm-%ld", (long)getpid());
+    submit(f->db, bid, "echo b", 30 * SEC);
+    cf_result res;
+    memset(&res, 0, sizeof(res));
+    cf_error err;
+    if (cf_dispatcher_wait(f->db, bid, 90 * SEC, &res, &err) < 0)
+        fail_msg("tenant-b's request: %s", err.msg);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    cf_result_clear(&res);
+    for (int i = 0; i < 2; i++) {
+        memset(&res, 0, sizeof(res));
+        if (cf_dispatcher_wait(f->da, id[i], 0, &res, &err) == 0)
+            fail_msg("tenant-a's %s was answered before tenant-b's trivial request: %s %s", id[i],
+                     cf_status_name(res.status), res.reason ? res.reason : "");
+    }
+    /* Its second waits for its first. */
+    assert_int_equal((access(marker[0], F_OK) == 0) + (access(marker[1], F_OK) == 0), 1);
+
+    char whole[64];
+    snprintf(whole, sizeof(whole), "fair-memall-%ld", (long)getpid());
+    submit_mem(f->da, whole, "true", 30 * SEC, 3LL * 1024 * 1024 * 1024);
+    memset(&res, 0, sizeof(res));
+    if (cf_dispatcher_wait(f->da, whole, 60 * SEC, &res, &err) < 0)
+        fail_msg("tenant-a's whole-budget request: %s", err.msg);
+    print_message("3 GiB: %s: %s\n", cf_status_name(res.status), res.reason ? res.reason : "");
+    assert_int_equal(res.status, CF_STATUS_REJECTED);
+    assert_non_null(strstr(res.reason, "for one profile"));
+    cf_result_clear(&res);
+
+    for (int i = 0; i < 2; i++) {
+        if (cf_dispatcher_cancel(f->da, id[i], "test over", 30 * SEC, &err) < 0)
+            fail_msg("cancel: %s", err.msg);
+        unlink(marker[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        memset(&res, 0, sizeof(res));
+        if (cf_dispatcher_wait(f->da, id[i], 60 * SEC, &res, &err) < 0)
+            fail_msg("tenant-a's %s after its cancel: %s", id[i], err.msg);
+        assert_int_equal(res.status, CF_STATUS_CANCELLED);
+        cf_result_clear(&res);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_long_runs_leave_a_slot),
         cmocka_unit_test(test_flood_does_not_queue_others),
+        cmocka_unit_test(test_memory_share_leaves_room),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1301,6 +1301,35 @@ static void pool_budget_drains_for_a_large_job(void **state)
     cf_exec_pool_destroy(p);
 }
 
+/* One group's share of the budget: with 7 of 10 for each group, group 0's
+ * second job of 4 waits for its first (8 > 7) without holding the rest,
+ * and group 1's job of 3, queued after it, starts at once: the memory the
+ * reserve slot keeps is there for another tenant. */
+static void pool_group_share_of_the_budget(void **state)
+{
+    (void)state;
+    gate g;
+    gate_init(&g);
+    cf_exec_pool *p = cf_exec_pool_new(3, gated_run, NULL, &g);
+    assert_non_null(p);
+    int weights[2] = {1, 1}, caps[2] = {2, 2};
+    assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
+    cf_exec_pool_set_budget(p, 10);
+    cf_exec_pool_set_group_budget(p, 7);
+    submit_gated_cost(p, 0, 4);
+    wait_started(&g, 1);
+    submit_gated_cost(p, 0, 4);
+    submit_gated_cost(p, 1, 3);
+    wait_started(&g, 2);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.order[1], 1);
+    pthread_mutex_unlock(&g.lock);
+    assert_int_equal(cf_exec_pool_reserved(p), 7);
+    drain_gated(p, &g, 3);
+    assert_int_equal(cf_exec_pool_reserved(p), 0);
+    cf_exec_pool_destroy(p);
+}
+
 static void pool_never_touches_a_job_after_run(void **state)
 {
     (void)state;
@@ -1337,6 +1366,7 @@ int main(void)
         cmocka_unit_test(pool_weights_share_the_slots),
         cmocka_unit_test(pool_ties_go_to_the_earliest_job),
         cmocka_unit_test(pool_budget_drains_for_a_large_job),
+        cmocka_unit_test(pool_group_share_of_the_budget),
         cmocka_unit_test(pool_drops_only_queued_jobs),
         cmocka_unit_test(pool_never_touches_a_job_after_run),
         cmocka_unit_test(worker_config_defaults_are_valid),
