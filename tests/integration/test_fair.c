@@ -115,6 +115,21 @@ static bool answered_now(cf_dispatcher *d, const char *id)
     return got;
 }
 
+/* Tenant-b's trivial request, answered successfully (within 90 s). */
+static void tenant_b_trivial(fair_fx *f, const char *name)
+{
+    char bid[64];
+    snprintf(bid, sizeof(bid), "%s-%ld", name, (long)getpid());
+    submit(f->db, bid, "echo b", 30 * SEC);
+    cf_result res;
+    memset(&res, 0, sizeof(res));
+    cf_error err;
+    if (cf_dispatcher_wait(f->db, bid, 90 * SEC, &res, &err) < 0)
+        fail_msg("tenant-b's request: %s", err.msg);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    cf_result_clear(&res);
+}
+
 static void test_long_runs_leave_a_slot(void **state)
 {
     fair_fx *f = *state;
@@ -136,16 +151,9 @@ static void test_long_runs_leave_a_slot(void **state)
             usleep(100 * 1000);
     }
     assert_true(started);
-    char bid[64];
-    snprintf(bid, sizeof(bid), "fair-b-%ld", (long)getpid());
-    submit(f->db, bid, "echo b", 30 * SEC);
+    tenant_b_trivial(f, "fair-b");
     cf_result res;
-    memset(&res, 0, sizeof(res));
     cf_error err;
-    if (cf_dispatcher_wait(f->db, bid, 90 * SEC, &res, &err) < 0)
-        fail_msg("tenant-b's request: %s", err.msg);
-    assert_int_equal(res.status, CF_STATUS_SUCCESS);
-    cf_result_clear(&res);
     /* Before any of tenant-a's 60 s runs ended. */
     for (int i = 0; i < 4; i++)
         if (answered_now(f->da, id[i]))
@@ -247,16 +255,9 @@ static void test_memory_share_leaves_room(void **state)
             usleep(100 * 1000);
     }
     assert_int_not_equal(started, 0);
-    char bid[64];
-    snprintf(bid, sizeof(bid), "fair-bm-%ld", (long)getpid());
-    submit(f->db, bid, "echo b", 30 * SEC);
+    tenant_b_trivial(f, "fair-bm");
     cf_result res;
-    memset(&res, 0, sizeof(res));
     cf_error err;
-    if (cf_dispatcher_wait(f->db, bid, 90 * SEC, &res, &err) < 0)
-        fail_msg("tenant-b's request: %s", err.msg);
-    assert_int_equal(res.status, CF_STATUS_SUCCESS);
-    cf_result_clear(&res);
     for (int i = 0; i < 2; i++) {
         memset(&res, 0, sizeof(res));
         if (cf_dispatcher_wait(f->da, id[i], 0, &res, &err) == 0)
