@@ -1093,6 +1093,7 @@ typedef struct gate {
     int started[4];      /* per group */
     int order[64];       /* groups in start order */
     gated_job *jobs[64]; /* in start order */
+    bool released[64];   /* jobs[i] let go (and so freed): never touched again */
     int n;
 } gate;
 
@@ -1120,11 +1121,13 @@ static void wait_started(gate *g, int total)
     pthread_mutex_unlock(&g->lock);
 }
 
-/* Lets the i-th started job end. */
+/* Lets the i-th started job end (once: it frees itself). */
 static void release(gate *g, int i)
 {
     pthread_mutex_lock(&g->lock);
-    g->jobs[i]->go = true;
+    if (!g->released[i])
+        g->jobs[i]->go = true;
+    g->released[i] = true;
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->lock);
 }
