@@ -626,8 +626,12 @@ start_workers() {
     # The workers share this host: each gets its part of three quarters of
     # its memory as the budget its executions may reserve (the worker's
     # default assumes it is alone on the host or in a pod).
-    local mem_kib budget=()
+    # (Or of the container's memory limit, when it is lower.  Workers
+    # already running keep the budget they started with.)
+    local mem_kib cg budget=()
     mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null || true)
+    cg=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || true)
+    [[ $mem_kib =~ ^[0-9]+$ && $cg =~ ^[0-9]+$ ]] && ((cg / 1024 < mem_kib)) && mem_kib=$((cg / 1024))
     [[ $mem_kib =~ ^[0-9]+$ ]] && budget=(--memory-budget "$((mem_kib * 3 / 4 / n))KiB")
     for ((i = 1; i <= n; i++)); do
         pidfile=$WORKER_DIR/w$i.pid

@@ -236,6 +236,7 @@ fi
 if [[ -n ${vm_pid:-} ]]; then
     say "cgroup v2 kernels in qemu (tests/vm/run.sh, started beside the integration stages)"
     wait "$vm_pid"
+    unset vm_pid # reaped: its number may be another process's by the end
     cat "$vm_out"
     printf 'run_all: the qemu stage took %d s in all\n' $((SECONDS - vm_t0))
     line=$(tail -n 1 "$vm_out")

@@ -112,7 +112,8 @@ int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what
      * if it did). */
     const cf_policy *pol = &req->policy;
     int64_t run = pol->memory_bytes > 0 ? pol->memory_bytes : w->cfg->sandbox_memory_bytes;
-    *what = pol->memory_bytes > 0 ? "policy.memory_bytes" : "sandbox-memory (the default limit)";
+    *what = pol->memory_bytes > 0 ? "its memory limit (policy.memory_bytes, or the profile's default-memory)"
+                                  : "sandbox-memory (the default limit)";
     /* A compiled language's compile step runs in the same slot before the
      * program, under its own limit (compile-memory, which a request may
      * only lower): the slot holds the larger of the two. */

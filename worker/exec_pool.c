@@ -386,6 +386,10 @@ cf_pool_job *cf_exec_pool_drop_queued_if(cf_exec_pool *p, cf_pool_job_pred pred,
         }
     }
     p->tail = last;
+    /* A dropped job may have held others back (a keyed predecessor, or a
+     * large job the running ones were draining for): wake the slots. */
+    if (dropped)
+        pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
     return dropped;
 }

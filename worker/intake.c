@@ -99,10 +99,11 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
     int64_t fits = w->memory_group_max > 0 ? w->memory_group_max : w->memory_budget;
     if (w->memory_budget > 0 && j->pj.cost > fits) {
         snprintf(reason, rsz,
-                 "%s, %" PRId64 " (%" PRId64 " MiB), does not fit this worker's memory budget of %" PRId64
-                 " MiB for one profile's executions (memory-budget, less what its reserve slots keep for the "
-                 "other profiles)",
-                 charged, j->pj.cost, j->pj.cost >> 20, fits >> 20);
+                 "%s, %" PRId64 " (%" PRId64 " MiB), does not fit this worker's memory budget of %" PRId64 " MiB%s",
+                 charged, j->pj.cost, j->pj.cost >> 20, fits >> 20,
+                 w->memory_group_max > 0 ? " for one profile's executions (memory-budget, less what its reserve "
+                                           "slots keep for the other profiles)"
+                                         : " (memory-budget: what the executions running at once may reserve)");
         return -1;
     }
     if (cf_wstate_admit(req, w->have_redis, reason, rsz) < 0)

@@ -1333,6 +1333,47 @@ static void pool_group_share_of_the_budget(void **state)
     cf_exec_pool_destroy(p);
 }
 
+static bool in_group_1(const cf_pool_job *j, void *arg)
+{
+    (void)arg;
+    return j->group == 1;
+}
+
+/* The running jobs drain for group 1's large job; when that job is dropped
+ * (its request cancelled, its partition revoked), group 0's small one,
+ * which the drain held back, starts at once: the drop wakes the slots. */
+static void pool_drop_ends_a_drain(void **state)
+{
+    (void)state;
+    gate g;
+    gate_init(&g);
+    cf_exec_pool *p = cf_exec_pool_new(2, gated_run, NULL, &g);
+    assert_non_null(p);
+    int weights[2] = {1, 1}, caps[2] = {2, 2};
+    assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
+    cf_exec_pool_set_budget(p, 10);
+    submit_gated_cost(p, 0, 6);
+    wait_started(&g, 1);
+    submit_gated_cost(p, 1, 8); /* waits: the pool drains for it */
+    submit_gated_cost(p, 0, 1);
+    cf_pool_job *dropped = cf_exec_pool_drop_queued_if(p, in_group_1, NULL);
+    assert_non_null(dropped);
+    assert_null(dropped->next);
+    free(dropped);
+    /* Bounded: without the wake-up nothing else would start it. */
+    bool started = false;
+    for (int i = 0; i < 10000 && !started; i++) {
+        pthread_mutex_lock(&g.lock);
+        started = g.n == 2;
+        pthread_mutex_unlock(&g.lock);
+        if (!started)
+            usleep(1000);
+    }
+    assert_true(started);
+    drain_gated(p, &g, 2);
+    cf_exec_pool_destroy(p);
+}
+
 static void pool_never_touches_a_job_after_run(void **state)
 {
     (void)state;
@@ -1370,6 +1411,7 @@ int main(void)
         cmocka_unit_test(pool_ties_go_to_the_earliest_job),
         cmocka_unit_test(pool_budget_drains_for_a_large_job),
         cmocka_unit_test(pool_group_share_of_the_budget),
+        cmocka_unit_test(pool_drop_ends_a_drain),
         cmocka_unit_test(pool_drops_only_queued_jobs),
         cmocka_unit_test(pool_never_touches_a_job_after_run),
         cmocka_unit_test(worker_config_defaults_are_valid),

@@ -220,7 +220,9 @@ for which in $kernels; do
     set +e
     # The steps' own limits, plus boot and shutdown.
     vm_limit=$(awk -F'\t' '{t += $2} END {print t + 120}' "$out/plan")
-    timeout -k 10 "$vm_limit" qemu-system-x86_64 \
+    # --foreground: timeout and qemu stay in this script's process group,
+    # so whoever stops the script's group (run_all.sh's cleanup) stops the VM.
+    timeout --foreground -k 10 "$vm_limit" qemu-system-x86_64 \
         -machine q35 -accel tcg,thread=multi -cpu max -smp 2 -m 2048 \
         -kernel "$kdir/boot/vmlinuz-$kver" -initrd "$initrd" \
         -append "console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all cfvm_src=$repo $build_arg" \
