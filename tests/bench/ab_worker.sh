@@ -66,21 +66,12 @@ for r in $(seq 1 "$rounds"); do
     echo "round $r done" >&2
 done
 # "A latency p50_ms=1.23 p99_ms=..." -> medians per label and key.
-python3 - "$dir/results" <<'EOF'
-import sys, re, statistics, collections
+PYTHONPATH="$REPO/tests/bench${PYTHONPATH:+:$PYTHONPATH}" python3 - "$dir/results" <<'EOF'
+import sys, statistics, collections
+from results import read_results
 vals = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    parts = line.split()
-    if len(parts) < 3:
-        continue
-    label, fig = parts[0], parts[1]
-    for kv in parts[2:]:
-        if '=' in kv:
-            k, v = kv.split('=', 1)
-            try:
-                vals[(fig, k, label)].append(float(v))
-            except ValueError:
-                pass
+for (label, fig, k), xs in read_results(sys.argv[1]).items():
+    vals[(fig, k, label)].extend(xs)
 keys = sorted({(f, k) for (f, k, _) in vals})
 # Per round, B's figure over A's of the same round (they ran back to back):
 # the spread of those ratios is the noise a difference must stand out of.

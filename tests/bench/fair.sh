@@ -130,19 +130,12 @@ for r in $(seq 1 "$rounds"); do
     echo "round $r done" >&2
 done
 
-python3 - "$dir/results" <<'EOF'
+PYTHONPATH="$REPO/tests/bench${PYTHONPATH:+:$PYTHONPATH}" python3 - "$dir/results" <<'EOF'
 import sys, statistics, collections
+from results import read_results
 vals = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    parts = line.split()
-    for kv in parts[2:]:
-        if '=' in kv:
-            k, v = kv.split('=', 1)
-            try:
-                x = float(v)
-            except ValueError:
-                continue
-            vals[(parts[0], k)].append(x)
+for (label, _figure, k), xs in read_results(sys.argv[1]).items():
+    vals[(label, k)].extend(xs)
 med = {k: statistics.median(v) for k, v in vals.items()}
 def m(label, key):
     return med.get((label, key), float('nan'))

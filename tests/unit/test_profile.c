@@ -76,6 +76,33 @@ static void kv(fixture *f, const char *key, const char *value)
     assert_int_equal(cf_kvlist_set(&f->kv, key, value, &err), 0);
 }
 
+/* Settings from scratch: only the default profile, on the process backend. */
+static void fresh_settings(fixture *f)
+{
+    cf_kvlist_free(&f->kv);
+    kv(f, "default.backends", "process");
+}
+
+/* A profile NAME for TOPIC on the process backend. */
+static void add_profile(fixture *f, const char *name, const char *topic)
+{
+    char key[64];
+    snprintf(key, sizeof key, "%s.topic", name);
+    kv(f, key, topic);
+    snprintf(key, sizeof key, "%s.backends", name);
+    kv(f, key, "process");
+}
+
+/* Two tenant profiles with the state prefixes A and B. */
+static void two_prefixes(fixture *f, const char *a, const char *b)
+{
+    fresh_settings(f);
+    add_profile(f, "a", "cf.requests.a");
+    kv(f, "a.state-prefix", a);
+    add_profile(f, "b", "cf.requests.b");
+    kv(f, "b.state-prefix", b);
+}
+
 static int load(fixture *f, cf_error *err)
 {
     cf_profile_set_destroy(f->set);
@@ -205,8 +232,7 @@ static void test_load_errors(void **state)
         {"default.max-memory", "-1", "max-memory"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        cf_kvlist_free(&f->kv);
-        kv(f, "default.backends", "process");
+        fresh_settings(f);
         kv(f, bad[i].key, bad[i].value);
         if (load(f, &err) != -1)
             fail_msg("%s=%s was accepted", bad[i].key, bad[i].value);
@@ -214,32 +240,16 @@ static void test_load_errors(void **state)
             fail_msg("%s=%s: '%s' lacks '%s'", bad[i].key, bad[i].value, err.msg, bad[i].needle);
     }
     /* Two profiles for one topic. */
-    cf_kvlist_free(&f->kv);
-    kv(f, "default.backends", "process");
-    kv(f, "a.topic", "cf.requests");
-    kv(f, "a.backends", "process");
+    fresh_settings(f);
+    add_profile(f, "a", "cf.requests");
     assert_int_equal(load(f, &err), -1);
     assert_non_null(strstr(err.msg, "both govern topic 'cf.requests'"));
 
     /* Nested state prefixes: acme-'s requests could name acme-eu-'s ids. */
-    cf_kvlist_free(&f->kv);
-    kv(f, "default.backends", "process");
-    kv(f, "a.topic", "cf.requests.a");
-    kv(f, "a.backends", "process");
-    kv(f, "a.state-prefix", "acme-");
-    kv(f, "b.topic", "cf.requests.b");
-    kv(f, "b.backends", "process");
-    kv(f, "b.state-prefix", "acme-eu-");
+    two_prefixes(f, "acme-", "acme-eu-");
     assert_int_equal(load(f, &err), -1);
     assert_non_null(strstr(err.msg, "state-prefix 'acme-' is the start of 'acme-eu-'"));
-    cf_kvlist_free(&f->kv);
-    kv(f, "default.backends", "process");
-    kv(f, "a.topic", "cf.requests.a");
-    kv(f, "a.backends", "process");
-    kv(f, "a.state-prefix", "acme-");
-    kv(f, "b.topic", "cf.requests.b");
-    kv(f, "b.backends", "process");
-    kv(f, "b.state-prefix", "acmf-");
+    two_prefixes(f, "acme-", "acmf-");
     assert_int_equal(load(f, &err), 0);
 }
 
@@ -411,11 +421,9 @@ static void test_env_reply_state(void **state)
     }
 
     /* Even "any topic" never reaches the fleet's own topics. */
-    cf_kvlist_free(&f->kv);
-    kv(f, "default.backends", "process");
+    fresh_settings(f);
     kv(f, "default.reply-to", "*");
-    kv(f, "t2.topic", "cf.requests.t2");
-    kv(f, "t2.backends", "process");
+    add_profile(f, "t2", "cf.requests.t2");
     cf_error err;
     assert_int_equal(load(f, &err), 0);
     const char *own[] = {"cf.requests", "cf.requests.t2", "cf.dlq", "cf.events", "cf.workers", "__consumer_offsets",
@@ -432,11 +440,9 @@ static void test_env_reply_state(void **state)
     cf_request_clear(&req);
 
     /* ...nor another profile's result topic. */
-    cf_kvlist_free(&f->kv);
-    kv(f, "default.backends", "process");
+    fresh_settings(f);
     kv(f, "default.reply-to", "*");
-    kv(f, "t2.topic", "cf.requests.t2");
-    kv(f, "t2.backends", "process");
+    add_profile(f, "t2", "cf.requests.t2");
     kv(f, "t2.result-topic", "cf.results.t2");
     assert_int_equal(load(f, &err), 0);
     mkreq(&req, CF_LANG_SHELL, "x", 0);
@@ -464,8 +470,7 @@ static void test_env_reply_state(void **state)
     cf_request_clear(&req);
 
     /* state-prefix none: no workspaces or threads at all. */
-    cf_kvlist_free(&f->kv);
-    kv(f, "default.backends", "process");
+    fresh_settings(f);
     kv(f, "default.state-prefix", "none");
     assert_int_equal(load(f, &err), 0);
     mkreq(&req, CF_LANG_SHELL, "x", 0);
