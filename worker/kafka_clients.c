@@ -54,6 +54,12 @@ void kafka_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         return;
     }
     kafka_problem kp = classify_kafka_error(err, reason);
+    /* librdkafka suspects security.protocol whenever a broker drops the
+     * connection during its first request, which is also what a broker
+     * that is being killed or is starting does. A worker that has joined
+     * the group got through with these settings: the broker is away. */
+    if (kp == KP_PROTOCOL && atomic_load(&w->kafka_joined))
+        kp = KP_UNREACHABLE;
     if (kp == KP_NONE) {
         cf_log_warn("kafka", "%s: %s: %s", rd_kafka_name(rk), rd_kafka_err2name(err), reason);
         return;

@@ -157,6 +157,7 @@ struct cf_worker {
     pthread_t keeper;          /* renews the leases of running executions */
     bool keeper_started;
     _Atomic int64_t kafka_explained_us[KP__COUNT]; /* when each kafka_problem was last explained */
+    atomic_bool kafka_joined;  /* the group assigned once: the broker took this worker's settings */
     bool keeper_stop;          /* guarded by lock */
     pthread_cond_t keeper_cond;
     /* Cancels: see control_start. */
