@@ -5,7 +5,8 @@
 #   2. deploy/build.sh              <repo>/build (RelWithDebInfo)
 #      deploy/build.sh --sanitize   <repo>/build-asan (ASan + UBSan)
 #   3. deploy/stack.sh up --workers 0   (integration tests start their own workers)
-#   4. ctest -L unit, ctest -L integration (build), ctest -L unit (build-asan),
+#   4. ctest -L unit (build), ctest -L integration (build-asan: the release
+#      build when the sanitizer build failed), ctest -L unit (build-asan),
 #      tests/harness/check.sh (the function harnesses)
 #   5. tests/image/run.sh: the worker image built with podman, one worker
 #      from it against the stack (before stack down)
@@ -170,10 +171,14 @@ if ((build_ok)); then
         run_ctest "unit" build unit
     fi
     if ((!quick)) && [[ -z ${stack_up_failed:-} ]]; then
-        run_ctest "integration" build integration
-        # The same suite with ASan/UBSan-built workers, CLI and clients.
+        # Once, with ASan/UBSan-built workers, CLI and clients: the same
+        # assertions as the release build's plus memory and UB errors, in
+        # one pass instead of two (the release binaries go through the fleet
+        # in the chaos, image, harness and deployment stages below).
         if ((asan_ok)); then
             run_ctest "integration (asan)" build-asan integration
+        else
+            run_ctest "integration" build integration
         fi
         say "chaos (tests/chaos/run.sh --quick)"
         if tests/chaos/run.sh --quick; then

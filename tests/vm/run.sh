@@ -5,9 +5,11 @@
 # (delegated subtree, no writable cgroup, memory.peak; the hostile
 # programs again from a worker in a delegated systemd unit and in a pod's
 # cgroup namespace, tests/vm/layout.sh) and a short
-# per-execution benchmark against bare fork+exec in the same VM.
+# per-execution benchmark against bare fork+exec in the same VM (--bench:
+# a benchmark, so not part of the test command; BENCHMARKS.md).
 #
 #   tests/vm/run.sh [--kernels "dist backports"] [--build DIR] [--only REGEX]
+#                   [--bench]            (the benchmark step too)
 #                   [--command "CMD"]    (only CMD, e.g. a test under strace)
 #
 # Kernels: "dist" is the distribution's linux-image-amd64 (6.1 on
@@ -31,11 +33,13 @@ kernels="dist backports"
 images=${CODEFLEET_IMAGES:-/var/lib/codefleet/images}
 only=""
 command=""
+bench=0
 while (($#)); do
     case $1 in
     --kernels) kernels=$2; shift 2 ;;
     --build) build=$(cd "$2" && pwd); shift 2 ;;
     --only) only=$2; shift 2 ;;
+    --bench) bench=1; shift ;;
     --command) command=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
@@ -156,13 +160,17 @@ env_prefix="CF_SOURCE_DIR=$repo CF_BINARY_DIR=$build"
 plan_lines() { # which
     local t=$build/tests
     # Both kernels: the cgroup layer, the hostile programs (warm, cold and
-    # through the zygote), the benchmark, a worker in a delegated unit and
-    # in a pod (one path each: the layout is what they test).
+    # through the zygote), a worker in a delegated unit and in a pod (one
+    # path each: the layout is what they test); with --bench the benchmark.
     cat <<EOF
 unit_test_cgroup	600	$env_prefix $t/unit_test_cgroup
 unit_test_sandbox_probe	600	$env_prefix $t/unit_test_sandbox_probe
 unit_test_hostile_backend	900	$env_prefix $t/unit_test_hostile_backend
-bench_exec	600	$env_prefix CF_VM_BENCH_ITERATIONS=40 $repo/tests/vm/bench.sh $build
+EOF
+    if ((bench)); then
+        printf 'bench_exec\t600\t%s CF_VM_BENCH_ITERATIONS=40 %s/tests/vm/bench.sh %s\n' "$env_prefix" "$repo" "$build"
+    fi
+    cat <<EOF
 hostile_delegated_unit	900	$env_prefix CF_HOSTILE_MODES=warm $repo/tests/vm/layout.sh delegated $t/unit_test_hostile_backend
 hostile_pod	900	$env_prefix CF_HOSTILE_MODES=warm $repo/tests/vm/layout.sh pod $t/unit_test_hostile_backend
 EOF
