@@ -5,8 +5,10 @@
 #   2. deploy/build.sh              <repo>/build (RelWithDebInfo)
 #      deploy/build.sh --sanitize   <repo>/build-asan (ASan + UBSan)
 #   3. deploy/stack.sh up --workers 0   (integration tests start their own workers)
-#   4. ctest -L unit (build), ctest -L integration (build-asan: the release
-#      build when the sanitizer build failed), ctest -L unit (build-asan),
+#   4. ctest -L unit (build), ctest -L integration (build-asan, then the
+#      suites of the sandbox, container and embedded spawn paths again with
+#      build; all of it with build when the sanitizer build failed),
+#      ctest -L unit (build-asan),
 #      tests/harness/check.sh (the function harnesses)
 #   5. tests/image/run.sh: the worker image built with podman, one worker
 #      from it against the stack (before stack down)
@@ -49,7 +51,7 @@ quick=0
 for a in "$@"; do
     case $a in
     --quick) quick=1 ;;
-    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) printf 'run_all: unknown argument %s\n' "$a" >&2; exit 2 ;;
     esac
 done
@@ -171,12 +173,16 @@ if ((build_ok)); then
         run_ctest "unit" build unit
     fi
     if ((!quick)) && [[ -z ${stack_up_failed:-} ]]; then
-        # Once, with ASan/UBSan-built workers, CLI and clients: the same
-        # assertions as the release build's plus memory and UB errors, in
-        # one pass instead of two (the release binaries go through the fleet
-        # in the chaos, image, harness and deployment stages below).
+        # The whole suite once, with ASan/UBSan-built workers, CLI and
+        # clients (memory and UB errors besides the assertions); then, with
+        # the release build, the suites whose paths a sanitizer build does
+        # not take: the runner spawns with vfork and CLONE_VM only without
+        # ASan (backends/core/runner.c), and the chaos stage runs the release
+        # worker only on the process backend.
         if ((asan_ok)); then
             run_ctest "integration (asan)" build-asan integration
+            run_ctest "integration (release spawn paths)" build integration \
+                -R '^it_test_(hostile|hostile_cold|hostile_zygote|hostile_container|container|embed|budget|compiled|stream)$'
         else
             run_ctest "integration" build integration
         fi

@@ -68,7 +68,7 @@ done
 # "A latency p50_ms=1.23 p99_ms=..." -> medians per label and key.
 PYTHONPATH="$REPO/tests/bench${PYTHONPATH:+:$PYTHONPATH}" python3 - "$dir/results" <<'EOF'
 import sys, statistics, collections
-from results import read_results
+from bench_results import read_results
 vals = collections.defaultdict(list)
 for (label, fig, k), xs in read_results(sys.argv[1]).items():
     vals[(fig, k, label)].extend(xs)

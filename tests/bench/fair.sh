@@ -132,7 +132,7 @@ done
 
 PYTHONPATH="$REPO/tests/bench${PYTHONPATH:+:$PYTHONPATH}" python3 - "$dir/results" <<'EOF'
 import sys, statistics, collections
-from results import read_results
+from bench_results import read_results
 vals = collections.defaultdict(list)
 for (label, _figure, k), xs in read_results(sys.argv[1]).items():
     vals[(label, k)].extend(xs)

@@ -1,9 +1,10 @@
 """Read the labelled RESULT lines the fleet benches write.
 
 A bench prints "RESULT figure key=value ..."; the scripts that run it in
-rounds prefix a label ("A latency p50_us=812 p99_us=..."). read_results()
+rounds prefix a label ("A e2e_latency p50_us=812 p99_us=..."). read_results()
 collects every numeric value by (label, figure, key) so a script can take
-medians over its rounds; values that are not numbers are skipped.
+medians over its rounds; a key whose values are not numbers (kind=command)
+gets no entry at all.
 """
 import collections
 
@@ -21,7 +22,8 @@ def read_results(path):
                     continue
                 k, v = kv.split('=', 1)
                 try:
-                    vals[(label, figure, k)].append(float(v))
+                    x = float(v)
                 except ValueError:
-                    pass
+                    continue
+                vals[(label, figure, k)].append(x)
     return vals
