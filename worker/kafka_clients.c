@@ -17,7 +17,7 @@
 /* How often one kind of Kafka problem is explained in the log. */
 #define KAFKA_EXPLAIN_EVERY_US (30 * INT64_C(1000000))
 
-static kafka_problem classify_kafka_error(int err, const char *reason)
+kafka_problem kafka_classify_error(int err, const char *reason, bool joined)
 {
     switch (err) {
     case RD_KAFKA_RESP_ERR__TRANSPORT:
@@ -25,8 +25,13 @@ static kafka_problem classify_kafka_error(int err, const char *reason)
     case RD_KAFKA_RESP_ERR__RESOLVE:
         if (reason && strstr(reason, "SASL authentication"))
             return KP_AUTH;
+        /* librdkafka suspects security.protocol whenever a broker drops the
+         * connection during its first request, which is also what a broker
+         * that is stopping or starting does.  Before the worker has joined
+         * that most likely is its settings; after, the broker took them
+         * once, so it is away, or its listener changed. */
         if (reason && (strstr(reason, "security.protocol") || strstr(reason, "might require SASL")))
-            return KP_PROTOCOL;
+            return joined ? KP_HANDSHAKE : KP_PROTOCOL;
         return KP_UNREACHABLE;
     case RD_KAFKA_RESP_ERR__AUTHENTICATION:
     case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
@@ -53,13 +58,7 @@ void kafka_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         cf_log_error("kafka", "%s: fatal error: %s", rd_kafka_name(rk), buf);
         return;
     }
-    kafka_problem kp = classify_kafka_error(err, reason);
-    /* librdkafka suspects security.protocol whenever a broker drops the
-     * connection during its first request, which is also what a broker
-     * that is being killed or is starting does. A worker that has joined
-     * the group got through with these settings: the broker is away. */
-    if (kp == KP_PROTOCOL && atomic_load(&w->kafka_joined))
-        kp = KP_UNREACHABLE;
+    kafka_problem kp = kafka_classify_error(err, reason, atomic_load(&w->kafka_joined));
     if (kp == KP_NONE) {
         cf_log_warn("kafka", "%s: %s: %s", rd_kafka_name(rk), rd_kafka_err2name(err), reason);
         return;
@@ -98,6 +97,14 @@ void kafka_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
                      "the Kafka broker at %s closed the connection as if it expects SASL or TLS (%.200s): check "
                      "kafka.security.protocol and kafka.sasl.* in the worker's --config",
                      c->brokers, reason);
+        break;
+    case KP_HANDSHAKE:
+        cf_log_error("kafka",
+                     "the Kafka broker at %s dropped the connection during its handshake (%s): it is restarting or "
+                     "away, and the worker retries and loses nothing meanwhile; if it stays so while the broker is "
+                     "up, its listener's security settings changed since this worker joined: check "
+                     "kafka.security.protocol and kafka.sasl.* in the worker's --config",
+                     c->brokers, rd_kafka_err2str(err));
         break;
     case KP_ACL:
         cf_log_error("kafka",

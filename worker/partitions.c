@@ -411,8 +411,8 @@ void partitions_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_t
     cf_worker *w = opaque;
     bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        cf_log_info("kafka", "assigned %d partition(s)", parts->cnt);
         atomic_store(&w->kafka_joined, true);
+        cf_log_info("kafka", "assigned %d partition(s)", parts->cnt);
         partitions_assigned(w, parts);
         cf_observe_assigned(w->obs, true);
         rd_kafka_error_t *e = NULL;

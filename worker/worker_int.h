@@ -111,6 +111,7 @@ typedef enum kafka_problem {
     KP_ACL,
     KP_TOPIC,
     KP_PROTOCOL,
+    KP_HANDSHAKE, /* a handshake dropped after the worker had joined: the broker is away, or changed */
     KP__COUNT,
 } kafka_problem;
 
@@ -301,6 +302,9 @@ void consumers_destroy(cf_worker *w);
 
 /* kafka_clients.c */
 void kafka_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque);
+/* What a librdkafka error says to an operator; joined: the worker has been
+ * assigned partitions (so the broker once took its settings). */
+kafka_problem kafka_classify_error(int err, const char *reason, bool joined);
 void kafka_on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf);
 int kafka_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque);
 int kafka_conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, cf_error *err);

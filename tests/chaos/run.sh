@@ -167,10 +167,11 @@ echo "logs                 $dir"
 # with its settings, so blaming them (librdkafka's security.protocol hint
 # when a broker drops a connection mid-handshake) sends an operator the
 # wrong way.
-misled=$(cat "$dir"/w*.log | awk '
+read -r misled handshakes < <(cat "$dir"/w*.log | awk '
     match($0, /codefleet-worker\[[0-9]+\]/) { pid = substr($0, RSTART, RLENGTH) }
     /kafka: assigned / { joined[pid] = 1 }
     /expects SASL or TLS/ && joined[pid] { n++ }
-    END { print n + 0 }')
-echo "misleading lines     $misled (a joined worker blaming its settings)"
+    /dropped the connection during its handshake/ { h++ }
+    END { print n + 0, h + 0 }')
+echo "misleading lines     $misled (a joined worker blaming its settings; $handshakes said the broker was away)"
 grep -q '^verdict *PASS' "$dir/report" && ((misled == 0))
