@@ -136,6 +136,21 @@ void cf_format_duration(int64_t us, char *buf, size_t cap)
         snprintf(buf, cap, "%.2fs", (double)us / 1e6);
 }
 
+void cf_format_size(int64_t bytes, char *buf, size_t cap)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%lld B", (long long)bytes);
+    else
+        snprintf(buf, cap, "%.1f %s", v, units[u]);
+}
+
 size_t cf_strlcpy(char *dst, const char *src, size_t cap)
 {
     size_t n = strlen(src);

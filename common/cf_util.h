@@ -29,6 +29,8 @@ int cf_parse_bool(const char *s, bool *out, const char *what, cf_error *err);
 
 /* Formats a duration in microseconds for humans ("1.25s", "830us"). */
 void cf_format_duration(int64_t us, char *buf, size_t cap);
+/* Formats a size in bytes for humans ("512 B", "1.5 KiB", "3.0 GiB"). */
+void cf_format_size(int64_t bytes, char *buf, size_t cap);
 
 /* Hostile text going into a message (a rejection reason, a log line):
  * printable ASCII, non-printable bytes as '?', at most ~80 bytes then

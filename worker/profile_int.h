@@ -59,6 +59,8 @@ typedef struct cf_profile {
     char *images;                /* container images a request may name: comma list or "*" */
     int64_t weight;              /* share of the slots against other profiles with work */
     int64_t max_slots;           /* most slots held at once (0: auto, see profile.c) */
+    int64_t max_stored_results;  /* results kept for replay at once (0: no cap) */
+    int64_t max_stored_result_bytes; /* their bytes (0: no cap) */
 
     /* Derived at load (owned). */
     char name[CF_PROFILE_NAME_MAX + 1];

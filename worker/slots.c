@@ -412,6 +412,51 @@ static int stored_copy(cf_result *res, const cf_bytes *published, size_t max, cf
     return 0;
 }
 
+/* A tenant's share of the idempotency store (issue 30): a result over its
+ * profile's quota is published all the same, with a warning that it was
+ * not kept (res gets it and is encoded again); other tenants' results are
+ * kept as before.  Charged the size the stored copy will have at most.
+ * False when the result is not to be stored. */
+static bool result_within_quota(cf_worker *w, cf_wstate *st, job *j, cf_result *res)
+{
+    const cf_profile *p = j->profile;
+    cf_quota q = {.max_bytes = p->max_stored_result_bytes, .max_count = p->max_stored_results};
+    if (!q.max_bytes && !q.max_count)
+        return true;
+    size_t max = (size_t)w->cfg->idempotency_max_result_bytes;
+    int64_t bytes = (int64_t)(j->out.value.len < max ? j->out.value.len : max);
+    bool charged = false;
+    cf_quota_usage used = {0};
+    cf_error err;
+    cf_error_clear(&err);
+    char msg[512];
+    if (cf_wstate_quota_charge(st, "results", p->name, w->cfg->idempotency_ttl_us / 1000, &q, bytes, &charged,
+                               &used, &err) < 0) {
+        /* Not kept rather than kept past the quota unchecked. */
+        cf_observe_redis_error(w->obs);
+        snprintf(msg, sizeof(msg), "not kept for replay: the profile's quota could not be checked (%.300s); a redelivery "
+                 "of this request runs it again", err.msg);
+    } else if (charged) {
+        return true;
+    } else {
+        char held[32], cap[32];
+        cf_format_size(used.bytes, held, sizeof(held));
+        if (q.max_bytes)
+            cf_format_size(q.max_bytes, cap, sizeof(cap));
+        else
+            snprintf(cap, sizeof(cap), "no cap");
+        snprintf(msg, sizeof(msg),
+                 "not kept for replay: profile '%s' keeps %" PRId64 " results (%s) in Redis, its quota is "
+                 "max-stored-results %" PRId64 " and max-stored-result-bytes %s; a redelivery of this request runs "
+                 "it again", p->name, used.count, held, q.max_count, cap);
+    }
+    cf_log_info(LOG_SUB, "request %s: result %s", j->req.id, msg);
+    result_add_warning(res, msg);
+    if (delivery_set_result(w, j, res) < 0) /* the one without the warning stays */
+        cf_log_warn(LOG_SUB, "request %s: no memory to add the quota warning", j->req.id);
+    return false;
+}
+
 void slots_run_job(cf_pool_job *pj, int slot, void *arg)
 {
     cf_worker *w = arg;
@@ -502,7 +547,7 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
         /* Stored before it is published: a crash between the two replays
          * it on redelivery instead of running it again. */
         cf_bytes copy = {0};
-        bool store = replayable(&res) &&
+        bool store = replayable(&res) && result_within_quota(w, st, j, &res) &&
                      stored_copy(&res, &j->out.value, (size_t)w->cfg->idempotency_max_result_bytes, &copy) == 0 &&
                      copy.len > 0;
         int rc = store ? cf_wstate_store_result(st, j->profile->name, j->req.id, j->digest, j->token, &copy,

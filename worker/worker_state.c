@@ -1079,6 +1079,17 @@ int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, con
     return eval_retrying(st, &store_script, 2, keys, 4, args, lens, NULL, err);
 }
 
+int cf_wstate_quota_charge(cf_wstate *st, const char *kind, const char *scope, int64_t ttl_ms, const cf_quota *q,
+                           int64_t bytes, bool *charged, cf_quota_usage *used, cf_error *err)
+{
+    retry r;
+    retry_init(st, &r);
+    while (cf_quota_charge(st->r, kind, scope, ttl_ms, cf_now_us() / 1000, q, bytes, charged, used, err) < 0)
+        if (!retry_again(st, &r, err))
+            return -1;
+    return 0;
+}
+
 int cf_wstate_lease_release(cf_wstate *st, const char *scope, const char *id, const char *digest,
                             const char *token, cf_error *err)
 {

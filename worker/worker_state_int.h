@@ -29,6 +29,7 @@
 #include "cf_backend.h"
 #include "cf_checkpoint.h"
 #include "cf_error.h"
+#include "cf_quota.h"
 #include "cf_schema.h"
 #include "cf_worker.h"
 #include "cf_workspace.h"
@@ -184,6 +185,13 @@ int cf_wstate_lease_renew(cf_wstate *st, const char *scope, const char *id, cons
  * budget. */
 int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
                            const cf_bytes *result, int64_t ttl_ms, cf_error *err);
+
+/* Charges `bytes` and one item to scope's quota of kind (cf_quota.h), for
+ * things that live ttl_ms from now: *charged false, nothing charged, when
+ * they do not fit; *used what scope held before.  Retries within the
+ * budget. */
+int cf_wstate_quota_charge(cf_wstate *st, const char *kind, const char *scope, int64_t ttl_ms, const cf_quota *q,
+                           int64_t bytes, bool *charged, cf_quota_usage *used, cf_error *err);
 
 /* Releases our lease without storing (a run stopped, or an answer not to
  * be replayed).  Retries within the budget. */

@@ -1384,21 +1384,6 @@ void cf_cli_format_progress(const cf_cli_batch_stats *s, char *buf, size_t cap)
 /* ---------------------------------------------------------------------------
  * Result output.
  */
-void cf_cli_format_size(int64_t bytes, char *buf, size_t cap)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, cap, "%" PRId64 " B", bytes);
-    else
-        snprintf(buf, cap, "%.1f %s", v, units[u]);
-}
-
 /* The program's output is hostile: a terminal gets it through
  * cf_sanitize_text (no escape sequences, C1 controls or bidi overrides);
  * a pipe or file gets the bytes. */
@@ -1514,7 +1499,7 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
     fputc('\n', out);
     cf_format_duration(res->wall_time_us, a, sizeof(a));
     cf_format_duration(res->cpu_time_us, b, sizeof(b));
-    cf_cli_format_size(res->peak_memory_bytes, c, sizeof(c));
+    cf_format_size(res->peak_memory_bytes, c, sizeof(c));
     /* A build that failed ran nothing: its own time is on the compile line. */
     if (res->status != CF_STATUS_COMPILE_FAILED)
         fprintf(out, "time:     wall %s, cpu %s, peak memory %s\n", a, b, c);
@@ -1556,7 +1541,7 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
         print_cases(out, res);
     for (size_t i = 0; i < res->n_files; i++) {
         char sz[32], shown[200];
-        cf_cli_format_size(res->files[i].size, sz, sizeof(sz));
+        cf_format_size(res->files[i].size, sz, sizeof(sz));
         cf_printable(res->files[i].path, strlen(res->files[i].path), shown, sizeof(shown));
         fprintf(out, "file:     %s (%s%s)\n", shown, sz, res->files[i].truncated ? ", truncated" : "");
     }

@@ -225,7 +225,5 @@ void cf_cli_format_progress(const cf_cli_batch_stats *s, char *buf, size_t cap);
 void cf_cli_print_result(FILE *out, const cf_result *res);
 int cf_cli_print_result_json(FILE *out, const cf_result *res, cf_error *err);
 void cf_cli_format_result_line(const cf_result *res, char *buf, size_t cap);
-/* "1.5 KiB", "12 MiB". */
-void cf_cli_format_size(int64_t bytes, char *buf, size_t cap);
 
 #endif

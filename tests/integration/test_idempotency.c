@@ -2,7 +2,8 @@
  * Redis, real workers): a resubmitted request is answered from the store
  * without running again, a reused id with another body is refused, two
  * deliveries of one id never run side by side, and a run killed with its
- * worker is redelivered as attempt 2. */
+ * worker is redelivered as attempt 2; a tenant's stored results are held
+ * to its profile's quota. */
 #include "it_support.h"
 
 #include <signal.h>
@@ -266,6 +267,152 @@ static void redis_down_is_said_to_the_sender(void **state)
     assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
 }
 
+/* A tenant's stored results are held to its profile's quota (issue 30,
+ * part 4): past max-stored-results, or max-stored-result-bytes, a result
+ * is answered all the same, with a warning that it was not kept, and a
+ * resubmission runs again; what was kept before is still replayed, and
+ * another profile's results on the same worker are kept and replayed. */
+static const char *quota_warning(const cf_result *res)
+{
+    for (size_t i = 0; i < res->n_diagnostics; i++)
+        if (res->diagnostics[i].message && strstr(res->diagnostics[i].message, "not kept for replay"))
+            return res->diagnostics[i].message;
+    return NULL;
+}
+
+typedef struct quota_fx {
+    it_topics t;
+    it_worker w;
+    char by_count[64], by_bytes[64];            /* profile names, unique per run */
+    char count_topic[90], bytes_topic[90];
+} quota_fx;
+
+static cf_dispatcher *dispatcher_on(const quota_fx *f, const char *topic)
+{
+    it_topics tt = f->t;
+    snprintf(tt.requests, sizeof(tt.requests), "%s", topic);
+    return it_dispatcher_new(&tt);
+}
+
+/* Submits code under id on d and waits for its answer. */
+static void run_id(cf_dispatcher *d, const it_worker *w, const char *id, const char *code, cf_result *res)
+{
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, code);
+    free(req.id);
+    req.id = strdup(id);
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_dispatcher_submit(d, &req, &err) < 0)
+        fail_msg("submit %s: %s", id, err.msg);
+    memset(res, 0, sizeof(*res));
+    wait_result(d, id, w, res);
+    cf_request_clear(&req);
+    if (res->status != CF_STATUS_SUCCESS) {
+        it_worker_dump_log(w);
+        fail_msg("%s: %s (%s)", id, cf_status_name(res->status), res->reason ? res->reason : "");
+    }
+}
+
+static void results_are_kept_within_the_tenants_quota(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    quota_fx *f = calloc(1, sizeof(*f));
+    it_topics_create(&f->t, "idem-quota", 1);
+    it_unique_name("quota-n", f->by_count, sizeof(f->by_count));
+    it_unique_name("quota-b", f->by_bytes, sizeof(f->by_bytes));
+    snprintf(f->count_topic, sizeof(f->count_topic), "%s.req", f->by_count);
+    snprintf(f->bytes_topic, sizeof(f->bytes_topic), "%s.req", f->by_bytes);
+    char c1[110], c2[110];
+    snprintf(c1, sizeof(c1), "%s.cancel", f->count_topic);
+    snprintf(c2, sizeof(c2), "%s.cancel", f->bytes_topic);
+    const char *more[] = {f->count_topic, f->bytes_topic, c1, c2};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), more, 4, 1, -1, 30 * SEC, &err) < 0)
+        fail_msg("creating topics: %s", err.msg);
+    static char a_redis[300], a[8][200];
+    snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
+    snprintf(a[0], sizeof(a[0]), "--profile.%s.topic=%s", f->by_count, f->count_topic);
+    snprintf(a[1], sizeof(a[1]), "--profile.%s.backends=process", f->by_count);
+    snprintf(a[2], sizeof(a[2]), "--profile.%s.max-stored-results=2", f->by_count);
+    snprintf(a[3], sizeof(a[3]), "--profile.%s.topic=%s", f->by_bytes, f->bytes_topic);
+    snprintf(a[4], sizeof(a[4]), "--profile.%s.backends=process", f->by_bytes);
+    snprintf(a[5], sizeof(a[5]), "--profile.%s.max-stored-result-bytes=6KiB", f->by_bytes);
+    /* The process backend isolates no network: the profiles must allow it. */
+    snprintf(a[6], sizeof(a[6]), "--profile.%s.network=enabled", f->by_count);
+    snprintf(a[7], sizeof(a[7]), "--profile.%s.network=enabled", f->by_bytes);
+    const char *extra[] = {a_redis, "--slots=2", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], NULL};
+    it_worker_start(&f->w, &f->t, "idem-quota-w", extra);
+    if (!it_worker_wait_log(&f->w, "reading cancels from", 60000)) {
+        it_worker_dump_log(&f->w);
+        fail_msg("the worker did not start");
+    }
+    cf_dispatcher *dn = dispatcher_on(f, f->count_topic), *db = dispatcher_on(f, f->bytes_topic);
+    cf_dispatcher *dd = it_dispatcher_new(&f->t); /* the default profile, no quota set */
+    const char *uuid = "cat /proc/sys/kernel/random/uuid";
+    char ids[4][80];
+    for (int i = 0; i < 4; i++) {
+        it_unique_name("quota-id", ids[i], sizeof(ids[i]));
+    }
+
+    /* By count: two kept, the third answered with the warning. */
+    cf_result r[3], again = {0};
+    for (int i = 0; i < 3; i++)
+        run_id(dn, &f->w, ids[i], uuid, &r[i]);
+    assert_null(quota_warning(&r[0]));
+    assert_null(quota_warning(&r[1]));
+    const char *why = quota_warning(&r[2]);
+    if (!why || !strstr(why, f->by_count) || !strstr(why, "keeps 2 results") ||
+        !strstr(why, "max-stored-results 2"))
+        fail_msg("third result: warning '%s'", why ? why : "(none)");
+    /* What was kept is replayed; what was not runs again. */
+    run_id(dn, &f->w, ids[0], uuid, &again);
+    assert_true(again.meta.replay);
+    assert_true(same_stdout(&r[0], &again));
+    cf_result_clear(&again);
+    run_id(dn, &f->w, ids[2], uuid, &again);
+    assert_false(again.meta.replay);
+    assert_false(same_stdout(&r[2], &again));
+    assert_non_null(quota_warning(&again));
+    cf_result_clear(&again);
+
+    /* Another profile on the same worker is untouched. */
+    cf_result other = {0};
+    run_id(dd, &f->w, ids[3], uuid, &other);
+    assert_null(quota_warning(&other));
+    run_id(dd, &f->w, ids[3], uuid, &again);
+    assert_true(again.meta.replay);
+    assert_true(same_stdout(&other, &again));
+    cf_result_clear(&again);
+    cf_result_clear(&other);
+
+    /* By bytes: a 3 KiB output fits the 6 KiB quota once, not twice. */
+    const char *big = "cat /proc/sys/kernel/random/uuid; head -c 3072 /dev/zero | tr '\\0' a";
+    cf_result b1 = {0}, b2 = {0};
+    char bid[2][80];
+    it_unique_name("quota-big", bid[0], sizeof(bid[0]));
+    it_unique_name("quota-big", bid[1], sizeof(bid[1]));
+    run_id(db, &f->w, bid[0], big, &b1);
+    assert_null(quota_warning(&b1));
+    run_id(db, &f->w, bid[1], big, &b2);
+    why = quota_warning(&b2);
+    if (!why || !strstr(why, f->by_bytes) || !strstr(why, "max-stored-result-bytes 6.0 KiB"))
+        fail_msg("second big result: warning '%s'", why ? why : "(none)");
+    assert_true(b2.stdout_data.len > 3072); /* answered whole all the same */
+
+    for (int i = 0; i < 3; i++)
+        cf_result_clear(&r[i]);
+    cf_result_clear(&b1);
+    cf_result_clear(&b2);
+    cf_dispatcher_destroy(dn);
+    cf_dispatcher_destroy(db);
+    cf_dispatcher_destroy(dd);
+    assert_true(it_worker_stop(&f->w, SIGTERM, 30000) >= 0);
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +421,7 @@ int main(void)
         cmocka_unit_test(concurrent_duplicates_run_once),
         cmocka_unit_test(killed_run_is_redelivered_as_attempt_two),
         cmocka_unit_test(redis_down_is_said_to_the_sender),
+        cmocka_unit_test(results_are_kept_within_the_tenants_quota),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -761,11 +761,11 @@ static void test_result_output(void **state)
     cf_result_clear(&r);
 
     char sz[32];
-    cf_cli_format_size(512, sz, sizeof(sz));
+    cf_format_size(512, sz, sizeof(sz));
     assert_string_equal(sz, "512 B");
-    cf_cli_format_size(1536, sz, sizeof(sz));
+    cf_format_size(1536, sz, sizeof(sz));
     assert_string_equal(sz, "1.5 KiB");
-    cf_cli_format_size(INT64_C(3) << 30, sz, sizeof(sz));
+    cf_format_size(INT64_C(3) << 30, sz, sizeof(sz));
     assert_string_equal(sz, "3.0 GiB");
 }
 

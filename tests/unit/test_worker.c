@@ -18,6 +18,7 @@
 #include "cf_util.h"
 #include "cf_worker.h"
 #include "redis_test_server.h"
+#include "worker_int.h"
 #include "worker_state_int.h"
 #include "exec_pool_int.h"
 #include "offset_tracker_int.h"
@@ -913,6 +914,85 @@ static void *relaunch_later(void *arg)
 
 /* One run per id: the lease, the stored result replayed, a reused id
  * refused, tenants apart. */
+/* librdkafka's security.protocol hint comes with every connection a broker
+ * drops during its handshake: before the worker has joined it is most
+ * likely its settings; after, the broker is away (or its listener changed),
+ * and the log must say that rather than blame the settings alone. */
+static void kafka_errors_read_as_what_they_are(void **state)
+{
+    (void)state;
+    const char *hint = "sasl_plaintext://127.0.0.1:19092/1: Disconnected while requesting ApiVersion: might be caused "
+                       "by incorrect security.protocol configuration (connecting to a SSL listener?) or broker "
+                       "version is < 0.10 (see api.version.request)";
+    assert_int_equal(kafka_classify_error(RD_KAFKA_RESP_ERR__TRANSPORT, hint, false), KP_PROTOCOL);
+    assert_int_equal(kafka_classify_error(RD_KAFKA_RESP_ERR__TRANSPORT, hint, true), KP_HANDSHAKE);
+    const char *refused = "127.0.0.1:19092/bootstrap: Connect to ipv4#127.0.0.1:19092 failed: Connection refused";
+    assert_int_equal(kafka_classify_error(RD_KAFKA_RESP_ERR__TRANSPORT, refused, false), KP_UNREACHABLE);
+    assert_int_equal(kafka_classify_error(RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN, "1/1 brokers are down", true),
+                     KP_UNREACHABLE);
+    const char *auth = "SASL authentication error: Authentication failed: Invalid username or password";
+    assert_int_equal(kafka_classify_error(RD_KAFKA_RESP_ERR__TRANSPORT, auth, true), KP_AUTH);
+    assert_int_equal(kafka_classify_error(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, "x", false), KP_ACL);
+    assert_int_equal(kafka_classify_error(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, "x", true), KP_NONE);
+}
+
+/* The quota ledger (cf_quota.h) on a real Redis, its clock driven by hand:
+ * a charge that does not fit changes nothing, scopes and kinds are apart,
+ * and what was charged stops counting once everything charged with it has
+ * expired (ttl plus at most one bucket). */
+static void state_quota_ledger(void **state)
+{
+    rfix *f = *state;
+    const int64_t ttl = 24 * 3600 * 1000LL, width = ttl / CF_QUOTA_BUCKETS;
+    const int64_t t0 = 1800000000000LL; /* a fixed wall-clock time, ms */
+    cf_quota q = {.max_bytes = 1000, .max_count = 3};
+    cf_quota_usage u;
+    bool charged = false;
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0, &q, 400, &charged, &u, NULL), 0);
+    assert_true(charged);
+    assert_int_equal(u.bytes, 0);
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0 + width, &q, 400, &charged, &u, NULL), 0);
+    assert_true(charged);
+    assert_int_equal(u.bytes, 400);
+    assert_int_equal(u.count, 1);
+    /* 800 + 300 > 1000: refused, nothing charged. */
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0 + width, &q, 300, &charged, &u, NULL), 0);
+    assert_false(charged);
+    assert_int_equal(u.bytes, 800);
+    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", ttl, t0 + width, &u, NULL), 0);
+    assert_int_equal(u.bytes, 800);
+    assert_int_equal(u.count, 2);
+    /* By count: a third small one fits, a fourth does not. */
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0 + width, &q, 10, &charged, &u, NULL), 0);
+    assert_true(charged);
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0 + width, &q, 10, &charged, &u, NULL), 0);
+    assert_false(charged);
+    assert_int_equal(u.count, 3);
+    /* Another scope, another kind: untouched. */
+    assert_int_equal(cf_quota_charge(f->r, "results", "b", ttl, t0 + width, &q, 900, &charged, &u, NULL), 0);
+    assert_true(charged);
+    assert_int_equal(u.bytes, 0);
+    assert_int_equal(cf_quota_usage_get(f->r, "checkpoints", "a", ttl, t0 + width, &u, NULL), 0);
+    assert_int_equal(u.bytes, 0);
+    /* Just under ttl after the first charge it still counts; a bucket after
+     * its ttl it does not, while the later ones still do. */
+    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", ttl, t0 + ttl - 1, &u, NULL), 0);
+    assert_int_equal(u.bytes, 810);
+    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", ttl, t0 + ttl + width, &u, NULL), 0);
+    assert_int_equal(u.bytes, 410);
+    assert_int_equal(u.count, 2);
+    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", ttl, t0 + ttl + 2 * width, &u, NULL), 0);
+    assert_int_equal(u.bytes, 0);
+    /* No cap: always charged. */
+    cf_quota none = {0};
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0, &none, 1 << 20, &charged, &u, NULL), 0);
+    assert_true(charged);
+    /* Nonsense is refused, not charged. */
+    cf_error err;
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", 0, t0, &q, 1, &charged, &u, &err), -1);
+    assert_false(charged);
+}
+
 static void state_idempotency(void **state)
 {
     rfix *f = *state;
@@ -1427,6 +1507,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(state_workspace_read_only, rfix_setup, rfix_teardown),
         cmocka_unit_test_setup_teardown(state_checkpoints_through_runs, rfix_setup, rfix_teardown),
         cmocka_unit_test_setup_teardown(state_idempotency, rfix_setup, rfix_teardown),
+        cmocka_unit_test_setup_teardown(state_quota_ledger, rfix_setup, rfix_teardown),
+        cmocka_unit_test(kafka_errors_read_as_what_they_are),
         cmocka_unit_test_setup_teardown(state_attempts_and_outage, rfix_setup, rfix_teardown),
     };
     return cmocka_run_group_tests_name("worker", tests, NULL, NULL);
