@@ -203,8 +203,16 @@ static void test_metrics_scraped_by_real_consumers(void **state)
     cf_result_clear(&res);
     cf_request_clear(&req);
 
+    /* A request is counted when the broker acknowledges its answer, which
+     * the client can see first: wait until all four are counted. */
     char *text = NULL;
-    assert_int_equal(http("GET", port, "/metrics", &text), 200);
+    for (int64_t until = cf_mono_us() + 60 * 1000000LL;; usleep(100000)) {
+        free(text);
+        text = NULL;
+        assert_int_equal(http("GET", port, "/metrics", &text), 200);
+        if (sample(text, "codefleet_results_produced_total") >= 4 || cf_mono_us() >= until)
+            break;
+    }
     assert_true(sample(text, "codefleet_requests_total{status=\"success\",backend=\"process\",language=\"python\"}") == 2);
     assert_true(sample(text, "codefleet_requests_total{status=\"failed\",backend=\"process\",language=\"shell\"}") == 1);
     assert_true(sample(text, "codefleet_requests_total{status=\"rejected\",backend=\"none\",language=\"python\"}") == 1);

@@ -325,7 +325,10 @@ static void test_limits(void **state)
     assert_int_equal(run(f, 0, &req, &res), 0);
     assert_int_equal(res.status, CF_STATUS_TIMEOUT);
     assert_non_null(strstr(res.reason, "cpu time"));
-    assert_true(res.cpu_time_us >= 900000);
+    /* rusage can read well below what RLIMIT_CPU enforced on a loaded
+     * machine (seen: 10 %+ under stress-ng); the worker takes any kill past
+     * half the limit as the CPU limit (backends/core/exec.c map_outcome). */
+    assert_true(res.cpu_time_us >= 500000);
     cf_result_clear(&res);
     cf_request_clear(&req);
 
