@@ -5,83 +5,136 @@
 #include <stdio.h>
 #include <string.h>
 
-#define NKEYS (CF_QUOTA_BUCKETS + 1) /* the current bucket and the ones before it that may hold live things */
 #define KEY_MAX 320
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define CLEAN_MAX "1000" /* expired slots dropped per call: bounds a call's time */
 
-/* KEYS: the buckets, oldest first, the current one last.  ARGV: 1 bytes,
- * 2 max bytes (0: none), 3 max items (0: none), 4 when the current bucket
- * expires (unix ms), 5 "charge" or "read".  Returns {charged, bytes held,
- * items held}, what was held before any charge. */
+/* KEYS: 1 the totals and per-slot hash, 2 the slots by their end (zset).
+ * ARGV: 1 mode (charge, refund, read), 2 bytes, 3 max bytes, 4 max items,
+ * 5 ttl ms, 6 short ttl ms, 7 grace percent, 8 slot (refund).
+ * Returns {ttl kept (ms, 0 none), slot, bytes held, items held}. */
+/* (Negations are written 0 - x: Lua's -0 reaches Redis as "-0", which
+ * HINCRBY refuses as not an integer.) */
 static const cf_redis_script quota_script = {
     "quota",
-    "local b, n = 0, 0\n"
-    "for i = 1, #KEYS do\n"
-    "  local v = redis.call('HMGET', KEYS[i], 'bytes', 'count')\n"
-    "  b = b + (tonumber(v[1]) or 0)\n"
-    "  n = n + (tonumber(v[2]) or 0)\n"
+    "local G = " STR(CF_QUOTA_SLOT_MS) "\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, " CLEAN_MAX ")\n"
+    "for _, s in ipairs(old) do\n"
+    "  local v = redis.call('HMGET', KEYS[1], 'b:' .. s, 'n:' .. s)\n"
+    "  redis.call('HINCRBY', KEYS[1], 'bytes', 0 - (tonumber(v[1]) or 0))\n"
+    "  redis.call('HINCRBY', KEYS[1], 'count', 0 - (tonumber(v[2]) or 0))\n"
+    "  redis.call('HDEL', KEYS[1], 'b:' .. s, 'n:' .. s)\n"
+    "  redis.call('ZREM', KEYS[2], s)\n"
     "end\n"
-    "if ARGV[5] ~= 'charge' then return {0, b, n} end\n"
-    "local add, maxb, maxn = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
-    "if (maxb > 0 and b + add > maxb) or (maxn > 0 and n + 1 > maxn) then return {0, b, n} end\n"
-    "local k = KEYS[#KEYS]\n"
-    "redis.call('HINCRBY', k, 'bytes', add)\n"
-    "redis.call('HINCRBY', k, 'count', 1)\n"
-    "redis.call('PEXPIREAT', k, ARGV[4])\n"
-    "return {1, b, n}\n",
+    "local b = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')\n"
+    "local n = tonumber(redis.call('HGET', KEYS[1], 'count') or '0')\n"
+    "local add = tonumber(ARGV[2])\n"
+    "if ARGV[1] == 'read' then return {0, 0, b, n} end\n"
+    "if ARGV[1] == 'refund' then\n"
+    "  local s = ARGV[8]\n"
+    "  if redis.call('ZSCORE', KEYS[2], s) then\n"
+    "    local v = redis.call('HMGET', KEYS[1], 'b:' .. s, 'n:' .. s)\n"
+    "    local rb = math.min(add, tonumber(v[1]) or 0)\n"
+    "    local rn = math.min(1, tonumber(v[2]) or 0)\n"
+    "    redis.call('HINCRBY', KEYS[1], 'b:' .. s, 0 - rb)\n"
+    "    redis.call('HINCRBY', KEYS[1], 'n:' .. s, 0 - rn)\n"
+    "    redis.call('HINCRBY', KEYS[1], 'bytes', 0 - rb)\n"
+    "    redis.call('HINCRBY', KEYS[1], 'count', 0 - rn)\n"
+    "  end\n"
+    "  return {0, 0, b, n}\n"
+    "end\n"
+    "local maxb, maxn = tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "local ttl = tonumber(ARGV[5])\n"
+    "local function fits(scale)\n"
+    "  return (maxb == 0 or b + add <= maxb * scale) and (maxn == 0 or n + 1 <= maxn * scale)\n"
+    "end\n"
+    "if not fits(1) then\n"
+    "  ttl = tonumber(ARGV[6])\n"
+    "  if ttl <= 0 or not fits(1 + tonumber(ARGV[7]) / 100) then return {0, 0, b, n} end\n"
+    "end\n"
+    "local s = math.ceil((now + ttl) / G)\n"
+    "redis.call('HINCRBY', KEYS[1], 'b:' .. s, ARGV[2])\n"
+    "redis.call('HINCRBY', KEYS[1], 'n:' .. s, 1)\n"
+    "redis.call('HINCRBY', KEYS[1], 'bytes', ARGV[2])\n"
+    "redis.call('HINCRBY', KEYS[1], 'count', 1)\n"
+    "redis.call('ZADD', KEYS[2], s * G, s)\n"
+    /* Both keys outlive their last slot by a slot, then vanish: an idle
+     * profile leaves nothing behind. */
+    "local keep = s * G - now + G\n"
+    "for i = 1, 2 do\n"
+    "  if redis.call('PTTL', KEYS[i]) < keep then redis.call('PEXPIRE', KEYS[i], keep) end\n"
+    "end\n"
+    "return {ttl, s, b, n}\n",
 };
 
-static int quota_eval(cf_redis *r, const char *kind, const char *scope, int64_t ttl_ms, int64_t now_ms,
-                      const cf_quota *q, int64_t bytes, bool charge, bool *charged, cf_quota_usage *used,
-                      cf_error *err)
+typedef struct quota_keys {
+    char totals[KEY_MAX];
+    char slots[KEY_MAX];
+} quota_keys;
+
+static int keys_init(quota_keys *k, const char *kind, const char *scope, cf_error *err)
 {
-    if (charged)
-        *charged = false;
-    memset(used, 0, sizeof(*used));
-    if (ttl_ms <= 0 || now_ms <= 0 || bytes < 0)
-        return cf_error_set(err, CF_E_INVALID, "quota %s: ttl, time and size must be positive", kind);
-    /* The width is part of the key: buckets of another ttl (the operator
-     * changed it) count times of their own, not these. */
-    int64_t width = (ttl_ms + CF_QUOTA_BUCKETS - 1) / CF_QUOTA_BUCKETS;
-    int64_t now_bucket = now_ms / width;
-    char keys_store[NKEYS][KEY_MAX];
-    const char *keys[NKEYS];
-    for (int i = 0; i < NKEYS; i++) {
-        int64_t bucket = now_bucket - CF_QUOTA_BUCKETS + i;
-        int n = snprintf(keys_store[i], KEY_MAX, "cf:quota:{%s/%s}:%" PRId64 ":%" PRId64, kind, scope, width,
-                         bucket);
-        if (n < 0 || n >= KEY_MAX)
-            return cf_error_set(err, CF_E_INVALID, "quota %s: scope name too long", kind);
-        keys[i] = keys_store[i];
-    }
-    char a_bytes[24], a_maxb[24], a_maxn[24], a_expire[24];
-    snprintf(a_bytes, sizeof(a_bytes), "%" PRId64, bytes);
-    snprintf(a_maxb, sizeof(a_maxb), "%" PRId64, q ? q->max_bytes : 0);
-    snprintf(a_maxn, sizeof(a_maxn), "%" PRId64, q ? q->max_count : 0);
-    snprintf(a_expire, sizeof(a_expire), "%" PRId64, (now_bucket + 1) * width + ttl_ms);
-    const char *args[5] = {a_bytes, a_maxb, a_maxn, a_expire, charge ? "charge" : "read"};
+    int a = snprintf(k->totals, KEY_MAX, "cf:quota:{%s/%s}", kind, scope);
+    int b = snprintf(k->slots, KEY_MAX, "cf:quota:{%s/%s}:slots", kind, scope);
+    if (a < 0 || a >= KEY_MAX || b < 0 || b >= KEY_MAX)
+        return cf_error_set(err, CF_E_INVALID, "quota %s: scope name too long", kind);
+    return 0;
+}
+
+static int quota_eval(cf_redis *r, const char *kind, const char *scope, const char *mode, const cf_quota *q,
+                      int64_t ttl_ms, int64_t bytes, int64_t slot, cf_quota_outcome *out, cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (bytes < 0 || (strcmp(mode, "charge") == 0 && ttl_ms <= 0))
+        return cf_error_set(err, CF_E_INVALID, "quota %s: size and ttl must be positive", kind);
+    quota_keys k;
+    if (keys_init(&k, kind, scope, err) < 0)
+        return -1;
+    const char *keys[2] = {k.totals, k.slots};
+    char a[7][24];
+    snprintf(a[0], sizeof(a[0]), "%" PRId64, bytes);
+    snprintf(a[1], sizeof(a[1]), "%" PRId64, q ? q->max_bytes : 0);
+    snprintf(a[2], sizeof(a[2]), "%" PRId64, q ? q->max_count : 0);
+    snprintf(a[3], sizeof(a[3]), "%" PRId64, ttl_ms);
+    snprintf(a[4], sizeof(a[4]), "%" PRId64, q ? q->short_ttl_ms : 0);
+    snprintf(a[5], sizeof(a[5]), "%" PRId64, q ? q->grace_percent : 0);
+    snprintf(a[6], sizeof(a[6]), "%" PRId64, slot);
+    const char *args[8] = {mode, a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
     redisReply *rep = NULL;
-    if (cf_redis_eval(r, &quota_script, NKEYS, keys, NULL, 5, args, NULL, &rep, err) < 0)
+    if (cf_redis_eval(r, &quota_script, 2, keys, NULL, 8, args, NULL, &rep, err) < 0)
         return -1;
     int rc = 0;
-    int64_t ok = 0;
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 || cf_redis_reply_i64(rep->element[0], &ok, err) < 0 ||
-        cf_redis_reply_i64(rep->element[1], &used->bytes, err) < 0 ||
-        cf_redis_reply_i64(rep->element[2], &used->count, err) < 0)
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
+        cf_redis_reply_i64(rep->element[0], &out->ttl_ms, err) < 0 ||
+        cf_redis_reply_i64(rep->element[1], &out->slot, err) < 0 ||
+        cf_redis_reply_i64(rep->element[2], &out->held.bytes, err) < 0 ||
+        cf_redis_reply_i64(rep->element[3], &out->held.count, err) < 0) {
+        memset(out, 0, sizeof(*out));
         rc = cf_error_set(err, CF_E_REDIS, "quota %s: unexpected reply", kind);
-    else if (charged)
-        *charged = ok == 1;
+    }
     cf_redis_reply_free(rep);
     return rc;
 }
 
-int cf_quota_charge(cf_redis *r, const char *kind, const char *scope, int64_t ttl_ms, int64_t now_ms,
-                    const cf_quota *q, int64_t bytes, bool *charged, cf_quota_usage *used, cf_error *err)
+int cf_quota_charge(cf_redis *r, const char *kind, const char *scope, const cf_quota *q, int64_t ttl_ms,
+                    int64_t bytes, cf_quota_outcome *out, cf_error *err)
 {
-    return quota_eval(r, kind, scope, ttl_ms, now_ms, q, bytes, true, charged, used, err);
+    return quota_eval(r, kind, scope, "charge", q, ttl_ms, bytes, 0, out, err);
 }
 
-int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, int64_t ttl_ms, int64_t now_ms,
-                       cf_quota_usage *used, cf_error *err)
+int cf_quota_refund(cf_redis *r, const char *kind, const char *scope, int64_t slot, int64_t bytes, cf_error *err)
 {
-    return quota_eval(r, kind, scope, ttl_ms, now_ms, NULL, 0, false, NULL, used, err);
+    cf_quota_outcome out;
+    return quota_eval(r, kind, scope, "refund", NULL, 0, bytes, slot, &out, err);
+}
+
+int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quota_usage *used, cf_error *err)
+{
+    cf_quota_outcome out;
+    int rc = quota_eval(r, kind, scope, "read", NULL, 0, 0, 0, &out, err);
+    *used = out.held;
+    return rc;
 }

@@ -2,16 +2,16 @@
  * expiring thing, so that one tenant cannot fill the store for every other
  * (issue 30, part 4).
  *
- * Things of a kind live a fixed ttl after they are written (stored results
- * for replay live idempotency-ttl).  Each write is charged, its bytes and
- * one item, to the time bucket it was made in; a bucket is 1/CF_QUOTA_BUCKETS
- * of the ttl long and expires ttl after its end, so it counts only things
- * that may still be alive.  The usage is never below what lives and above
- * it by at most one bucket's worth of things that have just expired: a
- * quota errs towards refusing, never towards overfilling.  All buckets of
- * one (kind, scope) share a hash tag (one slot of a Redis Cluster), and one
- * script reads and charges them, so concurrent writers on many workers
- * cannot together pass the quota.  Key layout: docs/STATE.md. */
+ * A ledger per (kind, scope) counts what is alive by when it expires: each
+ * charge goes to the minute (CF_QUOTA_SLOT_MS) its thing expires in, on
+ * Redis's own clock (TIME), and a minute's charges leave the running totals
+ * once that minute has passed, so the totals are never below what lives
+ * and above it by at most one minute's worth of things that just expired.
+ * Things of any ttl share one ledger (the grid is of expiry times), and
+ * workers' clocks do not matter.  One script reads, cleans and charges; its
+ * two keys share a hash tag (one Redis Cluster slot), so workers on many
+ * hosts cannot together pass the quota.  Key layout: docs/STATE.md,
+ * "Quotas". */
 #ifndef CF_QUOTA_H
 #define CF_QUOTA_H
 
@@ -21,11 +21,16 @@
 #include "cf_error.h"
 #include "cf_redis.h"
 
-#define CF_QUOTA_BUCKETS 24
+#define CF_QUOTA_SLOT_MS 60000
 
 typedef struct cf_quota {
     int64_t max_bytes; /* 0: no cap on bytes */
     int64_t max_count; /* 0: no cap on items */
+    /* Past the caps, a thing may still be kept for short_ttl_ms (0: not)
+     * while the totals stay within the caps plus grace_percent of them:
+     * recent things outlive a full ledger for a while, bounded. */
+    int64_t short_ttl_ms;
+    int64_t grace_percent;
 } cf_quota;
 
 typedef struct cf_quota_usage {
@@ -33,16 +38,26 @@ typedef struct cf_quota_usage {
     int64_t count;
 } cf_quota_usage;
 
+/* The outcome of a charge. */
+typedef struct cf_quota_outcome {
+    int64_t ttl_ms;     /* how long the thing may be kept: ttl_ms, short_ttl_ms, or 0 (not: nothing charged) */
+    int64_t slot;       /* where it was charged (for cf_quota_refund) */
+    cf_quota_usage held; /* the totals before this charge */
+} cf_quota_outcome;
+
 /* Charges `bytes` and one item of kind (e.g. "results") to scope (the
- * profile) when they fit under q, with things living ttl_ms from now_ms
- * (wall-clock ms).  *charged false, and nothing charged, when they do not
- * fit; *used is what was held before this charge.  One try: the caller
- * retries transient errors. */
-int cf_quota_charge(cf_redis *r, const char *kind, const char *scope, int64_t ttl_ms, int64_t now_ms,
-                    const cf_quota *q, int64_t bytes, bool *charged, cf_quota_usage *used, cf_error *err);
+ * profile) for a thing to live ttl_ms, when it fits under q (else for
+ * q->short_ttl_ms within the grace, else not at all: out->ttl_ms 0).  One
+ * try: the caller retries transient errors (a retried charge whose first
+ * try ran counts twice, erring towards refusing). */
+int cf_quota_charge(cf_redis *r, const char *kind, const char *scope, const cf_quota *q, int64_t ttl_ms,
+                    int64_t bytes, cf_quota_outcome *out, cf_error *err);
+
+/* Takes back what a charge added (bytes, one item), for a thing that was
+ * not kept after all; nothing when its slot is already gone. */
+int cf_quota_refund(cf_redis *r, const char *kind, const char *scope, int64_t slot, int64_t bytes, cf_error *err);
 
 /* What scope holds of kind now (nothing charged). */
-int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, int64_t ttl_ms, int64_t now_ms,
-                       cf_quota_usage *used, cf_error *err);
+int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quota_usage *used, cf_error *err);
 
 #endif

@@ -67,11 +67,14 @@ void kafka_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     int64_t now = cf_mono_us();
     /* A refused login drops the connection: "all brokers down" follows,
      * and is not the problem to fix. */
-    int64_t auth = atomic_load(&w->kafka_explained_us[KP_AUTH]);
-    int64_t proto = atomic_load(&w->kafka_explained_us[KP_PROTOCOL]);
-    if (kp == KP_UNREACHABLE && ((auth && now - auth < KAFKA_EXPLAIN_EVERY_US) ||
-                                 (proto && now - proto < KAFKA_EXPLAIN_EVERY_US)))
-        return;
+    if (kp == KP_UNREACHABLE) {
+        static const kafka_problem causes[] = {KP_AUTH, KP_PROTOCOL, KP_HANDSHAKE};
+        for (size_t i = 0; i < sizeof(causes) / sizeof(causes[0]); i++) {
+            int64_t at = atomic_load(&w->kafka_explained_us[causes[i]]);
+            if (at && now - at < KAFKA_EXPLAIN_EVERY_US)
+                return;
+        }
+    }
     /* Both clients report the same outage, over and over while it lasts:
      * one line per kind of problem every 30 s is what a person reads. */
     int64_t last = atomic_load(&w->kafka_explained_us[kp]);
@@ -98,14 +101,20 @@ void kafka_on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
                      "kafka.security.protocol and kafka.sasl.* in the worker's --config",
                      c->brokers, reason);
         break;
-    case KP_HANDSHAKE:
+    case KP_HANDSHAKE: {
+        /* librdkafka's reason starts with the broker ("sasl_plaintext://
+         * host:port/id: Disconnected ..."); its guess at the cause is left
+         * out. */
+        const char *colon = reason ? strstr(reason, ": ") : NULL;
+        int blen = colon ? (int)(colon - reason) : 0;
         cf_log_error("kafka",
-                     "the Kafka broker at %s dropped the connection during its handshake (%s): it is restarting or "
-                     "away, and the worker retries and loses nothing meanwhile; if it stays so while the broker is "
-                     "up, its listener's security settings changed since this worker joined: check "
+                     "the Kafka broker at %s dropped the connection during its handshake (%.*s%s%s): it is "
+                     "restarting or away, and the worker retries and loses nothing meanwhile; if it stays so while "
+                     "the broker is up, its listener's security settings changed since this worker joined: check "
                      "kafka.security.protocol and kafka.sasl.* in the worker's --config",
-                     c->brokers, rd_kafka_err2str(err));
+                     c->brokers, blen > 200 ? 200 : blen, blen ? reason : "", blen ? ": " : "", rd_kafka_err2str(err));
         break;
+    }
     case KP_ACL:
         cf_log_error("kafka",
                      "the broker denied this worker an operation (%s): its principal needs read on the request "

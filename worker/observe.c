@@ -42,7 +42,7 @@ struct cf_observe {
     cf_otlp *otlp;
     /* families */
     cf_metric *info, *start_time, *requests, *exec_seconds, *e2e_seconds, *queue_seconds, *slots, *slots_busy, *held,
-        *paused, *draining, *ready, *produced, *retries, *dead, *kafka_errors, *redis_errors, *setup_failures,
+        *paused, *draining, *ready, *produced, *retries, *dead, *kafka_errors, *redis_errors, *result_store, *setup_failures,
         *compile_cache, *lag, *stalled, *stall_steps, *mem_reserved, *mem_budget, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
     /* liveness and readiness */
     _Atomic int64_t loop_mono_us;
@@ -281,6 +281,14 @@ void cf_observe_redis_error(cf_observe *o)
 {
     if (o)
         cf_metric_inc(o->redis_errors, 1, NULL);
+}
+
+void cf_observe_result_store(cf_observe *o, const char *outcome)
+{
+    if (!o)
+        return;
+    const char *lv[] = {outcome};
+    cf_metric_inc(o->result_store, 1, lv);
 }
 
 void cf_observe_produce_retry(cf_observe *o)
@@ -658,6 +666,12 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
                              "Messages answered with a dead letter.", 0, NULL, NULL, 0);
     o->kafka_errors = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_kafka_errors_total",
                                      "Errors reported by the Kafka clients, transient or fatal.", 1, kind_l, NULL, 0);
+    static const char *const outcome_l[] = {"outcome"};
+    o->result_store = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_result_store_total",
+                                     "Results offered to the idempotency store, by outcome: kept, kept_short (past "
+                                     "the profile's quota, kept a short while), over_quota (not kept), unavailable "
+                                     "(the store failed).",
+                                     1, outcome_l, NULL, 0);
     o->redis_errors = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_redis_errors_total",
                                      "Redis operations that failed (workspaces, checkpoints, idempotency).", 0, NULL,
                                      NULL, 0);

@@ -84,14 +84,16 @@ static const cf_conf_prop profile_props[] = {
      "The most of a worker's slots this profile's executions hold at once (at most `slots`).  0: `slots`; the "
      "worker's reserve-slots stay for the other profiles either way.",
      NULL},
-    {"max-stored-results", CF_CONF_INT, OFF(max_stored_results), 0, 1000000000, "100000", NULL,
-     "The most results of this profile kept in Redis for replay (idempotency-ttl) at once; a result over it is "
-     "answered all the same, with a warning that it was not kept (a redelivery runs it again).  0: no cap "
-     "(docs/OPERATIONS.md, \"Quotas\").",
+    {"max-stored-results", CF_CONF_INT, OFF(max_stored_results), 0, 1000000000, "0", NULL,
+     "The most results of this profile kept in Redis for replay at once (0: no cap on their number, only on their "
+     "bytes).  Past it, or past max-stored-result-bytes, a result is kept ten minutes (or three idempotency-lease) "
+     "while the profile stays within a quarter over its caps, and else not at all; either way it is answered, with "
+     "a warning saying so, and one not kept runs again if redelivered (docs/OPERATIONS.md, \"Quotas\").",
      NULL},
     {"max-stored-result-bytes", CF_CONF_SIZE, OFF(max_stored_result_bytes), 0, 1024 * 1024 * MIB, "128MiB", NULL,
-     "The most bytes of this profile's results kept in Redis for replay at once, as max-stored-results.  Size "
-     "the profiles' sum below Redis's maxmemory.  0: no cap.",
+     "The most bytes of this profile's results kept in Redis for replay at once, counting each key's overhead "
+     "(about 300 bytes), as max-stored-results.  Size the profiles' sum, with their quarter of grace, below "
+     "Redis's maxmemory.  0: no cap.",
      NULL},
 };
 

@@ -412,49 +412,100 @@ static int stored_copy(cf_result *res, const cf_bytes *published, size_t max, cf
     return 0;
 }
 
-/* A tenant's share of the idempotency store (issue 30): a result over its
- * profile's quota is published all the same, with a warning that it was
- * not kept (res gets it and is encoded again); other tenants' results are
- * kept as before.  Charged the size the stored copy will have at most.
- * False when the result is not to be stored. */
-static bool result_within_quota(cf_worker *w, cf_wstate *st, job *j, cf_result *res)
+/* What keeping a result for replay was charged to its profile's quota. */
+typedef struct result_charge {
+    int64_t ttl_ms; /* how long it may be kept (0: not) */
+    int64_t slot;   /* where it was charged, for a refund */
+    int64_t bytes;
+    bool charged;
+    bool store_failed; /* Redis failed past its retry budget: no second wait for the lease's release */
+} result_charge;
+
+static void quota_cap(int64_t v, bool bytes, char *buf, size_t cap)
+{
+    if (!v)
+        snprintf(buf, cap, "uncapped");
+    else if (bytes)
+        cf_format_size(v, buf, cap);
+    else
+        snprintf(buf, cap, "%" PRId64, v);
+}
+
+/* A tenant's share of the idempotency store (issue 30): a result that fits
+ * its profile's quota is kept idempotency-ttl; past it, a short while
+ * within the quota's grace (recent answers are what a redelivery needs);
+ * past that, not at all.  Whatever is not kept the full ttl is published
+ * with a warning that says so (res gets it and is encoded again); other
+ * tenants' results are kept as before.  The charge is the size the kept
+ * copy has at most plus the keys' overhead.  False when the result is not
+ * to be kept. */
+static bool result_keep(cf_worker *w, cf_wstate *st, job *j, cf_result *res, result_charge *rc)
 {
     const cf_profile *p = j->profile;
-    cf_quota q = {.max_bytes = p->max_stored_result_bytes, .max_count = p->max_stored_results};
-    if (!q.max_bytes && !q.max_count)
+    int64_t ttl_ms = w->cfg->idempotency_ttl_us / 1000;
+    rc->ttl_ms = ttl_ms;
+    if (!p->max_stored_result_bytes && !p->max_stored_results)
         return true;
+    /* Past the quota: kept long enough for a crashed worker's redelivery
+     * (three leases) or a client's retry, within a quarter over the caps. */
+    int64_t short_ms = 3 * w->cfg->idempotency_lease_us / 1000;
+    if (short_ms < 600000)
+        short_ms = 600000;
+    cf_quota q = {.max_bytes = p->max_stored_result_bytes,
+                  .max_count = p->max_stored_results,
+                  .short_ttl_ms = short_ms < ttl_ms ? short_ms : 0,
+                  .grace_percent = 25};
     size_t max = (size_t)w->cfg->idempotency_max_result_bytes;
-    int64_t bytes = (int64_t)(j->out.value.len < max ? j->out.value.len : max);
-    bool charged = false;
-    cf_quota_usage used = {0};
+    rc->bytes = (int64_t)(j->out.value.len < max ? j->out.value.len : max) + 2 * (int64_t)strlen(j->req.id) +
+                2 * (int64_t)strlen(p->name) + 256;
+    cf_quota_outcome c;
     cf_error err;
     cf_error_clear(&err);
-    char msg[512];
-    if (cf_wstate_quota_charge(st, "results", p->name, w->cfg->idempotency_ttl_us / 1000, &q, bytes, &charged,
-                               &used, &err) < 0) {
-        /* Not kept rather than kept past the quota unchecked. */
+    char msg[600], held[32], this[32], caps[2][32];
+    if (cf_wstate_quota_charge(st, "results", p->name, &q, ttl_ms, rc->bytes, &c, &err) < 0) {
+        /* Not kept rather than kept past the quota unchecked.  The
+         * tenant reads the warning: Redis's own words stay in the log. */
+        cf_log_warn(LOG_SUB, "request %s: result quota: %s: the result is not kept", j->req.id, err.msg);
         cf_observe_redis_error(w->obs);
-        snprintf(msg, sizeof(msg), "not kept for replay: the profile's quota could not be checked (%.300s); a redelivery "
-                 "of this request runs it again", err.msg);
-    } else if (charged) {
-        return true;
+        cf_observe_result_store(w->obs, "unavailable");
+        rc->ttl_ms = 0;
+        rc->store_failed = true;
+        snprintf(msg, sizeof(msg), "not kept for replay: the result store was unavailable; a redelivery or "
+                                   "resubmission of this request runs it again");
     } else {
-        char held[32], cap[32];
-        cf_format_size(used.bytes, held, sizeof(held));
-        if (q.max_bytes)
-            cf_format_size(q.max_bytes, cap, sizeof(cap));
-        else
-            snprintf(cap, sizeof(cap), "no cap");
+        rc->ttl_ms = c.ttl_ms;
+        rc->slot = c.slot;
+        rc->charged = c.ttl_ms > 0;
+        if (c.ttl_ms == ttl_ms)
+            return true;
+        cf_format_size(c.held.bytes, held, sizeof(held));
+        cf_format_size(rc->bytes, this, sizeof(this));
+        quota_cap(q.max_count, false, caps[0], sizeof(caps[0]));
+        quota_cap(q.max_bytes, true, caps[1], sizeof(caps[1]));
+        char kept[64];
+        if (c.ttl_ms > 0) {
+            char d[32];
+            if (c.ttl_ms % 60000 == 0)
+                snprintf(d, sizeof(d), "%" PRId64 " min", c.ttl_ms / 60000);
+            else
+                cf_format_duration(c.ttl_ms * 1000, d, sizeof(d));
+            snprintf(kept, sizeof(kept), "kept for replay for %s only", d);
+        } else {
+            snprintf(kept, sizeof(kept), "not kept for replay");
+        }
         snprintf(msg, sizeof(msg),
-                 "not kept for replay: profile '%s' keeps %" PRId64 " results (%s) in Redis, its quota is "
-                 "max-stored-results %" PRId64 " and max-stored-result-bytes %s; a redelivery of this request runs "
-                 "it again", p->name, used.count, held, q.max_count, cap);
+                 "%s: profile '%s' keeps %" PRId64 " result(s) (%s) in Redis against its quota (max-stored-results "
+                 "%s, max-stored-result-bytes %s), and this one (%s) did not fit; %s of this request runs it "
+                 "again, workspace and checkpoint writes included",
+                 kept, p->name, c.held.count, held, caps[0], caps[1], this,
+                 c.ttl_ms > 0 ? "after that, a redelivery or resubmission" : "a redelivery or resubmission");
+        cf_observe_result_store(w->obs, c.ttl_ms > 0 ? "kept_short" : "over_quota");
     }
     cf_log_info(LOG_SUB, "request %s: result %s", j->req.id, msg);
     result_add_warning(res, msg);
     if (delivery_set_result(w, j, res) < 0) /* the one without the warning stays */
         cf_log_warn(LOG_SUB, "request %s: no memory to add the quota warning", j->req.id);
-    return false;
+    return rc->ttl_ms > 0;
 }
 
 void slots_run_job(cf_pool_job *pj, int slot, void *arg)
@@ -547,18 +598,34 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
         /* Stored before it is published: a crash between the two replays
          * it on redelivery instead of running it again. */
         cf_bytes copy = {0};
-        bool store = replayable(&res) && result_within_quota(w, st, j, &res) &&
+        result_charge charge = {0};
+        bool store = replayable(&res) && result_keep(w, st, j, &res, &charge) &&
                      stored_copy(&res, &j->out.value, (size_t)w->cfg->idempotency_max_result_bytes, &copy) == 0 &&
                      copy.len > 0;
-        int rc = store ? cf_wstate_store_result(st, j->profile->name, j->req.id, j->digest, j->token, &copy,
-                                                w->cfg->idempotency_ttl_us / 1000, &err)
-                       : cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err);
+        bool stored = false;
+        int rc = 0;
+        if (store)
+            rc = cf_wstate_store_result(st, j->profile->name, j->req.id, j->digest, j->token, &copy, charge.ttl_ms,
+                                        &stored, &err);
+        else if (!charge.store_failed) /* else the lease lapses: another retry budget would delay the answer */
+            rc = cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err);
         free(copy.data);
-        if (rc < 0)
+        if (rc < 0) {
             cf_observe_redis_error(w->obs);
-        if (rc < 0)
+            if (store)
+                cf_observe_result_store(w->obs, "unavailable");
             cf_log_warn(LOG_SUB, "request %s: idempotency store: %s (the result is published all the same)",
                         j->req.id, err.msg);
+        } else if (stored && charge.ttl_ms == w->cfg->idempotency_ttl_us / 1000) {
+            cf_observe_result_store(w->obs, "kept");
+        }
+        /* Charged but not kept (another run answered first, the copy did
+         * not fit, the store failed): the charge goes back. */
+        if (charge.charged && !stored) {
+            cf_error e;
+            if (cf_wstate_quota_refund(st, "results", j->profile->name, charge.slot, charge.bytes, &e) < 0)
+                cf_log_debug(LOG_SUB, "request %s: result quota refund: %s", j->req.id, e.msg);
+        }
     }
     cf_result_clear(&res);
     delivery_send(w, j);

@@ -1066,8 +1066,10 @@ int cf_wstate_lease_renew(cf_wstate *st, const char *scope, const char *id, cons
 }
 
 int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
-                           const cf_bytes *result, int64_t ttl_ms, cf_error *err)
+                           const cf_bytes *result, int64_t ttl_ms, bool *stored, cf_error *err)
 {
+    if (stored)
+        *stored = false;
     idem_keys k;
     if (idem_keys_init(&k, scope, id, digest, token, err) < 0)
         return -1;
@@ -1076,18 +1078,32 @@ int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, con
     const char *keys[2] = {k.idem, k.lease};
     const char *args[4] = {digest, k.mine, (const char *)result->data, ms};
     size_t lens[4] = {strlen(digest), strlen(k.mine), result->len, strlen(ms)};
-    return eval_retrying(st, &store_script, 2, keys, 4, args, lens, NULL, err);
+    redisReply *rep = NULL;
+    if (eval_retrying(st, &store_script, 2, keys, 4, args, lens, &rep, err) < 0)
+        return -1;
+    int64_t v = 0;
+    int rc = cf_redis_reply_i64(rep, &v, err);
+    cf_redis_reply_free(rep);
+    if (stored)
+        *stored = rc == 0 && v == 1;
+    return rc;
 }
 
-int cf_wstate_quota_charge(cf_wstate *st, const char *kind, const char *scope, int64_t ttl_ms, const cf_quota *q,
-                           int64_t bytes, bool *charged, cf_quota_usage *used, cf_error *err)
+int cf_wstate_quota_charge(cf_wstate *st, const char *kind, const char *scope, const cf_quota *q, int64_t ttl_ms,
+                           int64_t bytes, cf_quota_outcome *out, cf_error *err)
 {
     retry r;
     retry_init(st, &r);
-    while (cf_quota_charge(st->r, kind, scope, ttl_ms, cf_now_us() / 1000, q, bytes, charged, used, err) < 0)
+    while (cf_quota_charge(st->r, kind, scope, q, ttl_ms, bytes, out, err) < 0)
         if (!retry_again(st, &r, err))
             return -1;
     return 0;
+}
+
+int cf_wstate_quota_refund(cf_wstate *st, const char *kind, const char *scope, int64_t slot, int64_t bytes,
+                           cf_error *err)
+{
+    return cf_quota_refund(st->r, kind, scope, slot, bytes, err);
 }
 
 int cf_wstate_lease_release(cf_wstate *st, const char *scope, const char *id, const char *digest,

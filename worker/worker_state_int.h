@@ -181,17 +181,17 @@ int cf_wstate_lease_renew(cf_wstate *st, const char *scope, const char *id, cons
 
 /* Stores the result and releases our lease, unless another run holds the
  * lease now (then nothing is stored: its answer will be) or an answer is
- * stored already (the first answer stays the answer).  Retries within the
- * budget. */
+ * stored already (the first answer stays the answer); *stored (may be
+ * NULL) says which.  Retries within the budget. */
 int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
-                           const cf_bytes *result, int64_t ttl_ms, cf_error *err);
+                           const cf_bytes *result, int64_t ttl_ms, bool *stored, cf_error *err);
 
-/* Charges `bytes` and one item to scope's quota of kind (cf_quota.h), for
- * things that live ttl_ms from now: *charged false, nothing charged, when
- * they do not fit; *used what scope held before.  Retries within the
- * budget. */
-int cf_wstate_quota_charge(cf_wstate *st, const char *kind, const char *scope, int64_t ttl_ms, const cf_quota *q,
-                           int64_t bytes, bool *charged, cf_quota_usage *used, cf_error *err);
+/* cf_quota_charge on the worker's connection, retried within the budget. */
+int cf_wstate_quota_charge(cf_wstate *st, const char *kind, const char *scope, const cf_quota *q, int64_t ttl_ms,
+                           int64_t bytes, cf_quota_outcome *out, cf_error *err);
+/* cf_quota_refund, one try. */
+int cf_wstate_quota_refund(cf_wstate *st, const char *kind, const char *scope, int64_t slot, int64_t bytes,
+                           cf_error *err);
 
 /* Releases our lease without storing (a run stopped, or an answer not to
  * be replayed).  Retries within the budget. */

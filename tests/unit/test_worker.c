@@ -912,8 +912,6 @@ static void *relaunch_later(void *arg)
     return NULL;
 }
 
-/* One run per id: the lease, the stored result replayed, a reused id
- * refused, tenants apart. */
 /* librdkafka's security.protocol hint comes with every connection a broker
  * drops during its handshake: before the worker has joined it is most
  * likely its settings; after, the broker is away (or its listener changed),
@@ -936,63 +934,89 @@ static void kafka_errors_read_as_what_they_are(void **state)
     assert_int_equal(kafka_classify_error(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, "x", true), KP_NONE);
 }
 
-/* The quota ledger (cf_quota.h) on a real Redis, its clock driven by hand:
- * a charge that does not fit changes nothing, scopes and kinds are apart,
- * and what was charged stops counting once everything charged with it has
- * expired (ttl plus at most one bucket). */
+/* The quota ledger (cf_quota.h) on a real Redis: a charge that does not fit
+ * changes nothing, a short keep within the grace, refunds, scopes and kinds
+ * apart, and a minute whose things have all expired leaves the totals (its
+ * end moved into the past by hand: the ledger runs on Redis's clock). */
 static void state_quota_ledger(void **state)
 {
     rfix *f = *state;
-    const int64_t ttl = 24 * 3600 * 1000LL, width = ttl / CF_QUOTA_BUCKETS;
-    const int64_t t0 = 1800000000000LL; /* a fixed wall-clock time, ms */
-    cf_quota q = {.max_bytes = 1000, .max_count = 3};
+    redisContext *raw = cf_test_redis_raw(&f->srv);
+    const int64_t day = 24 * 3600 * 1000LL;
+    cf_quota q = {.max_bytes = 1000, .max_count = 3, .short_ttl_ms = 600000, .grace_percent = 50};
+    cf_quota_outcome c;
     cf_quota_usage u;
-    bool charged = false;
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0, &q, 400, &charged, &u, NULL), 0);
-    assert_true(charged);
-    assert_int_equal(u.bytes, 0);
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0 + width, &q, 400, &charged, &u, NULL), 0);
-    assert_true(charged);
-    assert_int_equal(u.bytes, 400);
-    assert_int_equal(u.count, 1);
-    /* 800 + 300 > 1000: refused, nothing charged. */
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0 + width, &q, 300, &charged, &u, NULL), 0);
-    assert_false(charged);
-    assert_int_equal(u.bytes, 800);
-    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", ttl, t0 + width, &u, NULL), 0);
-    assert_int_equal(u.bytes, 800);
-    assert_int_equal(u.count, 2);
-    /* By count: a third small one fits, a fourth does not. */
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0 + width, &q, 10, &charged, &u, NULL), 0);
-    assert_true(charged);
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0 + width, &q, 10, &charged, &u, NULL), 0);
-    assert_false(charged);
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 400, &c, NULL), 0);
+    assert_int_equal(c.ttl_ms, day);
+    assert_int_equal(c.held.bytes, 0);
+    int64_t first_slot = c.slot;
+    assert_true(first_slot > 0);
+    /* Its slot ends within a minute after the thing expires, on Redis's clock,
+     * and both keys outlive it by at most two minutes. */
+    int64_t now_ms = cf_test_redis_int(raw, "EVAL %s 0", "local t = redis.call('TIME') return t[1] * 1000");
+    int64_t end = first_slot * CF_QUOTA_SLOT_MS;
+    assert_true(end >= now_ms + day - 1000 && end <= now_ms + day + CF_QUOTA_SLOT_MS + 1000);
+    int64_t pttl = cf_test_redis_int(raw, "PTTL cf:quota:{results/a}");
+    assert_true(pttl > day && pttl <= day + 3 * CF_QUOTA_SLOT_MS);
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 400, &c, NULL), 0);
+    assert_int_equal(c.ttl_ms, day);
+    assert_int_equal(c.held.bytes, 400);
+    assert_int_equal(c.held.count, 1);
+    /* 800 + 300 > 1000: kept the short while, within 1.5 x the caps. */
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 300, &c, NULL), 0);
+    assert_int_equal(c.ttl_ms, 600000);
+    assert_int_equal(c.held.bytes, 800);
+    int64_t short_slot = c.slot;
+    assert_true(short_slot < first_slot);
+    /* 1100 + 500 > 1500: not kept at all, nothing charged. */
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 500, &c, NULL), 0);
+    assert_int_equal(c.ttl_ms, 0);
+    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", &u, NULL), 0);
+    assert_int_equal(u.bytes, 1100);
     assert_int_equal(u.count, 3);
-    /* Another scope, another kind: untouched. */
-    assert_int_equal(cf_quota_charge(f->r, "results", "b", ttl, t0 + width, &q, 900, &charged, &u, NULL), 0);
-    assert_true(charged);
-    assert_int_equal(u.bytes, 0);
-    assert_int_equal(cf_quota_usage_get(f->r, "checkpoints", "a", ttl, t0 + width, &u, NULL), 0);
-    assert_int_equal(u.bytes, 0);
-    /* Just under ttl after the first charge it still counts; a bucket after
-     * its ttl it does not, while the later ones still do. */
-    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", ttl, t0 + ttl - 1, &u, NULL), 0);
-    assert_int_equal(u.bytes, 810);
-    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", ttl, t0 + ttl + width, &u, NULL), 0);
-    assert_int_equal(u.bytes, 410);
+    /* By count: the fourth item is past max_count 3 but within the grace;
+     * the fifth (5 > 4.5) is not kept. */
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 1, &c, NULL), 0);
+    assert_int_equal(c.ttl_ms, 600000);
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 1, &c, NULL), 0);
+    assert_int_equal(c.ttl_ms, 0);
+    /* A refund takes back what a charge added; a second one for the same
+     * slot takes no more than is there. */
+    assert_int_equal(cf_quota_refund(f->r, "results", "a", short_slot, 301, NULL), 0);
+    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", &u, NULL), 0);
+    assert_int_equal(u.bytes, 800);
+    assert_int_equal(u.count, 3);
+    assert_int_equal(cf_quota_refund(f->r, "results", "a", short_slot, 1000, NULL), 0);
+    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", &u, NULL), 0);
+    assert_int_equal(u.bytes, 800);
     assert_int_equal(u.count, 2);
-    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", ttl, t0 + ttl + 2 * width, &u, NULL), 0);
+    /* Without a short ttl, past the caps is not kept. */
+    cf_quota strict = {.max_bytes = 1000};
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &strict, day, 300, &c, NULL), 0);
+    assert_int_equal(c.ttl_ms, 0);
+    /* Another scope, another kind: untouched. */
+    assert_int_equal(cf_quota_charge(f->r, "results", "b", &q, day, 900, &c, NULL), 0);
+    assert_int_equal(c.ttl_ms, day);
+    assert_int_equal(c.held.bytes, 0);
+    assert_int_equal(cf_quota_usage_get(f->r, "checkpoints", "a", &u, NULL), 0);
     assert_int_equal(u.bytes, 0);
-    /* No cap: always charged. */
-    cf_quota none = {0};
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", ttl, t0, &none, 1 << 20, &charged, &u, NULL), 0);
-    assert_true(charged);
+    /* The first slot's minute passes: its 800 bytes and 2 items leave. */
+    assert_int_equal(cf_test_redis_int(raw, "ZADD cf:quota:{results/a}:slots 1000 %lld", (long long)first_slot), 0);
+    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", &u, NULL), 0);
+    assert_int_equal(u.bytes, 0);
+    assert_int_equal(u.count, 0); /* the short slot was refunded whole */
+    assert_int_equal(cf_test_redis_int(raw, "HEXISTS cf:quota:{results/a} b:%lld", (long long)first_slot), 0);
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 1000, &c, NULL), 0);
+    assert_int_equal(c.ttl_ms, day);
     /* Nonsense is refused, not charged. */
     cf_error err;
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", 0, t0, &q, 1, &charged, &u, &err), -1);
-    assert_false(charged);
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, 0, 1, &c, &err), -1);
+    assert_int_equal(c.ttl_ms, 0);
+    redisFree(raw);
 }
 
+/* One run per id: the lease, the stored result replayed, a reused id
+ * refused, tenants apart. */
 static void state_idempotency(void **state)
 {
     rfix *f = *state;
@@ -1017,7 +1041,9 @@ static void state_idempotency(void **state)
     assert_false(held);
     /* Stored: both bodies now get their answer without a lease. */
     cf_bytes result = {(uint8_t *)"RESULT", 6};
-    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w1/0/1", &result, 60000, NULL), 0);
+    bool stored = false;
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w1/0/1", &result, 60000, &stored, NULL), 0);
+    assert_true(stored);
     assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d1, "w3/0/1", 5000, &c, NULL), 0);
     assert_int_equal(c.kind, CF_CLAIM_REPLAY);
     assert_int_equal(c.stored.len, 6);
@@ -1027,7 +1053,8 @@ static void state_idempotency(void **state)
     assert_int_equal(c.kind, CF_CLAIM_REUSED);
     /* The first answer stays the answer. */
     cf_bytes other = {(uint8_t *)"OTHER", 5};
-    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w9/0/1", &other, 60000, NULL), 0);
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w9/0/1", &other, 60000, &stored, NULL), 0);
+    assert_false(stored);
     assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d1, "w3/0/3", 5000, &c, NULL), 0);
     assert_memory_equal(c.stored.data, "RESULT", 6);
     cf_claim_clear(&c);
@@ -1038,7 +1065,8 @@ static void state_idempotency(void **state)
     redisContext *raw = cf_test_redis_raw(&f->srv);
     (void)cf_test_redis_int(raw, "SET cf:lease:{p/id-4} %s:w2/2/1", d1);
     cf_bytes stale = {(uint8_t *)"STALE", 5};
-    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &stale, 60000, NULL), 0);
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &stale, 60000, &stored, NULL), 0);
+    assert_false(stored);
     assert_int_equal(cf_test_redis_int(raw, "EXISTS cf:idem:{p/id-4}"), 0);
     assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-4", d1, "w1/2/1", 5000, &held, NULL), 0);
     assert_false(held);
@@ -1048,7 +1076,7 @@ static void state_idempotency(void **state)
     assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-4", d1, "w1/2/1", 5000, &held, NULL), 0);
     assert_true(held);
     assert_int_equal(cf_test_redis_int(raw, "EXISTS cf:lease:{p/id-4}"), 1);
-    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &result, 60000, NULL), 0);
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &result, 60000, NULL, NULL), 0);
     assert_int_equal(cf_test_redis_int(raw, "EXISTS cf:lease:{p/id-4}"), 0);
     assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-4", d1, "w1/2/1", 5000, &held, NULL), 0);
     assert_false(held);
