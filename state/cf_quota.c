@@ -12,8 +12,9 @@
 
 /* KEYS: 1 the totals and per-slot hash, 2 the slots by their end (zset).
  * ARGV: 1 mode (charge, refund, read), 2 bytes, 3 max bytes, 4 max items,
- * 5 ttl ms, 6 short ttl ms, 7 grace percent, 8 slot (refund).
- * Returns {ttl kept (ms, 0 none), slot, bytes held, items held}. */
+ * 5 ttl ms, 6 short ttl ms, 7 grace percent, 8 slot (refund), 9 extra
+ * bytes of a short keep.  Returns {ttl kept (ms, 0 none), slot, bytes
+ * held, items held, expires at (unix ms), bytes charged}. */
 /* (Negations are written 0 - x: Lua's -0 reaches Redis as "-0", which
  * HINCRBY refuses as not an integer.) */
 static const cf_redis_script quota_script = {
@@ -24,15 +25,18 @@ static const cf_redis_script quota_script = {
     "local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, " CLEAN_MAX ")\n"
     "for _, s in ipairs(old) do\n"
     "  local v = redis.call('HMGET', KEYS[1], 'b:' .. s, 'n:' .. s)\n"
-    "  redis.call('HINCRBY', KEYS[1], 'bytes', 0 - (tonumber(v[1]) or 0))\n"
-    "  redis.call('HINCRBY', KEYS[1], 'count', 0 - (tonumber(v[2]) or 0))\n"
-    "  redis.call('HDEL', KEYS[1], 'b:' .. s, 'n:' .. s)\n"
+    /* (Nothing written for a part already gone: an expired hash is not
+     * brought back without its expiry.) */
+    "  local pb, pn = tonumber(v[1]) or 0, tonumber(v[2]) or 0\n"
+    "  if pb ~= 0 then redis.call('HINCRBY', KEYS[1], 'bytes', 0 - pb) end\n"
+    "  if pn ~= 0 then redis.call('HINCRBY', KEYS[1], 'count', 0 - pn) end\n"
+    "  if v[1] or v[2] then redis.call('HDEL', KEYS[1], 'b:' .. s, 'n:' .. s) end\n"
     "  redis.call('ZREM', KEYS[2], s)\n"
     "end\n"
     "local b = tonumber(redis.call('HGET', KEYS[1], 'bytes') or '0')\n"
     "local n = tonumber(redis.call('HGET', KEYS[1], 'count') or '0')\n"
     "local add = tonumber(ARGV[2])\n"
-    "if ARGV[1] == 'read' then return {0, 0, b, n} end\n"
+    "if ARGV[1] == 'read' then return {0, 0, b, n, 0, 0} end\n"
     "if ARGV[1] == 'refund' then\n"
     "  local s = ARGV[8]\n"
     "  if redis.call('ZSCORE', KEYS[2], s) then\n"
@@ -44,7 +48,7 @@ static const cf_redis_script quota_script = {
     "    redis.call('HINCRBY', KEYS[1], 'bytes', 0 - rb)\n"
     "    redis.call('HINCRBY', KEYS[1], 'count', 0 - rn)\n"
     "  end\n"
-    "  return {0, 0, b, n}\n"
+    "  return {0, 0, b, n, 0, 0}\n"
     "end\n"
     "local maxb, maxn = tonumber(ARGV[3]), tonumber(ARGV[4])\n"
     "local ttl = tonumber(ARGV[5])\n"
@@ -53,12 +57,13 @@ static const cf_redis_script quota_script = {
     "end\n"
     "if not fits(1) then\n"
     "  ttl = tonumber(ARGV[6])\n"
-    "  if ttl <= 0 or not fits(1 + tonumber(ARGV[7]) / 100) then return {0, 0, b, n} end\n"
+    "  add = add + tonumber(ARGV[9])\n"
+    "  if ttl <= 0 or not fits(1 + tonumber(ARGV[7]) / 100) then return {0, 0, b, n, 0, 0} end\n"
     "end\n"
     "local s = math.ceil((now + ttl) / G)\n"
-    "redis.call('HINCRBY', KEYS[1], 'b:' .. s, ARGV[2])\n"
+    "redis.call('HINCRBY', KEYS[1], 'b:' .. s, add)\n"
     "redis.call('HINCRBY', KEYS[1], 'n:' .. s, 1)\n"
-    "redis.call('HINCRBY', KEYS[1], 'bytes', ARGV[2])\n"
+    "redis.call('HINCRBY', KEYS[1], 'bytes', add)\n"
     "redis.call('HINCRBY', KEYS[1], 'count', 1)\n"
     "redis.call('ZADD', KEYS[2], s * G, s)\n"
     /* Both keys outlive their last slot by a slot, then vanish: an idle
@@ -67,7 +72,7 @@ static const cf_redis_script quota_script = {
     "for i = 1, 2 do\n"
     "  if redis.call('PTTL', KEYS[i]) < keep then redis.call('PEXPIRE', KEYS[i], keep) end\n"
     "end\n"
-    "return {ttl, s, b, n}\n",
+    "return {ttl, s, b, n, now + ttl, add}\n",
 };
 
 typedef struct quota_keys {
@@ -94,7 +99,7 @@ static int quota_eval(cf_redis *r, const char *kind, const char *scope, const ch
     if (keys_init(&k, kind, scope, err) < 0)
         return -1;
     const char *keys[2] = {k.totals, k.slots};
-    char a[7][24];
+    char a[8][24];
     snprintf(a[0], sizeof(a[0]), "%" PRId64, bytes);
     snprintf(a[1], sizeof(a[1]), "%" PRId64, q ? q->max_bytes : 0);
     snprintf(a[2], sizeof(a[2]), "%" PRId64, q ? q->max_count : 0);
@@ -102,16 +107,19 @@ static int quota_eval(cf_redis *r, const char *kind, const char *scope, const ch
     snprintf(a[4], sizeof(a[4]), "%" PRId64, q ? q->short_ttl_ms : 0);
     snprintf(a[5], sizeof(a[5]), "%" PRId64, q ? q->grace_percent : 0);
     snprintf(a[6], sizeof(a[6]), "%" PRId64, slot);
-    const char *args[8] = {mode, a[0], a[1], a[2], a[3], a[4], a[5], a[6]};
+    snprintf(a[7], sizeof(a[7]), "%" PRId64, q ? q->short_extra_bytes : 0);
+    const char *args[9] = {mode, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]};
     redisReply *rep = NULL;
-    if (cf_redis_eval(r, &quota_script, 2, keys, NULL, 8, args, NULL, &rep, err) < 0)
+    if (cf_redis_eval(r, &quota_script, 2, keys, NULL, 9, args, NULL, &rep, err) < 0)
         return -1;
     int rc = 0;
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 6 ||
         cf_redis_reply_i64(rep->element[0], &out->ttl_ms, err) < 0 ||
         cf_redis_reply_i64(rep->element[1], &out->slot, err) < 0 ||
         cf_redis_reply_i64(rep->element[2], &out->held.bytes, err) < 0 ||
-        cf_redis_reply_i64(rep->element[3], &out->held.count, err) < 0) {
+        cf_redis_reply_i64(rep->element[3], &out->held.count, err) < 0 ||
+        cf_redis_reply_i64(rep->element[4], &out->expire_at_ms, err) < 0 ||
+        cf_redis_reply_i64(rep->element[5], &out->charged_bytes, err) < 0) {
         memset(out, 0, sizeof(*out));
         rc = cf_error_set(err, CF_E_REDIS, "quota %s: unexpected reply", kind);
     }

@@ -31,6 +31,7 @@ typedef struct cf_quota {
      * recent things outlive a full ledger for a while, bounded. */
     int64_t short_ttl_ms;
     int64_t grace_percent;
+    int64_t short_extra_bytes; /* charged on top for a short keep (what marks it so) */
 } cf_quota;
 
 typedef struct cf_quota_usage {
@@ -40,8 +41,10 @@ typedef struct cf_quota_usage {
 
 /* The outcome of a charge. */
 typedef struct cf_quota_outcome {
-    int64_t ttl_ms;     /* how long the thing may be kept: ttl_ms, short_ttl_ms, or 0 (not: nothing charged) */
-    int64_t slot;       /* where it was charged (for cf_quota_refund) */
+    int64_t ttl_ms;       /* how long the thing may be kept: ttl_ms, short_ttl_ms, or 0 (not: nothing charged) */
+    int64_t expire_at_ms; /* Redis's now + ttl_ms (Unix ms): store it to expire then, in step with the ledger */
+    int64_t slot;         /* where it was charged (for cf_quota_refund) */
+    int64_t charged_bytes; /* bytes, plus short_extra_bytes for a short keep */
     cf_quota_usage held; /* the totals before this charge */
 } cf_quota_outcome;
 

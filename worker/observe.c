@@ -670,7 +670,8 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
     o->result_store = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_result_store_total",
                                      "Results offered to the idempotency store, by outcome: kept, kept_short (past "
                                      "the profile's quota, kept a short while), over_quota (not kept), unavailable "
-                                     "(the store failed).",
+                                     "(the store failed), not_kept (another run's answer is kept, or even the cut "
+                                     "copy was too big).",
                                      1, outcome_l, NULL, 0);
     o->redis_errors = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_redis_errors_total",
                                      "Redis operations that failed (workspaces, checkpoints, idempotency).", 0, NULL,

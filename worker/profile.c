@@ -86,8 +86,8 @@ static const cf_conf_prop profile_props[] = {
      NULL},
     {"max-stored-results", CF_CONF_INT, OFF(max_stored_results), 0, 1000000000, "0", NULL,
      "The most results of this profile kept in Redis for replay at once (0: no cap on their number, only on their "
-     "bytes).  Past it, or past max-stored-result-bytes, a result is kept ten minutes (or three idempotency-lease) "
-     "while the profile stays within a quarter over its caps, and else not at all; either way it is answered, with "
+     "bytes).  Past it, or past max-stored-result-bytes, a result is kept ten minutes (or three idempotency-lease; "
+     "when idempotency-ttl is longer) while the profile stays within a quarter over its caps, and else not at all; either way it is answered, with "
      "a warning saying so, and one not kept runs again if redelivered (docs/OPERATIONS.md, \"Quotas\").",
      NULL},
     {"max-stored-result-bytes", CF_CONF_SIZE, OFF(max_stored_result_bytes), 0, 1024 * 1024 * MIB, "128MiB", NULL,

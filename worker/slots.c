@@ -414,10 +414,12 @@ static int stored_copy(cf_result *res, const cf_bytes *published, size_t max, cf
 
 /* What keeping a result for replay was charged to its profile's quota. */
 typedef struct result_charge {
-    int64_t ttl_ms; /* how long it may be kept (0: not) */
-    int64_t slot;   /* where it was charged, for a refund */
-    int64_t bytes;
+    int64_t ttl_ms;       /* how long it may be kept (0: not) */
+    int64_t expire_at_ms; /* when, on Redis's clock (0: ttl_ms from the store) */
+    int64_t slot;         /* where it was charged, for a refund */
+    int64_t bytes;        /* what was charged */
     bool charged;
+    bool over_quota;   /* refused by the quota */
     bool store_failed; /* Redis failed past its retry budget: no second wait for the lease's release */
 } result_charge;
 
@@ -451,31 +453,35 @@ static bool result_keep(cf_worker *w, cf_wstate *st, job *j, cf_result *res, res
     int64_t short_ms = 3 * w->cfg->idempotency_lease_us / 1000;
     if (short_ms < 600000)
         short_ms = 600000;
+    char msg[600], held[32], this[32], caps[2][32];
     cf_quota q = {.max_bytes = p->max_stored_result_bytes,
                   .max_count = p->max_stored_results,
                   .short_ttl_ms = short_ms < ttl_ms ? short_ms : 0,
-                  .grace_percent = 25};
+                  .grace_percent = 25,
+                  .short_extra_bytes = (int64_t)sizeof(msg) + 64}; /* its warning, in the stored copy */
     size_t max = (size_t)w->cfg->idempotency_max_result_bytes;
     rc->bytes = (int64_t)(j->out.value.len < max ? j->out.value.len : max) + 2 * (int64_t)strlen(j->req.id) +
                 2 * (int64_t)strlen(p->name) + 256;
     cf_quota_outcome c;
     cf_error err;
     cf_error_clear(&err);
-    char msg[600], held[32], this[32], caps[2][32];
     if (cf_wstate_quota_charge(st, "results", p->name, &q, ttl_ms, rc->bytes, &c, &err) < 0) {
         /* Not kept rather than kept past the quota unchecked.  The
          * tenant reads the warning: Redis's own words stay in the log. */
         cf_log_warn(LOG_SUB, "request %s: result quota: %s: the result is not kept", j->req.id, err.msg);
         cf_observe_redis_error(w->obs);
-        cf_observe_result_store(w->obs, "unavailable");
         rc->ttl_ms = 0;
-        rc->store_failed = true;
+        rc->store_failed = err.retriable; /* else Redis answers: the lease can be released */
         snprintf(msg, sizeof(msg), "not kept for replay: the result store was unavailable; a redelivery or "
                                    "resubmission of this request runs it again");
     } else {
         rc->ttl_ms = c.ttl_ms;
+        rc->expire_at_ms = c.expire_at_ms;
         rc->slot = c.slot;
         rc->charged = c.ttl_ms > 0;
+        rc->over_quota = c.ttl_ms == 0;
+        if (rc->charged)
+            rc->bytes = c.charged_bytes;
         if (c.ttl_ms == ttl_ms)
             return true;
         cf_format_size(c.held.bytes, held, sizeof(held));
@@ -499,7 +505,6 @@ static bool result_keep(cf_worker *w, cf_wstate *st, job *j, cf_result *res, res
                  "again, workspace and checkpoint writes included",
                  kept, p->name, c.held.count, held, caps[0], caps[1], this,
                  c.ttl_ms > 0 ? "after that, a redelivery or resubmission" : "a redelivery or resubmission");
-        cf_observe_result_store(w->obs, c.ttl_ms > 0 ? "kept_short" : "over_quota");
     }
     cf_log_info(LOG_SUB, "request %s: result %s", j->req.id, msg);
     result_add_warning(res, msg);
@@ -606,22 +611,30 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
         int rc = 0;
         if (store)
             rc = cf_wstate_store_result(st, j->profile->name, j->req.id, j->digest, j->token, &copy, charge.ttl_ms,
-                                        &stored, &err);
+                                        charge.expire_at_ms, &stored, &err);
         else if (!charge.store_failed) /* else the lease lapses: another retry budget would delay the answer */
             rc = cf_wstate_lease_release(st, j->profile->name, j->req.id, j->digest, j->token, &err);
         free(copy.data);
         if (rc < 0) {
             cf_observe_redis_error(w->obs);
-            if (store)
-                cf_observe_result_store(w->obs, "unavailable");
             cf_log_warn(LOG_SUB, "request %s: idempotency store: %s (the result is published all the same)",
                         j->req.id, err.msg);
-        } else if (stored && charge.ttl_ms == w->cfg->idempotency_ttl_us / 1000) {
-            cf_observe_result_store(w->obs, "kept");
         }
-        /* Charged but not kept (another run answered first, the copy did
-         * not fit, the store failed): the charge goes back. */
-        if (charge.charged && !stored) {
+        /* One outcome per result offered to the store. */
+        if (replayable(&res)) {
+            const char *outcome = "not_kept"; /* another run answered first, or even the cut copy was too big */
+            if (stored)
+                outcome = charge.ttl_ms < w->cfg->idempotency_ttl_us / 1000 ? "kept_short" : "kept";
+            else if (rc < 0 || charge.store_failed)
+                outcome = "unavailable";
+            else if (charge.over_quota)
+                outcome = "over_quota";
+            cf_observe_result_store(w->obs, outcome);
+        }
+        /* Charged but not kept (another run answered first, the cut copy
+         * did not fit): the charge goes back.  Not after a failed store,
+         * which may have stored (the ledger errs towards refusing). */
+        if (charge.charged && !stored && rc == 0) {
             cf_error e;
             if (cf_wstate_quota_refund(st, "results", j->profile->name, charge.slot, charge.bytes, &e) < 0)
                 cf_log_debug(LOG_SUB, "request %s: result quota refund: %s", j->req.id, e.msg);

@@ -949,14 +949,18 @@ static const cf_redis_script renew_script = {
  * the one its successor will store. */
 static const cf_redis_script store_script = {
     "idem_store",
-    "-- KEYS: 1 idem hash, 2 lease; ARGV: 1 digest, 2 lease value, 3 result, 4 ttl ms\n"
+    "-- KEYS: 1 idem hash, 2 lease; ARGV: 1 digest, 2 lease value, 3 result, 4 ttl ms,\n"
+    "-- 5 expires at (unix ms; 0: ttl from now)\n"
     "local cur = redis.call('GET', KEYS[2])\n"
     "if cur and cur ~= ARGV[2] then return 0 end\n"
     "local stored = 0\n"
     "if redis.call('EXISTS', KEYS[1]) == 0 then\n"
-    "  redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'result', ARGV[3])\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
+    "  redis.call('HSET', KEYS[1], 'digest', ARGV[1], 'result', ARGV[3], 'by', ARGV[2])\n"
+    "  if tonumber(ARGV[5]) > 0 then redis.call('PEXPIREAT', KEYS[1], ARGV[5])\n"
+    "  else redis.call('PEXPIRE', KEYS[1], ARGV[4]) end\n"
     "  stored = 1\n"
+    "elseif redis.call('HGET', KEYS[1], 'by') == ARGV[2] then\n"
+    "  stored = 1 -- ours, from a try whose reply was lost\n"
     "end\n"
     "if cur then redis.call('DEL', KEYS[2]) end\n"
     "return stored\n",
@@ -1066,7 +1070,8 @@ int cf_wstate_lease_renew(cf_wstate *st, const char *scope, const char *id, cons
 }
 
 int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
-                           const cf_bytes *result, int64_t ttl_ms, bool *stored, cf_error *err)
+                           const cf_bytes *result, int64_t ttl_ms, int64_t expire_at_ms, bool *stored,
+                           cf_error *err)
 {
     if (stored)
         *stored = false;
@@ -1076,10 +1081,12 @@ int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, con
     char ms[24];
     snprintf(ms, sizeof(ms), "%" PRId64, ttl_ms);
     const char *keys[2] = {k.idem, k.lease};
-    const char *args[4] = {digest, k.mine, (const char *)result->data, ms};
-    size_t lens[4] = {strlen(digest), strlen(k.mine), result->len, strlen(ms)};
+    char at[24];
+    snprintf(at, sizeof(at), "%" PRId64, expire_at_ms > 0 ? expire_at_ms : 0);
+    const char *args[5] = {digest, k.mine, (const char *)result->data, ms, at};
+    size_t lens[5] = {strlen(digest), strlen(k.mine), result->len, strlen(ms), strlen(at)};
     redisReply *rep = NULL;
-    if (eval_retrying(st, &store_script, 2, keys, 4, args, lens, &rep, err) < 0)
+    if (eval_retrying(st, &store_script, 2, keys, 5, args, lens, &rep, err) < 0)
         return -1;
     int64_t v = 0;
     int rc = cf_redis_reply_i64(rep, &v, err);

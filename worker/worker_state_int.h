@@ -182,9 +182,13 @@ int cf_wstate_lease_renew(cf_wstate *st, const char *scope, const char *id, cons
 /* Stores the result and releases our lease, unless another run holds the
  * lease now (then nothing is stored: its answer will be) or an answer is
  * stored already (the first answer stays the answer); *stored (may be
- * NULL) says which.  Retries within the budget. */
+ * NULL) says whether this run's result is the one stored (a retry after a
+ * lost reply knows its own).  It expires at expire_at_ms (Unix ms, as a
+ * quota charge placed it) or else ttl_ms from now.  Retries within the
+ * budget. */
 int cf_wstate_store_result(cf_wstate *st, const char *scope, const char *id, const char *digest, const char *token,
-                           const cf_bytes *result, int64_t ttl_ms, bool *stored, cf_error *err);
+                           const cf_bytes *result, int64_t ttl_ms, int64_t expire_at_ms, bool *stored,
+                           cf_error *err);
 
 /* cf_quota_charge on the worker's connection, retried within the budget. */
 int cf_wstate_quota_charge(cf_wstate *st, const char *kind, const char *scope, const cf_quota *q, int64_t ttl_ms,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cf_dispatcher.h"
+#include "cf_redis.h"
 #include "cf_schema.h"
 #include "cf_util.h"
 
@@ -315,6 +316,38 @@ static void run_id(cf_dispatcher *d, const it_worker *w, const char *id, const c
     }
 }
 
+/* How long Redis keeps the stored result of id under profile (ms; -2 none). */
+static int64_t stored_pttl(const char *profile, const char *id)
+{
+    char host[256];
+    int port = 0;
+    const char *addr = it_redis();
+    const char *colon = strrchr(addr, ':');
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+    port = atoi(colon + 1);
+    cf_redis_config rc;
+    cf_redis_config_init(&rc);
+    rc.host = host;
+    rc.port = port;
+    it_redis_auth(&rc);
+    cf_error err;
+    cf_error_clear(&err);
+    cf_redis *r = cf_redis_new(&rc, false, &err);
+    if (!r)
+        fail_msg("redis: %s", err.msg);
+    char key[300];
+    snprintf(key, sizeof(key), "cf:idem:{%s/%s}", profile, id);
+    const char *argv[2] = {"PTTL", key};
+    redisReply *rep = NULL;
+    if (cf_redis_command_argv(r, 2, argv, NULL, &rep, &err) < 0)
+        fail_msg("PTTL: %s", err.msg);
+    int64_t v = -3;
+    cf_redis_reply_i64(rep, &v, NULL);
+    cf_redis_reply_free(rep);
+    cf_redis_destroy(r);
+    return v;
+}
+
 static void results_are_kept_within_the_tenants_quota(void **state)
 {
     (void)state;
@@ -369,6 +402,11 @@ static void results_are_kept_within_the_tenants_quota(void **state)
     if (!why || !strstr(why, "kept for replay for ") || !strstr(why, f->by_count) ||
         !strstr(why, "keeps 4 result(s)") || !strstr(why, "max-stored-results 4"))
         fail_msg("fifth result: warning '%s'", why ? why : "(none)");
+    /* The short keep is stored for its short while, the others a day. */
+    int64_t kept_short = stored_pttl(f->by_count, ids[4]), kept_long = stored_pttl(f->by_count, ids[3]);
+    if (kept_short <= 0 || kept_short > 600000 || kept_long <= 600000)
+        fail_msg("stored for %lld ms (short) and %lld ms (within the quota)", (long long)kept_short,
+                 (long long)kept_long);
     why = quota_warning(&r[5]);
     if (!why || !strstr(why, "not kept for replay") || !strstr(why, "keeps 5 result(s)"))
         fail_msg("sixth result: warning '%s'", why ? why : "(none)");
@@ -410,6 +448,8 @@ static void results_are_kept_within_the_tenants_quota(void **state)
     if (!why || !strstr(why, "not kept for replay") || !strstr(why, f->by_bytes) ||
         !strstr(why, "max-stored-results uncapped") || !strstr(why, "max-stored-result-bytes 5.0 KiB"))
         fail_msg("second big result: warning '%s'", why ? why : "(none)");
+    assert_true(b2.stdout_data.len > 3072); /* answered whole all the same */
+    assert_int_equal(stored_pttl(f->by_bytes, bid[1]), -2);
 
     for (int i = 0; i < 6; i++)
         cf_result_clear(&r[i]);

@@ -937,56 +937,67 @@ static void kafka_errors_read_as_what_they_are(void **state)
 /* The quota ledger (cf_quota.h) on a real Redis: a charge that does not fit
  * changes nothing, a short keep within the grace, refunds, scopes and kinds
  * apart, and a minute whose things have all expired leaves the totals (its
- * end moved into the past by hand: the ledger runs on Redis's clock). */
+ * end moved into the past by hand: the ledger runs on Redis's clock, and
+ * every expectation comes from the slots the charges report, so a minute
+ * turning during the test changes nothing). */
+static int64_t redis_now_ms(redisContext *raw)
+{
+    return cf_test_redis_int(raw, "EVAL %s 0",
+                             "local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)");
+}
+
 static void state_quota_ledger(void **state)
 {
     rfix *f = *state;
     redisContext *raw = cf_test_redis_raw(&f->srv);
     const int64_t day = 24 * 3600 * 1000LL;
-    cf_quota q = {.max_bytes = 1000, .max_count = 3, .short_ttl_ms = 600000, .grace_percent = 50};
-    cf_quota_outcome c;
+    cf_quota q = {.max_bytes = 1000, .max_count = 3, .short_ttl_ms = 600000, .grace_percent = 50,
+                  .short_extra_bytes = 10};
+    cf_quota_outcome c1, c2, c;
     cf_quota_usage u;
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 400, &c, NULL), 0);
-    assert_int_equal(c.ttl_ms, day);
-    assert_int_equal(c.held.bytes, 0);
-    int64_t first_slot = c.slot;
-    assert_true(first_slot > 0);
-    /* Its slot ends within a minute after the thing expires, on Redis's clock,
-     * and both keys outlive it by at most two minutes. */
-    int64_t now_ms = cf_test_redis_int(raw, "EVAL %s 0", "local t = redis.call('TIME') return t[1] * 1000");
-    int64_t end = first_slot * CF_QUOTA_SLOT_MS;
-    assert_true(end >= now_ms + day - 1000 && end <= now_ms + day + CF_QUOTA_SLOT_MS + 1000);
+    int64_t before = redis_now_ms(raw);
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 400, &c1, NULL), 0);
+    int64_t after = redis_now_ms(raw);
+    assert_int_equal(c1.ttl_ms, day);
+    assert_int_equal(c1.held.bytes, 0);
+    assert_int_equal(c1.charged_bytes, 400);
+    /* It expires a day after the charge, on Redis's clock; its minute ends
+     * at most a minute after that, and the ledger's keys outlive it by at
+     * most another. */
+    assert_true(c1.expire_at_ms >= before + day && c1.expire_at_ms <= after + day);
+    int64_t end = c1.slot * CF_QUOTA_SLOT_MS;
+    assert_true(end >= c1.expire_at_ms && end < c1.expire_at_ms + CF_QUOTA_SLOT_MS);
     int64_t pttl = cf_test_redis_int(raw, "PTTL cf:quota:{results/a}");
-    assert_true(pttl > day && pttl <= day + 3 * CF_QUOTA_SLOT_MS);
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 400, &c, NULL), 0);
-    assert_int_equal(c.ttl_ms, day);
-    assert_int_equal(c.held.bytes, 400);
-    assert_int_equal(c.held.count, 1);
-    /* 800 + 300 > 1000: kept the short while, within 1.5 x the caps. */
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 300, &c, NULL), 0);
-    assert_int_equal(c.ttl_ms, 600000);
-    assert_int_equal(c.held.bytes, 800);
-    int64_t short_slot = c.slot;
-    assert_true(short_slot < first_slot);
-    /* 1100 + 500 > 1500: not kept at all, nothing charged. */
+    assert_true(pttl > day && pttl <= end - before + CF_QUOTA_SLOT_MS);
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 400, &c2, NULL), 0);
+    assert_int_equal(c2.ttl_ms, day);
+    assert_int_equal(c2.held.bytes, 400);
+    assert_int_equal(c2.held.count, 1);
+    /* 800 + 300 > 1000: kept the short while, within 1.5 x the caps, and
+     * charged its extra. */
+    cf_quota_outcome c3;
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 300, &c3, NULL), 0);
+    assert_int_equal(c3.ttl_ms, 600000);
+    assert_int_equal(c3.held.bytes, 800);
+    assert_int_equal(c3.charged_bytes, 310);
+    assert_true(c3.slot < c1.slot);
+    /* 1110 + 500 > 1500: not kept at all, nothing charged. */
     assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 500, &c, NULL), 0);
     assert_int_equal(c.ttl_ms, 0);
     assert_int_equal(cf_quota_usage_get(f->r, "results", "a", &u, NULL), 0);
-    assert_int_equal(u.bytes, 1100);
+    assert_int_equal(u.bytes, 1110);
     assert_int_equal(u.count, 3);
     /* By count: the fourth item is past max_count 3 but within the grace;
      * the fifth (5 > 4.5) is not kept. */
-    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 1, &c, NULL), 0);
-    assert_int_equal(c.ttl_ms, 600000);
+    cf_quota_outcome c4;
+    assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 1, &c4, NULL), 0);
+    assert_int_equal(c4.ttl_ms, 600000);
     assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 1, &c, NULL), 0);
     assert_int_equal(c.ttl_ms, 0);
-    /* A refund takes back what a charge added; a second one for the same
-     * slot takes no more than is there. */
-    assert_int_equal(cf_quota_refund(f->r, "results", "a", short_slot, 301, NULL), 0);
-    assert_int_equal(cf_quota_usage_get(f->r, "results", "a", &u, NULL), 0);
-    assert_int_equal(u.bytes, 800);
-    assert_int_equal(u.count, 3);
-    assert_int_equal(cf_quota_refund(f->r, "results", "a", short_slot, 1000, NULL), 0);
+    assert_int_equal(c.held.count, 4);
+    /* A refund takes back exactly what its charge added. */
+    assert_int_equal(cf_quota_refund(f->r, "results", "a", c3.slot, c3.charged_bytes, NULL), 0);
+    assert_int_equal(cf_quota_refund(f->r, "results", "a", c4.slot, c4.charged_bytes, NULL), 0);
     assert_int_equal(cf_quota_usage_get(f->r, "results", "a", &u, NULL), 0);
     assert_int_equal(u.bytes, 800);
     assert_int_equal(u.count, 2);
@@ -1000,12 +1011,17 @@ static void state_quota_ledger(void **state)
     assert_int_equal(c.held.bytes, 0);
     assert_int_equal(cf_quota_usage_get(f->r, "checkpoints", "a", &u, NULL), 0);
     assert_int_equal(u.bytes, 0);
-    /* The first slot's minute passes: its 800 bytes and 2 items leave. */
-    assert_int_equal(cf_test_redis_int(raw, "ZADD cf:quota:{results/a}:slots 1000 %lld", (long long)first_slot), 0);
+    /* The day charges' minutes pass: their 800 bytes and 2 items leave,
+     * with their parts. */
+    const int64_t slots[2] = {c1.slot, c2.slot};
+    for (int i = 0; i < 2; i++)
+        (void)cf_test_redis_int(raw, "ZADD cf:quota:{results/a}:slots 1000 %lld", (long long)slots[i]);
     assert_int_equal(cf_quota_usage_get(f->r, "results", "a", &u, NULL), 0);
     assert_int_equal(u.bytes, 0);
-    assert_int_equal(u.count, 0); /* the short slot was refunded whole */
-    assert_int_equal(cf_test_redis_int(raw, "HEXISTS cf:quota:{results/a} b:%lld", (long long)first_slot), 0);
+    assert_int_equal(u.count, 0);
+    assert_int_equal(cf_test_redis_int(raw, "HEXISTS cf:quota:{results/a} b:%lld", (long long)c1.slot), 0);
+    /* What is left: the short keeps' minutes (refunded, not yet ended). */
+    assert_int_equal(cf_test_redis_int(raw, "ZCARD cf:quota:{results/a}:slots"), c3.slot == c4.slot ? 1 : 2);
     assert_int_equal(cf_quota_charge(f->r, "results", "a", &q, day, 1000, &c, NULL), 0);
     assert_int_equal(c.ttl_ms, day);
     /* Nonsense is refused, not charged. */
@@ -1042,7 +1058,10 @@ static void state_idempotency(void **state)
     /* Stored: both bodies now get their answer without a lease. */
     cf_bytes result = {(uint8_t *)"RESULT", 6};
     bool stored = false;
-    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w1/0/1", &result, 60000, &stored, NULL), 0);
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w1/0/1", &result, 60000, 0, &stored, NULL), 0);
+    assert_true(stored);
+    /* Its retry after a lost reply knows the stored result is its own. */
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w1/0/1", &result, 60000, 0, &stored, NULL), 0);
     assert_true(stored);
     assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d1, "w3/0/1", 5000, &c, NULL), 0);
     assert_int_equal(c.kind, CF_CLAIM_REPLAY);
@@ -1053,7 +1072,7 @@ static void state_idempotency(void **state)
     assert_int_equal(c.kind, CF_CLAIM_REUSED);
     /* The first answer stays the answer. */
     cf_bytes other = {(uint8_t *)"OTHER", 5};
-    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w9/0/1", &other, 60000, &stored, NULL), 0);
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-1", d1, "w9/0/1", &other, 60000, 0, &stored, NULL), 0);
     assert_false(stored);
     assert_int_equal(cf_wstate_claim(f->st, "p", "id-1", d1, "w3/0/3", 5000, &c, NULL), 0);
     assert_memory_equal(c.stored.data, "RESULT", 6);
@@ -1065,7 +1084,7 @@ static void state_idempotency(void **state)
     redisContext *raw = cf_test_redis_raw(&f->srv);
     (void)cf_test_redis_int(raw, "SET cf:lease:{p/id-4} %s:w2/2/1", d1);
     cf_bytes stale = {(uint8_t *)"STALE", 5};
-    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &stale, 60000, &stored, NULL), 0);
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &stale, 60000, 0, &stored, NULL), 0);
     assert_false(stored);
     assert_int_equal(cf_test_redis_int(raw, "EXISTS cf:idem:{p/id-4}"), 0);
     assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-4", d1, "w1/2/1", 5000, &held, NULL), 0);
@@ -1076,7 +1095,7 @@ static void state_idempotency(void **state)
     assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-4", d1, "w1/2/1", 5000, &held, NULL), 0);
     assert_true(held);
     assert_int_equal(cf_test_redis_int(raw, "EXISTS cf:lease:{p/id-4}"), 1);
-    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &result, 60000, NULL, NULL), 0);
+    assert_int_equal(cf_wstate_store_result(f->st, "p", "id-4", d1, "w1/2/1", &result, 60000, 0, NULL, NULL), 0);
     assert_int_equal(cf_test_redis_int(raw, "EXISTS cf:lease:{p/id-4}"), 0);
     assert_int_equal(cf_wstate_lease_renew(f->st, "p", "id-4", d1, "w1/2/1", 5000, &held, NULL), 0);
     assert_false(held);
