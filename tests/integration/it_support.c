@@ -100,6 +100,27 @@ void it_redis_auth(struct cf_redis_config *rc)
     rc->password = client.redis_password;
 }
 
+struct cf_redis *it_redis_open(void)
+{
+    const char *addr = it_redis();
+    const char *colon = addr ? strrchr(addr, ':') : NULL;
+    if (!colon)
+        fail_msg("no Redis address (CF_TEST_REDIS)");
+    char host[256];
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
+    cf_redis_config rc;
+    cf_redis_config_init(&rc);
+    rc.host = host;
+    rc.port = atoi(colon + 1);
+    it_redis_auth(&rc);
+    cf_error err;
+    cf_error_clear(&err);
+    cf_redis *r = cf_redis_new(&rc, true, &err);
+    if (!r)
+        fail_msg("redis: %s", err.msg);
+    return r;
+}
+
 const char *it_principal_config(const char *principal, char *buf, size_t size)
 {
     const char *dir = getenv("CF_TEST_SECRETS");

@@ -30,8 +30,12 @@ const cf_kvlist *it_kafka(void);
 /* Applies them to a librdkafka configuration (fails the test on error). */
 void it_kafka_conf_apply(rd_kafka_conf_t *conf);
 /* Fills the Redis user and password of rc from the settings file. */
+struct cf_redis;
 struct cf_redis_config;
 void it_redis_auth(struct cf_redis_config *rc);
+/* A connection to the stack's Redis as the client principal (fails the
+ * test when it cannot connect). */
+struct cf_redis *it_redis_open(void);
 /* The settings file of another principal of the stack ("tenant-a"...),
  * from CF_TEST_SECRETS; NULL when not set. */
 const char *it_principal_config(const char *principal, char *buf, size_t size);

@@ -28,19 +28,9 @@ typedef struct store {
 
 static void store_open(store *s)
 {
-    char host[256];
-    int port;
-    assert_int_equal(cf_wstate_addr_parse(it_redis(), host, sizeof(host), &port, NULL), 0);
-    cf_redis_config rc;
-    cf_redis_config_init(&rc);
-    rc.host = host;
-    rc.port = port;
-    it_redis_auth(&rc);
+    s->r = it_redis_open();
     cf_error err;
     cf_error_clear(&err);
-    s->r = cf_redis_new(&rc, true, &err);
-    if (!s->r)
-        fail_msg("redis: %s", err.msg);
     s->cp = cf_checkpoint_store_new(s->r, NULL, &err);
     assert_non_null(s->cp);
 }

@@ -104,17 +104,7 @@ static int setup(void **state)
     cf_error err = {0};
     if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 1, 3, -1, 30 * 1000000LL, &err) < 0)
         fail_msg("creating topic: %s", err.msg);
-    char host[256];
-    int port;
-    assert_int_equal(cf_cli_parse_redis_addr(it_redis(), host, sizeof(host), &port, &err), 0);
-    cf_redis_config rc;
-    cf_redis_config_init(&rc);
-    rc.host = host;
-    rc.port = port;
-    it_redis_auth(&rc);
-    f->r = cf_redis_new(&rc, true, &err);
-    if (!f->r)
-        fail_msg("redis: %s", err.msg);
+    f->r = it_redis_open();
     f->ws = cf_workspace_store_new(f->r, NULL, &err);
     f->cs = cf_checkpoint_store_new(f->r, NULL, &err);
     assert_non_null(f->ws);

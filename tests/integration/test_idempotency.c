@@ -319,22 +319,9 @@ static void run_id(cf_dispatcher *d, const it_worker *w, const char *id, const c
 /* How long Redis keeps the stored result of id under profile (ms; -2 none). */
 static int64_t stored_pttl(const char *profile, const char *id)
 {
-    char host[256];
-    int port = 0;
-    const char *addr = it_redis();
-    const char *colon = strrchr(addr, ':');
-    snprintf(host, sizeof(host), "%.*s", (int)(colon - addr), addr);
-    port = atoi(colon + 1);
-    cf_redis_config rc;
-    cf_redis_config_init(&rc);
-    rc.host = host;
-    rc.port = port;
-    it_redis_auth(&rc);
+    cf_redis *r = it_redis_open();
     cf_error err;
     cf_error_clear(&err);
-    cf_redis *r = cf_redis_new(&rc, false, &err);
-    if (!r)
-        fail_msg("redis: %s", err.msg);
     char key[300];
     snprintf(key, sizeof(key), "cf:idem:{%s/%s}", profile, id);
     const char *argv[2] = {"PTTL", key};
