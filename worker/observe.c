@@ -27,7 +27,6 @@
 #define REDIS_CHECK_EVERY_US (2 * 1000000LL)
 /* Lag older than this is not shown: a partition's statistics stop when it
  * is revoked. */
-#define CODEFLEET_VERSION "0.14"
 
 static const double latency_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                          0.5,   1,      2.5,   5,    10,    30,   60,  300};
@@ -710,7 +709,7 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
     o->p_start = cf_metrics_add(r, CF_METRIC_GAUGE, "process_start_time_seconds",
                                 "Start time of the process, Unix time.", 0, NULL, NULL, 0);
     o->started_unix_s = cf_now_us() / 1000000;
-    const char *iv[] = {worker_id, cfg->group, CODEFLEET_VERSION};
+    const char *iv[] = {worker_id, cfg->group, CF_VERSION};
     cf_metric_set(o->info, 1, iv);
     cf_metric_set(o->start_time, (double)o->started_unix_s, NULL);
     double pstart = process_start_unix();

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "cf_log.h"
 #include "cf_worker.h"
 
@@ -18,7 +20,7 @@ static void usage(FILE *out)
             "Consumes execution requests from Kafka, runs them, publishes results.\n"
             "Settings come from defaults < --config FILE (or CODEFLEET_WORKER_CONFIG) <\n"
             "CODEFLEET_WORKER_* environment variables < flags.  --help-config prints the\n"
-            "reference as Markdown.  SIGTERM/SIGINT stop it gracefully.\n\n");
+            "reference as Markdown, --version the version.  SIGTERM/SIGINT stop it gracefully.\n\n");
     cf_conf_print_help(&cf_worker_conf_table, out);
 }
 
@@ -35,6 +37,12 @@ int main(int argc, char **argv)
     /* Writes to a child's closed stdin must fail with EPIPE, not kill us. */
     signal(SIGPIPE, SIG_IGN);
 
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("codefleet-worker %s (librdkafka %s)\n", CF_VERSION, rd_kafka_version_str());
+            return 0;
+        }
+    }
     cf_worker_config cfg;
     memset(&cfg, 0, sizeof(cfg));
     cf_error err;

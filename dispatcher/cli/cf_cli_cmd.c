@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "cf_cli.h"
 #include "cf_control.h"
 #include "cf_kafka.h"
@@ -986,6 +988,10 @@ int cf_cli_main(int argc, char **argv)
     cf_log_setup(lvl, CF_LOG_TEXT, "codefleet");
     cf_kafka_quiet_logs(lvl < CF_LOG_DEBUG);
     current_globals = &g;
+    if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0)) {
+        printf("codefleet %s (librdkafka %s)\n", CF_VERSION, rd_kafka_version_str());
+        return CF_EXIT_OK;
+    }
     if (cf_cli_parse_globals(argc, argv, &g, &cmd, &help, &err) < 0) {
         fprintf(stderr, "codefleet: %s\n", err.msg);
         cf_cli_globals_free(&g);

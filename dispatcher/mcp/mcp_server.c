@@ -996,7 +996,7 @@ static void handle(mcp *m, json_t *msg)
         send_result(m, id,
                     json_pack("{s:s, s:{s:{s:b}}, s:{s:s, s:s, s:s}, s:s}", "protocolVersion", version, "capabilities",
                               "tools", "listChanged", 0, "serverInfo", "name", "codefleet", "title", "codefleet",
-                              "version", CF_PROJECT_VERSION, "instructions", instructions));
+                              "version", CF_VERSION, "instructions", instructions));
     } else if (strcmp(method, "ping") == 0) {
         send_result(m, id, json_object());
     } else if (strcmp(method, "tools/list") == 0) {

@@ -496,6 +496,33 @@ static void test_cli_explains_an_unreachable_broker(void **state)
     assert_null(strstr(out, "kafka:"));
 }
 
+/* The CLI and the worker say one version, the build's (CF_VERSION, from
+ * CMake's project()), and exit 0. */
+static void test_version(void **state)
+{
+    (void)state;
+    const char *bin = getenv("CF_BINARY_DIR");
+    static const char *const progs[][2] = {{"dispatcher/codefleet", "--version"},
+                                           {"dispatcher/codefleet", "version"},
+                                           {"worker/codefleet-worker", "--version"}};
+    for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+        char path[1024], cmd[1200], want[128];
+        snprintf(path, sizeof(path), "%s/%s", bin ? bin : "build", progs[i][0]);
+        if (access(path, X_OK) != 0)
+            skip();
+        snprintf(cmd, sizeof(cmd), "%s %s 2>&1; echo rc=$?", path, progs[i][1]);
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        char out[1024];
+        size_t n = fread(out, 1, sizeof(out) - 1, p);
+        out[n] = '\0';
+        pclose(p);
+        snprintf(want, sizeof(want), "%s " CF_VERSION " (librdkafka ", strrchr(progs[i][0], '/') + 1);
+        if (strncmp(out, want, strlen(want)) != 0 || !strstr(out, ")\nrc=0\n"))
+            fail_msg("%s %s said:\n%s", progs[i][0], progs[i][1], out);
+    }
+}
+
 static void test_submit_rejects_bad_flags(void **state)
 {
     (void)state;
@@ -843,6 +870,7 @@ int main(void)
         cmocka_unit_test(test_submit_compiled_flags),
         cmocka_unit_test(test_submit_wasm_and_js),
         cmocka_unit_test(test_cli_explains_an_unreachable_broker),
+        cmocka_unit_test(test_version),
         cmocka_unit_test(test_new_id),
         cmocka_unit_test(test_read_file_cap),
     };

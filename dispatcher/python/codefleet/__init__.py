@@ -21,7 +21,7 @@ from .wire import (ABSENT, DEFAULT_LIMITS, SCHEMA_VERSION, Cancel, Case, CaseRes
 # messages go to "codefleet", librdkafka's own lines to "codefleet.kafka").
 logging.getLogger("codefleet").addHandler(logging.NullHandler())
 
-__version__ = "0.1.0"
+__version__ = "0.14.0"
 
 __all__ = [
     "ABSENT", "DEFAULT_LIMITS", "SCHEMA_VERSION", "AsyncChunkStream", "AsyncClient", "BatchTimeout", "Cancel",
