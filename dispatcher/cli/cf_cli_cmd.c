@@ -52,6 +52,11 @@ void cf_cli_explain(const cf_error *err, char *hint, size_t size)
         else if (strstr(err->msg, "nknown topic") || strstr(err->msg, "does not exist"))
             snprintf(hint, size, "%.300s: create it with 'codefleet topics create NAME' or check --request-topic / "
                                  "--result-topic", err->msg);
+        else if (strstr(last, "Failed to resolve"))
+            snprintf(hint, size,
+                     "cannot reach the Kafka broker at %s: its name does not resolve: check --brokers "
+                     "(CODEFLEET_BROKERS)",
+                     brokers);
         else if (strstr(last, "Connect to") || strstr(last, "resolve") || strstr(err->msg, "transport failure") ||
                  strstr(err->msg, "timed out"))
             snprintf(hint, size,

@@ -19,6 +19,12 @@
  * topic name is reported promptly. */
 #define CF_KAFKA_UNKNOWN_TOPIC_RETRY_US 3000000
 #define CF_KAFKA_TRANSIENT_RETRY_US 10000000
+/* A broker that refuses connections (nothing listens there), whose name
+ * does not resolve, or that dropped the handshake as if it wanted SASL or
+ * TLS is reported after this long instead of the full metadata timeout or
+ * retry: a person should not wait 10 s to read "cannot reach". Long
+ * enough for a broker restarting on the same port to be back. */
+#define CF_KAFKA_UNREACHABLE_GIVE_UP_US 2000000
 
 /* The last problem librdkafka reported about a broker connection: the
  * error a caller gets ("Broker transport failure") does not say what a
@@ -329,6 +335,31 @@ void cf_kafka_consumer_close(rd_kafka_t *rk)
     rd_kafka_destroy(rk);
 }
 
+/* Whether what librdkafka last said means no broker is going to answer
+ * soon (as opposed to a slow one). */
+static bool broker_unreachable(void)
+{
+    char p[sizeof(last_problem)];
+    cf_kafka_last_problem(p, sizeof(p));
+    return strstr(p, "Connection refused") || strstr(p, "Failed to resolve") || cf_kafka_saw_protocol_hint();
+}
+
+/* rd_kafka_metadata in short slices, so that an unreachable broker ends
+ * the wait after CF_KAFKA_UNREACHABLE_GIVE_UP_US. */
+static rd_kafka_resp_err_t metadata_of(rd_kafka_t *rk, rd_kafka_topic_t *rkt, const struct rd_kafka_metadata **md)
+{
+    int64_t t0 = cf_mono_us();
+    for (;;) {
+        rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, md, 250);
+        if (e != RD_KAFKA_RESP_ERR__TIMED_OUT && e != RD_KAFKA_RESP_ERR__TRANSPORT)
+            return e;
+        int64_t waited = cf_mono_us() - t0;
+        if (waited >= CF_KAFKA_METADATA_TIMEOUT_MS * INT64_C(1000) ||
+            (waited >= CF_KAFKA_UNREACHABLE_GIVE_UP_US && broker_unreachable()))
+            return e;
+    }
+}
+
 int cf_kafka_topic_partitions(rd_kafka_t *rk, const char *topic, bool need_leaders, int32_t *out,
                               rd_kafka_resp_err_t *kerr, cf_error *err)
 {
@@ -337,7 +368,7 @@ int cf_kafka_topic_partitions(rd_kafka_t *rk, const char *topic, bool need_leade
     if (!rkt)
         return cf_error_set(err, CF_E_KAFKA, "topic %s: %s", topic, rd_kafka_err2str(rd_kafka_last_error()));
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, &md, CF_KAFKA_METADATA_TIMEOUT_MS);
+    rd_kafka_resp_err_t e = metadata_of(rk, rkt, &md);
     rd_kafka_topic_destroy(rkt);
     if (e) {
         *kerr = e;
@@ -449,7 +480,9 @@ int cf_kafka_assign(rd_kafka_t *rk, const char *topic, const char *key, bool nee
             return 0;
         int64_t limit = kerr == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ? CF_KAFKA_UNKNOWN_TOPIC_RETRY_US
                                                                         : CF_KAFKA_TRANSIENT_RETRY_US;
-        if (!cf_kafka_transient(kerr) || cf_mono_us() - t0 >= limit)
+        int64_t waited = cf_mono_us() - t0;
+        if (!cf_kafka_transient(kerr) || waited >= limit ||
+            (waited >= CF_KAFKA_UNREACHABLE_GIVE_UP_US && broker_unreachable()))
             return -1;
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
