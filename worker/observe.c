@@ -282,11 +282,11 @@ void cf_observe_redis_error(cf_observe *o)
         cf_metric_inc(o->redis_errors, 1, NULL);
 }
 
-void cf_observe_result_store(cf_observe *o, const char *outcome)
+void cf_observe_result_store(cf_observe *o, const char *profile, const char *outcome)
 {
     if (!o)
         return;
-    const char *lv[] = {outcome};
+    const char *lv[] = {profile, outcome};
     cf_metric_inc(o->result_store, 1, lv);
 }
 
@@ -665,13 +665,13 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
                              "Messages answered with a dead letter.", 0, NULL, NULL, 0);
     o->kafka_errors = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_kafka_errors_total",
                                      "Errors reported by the Kafka clients, transient or fatal.", 1, kind_l, NULL, 0);
-    static const char *const outcome_l[] = {"outcome"};
+    static const char *const outcome_l[] = {"profile", "outcome"};
     o->result_store = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_result_store_total",
                                      "Results offered to the idempotency store, by outcome: kept, kept_short (past "
                                      "the profile's quota, kept a short while), over_quota (not kept), unavailable "
                                      "(the store failed), not_kept (another run's answer is kept, or even the cut "
-                                     "copy was too big).",
-                                     1, outcome_l, NULL, 0);
+                                     "copy was too big), by profile (the operator's names).",
+                                     2, outcome_l, NULL, 0);
     o->redis_errors = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_redis_errors_total",
                                      "Redis operations that failed (workspaces, checkpoints, idempotency).", 0, NULL,
                                      NULL, 0);

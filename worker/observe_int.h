@@ -51,7 +51,7 @@ void cf_observe_kafka_stats(cf_observe *o, const char *source, const char *json,
 void cf_observe_kafka_error(cf_observe *o, bool fatal, bool all_brokers_down);
 void cf_observe_redis_error(cf_observe *o);
 /* A result offered to the idempotency store: "kept", "kept_short", "over_quota", "unavailable", "not_kept". */
-void cf_observe_result_store(cf_observe *o, const char *outcome);
+void cf_observe_result_store(cf_observe *o, const char *profile, const char *outcome);
 void cf_observe_produce_retry(cf_observe *o);
 /* The partition guard took a step ("resume", "seek", "rejoin"). */
 void cf_observe_partition_stall(cf_observe *o, const char *step);

@@ -86,14 +86,15 @@ static const cf_conf_prop profile_props[] = {
      NULL},
     {"max-stored-results", CF_CONF_INT, OFF(max_stored_results), 0, 1000000000, "0", NULL,
      "The most results of this profile kept in Redis for replay at once (0: no cap on their number, only on their "
-     "bytes).  Past it, or past max-stored-result-bytes, a result is kept ten minutes (or three idempotency-lease; "
-     "when idempotency-ttl is longer) while the profile stays within a quarter over its caps, and else not at all; either way it is answered, with "
+     "bytes; below 4, no room for the grace).  Past it, or past max-stored-result-bytes, a result is kept ten "
+     "minutes (three idempotency-lease if longer; only when idempotency-ttl is longer still) while the profile "
+     "stays within a quarter over its caps, and else not at all; either way it is answered, with "
      "a warning saying so, and one not kept runs again if redelivered (docs/OPERATIONS.md, \"Quotas\").",
      NULL},
     {"max-stored-result-bytes", CF_CONF_SIZE, OFF(max_stored_result_bytes), 0, 1024 * 1024 * MIB, "128MiB", NULL,
-     "The most bytes of this profile's results kept in Redis for replay at once, counting each key's overhead "
-     "(about 300 bytes), as max-stored-results.  Size the profiles' sum, with their quarter of grace, below "
-     "Redis's maxmemory.  0: no cap.",
+     "The most bytes of this profile's results kept in Redis for replay at once, each charged what Redis spends "
+     "on it (its size plus a quarter, and about 700 bytes of keys), as max-stored-results.  Size the profiles' "
+     "sum, with their quarter of grace, below Redis's maxmemory.  0: no cap.",
      NULL},
 };
 

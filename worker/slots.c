@@ -277,14 +277,13 @@ static int64_t delivery_count(cf_worker *w, const job *j, cf_wstate *st)
 {
     if (!st)
         return 0;
-    char msg[300];
-    snprintf(msg, sizeof(msg), "%s/%" PRId32 "/%" PRId64, w->topics[j->topic].name, j->partition, j->offset);
     int64_t attempt = 0;
     cf_error err;
     cf_error_clear(&err);
-    if (cf_wstate_attempt(st, j->profile->name, j->req.id, msg, &attempt, &err) < 0)
+    if (cf_wstate_attempt(st, w->topics[j->topic].name, j->partition, j->offset, &attempt, &err) < 0) {
+        cf_observe_redis_error(w->obs);
         cf_log_warn(LOG_SUB, "request %s: delivery count unavailable: %s", j->req.id, err.msg);
-    else
+    } else
         cf_log_debug(LOG_SUB, "request %s: delivery %" PRId64 " recorded", j->req.id, attempt);
     return attempt;
 }
@@ -321,6 +320,7 @@ static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_res
             }
             /* No store: run anyway (at-least-once for this request), and
              * say so in the result. */
+            cf_observe_redis_error(w->obs);
             cf_log_warn(LOG_SUB, "request %s: idempotency store unavailable (%s): run without it", j->req.id, err.msg);
             pthread_mutex_lock(&w->lock); /* the lease keeper reads claim under it */
             j->claim = JOB_CLAIM_UNPROTECTED;
@@ -419,7 +419,8 @@ typedef struct result_charge {
     int64_t slot;         /* where it was charged, for a refund */
     int64_t bytes;        /* what was charged */
     bool charged;
-    bool over_quota;   /* refused by the quota */
+    bool charge_failed; /* the quota could not be charged */
+    bool over_quota;    /* refused by the quota */
     bool store_failed; /* Redis failed past its retry budget: no second wait for the lease's release */
 } result_charge;
 
@@ -459,9 +460,12 @@ static bool result_keep(cf_worker *w, cf_wstate *st, job *j, cf_result *res, res
                   .short_ttl_ms = short_ms < ttl_ms ? short_ms : 0,
                   .grace_percent = 25,
                   .short_extra_bytes = (int64_t)sizeof(msg) + 64}; /* its warning, in the stored copy */
+    /* What Redis spends on it, measured (issue 30 attack): the value plus
+     * up to a quarter for the allocator's size classes, and about 640
+     * bytes of keys, fields and expiry besides the id and profile names. */
     size_t max = (size_t)w->cfg->idempotency_max_result_bytes;
-    rc->bytes = (int64_t)(j->out.value.len < max ? j->out.value.len : max) + 2 * (int64_t)strlen(j->req.id) +
-                2 * (int64_t)strlen(p->name) + 256;
+    int64_t value = (int64_t)(j->out.value.len < max ? j->out.value.len : max);
+    rc->bytes = value + value / 4 + 2 * (int64_t)strlen(j->req.id) + 2 * (int64_t)strlen(p->name) + 640;
     cf_quota_outcome c;
     cf_error err;
     cf_error_clear(&err);
@@ -471,6 +475,7 @@ static bool result_keep(cf_worker *w, cf_wstate *st, job *j, cf_result *res, res
         cf_log_warn(LOG_SUB, "request %s: result quota: %s: the result is not kept", j->req.id, err.msg);
         cf_observe_redis_error(w->obs);
         rc->ttl_ms = 0;
+        rc->charge_failed = true;
         rc->store_failed = err.retriable; /* else Redis answers: the lease can be released */
         snprintf(msg, sizeof(msg), "not kept for replay: the result store was unavailable; a redelivery or "
                                    "resubmission of this request runs it again");
@@ -625,11 +630,11 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
             const char *outcome = "not_kept"; /* another run answered first, or even the cut copy was too big */
             if (stored)
                 outcome = charge.ttl_ms < w->cfg->idempotency_ttl_us / 1000 ? "kept_short" : "kept";
-            else if (rc < 0 || charge.store_failed)
+            else if (rc < 0 || charge.charge_failed)
                 outcome = "unavailable";
             else if (charge.over_quota)
                 outcome = "over_quota";
-            cf_observe_result_store(w->obs, outcome);
+            cf_observe_result_store(w->obs, j->profile->name, outcome);
         }
         /* Charged but not kept (another run answered first, the cut copy
          * did not fit): the charge goes back.  Not after a failed store,
@@ -639,6 +644,14 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
             if (cf_wstate_quota_refund(st, "results", j->profile->name, charge.slot, charge.bytes, &e) < 0)
                 cf_log_debug(LOG_SUB, "request %s: result quota refund: %s", j->req.id, e.msg);
         }
+    }
+    /* Answered: the message's delivery count goes, so that Redis holds
+     * counts of messages in flight only (a crash before the offset is
+     * committed makes the redelivery count 1 again; the store replays it). */
+    if (attempt > 0) {
+        cf_error e;
+        if (cf_wstate_attempt_done(st, w->topics[j->topic].name, j->partition, j->offset, &e) < 0)
+            cf_log_debug(LOG_SUB, "request %s: clearing its delivery count: %s", j->req.id, e.msg);
     }
     cf_result_clear(&res);
     delivery_send(w, j);

@@ -15,7 +15,7 @@
 #include "cf_util.h"
 #include "cf_workdir.h"
 
-#define ATTEMPT_TTL_MS "86400000" /* delivery counts live one day */
+#define ATTEMPT_TTL_MS "86400000" /* a partition's counts outlive its last delivery by a day */
 #define RETRY_FIRST_US 50000
 #define RETRY_MAX_US 500000
 #define HOST_MAX 1024
@@ -32,7 +32,8 @@ struct cf_wstate {
     cf_checkpoint_store *cp;
 };
 
-/* Deliveries per message of an id: a field per message. */
+/* Deliveries of the messages of one partition in flight: a field per
+ * offset. */
 static const cf_redis_script attempt_script = {
     "attempt",
     "local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)\n"
@@ -850,17 +851,29 @@ static int eval_retrying(cf_wstate *st, const cf_redis_script *script, int nkeys
     return 0;
 }
 
-int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const char *message, int64_t *attempt,
+typedef struct delivery_ref {
+    char key[300];
+    char field[24];
+} delivery_ref;
+
+static int delivery_ref_init(delivery_ref *d, const char *topic, int32_t partition, int64_t offset, cf_error *err)
+{
+    int n = snprintf(d->key, sizeof(d->key), "cf:deliveries:{%s/%" PRId32 "}", topic, partition);
+    if (n < 0 || (size_t)n >= sizeof(d->key))
+        return cf_error_set(err, CF_E_INVALID, "topic name too long");
+    snprintf(d->field, sizeof(d->field), "%" PRId64, offset);
+    return 0;
+}
+
+int cf_wstate_attempt(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, int64_t *attempt,
                       cf_error *err)
 {
     *attempt = 0;
-    char key[CF_ID_MAX + 160];
-    int n = scope ? snprintf(key, sizeof(key), "cf:deliveries:{%s/%s}", scope, id)
-                  : snprintf(key, sizeof(key), "cf:deliveries:{%s}", id);
-    if (n < 0 || (size_t)n >= sizeof(key))
-        return cf_error_set(err, CF_E_INVALID, "request id too long");
-    const char *keys[1] = {key};
-    const char *args[2] = {ATTEMPT_TTL_MS, message};
+    delivery_ref d;
+    if (delivery_ref_init(&d, topic, partition, offset, err) < 0)
+        return -1;
+    const char *keys[1] = {d.key};
+    const char *args[2] = {ATTEMPT_TTL_MS, d.field};
     redisReply *rep = NULL;
     if (eval_retrying(st, &attempt_script, 1, keys, 2, args, NULL, &rep, err) < 0)
         return -1;
@@ -869,6 +882,19 @@ int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const ch
     if (rc == 0 && *attempt < 1)
         rc = cf_error_set(err, CF_E_REDIS, "attempt counter: unexpected value");
     return rc;
+}
+
+int cf_wstate_attempt_done(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, cf_error *err)
+{
+    delivery_ref d;
+    if (delivery_ref_init(&d, topic, partition, offset, err) < 0)
+        return -1;
+    const char *argv[3] = {"HDEL", d.key, d.field};
+    redisReply *rep = NULL;
+    if (cf_redis_command_argv(st->r, 3, argv, NULL, &rep, err) < 0)
+        return -1;
+    cf_redis_reply_free(rep);
+    return 0;
 }
 
 int cf_wstate_begin(cf_wstate *st, cf_request *req, int64_t writer_seq, const char *fence_key,

@@ -126,14 +126,19 @@ int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ex
  * input if finish did not run.  NULL-safe; leaves run zeroed. */
 void cf_wstate_run_clear(cf_wstate_run *run, cf_request *req);
 
-/* Counts a delivery of one Kafka message carrying request id and returns
- * the count (1 = first delivery; higher = the same message delivered
- * again).  message names the message ("topic/partition/offset"), so that a
- * resubmission of the id (a new message) is not counted as a redelivery.
- * scope (the profile; may be NULL) keeps tenants' ids apart.  One-day
- * expiry; transient failures are retried within the budget. */
-int cf_wstate_attempt(cf_wstate *st, const char *scope, const char *id, const char *message, int64_t *attempt,
+/* Counts a delivery of the Kafka message at topic/partition/offset and
+ * returns the count (1 = first delivery; higher = the same message
+ * delivered again: a resubmission of an id is a new message and counts
+ * from 1).  The count lives in cf:deliveries:{topic/partition}, a field
+ * per offset, until the message is answered (cf_wstate_attempt_done): Redis
+ * holds one per message in flight, not one per request, so a tenant's
+ * request rate does not fill it (issue 30).  The hash expires a day after
+ * its partition's last delivery.  Transient failures are retried within
+ * the budget. */
+int cf_wstate_attempt(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, int64_t *attempt,
                       cf_error *err);
+/* The message is answered: its count goes.  One try. */
+int cf_wstate_attempt_done(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, cf_error *err);
 
 /* ---- idempotency: one run per request id, its result replayed ----
  *
