@@ -173,6 +173,7 @@ static void intake_take_traced(cf_worker *w, rd_kafka_t *rk, rd_kafka_message_t 
     j->profile = w->topics[ti].profile;
     j->partition = m->partition;
     j->offset = m->offset;
+    j->stored_below = cf_offset_tracker_stored(ps->tracker);
     j->gen = ps->gen;
     j->result_topic = w->topics[ti].results;
     j->pj.partition = partitions_lane((size_t)ti, m->partition);

@@ -100,6 +100,7 @@ typedef struct job {
     const cf_profile *profile;
     int32_t partition;
     int64_t offset;
+    int64_t stored_below; /* when taken: the partition's offsets below it were stored for commit (-1: none) */
     uint64_t gen;   /* assignment generation of the partition when taken */
     cf_request req;
     const cf_backend *backend;

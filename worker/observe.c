@@ -673,7 +673,7 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
                                      "copy was too big), by profile (the operator's names).",
                                      2, outcome_l, NULL, 0);
     o->redis_errors = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_redis_errors_total",
-                                     "Redis operations that failed (workspaces, checkpoints, idempotency).", 0, NULL,
+                                     "Redis operations that failed (workspaces, checkpoints, idempotency, quotas, delivery counts).", 0, NULL,
                                      NULL, 0);
     o->setup_failures = cf_metrics_add(r, CF_METRIC_COUNTER, "codefleet_sandbox_setup_failures_total",
                                        "Executions the backend's machinery failed (internal_error), not the program.",

@@ -112,6 +112,11 @@ int64_t cf_offset_tracker_take_committable(cf_offset_tracker *t)
     return t->position;
 }
 
+int64_t cf_offset_tracker_stored(const cf_offset_tracker *t)
+{
+    return t->reported;
+}
+
 size_t cf_offset_tracker_pending(const cf_offset_tracker *t)
 {
     return t->count;

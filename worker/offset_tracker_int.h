@@ -32,6 +32,10 @@ int cf_offset_tracker_done(cf_offset_tracker *t, int64_t offset);
  * last call, else -1. */
 int64_t cf_offset_tracker_take_committable(cf_offset_tracker *t);
 
+/* The last position take_committable handed out (every offset below it is
+ * done and stored for commit), or -1. */
+int64_t cf_offset_tracker_stored(const cf_offset_tracker *t);
+
 /* Offsets recorded but not yet done. */
 size_t cf_offset_tracker_pending(const cf_offset_tracker *t);
 

@@ -280,7 +280,8 @@ static int64_t delivery_count(cf_worker *w, const job *j, cf_wstate *st)
     int64_t attempt = 0;
     cf_error err;
     cf_error_clear(&err);
-    if (cf_wstate_attempt(st, w->topics[j->topic].name, j->partition, j->offset, &attempt, &err) < 0) {
+    if (cf_wstate_attempt(st, w->topics[j->topic].name, j->partition, j->offset, j->stored_below, &attempt, &err) <
+        0) {
         cf_observe_redis_error(w->obs);
         cf_log_warn(LOG_SUB, "request %s: delivery count unavailable: %s", j->req.id, err.msg);
     } else
@@ -644,14 +645,6 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
             if (cf_wstate_quota_refund(st, "results", j->profile->name, charge.slot, charge.bytes, &e) < 0)
                 cf_log_debug(LOG_SUB, "request %s: result quota refund: %s", j->req.id, e.msg);
         }
-    }
-    /* Answered: the message's delivery count goes, so that Redis holds
-     * counts of messages in flight only (a crash before the offset is
-     * committed makes the redelivery count 1 again; the store replays it). */
-    if (attempt > 0) {
-        cf_error e;
-        if (cf_wstate_attempt_done(st, w->topics[j->topic].name, j->partition, j->offset, &e) < 0)
-            cf_log_debug(LOG_SUB, "request %s: clearing its delivery count: %s", j->req.id, e.msg);
     }
     cf_result_clear(&res);
     delivery_send(w, j);

@@ -32,11 +32,17 @@ struct cf_wstate {
     cf_checkpoint_store *cp;
 };
 
-/* Deliveries of the messages of one partition in flight: a field per
- * offset. */
+/* Deliveries of the messages of one partition not yet committed: a field
+ * per offset; the fields below the stored position (ARGV[3], -1 none) go. */
 static const cf_redis_script attempt_script = {
     "attempt",
     "local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)\n"
+    "local below = tonumber(ARGV[3])\n"
+    "if below > 0 then\n"
+    "  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do\n"
+    "    if tonumber(f) < below then redis.call('HDEL', KEYS[1], f) end\n"
+    "  end\n"
+    "end\n"
     "redis.call('PEXPIRE', KEYS[1], ARGV[1])\n"
     "return n\n",
 };
@@ -852,49 +858,39 @@ static int eval_retrying(cf_wstate *st, const cf_redis_script *script, int nkeys
 }
 
 typedef struct delivery_ref {
-    char key[300];
+    char key[600];
     char field[24];
 } delivery_ref;
 
-static int delivery_ref_init(delivery_ref *d, const char *topic, int32_t partition, int64_t offset, cf_error *err)
+static int delivery_ref_init(delivery_ref *d, const char *group, const char *topic, int32_t partition,
+                             int64_t offset, cf_error *err)
 {
-    int n = snprintf(d->key, sizeof(d->key), "cf:deliveries:{%s/%" PRId32 "}", topic, partition);
+    int n = snprintf(d->key, sizeof(d->key), "cf:deliveries:{%s/%s/%" PRId32 "}", group, topic, partition);
     if (n < 0 || (size_t)n >= sizeof(d->key))
         return cf_error_set(err, CF_E_INVALID, "topic name too long");
     snprintf(d->field, sizeof(d->field), "%" PRId64, offset);
     return 0;
 }
 
-int cf_wstate_attempt(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, int64_t *attempt,
-                      cf_error *err)
+int cf_wstate_attempt(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, int64_t stored_below,
+                      int64_t *attempt, cf_error *err)
 {
     *attempt = 0;
     delivery_ref d;
-    if (delivery_ref_init(&d, topic, partition, offset, err) < 0)
+    if (delivery_ref_init(&d, st->cfg->group, topic, partition, offset, err) < 0)
         return -1;
+    char below[24];
+    snprintf(below, sizeof(below), "%" PRId64, stored_below);
     const char *keys[1] = {d.key};
-    const char *args[2] = {ATTEMPT_TTL_MS, d.field};
+    const char *args[3] = {ATTEMPT_TTL_MS, d.field, below};
     redisReply *rep = NULL;
-    if (eval_retrying(st, &attempt_script, 1, keys, 2, args, NULL, &rep, err) < 0)
+    if (eval_retrying(st, &attempt_script, 1, keys, 3, args, NULL, &rep, err) < 0)
         return -1;
     int rc = cf_redis_reply_i64(rep, attempt, err);
     cf_redis_reply_free(rep);
     if (rc == 0 && *attempt < 1)
         rc = cf_error_set(err, CF_E_REDIS, "attempt counter: unexpected value");
     return rc;
-}
-
-int cf_wstate_attempt_done(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, cf_error *err)
-{
-    delivery_ref d;
-    if (delivery_ref_init(&d, topic, partition, offset, err) < 0)
-        return -1;
-    const char *argv[3] = {"HDEL", d.key, d.field};
-    redisReply *rep = NULL;
-    if (cf_redis_command_argv(st->r, 3, argv, NULL, &rep, err) < 0)
-        return -1;
-    cf_redis_reply_free(rep);
-    return 0;
 }
 
 int cf_wstate_begin(cf_wstate *st, cf_request *req, int64_t writer_seq, const char *fence_key,

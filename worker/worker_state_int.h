@@ -129,16 +129,15 @@ void cf_wstate_run_clear(cf_wstate_run *run, cf_request *req);
 /* Counts a delivery of the Kafka message at topic/partition/offset and
  * returns the count (1 = first delivery; higher = the same message
  * delivered again: a resubmission of an id is a new message and counts
- * from 1).  The count lives in cf:deliveries:{topic/partition}, a field
- * per offset, until the message is answered (cf_wstate_attempt_done): Redis
- * holds one per message in flight, not one per request, so a tenant's
- * request rate does not fill it (issue 30).  The hash expires a day after
- * its partition's last delivery.  Transient failures are retried within
- * the budget. */
-int cf_wstate_attempt(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, int64_t *attempt,
-                      cf_error *err);
-/* The message is answered: its count goes.  One try. */
-int cf_wstate_attempt_done(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, cf_error *err);
+ * from 1).  The counts live in cf:deliveries:{group/topic/partition}, a
+ * field per offset, and each delivery deletes the fields below
+ * stored_below (the partition's position stored for commit when the
+ * message was taken; -1 none): Redis holds the counts of messages not yet
+ * committed, not one per request, so a tenant's request rate does not
+ * fill it (issue 30).  The hash expires a day after its partition's last
+ * delivery.  Transient failures are retried within the budget. */
+int cf_wstate_attempt(cf_wstate *st, const char *topic, int32_t partition, int64_t offset, int64_t stored_below,
+                      int64_t *attempt, cf_error *err);
 
 /* ---- idempotency: one run per request id, its result replayed ----
  *

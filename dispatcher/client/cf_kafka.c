@@ -32,11 +32,13 @@
  * refused", "SASL authentication error: Authentication failed"). */
 static pthread_mutex_t problem_mu = PTHREAD_MUTEX_INITIALIZER;
 static char last_problem[300];
+static int64_t last_problem_us; /* when (monotonic): evidence for a wait that began before it only */
 static atomic_bool quiet_logs;
 /* librdkafka says once, at debug or info level, when a broker closed the
  * connection in a way that means it wants SASL or TLS: a later "all brokers
  * down" hides it. */
 static atomic_bool protocol_hint;
+static _Atomic int64_t protocol_hint_us;
 
 bool cf_kafka_saw_protocol_hint(void)
 {
@@ -73,8 +75,10 @@ static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const
     if (l == CF_LOG_ERROR && strstr(buf, "SaslAuthenticateRequest failed: Local: Broker ") &&
         (strstr(buf, "transport failure") || strstr(buf, "handle destroyed")))
         l = CF_LOG_INFO;
-    if (strstr(buf, "security.protocol") || strstr(buf, "might require SASL"))
+    if (strstr(buf, "security.protocol") || strstr(buf, "might require SASL")) {
         atomic_store(&protocol_hint, true);
+        atomic_store(&protocol_hint_us, cf_mono_us());
+    }
     if (level <= 4 && l <= CF_LOG_WARN) {
         /* "[thrd:...]: name: 127.0.0.1:1/bootstrap: Connect to ..." -> from the broker name on */
         const char *msg = buf;
@@ -83,6 +87,7 @@ static void kafka_log_cb(const rd_kafka_t *rk, int level, const char *fac, const
             msg = thr + 3;
         pthread_mutex_lock(&problem_mu);
         cf_strlcpy(last_problem, msg, sizeof(last_problem));
+        last_problem_us = cf_mono_us();
         pthread_mutex_unlock(&problem_mu);
     }
     if (atomic_load(&quiet_logs))
@@ -335,28 +340,37 @@ void cf_kafka_consumer_close(rd_kafka_t *rk)
     rd_kafka_destroy(rk);
 }
 
-/* Whether what librdkafka last said means no broker is going to answer
- * soon (as opposed to a slow one). */
-static bool broker_unreachable(void)
+/* Whether librdkafka said, since the wait that began at since_us, that no
+ * broker is going to answer soon (as opposed to a slow one): evidence from
+ * before it (a broker that restarted an hour ago) does not count. */
+static bool broker_unreachable(int64_t since_us)
 {
-    char p[sizeof(last_problem)];
-    cf_kafka_last_problem(p, sizeof(p));
-    return strstr(p, "Connection refused") || strstr(p, "Failed to resolve") || cf_kafka_saw_protocol_hint();
+    pthread_mutex_lock(&problem_mu);
+    bool refused = last_problem_us >= since_us &&
+                   (strstr(last_problem, "Connection refused") || strstr(last_problem, "Failed to resolve"));
+    pthread_mutex_unlock(&problem_mu);
+    return refused || atomic_load(&protocol_hint_us) >= since_us;
 }
 
-/* rd_kafka_metadata in short slices, so that an unreachable broker ends
- * the wait after CF_KAFKA_UNREACHABLE_GIVE_UP_US. */
+/* rd_kafka_metadata in slices, so that an unreachable broker ends the
+ * wait after CF_KAFKA_UNREACHABLE_GIVE_UP_US: short ones while no broker
+ * connection is usable, and once a slice timed out with a request on its
+ * way, slices of that length, so that a slow broker (up to 2 s a request)
+ * still answers within one. */
 static rd_kafka_resp_err_t metadata_of(rd_kafka_t *rk, rd_kafka_topic_t *rkt, const struct rd_kafka_metadata **md)
 {
-    int64_t t0 = cf_mono_us();
+    const int64_t t0 = cf_mono_us(), budget = CF_KAFKA_METADATA_TIMEOUT_MS * INT64_C(1000);
+    int slice_ms = 250;
     for (;;) {
-        rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, rkt, md, 250);
-        if (e != RD_KAFKA_RESP_ERR__TIMED_OUT && e != RD_KAFKA_RESP_ERR__TRANSPORT)
-            return e;
+        int64_t left = budget - (cf_mono_us() - t0);
+        rd_kafka_resp_err_t e =
+            rd_kafka_metadata(rk, 0, rkt, md, left < slice_ms * INT64_C(1000) ? cf_kafka_ms_of_us(left) : slice_ms);
         int64_t waited = cf_mono_us() - t0;
-        if (waited >= CF_KAFKA_METADATA_TIMEOUT_MS * INT64_C(1000) ||
-            (waited >= CF_KAFKA_UNREACHABLE_GIVE_UP_US && broker_unreachable()))
+        if ((e != RD_KAFKA_RESP_ERR__TRANSPORT && e != RD_KAFKA_RESP_ERR__TIMED_OUT) || waited >= budget ||
+            (waited >= CF_KAFKA_UNREACHABLE_GIVE_UP_US && broker_unreachable(t0)))
             return e;
+        if (e == RD_KAFKA_RESP_ERR__TIMED_OUT)
+            slice_ms = (int)(CF_KAFKA_UNREACHABLE_GIVE_UP_US / 1000);
     }
 }
 
@@ -482,7 +496,8 @@ int cf_kafka_assign(rd_kafka_t *rk, const char *topic, const char *key, bool nee
                                                                         : CF_KAFKA_TRANSIENT_RETRY_US;
         int64_t waited = cf_mono_us() - t0;
         if (!cf_kafka_transient(kerr) || waited >= limit ||
-            (waited >= CF_KAFKA_UNREACHABLE_GIVE_UP_US && broker_unreachable()))
+            ((kerr == RD_KAFKA_RESP_ERR__TRANSPORT || kerr == RD_KAFKA_RESP_ERR__TIMED_OUT) &&
+             waited >= CF_KAFKA_UNREACHABLE_GIVE_UP_US && broker_unreachable(t0)))
             return -1;
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
         nanosleep(&ts, NULL);
