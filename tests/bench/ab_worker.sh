@@ -11,6 +11,8 @@
 # Prints each figure's median over the rounds per build, the ratio B/A, and
 # the spread of the per-round ratios (min, median, max): a difference
 # inside that spread is noise.
+# CF_AB_ARGS_A / CF_AB_ARGS_B: extra worker flags for one side (e.g. the same
+# binary with a setting on and off: --redis=... --profile.default.X=0).
 # Needs the stack up and its environment (eval "$(deploy/stack.sh env)").
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -40,13 +42,15 @@ trap 'rm -rf "$dir"' EXIT
 
 one() { # worker label round
     local w=$1 label=$2 r=$3
+    local -a extra
+    if [[ $label == A ]]; then read -r -a extra <<<"${CF_AB_ARGS_A:-}"; else read -r -a extra <<<"${CF_AB_ARGS_B:-}"; fi
     local t="ab-$$-$label-$r"
     "$CLI" --config "$conf" --brokers "$CF_TEST_BROKERS" topics create --partitions 2 "$t.req" "$t.res" "$t.dlq" \
         >/dev/null
     "$w" --config "$conf" --brokers "$CF_TEST_BROKERS" --group "$t" --worker-id "$t" --request-topic "$t.req" \
         --result-topic "$t.res" --dlq-topic "$t.dlq" --workers-topic "" --log-level warn --slots 2 \
         --backends "$backend" --profile.default.backends="$backend" --profile.default.network=enabled \
-        --work-root /tmp >"$dir/$t.log" 2>&1 &
+        --work-root /tmp "${extra[@]}" >"$dir/$t.log" 2>&1 &
     local pid=$!
     # Ready when it answers: a latency run of one request.
     for _ in $(seq 1 60); do
