@@ -43,6 +43,36 @@ log = logging.getLogger("codefleet")
 _POLL_SLICE = 0.1  # seconds a blocked poll waits before re-checking for close
 _PRODUCE_QUEUE_FULL_WAIT = 5.0  # how long a produce waits for room in a full queue
 _UNKNOWN_TOPIC_RETRY = 5.0  # a topic created just now may take a moment to be seen
+# A broker that refuses connections, whose name does not resolve, or that
+# wants SASL or TLS this client did not offer is reported after this long,
+# not after the whole connect_timeout (the C client does the same).
+_UNREACHABLE_GIVE_UP = 2.0
+_UNREACHABLE_SIGNS = ("Connection refused", "Failed to resolve", "security.protocol", "might require SASL")
+_log = logging.getLogger("codefleet.kafka")
+
+
+class _BrokerProblems:
+    """What librdkafka last said about reaching the brokers (its error_cb,
+    served by the producer's poller thread), and when."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._text = ""
+        self._at = 0.0
+
+    def __call__(self, err: KafkaError) -> None:
+        _log.warning("%s", err.str())  # what librdkafka would have logged without the callback
+        with self._lock:
+            self._text = err.str()
+            self._at = time.monotonic()
+
+    def unreachable_since(self, t0: float) -> Optional[str]:
+        """librdkafka's words, when it said since t0 that no broker is
+        going to answer soon; else None."""
+        with self._lock:
+            if self._at >= t0 and any(s in self._text for s in _UNREACHABLE_SIGNS):
+                return self._text
+        return None
 _CLOSE_FLUSH = 10.0  # seconds close() waits for unsent messages, like the C client
 
 ResultOrError = Union[Result, Exception]
@@ -83,18 +113,22 @@ class _Counters:
             return dataclasses.replace(self._stats)
 
 
-def _assign_at_end(consumer: Consumer, topic: str, timeout: float) -> None:
+def _assign_at_end(consumer: Consumer, topic: str, timeout: float, problems: Optional[_BrokerProblems] = None,
+                   brokers: str = "") -> None:
     """Assigns every partition of `topic` at its current high watermark.
 
     Explicit offsets, not OFFSET_END: the logical end is resolved only when
     fetching starts, after which a message produced in between would be
-    missed.  Waits briefly for a topic that was created just now."""
-    deadline = time.monotonic() + timeout
-    unknown_deadline = time.monotonic() + min(timeout, _UNKNOWN_TOPIC_RETRY)
+    missed.  Waits briefly for a topic that was created just now, and not
+    long for a broker that cannot be reached (`problems`)."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    unknown_deadline = t0 + min(timeout, _UNKNOWN_TOPIC_RETRY)
+    slice_s = 0.25  # while no broker answers; a request on its way gets longer
     while True:
         left = deadline - time.monotonic()
         try:
-            meta = consumer.list_topics(topic, timeout=max(left, 0.1)).topics.get(topic)
+            meta = consumer.list_topics(topic, timeout=max(min(left, slice_s), 0.1)).topics.get(topic)
             if meta is not None and meta.error is None and meta.partitions:
                 offsets = []
                 for p in sorted(meta.partitions):
@@ -107,11 +141,35 @@ def _assign_at_end(consumer: Consumer, topic: str, timeout: float) -> None:
             problem = str(meta.error) if meta is not None and meta.error is not None else "no partitions"
             give_up = time.monotonic() >= unknown_deadline
         except KafkaException as e:
-            problem = str(e.args[0]) if e.args else str(e)
-            give_up = time.monotonic() >= deadline
+            kerr = e.args[0] if e.args else None
+            problem = kerr.str() if isinstance(kerr, KafkaError) else str(e)
+            now = time.monotonic()
+            said = problems.unreachable_since(t0) if problems else None
+            if said and now - t0 >= _UNREACHABLE_GIVE_UP:
+                raise ClientError(_unreachable_message(brokers, said)) from None
+            if isinstance(kerr, KafkaError) and kerr.code() == KafkaError._TIMED_OUT:
+                slice_s = _UNREACHABLE_GIVE_UP
+            if now >= deadline:
+                raise ClientError(_unreachable_message(brokers, said or problem)
+                                  if isinstance(kerr, KafkaError) and kerr.code() in (
+                                      KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
+                                  else f"topic {topic}: {problem}") from None
+            time.sleep(0.05)
+            continue
         if give_up:
             raise ClientError(f"topic {topic}: {problem}")
         time.sleep(0.2)
+
+
+def _unreachable_message(brokers: str, said: str) -> str:
+    """One line a person can act on, from what librdkafka said."""
+    if "security.protocol" in said or "might require SASL" in said:
+        return (f"the Kafka broker at {brokers} expects authentication (SASL) or TLS that this client did not "
+                f"offer: pass your principal's settings (codefleet.load_settings, CODEFLEET_CONFIG)")
+    if "Failed to resolve" in said:
+        return f"cannot reach the Kafka broker at {brokers}: its name does not resolve: check brokers"
+    detail = said.split("failed: ", 1)[1] if "failed: " in said else said
+    return f"cannot reach the Kafka broker at {brokers} ({detail[:120]}): is it running? check brokers"
 
 
 class _ResultCollector:
@@ -298,6 +356,7 @@ class Client:
         self._client_id = client_id
         self._connect_timeout = connect_timeout
         self._stats = _Counters()
+        self._problems = _BrokerProblems()
         self._lock = threading.Lock()
         self._closed = False
         self._owned: Set[Any] = set()  # open streams and subscriptions, closed with the client
@@ -331,7 +390,8 @@ class Client:
             "bootstrap.servers": self.settings.brokers,
             "client.id": self._client_id,
             "socket.nagle.disable": True,  # small request/response exchanges
-            "logger": logging.getLogger("codefleet.kafka"),
+            "logger": _log,
+            "error_cb": self._problems,
         }
 
     @staticmethod
@@ -358,7 +418,7 @@ class Client:
             **self.settings.kafka,
         })
         try:
-            _assign_at_end(consumer, topic, self._connect_timeout)
+            _assign_at_end(consumer, topic, self._connect_timeout, self._problems, self.settings.brokers)
         except BaseException:
             consumer.close()
             raise

@@ -152,3 +152,20 @@ class Collector(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Unreachable(unittest.TestCase):
+    """A broker nobody can reach is one clear ClientError, told after about
+    2 s (not the 30 s connect_timeout), never librdkafka's raw KafkaError."""
+
+    def test_refused(self):
+        with self.assertRaises(cf.ClientError) as ctx:
+            cf.Client(brokers="127.0.0.1:1", connect_timeout=60.0)
+        text = str(ctx.exception)
+        self.assertIn("cannot reach the Kafka broker at 127.0.0.1:1 (Connection refused", text)
+        self.assertNotIn("KafkaError{", text)
+
+    def test_name_does_not_resolve(self):
+        with self.assertRaises(cf.ClientError) as ctx:
+            cf.Client(brokers="nosuch.invalid:9092", connect_timeout=60.0)
+        self.assertIn("its name does not resolve", str(ctx.exception))
