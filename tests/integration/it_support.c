@@ -151,6 +151,17 @@ void it_unique_name(const char *prefix, char *buf, size_t size)
     snprintf(buf, size, "%s-%ld-%u-%08x", prefix, (long)getpid(), ++counter, rnd);
 }
 
+void it_request_topic_create(const char *topic, int partitions)
+{
+    char cancels[300];
+    snprintf(cancels, sizeof(cancels), "%s.cancel", topic);
+    const char *names[2] = {topic, cancels};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), names, 2, partitions, -1, 30 * 1000000LL, &err) < 0)
+        fail_msg("creating %s: %s", topic, err.msg);
+}
+
 void it_topics_create(it_topics *t, const char *prefix, int partitions)
 {
     char base[64];

@@ -78,6 +78,8 @@ typedef struct it_topics {
  * topic and the result topic's output topic (partitions each) and a group
  * name. */
 void it_topics_create(it_topics *t, const char *prefix, int partitions);
+/* Creates a profile's request topic and its cancel topic (<topic>.cancel). */
+void it_request_topic_create(const char *topic, int partitions);
 
 typedef struct it_worker {
     pid_t pid;

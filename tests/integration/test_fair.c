@@ -46,14 +46,8 @@ static int setup(void **state)
     it_unique_name("fair-tenant", base, sizeof(base));
     snprintf(f->ta, sizeof(f->ta), "%s-a.req", base);
     snprintf(f->tb, sizeof(f->tb), "%s-b.req", base);
-    char ca[110], cb[110];
-    snprintf(ca, sizeof(ca), "%s.cancel", f->ta);
-    snprintf(cb, sizeof(cb), "%s.cancel", f->tb);
-    const char *more[] = {f->ta, f->tb, ca, cb};
-    cf_error err;
-    cf_error_clear(&err);
-    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), more, 4, 2, -1, 30 * SEC, &err) < 0)
-        fail_msg("creating topics: %s", err.msg);
+    it_request_topic_create(f->ta, 2);
+    it_request_topic_create(f->tb, 2);
     static char a_topic[140], b_topic[140];
     snprintf(a_topic, sizeof(a_topic), "--profile.tenant-a.topic=%s", f->ta);
     snprintf(b_topic, sizeof(b_topic), "--profile.tenant-b.topic=%s", f->tb);

@@ -351,14 +351,8 @@ static void results_are_kept_within_the_tenants_quota(void **state)
     it_unique_name("quota-b", f->by_bytes, sizeof(f->by_bytes));
     snprintf(f->count_topic, sizeof(f->count_topic), "%s.req", f->by_count);
     snprintf(f->bytes_topic, sizeof(f->bytes_topic), "%s.req", f->by_bytes);
-    char c1[110], c2[110];
-    snprintf(c1, sizeof(c1), "%s.cancel", f->count_topic);
-    snprintf(c2, sizeof(c2), "%s.cancel", f->bytes_topic);
-    const char *more[] = {f->count_topic, f->bytes_topic, c1, c2};
-    cf_error err;
-    cf_error_clear(&err);
-    if (cf_kafka_create_topics_ex(it_brokers(), it_kafka(), more, 4, 1, -1, 30 * SEC, &err) < 0)
-        fail_msg("creating topics: %s", err.msg);
+    it_request_topic_create(f->count_topic, 1);
+    it_request_topic_create(f->bytes_topic, 1);
     static char a_redis[300], a[8][200];
     snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
     snprintf(a[0], sizeof(a[0]), "--profile.%s.topic=%s", f->by_count, f->count_topic);

@@ -470,6 +470,16 @@ static void test_submit_compiled_flags(void **state)
     rmdir(dir);
 }
 
+/* Runs a shell command line; what it wrote (up to cap - 1 bytes) into out. */
+static void shell_output(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    pclose(p);
+}
+
 /* A broker that is not there: one line saying what failed and what to
  * check, exit 6, none of librdkafka's own log lines. */
 static void test_cli_explains_an_unreachable_broker(void **state)
@@ -484,12 +494,8 @@ static void test_cli_explains_an_unreachable_broker(void **state)
              "env -u CODEFLEET_LOG_LEVEL -u CODEFLEET_CONFIG %s --brokers 127.0.0.1:1 --timeout 3s submit -l shell "
              "--code 'echo hi' 2>&1 >/dev/null; echo rc=$?",
              cli);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
     char out[8192];
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = '\0';
-    pclose(p);
+    shell_output(cmd, out, sizeof(out));
     if (!strstr(out, "codefleet: cannot reach the Kafka broker at 127.0.0.1:1 (Connection refused): is it running? "
                      "check --brokers (CODEFLEET_BROKERS)\nrc=6"))
         fail_msg("unexpected output:\n%s", out);
@@ -511,12 +517,8 @@ static void test_version(void **state)
         if (access(path, X_OK) != 0)
             skip();
         snprintf(cmd, sizeof(cmd), "%s %s 2>&1; echo rc=$?", path, progs[i][1]);
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
         char out[1024];
-        size_t n = fread(out, 1, sizeof(out) - 1, p);
-        out[n] = '\0';
-        pclose(p);
+        shell_output(cmd, out, sizeof(out));
         snprintf(want, sizeof(want), "%s " CF_VERSION " (librdkafka ", strrchr(progs[i][0], '/') + 1);
         if (strncmp(out, want, strlen(want)) != 0 || !strstr(out, ")\nrc=0\n"))
             fail_msg("%s %s said:\n%s", progs[i][0], progs[i][1], out);
