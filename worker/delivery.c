@@ -147,21 +147,35 @@ static bool on_main_thread(const cf_worker *w)
  * slot sleeps instead. */
 static rd_kafka_resp_err_t produce_out(cf_worker *w, job *j)
 {
+    /* What the message is made of is read from the job before the release
+     * below: once the producer has the message, its delivery report may
+     * free the job on the main thread, which acquires j->produced first
+     * (librdkafka's own locks order it too, but ThreadSanitizer cannot see
+     * them in an uninstrumented library: a read after the release was
+     * reported under load). */
     const job_out *o = &j->out;
+    const char *topic = o->topic, *key = o->key;
+    size_t key_len = key ? strlen(key) : 0;
+    const void *value = o->value.data;
+    size_t value_len = o->value.len;
+    const rd_kafka_headers_t *hdrs = o->hdrs;
+    rd_kafka_headers_t *copy = hdrs ? rd_kafka_headers_copy(hdrs) : NULL;
     bool on_main = on_main_thread(w);
     job_set_state(w, j, j->state == JOB_BLOCKING ? JOB_BLOCKING : JOB_PRODUCING);
     __atomic_add_fetch(&j->produced, 1, __ATOMIC_RELEASE);
     for (int tries = 0;; tries++) {
         rd_kafka_resp_err_t e;
-        rd_kafka_headers_t *copy = o->hdrs ? rd_kafka_headers_copy(o->hdrs) : NULL;
-        const char *key = o->key;
+        /* A retry (the local queue was full) follows a refused produce:
+         * no delivery report can have freed the job meanwhile. */
+        if (!copy && hdrs && tries > 0)
+            copy = rd_kafka_headers_copy(hdrs);
         if (copy)
-            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(o->topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
-                                  RD_KAFKA_V_VALUE(o->value.data, o->value.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
+                                  RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                   RD_KAFKA_V_HEADERS(copy), RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
         else
-            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(o->topic), RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
-                                  RD_KAFKA_V_VALUE(o->value.data, o->value.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            e = rd_kafka_producev(w->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
+                                  RD_KAFKA_V_VALUE((void *)value, value_len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                   RD_KAFKA_V_OPAQUE(j), RD_KAFKA_V_END);
         if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
             delivery_handed_over(w);
@@ -169,8 +183,9 @@ static rd_kafka_resp_err_t produce_out(cf_worker *w, job *j)
         }
         if (copy)
             rd_kafka_headers_destroy(copy);
+        copy = NULL;
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 6000) {
-            cf_log_warn(LOG_SUB, "produce to %s failed: %s", o->topic, rd_kafka_err2str(e));
+            cf_log_warn(LOG_SUB, "produce to %s failed: %s", topic, rd_kafka_err2str(e));
             return e;
         }
         if (on_main)

@@ -575,9 +575,12 @@ static void test_output_flood_capped(void **state)
     fixture *f = *state;
     cf_request req;
     cf_result res;
-    req_init(&req, CF_LANG_SHELL, "yes flood");
+    /* 2 MB of output against a 64 KiB cap; finite, so that the run ends
+     * when the flood does (a 3 s timeout on an endless one ended it before
+     * the cap under emulation on a busy host). */
+    req_init(&req, CF_LANG_SHELL, "yes flood | head -c 2000000");
     req.policy.max_stdout_bytes = 64 * 1024;
-    req.policy.timeout_us = 3 * SEC;
+    req.policy.timeout_us = 60 * SEC;
     assert_int_equal(run(f, &req, &res), 0);
     assert_true(res.stdout_truncated);
     assert_true(res.stdout_data.len <= 64 * 1024);

@@ -189,12 +189,12 @@ static void test_node_and_sh(void **state)
     REQUIRE_ROOT();
     char *node[] = {"/usr/bin/node", "-e", "console.log(require('os').userInfo().uid)", NULL};
     run r;
-    sandboxed(node, 0, 64, 10000000, true, &r);
+    sandboxed(node, 0, 64, 60000000, true, &r); /* node's start under emulation on a busy host: over 10 s */
     assert_success(&r);
     assert_string_equal(out_str(&r), "1000\n");
     free_run(&r);
     char *sh[] = {"/bin/sh", "-c", "echo hi > /work/f && cat /work/f | tr a-z A-Z", NULL};
-    sandboxed(sh, 64 * MiB, 64, 10000000, true, &r);
+    sandboxed(sh, 64 * MiB, 64, 60000000, true, &r);
     assert_success(&r);
     assert_string_equal(out_str(&r), "HI\n");
     free_run(&r);
@@ -213,7 +213,7 @@ static void test_fork_bomb_contained(void **state)
     /* Whatever the shell did, the pids limit held and everything died
      * with the execution: the cgroup was removable (sandboxed asserts it). */
     assert_true(r.stats.pids_current <= 32);
-    assert_true(cf_mono_us() - t0 < 6000000);
+    assert_true(cf_mono_us() - t0 < 60000000); /* bounded by its 3 s timeout, not by the bomb */
     free_run(&r);
 }
 
