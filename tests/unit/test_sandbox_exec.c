@@ -156,7 +156,7 @@ static void test_identity_inside(void **state)
                     "sorted(os.listdir('/')), open('/proc/self/cgroup').read().strip().split(':')[-1])",
                     NULL};
     run r;
-    sandboxed(argv, 256 * MiB, 64, 10000000, true, &r);
+    sandboxed(argv, 256 * MiB, 64, 60000000, true, &r);
     assert_success(&r);
     /* The root holds the fixed entries plus whichever of the top-level
      * binary/library directories this host has (/lib32 exists on some
@@ -265,7 +265,7 @@ static void test_network_egress_fails(void **state)
                     "print(' '.join(res))\n",
                     NULL};
     run r;
-    sandboxed(argv, 128 * MiB, 64, 10000000, true, &r);
+    sandboxed(argv, 128 * MiB, 64, 60000000, true, &r);
     assert_success(&r);
     assert_string_equal(out_str(&r), "ENETUNREACH ENETUNREACH EAFNOSUPPORT\n");
     free_run(&r);
@@ -291,7 +291,7 @@ static void test_escape_attempts_fail(void **state)
                     "print(' '.join(out))\n",
                     NULL};
     run r;
-    sandboxed(argv, 128 * MiB, 64, 10000000, true, &r);
+    sandboxed(argv, 128 * MiB, 64, 60000000, true, &r);
     assert_success(&r);
     assert_string_equal(out_str(&r), "EPERM EPERM EPERM False False pid1-is-us\n");
     free_run(&r);
