@@ -8,7 +8,8 @@
 #   --no-runtimes without the wasm and js backends' runtimes (no cargo needed)
 #   TARGET...     build only these targets (default: all)
 #   --jobs N      parallel compile jobs (default: number of CPUs)
-# Environment: CODEFLEET_CMAKE_ARGS  extra arguments for cmake (word-split).
+# Environment: CODEFLEET_CMAKE_ARGS  extra arguments for cmake (word-split);
+#              CODEFLEET_CCACHE=0   no compiler cache (ccache, on by default).
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -29,7 +30,7 @@ while (($#)); do
         ;;
     --jobs=*) jobs=${1#--jobs=} ;;
     -h | --help)
-        sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     -*) cf_die "unknown argument '$1' (see --help)" ;;
@@ -50,6 +51,8 @@ else
     args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCF_SANITIZE=OFF)
 fi
 args+=(-DCF_EMBED_RUNTIMES=$runtimes)
+# Compiled objects are cached outside the clone (ccache; deploy/common.sh).
+mapfile -t -O "${#args[@]}" args < <(cf_ccache_cmake_args)
 # shellcheck disable=SC2206 # word splitting is the documented interface
 [[ -n ${CODEFLEET_CMAKE_ARGS:-} ]] && args+=($CODEFLEET_CMAKE_ARGS)
 

@@ -21,6 +21,24 @@ CF_TOOLCHAINS=${CODEFLEET_TOOLCHAINS:-/usr/local/lib/codefleet}
 CF_TS_HOME=$CF_TOOLCHAINS/typescript
 CF_TS_STAMP=$CF_TS_HOME/.codefleet-package-lock.json
 
+# The cmake arguments that put ccache (deploy/install.sh installs it) in
+# front of the compilers, one per line, or none when it is missing or
+# CODEFLEET_CCACHE=0: compiled objects are cached outside the clone, so a
+# fresh clone or the test command's builds recompile only what changed.
+# Paths under the checkout are hashed as relative ones, so a clone in
+# another directory hits the same entries (__FILE__ is then relative too:
+# the tests find the tree by CF_SOURCE_DIR).  The settings go into the
+# launcher, so "cmake --build" alone uses them.
+cf_ccache_cmake_args() {
+    [[ ${CODEFLEET_CCACHE:-1} != 0 ]] && command -v ccache >/dev/null 2>&1 || {
+        printf '%s\n' -UCMAKE_C_COMPILER_LAUNCHER -UCMAKE_CXX_COMPILER_LAUNCHER
+        return
+    }
+    local l="env;CCACHE_DIR=${CCACHE_DIR:-$CF_CACHE/ccache};CCACHE_BASEDIR=$CF_REPO;CCACHE_NOHASHDIR=1"
+    l+=";CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-3G};ccache"
+    printf '%s\n' "-DCMAKE_C_COMPILER_LAUNCHER=$l" "-DCMAKE_CXX_COMPILER_LAUNCHER=$l"
+}
+
 cf_log() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
 cf_die() {
     cf_log "error: $*"

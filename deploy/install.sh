@@ -42,7 +42,7 @@ while (($#)); do
     shift
 done
 
-packages=(build-essential cmake ninja-build pkg-config librdkafka-dev libmsgpack-dev libseccomp-dev
+packages=(build-essential cmake ninja-build ccache pkg-config librdkafka-dev libmsgpack-dev libseccomp-dev
     libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libssl-dev redis-server redis-tools kcat bubblewrap
     python3 python3-dev nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev
     rustc golang-go lld-14 wasi-libc libclang-rt-14-dev-wasm32 wabt

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (clang-14, ASan + UBSan) into build-fuzz/
-# and runs each for SECONDS (default 10) on a fresh copy of its seeds: the
-# golden vectors of schema/golden (committed) and tests/fuzz/seeds/.
+# and runs each for SECONDS (default 10), two at a time (CF_FUZZ_JOBS), on
+# a fresh copy of its seeds: the golden vectors of schema/golden
+# (committed) and tests/fuzz/seeds/.
 # Findings (crash-*, leak-*, timeout-*) are kept in build-fuzz/findings/;
 # make each a regression test.  Last line: "N passed, N failed" (a harness
 # passes when it ran its time without a finding).
@@ -18,8 +19,11 @@ cc=$(command -v clang-14 || command -v clang || true)
 [[ -n $cc ]] || { echo "run.sh: clang not found (deploy/install.sh installs clang-14)"; echo "0 passed, 1 failed"; exit 1; }
 out=$repo/build-fuzz
 mkdir -p "$out"
+# shellcheck source=deploy/common.sh
+source "$repo/deploy/common.sh"
+mapfile -t ccache_args < <(cf_ccache_cmake_args)
 cmake -S . -B "$out" -G Ninja -DCMAKE_C_COMPILER="$cc" -DCF_FUZZ=ON -DBUILD_TESTING=OFF \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$out/configure.log" 2>&1 || { cat "$out/configure.log"; echo "0 passed, 1 failed"; exit 1; }
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "${ccache_args[@]}" >"$out/configure.log" 2>&1 || { cat "$out/configure.log"; echo "0 passed, 1 failed"; exit 1; }
 targets=(request result event json msgpack_value config flags batch_line redis_reply diagnostics)
 ninja -C "$out" "${targets[@]/#/fuzz_}" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; echo "0 passed, 1 failed"; exit 1; }
 
@@ -38,9 +42,10 @@ seeds_for() { # target -> seed files
     esac
 }
 
-passed=0 failed=0
-mkdir -p "$out/findings"
-for t in "${targets[@]}"; do
+# One harness on a fresh copy of its seeds; its verdict line goes to
+# $out/fuzz_<t>.verdict.
+fuzz_one() { # target
+    local t=$1 corpus log rc runs
     corpus=$(mktemp -d)
     for f in $(seeds_for "$t"); do cp "$f" "$corpus/"; done
     log=$out/fuzz_$t.log
@@ -49,14 +54,33 @@ for t in "${targets[@]}"; do
     rc=$?
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
     if ((rc == 0)); then
-        passed=$((passed + 1))
-        printf 'fuzz_%-14s ok     %s runs in %ss\n' "$t" "$runs" "$secs"
+        printf 'fuzz_%-14s ok     %s runs in %ss\n' "$t" "$runs" "$secs" >"$out/fuzz_$t.verdict"
     else
-        failed=$((failed + 1))
-        printf 'fuzz_%-14s FAILED (exit %d), see %s\n' "$t" "$rc" "$log"
-        grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -5
+        { printf 'fuzz_%-14s FAILED (exit %d), see %s\n' "$t" "$rc" "$log"
+          grep -E 'ERROR|SUMMARY|Test unit written' "$log" | head -5; } >"$out/fuzz_$t.verdict"
     fi
     rm -rf "$corpus"
+}
+
+# CF_FUZZ_JOBS (2) harnesses at a time: each is one process for its
+# SECONDS, so on a 2-core machine two take the time of one.
+jobs=${CF_FUZZ_JOBS:-2}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: CF_FUZZ_JOBS must be a positive number" >&2; exit 2; }
+mkdir -p "$out/findings"
+rm -f "$out"/fuzz_*.verdict
+for t in "${targets[@]}"; do
+    while (($(jobs -rp | wc -l) >= jobs)); do wait -n; done
+    fuzz_one "$t" &
+done
+wait
+passed=0 failed=0
+for t in "${targets[@]}"; do
+    if [[ -f $out/fuzz_$t.verdict ]] && head -n 1 "$out/fuzz_$t.verdict" | grep -q ' ok '; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+    fi
+    cat "$out/fuzz_$t.verdict" 2>/dev/null || printf 'fuzz_%-14s FAILED (no verdict)\n' "$t"
 done
 printf '%d passed, %d failed\n' "$passed" "$failed"
 ((failed == 0))

@@ -38,7 +38,8 @@ static void fixture_path(char *buf, size_t cap, const char *name)
         snprintf(buf, cap, "%s/tests/unit/fixtures/diagnostics/%s", src, name);
         return;
     }
-    /* __FILE__ is absolute in CMake builds: <repo>/tests/unit/test_diagnostics.c */
+    /* Run by hand: __FILE__ is <repo>/tests/unit/test_diagnostics.c in a
+     * CMake build without ccache (with it, relative to the build tree). */
     const char *slash = strrchr(__FILE__, '/');
     int dl = slash ? (int)(slash - __FILE__) : 1;
     snprintf(buf, cap, "%.*s/fixtures/diagnostics/%s", dl, slash ? __FILE__ : ".", name);
