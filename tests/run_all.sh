@@ -33,10 +33,10 @@
 #
 # The test stack is kept apart from a development stack: its own state dir
 # and ports (override with CODEFLEET_STATE, CODEFLEET_KAFKA_PORT,
-# CODEFLEET_REDIS_PORT).  CF_CTEST_JOBS sets ctest --parallel (default 2:
+# CODEFLEET_REDIS_PORT).  CF_CTEST_JOBS sets ctest --parallel (default 4:
 # the integration tests are RUN_SERIAL and the unit suites share a
-# RESOURCE_LOCK, so only the mostly idle mock-cluster suite overlaps them;
-# tests/CMakeLists.txt).
+# RESOURCE_LOCK, so only the three parts of the mostly idle mock-cluster
+# suite overlap them; tests/CMakeLists.txt).
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,7 +46,7 @@ exec </dev/null
 export CODEFLEET_STATE=${CODEFLEET_STATE:-$repo/.stack-test}
 export CODEFLEET_KAFKA_PORT=${CODEFLEET_KAFKA_PORT:-19192}
 export CODEFLEET_REDIS_PORT=${CODEFLEET_REDIS_PORT:-16479}
-jobs=${CF_CTEST_JOBS:-2}
+jobs=${CF_CTEST_JOBS:-4}
 quick=0
 for a in "$@"; do
     case $a in
@@ -251,7 +251,7 @@ fi
 say "build --tsan"
 if deploy/build.sh --tsan unit_test_worker unit_test_worker_faults; then
     export TSAN_OPTIONS="suppressions=$repo/tests/support/tsan.supp die_after_fork=0 ${TSAN_OPTIONS:-}"
-    run_ctest "unit (tsan)" build-tsan unit -R '^unit_test_worker(_faults)?$'
+    run_ctest "unit (tsan)" build-tsan unit -R '^unit_test_worker(_faults_part[0-9]+)?$'
 else
     step_failed "deploy/build.sh --tsan"
 fi

@@ -32,6 +32,7 @@
 #include "cf_util.h"
 #include "cf_worker.h"
 #include "request_builders.h"
+#include "support/test_shard.h"
 
 #define API_PRODUCE 0 /* Kafka protocol ApiKey of Produce */
 
@@ -753,7 +754,7 @@ static void guard_moves_a_stalled_partition(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(instance_id_override_is_refused, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(failed_deliveries_are_retried, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(undeliverable_result_is_dead_lettered, fx_setup, fx_teardown),
@@ -766,5 +767,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(lost_while_idle_then_reassigned, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(guard_moves_a_stalled_partition, fx_setup, fx_teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cf_run_group_shard(tests);
 }
