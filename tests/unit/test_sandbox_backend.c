@@ -1417,12 +1417,12 @@ static void test_init_reports_program_signals(void **state)
     cf_result_clear(&res);
     cf_request_clear(&req);
     /* Orphans are reaped and killed with the program; exit codes pass through. */
-    req_init(&req, CF_LANG_SHELL, "(sleep 30 &) ; sh -c 'exit 0' & wait; exit 7");
+    req_init(&req, CF_LANG_SHELL, "(sleep 120 &) ; sh -c 'exit 0' & wait; exit 7");
     assert_int_equal(run(f, &req, &res), 0);
     assert_int_equal(res.status, CF_STATUS_FAILED);
     assert_true(res.has_exit_code);
     assert_int_equal(res.exit_code, 7);
-    assert_true(res.wall_time_us < 25 * 1000000LL); /* the orphan's 30 s sleep was not waited for */
+    assert_true(res.wall_time_us < 90 * 1000000LL); /* the orphan's 120 s sleep was not waited for */
     cf_result_clear(&res);
     cf_request_clear(&req);
     assert_nothing_left(f);

@@ -22,7 +22,9 @@
 # read-only virtio-9p shares, so the guest runs the very binaries just built
 # against the same libraries; results come back through a writable share.
 # Software emulation (KVM is not usable on these machines): about 3 s to
-# boot.  Needs root, qemu-system-x86, busybox-static, kmod, cpio (installed
+# boot.  A kernel's steps run in one or two VMs, each with 2 CPUs and 2 GiB,
+# one after another (CF_VM_JOBS=N: up to N side by side, fewer when memory
+# is short).  Needs root, qemu-system-x86, busybox-static, kmod, cpio (installed
 # by deploy/install.sh) and the build (deploy/build.sh).  Last line:
 # "N passed, N failed"; exit status non-zero when anything failed.
 set -euo pipefail
@@ -154,69 +156,75 @@ make_initramfs() {
 
 # ---- the plan ---------------------------------------------------------------
 
-# name, timeout (s), command.  CF_* as ctest sets them.
+# One line per step: VM, name, timeout (s), command (CF_* as ctest sets
+# them).  A kernel's steps may be split over VMs that can boot side by side
+# (CF_VM_JOBS); the newest kernel's steps are two VMs of similar length
+# (minutes under stress-ng, fresh9: sandbox backend 7.4 + container 4.6;
+# zygote 6.7 + the hostile driver in its three layouts 2.8 + exec 1.4 +
+# seccomp 0.9 + cgroup).  One VM at a time is the default: with three or
+# four side by side on two cores busy with stress-ng, each guest ran 1.4 to
+# 2 times slower and its suites' wall-clock ceilings failed (a sandboxed
+# request's 20 s, an OOM test's 10 s), although the stage took 13 minutes
+# instead of 28.
 env_prefix="CF_SOURCE_DIR=$repo CF_BINARY_DIR=$build"
-# The cgroup-dependent suites run on every kernel; the ones that do not
-# touch cgroups (exec setup, seccomp) only on the newest, to keep the stage
-# short.
 plan_lines() { # which
-    local t=$build/tests
-    # Both kernels: the cgroup layer, the hostile programs (warm, cold and
+    local t=$build/tests a=1 b=1 c=1
+    # Every kernel: the cgroup layer, the hostile programs (warm, cold and
     # through the zygote), a worker in a delegated unit and in a pod (one
     # path each: the layout is what they test); with --bench the benchmark.
+    if [[ $1 == backports ]]; then a=2 b=2 c=2; fi
     cat <<EOF
-unit_test_cgroup	600	$env_prefix $t/unit_test_cgroup
-unit_test_sandbox_probe	600	$env_prefix $t/unit_test_sandbox_probe
-unit_test_hostile_backend	900	$env_prefix $t/unit_test_hostile_backend
+$b	unit_test_cgroup	600	$env_prefix $t/unit_test_cgroup
+$b	unit_test_sandbox_probe	600	$env_prefix $t/unit_test_sandbox_probe
+$c	unit_test_hostile_backend	900	$env_prefix $t/unit_test_hostile_backend
+$c	hostile_delegated_unit	900	$env_prefix CF_HOSTILE_MODES=warm $repo/tests/vm/layout.sh delegated $t/unit_test_hostile_backend
+$c	hostile_pod	900	$env_prefix CF_HOSTILE_MODES=warm $repo/tests/vm/layout.sh pod $t/unit_test_hostile_backend
 EOF
     if ((bench)); then
-        printf 'bench_exec\t600\t%s CF_VM_BENCH_ITERATIONS=40 %s/tests/vm/bench.sh %s\n' "$env_prefix" "$repo" "$build"
+        printf '%s\tbench_exec\t600\t%s CF_VM_BENCH_ITERATIONS=40 %s/tests/vm/bench.sh %s\n' "$a" "$env_prefix" "$repo" "$build"
     fi
-    cat <<EOF
-hostile_delegated_unit	900	$env_prefix CF_HOSTILE_MODES=warm $repo/tests/vm/layout.sh delegated $t/unit_test_hostile_backend
-hostile_pod	900	$env_prefix CF_HOSTILE_MODES=warm $repo/tests/vm/layout.sh pod $t/unit_test_hostile_backend
-EOF
     # The newest kernel also: the whole sandbox backend suite, the zygote's,
     # and the exec and seccomp units (the slow ones, once).
     if [[ $1 == backports ]]; then
         cat <<EOF
-unit_test_sandbox_backend	900	$env_prefix $t/unit_test_sandbox_backend
-unit_test_zygote	600	$env_prefix $t/unit_test_zygote
-unit_test_sandbox_exec	600	$env_prefix $t/unit_test_sandbox_exec
-unit_test_seccomp	600	$env_prefix $t/unit_test_seccomp
+1	unit_test_sandbox_backend	900	$env_prefix $t/unit_test_sandbox_backend
+2	unit_test_sandbox_exec	600	$env_prefix $t/unit_test_sandbox_exec
+2	unit_test_zygote	900	$env_prefix $t/unit_test_zygote
+2	unit_test_seccomp	600	$env_prefix $t/unit_test_seccomp
 EOF
         # The container backend (crun without the hybrid mask, created in
         # its cgroup by clone3) when the host has the default image.
         if [[ -d $images/default/rootfs ]]; then
-            printf 'unit_test_container\t900\t%s CODEFLEET_IMAGES=%s %s/unit_test_container\n' "$env_prefix" "$images" "$t"
+            printf '1\tunit_test_container\t900\t%s CODEFLEET_IMAGES=%s %s/unit_test_container\n' "$env_prefix" "$images" "$t"
         fi
     fi
-    # Last: every suite above removed the cgroups it made (cf-* parents
-    # included), whatever it tested.
+}
+# Last in every VM: the suites above removed the cgroups they made (cf-*
+# parents included), whatever they tested.
+leftovers_line() {
     printf 'cgroup_leftovers\t60\t%s\n' \
         "left=\$(find /sys/fs/cgroup -mindepth 1 -type d -name 'cf-*' | head -20); [ -z \"\$left\" ] || { echo \"left behind: \$left\"; exit 1; }"
 }
 
 # ---- run ---------------------------------------------------------------------
 
-passed=0
-failed=0
-summary=()
-used_dirs=()
-for which in $kernels; do
-    kdir=$(fetch_kernel "$which") || { say "$which: no kernel package"; failed=$((failed + 1)); summary+=("$which: no kernel"); continue; }
-    used_dirs+=("$kdir")
-    kver=$(ls "$kdir/lib/modules")
-    initrd=$(make_initramfs "$kdir")
-    out=$(mktemp -d /tmp/cfvm-out.XXXXXX)
-    chmod 755 "$out"
-    if [[ -n $command ]]; then
-        printf 'command\t1800\t%s %s\n' "$env_prefix" "$command" >"$out/plan"
-    else
-        plan_lines "$which" | { if [[ -n $only ]]; then grep -E "^($only)	" || true; else cat; fi; } >"$out/plan"
-    fi
-    build_share=()
-    build_arg=""
+# Boots one VM on the plan in its out directory and waits for it: the
+# results come back in out/results, qemu's exit status and the seconds in
+# out/vm-status.  A guest that never reached tests/vm/guest.sh (no
+# guest-info) is booted once more: under software emulation with several
+# vCPU threads, the 6.12 kernel once panicked at boot on an int3 left by its
+# own code patching (sched_clock_cpu, "Oops: int3"), before any test ran.
+boot_vm() { # kdir kver initrd out
+    local attempt
+    for attempt in 1 2; do
+        boot_vm_once "$@"
+        [[ -f $4/guest-info ]] && return
+        say "$(basename "$4"): the guest did not boot (attempt $attempt): $(grep -m1 -E 'panic|Oops' "$4/console.log" 2>/dev/null || echo 'no console')"
+        [[ $attempt == 1 ]] && mv "$4/console.log" "$4/console-boot$attempt.log" 2>/dev/null
+    done
+}
+boot_vm_once() { # kdir kver initrd out
+    local kdir=$1 kver=$2 initrd=$3 out=$4 build_share=() build_arg="" start vm_limit qrc
     if [[ -d $images/default/rootfs ]]; then
         build_share+=(-virtfs "local,path=$images,mount_tag=images,security_model=none,readonly=on,multidevs=remap")
         build_arg+=" cfvm_images=$images"
@@ -225,9 +233,7 @@ for which in $kernels; do
         build_share+=(-virtfs "local,path=$build,mount_tag=build,security_model=none,readonly=on")
         build_arg+=" cfvm_build=$build"
     fi
-    say "$which: kernel $kver, $(wc -l <"$out/plan") step(s)"
     start=$(date +%s)
-    set +e
     # The steps' own limits, plus boot and shutdown.
     vm_limit=$(awk -F'\t' '{t += $2} END {print t + 120}' "$out/plan")
     # --foreground: timeout and qemu stay in this script's process group,
@@ -243,9 +249,57 @@ for which in $kernels; do
         -virtfs "local,path=$out,mount_tag=out,security_model=none,multidevs=remap" \
         -nic none -display none -serial "file:$out/console.log" -no-reboot >"$out/qemu.log" 2>&1
     qrc=$?
-    set -e
-    secs=$(($(date +%s) - start))
-    cat "$out/guest-info" 2>/dev/null | sed 's/^/vm:   /' >&2 || true
+    echo "$qrc $(($(date +%s) - start))" >"$out/vm-status"
+}
+
+# Every VM's plan first (each kernel fetched and its initramfs made once),
+# then the VMs, at most CF_VM_JOBS (1) at a time and 2.5 GiB of available
+# memory each.
+vm_jobs=${CF_VM_JOBS:-1}
+[[ $vm_jobs =~ ^[1-9][0-9]*$ ]] || die "CF_VM_JOBS must be a positive number"
+mem_jobs=$(awk '/^MemAvailable:/ {print int($2 / (2560 * 1024))}' /proc/meminfo)
+((mem_jobs >= 1)) || mem_jobs=1
+((vm_jobs <= mem_jobs)) || { say "$mem_jobs VM(s) at a time: each takes 2 GiB"; vm_jobs=$mem_jobs; }
+passed=0
+failed=0
+summary=()
+used_dirs=()
+vms=() # "label kver kdir initrd out", one per VM
+for which in $kernels; do
+    kdir=$(fetch_kernel "$which") || { say "$which: no kernel package"; failed=$((failed + 1)); summary+=("$which: no kernel"); continue; }
+    used_dirs+=("$kdir")
+    kver=$(ls "$kdir/lib/modules")
+    initrd=$(make_initramfs "$kdir")
+    if [[ -n $command ]]; then groups=1; else groups=$(plan_lines "$which" | cut -f1 | sort -un); fi
+    n=0
+    for g in $groups; do
+        out=$(mktemp -d /tmp/cfvm-out.XXXXXX)
+        chmod 755 "$out"
+        if [[ -n $command ]]; then
+            printf 'command\t1800\t%s %s\n' "$env_prefix" "$command" >"$out/plan"
+        else
+            { plan_lines "$which" | awk -F'\t' -v g="$g" '$1 == g' | cut -f2-; leftovers_line; } |
+                { if [[ -n $only ]]; then grep -E "^($only)	" || true; else cat; fi; } >"$out/plan"
+        fi
+        if [[ ! -s $out/plan ]]; then rm -rf "$out"; continue; fi
+        n=$((n + 1))
+        vms+=("$which/$n $kver $kdir $initrd $out")
+    done
+done
+start_all=$(date +%s)
+for v in "${vms[@]}"; do
+    read -r label kver kdir initrd out <<<"$v"
+    while (($(jobs -rp | wc -l) >= vm_jobs)); do wait -n || true; done
+    say "$label: kernel $kver, $(wc -l <"$out/plan") step(s): $(cut -f1 "$out/plan" | paste -sd' ')"
+    boot_vm "$kdir" "$kver" "$initrd" "$out" &
+done
+wait
+say "${#vms[@]} VM(s), $vm_jobs at a time, done in $(($(date +%s) - start_all))s"
+for v in "${vms[@]}"; do
+    read -r label kver kdir initrd out <<<"$v"
+    read -r qrc secs <"$out/vm-status" 2>/dev/null || { qrc=unknown; secs=unknown; }
+    # The guest's kernel, cgroup controllers, CPUs and memory, once per kernel.
+    [[ $label == */1 && -f $out/guest-info ]] && sed "s|^|vm:   $label: |" "$out/guest-info" >&2
     n_plan=$(grep -c . "$out/plan" || true)
     n_res=$(grep -c . "$out/results" 2>/dev/null || true)
     touch "$out/results"
@@ -253,24 +307,24 @@ for which in $kernels; do
     while read -r name rc took; do
         if [[ $rc == 0 ]]; then
             passed=$((passed + 1))
-            say "$which: $name passed (${took}s)"
+            say "$label: $name passed (${took}s)"
         else
             failed=$((failed + 1))
-            say "$which: $name FAILED (exit $rc, ${took}s); its output:"
+            say "$label: $name FAILED (exit $rc, ${took}s); its output:"
             tail -n 60 "$out/$name.log" | sed 's/^/    /' >&2
         fi
     done <"$out/results"
     if ((n_res < n_plan)); then
         failed=$((failed + n_plan - n_res))
-        say "$which: only $n_res of $n_plan step(s) reported (qemu exit $qrc after ${secs}s); console:"
+        say "$label: only $n_res of $n_plan step(s) reported (qemu exit $qrc after ${secs}s); console:"
         tail -n 40 "$out/console.log" 2>/dev/null | sed 's/^/    /' >&2 || true
     fi
     if [[ -f $out/bench_exec.log ]]; then
-        grep '^bench:' "$out/bench_exec.log" | sed "s/^bench:/vm: $which ($kver) bench:/" >&2 || true
+        grep '^bench:' "$out/bench_exec.log" | sed "s|^bench:|vm: $label ($kver) bench:|" >&2 || true
     fi
-    summary+=("$which ($kver): $n_res of $n_plan steps ran in ${secs}s")
+    summary+=("$label ($kver): $n_res of $n_plan steps ran in ${secs}s")
     if ((failed > failed_before)) || [[ -n $command ]]; then
-        say "$which: kept $out (logs of every step, console.log)"
+        say "$label: kept $out (logs of every step, console.log)"
     else
         rm -rf "$out"
     fi
