@@ -17,6 +17,7 @@
 
 #include "cf_dispatcher.h"
 #include "cf_events.h"
+#include "cf_log.h"
 #include "cf_schema_json.h"
 #include "cf_util.h"
 
@@ -335,6 +336,75 @@ int cf_cli_exit_for_error(const cf_error *err)
     default:
         return CF_EXIT_TRANSPORT;
     }
+}
+
+const char *cf_cli_exit_name(int exit_code)
+{
+    switch (exit_code) {
+    case CF_EXIT_OK: return "ok";
+    case CF_EXIT_FAILED: return "failed";
+    case CF_EXIT_USAGE: return "usage";
+    case CF_EXIT_REJECTED: return "rejected";
+    case CF_EXIT_INTERNAL: return "internal";
+    case CF_EXIT_NO_RESULT: return "no_result";
+    case CF_EXIT_TRANSPORT: return "transport";
+    case CF_EXIT_NOT_FOUND: return "not_found";
+    case CF_EXIT_CONFLICT: return "conflict";
+    case CF_EXIT_CANCELLED: return "cancelled";
+    default: return "error";
+    }
+}
+
+static bool report_json;
+
+void cf_cli_set_report_json(bool json)
+{
+    report_json = json;
+}
+
+int cf_cli_report(const char *cmd, int exit_code, const char *message)
+{
+    if (!report_json) {
+        fprintf(stderr, "codefleet%s%s: %s\n", cmd && cmd[0] ? " " : "", cmd ? cmd : "", message);
+        return exit_code;
+    }
+    json_t *e = json_pack("{s:s, s:s, s:i}", "kind", cf_cli_exit_name(exit_code), "message", message, "exit_code",
+                          exit_code);
+    if (e && cmd && cmd[0])
+        json_object_set_new(e, "command", json_string(cmd));
+    json_t *o = e ? json_pack("{s:o}", "error", e) : NULL;
+    char *line = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    if (!line) { /* not valid UTF-8, or out of memory: the text still goes out */
+        fprintf(stderr, "codefleet%s%s: %s\n", cmd && cmd[0] ? " " : "", cmd ? cmd : "", message);
+        return exit_code;
+    }
+    fflush(stdout);
+    fprintf(stderr, "%s\n", line);
+    printf("%s\n", line);
+    fflush(stdout);
+    free(line);
+    return exit_code;
+}
+
+int cf_cli_report_usage(const char *cmd, const char *help_cmd, const char *message)
+{
+    char text[1200];
+    snprintf(text, sizeof(text), "%s (see codefleet %s --help)", message, help_cmd);
+    return cf_cli_report(cmd, CF_EXIT_USAGE, text);
+}
+
+int cf_cli_report_error(const char *cmd, const char *what, const cf_error *err, int exit_code)
+{
+    char hint[600], text[1200];
+    cf_cli_explain(err, hint, sizeof(hint));
+    if (hint[0]) {
+        /* The raw detail stays available: CODEFLEET_LOG_LEVEL=debug. */
+        cf_log_debug("cli", "%s%s%s", what ? what : "", what ? ": " : "", err->msg);
+        return cf_cli_report(cmd, exit_code, hint);
+    }
+    snprintf(text, sizeof(text), "%s%s%s", what ? what : "", what ? ": " : "", err->msg);
+    return cf_cli_report(cmd, exit_code, text);
 }
 
 /* ---------------------------------------------------------------------------
@@ -831,12 +901,46 @@ static int append_cases(cf_request *req, json_t *cases, const char *what, cf_err
     return 0;
 }
 
+static bool is_global_option(const char *name)
+{
+    if (strcmp(name, "-X") == 0)
+        return true;
+    if (strncmp(name, "--", 2) != 0)
+        return false;
+    const char *n = name + 2;
+    if (strcmp(n, "config") == 0 || strcmp(n, "no-json") == 0)
+        return true;
+    for (size_t i = 0; i < global_table.nprops; i++) {
+        const cf_conf_prop *p = &global_props[i];
+        size_t len = strlen(p->name);
+        if (p->type == CF_CONF_KVLIST ? strncmp(n, p->name, len) == 0 : strcmp(n, p->name) == 0)
+            return true;
+    }
+    return false;
+}
+
+const char *cf_cli_option_error(const char *cmd, int argc, char **argv, char *buf, size_t size)
+{
+    const char *bad = optind > 0 && optind - 1 < argc ? argv[optind - 1] : NULL;
+    char name[80];
+    if (bad && strncmp(bad, "--", 2) == 0)
+        snprintf(name, sizeof(name), "%.*s", (int)strcspn(bad, "="), bad);
+    else if (optopt > 0 && optopt < 256 && isprint(optopt))
+        snprintf(name, sizeof(name), "-%c", optopt);
+    else
+        snprintf(name, sizeof(name), "%s", bad ? bad : "?");
+    if (is_global_option(name))
+        snprintf(buf, size, "%s is a global option: give it before the command (codefleet %s%s %s ...)", name, name,
+                 global_takes_value(name) ? " VALUE" : "", cmd);
+    else
+        snprintf(buf, size, "option %s: unknown or missing its value", name);
+    return buf;
+}
+
 static int getopt_error(int argc, char **argv, cf_error *err)
 {
-    const char *bad = optind - 1 < argc && optind > 0 ? argv[optind - 1] : "?";
-    if (optopt && optopt < 256)
-        return cf_error_set(err, CF_E_INVALID, "option -%c: unknown or missing its value", optopt);
-    return cf_error_set(err, CF_E_INVALID, "option %s: unknown or missing its value", bad);
+    char msg[300];
+    return cf_error_set(err, CF_E_INVALID, "%s", cf_cli_option_error(argv[0], argc, argv, msg, sizeof(msg)));
 }
 
 static int load_request_file(const char *path, cf_request *req, cf_error *err)

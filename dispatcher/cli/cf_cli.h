@@ -149,6 +149,26 @@ int cf_cli_exit_for_error(const cf_error *err);
  * input and limits 2, timeout 5, not found 7, conflict 8, else 6. */
 int cf_cli_exit_for_state_error(const cf_error *err);
 
+/* How a command reports the error it stops on (one home: every command
+ * goes through these).  Text: "codefleet[ CMD]: MESSAGE" on stderr.  With
+ * --json (cf_cli_set_report_json): one JSON object
+ *   {"error": {"command": CMD, "kind": KIND, "message": MESSAGE, "exit_code": N}}
+ * on stderr, and the same on stdout, so a script reading stdout gets a
+ * JSON answer on every exit.  KIND names the exit code (cf_cli_exit_name).
+ * Each returns exit_code. */
+void cf_cli_set_report_json(bool json);
+int cf_cli_report(const char *cmd, int exit_code, const char *message);
+/* "MESSAGE (see codefleet HELP_CMD --help)", exit code 2. */
+int cf_cli_report_usage(const char *cmd, const char *help_cmd, const char *message);
+/* A failed operation: cf_cli_explain's hint when there is one (the raw
+ * error at debug level), else "WHAT: " and the error's message. */
+int cf_cli_report_error(const char *cmd, const char *what, const cf_error *err, int exit_code);
+/* After getopt_long returned '?' for command CMD: the option it stopped at,
+ * named, and for a global option given after the command, where it goes. */
+const char *cf_cli_option_error(const char *cmd, int argc, char **argv, char *buf, size_t size);
+/* "usage", "no_result", "transport", ... for an exit code. */
+const char *cf_cli_exit_name(int exit_code);
+
 /* For a Kafka or Redis failure, one line a person can act on (what failed,
  * what to check: address, credentials, missing topic, ACLs); "" when the
  * error's own message is the best there is. */

@@ -86,22 +86,19 @@ void cf_cli_explain(const cf_error *err, char *hint, size_t size)
 
 static int fail(const cf_error *err, const char *what)
 {
-    char hint[600];
-    cf_cli_explain(err, hint, sizeof(hint));
-    if (hint[0]) {
-        /* The raw detail stays available: CODEFLEET_LOG_LEVEL=debug. */
-        cf_log_debug("cli", "%s%s%s", what ? what : "", what ? ": " : "", err->msg);
-        fprintf(stderr, "codefleet: %s\n", hint);
-    } else {
-        fprintf(stderr, "codefleet: %s%s%s\n", what ? what : "", what ? ": " : "", err->msg);
-    }
-    return cf_cli_exit_for_error(err);
+    return cf_cli_report_error(NULL, what, err, cf_cli_exit_for_error(err));
 }
 
 static int usage_error(const char *cmd, const char *msg)
 {
-    fprintf(stderr, "codefleet %s: %s (see codefleet %s --help)\n", cmd, msg, cmd);
-    return CF_EXIT_USAGE;
+    return cf_cli_report_usage(cmd, cmd, msg);
+}
+
+/* getopt_long stopped at an option it does not know, or one missing its value. */
+static int bad_option(const char *cmd, int argc, char **argv)
+{
+    char msg[300];
+    return usage_error(cmd, cf_cli_option_error(cmd, argc, argv, msg, sizeof(msg)));
 }
 
 /* submit --follow: the program's output as its chunks arrive. */
@@ -440,7 +437,7 @@ static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
             fputs(cancel_help, stdout);
             return CF_EXIT_OK;
         default:
-            return usage_error("cancel", "unknown option or missing value");
+            return bad_option("cancel", argc, argv);
         }
     }
     if (optind + 1 != argc)
@@ -504,7 +501,7 @@ static int cmd_wait(const cf_cli_globals *g, int argc, char **argv)
             fputs(wait_help, stdout);
             return CF_EXIT_OK;
         default:
-            return usage_error("wait", "unknown option or missing value");
+            return bad_option("wait", argc, argv);
         }
     }
     if (optind + 1 != argc)
@@ -635,7 +632,7 @@ static int cmd_batch(const cf_cli_globals *g, int argc, char **argv)
             fputs(batch_help, stdout);
             return CF_EXIT_OK;
         default:
-            return usage_error("batch", "unknown option or missing value");
+            return bad_option("batch", argc, argv);
         }
     }
     if (optind + 1 != argc)
@@ -819,7 +816,7 @@ static int cmd_tail(const cf_cli_globals *g, int argc, char **argv)
             fputs(tail_help, stdout);
             return CF_EXIT_OK;
         default:
-            return usage_error("tail", "unknown option or missing value");
+            return bad_option("tail", argc, argv);
         }
     }
     if (optind != argc)
@@ -884,7 +881,7 @@ static int cmd_topics(const cf_cli_globals *g, int argc, char **argv)
             fputs(topics_help, stdout);
             return CF_EXIT_OK;
         default:
-            return usage_error("topics", "unknown option or missing value");
+            return bad_option("topics", argc - 1, argv + 1);
         }
     }
     const char *defaults[7];
@@ -997,11 +994,16 @@ int cf_cli_main(int argc, char **argv)
         printf("codefleet %s (librdkafka %s)\n", CF_VERSION, rd_kafka_version_str());
         return CF_EXIT_OK;
     }
+    /* Errors are JSON from the start when --json comes before the command. */
+    for (int i = 1; i < argc && argv[i][0] == '-' && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--json") == 0)
+            cf_cli_set_report_json(true);
     if (cf_cli_parse_globals(argc, argv, &g, &cmd, &help, &err) < 0) {
-        fprintf(stderr, "codefleet: %s\n", err.msg);
+        cf_cli_report(NULL, CF_EXIT_USAGE, err.msg);
         cf_cli_globals_free(&g);
         return CF_EXIT_USAGE;
     }
+    cf_cli_set_report_json(g.json);
     int rc;
     if (help || cmd >= argc) {
         cf_cli_print_usage(help ? stdout : stderr);
@@ -1042,8 +1044,9 @@ int cf_cli_main(int argc, char **argv)
         cf_cli_print_usage(stdout);
         rc = CF_EXIT_OK;
     } else {
-        fprintf(stderr, "codefleet: unknown command '%s' (see codefleet --help)\n", name);
-        rc = CF_EXIT_USAGE;
+        char msg[300];
+        snprintf(msg, sizeof(msg), "unknown command '%.100s' (see codefleet --help)", name);
+        rc = cf_cli_report(NULL, CF_EXIT_USAGE, msg);
     }
     cf_cli_globals_free(&g);
     return rc;

@@ -31,16 +31,16 @@ static const char events_help[] =
 
 static int usage(const char *cmd, const char *msg)
 {
-    fprintf(stderr, "codefleet events %s: %s (see codefleet events --help)\n", cmd, msg);
-    return CF_EXIT_USAGE;
+    char what[64];
+    snprintf(what, sizeof(what), "events %s", cmd);
+    return cf_cli_report_usage(what, "events", msg);
 }
 
 static int fail(const char *cmd, const cf_error *err)
 {
-    char hint[600];
-    cf_cli_explain(err, hint, sizeof(hint));
-    fprintf(stderr, "codefleet events %s: %s\n", cmd, hint[0] ? hint : err->msg);
-    return cf_cli_exit_for_state_error(err);
+    char what[64];
+    snprintf(what, sizeof(what), "events %s", cmd);
+    return cf_cli_report_error(what, NULL, err, cf_cli_exit_for_state_error(err));
 }
 
 static int open_events(const cf_cli_globals *g, cf_events **ev, cf_error *err)
@@ -169,8 +169,11 @@ static int ev_parse(const char *sub, int argc, char **argv, ev_args *a, cf_error
     opterr = 0;
     optind = 0;
     while ((ch = getopt_long(argc, argv, "", ev_opts, NULL)) != -1) {
-        if (ch == '?' || ch == ':')
-            return cf_error_set(err, CF_E_INVALID, "unknown option or missing value");
+        if (ch == '?' || ch == ':') {
+            char msg[300], cmd[64];
+            snprintf(cmd, sizeof(cmd), "events %s", sub);
+            return cf_error_set(err, CF_E_INVALID, "%s", cf_cli_option_error(cmd, argc, argv, msg, sizeof(msg)));
+        }
         if (!ev_opt_allowed(sub, ch))
             return cf_error_set(err, CF_E_INVALID, "option --%s does not apply to events %s", cf_cli_opt_name(ev_opts, ch), sub);
         int64_t v;

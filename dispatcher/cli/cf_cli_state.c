@@ -107,16 +107,18 @@ static void emit_json(json_t *o)
 
 static int fail_state(const cf_error *err, const char *cmd)
 {
-    char hint[600];
-    cf_cli_explain(err, hint, sizeof(hint));
-    fprintf(stderr, "codefleet %s: %s\n", cmd, hint[0] ? hint : err->msg);
-    return cf_cli_exit_for_state_error(err);
+    return cf_cli_report_error(cmd, NULL, err, cf_cli_exit_for_state_error(err));
 }
 
 static int usage(const char *cmd, const char *msg)
 {
-    fprintf(stderr, "codefleet %s: %s (see codefleet %s --help)\n", cmd, msg, cmd);
-    return CF_EXIT_USAGE;
+    return cf_cli_report_usage(cmd, cmd, msg);
+}
+
+static int bad_option(const char *cmd, int argc, char **argv)
+{
+    char msg[300];
+    return usage(cmd, cf_cli_option_error(cmd, argc, argv, msg, sizeof(msg)));
 }
 
 /* msgpack value -> JSON, or {"base64": raw} under the _msgpack key. */
@@ -540,7 +542,7 @@ static int ws_put(const cf_cli_globals *g, state_conn *c, int argc, char **argv,
             break;
         }
         default:
-            usage(cmd, "unknown option or missing value");
+            bad_option(cmd, argc, argv);
             goto out;
         }
     }
@@ -624,7 +626,7 @@ static int ws_create(const cf_cli_globals *g, state_conn *c, int argc, char **ar
         else if (ch == 's')
             session = optarg;
         else
-            return usage("workspace create", "unknown option or missing value");
+            return bad_option("workspace create", argc, argv);
     }
     if (optind + 1 != argc || !state_id_ok(argv[optind]))
         return usage("workspace create", "expected one valid workspace ID");
@@ -652,7 +654,7 @@ static int ws_get(const cf_cli_globals *g, state_conn *c, int argc, char **argv)
         if (ch == 'o')
             outpath = optarg;
         else
-            return usage("workspace get", "unknown option or missing value");
+            return bad_option("workspace get", argc, argv);
     }
     if (optind + 2 != argc || !state_id_ok(argv[optind]))
         return usage("workspace get", "expected a workspace ID and a PATH");
@@ -743,7 +745,7 @@ static int ws_snapshot(const cf_cli_globals *g, state_conn *c, int argc, char **
             if (parse_rev(optarg, &rev, "--rev", &err) < 0)
                 return usage("workspace snapshot", err.msg);
         } else
-            return usage("workspace snapshot", "unknown option or missing value");
+            return bad_option("workspace snapshot", argc, argv);
     }
     if (optind + 1 != argc || !state_id_ok(argv[optind]))
         return usage("workspace snapshot", "expected one valid workspace ID");
@@ -984,8 +986,11 @@ static int cp_parse(const char *sub, int argc, char **argv, cp_args *a, cf_error
     opterr = 0;
     optind = 0;
     while ((ch = getopt_long(argc, argv, "", cp_opts, NULL)) != -1) {
-        if (ch == '?' || ch == ':')
-            return cf_error_set(err, CF_E_INVALID, "unknown option or missing value");
+        if (ch == '?' || ch == ':') {
+            char msg[300], cmd[64];
+            snprintf(cmd, sizeof(cmd), "checkpoint %s", sub);
+            return cf_error_set(err, CF_E_INVALID, "%s", cf_cli_option_error(cmd, argc, argv, msg, sizeof(msg)));
+        }
         if (!cp_opt_allowed(sub, ch))
             return cf_error_set(err, CF_E_INVALID, "option --%s does not apply to checkpoint %s", cf_cli_opt_name(cp_opts, ch),
                                 sub);

@@ -504,6 +504,62 @@ static void test_cli_explains_an_unreachable_broker(void **state)
 
 /* The CLI and the worker say one version, the build's (CF_VERSION, from
  * CMake's project()), and exit 0. */
+/* With --json, an error is one JSON object on stderr and the same on
+ * stdout (a script reading stdout gets an answer on every exit); a global
+ * option after the command says where it goes. */
+static void test_cli_errors_in_json(void **state)
+{
+    (void)state;
+    const char *bin = getenv("CF_BINARY_DIR");
+    char cli[1024], cmd[3200], out[8192];
+    snprintf(cli, sizeof(cli), "%s/dispatcher/codefleet", bin ? bin : "build");
+    if (access(cli, X_OK) != 0)
+        skip();
+    const char *env = "env -u CODEFLEET_LOG_LEVEL -u CODEFLEET_CONFIG";
+    /* stdout only, then stderr only: the same object on both. */
+    snprintf(cmd, sizeof(cmd), "%s %s --json bogus 2>/dev/null; echo rc=$?", env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_string_equal(out, "{\"error\":{\"exit_code\":2,\"kind\":\"usage\",\"message\":\"unknown command 'bogus' "
+                             "(see codefleet --help)\"}}\nrc=2\n");
+    snprintf(cmd, sizeof(cmd), "%s %s --json bogus 2>&1 >/dev/null", env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_string_equal(out, "{\"error\":{\"exit_code\":2,\"kind\":\"usage\",\"message\":\"unknown command 'bogus' "
+                             "(see codefleet --help)\"}}\n");
+    /* A transport failure names its kind and the command's exit code. */
+    snprintf(cmd, sizeof(cmd),
+             "%s %s --json --brokers 127.0.0.1:1 --timeout 3s submit -l shell --code 'echo hi' 2>/dev/null; echo rc=$?",
+             env, cli);
+    shell_output(cmd, out, sizeof(out));
+    if (!strstr(out, "{\"error\":{\"exit_code\":6,\"kind\":\"transport\",\"message\":\"cannot reach the Kafka broker at "
+                     "127.0.0.1:1") ||
+        !strstr(out, "}}\nrc=6\n"))
+        fail_msg("unexpected output:\n%s", out);
+    /* A subcommand's usage error carries the command. */
+    snprintf(cmd, sizeof(cmd), "%s %s --json workspace get --bogus x 2>/dev/null", env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_string_equal(out, "{\"error\":{\"command\":\"workspace get\",\"exit_code\":2,\"kind\":\"usage\","
+                             "\"message\":\"option --bogus: unknown or missing its value (see codefleet workspace get "
+                             "--help)\"}}\n");
+    /* Without --json: the text line, nothing on stdout. */
+    snprintf(cmd, sizeof(cmd), "%s %s bogus 2>&1; echo rc=$?", env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_string_equal(out, "codefleet: unknown command 'bogus' (see codefleet --help)\nrc=2\n");
+    /* A global option after the command: where it goes. */
+    snprintf(cmd, sizeof(cmd), "%s %s submit --json -l shell --code true 2>&1; echo rc=$?", env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_string_equal(out, "codefleet submit: --json is a global option: give it before the command (codefleet "
+                             "--json submit ...) (see codefleet submit --help)\nrc=2\n");
+    snprintf(cmd, sizeof(cmd), "%s %s events tail --brokers=x:1 2>&1; echo rc=$?", env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_string_equal(out, "codefleet events tail: --brokers is a global option: give it before the command "
+                             "(codefleet --brokers VALUE events tail ...) (see codefleet events --help)\nrc=2\n");
+    /* An unknown option is named, whether long or short. */
+    snprintf(cmd, sizeof(cmd), "%s %s wait --nope x 2>&1; %s %s tail -Z 2>&1", env, cli, env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_string_equal(out, "codefleet wait: option --nope: unknown or missing its value (see codefleet wait --help)\n"
+                             "codefleet tail: option -Z: unknown or missing its value (see codefleet tail --help)\n");
+}
+
 static void test_version(void **state)
 {
     (void)state;
@@ -872,6 +928,7 @@ int main(void)
         cmocka_unit_test(test_submit_compiled_flags),
         cmocka_unit_test(test_submit_wasm_and_js),
         cmocka_unit_test(test_cli_explains_an_unreachable_broker),
+        cmocka_unit_test(test_cli_errors_in_json),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_new_id),
         cmocka_unit_test(test_read_file_cap),
