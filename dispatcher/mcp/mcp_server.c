@@ -4,7 +4,9 @@
  *
  * Tools: execute_code (submit a request and wait for its result, or only
  * submit), get_result, cancel, and the workspace tools list_files,
- * read_file, write_file.  Tool results carry the execution result in
+ * read_file, write_file, each with an output schema and annotations.
+ * Protocol versions 2024-11-05 to 2025-11-25; JSON-RPC batches in a
+ * 2025-03-26 session, the one version that requires them.  Tool results carry the execution result in
  * structuredContent (the JSON form of SPEC.md section 7) and a readable
  * summary in content; an execution that could not happen (rejected, no
  * answer, bad arguments) is a tool result with isError, never a protocol
@@ -49,8 +51,10 @@
 #define LOG_SUB "mcp"
 
 /* Newest first; the client's version is echoed when it is one of these.
- * Not 2025-03-26: it requires JSON-RPC batches, which this server refuses. */
-static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2024-11-05"};
+ * JSON-RPC batches are served in a 2025-03-26 session only: the one
+ * version that requires them (2025-06-18 removed them). */
+static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+#define MCP_BATCH_VERSION "2025-03-26"
 
 enum { RPC_PARSE = -32700, RPC_INVALID = -32600, RPC_NO_METHOD = -32601, RPC_BAD_PARAMS = -32602 };
 
@@ -87,12 +91,38 @@ typedef struct mcp {
     int64_t progress;
     pthread_cond_t progress_cv;
     json_t *tools; /* the tools/list answer, built once */
+    char version[16]; /* the protocol version initialize agreed on */
+    /* While a batch is served (main thread; guarded by out_mu): the
+     * responses to its members, sent as one array at its end. */
+    json_t *batch_out, *batch_ids;
 } mcp;
 
 /* ---------------------------------------------------------------- output */
 
+/* A response to a member of the batch being served (by id, or a null id:
+ * a member that was not a valid request). */
+static bool in_batch(const mcp *m, const json_t *msg)
+{
+    if (!m->batch_out || !json_is_object(msg) || json_object_get(msg, "method"))
+        return false;
+    json_t *id = json_object_get(msg, "id");
+    if (!id || json_is_null(id))
+        return true;
+    size_t i;
+    json_t *v;
+    json_array_foreach(m->batch_ids, i, v) if (json_equal(v, id)) return true;
+    return false;
+}
+
 static void send_msg(mcp *m, json_t *msg)
 {
+    pthread_mutex_lock(&m->out_mu);
+    if (in_batch(m, msg)) {
+        json_array_append_new(m->batch_out, msg);
+        pthread_mutex_unlock(&m->out_mu);
+        return;
+    }
+    pthread_mutex_unlock(&m->out_mu);
     char *s = json_dumps(msg, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(msg);
     if (!s) {
@@ -333,27 +363,74 @@ static json_t *execute_schema(void)
     return object_schema(p, req, 1);
 }
 
+/* The hints of MCP's tool annotations (what a client may show or gate on;
+ * hints, not guarantees): read-only, destructive, idempotent, open world. */
 typedef struct tool_def {
     const char *name;
     const char *title;
     const char *description;
+    bool read_only, destructive, idempotent;
 } tool_def;
 
 static const tool_def tool_defs[] = {
     {"execute_code", "Execute code",
      "Run code in the codefleet fleet (sandboxed, with limits) and return its status, exit code, stdout, stderr "
-     "and structured output. A program that fails is a result, not an error: read `status`."},
-    {"get_result", "Get a result", "The result of an execution submitted with wait=false, waiting up to "
-                                   "wait_timeout_ms for it."},
+     "and structured output. A program that fails is a result, not an error: read `status`.",
+     false, true, false}, /* a run with a workspace may rewrite or delete its files */
+    {"get_result", "Get a result",
+     "The result of an execution submitted with wait=false, waiting up to wait_timeout_ms for it.", true, false,
+     true},
     {"cancel", "Cancel an execution",
      "Stop an execution by request id: a running program is killed, a waiting one never starts; it is answered "
-     "`cancelled`. A finished one is not changed."},
-    {"list_files", "List workspace files", "Paths and sizes of a workspace's files at its current revision."},
-    {"read_file", "Read a workspace file", "One file of a workspace (text, or {\"base64\": ...} for other bytes)."},
+     "`cancelled`. A finished one is not changed.",
+     false, true, true},
+    {"list_files", "List workspace files", "Paths and sizes of a workspace's files at its current revision.", true,
+     false, true},
+    {"read_file", "Read a workspace file", "One file of a workspace (text, or {\"base64\": ...} for other bytes).",
+     true, false, true},
     {"write_file", "Write a workspace file",
      "Write one file into a workspace (created if missing) as a new revision; executions with that workspace "
-     "see it."},
+     "see it.",
+     false, true, false}, /* each write is a new revision */
 };
+
+/* What structuredContent holds, per tool.  Every property is optional and
+ * others may appear: a tool error's structuredContent is {"error": ...}
+ * and must match too (clients validate it), and the result is SPEC.md
+ * section 7's JSON form, which grows. */
+static json_t *output_schema(const char *name)
+{
+    json_t *p = json_object();
+    json_object_set_new(p, "error", prop("string", "Why the tool could not do it (with isError)."));
+    if (strcmp(name, "execute_code") == 0 || strcmp(name, "get_result") == 0) {
+        json_object_set_new(p, "id", prop("string", "The request id."));
+        json_object_set_new(p, "status",
+                            prop("string", "success, failed, timeout, memory_exceeded, compile_failed, rejected, "
+                                           "internal_error, cancelled; \"submitted\" for wait=false."));
+        json_object_set_new(p, "exit_code", prop("integer", "The program's exit code, when it exited."));
+        json_object_set_new(p, "reason", prop("string", "Why it ended so (timeout, rejection, signal, ...)."));
+        json_object_set_new(p, "stdout", json_pack("{s:s}", "description", "Standard output (SPEC.md section 7 bytes)."));
+        json_object_set_new(p, "stderr", json_pack("{s:s}", "description", "Standard error (SPEC.md section 7 bytes)."));
+    } else if (strcmp(name, "cancel") == 0) {
+        json_object_set_new(p, "id", prop("string", "The request id."));
+        json_object_set_new(p, "cancel", prop("string", "\"sent\"."));
+    } else {
+        json_object_set_new(p, "workspace", prop("string", "Workspace id."));
+        json_object_set_new(p, "revision", prop("integer", "The workspace's revision read or written."));
+        if (strcmp(name, "list_files") == 0) {
+            json_object_set_new(p, "files",
+                                json_pack("{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}}}}", "type", "array", "items", "type",
+                                          "object", "properties", "path", "type", "string", "size", "type", "integer"));
+        } else {
+            json_object_set_new(p, "path", prop("string", "The file's path in the workspace."));
+            if (strcmp(name, "read_file") == 0) {
+                json_object_set_new(p, "size", prop("integer", "Bytes."));
+                json_object_set_new(p, "content", bytes_prop("The file's bytes."));
+            }
+        }
+    }
+    return json_pack("{s:s, s:o}", "type", "object", "properties", p);
+}
 
 static json_t *tool_schema(const char *name)
 {
@@ -390,9 +467,15 @@ static json_t *tools_list(void)
 {
     json_t *tools = json_array();
     for (size_t i = 0; tools && i < sizeof(tool_defs) / sizeof(tool_defs[0]); i++)
-        json_array_append_new(tools, json_pack("{s:s, s:s, s:s, s:o}", "name", tool_defs[i].name, "title",
-                                               tool_defs[i].title, "description", tool_defs[i].description,
-                                               "inputSchema", tool_schema(tool_defs[i].name)));
+        json_array_append_new(tools, json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
+                                               tool_defs[i].name, "title", tool_defs[i].title, "description",
+                                               tool_defs[i].description, "inputSchema", tool_schema(tool_defs[i].name),
+                                               "outputSchema", output_schema(tool_defs[i].name), "annotations",
+                                               "title", tool_defs[i].title, "readOnlyHint", tool_defs[i].read_only,
+                                               "destructiveHint", tool_defs[i].destructive, "idempotentHint",
+                                               tool_defs[i].idempotent, "openWorldHint",
+                                               /* a profile may give programs the network */
+                                               strcmp(tool_defs[i].name, "execute_code") == 0));
     return json_pack("{s:o}", "tools", tools);
 }
 
@@ -987,6 +1070,7 @@ static void handle(mcp *m, json_t *msg)
         for (size_t i = 0; want && i < sizeof(protocol_versions) / sizeof(protocol_versions[0]); i++)
             if (strcmp(want, protocol_versions[i]) == 0)
                 version = protocol_versions[i];
+        snprintf(m->version, sizeof(m->version), "%s", version);
         char instructions[600];
         snprintf(instructions, sizeof(instructions),
                  "codefleet runs code in an isolated worker fleet. execute_code runs a program and returns its "
@@ -1006,6 +1090,65 @@ static void handle(mcp *m, json_t *msg)
     } else {
         send_error(m, id, RPC_NO_METHOD, "method '%.80s' not supported (this server offers tools)", method);
     }
+}
+
+/* A JSON-RPC batch (MCP 2025-03-26): its members served in order, their
+ * responses sent as one array at its end (none for notifications only). */
+static void handle_batch(mcp *m, json_t *batch)
+{
+    if (strcmp(m->version, MCP_BATCH_VERSION) != 0) {
+        send_error(m, NULL, RPC_INVALID, "JSON-RPC batches are part of MCP protocol version %s only (this session: %s)",
+                   MCP_BATCH_VERSION, m->version[0] ? m->version : "not initialized");
+        return;
+    }
+    if (json_array_size(batch) == 0) {
+        send_error(m, NULL, RPC_INVALID, "an empty batch");
+        return;
+    }
+    json_t *ids = json_array(), *out = json_array();
+    if (!ids || !out) {
+        json_decref(ids);
+        json_decref(out);
+        send_error(m, NULL, -32603, "out of memory");
+        return;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(batch, i, e)
+    {
+        json_t *id = json_is_object(e) ? json_object_get(e, "id") : NULL;
+        if (id && !json_is_null(id))
+            json_array_append(ids, id);
+    }
+    pthread_mutex_lock(&m->out_mu);
+    m->batch_out = out;
+    m->batch_ids = ids;
+    pthread_mutex_unlock(&m->out_mu);
+    json_array_foreach(batch, i, e)
+    {
+        json_t *id = json_is_object(e) ? json_object_get(e, "id") : NULL;
+        const char *method = json_is_object(e) ? json_string_value(json_object_get(e, "method")) : NULL;
+        if (!json_is_object(e)) {
+            send_error(m, NULL, RPC_INVALID, "batch member %zu: not a JSON-RPC 2.0 message (an object)", i);
+            continue;
+        }
+        if (method && strcmp(method, "initialize") == 0) {
+            if (id)
+                send_error(m, id, RPC_INVALID, "initialize cannot be part of a batch");
+            continue;
+        }
+        if (!(id && serve_while_waiting(m, id)))
+            handle(m, e);
+    }
+    pthread_mutex_lock(&m->out_mu);
+    m->batch_out = NULL;
+    m->batch_ids = NULL;
+    pthread_mutex_unlock(&m->out_mu);
+    json_decref(ids);
+    if (json_array_size(out))
+        send_msg(m, out);
+    else
+        json_decref(out);
 }
 
 /* ---------------------------------------------------------------- command */
@@ -1099,7 +1242,9 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
             /* A call the client cancelled while it waited its turn never
              * starts (its notification is still queued behind it). */
             json_t *id = json_object_get(msg, "id");
-            if (!(id && serve_while_waiting(m, id)))
+            if (json_is_array(msg))
+                handle_batch(m, msg);
+            else if (!(id && serve_while_waiting(m, id)))
                 handle(m, msg);
             json_decref(msg);
         }

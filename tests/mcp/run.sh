@@ -3,8 +3,12 @@
 # friends from deploy/stack.sh env, and CF_BINARY_DIR):
 #   run.sh session   a scripted JSON-RPC session (standard library only)
 #   run.sh sdk       the official MCP Python SDK as an independent client
-# The SDK lives in a venv outside the clone, made once per pinned version:
-# ${XDG_CACHE_HOME:-~/.cache}/codefleet/mcp-sdk-<version>.
+#   run.sh ts VERSION  the official MCP TypeScript SDK's client, at VERSION
+#                    (1.11.0: the last before 2025-06-18, which asks for
+#                    2025-03-26; and a current one)
+# The SDKs live outside the clone, installed once per pinned version:
+# ${XDG_CACHE_HOME:-~/.cache}/codefleet/mcp-sdk-<version> (a venv) and
+# .../mcp-ts-sdk-<version> (npm).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 exec </dev/null
@@ -29,8 +33,22 @@ sdk)
     fi
     exec "$venv/bin/python" "$here/sdk_client.py"
     ;;
+ts)
+    ts_version=${2:?run.sh ts VERSION}
+    [[ $ts_version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "run.sh ts: VERSION like 1.11.0" >&2; exit 2; }
+    dir=${XDG_CACHE_HOME:-$HOME/.cache}/codefleet/mcp-ts-sdk-$ts_version
+    if [[ ! -f $dir/node_modules/@modelcontextprotocol/sdk/package.json ]]; then
+        command -v npm >/dev/null || { echo "run.sh ts: npm missing (deploy/install.sh installs it)" >&2; exit 1; }
+        rm -rf "$dir" "$dir.tmp.$$"
+        mkdir -p "$dir.tmp.$$"
+        echo '{"private": true, "type": "module"}' >"$dir.tmp.$$/package.json"
+        (cd "$dir.tmp.$$" && npm install --silent --no-audit --no-fund "@modelcontextprotocol/sdk@$ts_version") >&2
+        mv "$dir.tmp.$$" "$dir"
+    fi
+    exec "$py" "$here/ts_sdk.py" "$dir"
+    ;;
 *)
-    echo "usage: $0 session|sdk" >&2
+    echo "usage: $0 session|sdk|ts VERSION" >&2
     exit 2
     ;;
 esac

@@ -3,8 +3,9 @@
 on the test stack: the JSON-RPC 2.0 messages written by hand, one per line,
 as the MCP stdio transport says (standard library only).
 
-Covers: initialize and version negotiation, tools/list (schemas whose enums
-come from the wire schema), tools/call of every tool, output as progress
+Covers: initialize and version negotiation, JSON-RPC batches (2025-03-26
+only), tools/list (schemas whose enums come from the wire schema, output
+schemas, annotations), tools/call of every tool, output as progress
 notifications while a program runs, the cancel tool, an MCP
 notifications/cancelled that becomes a fleet cancel (the program is killed),
 ping served while a tool runs, protocol errors (not JSON, unknown method,
@@ -183,6 +184,7 @@ def main():
     quiet = None
     try:
         run(srv, fleet)
+        batches(fleet)
         tenant_workspaces(fleet)
         quiet = Fleet("mcp-nostream", extra=["--stream-topic-suffix="]).start()
         no_streaming(quiet)
@@ -198,6 +200,51 @@ def main():
                 sys.stderr.write(f.read().decode("utf-8", "replace")[-8000:])
     print("%d failure(s)" % len(failures))
     return 1 if failures else 0
+
+
+def batches(fleet):
+    """JSON-RPC batches: answered as one array in a 2025-03-26 session (the
+    version that requires them), refused in the others."""
+    srv = Server(fleet)
+    try:
+        r = srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-03-26", "capabilities": {},
+                                                    "clientInfo": {"name": "batch", "version": "1"}}))
+        check(r["result"]["protocolVersion"] == "2025-03-26", "2025-03-26 is negotiated")
+        srv.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        srv.send([{"jsonrpc": "2.0", "id": "b1", "method": "ping"},
+                  {"jsonrpc": "2.0", "method": "notifications/whatever"},
+                  {"jsonrpc": "2.0", "id": "b2", "method": "tools/call",
+                   "params": {"name": "execute_code", "arguments": {"language": "shell", "code": "echo batched"}}},
+                  7,
+                  {"jsonrpc": "2.0", "id": "b3", "method": "initialize", "params": {}},
+                  {"jsonrpc": "2.0", "id": "b4", "method": "tools/list"}])
+        got = srv.q.get(timeout=120)
+        check(isinstance(got, list), "a batch is answered with one array: %s" % str(got)[:200])
+        by_id = {m.get("id"): m for m in got} if isinstance(got, list) else {}
+        check(sorted(by_id, key=str) == sorted(["b1", "b2", None, "b3", "b4"], key=str) and len(got) == 5,
+              "one response per request member, none for the notification: %s" % list(by_id))
+        b2 = by_id.get("b2", {}).get("result", {}).get("structuredContent", {})
+        check(b2.get("status") == "success" and b2.get("stdout") == "batched\n", "a tool call inside a batch runs")
+        check(by_id.get("b3", {}).get("error", {}).get("code") == -32600, "initialize inside a batch is refused")
+        check(by_id.get(None, {}).get("error", {}).get("code") == -32600, "a member that is not an object: error")
+        check(len(by_id.get("b4", {}).get("result", {}).get("tools", [])) == 6, "tools/list inside a batch")
+        # Notifications only: nothing comes back (the next message is the ping's answer).
+        srv.send([{"jsonrpc": "2.0", "method": "notifications/whatever"}])
+        rid = srv.request("ping")
+        got = srv.q.get(timeout=60)
+        check(isinstance(got, dict) and got.get("id") == rid, "a batch of notifications gets no answer")
+    finally:
+        srv.close()
+    srv = Server(fleet)
+    try:
+        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "nobatch", "version": "1"}}))
+        srv.send([{"jsonrpc": "2.0", "id": 1, "method": "ping"}])
+        got = srv.q.get(timeout=60)
+        check(isinstance(got, dict) and got.get("error", {}).get("code") == -32600
+              and "2025-03-26" in got["error"].get("message", ""), "no batches in a 2025-06-18 session: %s" % got)
+    finally:
+        srv.close()
 
 
 def run(srv, fleet):
@@ -220,12 +267,29 @@ def run(srv, fleet):
     langs = ex["inputSchema"]["properties"]["language"]["enum"]
     check("python" in langs and "rust" in langs and "command" in langs, "language enum from the schema: %s" % langs)
     check(ex["inputSchema"]["required"] == ["language"], "execute_code requires language")
+    # Every tool says what its structuredContent holds and how it behaves.
+    hints = {t["name"]: t.get("annotations", {}) for t in tools}
+    check(all(t.get("outputSchema", {}).get("type") == "object" for t in tools), "every tool has an outputSchema")
+    check(all(hints[n].get("readOnlyHint") is True for n in ("get_result", "list_files", "read_file"))
+          and all(hints[n].get("readOnlyHint") is False for n in ("execute_code", "cancel", "write_file"))
+          and hints["execute_code"].get("destructiveHint") is True and hints["cancel"].get("idempotentHint") is True,
+          "annotations: read-only, destructive, idempotent hints: %s" % hints)
+    schemas = {t["name"]: t["outputSchema"] for t in tools}
+
+    def conforms(tool, sc):
+        """structuredContent against the tool's outputSchema (the property types it declares)."""
+        kinds = {"string": str, "integer": int, "array": list, "object": dict}
+        props = schemas[tool].get("properties", {})
+        bad = [k for k, v in sc.items() if k in props and "type" in props[k]
+               and not isinstance(v, kinds[props[k]["type"]])]
+        check(isinstance(sc, dict) and not bad, "%s: structuredContent matches its outputSchema (%s)" % (tool, bad))
 
     # A program that works.
     r = srv.call({"name": "execute_code", "arguments": {"language": "python", "code": "print(6 * 7)"}})
     sc = r["result"]["structuredContent"]
     check(r["result"]["isError"] is False and sc["status"] == "success" and sc["stdout"] == "42\n",
           "execute_code python -> success, stdout 42")
+    conforms("execute_code", sc)
     check("42" in r["result"]["content"][0]["text"], "the text summary shows the output")
 
     # Output cut at the cap: each stream's section once, with the mark.
@@ -259,6 +323,7 @@ def run(srv, fleet):
     r = srv.call({"name": "execute_code", "arguments": {"language": "cobol", "code": "x"}})
     check(r["result"]["isError"] is True and "language" in r["result"]["content"][0]["text"],
           "an unknown language: isError naming the field")
+    conforms("execute_code", r["result"]["structuredContent"])
     r = srv.call({"name": "execute_code", "arguments": {"language": "python", "code": "1", "timout_ms": 5}})
     check(r["result"]["isError"] is True and "timout_ms" in r["result"]["content"][0]["text"],
           "a misspelt argument is named, not ignored")
@@ -285,6 +350,7 @@ def run(srv, fleet):
                                                         "wait": False}})
     eid = r["result"]["structuredContent"]["id"]
     check(r["result"]["structuredContent"]["status"] == "submitted", "wait=false returns the id at once")
+    conforms("execute_code", r["result"]["structuredContent"])
     time.sleep(1.0)
     r = srv.call({"name": "cancel", "arguments": {"id": eid, "reason": "changed my mind"}})
     check(r["result"]["isError"] is False, "cancel tool: sent")
