@@ -88,7 +88,15 @@ typedef struct mcp {
     uint8_t carry[2][4]; /* a UTF-8 sequence cut at a chunk's end, per stream */
     size_t ncarry[2];
     json_t *progress_token;
-    int64_t progress;
+    int64_t progress;      /* chunks of the watched run sent as progress */
+    int64_t progress_sent; /* notifications sent for the call: chunks and keep-alives */
+    int64_t last_progress_us; /* when the last one went out (or the watch began) */
+    int64_t keepalive_us;     /* a quiet call's keep-alive interval (0: none) */
+    /* Executions whose call the client gave up on by its own request
+     * timeout (not a user's cancel): they keep running, and get_result
+     * without an id answers the newest (guarded by mu). */
+    char abandoned[8][CF_ID_MAX + 1];
+    int n_abandoned;
     pthread_cond_t progress_cv;
     json_t *tools; /* the tools/list answer, built once */
     char version[16]; /* the protocol version initialize agreed on */
@@ -378,8 +386,9 @@ static const tool_def tool_defs[] = {
      "and structured output. A program that fails is a result, not an error: read `status`.",
      false, true, false}, /* a run with a workspace may rewrite or delete its files */
     {"get_result", "Get a result",
-     "The result of an execution submitted with wait=false, waiting up to wait_timeout_ms for it.", true, false,
-     true},
+     "The result of an execution submitted with wait=false, waiting up to wait_timeout_ms for it; without an id, "
+     "of the newest execution whose call timed out in this client (it kept running).",
+     true, false, true},
     {"cancel", "Cancel an execution",
      "Stop an execution by request id: a running program is killed, a waiting one never starts; it is answered "
      "`cancelled`. A finished one is not changed.",
@@ -438,13 +447,17 @@ static json_t *tool_schema(const char *name)
         return execute_schema();
     json_t *p = json_object();
     if (strcmp(name, "get_result") == 0 || strcmp(name, "cancel") == 0) {
-        json_object_set_new(p, "id", prop("string", "The request id execute_code returned."));
-        if (strcmp(name, "cancel") == 0)
-            json_object_set_new(p, "reason", prop("string", "Why (goes into the result's reason)."));
-        else
-            json_object_set_new(p, "wait_timeout_ms", prop("integer", "How long to wait (default 120000)."));
         static const char *const req[] = {"id"};
-        return object_schema(p, req, 1);
+        if (strcmp(name, "cancel") == 0) {
+            json_object_set_new(p, "id", prop("string", "The request id execute_code returned."));
+            json_object_set_new(p, "reason", prop("string", "Why (goes into the result's reason)."));
+            return object_schema(p, req, 1);
+        }
+        json_object_set_new(p, "id", prop("string", "The request id execute_code returned. Without it: the newest "
+                                                    "execution whose call this client gave up on by its own "
+                                                    "request timeout (it kept running)."));
+        json_object_set_new(p, "wait_timeout_ms", prop("integer", "How long to wait (default 120000)."));
+        return object_schema(p, req, 0);
     }
     json_object_set_new(p, "workspace", prop("string", "Workspace id."));
     if (strcmp(name, "list_files") == 0) {
@@ -631,7 +644,9 @@ static void on_chunk(void *ctx, const cf_chunk *c)
         pthread_mutex_unlock(&m->mu);
         return;
     }
-    int64_t progress = ++m->progress;
+    ++m->progress;
+    int64_t progress = ++m->progress_sent;
+    m->last_progress_us = cf_mono_us();
     /* The program's text without terminal controls, like the summary; a
      * UTF-8 sequence cut at the chunk's end waits for the next chunk. */
     int k = c->stream == CF_CHUNK_STDERR;
@@ -666,7 +681,58 @@ static void watch_execution(mcp *m, const char *id, json_t *token)
     m->ncarry[0] = m->ncarry[1] = 0;
     json_decref(m->progress_token);
     m->progress_token = token ? json_incref(token) : NULL;
-    m->progress = 0;
+    m->progress = m->progress_sent = 0;
+    m->last_progress_us = cf_mono_us();
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* A quiet call with a progress token gets a progress notification without
+ * a message every keepalive_us, so a client that restarts its request
+ * timer on progress (TypeScript SDK: resetTimeoutOnProgress) keeps
+ * waiting for a program that prints nothing. */
+static void keep_alive(mcp *m)
+{
+    pthread_mutex_lock(&m->mu);
+    int64_t now = cf_mono_us();
+    if (m->progress_token && m->keepalive_us > 0 && now - m->last_progress_us >= m->keepalive_us) {
+        m->last_progress_us = now;
+        send_msg(m, json_pack("{s:s, s:s, s:{s:O, s:I}}", "jsonrpc", "2.0", "method", "notifications/progress",
+                              "params", "progressToken", m->progress_token, "progress",
+                              (json_int_t)++m->progress_sent));
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void remember_abandoned(mcp *m, const char *id)
+{
+    pthread_mutex_lock(&m->mu);
+    int cap = (int)(sizeof(m->abandoned) / sizeof(m->abandoned[0]));
+    if (m->n_abandoned == cap) { /* the oldest goes */
+        memmove(m->abandoned[0], m->abandoned[1], sizeof(m->abandoned[0]) * (size_t)(cap - 1));
+        m->n_abandoned--;
+    }
+    snprintf(m->abandoned[m->n_abandoned++], sizeof(m->abandoned[0]), "%s", id);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The newest abandoned execution into id ("" when none). */
+static void newest_abandoned(mcp *m, char *id, size_t size)
+{
+    pthread_mutex_lock(&m->mu);
+    snprintf(id, size, "%s", m->n_abandoned ? m->abandoned[m->n_abandoned - 1] : "");
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* id answered: off the list (wherever it is now). */
+static void forget_abandoned(mcp *m, const char *id)
+{
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < m->n_abandoned; i++)
+        if (strcmp(m->abandoned[i], id) == 0) {
+            memmove(m->abandoned[i], m->abandoned[i + 1], sizeof(m->abandoned[0]) * (size_t)(m->n_abandoned - i - 1));
+            m->n_abandoned--;
+            break;
+        }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -685,11 +751,23 @@ static void progress_catch_up(mcp *m, const cf_result *res)
     pthread_mutex_unlock(&m->mu);
 }
 
-/* While a tool waits: answers pings, and reports a notifications/cancelled
- * for call_id (taking it off the queue); everything else stays queued. */
-static bool serve_while_waiting(mcp *m, const json_t *call_id)
+/* What serve_while_waiting found for the call. */
+enum { CALL_GOES_ON, CALL_CANCELLED, CALL_TIMED_OUT };
+
+/* A cancel a client sends because its own request timeout passed, not
+ * because someone asked: the TypeScript SDK's reason is "McpError: MCP
+ * error -32001: Request timed out" (ErrorCode.RequestTimeout). */
+static bool client_timeout_reason(const char *reason)
 {
-    bool cancelled = false;
+    return reason && (strstr(reason, "-32001") || strstr(reason, "Request timed out"));
+}
+
+/* While a tool waits: answers pings, and reports a notifications/cancelled
+ * for call_id (taking it off the queue): CALL_TIMED_OUT when its reason is
+ * the client's own timeout.  Everything else stays queued. */
+static int serve_while_waiting(mcp *m, const json_t *call_id)
+{
+    int cancelled = CALL_GOES_ON;
     pthread_mutex_lock(&m->mu);
     queued **pp = &m->head, *prev = NULL;
     while (*pp) {
@@ -700,7 +778,9 @@ static bool serve_while_waiting(mcp *m, const json_t *call_id)
         bool take = false;
         if (method && strcmp(method, "notifications/cancelled") == 0 &&
             json_equal(json_object_get(params, "requestId"), (json_t *)call_id)) {
-            cancelled = take = true;
+            cancelled = client_timeout_reason(json_string_value(json_object_get(params, "reason"))) ? CALL_TIMED_OUT
+                                                                                                     : CALL_CANCELLED;
+            take = true;
         } else if (method && strcmp(method, "ping") == 0 && json_object_get(msg, "id") &&
                    json_is_string(json_object_get(msg, "jsonrpc")) &&
                    strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") == 0) {
@@ -748,7 +828,15 @@ static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t si
             return -1;
     }
     for (;;) {
-        if (serve_while_waiting(m, call_id) || cf_cli_stop) {
+        int call = serve_while_waiting(m, call_id);
+        if (call == CALL_TIMED_OUT && cancel_on_abort) {
+            /* Not the user's cancel: the program keeps running. */
+            remember_abandoned(m, id);
+            cf_log_info(LOG_SUB, "request %s: the client stopped waiting (its own request timeout); it keeps "
+                        "running: get_result (without an id) picks it up", id);
+            return 1;
+        }
+        if (call != CALL_GOES_ON || cf_cli_stop) {
             if (cancel_on_abort) {
                 cf_error cerr = {0};
                 if (cf_dispatcher_cancel(m->d, id, "cancelled by the MCP client", 10 * 1000000LL, &cerr) < 0)
@@ -762,6 +850,7 @@ static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t si
         if (left <= 0)
             return cf_error_set(err, CF_E_TIMEOUT, "no result for %s within %" PRId64 " ms", id, timeout_us / 1000);
         int64_t slice = left < MCP_WAIT_SLICE_US ? left : MCP_WAIT_SLICE_US;
+        keep_alive(m);
         cf_error_clear(err);
         int rc = cf_dispatcher_wait(m->d, id, slice, out, err);
         if (rc == 0)
@@ -845,6 +934,14 @@ static json_t *tool_execute(mcp *m, const json_t *call_id, const json_t *args, j
 static json_t *tool_get_result(mcp *m, const json_t *call_id, const json_t *args, bool *no_answer)
 {
     const char *id = str_arg(args, "id");
+    char newest[CF_ID_MAX + 1] = "";
+    if (!json_object_get(args, "id")) {
+        newest_abandoned(m, newest, sizeof(newest));
+        if (!newest[0])
+            return tool_error("id: no execution of this session was left running by a client timeout; pass the "
+                              "request id");
+        id = newest;
+    }
     if (!id || !cf_id_valid(id, strlen(id)))
         return tool_error("id: a request id (1..%d printable characters without spaces)", CF_ID_MAX);
     bool ok = true;
@@ -861,6 +958,7 @@ static json_t *tool_get_result(mcp *m, const json_t *call_id, const json_t *args
     }
     if (rc < 0)
         return tool_error("request %s: %s", id, err.msg);
+    forget_abandoned(m, id); /* answered: the next call without an id gets the one before */
     json_t *out = result_tool_result(&res);
     cf_result_clear(&res);
     return out;
@@ -1154,7 +1252,7 @@ static void handle_batch(mcp *m, json_t *batch)
 /* ---------------------------------------------------------------- command */
 
 static const char mcp_help[] =
-    "Usage: codefleet [GLOBAL OPTIONS] mcp\n"
+    "Usage: codefleet [GLOBAL OPTIONS] mcp [--keep-alive DURATION]\n"
     "\n"
     "A Model Context Protocol server on stdin/stdout (JSON-RPC 2.0, one message\n"
     "per line; logs on stderr).  Tools: execute_code, get_result, cancel,\n"
@@ -1163,12 +1261,33 @@ static const char mcp_help[] =
     "from <result topic>.output for progress notifications), with the\n"
     "credentials of --config.  Example client configuration:\n"
     "  {\"mcpServers\": {\"codefleet\": {\"command\": \"codefleet\",\n"
-    "    \"args\": [\"--config\", \"/path/to/client.conf\", \"mcp\"]}}}\n";
+    "    \"args\": [\"--config\", \"/path/to/client.conf\", \"mcp\"]}}}\n"
+    "\n"
+    "  --keep-alive DURATION  a call with a progress token whose program prints\n"
+    "                         nothing gets an empty progress notification this\n"
+    "                         often (default 10s; 0: never), so a client that\n"
+    "                         restarts its timeout on progress keeps waiting\n";
 
 int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
 {
-    if (argc > 1) {
-        bool help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+    int64_t keepalive_us = 10 * 1000000LL;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (strcmp(argv[i], "--keep-alive") == 0 && i + 1 < argc)
+            v = argv[++i];
+        else if (strncmp(argv[i], "--keep-alive=", 13) == 0)
+            v = argv[i] + 13;
+        cf_error perr = {0};
+        if (v && strcmp(v, "0") == 0) {
+            keepalive_us = 0;
+            continue;
+        }
+        if (v && cf_parse_duration_us(v, &keepalive_us, "--keep-alive", &perr) == 0 && keepalive_us >= 100000)
+            continue;
+        bool help = strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0;
+        if (!help)
+            fprintf(stderr, "codefleet mcp: %s\n", v ? "--keep-alive: a duration of at least 100ms, or 0"
+                                                     : "unknown argument");
         fputs(mcp_help, help ? stdout : stderr);
         return help ? CF_EXIT_OK : CF_EXIT_USAGE;
     }
@@ -1180,6 +1299,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         return CF_EXIT_TRANSPORT;
     }
     m->g = g;
+    m->keepalive_us = keepalive_us;
     m->tools = tools_list();
     if (!m->tools) {
         free(m);

@@ -7,7 +7,9 @@ Covers: initialize and version negotiation, JSON-RPC batches (2025-03-26
 only), tools/list (schemas whose enums come from the wire schema, output
 schemas, annotations), tools/call of every tool, output as progress
 notifications while a program runs, the cancel tool, an MCP
-notifications/cancelled that becomes a fleet cancel (the program is killed),
+notifications/cancelled that becomes a fleet cancel (the program is killed)
+and a client's own timeout that does not (get_result picks it up), keep-alive
+progress,
 ping served while a tool runs, protocol errors (not JSON, unknown method,
 unknown tool) and tool errors (bad arguments, a rejected request).
 """
@@ -37,10 +39,10 @@ def check(cond, what):
 class Server:
     """`codefleet mcp` as a subprocess, read by a thread into a queue."""
 
-    def __init__(self, fleet, globals_=None):
+    def __init__(self, fleet, globals_=None, args=()):
         env = dict(os.environ, CODEFLEET_LOG_LEVEL="info")
         g = fleet.globals() if globals_ is None else globals_
-        self.p = subprocess.Popen([fleet.cli] + g + ["mcp"], stdin=subprocess.PIPE,
+        self.p = subprocess.Popen([fleet.cli] + g + ["mcp"] + list(args), stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=open("/tmp/cf-mcp-server-%d.log" % os.getpid(), "wb"),
                                   env=env)
         self.q = queue.Queue()
@@ -185,6 +187,7 @@ def main():
     try:
         run(srv, fleet)
         batches(fleet)
+        client_timeouts(fleet)
         tenant_workspaces(fleet)
         quiet = Fleet("mcp-nostream", extra=["--stream-topic-suffix="]).start()
         no_streaming(quiet)
@@ -200,6 +203,52 @@ def main():
                 sys.stderr.write(f.read().decode("utf-8", "replace")[-8000:])
     print("%d failure(s)" % len(failures))
     return 1 if failures else 0
+
+
+def client_timeouts(fleet):
+    """A client's own request timeout is not a user's cancel: the program
+    keeps running and get_result without an id picks it up; a quiet call
+    with a progress token gets keep-alive progress."""
+    srv = Server(fleet, args=["--keep-alive", "1s"])
+    try:
+        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "timeouts", "version": "1"}}))
+        srv.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        r = srv.call({"name": "get_result", "arguments": {}})
+        check(r["result"]["isError"] is True and "pass the request id" in r["result"]["content"][0]["text"],
+              "get_result without an id, nothing left running: a tool error")
+        # A silent program: keep-alive progress (no message) until its answer.
+        others = []
+        r = srv.call({"name": "execute_code", "_meta": {"progressToken": 77},
+                      "arguments": {"language": "shell", "code": "sleep 4; echo woke"}}, others=others)
+        prog = [m["params"] for m in others if m.get("method") == "notifications/progress"]
+        check(r["result"]["structuredContent"]["stdout"] == "woke\n" and len(prog) >= 1
+              and all("message" not in p and p["progressToken"] == 77 for p in prog[:-1])
+              and [p["progress"] for p in prog] == list(range(1, len(prog) + 1)),
+              "a quiet call gets keep-alive progress: %s" % prog)
+        # The TypeScript SDK's timeout cancel, sent once the program runs
+        # (its first output arrived): the program goes on.
+        rid = srv.request("tools/call", {"name": "execute_code", "_meta": {"progressToken": "t2"}, "arguments": {
+            "language": "shell", "code": "echo started; sleep 2; echo finished anyway"}})
+        deadline = time.monotonic() + 120
+        seen = False
+        while not seen and time.monotonic() < deadline:
+            m = srv.q.get(timeout=max(0.01, deadline - time.monotonic()))
+            seen = m is not None and m.get("method") == "notifications/progress" and \
+                m["params"].get("message") == "started\n"
+        check(seen, "the program started (its first output came as progress)")
+        srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": rid, "reason": "McpError: MCP error -32001: Request timed out"}})
+        r = srv.call({"name": "get_result", "arguments": {"wait_timeout_ms": 120000}}, others=(left := []))
+        sc = r["result"].get("structuredContent", {})
+        check(not any(m.get("id") == rid and ("result" in m or "error" in m) for m in left),
+              "no response for the timed-out call")
+        check(sc.get("status") == "success" and sc.get("stdout") == "started\nfinished anyway\n",
+              "after the client's timeout the program ran on; get_result picked it up: %s" % sc.get("status"))
+        r = srv.call({"name": "get_result", "arguments": {}})
+        check(r["result"]["isError"] is True, "once picked up, it is off the list")
+    finally:
+        srv.close()
 
 
 def batches(fleet):

@@ -15,7 +15,12 @@ const check = (cond, what) => {
   if (!cond) failures++;
 };
 
-const transport = new StdioClientTransport({ command: cli, args: [...globals, "mcp"], env: process.env, stderr: "ignore" });
+const transport = new StdioClientTransport({
+  command: cli,
+  args: [...globals, "mcp", "--keep-alive", "1s"],
+  env: process.env,
+  stderr: "ignore",
+});
 const client = new Client({ name: "codefleet-ts-check", version: "1.0.0" });
 try {
   await client.connect(transport);
@@ -50,6 +55,31 @@ try {
   check(typeof id === "string" && (r.structuredContent || {}).status === "submitted", "wait=false returns the id");
   r = await client.callTool({ name: "get_result", arguments: { id } });
   check((r.structuredContent || {}).stdout === "later\n", "get_result picks it up");
+
+  // A quiet program longer than the client's timeout: keep-alive progress
+  // restarts the SDK's timer (resetTimeoutOnProgress), so the call returns.
+  r = await client.callTool(
+    { name: "execute_code", arguments: { language: "shell", code: "sleep 12; echo quiet-done" } },
+    undefined,
+    { onprogress: () => {}, timeout: 8000, resetTimeoutOnProgress: true },
+  );
+  check((r.structuredContent || {}).stdout === "quiet-done\n", "keep-alive progress outlasted the client's 8 s timeout");
+
+  // Without it the SDK times out and sends notifications/cancelled: that is
+  // not the user's cancel, the program runs on and get_result picks it up.
+  let timedOut = false;
+  try {
+    await client.callTool(
+      { name: "execute_code", arguments: { language: "shell", code: "sleep 12; echo ran-on" } },
+      undefined,
+      { timeout: 5000 },
+    );
+  } catch (e) {
+    timedOut = /timed out/i.test(String(e));
+  }
+  check(timedOut, "the SDK's own timeout fired");
+  r = await client.callTool({ name: "get_result", arguments: { wait_timeout_ms: 120000 } }, undefined, { timeout: 130000 });
+  check((r.structuredContent || {}).stdout === "ran-on\n", `get_result without an id picked it up: ${JSON.stringify(r.structuredContent)}`);
 } catch (e) {
   check(false, `the session raised ${e && e.stack ? e.stack : e}`);
 } finally {
