@@ -30,7 +30,7 @@ while (($#)); do
         ;;
     --jobs=*) jobs=${1#--jobs=} ;;
     -h | --help)
-        sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | grep '^#' | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     -*) cf_die "unknown argument '$1' (see --help)" ;;

@@ -210,18 +210,22 @@ leftovers_line() {
 
 # Boots one VM on the plan in its out directory and waits for it: the
 # results come back in out/results, qemu's exit status and the seconds in
-# out/vm-status.  A guest that never reached tests/vm/guest.sh (no
-# guest-info) is booted once more: under software emulation with several
-# vCPU threads, the 6.12 kernel once panicked at boot on an int3 left by its
-# own code patching (sched_clock_cpu, "Oops: int3"), before any test ran.
+# out/vm-status.  A guest that panicked before it reached tests/vm/guest.sh
+# (no guest-info, a panic on the console) is booted once more, and the
+# first console kept as console-boot1.log with out/boot-retried saying so
+# (the summary reports it and the directory is kept): under software
+# emulation with several vCPU threads the 6.12 kernel once panicked at
+# boot on an int3 left by its own code patching (sched_clock_cpu, "Oops:
+# int3"), before any test ran.  Any other boot failure is not retried.
 boot_vm() { # kdir kver initrd out
-    local attempt
-    for attempt in 1 2; do
-        boot_vm_once "$@"
-        [[ -f $4/guest-info ]] && return
-        say "$(basename "$4"): the guest did not boot (attempt $attempt): $(grep -m1 -E 'panic|Oops' "$4/console.log" 2>/dev/null || echo 'no console')"
-        [[ $attempt == 1 ]] && mv "$4/console.log" "$4/console-boot$attempt.log" 2>/dev/null
-    done
+    local out=$4 panic
+    boot_vm_once "$@" || true
+    [[ -f $out/guest-info ]] && return 0
+    panic=$(grep -m1 -E 'Kernel panic|Oops' "$out/console.log" 2>/dev/null) || return 0
+    say "$(basename "$out"): the kernel panicked at boot, before any test ($panic): booting it again"
+    mv "$out/console.log" "$out/console-boot1.log"
+    echo "$panic" >"$out/boot-retried"
+    boot_vm_once "$@" || true
 }
 boot_vm_once() { # kdir kver initrd out
     local kdir=$1 kver=$2 initrd=$3 out=$4 build_share=() build_arg="" start vm_limit qrc
@@ -238,6 +242,7 @@ boot_vm_once() { # kdir kver initrd out
     vm_limit=$(awk -F'\t' '{t += $2} END {print t + 120}' "$out/plan")
     # --foreground: timeout and qemu stay in this script's process group,
     # so whoever stops the script's group (run_all.sh's cleanup) stops the VM.
+    qrc=0
     timeout --foreground -k 10 "$vm_limit" qemu-system-x86_64 \
         -machine q35 -accel tcg,thread=multi -cpu max -smp 2 -m 2048 \
         -kernel "$kdir/boot/vmlinuz-$kver" -initrd "$initrd" \
@@ -247,8 +252,7 @@ boot_vm_once() { # kdir kver initrd out
         -virtfs "local,path=$repo,mount_tag=src,security_model=none,readonly=on,multidevs=remap" \
         "${build_share[@]}" \
         -virtfs "local,path=$out,mount_tag=out,security_model=none,multidevs=remap" \
-        -nic none -display none -serial "file:$out/console.log" -no-reboot >"$out/qemu.log" 2>&1
-    qrc=$?
+        -nic none -display none -serial "file:$out/console.log" -no-reboot >"$out/qemu.log" 2>&1 || qrc=$?
     echo "$qrc $(($(date +%s) - start))" >"$out/vm-status"
 }
 
@@ -297,7 +301,8 @@ wait
 say "${#vms[@]} VM(s), $vm_jobs at a time, done in $(($(date +%s) - start_all))s"
 for v in "${vms[@]}"; do
     read -r label kver kdir initrd out <<<"$v"
-    read -r qrc secs <"$out/vm-status" 2>/dev/null || { qrc=unknown; secs=unknown; }
+    qrc=unknown secs=unknown
+    [[ -f $out/vm-status ]] && read -r qrc secs <"$out/vm-status"
     # The guest's kernel, cgroup controllers, CPUs and memory, once per kernel.
     [[ $label == */1 && -f $out/guest-info ]] && sed "s|^|vm:   $label: |" "$out/guest-info" >&2
     n_plan=$(grep -c . "$out/plan" || true)
@@ -323,7 +328,10 @@ for v in "${vms[@]}"; do
         grep '^bench:' "$out/bench_exec.log" | sed "s|^bench:|vm: $label ($kver) bench:|" >&2 || true
     fi
     summary+=("$label ($kver): $n_res of $n_plan steps ran in ${secs}s")
-    if ((failed > failed_before)) || [[ -n $command ]]; then
+    if [[ -f $out/boot-retried ]]; then
+        summary+=("$label: booted twice, the first boot panicked: $(cat "$out/boot-retried")")
+    fi
+    if ((failed > failed_before)) || [[ -n $command || -f $out/boot-retried ]]; then
         say "$label: kept $out (logs of every step, console.log)"
     else
         rm -rf "$out"
