@@ -312,6 +312,39 @@ static const char submit_help[] =
     "                          come; the result's summary then goes to stderr (--json: one\n"
     "                          {\"chunk\": ...} line per chunk, then the result)\n";
 
+/* How long submit waits for its result: --timeout when given, else the
+ * run limit (the request's, or the fleet's default of 30 s) plus a margin
+ * for the queue and a compile, so a program that uses its whole limit is
+ * not reported as missing. */
+static int64_t submit_wait_us(const cf_cli_globals *g, const cf_request *req)
+{
+    if (g->timeout_given)
+        return g->timeout_us;
+    int64_t run = req->policy.timeout_us > 0 ? req->policy.timeout_us : 30 * INT64_C(1000000);
+    int64_t compile = req->policy.compile_timeout_us > 0 ? req->policy.compile_timeout_us : 0;
+    int64_t cases = req->n_cases > 1 ? (int64_t)req->n_cases : 1;
+    return run * cases + compile + 30 * INT64_C(1000000);
+}
+
+/* An interpreted program that only defines run() prints nothing: with
+ * --function the harness calls it with --input and returns its value. */
+static void run_not_called_hint(const cf_request *req, const cf_result *res)
+{
+    if (req->harness == CF_HARNESS_FUNCTION || res->status != CF_STATUS_SUCCESS || res->stdout_data.len ||
+        res->output.len || !req->code.len)
+        return;
+    const char *def = NULL;
+    switch (req->language) {
+    case CF_LANG_PYTHON: def = "def run("; break;
+    case CF_LANG_JAVASCRIPT:
+    case CF_LANG_TYPESCRIPT: def = "function run("; break;
+    default: return;
+    }
+    if (memmem(req->code.data, req->code.len, def, strlen(def)))
+        fprintf(stderr, "codefleet: the code defines run() but nothing called it (no output): add --function to "
+                        "call run(input) with --input and get its return value\n");
+}
+
 static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
 {
     cf_request req = {0};
@@ -359,13 +392,25 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
         goto out;
     }
     cf_result res = {0};
-    if (cf_dispatcher_wait(d, req.id, g->timeout_us, &res, &err) < 0) {
+    int64_t wait_us = submit_wait_us(g, &req);
+    if (cf_dispatcher_wait(d, req.id, wait_us, &res, &err) < 0) {
         /* A delivery failure explains a missing result better than the timeout. */
         cf_error ferr = {0};
-        if (cf_dispatcher_flush(d, 0, &ferr) < 0 && ferr.code == CF_E_KAFKA)
+        if (cf_dispatcher_flush(d, 0, &ferr) < 0 && ferr.code == CF_E_KAFKA) {
             rc = fail(&ferr, "submit");
-        else
+        } else if (err.code == CF_E_TIMEOUT) {
+            char msg[700];
+            snprintf(msg, sizeof(msg),
+                     "no result for %s within %.1f s: it is queued or still running (its run limit: %s); "
+                     "'codefleet wait %s' picks the result up, 'codefleet cancel %s' stops it, 'codefleet "
+                     "doctor' checks that workers consume this request topic",
+                     req.id, wait_us / 1e6,
+                     req.policy.timeout_us ? "as asked" : "the profile's, 30 s unless the operator set another",
+                     req.id, req.id);
+            rc = cf_cli_report(NULL, CF_EXIT_NO_RESULT, msg);
+        } else {
             rc = fail(&err, "wait");
+        }
         goto out;
     }
     if (opts.follow) {
@@ -382,6 +427,7 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
         }
     }
     rc = emit_result(g, &res);
+    run_not_called_hint(&req, &res);
     cf_result_clear(&res);
 out:
     cf_dispatcher_destroy(d);
@@ -461,8 +507,21 @@ static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
     } else {
         cf_result res = {0};
         if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0) {
-            fprintf(stderr, "codefleet: the cancel of %s was sent; its result did not come:\n", id);
-            rc = fail(&err, "cancel --wait");
+            char msg[600];
+            if (err.code == CF_E_TIMEOUT) {
+                /* No result either way: an id nobody submitted (or whose
+                 * result is older than the topic keeps) looks the same as
+                 * one still queued where no worker reads. */
+                snprintf(msg, sizeof(msg),
+                         "the cancel of %s was sent, but no result for it came within %.1f s: no request with "
+                         "this id is known to have run or waited, or no worker reads its request topic "
+                         "('codefleet doctor' checks); a request that arrives later is still cancelled",
+                         id, g->timeout_us / 1e6);
+                rc = cf_cli_report(NULL, CF_EXIT_NO_RESULT, msg);
+            } else {
+                snprintf(msg, sizeof(msg), "cancel --wait: the cancel of %s was sent; its result did not come", id);
+                rc = cf_cli_report_error(NULL, msg, &err, cf_cli_exit_for_error(&err));
+            }
         }
         else
             rc = emit_result(g, &res);

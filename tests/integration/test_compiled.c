@@ -289,6 +289,35 @@ static void cli_shows_diagnostics_like_a_compiler_and_a_case_table(void **state)
     assert_int_not_equal(rc, 0); /* one case failed */
 }
 
+/* Answers a person can act on (issue 33): a program that only defines
+ * run() is told about --function; a wait that ends before the result says
+ * it may still be queued or running, and how to pick it up; a cancel of an
+ * id nobody submitted does not blame the workers. */
+static void cli_answers_a_user_can_act_on(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    const char *a1[] = {"submit", "-l", "python", "--code", "def run(input): return 1", NULL};
+    int rc = cli(a1);
+    if (rc != 0 || !strstr(g_err, "the code defines run() but nothing called it") || !strstr(g_err, "--function"))
+        fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, g_out, g_err);
+    const char *a2[] = {"submit", "-l", "python", "--function", "--input", "{\"n\": 2}", "--code",
+                        "def run(input): return input['n'] * 21", NULL};
+    rc = cli(a2);
+    if (rc != 0 || !strstr(g_out, "output:   42") || strstr(g_err, "defines run()"))
+        fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, g_out, g_err);
+    const char *a3[] = {"--timeout=1s", "submit", "--timeout-exec", "3s", "--", "/bin/sleep", "10", NULL};
+    rc = cli(a3);
+    if (rc != 5 || !strstr(g_err, "within 1.0 s: it is queued or still running (its run limit: as asked)") ||
+        !strstr(g_err, "'codefleet wait ") || strstr(g_err, "no worker answered"))
+        fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, g_out, g_err);
+    const char *a4[] = {"--timeout=2s", "cancel", "no-such-request-for-this-test", "--wait", NULL};
+    rc = cli(a4);
+    if (rc != 5 || !strstr(g_err, "no request with this id is known to have run or waited") ||
+        strstr(g_err, "no worker answered"))
+        fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, g_out, g_err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +326,7 @@ int main(void)
         cmocka_unit_test(rust_go_and_typescript_run),
         cmocka_unit_test(harness_and_collected_files),
         cmocka_unit_test(cli_shows_diagnostics_like_a_compiler_and_a_case_table),
+        cmocka_unit_test(cli_answers_a_user_can_act_on),
     };
     return cmocka_run_group_tests(tests, setup_suite, teardown_suite);
 }
