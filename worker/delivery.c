@@ -381,7 +381,7 @@ void delivery_answer_cancelled(cf_worker *w, job *j, const char *reason)
     cf_result res = {0};
     res.status = CF_STATUS_CANCELLED;
     cf_str_set(&res.id, j->req.id);
-    cf_result_set_reason(&res, "%s", reason);
+    cf_result_set_reason(&res, "%s; it never started", reason); /* SPEC.md 4.1: killed or never started */
     cf_log_info(LOG_SUB, "request %s cancelled while it waited for a slot", j->req.id);
     delivery_send_result(w, j, &res);
     cf_result_clear(&res);

@@ -62,7 +62,9 @@ static bool user_cancel_answer(cf_worker *w, job *j, cf_result *res, int64_t wal
         return false;
     res->status = CF_STATUS_CANCELLED;
     res->wall_time_us = wall_us;
-    cf_result_set_reason(res, "%s", j->stop_reason);
+    /* SPEC.md 4.1: the reason says whether the program was killed. */
+    cf_result_set_reason(res, "%s; %s", j->stop_reason,
+                         wall_us ? "the program was killed while it ran" : "it never started");
     cf_log_info(LOG_SUB, "request %s cancelled %s", j->req.id, wall_us ? "while it ran" : "before it started");
     return true;
 }

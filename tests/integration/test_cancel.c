@@ -97,7 +97,7 @@ static void cancel_running_request(void **state)
         fail_msg("waiting: %s", err.msg);
     int64_t took = cf_mono_us() - t0;
     print_message("cancel to result: %lld ms\n", (long long)(took / 1000));
-    check_cancelled(&res, "running", "cancelled by its sender: the user pressed stop");
+    check_cancelled(&res, "running", "cancelled by its sender: the user pressed stop; the program was killed while it ran");
     assert_true(took < 20 * SEC); /* the program would have run 60 s */
     /* The program itself is gone, not only its answer. */
     assert_int_equal(kill(pid, 0), -1);
@@ -140,7 +140,7 @@ static void cancel_waiting_request(void **state)
     if (cf_dispatcher_wait_any(d, 30 * SEC, &res, &at, &err) < 0)
         fail_msg("waiting: %s", err.msg);
     assert_string_equal(res.id, second.id);
-    check_cancelled(&res, "waiting", "cancelled by its sender");
+    check_cancelled(&res, "waiting", "cancelled by its sender; it never started");
     cf_result_clear(&res);
     if (cf_dispatcher_wait(d, first.id, 30 * SEC, &res, &err) < 0)
         fail_msg("waiting for the first: %s", err.msg);
