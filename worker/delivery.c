@@ -156,7 +156,9 @@ static rd_kafka_resp_err_t produce_out(cf_worker *w, job *j)
     const job_out *o = &j->out;
     const char *topic = o->topic, *key = o->key;
     size_t key_len = key ? strlen(key) : 0;
-    const void *value = o->value.data;
+    /* Kafka tells an empty value from a null one (a tombstone): a non-NULL
+     * pointer with no bytes is the empty one. */
+    const void *value = o->value.data ? (const void *)o->value.data : o->value_empty ? (const void *)"" : NULL;
     size_t value_len = o->value.len;
     const rd_kafka_headers_t *hdrs = o->hdrs;
     rd_kafka_headers_t *copy = hdrs ? rd_kafka_headers_copy(hdrs) : NULL;
@@ -418,6 +420,7 @@ static int set_dead_letter_out(cf_worker *w, job *j, const char *key, const void
         memcpy(j->out.value.data, value, len);
         j->out.value.len = len;
     }
+    j->out.value_empty = value && !len; /* SPEC 4.2: the original bytes, empty ones too */
     return 0;
 }
 

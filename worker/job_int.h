@@ -87,6 +87,7 @@ typedef struct job_out {
     const char *topic;
     char *key;
     cf_bytes value;
+    bool value_empty;         /* no bytes, but not null: a dead letter of an empty (not tombstone) message */
     rd_kafka_headers_t *hdrs; /* dead letters: origin and reason */
 } job_out;
 

@@ -391,8 +391,10 @@ it_message *it_consume_first(const char *topic, int timeout_ms)
             copy->partition = m->partition;
             copy->offset = m->offset;
             copy->len = m->len;
-            copy->payload = malloc(m->len + 1);
-            memcpy(copy->payload, m->payload, m->len);
+            copy->null_value = m->payload == NULL;
+            copy->payload = calloc(1, m->len + 1);
+            if (m->len)
+                memcpy(copy->payload, m->payload, m->len);
             copy->key_len = m->key_len;
             copy->key = cf_strndup(m->key ? (const char *)m->key : "", m->key_len);
             rd_kafka_headers_t *h = NULL;

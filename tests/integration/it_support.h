@@ -120,8 +120,9 @@ int it_cli_run(const char *const *args, const char *tmpdir, char *out, size_t ou
 
 /* A consumed message, copied out of librdkafka. */
 typedef struct it_message {
-    void *payload;
+    void *payload; /* a copy, NUL-terminated */
     size_t len;
+    bool null_value; /* the message's value was null (a tombstone), not empty */
     char *key; /* NUL-terminated copy */
     size_t key_len;
     int32_t partition;

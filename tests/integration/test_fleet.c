@@ -424,6 +424,43 @@ static void malformed_messages_dead_letter_or_rejected(void **state)
     assert_true(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* SPEC 4.2: a dead letter carries the original value, and an empty one is
+ * empty, not a null (a tombstone, which compaction would treat as a
+ * delete). */
+static void empty_request_dead_letters_as_empty(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "empty", 1);
+    it_worker w;
+    it_worker_start(&w, &t, "empty-w1", NULL);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_dispatcher_produce_raw(d, t.requests, "e1", 2, "", 0, &err), 0);
+    assert_int_equal(cf_dispatcher_flush(d, 10 * SEC, &err), 0);
+    /* What the request topic holds is an empty value (not a null). */
+    it_message *in = it_consume_first(t.requests, 30000);
+    assert_non_null(in);
+    assert_false(in->null_value);
+    it_message_free(in);
+    it_message *dl = it_consume_first(t.dlq, 60000);
+    if (!dl) {
+        it_worker_dump_log(&w);
+        fail_msg("no dead letter for the empty request");
+    }
+    assert_int_equal(dl->len, 0);
+    assert_false(dl->null_value);
+    assert_string_equal(dl->key, "e1");
+    char buf[256];
+    assert_non_null(it_message_header(dl, "codefleet-reason", buf, sizeof(buf)));
+    it_message_free(dl);
+    cf_dispatcher_destroy(d);
+    int st = it_worker_stop(&w, SIGTERM, 30000);
+    assert_true(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 /* SIGTERM while busy: running executions finish within the grace period,
  * queued ones stay uncommitted; a worker started afterwards answers the
  * rest.  Every request gets exactly its result. */
@@ -614,6 +651,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(each_language_through_the_fleet),
         cmocka_unit_test(malformed_messages_dead_letter_or_rejected),
+        cmocka_unit_test(empty_request_dead_letters_as_empty),
         cmocka_unit_test(three_workers_share_partitions),
         cmocka_unit_test(sigkill_mid_execution_is_redelivered),
         cmocka_unit_test(sigkill_takes_its_programs_along),
