@@ -790,10 +790,14 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
          * <result-topic>.* and <request-topic>.* belong to the fleet's
          * tenants, and a request may reach only its own result topic
          * there. */
-        if (!others && strcmp(t, own) != 0 && (in_namespace(t, set->result_topic) || in_namespace(t, set->request_topic)))
-            others = true;
         if (others)
             REFUSE("reply_to '%s' is another profile's result topic", buf);
+        if (strcmp(t, own) != 0 && in_namespace(t, set->request_topic))
+            REFUSE("reply_to '%s' is in the namespace of the fleet's request topics ('%s.*': tenants' request and "
+                   "cancel topics), not a result topic", buf, set->request_topic);
+        if (strcmp(t, own) != 0 && in_namespace(t, set->result_topic))
+            REFUSE("reply_to '%s' is in the namespace of the fleet's tenants' result topics ('%s.*'): a request "
+                   "may reply there only to its own result topic", buf, set->result_topic);
         if (!reply_allowed(p, t))
             REFUSE("reply_to '%s' is not allowed", buf);
     }

@@ -407,7 +407,8 @@ static void test_env_reply_state(void **state)
         {"acme.out.x", NULL},
         {"acme.out", "not allowed"},
         {"acme.repliesX", "not allowed"},
-        {"cf.results.other", "another profile's result topic"}, /* the fleet's tenant namespace */
+        {"cf.results.other", "in the namespace of the fleet's tenants' result topics ('cf.results.*')"},
+        {"cf.requests.acme.cancel", "in the namespace of the fleet's request topics ('cf.requests.*'"},
         {"bad topic", "not a valid topic name"},
     };
     for (size_t i = 0; i < sizeof(replies) / sizeof(replies[0]); i++) {
@@ -452,11 +453,15 @@ static void test_env_reply_state(void **state)
     /* ...also a tenant this worker does not serve (a fleet split over
      * worker groups): the fleet's result and request namespaces are the
      * tenants'. */
-    const char *theirs[] = {"cf.results.t9", "cf.results.t9.sub", "cf.requests.t9"};
+    const char *theirs[] = {"cf.results.t9", "cf.results.t9.sub", "cf.requests.t9", "cf.requests.cancel"};
     for (size_t i = 0; i < sizeof(theirs) / sizeof(theirs[0]); i++) {
         mkreq(&req, CF_LANG_SHELL, "x", 0);
         req.reply_to = strdup(theirs[i]);
-        expect_refused(f, "cf.requests", &req, "is another profile's result topic");
+        /* Said as what they are: the tenants' result namespace, or the
+         * request topics' (a cancel topic is no profile's result topic). */
+        expect_refused(f, "cf.requests", &req,
+                       i < 2 ? "in the namespace of the fleet's tenants' result topics ('cf.results.*')"
+                             : "in the namespace of the fleet's request topics ('cf.requests.*'");
         cf_request_clear(&req);
     }
     /* Its own result topic and unrelated names stay allowed. */
