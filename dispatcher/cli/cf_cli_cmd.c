@@ -35,7 +35,13 @@ void cf_cli_explain(const cf_error *err, char *hint, size_t size)
     const char *brokers = g && g->brokers ? g->brokers : "?";
     if (err->code == CF_E_KAFKA || (err->code == CF_E_TIMEOUT && last[0])) {
         bool refused = strstr(last, "Authentication failed") || strstr(err->msg, "Authentication");
-        if (!refused && cf_kafka_saw_protocol_hint())
+        /* An ACL refusal first: the connection authenticated, and a SASL
+         * line librdkafka logged earlier does not make it a credentials
+         * problem. */
+        if (!refused && (strstr(err->msg, "authorization") || strstr(err->msg, "Authorization")))
+            snprintf(hint, size, "%.300s: this principal is not allowed to use that topic: check its ACLs "
+                                 "(deploy/README.md, \"Authentication\")", err->msg);
+        else if (!refused && cf_kafka_saw_protocol_hint())
             snprintf(hint, size,
                      "the Kafka broker at %s expects authentication (SASL) or TLS that this client did not offer: "
                      "pass your principal's settings with --config (CODEFLEET_CONFIG; for the local stack: "

@@ -409,6 +409,30 @@ static void test_redis_acl_users(void **state)
     redisFree(c);
 }
 
+/* A topic the principal may not read is an ACL refusal, said as one: not
+ * "the broker refused the credentials" (issue 33). */
+static void test_cli_names_an_acl_refusal(void **state)
+{
+    (void)state;
+    REQUIRE_AUTH_STACK();
+    char conf[256], req_a[200], res_a[200], res_b[200], reqf[260], resf[260], tmp[] = "/tmp/cf-auth-cli-XXXXXX";
+    assert_non_null(it_principal_config("tenant-a", conf, sizeof(conf)));
+    topic_of("CF_TEST_TOPIC_REQUESTS", "codefleet.requests", "tenant-a", req_a, sizeof(req_a));
+    topic_of("CF_TEST_TOPIC_RESULTS", "codefleet.results", "tenant-a", res_a, sizeof(res_a));
+    topic_of("CF_TEST_TOPIC_RESULTS", "codefleet.results", "tenant-b", res_b, sizeof(res_b));
+    snprintf(reqf, sizeof(reqf), "--request-topic=%s", req_a);
+    snprintf(resf, sizeof(resf), "--result-topic=%s", res_a);
+    assert_non_null(mkdtemp(tmp));
+    const char *args[] = {"--config", conf, reqf, resf, "--timeout=30s", "submit", "--reply-to", res_b, "--",
+                          "/bin/true", NULL};
+    static char out[16384], err[16384];
+    int rc = it_cli_run(args, tmp, out, sizeof(out), err, sizeof(err));
+    rmdir(tmp);
+    if (rc != 6 || !strstr(err, "Topic authorization failed") || !strstr(err, "not allowed to use that topic") ||
+        strstr(err, "refused the credentials"))
+        fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -416,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_tenant_through_the_fleet),
         cmocka_unit_test(test_redis_acl_users),
         cmocka_unit_test(test_worker_explains_refusals),
+        cmocka_unit_test(test_cli_names_an_acl_refusal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
