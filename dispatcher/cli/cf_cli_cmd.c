@@ -367,6 +367,15 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
         cf_request_clear(&req);
         return usage_error("submit", "--follow and --no-wait exclude each other");
     }
+    /* A reply_to the worker would refuse is refused here: waiting on a
+     * topic named "" only gave a broker error. */
+    if (req.reply_to && !cf_topic_name_valid(req.reply_to)) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "reply_to '%.249s' is not a topic name (1..249 of a-z A-Z 0-9 . _ -): omit it for "
+                                   "the profile's result topic", req.reply_to);
+        cf_request_clear(&req);
+        return usage_error("submit", msg);
+    }
     /* The answer (and its chunks) go where reply_to says: wait there. */
     cf_cli_globals gr = *g;
     if (req.reply_to)

@@ -553,6 +553,18 @@ static void test_cli_errors_in_json(void **state)
     shell_output(cmd, out, sizeof(out));
     assert_string_equal(out, "codefleet events tail: --brokers is a global option: give it before the command "
                              "(codefleet --brokers VALUE events tail ...) (see codefleet events --help)\nrc=2\n");
+    /* reply_to "" is no topic: refused before anything is sent. */
+    char rf[64] = "/tmp/cf-rt-XXXXXX";
+    int fd = mkstemp(rf);
+    assert_true(fd >= 0);
+    const char *rj = "{\"v\":1,\"id\":\"rt-empty\",\"language\":\"shell\",\"code\":\"true\",\"reply_to\":\"\"}";
+    assert_int_equal(write(fd, rj, strlen(rj)), (ssize_t)strlen(rj));
+    close(fd);
+    snprintf(cmd, sizeof(cmd), "%s %s --brokers 127.0.0.1:1 submit --request-file %s 2>&1; echo rc=$?", env, cli, rf);
+    shell_output(cmd, out, sizeof(out));
+    unlink(rf);
+    if (!strstr(out, "codefleet submit: reply_to '' is not a topic name") || !strstr(out, "rc=2\n"))
+        fail_msg("unexpected output:\n%s", out);
     /* An unknown option is named, whether long or short. */
     snprintf(cmd, sizeof(cmd), "%s %s wait --nope x 2>&1; %s %s tail -Z 2>&1", env, cli, env, cli);
     shell_output(cmd, out, sizeof(out));

@@ -410,6 +410,7 @@ static void test_env_reply_state(void **state)
         {"cf.results.other", "in the namespace of the fleet's tenants' result topics ('cf.results.*')"},
         {"cf.requests.acme.cancel", "in the namespace of the fleet's request topics ('cf.requests.*'"},
         {"bad topic", "not a valid topic name"},
+        {"", "not a valid topic name"}, /* empty is not absent (SPEC.md 3) */
     };
     for (size_t i = 0; i < sizeof(replies) / sizeof(replies[0]); i++) {
         mkreq(&req, CF_LANG_SHELL, "x", 0);
