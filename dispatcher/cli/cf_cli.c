@@ -919,6 +919,36 @@ static bool is_global_option(const char *name)
     return false;
 }
 
+bool cf_cli_json_asked(int argc, char **argv)
+{
+    bool json = false;
+    for (int i = 1; i < argc && argv[i][0] == '-' && strcmp(argv[i], "--") != 0; i++) {
+        if (strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "--json=true") == 0)
+            json = true;
+        else if (strcmp(argv[i], "--no-json") == 0 || strcmp(argv[i], "--json=false") == 0)
+            json = false;
+        else if (strcmp(argv[i], "-X") == 0 || (strncmp(argv[i], "-X", 2) != 0 && global_takes_value(argv[i])))
+            i++; /* its value */
+    }
+    return json;
+}
+
+const char *cf_cli_misplaced_global(const char *cmd, int argc, char **argv, char *buf, size_t size)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        char name[80];
+        snprintf(name, sizeof(name), "%.*s", (int)strcspn(argv[i], "="), argv[i]);
+        /* Only a whole name: a command's own flag never has one (getopt
+         * would take "--timeout" for submit's "--timeout-exec"). */
+        if (strncmp(name, "--", 2) == 0 && is_global_option(name)) {
+            snprintf(buf, size, "%s is a global option: give it before the command (codefleet %s%s %s ...)", name,
+                     name, global_takes_value(argv[i]) ? " VALUE" : "", cmd);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
 const char *cf_cli_option_error(const char *cmd, int argc, char **argv, char *buf, size_t size)
 {
     const char *bad = optind > 0 && optind - 1 < argc ? argv[optind - 1] : NULL;
@@ -1221,6 +1251,9 @@ int cf_cli_parse_submit(int argc, char **argv, cf_request *req, cf_cli_submit_op
     memset(opts, 0, sizeof(*opts));
     const char *request_file = NULL;
     int c;
+    char where[300];
+    if (cf_cli_misplaced_global("submit", argc, argv, where, sizeof(where)))
+        return cf_error_set(err, CF_E_INVALID, "%s", where);
 
     /* Pass 1: find --request-file (the base the other flags modify) and
      * syntax errors.  optind = 0 fully re-initialises glibc's getopt. */

@@ -166,6 +166,11 @@ int cf_cli_report_error(const char *cmd, const char *what, const cf_error *err, 
 /* After getopt_long returned '?' for command CMD: the option it stopped at,
  * named, and for a global option given after the command, where it goes. */
 const char *cf_cli_option_error(const char *cmd, int argc, char **argv, char *buf, size_t size);
+/* A global option given after command CMD (a whole name, before "--"):
+ * the message saying where it goes, or NULL. */
+const char *cf_cli_misplaced_global(const char *cmd, int argc, char **argv, char *buf, size_t size);
+/* Whether --json is among the global options before the command. */
+bool cf_cli_json_asked(int argc, char **argv);
 /* "usage", "no_result", "transport", ... for an exit code. */
 const char *cf_cli_exit_name(int exit_code);
 

@@ -324,10 +324,17 @@ static const char submit_help[] =
  * not reported as missing. */
 static int64_t submit_wait_us(const cf_cli_globals *g, const cf_request *req)
 {
-    if (g->timeout_given)
+    /* A timeout from the settings file counts as given when it is not the
+     * default. */
+    if (g->timeout_given || g->timeout_us != 30 * INT64_C(1000000))
         return g->timeout_us;
     int64_t run = req->policy.timeout_us > 0 ? req->policy.timeout_us : 30 * INT64_C(1000000);
-    int64_t compile = req->policy.compile_timeout_us > 0 ? req->policy.compile_timeout_us : 0;
+    bool compiled = req->language == CF_LANG_C || req->language == CF_LANG_CPP || req->language == CF_LANG_RUST ||
+                    req->language == CF_LANG_GO || req->language == CF_LANG_TYPESCRIPT;
+    /* The workers' default compile limit is 60 s (compile-timeout). */
+    int64_t compile = req->policy.compile_timeout_us > 0 ? req->policy.compile_timeout_us
+                      : compiled                         ? 60 * INT64_C(1000000)
+                                                         : 0;
     int64_t cases = req->n_cases > 1 ? (int64_t)req->n_cases : 1;
     return run * cases + compile + 30 * INT64_C(1000000);
 }
@@ -1069,9 +1076,7 @@ int cf_cli_main(int argc, char **argv)
         return CF_EXIT_OK;
     }
     /* Errors are JSON from the start when --json comes before the command. */
-    for (int i = 1; i < argc && argv[i][0] == '-' && strcmp(argv[i], "--") != 0; i++)
-        if (strcmp(argv[i], "--json") == 0)
-            cf_cli_set_report_json(true);
+    cf_cli_set_report_json(cf_cli_json_asked(argc, argv));
     if (cf_cli_parse_globals(argc, argv, &g, &cmd, &help, &err) < 0) {
         cf_cli_report(NULL, CF_EXIT_USAGE, err.msg);
         cf_cli_globals_free(&g);

@@ -90,6 +90,10 @@ typedef struct mcp {
     json_t *progress_token;
     int64_t progress;      /* chunks of the watched run sent as progress */
     int64_t progress_sent; /* notifications sent for the call: chunks and keep-alives */
+    json_t *keepalive_token; /* the waiting call's progress token, streamed or not */
+    pthread_t keeper;        /* sends the keep-alives, whatever the waiting call blocks in */
+    bool keeper_stop;
+    pthread_cond_t keeper_cv;
     int64_t last_progress_us; /* when the last one went out (or the watch began) */
     int64_t keepalive_us;     /* a quiet call's keep-alive interval (0: none) */
     /* Executions whose call the client gave up on by its own request
@@ -320,11 +324,14 @@ static json_t *bytes_prop(const char *description)
 
 static json_t *object_schema(json_t *props, const char *const *required, size_t n_required)
 {
-    json_t *req = json_array();
+    json_t *o = json_pack("{s:s, s:o, s:b}", "type", "object", "properties", props, "additionalProperties", 0);
+    /* No "required" at all when nothing is: draft-04 wants it non-empty. */
+    json_t *req = n_required ? json_array() : NULL;
     for (size_t i = 0; req && i < n_required; i++)
         json_array_append_new(req, json_string(required[i]));
-    return json_pack("{s:s, s:o, s:o, s:b}", "type", "object", "properties", props, "required", req,
-                     "additionalProperties", 0);
+    if (o && req)
+        json_object_set_new(o, "required", req);
+    return o;
 }
 
 static json_t *execute_schema(void)
@@ -457,7 +464,7 @@ static json_t *tool_schema(const char *name)
                                                     "execution whose call this client gave up on by its own "
                                                     "request timeout (it kept running)."));
         json_object_set_new(p, "wait_timeout_ms", prop("integer", "How long to wait (default 120000)."));
-        return object_schema(p, req, 0);
+        return object_schema(p, NULL, 0);
     }
     json_object_set_new(p, "workspace", prop("string", "Workspace id."));
     if (strcmp(name, "list_files") == 0) {
@@ -681,7 +688,19 @@ static void watch_execution(mcp *m, const char *id, json_t *token)
     m->ncarry[0] = m->ncarry[1] = 0;
     json_decref(m->progress_token);
     m->progress_token = token ? json_incref(token) : NULL;
-    m->progress = m->progress_sent = 0;
+    m->progress = 0;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The call that waits now and its progress token (NULL: none): keep-alives
+ * go to it whether or not its output streams; progress counts from 1 per
+ * call. */
+static void watch_keepalive(mcp *m, json_t *token)
+{
+    pthread_mutex_lock(&m->mu);
+    json_decref(m->keepalive_token);
+    m->keepalive_token = token && (json_is_string(token) || json_is_integer(token)) ? json_incref(token) : NULL;
+    m->progress_sent = 0;
     m->last_progress_us = cf_mono_us();
     pthread_mutex_unlock(&m->mu);
 }
@@ -694,25 +713,64 @@ static void keep_alive(mcp *m)
 {
     pthread_mutex_lock(&m->mu);
     int64_t now = cf_mono_us();
-    if (m->progress_token && m->keepalive_us > 0 && now - m->last_progress_us >= m->keepalive_us) {
+    if (m->keepalive_token && m->keepalive_us > 0 && now - m->last_progress_us >= m->keepalive_us) {
         m->last_progress_us = now;
         send_msg(m, json_pack("{s:s, s:s, s:{s:O, s:I}}", "jsonrpc", "2.0", "method", "notifications/progress",
-                              "params", "progressToken", m->progress_token, "progress",
+                              "params", "progressToken", m->keepalive_token, "progress",
                               (json_int_t)++m->progress_sent));
     }
     pthread_mutex_unlock(&m->mu);
 }
 
+/* Cancels an abandoned execution nobody can pick up any more. */
+static void cancel_abandoned(mcp *m, const char *id, const char *why)
+{
+    cf_error err = {0};
+    if (cf_dispatcher_cancel(m->d, id, why, 5 * 1000000LL, &err) < 0)
+        cf_log_warn(LOG_SUB, "request %s: the cancel failed: %s", id, err.msg);
+    else
+        cf_log_info(LOG_SUB, "request %s: cancelled (%s)", id, why);
+}
+
+/* The keep-alive thread: a wait may block in a scan of the result topic,
+ * so the keep-alives do not come from the waiting loop. */
+static void *keeper_main(void *arg)
+{
+    mcp *m = arg;
+    pthread_mutex_lock(&m->mu);
+    while (!m->keeper_stop) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 200 * 1000000L;
+        if (t.tv_nsec >= 1000000000L) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&m->keeper_cv, &m->mu, &t);
+        if (m->keeper_stop)
+            break;
+        pthread_mutex_unlock(&m->mu);
+        keep_alive(m);
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
 static void remember_abandoned(mcp *m, const char *id)
 {
+    char evicted[CF_ID_MAX + 1] = "";
     pthread_mutex_lock(&m->mu);
     int cap = (int)(sizeof(m->abandoned) / sizeof(m->abandoned[0]));
     if (m->n_abandoned == cap) { /* the oldest goes */
+        snprintf(evicted, sizeof(evicted), "%s", m->abandoned[0]);
         memmove(m->abandoned[0], m->abandoned[1], sizeof(m->abandoned[0]) * (size_t)(cap - 1));
         m->n_abandoned--;
     }
     snprintf(m->abandoned[m->n_abandoned++], sizeof(m->abandoned[0]), "%s", id);
     pthread_mutex_unlock(&m->mu);
+    if (evicted[0])
+        cancel_abandoned(m, evicted, "left running by a client timeout, and more than 8 newer ones since");
 }
 
 /* The newest abandoned execution into id ("" when none). */
@@ -850,7 +908,6 @@ static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t si
         if (left <= 0)
             return cf_error_set(err, CF_E_TIMEOUT, "no result for %s within %" PRId64 " ms", id, timeout_us / 1000);
         int64_t slice = left < MCP_WAIT_SLICE_US ? left : MCP_WAIT_SLICE_US;
-        keep_alive(m);
         cf_error_clear(err);
         int rc = cf_dispatcher_wait(m->d, id, slice, out, err);
         if (rc == 0)
@@ -860,8 +917,20 @@ static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t si
     }
 }
 
+static json_t *tool_execute_waiting(mcp *m, const json_t *call_id, const json_t *args, json_t *progress_token,
+                                    bool *no_answer);
+
 static json_t *tool_execute(mcp *m, const json_t *call_id, const json_t *args, json_t *progress_token,
                             bool *no_answer)
+{
+    watch_keepalive(m, progress_token);
+    json_t *r = tool_execute_waiting(m, call_id, args, progress_token, no_answer);
+    watch_keepalive(m, NULL);
+    return r;
+}
+
+static json_t *tool_execute_waiting(mcp *m, const json_t *call_id, const json_t *args, json_t *progress_token,
+                                    bool *no_answer)
 {
     char id[CF_ID_MAX + 1], why[256] = "";
     cf_error err = {0};
@@ -931,7 +1000,18 @@ static json_t *tool_execute(mcp *m, const json_t *call_id, const json_t *args, j
     return out;
 }
 
-static json_t *tool_get_result(mcp *m, const json_t *call_id, const json_t *args, bool *no_answer)
+static json_t *tool_get_result_waiting(mcp *m, const json_t *call_id, const json_t *args, bool *no_answer);
+
+static json_t *tool_get_result(mcp *m, const json_t *call_id, const json_t *args, json_t *progress_token,
+                               bool *no_answer)
+{
+    watch_keepalive(m, progress_token);
+    json_t *r = tool_get_result_waiting(m, call_id, args, no_answer);
+    watch_keepalive(m, NULL);
+    return r;
+}
+
+static json_t *tool_get_result_waiting(mcp *m, const json_t *call_id, const json_t *args, bool *no_answer)
 {
     const char *id = str_arg(args, "id");
     char newest[CF_ID_MAX + 1] = "";
@@ -1124,7 +1204,8 @@ static void handle_tools_call(mcp *m, json_t *id, json_t *params)
     else if (strcmp(name, "execute_code") == 0)
         r = tool_execute(m, id, args, json_object_get(json_object_get(params, "_meta"), "progressToken"), &no_answer);
     else if (strcmp(name, "get_result") == 0)
-        r = tool_get_result(m, id, args, &no_answer);
+        r = tool_get_result(m, id, args, json_object_get(json_object_get(params, "_meta"), "progressToken"),
+                            &no_answer);
     else if (strcmp(name, "cancel") == 0)
         r = tool_cancel(m, args);
     else
@@ -1310,6 +1391,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     pthread_cond_init(&m->progress_cv, NULL);
+    pthread_cond_init(&m->keeper_cv, NULL);
     cf_dispatcher_config cfg = {
         .brokers = g->brokers,
         .request_topic = g->request_topic,
@@ -1336,10 +1418,12 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         }
     }
     int rc = CF_EXIT_OK;
+    bool keeper = false;
     if (pthread_create(&m->reader, NULL, reader_main, m) != 0) {
         fprintf(stderr, "codefleet mcp: cannot start the input reader\n");
         rc = CF_EXIT_TRANSPORT;
     } else {
+        keeper = m->keepalive_us > 0 && pthread_create(&m->keeper, NULL, keeper_main, m) == 0;
         cf_log_info(LOG_SUB, "serving MCP on stdio (requests to %s)",
                     g->request_topic ? g->request_topic : CF_DEFAULT_REQUEST_TOPIC);
         for (;;) {
@@ -1368,6 +1452,24 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
                 handle(m, msg);
             json_decref(msg);
         }
+        if (keeper) {
+            pthread_mutex_lock(&m->mu);
+            m->keeper_stop = true;
+            pthread_cond_broadcast(&m->keeper_cv);
+            pthread_mutex_unlock(&m->mu);
+            pthread_join(m->keeper, NULL);
+            keeper = false;
+        }
+        /* What a client's timeout left running and nobody picked up: with
+         * the session gone, nobody can. */
+        for (;;) {
+            char id[CF_ID_MAX + 1];
+            newest_abandoned(m, id, sizeof(id));
+            if (!id[0])
+                break;
+            forget_abandoned(m, id);
+            cancel_abandoned(m, id, "the MCP session ended before its result was picked up");
+        }
         pthread_mutex_lock(&m->mu);
         bool reader_done = m->eof;
         pthread_mutex_unlock(&m->mu);
@@ -1382,6 +1484,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
     cf_workspace_store_destroy(m->ws);
     cf_redis_destroy(m->redis);
     json_decref(m->progress_token);
+    json_decref(m->keepalive_token);
     json_decref(m->tools);
     for (queued *q = m->head; q;) {
         queued *next = q->next;

@@ -100,8 +100,9 @@ class Server:
 
 
 def no_streaming(fleet):
-    """A worker with streaming off: a progress token must not cost the run."""
-    srv = Server(fleet)
+    """A worker with streaming off: a progress token must not cost the run
+    (keep-alives off: only the absence of output progress is checked)."""
+    srv = Server(fleet, args=["--keep-alive", "0"])
     try:
         srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                                 "clientInfo": {"name": "session.py", "version": "1"}}))
@@ -229,7 +230,7 @@ def client_timeouts(fleet):
         # The TypeScript SDK's timeout cancel, sent once the program runs
         # (its first output arrived): the program goes on.
         rid = srv.request("tools/call", {"name": "execute_code", "_meta": {"progressToken": "t2"}, "arguments": {
-            "language": "shell", "code": "echo started; sleep 2; echo finished anyway"}})
+            "language": "shell", "code": "echo started; sleep 10; echo finished anyway"}})
         deadline = time.monotonic() + 120
         seen = False
         while not seen and time.monotonic() < deadline:
@@ -247,6 +248,17 @@ def client_timeouts(fleet):
               "after the client's timeout the program ran on; get_result picked it up: %s" % sc.get("status"))
         r = srv.call({"name": "get_result", "arguments": {}})
         check(r["result"]["isError"] is True, "once picked up, it is off the list")
+        # get_result waits with keep-alives too (its result does not stream).
+        r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "sleep 4; echo late",
+                                                            "wait": False}})
+        eid = r["result"]["structuredContent"]["id"]
+        others = []
+        r = srv.call({"name": "get_result", "_meta": {"progressToken": "g1"}, "arguments": {"id": eid}},
+                     others=others)
+        prog = [m["params"] for m in others if m.get("method") == "notifications/progress"]
+        check(r["result"]["structuredContent"].get("stdout") == "late\n" and len(prog) >= 1
+              and all(p["progressToken"] == "g1" and "message" not in p for p in prog),
+              "get_result sends keep-alives while it waits: %s" % prog)
     finally:
         srv.close()
 

@@ -9,9 +9,12 @@ command: a command added, changed or removed fails this test until the table
 follows.  The commands run from the repository root with `bash -c`, after
 the block's own `eval "$(deploy/stack.sh env)"`; `build/` is the build under
 test (CF_BINARY_DIR: the ASan build in tests/run_all.sh) and `ID` the id the
-`--no-wait` command printed.  One worker is started for them with the
-stack's own script (`deploy/stack.sh up --workers 1`, so it serves the
-stack's topics exactly as the README's workers do) and stopped at the end.
+`--no-wait` command printed.  Expectations read stdout and stderr apart
+(`--json` stdout must be one JSON document).  One worker is started for
+them with the stack's own script (`deploy/stack.sh up --workers 1`: the
+release build's worker, serving the stack's topics exactly as the README's
+workers do) and stopped at the end; one that already ran is used and left
+running.
 
 Environment: what tests/run_all.sh exports for its stack (CODEFLEET_STATE,
 CODEFLEET_KAFKA_PORT, CODEFLEET_REDIS_PORT), CF_BINARY_DIR.  Standard
@@ -37,32 +40,33 @@ def check(cond, what):
 
 
 def has(*parts):
-    return lambda out, rc: rc == 0 and all(p in out for p in parts)
+    """Exit 0 and every part in what it printed (stdout, then stderr)."""
+    return lambda out, err, rc: rc == 0 and all(p in out + err for p in parts)
 
 
-def json_stdout_v(out, rc):
+def json_stdout_v(out, err, rc):
     try:
-        r = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        r = json.loads(out)  # stdout alone: exactly one JSON document
+    except ValueError:
         return False
     return rc == 0 and r.get("status") == "success" and str(r.get("stdout", "")).startswith("v")
 
 
-def cases_pass(out, rc):
+def cases_pass(out, err, rc):
     return rc == 0 and "cases:    4" in out and "MISMATCH" not in out and out.count(" match") == 4
 
 
-def three_results(out, rc):
-    return rc == 0 and len([line for line in out.splitlines() if re.match(r"^\S+\s+\S+\s+exit=", line)]) == 3
+def three_results(out, err, rc):
+    return rc == 0 and len([line for line in out.splitlines() if re.match(r"^\S+\s+\S+\s+(exit|sig)=", line)]) == 3
 
 
-def an_id(out, rc):
+def an_id(out, err, rc):
     return rc == 0 and re.fullmatch(r"[!-~]{1,128}", out.strip()) is not None
 
 
 # command as the README writes it -> what its answer must be
 EXPECT = {
-    'eval "$(deploy/stack.sh env)"': lambda out, rc: rc == 0,
+    'eval "$(deploy/stack.sh env)"': lambda out, err, rc: rc == 0,
     "build/dispatcher/codefleet doctor": has("healthy"),
     "build/dispatcher/codefleet submit -l python --code 'print(6 * 7)'": has("status:   success", "42\n"),
     "build/dispatcher/codefleet submit --timeout-exec 2s --max-stdout 1KiB -- /bin/ls -l /": has("status:   success"),
@@ -85,7 +89,7 @@ EXPECT = {
         has('"execute_code"'),
     "build/dispatcher/codefleet submit --no-wait --timeout-exec 10m -- /bin/sleep 600   # prints its id": an_id,
     "build/dispatcher/codefleet cancel ID --reason 'not needed any more' --wait":
-        lambda out, rc: rc == 9 and "cancelled" in out and "not needed any more" in out,
+        lambda out, err, rc: rc == 9 and "cancelled" in out and "not needed any more" in out,
 }
 
 
@@ -124,62 +128,88 @@ def main():
     check(not stale, "every expectation is a README command (gone or changed: %r)" % stale)
     # The wasm module is the one its source builds.
     wat, wasm = (os.path.join(REPO, "docs", "examples", n) for n in ("app.wat", "app.wasm"))
-    built = subprocess.run(["wat2wasm", wat, "--output=-"], capture_output=True, timeout=60)
-    with open(wasm, "rb") as f:
-        check(built.returncode == 0 and built.stdout == f.read(), "docs/examples/app.wasm is built from app.wat")
+    try:
+        built = subprocess.run(["wat2wasm", wat, "--output=-"], capture_output=True, timeout=60)
+        same = built.returncode == 0 and built.stdout == open(wasm, "rb").read()
+    except OSError as e:
+        same = False
+        print("wat2wasm: %s (deploy/install.sh installs wabt)" % e)
+    check(same, "docs/examples/app.wasm is built from app.wat")
 
     bindir = os.path.abspath(os.environ.get("CF_BINARY_DIR", os.path.join(REPO, "build")))
-    # The stack's own worker w1, with the README's settings; no metrics port
-    # (another stack on this host may hold the default one).
+    state = os.environ.get("CODEFLEET_STATE", os.path.join(REPO, ".stack"))
+    pidfile = os.path.join(state, "workers", "w1.pid")
+
+    def live_pid():
+        try:
+            with open(pidfile) as f:
+                pid = int(f.read().split()[0])
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError, IndexError):
+            return None
+
+    # The stack's own worker w1, with the README's settings (the release
+    # build's worker, as the stack runs it); no metrics port (another stack
+    # on this host may hold the default one).  One that already runs is
+    # used and left running.
+    ours = live_pid() is None
     env = dict(os.environ, CODEFLEET_METRICS_PORT="0")
+    env.pop("CODEFLEET_LOG_LEVEL", None)
     up = subprocess.run([os.path.join(REPO, "deploy", "stack.sh"), "up", "--workers", "1"], cwd=REPO, env=env,
                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
     check(up.returncode == 0, "a worker started: %s" % up.stderr.strip().splitlines()[-1:])
-    state = os.environ.get("CODEFLEET_STATE", os.path.join(REPO, ".stack"))
-    pidfile = os.path.join(state, "workers", "w1.pid")
+    worker = live_pid()
     request_id = None
     try:
+        ready = False
         if up.returncode == 0:
             # The worker serves once it reads cancels (its log says so).
             log = os.path.join(state, "workers", "w1.log")
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
+            while not ready and time.monotonic() < deadline:
                 with open(log, "rb") as f:
-                    if b"reading cancels from" in f.read():
-                        break
-                time.sleep(0.1)
-            for cmd in cmds:
-                if cmd not in EXPECT:
+                    ready = b"reading cancels from" in f.read()
+                if not ready:
+                    time.sleep(0.1)
+            check(ready, "the worker serves (its log says it reads cancels)")
+        for cmd in cmds if ready else []:
+            if cmd not in EXPECT:
+                continue
+            run = cmd.replace("build/dispatcher/codefleet", shlex.quote(os.path.join(bindir, "dispatcher", "codefleet")))
+            if " ID " in run:
+                if not request_id:
+                    check(False, "%s: no id from the --no-wait command" % cmd)
                     continue
-                run = cmd.replace("build/dispatcher/codefleet", shlex.quote(os.path.join(bindir, "dispatcher",
-                                                                                         "codefleet")))
-                if " ID " in run:
-                    if not request_id:
-                        check(False, "%s: no id from the --no-wait command" % cmd)
-                        continue
-                    run = run.replace(" ID ", " %s " % shlex.quote(request_id))
-                p = subprocess.run(["bash", "-c", 'eval "$(deploy/stack.sh env)"\n' + run], cwd=REPO,
-                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
-                out = p.stdout + p.stderr
-                ok = EXPECT[cmd](out, p.returncode)
-                check(ok, "%s -> exit %d" % (cmd.replace("\n", "\\n"), p.returncode))
-                if not ok:
-                    sys.stdout.write(out[-3000:] + "\n")
-                if "--no-wait" in cmd and ok:
-                    request_id = p.stdout.strip()
+                run = run.replace(" ID ", " %s " % shlex.quote(request_id))
+            try:
+                p = subprocess.run(["bash", "-c", 'eval "$(deploy/stack.sh env)"\n' + run], cwd=REPO, env=env,
+                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+                out, err, rc = p.stdout, p.stderr, p.returncode
+            except subprocess.TimeoutExpired as e:
+                out, err, rc = str(e.stdout or ""), "timed out after 300 s", -1
+            ok = EXPECT[cmd](out, err, rc)
+            check(ok, "%s -> exit %d" % (cmd.replace("\n", "\\n"), rc))
+            if not ok:
+                sys.stdout.write("stdout:\n%s\nstderr:\n%s\n" % (out[-3000:], err[-3000:]))
+            if "--no-wait" in cmd and out.strip() and rc == 0:
+                request_id = out.strip().splitlines()[-1]
     finally:
-        # Only the worker this test started: the stack stays for the others.
-        try:
-            with open(pidfile) as f:
-                pid = int(f.read().split()[0])
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                os.kill(pid, 0)
-                time.sleep(0.1)
-            os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            pass
+        # A sleep the cancel did not reach is not left holding the worker.
+        if request_id:
+            subprocess.run([os.path.join(bindir, "dispatcher", "codefleet"), "cancel", request_id], cwd=REPO, env=env,
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        # Only a worker this test started: the stack stays for the others.
+        if ours and worker:
+            try:
+                os.kill(worker, signal.SIGTERM)
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    os.kill(worker, 0)
+                    time.sleep(0.1)
+                os.kill(worker, signal.SIGKILL)
+            except OSError:
+                pass
     print("%d failure(s)" % len(failures))
     return 1 if failures else 0
 

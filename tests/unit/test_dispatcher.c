@@ -502,8 +502,6 @@ static void test_cli_explains_an_unreachable_broker(void **state)
     assert_null(strstr(out, "kafka:"));
 }
 
-/* The CLI and the worker say one version, the build's (CF_VERSION, from
- * CMake's project()), and exit 0. */
 /* With --json, an error is one JSON object on stderr and the same on
  * stdout (a script reading stdout gets an answer on every exit); a global
  * option after the command says where it goes. */
@@ -553,6 +551,16 @@ static void test_cli_errors_in_json(void **state)
     shell_output(cmd, out, sizeof(out));
     assert_string_equal(out, "codefleet events tail: --brokers is a global option: give it before the command "
                              "(codefleet --brokers VALUE events tail ...) (see codefleet events --help)\nrc=2\n");
+    /* A whole global name after the command, even one a command flag
+     * starts with (getopt would take --timeout for --timeout-exec). */
+    snprintf(cmd, sizeof(cmd), "%s %s submit --timeout 60s -- true 2>&1; echo rc=$?", env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_string_equal(out, "codefleet submit: --timeout is a global option: give it before the command (codefleet "
+                             "--timeout VALUE submit ...) (see codefleet submit --help)\nrc=2\n");
+    /* --json after another global option's value still makes errors JSON. */
+    snprintf(cmd, sizeof(cmd), "%s %s --timeout 5s --json --nope x 2>/dev/null; echo rc=$?", env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_string_equal(out, "{\"error\":{\"exit_code\":2,\"kind\":\"usage\",\"message\":\"unknown flag --nope\"}}\nrc=2\n");
     /* reply_to "" is no topic: refused before anything is sent. */
     char rf[64] = "/tmp/cf-rt-XXXXXX";
     int fd = mkstemp(rf);
@@ -572,6 +580,8 @@ static void test_cli_errors_in_json(void **state)
                              "codefleet tail: option -Z: unknown or missing its value (see codefleet tail --help)\n");
 }
 
+/* The CLI and the worker say one version, the build's (CF_VERSION, from
+ * CMake's project()), and exit 0. */
 static void test_version(void **state)
 {
     (void)state;

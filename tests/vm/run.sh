@@ -302,7 +302,7 @@ say "${#vms[@]} VM(s), $vm_jobs at a time, done in $(($(date +%s) - start_all))s
 for v in "${vms[@]}"; do
     read -r label kver kdir initrd out <<<"$v"
     qrc=unknown secs=unknown
-    [[ -f $out/vm-status ]] && read -r qrc secs <"$out/vm-status"
+    if [[ -f $out/vm-status ]]; then read -r qrc secs <"$out/vm-status" || true; fi
     # The guest's kernel, cgroup controllers, CPUs and memory, once per kernel.
     [[ $label == */1 && -f $out/guest-info ]] && sed "s|^|vm:   $label: |" "$out/guest-info" >&2
     n_plan=$(grep -c . "$out/plan" || true)
