@@ -73,8 +73,9 @@ void cf_cli_explain(const cf_error *err, char *hint, size_t size)
     } else if (err->code == CF_E_TIMEOUT && strstr(err->msg, "no result for")) {
         /* The broker took the request; nobody answered it in time. */
         snprintf(hint, size,
-                 "%.300s: the request is queued, but no worker answered: is one running and consuming this "
-                 "request topic? 'codefleet doctor' checks; 'codefleet wait ID' picks the result up later",
+                 "%.300s: it may be queued or still running, its id may be unknown here (another result "
+                 "topic: --result-topic), or no worker reads its request topic ('codefleet doctor' checks); "
+                 "wait longer with --timeout",
                  err->msg);
     } else if (err->code == CF_E_REDIS) {
         const char *redis = g && g->redis ? g->redis : "?";

@@ -55,6 +55,7 @@
  * version that requires them (2025-06-18 removed them). */
 static const char *const protocol_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
 #define MCP_BATCH_VERSION "2025-03-26"
+#define MCP_BATCH_MAX 100 /* messages in one batch */
 
 enum { RPC_PARSE = -32700, RPC_INVALID = -32600, RPC_NO_METHOD = -32601, RPC_BAD_PARAMS = -32602 };
 
@@ -817,7 +818,10 @@ enum { CALL_GOES_ON, CALL_CANCELLED, CALL_TIMED_OUT };
  * error -32001: Request timed out" (ErrorCode.RequestTimeout). */
 static bool client_timeout_reason(const char *reason)
 {
-    return reason && (strstr(reason, "-32001") || strstr(reason, "Request timed out"));
+    /* The SDK's own words at the start, not the text anywhere: a user's
+     * reason that mentions an earlier timeout is still a user's cancel. */
+    return reason && (strncmp(reason, "McpError: MCP error -32001:", 27) == 0 ||
+                      strncmp(reason, "MCP error -32001:", 17) == 0 || strcmp(reason, "Request timed out") == 0);
 }
 
 /* While a tool waits: answers pings, and reports a notifications/cancelled
@@ -1284,6 +1288,12 @@ static void handle_batch(mcp *m, json_t *batch)
         send_error(m, NULL, RPC_INVALID, "an empty batch");
         return;
     }
+    /* Every member's answer is kept until the batch ends, and each is
+     * matched against the batch's ids: bounded. */
+    if (json_array_size(batch) > MCP_BATCH_MAX) {
+        send_error(m, NULL, RPC_INVALID, "a batch of %zu messages: at most %d", json_array_size(batch), MCP_BATCH_MAX);
+        return;
+    }
     json_t *ids = json_array(), *out = json_array();
     if (!ids || !out) {
         json_decref(ids);
@@ -1434,6 +1444,26 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
             json_error_t jerr;
             bool too_long = q->too_long;
             json_t *msg = too_long ? NULL : json_loadb(q->text, q->len, JSON_REJECT_DUPLICATES, &jerr);
+            if (!msg && !too_long) {
+                /* Valid JSON this server refuses (a NUL in a string, a key
+                 * given twice): answered with the call's id, so the client
+                 * can tell which call failed instead of waiting for it. */
+                json_t *loose = json_loadb(q->text, q->len, JSON_ALLOW_NUL, NULL);
+                json_t *lid = json_is_object(loose) ? json_object_get(loose, "id") : NULL;
+                if (lid && (json_is_string(lid) || json_is_integer(lid))) {
+                    if (strstr(jerr.text, "u0000"))
+                        send_error(m, lid, RPC_INVALID,
+                                   "a string holds a NUL character (\\u0000, column %d): send bytes that are not "
+                                   "text as {\"base64\": ...}", jerr.column);
+                    else
+                        send_error(m, lid, RPC_INVALID, "refused (column %d): %.100s: a key may appear once",
+                                   jerr.column, jerr.text);
+                    json_decref(loose);
+                    free(q);
+                    continue;
+                }
+                json_decref(loose);
+            }
             free(q);
             if (!msg) {
                 if (too_long)

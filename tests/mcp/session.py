@@ -289,6 +289,11 @@ def batches(fleet):
         check(by_id.get("b3", {}).get("error", {}).get("code") == -32600, "initialize inside a batch is refused")
         check(by_id.get(None, {}).get("error", {}).get("code") == -32600, "a member that is not an object: error")
         check(len(by_id.get("b4", {}).get("result", {}).get("tools", [])) == 6, "tools/list inside a batch")
+        # A batch is bounded: 101 messages are refused as one.
+        srv.send([{"jsonrpc": "2.0", "id": "p%d" % i, "method": "ping"} for i in range(101)])
+        got = srv.q.get(timeout=60)
+        check(isinstance(got, dict) and got.get("error", {}).get("code") == -32600
+              and "at most 100" in got["error"].get("message", ""), "a batch of 101 is refused: %s" % str(got)[:200])
         # Notifications only: nothing comes back (the next message is the ping's answer).
         srv.send([{"jsonrpc": "2.0", "method": "notifications/whatever"}])
         rid = srv.request("ping")
@@ -379,6 +384,21 @@ def run(srv, fleet):
     r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "sleep 5",
                                                         "timeout_ms": 300}})
     check(r["result"]["structuredContent"]["status"] == "timeout", "timeout_ms becomes the policy: timeout")
+
+    # Valid JSON the server refuses (a NUL in a string, a key twice) is
+    # answered with the call's id, so the client does not wait for it.
+    rid = srv.next_id
+    srv.next_id += 1
+    srv.send_raw(('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"execute_code",'
+                  '"arguments":{"language":"shell","code":"cat","stdin":"a\\u0000b"}}}\n' % rid).encode())
+    r = srv.wait_for(rid, timeout=60)
+    check(r.get("error", {}).get("code") == -32600 and "NUL" in r["error"].get("message", ""),
+          "a NUL in an argument: an error for that call: %s" % r)
+    rid = srv.next_id
+    srv.next_id += 1
+    srv.send_raw(('{"jsonrpc":"2.0","id":%d,"method":"ping","method":"ping"}\n' % rid).encode())
+    r = srv.wait_for(rid, timeout=60)
+    check(r.get("error", {}).get("code") == -32600, "a key given twice: an error for that call")
 
     # Bad arguments are tool errors the model can read.
     r = srv.call({"name": "execute_code", "arguments": {"language": "cobol", "code": "x"}})
