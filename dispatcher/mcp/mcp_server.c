@@ -1340,6 +1340,74 @@ static void handle_batch(mcp *m, json_t *batch)
         json_decref(out);
 }
 
+/* One line read from the client: parsed, then served (a batch, or one
+ * message), or answered with the parse error.  Takes q. */
+static void serve_line(mcp *m, queued *q)
+{
+    json_error_t jerr;
+    bool too_long = q->too_long;
+    json_t *msg = too_long ? NULL : json_loadb(q->text, q->len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!msg && !too_long) {
+        /* Valid JSON this server refuses (a NUL in a string, a key
+         * given twice): answered with the call's id, so the client
+         * can tell which call failed instead of waiting for it. */
+        json_t *loose = json_loadb(q->text, q->len, JSON_ALLOW_NUL, NULL);
+        json_t *lid = json_is_object(loose) ? json_object_get(loose, "id") : NULL;
+        if (lid && (json_is_string(lid) || json_is_integer(lid))) {
+            if (strstr(jerr.text, "u0000"))
+                send_error(m, lid, RPC_INVALID,
+                           "a string holds a NUL character (\\u0000, column %d): send bytes that are not "
+                           "text as {\"base64\": ...}", jerr.column);
+            else
+                send_error(m, lid, RPC_INVALID, "refused (column %d): %.100s: a key may appear once",
+                           jerr.column, jerr.text);
+            json_decref(loose);
+            free(q);
+            return;
+        }
+        json_decref(loose);
+    }
+    free(q);
+    if (!msg) {
+        if (too_long)
+            send_error(m, NULL, RPC_PARSE, "message too long (at most %u MiB per line)",
+                       MCP_LINE_MAX / (1024 * 1024));
+        else
+            send_error(m, NULL, RPC_PARSE, "not JSON: %.100s (column %d)", jerr.text, jerr.column);
+        return;
+    }
+    /* A call the client cancelled while it waited its turn never
+     * starts (its notification is still queued behind it). */
+    json_t *id = json_object_get(msg, "id");
+    if (json_is_array(msg))
+        handle_batch(m, msg);
+    else if (!(id && serve_while_waiting(m, id)))
+        handle(m, msg);
+    json_decref(msg);
+}
+
+/* The session ended (end of input or a stop signal): the keep-alive
+ * thread stops, and what a client's timeout left running and nobody
+ * picked up is cancelled, since nobody can now. */
+static void end_session(mcp *m, bool keeper)
+{
+    if (keeper) {
+        pthread_mutex_lock(&m->mu);
+        m->keeper_stop = true;
+        pthread_cond_broadcast(&m->keeper_cv);
+        pthread_mutex_unlock(&m->mu);
+        pthread_join(m->keeper, NULL);
+    }
+    for (;;) {
+        char id[CF_ID_MAX + 1];
+        newest_abandoned(m, id, sizeof(id));
+        if (!id[0])
+            break;
+        forget_abandoned(m, id);
+        cancel_abandoned(m, id, "the MCP session ended before its result was picked up");
+    }
+}
+
 /* ---------------------------------------------------------------- command */
 
 static const char mcp_help[] =
@@ -1441,65 +1509,9 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
             queued *q = next_message(m, -1, &eof);
             if (!q)
                 break;
-            json_error_t jerr;
-            bool too_long = q->too_long;
-            json_t *msg = too_long ? NULL : json_loadb(q->text, q->len, JSON_REJECT_DUPLICATES, &jerr);
-            if (!msg && !too_long) {
-                /* Valid JSON this server refuses (a NUL in a string, a key
-                 * given twice): answered with the call's id, so the client
-                 * can tell which call failed instead of waiting for it. */
-                json_t *loose = json_loadb(q->text, q->len, JSON_ALLOW_NUL, NULL);
-                json_t *lid = json_is_object(loose) ? json_object_get(loose, "id") : NULL;
-                if (lid && (json_is_string(lid) || json_is_integer(lid))) {
-                    if (strstr(jerr.text, "u0000"))
-                        send_error(m, lid, RPC_INVALID,
-                                   "a string holds a NUL character (\\u0000, column %d): send bytes that are not "
-                                   "text as {\"base64\": ...}", jerr.column);
-                    else
-                        send_error(m, lid, RPC_INVALID, "refused (column %d): %.100s: a key may appear once",
-                                   jerr.column, jerr.text);
-                    json_decref(loose);
-                    free(q);
-                    continue;
-                }
-                json_decref(loose);
-            }
-            free(q);
-            if (!msg) {
-                if (too_long)
-                    send_error(m, NULL, RPC_PARSE, "message too long (at most %u MiB per line)",
-                               MCP_LINE_MAX / (1024 * 1024));
-                else
-                    send_error(m, NULL, RPC_PARSE, "not JSON: %.100s (column %d)", jerr.text, jerr.column);
-                continue;
-            }
-            /* A call the client cancelled while it waited its turn never
-             * starts (its notification is still queued behind it). */
-            json_t *id = json_object_get(msg, "id");
-            if (json_is_array(msg))
-                handle_batch(m, msg);
-            else if (!(id && serve_while_waiting(m, id)))
-                handle(m, msg);
-            json_decref(msg);
+            serve_line(m, q);
         }
-        if (keeper) {
-            pthread_mutex_lock(&m->mu);
-            m->keeper_stop = true;
-            pthread_cond_broadcast(&m->keeper_cv);
-            pthread_mutex_unlock(&m->mu);
-            pthread_join(m->keeper, NULL);
-            keeper = false;
-        }
-        /* What a client's timeout left running and nobody picked up: with
-         * the session gone, nobody can. */
-        for (;;) {
-            char id[CF_ID_MAX + 1];
-            newest_abandoned(m, id, sizeof(id));
-            if (!id[0])
-                break;
-            forget_abandoned(m, id);
-            cancel_abandoned(m, id, "the MCP session ended before its result was picked up");
-        }
+        end_session(m, keeper);
         pthread_mutex_lock(&m->mu);
         bool reader_done = m->eof;
         pthread_mutex_unlock(&m->mu);
