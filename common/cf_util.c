@@ -17,6 +17,19 @@ int64_t cf_now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+struct timespec cf_realtime_after_us(int64_t us)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += us / 1000000;
+    ts.tv_nsec += (long)(us % 1000000) * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 int64_t cf_mono_us(void)
 {
     struct timespec ts;

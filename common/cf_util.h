@@ -6,12 +6,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "cf_error.h"
 
 /* Microseconds: the one time unit of codefleet (wire schema, config, logs). */
 int64_t cf_now_us(void);  /* wall clock, since the Unix epoch */
 int64_t cf_mono_us(void); /* monotonic, for measuring intervals */
+/* The wall-clock instant us from now, as pthread_cond_timedwait wants its
+ * deadline (conditions use CLOCK_REALTIME by default). */
+struct timespec cf_realtime_after_us(int64_t us);
 
 /* Parses a whole decimal integer in [min, max]; rejects empty strings,
  * trailing garbage and overflow.  what names the value in the error. */

@@ -129,13 +129,7 @@ static atomic_int instance_counter;
  * callers re-check their own deadline and the stopping flag. */
 static void slot_wait(em_slot *s)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 20 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = cf_realtime_after_us(20 * 1000);
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 }
 

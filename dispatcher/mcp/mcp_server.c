@@ -263,13 +263,7 @@ static queued *next_message(mcp *m, int64_t timeout_us, bool *eof)
     int64_t until = timeout_us < 0 ? INT64_MAX : cf_mono_us() + timeout_us;
     pthread_mutex_lock(&m->mu);
     while (!m->head && !m->eof && !cf_cli_stop && cf_mono_us() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        struct timespec ts = cf_realtime_after_us(100 * 1000);
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
     queued *q = m->head;
@@ -740,13 +734,7 @@ static void *keeper_main(void *arg)
     mcp *m = arg;
     pthread_mutex_lock(&m->mu);
     while (!m->keeper_stop) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        t.tv_nsec += 200 * 1000000L;
-        if (t.tv_nsec >= 1000000000L) {
-            t.tv_sec++;
-            t.tv_nsec -= 1000000000L;
-        }
+        struct timespec t = cf_realtime_after_us(200 * 1000);
         pthread_cond_timedwait(&m->keeper_cv, &m->mu, &t);
         if (m->keeper_stop)
             break;
