@@ -279,7 +279,7 @@ start_worker() { # level
 submit() { # topic args...
     local topic=$1
     shift
-    cli "$admin_conf" --request-topic "$topic" --result-topic "$res" --json submit --timeout 60s "$@" 2>"$tmp/submit.err"
+    cli "$admin_conf" --request-topic "$topic" --result-topic "$res" --json submit --timeout-exec 60s "$@" 2>"$tmp/submit.err"
 }
 # Fields of a result line: status, metadata.backend, metadata.sandbox,
 # stdout, output (JSON), reason, tab-separated.

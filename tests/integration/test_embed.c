@@ -209,11 +209,11 @@ static void cli_submits_modules_and_js(void **state)
     guest_path("hello", module, sizeof(module));
     snprintf(reqt, sizeof(reqt), "--request-topic=%s", g.t.requests);
     snprintf(rest, sizeof(rest), "--result-topic=%s", g.t.results);
-    const char *wasm[] = {reqt, rest, "submit", "--timeout=60s", "--module", module, "--", "fail", "arg1", NULL};
+    const char *wasm[] = {reqt, rest, "submit", "--timeout-exec=60s", "--module", module, "--", "fail", "arg1", NULL};
     int rc = it_cli_run(wasm, g.tmp, g_out, sizeof(g_out), g_err, sizeof(g_err));
     if (!strstr(g_out, "arg fail\narg arg1") || !strstr(g_out, "status:   failed (exit 7)") || rc == 0)
         fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, g_out, g_err);
-    const char *js[] = {reqt, rest, "submit", "--timeout=60s", "-l", "js", "--code", "[1, 2, 3].map(x => x * x)", NULL};
+    const char *js[] = {reqt, rest, "submit", "--timeout-exec=60s", "-l", "js", "--code", "[1, 2, 3].map(x => x * x)", NULL};
     rc = it_cli_run(js, g.tmp, g_out, sizeof(g_out), g_err, sizeof(g_err));
     if (rc != 0 || !strstr(g_out, "output:   [1,4,9]") || !strstr(g_out, "backend:  js (in_process)"))
         fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, g_out, g_err);
