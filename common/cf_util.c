@@ -164,6 +164,45 @@ void cf_format_size(int64_t bytes, char *buf, size_t cap)
         snprintf(buf, cap, "%.1f %s", v, units[u]);
 }
 
+void cf_format_time(int64_t epoch_us, char *buf, size_t cap)
+{
+    if (epoch_us <= 0) {
+        snprintf(buf, cap, "-");
+        return;
+    }
+    time_t t = (time_t)(epoch_us / 1000000);
+    struct tm tm;
+    char day[32];
+    if (!gmtime_r(&t, &tm) || !strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm)) {
+        snprintf(buf, cap, "%lld us", (long long)epoch_us);
+        return;
+    }
+    snprintf(buf, cap, "%s.%03dZ", day, (int)(epoch_us / 1000 % 1000));
+}
+
+void cf_format_span(int64_t us, char *buf, size_t cap)
+{
+    static const struct {
+        int64_t s;
+        const char *name;
+    } units[] = {{86400, "d"}, {3600, "h"}, {60, "m"}, {1, "s"}};
+    int64_t left = us < 0 ? 0 : us / 1000000;
+    size_t n = 0, shown = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < 4 && shown < 2; i++) {
+        int64_t v = left / units[i].s;
+        if (!v && !shown)
+            continue;
+        left -= v * units[i].s;
+        if (v)
+            n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%lld%s", shown ? " " : "", (long long)v,
+                                  units[i].name);
+        shown++;
+    }
+    if (!buf[0])
+        snprintf(buf, cap, "%lldms", (long long)(us < 0 ? 0 : us / 1000));
+}
+
 size_t cf_strlcpy(char *dst, const char *src, size_t cap)
 {
     size_t n = strlen(src);

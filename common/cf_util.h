@@ -35,6 +35,12 @@ int cf_parse_bool(const char *s, bool *out, const char *what, cf_error *err);
 void cf_format_duration(int64_t us, char *buf, size_t cap);
 /* Formats a size in bytes for humans ("512 B", "1.5 KiB", "3.0 GiB"). */
 void cf_format_size(int64_t bytes, char *buf, size_t cap);
+/* Formats a Unix time in microseconds as ISO 8601 in UTC, to the
+ * millisecond ("2026-12-06T18:16:22.123Z"); "-" for 0 or less. */
+void cf_format_time(int64_t epoch_us, char *buf, size_t cap);
+/* Formats a long span for humans, to its two largest units ("24h",
+ * "1h 30m", "2d 3h", "45s"). */
+void cf_format_span(int64_t us, char *buf, size_t cap);
 
 /* Hostile text going into a message (a rejection reason, a log line):
  * printable ASCII, non-printable bytes as '?', at most ~80 bytes then

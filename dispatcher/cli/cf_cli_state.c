@@ -787,15 +787,21 @@ static int ws_info(const cf_cli_globals *g, state_conn *c, int argc, char **argv
                             (json_int_t)in.created_us, "updated_us", (json_int_t)in.updated_us, "ttl_us",
                             (json_int_t)in.ttl_us, "history", (json_int_t)in.history));
     } else {
-        printf("workspace:  %s\nrevision:   %" PRId64 " (oldest readable %" PRId64 ")\nfiles:      %zu, %" PRIu64
-               " bytes\n",
-               argv[1], in.rev, in.oldest_rev, in.nfiles, in.total_bytes);
+        char size[32], created[40], updated[40], ttl[32];
+        cf_format_size((int64_t)in.total_bytes, size, sizeof(size));
+        cf_format_time(in.created_us, created, sizeof(created));
+        cf_format_time(in.updated_us, updated, sizeof(updated));
+        cf_format_span(in.ttl_us, ttl, sizeof(ttl));
+        printf("workspace:  %s\nrevision:   %" PRId64 " (oldest readable %" PRId64 ")\nfiles:      %zu, %s\n",
+               argv[1], in.rev, in.oldest_rev, in.nfiles, size);
         fputs("project:    ", stdout);
         print_safe(stdout, in.project ? in.project : "");
         fputs("\nsession:    ", stdout);
         print_safe(stdout, in.session ? in.session : "");
-        printf("\ncreated_us: %" PRId64 "\nupdated_us: %" PRId64 "\nttl_us:     %" PRId64 "\nhistory:    %u\n",
-               in.created_us, in.updated_us, in.ttl_us, in.history);
+        printf("\ncreated:    %s\nupdated:    %s\nexpires:    %s%s\nhistory:    %u revisions kept\n", created,
+               updated, in.ttl_us ? "after " : "never", in.ttl_us ? ttl : "", in.history);
+        if (in.ttl_us)
+            fputs("            (idle: each write starts the time again)\n", stdout);
     }
     cf_ws_info_clear(&in);
     return CF_EXIT_OK;
@@ -902,7 +908,9 @@ static int print_checkpoints(const cf_cli_globals *g, const char *thread, const 
     }
     for (size_t i = 0; i < l->n; i++) {
         const cf_checkpoint *cp = &l->items[i];
-        printf("%s  created_us %" PRId64 "  parent %s", cp->id, cp->created_us, cp->parent[0] ? cp->parent : "-");
+        char when[40];
+        cf_format_time(cp->created_us, when, sizeof(when));
+        printf("%s  created %s  parent %s", cp->id, when, cp->parent[0] ? cp->parent : "-");
         if (cp->writer_seq)
             printf("  writer_seq %" PRId64, cp->writer_seq);
         putchar('\n');

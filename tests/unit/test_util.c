@@ -95,6 +95,34 @@ static void test_list_items(void **state)
     assert_false(cf_list_next(&cur, &it));
 }
 
+/* Sizes, times and spans as a person reads them (issue 33: raw
+ * microseconds and byte counts in workspace info). */
+static void test_human_formats(void **state)
+{
+    (void)state;
+    char b[64];
+    cf_format_size(512, b, sizeof(b));
+    assert_string_equal(b, "512 B");
+    cf_format_size(67108864, b, sizeof(b));
+    assert_string_equal(b, "64.0 MiB");
+    cf_format_time(INT64_C(1796581462123456), b, sizeof(b));
+    assert_string_equal(b, "2026-12-06T18:24:22.123Z");
+    cf_format_time(0, b, sizeof(b));
+    assert_string_equal(b, "-");
+    cf_format_span(INT64_C(86400) * 1000000, b, sizeof(b));
+    assert_string_equal(b, "1d");
+    cf_format_span(INT64_C(5400) * 1000000, b, sizeof(b));
+    assert_string_equal(b, "1h 30m");
+    cf_format_span(INT64_C(183845) * 1000000, b, sizeof(b)); /* 2d 3h 4m 5s: two largest units */
+    assert_string_equal(b, "2d 3h");
+    cf_format_span(45 * 1000000, b, sizeof(b));
+    assert_string_equal(b, "45s");
+    cf_format_span(250000, b, sizeof(b));
+    assert_string_equal(b, "250ms");
+    cf_format_span(INT64_C(3600) * 1000000 + 5 * 1000000, b, sizeof(b)); /* a zero unit in between is skipped */
+    assert_string_equal(b, "1h");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -102,6 +130,7 @@ int main(void)
         cmocka_unit_test(test_sanitize_bounds),
         cmocka_unit_test(test_list_items),
         cmocka_unit_test(test_utf8_incomplete_tail),
+        cmocka_unit_test(test_human_formats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
