@@ -129,6 +129,10 @@ typedef struct follow_state {
 static void write_output(follow_state *fs, int k, const uint8_t *p, size_t n, bool last)
 {
     FILE *f = k ? stderr : stdout;
+    /* Nothing to write (an empty stream's data is NULL: fwrite and memcpy
+     * may not take that, even for no bytes). */
+    if (!n && (!last || !fs->ncarry[k]))
+        return;
     if (!fs->tty[k]) {
         fwrite(p, 1, n, f);
         fflush(f);
@@ -143,7 +147,8 @@ static void write_output(follow_state *fs, int k, const uint8_t *p, size_t n, bo
         return;
     }
     memcpy(joined, fs->carry[k], fs->ncarry[k]);
-    memcpy(joined + fs->ncarry[k], p, n);
+    if (n)
+        memcpy(joined + fs->ncarry[k], p, n);
     size_t keep = last ? 0 : cf_utf8_incomplete_tail(joined, total); /* waits for its rest */
     fs->ncarry[k] = keep;
     memcpy(fs->carry[k], joined + total - keep, keep);
@@ -214,7 +219,7 @@ static void follow_finish(follow_state *fs, const cf_result *res)
         const cf_bytes *b[2] = {&res->stdout_data, &res->stderr_data};
         for (int k = 0; k < 2; k++) {
             size_t from = fs->printed[k] < b[k]->len ? fs->printed[k] : b[k]->len;
-            write_output(fs, k, b[k]->data + from, b[k]->len - from, true);
+            write_output(fs, k, b[k]->data ? b[k]->data + from : NULL, b[k]->len - from, true);
             fs->printed[k] = b[k]->len > fs->printed[k] ? b[k]->len : fs->printed[k];
         }
     }

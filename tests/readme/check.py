@@ -164,15 +164,17 @@ def main():
     try:
         ready = False
         if up.returncode == 0:
-            # The worker serves once it reads cancels (its log says so).
+            # The worker serves once it reads cancels and the group gave
+            # it partitions (its log says both; doctor checks the group).
             log = os.path.join(state, "workers", "w1.log")
             deadline = time.monotonic() + 120
             while not ready and time.monotonic() < deadline:
                 with open(log, "rb") as f:
-                    ready = b"reading cancels from" in f.read()
+                    text = f.read()
+                ready = b"reading cancels from" in text and re.search(rb"assigned [1-9][0-9]* partition", text)
                 if not ready:
                     time.sleep(0.1)
-            check(ready, "the worker serves (its log says it reads cancels)")
+            check(bool(ready), "the worker serves (its log says it reads cancels and holds partitions)")
         for cmd in cmds if ready else []:
             if cmd not in EXPECT:
                 continue
