@@ -20,6 +20,8 @@ int64_t cf_now_us(void)
 struct timespec cf_realtime_after_us(int64_t us)
 {
     struct timespec ts;
+    if (us < 0)
+        us = 0;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += us / 1000000;
     ts.tv_nsec += (long)(us % 1000000) * 1000;
@@ -194,9 +196,8 @@ void cf_format_span(int64_t us, char *buf, size_t cap)
         if (!v && !shown)
             continue;
         left -= v * units[i].s;
-        if (v)
-            n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, "%s%lld%s", shown ? " " : "", (long long)v,
-                                  units[i].name);
+        if (v && n < cap)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%lld%s", shown ? " " : "", (long long)v, units[i].name);
         shown++;
     }
     if (!buf[0])

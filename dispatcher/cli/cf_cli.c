@@ -704,6 +704,20 @@ static const struct option submit_longopts[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* Whether a submit flag given as arg (no "=value") takes the next word
+ * as its value. */
+static bool submit_flag_takes_value(const char *arg)
+{
+    if (strcmp(arg, "-l") == 0)
+        return true;
+    if (strncmp(arg, "--", 2) != 0 || strchr(arg, '='))
+        return false;
+    for (const struct option *o = submit_longopts; o->name; o++)
+        if (strcmp(o->name, arg + 2) == 0)
+            return o->has_arg == required_argument;
+    return false;
+}
+
 /* "--case stdin=1 2\n,expect=3,arg=-v,input={...},name=small": keys as
  * in SPEC.md's case object; values take C escapes (\n \t \\ \,) and run to
  * the next ",key=". */
@@ -942,9 +956,13 @@ const char *cf_cli_misplaced_global(const char *cmd, int argc, char **argv, char
          * would take "--timeout" for submit's "--timeout-exec"). */
         if (strncmp(name, "--", 2) == 0 && is_global_option(name)) {
             snprintf(buf, size, "%s is a global option: give it before the command (codefleet %s%s %s ...)", name,
-                     name, global_takes_value(argv[i]) ? " VALUE" : "", cmd);
+                     name, global_takes_value(name) ? " VALUE" : "", cmd);
             return buf;
         }
+        /* A flag's value is not an option, whatever it reads
+         * (--compile-flag --json=diagnostic-short, --code --json). */
+        if (submit_flag_takes_value(argv[i]))
+            i++;
     }
     return NULL;
 }

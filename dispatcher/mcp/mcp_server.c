@@ -1342,7 +1342,7 @@ static void serve_line(mcp *m, queued *q)
         json_t *loose = json_loadb(q->text, q->len, JSON_ALLOW_NUL, NULL);
         json_t *lid = json_is_object(loose) ? json_object_get(loose, "id") : NULL;
         if (lid && (json_is_string(lid) || json_is_integer(lid))) {
-            if (strstr(jerr.text, "u0000"))
+            if (json_error_code(&jerr) == json_error_null_character)
                 send_error(m, lid, RPC_INVALID,
                            "a string holds a NUL character (\\u0000, column %d): send bytes that are not "
                            "text as {\"base64\": ...}", jerr.column);
@@ -1522,6 +1522,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         q = next;
     }
     pthread_cond_destroy(&m->progress_cv);
+    pthread_cond_destroy(&m->keeper_cv);
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
     pthread_mutex_destroy(&m->out_mu);

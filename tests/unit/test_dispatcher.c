@@ -557,6 +557,18 @@ static void test_cli_errors_in_json(void **state)
     shell_output(cmd, out, sizeof(out));
     assert_string_equal(out, "codefleet submit: --timeout is a global option: give it before the command (codefleet "
                              "--timeout VALUE submit ...) (see codefleet submit --help)\nrc=2\n");
+    /* ...but a flag's value is no option, whatever it reads; and the hint
+     * of a global given as --name=value still says it takes a value. */
+    snprintf(cmd, sizeof(cmd),
+             "%s %s --brokers 127.0.0.1:1 --timeout 2s submit -l rust --compile-flag --json=diagnostic-short "
+             "--code 'fn main(){}' 2>&1 >/dev/null; echo rc=$?",
+             env, cli);
+    shell_output(cmd, out, sizeof(out));
+    if (strstr(out, "global option") || !strstr(out, "rc=6"))
+        fail_msg("a --compile-flag value was taken for a global option:\n%s", out);
+    snprintf(cmd, sizeof(cmd), "%s %s submit --timeout=60s -- true 2>&1", env, cli);
+    shell_output(cmd, out, sizeof(out));
+    assert_non_null(strstr(out, "(codefleet --timeout VALUE submit ...)"));
     /* --json after another global option's value still makes errors JSON. */
     snprintf(cmd, sizeof(cmd), "%s %s --timeout 5s --json --nope x 2>/dev/null; echo rc=$?", env, cli);
     shell_output(cmd, out, sizeof(out));
