@@ -15,9 +15,12 @@
  * server speaks only what SPEC.md says, and its input schema's enums are
  * generated from the schema's name tables.
  *
- * While a tools/call runs, the server still answers ping and honours
- * notifications/cancelled: the MCP cancel of an execute_code becomes a
- * fleet cancel (SPEC.md section 12) of its execution.  With a
+ * The tools that wait (execute_code, get_result) run on a thread per call,
+ * up to --max-calls at once (more wait for a turn), so an agent's parallel
+ * calls overlap; the main thread keeps reading: it answers ping, serves the
+ * quick tools and routes notifications/cancelled to its call.  The MCP
+ * cancel of an execute_code becomes a fleet cancel (SPEC.md section 12) of
+ * its execution; a call cancelled before its turn never starts.  With a
  * progressToken, the program's output arrives as notifications/progress
  * while it runs (output chunks, SPEC.md section 13).
  */
@@ -43,11 +46,12 @@
 
 #define MCP_LINE_MAX (4u * 1024 * 1024)     /* bytes of one incoming message */
 #define MCP_QUEUE_BYTES (16u * 1024 * 1024) /* bytes of messages read ahead while a tool runs */
-#define MCP_PEEK_MAX 4096                   /* queued lines this small are looked into (ping, cancel) */
 #define MCP_TEXT_MAX (32 * 1024)         /* bytes of stdout/stderr in the text summary */
 #define MCP_WAIT_SLICE_US 100000
 #define MCP_DEFAULT_WAIT_MS 120000
 #define MCP_MAX_WAIT_MS (3600 * 1000)
+#define MCP_MAX_CALLS_DEFAULT 16 /* tools/calls that wait at the same time */
+#define MCP_MAX_CALLS_LIMIT 256
 #define LOG_SUB "mcp"
 
 /* Newest first; the client's version is echoed when it is one of these.
@@ -68,7 +72,40 @@ typedef struct queued {
     char text[]; /* len bytes, NUL-terminated */
 } queued;
 
-typedef struct mcp {
+/* The responses to the members of one JSON-RPC batch, sent as one array
+ * when the last member is answered (guarded by the server's out_mu). */
+typedef struct mcp_batch {
+    json_t *out;
+    int pending; /* members still to answer, plus one while the batch is read */
+} mcp_batch;
+
+typedef struct mcp mcp;
+
+/* A tools/call that waits (execute_code, get_result): it runs on a thread
+ * of its own, so calls overlap and the main thread keeps reading (pings,
+ * cancels, other calls).  The fields below `thread` are guarded by the
+ * server's mu. */
+typedef struct mcp_call {
+    struct mcp_call *next; /* in the server's running or waiting list */
+    mcp *m;
+    json_t *msg;       /* the request (owned) */
+    json_t *id;        /* its id (in msg) */
+    mcp_batch *batch;  /* the batch it came in, or NULL */
+    int abort;         /* CALL_GOES_ON, or what the client's notifications/cancelled said */
+    char request_id[CF_ID_MAX + 1]; /* execute_code: the execution it submitted ("" before) */
+    /* The execution whose output chunks become progress notifications. */
+    char exec_id[CF_ID_MAX + 1];
+    char exec_run[CF_CHUNK_RUN_MAX + 1]; /* the run its chunks come from (the first seen) */
+    uint8_t carry[2][4]; /* a UTF-8 sequence cut at a chunk's end, per stream */
+    size_t ncarry[2];
+    json_t *progress_token;
+    int64_t progress;         /* chunks of the watched run sent as progress */
+    int64_t progress_sent;    /* notifications sent for the call: chunks and keep-alives */
+    json_t *keepalive_token;  /* the call's progress token, streamed or not */
+    int64_t last_progress_us; /* when the last one went out (or the watch began) */
+} mcp_call;
+
+struct mcp {
     const cf_cli_globals *g;
     cf_dispatcher *d;
     bool streaming; /* d reads output chunks: progress is possible */
@@ -82,20 +119,15 @@ typedef struct mcp {
     queued *head, *tail;
     size_t queued_bytes;
     bool eof;
-    /* The execute_code waiting now (guarded by mu): its chunks become
-     * progress notifications. */
-    char exec_id[CF_ID_MAX + 1];
-    char exec_run[CF_CHUNK_RUN_MAX + 1]; /* the run its chunks come from (the first seen) */
-    uint8_t carry[2][4]; /* a UTF-8 sequence cut at a chunk's end, per stream */
-    size_t ncarry[2];
-    json_t *progress_token;
-    int64_t progress;      /* chunks of the watched run sent as progress */
-    int64_t progress_sent; /* notifications sent for the call: chunks and keep-alives */
-    json_t *keepalive_token; /* the waiting call's progress token, streamed or not */
-    pthread_t keeper;        /* sends the keep-alives, whatever the waiting call blocks in */
+    /* The calls that wait on threads of their own, and those past
+     * max_calls that wait for a turn (guarded by mu). */
+    mcp_call *running;
+    mcp_call *waiting, *waiting_tail;
+    int n_running, max_calls;
+    pthread_cond_t calls_cv;
+    pthread_t keeper;        /* sends the keep-alives, whatever the waiting calls block in */
     bool keeper_stop;
     pthread_cond_t keeper_cv;
-    int64_t last_progress_us; /* when the last one went out (or the watch began) */
     int64_t keepalive_us;     /* a quiet call's keep-alive interval (0: none) */
     /* Executions whose call the client gave up on by its own request
      * timeout (not a user's cancel): they keep running, and get_result
@@ -105,37 +137,29 @@ typedef struct mcp {
     pthread_cond_t progress_cv;
     json_t *tools; /* the tools/list answer, built once */
     char version[16]; /* the protocol version initialize agreed on */
-    /* While a batch is served (main thread; guarded by out_mu): the
-     * responses to its members, sent as one array at its end. */
-    json_t *batch_out, *batch_ids;
-} mcp;
+};
+
+/* The batch whose members the current thread answers (the main thread
+ * while it reads a batch, a call's thread for a call from one). */
+static __thread mcp_batch *tl_batch;
 
 /* ---------------------------------------------------------------- output */
 
-/* A response to a member of the batch being served (by id, or a null id:
- * a member that was not a valid request). */
-static bool in_batch(const mcp *m, const json_t *msg)
+/* Whether msg is a response (not a notification) that belongs in the
+ * current thread's batch. */
+static bool in_batch(const json_t *msg)
 {
-    if (!m->batch_out || !json_is_object(msg) || json_object_get(msg, "method"))
-        return false;
-    json_t *id = json_object_get(msg, "id");
-    if (!id || json_is_null(id))
-        return true;
-    size_t i;
-    json_t *v;
-    json_array_foreach(m->batch_ids, i, v) if (json_equal(v, id)) return true;
-    return false;
+    return tl_batch && json_is_object(msg) && !json_object_get(msg, "method");
 }
 
 static void send_msg(mcp *m, json_t *msg)
 {
-    pthread_mutex_lock(&m->out_mu);
-    if (in_batch(m, msg)) {
-        json_array_append_new(m->batch_out, msg);
+    if (in_batch(msg)) {
+        pthread_mutex_lock(&m->out_mu);
+        json_array_append_new(tl_batch->out, msg);
         pthread_mutex_unlock(&m->out_mu);
         return;
     }
-    pthread_mutex_unlock(&m->out_mu);
     char *s = json_dumps(msg, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(msg);
     if (!s) {
@@ -629,38 +653,49 @@ static json_t *result_tool_result(const cf_result *res)
     return r;
 }
 
-/* Output chunks of the execution being waited for, as progress. */
-/* Sent while holding mu, so none can follow the call's response (which is
- * sent after watch_execution stopped the watch under mu). */
-static void on_chunk(void *ctx, const cf_chunk *c)
+/* The running call that watches execution id's output, or NULL (under mu). */
+static mcp_call *watcher_of(mcp *m, const char *id)
+{
+    for (mcp_call *c = m->running; c; c = c->next)
+        if (c->progress_token && strcmp(c->exec_id, id) == 0)
+            return c;
+    return NULL;
+}
+
+/* Output chunks of the executions being waited for, as progress of the
+ * call that waits.  Sent while holding mu, so none can follow the call's
+ * response (which is sent after watch_execution stopped the watch under
+ * mu). */
+static void on_chunk(void *ctx, const cf_chunk *ch)
 {
     mcp *m = ctx;
     pthread_mutex_lock(&m->mu);
-    if (!m->progress_token || strcmp(c->id, m->exec_id) != 0) {
+    mcp_call *c = watcher_of(m, ch->id);
+    if (!c) {
         pthread_mutex_unlock(&m->mu);
         return;
     }
-    if (!m->exec_run[0])
-        snprintf(m->exec_run, sizeof(m->exec_run), "%s", c->run);
-    if (strcmp(m->exec_run, c->run) != 0) { /* another run of the same id */
+    if (!c->exec_run[0])
+        snprintf(c->exec_run, sizeof(c->exec_run), "%s", ch->run);
+    if (strcmp(c->exec_run, ch->run) != 0) { /* another run of the same id */
         pthread_mutex_unlock(&m->mu);
         return;
     }
-    ++m->progress;
-    int64_t progress = ++m->progress_sent;
-    m->last_progress_us = cf_mono_us();
+    ++c->progress;
+    int64_t progress = ++c->progress_sent;
+    c->last_progress_us = cf_mono_us();
     /* The program's text without terminal controls, like the summary; a
      * UTF-8 sequence cut at the chunk's end waits for the next chunk. */
-    int k = c->stream == CF_CHUNK_STDERR;
-    size_t total = m->ncarry[k] + c->data.len;
+    int k = ch->stream == CF_CHUNK_STDERR;
+    size_t total = c->ncarry[k] + ch->data.len;
     uint8_t *joined = malloc(total + 1);
     char *text = malloc(total + 1);
     if (joined && text) {
-        memcpy(joined, m->carry[k], m->ncarry[k]);
-        memcpy(joined + m->ncarry[k], c->data.data, c->data.len);
+        memcpy(joined, c->carry[k], c->ncarry[k]);
+        memcpy(joined + c->ncarry[k], ch->data.data, ch->data.len);
         size_t keep = cf_utf8_incomplete_tail(joined, total);
-        m->ncarry[k] = keep;
-        memcpy(m->carry[k], joined + total - keep, keep);
+        c->ncarry[k] = keep;
+        memcpy(c->carry[k], joined + total - keep, keep);
         cf_sanitize_text((const char *)joined, total - keep, true, text, total + 1);
     } else {
         free(text);
@@ -668,35 +703,37 @@ static void on_chunk(void *ctx, const cf_chunk *c)
     }
     free(joined);
     send_msg(m, json_pack("{s:s, s:s, s:{s:O, s:I, s:s}}", "jsonrpc", "2.0", "method", "notifications/progress",
-                          "params", "progressToken", m->progress_token, "progress", (json_int_t)progress, "message",
+                          "params", "progressToken", c->progress_token, "progress", (json_int_t)progress, "message",
                           text ? text : ""));
     free(text);
     pthread_cond_broadcast(&m->progress_cv);
     pthread_mutex_unlock(&m->mu);
 }
 
-static void watch_execution(mcp *m, const char *id, json_t *token)
+/* The execution whose chunks become c's progress (id NULL: none). */
+static void watch_execution(mcp_call *c, const char *id, json_t *token)
 {
+    mcp *m = c->m;
     pthread_mutex_lock(&m->mu);
-    snprintf(m->exec_id, sizeof(m->exec_id), "%s", id ? id : "");
-    m->exec_run[0] = '\0';
-    m->ncarry[0] = m->ncarry[1] = 0;
-    json_decref(m->progress_token);
-    m->progress_token = token ? json_incref(token) : NULL;
-    m->progress = 0;
+    snprintf(c->exec_id, sizeof(c->exec_id), "%s", id ? id : "");
+    c->exec_run[0] = '\0';
+    c->ncarry[0] = c->ncarry[1] = 0;
+    json_decref(c->progress_token);
+    c->progress_token = token ? json_incref(token) : NULL;
+    c->progress = 0;
     pthread_mutex_unlock(&m->mu);
 }
 
-/* The call that waits now and its progress token (NULL: none): keep-alives
- * go to it whether or not its output streams; progress counts from 1 per
- * call. */
-static void watch_keepalive(mcp *m, json_t *token)
+/* The call's progress token for keep-alives (NULL: none): they go to it
+ * whether or not its output streams; progress counts from 1 per call. */
+static void watch_keepalive(mcp_call *c, json_t *token)
 {
+    mcp *m = c->m;
     pthread_mutex_lock(&m->mu);
-    json_decref(m->keepalive_token);
-    m->keepalive_token = token && (json_is_string(token) || json_is_integer(token)) ? json_incref(token) : NULL;
-    m->progress_sent = 0;
-    m->last_progress_us = cf_mono_us();
+    json_decref(c->keepalive_token);
+    c->keepalive_token = token && (json_is_string(token) || json_is_integer(token)) ? json_incref(token) : NULL;
+    c->progress_sent = 0;
+    c->last_progress_us = cf_mono_us();
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -708,12 +745,13 @@ static void keep_alive(mcp *m)
 {
     pthread_mutex_lock(&m->mu);
     int64_t now = cf_mono_us();
-    if (m->keepalive_token && m->keepalive_us > 0 && now - m->last_progress_us >= m->keepalive_us) {
-        m->last_progress_us = now;
-        send_msg(m, json_pack("{s:s, s:s, s:{s:O, s:I}}", "jsonrpc", "2.0", "method", "notifications/progress",
-                              "params", "progressToken", m->keepalive_token, "progress",
-                              (json_int_t)++m->progress_sent));
-    }
+    for (mcp_call *c = m->running; c; c = c->next)
+        if (c->keepalive_token && m->keepalive_us > 0 && now - c->last_progress_us >= m->keepalive_us) {
+            c->last_progress_us = now;
+            send_msg(m, json_pack("{s:s, s:s, s:{s:O, s:I}}", "jsonrpc", "2.0", "method",
+                                  "notifications/progress", "params", "progressToken", c->keepalive_token,
+                                  "progress", (json_int_t)++c->progress_sent));
+        }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -728,7 +766,7 @@ static void cancel_abandoned(mcp *m, const char *id, const char *why)
 }
 
 /* The keep-alive thread: a wait may block in a scan of the result topic,
- * so the keep-alives do not come from the waiting loop. */
+ * so the keep-alives do not come from the waiting loops. */
 static void *keeper_main(void *arg)
 {
     mcp *m = arg;
@@ -746,20 +784,17 @@ static void *keeper_main(void *arg)
     return NULL;
 }
 
-static void remember_abandoned(mcp *m, const char *id)
+/* id joins the abandoned (under mu); the oldest one past the cap goes
+ * into evicted (cancel it after unlocking). */
+static void remember_abandoned_locked(mcp *m, const char *id, char evicted[CF_ID_MAX + 1])
 {
-    char evicted[CF_ID_MAX + 1] = "";
-    pthread_mutex_lock(&m->mu);
     int cap = (int)(sizeof(m->abandoned) / sizeof(m->abandoned[0]));
     if (m->n_abandoned == cap) { /* the oldest goes */
-        snprintf(evicted, sizeof(evicted), "%s", m->abandoned[0]);
+        snprintf(evicted, CF_ID_MAX + 1, "%s", m->abandoned[0]);
         memmove(m->abandoned[0], m->abandoned[1], sizeof(m->abandoned[0]) * (size_t)(cap - 1));
         m->n_abandoned--;
     }
     snprintf(m->abandoned[m->n_abandoned++], sizeof(m->abandoned[0]), "%s", id);
-    pthread_mutex_unlock(&m->mu);
-    if (evicted[0])
-        cancel_abandoned(m, evicted, "left running by a client timeout, and more than 8 newer ones since");
 }
 
 /* The newest abandoned execution into id ("" when none). */
@@ -785,20 +820,21 @@ static void forget_abandoned(mcp *m, const char *id)
 
 /* Before the response: the chunks the result counts, for up to 1 s (they
  * travel on another topic and may come after it). */
-static void progress_catch_up(mcp *m, const cf_result *res)
+static void progress_catch_up(mcp_call *c, const cf_result *res)
 {
+    mcp *m = c->m;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += 1;
     pthread_mutex_lock(&m->mu);
-    while (res->meta.run && (!m->exec_run[0] || strcmp(m->exec_run, res->meta.run) == 0) &&
-           m->progress < res->chunks)
+    while (res->meta.run && (!c->exec_run[0] || strcmp(c->exec_run, res->meta.run) == 0) &&
+           c->progress < res->chunks)
         if (pthread_cond_timedwait(&m->progress_cv, &m->mu, &until) != 0)
             break;
     pthread_mutex_unlock(&m->mu);
 }
 
-/* What serve_while_waiting found for the call. */
+/* What the client said of a call (its notifications/cancelled). */
 enum { CALL_GOES_ON, CALL_CANCELLED, CALL_TIMED_OUT };
 
 /* A cancel a client sends because its own request timeout passed, not
@@ -812,50 +848,14 @@ static bool client_timeout_reason(const char *reason)
                       strncmp(reason, "MCP error -32001:", 17) == 0 || strcmp(reason, "Request timed out") == 0);
 }
 
-/* While a tool waits: answers pings, and reports a notifications/cancelled
- * for call_id (taking it off the queue): CALL_TIMED_OUT when its reason is
- * the client's own timeout.  Everything else stays queued. */
-static int serve_while_waiting(mcp *m, const json_t *call_id)
+/* What the client said of c so far (the main thread routes its
+ * notifications/cancelled here). */
+static int call_abort(mcp_call *c)
 {
-    int cancelled = CALL_GOES_ON;
-    pthread_mutex_lock(&m->mu);
-    queued **pp = &m->head, *prev = NULL;
-    while (*pp) {
-        queued *q = *pp;
-        json_t *msg = q->len <= MCP_PEEK_MAX ? json_loadb(q->text, q->len, JSON_REJECT_DUPLICATES, NULL) : NULL;
-        const char *method = json_string_value(json_object_get(msg, "method"));
-        json_t *params = json_object_get(msg, "params");
-        bool take = false;
-        if (method && strcmp(method, "notifications/cancelled") == 0 &&
-            json_equal(json_object_get(params, "requestId"), (json_t *)call_id)) {
-            cancelled = client_timeout_reason(json_string_value(json_object_get(params, "reason"))) ? CALL_TIMED_OUT
-                                                                                                     : CALL_CANCELLED;
-            take = true;
-        } else if (method && strcmp(method, "ping") == 0 && json_object_get(msg, "id") &&
-                   json_is_string(json_object_get(msg, "jsonrpc")) &&
-                   strcmp(json_string_value(json_object_get(msg, "jsonrpc")), "2.0") == 0) {
-            json_t *pid = json_object_get(msg, "id");
-            if (json_is_string(pid) || json_is_integer(pid))
-                send_result(m, pid, json_object());
-            else
-                send_error(m, NULL, RPC_INVALID, "invalid JSON-RPC 2.0 request");
-            take = true;
-        }
-        json_decref(msg);
-        if (!take) {
-            prev = q;
-            pp = &q->next;
-            continue;
-        }
-        *pp = q->next;
-        if (m->tail == q)
-            m->tail = prev;
-        m->queued_bytes -= q->len;
-        free(q);
-    }
-    pthread_cond_broadcast(&m->cv);
-    pthread_mutex_unlock(&m->mu);
-    return cancelled;
+    pthread_mutex_lock(&c->m->mu);
+    int a = c->abort;
+    pthread_mutex_unlock(&c->m->mu);
+    return a;
 }
 
 /* Waits for id's result in slices, serving pings and watching for the
@@ -865,9 +865,10 @@ static int serve_while_waiting(mcp *m, const json_t *call_id)
  * (which reads everything since the server started) is waited on.
  * Returns 0 (result), 1 (the client cancelled: no answer is due), -1
  * (err: timeout or transport). */
-static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t since_us, int64_t timeout_us,
-                       bool cancel_on_abort, cf_result *out, cf_error *err)
+static int wait_result(mcp_call *c, const char *id, int64_t since_us, int64_t timeout_us, bool cancel_on_abort,
+                       cf_result *out, cf_error *err)
 {
+    mcp *m = c->m;
     int64_t until = cf_mono_us() + timeout_us;
     if (since_us) {
         int64_t scan = timeout_us < 10 * 1000000LL ? timeout_us : 10 * 1000000LL;
@@ -878,10 +879,10 @@ static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t si
             return -1;
     }
     for (;;) {
-        int call = serve_while_waiting(m, call_id);
+        int call = call_abort(c);
         if (call == CALL_TIMED_OUT && cancel_on_abort) {
-            /* Not the user's cancel: the program keeps running. */
-            remember_abandoned(m, id);
+            /* Not the user's cancel: the program keeps running (and
+             * call_cancel listed it for get_result). */
             cf_log_info(LOG_SUB, "request %s: the client stopped waiting (its own request timeout); it keeps "
                         "running: get_result (without an id) picks it up", id);
             return 1;
@@ -909,21 +910,19 @@ static int wait_result(mcp *m, const json_t *call_id, const char *id, int64_t si
     }
 }
 
-static json_t *tool_execute_waiting(mcp *m, const json_t *call_id, const json_t *args, json_t *progress_token,
-                                    bool *no_answer);
+static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *progress_token, bool *no_answer);
 
-static json_t *tool_execute(mcp *m, const json_t *call_id, const json_t *args, json_t *progress_token,
-                            bool *no_answer)
+static json_t *tool_execute(mcp_call *c, const json_t *args, json_t *progress_token, bool *no_answer)
 {
-    watch_keepalive(m, progress_token);
-    json_t *r = tool_execute_waiting(m, call_id, args, progress_token, no_answer);
-    watch_keepalive(m, NULL);
+    watch_keepalive(c, progress_token);
+    json_t *r = tool_execute_waiting(c, args, progress_token, no_answer);
+    watch_keepalive(c, NULL);
     return r;
 }
 
-static json_t *tool_execute_waiting(mcp *m, const json_t *call_id, const json_t *args, json_t *progress_token,
-                                    bool *no_answer)
+static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *progress_token, bool *no_answer)
 {
+    mcp *m = c->m;
     char id[CF_ID_MAX + 1], why[256] = "";
     cf_error err = {0};
     if (cf_dispatcher_new_id(id, sizeof(id), &err) < 0)
@@ -949,12 +948,24 @@ static json_t *tool_execute_waiting(mcp *m, const json_t *call_id, const json_t 
         json_decref(rj);
         if (rc < 0)
             return tool_error("invalid request: %s", err.msg);
+        /* Cancelled before it was sent: it never starts.  Otherwise the
+         * id is the call's from now on (a client timeout lists it). */
+        pthread_mutex_lock(&m->mu);
+        bool go = c->abort == CALL_GOES_ON;
+        if (go)
+            snprintf(c->request_id, sizeof(c->request_id), "%s", id);
+        pthread_mutex_unlock(&m->mu);
+        if (!go) {
+            cf_request_clear(&req);
+            *no_answer = true;
+            return NULL;
+        }
         if (stream)
-            watch_execution(m, id, progress_token);
+            watch_execution(c, id, progress_token);
         /* Flushed: a request the broker refuses is said now, not after
          * wait_timeout_ms (nor blamed on the next call). */
         if (cf_dispatcher_submit(m->d, &req, &err) < 0 || cf_dispatcher_flush(m->d, 10 * 1000000LL, &err) < 0) {
-            watch_execution(m, NULL, NULL);
+            watch_execution(c, NULL, NULL);
             cf_request_clear(&req);
             return tool_error("could not submit: %s", err.msg);
         }
@@ -964,10 +975,16 @@ static json_t *tool_execute_waiting(mcp *m, const json_t *call_id, const json_t 
             snprintf(text, sizeof(text), "submitted as request %s: use get_result or cancel with this id", id);
             return tool_result(text, json_pack("{s:s, s:s}", "id", id, "status", "submitted"), false);
         }
-        rc = wait_result(m, call_id, id, 0, wait_ms * 1000, true, &res, &err);
+        rc = wait_result(c, id, 0, wait_ms * 1000, true, &res, &err);
         if (rc == 0 && stream)
-            progress_catch_up(m, &res);
-        watch_execution(m, NULL, NULL);
+            progress_catch_up(c, &res);
+        watch_execution(c, NULL, NULL);
+        /* A result that came as the client cancelled: no answer is due
+         * (after its own timeout, get_result finds it). */
+        if (rc == 0 && call_abort(c) != CALL_GOES_ON) {
+            cf_result_clear(&res);
+            rc = 1;
+        }
         if (rc == 1) {
             *no_answer = true;
             return NULL;
@@ -992,19 +1009,19 @@ static json_t *tool_execute_waiting(mcp *m, const json_t *call_id, const json_t 
     return out;
 }
 
-static json_t *tool_get_result_waiting(mcp *m, const json_t *call_id, const json_t *args, bool *no_answer);
+static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, bool *no_answer);
 
-static json_t *tool_get_result(mcp *m, const json_t *call_id, const json_t *args, json_t *progress_token,
-                               bool *no_answer)
+static json_t *tool_get_result(mcp_call *c, const json_t *args, json_t *progress_token, bool *no_answer)
 {
-    watch_keepalive(m, progress_token);
-    json_t *r = tool_get_result_waiting(m, call_id, args, no_answer);
-    watch_keepalive(m, NULL);
+    watch_keepalive(c, progress_token);
+    json_t *r = tool_get_result_waiting(c, args, no_answer);
+    watch_keepalive(c, NULL);
     return r;
 }
 
-static json_t *tool_get_result_waiting(mcp *m, const json_t *call_id, const json_t *args, bool *no_answer)
+static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, bool *no_answer)
 {
+    mcp *m = c->m;
     const char *id = str_arg(args, "id");
     char newest[CF_ID_MAX + 1] = "";
     if (!json_object_get(args, "id")) {
@@ -1023,7 +1040,7 @@ static json_t *tool_get_result_waiting(mcp *m, const json_t *call_id, const json
     cf_result res = {0};
     cf_error err = {0};
     /* Its result may have come before this call, while nobody waited. */
-    int rc = wait_result(m, call_id, id, cf_now_us() - 3600 * 1000000LL, wait_ms * 1000, false, &res, &err);
+    int rc = wait_result(c, id, cf_now_us() - 3600 * 1000000LL, wait_ms * 1000, false, &res, &err);
     if (rc == 1) {
         *no_answer = true;
         return NULL;
@@ -1168,7 +1185,218 @@ static json_t *tool_workspace(mcp *m, const char *tool, const json_t *args)
                        false);
 }
 
-static void handle_tools_call(mcp *m, json_t *id, json_t *params)
+/* ---------------------------------------------------------------- calls */
+
+/* One member of b answered (or dropped): the last sends the array. */
+static void batch_release(mcp *m, mcp_batch *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&m->out_mu);
+    bool last = --b->pending == 0;
+    pthread_mutex_unlock(&m->out_mu);
+    if (!last)
+        return;
+    if (json_array_size(b->out))
+        send_msg(m, b->out); /* an array: never taken for a batch member */
+    else
+        json_decref(b->out);
+    free(b);
+}
+
+static void call_free(mcp_call *c)
+{
+    json_decref(c->msg);
+    json_decref(c->progress_token);
+    json_decref(c->keepalive_token);
+    free(c);
+}
+
+static void *call_main(void *arg);
+
+/* Starts c on a thread of its own (under mu; room checked by the caller).
+ * -1 when no thread could be made: c is then on no list. */
+static int call_launch_locked(mcp *m, mcp_call *c)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    c->next = m->running;
+    m->running = c;
+    m->n_running++;
+    int rc = pthread_attr_init(&attr);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&t, &attr, call_main, c);
+        pthread_attr_destroy(&attr);
+    }
+    if (rc == 0)
+        return 0;
+    m->running = c->next;
+    m->n_running--;
+    return -1;
+}
+
+/* A call that could not start: answered with the reason. */
+static void call_refuse(mcp *m, mcp_call *c, const char *why)
+{
+    mcp_batch *saved = tl_batch;
+    tl_batch = c->batch;
+    send_error(m, c->id, -32603, "%s", why);
+    tl_batch = saved;
+    batch_release(m, c->batch);
+    call_free(c);
+}
+
+/* Starts what waits for a turn while there is room (under mu); what could
+ * not start is answered with the reason there and then (under mu, as
+ * on_chunk sends: so no thread touches m once calls_drain saw none left). */
+static void call_start_waiting_locked(mcp *m)
+{
+    while (m->waiting && m->n_running < m->max_calls && !cf_cli_stop) {
+        mcp_call *c = m->waiting;
+        m->waiting = c->next;
+        if (!m->waiting)
+            m->waiting_tail = NULL;
+        if (call_launch_locked(m, c) < 0)
+            call_refuse(m, c, "cannot start a thread for the call");
+    }
+}
+
+/* The call msg (a tools/call of a tool that waits) on a thread of its
+ * own, or in line for one past max_calls. */
+static void call_start(mcp *m, json_t *msg)
+{
+    mcp_call *c = calloc(1, sizeof(*c));
+    if (!c) {
+        send_error(m, json_object_get(msg, "id"), -32603, "out of memory");
+        return;
+    }
+    c->m = m;
+    c->msg = json_incref(msg);
+    c->id = json_object_get(msg, "id");
+    c->batch = tl_batch;
+    if (c->batch) {
+        pthread_mutex_lock(&m->out_mu);
+        c->batch->pending++;
+        pthread_mutex_unlock(&m->out_mu);
+    }
+    pthread_mutex_lock(&m->mu);
+    if (m->waiting_tail)
+        m->waiting_tail->next = c;
+    else
+        m->waiting = c;
+    m->waiting_tail = c;
+    call_start_waiting_locked(m);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* c answered: off the running list, and the next in line starts. */
+static void call_done(mcp_call *c)
+{
+    mcp *m = c->m;
+    batch_release(m, c->batch);
+    pthread_mutex_lock(&m->mu);
+    for (mcp_call **pp = &m->running; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    m->n_running--;
+    call_start_waiting_locked(m);
+    pthread_cond_broadcast(&m->calls_cv);
+    pthread_mutex_unlock(&m->mu);
+    call_free(c); /* c only: m may be gone once mu is released */
+}
+
+static void *call_main(void *arg)
+{
+    mcp_call *c = arg;
+    mcp *m = c->m;
+    tl_batch = c->batch;
+    json_t *params = json_object_get(c->msg, "params");
+    const char *name = json_string_value(json_object_get(params, "name"));
+    json_t *args = json_object_get(params, "arguments"), *empty = NULL;
+    if (!args)
+        args = empty = json_object();
+    json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+    bool no_answer = false;
+    json_t *r = strcmp(name, "execute_code") == 0 ? tool_execute(c, args, token, &no_answer)
+                                                  : tool_get_result(c, args, token, &no_answer);
+    json_decref(empty);
+    if (no_answer) /* the client cancelled the call: no response is due */
+        json_decref(r);
+    else if (r)
+        send_result(m, c->id, r);
+    else
+        send_error(m, c->id, -32603, "out of memory");
+    tl_batch = NULL;
+    call_done(c);
+    return NULL;
+}
+
+/* A notifications/cancelled from the client: a running call is told (it
+ * cancels its execution, or leaves it running when the reason is the
+ * client's own timeout, and answers nothing); one waiting for its turn
+ * never starts. */
+static void call_cancel(mcp *m, const json_t *request_id, const char *reason)
+{
+    if (!request_id)
+        return;
+    mcp_call *dropped = NULL;
+    char evicted[CF_ID_MAX + 1] = "";
+    pthread_mutex_lock(&m->mu);
+    for (mcp_call *c = m->running; c; c = c->next)
+        if (json_equal(c->id, (json_t *)request_id) && c->abort == CALL_GOES_ON) {
+            c->abort = client_timeout_reason(reason) ? CALL_TIMED_OUT : CALL_CANCELLED;
+            /* Listed now, not when the call notices: a get_result
+             * without an id right after the cancel finds it. */
+            if (c->abort == CALL_TIMED_OUT && c->request_id[0])
+                remember_abandoned_locked(m, c->request_id, evicted);
+            pthread_mutex_unlock(&m->mu);
+            if (evicted[0])
+                cancel_abandoned(m, evicted, "left running by a client timeout, and more than 8 newer ones since");
+            return;
+        }
+    for (mcp_call **pp = &m->waiting, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next)
+        if (json_equal((*pp)->id, (json_t *)request_id)) {
+            dropped = *pp;
+            *pp = dropped->next;
+            if (m->waiting_tail == dropped)
+                m->waiting_tail = prev;
+            break;
+        }
+    pthread_mutex_unlock(&m->mu);
+    if (dropped) {
+        batch_release(m, dropped->batch);
+        call_free(dropped);
+    }
+}
+
+/* The end of input or a stop signal: the calls still running finish (or,
+ * on a stop, cancel theirs); on a stop those waiting for a turn never
+ * start. */
+static void calls_drain(mcp *m)
+{
+    pthread_mutex_lock(&m->mu);
+    while (m->n_running > 0 || m->waiting) {
+        if (cf_cli_stop && m->waiting) {
+            mcp_call *c = m->waiting;
+            m->waiting = c->next;
+            if (!m->waiting)
+                m->waiting_tail = NULL;
+            pthread_mutex_unlock(&m->mu);
+            batch_release(m, c->batch);
+            call_free(c);
+            pthread_mutex_lock(&m->mu);
+            continue;
+        }
+        struct timespec ts = cf_realtime_after_us(100 * 1000);
+        pthread_cond_timedwait(&m->calls_cv, &m->mu, &ts);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void handle_tools_call(mcp *m, json_t *msg, json_t *id, json_t *params)
 {
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments");
@@ -1187,24 +1415,21 @@ static void handle_tools_call(mcp *m, json_t *id, json_t *params)
     if (!args)
         args = empty = json_object();
     json_t *r = NULL;
-    bool no_answer = false;
     char bad[128];
     if (!json_is_object(args))
         r = tool_error("arguments: expected an object");
     else if (unknown_argument(m->tools, name, args, bad, sizeof(bad)))
         r = tool_error("unknown argument '%.80s' for %s (see its inputSchema)", bad, name);
-    else if (strcmp(name, "execute_code") == 0)
-        r = tool_execute(m, id, args, json_object_get(json_object_get(params, "_meta"), "progressToken"), &no_answer);
-    else if (strcmp(name, "get_result") == 0)
-        r = tool_get_result(m, id, args, json_object_get(json_object_get(params, "_meta"), "progressToken"),
-                            &no_answer);
-    else if (strcmp(name, "cancel") == 0)
+    else if (strcmp(name, "execute_code") == 0 || strcmp(name, "get_result") == 0) {
+        /* The tools that wait: on a thread each, so calls overlap. */
+        json_decref(empty);
+        call_start(m, msg);
+        return;
+    } else if (strcmp(name, "cancel") == 0)
         r = tool_cancel(m, args);
     else
         r = tool_workspace(m, name, args);
     json_decref(empty);
-    if (no_answer) /* the client cancelled the call: no response is due */
-        return;
     if (r)
         send_result(m, id, r);
     else
@@ -1233,8 +1458,12 @@ static void handle(mcp *m, json_t *msg)
             send_error(m, id_ok ? id : NULL, RPC_INVALID, "invalid JSON-RPC 2.0 request");
         return;
     }
-    if (!id) /* notifications: initialized, cancelled (of a call already answered), ... */
+    if (!id) { /* notifications: initialized, cancelled, ... */
+        if (strcmp(method, "notifications/cancelled") == 0)
+            call_cancel(m, json_object_get(params, "requestId"),
+                        json_string_value(json_object_get(params, "reason")));
         return;
+    }
     if (strcmp(method, "initialize") == 0) {
         const char *want = json_string_value(json_object_get(params, "protocolVersion"));
         const char *version = protocol_versions[0];
@@ -1257,7 +1486,7 @@ static void handle(mcp *m, json_t *msg)
     } else if (strcmp(method, "tools/list") == 0) {
         send_result(m, id, json_incref(m->tools));
     } else if (strcmp(method, "tools/call") == 0) {
-        handle_tools_call(m, id, params ? params : json_null());
+        handle_tools_call(m, msg, id, params ? params : json_null());
     } else {
         send_error(m, id, RPC_NO_METHOD, "method '%.80s' not supported (this server offers tools)", method);
     }
@@ -1282,25 +1511,18 @@ static void handle_batch(mcp *m, json_t *batch)
         send_error(m, NULL, RPC_INVALID, "a batch of %zu messages: at most %d", json_array_size(batch), MCP_BATCH_MAX);
         return;
     }
-    json_t *ids = json_array(), *out = json_array();
-    if (!ids || !out) {
-        json_decref(ids);
-        json_decref(out);
+    mcp_batch *b = calloc(1, sizeof(*b));
+    json_t *out = b ? json_array() : NULL;
+    if (!out) {
+        free(b);
         send_error(m, NULL, -32603, "out of memory");
         return;
     }
+    b->out = out;
+    b->pending = 1; /* held while its members are read */
+    tl_batch = b;
     size_t i;
     json_t *e;
-    json_array_foreach(batch, i, e)
-    {
-        json_t *id = json_is_object(e) ? json_object_get(e, "id") : NULL;
-        if (id && !json_is_null(id))
-            json_array_append(ids, id);
-    }
-    pthread_mutex_lock(&m->out_mu);
-    m->batch_out = out;
-    m->batch_ids = ids;
-    pthread_mutex_unlock(&m->out_mu);
     json_array_foreach(batch, i, e)
     {
         json_t *id = json_is_object(e) ? json_object_get(e, "id") : NULL;
@@ -1314,18 +1536,10 @@ static void handle_batch(mcp *m, json_t *batch)
                 send_error(m, id, RPC_INVALID, "initialize cannot be part of a batch");
             continue;
         }
-        if (!(id && serve_while_waiting(m, id)))
-            handle(m, e);
+        handle(m, e);
     }
-    pthread_mutex_lock(&m->out_mu);
-    m->batch_out = NULL;
-    m->batch_ids = NULL;
-    pthread_mutex_unlock(&m->out_mu);
-    json_decref(ids);
-    if (json_array_size(out))
-        send_msg(m, out);
-    else
-        json_decref(out);
+    tl_batch = NULL;
+    batch_release(m, b);
 }
 
 /* One line read from the client: parsed, then served (a batch, or one
@@ -1364,12 +1578,9 @@ static void serve_line(mcp *m, queued *q)
             send_error(m, NULL, RPC_PARSE, "not JSON: %.100s (column %d)", jerr.text, jerr.column);
         return;
     }
-    /* A call the client cancelled while it waited its turn never
-     * starts (its notification is still queued behind it). */
-    json_t *id = json_object_get(msg, "id");
     if (json_is_array(msg))
         handle_batch(m, msg);
-    else if (!(id && serve_while_waiting(m, id)))
+    else
         handle(m, msg);
     json_decref(msg);
 }
@@ -1413,13 +1624,34 @@ static const char mcp_help[] =
     "  --keep-alive DURATION  a call with a progress token whose program prints\n"
     "                         nothing gets an empty progress notification this\n"
     "                         often (default 10s; 0: never), so a client that\n"
-    "                         restarts its timeout on progress keeps waiting\n";
+    "                         restarts its timeout on progress keeps waiting\n"
+    "  --max-calls N          tool calls that wait (execute_code, get_result)\n"
+    "                         running at once, each on a thread of its own\n"
+    "                         (default 16, at most 256); more wait for a turn\n";
 
 int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
 {
     int64_t keepalive_us = 10 * 1000000LL;
+    int max_calls = MCP_MAX_CALLS_DEFAULT;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
+        const char *n = NULL;
+        if (strcmp(argv[i], "--max-calls") == 0 && i + 1 < argc)
+            n = argv[++i];
+        else if (strncmp(argv[i], "--max-calls=", 12) == 0)
+            n = argv[i] + 12;
+        if (n) {
+            char *end = NULL;
+            errno = 0;
+            long v_calls = strtol(n, &end, 10);
+            if (errno || end == n || *end || v_calls < 1 || v_calls > MCP_MAX_CALLS_LIMIT) {
+                fprintf(stderr, "codefleet mcp: --max-calls: a number from 1 to %d\n", MCP_MAX_CALLS_LIMIT);
+                fputs(mcp_help, stderr);
+                return CF_EXIT_USAGE;
+            }
+            max_calls = (int)v_calls;
+            continue;
+        }
         if (strcmp(argv[i], "--keep-alive") == 0 && i + 1 < argc)
             v = argv[++i];
         else if (strncmp(argv[i], "--keep-alive=", 13) == 0)
@@ -1447,6 +1679,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
     }
     m->g = g;
     m->keepalive_us = keepalive_us;
+    m->max_calls = max_calls;
     m->tools = tools_list();
     if (!m->tools) {
         free(m);
@@ -1457,6 +1690,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     pthread_cond_init(&m->progress_cv, NULL);
+    pthread_cond_init(&m->calls_cv, NULL);
     pthread_cond_init(&m->keeper_cv, NULL);
     cf_dispatcher_config cfg = {
         .brokers = g->brokers,
@@ -1499,6 +1733,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
                 break;
             serve_line(m, q);
         }
+        calls_drain(m);
         end_session(m, keeper);
         pthread_mutex_lock(&m->mu);
         bool reader_done = m->eof;
@@ -1513,8 +1748,6 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
     cf_dispatcher_destroy(m->d);
     cf_workspace_store_destroy(m->ws);
     cf_redis_destroy(m->redis);
-    json_decref(m->progress_token);
-    json_decref(m->keepalive_token);
     json_decref(m->tools);
     for (queued *q = m->head; q;) {
         queued *next = q->next;
@@ -1522,6 +1755,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         q = next;
     }
     pthread_cond_destroy(&m->progress_cv);
+    pthread_cond_destroy(&m->calls_cv);
     pthread_cond_destroy(&m->keeper_cv);
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);

@@ -10,7 +10,8 @@ notifications while a program runs, the cancel tool, an MCP
 notifications/cancelled that becomes a fleet cancel (the program is killed)
 and a client's own timeout that does not (get_result picks it up), keep-alive
 progress,
-ping served while a tool runs, protocol errors (not JSON, unknown method,
+ping served while a tool runs, calls side by side (and --max-calls 1: one
+cancelled before its turn never starts), protocol errors (not JSON, unknown method,
 unknown tool) and tool errors (bad arguments, a rejected request).
 """
 import json
@@ -181,6 +182,71 @@ def tenant_workspaces(fleet):
             srv.close()
 
 
+def parallel_calls(fleet):
+    """Tool calls run side by side: a call whose program waits for another
+    call's program finishes (served one at a time, it never would); with
+    --max-calls 1 a second call waits its turn, and cancelled before it,
+    never starts."""
+    srv = Server(fleet)
+    try:
+        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "parallel", "version": "1"}}))
+        gate = "/tmp/cf-mcp-%s.gate" % secrets.token_hex(4)
+        waiter = srv.request("tools/call", {"name": "execute_code", "arguments": {
+            "language": "shell", "timeout_ms": 120000,
+            "code": "while [ ! -e %s ]; do sleep 0.05; done; echo saw the gate" % gate}})
+        opener = srv.request("tools/call", {"name": "execute_code", "arguments": {
+            "language": "shell", "code": "touch %s; echo opened" % gate}})
+        got = []
+        r = srv.wait_for(opener, timeout=180, others=got)
+        check(r.get("result", {}).get("structuredContent", {}).get("stdout") == "opened\n"
+              and not any(m.get("id") == waiter and "result" in m for m in got),
+              "a second call is answered while the first still waits")
+        r = srv.wait_for(waiter, timeout=180)
+        sc = r.get("result", {}).get("structuredContent", {})
+        check(sc.get("status") == "success" and sc.get("stdout") == "saw the gate\n",
+              "the first call's program saw what the second's made: %s" % sc.get("status"))
+        try:
+            os.unlink(gate)
+        except OSError:
+            pass
+    finally:
+        srv.close()
+
+    srv = Server(fleet, args=["--max-calls", "1"])
+    try:
+        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                "clientInfo": {"name": "one-call", "version": "1"}}))
+        gate = "/tmp/cf-mcp-%s.gate" % secrets.token_hex(4)
+        marker = "/tmp/cf-mcp-%s.ran" % secrets.token_hex(4)
+        first = srv.request("tools/call", {"name": "execute_code", "arguments": {
+            "language": "shell", "timeout_ms": 120000,
+            "code": "while [ ! -e %s ]; do sleep 0.05; done; echo first" % gate}})
+        queued_call = srv.request("tools/call", {"name": "execute_code", "arguments": {
+            "language": "shell", "code": "touch %s" % marker}})
+        srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": queued_call}})
+        leftover = []
+        # Lines are read in order: once this ping is answered, the cancel was.
+        check(srv.wait_for(srv.request("ping"), timeout=30, others=leftover).get("result") == {},
+              "ping answered while the one allowed call runs")
+        open(gate, "w").close()
+        r = srv.wait_for(first, timeout=180, others=leftover)
+        check(r.get("result", {}).get("structuredContent", {}).get("stdout") == "first\n", "the first call ends")
+        # A call after it runs: had the cancelled one started, it ran before.
+        r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "echo next"}},
+                     others=leftover)
+        check(r.get("result", {}).get("structuredContent", {}).get("stdout") == "next\n", "the next call runs")
+        check(not os.path.exists(marker) and not any(m.get("id") == queued_call for m in leftover),
+              "--max-calls 1: a call cancelled before its turn neither runs nor answers")
+        for f in (gate, marker):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+    finally:
+        srv.close()
+
+
 def main():
     fleet = Fleet("mcp-session").start()
     srv = Server(fleet)
@@ -189,6 +255,7 @@ def main():
         run(srv, fleet)
         batches(fleet)
         client_timeouts(fleet)
+        parallel_calls(fleet)
         tenant_workspaces(fleet)
         quiet = Fleet("mcp-nostream", extra=["--stream-topic-suffix="]).start()
         no_streaming(quiet)
@@ -507,19 +574,6 @@ def run(srv, fleet):
               "write_file with a stale revision: a conflict, said")
     else:
         print("skip workspace tools: no CF_TEST_REDIS")
-
-    # A call cancelled while it waits its turn never starts.
-    slow = srv.request("tools/call", {"name": "execute_code", "arguments": {"language": "shell", "code": "sleep 1"}})
-    marker2 = "/tmp/cf-mcp-%s.ran" % secrets.token_hex(4)
-    queued_call = srv.request("tools/call", {"name": "execute_code", "arguments": {
-        "language": "shell", "code": "touch %s" % marker2}})
-    srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": queued_call}})
-    leftover = []
-    r = srv.wait_for(slow, others=leftover)
-    after = srv.wait_for(srv.request("ping"), timeout=10, others=leftover)
-    time.sleep(1.0)
-    check(not os.path.exists(marker2) and not any(m.get("id") == queued_call for m in leftover),
-          "a call cancelled before its turn neither runs nor answers")
 
     # A line too long for the server: a parse error, and it goes on.
     srv.send_raw(b'{"jsonrpc":"2.0","id":99,"method":"ping","params":{"x":"' + b"a" * (5 << 20) + b'"}}\n')

@@ -49,6 +49,21 @@ try {
   check((r.structuredContent || {}).status === "success", "a run with progress succeeds");
   check(seen.join("") === "tick 1\ntick 2\ntick 3\n", `progress carried the output: ${JSON.stringify(seen)}`);
 
+  // Calls side by side, as agents make them: the first program waits for
+  // a file the second makes, so served one at a time it would never end.
+  const gate = `/tmp/cf-mcp-ts-${process.pid}-${Date.now()}.gate`;
+  const [waiter, opener] = await Promise.all([
+    client.callTool(
+      { name: "execute_code", arguments: { language: "shell", timeout_ms: 120000,
+        code: `while [ ! -e ${gate} ]; do sleep 0.05; done; echo saw the gate` } },
+      undefined, { timeout: 180000 }),
+    client.callTool({ name: "execute_code", arguments: { language: "shell", code: `touch ${gate}; echo opened` } },
+      undefined, { timeout: 180000 }),
+  ]);
+  check((waiter.structuredContent || {}).stdout === "saw the gate\n" && (opener.structuredContent || {}).stdout === "opened\n",
+        `parallel calls overlap: ${(waiter.structuredContent || {}).status}, ${(opener.structuredContent || {}).status}`);
+  await import("node:fs").then((fs) => fs.promises.unlink(gate)).catch(() => {});
+
   // wait=false, then get_result.
   r = await client.callTool({ name: "execute_code", arguments: { language: "shell", code: "echo later", wait: false } });
   const id = (r.structuredContent || {}).id;
