@@ -91,6 +91,9 @@ typedef struct mcp_call {
     json_t *msg;       /* the request (owned) */
     json_t *id;        /* its id (in msg) */
     mcp_batch *batch;  /* the batch it came in, or NULL */
+    /* execute_code's workspace and thread (in msg, or NULL): calls that
+     * name the same one run one after another, in the order they came. */
+    const char *workspace, *thread;
     int abort;         /* CALL_GOES_ON, or what the client's notifications/cancelled said */
     char request_id[CF_ID_MAX + 1]; /* execute_code: the execution it submitted ("" before) */
     /* The execution whose output chunks become progress notifications. */
@@ -388,6 +391,29 @@ static json_t *execute_schema(void)
     json_t *fs = prop("string", "What of the host or workspace the program sees.");
     json_object_set_new(fs, "enum", enum_of(fs_mode_at, CF_FS_UNSPECIFIED + 1, CF_FS_PATHS + 1));
     json_object_set_new(p, "filesystem", fs);
+    json_t *flags = prop("array", "Extra compiler flags for a compiled language (c, cpp, rust, go, java, "
+                                  "typescript), each from the operator's allowlist.");
+    json_object_set_new(flags, "items", json_pack("{s:s}", "type", "string"));
+    json_object_set_new(p, "compile_flags", flags);
+    json_t *case_props = json_object();
+    json_object_set_new(case_props, "name", prop("string", "A label, echoed in the case's result."));
+    json_object_set_new(case_props, "stdin", bytes_prop("The case's standard input."));
+    json_object_set_new(case_props, "input", json_pack("{s:s}", "description", "The case's structured input."));
+    json_t *case_argv = prop("array", "Arguments appended to argv.");
+    json_object_set_new(case_argv, "items", json_pack("{s:s}", "type", "string"));
+    json_object_set_new(case_props, "argv", case_argv);
+    json_object_set_new(case_props, "expect_stdout", bytes_prop("Expected standard output (compared after "
+                                                                "trailing whitespace is removed)."));
+    json_t *cases = prop("array", "Test cases: the program is built once and run once per case, each with its "
+                                  "own stdin/input/argv; the result has a row per case (match against "
+                                  "expect_stdout). No streaming, workspace_rw, thread or collect with cases.");
+    json_object_set_new(cases, "items", object_schema(case_props, NULL, 0));
+    json_object_set_new(p, "cases", cases);
+    json_object_set_new(p, "stop_on_failure", prop("boolean", "With cases: stop at the first that does not pass."));
+    json_t *collect = prop("array", "Glob patterns of work-directory files to return in the result's files "
+                                    "(e.g. \"out/*.png\").");
+    json_object_set_new(collect, "items", json_pack("{s:s}", "type", "string"));
+    json_object_set_new(p, "collect", collect);
     json_object_set_new(p, "workspace", prop("string", "Run against this workspace's files (see list_files)."));
     json_object_set_new(p, "thread", prop("string", "Thread id: groups the checkpoints of one conversation."));
     json_object_set_new(p, "wait", prop("boolean", "Wait for the result (default true). false: return the "
@@ -564,8 +590,9 @@ static const char *str_arg(const json_t *args, const char *k)
 static json_t *request_json(const json_t *args, const char *id, bool stream, char *why, size_t wsize)
 {
     json_t *r = json_pack("{s:i, s:s}", "v", 1, "id", id);
-    static const char *const same[] = {"language", "code", "argv", "stdin", "input", "files",
-                                       "env",      "backend", "workspace", "thread", "image"};
+    static const char *const same[] = {"language", "code",  "argv",          "stdin",           "input",
+                                       "files",    "env",   "backend",       "workspace",       "thread",
+                                       "image",    "cases", "compile_flags", "stop_on_failure", "collect"};
     for (size_t i = 0; r && i < sizeof(same) / sizeof(same[0]); i++) {
         json_t *v = json_object_get(args, same[i]);
         if (v)
@@ -937,7 +964,9 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
         return tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
     /* A progress token (a string or an integer) asks for output as it
      * comes: the request then streams, where the fleet can. */
-    bool stream = wait && m->streaming && (json_is_string(progress_token) || json_is_integer(progress_token));
+    /* (Cases do not stream: SPEC.md section 2.) */
+    bool stream = wait && m->streaming && (json_is_string(progress_token) || json_is_integer(progress_token)) &&
+                  !json_object_get(args, "cases");
     cf_result res = {0};
     for (;;) {
         json_t *rj = request_json(args, id, stream, why, sizeof(why));
@@ -1247,16 +1276,43 @@ static void call_refuse(mcp *m, mcp_call *c, const char *why)
     call_free(c);
 }
 
-/* Starts what waits for a turn while there is room (under mu); what could
+static bool same_key(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+/* Whether c must wait for a call before it: one running, or one ahead of
+ * it in line, that names the same workspace or thread (under mu). */
+static bool call_blocked_locked(const mcp *m, const mcp_call *c)
+{
+    if (!c->workspace && !c->thread)
+        return false;
+    for (const mcp_call *r = m->running; r; r = r->next)
+        if (same_key(r->workspace, c->workspace) || same_key(r->thread, c->thread))
+            return true;
+    for (const mcp_call *w = m->waiting; w && w != c; w = w->next)
+        if (same_key(w->workspace, c->workspace) || same_key(w->thread, c->thread))
+            return true;
+    return false;
+}
+
+/* Starts what waits for a turn while there is room, in order, passing
+ * over a call whose workspace or thread is busy (under mu).  What could
  * not start is answered with the reason there and then (under mu, as
  * on_chunk sends: so no thread touches m once calls_drain saw none left). */
 static void call_start_waiting_locked(mcp *m)
 {
-    while (m->waiting && m->n_running < m->max_calls && !cf_cli_stop) {
-        mcp_call *c = m->waiting;
-        m->waiting = c->next;
-        if (!m->waiting)
-            m->waiting_tail = NULL;
+    mcp_call **pp = &m->waiting, *prev = NULL;
+    while (*pp && m->n_running < m->max_calls && !cf_cli_stop) {
+        mcp_call *c = *pp;
+        if (call_blocked_locked(m, c)) {
+            prev = c;
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        if (m->waiting_tail == c)
+            m->waiting_tail = prev;
         if (call_launch_locked(m, c) < 0)
             call_refuse(m, c, "cannot start a thread for the call");
     }
@@ -1275,6 +1331,11 @@ static void call_start(mcp *m, json_t *msg)
     c->msg = json_incref(msg);
     c->id = json_object_get(msg, "id");
     c->batch = tl_batch;
+    json_t *params = json_object_get(msg, "params"), *args = json_object_get(params, "arguments");
+    if (strcmp(json_string_value(json_object_get(params, "name")), "execute_code") == 0) {
+        c->workspace = json_string_value(json_object_get(args, "workspace"));
+        c->thread = json_string_value(json_object_get(args, "thread"));
+    }
     if (c->batch) {
         pthread_mutex_lock(&m->out_mu);
         c->batch->pending++;

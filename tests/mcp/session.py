@@ -213,6 +213,44 @@ def parallel_calls(fleet):
     finally:
         srv.close()
 
+    # Calls naming the same thread run in the order they came: the first
+    # waits for a file the second makes, so it times out (side by side, it
+    # would see the file and succeed); another thread's call is not held.
+    if os.environ.get("CF_TEST_REDIS"):
+        srv = Server(fleet)
+        try:
+            srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                    "clientInfo": {"name": "ordered", "version": "1"}}))
+            gate = "/tmp/cf-mcp-%s.gate" % secrets.token_hex(4)
+            thread = "mcp-order-" + secrets.token_hex(4)
+            first = srv.request("tools/call", {"name": "execute_code", "arguments": {
+                "language": "shell", "thread": thread, "timeout_ms": 3000,
+                "code": "while [ ! -e %s ]; do sleep 0.05; done; echo saw it" % gate}})
+            second = srv.request("tools/call", {"name": "execute_code", "arguments": {
+                "language": "shell", "thread": thread, "code": "touch %s; echo second" % gate}})
+            other = srv.call({"name": "execute_code", "arguments": {
+                "language": "shell", "thread": thread + "-other", "code": "echo other"}}, timeout=180)
+            check(other["result"]["structuredContent"].get("stdout") == "other\n",
+                  "another thread's call runs beside them")
+            order = []
+            r1 = srv.wait_for(first, timeout=180, others=order)
+            r2 = srv.wait_for(second, timeout=180) if not any(m.get("id") == second for m in order) else \
+                [m for m in order if m.get("id") == second][0]
+            check(r1["result"]["structuredContent"].get("status") == "timeout"
+                  and r2["result"]["structuredContent"].get("stdout") == "second\n"
+                  and not any(m.get("id") == second for m in order),
+                  "calls of one thread run one after another: %s, %s" % (
+                      r1["result"]["structuredContent"].get("status"),
+                      r2["result"]["structuredContent"].get("status")))
+            try:
+                os.unlink(gate)
+            except OSError:
+                pass
+        finally:
+            srv.close()
+    else:
+        print("skip ordered calls: the thread needs Redis (CF_TEST_REDIS)")
+
     srv = Server(fleet, args=["--max-calls", "1"])
     try:
         srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -574,6 +612,26 @@ def run(srv, fleet):
               "write_file with a stale revision: a conflict, said")
     else:
         print("skip workspace tools: no CF_TEST_REDIS")
+
+    # What the CLI offers: cases, collect, compile_flags.
+    r = srv.call({"name": "execute_code", "arguments": {
+        "language": "python", "code": "print(int(input()) * 2)",
+        "cases": [{"name": "two", "stdin": "2", "expect_stdout": "4"},
+                  {"name": "three", "stdin": "3", "expect_stdout": "7"}]}})
+    sc = r["result"]["structuredContent"]
+    rows = [(c.get("name"), c.get("match")) for c in sc.get("cases", [])]
+    check(sc.get("status") == "failed" and rows == [("two", True), ("three", False)]
+          and "three" in r["result"]["content"][0]["text"],
+          "execute_code with cases: a row per case, the mismatch named: %s %s" % (sc.get("status"), rows))
+    r = srv.call({"name": "execute_code", "arguments": {
+        "language": "shell", "code": "mkdir -p out && echo plot > out/a.txt && echo x > out/b.bin",
+        "collect": ["out/*.txt"]}})
+    files = [(f.get("path"), f.get("content")) for f in r["result"]["structuredContent"].get("files", [])]
+    check(files == [("out/a.txt", "plot\n")], "execute_code with collect returns the files: %s" % files)
+    r = srv.call({"name": "execute_code", "arguments": {"language": "python", "code": "print(1)",
+                                                        "compile_flags": ["-O2"]}})
+    check(r["result"]["isError"] is True and "compile_flags" in r["result"]["content"][0]["text"],
+          "compile_flags reach the request's check (python is not compiled): %s" % tool_text(r)[:200])
 
     # A line too long for the server: a parse error, and it goes on.
     srv.send_raw(b'{"jsonrpc":"2.0","id":99,"method":"ping","params":{"x":"' + b"a" * (5 << 20) + b'"}}\n')
