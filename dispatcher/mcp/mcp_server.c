@@ -52,6 +52,7 @@
 #define MCP_MAX_WAIT_MS (3600 * 1000)
 #define MCP_MAX_CALLS_DEFAULT 16 /* tools/calls that wait at the same time */
 #define MCP_MAX_CALLS_LIMIT 256
+#define MCP_MAX_WAITING 1024 /* calls in line for a turn; past it a call is refused */
 #define LOG_SUB "mcp"
 
 /* Newest first; the client's version is echoed when it is one of these.
@@ -126,7 +127,7 @@ struct mcp {
      * max_calls that wait for a turn (guarded by mu). */
     mcp_call *running;
     mcp_call *waiting, *waiting_tail;
-    int n_running, max_calls;
+    int n_running, max_calls, n_waiting;
     pthread_cond_t calls_cv;
     pthread_t keeper;        /* sends the keep-alives, whatever the waiting calls block in */
     bool keeper_stop;
@@ -1313,6 +1314,7 @@ static void call_start_waiting_locked(mcp *m)
         *pp = c->next;
         if (m->waiting_tail == c)
             m->waiting_tail = prev;
+        m->n_waiting--;
         if (call_launch_locked(m, c) < 0)
             call_refuse(m, c, "cannot start a thread for the call");
     }
@@ -1342,11 +1344,21 @@ static void call_start(mcp *m, json_t *msg)
         pthread_mutex_unlock(&m->out_mu);
     }
     pthread_mutex_lock(&m->mu);
+    if (m->n_waiting >= MCP_MAX_WAITING) {
+        /* Each waits with its message: bounded, and said. */
+        char why[160];
+        snprintf(why, sizeof(why), "too many calls waiting for a turn (%d): wait for answers before sending more",
+                 MCP_MAX_WAITING);
+        call_refuse(m, c, why);
+        pthread_mutex_unlock(&m->mu);
+        return;
+    }
     if (m->waiting_tail)
         m->waiting_tail->next = c;
     else
         m->waiting = c;
     m->waiting_tail = c;
+    m->n_waiting++;
     call_start_waiting_locked(m);
     pthread_mutex_unlock(&m->mu);
 }
@@ -1424,6 +1436,7 @@ static void call_cancel(mcp *m, const json_t *request_id, const char *reason)
             *pp = dropped->next;
             if (m->waiting_tail == dropped)
                 m->waiting_tail = prev;
+            m->n_waiting--;
             break;
         }
     pthread_mutex_unlock(&m->mu);
@@ -1445,6 +1458,7 @@ static void calls_drain(mcp *m)
             m->waiting = c->next;
             if (!m->waiting)
                 m->waiting_tail = NULL;
+            m->n_waiting--;
             pthread_mutex_unlock(&m->mu);
             batch_release(m, c->batch);
             call_free(c);
