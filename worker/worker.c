@@ -306,9 +306,21 @@ static int worker_backends_setup(cf_worker *w, cf_error *err)
     cf_log_info(LOG_SUB, "helpers: harnesses %s, %s", pcfg.harness_dir[0] ? pcfg.harness_dir : "(none)", helpers);
     if (cf_backend_set_new(cfg->backends, &w->bcfg, &w->backends, err) < 0)
         return cf_error_wrap(err, "backends");
-    char matrix[4096];
+    /* A line per backend: the whole block in one message was cut by the
+     * log's line buffer, losing the last backends (an UNAVAILABLE one
+     * included). */
+    char matrix[16384];
     cf_backend_set_describe(w->backends, matrix, sizeof(matrix));
-    cf_log_info(LOG_SUB, "worker %s capabilities:\n%s", w->worker_id, matrix);
+    cf_log_info(LOG_SUB, "worker %s capabilities:", w->worker_id);
+    for (const char *line = matrix; *line;) {
+        size_t len = strcspn(line, "\n");
+        cf_log_info(LOG_SUB, "  %.*s", (int)len, line);
+        line += len + (line[len] == '\n');
+    }
+    const char *name, *why;
+    for (size_t i = 0; cf_backend_set_missing(w->backends, i, &name, &why); i++)
+        cf_log_warn(LOG_SUB, "backend %s is not available on this worker (%s): requests for it are rejected", name,
+                    why);
     return 0;
 }
 
@@ -354,6 +366,10 @@ static int worker_topics_setup(cf_worker *w, cf_error *err)
                     pr->name, t->name, t->results, pr->backends, pr->languages, pr->network ? "enabled" : "disabled",
                     pr->read_only_roots, pr->read_write_roots, pr->env_allow, pr->reply_to,
                     pr->state_prefix ? pr->state_prefix : "(none)");
+        for (size_t b = 0; b < pr->n_backends; b++)
+            if (cf_backend_set_unavailable(w->backends, pr->backend_names[b]))
+                cf_log_warn(LOG_SUB, "profile %s: backend %s is listed but not available here: its requests for it "
+                            "are rejected", pr->name, pr->backend_names[b]);
     }
     if (w->ntopics == 0)
         return cf_error_set(err, CF_E_INVALID, "no request topic: set request-topic or a profile's topic");

@@ -313,6 +313,9 @@ const cf_backend *cf_backend_set_get(const cf_backend_set *set, size_t i);
 /* Whether `name` was listed but could not be created here (create() said
  * CF_E_UNSUPPORTED and it was not the first): the worker runs without it. */
 bool cf_backend_set_unavailable(const cf_backend_set *set, const char *name);
+/* The unavailable backends: the i-th one's name and why (false past the
+ * last). */
+bool cf_backend_set_missing(const cf_backend_set *set, size_t i, const char **name, const char **reason);
 
 /* Chooses the backend for req: the one it names, else the default.  When
  * nothing fits, returns NULL and writes a reason ("backend 'x' is not

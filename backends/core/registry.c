@@ -353,6 +353,15 @@ bool cf_backend_set_unavailable(const cf_backend_set *set, const char *name)
     return false;
 }
 
+bool cf_backend_set_missing(const cf_backend_set *set, size_t i, const char **name, const char **reason)
+{
+    if (!set || i >= set->n_missing)
+        return false;
+    *name = set->missing[i].ops->name;
+    *reason = set->missing[i].reason;
+    return true;
+}
+
 const cf_backend *cf_backend_set_select(const cf_backend_set *set, const cf_request *req, char *reason,
                                         size_t reason_size)
 {

@@ -267,6 +267,29 @@ static void profile_with_an_unknown_image_is_refused_at_start(void **state)
     }
 }
 
+/* Listed without container-images, the container backend is unavailable:
+ * the worker says so at start, as a warning, and its capability lines
+ * are whole (one log line each: the block in one message lost its last
+ * lines, this one's included). */
+static void container_without_images_is_said_unavailable(void **state)
+{
+    (void)state;
+    REQUIRE();
+    it_worker w;
+    const char *extra[] = {"--backends=sandbox,process,wasm,js,container", g.a_state, g.a_cg, g.a_work, NULL};
+    it_worker_start(&w, &g.t, "ct-noimages", extra);
+    bool up = it_worker_wait_log(&w, "assigned", 60000);
+    bool said = it_worker_log_contains(&w, "warn  worker: backend container is not available on this worker (") &&
+                it_worker_log_contains(&w, "profile default: backend container is listed but not available here");
+    bool lines = it_worker_log_contains(&w, "  sandbox (default): isolation=") &&
+                 it_worker_log_contains(&w, "  process: isolation=") && it_worker_log_contains(&w, "  container: UNAVAILABLE (");
+    it_worker_stop(&w, SIGTERM, 30000);
+    if (!up || !said || !lines) {
+        it_worker_dump_log(&w);
+        fail_msg("started %d, the warning %d, every capability line %d", up, said, lines);
+    }
+}
+
 /* network=enabled: the program gets egress only; the broker the worker
  * talks to (on this host) is refused. */
 static void network_enabled_cannot_reach_the_broker(void **state)
@@ -360,6 +383,7 @@ int main(void)
         cmocka_unit_test(each_language_of_the_image),
         cmocka_unit_test(images_by_name),
         cmocka_unit_test(profile_with_an_unknown_image_is_refused_at_start),
+        cmocka_unit_test(container_without_images_is_said_unavailable),
         cmocka_unit_test(network_enabled_cannot_reach_the_broker),
         cmocka_unit_test(timeout_leaves_no_container),
         cmocka_unit_test(killed_worker_leaves_nothing_after_restart),
