@@ -14,7 +14,14 @@
 # codefleet-worker --config (kafka.sasl.*, redis-user, redis-password).
 #
 # Usage:
-#   deploy/stack.sh up [--workers N] [--no-topics]
+#   deploy/stack.sh up [--workers N] [--no-topics] [--container] [--warm]
+#                                       --container: the workers also offer the
+#                                        container backend with the image of
+#                                        deploy/images.sh (every profile may use it);
+#                                       --warm: warm sandboxes (sandbox-warm).
+#                                       A running worker whose arguments or
+#                                       settings file changed is restarted
+#                                       (drained first); one unchanged keeps running.
 #   deploy/stack.sh down [--purge]      (--purge also deletes the state dir)
 #   deploy/stack.sh status              (exit 3 if Kafka or Redis is not running)
 #   deploy/stack.sh env                 (export lines, for: eval "$(deploy/stack.sh env)")
@@ -598,6 +605,8 @@ WORK_ROOT=${CODEFLEET_WORK_ROOT:-/dev/shm/codefleet}
 # them starts the workers without those two, and says so).
 if ((EUID == 0)); then BACKENDS=${CODEFLEET_BACKENDS:-sandbox,process,wasm,js}; else BACKENDS=${CODEFLEET_BACKENDS:-process}; fi
 TENANT_BACKENDS=sandbox,wasm,js
+# Extra worker flags from `up` (--container, --warm).
+STACK_FLAGS=()
 # What requests may use is the profile's decision: the default profile
 # allows the sandbox only.  Without root there is no sandbox, and this
 # development stack lets its default profile use the process backend
@@ -633,22 +642,33 @@ start_workers() {
     cg=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || true)
     [[ $mem_kib =~ ^[0-9]+$ && $cg =~ ^[0-9]+$ ]] && ((cg / 1024 < mem_kib)) && mem_kib=$((cg / 1024))
     [[ $mem_kib =~ ^[0-9]+$ ]] && budget=(--memory-budget "$((mem_kib * 3 / 4 / n))KiB")
+    local -a cmd
+    local signature
     for ((i = 1; i <= n; i++)); do
         pidfile=$WORKER_DIR/w$i.pid
-        if worker_running "$pidfile"; then
-            cf_log "worker w$i already running (pid $(read_pid "$pidfile")); it keeps the arguments it was started with (stop it, or 'down', to apply new ones)"
-            continue
-        fi
         # Each worker of this host gets its own range of host uids for the
         # programs it runs (per slot), so two workers never share one.
-        spawn "$WORKER_DIR/w$i.log" "$pidfile" "${CLEAN_ENV[@]}" "$worker" --config "$STATE/worker.conf" \
-            --brokers "$(brokers)" --group "$GROUP" --worker-id "w$i" \
-            --request-topic "$TOPIC_REQUESTS" --result-topic "$TOPIC_RESULTS" --dlq-topic "$TOPIC_DLQ" \
-            --workers-topic "$TOPIC_WORKERS" \
-            --redis "127.0.0.1:$REDIS_PORT" --backends "$BACKENDS" --run-uid-base $((100000 + i * 1000)) \
-            --work-root "$WORK_ROOT" "${PROFILE_ARGS[@]}" \
-            --metrics-listen "$(metrics_listen "$i")" "${budget[@]}" \
-            "${extra[@]}"
+        cmd=("$worker" --config "$STATE/worker.conf"
+            --brokers "$(brokers)" --group "$GROUP" --worker-id "w$i"
+            --request-topic "$TOPIC_REQUESTS" --result-topic "$TOPIC_RESULTS" --dlq-topic "$TOPIC_DLQ"
+            --workers-topic "$TOPIC_WORKERS"
+            --redis "127.0.0.1:$REDIS_PORT" --backends "$BACKENDS" --run-uid-base $((100000 + i * 1000))
+            --work-root "$WORK_ROOT" "${PROFILE_ARGS[@]}" "${STACK_FLAGS[@]}"
+            --metrics-listen "$(metrics_listen "$i")" "${budget[@]}"
+            "${extra[@]}")
+        # What it runs with: its arguments and its settings file (which
+        # holds secrets: only its digest is kept).
+        signature="$(printf '%q ' "${cmd[@]}") settings:$(sha256sum <"$STATE/worker.conf" | cut -c1-16)"
+        if worker_running "$pidfile"; then
+            if [[ -f $WORKER_DIR/w$i.args && $(cat "$WORKER_DIR/w$i.args") == "$signature" ]]; then
+                cf_log "worker w$i already running (pid $(read_pid "$pidfile")) with these arguments"
+                continue
+            fi
+            cf_log "worker w$i runs with other arguments or settings: restarting it (it drains first)"
+            stop_pidfile "$pidfile" worker_check 60 "worker w$i" || cf_die "worker w$i could not be stopped"
+        fi
+        printf '%s\n' "$signature" >"$WORKER_DIR/w$i.args"
+        spawn "$WORKER_DIR/w$i.log" "$pidfile" "${CLEAN_ENV[@]}" "${cmd[@]}"
         started+=("$i")
     done
     ((${#started[@]})) || return 0
@@ -665,8 +685,19 @@ start_workers() {
 
 cmd_up() {
     local workers=${CODEFLEET_WORKERS:-2} topics=1
+    STACK_FLAGS=()
     while (($#)); do
         case $1 in
+        --container)
+            local rootfs=${CODEFLEET_IMAGES:-/var/lib/codefleet/images}/default/rootfs
+            [[ -d $rootfs ]] || cf_die "--container: no image at $rootfs (deploy/images.sh builds it)"
+            [[ ,$BACKENDS, == *,container,* ]] || BACKENDS+=,container
+            TENANT_BACKENDS+=,container
+            # Every profile may use it: the default one and the tenants'.
+            if ((EUID == 0)); then PROFILE_ARGS=(--profile.default.backends=$TENANT_BACKENDS); fi
+            STACK_FLAGS+=(--container-images "default=$rootfs")
+            ;;
+        --warm) STACK_FLAGS+=(--sandbox-warm=true) ;;
         --workers)
             (($# >= 2)) || cf_die "--workers needs a number"
             workers=$2
