@@ -13,6 +13,7 @@
 
 #include "support/cgroup_host.h"
 #include "support/sandbox_test.h"
+#include "support/test_time.h"
 #include "unit/request_builders.h"
 
 #include <errno.h>
@@ -385,7 +386,8 @@ static void test_endless_stdout(void **state)
     cf_request req;
     cf_result res;
     hostile_request(&req, "stdout");
-    req.policy.timeout_us = 2 * SEC;
+    /* Long enough to fill the cap (in an emulated guest, 10 s). */
+    req.policy.timeout_us = 2 * SEC * cf_test_time_scale();
     req.policy.max_stdout_bytes = 64 * 1024;
     run(&req, &res);
     assert_int_equal(res.status, CF_STATUS_TIMEOUT);
