@@ -196,6 +196,20 @@ def main():
                 sys.stdout.write("stdout:\n%s\nstderr:\n%s\n" % (out[-3000:], err[-3000:]))
             if "--no-wait" in cmd and out.strip() and rc == 0:
                 request_id = out.strip().splitlines()[-1]
+        # `up` again: with the same arguments the worker keeps running; with
+        # others (a worker flag) it is drained and restarted, and says so.
+        if ours and worker and ready:
+            again = subprocess.run([os.path.join(REPO, "deploy", "stack.sh"), "up", "--workers", "1"], cwd=REPO,
+                                   env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+            check(again.returncode == 0 and "with these arguments" in again.stderr and live_pid() == worker,
+                  "stack.sh up again: the worker keeps running (%s)" % again.stderr.strip().splitlines()[-1:])
+            changed = dict(env, CODEFLEET_STACK_WORKER_ARGS="--log-level=debug")
+            again = subprocess.run([os.path.join(REPO, "deploy", "stack.sh"), "up", "--workers", "1"], cwd=REPO,
+                                   env=changed, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+            restarted = live_pid()
+            check(again.returncode == 0 and "restarting it" in again.stderr and restarted not in (None, worker),
+                  "stack.sh up with another worker flag restarts it (%s)" % again.stderr.strip().splitlines()[-1:])
+            worker = restarted or worker
     finally:
         # A sleep the cancel did not reach is not left holding the worker.
         if request_id:
