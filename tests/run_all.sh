@@ -143,8 +143,15 @@ vm_start() {
     vm_out=$(mktemp)
     vm_t0=$SECONDS
     printf 'run_all: cgroup v2 kernels in qemu (tests/vm/run.sh) started in the background\n'
-    # Its own process group, so that cleanup can stop qemu with it.
-    setsid tests/vm/run.sh >"$vm_out" 2>&1 </dev/null &
+    # Its own process group, so that cleanup can stop qemu with it; and a
+    # watchdog in that group stops it when this script is gone without a
+    # cleanup (SIGKILL), rather than leave a VM running for an hour.
+    setsid bash -c 'run_all=$1; tests/vm/run.sh & vm=$!
+        while kill -0 "$vm" 2>/dev/null; do
+            kill -0 "$run_all" 2>/dev/null || kill -TERM 0
+            sleep 2
+        done
+        wait "$vm"' vm-stage $$ >"$vm_out" 2>&1 </dev/null &
     vm_pid=$!
 }
 vm_collect() {
@@ -173,6 +180,8 @@ cleanup() {
     if [[ -n $vm_pid ]]; then
         kill -TERM -- "-$vm_pid" 2>/dev/null
         wait "$vm_pid" 2>/dev/null
+        printf '\n=== cgroup v2 kernels in qemu: stopped by the interruption; its output so far\n'
+        tail -n 40 "$vm_out"
         rm -f "$vm_out"
     fi
     if ((stack_up)); then

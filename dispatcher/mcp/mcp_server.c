@@ -45,14 +45,15 @@
 #include "cf_workspace.h"
 
 #define MCP_LINE_MAX (4u * 1024 * 1024)     /* bytes of one incoming message */
-#define MCP_QUEUE_BYTES (16u * 1024 * 1024) /* bytes of messages read ahead while a tool runs */
+#define MCP_QUEUE_BYTES (16u * 1024 * 1024) /* bytes of lines read ahead of the main thread */
 #define MCP_TEXT_MAX (32 * 1024)         /* bytes of stdout/stderr in the text summary */
 #define MCP_WAIT_SLICE_US 100000
 #define MCP_DEFAULT_WAIT_MS 120000
 #define MCP_MAX_WAIT_MS (3600 * 1000)
 #define MCP_MAX_CALLS_DEFAULT 16 /* tools/calls that wait at the same time */
 #define MCP_MAX_CALLS_LIMIT 256
-#define MCP_MAX_WAITING 1024 /* calls in line for a turn; past it a call is refused */
+#define MCP_MAX_WAITING 1024                 /* calls in line for a turn; past it a call is refused */
+#define MCP_WAITING_BYTES (16u * 1024 * 1024) /* and their messages' JSON text */
 #define LOG_SUB "mcp"
 
 /* Newest first; the client's version is echoed when it is one of these.
@@ -95,6 +96,7 @@ typedef struct mcp_call {
     /* execute_code's workspace and thread (in msg, or NULL): calls that
      * name the same one run one after another, in the order they came. */
     const char *workspace, *thread;
+    size_t bytes; /* its message's JSON text, counted while it waits for a turn */
     int abort;         /* CALL_GOES_ON, or what the client's notifications/cancelled said */
     char request_id[CF_ID_MAX + 1]; /* execute_code: the execution it submitted ("" before) */
     /* The execution whose output chunks become progress notifications. */
@@ -116,6 +118,10 @@ struct mcp {
     cf_redis *redis;
     cf_workspace_store *ws;
     pthread_mutex_t out_mu; /* one message at a time on stdout */
+    /* Held around a submit and its flush, and around a cancel: the
+     * dispatcher keeps one delivery error, taken by whoever reads it
+     * first, so calls side by side would read each other's. */
+    pthread_mutex_t send_mu;
     /* Lines read by the reader thread. */
     pthread_t reader;
     pthread_mutex_t mu;
@@ -128,6 +134,7 @@ struct mcp {
     mcp_call *running;
     mcp_call *waiting, *waiting_tail;
     int n_running, max_calls, n_waiting;
+    size_t waiting_bytes; /* their messages' JSON text */
     pthread_cond_t calls_cv;
     pthread_t keeper;        /* sends the keep-alives, whatever the waiting calls block in */
     bool keeper_stop;
@@ -753,15 +760,15 @@ static void watch_execution(mcp_call *c, const char *id, json_t *token)
 }
 
 /* The call's progress token for keep-alives (NULL: none): they go to it
- * whether or not its output streams; progress counts from 1 per call. */
+ * whether or not its output streams, and while it waits for its turn;
+ * progress counts from 1 per call. */
 static void watch_keepalive(mcp_call *c, json_t *token)
 {
     mcp *m = c->m;
     pthread_mutex_lock(&m->mu);
     json_decref(c->keepalive_token);
     c->keepalive_token = token && (json_is_string(token) || json_is_integer(token)) ? json_incref(token) : NULL;
-    c->progress_sent = 0;
-    c->last_progress_us = cf_mono_us();
+    c->last_progress_us = cf_mono_us(); /* (progress_sent goes on: a call's progress only grows) */
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -773,21 +780,31 @@ static void keep_alive(mcp *m)
 {
     pthread_mutex_lock(&m->mu);
     int64_t now = cf_mono_us();
-    for (mcp_call *c = m->running; c; c = c->next)
-        if (c->keepalive_token && m->keepalive_us > 0 && now - c->last_progress_us >= m->keepalive_us) {
-            c->last_progress_us = now;
-            send_msg(m, json_pack("{s:s, s:s, s:{s:O, s:I}}", "jsonrpc", "2.0", "method",
-                                  "notifications/progress", "params", "progressToken", c->keepalive_token,
-                                  "progress", (json_int_t)++c->progress_sent));
-        }
+    for (int list = 0; list < 2; list++)
+        for (mcp_call *c = list ? m->waiting : m->running; c; c = c->next)
+            if (c->keepalive_token && m->keepalive_us > 0 && now - c->last_progress_us >= m->keepalive_us) {
+                c->last_progress_us = now;
+                send_msg(m, json_pack("{s:s, s:s, s:{s:O, s:I}}", "jsonrpc", "2.0", "method",
+                                      "notifications/progress", "params", "progressToken", c->keepalive_token,
+                                      "progress", (json_int_t)++c->progress_sent));
+            }
     pthread_mutex_unlock(&m->mu);
+}
+
+/* A fleet cancel, under send_mu (see there). */
+static int send_cancel(mcp *m, const char *id, const char *reason, int64_t timeout_us, cf_error *err)
+{
+    pthread_mutex_lock(&m->send_mu);
+    int rc = cf_dispatcher_cancel(m->d, id, reason, timeout_us, err);
+    pthread_mutex_unlock(&m->send_mu);
+    return rc;
 }
 
 /* Cancels an abandoned execution nobody can pick up any more. */
 static void cancel_abandoned(mcp *m, const char *id, const char *why)
 {
     cf_error err = {0};
-    if (cf_dispatcher_cancel(m->d, id, why, 5 * 1000000LL, &err) < 0)
+    if (send_cancel(m, id, why, 5 * 1000000LL, &err) < 0)
         cf_log_warn(LOG_SUB, "request %s: the cancel failed: %s", id, err.msg);
     else
         cf_log_info(LOG_SUB, "request %s: cancelled (%s)", id, why);
@@ -918,7 +935,7 @@ static int wait_result(mcp_call *c, const char *id, int64_t since_us, int64_t ti
         if (call != CALL_GOES_ON || cf_cli_stop) {
             if (cancel_on_abort) {
                 cf_error cerr = {0};
-                if (cf_dispatcher_cancel(m->d, id, "cancelled by the MCP client", 10 * 1000000LL, &cerr) < 0)
+                if (send_cancel(m, id, "cancelled by the MCP client", 10 * 1000000LL, &cerr) < 0)
                     cf_log_warn(LOG_SUB, "request %s: the fleet cancel failed: %s", id, cerr.msg);
                 else
                     cf_log_info(LOG_SUB, "request %s: cancelled by the client", id);
@@ -970,6 +987,8 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
                   !json_object_get(args, "cases");
     cf_result res = {0};
     for (;;) {
+        if (call_abort(c) == CALL_TIMED_OUT) /* nobody waits for its output */
+            stream = false;
         json_t *rj = request_json(args, id, stream, why, sizeof(why));
         if (!rj)
             return tool_error("%s", why);
@@ -981,25 +1000,42 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
         /* Cancelled before it was sent: it never starts.  Otherwise the
          * id is the call's from now on (a client timeout lists it). */
         pthread_mutex_lock(&m->mu);
-        bool go = c->abort == CALL_GOES_ON;
+        bool go = c->abort != CALL_CANCELLED;
         if (go)
             snprintf(c->request_id, sizeof(c->request_id), "%s", id);
+        /* The client's own timeout passed while the call waited for its
+         * turn: not a user's cancel, so it runs, listed for get_result. */
+        bool abandoned = c->abort == CALL_TIMED_OUT;
+        char evicted[CF_ID_MAX + 1] = "";
+        if (abandoned)
+            remember_abandoned_locked(m, id, evicted);
         pthread_mutex_unlock(&m->mu);
+        if (evicted[0])
+            cancel_abandoned(m, evicted, "left running by a client timeout, and more than 8 newer ones since");
         if (!go) {
             cf_request_clear(&req);
             *no_answer = true;
             return NULL;
         }
-        if (stream)
+        if (stream && !abandoned)
             watch_execution(c, id, progress_token);
         /* Flushed: a request the broker refuses is said now, not after
          * wait_timeout_ms (nor blamed on the next call). */
-        if (cf_dispatcher_submit(m->d, &req, &err) < 0 || cf_dispatcher_flush(m->d, 10 * 1000000LL, &err) < 0) {
+        pthread_mutex_lock(&m->send_mu);
+        int sent = cf_dispatcher_submit(m->d, &req, &err) == 0 && cf_dispatcher_flush(m->d, 10 * 1000000LL, &err) == 0;
+        pthread_mutex_unlock(&m->send_mu);
+        if (!sent) {
             watch_execution(c, NULL, NULL);
             cf_request_clear(&req);
             return tool_error("could not submit: %s", err.msg);
         }
         cf_request_clear(&req);
+        if (abandoned) {
+            cf_log_info(LOG_SUB, "request %s: submitted after the client stopped waiting (its own request "
+                        "timeout, while the call waited for its turn): get_result (without an id) picks it up", id);
+            *no_answer = true;
+            return NULL;
+        }
         if (!wait) {
             char text[300];
             snprintf(text, sizeof(text), "submitted as request %s: use get_result or cancel with this id", id);
@@ -1091,7 +1127,7 @@ static json_t *tool_cancel(mcp *m, const json_t *args)
     if (json_object_get(args, "reason") && !reason)
         return tool_error("reason: expected a string");
     cf_error err = {0};
-    if (cf_dispatcher_cancel(m->d, id, reason, 10 * 1000000LL, &err) < 0)
+    if (send_cancel(m, id, reason, 10 * 1000000LL, &err) < 0)
         return tool_error("cancel of %s: %s", id, err.msg);
     char text[300];
     snprintf(text, sizeof(text), "cancel of %s sent: if it runs or waits it is answered `cancelled` (get_result "
@@ -1244,6 +1280,27 @@ static void call_free(mcp_call *c)
 
 static void *call_main(void *arg);
 
+/* The tool c calls. */
+static const char *call_tool(const mcp_call *c)
+{
+    const char *name = json_string_value(json_object_get(json_object_get(c->msg, "params"), "name"));
+    return name ? name : "";
+}
+
+/* Takes c (after prev, NULL: the first) out of the line (under mu). */
+static void waiting_unlink_locked(mcp *m, mcp_call *c, mcp_call *prev)
+{
+    if (prev)
+        prev->next = c->next;
+    else
+        m->waiting = c->next;
+    if (m->waiting_tail == c)
+        m->waiting_tail = prev;
+    c->next = NULL;
+    m->n_waiting--;
+    m->waiting_bytes -= c->bytes;
+}
+
 /* Starts c on a thread of its own (under mu; room checked by the caller).
  * -1 when no thread could be made: c is then on no list. */
 static int call_launch_locked(mcp *m, mcp_call *c)
@@ -1303,20 +1360,18 @@ static bool call_blocked_locked(const mcp *m, const mcp_call *c)
  * on_chunk sends: so no thread touches m once calls_drain saw none left). */
 static void call_start_waiting_locked(mcp *m)
 {
-    mcp_call **pp = &m->waiting, *prev = NULL;
-    while (*pp && m->n_running < m->max_calls && !cf_cli_stop) {
-        mcp_call *c = *pp;
+    mcp_call *c = m->waiting, *prev = NULL;
+    while (c && m->n_running < m->max_calls && !cf_cli_stop) {
         if (call_blocked_locked(m, c)) {
             prev = c;
-            pp = &c->next;
+            c = c->next;
             continue;
         }
-        *pp = c->next;
-        if (m->waiting_tail == c)
-            m->waiting_tail = prev;
-        m->n_waiting--;
+        mcp_call *next = c->next;
+        waiting_unlink_locked(m, c, prev);
         if (call_launch_locked(m, c) < 0)
             call_refuse(m, c, "cannot start a thread for the call");
+        c = next;
     }
 }
 
@@ -1343,23 +1398,37 @@ static void call_start(mcp *m, json_t *msg)
         c->batch->pending++;
         pthread_mutex_unlock(&m->out_mu);
     }
+    /* A quiet wait for a turn gets keep-alives too (keep_alive). */
+    json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+    if (json_is_string(token) || json_is_integer(token))
+        c->keepalive_token = json_incref(token);
+    c->last_progress_us = cf_mono_us();
+    c->bytes = json_dumpb(msg, NULL, 0, JSON_COMPACT);
     pthread_mutex_lock(&m->mu);
-    if (m->n_waiting >= MCP_MAX_WAITING) {
-        /* Each waits with its message: bounded, and said. */
-        char why[160];
-        snprintf(why, sizeof(why), "too many calls waiting for a turn (%d): wait for answers before sending more",
-                 MCP_MAX_WAITING);
-        call_refuse(m, c, why);
-        pthread_mutex_unlock(&m->mu);
-        return;
-    }
     if (m->waiting_tail)
         m->waiting_tail->next = c;
     else
         m->waiting = c;
     m->waiting_tail = c;
     m->n_waiting++;
+    m->waiting_bytes += c->bytes;
     call_start_waiting_locked(m);
+    /* Each waits with its message: bounded by count and bytes, and said.
+     * (Only one that has to wait: still in line.  Found by address: one
+     * that started may be gone.) */
+    mcp_call *prev = NULL, *w = m->waiting;
+    while (w && w != c) {
+        prev = w;
+        w = w->next;
+    }
+    if (w && (m->n_waiting > MCP_MAX_WAITING || m->waiting_bytes > MCP_WAITING_BYTES)) {
+        char why[200];
+        snprintf(why, sizeof(why), "too many calls waiting for a turn (%d, %zu bytes; at most %d, %u bytes): wait "
+                 "for answers before sending more", m->n_waiting - 1, m->waiting_bytes - c->bytes, MCP_MAX_WAITING,
+                 MCP_WAITING_BYTES);
+        waiting_unlink_locked(m, c, prev);
+        call_refuse(m, c, why);
+    }
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -1430,15 +1499,21 @@ static void call_cancel(mcp *m, const json_t *request_id, const char *reason)
                 cancel_abandoned(m, evicted, "left running by a client timeout, and more than 8 newer ones since");
             return;
         }
-    for (mcp_call **pp = &m->waiting, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next)
-        if (json_equal((*pp)->id, (json_t *)request_id)) {
-            dropped = *pp;
-            *pp = dropped->next;
-            if (m->waiting_tail == dropped)
-                m->waiting_tail = prev;
-            m->n_waiting--;
+    for (mcp_call *w = m->waiting, *prev = NULL; w; prev = w, w = w->next) {
+        if (!json_equal(w->id, (json_t *)request_id) || w->abort != CALL_GOES_ON)
+            continue;
+        /* The client's own timeout is not a user's cancel: an
+         * execute_code still runs when its turn comes (listed for
+         * get_result then); anything else leaves the line. */
+        if (client_timeout_reason(reason) && strcmp(call_tool(w), "execute_code") == 0) {
+            w->abort = CALL_TIMED_OUT;
             break;
         }
+        dropped = w;
+        waiting_unlink_locked(m, w, prev);
+        call_start_waiting_locked(m); /* what waited behind it only may start */
+        break;
+    }
     pthread_mutex_unlock(&m->mu);
     if (dropped) {
         batch_release(m, dropped->batch);
@@ -1455,10 +1530,7 @@ static void calls_drain(mcp *m)
     while (m->n_running > 0 || m->waiting) {
         if (cf_cli_stop && m->waiting) {
             mcp_call *c = m->waiting;
-            m->waiting = c->next;
-            if (!m->waiting)
-                m->waiting_tail = NULL;
-            m->n_waiting--;
+            waiting_unlink_locked(m, c, NULL);
             pthread_mutex_unlock(&m->mu);
             batch_release(m, c->batch);
             call_free(c);
@@ -1685,7 +1757,7 @@ static void end_session(mcp *m, bool keeper)
 /* ---------------------------------------------------------------- command */
 
 static const char mcp_help[] =
-    "Usage: codefleet [GLOBAL OPTIONS] mcp [--keep-alive DURATION]\n"
+    "Usage: codefleet [GLOBAL OPTIONS] mcp [--keep-alive DURATION] [--max-calls N]\n"
     "\n"
     "A Model Context Protocol server on stdin/stdout (JSON-RPC 2.0, one message\n"
     "per line; logs on stderr).  Tools: execute_code, get_result, cancel,\n"
@@ -1762,6 +1834,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         return CF_EXIT_TRANSPORT;
     }
     pthread_mutex_init(&m->out_mu, NULL);
+    pthread_mutex_init(&m->send_mu, NULL);
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
     pthread_cond_init(&m->progress_cv, NULL);
@@ -1835,6 +1908,7 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
     pthread_cond_destroy(&m->cv);
     pthread_mutex_destroy(&m->mu);
     pthread_mutex_destroy(&m->out_mu);
+    pthread_mutex_destroy(&m->send_mu);
     free(m);
     return rc;
 }

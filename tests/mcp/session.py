@@ -223,25 +223,36 @@ def parallel_calls(fleet):
                                                     "clientInfo": {"name": "ordered", "version": "1"}}))
             gate = "/tmp/cf-mcp-%s.gate" % secrets.token_hex(4)
             thread = "mcp-order-" + secrets.token_hex(4)
+            # The second also names a workspace, which becomes its Kafka
+            # key: the fleet, which runs one key's requests in order, would
+            # run the two side by side; only the server's order holds it.
+            ws = "mcp-order-ws-" + secrets.token_hex(4)
+            r = srv.call({"name": "write_file", "arguments": {"workspace": ws, "path": "x", "content": "1"}})
+            check(r["result"]["isError"] is False, "a workspace for the ordered calls")
             first = srv.request("tools/call", {"name": "execute_code", "arguments": {
                 "language": "shell", "thread": thread, "timeout_ms": 3000,
                 "code": "while [ ! -e %s ]; do sleep 0.05; done; echo saw it" % gate}})
             second = srv.request("tools/call", {"name": "execute_code", "arguments": {
-                "language": "shell", "thread": thread, "code": "touch %s; echo second" % gate}})
-            other = srv.call({"name": "execute_code", "arguments": {
-                "language": "shell", "thread": thread + "-other", "code": "echo other"}}, timeout=180)
-            check(other["result"]["structuredContent"].get("stdout") == "other\n",
+                "language": "shell", "thread": thread, "workspace": ws, "code": "touch %s; echo second" % gate}})
+            got = []  # every message, in the order it came
+
+            def response(rid):
+                for m in got:
+                    if m.get("id") == rid and ("result" in m or "error" in m):
+                        return m
+                m = srv.wait_for(rid, timeout=180, others=got)
+                got.append(m)
+                return m
+
+            other = response(srv.request("tools/call", {"name": "execute_code", "arguments": {
+                "language": "shell", "thread": thread + "-other", "code": "echo other"}}))
+            check(other.get("result", {}).get("structuredContent", {}).get("stdout") == "other\n",
                   "another thread's call runs beside them")
-            order = []
-            r1 = srv.wait_for(first, timeout=180, others=order)
-            r2 = srv.wait_for(second, timeout=180) if not any(m.get("id") == second for m in order) else \
-                [m for m in order if m.get("id") == second][0]
-            check(r1["result"]["structuredContent"].get("status") == "timeout"
-                  and r2["result"]["structuredContent"].get("stdout") == "second\n"
-                  and not any(m.get("id") == second for m in order),
-                  "calls of one thread run one after another: %s, %s" % (
-                      r1["result"]["structuredContent"].get("status"),
-                      r2["result"]["structuredContent"].get("status")))
+            r1, r2 = response(first), response(second)
+            sc1 = r1.get("result", {}).get("structuredContent", {})
+            sc2 = r2.get("result", {}).get("structuredContent", {})
+            check(sc1.get("status") == "timeout" and sc2.get("stdout") == "second\n" and got.index(r1) < got.index(r2),
+                  "calls of one thread run one after another: %s, %s" % (sc1.get("status"), sc2.get("status")))
             try:
                 os.unlink(gate)
             except OSError:
@@ -251,7 +262,7 @@ def parallel_calls(fleet):
     else:
         print("skip ordered calls: the thread needs Redis (CF_TEST_REDIS)")
 
-    srv = Server(fleet, args=["--max-calls", "1"])
+    srv = Server(fleet, args=["--max-calls", "1", "--keep-alive", "1s"])
     try:
         srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                                 "clientInfo": {"name": "one-call", "version": "1"}}))
@@ -281,6 +292,35 @@ def parallel_calls(fleet):
                 os.unlink(f)
             except OSError:
                 pass
+
+        # A call in line gets keep-alives; the client's own timeout is not
+        # a cancel: it runs when its turn comes, and get_result picks it up.
+        gate = "/tmp/cf-mcp-%s.gate" % secrets.token_hex(4)
+        first = srv.request("tools/call", {"name": "execute_code", "arguments": {
+            "language": "shell", "timeout_ms": 120000,
+            "code": "while [ ! -e %s ]; do sleep 0.05; done; echo first" % gate}})
+        in_line = srv.request("tools/call", {"name": "execute_code", "_meta": {"progressToken": "line"},
+                                             "arguments": {"language": "shell", "code": "echo ran after all"}})
+        seen, deadline = [], time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            m = srv.q.get(timeout=max(0.01, deadline - time.monotonic()))
+            if m and m.get("method") == "notifications/progress" and m["params"].get("progressToken") == "line":
+                seen.append(m)
+        check(bool(seen), "a call waiting for its turn gets keep-alive progress")
+        srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": in_line, "reason": "McpError: MCP error -32001: Request timed out"}})
+        check(srv.wait_for(srv.request("ping"), timeout=30).get("result") == {}, "the timeout cancel was read")
+        open(gate, "w").close()
+        left = []
+        r = srv.wait_for(first, timeout=180, others=left)
+        r = srv.call({"name": "get_result", "arguments": {"wait_timeout_ms": 120000}}, timeout=180, others=left)
+        check(r.get("result", {}).get("structuredContent", {}).get("stdout") == "ran after all\n"
+              and not any(m.get("id") == in_line and ("result" in m or "error" in m) for m in left),
+              "timed out while in line: it ran, unanswered, and get_result picked it up: %s" % tool_text(r)[:200])
+        try:
+            os.unlink(gate)
+        except OSError:
+            pass
     finally:
         srv.close()
 
