@@ -88,6 +88,18 @@ class Server:
             if others is not None:
                 others.append(m)
 
+    def initialize(self, name, version="2025-06-18"):
+        """The handshake; returns initialize's response."""
+        return self.wait_for(self.request("initialize", {"protocolVersion": version, "capabilities": {},
+                                                         "clientInfo": {"name": name, "version": "1"}}))
+
+    def gated(self, gate, text, **args):
+        """An execute_code whose program waits for the file gate, then
+        prints text; returns the call's id."""
+        args = dict({"language": "shell", "timeout_ms": 120000,
+                     "code": "while [ ! -e %s ]; do sleep 0.05; done; echo %s" % (gate, text)}, **args)
+        return self.request("tools/call", {"name": "execute_code", "arguments": args})
+
     def call(self, rid_params, timeout=120, others=None):
         return self.wait_for(self.request("tools/call", rid_params), timeout, others)
 
@@ -105,8 +117,7 @@ def no_streaming(fleet):
     (keep-alives off: only the absence of output progress is checked)."""
     srv = Server(fleet, args=["--keep-alive", "0"])
     try:
-        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                "clientInfo": {"name": "session.py", "version": "1"}}))
+        srv.initialize("session.py")
         others = []
         r = srv.call({"name": "execute_code", "_meta": {"progressToken": 7},
                       "arguments": {"language": "shell", "code": "echo still runs"}}, others=others)
@@ -147,8 +158,7 @@ def tenant_workspaces(fleet):
     loose = Server(fleet, tenant_a + ["--state-prefix=*"])
     try:
         for srv in (op, a, loose):
-            srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                    "clientInfo": {"name": "session.py", "version": "1"}}))
+            srv.initialize("session.py")
         r = op.call({"name": "write_file", "arguments": {"workspace": theirs, "path": "key.txt",
                                                          "content": "tenant-b only\n"}})
         check(r["result"]["isError"] is False, "the operator writes tenant-b's workspace: %s" % tool_text(r)[:200])
@@ -189,12 +199,9 @@ def parallel_calls(fleet):
     never starts."""
     srv = Server(fleet)
     try:
-        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                "clientInfo": {"name": "parallel", "version": "1"}}))
+        srv.initialize("parallel")
         gate = "/tmp/cf-mcp-%s.gate" % secrets.token_hex(4)
-        waiter = srv.request("tools/call", {"name": "execute_code", "arguments": {
-            "language": "shell", "timeout_ms": 120000,
-            "code": "while [ ! -e %s ]; do sleep 0.05; done; echo saw the gate" % gate}})
+        waiter = srv.gated(gate, "saw the gate")
         opener = srv.request("tools/call", {"name": "execute_code", "arguments": {
             "language": "shell", "code": "touch %s; echo opened" % gate}})
         got = []
@@ -219,8 +226,7 @@ def parallel_calls(fleet):
     if os.environ.get("CF_TEST_REDIS"):
         srv = Server(fleet)
         try:
-            srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                    "clientInfo": {"name": "ordered", "version": "1"}}))
+            srv.initialize("ordered")
             gate = "/tmp/cf-mcp-%s.gate" % secrets.token_hex(4)
             thread = "mcp-order-" + secrets.token_hex(4)
             # The second also names a workspace, which becomes its Kafka
@@ -229,9 +235,7 @@ def parallel_calls(fleet):
             ws = "mcp-order-ws-" + secrets.token_hex(4)
             r = srv.call({"name": "write_file", "arguments": {"workspace": ws, "path": "x", "content": "1"}})
             check(r["result"]["isError"] is False, "a workspace for the ordered calls")
-            first = srv.request("tools/call", {"name": "execute_code", "arguments": {
-                "language": "shell", "thread": thread, "timeout_ms": 3000,
-                "code": "while [ ! -e %s ]; do sleep 0.05; done; echo saw it" % gate}})
+            first = srv.gated(gate, "saw it", thread=thread, timeout_ms=3000)
             second = srv.request("tools/call", {"name": "execute_code", "arguments": {
                 "language": "shell", "thread": thread, "workspace": ws, "code": "touch %s; echo second" % gate}})
             got = []  # every message, in the order it came
@@ -264,13 +268,10 @@ def parallel_calls(fleet):
 
     srv = Server(fleet, args=["--max-calls", "1", "--keep-alive", "1s"])
     try:
-        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                "clientInfo": {"name": "one-call", "version": "1"}}))
+        srv.initialize("one-call")
         gate = "/tmp/cf-mcp-%s.gate" % secrets.token_hex(4)
         marker = "/tmp/cf-mcp-%s.ran" % secrets.token_hex(4)
-        first = srv.request("tools/call", {"name": "execute_code", "arguments": {
-            "language": "shell", "timeout_ms": 120000,
-            "code": "while [ ! -e %s ]; do sleep 0.05; done; echo first" % gate}})
+        first = srv.gated(gate, "first")
         queued_call = srv.request("tools/call", {"name": "execute_code", "arguments": {
             "language": "shell", "code": "touch %s" % marker}})
         srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": queued_call}})
@@ -296,9 +297,7 @@ def parallel_calls(fleet):
         # A call in line gets keep-alives; the client's own timeout is not
         # a cancel: it runs when its turn comes, and get_result picks it up.
         gate = "/tmp/cf-mcp-%s.gate" % secrets.token_hex(4)
-        first = srv.request("tools/call", {"name": "execute_code", "arguments": {
-            "language": "shell", "timeout_ms": 120000,
-            "code": "while [ ! -e %s ]; do sleep 0.05; done; echo first" % gate}})
+        first = srv.gated(gate, "first")
         in_line = srv.request("tools/call", {"name": "execute_code", "_meta": {"progressToken": "line"},
                                              "arguments": {"language": "shell", "code": "echo ran after all"}})
         seen, deadline = [], time.monotonic() + 60
@@ -357,8 +356,7 @@ def client_timeouts(fleet):
     with a progress token gets keep-alive progress."""
     srv = Server(fleet, args=["--keep-alive", "1s"])
     try:
-        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                "clientInfo": {"name": "timeouts", "version": "1"}}))
+        srv.initialize("timeouts")
         srv.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         r = srv.call({"name": "get_result", "arguments": {}})
         check(r["result"]["isError"] is True and "pass the request id" in r["result"]["content"][0]["text"],
@@ -448,8 +446,7 @@ def batches(fleet):
         srv.close()
     srv = Server(fleet)
     try:
-        srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                "clientInfo": {"name": "nobatch", "version": "1"}}))
+        srv.initialize("nobatch")
         srv.send([{"jsonrpc": "2.0", "id": 1, "method": "ping"}])
         got = srv.q.get(timeout=60)
         check(isinstance(got, dict) and got.get("error", {}).get("code") == -32600
@@ -459,8 +456,7 @@ def batches(fleet):
 
 
 def run(srv, fleet):
-    r = srv.wait_for(srv.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                "clientInfo": {"name": "session.py", "version": "1"}}))
+    r = srv.initialize("session.py")
     res = r.get("result", {})
     check(res.get("protocolVersion") == "2025-06-18", "initialize echoes a version it supports")
     check(res.get("capabilities", {}).get("tools") is not None, "initialize offers tools")
