@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +44,10 @@
 #include "cf_schema_json.h"
 #include "cf_util.h"
 #include "cf_workspace.h"
+#include "mcp_int.h"
 
 #define MCP_LINE_MAX (4u * 1024 * 1024)     /* bytes of one incoming message */
 #define MCP_QUEUE_BYTES (16u * 1024 * 1024) /* bytes of lines read ahead of the main thread */
-#define MCP_TEXT_MAX (32 * 1024)         /* bytes of stdout/stderr in the text summary */
 #define MCP_WAIT_SLICE_US 100000
 #define MCP_DEFAULT_WAIT_MS 120000
 #define MCP_MAX_WAIT_MS (3600 * 1000)
@@ -54,6 +55,7 @@
 #define MCP_MAX_CALLS_LIMIT 256
 #define MCP_MAX_WAITING 1024                 /* calls in line for a turn; past it a call is refused */
 #define MCP_WAITING_BYTES (16u * 1024 * 1024) /* and their messages' JSON text */
+#define MCP_NEWEST_KEY "\x01newest"          /* result_key of get_result without an id */
 #define LOG_SUB "mcp"
 
 /* Newest first; the client's version is echoed when it is one of these.
@@ -99,6 +101,12 @@ typedef struct mcp_call {
     size_t bytes; /* its message's JSON text, counted while it waits for a turn */
     int abort;         /* CALL_GOES_ON, or what the client's notifications/cancelled said */
     char request_id[CF_ID_MAX + 1]; /* execute_code: the execution it submitted ("" before) */
+    /* get_result: the execution it waits for, or MCP_NEWEST_KEY without
+     * an id; calls of one run one after another (the fleet's collector
+     * hands a result to one waiter). */
+    char result_key[CF_ID_MAX + 1];
+    bool picked; /* a timed-out execute_code's result went to a get_result: stop waiting */
+    char evict_id[CF_ID_MAX + 1]; /* an abandoned execution its timeout pushed out: cancel it */
     /* The execution whose output chunks become progress notifications. */
     char exec_id[CF_ID_MAX + 1];
     char exec_run[CF_CHUNK_RUN_MAX + 1]; /* the run its chunks come from (the first seen) */
@@ -136,6 +144,7 @@ struct mcp {
     int n_running, max_calls, n_waiting;
     size_t waiting_bytes; /* their messages' JSON text */
     pthread_cond_t calls_cv;
+    volatile sig_atomic_t gone; /* stdout is closed (the client died): calls end as on a stop */
     pthread_t keeper;        /* sends the keep-alives, whatever the waiting calls block in */
     bool keeper_stop;
     pthread_cond_t keeper_cv;
@@ -145,6 +154,15 @@ struct mcp {
      * without an id answers the newest (guarded by mu). */
     char abandoned[8][CF_ID_MAX + 1];
     int n_abandoned;
+    /* Results of abandoned executions that a timed-out call received
+     * (it waits on, silently, so that the next call of its workspace or
+     * thread does not start beside its program): get_result takes them
+     * from here (guarded by mu). */
+    struct {
+        char id[CF_ID_MAX + 1];
+        cf_result res;
+    } kept[8];
+    int n_kept;
     pthread_cond_t progress_cv;
     json_t *tools; /* the tools/list answer, built once */
     char version[16]; /* the protocol version initialize agreed on */
@@ -178,9 +196,16 @@ static void send_msg(mcp *m, json_t *msg)
         return;
     }
     pthread_mutex_lock(&m->out_mu);
-    fputs(s, stdout);
-    fputc('\n', stdout);
-    fflush(stdout);
+    if (!m->gone) {
+        fputs(s, stdout);
+        fputc('\n', stdout);
+        /* A client that died closed the pipe (SIGPIPE is ignored): the
+         * session is over, and its calls end as on a stop. */
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            m->gone = 1;
+            cf_log_warn(LOG_SUB, "the client closed its end (%s): ending the session", strerror(errno));
+        }
+    }
     pthread_mutex_unlock(&m->out_mu);
     free(s);
 }
@@ -201,29 +226,6 @@ static void send_error(mcp *m, json_t *id, int code, const char *fmt, ...)
     va_end(ap);
     send_msg(m, json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", "code",
                           code, "message", text));
-}
-
-/* A tool result: text for the model, structured data for programs. */
-static json_t *tool_result(const char *text, json_t *structured, bool is_error)
-{
-    json_t *r = json_pack("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text, "isError", is_error);
-    if (r && structured)
-        json_object_set_new(r, "structuredContent", structured);
-    else
-        json_decref(structured);
-    return r;
-}
-
-static json_t *tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static json_t *tool_error(const char *fmt, ...)
-{
-    char text[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    return tool_result(text, json_pack("{s:s}", "error", text), true);
 }
 
 /* ---------------------------------------------------------------- input */
@@ -297,7 +299,7 @@ static queued *next_message(mcp *m, int64_t timeout_us, bool *eof)
 {
     int64_t until = timeout_us < 0 ? INT64_MAX : cf_mono_us() + timeout_us;
     pthread_mutex_lock(&m->mu);
-    while (!m->head && !m->eof && !cf_cli_stop && cf_mono_us() < until) {
+    while (!m->head && !m->eof && !cf_cli_stop && !m->gone && cf_mono_us() < until) {
         struct timespec ts = cf_realtime_after_us(100 * 1000);
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
@@ -309,383 +311,14 @@ static queued *next_message(mcp *m, int64_t timeout_us, bool *eof)
         m->queued_bytes -= q->len;
         pthread_cond_broadcast(&m->cv);
     }
-    *eof = !q && (m->eof || cf_cli_stop);
+    *eof = !q && (m->eof || cf_cli_stop || m->gone);
+    if (m->gone && q) { /* nobody reads the answers */
+        free(q);
+        q = NULL;
+        *eof = true;
+    }
     pthread_mutex_unlock(&m->mu);
     return q;
-}
-
-/* ---------------------------------------------------------------- tools */
-
-static json_t *enum_of(const char *(*name)(int), int first, int count)
-{
-    json_t *a = json_array();
-    for (int i = first; a && i < count; i++)
-        json_array_append_new(a, json_string(name(i)));
-    return a;
-}
-
-static const char *language_at(int i)
-{
-    return cf_language_name((cf_language)i);
-}
-
-static const char *network_at(int i)
-{
-    return cf_network_name((cf_network_policy)i);
-}
-
-static const char *fs_mode_at(int i)
-{
-    return cf_fs_mode_name((cf_fs_mode)i);
-}
-
-static json_t *prop(const char *type, const char *description)
-{
-    return json_pack("{s:s, s:s}", "type", type, "description", description);
-}
-
-static json_t *bytes_prop(const char *description)
-{
-    /* SPEC.md section 7: bytes are a string, or {"base64": ...} for any bytes. */
-    return json_pack("{s:[{s:s}, {s:s, s:{s:{s:s}}, s:[s], s:b}], s:s}", "anyOf", "type", "string", "type", "object",
-                     "properties", "base64", "type", "string", "required", "base64", "additionalProperties", 0,
-                     "description", description);
-}
-
-static json_t *object_schema(json_t *props, const char *const *required, size_t n_required)
-{
-    json_t *o = json_pack("{s:s, s:o, s:b}", "type", "object", "properties", props, "additionalProperties", 0);
-    /* No "required" at all when nothing is: draft-04 wants it non-empty. */
-    json_t *req = n_required ? json_array() : NULL;
-    for (size_t i = 0; req && i < n_required; i++)
-        json_array_append_new(req, json_string(required[i]));
-    if (o && req)
-        json_object_set_new(o, "required", req);
-    return o;
-}
-
-static json_t *execute_schema(void)
-{
-    json_t *p = json_object();
-    json_t *lang = prop("string", "Language of `code` (or \"command\": run `argv` directly).");
-    json_object_set_new(lang, "enum", enum_of(language_at, CF_LANG_NONE + 1, CF_LANG__COUNT));
-    json_object_set_new(p, "language", lang);
-    json_object_set_new(p, "code", prop("string", "Source code (one file). Required except for command and wasm."));
-    json_t *argv = prop("array", "command: the program and its arguments; otherwise extra arguments.");
-    json_object_set_new(argv, "items", json_pack("{s:s}", "type", "string"));
-    json_object_set_new(p, "argv", argv);
-    json_object_set_new(p, "stdin", bytes_prop("Bytes fed to standard input."));
-    json_object_set_new(p, "input",
-                        json_pack("{s:s}", "description",
-                                  "Structured input (any JSON value) handed to the program; with "
-                                  "function=true the argument of run(input)."));
-    json_t *files = prop("object", "Files placed in the work directory: relative path -> content.");
-    json_object_set_new(files, "additionalProperties", bytes_prop("file content"));
-    json_object_set_new(p, "files", files);
-    json_t *env = prop("object", "Extra environment variables.");
-    json_object_set_new(env, "additionalProperties", json_pack("{s:s}", "type", "string"));
-    json_object_set_new(p, "env", env);
-    json_object_set_new(p, "function", prop("boolean", "The code defines run(input); its return value is the "
-                                                       "result's output (python, javascript, typescript, rust)."));
-    json_object_set_new(p, "backend", prop("string", "Backend to run on (default: the worker's for the language)."));
-    json_object_set_new(p, "image", prop("string", "backend=container: an image the operator allows (default: the "
-                                                   "profile's first)."));
-    json_object_set_new(p, "timeout_ms", prop("integer", "Wall-clock limit of the program."));
-    json_object_set_new(p, "memory_mb", prop("integer", "Memory limit in MiB."));
-    json_object_set_new(p, "max_output_bytes", prop("integer", "Cap on stdout and on stderr each."));
-    json_t *net = prop("string", "Network access of the program.");
-    json_object_set_new(net, "enum", enum_of(network_at, CF_NET_UNSPECIFIED + 1, CF_NET_ENABLED + 1));
-    json_object_set_new(p, "network", net);
-    json_t *fs = prop("string", "What of the host or workspace the program sees.");
-    json_object_set_new(fs, "enum", enum_of(fs_mode_at, CF_FS_UNSPECIFIED + 1, CF_FS_PATHS + 1));
-    json_object_set_new(p, "filesystem", fs);
-    json_t *flags = prop("array", "Extra compiler flags for a compiled language (c, cpp, rust, go, java, "
-                                  "typescript), each from the operator's allowlist.");
-    json_object_set_new(flags, "items", json_pack("{s:s}", "type", "string"));
-    json_object_set_new(p, "compile_flags", flags);
-    json_t *case_props = json_object();
-    json_object_set_new(case_props, "name", prop("string", "A label, echoed in the case's result."));
-    json_object_set_new(case_props, "stdin", bytes_prop("The case's standard input."));
-    json_object_set_new(case_props, "input", json_pack("{s:s}", "description", "The case's structured input."));
-    json_t *case_argv = prop("array", "Arguments appended to argv.");
-    json_object_set_new(case_argv, "items", json_pack("{s:s}", "type", "string"));
-    json_object_set_new(case_props, "argv", case_argv);
-    json_object_set_new(case_props, "expect_stdout", bytes_prop("Expected standard output (compared after "
-                                                                "trailing whitespace is removed)."));
-    json_t *cases = prop("array", "Test cases: the program is built once and run once per case, each with its "
-                                  "own stdin/input/argv; the result has a row per case (match against "
-                                  "expect_stdout). No streaming, workspace_rw, thread or collect with cases.");
-    json_object_set_new(cases, "items", object_schema(case_props, NULL, 0));
-    json_object_set_new(p, "cases", cases);
-    json_object_set_new(p, "stop_on_failure", prop("boolean", "With cases: stop at the first that does not pass."));
-    json_t *collect = prop("array", "Glob patterns of work-directory files to return in the result's files "
-                                    "(e.g. \"out/*.png\").");
-    json_object_set_new(collect, "items", json_pack("{s:s}", "type", "string"));
-    json_object_set_new(p, "collect", collect);
-    json_object_set_new(p, "workspace", prop("string", "Run against this workspace's files (see list_files)."));
-    json_object_set_new(p, "thread", prop("string", "Thread id: groups the checkpoints of one conversation."));
-    json_object_set_new(p, "wait", prop("boolean", "Wait for the result (default true). false: return the "
-                                                   "request id at once; then get_result or cancel."));
-    json_object_set_new(p, "wait_timeout_ms", prop("integer", "How long to wait for the result (default 120000)."));
-    static const char *const req[] = {"language"};
-    return object_schema(p, req, 1);
-}
-
-/* The hints of MCP's tool annotations (what a client may show or gate on;
- * hints, not guarantees): read-only, destructive, idempotent, open world. */
-typedef struct tool_def {
-    const char *name;
-    const char *title;
-    const char *description;
-    bool read_only, destructive, idempotent;
-} tool_def;
-
-static const tool_def tool_defs[] = {
-    {"execute_code", "Execute code",
-     "Run code in the codefleet fleet (sandboxed, with limits) and return its status, exit code, stdout, stderr "
-     "and structured output. A program that fails is a result, not an error: read `status`.",
-     false, true, false}, /* a run with a workspace may rewrite or delete its files */
-    {"get_result", "Get a result",
-     "The result of an execution submitted with wait=false, waiting up to wait_timeout_ms for it; without an id, "
-     "of the newest execution whose call timed out in this client (it kept running).",
-     true, false, true},
-    {"cancel", "Cancel an execution",
-     "Stop an execution by request id: a running program is killed, a waiting one never starts; it is answered "
-     "`cancelled`. A finished one is not changed.",
-     false, true, true},
-    {"list_files", "List workspace files", "Paths and sizes of a workspace's files at its current revision.", true,
-     false, true},
-    {"read_file", "Read a workspace file", "One file of a workspace (text, or {\"base64\": ...} for other bytes).",
-     true, false, true},
-    {"write_file", "Write a workspace file",
-     "Write one file into a workspace (created if missing) as a new revision; executions with that workspace "
-     "see it.",
-     false, true, false}, /* each write is a new revision */
-};
-
-/* What structuredContent holds, per tool.  Every property is optional and
- * others may appear: a tool error's structuredContent is {"error": ...}
- * and must match too (clients validate it), and the result is SPEC.md
- * section 7's JSON form, which grows. */
-static json_t *output_schema(const char *name)
-{
-    json_t *p = json_object();
-    json_object_set_new(p, "error", prop("string", "Why the tool could not do it (with isError)."));
-    if (strcmp(name, "execute_code") == 0 || strcmp(name, "get_result") == 0) {
-        json_object_set_new(p, "id", prop("string", "The request id."));
-        json_object_set_new(p, "status",
-                            prop("string", "success, failed, timeout, memory_exceeded, compile_failed, rejected, "
-                                           "internal_error, cancelled; \"submitted\" for wait=false."));
-        json_object_set_new(p, "exit_code", prop("integer", "The program's exit code, when it exited."));
-        json_object_set_new(p, "reason", prop("string", "Why it ended so (timeout, rejection, signal, ...)."));
-        json_object_set_new(p, "stdout", json_pack("{s:s}", "description", "Standard output (SPEC.md section 7 bytes)."));
-        json_object_set_new(p, "stderr", json_pack("{s:s}", "description", "Standard error (SPEC.md section 7 bytes)."));
-    } else if (strcmp(name, "cancel") == 0) {
-        json_object_set_new(p, "id", prop("string", "The request id."));
-        json_object_set_new(p, "cancel", prop("string", "\"sent\"."));
-    } else {
-        json_object_set_new(p, "workspace", prop("string", "Workspace id."));
-        json_object_set_new(p, "revision", prop("integer", "The workspace's revision read or written."));
-        if (strcmp(name, "list_files") == 0) {
-            json_object_set_new(p, "files",
-                                json_pack("{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}}}}", "type", "array", "items", "type",
-                                          "object", "properties", "path", "type", "string", "size", "type", "integer"));
-        } else {
-            json_object_set_new(p, "path", prop("string", "The file's path in the workspace."));
-            if (strcmp(name, "read_file") == 0) {
-                json_object_set_new(p, "size", prop("integer", "Bytes."));
-                json_object_set_new(p, "content", bytes_prop("The file's bytes."));
-            }
-        }
-    }
-    return json_pack("{s:s, s:o}", "type", "object", "properties", p);
-}
-
-static json_t *tool_schema(const char *name)
-{
-    if (strcmp(name, "execute_code") == 0)
-        return execute_schema();
-    json_t *p = json_object();
-    if (strcmp(name, "get_result") == 0 || strcmp(name, "cancel") == 0) {
-        static const char *const req[] = {"id"};
-        if (strcmp(name, "cancel") == 0) {
-            json_object_set_new(p, "id", prop("string", "The request id execute_code returned."));
-            json_object_set_new(p, "reason", prop("string", "Why (goes into the result's reason)."));
-            return object_schema(p, req, 1);
-        }
-        json_object_set_new(p, "id", prop("string", "The request id execute_code returned. Without it: the newest "
-                                                    "execution whose call this client gave up on by its own "
-                                                    "request timeout (it kept running)."));
-        json_object_set_new(p, "wait_timeout_ms", prop("integer", "How long to wait (default 120000)."));
-        return object_schema(p, NULL, 0);
-    }
-    json_object_set_new(p, "workspace", prop("string", "Workspace id."));
-    if (strcmp(name, "list_files") == 0) {
-        static const char *const req[] = {"workspace"};
-        return object_schema(p, req, 1);
-    }
-    json_object_set_new(p, "path", prop("string", "Relative path inside the workspace."));
-    if (strcmp(name, "read_file") == 0) {
-        static const char *const req[] = {"workspace", "path"};
-        return object_schema(p, req, 2);
-    }
-    json_object_set_new(p, "content", bytes_prop("The file's bytes."));
-    json_object_set_new(p, "expected_revision",
-                        prop("integer", "Write only if the workspace is at this revision (optimistic concurrency)."));
-    static const char *const req[] = {"workspace", "path", "content"};
-    return object_schema(p, req, 3);
-}
-
-static json_t *tools_list(void)
-{
-    json_t *tools = json_array();
-    for (size_t i = 0; tools && i < sizeof(tool_defs) / sizeof(tool_defs[0]); i++)
-        json_array_append_new(tools, json_pack("{s:s, s:s, s:s, s:o, s:o, s:{s:s, s:b, s:b, s:b, s:b}}", "name",
-                                               tool_defs[i].name, "title", tool_defs[i].title, "description",
-                                               tool_defs[i].description, "inputSchema", tool_schema(tool_defs[i].name),
-                                               "outputSchema", output_schema(tool_defs[i].name), "annotations",
-                                               "title", tool_defs[i].title, "readOnlyHint", tool_defs[i].read_only,
-                                               "destructiveHint", tool_defs[i].destructive, "idempotentHint",
-                                               tool_defs[i].idempotent, "openWorldHint",
-                                               /* a profile may give programs the network */
-                                               strcmp(tool_defs[i].name, "execute_code") == 0));
-    return json_pack("{s:o}", "tools", tools);
-}
-
-/* Arguments are checked against the tool's own schema's property names
- * (from tools, the list built once): a misspelt one is said, not ignored. */
-static bool unknown_argument(const json_t *tools, const char *tool, const json_t *args, char *bad, size_t size)
-{
-    const json_t *props = NULL;
-    size_t i;
-    json_t *t;
-    json_array_foreach(json_object_get(tools, "tools"), i, t)
-    {
-        const char *name = json_string_value(json_object_get(t, "name"));
-        if (name && strcmp(name, tool) == 0)
-            props = json_object_get(json_object_get(t, "inputSchema"), "properties");
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)args, k, v)
-    {
-        if (!json_object_get(props, k)) {
-            snprintf(bad, size, "%s", k);
-            return true;
-        }
-    }
-    return false;
-}
-
-static int64_t int_arg(const json_t *args, const char *k, int64_t dflt, int64_t lo, int64_t hi, bool *ok)
-{
-    json_t *v = json_object_get(args, k);
-    if (!v)
-        return dflt;
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
-        *ok = false;
-        return dflt;
-    }
-    return (int64_t)json_integer_value(v);
-}
-
-static const char *str_arg(const json_t *args, const char *k)
-{
-    return json_string_value(json_object_get(args, k));
-}
-
-/* The SPEC.md JSON form of the request execute_code's arguments describe. */
-static json_t *request_json(const json_t *args, const char *id, bool stream, char *why, size_t wsize)
-{
-    json_t *r = json_pack("{s:i, s:s}", "v", 1, "id", id);
-    static const char *const same[] = {"language", "code",  "argv",          "stdin",           "input",
-                                       "files",    "env",   "backend",       "workspace",       "thread",
-                                       "image",    "cases", "compile_flags", "stop_on_failure", "collect"};
-    for (size_t i = 0; r && i < sizeof(same) / sizeof(same[0]); i++) {
-        json_t *v = json_object_get(args, same[i]);
-        if (v)
-            json_object_set(r, same[i], v);
-    }
-    if (json_is_true(json_object_get(args, "function")))
-        json_object_set_new(r, "harness", json_string("function"));
-    if (stream)
-        json_object_set_new(r, "stream", json_true());
-    bool ok = true;
-    int64_t timeout_ms = int_arg(args, "timeout_ms", 0, 1, 24LL * 3600 * 1000, &ok);
-    int64_t memory_mb = int_arg(args, "memory_mb", 0, 1, 1024 * 1024, &ok);
-    int64_t max_out = int_arg(args, "max_output_bytes", 0, 1, INT64_C(1) << 32, &ok);
-    if (!ok) {
-        snprintf(why, wsize, "timeout_ms, memory_mb and max_output_bytes are positive integers");
-        json_decref(r);
-        return NULL;
-    }
-    json_t *pol = json_object();
-    if (timeout_ms)
-        json_object_set_new(pol, "timeout_us", json_integer(timeout_ms * 1000));
-    if (memory_mb)
-        json_object_set_new(pol, "memory_bytes", json_integer(memory_mb * 1024 * 1024));
-    if (max_out) {
-        json_object_set_new(pol, "max_stdout_bytes", json_integer(max_out));
-        json_object_set_new(pol, "max_stderr_bytes", json_integer(max_out));
-    }
-    if (json_object_get(args, "network"))
-        json_object_set(pol, "network", json_object_get(args, "network"));
-    if (json_object_get(args, "filesystem"))
-        json_object_set_new(pol, "filesystem", json_pack("{s:O}", "mode", json_object_get(args, "filesystem")));
-    if (json_object_size(pol))
-        json_object_set_new(r, "policy", pol);
-    else
-        json_decref(pol);
-    return r;
-}
-
-/* Appends one stream of the result to the text summary (made safe with the
- * rest of the text by result_tool_result). */
-static void text_stream(FILE *f, const char *name, const cf_bytes *b, bool truncated)
-{
-    if (b->len == 0 && !truncated)
-        return;
-    fprintf(f, "--- %s ---\n", name);
-    size_t n = b->len < MCP_TEXT_MAX ? b->len : MCP_TEXT_MAX;
-    if (n) {
-        fwrite(b->data, 1, n, f);
-        if (b->data[n - 1] != '\n')
-            fputc('\n', f);
-    }
-    if (n < b->len)
-        fprintf(f, "[%zu more bytes in structuredContent]\n", b->len - n);
-    if (truncated)
-        fputs("[truncated at the cap]\n", f);
-}
-
-static json_t *result_tool_result(const cf_result *res)
-{
-    char *text = NULL;
-    size_t tlen = 0;
-    FILE *f = open_memstream(&text, &tlen);
-    if (f) {
-        cf_result summary = *res;
-        /* The summary without the streams (a truncated flag alone would
-         * make it print their section): they follow, once each. */
-        summary.stdout_data = (cf_bytes){0};
-        summary.stderr_data = (cf_bytes){0};
-        summary.stdout_truncated = summary.stderr_truncated = false;
-        cf_cli_print_result(f, &summary);
-        text_stream(f, "stdout", &res->stdout_data, res->stdout_truncated);
-        text_stream(f, "stderr", &res->stderr_data, res->stderr_truncated);
-        fclose(f);
-    }
-    /* Text from the program: no terminal controls (C0 but newline and
-     * tab, DEL, C1, bidi overrides), and well-formed UTF-8. */
-    char *clean = text ? malloc(tlen + 1) : NULL;
-    if (clean)
-        cf_sanitize_text(text, tlen, true, clean, tlen + 1);
-    json_t *structured = cf_result_to_json(res);
-    bool is_error = res->status == CF_STATUS_REJECTED || res->status == CF_STATUS_INTERNAL_ERROR;
-    json_t *r = tool_result(clean ? clean : "(see structuredContent)", structured, is_error);
-    free(clean);
-    free(text);
-    return r;
 }
 
 /* The running call that watches execution id's output, or NULL (under mu). */
@@ -863,6 +496,51 @@ static void forget_abandoned(mcp *m, const char *id)
     pthread_mutex_unlock(&m->mu);
 }
 
+/* A timed-out call's result of id, kept for get_result (moved from res;
+ * the oldest goes past the cap). */
+static void keep_result(mcp *m, const char *id, cf_result *res)
+{
+    pthread_mutex_lock(&m->mu);
+    int cap = (int)(sizeof(m->kept) / sizeof(m->kept[0]));
+    if (m->n_kept == cap) {
+        cf_result_clear(&m->kept[0].res);
+        memmove(&m->kept[0], &m->kept[1], sizeof(m->kept[0]) * (size_t)(cap - 1));
+        m->n_kept--;
+    }
+    snprintf(m->kept[m->n_kept].id, sizeof(m->kept[0].id), "%s", id);
+    m->kept[m->n_kept].res = *res;
+    m->n_kept++;
+    memset(res, 0, sizeof(*res));
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* Takes id's kept result into out: true when there was one. */
+static bool take_kept(mcp *m, const char *id, cf_result *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < m->n_kept && !found; i++)
+        if (strcmp(m->kept[i].id, id) == 0) {
+            *out = m->kept[i].res;
+            memmove(&m->kept[i], &m->kept[i + 1], sizeof(m->kept[0]) * (size_t)(m->n_kept - i - 1));
+            m->n_kept--;
+            found = true;
+        }
+    pthread_mutex_unlock(&m->mu);
+    return found;
+}
+
+/* id's result went to a get_result: a timed-out call still waiting for it
+ * stops. */
+static void result_picked(mcp *m, const char *id)
+{
+    pthread_mutex_lock(&m->mu);
+    for (mcp_call *c = m->running; c; c = c->next)
+        if (strcmp(c->request_id, id) == 0)
+            c->picked = true;
+    pthread_mutex_unlock(&m->mu);
+}
+
 /* Before the response: the chunks the result counts, for up to 1 s (they
  * travel on another topic and may come after it). */
 static void progress_catch_up(mcp_call *c, const cf_result *res)
@@ -915,6 +593,8 @@ static int wait_result(mcp_call *c, const char *id, int64_t since_us, int64_t ti
 {
     mcp *m = c->m;
     int64_t until = cf_mono_us() + timeout_us;
+    if (take_kept(m, id, out))
+        return 0;
     if (since_us) {
         int64_t scan = timeout_us < 10 * 1000000LL ? timeout_us : 10 * 1000000LL;
         cf_error_clear(err);
@@ -923,16 +603,30 @@ static int wait_result(mcp_call *c, const char *id, int64_t since_us, int64_t ti
         if (err->code != CF_E_TIMEOUT)
             return -1;
     }
+    bool silent = false; /* the client stopped waiting: hold the call's place until the program ends */
     for (;;) {
         int call = call_abort(c);
-        if (call == CALL_TIMED_OUT && cancel_on_abort) {
+        if (call == CALL_TIMED_OUT && cancel_on_abort && !silent) {
             /* Not the user's cancel: the program keeps running (and
              * call_cancel listed it for get_result). */
             cf_log_info(LOG_SUB, "request %s: the client stopped waiting (its own request timeout); it keeps "
                         "running: get_result (without an id) picks it up", id);
-            return 1;
+            silent = true;
+            char evicted[CF_ID_MAX + 1];
+            pthread_mutex_lock(&m->mu);
+            snprintf(evicted, sizeof(evicted), "%s", c->evict_id);
+            c->evict_id[0] = '\0';
+            pthread_mutex_unlock(&m->mu);
+            if (evicted[0])
+                cancel_abandoned(m, evicted, "left running by a client timeout, and more than 8 newer ones since");
         }
-        if (call != CALL_GOES_ON || cf_cli_stop) {
+        if (silent) {
+            pthread_mutex_lock(&m->mu);
+            bool over = c->picked || m->eof; /* (at the end of input end_session cancels it) */
+            pthread_mutex_unlock(&m->mu);
+            if (over || cf_cli_stop || m->gone)
+                return 1;
+        } else if (call != CALL_GOES_ON || cf_cli_stop || m->gone) {
             if (cancel_on_abort) {
                 cf_error cerr = {0};
                 if (send_cancel(m, id, "cancelled by the MCP client", 10 * 1000000LL, &cerr) < 0)
@@ -943,15 +637,24 @@ static int wait_result(mcp_call *c, const char *id, int64_t since_us, int64_t ti
             return 1;
         }
         int64_t left = until - cf_mono_us();
-        if (left <= 0)
+        if (left <= 0) {
+            if (silent)
+                return 1;
             return cf_error_set(err, CF_E_TIMEOUT, "no result for %s within %" PRId64 " ms", id, timeout_us / 1000);
+        }
         int64_t slice = left < MCP_WAIT_SLICE_US ? left : MCP_WAIT_SLICE_US;
         cf_error_clear(err);
         int rc = cf_dispatcher_wait(m->d, id, slice, out, err);
+        if (rc == 0 && silent) { /* for get_result, not for this call */
+            keep_result(m, id, out);
+            return 1;
+        }
         if (rc == 0)
             return 0;
         if (err->code != CF_E_TIMEOUT)
-            return -1;
+            return silent ? 1 : -1;
+        if (!cancel_on_abort && take_kept(m, id, out)) /* a get_result: a timed-out call received it */
+            return 0;
     }
 }
 
@@ -965,38 +668,71 @@ static json_t *tool_execute(mcp_call *c, const json_t *args, json_t *progress_to
     return r;
 }
 
+/* What the input schema says of cases that the request's decoder does not
+ * check: a key it does not know (a typo of expect_stdout would compare
+ * nothing), and stop_on_failure without cases.  NULL when fine. */
+static const char *cases_mistake(const json_t *args, char *why, size_t size)
+{
+    static const char *const known[] = {"name", "stdin", "input", "argv", "expect_stdout"};
+    const json_t *cases = json_object_get(args, "cases");
+    if (json_object_get(args, "stop_on_failure") && !cases)
+        return "stop_on_failure: only with cases";
+    size_t i;
+    const json_t *e;
+    json_array_foreach(cases, i, e)
+    {
+        const char *key;
+        const json_t *v;
+        json_object_foreach((json_t *)e, key, v)
+        {
+            bool ok = false;
+            for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++)
+                ok = ok || strcmp(key, known[k]) == 0;
+            if (!ok) {
+                snprintf(why, size, "cases[%zu]: unknown key '%.60s' (name, stdin, input, argv, expect_stdout)", i,
+                         key);
+                return why;
+            }
+        }
+    }
+    return NULL;
+}
+
 static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *progress_token, bool *no_answer)
 {
     mcp *m = c->m;
     char id[CF_ID_MAX + 1], why[256] = "";
     cf_error err = {0};
     if (cf_dispatcher_new_id(id, sizeof(id), &err) < 0)
-        return tool_error("cannot make a request id: %s", err.msg);
+        return mcp_tool_error("cannot make a request id: %s", err.msg);
     bool ok = true;
     json_t *wait_j = json_object_get(args, "wait");
     if (wait_j && !json_is_boolean(wait_j))
-        return tool_error("wait: expected true or false");
+        return mcp_tool_error("wait: expected true or false");
     bool wait = !wait_j || json_is_true(wait_j);
-    int64_t wait_ms = int_arg(args, "wait_timeout_ms", MCP_DEFAULT_WAIT_MS, 1, MCP_MAX_WAIT_MS, &ok);
+    int64_t wait_ms = mcp_int_arg(args, "wait_timeout_ms", MCP_DEFAULT_WAIT_MS, 1, MCP_MAX_WAIT_MS, &ok);
     if (!ok)
-        return tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
+        return mcp_tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
     /* A progress token (a string or an integer) asks for output as it
      * comes: the request then streams, where the fleet can. */
     /* (Cases do not stream: SPEC.md section 2.) */
     bool stream = wait && m->streaming && (json_is_string(progress_token) || json_is_integer(progress_token)) &&
                   !json_object_get(args, "cases");
+    const char *mistake = cases_mistake(args, why, sizeof(why));
+    if (mistake)
+        return mcp_tool_error("%s", mistake);
     cf_result res = {0};
     for (;;) {
         if (call_abort(c) == CALL_TIMED_OUT) /* nobody waits for its output */
             stream = false;
-        json_t *rj = request_json(args, id, stream, why, sizeof(why));
+        json_t *rj = mcp_request_json(args, id, stream, why, sizeof(why));
         if (!rj)
-            return tool_error("%s", why);
+            return mcp_tool_error("%s", why);
         cf_request req = {0};
         int rc = cf_request_from_json(rj, &req, &err);
         json_decref(rj);
         if (rc < 0)
-            return tool_error("invalid request: %s", err.msg);
+            return mcp_tool_error("invalid request: %s", err.msg);
         /* Cancelled before it was sent: it never starts.  Otherwise the
          * id is the call's from now on (a client timeout lists it). */
         pthread_mutex_lock(&m->mu);
@@ -1027,19 +763,23 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
         if (!sent) {
             watch_execution(c, NULL, NULL);
             cf_request_clear(&req);
-            return tool_error("could not submit: %s", err.msg);
+            return mcp_tool_error("could not submit: %s", err.msg);
         }
         cf_request_clear(&req);
         if (abandoned) {
             cf_log_info(LOG_SUB, "request %s: submitted after the client stopped waiting (its own request "
                         "timeout, while the call waited for its turn): get_result (without an id) picks it up", id);
+            /* Its place held until the program ends (wait_result keeps
+             * the result for get_result). */
+            wait_result(c, id, 0, wait_ms * 1000, true, &res, &err);
+            cf_result_clear(&res);
             *no_answer = true;
             return NULL;
         }
         if (!wait) {
             char text[300];
             snprintf(text, sizeof(text), "submitted as request %s: use get_result or cancel with this id", id);
-            return tool_result(text, json_pack("{s:s, s:s}", "id", id, "status", "submitted"), false);
+            return mcp_tool_result(text, json_pack("{s:s, s:s}", "id", id, "status", "submitted"), false);
         }
         rc = wait_result(c, id, 0, wait_ms * 1000, true, &res, &err);
         if (rc == 0 && stream)
@@ -1048,6 +788,8 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
         /* A result that came as the client cancelled: no answer is due
          * (after its own timeout, get_result finds it). */
         if (rc == 0 && call_abort(c) != CALL_GOES_ON) {
+            if (call_abort(c) == CALL_TIMED_OUT)
+                keep_result(m, id, &res);
             cf_result_clear(&res);
             rc = 1;
         }
@@ -1056,7 +798,7 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
             return NULL;
         }
         if (rc < 0)
-            return tool_error("request %s: %s (it may still run: get_result with this id, or cancel it)", id,
+            return mcp_tool_error("request %s: %s (it may still run: get_result with this id, or cancel it)", id,
                               err.msg);
         /* Streaming is a convenience here: where the fleet cannot stream
          * (a js or wasm backend, streaming off), run it without. */
@@ -1065,12 +807,12 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
             cf_result_clear(&res);
             stream = false;
             if (cf_dispatcher_new_id(id, sizeof(id), &err) < 0)
-                return tool_error("cannot make a request id: %s", err.msg);
+                return mcp_tool_error("cannot make a request id: %s", err.msg);
             continue;
         }
         break;
     }
-    json_t *out = result_tool_result(&res);
+    json_t *out = mcp_result_tool_result(&res);
     cf_result_clear(&res);
     return out;
 }
@@ -1088,21 +830,21 @@ static json_t *tool_get_result(mcp_call *c, const json_t *args, json_t *progress
 static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, bool *no_answer)
 {
     mcp *m = c->m;
-    const char *id = str_arg(args, "id");
+    const char *id = mcp_str_arg(args, "id");
     char newest[CF_ID_MAX + 1] = "";
     if (!json_object_get(args, "id")) {
         newest_abandoned(m, newest, sizeof(newest));
         if (!newest[0])
-            return tool_error("id: no execution of this session was left running by a client timeout; pass the "
+            return mcp_tool_error("id: no execution of this session was left running by a client timeout; pass the "
                               "request id");
         id = newest;
     }
     if (!id || !cf_id_valid(id, strlen(id)))
-        return tool_error("id: a request id (1..%d printable characters without spaces)", CF_ID_MAX);
+        return mcp_tool_error("id: a request id (1..%d printable characters without spaces)", CF_ID_MAX);
     bool ok = true;
-    int64_t wait_ms = int_arg(args, "wait_timeout_ms", MCP_DEFAULT_WAIT_MS, 1, MCP_MAX_WAIT_MS, &ok);
+    int64_t wait_ms = mcp_int_arg(args, "wait_timeout_ms", MCP_DEFAULT_WAIT_MS, 1, MCP_MAX_WAIT_MS, &ok);
     if (!ok)
-        return tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
+        return mcp_tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
     cf_result res = {0};
     cf_error err = {0};
     /* Its result may have come before this call, while nobody waited. */
@@ -1112,27 +854,28 @@ static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, bool *no
         return NULL;
     }
     if (rc < 0)
-        return tool_error("request %s: %s", id, err.msg);
+        return mcp_tool_error("request %s: %s", id, err.msg);
     forget_abandoned(m, id); /* answered: the next call without an id gets the one before */
-    json_t *out = result_tool_result(&res);
+    result_picked(m, id);
+    json_t *out = mcp_result_tool_result(&res);
     cf_result_clear(&res);
     return out;
 }
 
 static json_t *tool_cancel(mcp *m, const json_t *args)
 {
-    const char *id = str_arg(args, "id"), *reason = str_arg(args, "reason");
+    const char *id = mcp_str_arg(args, "id"), *reason = mcp_str_arg(args, "reason");
     if (!id || !cf_id_valid(id, strlen(id)))
-        return tool_error("id: a request id (1..%d printable characters without spaces)", CF_ID_MAX);
+        return mcp_tool_error("id: a request id (1..%d printable characters without spaces)", CF_ID_MAX);
     if (json_object_get(args, "reason") && !reason)
-        return tool_error("reason: expected a string");
+        return mcp_tool_error("reason: expected a string");
     cf_error err = {0};
     if (send_cancel(m, id, reason, 10 * 1000000LL, &err) < 0)
-        return tool_error("cancel of %s: %s", id, err.msg);
+        return mcp_tool_error("cancel of %s: %s", id, err.msg);
     char text[300];
     snprintf(text, sizeof(text), "cancel of %s sent: if it runs or waits it is answered `cancelled` (get_result "
                                  "shows it); if it finished, nothing changes", id);
-    return tool_result(text, json_pack("{s:s, s:s}", "id", id, "cancel", "sent"), false);
+    return mcp_tool_result(text, json_pack("{s:s, s:s}", "id", id, "cancel", "sent"), false);
 }
 
 /* The workspace store, connected on first use. */
@@ -1163,17 +906,17 @@ static json_t *bytes_json_value(const uint8_t *d, size_t n)
 
 static json_t *tool_workspace(mcp *m, const char *tool, const json_t *args)
 {
-    const char *ws_id = str_arg(args, "workspace"), *path = str_arg(args, "path");
+    const char *ws_id = mcp_str_arg(args, "workspace"), *path = mcp_str_arg(args, "path");
     if (!ws_id || !ws_id[0])
-        return tool_error("workspace: a workspace id");
+        return mcp_tool_error("workspace: a workspace id");
     cf_error err = {0};
     cf_workspace_store *ws = workspace_store(m, &err);
     if (!ws)
-        return tool_error("%s", err.msg);
+        return mcp_tool_error("%s", err.msg);
     if (strcmp(tool, "list_files") == 0) {
         cf_ws_listing l = {0};
         if (cf_workspace_list(ws, ws_id, &l, &err) < 0)
-            return tool_error("workspace %s: %s", ws_id, err.msg);
+            return mcp_tool_error("workspace %s: %s", ws_id, err.msg);
         json_t *files = json_array();
         char *text = NULL;
         size_t tlen = 0;
@@ -1188,7 +931,7 @@ static json_t *tool_workspace(mcp *m, const char *tool, const json_t *args)
         }
         if (f)
             fclose(f);
-        json_t *r = tool_result(text ? text : "", json_pack("{s:s, s:I, s:o}", "workspace", ws_id, "revision",
+        json_t *r = mcp_tool_result(text ? text : "", json_pack("{s:s, s:I, s:o}", "workspace", ws_id, "revision",
                                                             (json_int_t)l.rev, "files", files),
                                 false);
         free(text);
@@ -1196,16 +939,16 @@ static json_t *tool_workspace(mcp *m, const char *tool, const json_t *args)
         return r;
     }
     if (!path || cf_workspace_path_check(ws, path, &err) < 0)
-        return tool_error("path: %s", path ? err.msg : "a relative path inside the workspace");
+        return mcp_tool_error("path: %s", path ? err.msg : "a relative path inside the workspace");
     if (strcmp(tool, "read_file") == 0) {
         uint8_t *data = NULL;
         size_t len = 0;
         int64_t rev = 0;
         if (cf_workspace_get(ws, ws_id, path, &data, &len, &rev, &err) < 0)
-            return tool_error("workspace %s, %s: %s", ws_id, path, err.msg);
+            return mcp_tool_error("workspace %s, %s: %s", ws_id, path, err.msg);
         json_t *content = bytes_json_value(data, len);
         bool text = json_is_string(content);
-        json_t *r = tool_result(text ? json_string_value(content) : "(binary: see structuredContent, base64)",
+        json_t *r = mcp_tool_result(text ? json_string_value(content) : "(binary: see structuredContent, base64)",
                                 json_pack("{s:s, s:s, s:I, s:I, s:o}", "workspace", ws_id, "path", path, "revision",
                                           (json_int_t)rev, "size", (json_int_t)len, "content", content),
                                 false);
@@ -1217,20 +960,20 @@ static json_t *tool_workspace(mcp *m, const char *tool, const json_t *args)
     cf_bytes data = {0};
     if (json_is_string(content)) {
         if (cf_bytes_set(&data, json_string_value(content), json_string_length(content)) < 0)
-            return tool_error("out of memory");
+            return mcp_tool_error("out of memory");
     } else if (json_is_object(content) && json_is_string(json_object_get(content, "base64")) &&
                json_object_size(content) == 1) {
         const char *b64 = json_string_value(json_object_get(content, "base64"));
         if (cf_base64_decode(b64, strlen(b64), 64u * 1024 * 1024, &data, &err) < 0)
-            return tool_error("content: %s", err.msg);
+            return mcp_tool_error("content: %s", err.msg);
     } else {
-        return tool_error("content: a string, or {\"base64\": \"...\"}");
+        return mcp_tool_error("content: a string, or {\"base64\": \"...\"}");
     }
     bool ok = true;
-    int64_t expect = int_arg(args, "expected_revision", CF_WS_ANY_REV, 0, INT64_MAX, &ok);
+    int64_t expect = mcp_int_arg(args, "expected_revision", CF_WS_ANY_REV, 0, INT64_MAX, &ok);
     if (!ok) {
         free(data.data);
-        return tool_error("expected_revision: a non-negative integer");
+        return mcp_tool_error("expected_revision: a non-negative integer");
     }
     int64_t rev = 0;
     int rc = cf_workspace_put(ws, ws_id, expect, path, data.data, data.len, &rev, &err);
@@ -1243,11 +986,11 @@ static json_t *tool_workspace(mcp *m, const char *tool, const json_t *args)
     }
     free(data.data);
     if (rc < 0)
-        return tool_error("workspace %s, %s: %s%s", ws_id, path, err.msg,
+        return mcp_tool_error("workspace %s, %s: %s%s", ws_id, path, err.msg,
                           err.code == CF_E_CONFLICT ? " (read it again and retry with its revision)" : "");
     char text[400];
     snprintf(text, sizeof(text), "wrote %s into workspace %s: revision %" PRId64, path, ws_id, rev);
-    return tool_result(text, json_pack("{s:s, s:s, s:I}", "workspace", ws_id, "path", path, "revision", (json_int_t)rev),
+    return mcp_tool_result(text, json_pack("{s:s, s:s, s:I}", "workspace", ws_id, "path", path, "revision", (json_int_t)rev),
                        false);
 }
 
@@ -1343,13 +1086,16 @@ static bool same_key(const char *a, const char *b)
  * it in line, that names the same workspace or thread (under mu). */
 static bool call_blocked_locked(const mcp *m, const mcp_call *c)
 {
-    if (!c->workspace && !c->thread)
+    const char *key = c->result_key[0] ? c->result_key : NULL;
+    if (!c->workspace && !c->thread && !key)
         return false;
     for (const mcp_call *r = m->running; r; r = r->next)
-        if (same_key(r->workspace, c->workspace) || same_key(r->thread, c->thread))
+        if (same_key(r->workspace, c->workspace) || same_key(r->thread, c->thread) ||
+            (key && strcmp(r->result_key, key) == 0))
             return true;
     for (const mcp_call *w = m->waiting; w && w != c; w = w->next)
-        if (same_key(w->workspace, c->workspace) || same_key(w->thread, c->thread))
+        if (same_key(w->workspace, c->workspace) || same_key(w->thread, c->thread) ||
+            (key && strcmp(w->result_key, key) == 0))
             return true;
     return false;
 }
@@ -1361,7 +1107,7 @@ static bool call_blocked_locked(const mcp *m, const mcp_call *c)
 static void call_start_waiting_locked(mcp *m)
 {
     mcp_call *c = m->waiting, *prev = NULL;
-    while (c && m->n_running < m->max_calls && !cf_cli_stop) {
+    while (c && m->n_running < m->max_calls && !cf_cli_stop && !m->gone) {
         if (call_blocked_locked(m, c)) {
             prev = c;
             c = c->next;
@@ -1392,6 +1138,9 @@ static void call_start(mcp *m, json_t *msg)
     if (strcmp(json_string_value(json_object_get(params, "name")), "execute_code") == 0) {
         c->workspace = json_string_value(json_object_get(args, "workspace"));
         c->thread = json_string_value(json_object_get(args, "thread"));
+    } else {
+        const char *rid = json_string_value(json_object_get(args, "id"));
+        snprintf(c->result_key, sizeof(c->result_key), "%s", rid ? rid : MCP_NEWEST_KEY);
     }
     if (c->batch) {
         pthread_mutex_lock(&m->out_mu);
@@ -1405,6 +1154,20 @@ static void call_start(mcp *m, json_t *msg)
     c->last_progress_us = cf_mono_us();
     c->bytes = json_dumpb(msg, NULL, 0, JSON_COMPACT);
     pthread_mutex_lock(&m->mu);
+    /* Two calls in flight under one id: a response or cancel could not
+     * tell them apart. */
+    for (int list = 0; list < 2; list++)
+        for (mcp_call *o = list ? m->waiting : m->running; o; o = o->next)
+            if (json_equal(o->id, c->id)) {
+                mcp_batch *saved = tl_batch;
+                tl_batch = c->batch;
+                send_error(m, c->id, RPC_INVALID, "a call with this id is still in flight: ids must be unique");
+                tl_batch = saved;
+                batch_release(m, c->batch);
+                call_free(c);
+                pthread_mutex_unlock(&m->mu);
+                return;
+            }
     if (m->waiting_tail)
         m->waiting_tail->next = c;
     else
@@ -1437,6 +1200,8 @@ static void call_done(mcp_call *c)
 {
     mcp *m = c->m;
     batch_release(m, c->batch);
+    if (c->evict_id[0]) /* its timeout came after its wait */
+        cancel_abandoned(m, c->evict_id, "left running by a client timeout, and more than 8 newer ones since");
     pthread_mutex_lock(&m->mu);
     for (mcp_call **pp = &m->running; *pp; pp = &(*pp)->next)
         if (*pp == c) {
@@ -1492,11 +1257,13 @@ static void call_cancel(mcp *m, const json_t *request_id, const char *reason)
             c->abort = client_timeout_reason(reason) ? CALL_TIMED_OUT : CALL_CANCELLED;
             /* Listed now, not when the call notices: a get_result
              * without an id right after the cancel finds it. */
-            if (c->abort == CALL_TIMED_OUT && c->request_id[0])
+            if (c->abort == CALL_TIMED_OUT && c->request_id[0]) {
                 remember_abandoned_locked(m, c->request_id, evicted);
+                /* Its cancel is sent from the call's thread: this one
+                 * reads stdin and must not wait on the broker. */
+                snprintf(c->evict_id, sizeof(c->evict_id), "%s", evicted);
+            }
             pthread_mutex_unlock(&m->mu);
-            if (evicted[0])
-                cancel_abandoned(m, evicted, "left running by a client timeout, and more than 8 newer ones since");
             return;
         }
     for (mcp_call *w = m->waiting, *prev = NULL; w; prev = w, w = w->next) {
@@ -1528,7 +1295,7 @@ static void calls_drain(mcp *m)
 {
     pthread_mutex_lock(&m->mu);
     while (m->n_running > 0 || m->waiting) {
-        if (cf_cli_stop && m->waiting) {
+        if ((cf_cli_stop || m->gone) && m->waiting) {
             mcp_call *c = m->waiting;
             waiting_unlink_locked(m, c, NULL);
             pthread_mutex_unlock(&m->mu);
@@ -1551,10 +1318,7 @@ static void handle_tools_call(mcp *m, json_t *msg, json_t *id, json_t *params)
         send_error(m, id, RPC_BAD_PARAMS, "tools/call: params.name is required");
         return;
     }
-    bool known = false;
-    for (size_t i = 0; i < sizeof(tool_defs) / sizeof(tool_defs[0]); i++)
-        known = known || strcmp(tool_defs[i].name, name) == 0;
-    if (!known) {
+    if (!mcp_tool_known(name)) {
         send_error(m, id, RPC_BAD_PARAMS, "unknown tool '%.80s' (tools/list names them)", name);
         return;
     }
@@ -1564,9 +1328,9 @@ static void handle_tools_call(mcp *m, json_t *msg, json_t *id, json_t *params)
     json_t *r = NULL;
     char bad[128];
     if (!json_is_object(args))
-        r = tool_error("arguments: expected an object");
-    else if (unknown_argument(m->tools, name, args, bad, sizeof(bad)))
-        r = tool_error("unknown argument '%.80s' for %s (see its inputSchema)", bad, name);
+        r = mcp_tool_error("arguments: expected an object");
+    else if (mcp_unknown_argument(m->tools, name, args, bad, sizeof(bad)))
+        r = mcp_tool_error("unknown argument '%.80s' for %s (see its inputSchema)", bad, name);
     else if (strcmp(name, "execute_code") == 0 || strcmp(name, "get_result") == 0) {
         /* The tools that wait: on a thread each, so calls overlap. */
         json_decref(empty);
@@ -1737,6 +1501,9 @@ static void serve_line(mcp *m, queued *q)
  * picked up is cancelled, since nobody can now. */
 static void end_session(mcp *m, bool keeper)
 {
+    for (int i = 0; i < m->n_kept; i++)
+        cf_result_clear(&m->kept[i].res);
+    m->n_kept = 0;
     if (keeper) {
         pthread_mutex_lock(&m->mu);
         m->keeper_stop = true;
@@ -1824,10 +1591,11 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         fprintf(stderr, "codefleet mcp: out of memory\n");
         return CF_EXIT_TRANSPORT;
     }
+    signal(SIGPIPE, SIG_IGN); /* a closed stdout is an error to see (send_msg), not death */
     m->g = g;
     m->keepalive_us = keepalive_us;
     m->max_calls = max_calls;
-    m->tools = tools_list();
+    m->tools = mcp_tools_list();
     if (!m->tools) {
         free(m);
         fprintf(stderr, "codefleet mcp: out of memory\n");

@@ -266,6 +266,65 @@ def parallel_calls(fleet):
     else:
         print("skip ordered calls: the thread needs Redis (CF_TEST_REDIS)")
 
+    # The client's own timeout does not free a thread's turn: the next call
+    # of the thread starts once the timed-out call's program has ended.
+    # Two get_result calls of one execution both get it; a second call
+    # under an id still in flight is refused; a case's unknown key is
+    # said.
+    if os.environ.get("CF_TEST_REDIS"):
+        srv = Server(fleet)
+        try:
+            srv.initialize("timeout-order")
+            gate, done = ("/tmp/cf-mcp-%s" % secrets.token_hex(4) for _ in range(2))
+            thread, ws = "mcp-to-" + secrets.token_hex(4), "mcp-to-ws-" + secrets.token_hex(4)
+            srv.call({"name": "write_file", "arguments": {"workspace": ws, "path": "x", "content": "1"}})
+            first = srv.request("tools/call", {"name": "execute_code", "arguments": {
+                "language": "shell", "thread": thread, "timeout_ms": 120000,
+                "code": "while [ ! -e %s ]; do sleep 0.05; done; touch %s; echo first" % (gate, done)}})
+            second = srv.request("tools/call", {"name": "execute_code", "arguments": {
+                "language": "shell", "thread": thread, "workspace": ws,
+                "code": "[ -e %s ] && echo after || echo beside" % done}})
+            srv.send({"jsonrpc": "2.0", "id": first, "method": "tools/call", "params": {
+                "name": "get_result", "arguments": {"id": "x"}}})
+            dup = srv.wait_for(first, timeout=30)  # (the first call's program waits for the gate)
+            check(dup.get("error", {}).get("code") == -32600 and "in flight" in dup["error"]["message"],
+                  "a second call under an id in flight is refused: %s" % dup)
+            srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": first, "reason": "McpError: MCP error -32001: Request timed out"}})
+            check(srv.wait_for(srv.request("ping"), timeout=30).get("result") == {}, "the timeout cancel was read")
+            open(gate, "w").close()
+            left = []
+            r = srv.wait_for(second, timeout=180, others=left)
+            check(r.get("result", {}).get("structuredContent", {}).get("stdout") == "after\n",
+                  "after a client timeout, the thread's next call waited for the program: %s" % tool_text(r)[:200])
+            a = srv.request("tools/call", {"name": "get_result", "arguments": {"wait_timeout_ms": 120000}})
+            b = srv.request("tools/call", {"name": "get_result", "arguments": {"wait_timeout_ms": 120000}})
+            ra, rb = srv.wait_for(a, timeout=180, others=left), None
+            rb = next((m for m in left if m.get("id") == b), None) or srv.wait_for(b, timeout=180)
+            check(ra.get("result", {}).get("structuredContent", {}).get("stdout") == "first\n",
+                  "get_result without an id picks up the timed-out call's result: %s" % tool_text(ra)[:200])
+            check(rb.get("result", {}).get("isError") is True, "the next one finds nothing left: %s" % tool_text(rb)[:120])
+            r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "sleep 2; echo twice",
+                                                                "wait": False}})
+            eid = r["result"]["structuredContent"]["id"]
+            a = srv.request("tools/call", {"name": "get_result", "arguments": {"id": eid}})
+            b = srv.request("tools/call", {"name": "get_result", "arguments": {"id": eid}})
+            both = [srv.wait_for(a, timeout=180, others=left)]
+            both.append(next((m for m in left if m.get("id") == b), None) or srv.wait_for(b, timeout=180))
+            check(all(x.get("result", {}).get("structuredContent", {}).get("stdout") == "twice\n" for x in both),
+                  "two get_result calls of one execution both get it")
+            r = srv.call({"name": "execute_code", "arguments": {"language": "python", "code": "print(input())",
+                                                                "cases": [{"stdin": "x", "expected_stdout": "y"}]}})
+            check(r["result"]["isError"] is True and "expected_stdout" in tool_text(r),
+                  "a case's unknown key is refused by name: %s" % tool_text(r)[:200])
+            for f in (gate, done):
+                try:
+                    os.unlink(f)
+                except OSError:
+                    pass
+        finally:
+            srv.close()
+
     srv = Server(fleet, args=["--max-calls", "1", "--keep-alive", "1s"])
     try:
         srv.initialize("one-call")
