@@ -896,9 +896,75 @@ void cf_exec_output_json(cf_exec_job *job, const char *text, size_t len)
     json_decref(j);
 }
 
+/* Whether line (len bytes) starts with prefix. */
+static bool line_starts(const char *line, size_t len, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    return len >= n && memcmp(line, prefix, n) == 0;
+}
+
+/* Whether line looks like a JavaScript error's headline ("TypeError: x",
+ * "Error [ERR_X]: y", "Uncaught ..."). */
+static bool js_error_line(const char *line, size_t len)
+{
+    if (line_starts(line, len, "Uncaught "))
+        return true;
+    size_t i = 0;
+    while (i < len && ((line[i] >= 'A' && line[i] <= 'Z') || (line[i] >= 'a' && line[i] <= 'z')))
+        i++;
+    return i >= 5 && memcmp(line + i - 5, "Error", 5) == 0 && i < len && (line[i] == ':' || line[i] == ' ');
+}
+
+/* The line of a failed program's stderr that says why, for the result's
+ * reason (what a person reads first): Python's exception after its
+ * traceback, a Rust or Go panic's message, Node's error headline, a C
+ * assertion.  out is "" when none is recognised;
+ * the text is the program's, so control characters are replaced. */
+static void failure_line(cf_language lang, const cf_buf *err, char *out, size_t size)
+{
+    out[0] = '\0';
+    const char *text = (const char *)err->data, *end = text + err->len, *found = NULL;
+    size_t found_len = 0;
+    bool traceback = false, take_next = false;
+    for (const char *line = text; text && line < end;) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        size_t len = (size_t)((nl ? nl : end) - line);
+        if (len && line[len - 1] == '\r')
+            len--;
+        bool pick = false;
+        if (take_next && len) { /* Rust 1.73+: "panicked at src/main.rs:2:5:" then the message */
+            pick = true;
+            take_next = false;
+        } else if (lang == CF_LANG_PYTHON) {
+            traceback = traceback || line_starts(line, len, "Traceback (most recent call last):");
+            pick = traceback && len && line[0] != ' '; /* the last such line wins */
+        } else if (lang == CF_LANG_RUST && memmem(line, len, "panicked at ", 12)) {
+            pick = len == 0 || line[len - 1] != ':';
+            take_next = !pick;
+        } else if (lang == CF_LANG_GO) {
+            pick = !found && (line_starts(line, len, "panic: ") || line_starts(line, len, "fatal error: "));
+        } else if (lang == CF_LANG_JAVASCRIPT || lang == CF_LANG_TYPESCRIPT) {
+            pick = !found && js_error_line(line, len);
+        } else if (lang == CF_LANG_C || lang == CF_LANG_CPP) {
+            pick = !found && memmem(line, len, "Assertion `", 11) != NULL;
+        }
+        if (pick && len) {
+            found = line;
+            found_len = len;
+        }
+        line = nl ? nl + 1 : end;
+    }
+    if (!found)
+        return;
+    if (found_len > 300)
+        found_len = 300;
+    cf_sanitize_text(found, found_len, false, out, size);
+}
+
 static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom_killed, bool rlimit_as,
                         cf_result *res)
 {
+    char why[320];
     const cf_policy *p = &req->policy;
     char d[32];
     res->has_exit_code = o->exited;
@@ -934,11 +1000,20 @@ static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom
             cf_result_set_reason(res, "killed by signal %d (SIG%s); node needs an address space of at least "
                                       "~720 MiB, the memory limit is %lld bytes",
                                  o->signal, abbrev ? abbrev : "?", (long long)p->memory_bytes);
-        else
-            cf_result_set_reason(res, "killed by signal %d (SIG%s)", o->signal, abbrev ? abbrev : "?");
+        else {
+            why[0] = '\0';
+            if (o->signal == SIGABRT) /* a C assertion, a Rust abort */
+                failure_line(req->language, &o->err, why, sizeof(why));
+            cf_result_set_reason(res, "killed by signal %d (SIG%s)%s%s", o->signal, abbrev ? abbrev : "?",
+                                 why[0] ? ": " : "", why);
+        }
     } else if (o->exit_code != 0) {
         res->status = CF_STATUS_FAILED;
-        cf_result_set_reason(res, "exited with code %d", o->exit_code);
+        failure_line(req->language, &o->err, why, sizeof(why));
+        if (why[0])
+            cf_result_set_reason(res, "exited with code %d: %s", o->exit_code, why);
+        else
+            cf_result_set_reason(res, "exited with code %d", o->exit_code);
     } else {
         res->status = CF_STATUS_SUCCESS;
     }

@@ -199,6 +199,38 @@ static void test_shell_python_javascript(void **state)
     cf_result_clear(&res);
     cf_request_clear(&req);
 
+    /* The reason carries the line that says why: Python's exception (the
+     * last line of its traceback), node's error headline; a program
+     * without one gets the plain reason. */
+    req_init(&req, CF_LANG_PYTHON, "def f(x):\n    return 1 / x\nprint('before')\nf(0)\n");
+    assert_int_equal(run(f, 0, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_FAILED);
+    assert_string_equal(res.reason, "exited with code 1: ZeroDivisionError: division by zero");
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    req_init(&req, CF_LANG_JAVASCRIPT, "const o = null;\nconsole.log(o.field);\n");
+    assert_int_equal(run(f, 0, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_FAILED);
+    assert_non_null(res.reason);
+    assert_non_null(strstr(res.reason, "exited with code 1: TypeError: Cannot read properties of null"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    req_init(&req, CF_LANG_SHELL, "echo 'Traceback (most recent call last):' >&2; echo 'Fake: no' >&2; exit 4");
+    assert_int_equal(run(f, 0, &req, &res), 0);
+    assert_string_equal(res.reason, "exited with code 4"); /* a shell's stderr is not parsed */
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* The program's text reaches the reason without control characters. */
+    req_init(&req, CF_LANG_PYTHON, "raise ValueError('bad \\x1b[2J value')\n");
+    assert_int_equal(run(f, 0, &req, &res), 0);
+    assert_non_null(strstr(res.reason, "exited with code 1: ValueError: bad "));
+    assert_null(strchr(res.reason, 0x1b));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
     req_init(&req, CF_LANG_JAVASCRIPT, "console.log(6*7, process.argv.slice(2).join(','))");
     req_argv(&req, 1, a);
     assert_int_equal(run(f, 0, &req, &res), 0);
