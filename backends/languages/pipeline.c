@@ -1324,6 +1324,53 @@ static bool stdout_matches(const cf_bytes *got, const cf_bytes *want)
     return a == b && (a == 0 || memcmp(got->data, want->data, a) == 0);
 }
 
+/* One line of program text for a reason: quoted, cut at 60 bytes,
+ * control characters replaced. */
+static void quote_line(const uint8_t *p, size_t len, char *out, size_t size)
+{
+    char clean[256];
+    cf_sanitize_text((const char *)p, len > 60 ? 60 : len, false, clean, sizeof(clean));
+    snprintf(out, size, "\"%s\"%s", clean, len > 60 ? "..." : "");
+}
+
+/* Why a case's stdout does not match, for a person: the first line that
+ * differs, expected against got (the comparison's trailing whitespace
+ * aside). */
+static void mismatch_reason(const cf_bytes *got, const cf_bytes *want, bool truncated, char *out, size_t size)
+{
+    if (truncated) {
+        snprintf(out, size, "stdout does not match: it was cut at its cap");
+        return;
+    }
+    const uint8_t *g = got->data, *w = want->data;
+    size_t gl = got->len, wl = want->len, line = 1;
+    while (gl && wl) {
+        const uint8_t *gn = memchr(g, '\n', gl), *wn = memchr(w, '\n', wl);
+        size_t a = gn ? (size_t)(gn - g) : gl, b = wn ? (size_t)(wn - w) : wl;
+        if (a != b || memcmp(g, w, a) != 0) {
+            char e[270], o[270];
+            quote_line(w, b, e, sizeof(e));
+            quote_line(g, a, o, sizeof(o));
+            snprintf(out, size, "stdout does not match at line %zu: expected %s, got %s", line, e, o);
+            return;
+        }
+        g += a + (gn != NULL), gl -= a + (gn != NULL);
+        w += b + (wn != NULL), wl -= b + (wn != NULL);
+        line++;
+    }
+    if (gl) {
+        const uint8_t *gn = memchr(g, '\n', gl);
+        char o[270];
+        quote_line(g, gn ? (size_t)(gn - g) : gl, o, sizeof(o));
+        snprintf(out, size, "stdout does not match at line %zu: expected no more output, got %s", line, o);
+    } else {
+        const uint8_t *wn = memchr(w, '\n', wl);
+        char e[270];
+        quote_line(w, wn ? (size_t)(wn - w) : wl, e, sizeof(e));
+        snprintf(out, size, "stdout does not match at line %zu: expected %s, got no more output", line, e);
+    }
+}
+
 /* Shrinks a cut buffer to what is kept (the rest is never sent: it must
  * not stay allocated either, or 1000 cases hold gigabytes). */
 static void shrink(cf_bytes *b, size_t keep)
@@ -1685,8 +1732,14 @@ static bool case_record(cf_result *res, const cf_request *req, size_t i, cf_resu
     /* The verdict is on the whole stdout the program was allowed:
      * before any cut below, and a stdout cut at its own cap is
      * not the expected one (the rest is unknown). */
-    if (req->cases[i].has_expect && c->status == CF_STATUS_SUCCESS)
+    if (req->cases[i].has_expect && c->status == CF_STATUS_SUCCESS) {
         c->match = !c->stdout_truncated && stdout_matches(&c->stdout_data, &req->cases[i].expect_stdout) ? 1 : -1;
+        if (c->match < 0) {
+            char why[700];
+            mismatch_reason(&c->stdout_data, &req->cases[i].expect_stdout, c->stdout_truncated, why, sizeof(why));
+            cf_str_set(&c->reason, why);
+        }
+    }
     keep_case_within(c, &t->output_used);
     res->n_cases = i + 1;
     res->wall_time_us += c->wall_time_us;
@@ -1719,8 +1772,7 @@ static void cases_verdict(cf_result *res, const cf_request *req, const case_tall
         cf_result_set_reason(res, "%zu of %zu case%s did not pass (%zu stdout mismatch%s); first: case %zu%s: %s%s",
                              t->not_ok, res->n_cases, res->n_cases == 1 ? "" : "s", t->mismatches,
                              t->mismatches == 1 ? "" : "es", t->failed_at + 1, label,
-                             c->match < 0 && c->status == CF_STATUS_SUCCESS ? "stdout does not match"
-                                                                            : (c->reason ? c->reason : cf_status_name(c->status)),
+                             c->reason ? c->reason : cf_status_name(c->status),
                              t->stopped ? "; stopped there (stop_on_failure)" : "");
     }
     if (t->budget_spent) {

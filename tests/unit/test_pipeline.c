@@ -441,6 +441,9 @@ static void test_cases_match_mismatch_and_timeout(void **state)
     assert_int_equal(res.status, CF_STATUS_FAILED);
     assert_non_null(strstr(res.reason, "2 of 4 cases did not pass"));
     assert_non_null(strstr(res.reason, "case 2 (three): stdout does not match"));
+    /* What did not match, in the case's reason and the request's. */
+    assert_string_equal(res.cases[1].reason, "stdout does not match at line 1: expected \"7\", got \"6\"");
+    assert_non_null(strstr(res.reason, "expected \"7\", got \"6\""));
     cf_result_clear(&res);
     cf_request_clear(&r);
 }
