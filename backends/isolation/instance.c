@@ -73,6 +73,16 @@ void cf_instance_remove_dir(const char *dir)
                     close(sub);
                 }
                 unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+            } else if (de->d_name[0] == 'z') {
+                /* A zygote's share (zN, its tmpfs unmounted above) and its
+                 * mount point m: left by a killed worker, they kept the
+                 * whole instance directory from going, for ever. */
+                int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (sub >= 0) {
+                    unlinkat(sub, "m", AT_REMOVEDIR);
+                    close(sub);
+                }
+                unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
             }
         unlinkat(dirfd(d), CF_INSTANCE_RESOLV_NAME, 0);
         closedir(d);

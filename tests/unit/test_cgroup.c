@@ -25,6 +25,7 @@
 
 #include "cf_util.h"
 #include "cf_cgroup.h"
+#include "cf_instance.h"
 #include "support/cgroup_host.h"
 
 #define MiB (1024 * 1024)
@@ -424,6 +425,41 @@ static void test_sweep_removes_stale(void **state)
     cf_cgroup_destroy(other);
     cf_cgroup_env_destroy(env2);
     cf_cgroup_env_destroy(env);
+}
+
+/* A worker killed with a zygote running leaves its instance directory
+ * with the zygotes' shares (zN/m) and a slot's directory; the next
+ * worker's sweep removes all of it (it kept z0, z1 and so the whole
+ * directory, for ever). */
+static void test_sweep_removes_a_dead_instance_dir(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/cf-sweep-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    pid_t dead = fork();
+    assert_true(dead >= 0);
+    if (dead == 0)
+        _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    char inst[256], path[320];
+    snprintf(inst, sizeof(inst), "%s/cfsb-%d.0", root, (int)dead);
+    assert_int_equal(mkdir(inst, 0711), 0);
+    const char *dirs[] = {"z0", "z0/m", "z1", "s0"};
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", inst, dirs[i]);
+        assert_int_equal(mkdir(path, 0711), 0);
+    }
+    /* A live instance (this process's) stays. */
+    char live[256];
+    snprintf(live, sizeof(live), "%s/cfsb-%d.0", root, (int)getpid());
+    assert_int_equal(mkdir(live, 0711), 0);
+    int n_dirs = -1, n_cgroups = -1;
+    cf_instance_sweep(root, NULL, "cfsb-", &n_dirs, &n_cgroups);
+    assert_int_equal(n_dirs, 1);
+    assert_false(path_exists(inst));
+    assert_true(path_exists(live));
+    assert_int_equal(rmdir(live), 0);
+    assert_int_equal(rmdir(root), 0);
 }
 
 static int spin(void *arg)
@@ -950,6 +986,7 @@ int main(void)
         cmocka_unit_test(test_kill_all_kills_tree),
         cmocka_unit_test(test_names_and_conflicts),
         cmocka_unit_test(test_sweep_removes_stale),
+        cmocka_unit_test(test_sweep_removes_a_dead_instance_dir),
         cmocka_unit_test(test_cpu_quota),
         cmocka_unit_test(test_peak_reset),
         cmocka_unit_test(test_v2_delegated_subtree),
