@@ -245,7 +245,7 @@ void cf_cli_print_usage(FILE *out)
           "  top [--once] [--interval S] [--json]\n"
           "                                the fleet at a glance: workers, busy slots, waiting, lag, answer rates\n"
           "  mcp                           serve the fleet as Model Context Protocol tools on stdin/stdout\n"
-          "  version, --version            print the version (and librdkafka's)\n"
+          "  version [--json], --version   print the version (and librdkafka's)\n"
           "\n"
           "Global options (before the command):\n"
           "  --config=FILE                 settings file (key = value, e.g. kafka.sasl.password, redis-password);\n"

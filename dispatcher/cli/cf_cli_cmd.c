@@ -1059,6 +1059,26 @@ out:
     free(bufs);
     return rc;
 }
+/* codefleet version [--json]: this CLI's version and its librdkafka's. */
+static int cmd_version(const cf_cli_globals *g, int argc, char **argv)
+{
+    bool json = g->json;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = true;
+        else {
+            char msg[200];
+            snprintf(msg, sizeof(msg), "unknown argument '%.80s' (version takes --json only)", argv[i]);
+            return cf_cli_report("version", CF_EXIT_USAGE, msg);
+        }
+    }
+    if (json)
+        printf("{\"codefleet\":\"%s\",\"librdkafka\":\"%s\"}\n", CF_VERSION, rd_kafka_version_str());
+    else
+        printf("codefleet %s (librdkafka %s)\n", CF_VERSION, rd_kafka_version_str());
+    return CF_EXIT_OK;
+}
+
 
 /* ------------------------------------------------------------------------- */
 
@@ -1077,9 +1097,11 @@ int cf_cli_main(int argc, char **argv)
     cf_log_setup(lvl, CF_LOG_TEXT, "codefleet");
     cf_kafka_quiet_logs(lvl < CF_LOG_DEBUG);
     current_globals = &g;
-    if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0)) {
-        printf("codefleet %s (librdkafka %s)\n", CF_VERSION, rd_kafka_version_str());
-        return CF_EXIT_OK;
+    /* Alone, the version needs no settings (a broken settings file does
+     * not hide it); with options it is a command like the others. */
+    if (argc == 2 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0)) {
+        const cf_cli_globals none = {0};
+        return cmd_version(&none, 1, argv + 1);
     }
     /* Errors are JSON from the start when --json comes before the command. */
     cf_cli_set_report_json(cf_cli_json_asked(argc, argv));
@@ -1125,6 +1147,8 @@ int cf_cli_main(int argc, char **argv)
         rc = cf_cli_cmd_top(&g, sub_argc, sub_argv);
     else if (strcmp(name, "mcp") == 0)
         rc = cf_cli_cmd_mcp(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "version") == 0 || strcmp(name, "--version") == 0)
+        rc = cmd_version(&g, sub_argc, sub_argv);
     else if (strcmp(name, "help") == 0) {
         cf_cli_print_usage(stdout);
         rc = CF_EXIT_OK;

@@ -613,6 +613,17 @@ static void test_version(void **state)
         if (strncmp(out, want, strlen(want)) != 0 || !strstr(out, ")\nrc=0\n"))
             fail_msg("%s %s said:\n%s", progs[i][0], progs[i][1], out);
     }
+    /* After a global option too, and as JSON when asked. */
+    static const char *const more[][2] = {{"--brokers 127.0.0.1:1 version", "codefleet " CF_VERSION " (librdkafka "},
+                                          {"--json version", "{\"codefleet\":\"" CF_VERSION "\",\"librdkafka\":\""},
+                                          {"version --json", "{\"codefleet\":\"" CF_VERSION "\",\"librdkafka\":\""}};
+    for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++) {
+        char cmd[1200], out[1024];
+        snprintf(cmd, sizeof(cmd), "%s/dispatcher/codefleet %s 2>&1; echo rc=$?", bin ? bin : "build", more[i][0]);
+        shell_output(cmd, out, sizeof(out));
+        if (strncmp(out, more[i][1], strlen(more[i][1])) != 0 || !strstr(out, "\nrc=0\n"))
+            fail_msg("codefleet %s said:\n%s", more[i][0], out);
+    }
 }
 
 static void test_submit_rejects_bad_flags(void **state)
