@@ -1066,7 +1066,19 @@ int cf_kafka_acls_create(const char *brokers, const cf_kvlist *kafka, const cf_k
     for (size_t i = 0; i < cnt; i++) {
         const rd_kafka_error_t *e = rd_kafka_acl_result_error(ar[i]);
         if (e) {
-            cf_error_set(err, CF_E_KAFKA, "create acl %zu: %s", i, rd_kafka_error_string(e));
+            /* The broker's text for a refusal is its request's whole
+             * internal state (sessions, buffers): said plainly instead,
+             * and anything else cut. */
+            rd_kafka_resp_err_t code = rd_kafka_error_code(e);
+            if (code == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED ||
+                code == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
+                code == RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED ||
+                code == RD_KAFKA_RESP_ERR_SECURITY_DISABLED || strstr(rd_kafka_error_string(e), "uthoriz"))
+                cf_error_set(err, CF_E_KAFKA, "create acl %zu: not authorized: creating ACLs needs a super user's "
+                             "credentials (--config), and these are not", i);
+            else
+                cf_error_set(err, CF_E_KAFKA, "create acl %zu: %.200s (%s)", i, rd_kafka_error_string(e),
+                             rd_kafka_err2name(code));
             goto out;
         }
     }

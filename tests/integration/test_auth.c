@@ -433,6 +433,26 @@ static void test_cli_names_an_acl_refusal(void **state)
         fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
 }
 
+/* A tenant that tries to grant itself another tenant's topic is refused,
+ * in a line that says why, not the broker's internal request dump. */
+static void test_tenant_acl_allow_is_refused_plainly(void **state)
+{
+    (void)state;
+    REQUIRE_AUTH_STACK();
+    char conf[256], req_b[200], rule[260], tmp[] = "/tmp/cf-auth-acl-XXXXXX";
+    assert_non_null(it_principal_config("tenant-a", conf, sizeof(conf)));
+    topic_of("CF_TEST_TOPIC_REQUESTS", "codefleet.requests", "tenant-b", req_b, sizeof(req_b));
+    snprintf(rule, sizeof(rule), "write:topic:%s", req_b);
+    assert_non_null(mkdtemp(tmp));
+    const char *args[] = {"--config", conf, "acl", "allow", "User:tenant-a", rule, NULL};
+    static char out[16384], err[16384];
+    int rc = it_cli_run(args, tmp, out, sizeof(out), err, sizeof(err));
+    rmdir(tmp);
+    if (rc == 0 || !strstr(err, "not authorized: creating ACLs needs a super user's credentials") ||
+        strstr(err, "connectionId") || strlen(err) > 400)
+        fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -441,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_redis_acl_users),
         cmocka_unit_test(test_worker_explains_refusals),
         cmocka_unit_test(test_cli_names_an_acl_refusal),
+        cmocka_unit_test(test_tenant_acl_allow_is_refused_plainly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
