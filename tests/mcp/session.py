@@ -29,6 +29,15 @@ from fleet import Fleet  # noqa: E402
 failures = []
 
 
+def remove(*paths):
+    """Removes files a test made, if they are there."""
+    for p in paths:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+
+
 def check(cond, what):
     if cond:
         print("ok   " + what)
@@ -213,10 +222,7 @@ def parallel_calls(fleet):
         sc = r.get("result", {}).get("structuredContent", {})
         check(sc.get("status") == "success" and sc.get("stdout") == "saw the gate\n",
               "the first call's program saw what the second's made: %s" % sc.get("status"))
-        try:
-            os.unlink(gate)
-        except OSError:
-            pass
+        remove(gate)
     finally:
         srv.close()
 
@@ -257,10 +263,7 @@ def parallel_calls(fleet):
             sc2 = r2.get("result", {}).get("structuredContent", {})
             check(sc1.get("status") == "timeout" and sc2.get("stdout") == "second\n" and got.index(r1) < got.index(r2),
                   "calls of one thread run one after another: %s, %s" % (sc1.get("status"), sc2.get("status")))
-            try:
-                os.unlink(gate)
-            except OSError:
-                pass
+            remove(gate)
         finally:
             srv.close()
     else:
@@ -317,11 +320,7 @@ def parallel_calls(fleet):
                                                                 "cases": [{"stdin": "x", "expected_stdout": "y"}]}})
             check(r["result"]["isError"] is True and "expected_stdout" in tool_text(r),
                   "a case's unknown key is refused by name: %s" % tool_text(r)[:200])
-            for f in (gate, done):
-                try:
-                    os.unlink(f)
-                except OSError:
-                    pass
+            remove(gate, done)
         finally:
             srv.close()
 
@@ -347,11 +346,7 @@ def parallel_calls(fleet):
         check(r.get("result", {}).get("structuredContent", {}).get("stdout") == "next\n", "the next call runs")
         check(not os.path.exists(marker) and not any(m.get("id") == queued_call for m in leftover),
               "--max-calls 1: a call cancelled before its turn neither runs nor answers")
-        for f in (gate, marker):
-            try:
-                os.unlink(f)
-            except OSError:
-                pass
+        remove(gate, marker)
 
         # A call in line gets keep-alives; the client's own timeout is not
         # a cancel: it runs when its turn comes, and get_result picks it up.
@@ -375,10 +370,7 @@ def parallel_calls(fleet):
         check(r.get("result", {}).get("structuredContent", {}).get("stdout") == "ran after all\n"
               and not any(m.get("id") == in_line and ("result" in m or "error" in m) for m in left),
               "timed out while in line: it ran, unanswered, and get_result picked it up: %s" % tool_text(r)[:200])
-        try:
-            os.unlink(gate)
-        except OSError:
-            pass
+        remove(gate)
     finally:
         srv.close()
 
@@ -671,10 +663,7 @@ def run(srv, fleet):
     after = srv.wait_for(srv.request("ping"), timeout=10, others=(leftover := []))
     check(after.get("result") == {} and not any(m.get("id") == rid for m in leftover),
           "no response for the cancelled call")
-    try:
-        os.unlink(marker)
-    except OSError:
-        pass
+    remove(marker)
 
     # Workspace tools (with Redis).
     if os.environ.get("CF_TEST_REDIS"):
