@@ -912,7 +912,8 @@ static bool js_error_line(const char *line, size_t len)
     size_t i = 0;
     while (i < len && ((line[i] >= 'A' && line[i] <= 'Z') || (line[i] >= 'a' && line[i] <= 'z')))
         i++;
-    return i >= 5 && memcmp(line + i - 5, "Error", 5) == 0 && i < len && (line[i] == ':' || line[i] == ' ');
+    return i >= 5 && memcmp(line + i - 5, "Error", 5) == 0 &&
+           (line_starts(line + i, len - i, ": ") || line_starts(line + i, len - i, " ["));
 }
 
 /* The line of a failed program's stderr that says why, for the result's
@@ -920,12 +921,14 @@ static bool js_error_line(const char *line, size_t len)
  * traceback, a Rust or Go panic's message, Node's error headline, a C
  * assertion.  out is "" when none is recognised;
  * the text is the program's, so control characters are replaced. */
-static void failure_line(cf_language lang, const cf_buf *err, char *out, size_t size)
+static void failure_line(cf_language lang, const cf_buf *err, bool truncated, char *out, size_t size)
 {
     out[0] = '\0';
+    if (truncated) /* its end, where the reason is, was cut */
+        return;
     const char *text = (const char *)err->data, *end = text + err->len, *found = NULL;
     size_t found_len = 0;
-    bool traceback = false, take_next = false;
+    bool traceback = false, take_next = false, after_frames = false;
     for (const char *line = text; text && line < end;) {
         const char *nl = memchr(line, '\n', (size_t)(end - line));
         size_t len = (size_t)((nl ? nl : end) - line);
@@ -936,15 +939,24 @@ static void failure_line(cf_language lang, const cf_buf *err, char *out, size_t 
             pick = true;
             take_next = false;
         } else if (lang == CF_LANG_PYTHON) {
-            traceback = traceback || line_starts(line, len, "Traceback (most recent call last):");
-            pick = traceback && len && line[0] != ' '; /* the last such line wins */
+            /* The exception's first line, after the last traceback's
+             * frames (indented): a message's further lines are not it. */
+            if (line_starts(line, len, "Traceback (most recent call last):")) {
+                traceback = true;
+                after_frames = false;
+                found = NULL;
+            } else if (traceback && len && line[0] == ' ') {
+                after_frames = true;
+            } else if (traceback && after_frames && len && !found) {
+                pick = true;
+            }
         } else if (lang == CF_LANG_RUST && memmem(line, len, "panicked at ", 12)) {
             pick = len == 0 || line[len - 1] != ':';
             take_next = !pick;
         } else if (lang == CF_LANG_GO) {
             pick = !found && (line_starts(line, len, "panic: ") || line_starts(line, len, "fatal error: "));
         } else if (lang == CF_LANG_JAVASCRIPT || lang == CF_LANG_TYPESCRIPT) {
-            pick = !found && js_error_line(line, len);
+            pick = js_error_line(line, len); /* the last: node prints the uncaught one after the program's */
         } else if (lang == CF_LANG_C || lang == CF_LANG_CPP) {
             pick = !found && memmem(line, len, "Assertion `", 11) != NULL;
         }
@@ -1003,13 +1015,13 @@ static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom
         else {
             why[0] = '\0';
             if (o->signal == SIGABRT) /* a C assertion, a Rust abort */
-                failure_line(req->language, &o->err, why, sizeof(why));
+                failure_line(req->language, &o->err, o->err_truncated, why, sizeof(why));
             cf_result_set_reason(res, "killed by signal %d (SIG%s)%s%s", o->signal, abbrev ? abbrev : "?",
                                  why[0] ? ": " : "", why);
         }
     } else if (o->exit_code != 0) {
         res->status = CF_STATUS_FAILED;
-        failure_line(req->language, &o->err, why, sizeof(why));
+        failure_line(req->language, &o->err, o->err_truncated, why, sizeof(why));
         if (why[0])
             cf_result_set_reason(res, "exited with code %d: %s", o->exit_code, why);
         else

@@ -1417,11 +1417,13 @@ static void keep_case_within(cf_case_result *c, size_t *used)
         dropped = "it nests too deeply for a case's place in the result";
     if (dropped) {
         shrink(&c->output, 0);
-        char why[300];
-        snprintf(why, sizeof(why), "%s%soutput dropped: %s", c->reason ? c->reason : "", c->reason ? "; " : "",
-                 dropped);
-        free(c->reason);
-        c->reason = cf_strdup(why);
+        /* Whole: a reason cut inside a UTF-8 character made the result
+         * undecodable (the readers want valid UTF-8). */
+        char *why = NULL;
+        if (asprintf(&why, "%s%soutput dropped: %s", c->reason ? c->reason : "", c->reason ? "; " : "", dropped) >= 0) {
+            free(c->reason);
+            c->reason = why;
+        }
     }
     *used += c->stdout_data.len + c->stderr_data.len + c->output.len;
 }

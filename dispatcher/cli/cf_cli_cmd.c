@@ -1147,7 +1147,7 @@ int cf_cli_main(int argc, char **argv)
         rc = cf_cli_cmd_top(&g, sub_argc, sub_argv);
     else if (strcmp(name, "mcp") == 0)
         rc = cf_cli_cmd_mcp(&g, sub_argc, sub_argv);
-    else if (strcmp(name, "version") == 0 || strcmp(name, "--version") == 0)
+    else if (strcmp(name, "version") == 0)
         rc = cmd_version(&g, sub_argc, sub_argv);
     else if (strcmp(name, "help") == 0) {
         cf_cli_print_usage(stdout);

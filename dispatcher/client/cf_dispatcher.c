@@ -1072,8 +1072,7 @@ int cf_kafka_acls_create(const char *brokers, const cf_kvlist *kafka, const cf_k
             rd_kafka_resp_err_t code = rd_kafka_error_code(e);
             if (code == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED ||
                 code == RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED ||
-                code == RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED ||
-                code == RD_KAFKA_RESP_ERR_SECURITY_DISABLED || strstr(rd_kafka_error_string(e), "uthoriz"))
+                code == RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED || strstr(rd_kafka_error_string(e), "uthoriz"))
                 cf_error_set(err, CF_E_KAFKA, "create acl %zu: not authorized: creating ACLs needs a super user's "
                              "credentials (--config), and these are not", i);
             else

@@ -105,7 +105,9 @@ typedef struct mcp_call {
      * an id; calls of one run one after another (the fleet's collector
      * hands a result to one waiter). */
     char result_key[CF_ID_MAX + 1];
-    bool picked; /* a timed-out execute_code's result went to a get_result: stop waiting */
+    bool picked;    /* a timed-out execute_code's result went to a get_result: stop waiting */
+    bool silent;    /* timed out, waiting on without counting against --max-calls */
+    bool finishing; /* answered: call_cancel leaves it alone */
     char evict_id[CF_ID_MAX + 1]; /* an abandoned execution its timeout pushed out: cancel it */
     /* The execution whose output chunks become progress notifications. */
     char exec_id[CF_ID_MAX + 1];
@@ -144,7 +146,7 @@ struct mcp {
     int n_running, max_calls, n_waiting;
     size_t waiting_bytes; /* their messages' JSON text */
     pthread_cond_t calls_cv;
-    volatile sig_atomic_t gone; /* stdout is closed (the client died): calls end as on a stop */
+    int gone; /* stdout is closed (the client died): calls end as on a stop (atomic: is_gone) */
     pthread_t keeper;        /* sends the keep-alives, whatever the waiting calls block in */
     bool keeper_stop;
     pthread_cond_t keeper_cv;
@@ -174,6 +176,11 @@ static __thread mcp_batch *tl_batch;
 
 /* ---------------------------------------------------------------- output */
 
+static bool is_gone(const mcp *m)
+{
+    return __atomic_load_n(&m->gone, __ATOMIC_ACQUIRE) != 0;
+}
+
 /* Whether msg is a response (not a notification) that belongs in the
  * current thread's batch. */
 static bool in_batch(const json_t *msg)
@@ -196,14 +203,14 @@ static void send_msg(mcp *m, json_t *msg)
         return;
     }
     pthread_mutex_lock(&m->out_mu);
-    if (!m->gone) {
+    if (!is_gone(m)) {
         fputs(s, stdout);
         fputc('\n', stdout);
         /* A client that died closed the pipe (SIGPIPE is ignored): the
          * session is over, and its calls end as on a stop. */
         if (fflush(stdout) != 0 || ferror(stdout)) {
-            m->gone = 1;
-            cf_log_warn(LOG_SUB, "the client closed its end (%s): ending the session", strerror(errno));
+            __atomic_store_n(&m->gone, 1, __ATOMIC_RELEASE);
+            cf_log_warn(LOG_SUB, "the client closed its end of stdout: ending the session");
         }
     }
     pthread_mutex_unlock(&m->out_mu);
@@ -299,7 +306,7 @@ static queued *next_message(mcp *m, int64_t timeout_us, bool *eof)
 {
     int64_t until = timeout_us < 0 ? INT64_MAX : cf_mono_us() + timeout_us;
     pthread_mutex_lock(&m->mu);
-    while (!m->head && !m->eof && !cf_cli_stop && !m->gone && cf_mono_us() < until) {
+    while (!m->head && !m->eof && !cf_cli_stop && !is_gone(m) && cf_mono_us() < until) {
         struct timespec ts = cf_realtime_after_us(100 * 1000);
         pthread_cond_timedwait(&m->cv, &m->mu, &ts);
     }
@@ -311,8 +318,8 @@ static queued *next_message(mcp *m, int64_t timeout_us, bool *eof)
         m->queued_bytes -= q->len;
         pthread_cond_broadcast(&m->cv);
     }
-    *eof = !q && (m->eof || cf_cli_stop || m->gone);
-    if (m->gone && q) { /* nobody reads the answers */
+    *eof = !q && (m->eof || cf_cli_stop || is_gone(m));
+    if (is_gone(m) && q) { /* nobody reads the answers */
         free(q);
         q = NULL;
         *eof = true;
@@ -557,6 +564,8 @@ static void progress_catch_up(mcp_call *c, const cf_result *res)
     pthread_mutex_unlock(&m->mu);
 }
 
+static void call_start_waiting_locked(mcp *m);
+
 /* What the client said of a call (its notifications/cancelled). */
 enum { CALL_GOES_ON, CALL_CANCELLED, CALL_TIMED_OUT };
 
@@ -616,6 +625,17 @@ static int wait_result(mcp_call *c, const char *id, int64_t since_us, int64_t ti
             pthread_mutex_lock(&m->mu);
             snprintf(evicted, sizeof(evicted), "%s", c->evict_id);
             c->evict_id[0] = '\0';
+            /* The client dropped its token: no more progress to it.  And
+             * the call no longer counts against --max-calls (it holds its
+             * workspace's or thread's turn only), so a get_result for its
+             * result is not kept waiting behind it. */
+            json_decref(c->progress_token);
+            c->progress_token = NULL;
+            json_decref(c->keepalive_token);
+            c->keepalive_token = NULL;
+            c->silent = true;
+            m->n_running--;
+            call_start_waiting_locked(m);
             pthread_mutex_unlock(&m->mu);
             if (evicted[0])
                 cancel_abandoned(m, evicted, "left running by a client timeout, and more than 8 newer ones since");
@@ -624,9 +644,9 @@ static int wait_result(mcp_call *c, const char *id, int64_t since_us, int64_t ti
             pthread_mutex_lock(&m->mu);
             bool over = c->picked || m->eof; /* (at the end of input end_session cancels it) */
             pthread_mutex_unlock(&m->mu);
-            if (over || cf_cli_stop || m->gone)
+            if (over || cf_cli_stop || is_gone(m))
                 return 1;
-        } else if (call != CALL_GOES_ON || cf_cli_stop || m->gone) {
+        } else if (call != CALL_GOES_ON || cf_cli_stop || is_gone(m)) {
             if (cancel_on_abort) {
                 cf_error cerr = {0};
                 if (send_cancel(m, id, "cancelled by the MCP client", 10 * 1000000LL, &cerr) < 0)
@@ -1107,7 +1127,7 @@ static bool call_blocked_locked(const mcp *m, const mcp_call *c)
 static void call_start_waiting_locked(mcp *m)
 {
     mcp_call *c = m->waiting, *prev = NULL;
-    while (c && m->n_running < m->max_calls && !cf_cli_stop && !m->gone) {
+    while (c && m->n_running < m->max_calls && !cf_cli_stop && !is_gone(m)) {
         if (call_blocked_locked(m, c)) {
             prev = c;
             c = c->next;
@@ -1158,7 +1178,7 @@ static void call_start(mcp *m, json_t *msg)
      * tell them apart. */
     for (int list = 0; list < 2; list++)
         for (mcp_call *o = list ? m->waiting : m->running; o; o = o->next)
-            if (json_equal(o->id, c->id)) {
+            if (json_equal(o->id, c->id) && o->abort == CALL_GOES_ON && !o->finishing) {
                 mcp_batch *saved = tl_batch;
                 tl_batch = c->batch;
                 send_error(m, c->id, RPC_INVALID, "a call with this id is still in flight: ids must be unique");
@@ -1200,15 +1220,22 @@ static void call_done(mcp_call *c)
 {
     mcp *m = c->m;
     batch_release(m, c->batch);
-    if (c->evict_id[0]) /* its timeout came after its wait */
-        cancel_abandoned(m, c->evict_id, "left running by a client timeout, and more than 8 newer ones since");
+    char evicted[CF_ID_MAX + 1];
+    pthread_mutex_lock(&m->mu);
+    c->finishing = true; /* from here call_cancel leaves it alone */
+    snprintf(evicted, sizeof(evicted), "%s", c->evict_id);
+    c->evict_id[0] = '\0';
+    pthread_mutex_unlock(&m->mu);
+    if (evicted[0]) /* its timeout came after its wait */
+        cancel_abandoned(m, evicted, "left running by a client timeout, and more than 8 newer ones since");
     pthread_mutex_lock(&m->mu);
     for (mcp_call **pp = &m->running; *pp; pp = &(*pp)->next)
         if (*pp == c) {
             *pp = c->next;
             break;
         }
-    m->n_running--;
+    if (!c->silent)
+        m->n_running--;
     call_start_waiting_locked(m);
     pthread_cond_broadcast(&m->calls_cv);
     pthread_mutex_unlock(&m->mu);
@@ -1253,7 +1280,7 @@ static void call_cancel(mcp *m, const json_t *request_id, const char *reason)
     char evicted[CF_ID_MAX + 1] = "";
     pthread_mutex_lock(&m->mu);
     for (mcp_call *c = m->running; c; c = c->next)
-        if (json_equal(c->id, (json_t *)request_id) && c->abort == CALL_GOES_ON) {
+        if (json_equal(c->id, (json_t *)request_id) && c->abort == CALL_GOES_ON && !c->finishing) {
             c->abort = client_timeout_reason(reason) ? CALL_TIMED_OUT : CALL_CANCELLED;
             /* Listed now, not when the call notices: a get_result
              * without an id right after the cancel finds it. */
@@ -1295,7 +1322,7 @@ static void calls_drain(mcp *m)
 {
     pthread_mutex_lock(&m->mu);
     while (m->n_running > 0 || m->waiting) {
-        if ((cf_cli_stop || m->gone) && m->waiting) {
+        if ((cf_cli_stop || is_gone(m)) && m->waiting) {
             mcp_call *c = m->waiting;
             waiting_unlink_locked(m, c, NULL);
             pthread_mutex_unlock(&m->mu);

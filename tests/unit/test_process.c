@@ -217,6 +217,23 @@ static void test_shell_python_javascript(void **state)
     cf_result_clear(&res);
     cf_request_clear(&req);
 
+    /* A message of several lines: its first; the program's own stderr
+     * before the uncaught error does not win. */
+    req_init(&req, CF_LANG_PYTHON, "import sys\nprint('Error: just a log line', file=sys.stderr)\n"
+                                   "raise ValueError('first line\\nsecond line')\n");
+    assert_int_equal(run(f, 0, &req, &res), 0);
+    assert_string_equal(res.reason, "exited with code 1: ValueError: first line");
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    req_init(&req, CF_LANG_JAVASCRIPT, "console.error('Error loading config, using defaults');\n"
+                                       "null.x;\n");
+    assert_int_equal(run(f, 0, &req, &res), 0);
+    assert_non_null(res.reason);
+    assert_non_null(strstr(res.reason, "exited with code 1: TypeError: "));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
     req_init(&req, CF_LANG_SHELL, "echo 'Traceback (most recent call last):' >&2; echo 'Fake: no' >&2; exit 4");
     assert_int_equal(run(f, 0, &req, &res), 0);
     assert_string_equal(res.reason, "exited with code 4"); /* a shell's stderr is not parsed */
