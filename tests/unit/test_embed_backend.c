@@ -618,20 +618,63 @@ static void test_wasm_bad_modules(void **state)
 /* A helper killed in the middle of a job: the job runs again on a new one. */
 typedef struct killer {
     int backend, slot;
-    int64_t after_us;
     int kills;
 } killer;
 
+/* utime + stime of pid, in clock ticks (-1: gone). */
+static long proc_cpu_ticks(pid_t pid)
+{
+    char p[64], buf[1024];
+    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!rp || sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (long)(ut + st);
+}
+
+/* Kills the slot's helper k->kills times, each time once a helper it has
+ * not killed yet is running the job: its CPU time grew by 100 ms since
+ * the killer first saw it (the job spins).  A condition, not a delay:
+ * on a busy machine a fixed delay killed the retry's helper before it
+ * had the job, or nothing at all. */
 static void *kill_helper(void *arg)
 {
     killer *k = arg;
-    for (int i = 0; i < k->kills; i++) {
-        struct timespec ts = {(time_t)(k->after_us / SEC), (long)(k->after_us % SEC) * 1000};
-        nanosleep(&ts, NULL);
-        pid_t p[4];
-        int n = helper_pids(k->backend, k->slot, p, 4);
-        for (int j = 0; j < n; j++)
-            kill(p[j], SIGKILL);
+    pid_t killed[8];
+    int n_killed = 0;
+    long need = sysconf(_SC_CLK_TCK) / 10;
+    for (int i = 0; i < k->kills && n_killed < 8; i++) {
+        int64_t until = cf_mono_us() + 120 * SEC;
+        pid_t seen = 0;
+        long base = 0;
+        while (cf_mono_us() < until) {
+            pid_t p[4], cand = 0;
+            int n = helper_pids(k->backend, k->slot, p, 4);
+            for (int j = 0; j < n; j++) {
+                bool old = false;
+                for (int m = 0; m < n_killed; m++)
+                    old = old || killed[m] == p[j];
+                if (!old)
+                    cand = p[j];
+            }
+            long ticks = cand ? proc_cpu_ticks(cand) : -1;
+            if (cand != seen) {
+                seen = cand;
+                base = ticks;
+            } else if (cand && ticks >= 0 && base >= 0 && ticks - base >= need) {
+                kill(cand, SIGKILL);
+                killed[n_killed++] = cand;
+                break;
+            }
+            usleep(10 * 1000);
+        }
     }
     return NULL;
 }
@@ -641,12 +684,13 @@ static void test_helper_crash_is_retried(void **state)
     (void)state;
     if (skip_unless_ready())
         return;
-    /* busy for ~600 ms, then answers */
-    const char *code = "const t = Date.now(); while (Date.now() - t < 600) {} 'done'";
+    /* busy for ~3 s (the killer waits for its CPU time to grow), then
+     * answers */
+    const char *code = "const t = Date.now(); while (Date.now() - t < 3000) {} 'done'";
     cf_request r;
     cf_result res;
-    js_req(&r, code, 10 * SEC);
-    killer k = {.backend = 2, .slot = 0, .after_us = 200 * MS, .kills = 1};
+    js_req(&r, code, 60 * SEC);
+    killer k = {.backend = 2, .slot = 0, .kills = 1};
     pthread_t t;
     pthread_create(&t, NULL, kill_helper, &k);
     assert_int_equal(run_on(F->js, 0, &r, &res, NULL), 0);
@@ -656,9 +700,8 @@ static void test_helper_crash_is_retried(void **state)
     cf_result_clear(&res);
 
     /* killed on both attempts: internal error, not a user failure */
-    js_req(&r, code, 10 * SEC);
+    js_req(&r, code, 60 * SEC);
     k.kills = 2;
-    k.after_us = 250 * MS;
     pthread_create(&t, NULL, kill_helper, &k);
     memset(&res, 0, sizeof(res));
     volatile int cancel = 0;
