@@ -424,8 +424,17 @@ size_t cf_utf8_incomplete_tail(const uint8_t *s, size_t len)
 
 int cf_proc_self_stat(unsigned long long *v, int n)
 {
-    char buf[2048];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    return cf_proc_stat(0, v, n);
+}
+
+int cf_proc_stat(pid_t pid, unsigned long long *v, int n)
+{
+    char buf[2048], path[64];
+    if (pid > 0)
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    else
+        snprintf(path, sizeof(path), "/proc/self/stat");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
     ssize_t got = read(fd, buf, sizeof(buf) - 1);

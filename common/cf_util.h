@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -126,5 +127,7 @@ void cf_fd_close(int *fd);
  * non-numeric ones read as 0).  Returns the last field number read, or -1
  * when the file cannot be read. */
 int cf_proc_self_stat(unsigned long long *v, int n);
+/* The same for process pid (0: this one); -1 when it is gone. */
+int cf_proc_stat(pid_t pid, unsigned long long *v, int n);
 
 #endif

@@ -624,19 +624,8 @@ typedef struct killer {
 /* utime + stime of pid, in clock ticks (-1: gone). */
 static long proc_cpu_ticks(pid_t pid)
 {
-    char p[64], buf[1024];
-    snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    if (!rp || sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return -1;
-    return (long)(ut + st);
+    unsigned long long v[18];
+    return cf_proc_stat(pid, v, 18) >= 15 ? (long)(v[14] + v[15]) : -1;
 }
 
 /* Kills the slot's helper k->kills times, each time once a helper it has
