@@ -62,6 +62,8 @@ if [[ -f $dir/CMakeCache.txt ]] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "
     rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
 fi
 
+# The pinned librdkafka (built once into the cache; a no-op after that).
+"$CF_REPO/deploy/librdkafka.sh"
 cmake -S "$CF_REPO" -B "$dir" -G Ninja "${args[@]}" >/dev/null </dev/null ||
     cf_die "cmake configure failed (run: cmake -S $CF_REPO -B $dir -G Ninja ${args[*]})"
 ninja -C "$dir" -j "$jobs" "${targets[@]}" </dev/null

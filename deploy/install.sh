@@ -42,13 +42,15 @@ while (($#)); do
     shift
 done
 
-packages=(build-essential cmake ninja-build ccache pkg-config librdkafka-dev libmsgpack-dev libseccomp-dev
-    libhiredis-dev libcmocka-dev libjansson-dev libinih-dev libssl-dev redis-server redis-tools kcat bubblewrap
+packages=(build-essential cmake ninja-build ccache pkg-config curl libssl-dev libsasl2-dev libzstd-dev zlib1g-dev
+    libmsgpack-dev libseccomp-dev libhiredis-dev libcmocka-dev libjansson-dev libinih-dev redis-server redis-tools kcat bubblewrap
     python3 python3-dev nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev
     rustc golang-go lld-14 wasi-libc libclang-rt-14-dev-wasm32 wabt
     qemu-system-x86 busybox-static kmod cpio xz-utils zstd
     crun debootstrap
     libmicrohttpd-dev libcurl4-openssl-dev prometheus podman runc)
+# (curl, libssl, libsasl2, libzstd, zlib: librdkafka, built by
+#  deploy/librdkafka.sh from a pinned crates.io source, not Debian's 2.0.2.)
 # (qemu, busybox, kmod, cpio: tests/vm/run.sh boots cgroup v2 kernels.)
 # (crun, debootstrap: the container backend and its default image.)
 # (libmicrohttpd: the worker's /metrics and health endpoints; libcurl: OTLP
@@ -237,6 +239,7 @@ check_cargo() {
 }
 
 install_packages
+"$(dirname "${BASH_SOURCE[0]}")/librdkafka.sh"
 install_typescript
 ((fetch_kafka)) && fetch_kafka_jars
 if ((runtimes)); then

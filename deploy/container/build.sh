@@ -157,6 +157,10 @@ cf_log "building $CF_WORKER_IMAGE (revision $revision)"
 build_args=(--build-arg "BASE_IMAGE=$CF_BASE_IMAGE" --build-arg "VERSION=${version:-0}"
     --build-arg "REVISION=$revision" --build-arg "CREATED=$created")
 [[ -n $CF_PODMAN_RUNTIME ]] && build_args+=(--runtime "$CF_PODMAN_RUNTIME")
+# librdkafka's source package, fetched and checked on the host (the
+# Containerfile says why).
+rdkafka_source=$("$CF_REPO/deploy/librdkafka.sh" --source) || cf_die "librdkafka's source is not available (above)"
+build_args+=(--build-context "rdkafka-source=$rdkafka_source")
 # nice: the image's compile shares the machine with whatever else runs.
 build_image() { # extra podman build args...
     nice -n 10 podman build "${no_cache[@]}" "${CF_PODMAN_ULIMITS[@]}" "${build_args[@]}" \
