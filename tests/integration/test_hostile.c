@@ -16,6 +16,7 @@
  * as root, a sandbox backend that does not start is a failure. */
 #include "it_support.h"
 #include "support/sandbox_test.h"
+#include "support/test_time.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -758,7 +759,10 @@ static void after_case(const char *what)
     char wr[4096], cg[4096], mnt[4096], procs[4096];
     size_t n_wr = 0, n_cg = 0, n_mnt = 0, cg_count = 0;
     int n_procs = 0;
-    for (int i = 0; i < 100; i++) {
+    /* A condition with a ceiling: on a busy machine the last exits and
+     * unmounts can trail the answer by seconds (30 s is far past that). */
+    int64_t deadline = cf_mono_us() + 30 * SEC * cf_test_time_scale();
+    for (;;) {
         n_procs = hostile_processes(procs, sizeof(procs));
         char **v;
         size_t n;
@@ -790,6 +794,8 @@ static void after_case(const char *what)
         }
         if (n_wr == 0 && n_procs == 0 && n_cg == 0 && n_mnt == 0)
             return;
+        if (cf_mono_us() > deadline)
+            break;
         usleep(50 * 1000);
     }
     fail_msg("%s: left behind: work root entries [%s] processes [%s] cgroups (%zu, was %zu) [%s] mounts [%s]", what,
