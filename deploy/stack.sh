@@ -40,7 +40,7 @@
 #   CODEFLEET_TOPIC_EVENTS         codefleet.events
 #   CODEFLEET_TOPIC_WORKERS        codefleet.workers (the workers' reports, compacted)
 #   CODEFLEET_KAFKA_VERSION        the broker release (deploy/common.sh; 3.9.1 still works)
-#   CODEFLEET_KAFKA_SASL           scram|plain: the clients' mechanism (default by version)
+#   CODEFLEET_KAFKA_SASL           scram|plain: the clients' mechanism (default scram: SCRAM-SHA-256)
 #   CODEFLEET_WORKERS              workers started by `up` (2)
 #   CODEFLEET_GROUP                the workers' consumer group (codefleet)
 #   CODEFLEET_STACK_WORKER_ARGS    extra arguments for every worker (word-split)
@@ -177,22 +177,17 @@ init_secrets() {
 }
 ctrl_port() { printf '%s' $((KAFKA_PORT + 1)); }
 
-# The mechanism the stack's clients use.  The broker's client listener takes
-# both SCRAM-SHA-256 and PLAIN; the clients use SCRAM against Kafka 3.x and
-# PLAIN against 4.x, because Debian's librdkafka (2.0.2) builds a SCRAM proof
-# Kafka 4 rejects as "invalid credentials" (a doubled nonce, fixed in
-# librdkafka 2.6.1: confluentinc/librdkafka#4895).  PLAIN sends the password
-# to the broker, which is acceptable on loopback; over a network use TLS.
+# The mechanism the stack's clients use: SASL/SCRAM-SHA-256 (the password
+# never crosses the wire).  The project's librdkafka (2.12, deploy/
+# librdkafka.sh) speaks it to Kafka 3.x and 4.x alike; Debian's 2.0.2 built
+# a proof Kafka 4 rejects (confluentinc/librdkafka#4895), which is why the
+# stack once used PLAIN there.  CODEFLEET_KAFKA_SASL=plain still gives
+# PLAIN (for a client on an old librdkafka, kcat among them): it sends the
+# password to the broker, acceptable on loopback only.
 sasl_mechanism() {
-    # A broker already running is the one the clients talk to: its release
-    # (recorded at its start; a broker started before the record was 3.9.1).
-    local v=$CF_KAFKA_VERSION
-    if kafka_running; then v=$(cat "$KAFKA_DIR/version" 2>/dev/null || true); fi
-    [[ $v =~ ^[0-9]+\. ]] || v=3.9.1
     case ${CODEFLEET_KAFKA_SASL:-} in
-    scram | SCRAM-SHA-256) printf 'SCRAM-SHA-256' ;;
+    '' | scram | SCRAM-SHA-256) printf 'SCRAM-SHA-256' ;;
     plain | PLAIN) printf 'PLAIN' ;;
-    '') if ((${v%%.*} >= 4)); then printf 'PLAIN'; else printf 'SCRAM-SHA-256'; fi ;;
     *) cf_die "CODEFLEET_KAFKA_SASL must be scram or plain, not '$CODEFLEET_KAFKA_SASL'" ;;
     esac
 }
