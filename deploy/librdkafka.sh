@@ -2,7 +2,9 @@
 # Builds the pinned librdkafka the project links, from the source that the
 # crates.io package rdkafka-sys carries (with its licenses), checked
 # against the checksum crates.io's index lists, into PREFIX (default
-# $CODEFLEET_CACHE/librdkafka, i.e. ~/.cache/codefleet/librdkafka): a static
+# $CODEFLEET_CACHE/librdkafka-<version>, i.e. ~/.cache/codefleet/
+# librdkafka-2.12.1; a version per directory, so checkouts pinning
+# different ones never rebuild over each other): a static
 # library and CMake's package files (RdKafka::rdkafka, which names its
 # dependencies: OpenSSL, zlib, zstd, Cyrus SASL).  CMakeLists.txt looks
 # there first.
@@ -34,6 +36,7 @@ RDKAFKA_CRATE=rdkafka-sys-4.10.0+$RDKAFKA_VERSION
 RDKAFKA_SHA256=e234cf318915c1059d4921ef7f75616b5219b10b46e9f3a511a15eb4b56a3f77
 
 cache=${CODEFLEET_CACHE:-${HOME:-/root}/.cache/codefleet}
+cache=${cache%/}
 log() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
 die() {
     log "error: $*"
@@ -56,7 +59,8 @@ source_dir() {
     fi
     [[ -f $crate ]] || die "$crate not found"
     echo "$RDKAFKA_SHA256  $crate" | sha256sum -c --quiet - >/dev/null 2>&1 || {
-        [[ -z ${CODEFLEET_RDKAFKA_SOURCE:-} ]] && rm -f "$crate"
+        [[ -n ${CODEFLEET_RDKAFKA_SOURCE:-} ]] && die "$crate: checksum mismatch"
+        rm -f "$crate"
         die "$crate: checksum mismatch (removed; run again to download it anew)"
     }
     printf '%s\n' "$dir"
@@ -66,7 +70,9 @@ if [[ ${1:-} == --source ]]; then
     source_dir
     exit 0
 fi
-prefix=${1:-$cache/librdkafka}
+prefix=${1:-$cache/librdkafka-$RDKAFKA_VERSION}
+while [[ $prefix == */ && $prefix != / ]]; do prefix=${prefix%/}; done
+[[ $prefix == /* && $prefix != / ]] || die "PREFIX must be an absolute path other than /, not '$prefix'"
 stamp=$prefix/.codefleet-librdkafka
 want="librdkafka $RDKAFKA_VERSION $RDKAFKA_SHA256"
 
@@ -75,6 +81,11 @@ mkdir -p "$(dirname "$prefix")"
 exec 7>"$prefix.lock"
 flock 7
 [[ -f $stamp && $(head -n1 "$stamp") == "$want" ]] && exit 0
+# Only a directory this script made is ever replaced: a PREFIX that holds
+# something else (/usr/local, say) is refused, never removed.
+if [[ -e $prefix && ! -f $stamp ]] && [[ -n $(ls -A "$prefix" 2>/dev/null) ]]; then
+    die "$prefix exists and was not made by this script: choose another PREFIX or remove it"
+fi
 
 for tool in cmake ninja sha256sum; do
     command -v $tool >/dev/null 2>&1 || die "$tool not found (deploy/install.sh installs it)"
@@ -99,8 +110,17 @@ if ! nice -n 5 cmake -S "$src" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Relea
     tail -n 40 "$tmp/build.log" >&2
     die "building librdkafka $RDKAFKA_VERSION failed (are libssl-dev, libsasl2-dev, libzstd-dev and zlib1g-dev installed?)"
 fi
-grep -q '^#define WITH_SASL_SCRAM 1' "$tmp/build/generated/config.h" || die "librdkafka was built without SCRAM (libsasl2-dev missing?)"
+grep -q '^#define WITH_SASL_SCRAM 1' "$tmp/build/generated/config.h" ||
+    die "librdkafka was built without SCRAM (SCRAM needs WITH_SSL and WITH_SASL: libssl-dev and libsasl2-dev)"
+# pkg-config files would name the temporary prefix; CMake's package files
+# are relative and are what the project uses.
+rm -rf "$tmp/prefix/lib/pkgconfig"
 printf '%s\nbuilt %s\n' "$want" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$tmp/prefix/.codefleet-librdkafka"
-rm -rf "$prefix"
+# The stamp goes first, so an interrupted swap is never taken as complete;
+# the old tree is moved aside before the new one takes its name.
+rm -f "$stamp"
+if [[ -e $prefix ]]; then
+    mv "$prefix" "$tmp/old"
+fi
 mv "$tmp/prefix" "$prefix"
 log "librdkafka $RDKAFKA_VERSION ready in $prefix"

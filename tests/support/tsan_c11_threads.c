@@ -1,9 +1,10 @@
-/* ThreadSanitizer builds only (CF_TSAN): Debian's librdkafka starts its
- * threads with C11 thrd_create, which glibc implements without going
- * through pthread_create, so TSan never sees those threads start and
- * crashes at their first allocation.  Defining thrd_create / thrd_join /
- * thrd_detach in the test executable interposes them (the executable's
- * symbols win) and routes them through the intercepted pthread calls. */
+/* ThreadSanitizer builds only (CF_TSAN): librdkafka starts its threads
+ * with C11 thrd_create, which glibc implements without going through
+ * pthread_create, so TSan never sees those threads start and crashes at
+ * their first allocation.  Defining thrd_create / thrd_join / thrd_detach
+ * in the test executable makes the static librdkafka's calls bind to these
+ * at link time (before libc's), and routes them through the intercepted
+ * pthread calls. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
