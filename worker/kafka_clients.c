@@ -210,6 +210,10 @@ rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_top
             {"enable.auto.commit", "true"},     {"enable.auto.offset.store", "false"},
             {"auto.commit.interval.ms", "500"}, {"auto.offset.reset", "earliest"},
             {"fetch.wait.max.ms", "10"},        {"fetch.error.backoff.ms", "50"},
+            /* librdkafka >= 2.4 waits this long before fetching a partition
+             * whose prefetch queue was full (default 1000 ms); the queue is
+             * kept small above, so a backlog would be read in 1 s steps. */
+            {"fetch.queue.backoff.ms", "10"},
             {"partition.assignment.strategy", "cooperative-sticky"},
             {"isolation.level", "read_committed"},
             /* A dead worker's partitions move within seconds, not the 45 s
