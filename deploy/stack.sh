@@ -187,7 +187,15 @@ ctrl_port() { printf '%s' $((KAFKA_PORT + 1)); }
 sasl_mechanism() {
     case ${CODEFLEET_KAFKA_SASL:-} in
     '' | scram | SCRAM-SHA-256) printf 'SCRAM-SHA-256' ;;
-    plain | PLAIN) printf 'PLAIN' ;;
+    plain | PLAIN)
+        # PLAIN is enabled when the broker starts: one already running
+        # without it would refuse every client this would configure.
+        if kafka_running && ! grep -q '^listener.name.sasl_plaintext.sasl.enabled.mechanisms=.*PLAIN' \
+            "$KAFKA_DIR/server.properties" 2>/dev/null; then
+            cf_die "CODEFLEET_KAFKA_SASL=plain: the running broker was started without PLAIN: deploy/stack.sh down, then up with it set"
+        fi
+        printf 'PLAIN'
+        ;;
     *) cf_die "CODEFLEET_KAFKA_SASL must be scram or plain, not '$CODEFLEET_KAFKA_SASL'" ;;
     esac
 }
