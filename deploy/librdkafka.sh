@@ -83,7 +83,7 @@ flock 7
 [[ -f $stamp && $(head -n1 "$stamp") == "$want" ]] && exit 0
 # Only a directory this script made is ever replaced: a PREFIX that holds
 # something else (/usr/local, say) is refused, never removed.
-if [[ -e $prefix && ! -f $stamp ]] && [[ -n $(ls -A "$prefix" 2>/dev/null) ]]; then
+if [[ -e $prefix && ! -f $stamp && ! -f $stamp.replacing ]] && [[ -n $(ls -A "$prefix" 2>/dev/null) ]]; then
     die "$prefix exists and was not made by this script: choose another PREFIX or remove it"
 fi
 
@@ -116,9 +116,10 @@ grep -q '^#define WITH_SASL_SCRAM 1' "$tmp/build/generated/config.h" ||
 # are relative and are what the project uses.
 rm -rf "$tmp/prefix/lib/pkgconfig"
 printf '%s\nbuilt %s\n' "$want" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$tmp/prefix/.codefleet-librdkafka"
-# The stamp goes first, so an interrupted swap is never taken as complete;
-# the old tree is moved aside before the new one takes its name.
-rm -f "$stamp"
+# The stamp goes first (renamed, so the tree is still known as ours), so
+# an interrupted swap is never taken as complete; the old tree is moved
+# aside before the new one takes its name.
+[[ -f $stamp ]] && mv -f "$stamp" "$stamp.replacing"
 if [[ -e $prefix ]]; then
     mv "$prefix" "$tmp/old"
 fi
