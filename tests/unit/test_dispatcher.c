@@ -856,7 +856,7 @@ static void test_result_output(void **state)
     char *text = capture(print_result_adapter, &r);
     assert_non_null(strstr(text, "id:       r-1\n"));
     assert_non_null(strstr(text, "status:   failed (exit 2)\n"));
-    assert_non_null(strstr(text, "peak memory 5.0 MiB"));
+    assert_non_null(strstr(text, "peak memory 5 MiB"));
     assert_non_null(strstr(text, "backend:  process (host_local)"));
     assert_non_null(strstr(text, "reason:   exit status 2\n"));
     assert_null(strstr(text, "sandbox,"));
@@ -897,6 +897,76 @@ static void test_result_output(void **state)
     assert_string_equal(sz, "1.5 KiB");
     cf_format_size(INT64_C(3) << 30, sz, sizeof(sz));
     assert_string_equal(sz, "3.0 GiB");
+}
+
+/* Sizes for people: exact ones in their largest unit, and every "N bytes"
+ * of a reason the same way, without rounding anything. */
+static void test_sizes_for_people(void **state)
+{
+    (void)state;
+    char sz[32];
+    static const struct {
+        int64_t in;
+        const char *want;
+    } sizes[] = {{0, "0 B"},
+                 {512, "512 B"},
+                 {1024, "1 KiB"},
+                 {1536, "1.5 KiB"},
+                 {67108864, "64 MiB"},
+                 {(INT64_C(3) << 30), "3 GiB"},
+                 {(INT64_C(5) << 40), "5 TiB"},
+                 {(INT64_C(2048) << 40), "2048 TiB"},
+                 {67108865, "64.0 MiB"}};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        cf_cli_format_size(sizes[i].in, sz, sizeof(sz));
+        assert_string_equal(sz, sizes[i].want);
+    }
+    static const char *const reasons[][2] = {
+        {"memory limit of 67108864 bytes exceeded (killed by the OOM killer)",
+         "memory limit of 64 MiB exceeded (killed by the OOM killer)"},
+        /* Not exact: left as it is, so two near sizes stay apart. */
+        {"request of 1048577 bytes exceeds this worker's max-request of 1048576 bytes",
+         "request of 1048577 bytes exceeds this worker's max-request of 1 MiB"},
+        {"8388608 bytes", "8 MiB"},
+        {"512 bytes, 0 bytes, 2048bytes, x1024 bytes, 1024 bytesize, 4096 bytes.",
+         "512 bytes, 0 bytes, 2048bytes, x1024 bytes, 1024 bytesize, 4 KiB."},
+        {"99999999999999999999999 bytes", "99999999999999999999999 bytes"},
+        {"", ""}};
+    char out[200];
+    for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {
+        cf_cli_humanize_sizes(reasons[i][0], out, sizeof(out));
+        assert_string_equal(out, reasons[i][1]);
+    }
+    /* Cut to the buffer, still terminated. */
+    char tiny[8];
+    cf_cli_humanize_sizes("memory limit of 67108864 bytes", tiny, sizeof(tiny));
+    assert_string_equal(tiny, "memory ");
+
+    /* In a result's text: the reason and the peak memory. */
+    cf_result r;
+    fill_result(&r);
+    free(r.reason);
+    r.reason = strdup("memory limit of 67108864 bytes exceeded");
+    r.peak_memory_bytes = 67108864;
+    char *text = capture(print_result_adapter, &r);
+    assert_non_null(strstr(text, "reason:   memory limit of 64 MiB exceeded\n"));
+    assert_non_null(strstr(text, "peak memory 64 MiB\n"));
+    free(text);
+    char line[256];
+    r.stdout_data.len = 0;
+    cf_cli_format_result_line(&r, line, sizeof(line));
+    assert_non_null(strstr(line, "(memory limit of 64 MiB exceeded)"));
+    /* --json keeps the worker's words and numbers. */
+    char *js = NULL;
+    size_t jl = 0;
+    FILE *f = open_memstream(&js, &jl);
+    cf_error err = {0};
+    assert_int_equal(cf_cli_print_result_json(f, &r, &err), 0);
+    fclose(f);
+    assert_non_null(strstr(js, "\"reason\":\"memory limit of 67108864 bytes exceeded\""));
+    assert_non_null(strstr(js, "\"peak_memory_bytes\":67108864"));
+    free(js);
+    cf_result_clear(&r);
 }
 
 /* Which sandbox served a result is shown; a value the schema does not
@@ -969,6 +1039,7 @@ int main(void)
         cmocka_unit_test(test_percentiles),
         cmocka_unit_test(test_summary_output),
         cmocka_unit_test(test_result_output),
+        cmocka_unit_test(test_sizes_for_people),
         cmocka_unit_test(test_result_output_sandbox_path),
         cmocka_unit_test(test_submit_compiled_flags),
         cmocka_unit_test(test_submit_wasm_and_js),
