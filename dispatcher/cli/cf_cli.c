@@ -387,6 +387,35 @@ int cf_cli_report(const char *cmd, int exit_code, const char *message)
     return exit_code;
 }
 
+void cf_cli_report_line(const char *cmd, const char *level, const char *kind, const char *where, json_t *fields,
+                        const char *message)
+{
+    if (report_json) {
+        json_t *e = fields && json_is_object(fields) ? fields : json_object();
+        if (e != fields)
+            json_decref(fields);
+        fields = NULL;
+        if (e) {
+            json_object_set_new(e, "kind", json_string(kind));
+            json_object_set_new(e, "message", json_string(message));
+            if (cmd && cmd[0])
+                json_object_set_new(e, "command", json_string(cmd));
+        }
+        json_t *o = e ? json_pack("{s:o}", level, e) : NULL;
+        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+        json_decref(o);
+        if (line) {
+            fprintf(stderr, "%s\n", line);
+            free(line);
+            return;
+        }
+        /* not valid UTF-8, or out of memory: the text still goes out */
+    }
+    json_decref(fields);
+    fprintf(stderr, "codefleet%s%s: %s%s%s\n", cmd && cmd[0] ? " " : "", cmd ? cmd : "", where ? where : "",
+            where ? ": " : "", message);
+}
+
 int cf_cli_report_usage(const char *cmd, const char *help_cmd, const char *message)
 {
     char text[1200];

@@ -158,6 +158,16 @@ int cf_cli_exit_for_state_error(const cf_error *err);
  * Each returns exit_code. */
 void cf_cli_set_report_json(bool json);
 int cf_cli_report(const char *cmd, int exit_code, const char *message);
+/* A line about one item a command goes on after (a batch line it could not
+ * read or submit, a malformed message it skipped) or a warning: text
+ * "codefleet CMD: [WHERE: ]MESSAGE" on stderr; with --json one object
+ * {LEVEL: {"command", "kind", "message", ...fields}} on stderr only (the
+ * command's answer still comes on stdout), without "exit_code" since the
+ * command has not ended.  level is "error" or "warning"; fields (taken,
+ * may be NULL) add members such as "file" and "line"; where (may be NULL)
+ * is the text form's place ("FILE:LINE"). */
+void cf_cli_report_line(const char *cmd, const char *level, const char *kind, const char *where, json_t *fields,
+                        const char *message);
 /* "MESSAGE (see codefleet HELP_CMD --help)", exit code 2. */
 int cf_cli_report_usage(const char *cmd, const char *help_cmd, const char *message);
 /* A failed operation: cf_cli_explain's hint when there is one (the raw

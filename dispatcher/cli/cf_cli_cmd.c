@@ -360,8 +360,9 @@ static void run_not_called_hint(const cf_request *req, const cf_result *res)
     default: return;
     }
     if (memmem(req->code.data, req->code.len, def, strlen(def)))
-        fprintf(stderr, "codefleet: the code defines run() but nothing called it (no output): add --function to "
-                        "call run(input) with --input and get its return value\n");
+        cf_cli_report_line("submit", "warning", "run_not_called", NULL, NULL,
+                           "the code defines run() but nothing called it (no output): add --function to call "
+                           "run(input) with --input and get its return value");
 }
 
 static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
@@ -697,6 +698,57 @@ static int batch_receive_one(batch_state *b)
     }
 }
 
+/* The most ids of requests without a result that batch --json lists. */
+#define BATCH_MISSING_LISTED 1000
+
+/* A line batch could not read or submit; it goes on with the next.  With
+ * --json: {"error": {"command": "batch", "kind", "message", "file",
+ * "line", "id"?}} on stderr. */
+static void batch_line_error(const char *path, uint64_t lineno, const char *kind, const char *id, const char *msg)
+{
+    char where[1100];
+    snprintf(where, sizeof(where), "%.1000s:%" PRIu64, path, lineno);
+    json_t *f = json_pack("{s:s, s:I}", "file", path, "line", (json_int_t)lineno);
+    if (f && id)
+        json_object_set_new(f, "id", json_string(id));
+    cf_cli_report_line("batch", "error", kind, where, f, msg);
+}
+
+/* The requests still without a result when the batch ends: counted, and
+ * said (their ids: the first 10 in text, up to BATCH_MISSING_LISTED with
+ * --json). */
+static void batch_report_missing(batch_state *b)
+{
+    b->st.missing = json_object_size(b->inflight);
+    if (!b->st.missing)
+        return;
+    batch_progress_clear(b);
+    const char *id;
+    json_t *v;
+    char msg[200];
+    snprintf(msg, sizeof(msg), "%" PRIu64 " request(s) without a result within %" PRId64 " ms", b->st.missing,
+             b->g->timeout_us / 1000);
+    if (b->g->json) {
+        json_t *ids = json_array();
+        json_object_foreach(b->inflight, id, v)
+        {
+            if (json_array_size(ids) >= BATCH_MISSING_LISTED)
+                break;
+            json_array_append_new(ids, json_string(id));
+        }
+        cf_cli_report_line("batch", "error", "no_result", NULL, json_pack("{s:o}", "missing", ids), msg);
+        return;
+    }
+    cf_cli_report_line("batch", "error", "no_result", NULL, NULL, msg);
+    size_t shown = 0;
+    json_object_foreach(b->inflight, id, v)
+    {
+        if (shown++ >= 10)
+            break;
+        fprintf(stderr, "  missing: %s\n", id);
+    }
+}
+
 static int cmd_batch(const cf_cli_globals *g, int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -727,8 +779,9 @@ static int cmd_batch(const cf_cli_globals *g, int argc, char **argv)
     const char *path = argv[optind];
     FILE *in = strcmp(path, "-") == 0 ? stdin : fopen(path, "re");
     if (!in) {
-        fprintf(stderr, "codefleet batch: %s: %s\n", path, strerror(errno));
-        return CF_EXIT_USAGE;
+        char msg[1200];
+        snprintf(msg, sizeof(msg), "%.1000s: %s", path, strerror(errno));
+        return cf_cli_report("batch", CF_EXIT_USAGE, msg);
     }
 
     batch_state b = {.g = g, .progress = isatty(STDERR_FILENO) == 1};
@@ -756,14 +809,15 @@ static int cmd_batch(const cf_cli_globals *g, int argc, char **argv)
             continue;
         if (pr < 0) {
             batch_progress_clear(&b);
-            fprintf(stderr, "codefleet batch: %s:%" PRIu64 ": %s\n", path, lineno, err.msg);
+            batch_line_error(path, lineno, "usage", NULL, err.msg);
             b.st.bad_lines++;
             continue;
         }
         if (json_object_get(b.inflight, req.id)) {
             batch_progress_clear(&b);
-            fprintf(stderr, "codefleet batch: %s:%" PRIu64 ": duplicate id %s (still in flight)\n", path, lineno,
-                    req.id);
+            char msg[400];
+            snprintf(msg, sizeof(msg), "duplicate id %s (still in flight)", req.id);
+            batch_line_error(path, lineno, "usage", req.id, msg);
             b.st.bad_lines++;
             cf_request_clear(&req);
             continue;
@@ -781,7 +835,7 @@ static int cmd_batch(const cf_cli_globals *g, int argc, char **argv)
         int64_t t = cf_mono_us();
         if (cf_dispatcher_submit(b.d, &req, &err) < 0) {
             batch_progress_clear(&b);
-            fprintf(stderr, "codefleet batch: %s:%" PRIu64 ": %s\n", path, lineno, err.msg);
+            batch_line_error(path, lineno, cf_cli_exit_name(cf_cli_exit_for_error(&err)), req.id, err.msg);
             b.st.submit_errors++;
         } else {
             json_object_set_new(b.inflight, req.id, json_integer((json_int_t)t));
@@ -793,30 +847,19 @@ static int cmd_batch(const cf_cli_globals *g, int argc, char **argv)
     free(line);
     if (timed_out || cf_cli_stop) {
         batch_progress_clear(&b);
-        fprintf(stderr, "codefleet batch: %s before every line was submitted (stopped at line %" PRIu64 ")\n",
-                cf_cli_stop ? "interrupted" : "timeout", lineno);
+        char msg[200];
+        snprintf(msg, sizeof(msg), "%s before every line was submitted (stopped at line %" PRIu64 ")",
+                 cf_cli_stop ? "interrupted" : "timeout", lineno);
+        cf_cli_report_line("batch", "error", cf_cli_stop ? "interrupted" : "no_result", NULL,
+                           json_pack("{s:I}", "line", (json_int_t)lineno), msg);
     }
     if (cf_dispatcher_flush(b.d, g->timeout_us, &err) < 0) {
         batch_progress_clear(&b);
-        fprintf(stderr, "codefleet batch: %s\n", err.msg);
+        cf_cli_report_line("batch", "error", cf_cli_exit_name(cf_cli_exit_for_error(&err)), NULL, NULL, err.msg);
     }
     while (json_object_size(b.inflight) > 0 && batch_receive_one(&b) == 0)
         ;
-    b.st.missing = json_object_size(b.inflight);
-    if (b.st.missing) {
-        batch_progress_clear(&b);
-        const char *id;
-        json_t *v;
-        fprintf(stderr, "codefleet batch: %" PRIu64 " request(s) without a result within %" PRId64 " ms\n",
-                b.st.missing, g->timeout_us / 1000);
-        size_t shown = 0;
-        json_object_foreach(b.inflight, id, v)
-        {
-            if (shown++ >= 10)
-                break;
-            fprintf(stderr, "  missing: %s\n", id);
-        }
-    }
+    batch_report_missing(&b);
     if (!b.st.received)
         b.st.elapsed_us = cf_mono_us() - b.t0;
     batch_progress_clear(&b);
@@ -858,9 +901,11 @@ static int tail_print(void *ctx, const cf_result *res, const cf_error *derr, int
 {
     tail_state *t = ctx;
     if (!res) {
-        fprintf(stderr, "codefleet tail: skipping malformed result at partition %" PRId32 " offset %" PRId64
-                        ": %s\n",
-                partition, offset, derr ? derr->msg : "?");
+        char msg[CF_ERROR_MSG_MAX + 100];
+        snprintf(msg, sizeof(msg), "skipping malformed result at partition %" PRId32 " offset %" PRId64 ": %s",
+                 partition, offset, derr ? derr->msg : "?");
+        cf_cli_report_line("tail", "error", "malformed", NULL,
+                           json_pack("{s:i, s:I}", "partition", (int)partition, "offset", (json_int_t)offset), msg);
         return 0;
     }
     if (t->g->json) {

@@ -261,9 +261,11 @@ static int tail_print(void *ctx, const cf_event *e, const cf_error *derr, int32_
 {
     tail_state *t = ctx;
     if (!e) {
-        fprintf(stderr, "codefleet events tail: skipping a malformed event at partition %" PRId32 " offset %" PRId64
-                        ": %s\n",
-                partition, offset, derr ? derr->msg : "?");
+        char msg[CF_ERROR_MSG_MAX + 100];
+        snprintf(msg, sizeof(msg), "skipping a malformed event at partition %" PRId32 " offset %" PRId64 ": %s",
+                 partition, offset, derr ? derr->msg : "?");
+        cf_cli_report_line("events tail", "error", "malformed", NULL,
+                           json_pack("{s:i, s:I}", "partition", (int)partition, "offset", (json_int_t)offset), msg);
         return 0;
     }
     print_event(t->g, e);

@@ -93,6 +93,18 @@ static void print_safe(FILE *out, const char *s)
         fputc(((unsigned char)*s < 0x20 || *s == 0x7f) ? '?' : *s, out);
 }
 
+/* cf_cli_report with control characters as '?' (print_safe's rule): a
+ * path in the message may hold any byte. */
+static int report_safe(const char *cmd, int exit_code, const char *msg)
+{
+    char clean[1300];
+    size_t n = 0;
+    for (; *msg && n + 1 < sizeof(clean); msg++)
+        clean[n++] = ((unsigned char)*msg < 0x20 || *msg == 0x7f) ? '?' : *msg;
+    clean[n] = '\0';
+    return cf_cli_report(cmd, exit_code, clean);
+}
+
 static void emit_json(json_t *o)
 {
     char *s = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
@@ -582,9 +594,7 @@ static int ws_put(const cf_cli_globals *g, state_conn *c, int argc, char **argv,
     for (size_t i = 0; i < s.n + s.ndel; i++) {
         const char *p = i < s.n ? s.paths[i] : s.deletes[i - s.n];
         if (cf_workspace_path_check(c->ws, p, &err) < 0) {
-            fprintf(stderr, "codefleet %s: ", cmd);
-            print_safe(stderr, err.msg);
-            fputc('\n', stderr);
+            report_safe(cmd, CF_EXIT_USAGE, err.msg);
             goto out;
         }
     }
@@ -671,8 +681,9 @@ static int ws_get(const cf_cli_globals *g, state_conn *c, int argc, char **argv)
     if (outpath) {
         int fd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0 || write_fully(fd, data, len) < 0 || close(fd) < 0) {
-            fprintf(stderr, "codefleet workspace get: %s: %s\n", outpath, strerror(errno));
-            rc = CF_EXIT_USAGE;
+            char msg[1200];
+            snprintf(msg, sizeof(msg), "%.1000s: %s", outpath, strerror(errno));
+            rc = report_safe("workspace get", CF_EXIT_USAGE, msg);
         } else if (g->json) {
             emit_json(json_pack("{s:s, s:s, s:I, s:I, s:s}", "workspace", id, "path", path, "rev", (json_int_t)rev,
                                 "size", (json_int_t)len, "output", outpath));
@@ -757,10 +768,8 @@ static int ws_snapshot(const cf_cli_globals *g, state_conn *c, int argc, char **
         return fail_state(&err, "workspace snapshot");
     int rc = CF_EXIT_OK;
     if (cf_cli_materialize(dir, &l, c->ws, &err) < 0) {
-        fprintf(stderr, "codefleet workspace snapshot: ");
-        print_safe(stderr, err.msg);
-        fputc('\n', stderr);
-        rc = err.code == CF_E_INVALID ? CF_EXIT_USAGE : CF_EXIT_TRANSPORT;
+        rc = report_safe("workspace snapshot", err.code == CF_E_INVALID ? CF_EXIT_USAGE : CF_EXIT_TRANSPORT,
+                         err.msg);
     } else if (g->json) {
         emit_json(json_pack("{s:s, s:I, s:s, s:I}", "workspace", id, "rev", (json_int_t)l.rev, "dir", dir, "files",
                             (json_int_t)l.n));

@@ -6,12 +6,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <jansson.h>
 #include <unistd.h>
 
 #include "cf_dispatcher.h"
 #include "cf_util.h"
 
 static const int64_t SEC = 1000000;
+
+static void rmdir_tree(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
 
 static cf_dispatcher *plain_dispatcher(const it_topics *t)
 {
@@ -404,6 +412,104 @@ static void test_malformed_result_skipped(void **state)
     assert_int_equal(cf_dispatcher_wait(d, "bad-1", 200000, &res, &err), -1);
     assert_int_equal(err.code, CF_E_TIMEOUT);
     cf_dispatcher_destroy(d);
+
+    /* codefleet tail --json: what it skips is a JSON error line each on
+     * stderr; the result is the line on stdout. */
+    char tmp[] = "/tmp/cf-it-tail-XXXXXX";
+    assert_non_null(mkdtemp(tmp));
+    char a_res[160];
+    snprintf(a_res, sizeof(a_res), "--result-topic=%s", t.results);
+    const char *args[] = {"--json", a_res, "--timeout=30s", "tail", "--from-beginning", "--count", "1", NULL};
+    static char out[8192], errs[8192];
+    int rc = it_cli_run(args, tmp, out, sizeof(out), errs, sizeof(errs));
+    if (rc != 0 || !strstr(out, "\"id\":\"good-1\""))
+        fail_msg("tail: exit %d\nstdout: %s\nstderr: %s", rc, out, errs);
+    size_t lines = 0;
+    for (char *line = errs, *nl; (nl = strchr(line, '\n')); line = nl + 1, lines++) {
+        json_t *j = json_loadb(line, (size_t)(nl - line), 0, NULL);
+        json_t *e = json_object_get(j, "error");
+        if (!e || strcmp(json_string_value(json_object_get(e, "kind")), "malformed") != 0 ||
+            strcmp(json_string_value(json_object_get(e, "command")), "tail") != 0 ||
+            !json_is_integer(json_object_get(e, "offset")) || json_object_get(e, "exit_code"))
+            fail_msg("tail's stderr line %zu is not a malformed-result error: %s", lines + 1, errs);
+        json_decref(j);
+    }
+    assert_int_equal(lines, 2);
+    rmdir_tree(tmp);
+}
+
+/* codefleet batch --json: a line it cannot use is a JSON error on stderr
+ * naming the file and line (the batch goes on), requests left without a
+ * result are one JSON error listing their ids, and the summary is still
+ * the answer on stdout.  No worker: the one good request stays missing. */
+static void test_cli_batch_errors_in_json(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "disp-batch", 1);
+    char tmp[] = "/tmp/cf-it-batch-XXXXXX";
+    assert_non_null(mkdtemp(tmp));
+    char path[200];
+    snprintf(path, sizeof(path), "%s/in.jsonl", tmp);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("not json\n"
+          "# a comment\n"
+          "{\"id\":\"b-1\",\"language\":\"shell\",\"code\":\"true\"}\n"
+          "\n"
+          "{\"id\":\"b-1\",\"language\":\"shell\",\"code\":\"true\"}\n",
+          fp);
+    fclose(fp);
+    char a_req[160], a_res[160];
+    snprintf(a_req, sizeof(a_req), "--request-topic=%s", t.requests);
+    snprintf(a_res, sizeof(a_res), "--result-topic=%s", t.results);
+    const char *args[] = {"--json", a_req, a_res, "--timeout=2s", "batch", path, NULL};
+    static char out[8192], errs[8192];
+    int rc = it_cli_run(args, tmp, out, sizeof(out), errs, sizeof(errs));
+    assert_int_equal(rc, 1);
+    /* stdout: the summary alone. */
+    json_t *sum = json_loads(out, 0, NULL);
+    if (!sum || json_integer_value(json_object_get(sum, "bad_lines")) != 2 ||
+        json_integer_value(json_object_get(sum, "missing")) != 1)
+        fail_msg("batch --json summary:\n%s\nstderr: %s", out, errs);
+    json_decref(sum);
+    /* stderr: line 1, line 5 (duplicate id), then the missing one. */
+    json_t *e[3] = {0};
+    size_t n = 0;
+    for (char *line = errs, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
+        json_t *j = json_loadb(line, (size_t)(nl - line), 0, NULL);
+        if (!j || n == 3)
+            fail_msg("batch --json wrote a stderr line that is not one of three JSON objects:\n%s", errs);
+        e[n++] = j;
+    }
+    if (n != 3)
+        fail_msg("batch --json: %zu stderr line(s), want 3:\n%s", n, errs);
+    json_t *l1 = json_object_get(e[0], "error"), *l5 = json_object_get(e[1], "error"),
+           *miss = json_object_get(e[2], "error");
+    assert_string_equal(json_string_value(json_object_get(l1, "command")), "batch");
+    assert_string_equal(json_string_value(json_object_get(l1, "kind")), "usage");
+    assert_string_equal(json_string_value(json_object_get(l1, "file")), path);
+    assert_int_equal(json_integer_value(json_object_get(l1, "line")), 1);
+    assert_null(json_object_get(l1, "exit_code")); /* the batch went on */
+    assert_int_equal(json_integer_value(json_object_get(l5, "line")), 5);
+    assert_string_equal(json_string_value(json_object_get(l5, "id")), "b-1");
+    assert_non_null(strstr(json_string_value(json_object_get(l5, "message")), "duplicate id b-1"));
+    assert_string_equal(json_string_value(json_object_get(miss, "kind")), "no_result");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(miss, "missing"), 0)), "b-1");
+    for (size_t i = 0; i < n; i++)
+        json_decref(e[i]);
+
+    /* Without --json: the text lines as before. */
+    const char *text_args[] = {a_req, a_res, "--timeout=2s", "batch", path, NULL};
+    rc = it_cli_run(text_args, tmp, out, sizeof(out), errs, sizeof(errs));
+    assert_int_equal(rc, 1);
+    char want[400];
+    snprintf(want, sizeof(want), "codefleet batch: %s:1: ", path);
+    if (strncmp(errs, want, strlen(want)) != 0 || !strstr(errs, ":5: duplicate id b-1 (still in flight)\n") ||
+        !strstr(errs, "codefleet batch: 1 request(s) without a result within 2000 ms\n  missing: b-1\n"))
+        fail_msg("batch's text errors:\n%s", errs);
+    rmdir_tree(tmp);
 }
 
 static void test_collector_bound_evicts_oldest(void **state)
@@ -489,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_wait_since_finds_older_result),
         cmocka_unit_test(test_wait_times_out),
         cmocka_unit_test(test_malformed_result_skipped),
+        cmocka_unit_test(test_cli_batch_errors_in_json),
         cmocka_unit_test(test_collector_bound_evicts_oldest),
         cmocka_unit_test(test_collector_byte_bound_evicts_oldest),
     };
