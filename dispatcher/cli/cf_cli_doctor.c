@@ -1416,6 +1416,16 @@ static const char doctor_help[] =
     "Exit code 0 when no check failed (warnings allowed), 1 when one did (or\n"
     "doctor itself could not run), 2 on a usage error.\n";
 
+/* --json among a command's own arguments (before any other is judged, so a
+ * usage error is JSON too when --json comes after the bad argument). */
+static bool json_in_args(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--json") == 0)
+            return true;
+    return false;
+}
+
 /* A report's text is data from the broker: no terminal control through it. */
 static void print_clean(const char *prefix, const char *s)
 {
@@ -1448,7 +1458,8 @@ static void print_text(doctor *d)
 
 int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
 {
-    bool roundtrip = true, redis = true, json = g->json;
+    bool roundtrip = true, redis = true, json = g->json || json_in_args(argc, argv);
+    cf_cli_set_report_json(json);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--no-roundtrip") == 0) {
             roundtrip = false;
@@ -1460,8 +1471,9 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
             fputs(doctor_help, stdout);
             return CF_EXIT_OK;
         } else {
-            fprintf(stderr, "codefleet doctor: unknown argument '%s'\n%s", argv[i], doctor_help);
-            return CF_EXIT_USAGE;
+            char msg[300];
+            snprintf(msg, sizeof(msg), "unknown argument '%.200s'", argv[i]);
+            return cf_cli_report_usage("doctor", "doctor", msg);
         }
     }
     doctor d = {.g = g, .json = json, .roundtrip = roundtrip, .deadline = cf_mono_us() + DOCTOR_BUDGET_US};
@@ -1470,7 +1482,7 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
     d.reports = json_object();
     d.report_groups = json_object();
     if (!d.checks || !d.members || !d.reports || !d.report_groups) {
-        fprintf(stderr, "codefleet doctor: out of memory\n");
+        cf_cli_report("doctor", CF_EXIT_FAILED, "out of memory");
         json_decref(d.checks);
         json_decref(d.members);
         json_decref(d.reports);
@@ -1545,7 +1557,13 @@ static const char top_help[] =
     "max(10 s, 3 x --interval), is shown as \"lag not moving\".\n"
     "Refreshes every --interval (2 s) until interrupted; --once prints one\n"
     "picture, --json one JSON object per picture.  Uses --workers-topic,\n"
-    "--worker-group and --request-topic.\n";
+    "--worker-group and --request-topic.\n"
+    "\n"
+    "Exit code 0 when a picture showed a live worker's stats; 1 when none did\n"
+    "(no live worker in the group, the group not described, no report read:\n"
+    "--once then prints only the line that says which); 6 when the broker\n"
+    "cannot be reached; 2 on a usage error.  With --json an error is a JSON\n"
+    "object {\"error\": {...}} on stderr and stdout, as for every command.\n";
 
 /* The previous picture's counts per worker: rates are differences between
  * two reports of one worker. */
@@ -1649,6 +1667,35 @@ static json_t *top_picture(doctor *d, top_prev *prev)
     if (!d->reports_read && d->reports_why[0])
         json_object_set_new(pic, "reports_why", json_string(d->reports_why));
     return pic;
+}
+
+/* Why a picture holds no worker's stats (no live worker whose report
+ * gave its load): false when it holds some. */
+static bool top_no_stats(const doctor *d, const json_t *pic, char *why, size_t cap)
+{
+    size_t i, live = json_array_size(d->members);
+    json_t *w;
+    json_array_foreach(json_object_get(pic, "workers"), i, w)
+    {
+        if (json_object_get(w, "state"))
+            return false;
+    }
+    const char *topic = d->g->workers_topic;
+    if (!d->group_known)
+        snprintf(why, cap, "no worker stats: the group %s could not be described (%s)", d->g->worker_group,
+                 d->group_why);
+    else if (live == 0)
+        snprintf(why, cap, "no worker stats: no live worker in group %s (state %s)", d->g->worker_group,
+                 d->group_state ? d->group_state : "unknown");
+    else if (!topic || !topic[0])
+        snprintf(why, cap, "no worker stats: no workers topic to read them from (--workers-topic)");
+    else if (!d->reports_read)
+        snprintf(why, cap, "no worker stats: the workers' reports on %s could not be read (%s)", topic,
+                 d->reports_why[0] ? d->reports_why : "no reason given");
+    else
+        snprintf(why, cap, "no worker stats: none of the %zu live worker(s) in group %s published a report on %s",
+                 live, d->g->worker_group, topic);
+    return true;
 }
 
 /* Below the table: each worker's stalled partitions, then the lag that
@@ -1762,6 +1809,11 @@ static void top_print(const json_t *pic, bool clear)
         char id[100], host[100];
         const char *sid = json_string_value(json_object_get(w, "worker_id"));
         const char *shost = json_string_value(json_object_get(w, "host"));
+        /* The broker gives a member's host as Java prints an address,
+         * "/127.0.0.1" (a name, when it has one, before the slash): the
+         * address alone for people, the broker's text in --json. */
+        if (shost && shost[0] == '/' && shost[1])
+            shost++;
         cf_printable(sid ? sid : "", sid ? strlen(sid) : 0, id, sizeof(id));
         cf_printable(shost ? shost : "", shost ? strlen(shost) : 0, host, sizeof(host));
         char rate[32] = "-", age[32] = "-", slots[16] = "-", busy[16] = "-", held[16] = "-", ans[32] = "-";
@@ -1791,9 +1843,10 @@ static void top_print(const json_t *pic, bool clear)
 
 int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv)
 {
-    bool once = false, json = g->json;
+    bool once = false, json = g->json || json_in_args(argc, argv);
     double interval = 2;
     long count = -1;
+    cf_cli_set_report_json(json);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--once") == 0) {
             once = true;
@@ -1802,23 +1855,20 @@ int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv)
         } else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
             char *end = NULL;
             interval = strtod(argv[++i], &end);
-            if (*end || !(interval >= 0.2 && interval <= 3600)) {
-                fprintf(stderr, "codefleet top: --interval takes seconds, 0.2 to 3600\n");
-                return CF_EXIT_USAGE;
-            }
+            if (*end || !(interval >= 0.2 && interval <= 3600))
+                return cf_cli_report_usage("top", "top", "--interval takes seconds, 0.2 to 3600");
         } else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
             char *end = NULL;
             count = strtol(argv[++i], &end, 10);
-            if (*end || count < 1) {
-                fprintf(stderr, "codefleet top: --count takes a positive number\n");
-                return CF_EXIT_USAGE;
-            }
+            if (*end || count < 1)
+                return cf_cli_report_usage("top", "top", "--count takes a positive number");
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             fputs(top_help, stdout);
             return CF_EXIT_OK;
         } else {
-            fprintf(stderr, "codefleet top: unknown argument '%s'\n%s", argv[i], top_help);
-            return CF_EXIT_USAGE;
+            char msg[300];
+            snprintf(msg, sizeof(msg), "unknown argument '%.200s'", argv[i]);
+            return cf_cli_report_usage("top", "top", msg);
         }
     }
     if (once)
@@ -1829,7 +1879,8 @@ int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv)
                      .watch = json_object(),
                      .still_min_ms = three > TOP_STILL_MIN_MS ? three : TOP_STILL_MIN_MS};
     int rc = CF_EXIT_OK;
-    bool tty = isatty(STDOUT_FILENO);
+    bool tty = isatty(STDOUT_FILENO), stats_seen = false;
+    char no_stats[1400] = "";
     for (long n = 0; count < 0 || n < count; n++) {
         if (n > 0)
             usleep((useconds_t)(interval * 1e6));
@@ -1847,8 +1898,17 @@ int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv)
             pic = top_picture(&d, &prev);
         } else {
             json_t *c = json_array_get(d.checks, 0);
-            fprintf(stderr, "codefleet top: %s\n", c ? cf_cli_json_str(c, "message") : "the broker is unreachable");
-            rc = CF_EXIT_TRANSPORT;
+            rc = cf_cli_report("top", CF_EXIT_TRANSPORT,
+                               c ? cf_cli_json_str(c, "message") : "the broker is unreachable");
+        }
+        if (pic && !top_no_stats(&d, pic, no_stats, sizeof(no_stats))) {
+            stats_seen = true;
+        } else if (pic && once) {
+            /* One picture asked for, and it holds nothing of a worker:
+             * the line that says why is the answer, not an empty table. */
+            json_decref(pic);
+            pic = NULL;
+            rc = cf_cli_report("top", CF_EXIT_FAILED, no_stats);
         }
         if (pic) {
             if (json) {
@@ -1874,6 +1934,9 @@ int cf_cli_cmd_top(const cf_cli_globals *g, int argc, char **argv)
         if (rc != CF_EXIT_OK && once)
             break;
     }
+    /* Several pictures, none with a worker's stats: said once, at the end. */
+    if (!once && rc == CF_EXIT_OK && !stats_seen && no_stats[0])
+        rc = cf_cli_report("top", CF_EXIT_FAILED, no_stats);
     json_decref(prev.seen);
     json_decref(prev.watch);
     return rc;

@@ -268,6 +268,26 @@ static void test_doctor_healthy(void **state)
     assert_non_null(strstr(r->out, "OK      broker"));
     assert_non_null(strstr(r->out, "healthy: 0 failed"));
     assert_null(strstr(r->out, "roundtrip"));
+
+    /* top's table: the member's host as an address, not the broker's
+     * "/127.0.0.1"; --json keeps what the broker said. */
+    r = doctor(f, "--json=false", "top", "--once", NULL);
+    assert_int_equal(r->rc, 0);
+    char row[600];
+    snprintf(row, sizeof(row), "\n%-28.28s /", f->w.id);
+    if (strstr(r->out, row))
+        fail_msg("top shows the broker's '/' before the host: %s", r->out);
+
+    /* A live worker, but no report where top looks (an empty topic): no
+     * stats, said as such. */
+    char a_topic[160];
+    snprintf(a_topic, sizeof(a_topic), "--workers-topic=%s", f->t.dlq);
+    r = doctor(f, a_topic, "--json=false", "top", "--once", NULL);
+    snprintf(row, sizeof(row), "codefleet top: no worker stats: none of the 1 live worker(s) in group %s published a "
+                               "report on %s\n",
+             f->t.group, f->t.dlq);
+    if (r->rc != 1 || strcmp(r->err, row) != 0 || r->out[0])
+        fail_msg("top without reports: exit %d\nstdout: %s\nstderr: %s", r->rc, r->out, r->err);
 }
 
 static void test_doctor_broker_down(void **state)
@@ -284,6 +304,13 @@ static void test_doctor_broker_down(void **state)
     /* Redis is checked all the same. */
     expect_status(rep, "redis", "ok");
     json_decref(rep);
+
+    /* top: the broker's line, as a JSON error on stdout and stderr. */
+    run_out *r = doctor(f, "--brokers=127.0.0.1:1", "top", "--once", NULL);
+    assert_int_equal(r->rc, 6);
+    static const char want[] = "{\"error\":{\"command\":\"top\",\"exit_code\":6,\"kind\":\"transport\",\"message\":\"";
+    if (strncmp(r->out, want, sizeof(want) - 1) != 0 || strcmp(r->out, r->err) != 0)
+        fail_msg("top --json with the broker down:\nstdout: %s\nstderr: %s", r->out, r->err);
 }
 
 static void test_doctor_bad_credentials(void **state)
@@ -338,6 +365,32 @@ static void test_doctor_no_workers(void **state)
     expect_text(rep, "roundtrip", "message", "within 5.0 s");
     expect_text(rep, "roundtrip", "fix", "no worker consumes");
     json_decref(rep);
+
+    /* top --once with no worker's stats to show is no answer: exit 1, one
+     * line that says why, and with --json that line is a JSON error on
+     * stderr and the only thing on stdout. */
+    char want[300];
+    snprintf(want, sizeof(want),
+             "{\"error\":{\"command\":\"top\",\"exit_code\":1,\"kind\":\"failed\",\"message\":\"no worker "
+             "stats: no live worker in group %s (state ",
+             f->t.group);
+    run_out *r = doctor(f, "top", "--once", NULL);
+    if (r->rc != 1 || strncmp(r->out, want, strlen(want)) != 0 || strchr(r->out, '\n') != r->out + strlen(r->out) - 1 ||
+        strcmp(r->out, r->err) != 0)
+        fail_msg("top --once --json without workers: exit %d\nstdout: %s\nstderr: %s", r->rc, r->out, r->err);
+    r = doctor(f, "--json=false", "top", "--once", NULL);
+    snprintf(want, sizeof(want), "codefleet top: no worker stats: no live worker in group %s (state ", f->t.group);
+    if (r->rc != 1 || r->out[0] || strncmp(r->err, want, strlen(want)) != 0 ||
+        strchr(r->err, '\n') != r->err + strlen(r->err) - 1)
+        fail_msg("top --once without workers: exit %d\nstdout: %s\nstderr: %s", r->rc, r->out, r->err);
+    /* Several pictures: each shown, and the same verdict after them. */
+    r = doctor(f, "top", "--count", "2", "--interval", "0.2", NULL);
+    assert_int_equal(r->rc, 1);
+    const char *last = strstr(r->out, "{\"error\":");
+    assert_non_null(last);
+    assert_non_null(strstr(last, "no live worker in group"));
+    assert_int_equal(strncmp(r->out, "{\"group\":", 9), 0);
+    assert_non_null(strstr(strchr(r->out, '\n') + 1, "{\"group\":"));
 }
 
 /* A mistyped --worker-group: the workers' reports name the right one, and
@@ -713,9 +766,27 @@ static void test_doctor_usage(void **state)
 {
     IT_REQUIRE_BROKER();
     fx *f = *state;
-    run_out *r = doctor(f, "doctor", "--bogus", NULL);
+    run_out *r = doctor(f, "--json=false", "doctor", "--bogus", NULL);
     assert_int_equal(r->rc, 2);
-    assert_non_null(strstr(r->err, "unknown argument '--bogus'"));
+    assert_string_equal(r->err, "codefleet doctor: unknown argument '--bogus' (see codefleet doctor --help)\n");
+    assert_string_equal(r->out, "");
+    /* With --json (global, or the command's own after the bad argument),
+     * a usage error is JSON on stderr and stdout. */
+    static const char *const forms[][4] = {{"doctor", "--bogus", NULL, "doctor"},
+                                           {"--json=false", "doctor", "--bogus", "doctor"},
+                                           {"top", "--count", "0", "top"},
+                                           {"--json=false", "top", "--nope", "top"}};
+    for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+        if (forms[i][2])
+            r = doctor(f, forms[i][0], forms[i][1], forms[i][2], "--json", NULL);
+        else
+            r = doctor(f, forms[i][0], forms[i][1], NULL);
+        char want[200];
+        snprintf(want, sizeof(want), "{\"error\":{\"command\":\"%s\",\"exit_code\":2,\"kind\":\"usage\",",
+                 forms[i][3]);
+        if (r->rc != 2 || strncmp(r->out, want, strlen(want)) != 0 || strcmp(r->out, r->err) != 0)
+            fail_msg("%s %s: exit %d\nstdout: %s\nstderr: %s", forms[i][0], forms[i][1], r->rc, r->out, r->err);
+    }
     /* --json after the command, as the help says. */
     r = doctor(f, "--json=false", "--brokers=127.0.0.1:1", "doctor", "--json", "--no-redis", NULL);
     assert_int_equal(r->rc, 1);
