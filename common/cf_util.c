@@ -160,8 +160,12 @@ void cf_format_size(int64_t bytes, char *buf, size_t cap)
         v /= 1024.0;
         u++;
     }
+    /* Exact in its unit: no decimal, so a limit reads as it was set
+     * ("64 MiB"); "64.0 MiB" is kept for a size that only rounds to it. */
     if (u == 0)
         snprintf(buf, cap, "%lld B", (long long)bytes);
+    else if (bytes % (INT64_C(1) << (10 * u)) == 0)
+        snprintf(buf, cap, "%lld %s", (long long)(bytes >> (10 * u)), units[u]);
     else
         snprintf(buf, cap, "%.1f %s", v, units[u]);
 }

@@ -34,7 +34,10 @@ int cf_parse_bool(const char *s, bool *out, const char *what, cf_error *err);
 
 /* Formats a duration in microseconds for humans ("1.25s", "830us"). */
 void cf_format_duration(int64_t us, char *buf, size_t cap);
-/* Formats a size in bytes for humans ("512 B", "1.5 KiB", "3.0 GiB"). */
+/* Formats a size in bytes for humans, in the largest unit (up to TiB) it
+ * reaches: without a decimal when it is an exact number of that unit
+ * ("512 B", "64 MiB", "3 GiB"), else to a tenth ("1.5 KiB", "64.0 MiB" for
+ * one byte more than 64 MiB). */
 void cf_format_size(int64_t bytes, char *buf, size_t cap);
 /* Formats a Unix time in microseconds as ISO 8601 in UTC, to the
  * millisecond ("2026-12-06T18:16:22.123Z"); "-" for 0 or less. */

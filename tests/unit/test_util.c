@@ -104,6 +104,8 @@ static void test_human_formats(void **state)
     cf_format_size(512, b, sizeof(b));
     assert_string_equal(b, "512 B");
     cf_format_size(67108864, b, sizeof(b));
+    assert_string_equal(b, "64 MiB");
+    cf_format_size(67108865, b, sizeof(b)); /* not exact: rounded, so it says so */
     assert_string_equal(b, "64.0 MiB");
     cf_format_time(INT64_C(1796581462123456), b, sizeof(b));
     assert_string_equal(b, "2026-12-06T18:24:22.123Z");
