@@ -193,8 +193,11 @@ static void intake_take_traced(cf_worker *w, rd_kafka_t *rk, rd_kafka_message_t 
     cf_error err;
     cf_error_clear(&err);
     if ((int64_t)m->len > w->cfg->max_request_bytes) {
-        snprintf(reason, sizeof(reason), "request of %zu bytes exceeds this worker's max-request of %" PRId64 " bytes",
-                 m->len, w->cfg->max_request_bytes);
+        /* The request's size exactly (never rounded to look like the
+         * limit), the limit as it was configured. */
+        char max[32];
+        cf_format_size(w->cfg->max_request_bytes, max, sizeof(max));
+        snprintf(reason, sizeof(reason), "request of %zu bytes exceeds this worker's max-request of %s", m->len, max);
     } else {
         cf_decode_limits lim = cf_decode_limits_default;
         lim.max_total_bytes = (size_t)w->cfg->max_request_bytes;

@@ -334,8 +334,11 @@ int cf_exec_job_check(cf_exec_job *job, const cf_exec_base *base, const char *wh
             return job_reject(job, "unsafe file path '%s': %s", shown, why);
         }
         files_total += req->files[i].content.len;
-        if (files_total > base->max_files_bytes)
-            return job_reject(job, "files exceed %zu bytes in total", base->max_files_bytes);
+        if (files_total > base->max_files_bytes) {
+            char max[32];
+            cf_format_size((int64_t)base->max_files_bytes, max, sizeof(max));
+            return job_reject(job, "files exceed %s in total", max);
+        }
     }
     for (size_t i = 0; i < req->n_env; i++) {
         if (!env_name_ok(req->env[i].key) || !req->env[i].value) {
@@ -600,7 +603,9 @@ static int place_workspace(cf_exec_job *job, const cf_exec_files *files, cf_erro
         }
         total += f->content.len;
         if (total > job->base->max_files_bytes) {
-            job_reject(job, "workspace files exceed %zu bytes in total", job->base->max_files_bytes);
+            char max[32];
+            cf_format_size((int64_t)job->base->max_files_bytes, max, sizeof(max));
+            job_reject(job, "workspace files exceed %s in total", max);
             return FILL_STOP;
         }
         cf_error ferr;
@@ -978,15 +983,17 @@ static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom
 {
     char why[320];
     const cf_policy *p = &req->policy;
-    char d[32];
+    char d[32], mem[32];
+    /* Limits in reasons are for people ("64 MiB"); the numbers are in the
+     * request's policy. */
+    cf_format_size(p->memory_bytes, mem, sizeof(mem));
     res->has_exit_code = o->exited;
     res->exit_code = o->exited ? o->exit_code : 0;
     res->signal = o->signal;
     if (oom_killed && !o->timed_out && !o->cpu_exceeded) {
         res->status = CF_STATUS_MEMORY_EXCEEDED;
         if (p->memory_bytes > 0)
-            cf_result_set_reason(res, "memory limit of %lld bytes exceeded (killed by the OOM killer)",
-                                 (long long)p->memory_bytes);
+            cf_result_set_reason(res, "memory limit of %s exceeded (killed by the OOM killer)", mem);
         else
             cf_result_set_reason(res, "default memory limit exceeded (killed by the OOM killer)");
     } else if (o->timed_out) {
@@ -1004,14 +1011,15 @@ static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom
         cf_result_set_reason(res, "cpu time limit of %s exceeded", d);
     } else if (o->signal == SIGXFSZ) {
         res->status = CF_STATUS_FAILED;
-        cf_result_set_reason(res, "file size limit of %lld bytes exceeded", (long long)p->max_file_size_bytes);
+        cf_format_size(p->max_file_size_bytes, d, sizeof(d));
+        cf_result_set_reason(res, "file size limit of %s exceeded", d);
     } else if (o->signal) {
         res->status = CF_STATUS_FAILED;
         const char *abbrev = sigabbrev_np(o->signal);
         if (rlimit_as && o->signal == SIGTRAP && req->language == CF_LANG_JAVASCRIPT && p->memory_bytes > 0)
             cf_result_set_reason(res, "killed by signal %d (SIG%s); node needs an address space of at least "
-                                      "~720 MiB, the memory limit is %lld bytes",
-                                 o->signal, abbrev ? abbrev : "?", (long long)p->memory_bytes);
+                                      "~720 MiB, the memory limit is %s",
+                                 o->signal, abbrev ? abbrev : "?", mem);
         else {
             why[0] = '\0';
             if (o->signal == SIGABRT) /* a C assertion, a Rust abort */

@@ -923,14 +923,17 @@ static bool em_refused(const em_state *st, const cf_exec_ctx *ctx, const cf_requ
                        req->argc > 0 ? "arguments" : req->stdin_data.len > 0 ? "stdin" : "files");
         return true;
     }
+    /* The request's own size and number exactly, the limit for people. */
+    char max[32];
     if (req->language == CF_LANG_WASM && (int64_t)req->module.len > st->module_max) {
-        cf_exec_reject(res, "module of %zu bytes exceeds this backend's limit of %lld bytes", req->module.len,
-                       (long long)st->module_max);
+        cf_format_size(st->module_max, max, sizeof(max));
+        cf_exec_reject(res, "module of %zu bytes exceeds this backend's limit of %s", req->module.len, max);
         return true;
     }
     if (pol->memory_bytes > st->max_guest_memory) {
-        cf_exec_reject(res, "memory_bytes %lld exceeds backend '%s''s maximum of %lld bytes",
-                       (long long)pol->memory_bytes, st->name, (long long)st->max_guest_memory);
+        cf_format_size(st->max_guest_memory, max, sizeof(max));
+        cf_exec_reject(res, "memory_bytes %lld exceeds backend '%s''s maximum of %s", (long long)pol->memory_bytes,
+                       st->name, max);
         return true;
     }
     return false;
@@ -1067,15 +1070,18 @@ static int em_reply_status(const em_exec *x, cf_result *res, cf_error *err)
         if (r->diagnostics)
             add_error_diag(res, r->diagnostics);
         break;
-    case CF_EMBED_MEMORY:
+    case CF_EMBED_MEMORY: {
+        char lim[32];
+        cf_format_size(x->ej.memory_bytes, lim, sizeof(lim));
         res->status = CF_STATUS_MEMORY_EXCEEDED;
         if (why && strstr(why, "memory limit"))
             cf_result_set_reason(res, "%s", why);
         else if (why)
-            cf_result_set_reason(res, "memory limit of %lld bytes exceeded (%s)", (long long)x->ej.memory_bytes, why);
+            cf_result_set_reason(res, "memory limit of %s exceeded (%s)", lim, why);
         else
-            cf_result_set_reason(res, "memory limit of %lld bytes exceeded", (long long)x->ej.memory_bytes);
+            cf_result_set_reason(res, "memory limit of %s exceeded", lim);
         break;
+    }
     case CF_EMBED_CPU_EXCEEDED:
         if (why && x->st->fuel > 0 && strstr(why, "fuel"))
             cf_result_set_reason(res, "%s", why);

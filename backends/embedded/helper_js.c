@@ -423,8 +423,9 @@ static void deliver_result(const cf_embed_job *job, const char *output, size_t o
         /* the execution's capped work space is full: the program's doing */
         reply->end = CF_EMBED_FAILED;
         reply->exit_code = 1;
-        helper_reason(reply, "the result (%zu bytes of JSON) does not fit the execution's work space",
-                      output_len);
+        char size[32];
+        cf_format_size((int64_t)output_len, size, sizeof(size));
+        helper_reason(reply, "the result (%s of JSON) does not fit the execution's work space", size);
     }
 }
 
@@ -440,7 +441,9 @@ static void judge(const js_job *j, const cf_embed_job *job, bool exception, bool
         reply->end = CF_EMBED_CPU_EXCEEDED;
     } else if (j->oom && exception) {
         reply->end = CF_EMBED_MEMORY;
-        helper_reason(reply, "memory limit of %zu bytes exceeded", j->limit);
+        char lim[32];
+        cf_format_size((int64_t)j->limit, lim, sizeof(lim));
+        helper_reason(reply, "memory limit of %s exceeded", lim);
     } else if (exception) {
         reply->end = CF_EMBED_FAILED;
         reply->exit_code = 1;

@@ -466,7 +466,9 @@ static void instantiate_failed(wasmtime_error_t *e, const wasmtime_module_t *mod
     }
     if (memory_min_over(module, limit)) {
         reply->end = CF_EMBED_MEMORY;
-        helper_reason(reply, "the module's initial memory exceeds the memory limit of %lld bytes", (long long)limit);
+        char lim[32];
+        cf_format_size(limit, lim, sizeof(lim));
+        helper_reason(reply, "the module's initial memory exceeds the memory limit of %s", lim);
         return;
     }
     char text[1024];

@@ -1101,12 +1101,12 @@ static void compile_failure_reason(const cf_pipeline *p, const cf_result *cres, 
         set_reason(res, CF_STATUS_COMPILE_FAILED, "compilation stopped: compile timeout of %s exceeded%s", d,
                    budget_cut ? " (what was left of the request's max-timeout)" : "");
     } else if (why == CF_STATUS_MEMORY_EXCEEDED) {
+        cf_format_size(cp->memory_bytes, d, sizeof(d));
         set_reason(res, CF_STATUS_COMPILE_FAILED,
-                   "compilation stopped: the compiler exceeded the compile memory limit of %lld bytes",
-                   (long long)cp->memory_bytes);
+                   "compilation stopped: the compiler exceeded the compile memory limit of %s", d);
     } else if (why == CF_STATUS_SUCCESS && take->too_big) {
-        set_reason(res, CF_STATUS_COMPILE_FAILED, "the build artifact exceeds the limit of %lld bytes",
-                   (long long)p->cfg.artifact_bytes);
+        cf_format_size(p->cfg.artifact_bytes, d, sizeof(d));
+        set_reason(res, CF_STATUS_COMPILE_FAILED, "the build artifact exceeds the limit of %s", d);
     } else if (why == CF_STATUS_SUCCESS) {
         set_reason(res, CF_STATUS_COMPILE_FAILED, "the compiler reported success but produced no program");
     } else if (cres->signal) {

@@ -932,10 +932,10 @@ static void test_profile_caps_bound_the_compile(void **state)
                        .profile_max_timeout_us = 8 * SEC};
     cf_error err;
     assert_int_equal(cf_pipeline_execute(F->pl, F->be, "t-prof", &ctx, &r, &res, &err), 0);
-    if (res.status != CF_STATUS_COMPILE_FAILED || !strstr(res.reason, "67108864"))
+    if (res.status != CF_STATUS_COMPILE_FAILED || !strstr(res.reason, "64 MiB"))
         show(&res);
     assert_int_equal(res.status, CF_STATUS_COMPILE_FAILED);
-    assert_non_null(strstr(res.reason, "compile memory limit of 67108864 bytes"));
+    assert_non_null(strstr(res.reason, "compile memory limit of 64 MiB"));
     cf_result_clear(&res);
     cf_request_clear(&r);
 }
