@@ -1567,67 +1567,6 @@ void cf_cli_format_progress(const cf_cli_batch_stats *s, char *buf, size_t cap)
 }
 
 /* ---------------------------------------------------------------------------
- * Sizes for people.
- */
-static const char *const size_units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-
-/* The largest unit (KiB and up) that divides bytes exactly, or 0. */
-static int exact_unit(uint64_t bytes)
-{
-    int u = 0;
-    while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) {
-        bytes /= 1024;
-        u++;
-    }
-    return u;
-}
-
-void cf_cli_format_size(int64_t bytes, char *buf, size_t cap)
-{
-    int u = bytes > 0 ? exact_unit((uint64_t)bytes) : 0;
-    if (u > 0)
-        snprintf(buf, cap, "%" PRId64 " %s", bytes >> (10 * u), size_units[u]);
-    else
-        cf_format_size(bytes, buf, cap);
-}
-
-void cf_cli_humanize_sizes(const char *in, char *out, size_t cap)
-{
-    static const char word[] = " bytes";
-    size_t o = 0;
-    if (cap == 0)
-        return;
-    for (const char *p = in ? in : ""; *p && o + 1 < cap;) {
-        /* A number that starts a word and is followed by " bytes" (a
-         * whole word), exact in a larger unit: written in that unit. */
-        if (isdigit((unsigned char)*p) && (p == in || !isalnum((unsigned char)p[-1]))) {
-            const char *e = p;
-            while (isdigit((unsigned char)*e))
-                e++;
-            size_t wl = sizeof(word) - 1;
-            char *end = NULL;
-            errno = 0;
-            unsigned long long v = e - p <= 19 ? strtoull(p, &end, 10) : 0;
-            int u = v && errno == 0 && end == e ? exact_unit(v) : 0;
-            if (u > 0 && strncmp(e, word, wl) == 0 && !isalnum((unsigned char)e[wl])) {
-                int w = snprintf(out + o, cap - o, "%llu %s", v >> (10 * u), size_units[u]);
-                if (w < 0 || (size_t)w >= cap - o)
-                    break;
-                o += (size_t)w;
-                p = e + wl;
-                continue;
-            }
-            /* Not a size: the digits as they are. */
-            while (p < e && o + 1 < cap)
-                out[o++] = *p++;
-            continue;
-        }
-        out[o++] = *p++;
-    }
-    out[o] = '\0';
-}
-
-/* ---------------------------------------------------------------------------
  * Result output.
  */
 /* The program's output is hostile: a terminal gets it through
@@ -1709,9 +1648,8 @@ static void print_cases(FILE *out, const cf_result *res)
         fprintf(out, "  %-4zu %-20.20s %-16s %-8s %-10s %s\n", i + 1, name, cf_status_name(c->status), exitb, wall,
                 c->match > 0 ? "match" : c->match < 0 ? "MISMATCH" : "-");
         if (c->reason && (c->status != CF_STATUS_SUCCESS || c->match < 0)) {
-            char why[600], sized[600];
-            cf_cli_humanize_sizes(c->reason, sized, sizeof(sized));
-            cf_sanitize_text(sized, strlen(sized), false, why, sizeof(why));
+            char why[600];
+            cf_sanitize_text(c->reason, strlen(c->reason), false, why, sizeof(why));
             fprintf(out, "       %s\n", why);
         }
         /* What a failing case said last (a panic message, a traceback's
@@ -1746,7 +1684,7 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
     fputc('\n', out);
     cf_format_duration(res->wall_time_us, a, sizeof(a));
     cf_format_duration(res->cpu_time_us, b, sizeof(b));
-    cf_cli_format_size(res->peak_memory_bytes, c, sizeof(c));
+    cf_format_size(res->peak_memory_bytes, c, sizeof(c));
     /* A build that failed ran nothing: its own time is on the compile line. */
     if (res->status != CF_STATUS_COMPILE_FAILED)
         fprintf(out, "time:     wall %s, cpu %s, peak memory %s\n", a, b, c);
@@ -1767,15 +1705,10 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
             fprintf(out, ", replayed from the idempotency store");
         fputc('\n', out);
     }
-    if (res->reason && res->reason[0]) {
-        /* Never longer than the reason (a size in a larger unit is shorter). */
-        size_t n = strlen(res->reason) + 1;
-        char *why = malloc(n);
-        if (why)
-            cf_cli_humanize_sizes(res->reason, why, n);
-        fprintf(out, "reason:   %s\n", why ? why : res->reason);
-        free(why);
-    }
+    /* As the worker wrote it (its limits already in human units): a reason
+     * can carry the program's own words, which are not to be rewritten. */
+    if (res->reason && res->reason[0])
+        fprintf(out, "reason:   %s\n", res->reason);
     if (res->reply_to_error)
         fprintf(out, "reply_to: %s\n", res->reply_to_error);
     if (res->compile.present) {
@@ -1795,7 +1728,7 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
         print_cases(out, res);
     for (size_t i = 0; i < res->n_files; i++) {
         char sz[32], shown[200];
-        cf_cli_format_size(res->files[i].size, sz, sizeof(sz));
+        cf_format_size(res->files[i].size, sz, sizeof(sz));
         cf_printable(res->files[i].path, strlen(res->files[i].path), shown, sizeof(shown));
         fprintf(out, "file:     %s (%s%s)\n", shown, sz, res->files[i].truncated ? ", truncated" : "");
     }
@@ -1850,11 +1783,8 @@ void cf_cli_format_result_line(const cf_result *res, char *buf, size_t cap)
     }
     first[n] = '\0';
     const char *idp = res->id ? res->id : "?";
-    if (res->status != CF_STATUS_SUCCESS && res->reason && res->reason[0] && n == 0) {
-        char why[256]; /* 80 bytes are shown */
-        cf_cli_humanize_sizes(res->reason, why, sizeof(why));
-        snprintf(buf, cap, "%s  %s  %s  %s  (%.80s)", idp, cf_status_name(res->status), exitbuf, wall, why);
-    }
+    if (res->status != CF_STATUS_SUCCESS && res->reason && res->reason[0] && n == 0)
+        snprintf(buf, cap, "%s  %s  %s  %s  (%.80s)", idp, cf_status_name(res->status), exitbuf, wall, res->reason);
     else
         snprintf(buf, cap, "%s  %s  %s  %s  %s", idp, cf_status_name(res->status), exitbuf, wall, first);
 }

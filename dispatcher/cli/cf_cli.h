@@ -255,16 +255,6 @@ void cf_cli_print_summary(FILE *out, cf_cli_batch_stats *s);
 /* The single progress line ("submitted 10  received 8  success 7 failed 1"). */
 void cf_cli_format_progress(const cf_cli_batch_stats *s, char *buf, size_t cap);
 
-/* Sizes for people: a size that is an exact number of KiB, MiB, GiB or TiB
- * in the largest such unit ("64 MiB"), others as cf_format_size
- * ("1.5 KiB", "512 B"). */
-void cf_cli_format_size(int64_t bytes, char *buf, size_t cap);
-/* in with every "N bytes" whose N is an exact number of KiB or more written
- * in that unit ("memory limit of 67108864 bytes" -> "memory limit of 64
- * MiB"); other numbers stay as they are, so nothing is rounded.  The
- * result is never longer than in; cut to cap. */
-void cf_cli_humanize_sizes(const char *in, char *out, size_t cap);
-
 /* Output of one result: human-readable (several lines, then stdout and
  * stderr), one compact JSON line, or the one-line tail form. */
 void cf_cli_print_result(FILE *out, const cf_result *res);

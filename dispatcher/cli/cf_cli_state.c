@@ -797,7 +797,7 @@ static int ws_info(const cf_cli_globals *g, state_conn *c, int argc, char **argv
                             (json_int_t)in.ttl_us, "history", (json_int_t)in.history));
     } else {
         char size[32], created[40], updated[40], ttl[32];
-        cf_cli_format_size((int64_t)in.total_bytes, size, sizeof(size));
+        cf_format_size((int64_t)in.total_bytes, size, sizeof(size));
         cf_format_time(in.created_us, created, sizeof(created));
         cf_format_time(in.updated_us, updated, sizeof(updated));
         cf_format_span(in.ttl_us, ttl, sizeof(ttl));

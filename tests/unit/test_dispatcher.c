@@ -899,8 +899,10 @@ static void test_result_output(void **state)
     assert_string_equal(sz, "3 GiB");
 }
 
-/* Sizes for people: exact ones in their largest unit, and every "N bytes"
- * of a reason the same way, without rounding anything. */
+/* Sizes for people: an exact size in its unit without a decimal, others to
+ * a tenth (so a rounded one says so).  A reason is the worker's text, limits
+ * already in those units, and may carry the program's own words: the CLI
+ * prints it as it came, never rewriting a size in it. */
 static void test_sizes_for_people(void **state)
 {
     (void)state;
@@ -910,60 +912,63 @@ static void test_sizes_for_people(void **state)
         const char *want;
     } sizes[] = {{0, "0 B"},
                  {512, "512 B"},
+                 {1023, "1023 B"},
                  {1024, "1 KiB"},
                  {1536, "1.5 KiB"},
                  {67108864, "64 MiB"},
+                 {67108865, "64.0 MiB"},
+                 {(INT64_C(3) << 20) / 2, "1.5 MiB"}, /* exact in KiB, not in MiB: its unit is MiB */
                  {(INT64_C(3) << 30), "3 GiB"},
                  {(INT64_C(5) << 40), "5 TiB"},
-                 {(INT64_C(2048) << 40), "2048 TiB"},
-                 {67108865, "64.0 MiB"}};
+                 {(INT64_C(2048) << 40), "2048 TiB"}};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        cf_cli_format_size(sizes[i].in, sz, sizeof(sz));
+        cf_format_size(sizes[i].in, sz, sizeof(sz));
         assert_string_equal(sz, sizes[i].want);
     }
-    static const char *const reasons[][2] = {
-        {"memory limit of 67108864 bytes exceeded (killed by the OOM killer)",
-         "memory limit of 64 MiB exceeded (killed by the OOM killer)"},
-        /* Not exact: left as it is, so two near sizes stay apart. */
-        {"request of 1048577 bytes exceeds this worker's max-request of 1048576 bytes",
-         "request of 1048577 bytes exceeds this worker's max-request of 1 MiB"},
-        {"8388608 bytes", "8 MiB"},
-        {"512 bytes, 0 bytes, 2048bytes, x1024 bytes, 1024 bytesize, 4096 bytes.",
-         "512 bytes, 0 bytes, 2048bytes, x1024 bytes, 1024 bytesize, 4 KiB."},
-        {"99999999999999999999999 bytes", "99999999999999999999999 bytes"},
-        {"", ""}};
-    char out[200];
-    for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {
-        cf_cli_humanize_sizes(reasons[i][0], out, sizeof(out));
-        assert_string_equal(out, reasons[i][1]);
-    }
-    /* Cut to the buffer, still terminated. */
-    char tiny[8];
-    cf_cli_humanize_sizes("memory limit of 67108864 bytes", tiny, sizeof(tiny));
-    assert_string_equal(tiny, "memory ");
 
-    /* In a result's text: the reason and the peak memory. */
+    static const char *const reasons[] = {
+        "exited with code 1: ValueError: got 1024 bytes",
+        "memory limit of 64 MiB exceeded (killed by the OOM killer)",
+        "memory limit of 67108864 bytes exceeded" /* an older worker's words */};
     cf_result r;
     fill_result(&r);
-    free(r.reason);
-    r.reason = strdup("memory limit of 67108864 bytes exceeded");
     r.peak_memory_bytes = 67108864;
-    char *text = capture(print_result_adapter, &r);
-    assert_non_null(strstr(text, "reason:   memory limit of 64 MiB exceeded\n"));
-    assert_non_null(strstr(text, "peak memory 64 MiB\n"));
-    free(text);
+    for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {
+        free(r.reason);
+        r.reason = strdup(reasons[i]);
+        char *text = capture(print_result_adapter, &r), want[200];
+        snprintf(want, sizeof(want), "reason:   %s\n", reasons[i]);
+        if (!strstr(text, want))
+            fail_msg("reason not printed as it came: %s", text);
+        assert_non_null(strstr(text, "peak memory 64 MiB\n"));
+        free(text);
+    }
+    /* The one-line form and a case's reason the same. */
     char line[256];
+    free(r.reason);
+    r.reason = strdup(reasons[0]);
     r.stdout_data.len = 0;
     cf_cli_format_result_line(&r, line, sizeof(line));
-    assert_non_null(strstr(line, "(memory limit of 64 MiB exceeded)"));
-    /* --json keeps the worker's words and numbers. */
+    assert_non_null(strstr(line, "(exited with code 1: ValueError: got 1024 bytes)"));
+    r.cases = calloc(1, sizeof(*r.cases));
+    assert_non_null(r.cases);
+    r.n_cases = 1;
+    r.cases[0].name = strdup("big");
+    r.cases[0].status = CF_STATUS_FAILED;
+    r.cases[0].has_exit_code = true;
+    r.cases[0].exit_code = 1;
+    r.cases[0].reason = strdup("exited with code 1: ValueError: got 2048 bytes");
+    char *text = capture(print_result_adapter, &r);
+    assert_non_null(strstr(text, "       exited with code 1: ValueError: got 2048 bytes\n"));
+    free(text);
+    /* --json: the worker's words and numbers too. */
     char *js = NULL;
     size_t jl = 0;
     FILE *f = open_memstream(&js, &jl);
     cf_error err = {0};
     assert_int_equal(cf_cli_print_result_json(f, &r, &err), 0);
     fclose(f);
-    assert_non_null(strstr(js, "\"reason\":\"memory limit of 67108864 bytes exceeded\""));
+    assert_non_null(strstr(js, "\"reason\":\"exited with code 1: ValueError: got 1024 bytes\""));
     assert_non_null(strstr(js, "\"peak_memory_bytes\":67108864"));
     free(js);
     cf_result_clear(&r);
