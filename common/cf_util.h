@@ -58,11 +58,6 @@ size_t cf_strlcpy(char *dst, const char *src, size_t cap);
  * it (for packing NUL-separated strings into a sized buffer). */
 char *cf_put_str(char *p, const char *s);
 
-/* Text from elsewhere (a compiler, a program) made safe for a terminal or
- * a log line, without cf_printable's short cut: control characters other
- * than tab become '?' (newlines too, unless keep_newlines), the rest, UTF-8
- * included, is kept; cut at size - 1 bytes on a character boundary.
- * Returns the bytes written. */
 /* Whether s[0..len) is 1..max characters of [A-Za-z0-9._-]: the one rule
  * of names the fleet takes from others (workspace and thread ids, topic
  * names, state prefixes).  s may be NULL (false). */
@@ -70,6 +65,11 @@ bool cf_name_valid(const char *s, size_t len, size_t max);
 /* A Kafka topic name: 1..249 of [A-Za-z0-9._-], not "." or "..". */
 bool cf_topic_name_valid(const char *t);
 
+/* Text from elsewhere (a compiler, a program) made safe for a terminal or
+ * a log line, without cf_printable's short cut: control characters other
+ * than tab become '?' (newlines too, unless keep_newlines), the rest, UTF-8
+ * included, is kept; cut at size - 1 bytes on a character boundary.
+ * Returns the bytes written. */
 size_t cf_sanitize_text(const char *s, size_t len, bool keep_newlines, char *buf, size_t size);
 /* How many bytes at the end of s[0..len) start a UTF-8 sequence that is
  * not complete yet (0..3): text arriving in pieces keeps them for the next

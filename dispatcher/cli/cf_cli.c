@@ -1706,9 +1706,13 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
         fputc('\n', out);
     }
     /* As the worker wrote it (its limits already in human units): a reason
-     * can carry the program's own words, which are not to be rewritten. */
-    if (res->reason && res->reason[0])
-        fprintf(out, "reason:   %s\n", res->reason);
+     * can carry the program's own words, which are not to be rewritten,
+     * but neither are they to drive the terminal (escape sequences). */
+    if (res->reason && res->reason[0]) {
+        char why[1200];
+        cf_sanitize_text(res->reason, strlen(res->reason), false, why, sizeof(why));
+        fprintf(out, "reason:   %s\n", why);
+    }
     if (res->reply_to_error)
         fprintf(out, "reply_to: %s\n", res->reply_to_error);
     if (res->compile.present) {
@@ -1783,8 +1787,11 @@ void cf_cli_format_result_line(const cf_result *res, char *buf, size_t cap)
     }
     first[n] = '\0';
     const char *idp = res->id ? res->id : "?";
-    if (res->status != CF_STATUS_SUCCESS && res->reason && res->reason[0] && n == 0)
-        snprintf(buf, cap, "%s  %s  %s  %s  (%.80s)", idp, cf_status_name(res->status), exitbuf, wall, res->reason);
+    if (res->status != CF_STATUS_SUCCESS && res->reason && res->reason[0] && n == 0) {
+        char why[400];
+        cf_sanitize_text(res->reason, strlen(res->reason), false, why, sizeof(why));
+        snprintf(buf, cap, "%s  %s  %s  %s  (%.80s)", idp, cf_status_name(res->status), exitbuf, wall, why);
+    }
     else
         snprintf(buf, cap, "%s  %s  %s  %s  %s", idp, cf_status_name(res->status), exitbuf, wall, first);
 }

@@ -943,8 +943,20 @@ static void test_sizes_for_people(void **state)
         assert_non_null(strstr(text, "peak memory 64 MiB\n"));
         free(text);
     }
-    /* The one-line form and a case's reason the same. */
+    /* Words as they came, but no terminal control: a program's exception
+     * line may carry escape sequences. */
+    free(r.reason);
+    r.reason = strdup("exited with code 1: Boom: \x1b[2J\x1b]0;owned\x07 cleared");
+    char *esc = capture(print_result_adapter, &r);
+    /* (the program's stdout, fill_result's, keeps its own escapes: it is
+     * the program's output, shown as a terminal would) */
+    assert_null(strchr(esc, '\x07'));
+    assert_non_null(strstr(esc, "reason:   exited with code 1: Boom: ?[2J?]0;owned? cleared\n"));
+    free(esc);
     char line[256];
+    cf_cli_format_result_line(&r, line, sizeof(line));
+    assert_null(strchr(line, '\x1b'));
+    /* The one-line form and a case's reason the same. */
     free(r.reason);
     r.reason = strdup(reasons[0]);
     r.stdout_data.len = 0;
