@@ -40,9 +40,12 @@
 #   CODEFLEET_TOPIC_EVENTS         codefleet.events
 #   CODEFLEET_TOPIC_WORKERS        codefleet.workers (the workers' reports, compacted)
 #   CODEFLEET_KAFKA_VERSION        the broker release (deploy/common.sh; 3.9.1 still works)
-#   CODEFLEET_KAFKA_SASL           scram|plain: the clients' mechanism (default scram: SCRAM-SHA-256)
+#   CODEFLEET_KAFKA_SASL           scram|scram-sha-256|plain: the clients' mechanism (default scram:
+#                                  SCRAM-SHA-512)
 #   CODEFLEET_WORKERS              workers started by `up` (2)
 #   CODEFLEET_GROUP                the workers' consumer group (codefleet)
+#   CODEFLEET_GROUP_SESSION_MS     the broker's KIP-848 session timeout (1500) and
+#   CODEFLEET_GROUP_HEARTBEAT_MS   heartbeat interval (250), read when the broker starts
 #   CODEFLEET_STACK_WORKER_ARGS    extra arguments for every worker (word-split)
 #   CODEFLEET_METRICS_PORT         worker i serves /metrics, /healthz, /readyz on
 #                                  127.0.0.1:<this + i - 1> (19464; 0: no HTTP server)
@@ -177,16 +180,27 @@ init_secrets() {
 }
 ctrl_port() { printf '%s' $((KAFKA_PORT + 1)); }
 
-# The mechanism the stack's clients use: SASL/SCRAM-SHA-256 (the password
-# never crosses the wire).  The project's librdkafka (2.12, deploy/
-# librdkafka.sh) speaks it to Kafka 3.x and 4.x alike; Debian's 2.0.2 built
-# a proof Kafka 4 rejects (confluentinc/librdkafka#4895), which is why the
-# stack once used PLAIN there.  CODEFLEET_KAFKA_SASL=plain still gives
-# PLAIN (for a client on an old librdkafka, kcat among them): it sends the
-# password to the broker, acceptable on loopback only.
+# The mechanism the stack's clients use: SASL/SCRAM-SHA-512 (the password
+# never crosses the wire).  The broker holds SCRAM-SHA-512 and SCRAM-SHA-256
+# credentials for every principal, so CODEFLEET_KAFKA_SASL=scram-sha-256
+# serves a client that has only the older hash.  The project's librdkafka
+# (2.12, deploy/librdkafka.sh) speaks both to Kafka 3.x and 4.x; Debian's
+# 2.0.2 built a proof Kafka 4 rejects (confluentinc/librdkafka#4895), which
+# is why the stack once used PLAIN there.  CODEFLEET_KAFKA_SASL=plain still
+# gives PLAIN (for a client on an old librdkafka, kcat among them): it sends
+# the password to the broker, acceptable on loopback only.  A broker
+# formatted before SCRAM-SHA-512 (its .scram marker does not name it) has
+# SHA-256 credentials only: its clients keep SHA-256.
 sasl_mechanism() {
     case ${CODEFLEET_KAFKA_SASL:-} in
-    '' | scram | SCRAM-SHA-256) printf 'SCRAM-SHA-256' ;;
+    '' | scram | SCRAM-SHA-512 | scram-sha-512)
+        if [[ -f $KAFKA_DIR/data/meta.properties ]] && ! grep -qs SCRAM-SHA-512 "$KAFKA_DIR/.scram"; then
+            printf 'SCRAM-SHA-256'
+        else
+            printf 'SCRAM-SHA-512'
+        fi
+        ;;
+    scram-sha-256 | SCRAM-SHA-256) printf 'SCRAM-SHA-256' ;;
     plain | PLAIN)
         # PLAIN is enabled when the broker starts: one already running
         # without it would refuse every client this would configure.
@@ -196,7 +210,7 @@ sasl_mechanism() {
         fi
         printf 'PLAIN'
         ;;
-    *) cf_die "CODEFLEET_KAFKA_SASL must be scram or plain, not '$CODEFLEET_KAFKA_SASL'" ;;
+    *) cf_die "CODEFLEET_KAFKA_SASL must be scram (SCRAM-SHA-512), scram-sha-256 or plain, not '$CODEFLEET_KAFKA_SASL'" ;;
     esac
 }
 
@@ -276,14 +290,18 @@ worker_check() { worker_running "$1"; }
 write_kafka_config() {
     mkdir -p "$KAFKA_DIR/data"
     chmod 0700 "$KAFKA_DIR"
-    local admin_pw plain_users='' p mechanisms=SCRAM-SHA-256 plain_jaas=''
+    local admin_pw plain_users='' p mechanisms=SCRAM-SHA-512,SCRAM-SHA-256 plain_jaas='' inter=SCRAM-SHA-512
     admin_pw=$(password admin)
     # PLAIN only when the clients use it: its users are static (a rotated
     # SCRAM password would not revoke a PLAIN login until a restart).
     if [[ $(sasl_mechanism) == PLAIN ]]; then
         for p in "${PRINCIPALS[@]}"; do plain_users+=" user_$p=\"$(password "$p")\""; done
-        mechanisms=SCRAM-SHA-256,PLAIN
+        mechanisms+=,PLAIN
         plain_jaas="listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" password=\"$admin_pw\"$plain_users;"
+    fi
+    # A broker formatted before SCRAM-SHA-512 has no SHA-512 credentials.
+    if [[ -f $KAFKA_DIR/data/meta.properties ]] && ! grep -qs SCRAM-SHA-512 "$KAFKA_DIR/.scram"; then
+        mechanisms=${mechanisms/SCRAM-SHA-512,/} inter=SCRAM-SHA-256
     fi
     rm -f "$KAFKA_DIR/server.properties"
     (umask 077 && : >"$KAFKA_DIR/server.properties")
@@ -301,10 +319,11 @@ advertised.listeners=SASL_PLAINTEXT://127.0.0.1:$KAFKA_PORT
 listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT
 inter.broker.listener.name=SASL_PLAINTEXT
 controller.listener.names=CONTROLLER
-sasl.enabled.mechanisms=SCRAM-SHA-256
-sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256
+sasl.enabled.mechanisms=$inter
+sasl.mechanism.inter.broker.protocol=$inter
 sasl.mechanism.controller.protocol=PLAIN
 listener.name.sasl_plaintext.sasl.enabled.mechanisms=$mechanisms
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$admin_pw";
 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$admin_pw";
 $plain_jaas
 listener.name.controller.sasl.enabled.mechanisms=PLAIN
@@ -322,6 +341,16 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 transaction.state.log.num.partitions=1
 group.initial.rebalance.delay.ms=0
+# KIP-848 groups (the workers' group-protocol, auto: consumer): the broker
+# holds each member's session, and a SIGKILLed worker's partitions move
+# once it expires and the others' next heartbeat has come (about session +
+# heartbeat; docs/RELIABILITY.md "Failover").  Kafka's defaults, 45 s and
+# 5 s, are for members whose heartbeats may stall; librdkafka sends ours
+# from its own thread, whatever the worker runs.
+group.consumer.min.session.timeout.ms=1000
+group.consumer.session.timeout.ms=${CODEFLEET_GROUP_SESSION_MS:-1500}
+group.consumer.min.heartbeat.interval.ms=100
+group.consumer.heartbeat.interval.ms=${CODEFLEET_GROUP_HEARTBEAT_MS:-250}
 auto.create.topics.enable=false
 # Results carry stdout, stderr and output (each capped by the worker's
 # max-output); the default 1 MiB message limit is too small for them.
@@ -398,7 +427,8 @@ start_kafka() {
             {
                 printf '%s\n' kafka.tools.StorageTool format -t "$id" -c "$KAFKA_DIR/server.properties" --ignore-formatted
                 for p in "${PRINCIPALS[@]}"; do
-                    printf -- '--add-scram\nSCRAM-SHA-256=[name=%s,password=%s]\n' "$p" "$(password "$p")"
+                    printf -- '--add-scram\nSCRAM-SHA-%s=[name=%s,password=%s]\n' 512 "$p" "$(password "$p")" \
+                        256 "$p" "$(password "$p")"
                 done
             } >"$argfile"
         )
@@ -409,7 +439,8 @@ start_kafka() {
                 cf_die "formatting the Kafka storage failed"
             }
         rm -f "$argfile"
-        : >"$KAFKA_DIR/.scram"
+        # The mechanisms its credentials were made for (sasl_mechanism).
+        printf 'SCRAM-SHA-512 SCRAM-SHA-256\n' >"$KAFKA_DIR/.scram"
         # Formatted by this release (updated at each successful start).
         printf '%s\n' "$CF_KAFKA_VERSION" >"$KAFKA_DIR/version"
     fi

@@ -147,6 +147,77 @@ static bool denied(rd_kafka_resp_err_t e)
            e == RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED;
 }
 
+/* Authenticates as principal with its stack credentials but mechanism
+ * mech (and, when bad_password, a wrong password): whether a metadata
+ * request was answered, and whether librdkafka reported an authentication
+ * failure. */
+static void on_auth_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    (void)rk;
+    (void)reason;
+    if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION)
+        *(bool *)opaque = true;
+}
+
+static bool metadata_with_mechanism(const char *principal, const char *mech, bool bad_password, bool *auth_failed)
+{
+    char path[512], errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", it_brokers(), errstr, sizeof(errstr));
+    cf_kvlist kv = {0};
+    it_load_kafka_props(it_principal_config(principal, path, sizeof(path)), &kv);
+    for (size_t i = 0; i < kv.count; i++)
+        rd_kafka_conf_set(conf, kv.items[i].key, kv.items[i].value, errstr, sizeof(errstr));
+    cf_kvlist_free(&kv);
+    if (rd_kafka_conf_set(conf, "sasl.mechanisms", mech, errstr, sizeof(errstr)) ||
+        (bad_password && rd_kafka_conf_set(conf, "sasl.password", "not-the-password", errstr, sizeof(errstr))))
+        fail_msg("%s", errstr);
+    *auth_failed = false;
+    rd_kafka_conf_set_error_cb(conf, on_auth_error);
+    rd_kafka_conf_set_opaque(conf, auth_failed);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+    if (!rk)
+        fail_msg("client: %s", errstr);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 0, NULL, &md, 8000);
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_metadata_destroy(md);
+    /* The error callback is served by poll. */
+    for (int i = 0; i < 10 && !*auth_failed; i++)
+        rd_kafka_poll(rk, 50);
+    rd_kafka_destroy(rk);
+    return e == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* SCRAM-SHA-512 is what the stack's clients use; every principal also has
+ * SCRAM-SHA-256 credentials (a client with only that hash); a wrong
+ * password is refused under both, and PLAIN is not offered unless the
+ * stack was started for it (CODEFLEET_KAFKA_SASL=plain). */
+static void test_scram_mechanisms(void **state)
+{
+    (void)state;
+    REQUIRE_AUTH_STACK();
+    char path[512];
+    cf_kvlist kv = {0};
+    it_load_kafka_props(it_principal_config("tenant-a", path, sizeof(path)), &kv);
+    const char *configured = cf_kvlist_get(&kv, "sasl.mechanisms");
+    bool plain_stack = configured && strcmp(configured, "PLAIN") == 0;
+    if (!plain_stack)
+        assert_string_equal(configured, "SCRAM-SHA-512");
+    cf_kvlist_free(&kv);
+    bool auth_failed;
+    assert_true(metadata_with_mechanism("tenant-a", "SCRAM-SHA-512", false, &auth_failed));
+    assert_true(metadata_with_mechanism("tenant-a", "SCRAM-SHA-256", false, &auth_failed));
+    assert_false(metadata_with_mechanism("tenant-a", "SCRAM-SHA-512", true, &auth_failed));
+    assert_true(auth_failed);
+    assert_false(metadata_with_mechanism("tenant-a", "SCRAM-SHA-256", true, &auth_failed));
+    assert_true(auth_failed);
+    if (!plain_stack) {
+        assert_false(metadata_with_mechanism("tenant-a", "PLAIN", false, &auth_failed));
+        assert_true(auth_failed);
+    }
+}
+
 static void test_tenant_topics(void **state)
 {
     (void)state;
@@ -456,6 +527,7 @@ static void test_tenant_acl_allow_is_refused_plainly(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scram_mechanisms),
         cmocka_unit_test(test_tenant_topics),
         cmocka_unit_test(test_tenant_through_the_fleet),
         cmocka_unit_test(test_redis_acl_users),
