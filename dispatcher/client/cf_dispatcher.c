@@ -260,7 +260,11 @@ static void collector_handle(cf_dispatcher *d, const rd_kafka_message_t *m)
 static void *collector_main(void *arg)
 {
     cf_dispatcher *d = arg;
+    cf_kafka_heal consumer_heal = {0}, producer_heal = {0};
     while (!atomic_load(&d->stop)) {
+        int64_t now = cf_mono_us();
+        cf_kafka_heal_check(d->consumer, &consumer_heal, now);
+        cf_kafka_heal_check(d->producer, &producer_heal, now);
         rd_kafka_message_t *m = rd_kafka_consumer_poll(d->consumer, CF_KAFKA_POLL_SLICE_MS);
         if (!m)
             continue;
@@ -280,7 +284,9 @@ static void *collector_main(void *arg)
 static void *chunk_reader_main(void *arg)
 {
     cf_dispatcher *d = arg;
+    cf_kafka_heal heal = {0};
     while (!atomic_load(&d->stop)) {
+        cf_kafka_heal_check(d->chunk_consumer, &heal, cf_mono_us());
         rd_kafka_message_t *m = rd_kafka_consumer_poll(d->chunk_consumer, CF_KAFKA_POLL_SLICE_MS);
         if (!m)
             continue;

@@ -114,7 +114,14 @@ rd_kafka_conf_t *cf_kafka_conf_new(const char *brokers, const char *client_id, c
     rd_kafka_conf_set_log_cb(conf, kafka_log_cb);
     if (conf_set(conf, "bootstrap.servers", brokers, err) < 0 || conf_set(conf, "client.id", client_id, err) < 0 ||
         /* Latency: small request/response exchanges on loopback. */
-        conf_set(conf, "socket.nagle.disable", "true", err) < 0)
+        conf_set(conf, "socket.nagle.disable", "true", err) < 0 ||
+        /* A KRaft broker fenced for a moment (a pause longer than its
+         * broker.session.timeout.ms, 9 s) answers metadata without itself;
+         * librdkafka >= 2.10 then forgets it and only bootstraps again
+         * after this long (default 5 minutes: every fetch and produce
+         * stalls that long on a one-broker fleet).  The worker sets the
+         * same (worker/kafka_clients.c); docs/RELIABILITY.md. */
+        conf_set(conf, "metadata.recovery.rebootstrap.trigger.ms", CF_KAFKA_REBOOTSTRAP_MS, err) < 0)
         goto fail;
     for (size_t i = 0; i < nrole; i++)
         if (conf_set(conf, role[i].k, role[i].v, err) < 0)
@@ -507,9 +514,11 @@ int cf_kafka_assign(rd_kafka_t *rk, const char *topic, const char *key, bool nee
 rd_kafka_message_t *cf_kafka_consume(rd_kafka_t *rk, int64_t deadline, volatile sig_atomic_t *stop,
                                      const char *log_subsys, char *last, size_t cap)
 {
+    cf_kafka_heal heal = {0};
     for (;;) {
         if (stop && *stop)
             return NULL;
+        cf_kafka_heal_check(rk, &heal, cf_mono_us());
         int64_t left = deadline - cf_mono_us();
         if (left <= 0)
             return NULL;

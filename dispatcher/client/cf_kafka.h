@@ -18,11 +18,16 @@
 #include "cf_config.h"
 #include "cf_error.h"
 
+#include "cf_kafka_heal.h"
+
 #define CF_KAFKA_ERRSTR 512
 #define CF_KAFKA_MAX_PARTITIONS 100000
 /* Poll slice of consumers and of a full producer queue: bounds how long a
  * stop request (destroy, signal) waits when a queue cannot be woken. */
 #define CF_KAFKA_POLL_SLICE_MS 100
+/* How long a client that knows no live broker waits before bootstrapping
+ * again (cf_kafka_conf_new). */
+#define CF_KAFKA_REBOOTSTRAP_MS "3000"
 #define CF_KAFKA_METADATA_TIMEOUT_MS 10000
 
 typedef struct cf_kafka_kv {
