@@ -378,6 +378,7 @@ int cancels_start(cf_worker *w, cf_error *err)
         {"fetch.wait.max.ms", "10"},            {"socket.nagle.disable", "true"},
         {"queued.max.messages.kbytes", "2048"}, {"queued.min.messages", "1000"},
         {"fetch.max.bytes", "1048576"},         {"max.partition.fetch.bytes", "262144"},
+        {"metadata.recovery.rebootstrap.trigger.ms", KAFKA_REBOOTSTRAP_MS},
     };
     if (kafka_conf_set(conf, "bootstrap.servers", c->brokers, err) < 0 || kafka_conf_set(conf, "client.id", cid, err) < 0 ||
         kafka_conf_set(conf, "group.id", c->group, err) < 0)

@@ -37,6 +37,7 @@ typedef struct cf_worker_config {
     int64_t slots;              /* concurrent executions */
     int64_t prefetch;           /* requests buffered beyond the slots before pausing */
     bool static_membership;     /* worker-id is the group.instance.id (KIP-345) */
+    int64_t group_protocol;     /* enum index: auto|consumer|classic (cf_worker_group_protocol) */
     bool consumer_per_topic;    /* one group member per request topic: each topic spread over the workers */
     int64_t memory_budget_bytes; /* what running executions' memory limits may add up to (0: auto, budget.c) */
     int64_t reserve_slots;      /* slots beyond `slots` no one profile may fill (-1: auto) */
@@ -179,6 +180,28 @@ void cf_worker_jobs_watch(cf_worker *w, cf_worker_jobs *ledger);
  * fetched), the state librdkafka 2.0.2 left a partition in after a lost
  * assignment (issue 28).  Thread-safe. */
 int cf_worker_fault_pause_unrecorded(cf_worker *w, const char *topic, int32_t partition);
+
+/* The consumer group protocol (worker setting group-protocol).  AUTO:
+ * KIP-848's (`consumer`) unless the operator set a classic-only kafka
+ * property; a broker that does not offer it ends cf_worker_run with
+ * cf_worker_group_protocol_refused() true, and the caller starts the
+ * worker again with CLASSIC. */
+typedef enum cf_worker_group_protocol {
+    CF_WORKER_GROUP_AUTO,
+    CF_WORKER_GROUP_CONSUMER,
+    CF_WORKER_GROUP_CLASSIC,
+} cf_worker_group_protocol;
+
+/* After cf_worker_run failed: whether the broker refused the consumer group
+ * protocol (KIP-848) before the worker took any request, so that a new
+ * worker with group-protocol = classic loses nothing. */
+bool cf_worker_group_protocol_refused(const cf_worker *w);
+
+/* After cf_worker_run failed: whether a static member's instance id was
+ * still held by an earlier run of it (KIP-848 fences the newcomer) before
+ * the worker took any request: starting again once that member's session
+ * expires loses nothing. */
+bool cf_worker_instance_id_held(const cf_worker *w);
 
 /* Asks a running worker to stop (thread-safe and async-signal-safe). */
 void cf_worker_stop(cf_worker *w);

@@ -28,24 +28,9 @@
 
 #define LOG_SUB "worker"
 
-/* librdkafka before 2.6.1: its sticky assignor's balance check loops for
- * ever on the group leader when members subscribe to different topics with
- * different partition counts (confluentinc/librdkafka#4783), which one
- * member per topic makes the rule. */
-#define RDKAFKA_PER_TOPIC_MIN 0x020601ff
-
 int consumers_setup(cf_worker *w, cf_error *err)
 {
     bool per_topic = w->cfg->consumer_per_topic && w->ntopics > 1;
-    if (per_topic && rd_kafka_version() < RDKAFKA_PER_TOPIC_MIN) {
-        cf_log_warn(LOG_SUB,
-                    "consumer-per-topic needs librdkafka 2.6.1 or newer (this is %s, whose cooperative-sticky "
-                    "assignor can hang the group leader when members subscribe to different topics, "
-                    "confluentinc/librdkafka#4783): one consumer reads every topic, and the group balances the "
-                    "total only (codefleet doctor's spread check says how the topics sit)",
-                    rd_kafka_version_str());
-        per_topic = false;
-    }
     w->consumer_per_topic = per_topic;
     size_t n = per_topic ? w->ntopics : 1;
     w->consumers = calloc(n, sizeof(*w->consumers));
@@ -96,6 +81,7 @@ void consumers_take(cf_worker *w)
             if (!m)
                 continue;
             more = true;
+            w->consumed_any = true;
             intake_take(w, w->consumers[i].rk, m);
             rd_kafka_message_destroy(m);
         }
@@ -130,14 +116,14 @@ rd_kafka_resp_err_t consumers_subscribe_one(cf_worker *w, size_t c)
     return e;
 }
 
-bool consumers_fatal(cf_worker *w, char *buf, size_t size)
+rd_kafka_resp_err_t consumers_fatal(cf_worker *w, char *buf, size_t size)
 {
-    for (size_t i = 0; i < w->nconsumers; i++)
-        if (rd_kafka_fatal_error(w->consumers[i].rk, NULL, 0)) {
-            rd_kafka_fatal_error(w->consumers[i].rk, buf, size);
-            return true;
-        }
-    return false;
+    for (size_t i = 0; i < w->nconsumers; i++) {
+        rd_kafka_resp_err_t e = rd_kafka_fatal_error(w->consumers[i].rk, buf, size);
+        if (e)
+            return e;
+    }
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
 void consumers_commit(cf_worker *w, bool async)

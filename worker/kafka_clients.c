@@ -12,6 +12,14 @@
 #include "cf_log.h"
 #include "cf_util.h"
 
+/* Built against the project's librdkafka (deploy/librdkafka.sh): the KIP-848
+ * group protocol, SCRAM against Kafka 4 (#4895) and a cooperative-sticky
+ * assignor that does not hang when members subscribe to different topics
+ * (#4783, which one consumer per topic makes the rule) all need it. */
+#if RD_KAFKA_VERSION < 0x020c0000
+#error "codefleet needs librdkafka 2.12 or newer: deploy/librdkafka.sh builds it"
+#endif
+
 #define LOG_SUB "worker"
 
 /* How often one kind of Kafka problem is explained in the log. */
@@ -159,6 +167,26 @@ int kafka_conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, cf_error
     return 0;
 }
 
+void kafka_heal_all(cf_worker *w)
+{
+    int64_t now = cf_mono_us();
+    for (size_t i = 0; i < w->nconsumers; i++)
+        cf_kafka_heal_check(w->consumers[i].rk, &w->consumers[i].heal, now);
+    cf_kafka_heal_check(w->producer, &w->producer_heal, now);
+    cf_kafka_heal_check(w->control, &w->control_heal, now);
+}
+
+const char *kafka_classic_only_key(const cf_kvlist *kafka)
+{
+    static const char *const keys[] = {"session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy",
+                                       "group.protocol.type"};
+    for (size_t i = 0; i < kafka->count; i++)
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+            if (strcmp(kafka->items[i].key, keys[k]) == 0)
+                return keys[k];
+    return NULL;
+}
+
 bool kafka_key_consumer_only(const char *k)
 {
     static const char *const keys[] = {"group.", "session.timeout.ms", "max.poll.interval.ms", "heartbeat.interval.ms",
@@ -201,7 +229,14 @@ rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_top
     kafka_client_id(w, consumer, client_id, sizeof(client_id));
     if (kafka_conf_set(conf, "bootstrap.servers", c->brokers, err) < 0 || kafka_conf_set(conf, "client.id", client_id, err) < 0 ||
         /* Small request/response exchanges: Nagle would only add delay. */
-        kafka_conf_set(conf, "socket.nagle.disable", "true", err) < 0)
+        kafka_conf_set(conf, "socket.nagle.disable", "true", err) < 0 ||
+        /* A KRaft broker fenced for a moment (paused longer than its
+         * broker.session.timeout.ms) answers metadata without itself;
+         * librdkafka >= 2.10 then forgets it and bootstraps again only
+         * after this (default 5 minutes, in which a one-broker fleet's
+         * worker neither fetches nor produces).  The dispatcher sets the
+         * same (CF_KAFKA_REBOOTSTRAP_MS); docs/RELIABILITY.md. */
+        kafka_conf_set(conf, "metadata.recovery.rebootstrap.trigger.ms", KAFKA_REBOOTSTRAP_MS, err) < 0)
         goto fail;
     if (consumer) {
         /* Offsets are stored by us after delivery, committed by the
@@ -214,13 +249,19 @@ rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_top
              * whose prefetch queue was full (default 1000 ms); the queue is
              * kept small above, so a backlog would be read in 1 s steps. */
             {"fetch.queue.backoff.ms", "10"},
-            {"partition.assignment.strategy", "cooperative-sticky"},
             {"isolation.level", "read_committed"},
-            /* A dead worker's partitions move within seconds, not the 45 s
-             * default: heartbeats come from librdkafka's own thread, so
-             * long executions and paused partitions never miss one
-             * (docs/RELIABILITY.md, "Failover"). */
-            {"session.timeout.ms", "6000"},     {"heartbeat.interval.ms", "1000"},
+        };
+        /* The classic protocol's member-side settings; KIP-848's live on
+         * the broker (group.consumer.session.timeout.ms and
+         * group.consumer.heartbeat.interval.ms, or per group), and
+         * librdkafka refuses them there.  A dead worker's partitions move
+         * within seconds, not the 45 s default: heartbeats come from
+         * librdkafka's own thread, so long executions and paused
+         * partitions never miss one (docs/RELIABILITY.md, "Failover"). */
+        static const char *const classic_kv[][2] = {
+            {"partition.assignment.strategy", "cooperative-sticky"},
+            {"session.timeout.ms", "6000"},
+            {"heartbeat.interval.ms", "1000"},
         };
         /* Static membership: with one consumer per topic each is a member
          * of its own, named by the worker id and its topic (a hash of the
@@ -250,6 +291,13 @@ rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_top
         for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
             if (kafka_conf_set(conf, kv[i][0], kv[i][1], err) < 0)
                 goto fail;
+        if (w->group_protocol == CF_WORKER_GROUP_CLASSIC) {
+            for (size_t i = 0; i < sizeof(classic_kv) / sizeof(classic_kv[0]); i++)
+                if (kafka_conf_set(conf, classic_kv[i][0], classic_kv[i][1], err) < 0)
+                    goto fail;
+        } else if (kafka_conf_set(conf, "group.protocol", "consumer", err) < 0) {
+            goto fail;
+        }
         rd_kafka_conf_set_rebalance_cb(conf, partitions_on_rebalance);
         /* Lag per partition and brokers' state for /metrics and /readyz:
          * librdkafka's statistics, served on the consumer's queue. */
@@ -289,6 +337,12 @@ rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_top
             continue;
         /* One id for every consumer of the worker (one per topic) would
          * have them fence each other out of the group. */
+        /* The protocol is chosen by group-protocol (and the classic-only
+         * properties then), not past it. */
+        if (consumer && (strcmp(k, "group.protocol") == 0 || strcmp(k, "group.remote.assignor") == 0)) {
+            cf_error_set(err, CF_E_INVALID, "kafka.%s: not settable; use group-protocol", k);
+            goto fail;
+        }
         if (consumer && strcmp(k, "group.instance.id") == 0) {
             cf_error_set(err, CF_E_INVALID,
                          "kafka.group.instance.id: not settable; use static-membership = true (the worker names each "

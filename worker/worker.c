@@ -167,6 +167,30 @@ static int worker_identity(cf_worker *w, cf_error *err)
         host[sizeof(host) - 1] = '\0';
         snprintf(w->worker_id, sizeof(w->worker_id), "%s-%ld", host, (long)getpid());
     }
+    /* The group protocol: KIP-848's unless the operator asked for the
+     * classic one, by name or with one of its member-side settings. */
+    const char *classic_key = kafka_classic_only_key(&cfg->kafka);
+    switch ((cf_worker_group_protocol)cfg->group_protocol) {
+    case CF_WORKER_GROUP_CONSUMER:
+        if (classic_key)
+            return cf_error_set(err, CF_E_INVALID,
+                                "kafka.%s belongs to the classic group protocol; with group-protocol = consumer "
+                                "(KIP-848) the broker holds it (group.consumer.session.timeout.ms, "
+                                "group.consumer.heartbeat.interval.ms, or per group): drop it, or set "
+                                "group-protocol = classic",
+                                classic_key);
+        w->group_protocol = CF_WORKER_GROUP_CONSUMER;
+        break;
+    case CF_WORKER_GROUP_CLASSIC:
+        w->group_protocol = CF_WORKER_GROUP_CLASSIC;
+        break;
+    default:
+        w->group_protocol = classic_key ? CF_WORKER_GROUP_CLASSIC : CF_WORKER_GROUP_CONSUMER;
+        if (classic_key)
+            cf_log_info(LOG_SUB, "group-protocol auto: classic, because kafka.%s (a classic-protocol setting) is set",
+                        classic_key);
+        break;
+    }
     if (cfg->static_membership && !(cfg->worker_id && cfg->worker_id[0]))
         return cf_error_set(err, CF_E_INVALID,
                             "static-membership needs a worker-id that stays the same across restarts (e.g. the pod "
@@ -758,6 +782,18 @@ static void publish_report(cf_worker *w, bool gone)
     }
 }
 
+bool cf_worker_group_protocol_refused(const cf_worker *w)
+{
+    return w->group_protocol == CF_WORKER_GROUP_CONSUMER && !w->consumed_any &&
+           (w->consumer_fatal == RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION ||
+            w->consumer_fatal == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE);
+}
+
+bool cf_worker_instance_id_held(const cf_worker *w)
+{
+    return w->consumer_fatal == RD_KAFKA_RESP_ERR_UNRELEASED_INSTANCE_ID && !w->consumed_any;
+}
+
 int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
 {
     /* Delivery's main-thread work (retries, failed deliveries) happens on
@@ -796,11 +832,26 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
         /* E.g. a static member fenced by another with its id: it would
          * consume nothing ever again, so it stops (and is restarted). */
         char fatal[512];
-        if (consumers_fatal(w, fatal, sizeof(fatal))) {
-            rc = cf_error_set(err, CF_E_KAFKA, "consumer fatal error: %s", fatal);
+        rd_kafka_resp_err_t fe = consumers_fatal(w, fatal, sizeof(fatal));
+        if (fe) {
+            w->consumer_fatal = fe;
+            if (cf_worker_group_protocol_refused(w))
+                rc = cf_error_set(err, CF_E_UNSUPPORTED,
+                                  "the broker does not offer the consumer group protocol of KIP-848 (Kafka 4.0 and "
+                                  "newer do; group.coordinator.rebalance.protocols must list consumer): %s; set "
+                                  "group-protocol = classic (or auto)",
+                                  fatal);
+            else if (cf_worker_instance_id_held(w))
+                rc = cf_error_set(err, CF_E_CONFLICT,
+                                  "another member holds this worker's instance id (%s.*): an earlier run of it whose "
+                                  "session has not expired, or a second worker with the same worker-id: %s",
+                                  w->worker_id, fatal);
+            else
+                rc = cf_error_set(err, CF_E_KAFKA, "consumer fatal error: %s", fatal);
             break;
         }
         serve(w);
+        kafka_heal_all(w);
         if (w->cfg->report_interval_us > 0 && cf_mono_us() >= w->report_next_us) {
             w->report_next_us = cf_mono_us() + w->cfg->report_interval_us;
             publish_report(w, false);

@@ -37,11 +37,19 @@ static const cf_conf_prop worker_props[] = {
      "One consumer (group member) per request topic, so that the group spreads each topic over the live workers "
      "(within one partition); off: one consumer for all topics, which the group balances by the total only, so "
      "one worker may hold all of a tenant's partitions (docs/OPERATIONS.md, \"Spreading topics\").", NULL},
+    {"group-protocol", CF_CONF_ENUM, OFF(group_protocol), 0, 0, "auto", "auto|consumer|classic",
+     "The consumer group protocol.  consumer: KIP-848's (Kafka 4.0 and newer), where the broker assigns "
+     "partitions and holds the session (group.consumer.session.timeout.ms), so a dead worker's partitions move "
+     "in about that long; classic: the member-side protocol (session.timeout.ms 6 s, cooperative-sticky); "
+     "auto: consumer, or classic when a kafka.* classic-only property (session.timeout.ms, "
+     "heartbeat.interval.ms, partition.assignment.strategy) is set or the broker does not offer KIP-848 "
+     "(the worker then starts again with classic; docs/RELIABILITY.md, \"Failover\").", NULL},
     {"static-membership", CF_CONF_BOOL, OFF(static_membership), 0, 0, "false", NULL,
      "Join the group as a static member named by worker-id (required then): a worker restarted with the same "
-     "id within the session timeout (6 s) gets its partitions back without a rebalance of the others.  The "
-     "cost: a stopped static member's partitions move only when its session expires, also on a clean stop "
-     "(docs/RELIABILITY.md, \"Failover\").", NULL},
+     "id within the session timeout gets its partitions back without a rebalance of the others.  The "
+     "cost: a stopped static member's partitions move only when its session expires, also on a clean stop.  "
+     "Under KIP-848 a restart that comes before the old run's session expired is refused by the broker; the "
+     "worker then starts again once it has (docs/RELIABILITY.md, \"Failover\").", NULL},
     {"request-topic", CF_CONF_STRING, OFF(request_topic), 0, 249, "codefleet.requests", NULL,
      "Topic the worker consumes execution requests from, governed by the profile `default` (empty: only the "
      "profiles' topics).", NULL},

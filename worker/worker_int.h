@@ -23,6 +23,7 @@
 
 #include "cf_backend.h"
 #include "cf_control.h"
+#include "cf_kafka_heal.h"
 #include "cf_pipeline.h"
 #include "profile_int.h"
 #include "cf_schema.h"
@@ -100,6 +101,7 @@ typedef struct request_consumer {
     rd_kafka_queue_t *close_q; /* the close's queue, served until rk is destroyed */
     bool close_failed;         /* the close could not even start */
     bool closed;               /* ... and the close finished */
+    cf_kafka_heal heal;        /* main thread's: kafka_heal_all */
 } request_consumer;
 
 /* What an operator can act on, from a librdkafka error: one line naming
@@ -129,6 +131,9 @@ struct cf_worker {
     request_consumer *consumers; /* consumers.c */
     size_t nconsumers;
     bool consumer_per_topic;     /* in effect: one consumer per request topic */
+    cf_worker_group_protocol group_protocol; /* in effect: CONSUMER or CLASSIC */
+    bool consumed_any;           /* a consumer delivered a message (or an error for one) */
+    rd_kafka_resp_err_t consumer_fatal; /* what ended cf_worker_run, if a consumer's fatal error did */
     rd_kafka_t *producer;
     rd_kafka_queue_t *producer_q;
     int wake_fd;
@@ -163,6 +168,7 @@ struct cf_worker {
     pthread_cond_t keeper_cond;
     /* Cancels: see control_start. */
     rd_kafka_t *control;
+    cf_kafka_heal control_heal, producer_heal; /* main thread's: kafka_heal_all */
     rd_kafka_queue_t *control_q;
     int *control_parts;        /* per request topic: partitions of its cancel topic read (0 = missing) */
     int64_t control_next_refresh_us;
@@ -295,7 +301,8 @@ rd_kafka_t *consumers_of_topic_name(const cf_worker *w, const char *topic);
 void consumers_take(cf_worker *w);
 int consumers_subscribe(cf_worker *w, char *names, size_t nsize);
 rd_kafka_resp_err_t consumers_subscribe_one(cf_worker *w, size_t consumer);
-bool consumers_fatal(cf_worker *w, char *buf, size_t size);
+/* The first consumer's fatal error (its reason in buf), or 0. */
+rd_kafka_resp_err_t consumers_fatal(cf_worker *w, char *buf, size_t size);
 void consumers_commit(cf_worker *w, bool async);
 bool consumers_close(cf_worker *w, int64_t until);
 void consumers_destroy(cf_worker *w);
@@ -309,6 +316,15 @@ void kafka_on_log(const rd_kafka_t *rk, int level, const char *fac, const char *
 int kafka_on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque);
 int kafka_conf_set(rd_kafka_conf_t *conf, const char *k, const char *v, cf_error *err);
 bool kafka_key_consumer_only(const char *k);
+/* How long a client that knows no live broker waits before bootstrapping
+ * again (every client of the worker; see kafka_conf_new). */
+#define KAFKA_REBOOTSTRAP_MS "3000"
+/* Every client of the worker that has forgotten every broker gets its
+ * bootstrap servers again (cf_kafka_heal.h).  Main thread. */
+void kafka_heal_all(cf_worker *w);
+/* The first classic-protocol-only consumer property the operator set
+ * (session.timeout.ms and its kind), or NULL. */
+const char *kafka_classic_only_key(const cf_kvlist *kafka);
 bool kafka_key_producer_only(const char *k);
 void kafka_client_id(const cf_worker *w, bool consumer, char *buf, size_t size);
 rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_topic, cf_error *err);

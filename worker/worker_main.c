@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
 
@@ -70,16 +71,35 @@ int main(int argc, char **argv)
     }
     cf_log_setup((cf_log_level)cfg.log_level, (cf_log_format)cfg.log_format, "codefleet-worker");
 
-    cf_worker *w = NULL;
-    if (cf_worker_new(&cfg, &w, &err) < 0) {
-        cf_log_error("main", "%s", err.msg);
-        cf_conf_free(&cf_worker_conf_table, &cfg);
-        return 1;
+    /* A worker is started again, with nothing lost, when its group
+     * membership was refused before it took any request: by a broker
+     * without KIP-848 (group-protocol auto: classic then), or, for a
+     * static member, because its earlier run's session has not expired
+     * (KIP-848 fences the newcomer; a while later it has). */
+    int rc = 0;
+    for (int attempt = 0;; attempt++) {
+        cf_worker *w = NULL;
+        if (cf_worker_new(&cfg, &w, &err) < 0) {
+            cf_log_error("main", "%s", err.msg);
+            cf_conf_free(&cf_worker_conf_table, &cfg);
+            return 1;
+        }
+        rc = cf_worker_run(w, true, &err);
+        bool classic_again = rc < 0 && cfg.group_protocol == CF_WORKER_GROUP_AUTO && cf_worker_group_protocol_refused(w);
+        bool id_again = rc < 0 && cf_worker_instance_id_held(w) && attempt < 120;
+        if (rc < 0)
+            cf_log_error("main", "%s", err.msg);
+        cf_worker_destroy(w);
+        if (classic_again) {
+            cf_log_warn("main", "group-protocol auto: starting again with the classic group protocol");
+            cfg.group_protocol = CF_WORKER_GROUP_CLASSIC;
+        } else if (id_again) {
+            cf_log_warn("main", "starting again in 1 s (the instance id is free once the old session expires)");
+            sleep(1);
+        } else {
+            break;
+        }
     }
-    int rc = cf_worker_run(w, true, &err);
-    if (rc < 0)
-        cf_log_error("main", "%s", err.msg);
-    cf_worker_destroy(w);
     cf_conf_free(&cf_worker_conf_table, &cfg);
     return rc < 0 ? 1 : 0;
 }

@@ -18,10 +18,12 @@
 #    worker-id after 1 s, and measures the time from the restart to its
 #    partitions being back; the other two workers must log no rebalance.
 # 3. Failover (default 20 kills): tests/bench/bench_failover with the
-#    worker defaults, as in tests/bench/run.sh section 9; then the anchor,
-#    one kill of a worker with librdkafka's group defaults (45 s session).
+#    worker defaults (KIP-848), then the same with group-protocol =
+#    classic, each in a group of its own; then the anchor, one kill of a
+#    classic worker with librdkafka's group defaults (45 s session).
 #
-# Uses its own stack (state dir .stack-rebalance, ports 19392/16679) and
+# Uses its own stack (state dir .stack-rebalance, ports 19392/16679, or
+# CODEFLEET_REBALANCE_KAFKA_PORT / CODEFLEET_REBALANCE_REDIS_PORT) and
 # stops it at the end.  RESULT lines are summarized at the end.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -40,8 +42,8 @@ while (($#)); do
 done
 
 export CODEFLEET_STATE=$repo/.stack-rebalance
-export CODEFLEET_KAFKA_PORT=19392
-export CODEFLEET_REDIS_PORT=16679
+export CODEFLEET_KAFKA_PORT=${CODEFLEET_REBALANCE_KAFKA_PORT:-19392}
+export CODEFLEET_REDIS_PORT=${CODEFLEET_REBALANCE_REDIS_PORT:-16679}
 brokers=127.0.0.1:$CODEFLEET_KAFKA_PORT
 
 deploy/install.sh
@@ -188,32 +190,40 @@ echo "RESULT static_restart rounds=$restarts median_ms=$median max_ms=$max other
 fi
 
 ((kills > 0)) || exit 0
-echo "== 3. failover: $kills SIGKILLs of a worker with queued requests (worker defaults)"
 kill -TERM "${pids[rb-1]}" "${pids[rb-2]}" "${pids[rb-3]}" 2>/dev/null || true
 for id in rb-1 rb-2 rb-3; do
+    [[ -n ${pids[$id]:-} ]] || continue
     wait "${pids[$id]}" 2>/dev/null || true
     unset "pids[$id]"
 done
-f=failover-$(date +%s)
-cli topics create --partitions 2 "$f.req" "$f.res" "$f.dlq" >/dev/null
-env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
-    "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$f" \
-    --worker-id fo-B --request-topic "$f.req" --result-topic "$f.res" --dlq-topic "$f.dlq" --workers-topic= \
-    --log-level warn --backends process --profile.default.backends=process --profile.default.network=enabled \
-    --slots 2 --work-root "$work_root" >"$logs/fo-B.log" 2>&1 &
-pids[fo-B]=$!
-sleep 3
-"$bin/tests/bench_failover" --config "$admin_conf" --brokers "$brokers" --requests "$f.req" \
-    --results "$f.res" --rounds "$kills" -- \
-    "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$f" \
-    --request-topic "$f.req" --result-topic "$f.res" --dlq-topic "$f.dlq" --workers-topic= --slots 1 --prefetch 8 \
-    --log-level error --backends process --profile.default.backends=process --profile.default.network=enabled \
-    --work-root "$work_root" || echo "  (a round lost a request: see above)"
-echo "== 3b. anchor: 1 SIGKILL of a worker with librdkafka's defaults (session.timeout.ms 45000, heartbeat 3000)"
-"$bin/tests/bench_failover" --config "$admin_conf" --brokers "$brokers" --requests "$f.req" \
-    --results "$f.res" --rounds 1 -- \
-    "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$f" \
-    --request-topic "$f.req" --result-topic "$f.res" --dlq-topic "$f.dlq" --workers-topic= --slots 1 --prefetch 8 \
-    --log-level error --backends process --profile.default.backends=process --profile.default.network=enabled \
-    --work-root "$work_root" --kafka.session.timeout.ms=45000 --kafka.heartbeat.interval.ms=3000 |
+# One group per protocol, both of its workers on it: $1 the protocol, $2
+# the kills, the rest extra flags for the killed worker.
+failover() {
+    local proto=$1 n=$2 f
+    shift 2
+    f=failover-$proto-$(date +%s)
+    cli topics create --partitions 2 "$f.req" "$f.res" "$f.dlq" >/dev/null
+    env -u CODEFLEET_STATE -u CODEFLEET_KAFKA_PORT -u CODEFLEET_REDIS_PORT \
+        "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$f" \
+        --worker-id "fo-B-$proto" --request-topic "$f.req" --result-topic "$f.res" --dlq-topic "$f.dlq" --workers-topic= \
+        --log-level warn --backends process --profile.default.backends=process --profile.default.network=enabled \
+        --group-protocol "$proto" --slots 2 --work-root "$work_root" >"$logs/fo-B-$proto.log" 2>&1 &
+    pids[fo-B-$proto]=$!
+    sleep 3
+    "$bin/tests/bench_failover" --config "$admin_conf" --brokers "$brokers" --requests "$f.req" \
+        --results "$f.res" --rounds "$n" -- \
+        "$bin/worker/codefleet-worker" --config "$admin_conf" --brokers "$brokers" --group "bench-$f" \
+        --request-topic "$f.req" --result-topic "$f.res" --dlq-topic "$f.dlq" --workers-topic= --slots 1 --prefetch 8 \
+        --log-level error --backends process --profile.default.backends=process --profile.default.network=enabled \
+        --group-protocol "$proto" --work-root "$work_root" "$@" || echo "  (a round lost a request: see above)"
+    kill -TERM "${pids[fo-B-$proto]}" 2>/dev/null || true
+    wait "${pids[fo-B-$proto]}" 2>/dev/null || true
+    unset "pids[fo-B-$proto]"
+}
+echo "== 3. failover: $kills SIGKILLs of a worker with queued requests, KIP-848 (the default; the stack's broker: session ${CODEFLEET_GROUP_SESSION_MS:-1500} ms, heartbeat ${CODEFLEET_GROUP_HEARTBEAT_MS:-250} ms)"
+failover consumer "$kills"
+echo "== 3b. the same with the classic protocol (worker defaults: session.timeout.ms 6000, heartbeat 1000)"
+failover classic "$kills" | sed 's/^RESULT failover /RESULT failover_classic /'
+echo "== 3c. anchor: 1 SIGKILL of a worker with librdkafka's classic defaults (session.timeout.ms 45000, heartbeat 3000)"
+failover classic 1 --kafka.session.timeout.ms=45000 --kafka.heartbeat.interval.ms=3000 |
     sed 's/^RESULT failover /RESULT failover_anchor /' || true

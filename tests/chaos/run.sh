@@ -76,7 +76,7 @@ start_worker() { # index
         --worker-id "$tag-w$i" --request-topic "$req" --result-topic "$res" --dlq-topic "$dlq" \
         --redis "$CF_TEST_REDIS" --backends process --profile.default.backends=process \
         --profile.default.network=enabled --slots 2 --prefetch 2 --idempotency-lease 3s --rebalance-wait 2s \
-        "${guard_args[@]}" --kafka.session.timeout.ms=6000 --kafka.heartbeat.interval.ms=500 --log-level info \
+        "${guard_args[@]}" --log-level info \
         >>"$dir/w$i.log" 2>&1 </dev/null &
     pids[i]=$!
 }
@@ -101,13 +101,19 @@ stop_all() {
     wait 2>/dev/null || true
 }
 trap 'stop_all' EXIT
+# The workers' group session (KIP-848: the broker's), for the driver's
+# bound: what the stack's broker was started with, at most 45 s (Kafka's
+# default when the file does not say).
+props=${CODEFLEET_STATE:-$REPO/.stack}/kafka/server.properties
+session_ms=$(sed -n 's/^group.consumer.session.timeout.ms=\([0-9]*\)$/\1/p' "$props" 2>/dev/null | tail -n 1)
+session_s=$(((${session_ms:-45000} + 999) / 1000))
 for i in 0 1 2; do start_worker "$i"; done
 
 "$DRIVER" --brokers "$CF_TEST_BROKERS" --config "$CF_TEST_CLIENT_CONFIG" --redis "$CF_TEST_REDIS" \
     --requests "$req" --results "$res" --runs-file "$dir/runs" --killed-file "$dir/killed" \
     --logs-dir "$dir" --tag "$tag" --n "$requests" --rate "$rate" --timeout 420 \
     --group "$group" --burst 30 --outage-file "$dir/outage" \
-    --session-s 6 --rebalance-s 2 --lease-s 3 --stall-s 5 \
+    --session-s "$session_s" --rebalance-s 2 --lease-s 3 --stall-s 5 \
     >"$dir/report" 2>"$dir/driver.log" &
 driver=$!
 

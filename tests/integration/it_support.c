@@ -215,8 +215,8 @@ void it_worker_start(it_worker *w, const it_topics *t, const char *id, const cha
     argv[n++] = a_dlq;
     argv[n++] = a_id;
     argv[n++] = (char *)"--log-level=debug";
-    argv[n++] = (char *)"--kafka.session.timeout.ms=6000";
-    argv[n++] = (char *)"--kafka.heartbeat.interval.ms=500";
+    /* The group protocol is the worker's default (KIP-848 on the stack's
+     * Kafka 4); a test of the classic one says so with its own flags. */
     /* The suites test backends, not profiles: the default profile of a
      * test worker is a trusted tenant's, allowing whatever backends the
      * worker runs (process unless a test says otherwise) and network.

@@ -5,9 +5,11 @@
  * every topic must sit on every worker, each holding its even share within
  * one partition.  With one consumer for all topics (consumer-per-topic
  * off) the group balances the total only, and one worker could hold all
- * of a topic's partitions: the case this exists for.  Skipped with a
- * librdkafka older than 2.6.1, where the worker falls back to that (see
- * worker/consumers.c).
+ * of a topic's partitions: the case this exists for.  The workers run the
+ * default group protocol (KIP-848: the broker's uniform assignor); before
+ * librdkafka 2.6.1 the classic cooperative-sticky assignor hung with
+ * members of different topics (#4783) and the worker fell back to one
+ * consumer; the build now requires 2.12, and this test no longer skips.
  *
  * The group's assignment is read as an operator reads it: the broker's
  * description of the group, members folded by client id (a worker's
@@ -182,14 +184,6 @@ static void test_every_topic_on_every_worker(void **state)
 {
     (void)state;
     IT_REQUIRE_BROKER();
-    /* The worker needs librdkafka 2.6.1 for one consumer per topic
-     * (consumers.c): older ones fall back to one consumer, which the group
-     * balances by the total only. */
-    if (rd_kafka_version() < 0x020601ff) {
-        print_message("librdkafka %s: consumer-per-topic needs 2.6.1 (confluentinc/librdkafka#4783); skipping\n",
-                      rd_kafka_version_str());
-        skip();
-    }
     it_topics t;
     it_topics_create(&t, "spread", NPARTS);
     char base[64], ta[96], tb[96];
@@ -225,7 +219,7 @@ static void test_every_topic_on_every_worker(void **state)
     wait_even("a third worker added", t.group, ws, 3);
 
     /* A worker killed: the two left share every topic again (after the
-     * group's session timeout, 6 s for these workers). */
+     * group's session timeout: the broker's, under KIP-848). */
     it_worker_stop(&w2, SIGKILL, 10000);
     wait_even("one of three killed", t.group, ws, 3);
     char msg[1024] = "";
