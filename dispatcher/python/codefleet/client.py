@@ -47,7 +47,8 @@ _UNKNOWN_TOPIC_RETRY = 5.0  # a topic created just now may take a moment to be s
 # wants SASL or TLS this client did not offer is reported after this long,
 # not after the whole connect_timeout (the C client does the same).
 _UNREACHABLE_GIVE_UP = 2.0
-_UNREACHABLE_SIGNS = ("Connection refused", "Failed to resolve", "security.protocol", "might require SASL")
+_UNREACHABLE_SIGNS = ("Connection refused", "Failed to resolve", "security.protocol", "might require SASL",
+                      "SASL authentication error", "Authentication failed")
 _log = logging.getLogger("codefleet.kafka")
 
 
@@ -166,6 +167,11 @@ def _unreachable_message(brokers: str, said: str) -> str:
     if "security.protocol" in said or "might require SASL" in said:
         return (f"the Kafka broker at {brokers} expects authentication (SASL) or TLS that this client did not "
                 f"offer: pass your principal's settings (codefleet.load_settings, CODEFLEET_CONFIG)")
+    if "SASL authentication error" in said or "Authentication failed" in said:
+        detail = said.split("SASL authentication error: ", 1)[-1]
+        return (f"the Kafka broker at {brokers} refused this client's credentials ({detail[:160]}): check "
+                f"sasl.username, sasl.password and sasl.mechanisms in the settings (the stack's clients use "
+                f"SCRAM-SHA-512); a confluent-kafka older than 2.6.1 cannot do SCRAM with Kafka 4 at all")
     if "Failed to resolve" in said:
         return f"cannot reach the Kafka broker at {brokers}: its name does not resolve: check brokers"
     detail = said.split("failed: ", 1)[1] if "failed: " in said else said
@@ -390,6 +396,10 @@ class Client:
             "bootstrap.servers": self.settings.brokers,
             "client.id": self._client_id,
             "socket.nagle.disable": True,  # small request/response exchanges
+            # A KRaft broker fenced for a moment answers metadata without
+            # itself, and librdkafka >= 2.10 then bootstraps again only after
+            # this (default 5 minutes): the C clients set the same.
+            "metadata.recovery.rebootstrap.trigger.ms": 3000,
             "logger": _log,
             "error_cb": self._problems,
         }

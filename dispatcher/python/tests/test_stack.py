@@ -119,6 +119,25 @@ def tearDownModule() -> None:
     worker_log.unlink(missing_ok=True)
 
 
+class Credentials(unittest.TestCase):
+    """Credentials the broker refuses are one clear ClientError naming them,
+    told within seconds, never "cannot reach the broker"."""
+
+    def test_wrong_password(self):
+        s = settings()
+        if "sasl.username" not in s.kafka:
+            self.skipTest("not an authenticated stack")
+        s.kafka = {**s.kafka, "sasl.password": "not-the-password"}
+        t0 = time.monotonic()
+        with self.assertRaises(cf.ClientError) as ctx:
+            cf.Client(settings=s, connect_timeout=60.0)
+        text = str(ctx.exception)
+        self.assertIn("refused this client's credentials", text)
+        self.assertNotIn("not-the-password", text)
+        self.assertNotIn("cannot reach", text)
+        self.assertLess(time.monotonic() - t0, 30.0)
+
+
 class StackTest(unittest.TestCase):
     def run(self, result=None):
         # The worker's log is what explains a failure here: show it then.
