@@ -1482,7 +1482,11 @@ int64_t cf_cli_percentile(const int64_t *sorted, size_t n, double pct)
 
 int64_t cf_cli_stats_percentile(cf_cli_batch_stats *s, double pct)
 {
-    qsort(s->latency_us, s->n_latency, sizeof(*s->latency_us), cmp_i64);
+    /* Not with no latencies: latency_us is NULL then, which qsort may not
+     * be given even for 0 items (UBSan stopped a batch whose requests all
+     * went unanswered). */
+    if (s->n_latency > 1)
+        qsort(s->latency_us, s->n_latency, sizeof(*s->latency_us), cmp_i64);
     return cf_cli_percentile(s->latency_us, s->n_latency, pct);
 }
 

@@ -758,6 +758,11 @@ static void test_percentiles(void **state)
     assert_int_equal(cf_cli_percentile(four, 4, 51), 30);
     assert_int_equal(cf_cli_percentile(four, 4, 99), 40);
 
+    /* No latency at all (every request unanswered): 0, and no qsort of
+     * NULL (UBSan stops the program on that). */
+    cf_cli_batch_stats none = {0};
+    assert_int_equal(cf_cli_stats_percentile(&none, 50), 0);
+
     /* Stats sort unsorted input and count statuses. */
     cf_cli_batch_stats s = {0};
     int64_t lat[] = {5000, 1000, 3000, 2000, 4000};
