@@ -13,7 +13,10 @@
  * tests/integration/test_outage.c: a result consumer stalled for good; the
  * same family as confluentinc/librdkafka#5430).  Such a client knows no
  * controller either; once that has lasted CF_KAFKA_HEAL_AFTER_US, the
- * bootstrap servers are added again, which it connects to and asks. */
+ * bootstrap servers are added again, which it connects to and asks.  A
+ * client that simply cannot reach its broker also knows no controller:
+ * for it an add changes nothing (the servers are there), hence the
+ * back-off. */
 #ifndef CF_KAFKA_HEAL_H
 #define CF_KAFKA_HEAL_H
 
@@ -25,12 +28,14 @@
 #include "cf_log.h"
 
 #define CF_KAFKA_HEAL_AFTER_US (3 * 1000000LL)
+#define CF_KAFKA_HEAL_MAX_US (300 * 1000000LL)
 
+/* Zeroed to start.  Each add also appends to a list librdkafka keeps for
+ * the client's life, so they back off: 3 s, 6 s, 12 s ... 5 minutes
+ * apart while no controller is known, and again from 3 s once one was. */
 typedef struct cf_kafka_heal {
     int64_t brokerless_since_us; /* 0: a controller is known */
-    bool knew_one;               /* a controller was known once: a client that never reached a broker still
-                                  * has its bootstrap servers, and adding them again would only grow
-                                  * librdkafka's list of them */
+    int64_t wait_us;             /* how long until the next add (0: CF_KAFKA_HEAL_AFTER_US) */
     unsigned heals;              /* bootstrap servers added again */
 } cf_kafka_heal;
 
@@ -43,27 +48,27 @@ static inline bool cf_kafka_heal_check(rd_kafka_t *rk, cf_kafka_heal *h, int64_t
         return false;
     if (rd_kafka_controllerid(rk, 0) >= 0) {
         h->brokerless_since_us = 0;
-        h->knew_one = true;
+        h->wait_us = 0;
         return false;
     }
-    if (!h->knew_one)
-        return false;
     if (h->brokerless_since_us == 0) {
         h->brokerless_since_us = now_us;
         return false;
     }
-    if (now_us - h->brokerless_since_us < CF_KAFKA_HEAL_AFTER_US)
+    int64_t wait = h->wait_us > 0 ? h->wait_us : CF_KAFKA_HEAL_AFTER_US;
+    if (now_us - h->brokerless_since_us < wait)
         return false;
-    h->brokerless_since_us = now_us; /* next try after as long again */
+    h->brokerless_since_us = now_us;
+    h->wait_us = wait * 2 < CF_KAFKA_HEAL_MAX_US ? wait * 2 : CF_KAFKA_HEAL_MAX_US;
     char bootstrap[1024];
     size_t size = sizeof(bootstrap);
     if (rd_kafka_conf_get(rd_kafka_conf(rk), "bootstrap.servers", bootstrap, &size) != RD_KAFKA_CONF_OK ||
         !bootstrap[0])
         return false;
     h->heals++;
-    cf_log_warn("kafka", "%s has known no broker for %lld s (a broker answered metadata without itself): adding the "
-                "bootstrap servers %s again",
-                rd_kafka_name(rk), (long long)(CF_KAFKA_HEAL_AFTER_US / 1000000), bootstrap);
+    cf_log_warn("kafka", "%s has known no broker for %lld s (unreachable, or it answered metadata without itself): "
+                "adding the bootstrap servers %s again",
+                rd_kafka_name(rk), (long long)(wait / 1000000), bootstrap);
     rd_kafka_brokers_add(rk, bootstrap);
     return true;
 }

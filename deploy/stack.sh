@@ -2,7 +2,8 @@
 # The local codefleet stack: a single-node KRaft Kafka broker, Redis and N
 # workers, all on 127.0.0.1, with state, logs and pid files in one directory.
 #
-# Authenticated: Kafka takes SASL/SCRAM-SHA-256 only, with ACLs (KRaft's
+# Authenticated: Kafka takes SASL/SCRAM (SHA-512 for the stack's clients, SHA-256
+# too) only, with ACLs (KRaft's
 # StandardAuthorizer); Redis takes ACL users only (no default user).  Each
 # principal has its own password, generated at the first `up` into
 # <state>/secrets (0700; files 0600): admin (super user), worker, cli (the

@@ -203,6 +203,15 @@ bool cf_worker_group_protocol_refused(const cf_worker *w);
  * expires loses nothing. */
 bool cf_worker_instance_id_held(const cf_worker *w);
 
+/* Before cf_worker_destroy, when the process exits right after it: a Kafka
+ * consumer whose close did not finish (the broker away) is left to the
+ * exit instead of destroyed.  librdkafka's destroy waits for the commits
+ * it still holds for the coordinator, and under KIP-848 that wait is its
+ * fixed 45 s session default (session.timeout.ms cannot be set there), so
+ * a worker stopping without a broker took grace + 45 s.  What those
+ * commits would have said is read again by the partitions' next owner. */
+void cf_worker_exiting(cf_worker *w);
+
 /* Asks a running worker to stop (thread-safe and async-signal-safe). */
 void cf_worker_stop(cf_worker *w);
 

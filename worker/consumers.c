@@ -81,7 +81,10 @@ void consumers_take(cf_worker *w)
             if (!m)
                 continue;
             more = true;
-            w->consumed_any = true;
+            /* A request, not an error event: librdkafka queues its fatal
+             * error as one, which must not pass for work taken. */
+            if (!m->err)
+                w->consumed_any = true;
             intake_take(w, w->consumers[i].rk, m);
             rd_kafka_message_destroy(m);
         }
@@ -114,6 +117,33 @@ rd_kafka_resp_err_t consumers_subscribe_one(cf_worker *w, size_t c)
     rd_kafka_resp_err_t e = topics->cnt ? rd_kafka_subscribe(w->consumers[c].rk, topics) : RD_KAFKA_RESP_ERR_NO_ERROR;
     rd_kafka_topic_partition_list_destroy(topics);
     return e;
+}
+
+bool consumers_join_refused(cf_worker *w, int64_t now_us)
+{
+    if (w->group_joined || w->group_protocol != CF_WORKER_GROUP_CONSUMER ||
+        w->cfg->group_protocol != CF_WORKER_GROUP_AUTO || now_us < w->join_check_us)
+        return false;
+    w->join_check_us = now_us + 1000000; /* each check is a round trip to librdkafka's group thread */
+    bool all = true;
+    for (size_t i = 0; all && i < w->nconsumers; i++) {
+        rd_kafka_consumer_group_metadata_t *md = rd_kafka_consumer_group_metadata(w->consumers[i].rk);
+        all = md && rd_kafka_consumer_group_metadata_generation_id(md) > 0;
+        if (md)
+            rd_kafka_consumer_group_metadata_destroy(md);
+    }
+    if (all) {
+        w->group_joined = true;
+        return false;
+    }
+    /* Not joined yet: a refusal only once the broker has been answering
+     * (a broker that is away is not one without KIP-848) for as long as
+     * a join takes with plenty of room. */
+    if (rd_kafka_controllerid(w->producer, 0) < 0) {
+        w->join_deadline_us = now_us + CONSUMERS_JOIN_WAIT_US;
+        return false;
+    }
+    return now_us >= w->join_deadline_us;
 }
 
 rd_kafka_resp_err_t consumers_fatal(cf_worker *w, char *buf, size_t size)
@@ -213,8 +243,11 @@ void consumers_destroy(cf_worker *w)
 {
     for (size_t i = 0; i < w->nconsumers; i++) {
         request_consumer *c = &w->consumers[i];
-        if (c->q)
+        if (c->q) {
+            /* No more wake-ups into the eventfd, which closes soon. */
+            rd_kafka_queue_io_event_enable(c->q, -1, NULL, 0);
             rd_kafka_queue_destroy(c->q);
+        }
         if (!c->rk)
             continue;
         /* A close that did not finish (broker gone) is not tried again. */
@@ -223,6 +256,16 @@ void consumers_destroy(cf_worker *w)
             answer_leftover_rebalances(c);
         if (c->close_q)
             rd_kafka_queue_destroy(c->close_q);
+        /* The process ends next (cf_worker_exiting): its destroy would
+         * wait for the commits it holds for an absent coordinator (45 s
+         * under KIP-848); the exit ends its threads.  Only the log
+         * callback runs on them, and it does not use the worker. */
+        if (unclosed && w->exiting) {
+            cf_log_warn("kafka", "%s: its close did not finish: left to the process's exit (what it did not "
+                        "commit is read again by the partitions' next owner)",
+                        rd_kafka_name(c->rk));
+            continue;
+        }
         /* Nor is one made for a worker that never ran (its start failed
          * after subscribing): a close would serve a rebalance into the
          * worker's half-torn-down state, and it consumed nothing. */

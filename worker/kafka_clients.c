@@ -250,6 +250,15 @@ rd_kafka_conf_t *kafka_conf_new(cf_worker *w, bool consumer, const char *own_top
              * kept small above, so a backlog would be read in 1 s steps. */
             {"fetch.queue.backoff.ms", "10"},
             {"isolation.level", "read_committed"},
+            /* A request the broker does not answer fails after this (not
+             * librdkafka's 60 s).  It bounds the stop: a consumer's close
+             * waits for its last commit, and under KIP-848 nothing else
+             * ends that wait (no member-side session), so with a frozen
+             * broker a worker took 60 s to stop; the classic protocol's 6 s
+             * session bounded it before.  Fetches wait at most
+             * fetch.wait.max.ms at the broker, so only a broker that has
+             * stopped answering meets this. */
+            {"socket.timeout.ms", "6000"},
         };
         /* The classic protocol's member-side settings; KIP-848's live on
          * the broker (group.consumer.session.timeout.ms and

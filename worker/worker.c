@@ -167,6 +167,12 @@ static int worker_identity(cf_worker *w, cf_error *err)
         host[sizeof(host) - 1] = '\0';
         snprintf(w->worker_id, sizeof(w->worker_id), "%s-%ld", host, (long)getpid());
     }
+    /* Built against 2.12 (kafka_clients.c); a shared librdkafka.so.1 of
+     * an older release would load all the same. */
+    if (rd_kafka_version() < 0x020c0000)
+        return cf_error_set(err, CF_E_UNSUPPORTED,
+                            "librdkafka %s is loaded; codefleet needs 2.12 or newer (deploy/librdkafka.sh)",
+                            rd_kafka_version_str());
     /* The group protocol: KIP-848's unless the operator asked for the
      * classic one, by name or with one of its member-side settings. */
     const char *classic_key = kafka_classic_only_key(&cfg->kafka);
@@ -785,7 +791,7 @@ static void publish_report(cf_worker *w, bool gone)
 bool cf_worker_group_protocol_refused(const cf_worker *w)
 {
     return w->group_protocol == CF_WORKER_GROUP_CONSUMER && !w->consumed_any &&
-           (w->consumer_fatal == RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION ||
+           (w->join_refused || w->consumer_fatal == RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION ||
             w->consumer_fatal == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE);
 }
 
@@ -819,6 +825,7 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
     cf_log_info(LOG_SUB, "worker %s consuming %s (group %s, %" PRId64 " slot(s) + %" PRId64 " reserve)", w->worker_id,
                 names, w->cfg->group, w->cfg->slots, (int64_t)w->nslots - w->cfg->slots);
     w->started_ms = cf_now_us() / 1000;
+    w->join_deadline_us = cf_mono_us() + CONSUMERS_JOIN_WAIT_US;
     w->report_next_us = cf_mono_us() + w->cfg->report_interval_us;
     publish_report(w, false);
     int rc = 0;
@@ -850,6 +857,15 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
                 rc = cf_error_set(err, CF_E_KAFKA, "consumer fatal error: %s", fatal);
             break;
         }
+        if (consumers_join_refused(w, cf_mono_us()) && !w->consumed_any) {
+            w->join_refused = true;
+            rc = cf_error_set(err, CF_E_UNSUPPORTED,
+                              "the consumers have not joined the group %lld s after the broker answered: it does not "
+                              "offer the consumer group protocol of KIP-848 (Kafka 3.x, or "
+                              "group.coordinator.rebalance.protocols without consumer)",
+                              (long long)(CONSUMERS_JOIN_WAIT_US / 1000000));
+            break;
+        }
         serve(w);
         kafka_heal_all(w);
         if (w->cfg->report_interval_us > 0 && cf_mono_us() >= w->report_next_us) {
@@ -864,6 +880,12 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
     if (sig_fd >= 0)
         close(sig_fd);
     return rc;
+}
+
+void cf_worker_exiting(cf_worker *w)
+{
+    if (w)
+        w->exiting = true;
 }
 
 void cf_worker_destroy(cf_worker *w)

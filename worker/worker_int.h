@@ -126,13 +126,17 @@ struct cf_worker {
     char helper_dir[PATH_MAX], harness_dir[PATH_MAX];
     cf_pipeline *pipeline;   /* compiled languages, harnesses, cases, collect */
     bool ran;                /* cf_worker_run's shutdown happened */
+    bool exiting;            /* cf_worker_exiting: the process ends after the destroy */
     bool kafka_closing;      /* ... and reached its flush/commit/close (after the grace) */
     cf_backend_set *backends;
     request_consumer *consumers; /* consumers.c */
     size_t nconsumers;
     bool consumer_per_topic;     /* in effect: one consumer per request topic */
     cf_worker_group_protocol group_protocol; /* in effect: CONSUMER or CLASSIC */
-    bool consumed_any;           /* a consumer delivered a message (or an error for one) */
+    bool consumed_any;           /* a consumer delivered a request (a message, not an error event) */
+    bool group_joined;           /* every consumer has had a member epoch (consumers_join_refused) */
+    bool join_refused;           /* ... and under auto it did not come while the broker answered */
+    int64_t join_check_us, join_deadline_us;
     rd_kafka_resp_err_t consumer_fatal; /* what ended cf_worker_run, if a consumer's fatal error did */
     rd_kafka_t *producer;
     rd_kafka_queue_t *producer_q;
@@ -301,6 +305,17 @@ rd_kafka_t *consumers_of_topic_name(const cf_worker *w, const char *topic);
 void consumers_take(cf_worker *w);
 int consumers_subscribe(cf_worker *w, char *names, size_t nsize);
 rd_kafka_resp_err_t consumers_subscribe_one(cf_worker *w, size_t consumer);
+/* Under group-protocol auto, on KIP-848: whether the consumers have not
+ * joined although the broker has answered for CONSUMERS_JOIN_WAIT_US.  A
+ * broker without KIP-848 is not an error to librdkafka: it does not offer
+ * ConsumerGroupHeartbeat, and librdkafka looks for another coordinator
+ * for ever (Kafka 3.x; a Kafka 4 whose group.coordinator.rebalance.protocols
+ * leaves consumer out refuses it with UNSUPPORTED_VERSION, fatal, instead).
+ * A member without partitions gets no rebalance callback under KIP-848, so
+ * the member epoch (the group metadata's generation) says joined.  Main
+ * thread; checks at most once a second until every consumer joined. */
+#define CONSUMERS_JOIN_WAIT_US (20 * 1000000LL)
+bool consumers_join_refused(cf_worker *w, int64_t now_us);
 /* The first consumer's fatal error (its reason in buf), or 0. */
 rd_kafka_resp_err_t consumers_fatal(cf_worker *w, char *buf, size_t size);
 void consumers_commit(cf_worker *w, bool async);

@@ -89,6 +89,8 @@ int main(int argc, char **argv)
         bool id_again = rc < 0 && cf_worker_instance_id_held(w) && attempt < 120;
         if (rc < 0)
             cf_log_error("main", "%s", err.msg);
+        if (!classic_again && !id_again)
+            cf_worker_exiting(w);
         cf_worker_destroy(w);
         if (classic_again) {
             cf_log_warn("main", "group-protocol auto: starting again with the classic group protocol");

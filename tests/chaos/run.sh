@@ -102,11 +102,12 @@ stop_all() {
 }
 trap 'stop_all' EXIT
 # The workers' group session (KIP-848: the broker's), for the driver's
-# bound: what the stack's broker was started with, at most 45 s (Kafka's
-# default when the file does not say).
+# bound: what the stack's broker was started with.
 props=${CODEFLEET_STATE:-$REPO/.stack}/kafka/server.properties
 session_ms=$(sed -n 's/^group.consumer.session.timeout.ms=\([0-9]*\)$/\1/p' "$props" 2>/dev/null | tail -n 1)
-session_s=$(((${session_ms:-45000} + 999) / 1000))
+[[ $session_ms =~ ^[0-9]+$ ]] ||
+    cf_die "no group.consumer.session.timeout.ms in $props: the chaos suite runs against deploy/stack.sh's broker"
+session_s=$(((session_ms + 999) / 1000))
 for i in 0 1 2; do start_worker "$i"; done
 
 "$DRIVER" --brokers "$CF_TEST_BROKERS" --config "$CF_TEST_CLIENT_CONFIG" --redis "$CF_TEST_REDIS" \

@@ -23,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -590,6 +592,120 @@ static bool results_for(fx *f, const char *const *ids, size_t n, int timeout_ms,
     }
 }
 
+/* The worker program (CF_BINARY_DIR's), on the mock cluster, its output
+ * in logp; extra: more flags (NULL-terminated) or NULL. */
+static pid_t spawn_worker_program(fx *f, const char *id, const char *logp, const char *const *extra)
+{
+    const char *bindir = getenv("CF_BINARY_DIR");
+    char bin[1024];
+    snprintf(bin, sizeof(bin), "%s/worker/codefleet-worker", bindir ? bindir : ".");
+    if (access(bin, X_OK) != 0)
+        fail_msg("%s not found (CF_BINARY_DIR)", bin);
+    const char *argv[48] = {bin, "--brokers", f->bootstraps, "--group", "program", "--worker-id", id,
+                            "--request-topic", "req", "--result-topic", "res", "--dlq-topic", "dlq",
+                            "--events-topic", "events", "--workers-topic=", "--cancel-topic-suffix=",
+                            "--backends", "process", "--profile.default.backends=process",
+                            "--profile.default.network=enabled", "--work-root", f->dir, "--log-level", "info"};
+    size_t n = 25;
+    for (size_t i = 0; extra && extra[i] && n < 47; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            _exit(126);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* The worker program stopping while the broker refuses connections, with
+ * an answered request's offset not yet committed (the auto-commit put
+ * off): under KIP-848 librdkafka holds that commit for the coordinator for
+ * its fixed 45 s session default, and the worker's stop took grace + 45 s;
+ * the program now leaves such a consumer to its exit (cf_worker_exiting):
+ * grace (1 s) + shutdown-kafka-timeout (5 s) + a margin for a busy
+ * machine, against the 45 s it took. */
+static void stop_without_a_broker_is_bounded_on_kip848(void **state)
+{
+    fx *f = *state;
+    const char *ids[] = {"stop-1"}, *code[] = {"echo stop"};
+    produce_requests(f, 1, ids, code, 0);
+    char logp[300];
+    snprintf(logp, sizeof(logp), "%s/stop.log", f->dir);
+    const char *extra[] = {"--shutdown-grace=1s", "--kafka.auto.commit.interval.ms=600000", NULL};
+    pid_t pid = spawn_worker_program(f, "w-stop", logp, extra);
+    got res;
+    bool answered = results_for(f, ids, 1, 60000, &res);
+    got_clear(&res);
+    /* The answer's offset is stored by the worker's next turn (every 200 ms
+     * at most): its stop must then commit it.  Stored or not, the bound
+     * below holds; stored is the case that took 45 s. */
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "grep -q 'group-protocol auto: classic' %s", logp);
+    bool classic = system(cmd) == 0;
+    assert_int_equal(rd_kafka_mock_broker_set_down(f->mc, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+    int64_t t0 = cf_mono_us();
+    kill(pid, SIGTERM);
+    int status = 0;
+    pid_t r;
+    while ((r = waitpid(pid, &status, WNOHANG)) == 0 && cf_mono_us() - t0 < 120 * 1000000LL)
+        usleep(20 * 1000);
+    if (r == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    int64_t took = cf_mono_us() - t0;
+    fprintf(stderr, "the worker program stopped %.1f s after SIGTERM without a broker\n", took / 1e6);
+    if (took >= 25 * 1000000LL) {
+        snprintf(cmd, sizeof(cmd), "tail -n 30 %s >&2", logp);
+        if (system(cmd) != 0)
+            fprintf(stderr, "(no worker log)\n");
+    }
+    assert_true(answered);
+    assert_false(classic);
+    assert_true(took < 25 * 1000000LL);
+}
+
+/* group-protocol auto against a broker without KIP-848: the worker (the
+ * program: its main starts it again) joins with the classic protocol and
+ * answers.  The mock broker stops offering ConsumerGroupHeartbeat, as
+ * Kafka 3.x does not offer it; librdkafka then looks for another
+ * coordinator for ever instead of failing, so the worker's join watchdog
+ * has to notice (CONSUMERS_JOIN_WAIT_US, 20 s, after the broker answered). */
+static void auto_falls_back_to_classic_without_kip848(void **state)
+{
+    fx *f = *state;
+    assert_int_equal(rd_kafka_mock_set_apiversion(f->mc, 68 /* ConsumerGroupHeartbeat */, -1, -1),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    const char *ids[] = {"fallback-1"}, *code[] = {"echo on-classic"};
+    produce_requests(f, 1, ids, code, 0);
+    char logp[300];
+    snprintf(logp, sizeof(logp), "%s/fallback.log", f->dir);
+    pid_t pid = spawn_worker_program(f, "w-fallback", logp, NULL);
+    got res;
+    bool answered = results_for(f, ids, 1, 120000, &res);
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "grep -q 'starting again with the classic group protocol' %s", logp);
+    bool fell_back = system(cmd) == 0;
+    if (!answered || !fell_back) {
+        snprintf(cmd, sizeof(cmd), "tail -n 40 %s >&2", logp);
+        if (system(cmd) != 0)
+            fprintf(stderr, "(no worker log)\n");
+    }
+    assert_true(fell_back);
+    assert_true(answered);
+    if (res.res[0].status != CF_STATUS_SUCCESS)
+        fail_msg("fallback-1: status %d: %s", (int)res.res[0].status, res.res[0].reason ? res.res[0].reason : "");
+    got_clear(&res);
+}
+
 /* The shape of the worker when its session times out during a broker
  * outage (issue 28): every partition paused (its slots full), one
  * execution running, or nothing to do. */
@@ -766,6 +882,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(lost_while_busy_then_reassigned, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(lost_while_idle_then_reassigned, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(guard_moves_a_stalled_partition, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(auto_falls_back_to_classic_without_kip848, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(stop_without_a_broker_is_bounded_on_kip848, fx_setup, fx_teardown),
     };
     return cf_run_group_shard(tests);
 }

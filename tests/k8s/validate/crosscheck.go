@@ -588,7 +588,10 @@ func shutdownErrors(pod *corev1.PodSpec, wc *workerConf, ref *confReference) []s
 	if err1 != nil || err2 != nil {
 		return []string{"shutdown-grace or shutdown-kafka-timeout unreadable"}
 	}
-	session := int64(6_000_000) // the worker's session.timeout.ms (docs/RELIABILITY.md)
+	// What librdkafka may wait for a last commit: the classic session, or
+	// under KIP-848 the consumers' socket.timeout.ms, both 6 s by default
+	// (docs/RELIABILITY.md).
+	session := int64(6_000_000)
 	if v, ok := wc.Values["kafka.session.timeout.ms"]; ok {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
