@@ -119,31 +119,66 @@ rd_kafka_resp_err_t consumers_subscribe_one(cf_worker *w, size_t c)
     return e;
 }
 
-bool consumers_join_refused(cf_worker *w, int64_t now_us)
+bool consumers_watch_join(cf_worker *w, int64_t now_us)
 {
-    if (w->group_joined || w->group_protocol != CF_WORKER_GROUP_CONSUMER ||
-        w->cfg->group_protocol != CF_WORKER_GROUP_AUTO || now_us < w->join_check_us)
+    if (w->group_joined || now_us < w->join_check_us)
         return false;
-    w->join_check_us = now_us + 1000000; /* each check is a round trip to librdkafka's group thread */
+    /* Each check is a round trip to librdkafka's group thread: 4 a second
+     * until every consumer joined, then none. */
+    w->join_check_us = now_us + 250000;
     bool all = true;
-    for (size_t i = 0; all && i < w->nconsumers; i++) {
-        rd_kafka_consumer_group_metadata_t *md = rd_kafka_consumer_group_metadata(w->consumers[i].rk);
-        all = md && rd_kafka_consumer_group_metadata_generation_id(md) > 0;
+    for (size_t i = 0; i < w->nconsumers; i++) {
+        request_consumer *c = &w->consumers[i];
+        if (c->joined)
+            continue;
+        /* The classic protocol calls the rebalance callback with an empty
+         * assignment too: only KIP-848's silent joins are looked for. */
+        if (w->group_protocol != CF_WORKER_GROUP_CONSUMER) {
+            all = false;
+            continue;
+        }
+        rd_kafka_consumer_group_metadata_t *md = rd_kafka_consumer_group_metadata(c->rk);
+        int32_t epoch = md ? rd_kafka_consumer_group_metadata_generation_id(md) : -1;
         if (md)
             rd_kafka_consumer_group_metadata_destroy(md);
+        if (epoch <= 0) {
+            all = false;
+            continue;
+        }
+        /* A member epoch comes before the assignment that goes with it is
+         * reconciled: joined without one only after a second of none. */
+        if (c->epoch_seen_us == 0)
+            c->epoch_seen_us = now_us;
+        if (now_us - c->epoch_seen_us < 1000000) {
+            all = false;
+            continue;
+        }
+        c->joined = true;
+        atomic_store(&w->kafka_joined, true);
+        cf_log_info("kafka", "assigned 0 partition(s) (%s joined the group with none, member epoch %" PRId32 ")",
+                    rd_kafka_name(c->rk), epoch);
     }
     if (all) {
         w->group_joined = true;
         return false;
     }
-    /* Not joined yet: a refusal only once the broker has been answering
-     * (a broker that is away is not one without KIP-848) for as long as
-     * a join takes with plenty of room. */
+    if (w->group_protocol != CF_WORKER_GROUP_CONSUMER || w->cfg->group_protocol != CF_WORKER_GROUP_AUTO)
+        return false;
+    /* Under auto, on KIP-848, not joined yet: a refusal only once the
+     * broker has been answering (a broker that is away is not one without
+     * KIP-848) for as long as a join takes with plenty of room. */
     if (rd_kafka_controllerid(w->producer, 0) < 0) {
         w->join_deadline_us = now_us + CONSUMERS_JOIN_WAIT_US;
         return false;
     }
     return now_us >= w->join_deadline_us;
+}
+
+void consumers_joined(cf_worker *w, rd_kafka_t *rk)
+{
+    for (size_t i = 0; i < w->nconsumers; i++)
+        if (w->consumers[i].rk == rk)
+            w->consumers[i].joined = true;
 }
 
 rd_kafka_resp_err_t consumers_fatal(cf_worker *w, char *buf, size_t size)

@@ -412,6 +412,7 @@ void partitions_on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_t
     bool cooperative = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         atomic_store(&w->kafka_joined, true);
+        consumers_joined(w, rk);
         cf_log_info("kafka", "assigned %d partition(s)", parts->cnt);
         partitions_assigned(w, parts);
         cf_observe_assigned(w->obs, true);

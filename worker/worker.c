@@ -857,7 +857,7 @@ int cf_worker_run(cf_worker *w, bool handle_signals, cf_error *err)
                 rc = cf_error_set(err, CF_E_KAFKA, "consumer fatal error: %s", fatal);
             break;
         }
-        if (consumers_join_refused(w, cf_mono_us()) && !w->consumed_any) {
+        if (consumers_watch_join(w, cf_mono_us()) && !w->consumed_any) {
             w->join_refused = true;
             rc = cf_error_set(err, CF_E_UNSUPPORTED,
                               "the consumers have not joined the group %lld s after the broker answered: it does not "

@@ -102,6 +102,8 @@ typedef struct request_consumer {
     bool close_failed;         /* the close could not even start */
     bool closed;               /* ... and the close finished */
     cf_kafka_heal heal;        /* main thread's: kafka_heal_all */
+    bool joined;               /* had an assignment, or a member epoch (consumers_watch_join) */
+    int64_t epoch_seen_us;     /* when a member epoch was first seen */
 } request_consumer;
 
 /* What an operator can act on, from a librdkafka error: one line naming
@@ -305,17 +307,21 @@ rd_kafka_t *consumers_of_topic_name(const cf_worker *w, const char *topic);
 void consumers_take(cf_worker *w);
 int consumers_subscribe(cf_worker *w, char *names, size_t nsize);
 rd_kafka_resp_err_t consumers_subscribe_one(cf_worker *w, size_t consumer);
-/* Under group-protocol auto, on KIP-848: whether the consumers have not
- * joined although the broker has answered for CONSUMERS_JOIN_WAIT_US.  A
- * broker without KIP-848 is not an error to librdkafka: it does not offer
- * ConsumerGroupHeartbeat, and librdkafka looks for another coordinator
- * for ever (Kafka 3.x; a Kafka 4 whose group.coordinator.rebalance.protocols
- * leaves consumer out refuses it with UNSUPPORTED_VERSION, fatal, instead).
- * A member without partitions gets no rebalance callback under KIP-848, so
- * the member epoch (the group metadata's generation) says joined.  Main
- * thread; checks at most once a second until every consumer joined. */
+/* Watches the consumers join the group (main thread, every turn, a check
+ * every 250 ms until all did).  A member that joins without partitions
+ * gets no rebalance callback under KIP-848: its member epoch (the group
+ * metadata's generation) says it joined, and it is logged as the classic
+ * protocol's empty assignment is ("assigned 0 partition(s)").  Returns,
+ * under group-protocol auto on KIP-848, whether they have not joined
+ * although the broker has answered for CONSUMERS_JOIN_WAIT_US: a broker
+ * without KIP-848 is not an error to librdkafka, which finds no
+ * ConsumerGroupHeartbeat and looks for another coordinator for ever
+ * (Kafka 3.x; a Kafka 4 whose group.coordinator.rebalance.protocols leaves
+ * consumer out refuses it with UNSUPPORTED_VERSION, fatal, instead). */
 #define CONSUMERS_JOIN_WAIT_US (20 * 1000000LL)
-bool consumers_join_refused(cf_worker *w, int64_t now_us);
+bool consumers_watch_join(cf_worker *w, int64_t now_us);
+/* The rebalance callback's note that rk's consumer has an assignment. */
+void consumers_joined(cf_worker *w, rd_kafka_t *rk);
 /* The first consumer's fatal error (its reason in buf), or 0. */
 rd_kafka_resp_err_t consumers_fatal(cf_worker *w, char *buf, size_t size);
 void consumers_commit(cf_worker *w, bool async);
