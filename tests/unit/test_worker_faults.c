@@ -592,6 +592,8 @@ static bool results_for(fx *f, const char *const *ids, size_t n, int timeout_ms,
     }
 }
 
+extern char **environ;
+
 /* The worker program (CF_BINARY_DIR's), on the mock cluster, its output
  * in logp; extra: more flags (NULL-terminated) or NULL. */
 static pid_t spawn_worker_program(fx *f, const char *id, const char *logp, const char *const *extra)
@@ -616,6 +618,19 @@ static pid_t spawn_worker_program(fx *f, const char *id, const char *logp, const
         int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
             _exit(126);
+        /* Not the settings of a stack this test may run beside
+         * (CODEFLEET_WORKER_CONFIG and the like): the mock cluster's. */
+        for (;;) {
+            char name[256] = "";
+            for (char **e = environ; *e; e++)
+                if (strncmp(*e, "CODEFLEET_", 10) == 0) {
+                    size_t l = strcspn(*e, "=");
+                    snprintf(name, sizeof(name), "%.*s", (int)(l < 255 ? l : 255), *e);
+                    break;
+                }
+            if (!name[0] || unsetenv(name) != 0)
+                break;
+        }
         execv(bin, (char *const *)argv);
         _exit(127);
     }
