@@ -40,7 +40,8 @@ static const cf_conf_prop worker_props[] = {
     {"group-protocol", CF_CONF_ENUM, OFF(group_protocol), 0, 0, "auto", "auto|consumer|classic",
      "The consumer group protocol.  consumer: KIP-848's (Kafka 4.0 and newer), where the broker assigns "
      "partitions and holds the session (group.consumer.session.timeout.ms), so a dead worker's partitions move "
-     "in about that long; classic: the member-side protocol (session.timeout.ms 6 s, cooperative-sticky); "
+     "in about that long: Kafka's default is 45 s, so set it on the broker or for the workers' group "
+     "(consumer.session.timeout.ms; the local stack's broker has 1.5 s); classic: the member-side protocol (session.timeout.ms 6 s, cooperative-sticky); "
      "auto: consumer, or classic when a kafka.* classic-only property (session.timeout.ms, "
      "heartbeat.interval.ms, partition.assignment.strategy) is set or the broker does not offer KIP-848 "
      "(the worker then starts again with classic; docs/RELIABILITY.md, \"Failover\").", NULL},
