@@ -601,6 +601,7 @@ grant_acls() {
         "read:topic:$TOPIC_WORKERS" "describe:group:$GROUP" "describe:topic:$TOPIC_REQUESTS*" \
         "describe:topic:$TOPIC_RESULTS*" "describe_configs:topic:$TOPIC_RESULTS*" \
         "describe_configs:topic:$TOPIC_DLQ" "describe_configs:topic:$TOPIC_WORKERS" \
+        "describe_configs:group:$GROUP" \
         >/dev/null || cf_die "granting the CLI's ACLs failed"
     local t
     for t in "${TENANTS[@]}"; do

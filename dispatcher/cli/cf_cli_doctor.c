@@ -65,6 +65,7 @@ typedef struct doctor {
     bool group_denied;    /* not described: this principal may not */
     char group_why[512];
     const char *group_state;
+    rd_kafka_consumer_group_type_t group_type; /* classic, consumer (KIP-848) or unknown */
     size_t assigned;
     int64_t lag;          /* -1: unknown */
     char lag_why[300];
@@ -306,6 +307,7 @@ static void gather_group(doctor *d)
     if (desc) {
         d->group_known = true;
         d->group_state = rd_kafka_consumer_group_state_name(rd_kafka_ConsumerGroupDescription_state(desc));
+        d->group_type = rd_kafka_ConsumerGroupDescription_type(desc);
         size_t nm = rd_kafka_ConsumerGroupDescription_member_count(desc);
         for (size_t i = 0; i < nm; i++) {
             const rd_kafka_MemberDescription_t *m = rd_kafka_ConsumerGroupDescription_member(desc, i);
@@ -764,13 +766,13 @@ static void check_reports(doctor *d)
 
 /* ---------------------------------------------------------------- topics */
 
-/* The value of a topic's configuration entry `name` into buf; -1 when it
- * cannot be read (why says why). */
-static int topic_config(doctor *d, const char *topic, const char *name, char *buf, size_t cap, char *why,
-                        size_t wsz)
+/* The value of a resource's (a topic's, a group's) configuration entry
+ * `name` into buf; -1 when it cannot be read (why says why). */
+static int resource_config(doctor *d, rd_kafka_ResourceType_t type, const char *resource, const char *name,
+                           char *buf, size_t cap, char *why, size_t wsz)
 {
     rd_kafka_queue_t *q = rd_kafka_queue_new(d->rk);
-    rd_kafka_ConfigResource_t *cr = rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic);
+    rd_kafka_ConfigResource_t *cr = rd_kafka_ConfigResource_new(type, resource);
     rd_kafka_AdminOptions_t *o = admin_options(d, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS);
     rd_kafka_DescribeConfigs(d->rk, &cr, 1, o, q);
     rd_kafka_ConfigResource_destroy(cr);
@@ -843,7 +845,7 @@ static void check_one_topic(doctor *d, const topic_want *t)
     if (t->kind == TOPIC_PLAIN) {
         add_check(d, name, "ok", extra, NULL, "%s (%s): %d partition(s)", t->name, t->role, (int)np);
     } else if (t->kind == TOPIC_REPORTS) {
-        if (topic_config(d, t->name, "cleanup.policy", val, sizeof(val), why, sizeof(why)) < 0)
+        if (resource_config(d, RD_KAFKA_RESOURCE_TOPIC, t->name, "cleanup.policy", val, sizeof(val), why, sizeof(why)) < 0)
             add_check(d, name, "warn", extra, "grant this principal describe_configs on the topic",
                       "%s (%s): %d partition(s); its cleanup policy cannot be read (%s)", t->name, t->role, (int)np,
                       why);
@@ -858,7 +860,7 @@ static void check_one_topic(doctor *d, const topic_want *t)
             add_check(d, name, "ok", extra, NULL, "%s (%s): %d partition(s), compacted", t->name, t->role, (int)np);
     } else {
         int64_t mmb = -1;
-        if (topic_config(d, t->name, "max.message.bytes", val, sizeof(val), why, sizeof(why)) == 0)
+        if (resource_config(d, RD_KAFKA_RESOURCE_TOPIC, t->name, "max.message.bytes", val, sizeof(val), why, sizeof(why)) == 0)
             mmb = strtoll(val, NULL, 10);
         json_object_set_new(extra, "max_message_bytes", json_integer(mmb));
         json_object_set_new(extra, "largest_result_bytes", json_integer(d->largest_result));
@@ -1392,6 +1394,54 @@ static void check_spread(doctor *d)
                   "%s", msg);
 }
 
+/* ---------------------------------------------------------------- failover */
+
+/* How long a dead worker's partitions wait: under KIP-848 the broker's
+ * group session, which an operator must set (Kafka's default is 45 s,
+ * where the classic protocol's member-side 6 s gave 6.5 s). */
+static void check_failover(doctor *d)
+{
+    const char *group = d->g->worker_group;
+    if (!d->group_known || json_array_size(d->members) == 0) {
+        add_check(d, "failover", "skipped", NULL, NULL, "group %s: %s", group,
+                  d->group_known ? "no worker in it" : "not described");
+        return;
+    }
+    if (d->group_type == RD_KAFKA_CONSUMER_GROUP_TYPE_CLASSIC) {
+        add_check(d, "failover", "ok", json_pack("{s:s}", "protocol", "classic"), NULL,
+                  "group %s uses the classic protocol: a dead worker's partitions move after its own session "
+                  "(session.timeout.ms, 6 s by default)", group);
+        return;
+    }
+    if (d->group_type != RD_KAFKA_CONSUMER_GROUP_TYPE_CONSUMER) {
+        add_check(d, "failover", "skipped", NULL, NULL, "group %s: the broker did not say which protocol it uses",
+                  group);
+        return;
+    }
+    char val[64], why[400];
+    if (resource_config(d, RD_KAFKA_RESOURCE_GROUP, group, "consumer.session.timeout.ms", val, sizeof(val), why,
+                        sizeof(why)) < 0) {
+        add_check(d, "failover", "skipped", json_pack("{s:s}", "protocol", "consumer"),
+                  "grant this principal describe_configs on the group", "group %s (KIP-848): its session is not "
+                  "readable: %s", group, why);
+        return;
+    }
+    long long ms = strtoll(val, NULL, 10);
+    json_t *extra = json_pack("{s:s, s:I}", "protocol", "consumer", "session_ms", (json_int_t)ms);
+    if (ms > 10000)
+        add_check(d, "failover", "warn", extra,
+                  "lower group.consumer.session.timeout.ms (and group.consumer.min.session.timeout.ms) on the "
+                  "brokers, or the group's consumer.session.timeout.ms (kafka-configs --entity-type groups), or "
+                  "run the workers with group-protocol = classic (docs/RELIABILITY.md, \"Failover\")",
+                  "group %s (KIP-848): the broker's session is %lld ms, so a dead worker's partitions wait that "
+                  "long", group, ms);
+    else
+        add_check(d, "failover", "ok", extra, NULL,
+                  "group %s (KIP-848): the broker's session is %lld ms: a dead worker's partitions move in about "
+                  "that long", group, ms);
+}
+
+
 /* ---------------------------------------------------------------- command */
 
 static const char doctor_help[] =
@@ -1517,6 +1567,8 @@ int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv)
      * lag sample says. */
     check_partitions(&d);
     check_spread(&d);
+    if (d.broker_ok)
+        check_failover(&d);
     if (d.rk)
         rd_kafka_destroy(d.rk);
 

@@ -249,6 +249,14 @@ static void test_doctor_healthy(void **state)
                         "no partition stalled under a live worker");
     assert_int_equal(json_array_size(json_object_get(check_of(rep, "partitions"), "stalled")), 0);
     assert_int_equal(json_array_size(json_object_get(check_of(rep, "partitions"), "not_moving")), 0);
+    /* Failover: the worker runs KIP-848 (the default on the stack's Kafka
+     * 4), so what a dead worker's partitions wait is the broker's session
+     * for the group, which doctor reads (1.5 s on deploy/stack.sh's). */
+    expect_status(rep, "failover", "ok");
+    json_t *fo = check_of(rep, "failover");
+    assert_string_equal(json_string_value(json_object_get(fo, "protocol")), "consumer");
+    json_int_t session = json_integer_value(json_object_get(fo, "session_ms"));
+    assert_true(session > 0 && session <= 10000);
     assert_int_equal(json_integer_value(json_object_get(rep, "failed")), 0);
     json_decref(rep);
 
