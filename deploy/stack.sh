@@ -52,6 +52,8 @@
 #                                  127.0.0.1:<this + i - 1> (19464; 0: no HTTP server)
 #   CODEFLEET_BACKENDS             the workers' backends (sandbox,process,wasm,js as root, else process)
 #   CODEFLEET_WORK_ROOT            the workers' work-root (/dev/shm/codefleet: a tmpfs is faster)
+#   CODEFLEET_WORKER_RUN_UID_BASE  worker i's programs run as host uids base + i*1000 + slot
+#                                  (100000); a second stack on the host needs another
 #   CODEFLEET_BIN                  directory holding codefleet and codefleet-worker
 #                                  (default: <repo>/build/dispatcher and <repo>/build/worker)
 #   CODEFLEET_KAFKA_START_TIMEOUT  seconds to wait for the broker (90)
@@ -65,6 +67,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 STATE=${CODEFLEET_STATE:-$CF_REPO/.stack}
+RUN_UID_BASE=${CODEFLEET_WORKER_RUN_UID_BASE:-100000}
+[[ $RUN_UID_BASE =~ ^[0-9]+$ ]] || cf_die "CODEFLEET_WORKER_RUN_UID_BASE must be a number, not '$RUN_UID_BASE'"
 SETTINGS=$STATE/stack.env
 
 KAFKA_PORT=${CODEFLEET_KAFKA_PORT:-19092}
@@ -683,12 +687,15 @@ start_workers() {
     for ((i = 1; i <= n; i++)); do
         pidfile=$WORKER_DIR/w$i.pid
         # Each worker of this host gets its own range of host uids for the
-        # programs it runs (per slot), so two workers never share one.
+        # programs it runs (per slot), so two workers never share one; a
+        # second stack on the host needs its own base
+        # (CODEFLEET_WORKER_RUN_UID_BASE), or its workers and this one's
+        # would kill each other's programs (kill-by-uid clean-up).
         cmd=("$worker" --config "$STATE/worker.conf"
             --brokers "$(brokers)" --group "$GROUP" --worker-id "w$i"
             --request-topic "$TOPIC_REQUESTS" --result-topic "$TOPIC_RESULTS" --dlq-topic "$TOPIC_DLQ"
             --workers-topic "$TOPIC_WORKERS"
-            --redis "127.0.0.1:$REDIS_PORT" --backends "$BACKENDS" --run-uid-base $((100000 + i * 1000))
+            --redis "127.0.0.1:$REDIS_PORT" --backends "$BACKENDS" --run-uid-base $((RUN_UID_BASE + i * 1000))
             --work-root "$WORK_ROOT" "${PROFILE_ARGS[@]}" "${STACK_FLAGS[@]}"
             --metrics-listen "$(metrics_listen "$i")" "${budget[@]}"
             "${extra[@]}")

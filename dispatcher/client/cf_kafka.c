@@ -353,8 +353,11 @@ void cf_kafka_consumer_close(rd_kafka_t *rk)
 static bool broker_unreachable(int64_t since_us)
 {
     pthread_mutex_lock(&problem_mu);
+    /* Refused credentials too: the broker will not take these whatever
+     * the wait (the attack found submit saying so only after 10 s). */
     bool refused = last_problem_us >= since_us &&
-                   (strstr(last_problem, "Connection refused") || strstr(last_problem, "Failed to resolve"));
+                   (strstr(last_problem, "Connection refused") || strstr(last_problem, "Failed to resolve") ||
+                    strstr(last_problem, "SASL authentication error") || strstr(last_problem, "Authentication failed"));
     pthread_mutex_unlock(&problem_mu);
     return refused || atomic_load(&protocol_hint_us) >= since_us;
 }

@@ -504,6 +504,37 @@ static void test_cli_names_an_acl_refusal(void **state)
         fail_msg("rc %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
 }
 
+/* A wrong password is said as such, within the 2 s give-up the
+ * unreachable cases have (it took the whole 10 s metadata wait before);
+ * the bound asserted, 8 s, leaves room for a busy machine. */
+static void test_cli_wrong_password_is_said_quickly(void **state)
+{
+    (void)state;
+    REQUIRE_AUTH_STACK();
+    char conf[256], tmp[] = "/tmp/cf-auth-pw-XXXXXX", wrong[300];
+    assert_non_null(it_principal_config("tenant-a", conf, sizeof(conf)));
+    assert_non_null(mkdtemp(tmp));
+    snprintf(wrong, sizeof(wrong), "%s/wrong.conf", tmp);
+    FILE *in = fopen(conf, "r"), *out = fopen(wrong, "w");
+    assert_non_null(in);
+    assert_non_null(out);
+    char line[1024];
+    while (fgets(line, sizeof(line), in))
+        fputs(strncmp(line, "kafka.sasl.password", 19) == 0 ? "kafka.sasl.password = not-the-password\n" : line, out);
+    fclose(in);
+    fclose(out);
+    const char *args[] = {"--config", wrong, "submit", "--", "/bin/true", NULL};
+    static char so[16384], se[16384];
+    int64_t t0 = cf_mono_us();
+    int rc = it_cli_run(args, tmp, so, sizeof(so), se, sizeof(se));
+    int64_t took = cf_mono_us() - t0;
+    unlink(wrong);
+    rmdir(tmp);
+    print_message("wrong password said after %.1f s\n", took / 1e6);
+    if (rc == 0 || !strstr(se, "refused the credentials") || strstr(se, "not-the-password") || took >= 8 * SEC)
+        fail_msg("rc %d after %.1f s\nstdout:\n%s\nstderr:\n%s", rc, took / 1e6, so, se);
+}
+
 /* A tenant that tries to grant itself another tenant's topic is refused,
  * in a line that says why, not the broker's internal request dump. */
 static void test_tenant_acl_allow_is_refused_plainly(void **state)
@@ -533,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_redis_acl_users),
         cmocka_unit_test(test_worker_explains_refusals),
         cmocka_unit_test(test_cli_names_an_acl_refusal),
+        cmocka_unit_test(test_cli_wrong_password_is_said_quickly),
         cmocka_unit_test(test_tenant_acl_allow_is_refused_plainly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
