@@ -243,7 +243,7 @@ static void ct_destroy(void *state)
         }
     free(st->slot);
     if (st->inst[0])
-        cf_instance_remove_dir(st->inst);
+        cf_instance_remove_dir(st->inst, NULL, NULL);
     cf_cgroup_env_destroy(st->cgenv);
     free(st->seccomp_b64);
     cf_exec_base_free(&st->base);
@@ -405,24 +405,34 @@ static int parse_images(ct_state *st, const char *spec, const cf_backend_config 
     return 0;
 }
 
-/* Removes what dead workers left: their containers in the runtime's state
- * directory, then (cf_instance_sweep) their tmpfs mounts and cgroups. */
-static void sweep(ct_state *st, int *containers, int *dirs, int *cgroups)
+/* A dead instance's containers in the runtime's state directory
+ * (<tag>-s<slot>-<seq>): deleted first, which kills what still runs. */
+static int sweep_containers(void *arg, const char *tag)
 {
-    *containers = 0;
+    ct_state *st = arg;
+    int n = 0;
     DIR *d = opendir(st->state_root);
-    if (d) {
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            long pid = cf_instance_tag_pid(de->d_name, CT_PREFIX);
-            if (pid < 0 || !cf_instance_pid_gone(pid))
-                continue;
+    if (!d)
+        return 0;
+    size_t tl = strlen(tag);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, tag, tl) == 0 && de->d_name[tl] == '-') {
             delete_container(st, de->d_name);
-            (*containers)++;
+            n++;
         }
-        closedir(d);
-    }
-    cf_instance_sweep(st->real_root, st->cgenv, CT_PREFIX, dirs, cgroups);
+    closedir(d);
+    return n;
+}
+
+/* Removes what dead workers left: their containers in the runtime's state
+ * directory, their cgroups, tmpfs mounts and directories. */
+static void sweep(ct_state *st, cf_instance_swept *swept)
+{
+    cf_instance_sweep_opts so = {.real_root = st->real_root, .cgenv = st->cgenv, .prefix = CT_PREFIX,
+                                 .log_sub = "container", .extra_dir = st->state_root, .extra = sweep_containers,
+                                 .extra_arg = st};
+    cf_instance_sweep(&so, swept);
 }
 
 static int mkdir_p(const char *path, mode_t mode)
@@ -578,7 +588,7 @@ static void ct_reclaim_inst(ct_state *st)
             delete_container(st, de->d_name);
     if (sd)
         closedir(sd);
-    cf_instance_remove_dir(st->inst);
+    cf_instance_remove_dir(st->inst, NULL, NULL);
     if (mkdir(st->inst, 0711) == 0)
         cf_exec_notes_add(&st->base, "removed %s, left by an earlier worker with this pid", st->inst);
     else
@@ -745,8 +755,8 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         ct_seccomp(st, err) < 0)
         goto fail;
 
-    int swept_containers, swept_dirs, swept_cgroups;
-    sweep(st, &swept_containers, &swept_dirs, &swept_cgroups);
+    cf_instance_swept swept;
+    sweep(st, &swept);
     if (ct_make_inst(st, err) < 0 || ct_bind_images(st, err) < 0 || ct_make_slots(st, err) < 0)
         goto fail;
 
@@ -771,9 +781,9 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
                       st->init);
     ct_note_images(st);
     ct_note_isolation(st, n_host, netwhy);
-    if (swept_containers || swept_dirs || swept_cgroups)
+    if (swept.instances)
         cf_exec_notes_add(&st->base, "swept %d container(s), %d dir(s) and %d cgroup(s) of dead workers",
-                          swept_containers, swept_dirs, swept_cgroups);
+                          swept.runtime, swept.dirs, swept.cgroups);
     caps->notes = st->base.notes;
     ct_list_images(st);
     caps->images = st->image_names;

@@ -324,7 +324,7 @@ static void em_destroy(void *state)
     }
     free(st->slot);
     if (st->inst[0])
-        cf_instance_remove_dir(st->inst);
+        cf_instance_remove_dir(st->inst, NULL, NULL);
     cf_cgroup_env_destroy(st->cgenv);
     cf_seccomp_prog_destroy(st->seccomp);
     cf_exec_base_free(&st->base);
@@ -590,8 +590,10 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     }
     if (em_probe(st, cfg, err) < 0)
         goto fail;
-    int swept_dirs = 0, swept_cgroups = 0;
-    cf_instance_sweep(st->real_root, st->cgenv, EM_PREFIX, &swept_dirs, &swept_cgroups);
+    cf_instance_swept swept;
+    cf_instance_sweep_opts so = {.real_root = st->real_root, .cgenv = st->cgenv, .prefix = EM_PREFIX,
+                                 .log_sub = st->name};
+    cf_instance_sweep(&so, &swept);
     if (em_make_inst(st, err) < 0 || em_make_slots(st, first_uid, err) < 0 || em_start_helpers(st, err) < 0)
         goto fail;
 
@@ -599,9 +601,9 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     if (!st->cgenv)
         cf_exec_notes_add(&st->base, "NO cgroup around the helpers (%s): a runtime bug could use the host's memory",
                           st->probe.cgroup_note[0] ? st->probe.cgroup_note : "cgroups unusable");
-    if (swept_dirs || swept_cgroups)
-        cf_exec_notes_add(&st->base, "swept %d stale dir(s) and %d cgroup(s) of dead workers", swept_dirs,
-                          swept_cgroups);
+    if (swept.instances)
+        cf_exec_notes_add(&st->base, "swept %d stale dir(s) and %d cgroup(s) of dead workers", swept.dirs,
+                          swept.cgroups);
     caps->notes = st->base.notes;
     *state = st;
     return 0;

@@ -453,9 +453,12 @@ static void test_sweep_removes_a_dead_instance_dir(void **state)
     char live[256];
     snprintf(live, sizeof(live), "%s/cfsb-%d.0", root, (int)getpid());
     assert_int_equal(mkdir(live, 0711), 0);
-    int n_dirs = -1, n_cgroups = -1;
-    cf_instance_sweep(root, NULL, "cfsb-", &n_dirs, &n_cgroups);
-    assert_int_equal(n_dirs, 1);
+    cf_instance_swept swept;
+    cf_instance_sweep_opts so = {.real_root = root, .prefix = "cfsb-", .log_sub = "test"};
+    cf_instance_sweep(&so, &swept);
+    assert_int_equal(swept.instances, 1);
+    assert_int_equal(swept.dirs, 5); /* z0/m, z0, z1, s0 and the instance's */
+    assert_int_equal(swept.cgroups, 0);
     assert_false(path_exists(inst));
     assert_true(path_exists(live));
     assert_int_equal(rmdir(live), 0);

@@ -1204,7 +1204,7 @@ static void test_startup_sweep(void **state)
     cf_backend_set *set = NULL;
     cf_error err;
     assert_int_equal(cf_backend_set_new("sandbox", &f->cfg, &set, &err), 0);
-    assert_non_null(strstr(cf_backend_set_get(set, 0)->caps.notes, "swept 1 stale dir(s) and 1 cgroup(s)"));
+    assert_non_null(strstr(cf_backend_set_get(set, 0)->caps.notes, "swept 2 stale dir(s) and 1 cgroup(s)"));
     cf_backend_set_destroy(set);
     assert_int_equal(access(inst, F_OK), -1);
     assert_int_equal(access(cg, F_OK), -1);
