@@ -1,9 +1,12 @@
 /* codefleet-worker: thin main around cf_worker. */
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
@@ -12,6 +15,28 @@
 #include "cf_worker.h"
 
 extern char **environ;
+
+/* The worker's mounts (each execution's tmpfs with the tenant's files, the
+ * zygotes' shares, the container images' binds) live in a mount namespace
+ * of its own, so they vanish with the worker and its children even after a
+ * SIGKILL, instead of staying mounted on the host until the next worker's
+ * start-up sweep.  A slave of the host's: the host's later mounts (a
+ * toolchain, an image) still arrive; ours never leave.  Called before any
+ * thread exists, so the namespace is the whole process's.  Without root
+ * there is nothing to mount. */
+static void own_mount_namespace(void)
+{
+    if (geteuid() != 0)
+        return;
+    if (unshare(CLONE_NEWNS) < 0) {
+        cf_log_warn("main", "no mount namespace of its own (unshare: %s): after a crash the executions' tmpfs "
+                            "mounts stay on the host until the next worker's start-up sweep", strerror(errno));
+        return;
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+        cf_log_warn("main", "own mount namespace: making / a slave: %s: its mounts may show on the host",
+                    strerror(errno));
+}
 
 static void usage(FILE *out)
 {
@@ -70,6 +95,7 @@ int main(int argc, char **argv)
         return 2;
     }
     cf_log_setup((cf_log_level)cfg.log_level, (cf_log_format)cfg.log_format, "codefleet-worker");
+    own_mount_namespace();
 
     /* A worker is started again, with nothing lost, when its group
      * membership was refused before it took any request: by a broker

@@ -30,7 +30,9 @@
  *
  * Start-up sweep: instance directories and cgroups named cfsb-<pid>.* whose
  * worker process no longer exists are unmounted and removed (a crashed
- * worker's leftovers); live workers' entries are never touched.
+ * worker's leftovers), a warning per dead instance; live workers' entries
+ * are never touched.  (The worker's own mount namespace already took the
+ * dead one's mounts with it: worker_main.c.)
  *
  * The program runs as uid/gid 1000 inside, mapped to run_uid_base + slot
  * outside (100000 + slot when run_uid_base is 0): never root on the host.
@@ -305,10 +307,11 @@ static bool run_uid_may(const struct stat *sb, uid_t uid, unsigned need)
 
 /* ---- start-up sweep ---- */
 
-static int sweep(sb_state *st, int *dirs, int *cgroups)
+static void sweep(sb_state *st, cf_instance_swept *swept)
 {
-    cf_instance_sweep(st->real_root, st->cgenv, SB_PREFIX, dirs, cgroups);
-    return 0;
+    cf_instance_sweep_opts so = {.real_root = st->real_root, .cgenv = st->cgenv, .prefix = SB_PREFIX,
+                                 .log_sub = "sandbox"};
+    cf_instance_sweep(&so, swept);
 }
 
 /* ---- create / destroy ---- */
@@ -351,7 +354,7 @@ static void sb_destroy(void *state)
         close(st->zygote_fd);
     free(st->slot);
     if (st->inst[0])
-        cf_instance_remove_dir(st->inst);
+        cf_instance_remove_dir(st->inst, NULL, NULL);
     cf_cgroup_env_destroy(st->cgenv);
     cf_seccomp_prog_destroy(st->seccomp);
     cf_exec_base_free(&st->base);
@@ -654,8 +657,8 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         sb_cgroups(st, ss, &cgo, err) < 0)
         goto fail;
 
-    int swept_dirs = 0, swept_cgroups = 0;
-    sweep(st, &swept_dirs, &swept_cgroups);
+    cf_instance_swept swept;
+    sweep(st, &swept);
     if (sb_make_inst(st, err) < 0 || sb_make_slots(st, err) < 0)
         goto fail;
     /* network=enabled: an own network namespace behind slirp4netns, never
@@ -670,7 +673,7 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
 
     sb_fill_caps(st, caps);
     sb_measures(st);
-    sb_note_isolation(st, ss, n_host, netwhy, swept_dirs, swept_cgroups);
+    sb_note_isolation(st, ss, n_host, netwhy, swept.dirs, swept.cgroups);
     sb_note_probe(st, matrix);
     if (ss->warm) {
         for (int i = 0; i < st->slots; i++)
