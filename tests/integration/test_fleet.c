@@ -2,10 +2,13 @@
  * the dispatcher library, unique topics per test. */
 #include "it_support.h"
 
+#include <dirent.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -297,6 +300,86 @@ static void failover_within_ten_seconds(void **state)
     assert_true(it_worker_stop(&b, SIGTERM, 30000) >= 0);
 }
 
+/* Whether this (the host's) mount namespace has a mount at or below any
+ * path starting with prefix. */
+static bool host_mount_below(const char *prefix)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f)) {
+        /* id parent major:minor root mountpoint ... */
+        char *save = NULL, *tok = strtok_r(line, " ", &save);
+        for (int i = 0; tok && i < 4; i++)
+            tok = strtok_r(NULL, " ", &save);
+        found = tok && strncmp(tok, prefix, strlen(prefix)) == 0;
+    }
+    fclose(f);
+    return found;
+}
+
+/* Entries of dir whose names start with prefix. */
+static int entries_named(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* Whether a cgroup named <prefix>... exists in any hierarchy. */
+static bool cgroup_named(const char *prefix)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "find /sys/fs/cgroup -maxdepth 7 -type d -name '%s*' 2>/dev/null | grep -q .",
+             prefix);
+    return system(cmd) == 0;
+}
+
+/* A SIGKILLed sandbox worker (dead, its program gone): its executions'
+ * tmpfs with the tenant's files went with it (the worker's own mount
+ * namespace), what stays (directories, cgroups) the next worker's sweep
+ * removes and says so, and that worker's normal shutdown leaves nothing
+ * (no zygote share z0, z1). */
+static void sweep_after_sigkill(const it_topics *t, pid_t dead, const char *work_root, const char *const *extra)
+{
+    char tag[64], inst[PATH_MAX], needle[128];
+    snprintf(tag, sizeof(tag), "cfsb-%d.", (int)dead);
+    snprintf(inst, sizeof(inst), "%s/%s", work_root, tag);
+    int64_t until = cf_mono_us() + 10 * SEC;
+    while (host_mount_below(inst) && cf_mono_us() < until)
+        usleep(50 * 1000);
+    if (host_mount_below(inst))
+        fail_msg("the SIGKILLed worker's mounts below %s stayed on the host", inst);
+    assert_true(entries_named(work_root, tag) > 0); /* what the sweep is for */
+
+    it_worker w;
+    it_worker_start(&w, t, "orphan-sbx2", extra);
+    snprintf(needle, sizeof(needle), "worker pid %d died without cleaning up; swept its instance %s", (int)dead,
+             tag);
+    if (!it_worker_wait_log(&w, needle, 60000) || !it_worker_wait_log(&w, "assigned", 30000)) {
+        it_worker_dump_log(&w);
+        fail_msg("the next worker did not say it swept the dead worker's instance");
+    }
+    if (entries_named(work_root, tag) || cgroup_named(tag))
+        fail_msg("the dead worker's %s* directories or cgroups outlived the sweep", tag);
+    assert_int_equal(it_worker_stop(&w, SIGTERM, 30000), 0);
+    if (entries_named(work_root, "cfsb-")) {
+        char cmd[PATH_MAX + 32];
+        snprintf(cmd, sizeof(cmd), "find '%s' -ls", work_root);
+        if (system(cmd) != 0)
+            print_message("find failed\n");
+        fail_msg("a normal shutdown left directories in %s", work_root);
+    }
+}
+
 /* Whether a process whose command line contains needle runs.  The first
  * character goes in brackets so that the shell running pgrep, whose own
  * command line holds the pattern, does not match it. */
@@ -309,7 +392,8 @@ static bool process_running(const char *needle)
 
 /* A SIGKILLed worker takes the programs it was running with it (they
  * would otherwise run on beside the request's redelivery): the program of
- * the process backend, and on the sandbox its whole pid namespace. */
+ * the process backend, and on the sandbox its whole pid namespace, its
+ * mounts; the next sandbox worker sweeps the rest (sweep_after_sigkill). */
 static void sigkill_takes_its_programs_along(void **state)
 {
     (void)state;
@@ -322,9 +406,13 @@ static void sigkill_takes_its_programs_along(void **state)
         }
         it_topics t;
         it_topics_create(&t, "orphan", 1);
-        char a_backend[64];
+        char a_backend[64], work_root[] = "/tmp/cf-orphan-XXXXXX", a_root[64];
         snprintf(a_backend, sizeof(a_backend), "--backends=%s", backends[b]);
-        const char *extra[] = {a_backend, NULL};
+        /* Its own work root: the leftovers counted are this test's. */
+        assert_non_null(mkdtemp(work_root));
+        assert_int_equal(chmod(work_root, 0711), 0); /* the run uids pass through */
+        snprintf(a_root, sizeof(a_root), "--work-root=%s", work_root);
+        const char *extra[] = {a_backend, a_root, NULL};
         it_worker w;
         it_worker_start(&w, &t, b ? "orphan-sbx" : "orphan-proc", extra);
         assert_true(it_worker_wait_log(&w, "assigned", 30000));
@@ -347,6 +435,7 @@ static void sigkill_takes_its_programs_along(void **state)
             it_worker_dump_log(&w);
             fail_msg("%s: the program never started", backends[b]);
         }
+        pid_t dead = w.pid;
         it_worker_stop(&w, SIGKILL, 5000);
         until = cf_mono_us() + 5 * 1000000LL;
         while (process_running(marker) && cf_mono_us() < until)
@@ -358,6 +447,9 @@ static void sigkill_takes_its_programs_along(void **state)
                 print_message("pkill failed\n");
             fail_msg("%s: the program outlived its SIGKILLed worker", backends[b]);
         }
+        if (b == 1)
+            sweep_after_sigkill(&t, dead, work_root, extra);
+        rmdir(work_root);
         cf_request_clear(&req);
         cf_dispatcher_destroy(d);
     }
