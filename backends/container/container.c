@@ -24,9 +24,16 @@
  *   - new user (the program is uid 1000 inside, mapped to the slot's run
  *     uid alone; root is not mapped), pid, mount, network (loopback only),
  *     ipc, uts and cgroup namespaces; no capabilities at all;
- *     no_new_privs; the sandbox's very seccomp filter (the same BPF program,
- *     handed to crun as run.oci.seccomp_bpf_data: a foreign ABI kills the
- *     process, as in the sandbox);
+ *     no_new_privs; the sandbox's very seccomp filter (the same BPF program:
+ *     a foreign ABI kills the process, as in the sandbox), loaded by the
+ *     init after it made a user namespace nested in the container's whose
+ *     maps read "1000 1000 1" (see container_init.c);
+ *   - what the program can read of its mounts names no host path of the
+ *     worker: the root is a read-only overlay of the image (an own
+ *     filesystem, so mountinfo shows "/" and not the image's directory;
+ *     its options name the layers as /proc/self/fd/N), the init and the
+ *     resolver file are bound from a small tmpfs of the instance holding
+ *     copies, and /work and /run/codefleet come from the execution's tmpfs;
  *   - rlimits for cpu_time (backstop of the cgroup total), file size and
  *     open files;
  *   - the container is named <instance>-s<slot>-<n>; after any outcome the
@@ -98,7 +105,8 @@ typedef struct ct_image {
     char root[PATH_MAX]; /* canonical */
     uint32_t languages;
     bool has_resolv;     /* /etc/resolv.conf to bind slirp's DNS onto */
-    char bound[PATH_MAX]; /* <inst>/simg<k>: root bound read-only, nosuid, nodev: the containers' root */
+    char bound[PATH_MAX]; /* <inst>/simg<k>: the image read-only, nosuid, nodev: the containers' root */
+    bool overlaid;        /* an overlay of its own (else a bind, which shows the image's path) */
 } ct_image;
 
 typedef struct ct_slot {
@@ -110,9 +118,11 @@ typedef struct ct_slot {
 typedef struct ct_state {
     cf_exec_base base;
     cf_cgroup_env *cgenv;
-    char *seccomp_b64;     /* the sandbox's filter, base64 of its BPF (crun's run.oci.seccomp_bpf_data) */
+    char *seccomp_env;     /* CODEFLEET_INIT_SECCOMP=<base64 of the sandbox's BPF>, for the init */
     char runtime[PATH_MAX];
     char init[PATH_MAX];
+    char own[PATH_MAX];      /* <inst>/sinit: tmpfs with copies of the init and resolv.conf */
+    char init_copy[PATH_MAX]; /* <own>/codefleet-container-init: what containers bind */
     char state_root[PATH_MAX];
     char version[96];
     bool mask_unified;     /* hybrid host: hide the v2 mount from crun */
@@ -245,7 +255,7 @@ static void ct_destroy(void *state)
     if (st->inst[0])
         cf_instance_remove_dir(st->inst, NULL, NULL);
     cf_cgroup_env_destroy(st->cgenv);
-    free(st->seccomp_b64);
+    free(st->seccomp_env);
     cf_exec_base_free(&st->base);
     free(st);
 }
@@ -565,11 +575,15 @@ static int ct_seccomp(ct_state *st, cf_error *err)
         return -1;
     const struct sock_fprog *fp = cf_seccomp_prog_fprog(prog);
     size_t raw = (size_t)fp->len * sizeof(struct sock_filter);
-    st->seccomp_b64 = malloc(4 * ((raw + 2) / 3) + 1);
-    if (st->seccomp_b64)
-        EVP_EncodeBlock((unsigned char *)st->seccomp_b64, (const unsigned char *)fp->filter, (int)raw);
+    static const char var[] = "CODEFLEET_INIT_SECCOMP=";
+    st->seccomp_env = malloc(sizeof(var) - 1 + 4 * ((raw + 2) / 3) + 1);
+    if (st->seccomp_env) {
+        memcpy(st->seccomp_env, var, sizeof(var) - 1);
+        EVP_EncodeBlock((unsigned char *)st->seccomp_env + sizeof(var) - 1, (const unsigned char *)fp->filter,
+                        (int)raw);
+    }
     cf_seccomp_prog_destroy(prog);
-    if (!st->seccomp_b64)
+    if (!st->seccomp_env)
         return cf_error_set(err, CF_E_NOMEM, "container: out of memory");
     return 0;
 }
@@ -631,19 +645,128 @@ static int ct_make_inst(ct_state *st, cf_error *err)
     return 0;
 }
 
-/* Each image bound once, read-only, nosuid and nodev: a setuid program
- * or a device node an image may hold means nothing inside. */
+/* Each image once, read-only, nosuid and nodev (a setuid program or a
+ * device node an image may hold means nothing inside), as an overlay of its
+ * own whose layers are the image and an empty directory (overlayfs wants
+ * two without an upper one): the containers' root is then the root of a
+ * filesystem, and a program's /proc/self/mountinfo shows "/" where a bind
+ * would show the image's directory on the host.  The layers are named
+ * through /proc/self/fd, which is all the overlay's options show; no
+ * redirects or metacopy are followed.  Where no overlay can be made (an
+ * old kernel, a lower filesystem overlayfs refuses), a bind, and a note
+ * says the path shows. */
 static int ct_bind_images(ct_state *st, cf_error *err)
 {
+    char empty[PATH_MAX];
+    if (snprintf(empty, sizeof(empty), "%.4000s/sempty", st->inst) >= (int)sizeof(empty))
+        return cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
+    if (mkdir(empty, 0755) < 0 && errno != EEXIST)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: mkdir %s", empty);
+    int efd = open(empty, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     for (size_t k = 0; k < st->n_images; k++) {
         ct_image *im = &st->images[k];
-        if (snprintf(im->bound, sizeof(im->bound), "%.4000s/simg%zu", st->inst, k) >= (int)sizeof(im->bound))
+        if (snprintf(im->bound, sizeof(im->bound), "%.4000s/simg%zu", st->inst, k) >= (int)sizeof(im->bound)) {
+            cf_fd_close(&efd);
             return cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
-        if (mkdir(im->bound, 0755) < 0 || mount(im->root, im->bound, NULL, MS_BIND, NULL) < 0 ||
-            mount(NULL, im->bound, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
-            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: binding image '%s' at %s", im->name,
+        }
+        if (mkdir(im->bound, 0755) < 0) {
+            int e = errno;
+            cf_fd_close(&efd);
+            return cf_error_set_errno(err, CF_E_SYSTEM, e, "container: mkdir %s", im->bound);
+        }
+        int ifd = open(im->root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        char opts[160];
+        snprintf(opts, sizeof(opts), "lowerdir=/proc/self/fd/%d:/proc/self/fd/%d,redirect_dir=nofollow,metacopy=off",
+                 ifd, efd);
+        im->overlaid = ifd >= 0 && efd >= 0 &&
+                       mount("overlay", im->bound, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, opts) == 0;
+        cf_fd_close(&ifd);
+        if (im->overlaid)
+            continue;
+        if (mount(im->root, im->bound, NULL, MS_BIND, NULL) < 0 ||
+            mount(NULL, im->bound, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0) {
+            int e = errno;
+            cf_fd_close(&efd);
+            return cf_error_set_errno(err, CF_E_SYSTEM, e, "container: binding image '%s' at %s", im->name,
                                       im->bound);
+        }
+        cf_exec_notes_add(&st->base,
+                          "image %s: no overlay could be made (%s): bound instead, so its programs see its "
+                          "directory on this host in /proc/self/mountinfo",
+                          im->name, strerror(errno));
     }
+    cf_fd_close(&efd);
+    return 0;
+}
+
+static int copy_file(const char *src, const char *dst, mode_t mode)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return -1;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (out < 0) {
+        int e = errno;
+        close(in);
+        errno = e;
+        return -1;
+    }
+    char buf[65536];
+    ssize_t n;
+    int rc = 0;
+    while ((n = read(in, buf, sizeof(buf))) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        for (ssize_t off = 0, w; n > 0 && off < n; off += w)
+            if ((w = write(out, buf + off, (size_t)(n - off))) <= 0 && !(w < 0 && errno == EINTR)) {
+                if (w == 0)
+                    errno = EIO;
+                n = -1;
+            } else if (w < 0)
+                w = 0;
+        if (n < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    int e = errno;
+    close(in);
+    if (fchmod(out, mode) < 0 && rc == 0)
+        rc = -1, e = errno;
+    if (close(out) < 0 && rc == 0)
+        rc = -1, e = errno;
+    errno = e;
+    return rc;
+}
+
+/* <inst>/sinit: a small read-only tmpfs with copies of the init and (for
+ * network=enabled) of the resolver file, which containers bind from: a
+ * bind of a file shows its path in its filesystem in the program's
+ * /proc/self/mountinfo, and the init's is the worker's install path. */
+static int ct_make_own(ct_state *st, cf_error *err)
+{
+    struct stat sb;
+    if (snprintf(st->own, sizeof(st->own), "%.4000s/sinit", st->inst) >= (int)sizeof(st->own) ||
+        snprintf(st->init_copy, sizeof(st->init_copy), "%s/codefleet-container-init", st->own) >=
+            (int)sizeof(st->init_copy))
+        return cf_error_set(err, CF_E_LIMIT, "container: work_root path too long");
+    if (stat(st->init, &sb) < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: %s", st->init);
+    char opts[96];
+    snprintf(opts, sizeof(opts), "size=%lld,nr_inodes=16,mode=0755", (long long)sb.st_size + (1LL << 20));
+    if (mkdir(st->own, 0755) < 0 || mount("tmpfs", st->own, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: tmpfs at %s", st->own);
+    if (copy_file(st->init, st->init_copy, 0755) < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: copying %s", st->init);
+    if (st->resolv[0]) {
+        char copy[PATH_MAX + 16];
+        snprintf(copy, sizeof(copy), "%s/" CF_INSTANCE_RESOLV_NAME, st->own);
+        if (copy_file(st->resolv, copy, 0644) < 0)
+            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: copying %s", st->resolv);
+        cf_strlcpy(st->resolv, copy, sizeof(st->resolv));
+    }
+    if (mount(NULL, st->own, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        return cf_error_set_errno(err, CF_E_SYSTEM, errno, "container: read-only %s", st->own);
     return 0;
 }
 
@@ -703,7 +826,8 @@ static void ct_note_isolation(ct_state *st, size_t n_host, const char *netwhy)
                       cf_cgroup_env_version(st->cgenv) == CF_CGROUP_V2 ? 2 : 1, (long long)(st->def_memory >> 20),
                       RUNTIME_PIDS, (long long)st->def_pids);
     cf_exec_notes_add(&st->base,
-                      "image root read-only, nosuid, nodev; uid 1000 inside = host uids %lld..%lld, root unmapped; no "
+                      "image root read-only, nosuid, nodev; uid 1000 inside = host uids %lld..%lld, root unmapped, seen by "
+                      "the program through a nested user namespace as 1000 1000; no "
                       "capabilities, no_new_privs, the sandbox's seccomp filter (the same BPF); own pid/mount/net (loopback only)/ipc/uts/cgroup/"
                       "user namespaces; fs_mode=paths NOT offered; work dir tmpfs %lld MiB, /tmp and /dev/shm %lld "
                       "MiB",
@@ -769,6 +893,8 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
         goto fail;
     if (!netwhy[0])
         cf_strlcpy(st->slirp, cfg->slirp4netns_path, sizeof(st->slirp));
+    if (ct_make_own(st, err) < 0)
+        goto fail;
 
     /* The runtime, the init, the namespaces, the profile and an image, for
      * real: a container that prints the init's version. */
@@ -872,7 +998,12 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     char cpu_s[32], fsize_s[32];
     snprintf(cpu_s, sizeof(cpu_s), "%lld", cpu);
     snprintf(fsize_s, sizeof(fsize_s), "%lld", fsize);
-    ok = ok && json_array_append_new(args, json_string(INIT_IN)) == 0;
+    /* The init nests the user namespace and loads the filter itself
+     * (container_init.c says why); its filter comes in its environment,
+     * which it does not pass on. */
+    ok = ok && json_array_append_new(args, json_string(INIT_IN)) == 0 &&
+         json_array_append_new(args, json_string("--userns")) == 0 &&
+         json_array_append_new(args, json_string("--seccomp")) == 0;
     if (ok && cpu > 0)
         ok = json_array_append_new(args, json_string("--cpu")) == 0 &&
              json_array_append_new(args, json_string(cpu_s)) == 0;
@@ -885,6 +1016,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
         ok = json_array_append_new(args, json_string(spec->argv[i])) == 0;
     for (size_t i = 0; ok && spec->envp && spec->envp[i]; i++)
         ok = json_array_append_new(env, json_string(spec->envp[i])) == 0;
+    ok = ok && json_array_append_new(env, json_string(st->seccomp_env)) == 0;
     for (int i = 0; ok && i < spec->n_rlimits; i++) {
         int res = spec->rlimits[i].resource;
         const char *n = rlimit_name(res);
@@ -905,7 +1037,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
                                                                               "size=256k,nr_inodes=256")) == 0 &&
          json_array_append_new(mounts, mount_entry("/dev/shm", "tmpfs", "shm", shm_opts)) == 0 &&
          json_array_append_new(mounts, mount_entry("/tmp", "tmpfs", "tmpfs", tmp_opts)) == 0 &&
-         json_array_append_new(mounts, mount_entry(INIT_IN, "bind", st->init, "bind,ro,nosuid,nodev")) == 0;
+         json_array_append_new(mounts, mount_entry(INIT_IN, "bind", st->init_copy, "bind,ro,nosuid,nodev")) == 0;
     if (ok && in->work_host)
         ok = json_array_append_new(mounts, mount_entry("/work", "bind", in->work_host,
                                                        in->work_rw ? "rbind,rw,nosuid,nodev"
@@ -922,8 +1054,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
             "{s:s, s:{s:b, s:{s:i, s:i}, s:O, s:O, s:s, s:b, s:{s:[], s:[], s:[], s:[], s:[]}, s:O},"
             " s:{s:s, s:b}, s:s, s:O,"
             " s:{s:O, s:[{s:i, s:i, s:i}], s:[{s:i, s:i, s:i}],"
-            "    s:[s,s,s,s,s,s,s,s,s], s:[s,s,s,s,s,s]},"
-            " s:{s:s, s:s}}",
+            "    s:[s,s,s,s,s,s,s,s,s], s:[s,s,s,s,s,s]}}",
             "ociVersion", "1.0.2",
             "process", "terminal", 0, "user", "uid", IN_ID, "gid", IN_ID, "args", args, "env", env, "cwd",
             spec->cwd ? spec->cwd : "/", "noNewPrivileges", 1, "capabilities", "bounding", "effective",
@@ -937,11 +1068,9 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
             "maskedPaths", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
             "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
             "readonlyPaths", "/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
-            "/proc/sysrq-trigger",
-            /* No "seccomp" profile: the annotation's BPF is the filter, and
-             * crun refuses a bad one rather than run without it. */
-            "annotations", "run.oci.seccomp_bpf_data", st->seccomp_b64,
-            "run.oci.seccomp_fail_unknown_syscall", "1");
+            "/proc/sysrq-trigger");
+        /* No "seccomp" profile for the runtime: the init loads the
+         * sandbox's BPF, and refuses to run the program when it cannot. */
     }
     json_decref(args);
     json_decref(env);
@@ -1218,7 +1347,15 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
         r->reported = true;
         line[n] = '\0';
         /* The program's own end, not the runtime's 128+N. */
-        if (sscanf(line, "exec-failed %d", &v) == 1 && v > 0) {
+        if (sscanf(line, "setup-failed %d", &v) == 1) {
+            /* The container's fault: the program never ran. */
+            cf_error_set_errno(err, CF_E_SANDBOX, v > 0 ? v : EIO,
+                               "container: the init could not confine the program (nested user namespace or "
+                               "seccomp filter)");
+            if (err)
+                err->retriable = false;
+            return -1;
+        } else if (sscanf(line, "exec-failed %d", &v) == 1 && v > 0) {
             o->exited = true;
             o->exit_code = 127;
             o->signal = 0;
@@ -1250,6 +1387,8 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
 /* The trial container of ct_create. */
 static int ct_trial(ct_state *st, cf_error *err)
 {
+    /* The init running itself as the program: its nested user namespace
+     * and the filter are tried too. */
     char *targv[] = {INIT_IN, "--version", NULL};
     static char *const tenv[] = {"PATH=/usr/bin:/bin", NULL};
     ct_run r = {.st = st, .s = &st->slot[0], .slot = 0, .image = &st->images[0]};

@@ -2,7 +2,8 @@
  * backend, bound read-only into it at /run/codefleet-init.  A static
  * program (the image may have no libc, or another one).
  *
- * Usage: codefleet-container-init [--cpu SECONDS] [--fsize BYTES] -- PROGRAM [ARGS...]
+ * Usage: codefleet-container-init [--cpu SECONDS] [--fsize BYTES] [--userns] [--seccomp]
+ *                                 -- PROGRAM [ARGS...]
  *        codefleet-container-init --version
  *
  * The program's RLIMIT_CPU (hard = soft + 1 s) and RLIMIT_FSIZE are set
@@ -21,11 +22,34 @@
  * is not dumpable.  Every other descriptor above stderr (fd 3 is the
  * runtime's own log file, which --preserve-fds passes along) is closed
  * before the program starts.  Only async-signal-safe calls after the
- * fork. */
+ * fork.
+ *
+ * --userns: first of all, a user namespace nested in the container's, in
+ * which the init's own uid and gid map onto themselves ("1000 1000 1"):
+ * the container's namespace maps uid 1000 onto the slot's host run uid,
+ * and a program reading its own /proc/self/uid_map would see that host
+ * uid; one level down it reads in container terms only (the sandbox's
+ * programs see no host uid either).  setgroups is denied there (the
+ * kernel wants that for an unprivileged gid map; the program had no
+ * supplementary groups to change anyway).  The capabilities the new
+ * namespace grants go at once, the bounding set included.
+ * --seccomp: the sandbox's seccomp filter, given as the base64 of its BPF
+ * in CODEFLEET_INIT_SECCOMP (never passed on to the program), loaded next.
+ * The runtime used to load it, but then the init could not create the
+ * nested namespace (the filter refuses every CLONE_NEW*); loaded here it
+ * still comes before anything the init does with the program or its
+ * pipes, and the program inherits it as before.  A step that fails is
+ * reported as "setup-failed ERRNO\n" (the container's fault, not the
+ * program's) and nothing runs. */
 #include "cf_child.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,6 +62,8 @@
 extern char **environ;
 
 #define REPORT_FD 4
+#define SECCOMP_ENV "CODEFLEET_INIT_SECCOMP"
+#define BPF_MAX_INSNS 4096 /* the kernel's BPF_MAXINSNS */
 
 static void report(const char *what, int n)
 {
@@ -47,6 +73,98 @@ static void report(const char *what, int n)
         (void)!write(REPORT_FD, line, (size_t)len);
 }
 
+static int write_self(const char *file, const char *text)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/%s", file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t len = strlen(text);
+    ssize_t n = write(fd, text, len);
+    int e = errno;
+    close(fd);
+    if (n != (ssize_t)len) {
+        errno = n < 0 ? e : EIO;
+        return -1;
+    }
+    return 0;
+}
+
+/* The nested user namespace of --userns, its maps, and no capabilities
+ * in it (nor a bounding set that execve could draw on). */
+static int nest_userns(void)
+{
+    unsigned uid = (unsigned)getuid(), gid = (unsigned)getgid();
+    char map[48];
+    if (unshare(CLONE_NEWUSER) < 0 || write_self("setgroups", "deny") < 0)
+        return -1;
+    snprintf(map, sizeof(map), "%u %u 1\n", uid, uid);
+    if (write_self("uid_map", map) < 0)
+        return -1;
+    snprintf(map, sizeof(map), "%u %u 1\n", gid, gid);
+    if (write_self("gid_map", map) < 0)
+        return -1;
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+            return -1;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+        return -1;
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct none[2];
+    memset(none, 0, sizeof(none));
+    return (int)syscall(SYS_capset, &hdr, none);
+}
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* The filter of --seccomp, from SECCOMP_ENV (removed from the
+ * environment), loaded with no_new_privs. */
+static int load_seccomp(void)
+{
+    static struct sock_filter insns[BPF_MAX_INSNS];
+    const char *b64 = getenv(SECCOMP_ENV);
+    if (!b64 || !*b64) {
+        errno = ENOENT;
+        return -1;
+    }
+    unsigned char *out = (unsigned char *)insns;
+    size_t cap = sizeof(insns), n = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    for (const char *p = b64; *p && *p != '='; p++) {
+        int v = b64_value((unsigned char)*p);
+        if (v < 0 || n == cap) {
+            errno = EINVAL;
+            return -1;
+        }
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[n++] = (unsigned char)(acc >> bits);
+        }
+    }
+    unsetenv(SECCOMP_ENV);
+    if (n == 0 || n % sizeof(struct sock_filter)) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct sock_fprog prog = {.len = (unsigned short)(n / sizeof(struct sock_filter)), .filter = insns};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -1;
+    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
@@ -54,13 +172,16 @@ int main(int argc, char **argv)
         (void)!write(1, v, sizeof(v) - 1);
         return 0;
     }
-    /* Dies with the runtime, which dies with the worker: an execution
-     * never outlives its supervisor (the kernel then kills the namespace). */
-    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     long long cpu = 0, fsize = -1;
+    bool userns = false, seccomp = false;
     int a = 1;
     while (a + 1 < argc && argv[a][0] == '-' && argv[a][1] == '-' && argv[a][2]) {
         char *end;
+        if (strcmp(argv[a], "--userns") == 0 || strcmp(argv[a], "--seccomp") == 0) {
+            *(argv[a][2] == 'u' ? &userns : &seccomp) = true;
+            a++;
+            continue;
+        }
         if (strcmp(argv[a], "--cpu") == 0)
             cpu = strtoll(argv[a + 1], &end, 10);
         else if (strcmp(argv[a], "--fsize") == 0)
@@ -81,6 +202,20 @@ int main(int argc, char **argv)
     bool have_report = fcntl(REPORT_FD, F_GETFD) >= 0;
     if (have_report)
         (void)fcntl(REPORT_FD, F_SETFD, FD_CLOEXEC);
+    /* In this order: the filter refuses the namespace.  Still dumpable
+     * here, or /proc/self/uid_map would not be ours to write. */
+    if ((userns && nest_userns() < 0) || (seccomp && load_seccomp() < 0)) {
+        int e = errno;
+        if (have_report)
+            report("setup-failed", e > 0 ? e : EIO);
+        static const char m[] = "codefleet-container-init: cannot confine the program (nested user namespace "
+                                "or seccomp filter)\n";
+        (void)!write(2, m, sizeof(m) - 1);
+        return 125;
+    }
+    /* Dies with the runtime, which dies with the worker: an execution
+     * never outlives its supervisor (the kernel then kills the namespace). */
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     /* The death signal above is the runtime's, set after the runtime had
      * started us: a worker (and so a runtime) gone by then sends nothing.
      * The report pipe's reader is the worker: without one, nobody
@@ -129,7 +264,11 @@ int main(int argc, char **argv)
     /* And while it runs: a worker gone ends it within 100 ms, whatever
      * slipped between the check above and the runtime's death. */
     int status = cf_child_init_wait(program, &all, have_report ? REPORT_FD : -1, CF_LIFELINE_PIPE_WRITER);
-    (void)kill(-1, SIGKILL); /* everyone else of the namespace */
+    /* Everyone else of the namespace; only as its pid 1: run by hand on a
+     * host (as root, or in a user namespace mapping root), kill(-1) would
+     * reach every process of that uid on the host. */
+    if (getpid() == 1)
+        (void)kill(-1, SIGKILL);
     if (have_report) {
         if (WIFEXITED(status))
             report("exited", WEXITSTATUS(status));

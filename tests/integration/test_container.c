@@ -321,6 +321,69 @@ static void network_enabled_cannot_reach_the_broker(void **state)
     cf_request_clear(&req);
 }
 
+/* Whether text holds a whitespace-separated number in [lo, hi). */
+static bool has_number_in(const cf_bytes *b, long lo, long hi)
+{
+    char *text = strndup((const char *)b->data, b->len);
+    assert_non_null(text);
+    bool found = false;
+    char *save = NULL;
+    for (char *tok = strtok_r(text, " \t\n", &save); tok && !found; tok = strtok_r(NULL, " \t\n", &save)) {
+        char *end;
+        long v = strtol(tok, &end, 10);
+        found = *end == '\0' && v >= lo && v < hi;
+    }
+    free(text);
+    return found;
+}
+
+/* What a program reads of its own mounts and ids names nothing of the
+ * host (issue 33): no path of the worker's install (the init it binds is
+ * the build tree's here), of the image's directory or of the work root,
+ * and no host uid or gid in its maps (the slots' run ids are
+ * run-uid-base + slot).  With the network enabled too: then slirp's
+ * resolv.conf is bound in as well. */
+static void mounts_and_id_maps_name_nothing_of_the_host(void **state)
+{
+    (void)state;
+    REQUIRE();
+    char given[PATH_MAX], image[PATH_MAX], install[PATH_MAX], work[PATH_MAX];
+    image_dir(given, sizeof(given));
+    const char *bin = getenv("CF_BINARY_DIR");
+    assert_non_null(realpath(given, image));
+    assert_non_null(realpath(bin ? bin : "build", install));
+    assert_non_null(realpath(g.work_root, work));
+    const char *base_s = getenv("CODEFLEET_WORKER_RUN_UID_BASE");
+    long base = base_s && atol(base_s) > 0 ? atol(base_s) : 100000;
+    static const cf_network_policy nets[] = {CF_NET_DISABLED, CF_NET_ENABLED};
+    for (size_t i = 0; i < sizeof(nets) / sizeof(nets[0]); i++) {
+        cf_request req;
+        cf_result res;
+        it_request_init(&req, CF_LANG_SHELL,
+                        "echo M; cat /proc/self/mountinfo; echo U; tr -s ' ' </proc/self/uid_map; echo G; "
+                        "tr -s ' ' </proc/self/gid_map; echo E");
+        req.backend = strdup("container");
+        req.policy.network = nets[i];
+        it_submit_wait(g.d, &req, 90 * SEC, &res);
+        expect_status(&res, CF_STATUS_SUCCESS);
+        const cf_bytes *o = &res.stdout_data;
+        /* All three were read: the root's line, a line of each map. */
+        bool read_all = out_has(o, " / / ") && out_has(o, "\nU\n 1000 ") && out_has(o, "\nG\n 1000 ") &&
+                        out_has(o, "\nE\n");
+        bool leaks_install = out_has(o, install), leaks_image = out_has(o, image), leaks_work = out_has(o, work);
+        bool leaks_id = has_number_in(o, base, base + 64);
+        if (!read_all || leaks_install || leaks_image || leaks_work || leaks_id) {
+            show(&res);
+            fail_msg("network %d: read all %d; shows the install path %d (%s), the image's path %d (%s), the work "
+                     "root %d (%s), a host run id %d (base %ld)",
+                     (int)nets[i], read_all, leaks_install, install, leaks_image, image, leaks_work, work, leaks_id,
+                     base);
+        }
+        cf_result_clear(&res);
+        cf_request_clear(&req);
+    }
+}
+
 /* The wall clock stops the container itself: afterwards the runtime lists
  * nothing and no execution cgroup is left. */
 static void timeout_leaves_no_container(void **state)
@@ -385,6 +448,7 @@ int main(void)
         cmocka_unit_test(profile_with_an_unknown_image_is_refused_at_start),
         cmocka_unit_test(container_without_images_is_said_unavailable),
         cmocka_unit_test(network_enabled_cannot_reach_the_broker),
+        cmocka_unit_test(mounts_and_id_maps_name_nothing_of_the_host),
         cmocka_unit_test(timeout_leaves_no_container),
         cmocka_unit_test(killed_worker_leaves_nothing_after_restart),
     };
