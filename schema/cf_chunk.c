@@ -28,6 +28,21 @@ int cf_chunk_check(const cf_chunk *c, cf_error *err)
     if (rl > CF_CHUNK_RUN_MAX || !cf_id_valid(c->run, rl))
         return cf_error_set(err, CF_E_INVALID, "run: must be 1..%d bytes of printable ASCII without space",
                             CF_CHUNK_RUN_MAX);
+    if (c->at_us < 0)
+        return cf_error_set(err, CF_E_INVALID, "at_us: must not be negative");
+    if (c->kind == CF_CHUNK_START) {
+        size_t wl = c->worker ? strlen(c->worker) : 0;
+        if (c->worker && (wl > CF_CHUNK_WORKER_MAX || !cf_id_valid(c->worker, wl)))
+            return cf_error_set(err, CF_E_INVALID, "worker: must be 1..%d bytes of printable ASCII without space",
+                                CF_CHUNK_WORKER_MAX);
+        if (c->seq || c->offset || c->data.len)
+            return cf_error_set(err, CF_E_INVALID, "a start notice carries no seq, offset or data");
+        return 0;
+    }
+    if (c->kind != CF_CHUNK_OUTPUT)
+        return cf_error_set(err, CF_E_INVALID, "event: must be \"start\" when present");
+    if (c->worker)
+        return cf_error_set(err, CF_E_INVALID, "worker: only in a start notice");
     if (c->seq < 0)
         return cf_error_set(err, CF_E_INVALID, "seq: must not be negative");
     if (c->stream != CF_CHUNK_STDOUT && c->stream != CF_CHUNK_STDERR)
@@ -38,8 +53,6 @@ int cf_chunk_check(const cf_chunk *c, cf_error *err)
         return cf_error_set(err, CF_E_INVALID, "missing required field \"data\" (1..%d bytes)", CF_CHUNK_DATA_MAX);
     if (c->data.len > CF_CHUNK_DATA_MAX)
         return cf_error_set(err, CF_E_INVALID, "data: at most %d bytes", CF_CHUNK_DATA_MAX);
-    if (c->at_us < 0)
-        return cf_error_set(err, CF_E_INVALID, "at_us: must not be negative");
     return 0;
 }
 
@@ -50,6 +63,7 @@ void cf_chunk_clear(cf_chunk *c)
     free(c->id);
     free(c->run);
     free(c->data.data);
+    free(c->worker);
     memset(c, 0, sizeof(*c));
 }
 
@@ -70,16 +84,24 @@ int cf_chunk_encode(const cf_chunk *c, cf_bytes *out, cf_error *err)
     msgpack_sbuffer_init(&sb);
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     int rc = 0;
-    if (msgpack_pack_map(&pk, 7 + (c->at_us > 0 ? 1 : 0)))
+    bool start = c->kind == CF_CHUNK_START;
+    if (msgpack_pack_map(&pk, (start ? 4 + (c->worker ? 1 : 0) : 7) + (c->at_us > 0 ? 1 : 0)))
         rc = -1;
     pack_kv_int(&pk, &rc, "v", CF_SCHEMA_VERSION);
     cf_mp_pack_kv_str(&pk, &rc, "id", c->id);
     cf_mp_pack_kv_str(&pk, &rc, "run", c->run);
+    if (start) {
+        cf_mp_pack_kv_str(&pk, &rc, "event", "start");
+        if (c->worker)
+            cf_mp_pack_kv_str(&pk, &rc, "worker", c->worker);
+        goto tail;
+    }
     pack_kv_int(&pk, &rc, "seq", c->seq);
     cf_mp_pack_kv_str(&pk, &rc, "stream", cf_chunk_stream_name(c->stream));
     pack_kv_int(&pk, &rc, "offset", c->offset);
     if (msgpack_pack_str_with_body(&pk, "data", 4) || msgpack_pack_bin_with_body(&pk, c->data.data, c->data.len))
         rc = -1;
+tail:
     if (c->at_us > 0)
         pack_kv_int(&pk, &rc, "at_us", c->at_us);
     if (rc) {
@@ -91,8 +113,9 @@ int cf_chunk_encode(const cf_chunk *c, cf_bytes *out, cf_error *err)
     return 0;
 }
 
-enum { CK_V, CK_ID, CK_RUN, CK_SEQ, CK_STREAM, CK_OFFSET, CK_DATA, CK_AT, CK__COUNT };
-static const char *const ck_keys[CK__COUNT] = {"v", "id", "run", "seq", "stream", "offset", "data", "at_us"};
+enum { CK_V, CK_ID, CK_RUN, CK_SEQ, CK_STREAM, CK_OFFSET, CK_DATA, CK_AT, CK_EVENT, CK_WORKER, CK__COUNT };
+static const char *const ck_keys[CK__COUNT] = {"v",    "id",    "run",   "seq",    "stream",
+                                               "offset", "data", "at_us", "event", "worker"};
 
 static int dec_nonneg_field(cf_mp_reader *r, const char *f, int64_t *out, cf_error *err)
 {
@@ -114,6 +137,17 @@ static int dec_field(cf_mp_reader *r, void *obj, int idx, cf_error *err)
     switch (idx) {
     case CK_ID: return cf_mp_read_cstr(r, f, &c->id, err);
     case CK_RUN: return cf_mp_read_cstr(r, f, &c->run, err);
+    case CK_WORKER: return cf_mp_read_cstr(r, f, &c->worker, err);
+    case CK_EVENT: {
+        const uint8_t *s;
+        size_t len;
+        if (cf_mp_read_str_field(r, f, "string", &s, &len, err) < 0)
+            return -1;
+        if (!(len == 5 && memcmp(s, "start", 5) == 0))
+            return cf_error_set(err, CF_E_INVALID, "event: must be \"start\" when present");
+        c->kind = CF_CHUNK_START;
+        return 0;
+    }
     case CK_STREAM: {
         const uint8_t *s;
         size_t len;
@@ -156,7 +190,11 @@ int cf_chunk_decode(const void *buf, size_t len, const cf_decode_limits *limits,
         goto fail;
     const int required[] = {CK_SEQ, CK_STREAM, CK_OFFSET};
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++)
-        if (!(seen & (1u << required[i]))) {
+        if (out->kind == CF_CHUNK_START ? (seen & (1u << required[i])) != 0 : !(seen & (1u << required[i]))) {
+            if (out->kind == CF_CHUNK_START) {
+                cf_error_set(err, CF_E_INVALID, "a start notice carries no \"%s\"", ck_keys[required[i]]);
+                goto fail;
+            }
             cf_error_set(err, CF_E_INVALID, "missing required field \"%s\"", ck_keys[required[i]]);
             goto fail;
         }

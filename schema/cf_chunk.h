@@ -28,14 +28,27 @@ typedef enum cf_chunk_stream {
     CF_CHUNK_STDERR = 1,
 } cf_chunk_stream;
 
+/* What an output-topic record is: a piece of output, or the notice a
+ * worker publishes when it starts a request that asked for one
+ * ("notify_start"; SPEC.md "Start notices"). */
+typedef enum cf_chunk_kind {
+    CF_CHUNK_OUTPUT = 0,
+    CF_CHUNK_START = 1,
+} cf_chunk_kind;
+
+#define CF_CHUNK_WORKER_MAX 64           /* bytes of a start notice's worker id */
+
 typedef struct cf_chunk {
+    cf_chunk_kind kind;     /* CF_CHUNK_START: only id, run, worker and at_us */
     char *id;               /* the request id (cf_id_valid) */
     char *run;              /* the execution that wrote it: 1..64 bytes, as an id */
     int64_t seq;            /* 0, 1, 2 ... over both streams, in publishing order */
     cf_chunk_stream stream;
     int64_t offset;         /* where data starts in its stream's captured bytes */
     cf_bytes data;          /* 1..CF_CHUNK_DATA_MAX bytes */
-    int64_t at_us;          /* epoch microseconds when the worker read the last of it */
+    int64_t at_us;          /* epoch microseconds when the worker read the last of it (a start
+                             * notice: when the worker took the request into a slot) */
+    char *worker;           /* a start notice: the worker that started it (NULL: not said) */
 } cf_chunk;
 
 const char *cf_chunk_stream_name(cf_chunk_stream s);

@@ -840,6 +840,7 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
     put_strv(&e, "collect", req->collect, req->n_collect, false);
     put_true(&e, "stream", req->stream);
     put_str(&e, "image", req->image);
+    put_true(&e, "notify_start", req->notify_start);
 
     int rc = enc_finish(&e, out, err);
     enc_free(&fs);
@@ -1269,12 +1270,12 @@ static int dec_object(dec *d, const char *path, unsigned depth, const char *cons
 enum {
     RQ_V, RQ_ID, RQ_LANGUAGE, RQ_BACKEND, RQ_CODE, RQ_ARGV, RQ_MODULE, RQ_STDIN, RQ_INPUT, RQ_ENV, RQ_FILES,
     RQ_POLICY, RQ_WORKSPACE, RQ_THREAD, RQ_IDENTITY, RQ_REPLY_TO, RQ_DEADLINE, RQ_CREATED, RQ_TRACE,
-    RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ_STREAM, RQ_IMAGE, RQ__COUNT
+    RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ_STREAM, RQ_IMAGE, RQ_NOTIFY_START, RQ__COUNT
 };
 static const char *const rq_keys[RQ__COUNT] = {
     "v", "id", "language", "backend", "code", "argv", "module", "stdin", "input", "env", "files",
     "policy", "workspace", "thread", "identity", "reply_to", "deadline_us", "created_us", "trace",
-    "harness", "compile_flags", "cases", "stop_on_failure", "collect", "stream", "image",
+    "harness", "compile_flags", "cases", "stop_on_failure", "collect", "stream", "image", "notify_start",
 };
 
 enum { CA_NAME, CA_STDIN, CA_INPUT, CA_ARGV, CA_EXPECT, CA__COUNT };
@@ -1417,6 +1418,7 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
     case RQ_STOP_ON_FAILURE: return dec_bool(d, path, &req->stop_on_failure);
     case RQ_COLLECT: return dec_strv(d, path, depth, &req->collect, &req->n_collect);
     case RQ_STREAM: return dec_bool(d, path, &req->stream);
+    case RQ_NOTIFY_START: return dec_bool(d, path, &req->notify_start);
     case RQ_IMAGE: return dec_str(d, path, &req->image);
     default: return dec_strmap(d, path, depth, &req->trace, &req->n_trace);
     }

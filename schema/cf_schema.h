@@ -163,6 +163,8 @@ typedef struct cf_request {
     size_t n_collect;
     bool stream;          /* publish output chunks while the program runs (SPEC.md "Output chunks") */
     char *image;          /* container backend: an image name from the operator's allowlist */
+    bool notify_start;    /* the worker publishes a start notice when it takes the request into a slot
+                           * (SPEC.md "Start notices"): a waiting client can tell queued from running */
 } cf_request;
 
 typedef struct cf_diagnostic {

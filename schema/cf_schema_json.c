@@ -467,6 +467,8 @@ json_t *cf_request_to_json(const cf_request *req)
         jset(o, "collect", strv_json(req->collect, req->n_collect), &ok);
     if (req->stream)
         jset(o, "stream", json_true(), &ok);
+    if (req->notify_start)
+        jset(o, "notify_start", json_true(), &ok);
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -509,11 +511,18 @@ json_t *cf_chunk_to_json(const cf_chunk *c)
     jset_int(o, "v", CF_SCHEMA_VERSION, &ok);
     jset_str(o, "id", c->id, &ok);
     jset_str(o, "run", c->run, &ok);
+    if (c->kind == CF_CHUNK_START) {
+        jset_str(o, "event", "start", &ok);
+        jset_str(o, "worker", c->worker, &ok);
+        jset_int(o, "at_us", c->at_us, &ok);
+        goto out;
+    }
     jset(o, "seq", json_integer((json_int_t)c->seq), &ok);
     jset_str(o, "stream", cf_chunk_stream_name(c->stream), &ok);
     jset(o, "offset", json_integer((json_int_t)c->offset), &ok);
     jset(o, "data", bytes_json(&c->data), &ok);
     jset_int(o, "at_us", c->at_us, &ok);
+out:
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -907,7 +916,7 @@ static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
     if (jstrv(o, "", "compile_flags", &r->compile_flags, &r->n_compile_flags, NULL, err) < 0 ||
         jbool(o, "stop_on_failure", &r->stop_on_failure, err) < 0 ||
         jstrv(o, "", "collect", &r->collect, &r->n_collect, NULL, err) < 0 ||
-        jbool(o, "stream", &r->stream, err) < 0)
+        jbool(o, "stream", &r->stream, err) < 0 || jbool(o, "notify_start", &r->notify_start, err) < 0)
         return -1;
     const json_t *cases = jget(o, "cases");
     if (cases) {

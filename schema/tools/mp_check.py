@@ -294,6 +294,14 @@ EXPECTED = {
         "data": b"b\n",
         "at_us": 1764000000500000,
     },
+    "start_notice": {
+        "v": 1,
+        "id": "req-stream-0001",
+        "run": "3f2a9c0d1e4b5a67-42",
+        "event": "start",
+        "worker": "w1",
+        "at_us": 1764000000400000,
+    },
 }
 
 

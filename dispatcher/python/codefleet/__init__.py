@@ -15,7 +15,7 @@ from .errors import (BatchTimeout, ClientClosed, ClientError, CodefleetError, Co
                      WireError)
 from .wire import (ABSENT, DEFAULT_LIMITS, SCHEMA_VERSION, Cancel, Case, CaseResult, Chunk, CompileInfo, Diagnostic,
                    Event, EventKind, Filesystem, FsMode, Harness, Language, Limits, Metadata, Network, OutFile,
-                   OutputStream, Policy, Raw, Request, Result, Status, encode, id_valid, new_id, peek_id)
+                   OutputStream, Policy, Raw, Request, Result, StartNotice, Status, encode, id_valid, new_id, peek_id)
 
 # A library leaves logging to its application (warnings about undecodable
 # messages go to "codefleet", librdkafka's own lines to "codefleet.kafka").
@@ -28,6 +28,6 @@ __all__ = [
     "Case", "CaseResult", "Chunk", "ChunkStream", "Client", "ClientClosed", "ClientError", "ClientStats",
     "CodefleetError", "CompileInfo", "ConfigError", "DeliveryError", "Diagnostic", "Event", "EventKind",
     "EventSubscription", "Filesystem", "FsMode", "Harness", "Language", "Limits", "Metadata", "Network", "OutFile",
-    "OutputStream", "Policy", "Raw", "Request", "Result", "Settings", "Status", "Timeout", "WireError", "encode",
+    "OutputStream", "Policy", "Raw", "Request", "Result", "Settings", "StartNotice", "Status", "Timeout", "WireError", "encode",
     "id_valid", "load_settings", "new_id", "peek_id", "read_settings_file",
 ]

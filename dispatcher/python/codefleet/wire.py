@@ -308,6 +308,7 @@ class Request:
     collect: List[str] = field(default_factory=list)
     stream: bool = False
     image: Optional[str] = None
+    notify_start: bool = False
 
     def __post_init__(self) -> None:
         self.code = _to_bytes(self.code)
@@ -473,6 +474,25 @@ class Chunk:
 
 
 @dataclass
+class StartNotice:
+    """A worker took a request sent with ``notify_start`` into a slot: it is
+    running, not queued (SPEC.md section 13.1).  On the output topic, beside
+    the chunks; ``Chunk.decode`` refuses it."""
+
+    id: str
+    run: str
+    worker: Optional[str] = None
+    at_us: int = 0
+
+    def encode(self) -> bytes:
+        return _encode_start_notice(self)
+
+    @classmethod
+    def decode(cls, data: bytes, limits: Limits = DEFAULT_LIMITS) -> "StartNotice":
+        return _decode(data, limits, _START_NOTICE)
+
+
+@dataclass
 class Cancel:
     """A cancel control message (SPEC.md section 12)."""
 
@@ -513,12 +533,12 @@ class Event:
         return _decode(data, limits, _EVENT)
 
 
-Message = Union[Request, Result, Chunk, Cancel, Event]
+Message = Union[Request, Result, Chunk, StartNotice, Cancel, Event]
 
 
 def encode(message: Message) -> bytes:
     """Encodes any schema object to its canonical msgpack bytes."""
-    if not isinstance(message, (Request, Result, Chunk, Cancel, Event)):
+    if not isinstance(message, (Request, Result, Chunk, StartNotice, Cancel, Event)):
         raise TypeError(f"cannot encode {type(message).__name__}: not a codefleet message")
     return message.encode()
 
@@ -1040,6 +1060,7 @@ _REQUEST = _Spec([
     ("collect", _d_strlist, True),
     ("stream", _d_bool, True),
     ("image", _d_str, True),
+    ("notify_start", _d_bool, True),
 ], _build_request)
 
 def _d_diagnostics(r: _Reader, path: str, depth: int) -> List[Diagnostic]:
@@ -1170,6 +1191,40 @@ _CHUNK = _Spec([
     ("data", _d_bin, False),
     ("at_us", _d_uint, False),
 ], _build_chunk)
+
+
+def _d_start_event(r: _Reader, path: str, depth: int) -> str:
+    if r.str_raw(r.lim.max_str_bytes, path) != b"start":
+        raise WireError(path, 'must be "start" when present')
+    return "start"
+
+
+def _build_start_notice(got: Dict[str, Any]) -> StartNotice:
+    for name in ("id", "run", "event"):
+        if name not in got:
+            raise WireError(name, f'missing required field "{name}"')
+    got.pop("event")
+    for name in ("seq", "stream", "offset", "data"):
+        if got.pop(name, None) is not None:
+            raise WireError(name, f'a start notice carries no "{name}"')
+    n = StartNotice(**got)
+    _check_start_notice(n)
+    return n
+
+
+# The output fields are read only to refuse them (as the C decoder does).
+_START_NOTICE = _Spec([
+    ("v", _skip_v, False),
+    ("id", _d_str, False),
+    ("run", _d_str, False),
+    ("seq", _d_uint, False),
+    ("stream", _d_enum(OutputStream), False),
+    ("offset", _d_uint, False),
+    ("data", _d_bin, False),
+    ("at_us", _d_uint, False),
+    ("event", _d_start_event, False),
+    ("worker", _d_str, False),
+], _build_start_notice)
 
 
 def _d_cancel_type(r: _Reader, path: str, depth: int) -> str:
@@ -1304,6 +1359,13 @@ def _check_chunk(c: Chunk) -> None:
     _check_id(c.run, "run", CHUNK_RUN_MAX)
     if not 1 <= len(c.data) <= CHUNK_DATA_MAX:
         raise WireError("data", f"must be 1..{CHUNK_DATA_MAX} bytes")
+
+
+def _check_start_notice(n: StartNotice) -> None:
+    _check_id(n.id, "id")
+    _check_id(n.run, "run", CHUNK_RUN_MAX)
+    if n.worker is not None:
+        _check_id(n.worker, "worker", CHUNK_RUN_MAX)
 
 
 def _check_text(value: str, name: str, max_len: int, allow_empty: bool) -> None:
@@ -1602,6 +1664,7 @@ def _encode_request(req: Request) -> bytes:
     m.put_strlist("collect", req.collect, "collect")
     m.put_flag("stream", req.stream, "stream")
     m.put_str("image", req.image, "image")
+    m.put_flag("notify_start", req.notify_start, "notify_start")
     out = _finish(m, "request")
     _check_request(req)
     return out
@@ -1721,6 +1784,19 @@ def _encode_chunk(c: Chunk) -> bytes:
     out = m.finish()
     _check_chunk(c)
     return out
+
+
+def _encode_start_notice(n: StartNotice) -> bytes:
+    _typed(n, StartNotice, "message")
+    _check_start_notice(n)
+    m = _MapOut()
+    m.put("v", b"\x01")
+    m.put("id", _e_str(n.id, "id"))
+    m.put("run", _e_str(n.run, "run"))
+    m.put("event", _str_out(b"start"))
+    m.put_str("worker", n.worker, "worker")
+    m.put_int("at_us", n.at_us, "at_us")
+    return m.finish()
 
 
 def _encode_cancel(c: Cancel) -> bytes:

@@ -126,6 +126,8 @@ EXPECTED = {
                                chunks=2),
     "chunk": cf.Chunk(id="req-stream-0001", run="3f2a9c0d1e4b5a67-42", seq=1, stream=cf.OutputStream.STDERR,
                       offset=0, data=b"b\n", at_us=1764000000500000),
+    "start_notice": cf.StartNotice(id="req-stream-0001", run="3f2a9c0d1e4b5a67-42", worker="w1",
+                                   at_us=1764000000400000),
     "event_min": cf.Event(id="evt-min-0001", workspace="ws-42", correlation_id="task-7", topic="parser",
                           producer="agent:alice", kind=cf.EventKind.NEED_WORK, timestamp_us=1767225600000000),
     "event_full": cf.Event(
@@ -248,7 +250,7 @@ def wire_error(test, data, decode=cf.Request.decode, field=None, contains=None):
 
 class HostileInput(unittest.TestCase):
     DECODERS = {"request": cf.Request.decode, "result": cf.Result.decode, "chunk": cf.Chunk.decode,
-                "event": cf.Event.decode}
+                "start": cf.StartNotice.decode, "event": cf.Event.decode}
 
     def decoder_for(self, name):
         return self.DECODERS[name.split("_")[0]]
