@@ -47,23 +47,34 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
         return -1;
     if (req->reply_to)
         j->result_topic = req->reply_to;
-    if (req->stream) {
+    if (req->stream || req->notify_start) {
+        /* The output topic: chunks need it (else the request is refused);
+         * a start notice is only a courtesy and is left out without one. */
         const char *suffix = c->stream_topic_suffix;
-        if (!suffix || !suffix[0]) {
-            snprintf(reason, rsz, "stream: streaming is off on this worker (stream-topic-suffix is empty)");
-            return -1;
-        }
         free(j->stream_topic);
-        size_t tl = strlen(j->result_topic) + strlen(suffix) + 1;
-        j->stream_topic = malloc(tl);
-        if (j->stream_topic)
-            snprintf(j->stream_topic, tl, "%s%s", j->result_topic, suffix);
-        else {
-            snprintf(reason, rsz, "stream: out of memory");
-            return -1;
+        j->stream_topic = NULL;
+        if (!suffix || !suffix[0]) {
+            if (req->stream) {
+                snprintf(reason, rsz, "stream: streaming is off on this worker (stream-topic-suffix is empty)");
+                return -1;
+            }
+        } else {
+            size_t tl = strlen(j->result_topic) + strlen(suffix) + 1;
+            j->stream_topic = malloc(tl);
+            if (j->stream_topic)
+                snprintf(j->stream_topic, tl, "%s%s", j->result_topic, suffix);
+            else if (req->stream) {
+                snprintf(reason, rsz, "stream: out of memory");
+                return -1;
+            }
+            if (j->stream_topic && !cf_profile_output_topic_ok(prof, w->profiles, j->stream_topic, reason, rsz)) {
+                if (req->stream)
+                    return -1;
+                reason[0] = '\0';
+                free(j->stream_topic);
+                j->stream_topic = NULL;
+            }
         }
-        if (!cf_profile_output_topic_ok(prof, w->profiles, j->stream_topic, reason, rsz))
-            return -1;
     }
     if (p->timeout_us > c->max_timeout_us) {
         snprintf(reason, rsz, "policy.timeout_us %" PRId64 " exceeds this worker's maximum %" PRId64, p->timeout_us,

@@ -138,6 +138,30 @@ static int publish_chunk(void *arg, const char *id, uint8_t *value, size_t len)
     return -1;
 }
 
+/* A request that asked for one gets a start notice on its output topic
+ * (SPEC.md "Start notices") as a slot takes it, before its workspace is
+ * restored: from here on it is running, not queued.  A courtesy: it is
+ * left out when the output topic is missing or the producer is busy, and
+ * the request runs all the same. */
+static void publish_start_notice(cf_worker *w, stream_sink *sink, const job *j, const char *run)
+{
+    if (stream_topic_exists(w, sink->topic) != 1)
+        return;
+    cf_chunk c = {.kind = CF_CHUNK_START,
+                  .id = j->req.id,
+                  .run = (char *)run,
+                  .worker = strlen(w->worker_id) <= CF_CHUNK_WORKER_MAX ? w->worker_id : NULL,
+                  .at_us = cf_now_us()};
+    cf_bytes enc = {0};
+    cf_error err = {0};
+    if (cf_chunk_encode(&c, &enc, &err) < 0) {
+        cf_log_warn(LOG_SUB, "request %s: start notice not published: %s", j->req.id, err.msg);
+        return;
+    }
+    if (publish_chunk(sink, j->req.id, enc.data, enc.len) != 0)
+        free(enc.data);
+}
+
 /* A Redis failure as the request's sender sees it: what failed and what to
  * do, without the worker's internal addresses (the log has the details). */
 static void state_failed(cf_result *res, const cf_error *err, const char *when)
@@ -167,8 +191,15 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     cf_error_clear(&err);
     cf_streamer streamer;
     stream_sink sink = {.w = w, .topic = j->stream_topic};
+    char run_id[CF_CHUNK_RUN_MAX + 1] = ""; /* this execution, in its chunks and start notice */
+    if (j->req.stream || j->req.notify_start)
+        snprintf(run_id, sizeof(run_id), "%s-%" PRIu64, w->nonce, (uint64_t)atomic_fetch_add(&w->run_seq, 1));
+    if (j->req.notify_start && !j->req.stream && j->stream_topic)
+        publish_start_notice(w, &sink, j, run_id);
     if (j->req.stream) {
         int exists = j->stream_topic ? stream_topic_exists(w, j->stream_topic) : 0;
+        if (exists > 0 && j->req.notify_start)
+            publish_start_notice(w, &sink, j, run_id);
         if (exists <= 0) {
             /* Missing: the request's mistake.  Unknown: the broker's trouble. */
             res->status = exists == 0 ? CF_STATUS_REJECTED : CF_STATUS_INTERNAL_ERROR;
@@ -179,9 +210,7 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
                                  j->stream_topic ? j->stream_topic : "?");
             return true;
         }
-        char run[CF_CHUNK_RUN_MAX + 1];
-        snprintf(run, sizeof(run), "%s-%" PRIu64, w->nonce, (uint64_t)atomic_fetch_add(&w->run_seq, 1));
-        cf_streamer_init(&streamer, j->req.id, run, w->cfg->stream_interval_us, (size_t)w->cfg->stream_chunk_bytes,
+        cf_streamer_init(&streamer, j->req.id, run_id, w->cfg->stream_interval_us, (size_t)w->cfg->stream_chunk_bytes,
                          w->cfg->stream_max_chunks, publish_chunk, &sink);
         ctx.on_output = cf_streamer_on_output;
         ctx.on_output_arg = &streamer;
