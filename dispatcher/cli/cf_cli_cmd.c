@@ -345,6 +345,49 @@ static int64_t submit_wait_us(const cf_cli_globals *g, const cf_request *req)
     return run * cases + compile + 30 * INT64_C(1000000);
 }
 
+/* A wait that ended without a result: whether a worker has started the
+ * request (its start notice, SPEC.md "Start notices") tells queued from
+ * running.  Returns the exit code after saying so. */
+static int report_no_result(cf_dispatcher *d, const char *cmd, const char *id, int64_t since_us, int64_t waited_us,
+                            const char *limit, bool sent_here)
+{
+    cf_chunk start = {0};
+    cf_error serr = {0};
+    int found = cf_dispatcher_find_start(d, id, since_us - INT64_C(5000000), 10 * INT64_C(1000000), &start, &serr);
+    char msg[900], what[300];
+    if (found == 1) {
+        int64_t ago_us = cf_now_us() - start.at_us;
+        snprintf(what, sizeof(what), "it is running: worker %s started it %.1f s ago%s%s%s",
+                 start.worker ? start.worker : "(unnamed)", (ago_us > 0 ? ago_us : 0) / 1e6, limit ? " (its run limit: " : "",
+                 limit ? limit : "", limit ? ")" : "");
+        snprintf(msg, sizeof(msg),
+                 "no result for %s within %.1f s: %s; 'codefleet wait %s' picks the result up, 'codefleet cancel %s' "
+                 "stops it",
+                 id, waited_us / 1e6, what, id, id);
+    } else if (found == 0 && !sent_here) {
+        snprintf(msg, sizeof(msg),
+                 "no result for %s within %.1f s, and no worker has started it since the wait's start time: it is "
+                 "queued, was sent by a client that asks for no start notice, or its id is unknown here (another "
+                 "result topic: --result-topic); 'codefleet doctor' checks that workers consume its request topic",
+                 id, waited_us / 1e6);
+    } else if (found == 0) {
+        snprintf(msg, sizeof(msg),
+                 "no result for %s within %.1f s: it is queued, no worker has started it (or the workers are older "
+                 "than this client and do not report starts); 'codefleet doctor' checks that workers consume its "
+                 "request topic, 'codefleet wait %s' picks the result up later, 'codefleet cancel %s' withdraws it",
+                 id, waited_us / 1e6, id, id);
+    } else {
+        cf_log_debug("cli", "start notice of %s: %s", id, serr.msg);
+        snprintf(msg, sizeof(msg),
+                 "no result for %s within %.1f s: it is queued or still running (whether a worker started it could "
+                 "not be read: %.200s); 'codefleet wait %s' picks the result up, 'codefleet cancel %s' stops it, "
+                 "'codefleet doctor' checks that workers consume its request topic",
+                 id, waited_us / 1e6, serr.msg, id, id);
+    }
+    cf_chunk_clear(&start);
+    return cf_cli_report(cmd, CF_EXIT_NO_RESULT, msg);
+}
+
 /* An interpreted program that only defines run() prints nothing: with
  * --function the harness calls it with --input and returns its value. */
 static void run_not_called_hint(const cf_request *req, const cf_result *res)
@@ -404,6 +447,10 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
         rc = fail(&err, NULL);
         goto out;
     }
+    /* A worker says when it starts the request, so a wait that runs out
+     * can tell queued from running (and so can `codefleet wait` later). */
+    req.notify_start = true;
+    int64_t submitted_us = cf_now_us();
     if (cf_dispatcher_submit(d, &req, &err) < 0) {
         rc = fail(&err, "submit");
         goto out;
@@ -428,15 +475,12 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
         if (cf_dispatcher_flush(d, 0, &ferr) < 0 && ferr.code == CF_E_KAFKA) {
             rc = fail(&ferr, "submit");
         } else if (err.code == CF_E_TIMEOUT) {
-            char msg[700];
-            snprintf(msg, sizeof(msg),
-                     "no result for %s within %.1f s: it is queued or still running (its run limit: %s); "
-                     "'codefleet wait %s' picks the result up, 'codefleet cancel %s' stops it, 'codefleet "
-                     "doctor' checks that workers consume this request topic",
-                     req.id, wait_us / 1e6,
-                     req.policy.timeout_us ? "as asked" : "the profile's, 30 s unless the operator set another",
-                     req.id, req.id);
-            rc = cf_cli_report(NULL, CF_EXIT_NO_RESULT, msg);
+            char limit[80];
+            if (req.policy.timeout_us)
+                snprintf(limit, sizeof(limit), "%.1f s", req.policy.timeout_us / 1e6);
+            else
+                snprintf(limit, sizeof(limit), "the profile's, 30 s unless the operator set another");
+            rc = report_no_result(d, NULL, req.id, submitted_us, wait_us, limit, true);
         } else {
             rc = fail(&err, "wait");
         }
@@ -603,7 +647,8 @@ static int cmd_wait(const cf_cli_globals *g, int argc, char **argv)
     cf_result res = {0};
     int rc;
     if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0)
-        rc = fail(&err, "wait");
+        rc = err.code == CF_E_TIMEOUT ? report_no_result(d, NULL, id, since_us, g->timeout_us, NULL, false)
+                                     : fail(&err, "wait");
     else
         rc = emit_result(g, &res);
     cf_result_clear(&res);

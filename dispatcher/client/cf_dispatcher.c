@@ -294,8 +294,11 @@ static void *chunk_reader_main(void *arg)
             cf_chunk c;
             cf_error derr = {0};
             if (m->payload && cf_chunk_decode(m->payload, m->len, NULL, &c, &derr) == 0) {
-                atomic_fetch_add(&d->n_chunks, 1);
-                d->on_chunk(d->on_chunk_ctx, &c);
+                /* Start notices are not output (cf_dispatcher_find_start). */
+                if (c.kind == CF_CHUNK_OUTPUT) {
+                    atomic_fetch_add(&d->n_chunks, 1);
+                    d->on_chunk(d->on_chunk_ctx, &c);
+                }
                 cf_chunk_clear(&c);
             } else {
                 atomic_fetch_add(&d->n_chunks_malformed, 1);
@@ -372,7 +375,7 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
         if (d->cancel_topic && !cfg->cancel_topic)
             snprintf(d->cancel_topic, n, "%s%s", d->request_topic, CF_CANCEL_TOPIC_SUFFIX);
     }
-    if (cfg->on_chunk && d->result_topic) {
+    if (d->result_topic) {
         size_t n = strlen(d->result_topic) + sizeof(CF_CHUNK_TOPIC_SUFFIX);
         d->output_topic = cfg->output_topic ? cf_strdup(cfg->output_topic) : malloc(n);
         if (d->output_topic && !cfg->output_topic)
@@ -381,7 +384,7 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
         d->on_chunk_ctx = cfg->on_chunk_ctx;
     }
     if (!d->brokers || !d->request_topic || !d->result_topic || !d->client_id || !d->cancel_topic ||
-        (cfg->on_chunk && !d->output_topic)) {
+        !d->output_topic) {
         cf_error_set(err, CF_E_NOMEM, "dispatcher: out of memory");
         goto fail;
     }
@@ -673,6 +676,75 @@ int cf_dispatcher_wait_since(cf_dispatcher *d, const char *id, int64_t since_us,
         return cf_error_set_retriable(err, true);
     }
     return 0;
+}
+
+/* Start notices (SPEC.md "Start notices"): the worker publishes one on the
+ * output topic, keyed by the request id, when a slot takes a request that
+ * asked for it.  The scan reads the id's partition from since_us up to the
+ * end it had when the scan began, so "not found" means no worker had
+ * started it by then; it never waits for one to come. */
+int cf_dispatcher_find_start(cf_dispatcher *d, const char *id, int64_t since_us, int64_t timeout_us, cf_chunk *out,
+                             cf_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (!id || !cf_id_valid(id, strlen(id)))
+        return cf_error_set(err, CF_E_INVALID, "find start: invalid request id");
+    rd_kafka_t *rk = cf_kafka_consumer_new(d->brokers, d->client_id, &d->kafka, "codefleet-dispatcher",
+                                           "start notice reader", err);
+    if (!rk)
+        return -1;
+    int rc = -1;
+    rd_kafka_topic_partition_list_t *at = NULL;
+    if (cf_kafka_assign(rk, d->output_topic, id, true, CF_KAFKA_FROM_TIME, since_us, err) < 0) {
+        cf_error_wrap(err, "start notices on %s", d->output_topic);
+        goto out;
+    }
+    rd_kafka_resp_err_t e = rd_kafka_assignment(rk, &at);
+    if (e || !at || at->cnt != 1) {
+        cf_error_set(err, CF_E_KAFKA, "start notices on %s: no assignment (%s)", d->output_topic,
+                     rd_kafka_err2str(e));
+        goto out;
+    }
+    int64_t lo = 0, hi = 0, from = at->elems[0].offset;
+    e = rd_kafka_query_watermark_offsets(rk, d->output_topic, at->elems[0].partition, &lo, &hi,
+                                         CF_KAFKA_METADATA_TIMEOUT_MS);
+    if (e) {
+        cf_error_set(err, CF_E_KAFKA, "watermarks of %s: %s", d->output_topic, rd_kafka_err2str(e));
+        goto out;
+    }
+    rc = 0;
+    if (from >= hi)
+        goto out;
+    size_t idlen = strlen(id);
+    int64_t deadline = cf_mono_us() + (timeout_us > 0 ? timeout_us : 1);
+    char last[CF_KAFKA_ERRSTR] = "";
+    rd_kafka_message_t *m;
+    bool at_end = false;
+    while (rc == 0 && !at_end && (m = cf_kafka_consume(rk, deadline, NULL, NULL, last, sizeof(last)))) {
+        at_end = m->offset >= hi - 1;
+        if (m->payload && m->key && m->key_len == idlen && memcmp(m->key, id, idlen) == 0) {
+            cf_chunk c;
+            cf_error derr = {0};
+            if (cf_chunk_decode(m->payload, m->len, NULL, &c, &derr) == 0 && c.kind == CF_CHUNK_START &&
+                strcmp(c.id, id) == 0) {
+                *out = c;
+                rc = 1;
+            } else {
+                cf_chunk_clear(&c); /* NULL-safe after a failed decode */
+            }
+        }
+        rd_kafka_message_destroy(m);
+    }
+    if (rc == 0 && !at_end) {
+        cf_error_set(err, CF_E_TIMEOUT, "start notices on %s: not read to the end within %" PRId64 " ms%s%s",
+                     d->output_topic, timeout_us / 1000, last[0] ? ": " : "", last);
+        rc = -1;
+    }
+out:
+    if (at)
+        rd_kafka_topic_partition_list_destroy(at);
+    cf_kafka_consumer_close(rk);
+    return rc;
 }
 
 typedef struct tail_ctx {

@@ -119,6 +119,15 @@ int cf_dispatcher_wait_any(cf_dispatcher *d, int64_t timeout_us, cf_result *out,
 int cf_dispatcher_wait_since(cf_dispatcher *d, const char *id, int64_t since_us, int64_t timeout_us,
                              cf_result *out, cf_error *err);
 
+/* Whether a worker started request id (SPEC.md "Start notices": requests
+ * sent with notify_start): scans the output topic (output_topic, or the
+ * result topic + ".output") from since_us (epoch) to its end as it is now.
+ * Returns 1 with the notice in out (cf_chunk_clear it; out->worker, at_us),
+ * 0 when none was published by then (queued, or a worker too old to send
+ * one), -1 when the topic could not be read within timeout_us. */
+int cf_dispatcher_find_start(cf_dispatcher *d, const char *id, int64_t since_us, int64_t timeout_us, cf_chunk *out,
+                             cf_error *err);
+
 /* Callback of cf_dispatcher_tail: res is decoded (NULL when the message did
  * not decode; then decode_err says why).  Return non-zero to stop. */
 typedef int (*cf_tail_fn)(void *ctx, const cf_result *res, const cf_error *decode_err, int32_t partition,

@@ -8,6 +8,7 @@
  * missing output topic, an output topic that is one of the fleet's own). */
 #include "it_support.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -386,6 +387,113 @@ static void stream_rejections(void **state)
     cf_dispatcher_destroy(d);
 }
 
+/* Start notices (SPEC.md 13.1): a request sent with notify_start is "queued"
+ * until a worker's slot takes it and "running" after; the CLI's wait says
+ * which.  A notice is never taken for output, and only requests that ask
+ * get one. */
+static int find_start(cf_dispatcher *d, const char *id, int64_t since_us, cf_chunk *out)
+{
+    cf_error err;
+    cf_error_clear(&err);
+    int rc = cf_dispatcher_find_start(d, id, since_us, 30 * SEC, out, &err);
+    if (rc < 0)
+        fail_msg("find_start %s: %s", id, err.msg);
+    return rc;
+}
+
+static void stream_start_notices(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "stream-start", 2);
+    char tmp[] = "/tmp/cf-it-start-XXXXXX";
+    assert_non_null(mkdtemp(tmp));
+    static char out[65536], err[65536];
+    char id[64];
+    snprintf(id, sizeof(id), "start-%" PRIx64, (uint64_t)cf_now_us());
+    int64_t since = cf_now_us();
+
+    /* No worker yet: the CLI's wait runs out and says the request is queued. */
+    const char *q[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "2s", "submit",
+                       "--id", id, "-l", "shell", "--code", "sleep 20; echo slept", NULL};
+    int rc = it_cli_run(q, tmp, out, sizeof(out), err, sizeof(err));
+    print_message("queued: exit %d: %s", rc, err);
+    assert_int_equal(rc, 5);
+    assert_non_null(strstr(err, "it is queued, no worker has started it"));
+
+    /* A worker takes it: the notice names the worker, and the CLI says running. */
+    it_worker w;
+    it_worker_start(&w, &t, "stream-start-w1", NULL);
+    cf_dispatcher *d = it_dispatcher_new(&t);
+    cf_chunk notice = {0};
+    int64_t until = cf_mono_us() + 120 * SEC;
+    while (find_start(d, id, since, &notice) == 0 && cf_mono_us() < until)
+        usleep(100 * 1000);
+    if (notice.kind != CF_CHUNK_START) {
+        it_worker_dump_log(&w);
+        fail_msg("no start notice for %s within 120 s", id);
+    }
+    assert_string_equal(notice.id, id);
+    assert_string_equal(notice.worker, "stream-start-w1");
+    assert_true(notice.at_us >= since);
+    cf_chunk_clear(&notice);
+    const char *r[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "1s", "wait", id,
+                       NULL};
+    rc = it_cli_run(r, tmp, out, sizeof(out), err, sizeof(err));
+    print_message("running: exit %d: %s", rc, err);
+    assert_int_equal(rc, 5);
+    assert_non_null(strstr(err, "it is running: worker stream-start-w1 started it"));
+    /* And its result comes as usual. */
+    const char *f[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "120s", "wait", id,
+                       NULL};
+    rc = it_cli_run(f, tmp, out, sizeof(out), err, sizeof(err));
+    if (rc != 0 || !strstr(out, "slept")) {
+        it_worker_dump_log(&w);
+        fail_msg("wait: exit %d; stdout: %s; stderr: %s", rc, out, err);
+    }
+
+    /* With stream: the notice is not a chunk, and it names the run the
+     * chunks and the result name. */
+    collector col;
+    cf_dispatcher *ds = stream_dispatcher(&t, &col);
+    cf_request req;
+    it_request_init(&req, CF_LANG_SHELL, "echo a; echo b >&2");
+    req.stream = true;
+    req.notify_start = true;
+    snprintf(col.id, sizeof(col.id), "%s", req.id);
+    cf_result res = {0};
+    since = cf_now_us();
+    it_submit_wait(ds, &req, 60 * SEC, &res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    wait_chunks(&col, res.chunks, 10 * SEC);
+    check_chunks_match(&col, &res);
+    assert_int_equal(find_start(d, req.id, since, &notice), 1);
+    assert_string_equal(notice.run, res.meta.run);
+    cf_chunk_clear(&notice);
+    cf_dispatcher_stats st;
+    cf_dispatcher_get_stats(ds, &st);
+    assert_int_equal(st.chunks_malformed, 0);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* Without notify_start, no notice. */
+    it_request_init(&req, CF_LANG_SHELL, "echo quiet");
+    since = cf_now_us();
+    it_submit_wait(d, &req, 60 * SEC, &res);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_int_equal(find_start(d, req.id, since, &notice), 0);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    cf_dispatcher_destroy(ds);
+    collector_free(&col);
+    cf_dispatcher_destroy(d);
+    snprintf(out, sizeof(out), "rm -rf %s", tmp);
+    assert_int_equal(system(out), 0);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -395,6 +503,7 @@ int main(void)
         cmocka_unit_test(stream_caps_hold),
         cmocka_unit_test(stream_cli_follow),
         cmocka_unit_test(stream_rejections),
+        cmocka_unit_test(stream_start_notices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -744,6 +744,53 @@ static void test_golden_chunk(void **state)
     free(enc.data);
 }
 
+/* The start notice a worker publishes for a request sent with
+ * notify_start (SPEC.md "Start notices"). */
+static void test_golden_start_notice(void **state)
+{
+    cf_chunk want = {.kind = CF_CHUNK_START, .id = "req-stream-0001", .run = "3f2a9c0d1e4b5a67-42",
+                     .worker = "w1", .at_us = 1764000000400000};
+    cf_error err = {0};
+    cf_bytes enc;
+    assert_int_equal(cf_chunk_encode(&want, &enc, &err), 0);
+    json_t *js = cf_chunk_to_json(&want);
+    assert_non_null(js);
+    golden_check_bytes("start_notice", &enc, js);
+    size_t glen;
+    uint8_t *g = load_golden("start_notice", "msgpack", &glen);
+    cf_chunk got;
+    assert_int_equal(cf_chunk_decode(g, glen, NULL, &got, &err), 0);
+    assert_int_equal(got.kind, CF_CHUNK_START);
+    assert_string_equal(got.id, want.id);
+    assert_string_equal(got.run, want.run);
+    assert_string_equal(got.worker, want.worker);
+    assert_int_equal(got.at_us, want.at_us);
+    assert_int_equal(got.data.len, 0);
+    cf_chunk_clear(&got);
+    /* A notice with output fields, or a chunk with a worker, is neither. */
+    cf_chunk bad = want;
+    bad.seq = 1;
+    cf_bytes enc1 = {0};
+    assert_int_equal(cf_chunk_encode(&bad, &enc1, &err), -1);
+    bad = (cf_chunk){.id = "req-stream-0001", .run = "r1", .stream = CF_CHUNK_STDOUT, .data = {(uint8_t *)"x", 1},
+                     .worker = "w1"};
+    cf_bytes enc2 = {0};
+    assert_int_equal(cf_chunk_encode(&bad, &enc2, &err), -1);
+    /* An old reader's required fields in a notice are refused by name. */
+    static const uint8_t with_seq[] = {0x85, 0xa1, 'v', 0x01, 0xa2, 'i', 'd', 0xa1, 'x', 0xa3, 'r', 'u', 'n',
+                                       0xa1, 'r', 0xa5, 'e', 'v', 'e', 'n', 't', 0xa5, 's', 't', 'a', 'r', 't',
+                                       0xa3, 's', 'e', 'q', 0x00};
+    assert_int_equal(cf_chunk_decode(with_seq, sizeof(with_seq), NULL, &got, &err), -1);
+    assert_non_null(strstr(err.msg, "seq"));
+    static const uint8_t other_event[] = {0x84, 0xa1, 'v', 0x01, 0xa2, 'i', 'd', 0xa1, 'x', 0xa3, 'r', 'u', 'n',
+                                          0xa1, 'r', 0xa5, 'e', 'v', 'e', 'n', 't', 0xa3, 'e', 'n', 'd'};
+    assert_int_equal(cf_chunk_decode(other_event, sizeof(other_event), NULL, &got, &err), -1);
+    assert_non_null(strstr(err.msg, "event"));
+    json_decref(js);
+    free(g);
+    free(enc.data);
+}
+
 /* The first bytes of the minimal request, spelled out by hand from the
  * msgpack spec (SPEC.md annotates the same bytes). */
 static void test_golden_min_request_bytes_by_hand(void **state)
@@ -1873,6 +1920,7 @@ int main(void)
         cmocka_unit_test(test_golden_request_compiled),
         cmocka_unit_test(test_golden_result_compiled),
         cmocka_unit_test(test_golden_request_stream),
+        cmocka_unit_test(test_golden_start_notice),
         cmocka_unit_test(test_golden_result_stream),
         cmocka_unit_test(test_golden_chunk),
         cmocka_unit_test(test_result_reply_to_error),
