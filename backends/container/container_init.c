@@ -105,15 +105,7 @@ static int nest_userns(void)
     snprintf(map, sizeof(map), "%u %u 1\n", gid, gid);
     if (write_self("gid_map", map) < 0)
         return -1;
-    for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-            return -1;
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-        return -1;
-    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-    struct __user_cap_data_struct none[2];
-    memset(none, 0, sizeof(none));
-    return (int)syscall(SYS_capset, &hdr, none);
+    return cf_child_drop_caps();
 }
 
 static int b64_value(unsigned char c)
