@@ -126,6 +126,7 @@ typedef struct ct_state {
     char state_root[PATH_MAX];
     char version[96];
     bool mask_unified;     /* hybrid host: hide the v2 mount from crun */
+    bool no_nested_userns; /* the host forbids the init's nested user namespace (its trial said so) */
     char tag[64];          /* cfct-<pid>.<n> */
     char inst[PATH_MAX];   /* <work_root>/<tag> */
     char real_root[PATH_MAX];
@@ -900,6 +901,10 @@ static int ct_create(const cf_backend_config *cfg, void **state, cf_backend_caps
      * real: a container that prints the init's version. */
     if (ct_trial(st, err) < 0)
         goto fail;
+    if (st->no_nested_userns)
+        cf_exec_notes_add(&st->base, "no nested user namespace (this host forbids one to an unprivileged process, "
+                          "e.g. kernel.unprivileged_userns_clone=0 or AppArmor's restriction): a program sees the "
+                          "host uid in /proc/self/uid_map; every other control holds");
 
     ct_fill_caps(st, caps);
     cf_exec_notes_add(&st->base, "runtime %s (%s) with --cgroup-manager=disabled%s; %s as pid 1", st->runtime,
@@ -1002,7 +1007,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
      * (container_init.c says why); its filter comes in its environment,
      * which it does not pass on. */
     ok = ok && json_array_append_new(args, json_string(INIT_IN)) == 0 &&
-         json_array_append_new(args, json_string("--userns")) == 0 &&
+         (st->no_nested_userns || json_array_append_new(args, json_string("--userns")) == 0) &&
          json_array_append_new(args, json_string("--seccomp")) == 0;
     if (ok && cpu > 0)
         ok = json_array_append_new(args, json_string("--cpu")) == 0 &&
@@ -1014,8 +1019,12 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
          json_array_append_new(args, json_string(spec->path)) == 0;
     for (size_t i = 1; ok && spec->argv[0] && spec->argv[i]; i++)
         ok = json_array_append_new(args, json_string(spec->argv[i])) == 0;
+    /* The program's environment never names the init's filter variable:
+     * crun keeps the last of two, another runtime might keep the first,
+     * and a request's own filter must never be the one loaded. */
     for (size_t i = 0; ok && spec->envp && spec->envp[i]; i++)
-        ok = json_array_append_new(env, json_string(spec->envp[i])) == 0;
+        if (strncmp(spec->envp[i], "CODEFLEET_INIT_SECCOMP=", 23) != 0)
+            ok = json_array_append_new(env, json_string(spec->envp[i])) == 0;
     ok = ok && json_array_append_new(env, json_string(st->seccomp_env)) == 0;
     for (int i = 0; ok && i < spec->n_rlimits; i++) {
         int res = spec->rlimits[i].resource;
@@ -1158,6 +1167,7 @@ typedef struct ct_run {
     char bundle[PATH_MAX];
     bool mounted;
     bool reported; /* the init reported the program's end */
+    bool setup_failed_userns; /* the init could not nest its user namespace */
 } ct_run;
 
 static void ct_run_cleanup(ct_run *r)
@@ -1347,11 +1357,13 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
         r->reported = true;
         line[n] = '\0';
         /* The program's own end, not the runtime's 128+N. */
-        if (sscanf(line, "setup-failed %d", &v) == 1) {
+        char step[16] = "";
+        if (sscanf(line, "setup-failed-%15[a-z] %d", step, &v) == 2) {
             /* The container's fault: the program never ran. */
+            r->setup_failed_userns = strcmp(step, "userns") == 0;
             cf_error_set_errno(err, CF_E_SANDBOX, v > 0 ? v : EIO,
-                               "container: the init could not confine the program (nested user namespace or "
-                               "seccomp filter)");
+                               "container: the init could not confine the program (%s)",
+                               r->setup_failed_userns ? "its nested user namespace" : "the seccomp filter");
             if (err)
                 err->retriable = false;
             return -1;
@@ -1384,8 +1396,8 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
     return 0;
 }
 
-/* The trial container of ct_create. */
-static int ct_trial(ct_state *st, cf_error *err)
+/* The trial container of ct_create, once. */
+static int ct_trial_once(ct_state *st, bool *userns_refused, cf_error *err)
 {
     /* The init running itself as the program: its nested user namespace
      * and the filter are tried too. */
@@ -1426,9 +1438,26 @@ static int ct_trial(ct_state *st, cf_error *err)
         if (err && err->code != CF_E_NOMEM)
             err->code = CF_E_UNSUPPORTED;
     }
+    *userns_refused = r.setup_failed_userns;
     cf_run_outcome_free(&o);
     ct_run_cleanup(&r);
     ct_run_unmount(&r);
+    return rc;
+}
+
+/* The trial container of ct_create.  A host that forbids the init's nested
+ * user namespace (it only hides the host uid) gets containers without it,
+ * said in the notes; a filter that cannot load fails the backend. */
+static int ct_trial(ct_state *st, cf_error *err)
+{
+    bool userns_refused = false;
+    int rc = ct_trial_once(st, &userns_refused, err);
+    if (rc < 0 && userns_refused && !st->no_nested_userns) {
+        cf_log_warn("container", "%s: running containers without the nested user namespace", err ? err->msg : "");
+        st->no_nested_userns = true;
+        cf_error_clear(err);
+        rc = ct_trial_once(st, &userns_refused, err);
+    }
     return rc;
 }
 

@@ -196,10 +196,16 @@ int main(int argc, char **argv)
         (void)fcntl(REPORT_FD, F_SETFD, FD_CLOEXEC);
     /* In this order: the filter refuses the namespace.  Still dumpable
      * here, or /proc/self/uid_map would not be ours to write. */
-    if ((userns && nest_userns() < 0) || (seccomp && load_seccomp() < 0)) {
+    const char *failed = userns && nest_userns() < 0 ? "userns" : seccomp && load_seccomp() < 0 ? "seccomp" : NULL;
+    if (failed) {
         int e = errno;
-        if (have_report)
-            report("setup-failed", e > 0 ? e : EIO);
+        /* Which step: the worker runs without the nested namespace where a
+         * host forbids it, never without the filter. */
+        if (have_report) {
+            char what[32];
+            snprintf(what, sizeof(what), "setup-failed-%s", failed);
+            report(what, e > 0 ? e : EIO);
+        }
         static const char m[] = "codefleet-container-init: cannot confine the program (nested user namespace "
                                 "or seccomp filter)\n";
         (void)!write(2, m, sizeof(m) - 1);
