@@ -188,6 +188,10 @@ int cf_chunk_decode(const void *buf, size_t len, const cf_decode_limits *limits,
     unsigned seen = 0;
     if (cf_mp_decode_flat(buf, len, lim, ck_keys, CK__COUNT, dec_field, out, &seen, err) < 0)
         goto fail;
+    if (out->kind == CF_CHUNK_START && (seen & (1u << CK_DATA))) {
+        cf_error_set(err, CF_E_INVALID, "a start notice carries no \"data\"");
+        goto fail;
+    }
     const int required[] = {CK_SEQ, CK_STREAM, CK_OFFSET};
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++)
         if (out->kind == CF_CHUNK_START ? (seen & (1u << required[i])) != 0 : !(seen & (1u << required[i]))) {

@@ -353,7 +353,9 @@ static int report_no_result(cf_dispatcher *d, const char *cmd, const char *id, i
 {
     cf_chunk start = {0};
     cf_error serr = {0};
-    int found = cf_dispatcher_find_start(d, id, since_us - INT64_C(5000000), 10 * INT64_C(1000000), &start, &serr);
+    /* 30 s early: the notice's timestamp is the worker's clock.  At most
+     * 5 s more, whatever the broker does: the wait itself is over. */
+    int found = cf_dispatcher_find_start(d, id, since_us - INT64_C(30000000), 5 * INT64_C(1000000), &start, &serr);
     char msg[900], what[300];
     if (found == 1) {
         int64_t ago_us = cf_now_us() - start.at_us;
@@ -366,15 +368,17 @@ static int report_no_result(cf_dispatcher *d, const char *cmd, const char *id, i
                  id, waited_us / 1e6, what, id, id);
     } else if (found == 0 && !sent_here) {
         snprintf(msg, sizeof(msg),
-                 "no result for %s within %.1f s, and no worker has started it since the wait's start time: it is "
-                 "queued, was sent by a client that asks for no start notice, or its id is unknown here (another "
-                 "result topic: --result-topic); 'codefleet doctor' checks that workers consume its request topic",
+                 "no result for %s within %.1f s, and no worker has reported starting it since the wait's start "
+                 "time: it is most likely queued, was sent by a client that asks for no start notice, or its id is "
+                 "unknown here (another result topic: --result-topic); 'codefleet doctor' checks that workers "
+                 "consume its request topic",
                  id, waited_us / 1e6);
     } else if (found == 0) {
         snprintf(msg, sizeof(msg),
-                 "no result for %s within %.1f s: it is queued, no worker has started it (or the workers are older "
-                 "than this client and do not report starts); 'codefleet doctor' checks that workers consume its "
-                 "request topic, 'codefleet wait %s' picks the result up later, 'codefleet cancel %s' withdraws it",
+                 "no result for %s within %.1f s: it is most likely queued: no worker has reported starting it "
+                 "(workers older than this client, or one whose producer is backed up, report no start); "
+                 "'codefleet doctor' checks that workers consume its request topic, 'codefleet wait %s' picks the "
+                 "result up later, 'codefleet cancel %s' withdraws it",
                  id, waited_us / 1e6, id, id);
     } else {
         cf_log_debug("cli", "start notice of %s: %s", id, serr.msg);

@@ -678,6 +678,12 @@ int cf_dispatcher_wait_since(cf_dispatcher *d, const char *id, int64_t since_us,
     return 0;
 }
 
+static int ms_left(int64_t deadline)
+{
+    int64_t left = deadline - cf_mono_us();
+    return left <= 0 ? 0 : cf_kafka_ms_of_us(left);
+}
+
 /* Start notices (SPEC.md "Start notices"): the worker publishes one on the
  * output topic, keyed by the request id, when a slot takes a request that
  * asked for it.  The scan reads the id's partition from since_us up to the
@@ -689,44 +695,57 @@ int cf_dispatcher_find_start(cf_dispatcher *d, const char *id, int64_t since_us,
     memset(out, 0, sizeof(*out));
     if (!id || !cf_id_valid(id, strlen(id)))
         return cf_error_set(err, CF_E_INVALID, "find start: invalid request id");
+    /* One deadline for every step: a caller whose own wait already ran
+     * out must not wait again on a slow broker. */
+    const int64_t deadline = cf_mono_us() + (timeout_us > 0 ? timeout_us : 1);
+    const char *topic = d->output_topic;
     rd_kafka_t *rk = cf_kafka_consumer_new(d->brokers, d->client_id, &d->kafka, "codefleet-dispatcher",
                                            "start notice reader", err);
     if (!rk)
         return -1;
     int rc = -1;
-    rd_kafka_topic_partition_list_t *at = NULL;
-    if (cf_kafka_assign(rk, d->output_topic, id, true, CF_KAFKA_FROM_TIME, since_us, err) < 0) {
-        cf_error_wrap(err, "start notices on %s", d->output_topic);
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(rk, 0, rkt, &md, ms_left(deadline)) : RD_KAFKA_RESP_ERR__FAIL;
+    if (!e && (md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt <= 0))
+        e = md->topic_cnt == 1 && md->topics[0].err ? md->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+    if (e || !parts) {
+        cf_error_set(err, CF_E_KAFKA, "start notices on %s: %s", topic, rd_kafka_err2str(e));
         goto out;
     }
-    rd_kafka_resp_err_t e = rd_kafka_assignment(rk, &at);
-    if (e || !at || at->cnt != 1) {
-        cf_error_set(err, CF_E_KAFKA, "start notices on %s: no assignment (%s)", d->output_topic,
-                     rd_kafka_err2str(e));
-        goto out;
-    }
-    int64_t lo = 0, hi = 0, from = at->elems[0].offset;
-    e = rd_kafka_query_watermark_offsets(rk, d->output_topic, at->elems[0].partition, &lo, &hi,
-                                         CF_KAFKA_METADATA_TIMEOUT_MS);
-    if (e) {
-        cf_error_set(err, CF_E_KAFKA, "watermarks of %s: %s", d->output_topic, rd_kafka_err2str(e));
+    /* The worker's producer partitions by murmur2 of the key, as here. */
+    int32_t partition = cf_kafka_partition_for_key(id, md->topics[0].partition_cnt);
+    rd_kafka_topic_partition_t *tp = rd_kafka_topic_partition_list_add(parts, topic, partition);
+    tp->offset = since_us > 0 ? since_us / 1000 : 0;
+    int64_t lo = 0, hi = 0;
+    if ((e = rd_kafka_offsets_for_times(rk, parts, ms_left(deadline))) || (e = tp->err) ||
+        (e = rd_kafka_query_watermark_offsets(rk, topic, partition, &lo, &hi, ms_left(deadline)))) {
+        cf_error_set(err, CF_E_KAFKA, "start notices on %s[%" PRId32 "]: %s", topic, partition, rd_kafka_err2str(e));
         goto out;
     }
     rc = 0;
-    if (from >= hi)
+    if (tp->offset < 0 || tp->offset >= hi) /* nothing that recent */
         goto out;
+    if ((e = rd_kafka_assign(rk, parts))) {
+        rc = cf_error_set(err, CF_E_KAFKA, "start notices on %s: assign: %s", topic, rd_kafka_err2str(e));
+        goto out;
+    }
+    /* To the end as it is now, keeping the last notice: a request run
+     * again after a worker died has one per run, and the last is the run
+     * that may still answer. */
     size_t idlen = strlen(id);
-    int64_t deadline = cf_mono_us() + (timeout_us > 0 ? timeout_us : 1);
     char last[CF_KAFKA_ERRSTR] = "";
     rd_kafka_message_t *m;
     bool at_end = false;
-    while (rc == 0 && !at_end && (m = cf_kafka_consume(rk, deadline, NULL, NULL, last, sizeof(last)))) {
+    while (!at_end && (m = cf_kafka_consume(rk, deadline, NULL, NULL, last, sizeof(last)))) {
         at_end = m->offset >= hi - 1;
         if (m->payload && m->key && m->key_len == idlen && memcmp(m->key, id, idlen) == 0) {
             cf_chunk c;
             cf_error derr = {0};
             if (cf_chunk_decode(m->payload, m->len, NULL, &c, &derr) == 0 && c.kind == CF_CHUNK_START &&
                 strcmp(c.id, id) == 0) {
+                cf_chunk_clear(out);
                 *out = c;
                 rc = 1;
             } else {
@@ -736,13 +755,17 @@ int cf_dispatcher_find_start(cf_dispatcher *d, const char *id, int64_t since_us,
         rd_kafka_message_destroy(m);
     }
     if (rc == 0 && !at_end) {
-        cf_error_set(err, CF_E_TIMEOUT, "start notices on %s: not read to the end within %" PRId64 " ms%s%s",
-                     d->output_topic, timeout_us / 1000, last[0] ? ": " : "", last);
+        cf_error_set(err, CF_E_TIMEOUT, "start notices on %s: not read to the end within %" PRId64 " ms%s%s", topic,
+                     timeout_us / 1000, last[0] ? ": " : "", last);
         rc = -1;
     }
 out:
-    if (at)
-        rd_kafka_topic_partition_list_destroy(at);
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    if (rkt)
+        rd_kafka_topic_destroy(rkt);
+    if (parts)
+        rd_kafka_topic_partition_list_destroy(parts);
     cf_kafka_consumer_close(rk);
     return rc;
 }

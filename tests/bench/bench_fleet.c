@@ -4,7 +4,8 @@
  *   bench_fleet throughput --brokers B --requests T --results T [-n 2000]
  *   bench_fleet publish    --brokers B --requests T [-n 20000]
  *   bench_fleet cancel     --brokers B --requests T --results T [-n 20]
- *   (each with --kind command|wasm|js|python: the trivial request, see trivial_request)
+ *   (each with --kind command|wasm|js|python: the trivial request, see trivial_request;
+ *   --notify-start: each request asks for a start notice, SPEC.md 13.1)
  *
  * latency:    one request at a time (command /bin/true), submit -> result;
  *             the bare fork+exec+wait of /bin/true (python: of
@@ -92,9 +93,12 @@ static const uint8_t empty_command[] = {0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00
                                         0x00, 0x03, 0x02, 0x01, 0x00, 0x07, 0x0a, 0x01, 0x06, '_',  's',  't',  'a',
                                         'r',  't',  0x00, 0x00, 0x0a, 0x04, 0x01, 0x02, 0x00, 0x0b};
 
+static bool notify_start; /* --notify-start: every request asks for a start notice */
+
 static void trivial_request(cf_request *req, char *av[3])
 {
     memset(req, 0, sizeof(*req));
+    req->notify_start = notify_start;
     if (strcmp(kind, "wasm") == 0) {
         req->language = CF_LANG_WASM;
         req->backend = (char *)"wasm";
@@ -229,6 +233,7 @@ int main(int argc, char **argv)
                                          {"results", required_argument, NULL, 'r'},
                                          {"config", required_argument, NULL, 'c'},
                                          {"kind", required_argument, NULL, 'k'},
+                                         {"notify-start", no_argument, NULL, 's'},
                                          {NULL, 0, NULL, 0}};
     int c;
     optind = 2;
@@ -239,6 +244,7 @@ int main(int argc, char **argv)
         case 'r': results = optarg; break;
         case 'c': config = optarg; break;
         case 'k': kind = optarg; break;
+        case 's': notify_start = true; break;
         case 'n': n = (int)strtol(optarg, NULL, 10); break;
         default: return 2;
         }

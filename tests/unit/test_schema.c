@@ -782,6 +782,11 @@ static void test_golden_start_notice(void **state)
                                        0xa3, 's', 'e', 'q', 0x00};
     assert_int_equal(cf_chunk_decode(with_seq, sizeof(with_seq), NULL, &got, &err), -1);
     assert_non_null(strstr(err.msg, "seq"));
+    static const uint8_t with_data[] = {0x85, 0xa1, 'v', 0x01, 0xa2, 'i', 'd', 0xa1, 'x', 0xa3, 'r', 'u', 'n',
+                                        0xa1, 'r', 0xa5, 'e', 'v', 'e', 'n', 't', 0xa5, 's', 't', 'a', 'r', 't',
+                                        0xa4, 'd', 'a', 't', 'a', 0xc4, 0x00};
+    assert_int_equal(cf_chunk_decode(with_data, sizeof(with_data), NULL, &got, &err), -1);
+    assert_non_null(strstr(err.msg, "data"));
     static const uint8_t other_event[] = {0x84, 0xa1, 'v', 0x01, 0xa2, 'i', 'd', 0xa1, 'x', 0xa3, 'r', 'u', 'n',
                                           0xa1, 'r', 0xa5, 'e', 'v', 'e', 'n', 't', 0xa3, 'e', 'n', 'd'};
     assert_int_equal(cf_chunk_decode(other_event, sizeof(other_event), NULL, &got, &err), -1);

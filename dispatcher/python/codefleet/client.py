@@ -34,7 +34,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from .config import Settings
 from .errors import BatchTimeout, ClientClosed, ClientError, DeliveryError, Timeout, WireError
-from .wire import Cancel, Chunk, Event, EventKind, Request, Result, Status, new_id, peek_id
+from .wire import Cancel, Chunk, Event, EventKind, Request, Result, StartNotice, Status, new_id, peek_id
 
 __all__ = ["Client", "ChunkStream", "EventSubscription", "ClientStats"]
 
@@ -664,6 +664,14 @@ class Client:
         self.close()
 
 
+def _is_start_notice(value: Optional[bytes]) -> bool:
+    try:
+        StartNotice.decode(value if value is not None else b"")
+        return True
+    except WireError:
+        return False
+
+
 class ChunkStream(Iterator[Chunk]):
     """The output chunks of one streaming request, as they come.
 
@@ -749,6 +757,9 @@ class ChunkStream(Iterator[Chunk]):
         try:
             chunk = Chunk.decode(value if value is not None else b"")
         except WireError as e:
+            if _is_start_notice(value):
+                return None  # a start notice (SPEC.md 13.1) is not output
+
             self._client._stats.add("chunks_malformed")
             log.warning("undecodable output chunk at %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), e)
             return None

@@ -7,7 +7,7 @@ import unittest
 import msgpack
 
 import codefleet as cf
-from codefleet.client import _Counters, _ResultCollector
+from codefleet.client import ChunkStream, _Counters, _ResultCollector
 
 
 class FakeConsumer:
@@ -148,6 +148,29 @@ class Collector(unittest.TestCase):
         stats = self.stats.snapshot()
         self.assertEqual((stats.results_malformed, stats.results_seen), (3, 1))
         self.assertEqual(c.pending_count(), 0)
+
+
+class StartNoticesInAStream(unittest.TestCase):
+    """A start notice (SPEC.md 13.1) on the output topic is neither output
+    nor a malformed chunk: the stream skips it without a warning."""
+
+    def stream(self):
+        s = ChunkStream.__new__(ChunkStream)
+        s.id, s._run, s._next_seq = "r1", None, 0
+        s._client = type("FakeClient", (), {})()
+        s._client._stats = _Counters()
+        return s
+
+    def test_a_notice_is_skipped_quietly(self):
+        s = self.stream()
+        notice = cf.StartNotice(id="r1", run="run-1", worker="w1", at_us=1).encode()
+        with self.assertNoLogs("codefleet", level="WARNING"):
+            self.assertIsNone(s._accept(FakeMessage(notice)))
+        self.assertEqual(s._client._stats.snapshot().chunks_malformed, 0)
+        chunk = cf.Chunk(id="r1", run="run-1", seq=0, stream=cf.OutputStream.STDOUT, offset=0, data=b"x").encode()
+        self.assertEqual(s._accept(FakeMessage(chunk)).data, b"x")
+        self.assertIsNone(s._accept(FakeMessage(msgpack.packb({"v": 1, "id": "r1"}))))
+        self.assertEqual(s._client._stats.snapshot().chunks_malformed, 1)
 
 
 if __name__ == "__main__":
