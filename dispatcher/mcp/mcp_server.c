@@ -718,6 +718,24 @@ static const char *cases_mistake(const json_t *args, char *why, size_t size)
     return NULL;
 }
 
+
+/* Whether a worker has started request id (its start notice, SPEC.md
+ * 13.1), in words for a wait that ran out; at most 5 s more. */
+static void start_state(mcp *m, const char *id, int64_t since_us, char *buf, size_t size)
+{
+    cf_chunk s = {0};
+    cf_error e = {0};
+    int found = cf_dispatcher_find_start(m->d, id, since_us - 30 * INT64_C(1000000), 5 * INT64_C(1000000), &s, &e);
+    if (found == 1)
+        snprintf(buf, size, "it is running: worker %s started it %.1f s ago", s.worker ? s.worker : "(unnamed)",
+                 (cf_now_us() - s.at_us > 0 ? cf_now_us() - s.at_us : 0) / 1e6);
+    else if (found == 0)
+        snprintf(buf, size, "it is most likely queued: no worker has reported starting it");
+    else
+        snprintf(buf, size, "it is queued or running (whether a worker started it could not be read)");
+    cf_chunk_clear(&s);
+}
+
 static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *progress_token, bool *no_answer)
 {
     mcp *m = c->m;
@@ -777,6 +795,10 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
             watch_execution(c, id, progress_token);
         /* Flushed: a request the broker refuses is said now, not after
          * wait_timeout_ms (nor blamed on the next call). */
+        /* A worker says when it starts it: a wait that runs out tells
+         * queued from running (SPEC.md 13.1). */
+        req.notify_start = true;
+        int64_t submitted_us = cf_now_us();
         pthread_mutex_lock(&m->send_mu);
         int sent = cf_dispatcher_submit(m->d, &req, &err) == 0 && cf_dispatcher_flush(m->d, 10 * 1000000LL, &err) == 0;
         pthread_mutex_unlock(&m->send_mu);
@@ -816,6 +838,12 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
         if (rc == 1) {
             *no_answer = true;
             return NULL;
+        }
+        if (rc < 0 && err.code == CF_E_TIMEOUT) {
+            char state[200];
+            start_state(m, id, submitted_us, state, sizeof(state));
+            return mcp_tool_error("request %s: %s: %s (get_result with this id picks the result up, or cancel it)", id,
+                                  err.msg, state);
         }
         if (rc < 0)
             return mcp_tool_error("request %s: %s (it may still run: get_result with this id, or cancel it)", id,

@@ -16,6 +16,7 @@ unknown tool) and tool errors (bad arguments, a rejected request).
 """
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -626,6 +627,18 @@ def run(srv, fleet):
     check(text == "step 0\nstep 1\nstep 2\nstep 3\n", "progress messages carry the output: %r" % text)
     check([m["params"]["progress"] for m in prog] == list(range(1, len(prog) + 1)), "progress increases")
     check(r["result"]["structuredContent"]["chunks"] == len(prog), "the result counts the chunks")
+
+    # A wait that runs out says whether a worker has started it (its start
+    # notice, SPEC.md 13.1), and get_result then has it.
+    r = srv.call({"name": "execute_code", "arguments": {"language": "shell", "code": "sleep 4; echo woke",
+                                                        "wait_timeout_ms": 1500}}, timeout=120)
+    text = r["result"]["content"][0]["text"]
+    check(r["result"]["isError"] is True and "it is running: worker " in text,
+          "a wait that runs out: running, by which worker: %r" % text)
+    m = re.search(r"request (\S+):", text)
+    check(m is not None, "the timed-out call names its request: %r" % text)
+    r = srv.call({"name": "get_result", "arguments": {"id": m.group(1), "wait_timeout_ms": 60000}}, timeout=120)
+    check(r["result"]["structuredContent"]["status"] == "success", "get_result picks the result up after it")
 
     # wait=false, then the cancel tool, then get_result.
     r = srv.call({"name": "execute_code", "arguments": {"language": "command", "argv": ["/bin/sleep", "60"],
