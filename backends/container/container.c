@@ -1358,12 +1358,20 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
         line[n] = '\0';
         /* The program's own end, not the runtime's 128+N. */
         char step[16] = "";
-        if (sscanf(line, "setup-failed-%15[a-z] %d", step, &v) == 2) {
-            /* The container's fault: the program never ran. */
-            r->setup_failed_userns = strcmp(step, "userns") == 0;
+        if (strncmp(line, "setup-failed", 12) == 0) {
+            /* The container's fault: the program never ran.  Only a host
+             * that forbids the nested namespace (EPERM, EACCES) is a
+             * reason to go without it; a namespace quota used up for a
+             * moment is not. */
+            v = 0;
+            if (sscanf(line, "setup-failed-%15[a-z] %d", step, &v) < 2 && sscanf(line, "setup-failed %d", &v) < 1)
+                v = EIO;
+            r->setup_failed_userns = strcmp(step, "userns") == 0 && (v == EPERM || v == EACCES);
             cf_error_set_errno(err, CF_E_SANDBOX, v > 0 ? v : EIO,
                                "container: the init could not confine the program (%s)",
-                               r->setup_failed_userns ? "its nested user namespace" : "the seccomp filter");
+                               strcmp(step, "userns") == 0    ? "its nested user namespace"
+                               : strcmp(step, "seccomp") == 0 ? "the seccomp filter"
+                                                              : "an init of another version?");
             if (err)
                 err->retriable = false;
             return -1;

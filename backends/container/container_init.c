@@ -39,8 +39,8 @@
  * nested namespace (the filter refuses every CLONE_NEW*); loaded here it
  * still comes before anything the init does with the program or its
  * pipes, and the program inherits it as before.  A step that fails is
- * reported as "setup-failed ERRNO\n" (the container's fault, not the
- * program's) and nothing runs. */
+ * reported as "setup-failed-userns ERRNO\n" or "setup-failed-seccomp
+ * ERRNO\n" (the container's fault, not the program's) and nothing runs. */
 #include "cf_child.h"
 
 #include <errno.h>

@@ -708,10 +708,16 @@ int cf_dispatcher_find_start(cf_dispatcher *d, const char *id, int64_t since_us,
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(rk, 0, rkt, &md, ms_left(deadline)) : RD_KAFKA_RESP_ERR__FAIL;
-    if (!e && (md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt <= 0))
+    if (!e && (md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt <= 0 ||
+               md->topics[0].partition_cnt > CF_KAFKA_MAX_PARTITIONS))
         e = md->topic_cnt == 1 && md->topics[0].err ? md->topics[0].err : RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
     if (e || !parts) {
-        cf_error_set(err, CF_E_KAFKA, "start notices on %s: %s", topic, rd_kafka_err2str(e));
+        if (ms_left(deadline) == 0)
+            cf_error_set(err, CF_E_TIMEOUT, "start notices on %s: no answer within %" PRId64 " ms", topic,
+                         timeout_us / 1000);
+        else
+            cf_error_set(err, CF_E_KAFKA, "start notices on %s: %s", topic,
+                         parts ? rd_kafka_err2str(e) : "out of memory");
         goto out;
     }
     /* The worker's producer partitions by murmur2 of the key, as here. */
@@ -721,7 +727,8 @@ int cf_dispatcher_find_start(cf_dispatcher *d, const char *id, int64_t since_us,
     int64_t lo = 0, hi = 0;
     if ((e = rd_kafka_offsets_for_times(rk, parts, ms_left(deadline))) || (e = tp->err) ||
         (e = rd_kafka_query_watermark_offsets(rk, topic, partition, &lo, &hi, ms_left(deadline)))) {
-        cf_error_set(err, CF_E_KAFKA, "start notices on %s[%" PRId32 "]: %s", topic, partition, rd_kafka_err2str(e));
+        cf_error_set(err, ms_left(deadline) == 0 ? CF_E_TIMEOUT : CF_E_KAFKA, "start notices on %s[%" PRId32 "]: %s",
+                     topic, partition, rd_kafka_err2str(e));
         goto out;
     }
     rc = 0;

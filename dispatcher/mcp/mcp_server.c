@@ -731,8 +731,10 @@ static void start_state(mcp *m, const char *id, int64_t since_us, char *buf, siz
                  (cf_now_us() - s.at_us > 0 ? cf_now_us() - s.at_us : 0) / 1e6);
     else if (found == 0)
         snprintf(buf, size, "it is most likely queued: no worker has reported starting it");
-    else
+    else {
+        cf_log_debug(LOG_SUB, "start notice of %s: %s", id, e.msg);
         snprintf(buf, size, "it is queued or running (whether a worker started it could not be read)");
+    }
     cf_chunk_clear(&s);
 }
 
@@ -842,6 +844,10 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
         if (rc < 0 && err.code == CF_E_TIMEOUT) {
             char state[200];
             start_state(m, id, submitted_us, state, sizeof(state));
+            if (call_abort(c) != CALL_GOES_ON) { /* cancelled meanwhile: no answer is due */
+                *no_answer = true;
+                return NULL;
+            }
             return mcp_tool_error("request %s: %s: %s (get_result with this id picks the result up, or cancel it)", id,
                                   err.msg, state);
         }

@@ -1,5 +1,6 @@
 """The result collector's bookkeeping, without a broker: bounded memory,
 first result wins, waiters and listeners, undecodable results."""
+import logging
 import threading
 import time
 import unittest
@@ -164,8 +165,10 @@ class StartNoticesInAStream(unittest.TestCase):
     def test_a_notice_is_skipped_quietly(self):
         s = self.stream()
         notice = cf.StartNotice(id="r1", run="run-1", worker="w1", at_us=1).encode()
-        with self.assertNoLogs("codefleet", level="WARNING"):
+        with self.assertLogs("codefleet", level="WARNING") as logs:
             self.assertIsNone(s._accept(FakeMessage(notice)))
+            logging.getLogger("codefleet").warning("sentinel")  # assertLogs needs one line (assertNoLogs: 3.10+)
+        self.assertEqual([r.getMessage() for r in logs.records], ["sentinel"])
         self.assertEqual(s._client._stats.snapshot().chunks_malformed, 0)
         chunk = cf.Chunk(id="r1", run="run-1", seq=0, stream=cf.OutputStream.STDOUT, offset=0, data=b"x").encode()
         self.assertEqual(s._accept(FakeMessage(chunk)).data, b"x")
