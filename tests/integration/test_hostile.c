@@ -1984,10 +1984,14 @@ static void test_setuid_binary(void **state)
     hostile_request(&req, "suidwait");
     req.policy.timeout_us = 15 * SEC;
     submit(&req);
-    char wd[512];
+    /* The worker's mounts live in its own mount namespace (worker_main.c):
+     * the execution's work directory is reached through the worker's
+     * root, not the host's. */
+    char wd[512], in_worker[400];
+    snprintf(in_worker, sizeof(in_worker), "/proc/%d/root%s", (int)g.w.pid, g.work_root);
     bool placed = false;
     for (int i = 0; i < 200 && !placed; i++) {
-        if (find_marker(g.work_root, 0, ".hostile-suid-wait", wd, sizeof(wd))) {
+        if (find_marker(in_worker, 0, ".hostile-suid-wait", wd, sizeof(wd))) {
             place_suid_probe(wd);
             placed = true;
         } else {
@@ -1998,7 +2002,7 @@ static void test_setuid_binary(void **state)
     wait_result(req.id, &res);
     if (!placed) {
         dump_result(&res, "setuid");
-        fail_msg("setuid: the execution's work directory was not found under %s", g.work_root);
+        fail_msg("setuid: the execution's work directory was not found under %s", in_worker);
     }
     expect_status(&res, CF_STATUS_SUCCESS, "setuid binary");
     const char *out = res_stdout(&res);
