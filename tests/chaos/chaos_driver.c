@@ -40,6 +40,7 @@
 #include "cf_checkpoint.h"
 #include "cf_dispatcher.h"
 #include "cf_kafka.h"
+#include "cf_kafka_heal.h"
 #include "cf_redis.h"
 #include "cf_schema.h"
 #include "cf_util.h"
@@ -146,7 +147,12 @@ static req_state *find(const char *id)
 static void *reader_main(void *arg)
 {
     rd_kafka_t *c = arg;
+    /* The reader heals as the fleet's own clients do: librdkafka 2.12 can
+     * stall after a broker's restart (cf_kafka_heal.h).  Without it this
+     * reader once stopped at 149 answers while the workers answered 372. */
+    cf_kafka_heal heal = {0};
     while (!stop_reader) {
+        cf_kafka_heal_check(c, &heal, cf_mono_us());
         rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 200);
         if (!m)
             continue;
