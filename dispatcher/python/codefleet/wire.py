@@ -1181,7 +1181,7 @@ def _build_chunk(got: Dict[str, Any]) -> Chunk:
 
 
 # The C chunk decoder gives nil no special meaning: it is a wrong type.
-_CHUNK = _Spec([
+_CHUNK_FIELDS = [
     ("v", _skip_v, False),
     ("id", _d_str, False),
     ("run", _d_str, False),
@@ -1190,7 +1190,8 @@ _CHUNK = _Spec([
     ("offset", _d_uint, False),
     ("data", _d_bin, False),
     ("at_us", _d_uint, False),
-], _build_chunk)
+]
+_CHUNK = _Spec(_CHUNK_FIELDS, _build_chunk)
 
 
 def _d_start_event(r: _Reader, path: str, depth: int) -> str:
@@ -1213,15 +1214,7 @@ def _build_start_notice(got: Dict[str, Any]) -> StartNotice:
 
 
 # The output fields are read only to refuse them (as the C decoder does).
-_START_NOTICE = _Spec([
-    ("v", _skip_v, False),
-    ("id", _d_str, False),
-    ("run", _d_str, False),
-    ("seq", _d_uint, False),
-    ("stream", _d_enum(OutputStream), False),
-    ("offset", _d_uint, False),
-    ("data", _d_bin, False),
-    ("at_us", _d_uint, False),
+_START_NOTICE = _Spec(_CHUNK_FIELDS + [
     ("event", _d_start_event, False),
     ("worker", _d_str, False),
 ], _build_start_notice)
