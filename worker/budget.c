@@ -7,13 +7,26 @@
  * The budget is memory-budget when set; otherwise three quarters of the
  * memory the worker may use (its cgroup's limit, or the host's memory),
  * the rest left to the worker, its helpers, the page cache and, on a
- * shared host, the broker and Redis. */
+ * shared host, the broker and Redis.
+ *
+ * The budget bounds what the executions are promised; the children's
+ * cgroup bounds what everything the worker starts actually uses.  Every
+ * backend makes its cgroups (executions, embedded-runtime helpers, Python
+ * zygotes) below one directory of the worker's own, cfw-<pid> below
+ * cgroup-root, which is given children-memory and children-pids: helpers'
+ * and zygotes' own memory, the tmpfs pages of work directories and any
+ * mistake in the sums above stay inside it, and the kernel reclaims or
+ * OOM-kills inside it, never on the rest of the host (Kafka, Redis). */
 #include "worker_int.h"
+
+#include "cf_cgroup.h"
+#include "cf_instance.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cf_log.h"
 #include "cf_util.h"
@@ -127,4 +140,111 @@ int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what
         }
     }
     return run;
+}
+
+#define CHILDREN_PREFIX "cfw-"
+
+/* Half of what the kernel allows in all (pid_max, threads-max). */
+static int64_t default_children_pids(void)
+{
+    int64_t lowest = -1;
+    static const char *const files[] = {"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        FILE *f = fopen(files[i], "r");
+        long long v = 0;
+        if (f && fscanf(f, "%lld", &v) == 1 && v > 0 && (lowest < 0 || v < lowest))
+            lowest = v;
+        if (f)
+            fclose(f);
+    }
+    return lowest > 0 ? lowest / 2 : 0;
+}
+
+/* cfw-<pid>: its worker is gone. */
+static bool children_dir_dead(const char *name, void *arg)
+{
+    (void)arg;
+    char *end;
+    long pid = strtol(name + strlen(CHILDREN_PREFIX), &end, 10);
+    return *end == '\0' && pid > 0 && cf_instance_pid_gone(pid);
+}
+
+static void children_source(void *arg, cf_observe_children *out)
+{
+    const cf_worker *w = arg;
+    budget_children_usage(w, &out->memory_bytes, &out->pids);
+    out->memory_max = w->children_memory;
+    out->pids_max = w->children_pids;
+}
+
+void budget_children_setup(cf_worker *w)
+{
+    const cf_worker_config *cfg = w->cfg;
+    snprintf(w->children_dir, sizeof(w->children_dir), CHILDREN_PREFIX "%ld", (long)getpid());
+    w->bcfg.cgroup_own_dir = w->children_dir;
+
+    char why[160];
+    int64_t budget = budget_memory(cfg, why, sizeof(why));
+    int64_t host = host_memory(), cg = cgroup_memory_limit();
+    int64_t have = cg > 0 && (host < 0 || cg < host) ? cg : host;
+    int64_t mem = cfg->children_memory_bytes;
+    const char *from = "children-memory";
+    if (mem <= 0 && budget > 0) {
+        mem = budget + budget / 4;
+        from = "a quarter over the memory budget";
+        if (have > 0 && mem > have / 8 * 7) {
+            mem = have / 8 * 7;
+            from = have == cg ? "7/8 of the cgroup limit" : "7/8 of the host's memory";
+        }
+    }
+    int64_t pids = cfg->children_pids > 0 ? cfg->children_pids : default_children_pids();
+
+    /* The same controllers as the backends (cpuacct too), so that sweeping
+     * and removing reach every copy of the directory. */
+    cf_cgroup_env_opts o = {.own_dir = w->children_dir, .parent = w->bcfg.cgroup_root, .cpuacct = true};
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_cgroup_env_new(&o, &w->children_cg, &err) < 0) {
+        cf_log_warn(LOG_SUB, "the executions, helpers and zygotes are not bounded together (%s): each has "
+                    "only its own limits", err.msg);
+        return;
+    }
+    int swept = cf_cgroup_sweep_own_dirs(w->children_cg, CHILDREN_PREFIX, children_dir_dead, NULL, &err);
+    if (swept > 0)
+        cf_log_warn(LOG_SUB, "removed the cgroups of %d dead worker%s, with what still ran in them", swept,
+                    swept == 1 ? "" : "s");
+    else if (swept < 0)
+        cf_log_warn(LOG_SUB, "%s", err.msg);
+    cf_error_clear(&err);
+    if (cf_cgroup_env_bound(w->children_cg, mem, pids, &err) < 0) {
+        cf_log_warn(LOG_SUB, "the executions, helpers and zygotes are not bounded together: %s", err.msg);
+        return;
+    }
+    w->children_memory = mem;
+    w->children_pids = pids;
+    cf_observe_set_children_source(w->obs, children_source, w);
+    if (mem > 0 && budget > mem)
+        cf_log_warn(LOG_SUB, "memory-budget (%" PRId64 " MiB) is above children-memory (%" PRId64 " MiB): executions "
+                    "may be OOM-killed by the worker's bound before their own limits", (int64_t)(budget / MIB), (int64_t)(mem / MIB));
+    if (mem > 0)
+        cf_log_info(LOG_SUB, "the executions, helpers and zygotes together: at most %" PRId64 " MiB (%s) and %" PRId64
+                    " processes, in %s", (int64_t)(mem / MIB), from, pids, w->children_dir);
+    else
+        cf_log_warn(LOG_SUB, "the executions, helpers and zygotes together: memory not bounded (no memory figure for "
+                    "this host), at most %" PRId64 " processes", pids);
+}
+
+void budget_children_usage(const cf_worker *w, int64_t *memory_bytes, int64_t *pids)
+{
+    *memory_bytes = *pids = -1;
+    if (w->children_cg)
+        cf_cgroup_env_usage(w->children_cg, memory_bytes, pids);
+}
+
+/* After cf_observe_destroy: a scrape in flight may still read the usage. */
+void budget_children_teardown(cf_worker *w)
+{
+    cf_cgroup_env_remove_own(w->children_cg);
+    cf_cgroup_env_destroy(w->children_cg);
+    w->children_cg = NULL;
 }

@@ -42,7 +42,11 @@ struct cf_observe {
     /* families */
     cf_metric *info, *start_time, *requests, *exec_seconds, *e2e_seconds, *queue_seconds, *slots, *slots_busy, *held,
         *paused, *draining, *ready, *produced, *retries, *dead, *kafka_errors, *redis_errors, *result_store, *setup_failures,
-        *compile_cache, *lag, *stalled, *stall_steps, *mem_reserved, *mem_budget, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
+        *compile_cache, *lag, *stalled, *stall_steps, *mem_reserved, *mem_budget, *children_mem, *children_mem_max, *children_pids,
+        *children_pids_max, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
+    /* What the worker's children use now, read at each scrape. */
+    cf_observe_children_fn children_fn;
+    void *children_arg;
     /* liveness and readiness */
     _Atomic int64_t loop_mono_us;
     atomic_bool assigned, draining_now, broker_up, stats_seen, fatal;
@@ -584,6 +588,14 @@ char *cf_observe_render(cf_observe *o, size_t *len)
     if (!o)
         return NULL;
     process_metrics(o);
+    if (o->children_fn) {
+        cf_observe_children c = {-1, -1, -1, -1};
+        o->children_fn(o->children_arg, &c);
+        cf_metric_set(o->children_mem, (double)c.memory_bytes, NULL);
+        cf_metric_set(o->children_mem_max, (double)c.memory_max, NULL);
+        cf_metric_set(o->children_pids, (double)c.pids, NULL);
+        cf_metric_set(o->children_pids_max, (double)c.pids_max, NULL);
+    }
     cf_otlp_stats st = cf_otlp_get_stats(o->otlp);
     cf_metric_set(o->spans_exported, (double)st.exported, NULL);
     cf_metric_set(o->spans_dropped, (double)st.dropped, NULL);
@@ -648,6 +660,16 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
     o->mem_budget = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_memory_budget_bytes",
                                    "What the running executions' memory limits may add up to (0: not enforced).", 0,
                                    NULL, NULL, 0);
+    o->children_mem = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_children_memory_bytes",
+                                     "Memory the worker's executions, helpers and zygotes use together (-1: unknown).",
+                                     0, NULL, NULL, 0);
+    o->children_mem_max = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_children_memory_max_bytes",
+                                         "Their bound together (children-memory; 0: none).", 0, NULL, NULL, 0);
+    o->children_pids = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_children_pids",
+                                      "Processes and threads of the worker's executions, helpers and zygotes "
+                                      "(-1: unknown).", 0, NULL, NULL, 0);
+    o->children_pids_max = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_children_pids_max",
+                                          "Their bound together (children-pids; 0: none).", 0, NULL, NULL, 0);
     o->held = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_requests_held",
                              "Requests taken and waiting for a slot.", 0, NULL, NULL, 0);
     o->paused = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_partitions_paused",
@@ -754,4 +776,12 @@ void cf_observe_destroy(cf_observe *o)
     pthread_mutex_destroy(&o->lag_mu);
     cf_metrics_destroy(o->reg);
     free(o);
+}
+
+void cf_observe_set_children_source(cf_observe *o, cf_observe_children_fn fn, void *arg)
+{
+    if (!o)
+        return;
+    o->children_fn = fn;
+    o->children_arg = arg;
 }

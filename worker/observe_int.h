@@ -41,6 +41,14 @@ typedef struct cf_observe_loop_state {
 } cf_observe_loop_state;
 void cf_observe_loop(cf_observe *o, const cf_observe_loop_state *s);
 
+/* What the worker's executions, helpers and zygotes use together, and
+ * their bounds (budget.c), read when /metrics is scraped. */
+typedef struct cf_observe_children {
+    int64_t memory_bytes, memory_max, pids, pids_max;
+} cf_observe_children;
+typedef void (*cf_observe_children_fn)(void *arg, cf_observe_children *out);
+void cf_observe_set_children_source(cf_observe *o, cf_observe_children_fn fn, void *arg);
+
 /* The group's assignment: has_assignment after an assign (an empty one
  * counts: more workers than partitions), false after a revoke or loss. */
 void cf_observe_assigned(cf_observe *o, bool has_assignment);

@@ -331,6 +331,9 @@ static int worker_backends_setup(cf_worker *w, cf_error *err)
         .cc_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_C),
         .cxx_path = cf_pipeline_toolchain_path(w->pipeline, CF_LANG_CPP),
     };
+    /* Before any backend makes a cgroup: they all go below the worker's
+     * own, bounded as a whole. */
+    budget_children_setup(w);
     char helpers[3 * PATH_MAX];
     cf_backend_helpers_describe(&w->bcfg, helpers, sizeof(helpers));
     cf_log_info(LOG_SUB, "helpers: harnesses %s, %s", pcfg.harness_dir[0] ? pcfg.harness_dir : "(none)", helpers);
@@ -954,6 +957,7 @@ void cf_worker_destroy(cf_worker *w)
     cf_pipeline_destroy(w->pipeline);
     /* Last: delivery reports until here may count and export. */
     cf_observe_destroy(w->obs);
+    budget_children_teardown(w); /* after the backends' cgroups, and the last scrape */
     if (w->wake_fd >= 0)
         close(w->wake_fd);
     pthread_mutex_destroy(&w->lock);

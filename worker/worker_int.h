@@ -220,6 +220,11 @@ struct cf_worker {
     cf_worker_jobs *ledger;    /* cf_worker_jobs_watch: a copy the caller owns */
     int64_t memory_budget;     /* budget.c: what running executions' memory may add up to (0: none) */
     int64_t memory_group_max;  /* what one profile's may add up to (0: the budget): the reserve slots' memory kept out */
+    /* budget.c: the cgroup directory of the worker's own that holds all its
+     * executions, helpers and zygotes, and its limits (0: none set). */
+    struct cf_cgroup_env *children_cg;
+    char children_dir[32];
+    int64_t children_memory, children_pids;
     int nslots;                /* slot threads: slots + the reserve (worker.c, worker_slot_count) */
 };
 
@@ -299,6 +304,15 @@ int cancels_start(cf_worker *w, cf_error *err);
 /* budget.c */
 int64_t budget_memory(const cf_worker_config *cfg, char *why, size_t cap);
 int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what);
+/* Before the backends start: names the worker's own cgroup directory (into
+ * bcfg.cgroup_own_dir), sweeps dead workers' ones, and bounds it by
+ * children-memory and children-pids.  A host without usable cgroups is
+ * logged, not fatal (the backends then say what they cannot enforce). */
+void budget_children_setup(cf_worker *w);
+/* What the children use now (-1: unknown), for the report and /metrics. */
+void budget_children_usage(const cf_worker *w, int64_t *memory_bytes, int64_t *pids);
+/* After the backends and /metrics are gone: removes the directory. */
+void budget_children_teardown(cf_worker *w);
 
 /* consumers.c */
 int consumers_setup(cf_worker *w, cf_error *err);

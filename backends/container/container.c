@@ -552,7 +552,8 @@ static int ct_paths(ct_state *st, const cf_backend_config *cfg, const ct_setting
  * hidden from crun. */
 static int ct_cgroups(ct_state *st, const cf_backend_config *cfg, cf_error *err)
 {
-    cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
+    cf_cgroup_env_opts cgo = {.own_dir = cfg->cgroup_own_dir,
+                              .parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
                               .cpuacct = true};
     if (cf_cgroup_env_new(&cgo, &st->cgenv, err) < 0) {
         /* Memory, processes and kill-all are what a container is for here:

@@ -137,6 +137,9 @@ typedef struct cf_backend_config {
     int64_t max_files_bytes;    /* cap on files placed into / collected from a work dir */
     int64_t max_output_file_bytes; /* cap on the structured output file */
     const char *cgroup_root;    /* for sandbox-type backends; NULL = autodetect */
+    /* The worker's own directory below it (cf_cgroup_env_opts.own_dir),
+     * which the worker bounds as a whole; NULL: none. */
+    const char *cgroup_own_dir;
     const char *slirp4netns_path; /* network=enabled; NULL/"" or missing: not offered */
     /* What every namespaced backend (sandbox, container, wasm and js) gives
      * a request that sets none, and its tmpfs sizes (the sandbox-* keys;

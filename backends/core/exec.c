@@ -990,7 +990,18 @@ static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom
     res->has_exit_code = o->exited;
     res->exit_code = o->exited ? o->exit_code : 0;
     res->signal = o->signal;
-    if (oom_killed && !o->timed_out && !o->cpu_exceeded) {
+    /* Killed well below its own limit: what ran out is the memory of all
+     * the worker's children together (children-memory), not the program's. */
+    int64_t slack = p->memory_bytes / 16 > (16LL << 20) ? p->memory_bytes / 16 : (16LL << 20);
+    if (oom_killed && !o->timed_out && !o->cpu_exceeded && p->memory_bytes > 0 && o->peak_rss_bytes > 0 &&
+        o->peak_rss_bytes + slack < p->memory_bytes) {
+        char peak[32];
+        cf_format_size(o->peak_rss_bytes, peak, sizeof(peak));
+        res->status = CF_STATUS_INTERNAL_ERROR;
+        cf_result_set_reason(res, "killed by the OOM killer at %s, below its memory limit of %s: the worker's "
+                             "executions, helpers and zygotes together reached their bound (children-memory); "
+                             "not the program's fault, try again", peak, mem);
+    } else if (oom_killed && !o->timed_out && !o->cpu_exceeded) {
         res->status = CF_STATUS_MEMORY_EXCEEDED;
         if (p->memory_bytes > 0)
             cf_result_set_reason(res, "memory limit of %s exceeded (killed by the OOM killer)", mem);

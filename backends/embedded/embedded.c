@@ -425,7 +425,8 @@ static int em_open_helper(em_state *st, const cf_backend_config *cfg, const em_s
  * found them, cgroups. */
 static int em_probe(em_state *st, const cf_backend_config *cfg, cf_error *err)
 {
-    cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL};
+    cf_cgroup_env_opts cgo = {.own_dir = cfg->cgroup_own_dir,
+                              .parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL};
     if (cf_sandbox_probe_run(&cgo, &st->probe, err) < 0)
         return -1;
     if (!st->probe.userns || !st->probe.pidns || !st->probe.mountns || !st->probe.netns || !st->probe.ipcns ||

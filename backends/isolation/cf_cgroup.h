@@ -56,6 +56,12 @@ typedef struct cf_cgroup_env_opts {
     /* v1: also make a cpuacct cgroup per execution (exact cpu time); v2
      * always has cpu.stat. */
     bool cpuacct;
+    /* A directory of one worker's own below the parent ("cfw-<pid>"), where
+     * the cgroups go instead: every execution, helper and zygote of that
+     * worker then sits below it, so one limit bounds them all together
+     * (cf_cgroup_env_bound), and workers sharing a parent never share a
+     * bound.  NULL: none (the cgroups go in the parent). */
+    const char *own_dir;
 } cf_cgroup_env_opts;
 
 typedef struct cf_cgroup_env cf_cgroup_env;
@@ -79,6 +85,29 @@ bool cf_cgroup_env_has_freezer(const cf_cgroup_env *env); /* v1 only; v2 uses cg
  * to clean up after a crashed worker.  Returns the number removed, or -1
  * (err filled) if one could not be removed. */
 int cf_cgroup_sweep(cf_cgroup_env *env, const char *prefix, cf_error *err);
+
+/* With own_dir: limits what every cgroup below it may use together
+ * (memory without swap on top; pids), so that no mix of executions,
+ * helpers and zygotes takes the host's memory or pids, whatever their own
+ * limits add up to.  0 leaves that limit as it is.  Without own_dir:
+ * CF_E_INVALID (a shared parent would be bounded for every worker). */
+int cf_cgroup_env_bound(cf_cgroup_env *env, int64_t memory_bytes, int64_t pids_max, cf_error *err);
+
+/* What everything below own_dir (or the parent) uses now: memory in bytes
+ * (page cache and tmpfs included) and processes; -1 when unknown. */
+void cf_cgroup_env_usage(const cf_cgroup_env *env, int64_t *memory_bytes, int64_t *pids);
+
+/* Removes the own_dirs next to this env's own one (name starting with
+ * prefix) for which dead(name, arg) says their worker is gone: kills what
+ * still runs below them, removes their cgroups, then them.  Never touches
+ * this env's own.  Returns how many went, or -1 (err filled) when one
+ * could not be removed. */
+int cf_cgroup_sweep_own_dirs(cf_cgroup_env *env, const char *prefix, bool (*dead)(const char *name, void *arg),
+                             void *arg, cf_error *err);
+
+/* Removes this env's own_dir, once the cgroups below it are gone
+ * (best-effort: what is left stays for the next start's sweep). */
+void cf_cgroup_env_remove_own(cf_cgroup_env *env);
 
 typedef struct cf_cgroup_limits {
     int64_t memory_bytes;  /* 0: none; also caps swap at 0 extra */

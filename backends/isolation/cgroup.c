@@ -39,7 +39,12 @@ struct cf_cgroup_env {
     /* v1: cpuacct is co-mounted with cpu (one hierarchy): accounting then
      * comes from the cpu directory, which is always made. */
     bool acct_in_cpu;
-    char parent[C__N][PATH_MAX]; /* absolute parent dir per controller (v2: [0]) */
+    char parent[C__N][PATH_MAX]; /* absolute parent dir per controller (v2: [0]); own_dir included */
+    /* With own_dir: the directory it sits in, per controller (the other
+     * workers' own_dirs are there too), and its name. */
+    bool has_own;
+    char base[C__N][PATH_MAX];
+    char own_name[130];
     /* v2: children may be created in a cgroup (clone3 CLONE_INTO_CGROUP),
      * probed at env creation (see clone_into_probe); kill_taints: but not
      * in one that cgroup.kill was used on. */
@@ -209,6 +214,25 @@ static int kill_listed(const cf_cgroup_env *env, const char *dir)
 }
 
 /* ---- environment --------------------------------------------------- */
+
+static bool valid_name(const char *name);
+static int remove_dir(const cf_cgroup_env *env, const char *dir, cf_error *err);
+
+/* rel + "/" + own_dir into rel (the parent), and the directory above into
+ * base; no-op without own_dir. */
+static int add_own_dir(cf_cgroup_env *env, const cf_cgroup_env_opts *o, int c, const char *mount_base, char *rel,
+                       size_t cap, cf_error *err)
+{
+    if (!o->own_dir)
+        return 0;
+    if (snprintf(env->base[c], PATH_MAX, "%s%s%s", mount_base, rel[0] == '/' ? "" : "/", rel) >= PATH_MAX)
+        return cf_error_set(err, CF_E_LIMIT, "cgroup: path too long");
+    size_t len = strlen(rel);
+    if (len + 1 + strlen(o->own_dir) >= cap)
+        return cf_error_set(err, CF_E_LIMIT, "cgroup: path too long");
+    snprintf(rel + len, cap - len, "/%s", o->own_dir);
+    return 0;
+}
 
 /* Finds the worker's own cgroup path for controller ctrl (v1) or the
  * unified entry (ctrl NULL) in a /proc/self/cgroup style file. */
@@ -562,6 +586,14 @@ int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_er
         }
     }
 
+    if (o.own_dir) {
+        if (!valid_name(o.own_dir) || strlen(o.own_dir) >= sizeof(env->own_name)) {
+            free(env);
+            return cf_error_set(err, CF_E_INVALID, "cgroup: invalid own directory name");
+        }
+        env->has_own = true;
+        cf_strlcpy(env->own_name, o.own_dir, sizeof(env->own_name));
+    }
     char rel[PATH_MAX];
     if (env->version == CF_CGROUP_V2) {
         char own[PATH_MAX];
@@ -573,6 +605,8 @@ int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_er
             cf_strlcpy(rel, o.parent, sizeof(rel));
         else if (snprintf(rel, sizeof(rel), "%s/codefleet", own) >= (int)sizeof(rel))
             goto toolong;
+        if (add_own_dir(env, &o, 0, mount, rel, sizeof(rel), err) < 0)
+            goto fail;
         if (mkdir_below(mount, rel, err) < 0 || v2_enable(env, mount, own, rel, err) < 0)
             goto fail;
         if (snprintf(env->parent[0], PATH_MAX, "%s%s%s", mount, rel[0] == '/' ? "" : "/", rel) >= PATH_MAX)
@@ -602,6 +636,8 @@ int cf_cgroup_env_new(const cf_cgroup_env_opts *opts, cf_cgroup_env **out, cf_er
                 goto fail;
             else if (snprintf(rel, sizeof(rel), "%s/codefleet", own) >= (int)sizeof(rel))
                 goto toolong;
+            if (add_own_dir(env, &o, c, base, rel, sizeof(rel), err) < 0)
+                goto fail;
             if (mkdir_below(base, rel, err) < 0)
                 goto fail;
             if (snprintf(env->parent[c], PATH_MAX, "%s%s%s", base, rel[0] == '/' ? "" : "/", rel) >= PATH_MAX)
@@ -1252,4 +1288,126 @@ int cf_cgroup_sweep(cf_cgroup_env *env, const char *prefix, cf_error *err)
     if (failed)
         return cf_error_wrap(err, "cgroup sweep: %d cgroup(s) left", failed);
     return removed;
+}
+
+/* ---- one worker's own directory ----------------------------------------- */
+
+/* v1: memsw must stay >= limit_in_bytes, so the order depends on whether
+ * the limit goes up or down: try one order, then the other. */
+static int v1_memory_limit(const cf_cgroup_env *env, const char *d, int64_t bytes, cf_error *err)
+{
+    bool memsw = env->fake_fs || file_exists(d, "memory.memsw.limit_in_bytes");
+    if (write_i64(env, d, "memory.limit_in_bytes", bytes, NULL) == 0)
+        return memsw ? write_i64(env, d, "memory.memsw.limit_in_bytes", bytes, err) : 0;
+    if (memsw && write_i64(env, d, "memory.memsw.limit_in_bytes", bytes, err) < 0)
+        return -1;
+    return write_i64(env, d, "memory.limit_in_bytes", bytes, err);
+}
+
+int cf_cgroup_env_bound(cf_cgroup_env *env, int64_t memory_bytes, int64_t pids_max, cf_error *err)
+{
+    if (!env->has_own)
+        return cf_error_set(err, CF_E_INVALID, "cgroup: no directory of the worker's own to bound");
+    if (memory_bytes < 0 || pids_max < 0)
+        return cf_error_set(err, CF_E_INVALID, "cgroup: negative limit");
+    if (env->version == CF_CGROUP_V2) {
+        const char *d = env->parent[0];
+        if (memory_bytes > 0) {
+            if (write_i64(env, d, "memory.max", memory_bytes, err) < 0)
+                return -1;
+            if ((env->fake_fs || file_exists(d, "memory.swap.max")) && write_str(env, d, "memory.swap.max", "0", err) < 0)
+                return -1;
+        }
+        if (pids_max > 0 && write_i64(env, d, "pids.max", pids_max, err) < 0)
+            return -1;
+        return 0;
+    }
+    if (memory_bytes > 0 && v1_memory_limit(env, env->parent[C_MEM], memory_bytes, err) < 0)
+        return -1;
+    if (pids_max > 0 && write_i64(env, env->parent[C_PIDS], "pids.max", pids_max, err) < 0)
+        return -1;
+    return 0;
+}
+
+void cf_cgroup_env_usage(const cf_cgroup_env *env, int64_t *memory_bytes, int64_t *pids)
+{
+    bool v2 = env->version == CF_CGROUP_V2;
+    *memory_bytes = read_i64(env->parent[v2 ? 0 : C_MEM], v2 ? "memory.current" : "memory.usage_in_bytes");
+    *pids = read_i64(env->parent[v2 ? 0 : C_PIDS], "pids.current");
+}
+
+/* Kills what runs at or below dir (pass 0), or removes dir and what is
+ * below it, deepest first (pass 1).  Executions' cgroups are one level
+ * down; depth bounds a tree someone else made. */
+static int own_tree_pass(const cf_cgroup_env *env, const char *dir, int pass, int depth, cf_error *err)
+{
+    int failed = 0;
+    DIR *d = depth < 4 ? opendir(dir) : NULL;
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            char sub[PATH_MAX];
+            if (de->d_type != DT_DIR || de->d_name[0] == '.' || path_join(sub, sizeof(sub), dir, de->d_name, NULL) < 0)
+                continue;
+            failed += own_tree_pass(env, sub, pass, depth + 1, err);
+        }
+        closedir(d);
+    }
+    if (pass == 0) {
+        if (env->version == CF_CGROUP_V2 && depth == 0 && file_exists(dir, "cgroup.kill"))
+            write_str(env, dir, "cgroup.kill", "1", NULL); /* the whole subtree at once */
+        for (int i = 0; i < 50 && kill_listed(env, dir) > 0 && !env->fake_fs; i++)
+            sleep_us(2000);
+        return 0;
+    }
+    return failed + (remove_dir(env, dir, err) < 0);
+}
+
+int cf_cgroup_sweep_own_dirs(cf_cgroup_env *env, const char *prefix, bool (*dead)(const char *name, void *arg),
+                             void *arg, cf_error *err)
+{
+    if (!env->has_own)
+        return 0;
+    size_t plen = strlen(prefix);
+    int removed = 0, failed = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int c = 0; c < n_slots(env); c++) {
+            if (!env->base[c][0])
+                continue;
+            DIR *d = opendir(env->base[c]);
+            if (!d)
+                continue;
+            struct dirent *de;
+            while ((de = readdir(d))) {
+                if (de->d_type != DT_DIR || de->d_name[0] == '.' || strncmp(de->d_name, prefix, plen) != 0 ||
+                    strcmp(de->d_name, env->own_name) == 0 || !dead(de->d_name, arg))
+                    continue;
+                char dir[PATH_MAX];
+                if (path_join(dir, sizeof(dir), env->base[c], de->d_name, NULL) < 0)
+                    continue;
+                int f = own_tree_pass(env, dir, pass, 0, err);
+                if (pass == 1) {
+                    failed += f > 0;
+                    removed += f == 0 && (c == 0 || env->version == CF_CGROUP_V2);
+                }
+            }
+            closedir(d);
+        }
+    }
+    if (failed)
+        return cf_error_wrap(err, "cgroup sweep: %d dead worker's director%s left", failed, failed == 1 ? "y" : "ies");
+    return removed;
+}
+
+void cf_cgroup_env_remove_own(cf_cgroup_env *env)
+{
+    if (!env || !env->has_own)
+        return;
+    for (int c = 0; c < n_slots(env); c++)
+        if (env->base[c][0]) {
+            if (env->fake_fs)
+                remove_dir(env, env->parent[c], NULL);
+            else
+                rmdir(env->parent[c]); /* no wait at exit: what is left goes at the next start */
+        }
 }

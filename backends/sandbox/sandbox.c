@@ -650,7 +650,8 @@ static int sb_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     if (sb_check_work_root(st, cfg, err) < 0)
         goto fail;
 
-    cf_cgroup_env_opts cgo = {.parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
+    cf_cgroup_env_opts cgo = {.own_dir = cfg->cgroup_own_dir,
+                              .parent = cfg->cgroup_root && cfg->cgroup_root[0] ? cfg->cgroup_root : NULL,
                               .cpuacct = true};
     char matrix[1024];
     if (sb_probe(st, &cgo, matrix, sizeof(matrix), err) < 0 || cf_seccomp_prog_new(NULL, &st->seccomp, err) < 0 ||

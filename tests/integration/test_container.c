@@ -145,15 +145,16 @@ static int count_containers(void)
     return pclose(p) == 0 ? n : -1;
 }
 
-/* Execution cgroups (cfct-*) below the suite's parent in any hierarchy. */
+/* Execution cgroups (cfct-*) in any hierarchy, below the worker's own
+ * directory (cfw-<pid>) in the suite's parent. */
 static int count_exec_cgroups(void)
 {
     int n = 0;
     const char *hier[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/freezer",
                           "/sys/fs/cgroup/cpu,cpuacct"};
     for (size_t i = 0; i < sizeof(hier) / sizeof(hier[0]); i++) {
-        char p[256];
-        snprintf(p, sizeof(p), "%s%s", hier[i], g.cg_root);
+        char p[512];
+        snprintf(p, sizeof(p), "%s%s/cfw-%ld", hier[i], g.cg_root, (long)g.w.pid);
         DIR *d = opendir(p);
         struct dirent *de;
         while (d && (de = readdir(d)))

@@ -226,6 +226,11 @@ static void test_metrics_scraped_by_real_consumers(void **state)
     assert_true(sample(text, "codefleet_ready") == 1);
     assert_true(sample(text, "codefleet_draining") == 0);
     assert_true(sample(text, "codefleet_dead_lettered_total") == 0);
+    /* The bound on all the worker starts, and what that uses now. */
+    assert_true(sample(text, "codefleet_children_memory_max_bytes") > 0);
+    assert_true(sample(text, "codefleet_children_pids_max") > 0);
+    assert_true(sample(text, "codefleet_children_memory_bytes") >= 0);
+    assert_true(sample(text, "codefleet_children_pids") >= 0);
     /* Lag of both partitions of the request topic, from librdkafka's
      * statistics (every 2 s): all answered, nothing behind. */
     char series[300];

@@ -978,9 +978,99 @@ static void test_v1_fake_tree(void **state)
     rm_rf(root);
 }
 
+/* A worker's own directory (issue 30 part 3): its cgroups go below
+ * cfw-<pid>, which alone gets the worker's bound; dead workers' directories
+ * next to it are swept with what is below them, live ones never. */
+static bool dead_200(const char *name, void *arg)
+{
+    (void)arg;
+    return strcmp(name, "cfw-200") == 0 || strcmp(name, "cfw-100") == 0 || strcmp(name, "other") == 0;
+}
+
+static void test_v2_own_dir(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/cf-cgown-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char base[1024], own[1100], dead[1100], live[1100], nested[1200], mk[6000];
+    snprintf(base, sizeof(base), "%s/svc/codefleet", root);
+    snprintf(own, sizeof(own), "%s/cfw-100", base);
+    snprintf(dead, sizeof(dead), "%s/cfw-200", base);
+    snprintf(live, sizeof(live), "%s/cfw-300", base);
+    snprintf(nested, sizeof(nested), "%s/x-1", dead);
+    snprintf(mk, sizeof(mk), "mkdir -p %s %s %s %s %s/other", own, dead, live, nested, base);
+    assert_int_equal(system(mk), 0);
+    put(root, "proc_cgroup", "0::/svc/worker\n");
+    const char *const dirs[] = {root, base, own};
+    for (size_t i = 0; i < 3; i++)
+        put(dirs[i], "cgroup.controllers", "cpu memory pids\n");
+    char svc[4096];
+    snprintf(svc, sizeof(svc), "%s/svc", root);
+    put(svc, "cgroup.controllers", "cpu memory pids\n");
+    put(nested, "cgroup.procs", "");
+    char proc[4200];
+    snprintf(proc, sizeof(proc), "%s/proc_cgroup", root);
+
+    /* No own directory: nothing to bound (the parent may be shared). */
+    cf_cgroup_env_opts o = {.version = CF_CGROUP_V2, .mount_dir = root, .parent = "/svc/codefleet",
+                            .proc_self_cgroup = proc, .fake_fs = true};
+    cf_cgroup_env *env = NULL;
+    cf_error err;
+    if (cf_cgroup_env_new(&o, &env, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(cf_cgroup_env_bound(env, 1 << 20, 10, &err), -1);
+    assert_int_equal(err.code, CF_E_INVALID);
+    cf_cgroup_env_destroy(env);
+
+    o.own_dir = "../x";
+    assert_int_equal(cf_cgroup_env_new(&o, &env, &err), -1);
+    o.own_dir = "cfw-100";
+    if (cf_cgroup_env_new(&o, &env, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_string_equal(cf_cgroup_env_parent_dir(env), own);
+    expect(base, "cgroup.subtree_control", "+memory +pids +cpu");
+    expect(own, "cgroup.subtree_control", "+memory +pids +cpu");
+
+    assert_int_equal(cf_cgroup_env_bound(env, 64 * MiB, 50, &err), 0);
+    expect(own, "memory.max", "67108864");
+    expect(own, "memory.swap.max", "0");
+    expect(own, "pids.max", "50");
+    put(own, "memory.current", "12345\n");
+    put(own, "pids.current", "7\n");
+    int64_t mem = 0, pids = 0;
+    cf_cgroup_env_usage(env, &mem, &pids);
+    assert_int_equal(mem, 12345);
+    assert_int_equal(pids, 7);
+
+    /* An execution's cgroup goes below the own directory. */
+    cf_cgroup *cg = NULL;
+    if (cf_cgroup_new(env, "exec-1", NULL, &cg, &err) < 0)
+        fail_msg("%s", err.msg);
+    char e[4300];
+    snprintf(e, sizeof(e), "%s/exec-1", own);
+    assert_string_equal(cf_cgroup_path(cg), e);
+    cf_cgroup_destroy(cg);
+
+    /* The sweep: the dead one goes with its execution's cgroup; its own,
+     * a live one and a name without the prefix stay, whatever dead says. */
+    assert_int_equal(cf_cgroup_sweep_own_dirs(env, "cfw-", dead_200, NULL, &err), 1);
+    assert_false(path_exists(dead));
+    assert_true(path_exists(own));
+    assert_true(path_exists(live));
+    char other[4200];
+    snprintf(other, sizeof(other), "%s/other", base);
+    assert_true(path_exists(other));
+
+    cf_cgroup_env_remove_own(env);
+    assert_false(path_exists(own));
+    cf_cgroup_env_destroy(env);
+    rm_rf(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_v2_own_dir),
         cmocka_unit_test(test_env_detects_hierarchy),
         cmocka_unit_test(test_oom_detected),
         cmocka_unit_test(test_small_use_is_not_oom),
