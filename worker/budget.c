@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cf_log.h"
@@ -143,6 +144,9 @@ int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what
 }
 
 #define CHILDREN_PREFIX "cfw-"
+/* What the sandbox-type backends named their cgroups before they went
+ * below cfw-: "<prefix><pid>.<n>-..." (sandbox, container, embedded). */
+static const char *const legacy_prefixes[] = {"cfsb-", "cfct-", "cfem-"};
 
 /* Half of what the kernel allows in all (pid_max, threads-max). */
 static int64_t default_children_pids(void)
@@ -160,13 +164,42 @@ static int64_t default_children_pids(void)
     return lowest > 0 ? lowest / 2 : 0;
 }
 
-/* cfw-<pid>: its worker is gone. */
+/* This pid namespace's inode: pids are only comparable within one. */
+static unsigned long long pid_ns_ino(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+}
+
+/* A process's start time (clock ticks since boot), 0 when it is gone. */
+static unsigned long long start_ticks(pid_t pid)
+{
+    unsigned long long v[23];
+    return cf_proc_stat(pid, v, 23) >= 22 ? v[22] : 0;
+}
+
+/* Whether what a directory of the parent names belongs to a dead worker
+ * of this pid namespace: cfw-<ns>-<pid>-<start> whose pid is gone or is
+ * another process now (pid reuse), or a cgroup of the layout before
+ * cfw- whose worker pid is gone.  Another namespace's never: its pids mean
+ * nothing here (a container's worker is often pid 1). */
 static bool children_dir_dead(const char *name, void *arg)
 {
-    (void)arg;
-    char *end;
-    long pid = strtol(name + strlen(CHILDREN_PREFIX), &end, 10);
-    return *end == '\0' && pid > 0 && cf_instance_pid_gone(pid);
+    unsigned long long ns = *(const unsigned long long *)arg, dns = 0, start = 0;
+    long pid = 0;
+    int used = 0;
+    if (strncmp(name, CHILDREN_PREFIX, strlen(CHILDREN_PREFIX)) == 0) {
+        if (sscanf(name + strlen(CHILDREN_PREFIX), "%llu-%ld-%llu%n", &dns, &pid, &start, &used) != 3 ||
+            name[strlen(CHILDREN_PREFIX) + (size_t)used] != '\0' || dns != ns || pid <= 0)
+            return false;
+        return cf_instance_pid_gone(pid) || start_ticks((pid_t)pid) != start;
+    }
+    for (size_t i = 0; i < sizeof(legacy_prefixes) / sizeof(legacy_prefixes[0]); i++) {
+        long tag = cf_instance_tag_pid(name, legacy_prefixes[i]);
+        if (tag > 0)
+            return cf_instance_pid_gone(tag);
+    }
+    return false;
 }
 
 static void children_source(void *arg, cf_observe_children *out)
@@ -180,8 +213,9 @@ static void children_source(void *arg, cf_observe_children *out)
 void budget_children_setup(cf_worker *w)
 {
     const cf_worker_config *cfg = w->cfg;
-    snprintf(w->children_dir, sizeof(w->children_dir), CHILDREN_PREFIX "%ld", (long)getpid());
-    w->bcfg.cgroup_own_dir = w->children_dir;
+    unsigned long long ns = pid_ns_ino();
+    snprintf(w->children_dir, sizeof(w->children_dir), CHILDREN_PREFIX "%llu-%ld-%llu", ns, (long)getpid(),
+             start_ticks(getpid()));
 
     char why[160];
     int64_t budget = budget_memory(cfg, why, sizeof(why));
@@ -190,8 +224,8 @@ void budget_children_setup(cf_worker *w)
     int64_t mem = cfg->children_memory_bytes;
     const char *from = "children-memory";
     if (mem <= 0 && budget > 0) {
-        mem = budget + budget / 4;
-        from = "a quarter over the memory budget";
+        mem = budget + budget / 8;
+        from = "an eighth over the memory budget";
         if (have > 0 && mem > have / 8 * 7) {
             mem = have / 8 * 7;
             from = have == cg ? "7/8 of the cgroup limit" : "7/8 of the host's memory";
@@ -204,15 +238,20 @@ void budget_children_setup(cf_worker *w)
     cf_cgroup_env_opts o = {.own_dir = w->children_dir, .parent = w->bcfg.cgroup_root, .cpuacct = true};
     cf_error err;
     cf_error_clear(&err);
+    /* Read at every scrape: -1 (unknown) and 0 (no bound) until set. */
+    cf_observe_set_children_source(w->obs, children_source, w);
     if (cf_cgroup_env_new(&o, &w->children_cg, &err) < 0) {
+        /* The backends then use the parent itself, as before cfw-: a
+         * directory no one would sweep or bound is worse. */
         cf_log_warn(LOG_SUB, "the executions, helpers and zygotes are not bounded together (%s): each has "
                     "only its own limits", err.msg);
         return;
     }
-    int swept = cf_cgroup_sweep_own_dirs(w->children_cg, CHILDREN_PREFIX, children_dir_dead, NULL, &err);
+    w->bcfg.cgroup_own_dir = w->children_dir;
+    int swept = cf_cgroup_sweep_own_dirs(w->children_cg, "", children_dir_dead, &ns, &err);
     if (swept > 0)
-        cf_log_warn(LOG_SUB, "removed the cgroups of %d dead worker%s, with what still ran in them", swept,
-                    swept == 1 ? "" : "s");
+        cf_log_warn(LOG_SUB, "swept %d cgroup director%s of dead workers, with what still ran in them", swept,
+                    swept == 1 ? "y" : "ies");
     else if (swept < 0)
         cf_log_warn(LOG_SUB, "%s", err.msg);
     cf_error_clear(&err);
@@ -222,7 +261,7 @@ void budget_children_setup(cf_worker *w)
     }
     w->children_memory = mem;
     w->children_pids = pids;
-    cf_observe_set_children_source(w->obs, children_source, w);
+    w->bcfg.children_bounded = mem > 0;
     if (mem > 0 && budget > mem)
         cf_log_warn(LOG_SUB, "memory-budget (%" PRId64 " MiB) is above children-memory (%" PRId64 " MiB): executions "
                     "may be OOM-killed by the worker's bound before their own limits", (int64_t)(budget / MIB), (int64_t)(mem / MIB));

@@ -45,7 +45,7 @@ struct cf_observe {
         *compile_cache, *lag, *stalled, *stall_steps, *mem_reserved, *mem_budget, *children_mem, *children_mem_max, *children_pids,
         *children_pids_max, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
     /* What the worker's children use now, read at each scrape. */
-    cf_observe_children_fn children_fn;
+    _Atomic(cf_observe_children_fn) children_fn; /* published after children_arg */
     void *children_arg;
     /* liveness and readiness */
     _Atomic int64_t loop_mono_us;
@@ -588,9 +588,10 @@ char *cf_observe_render(cf_observe *o, size_t *len)
     if (!o)
         return NULL;
     process_metrics(o);
-    if (o->children_fn) {
+    cf_observe_children_fn children = atomic_load_explicit(&o->children_fn, memory_order_acquire);
+    if (children) {
         cf_observe_children c = {-1, -1, -1, -1};
-        o->children_fn(o->children_arg, &c);
+        children(o->children_arg, &c);
         cf_metric_set(o->children_mem, (double)c.memory_bytes, NULL);
         cf_metric_set(o->children_mem_max, (double)c.memory_max, NULL);
         cf_metric_set(o->children_pids, (double)c.pids, NULL);
@@ -782,6 +783,6 @@ void cf_observe_set_children_source(cf_observe *o, cf_observe_children_fn fn, vo
 {
     if (!o)
         return;
-    o->children_fn = fn;
     o->children_arg = arg;
+    atomic_store_explicit(&o->children_fn, fn, memory_order_release); /* the scrape thread runs already */
 }

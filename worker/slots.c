@@ -270,8 +270,17 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         } else if (!executed) {
             cf_result_clear(res);
             res->status = CF_STATUS_INTERNAL_ERROR;
-            cf_result_set_reason(res, "%s backend failed (%s): %s", j->backend->ops->name, cf_errcode_name(err.code),
-                                 err.msg);
+            /* A spawn refused for want of processes, while the children's
+             * bound is (nearly) full: say whose bound, not a bare EAGAIN. */
+            int64_t cmem, cpids;
+            budget_children_usage(w, &cmem, &cpids);
+            char why[200] = "";
+            if (err.sys_errno == EAGAIN && w->children_pids > 0 && cpids >= w->children_pids * 9 / 10)
+                snprintf(why, sizeof(why), " (this worker's executions, helpers and zygotes together hold their bound "
+                         "of %" PRId64 " processes, children-pids: not the request's fault, try again)",
+                         w->children_pids);
+            cf_result_set_reason(res, "%s backend failed (%s): %s%s", j->backend->ops->name, cf_errcode_name(err.code),
+                                 err.msg, why);
             res->wall_time_us = cf_mono_us() - t0;
             cf_log_error(LOG_SUB, "request %s: %s", j->req.id, res->reason);
         }

@@ -496,6 +496,19 @@ static int worker_slots_setup(cf_worker *w, cf_error *err)
                         w->memory_budget >> 20, (reserve * dflt) >> 20);
         }
     }
+    /* What the slots' processes limits may add up to, against the bound on
+     * all the worker's processes: past it, one tenant's executions can hold
+     * every process and another's fail to start (named in their answer). */
+    int64_t most = 0;
+    for (size_t t = 0; t < w->ntopics; t++) {
+        int64_t cap = w->topics[t].profile->max_processes;
+        cap = cap > 0 && cap < w->cfg->max_processes ? cap : w->cfg->max_processes;
+        most = cap > most ? cap : most;
+    }
+    if (w->children_pids > 0 && most * w->nslots > w->children_pids)
+        cf_log_warn(LOG_SUB, "%d slots of up to %" PRId64 " processes each (max-processes) may hold more than "
+                    "children-pids (%" PRId64 "): one tenant's executions can then keep another's from starting; "
+                    "lower max-processes (or a profile's) or raise children-pids", w->nslots, most, w->children_pids);
     if (w->idempotent) {
         if (pthread_create(&w->keeper, NULL, slots_lease_keeper, w) != 0)
             return cf_error_set(err, CF_E_SYSTEM, "starting the lease keeper thread");

@@ -36,9 +36,9 @@ static const cf_conf_prop worker_props[] = {
     {"children-memory", CF_CONF_SIZE, OFF(children_memory_bytes), 0, 1024 * 1024 * MIB, "0", NULL,
      "What the worker's executions, helpers and zygotes may use together: the memory limit of the cgroup that "
      "holds them all (its own, below cgroup-root), so that no mix of them takes the host's memory whatever their "
-     "own limits add up to.  0: a quarter more than memory-budget, at most seven eighths of the worker's cgroup "
+     "own limits add up to.  0: an eighth more than memory-budget, at most seven eighths of the worker's cgroup "
      "limit or of the host's memory (docs/OPERATIONS.md, \"Memory budget\").", NULL},
-    {"children-pids", CF_CONF_INT, OFF(children_pids), 0, 1 << 30, "0", NULL,
+    {"children-pids", CF_CONF_INT, OFF(children_pids), 0, 4194304, "0", NULL,
      "How many processes and threads the worker's executions, helpers and zygotes may have together (the same "
      "cgroup's pids limit).  0: half of the kernel's pid_max or threads-max, whichever is lower.", NULL},
     {"consumer-per-topic", CF_CONF_BOOL, OFF(consumer_per_topic), 0, 0, "true", NULL,

@@ -223,8 +223,8 @@ struct cf_worker {
     /* budget.c: the cgroup directory of the worker's own that holds all its
      * executions, helpers and zygotes, and its limits (0: none set). */
     struct cf_cgroup_env *children_cg;
-    char children_dir[32];
-    int64_t children_memory, children_pids;
+    char children_dir[80];    /* cfw-<pid ns inode>-<pid>-<start ticks> */
+    int64_t children_memory, children_pids; /* bounds set (0: none) */
     int nslots;                /* slot threads: slots + the reserve (worker.c, worker_slot_count) */
 };
 

@@ -1696,8 +1696,10 @@ static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     }
     int64_t cpu_us = cf_cgroup_cpu_usage_us(r.cg);
     int64_t peak = peak_ok ? cf_cgroup_memory_peak(r.cg) : -1;
-    if (peak >= 0)
+    if (peak >= 0) {
         outcome.peak_rss_bytes = peak;
+        outcome.peak_is_cgroups = true;
+    }
     rc = cf_exec_job_finish(&job, ctx, &outcome, oom, cpu_us, err);
 out:
     ct_run_cleanup(&r);

@@ -140,6 +140,9 @@ typedef struct cf_backend_config {
     /* The worker's own directory below it (cf_cgroup_env_opts.own_dir),
      * which the worker bounds as a whole; NULL: none. */
     const char *cgroup_own_dir;
+    /* The worker set a memory limit on that directory (children-memory):
+     * an OOM kill well below an execution's own limit is the bound's. */
+    bool children_bounded;
     const char *slirp4netns_path; /* network=enabled; NULL/"" or missing: not offered */
     /* What every namespaced backend (sandbox, container, wasm and js) gives
      * a request that sets none, and its tmpfs sizes (the sandbox-* keys;

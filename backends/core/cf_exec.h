@@ -52,6 +52,7 @@ typedef struct cf_exec_base {
     size_t max_output_file_bytes;
     uint32_t languages; /* bit per cf_language available (compiled ones: cfg->compiled_languages) */
     bool memory_is_rlimit_as; /* memory = RLIMIT_AS (explains node's SIGTRAP) */
+    bool children_bounded;    /* the worker bounds all its children's memory together (cf_backend_config) */
     /* An embedded runtime (wasm, js backends): languages it runs in-process
      * and the name that stands for their interpreter in messages. */
     uint32_t embedded_languages;

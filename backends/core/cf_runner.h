@@ -161,6 +161,9 @@ typedef struct cf_run_outcome {
     int64_t wall_us;
     int64_t cpu_us;        /* user+sys of the child and its reaped descendants */
     int64_t peak_rss_bytes;
+    /* peak_rss_bytes is the execution cgroup's peak (all it charged:
+     * every process, tmpfs, shm, kernel memory), not one process's RSS. */
+    bool peak_is_cgroups;
 } cf_run_outcome;
 
 /* Runs spec to completion.  Returns 0 when the program ran (whatever it

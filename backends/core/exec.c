@@ -103,6 +103,7 @@ int cf_exec_base_init(cf_exec_base *b, const char *who, const cf_backend_config 
     memset(b, 0, sizeof(*b));
     if (!cfg || !cfg->work_root || !cfg->work_root[0])
         return cf_error_set(err, CF_E_INVALID, "%s: work_root is not set", who);
+    b->children_bounded = cfg->children_bounded;
     b->max_files_bytes = cfg->max_files_bytes > 0 ? (size_t)cfg->max_files_bytes : FALLBACK_FILES_BYTES;
     b->max_output_file_bytes =
         cfg->max_output_file_bytes > 0 ? (size_t)cfg->max_output_file_bytes : FALLBACK_OUTPUT_FILE_BYTES;
@@ -979,7 +980,7 @@ static void failure_line(cf_language lang, const cf_buf *err, bool truncated, ch
 }
 
 static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom_killed, bool rlimit_as,
-                        cf_result *res)
+                        bool children_bounded, cf_result *res)
 {
     char why[320];
     const cf_policy *p = &req->policy;
@@ -991,10 +992,13 @@ static void map_outcome(const cf_run_outcome *o, const cf_request *req, bool oom
     res->exit_code = o->exited ? o->exit_code : 0;
     res->signal = o->signal;
     /* Killed well below its own limit: what ran out is the memory of all
-     * the worker's children together (children-memory), not the program's. */
+     * the worker's children together (children-memory), not the program's.
+     * Only judged from the execution cgroup's own peak (everything it
+     * charged), never from a process's RSS, which leaves out tmpfs, shm,
+     * kernel memory and the other processes. */
     int64_t slack = p->memory_bytes / 16 > (16LL << 20) ? p->memory_bytes / 16 : (16LL << 20);
-    if (oom_killed && !o->timed_out && !o->cpu_exceeded && p->memory_bytes > 0 && o->peak_rss_bytes > 0 &&
-        o->peak_rss_bytes + slack < p->memory_bytes) {
+    if (oom_killed && !o->timed_out && !o->cpu_exceeded && children_bounded && o->peak_is_cgroups &&
+        p->memory_bytes > 0 && o->peak_rss_bytes > 0 && o->peak_rss_bytes + slack < p->memory_bytes) {
         char peak[32];
         cf_format_size(o->peak_rss_bytes, peak, sizeof(peak));
         res->status = CF_STATUS_INTERNAL_ERROR;
@@ -1124,14 +1128,14 @@ int cf_exec_job_finish(cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_outcome 
                                       job->who, shown);
         o->timed_out = o->cpu_exceeded = false;
         oom_killed = false;
-        map_outcome(o, job->req, false, false, res);
+        map_outcome(o, job->req, false, false, false, res);
         res->status = CF_STATUS_FAILED;
         cf_result_set_reason(res, "cannot execute '%s'%s: %s", shown,
                              job->base->exec_where ? job->base->exec_where : "", strerror(o->exec_errno));
     } else {
         if (cpu_us >= 0)
             o->cpu_us = cpu_us;
-        map_outcome(o, job->req, oom_killed, job->base->memory_is_rlimit_as, res);
+        map_outcome(o, job->req, oom_killed, job->base->memory_is_rlimit_as, job->base->children_bounded, res);
     }
     res->stdout_truncated = o->out_truncated;
     res->stderr_truncated = o->err_truncated;

@@ -87,7 +87,8 @@ bool cf_cgroup_env_has_freezer(const cf_cgroup_env *env); /* v1 only; v2 uses cg
 int cf_cgroup_sweep(cf_cgroup_env *env, const char *prefix, cf_error *err);
 
 /* With own_dir: limits what every cgroup below it may use together
- * (memory without swap on top; pids), so that no mix of executions,
+ * (memory, with no swap on top where the kernel accounts swap; pids), so
+ * that no mix of executions,
  * helpers and zygotes takes the host's memory or pids, whatever their own
  * limits add up to.  0 leaves that limit as it is.  Without own_dir:
  * CF_E_INVALID (a shared parent would be bounded for every worker). */

@@ -1322,8 +1322,19 @@ int cf_cgroup_env_bound(cf_cgroup_env *env, int64_t memory_bytes, int64_t pids_m
             return -1;
         return 0;
     }
-    if (memory_bytes > 0 && v1_memory_limit(env, env->parent[C_MEM], memory_bytes, err) < 0)
-        return -1;
+    if (memory_bytes > 0) {
+        /* Before 5.11 (without systemd) a v1 cgroup may not count its
+         * children: its limit would then bound nothing. */
+        const char *d = env->parent[C_MEM];
+        if (!env->fake_fs && read_i64(d, "memory.use_hierarchy") != 1) {
+            write_i64(env, d, "memory.use_hierarchy", 1, NULL);
+            if (read_i64(d, "memory.use_hierarchy") != 1)
+                return cf_error_set(err, CF_E_UNSUPPORTED, "cgroup v1: %s does not count its children "
+                                    "(memory.use_hierarchy is not 1)", d);
+        }
+        if (v1_memory_limit(env, d, memory_bytes, err) < 0)
+            return -1;
+    }
     if (pids_max > 0 && write_i64(env, env->parent[C_PIDS], "pids.max", pids_max, err) < 0)
         return -1;
     return 0;

@@ -281,8 +281,10 @@ static void meter_collect(cf_cgroup *cg, const sb_meter *m, cf_run_outcome *o, b
     if (m->cpu.before >= 0 && cpu_after >= m->cpu.before)
         *cpu_us = cpu_after - m->cpu.before;
     int64_t peak = m->peak_ok ? cf_cgroup_memory_peak(cg) : -1;
-    if (peak >= 0)
+    if (peak >= 0) {
         o->peak_rss_bytes = peak;
+        o->peak_is_cgroups = true;
+    }
 }
 
 static atomic_int instance_counter;

@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,40 @@ static bool cgroup_dir_exists(const char *name, char *found, size_t cap)
     return find_dir("/sys/fs/cgroup", name, 0, found, cap);
 }
 
+/* The worker's own directory's name, from its log ("... in cfw-...").
+ * Read right after start it may not be there yet: waited on. */
+static bool own_dir_name(const it_worker *w, char *out, size_t cap)
+{
+    if (!it_worker_wait_log(w, "the executions, helpers and zygotes together", 60000))
+        return false;
+    FILE *f = fopen(w->log_path, "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool hit = false;
+    while (!hit && fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, " in cfw-");
+        if (p && strstr(line, "the executions, helpers and zygotes together")) {
+            p += 4;
+            size_t n = strcspn(p, " \n");
+            hit = n > 0 && n < cap;
+            if (hit)
+                snprintf(out, cap, "%.*s", (int)n, p);
+        }
+    }
+    fclose(f);
+    return hit;
+}
+
+/* Its directory in the pids hierarchy (v1) or the unified tree (v2). */
+static bool own_pids_dir(const it_worker *w, char *out, size_t cap)
+{
+    char name[128];
+    if (!own_dir_name(w, name, sizeof(name)))
+        return false;
+    return find_dir("/sys/fs/cgroup/pids", name, 0, out, cap) || find_dir("/sys/fs/cgroup", name, 0, out, cap);
+}
+
 /* The output's last "n=<number>" line, -1 when none. */
 static long last_count(const cf_result *res)
 {
@@ -151,7 +186,7 @@ static void test_children_are_bounded_together(void **state)
     it_topics t;
     it_topics_create(&t, "children", 1);
     const char *extra[] = {"--backends=sandbox", "--slots=2", "--memory-budget=2GiB", "--max-memory=1GiB",
-                           "--children-memory=192MiB", "--children-pids=48", NULL};
+                           "--children-memory=192MiB", "--children-pids=48", "--sandbox-tmp=256MiB", NULL};
     it_worker w;
     it_worker_start(&w, &t, "children-w1", extra);
     cf_dispatcher *d = it_dispatcher_new(&t);
@@ -173,6 +208,20 @@ static void test_children_are_bounded_together(void **state)
     cf_result_clear(&res);
     cf_request_clear(&req);
 
+    /* Its own limit, reached through /dev/shm pages (no process's RSS):
+     * the program's own doing, answered memory_exceeded. */
+    it_request_init(&req, CF_LANG_PYTHON,
+                    "import os\nfd = os.open('/dev/shm/fill', os.O_CREAT | os.O_WRONLY)\nchunk = b'x' * (1 << 20)\n"
+                    "for i in range(1, 121):\n    os.write(fd, chunk)\n    print('n=%d' % i, flush=True)\n");
+    req.policy.memory_bytes = 64LL << 20;
+    req.policy.timeout_us = 60 * SEC;
+    it_submit_wait(d, &req, 120 * SEC, &res);
+    print_message("own limit through /dev/shm: %s after %ld MiB: %s\n", cf_status_name(res.status), last_count(&res),
+                  res.reason ? res.reason : "");
+    assert_int_equal(res.status, CF_STATUS_MEMORY_EXCEEDED);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
     /* Processes: forks that wait, counted until one fails. */
     it_request_init(&req, CF_LANG_PYTHON,
                     "import os, time\nn = 0\nfor i in range(150):\n    try:\n        pid = os.fork()\n"
@@ -183,30 +232,85 @@ static void test_children_are_bounded_together(void **state)
     it_submit_wait(d, &req, 120 * SEC, &res);
     long forks = last_count(&res);
     print_message("pids: %s after %ld forks\n", cf_status_name(res.status), forks);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
     assert_true(forks >= 1 && forks < 48);
     cf_result_clear(&res);
     cf_request_clear(&req);
 
+    /* A tenant holding the whole bound: another request cannot start, and
+     * its answer names the bound (not a bare EAGAIN).  The holder's
+     * children are counted in the worker's directory, waited on. */
+    cf_request hold;
+    it_request_init(&hold, CF_LANG_PYTHON,
+                    "import os, time\nfor i in range(150):\n    try:\n        pid = os.fork()\n"
+                    "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(120)\n        os._exit(0)\n"
+                    "time.sleep(120)\n");
+    hold.policy.max_processes = 200;
+    hold.policy.timeout_us = 150 * SEC;
+    cf_error err;
+    if (cf_dispatcher_submit(d, &hold, &err) < 0)
+        fail_msg("submit: %s", err.msg);
+    char own[4096], pids_file[4200];
+    bool full = false;
+    for (int64_t until = cf_mono_us() + 120 * SEC; !full && cf_mono_us() < until; usleep(100 * 1000)) {
+        if (!own_pids_dir(&w, own, sizeof(own)))
+            continue;
+        snprintf(pids_file, sizeof(pids_file), "%s/pids.current", own);
+        FILE *f = fopen(pids_file, "r");
+        long cur = 0;
+        if (f && fscanf(f, "%ld", &cur) == 1 && cur >= 44)
+            full = true;
+        if (f)
+            fclose(f);
+    }
+    assert_true(full);
+    it_request_init(&req, CF_LANG_PYTHON, "print('n=1')");
+    it_submit_wait(d, &req, 120 * SEC, &res);
+    print_message("while the bound is held: %s: %s\n", cf_status_name(res.status), res.reason ? res.reason : "");
+    assert_int_equal(res.status, CF_STATUS_INTERNAL_ERROR);
+    assert_non_null(strstr(res.reason, "children-pids"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    assert_int_equal(cf_dispatcher_cancel(d, hold.id, "test over", 60 * SEC, &err), 0);
+    assert_int_equal(cf_dispatcher_wait(d, hold.id, 120 * SEC, &res, &err), 0);
+    cf_result_clear(&res);
+    cf_request_clear(&hold);
+
     /* The worker says where and how much. */
-    char said[128];
-    snprintf(said, sizeof(said), "at most 192 MiB (children-memory) and 48 processes, in cfw-%ld", (long)w.pid);
-    assert_true(it_worker_log_contains(&w, said));
+    assert_true(it_worker_log_contains(&w, "at most 192 MiB (children-memory) and 48 processes, in cfw-"));
     cf_dispatcher_destroy(d);
 
     /* A worker killed outright leaves its directory; the next start
      * removes it (and what would still run in it); a worker that stops
      * removes its own. */
-    char dir[64];
-    snprintf(dir, sizeof(dir), "cfw-%ld", (long)w.pid);
+    char dir[128], found[4096];
+    assert_true(own_dir_name(&w, dir, sizeof(dir)));
     it_worker_stop(&w, SIGKILL, 30000);
-    char found[4096];
     assert_true(cgroup_dir_exists(dir, found, sizeof(found)));
     print_message("left by the killed worker: %s\n", found);
+    /* Beside it: another pid namespace's (never ours to judge), a dead
+     * pid's, and a live pid's with another start time (pid reused). */
+    char parent[4096], other[4300], dead[4300], reused[4300];
+    snprintf(parent, sizeof(parent), "%s", found);
+    *strrchr(parent, '/') = '\0';
+    unsigned long long ns = 0, a = 0, b = 0;
+    assert_int_equal(sscanf(dir, "cfw-%llu-%llu-%llu", &ns, &a, &b), 3);
+    snprintf(other, sizeof(other), "%s/cfw-%llu-1-1", parent, ns + 1);
+    snprintf(dead, sizeof(dead), "%s/cfw-%llu-%d-1", parent, ns, 4194304 + 1);
+    snprintf(reused, sizeof(reused), "%s/cfw-%llu-%ld-1", parent, ns, (long)getpid());
+    assert_int_equal(mkdir(other, 0755), 0);
+    assert_int_equal(mkdir(dead, 0755), 0);
+    assert_int_equal(mkdir(reused, 0755), 0);
     it_worker_start(&w, &t, "children-w2", extra);
     assert_true(it_worker_wait_log(&w, "the executions, helpers and zygotes together", 60000));
     assert_false(cgroup_dir_exists(dir, found, sizeof(found)));
-    assert_true(it_worker_log_contains(&w, "removed the cgroups of "));
-    snprintf(dir, sizeof(dir), "cfw-%ld", (long)w.pid);
+    struct stat st;
+    assert_int_equal(stat(other, &st), 0);
+    assert_int_not_equal(stat(dead, &st), 0);
+    assert_int_not_equal(stat(reused, &st), 0);
+    rmdir(other);
+    assert_true(it_worker_log_contains(&w, "cgroup director"));
+    assert_true(own_dir_name(&w, dir, sizeof(dir)));
     assert_true(cgroup_dir_exists(dir, found, sizeof(found)));
     it_worker_stop(&w, SIGTERM, 30000);
     assert_false(cgroup_dir_exists(dir, found, sizeof(found)));

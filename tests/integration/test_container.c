@@ -145,8 +145,27 @@ static int count_containers(void)
     return pclose(p) == 0 ? n : -1;
 }
 
-/* Execution cgroups (cfct-*) in any hierarchy, below the worker's own
- * directory (cfw-<pid>) in the suite's parent. */
+/* Execution cgroups (cfct-*) in any hierarchy, in the suite's parent or
+ * below any worker's own directory (cfw-*) there: a dead worker's too. */
+static int count_cfct(const char *dir, int depth)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (strncmp(de->d_name, "cfct-", 5) == 0) {
+            n++;
+        } else if (depth == 0 && strncmp(de->d_name, "cfw-", 4) == 0) {
+            char sub[700];
+            snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+            n += count_cfct(sub, 1);
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static int count_exec_cgroups(void)
 {
     int n = 0;
@@ -154,13 +173,8 @@ static int count_exec_cgroups(void)
                           "/sys/fs/cgroup/cpu,cpuacct"};
     for (size_t i = 0; i < sizeof(hier) / sizeof(hier[0]); i++) {
         char p[512];
-        snprintf(p, sizeof(p), "%s%s/cfw-%ld", hier[i], g.cg_root, (long)g.w.pid);
-        DIR *d = opendir(p);
-        struct dirent *de;
-        while (d && (de = readdir(d)))
-            n += strncmp(de->d_name, "cfct-", 5) == 0;
-        if (d)
-            closedir(d);
+        snprintf(p, sizeof(p), "%s%s", hier[i], g.cg_root);
+        n += count_cfct(p, 0);
     }
     return n;
 }
