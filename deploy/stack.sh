@@ -683,9 +683,12 @@ start_workers() {
     [[ $mem_kib =~ ^[0-9]+$ && $cg =~ ^[0-9]+$ ]] && ((cg / 1024 < mem_kib)) && mem_kib=$((cg / 1024))
     [[ $mem_kib =~ ^[0-9]+$ ]] && budget=(--memory-budget "$((mem_kib * 3 / 4 / n))KiB")
     # And its part of half the host's processes for all it starts (the
-    # worker's default, half of pid_max, assumes it is alone on the host).
-    local pid_max
+    # worker's default, half of pid_max or threads-max, whichever is lower,
+    # assumes it is alone on the host).
+    local pid_max threads_max
     pid_max=$(cat /proc/sys/kernel/pid_max 2>/dev/null || true)
+    threads_max=$(cat /proc/sys/kernel/threads-max 2>/dev/null || true)
+    [[ $threads_max =~ ^[0-9]+$ && $pid_max =~ ^[0-9]+$ ]] && ((threads_max < pid_max)) && pid_max=$threads_max
     [[ $pid_max =~ ^[0-9]+$ ]] && ((pid_max / 2 / n > 0)) && budget+=(--children-pids "$((pid_max / 2 / n))")
     local -a cmd
     local signature

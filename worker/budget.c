@@ -12,7 +12,7 @@
  * The budget bounds what the executions are promised; the children's
  * cgroup bounds what everything the worker starts actually uses.  Every
  * backend makes its cgroups (executions, embedded-runtime helpers, Python
- * zygotes) below one directory of the worker's own, cfw-<pid> below
+ * zygotes) below one directory of the worker's own, cfw-<ns>-<pid>-<start> below
  * cgroup-root, which is given children-memory and children-pids: helpers'
  * and zygotes' own memory, the tmpfs pages of work directories and any
  * mistake in the sums above stay inside it, and the kernel reclaims or
@@ -144,10 +144,6 @@ int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what
 }
 
 #define CHILDREN_PREFIX "cfw-"
-/* What the sandbox-type backends named their cgroups before they went
- * below cfw-: "<prefix><pid>.<n>-..." (sandbox, container, embedded). */
-static const char *const legacy_prefixes[] = {"cfsb-", "cfct-", "cfem-"};
-
 /* Half of what the kernel allows in all (pid_max, threads-max). */
 static int64_t default_children_pids(void)
 {
@@ -171,35 +167,37 @@ static unsigned long long pid_ns_ino(void)
     return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long long)st.st_ino : 0;
 }
 
-/* A process's start time (clock ticks since boot), 0 when it is gone. */
-static unsigned long long start_ticks(pid_t pid)
+/* A process's start time (clock ticks since boot); false when it cannot
+ * be read (gone, or hidden: hidepid). */
+static bool start_ticks(pid_t pid, unsigned long long *ticks)
 {
     unsigned long long v[23];
-    return cf_proc_stat(pid, v, 23) >= 22 ? v[22] : 0;
+    if (cf_proc_stat(pid, v, 23) < 22)
+        return false;
+    *ticks = v[22];
+    return true;
 }
 
-/* Whether what a directory of the parent names belongs to a dead worker
- * of this pid namespace: cfw-<ns>-<pid>-<start> whose pid is gone or is
- * another process now (pid reuse), or a cgroup of the layout before
- * cfw- whose worker pid is gone.  Another namespace's never: its pids mean
- * nothing here (a container's worker is often pid 1). */
+/* Whether a directory of the parent is a dead worker's of this pid
+ * namespace: cfw-<ns>-<pid>-<start> whose pid is gone, or is another
+ * process now (pid reused).  A pid whose start cannot be read (hidden by
+ * hidepid) counts as alive.  Another namespace's never: its pids mean
+ * nothing here (a container's worker is often pid 1).  Cgroups that the
+ * backends left in the parent before cfw- (cfsb-, cfct-, cfem-) are not
+ * judged: their names carry no pid namespace. */
 static bool children_dir_dead(const char *name, void *arg)
 {
-    unsigned long long ns = *(const unsigned long long *)arg, dns = 0, start = 0;
+    unsigned long long ns = *(const unsigned long long *)arg, dns = 0, start = 0, now = 0;
     long pid = 0;
     int used = 0;
-    if (strncmp(name, CHILDREN_PREFIX, strlen(CHILDREN_PREFIX)) == 0) {
-        if (sscanf(name + strlen(CHILDREN_PREFIX), "%llu-%ld-%llu%n", &dns, &pid, &start, &used) != 3 ||
-            name[strlen(CHILDREN_PREFIX) + (size_t)used] != '\0' || dns != ns || pid <= 0)
-            return false;
-        return cf_instance_pid_gone(pid) || start_ticks((pid_t)pid) != start;
-    }
-    for (size_t i = 0; i < sizeof(legacy_prefixes) / sizeof(legacy_prefixes[0]); i++) {
-        long tag = cf_instance_tag_pid(name, legacy_prefixes[i]);
-        if (tag > 0)
-            return cf_instance_pid_gone(tag);
-    }
-    return false;
+    if (strncmp(name, CHILDREN_PREFIX, strlen(CHILDREN_PREFIX)) != 0)
+        return false;
+    if (sscanf(name + strlen(CHILDREN_PREFIX), "%llu-%ld-%llu%n", &dns, &pid, &start, &used) != 3 ||
+        name[strlen(CHILDREN_PREFIX) + (size_t)used] != '\0' || dns != ns || pid <= 0)
+        return false;
+    if (cf_instance_pid_gone(pid))
+        return true;
+    return start_ticks((pid_t)pid, &now) && now != start;
 }
 
 static void children_source(void *arg, cf_observe_children *out)
@@ -213,9 +211,9 @@ static void children_source(void *arg, cf_observe_children *out)
 void budget_children_setup(cf_worker *w)
 {
     const cf_worker_config *cfg = w->cfg;
-    unsigned long long ns = pid_ns_ino();
-    snprintf(w->children_dir, sizeof(w->children_dir), CHILDREN_PREFIX "%llu-%ld-%llu", ns, (long)getpid(),
-             start_ticks(getpid()));
+    unsigned long long ns = pid_ns_ino(), started = 0;
+    (void)start_ticks(getpid(), &started);
+    snprintf(w->children_dir, sizeof(w->children_dir), CHILDREN_PREFIX "%llu-%ld-%llu", ns, (long)getpid(), started);
 
     char why[160];
     int64_t budget = budget_memory(cfg, why, sizeof(why));
@@ -238,14 +236,12 @@ void budget_children_setup(cf_worker *w)
     cf_cgroup_env_opts o = {.own_dir = w->children_dir, .parent = w->bcfg.cgroup_root, .cpuacct = true};
     cf_error err;
     cf_error_clear(&err);
-    /* Read at every scrape: -1 (unknown) and 0 (no bound) until set. */
-    cf_observe_set_children_source(w->obs, children_source, w);
     if (cf_cgroup_env_new(&o, &w->children_cg, &err) < 0) {
         /* The backends then use the parent itself, as before cfw-: a
          * directory no one would sweep or bound is worse. */
         cf_log_warn(LOG_SUB, "the executions, helpers and zygotes are not bounded together (%s): each has "
                     "only its own limits", err.msg);
-        return;
+        goto publish;
     }
     w->bcfg.cgroup_own_dir = w->children_dir;
     int swept = cf_cgroup_sweep_own_dirs(w->children_cg, "", children_dir_dead, &ns, &err);
@@ -257,7 +253,7 @@ void budget_children_setup(cf_worker *w)
     cf_error_clear(&err);
     if (cf_cgroup_env_bound(w->children_cg, mem, pids, &err) < 0) {
         cf_log_warn(LOG_SUB, "the executions, helpers and zygotes are not bounded together: %s", err.msg);
-        return;
+        goto publish;
     }
     w->children_memory = mem;
     w->children_pids = pids;
@@ -271,6 +267,10 @@ void budget_children_setup(cf_worker *w)
     else
         cf_log_warn(LOG_SUB, "the executions, helpers and zygotes together: memory not bounded (no memory figure for "
                     "this host), at most %" PRId64 " processes", pids);
+publish:
+    /* Last: the scrape thread runs already, and reads what is set above
+     * (-1: unknown, 0: no bound). */
+    cf_observe_set_children_source(w->obs, children_source, w);
 }
 
 void budget_children_usage(const cf_worker *w, int64_t *memory_bytes, int64_t *pids)

@@ -505,7 +505,8 @@ static int worker_slots_setup(cf_worker *w, cf_error *err)
         cap = cap > 0 && cap < w->cfg->max_processes ? cap : w->cfg->max_processes;
         most = cap > most ? cap : most;
     }
-    if (w->children_pids > 0 && most * w->nslots > w->children_pids)
+    /* Each execution adds its init and, with network, slirp4netns. */
+    if (w->children_pids > 0 && (most + 2) * w->nslots > w->children_pids)
         cf_log_warn(LOG_SUB, "%d slots of up to %" PRId64 " processes each (max-processes) may hold more than "
                     "children-pids (%" PRId64 "): one tenant's executions can then keep another's from starting; "
                     "lower max-processes (or a profile's) or raise children-pids", w->nslots, most, w->children_pids);

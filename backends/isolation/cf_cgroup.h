@@ -56,7 +56,7 @@ typedef struct cf_cgroup_env_opts {
     /* v1: also make a cpuacct cgroup per execution (exact cpu time); v2
      * always has cpu.stat. */
     bool cpuacct;
-    /* A directory of one worker's own below the parent ("cfw-<pid>"), where
+    /* A directory of one worker's own below the parent ("cfw-<ns>-<pid>-<start>"), where
      * the cgroups go instead: every execution, helper and zygote of that
      * worker then sits below it, so one limit bounds them all together
      * (cf_cgroup_env_bound), and workers sharing a parent never share a

@@ -979,7 +979,7 @@ static void test_v1_fake_tree(void **state)
 }
 
 /* A worker's own directory (issue 30 part 3): its cgroups go below
- * cfw-<pid>, which alone gets the worker's bound; dead workers' directories
+ * cfw-<ns>-<pid>-<start>, which alone gets the worker's bound; dead workers' directories
  * next to it are swept with what is below them, live ones never. */
 static bool dead_200(const char *name, void *arg)
 {
