@@ -70,6 +70,13 @@ typedef struct cf_run_spec {
     uid_t stdio_uid;
     gid_t stdio_gid;
     int clone_flags;       /* extra CLONE_NEW* flags for the child (sandbox) */
+    /* With CLONE_NEWUSER, > 0: the user namespace is created by this host
+     * uid instead of root.  The kernel charges per-user counters (inotify
+     * instances and watches, user namespaces, queued signals, locked
+     * memory) of everything inside a namespace to its creator as well, so
+     * a namespace created by root lets its program use up root's share of
+     * the host's; created by the run uid, it uses up only that uid's. */
+    uid_t userns_owner;
     /* > 0: a cgroup v2 directory the child is created in (clone3 with
      * CLONE_INTO_CGROUP, kernel 5.7+): no parent-side attach, which takes
      * the cgroup's global lock and waits for an RCU grace period.  Where

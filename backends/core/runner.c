@@ -11,6 +11,7 @@
 #include "cf_util.h"
 
 #include <errno.h>
+#include <linux/capability.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -656,6 +657,45 @@ static pid_t spawn_vfork(struct child_args *a, int *pidfd)
     return pid;
 }
 
+/* The calling thread becomes uid (real and effective; the saved uid stays
+ * root) for the clone that creates a user namespace, so that the namespace
+ * is uid's (spec->userns_owner).  Raw syscalls: glibc's setresuid would
+ * change every thread of the worker.  The kernel clears the effective
+ * capabilities on the way from euid 0; they are raised again from the
+ * permitted set (clone3 into a cgroup needs write access to its
+ * ancestor, hosts may limit user namespaces to CAP_SYS_ADMIN).  A change
+ * of euid also makes the process undumpable (fs.suid_dumpable): what it
+ * was is put back after. */
+static int dumpable_at_start = -1;
+static pthread_once_t dumpable_once = PTHREAD_ONCE_INIT;
+static void dumpable_read(void)
+{
+    dumpable_at_start = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+}
+
+static int owner_enter(uid_t uid)
+{
+    pthread_once(&dumpable_once, dumpable_read);
+    if (syscall(SYS_setresuid, (long)uid, (long)uid, 0L) < 0)
+        return -1;
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) < 0)
+        return -1;
+    data[0].effective = data[0].permitted;
+    data[1].effective = data[1].permitted;
+    return (int)syscall(SYS_capset, &hdr, data);
+}
+
+static void owner_leave(void)
+{
+    /* Back to root: the effective set is the permitted one again. */
+    if (syscall(SYS_setresuid, 0L, 0L, 0L) < 0)
+        abort(); /* a worker thread left running as a program's uid must not go on */
+    if (dumpable_at_start >= 0)
+        (void)prctl(PR_SET_DUMPABLE, dumpable_at_start, 0, 0, 0);
+}
+
 /* clone3 gives the pidfd atomically with the child; fork + pidfd_open is
  * the fallback for kernels without clone3 (no namespaces then). */
 static pid_t spawn(struct child_args *a, int *pidfd)
@@ -682,6 +722,13 @@ static pid_t spawn(struct child_args *a, int *pidfd)
         ca.cgroup = (uint64_t)a->spec->cgroup_fd;
         size = RUN_CLONE_ARGS_VER2;
     }
+    bool as_owner = (a->spec->clone_flags & CLONE_NEWUSER) && a->spec->userns_owner > 0;
+    if (as_owner && owner_enter(a->spec->userns_owner) < 0) {
+        int e = errno;
+        owner_leave();
+        errno = e;
+        return -1;
+    }
     long r = syscall(SYS_clone3, &ca, size);
     if (r < 0 && into && (errno == E2BIG || errno == EINVAL || errno == EBADF || errno == EOPNOTSUPP)) {
         /* Not this kernel, or not this cgroup: the parent attaches. */
@@ -693,6 +740,11 @@ static pid_t spawn(struct child_args *a, int *pidfd)
     }
     if (r == 0)
         child_main(a);
+    if (as_owner) {
+        int e = errno;
+        owner_leave();
+        errno = e;
+    }
     if (r > 0) {
         if (a->spec->cgroup_joined)
             *a->spec->cgroup_joined = into;

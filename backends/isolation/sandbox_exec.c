@@ -189,6 +189,10 @@ int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *er
     snprintf(sx->gid_map, sizeof(sx->gid_map), "%u %u 1\n", (unsigned)sx->gid, (unsigned)sx->host_gid);
     /* Always an own network namespace: with network it gets slirp4netns. */
     spec->clone_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET;
+    /* The run uid creates the namespace: what the program makes inside
+     * (inotify instances, ...) counts against the run uid's per-user
+     * limits, never root's (cf_run_spec.userns_owner). */
+    spec->userns_owner = geteuid() == 0 ? sx->host_uid : 0;
     sx->egress = (cf_net_egress){.pid = 0, .exit_fd = -1};
     if (sx->egress_slirp && !sx->routes)
         return cf_error_set(err, CF_E_INVALID, "sandbox: network without routes");

@@ -63,6 +63,7 @@ static const struct {
     {"ok", h_ok, "prints ok"},
     {"forkbomb", h_forkbomb, "<target> [explode]: fork target sleepers, report, then fork forever"},
     {"heap", h_heap, "<MiB>: malloc and touch"},
+    {"inotify", h_inotify, "[hold]: inotify instances until refused; hold: keep them until ./.hostile-inotify-release"},
     {"mmap", h_mmap, "<MiB>: one 64 GiB NORESERVE mapping, touch MiB of it"},
     {"shm", h_shm, "<MiB>: fill a /dev/shm file"},
     {"memfd", h_memfd, "<MiB>: fill a memfd"},

@@ -27,6 +27,7 @@ long arg_long(const char *s);
 
 /* hostile_resources.c: exhaust processes, memory, disk, output, CPU. */
 int h_forkbomb(int argc, char **argv);
+int h_inotify(int argc, char **argv);
 int h_heap(int argc, char **argv);
 int h_mmap(int argc, char **argv);
 int h_shm(int argc, char **argv);

@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -310,4 +312,41 @@ int h_sigxcpu(int argc, char **argv)
     sigaction(SIGXCPU, &sa, NULL);
     say("spinning\n");
     spin();
+}
+
+/* Takes inotify instances until the kernel refuses one (the per-user
+ * limit, fs.inotify.max_user_instances, counted for the user that created
+ * each user namespace on the way up).  hold: says so in the marker
+ * .hostile-inotify-held (for the test to find the work directory) and
+ * keeps them until ./.hostile-inotify-release appears (bounded). */
+int h_inotify(int argc, char **argv)
+{
+    bool hold = argc >= 2 && strcmp(argv[1], "hold") == 0;
+    int n = 0, err = 0;
+    for (; n < 100000; n++) {
+        if (inotify_init1(IN_CLOEXEC) < 0) {
+            err = errno;
+            break;
+        }
+    }
+    say("inotify: %d\n", n);
+    say("inotify-refused: %s\n", err ? ename(err) : "never");
+    if (!hold)
+        return 0;
+    int fd = open(".hostile-inotify-held", O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        say("inotify-error: %s\n", ename(errno));
+        return 1;
+    }
+    close(fd);
+    for (int i = 0; i < 1000; i++) {
+        struct stat sb;
+        if (stat(".hostile-inotify-release", &sb) == 0) {
+            say("inotify-released: yes\n");
+            return 0;
+        }
+        usleep(20000);
+    }
+    say("inotify-released: no\n");
+    return 0;
 }

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/ipc.h>
 #include <sys/resource.h>
@@ -2018,6 +2019,76 @@ static void test_setuid_binary(void **state)
     after_case("setuid binary");
 }
 
+/* ---- per-user kernel counters -------------------------------------------------------------- */
+
+static bool host_inotify_ok(void)
+{
+    int fd = inotify_init1(IN_CLOEXEC);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
+}
+
+static void test_inotify_instances(void **state)
+{
+    REQUIRE_SUITE();
+    /* Without the sandbox (as DEMO_UID): the program takes every inotify
+     * instance its user may have. */
+    demo dm;
+    demo_run((const char *[]){"inotify", NULL}, &(demo_opts){.as_demo_uid = true}, &dm);
+    DEMO_EXPECT(&dm, has_line(dm.text, "inotify-refused: EMFILE"), "use up its user's inotify instances");
+    demo_free(&dm);
+    if (strcmp(g.backend, "container") == 0) {
+        print_message("not yet in the container backend: crun creates the container's user namespace as root, "
+                      "so what it makes inside counts against root's (docs/SECURITY.md)\n");
+        skip();
+    }
+
+    /* In the sandbox: it takes what it can and holds it; meanwhile host
+     * root (whose share every namespace created by root would use up)
+     * still gets one. */
+    cf_request req;
+    hostile_request(&req, "inotify hold");
+    req.policy.timeout_us = 40 * SEC;
+    submit(&req);
+    char wd[512], in_worker[400];
+    snprintf(in_worker, sizeof(in_worker), "/proc/%d/root%s", (int)g.w.pid, g.work_root);
+    bool held = false;
+    for (int64_t until = cf_mono_us() + 30 * SEC; !held && cf_mono_us() < until;) {
+        held = find_marker(in_worker, 0, ".hostile-inotify-held", wd, sizeof(wd));
+        if (!held)
+            usleep(50 * 1000);
+    }
+    bool host_ok = host_inotify_ok();
+    if (held) { /* wd: the directory holding the marker */
+        char rel[600];
+        snprintf(rel, sizeof(rel), "%s/.hostile-inotify-release", wd);
+        int fd = open(rel, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0)
+            close(fd);
+    }
+    cf_result res;
+    wait_result(req.id, &res);
+    if (!held) {
+        dump_result(&res, "inotify");
+        fail_msg("inotify: the execution's marker was not found under %s", in_worker);
+    }
+    expect_status(&res, CF_STATUS_SUCCESS, "inotify instances");
+    char v[64];
+    const char *n = line_value(res_stdout(&res), "inotify", v, sizeof(v));
+    print_message("inotify: the execution took %s instance(s); host root %s one meanwhile\n", n ? n : "?",
+                  host_ok ? "still got" : "could NOT get");
+    if (!host_ok || !n || strtol(n, NULL, 10) < 1 || !has_line(res_stdout(&res), "inotify-refused: EMFILE") ||
+        !has_line(res_stdout(&res), "inotify-released: yes")) {
+        dump_result(&res, "inotify");
+        fail_msg("inotify: the execution's instances counted against root's (host root refused one)");
+    }
+    cf_request_clear(&req);
+    cf_result_clear(&res);
+    after_case("inotify instances");
+}
+
 /* ---- signals ------------------------------------------------------------------------------ */
 
 static void test_kill_everything(void **state)
@@ -2305,6 +2376,7 @@ int main(void)
         cmocka_unit_test(test_foreign_abi_int80),
         cmocka_unit_test(test_foreign_abi_x32),
         cmocka_unit_test(test_terminal_injection),
+        cmocka_unit_test(test_inotify_instances),
         cmocka_unit_test(test_setuid_binary),
         cmocka_unit_test(test_kill_everything),
         cmocka_unit_test(test_inherited_fds),
