@@ -42,6 +42,7 @@ typedef struct cf_worker_config {
     int64_t memory_budget_bytes; /* what running executions' memory limits may add up to (0: auto, budget.c) */
     int64_t children_memory_bytes; /* what all the worker's executions, helpers and zygotes may use together (0: auto) */
     int64_t children_pids;      /* how many processes they may have together (0: auto) */
+    int64_t userns_owner;       /* enum index: auto|run-uid|root (cf_userns_owner) */
     int64_t reserve_slots;      /* slots beyond `slots` no one profile may fill (-1: auto) */
     char *backends;             /* "process" or "sandbox,process": first = default */
     char *work_root;

@@ -20,6 +20,8 @@
  */
 #include "worker_int.h"
 
+#include "cf_sandbox_exec.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -334,6 +336,16 @@ static int worker_backends_setup(cf_worker *w, cf_error *err)
     /* Before any backend makes a cgroup: they all go below the worker's
      * own, bounded as a whole. */
     budget_children_setup(w);
+    /* Before any sandbox starts: who creates their user namespaces. */
+    char owner_why[400];
+    int by_run_uid = cf_sandbox_exec_set_userns_owner((cf_userns_owner)cfg->userns_owner, owner_why,
+                                                      sizeof(owner_why), err);
+    if (by_run_uid < 0)
+        return -1;
+    if (by_run_uid || cfg->userns_owner != CF_USERNS_OWNER_AUTO)
+        cf_log_info(LOG_SUB, "executions' user namespaces are created %s", owner_why);
+    else
+        cf_log_warn(LOG_SUB, "executions' user namespaces are created %s", owner_why);
     char helpers[3 * PATH_MAX];
     cf_backend_helpers_describe(&w->bcfg, helpers, sizeof(helpers));
     cf_log_info(LOG_SUB, "helpers: harnesses %s, %s", pcfg.harness_dir[0] ? pcfg.harness_dir : "(none)", helpers);

@@ -41,6 +41,12 @@ static const cf_conf_prop worker_props[] = {
     {"children-pids", CF_CONF_INT, OFF(children_pids), 0, 4194304, "0", NULL,
      "How many processes and threads the worker's executions, helpers and zygotes may have together (the same "
      "cgroup's pids limit).  0: half of the kernel's pid_max or threads-max, whichever is lower.", NULL},
+    {"userns-owner", CF_CONF_ENUM, OFF(userns_owner), 0, 0, "auto", "auto|run-uid|root",
+     "Who creates each execution's user namespace (sandbox, zygote, embedded helpers).  run-uid: its run uid, so "
+     "that what a program makes inside (inotify instances and watches, queued signals, ...) counts against its "
+     "slot's per-user limits, never root's; needs CAP_KILL and CAP_SYS_PTRACE besides the sandbox's usual "
+     "capabilities, or the worker refuses to start.  root: root, whose per-user limits every program then shares.  "
+     "auto: run-uid when the worker has those capabilities, else root with a warning (docs/SECURITY.md).", NULL},
     {"consumer-per-topic", CF_CONF_BOOL, OFF(consumer_per_topic), 0, 0, "true", NULL,
      "One consumer (group member) per request topic, so that the group spreads each topic over the live workers "
      "(within one partition); off: one consumer for all topics, which the group balances by the total only, so "

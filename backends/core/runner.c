@@ -668,6 +668,12 @@ static pid_t spawn_vfork(struct child_args *a, int *pidfd)
  * was is put back after. */
 static int dumpable_at_start = -1;
 static pthread_once_t dumpable_once = PTHREAD_ONCE_INIT;
+/* Threads inside the window: dumpable is put back only when the last one
+ * leaves (before, another thread still runs as a run uid, and a dumpable
+ * process would hand that uid its /proc/<pid>/task/<tid> files). */
+static pthread_mutex_t owner_mu = PTHREAD_MUTEX_INITIALIZER;
+static int owners_inside;
+
 static void dumpable_read(void)
 {
     dumpable_at_start = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
@@ -676,6 +682,9 @@ static void dumpable_read(void)
 static int owner_enter(uid_t uid)
 {
     pthread_once(&dumpable_once, dumpable_read);
+    pthread_mutex_lock(&owner_mu);
+    owners_inside++;
+    pthread_mutex_unlock(&owner_mu);
     if (syscall(SYS_setresuid, (long)uid, (long)uid, 0L) < 0)
         return -1;
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
@@ -687,13 +696,23 @@ static int owner_enter(uid_t uid)
     return (int)syscall(SYS_capset, &hdr, data);
 }
 
+/* Also after a failed owner_enter: whatever it changed goes back. */
 static void owner_leave(void)
 {
-    /* Back to root: the effective set is the permitted one again. */
-    if (syscall(SYS_setresuid, 0L, 0L, 0L) < 0)
-        abort(); /* a worker thread left running as a program's uid must not go on */
-    if (dumpable_at_start >= 0)
+    /* Back to root: the effective set is the permitted one again.  The
+     * kernel may fail it for want of memory (a new uid's accounting):
+     * retried, and a worker thread left running as a program's uid must
+     * not go on. */
+    int tries = 0;
+    while (syscall(SYS_setresuid, 0L, 0L, 0L) < 0) {
+        if (++tries >= 100)
+            abort();
+        usleep(1000);
+    }
+    pthread_mutex_lock(&owner_mu);
+    if (--owners_inside == 0 && dumpable_at_start >= 0)
         (void)prctl(PR_SET_DUMPABLE, dumpable_at_start, 0, 0, 0);
+    pthread_mutex_unlock(&owner_mu);
 }
 
 /* clone3 gives the pidfd atomically with the child; fork + pidfd_open is

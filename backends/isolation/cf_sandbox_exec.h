@@ -71,4 +71,21 @@ typedef struct cf_sandbox_exec {
  * host ids are 0 or fs is missing. */
 int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *err);
 
+/* Who creates the executions' user namespaces (cf_run_spec.userns_owner),
+ * decided once per process before any sandbox starts. */
+typedef enum cf_userns_owner {
+    CF_USERNS_OWNER_AUTO = 0, /* the run uid when this process may, else root */
+    CF_USERNS_OWNER_RUN_UID,  /* the run uid, or an error */
+    CF_USERNS_OWNER_ROOT,     /* root (the default until this is called) */
+} cf_userns_owner;
+
+/* The run uid may create them only if this process keeps control over
+ * namespaces it does not own: signalling their processes (CAP_KILL),
+ * slirp4netns opening their namespaces (CAP_SYS_PTRACE), becoming the run
+ * uid (CAP_SETUID) and clone3 into a cgroup as it (CAP_DAC_OVERRIDE), all
+ * effective, as root.  Returns 1 (the run uid creates them), 0 (root) or
+ * -1 (RUN_UID asked without those; err says which are missing); why says
+ * what was decided and why, for the log. */
+int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, char *why, size_t cap, cf_error *err);
+
 #endif

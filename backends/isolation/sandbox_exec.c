@@ -2,6 +2,7 @@
 #include "cf_child.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <linux/capability.h>
 #include <stdint.h>
 #include <fcntl.h>
@@ -130,6 +131,48 @@ static int sx_child_go(void *arg, unsigned go_flags, int64_t cpu_rlimit_s, const
 
 /* ---- parent ----------------------------------------------------------- */
 
+static atomic_bool userns_by_run_uid;
+
+int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, char *why, size_t cap, cf_error *err)
+{
+    if (mode == CF_USERNS_OWNER_ROOT) {
+        atomic_store(&userns_by_run_uid, false);
+        snprintf(why, cap, "by root (userns-owner = root)");
+        return 0;
+    }
+    static const struct {
+        int cap;
+        const char *name;
+    } need[] = {{CAP_KILL, "CAP_KILL"}, {CAP_SYS_PTRACE, "CAP_SYS_PTRACE"}, {CAP_SETUID, "CAP_SETUID"},
+                {CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"}};
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    char missing[160] = "";
+    if (geteuid() != 0 || syscall(SYS_capget, &hdr, data) < 0) {
+        snprintf(missing, sizeof(missing), "root");
+    } else {
+        for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+            if (data[need[i].cap / 32].effective & (1u << (need[i].cap % 32)))
+                continue;
+            size_t len = strlen(missing);
+            snprintf(missing + len, sizeof(missing) - len, "%s%s", len ? ", " : "", need[i].name);
+        }
+    }
+    if (!missing[0]) {
+        atomic_store(&userns_by_run_uid, true);
+        snprintf(why, cap, "by their run uid: what a program makes inside (inotify instances, ...) counts against "
+                 "its slot's per-user limits, never root's");
+        return 1;
+    }
+    atomic_store(&userns_by_run_uid, false);
+    if (mode == CF_USERNS_OWNER_RUN_UID)
+        return cf_error_set(err, CF_E_UNSUPPORTED, "userns-owner = run-uid needs %s (the worker must keep control "
+                            "over namespaces it does not own)", missing);
+    snprintf(why, cap, "by root, as this worker lacks %s: what a program makes inside (inotify instances, ...) "
+             "counts against root's per-user limits (docs/SECURITY.md)", missing);
+    return 0;
+}
+
 /* How long slirp4netns may take to configure the namespace. */
 #define EGRESS_READY_US (5 * 1000000LL)
 
@@ -192,7 +235,7 @@ int cf_sandbox_exec_prepare(cf_sandbox_exec *sx, cf_run_spec *spec, cf_error *er
     /* The run uid creates the namespace: what the program makes inside
      * (inotify instances, ...) counts against the run uid's per-user
      * limits, never root's (cf_run_spec.userns_owner). */
-    spec->userns_owner = geteuid() == 0 ? sx->host_uid : 0;
+    spec->userns_owner = atomic_load(&userns_by_run_uid) ? sx->host_uid : 0;
     sx->egress = (cf_net_egress){.pid = 0, .exit_fd = -1};
     if (sx->egress_slirp && !sx->routes)
         return cf_error_set(err, CF_E_INVALID, "sandbox: network without routes");
