@@ -336,16 +336,27 @@ static int worker_backends_setup(cf_worker *w, cf_error *err)
     /* Before any backend makes a cgroup: they all go below the worker's
      * own, bounded as a whole. */
     budget_children_setup(w);
-    /* Before any sandbox starts: who creates their user namespaces. */
-    char owner_why[400];
-    int by_run_uid = cf_sandbox_exec_set_userns_owner((cf_userns_owner)cfg->userns_owner, owner_why,
-                                                      sizeof(owner_why), err);
-    if (by_run_uid < 0)
-        return -1;
-    if (by_run_uid || cfg->userns_owner != CF_USERNS_OWNER_AUTO)
-        cf_log_info(LOG_SUB, "executions' user namespaces are created %s", owner_why);
-    else
-        cf_log_warn(LOG_SUB, "executions' user namespaces are created %s", owner_why);
+    /* Before any sandbox starts: who creates their user namespaces (only
+     * the sandbox and the embedded runtimes make any). */
+    bool namespaced = false;
+    cf_list_item item;
+    for (const char *cur = cfg->backends; cf_list_next(&cur, &item);)
+        namespaced |= (item.len == 7 && strncmp(item.s, "sandbox", 7) == 0) ||
+                      (item.len == 4 && strncmp(item.s, "wasm", 4) == 0) ||
+                      (item.len == 2 && strncmp(item.s, "js", 2) == 0);
+    if (namespaced) {
+        /* The sandbox's, wasm's and js's blocks of run uids (cf_uid_block). */
+        int64_t base = cfg->run_uid_base > 0 ? cfg->run_uid_base : 100000;
+        char owner_why[400];
+        int by_run_uid = cf_sandbox_exec_set_userns_owner((cf_userns_owner)cfg->userns_owner, base,
+                                                          3 * (int64_t)w->nslots, owner_why, sizeof(owner_why), err);
+        if (by_run_uid < 0)
+            return -1;
+        if (by_run_uid || cfg->userns_owner != CF_USERNS_OWNER_AUTO)
+            cf_log_info(LOG_SUB, "executions' user namespaces are created %s", owner_why);
+        else
+            cf_log_warn(LOG_SUB, "executions' user namespaces are created %s", owner_why);
+    }
     char helpers[3 * PATH_MAX];
     cf_backend_helpers_describe(&w->bcfg, helpers, sizeof(helpers));
     cf_log_info(LOG_SUB, "helpers: harnesses %s, %s", pcfg.harness_dir[0] ? pcfg.harness_dir : "(none)", helpers);

@@ -183,8 +183,10 @@ static __attribute__((noreturn)) void child_fail(int fd, int e, const char *msg)
 
 /* init is a copy of the worker that never execs, and the program can read
  * some of it: /proc/1/cmdline and comm by anyone, /proc/1/environ and
- * /proc/1/mem if init were dumpable (it is not after its uid change unless
- * fs.suid_dumpable says otherwise: made sure here).  Runs before the
+ * /proc/1/mem if init were dumpable (a change of its effective uid makes
+ * it undumpable unless fs.suid_dumpable says otherwise, and with a
+ * namespace created by the run uid its effective uid does not change at
+ * all: made sure here).  Runs before the
  * program exists, so it never sees the worker's. */
 static int scrub_worker_image(const struct cmdline_area *cmd)
 {
@@ -657,9 +659,12 @@ static pid_t spawn_vfork(struct child_args *a, int *pidfd)
     return pid;
 }
 
-/* The calling thread becomes uid (real and effective; the saved uid stays
- * root) for the clone that creates a user namespace, so that the namespace
- * is uid's (spec->userns_owner).  Raw syscalls: glibc's setresuid would
+/* The calling thread's effective uid becomes uid (its real and saved uids
+ * stay root) for the clone that creates a user namespace, so that the
+ * namespace is uid's (spec->userns_owner).  Only the effective uid: with
+ * the real uid root, no process of uid may signal the thread during the
+ * window, and the namespace's process limit stays unlimited (the kernel
+ * takes the creator's RLIMIT_NPROC unless its real uid is root).  Raw syscalls: glibc's setresuid would
  * change every thread of the worker.  The kernel clears the effective
  * capabilities on the way from euid 0; they are raised again from the
  * permitted set (clone3 into a cgroup needs write access to its
@@ -685,7 +690,7 @@ static int owner_enter(uid_t uid)
     pthread_mutex_lock(&owner_mu);
     owners_inside++;
     pthread_mutex_unlock(&owner_mu);
-    if (syscall(SYS_setresuid, (long)uid, (long)uid, 0L) < 0)
+    if (syscall(SYS_setresuid, -1L, (long)uid, -1L) < 0)
         return -1;
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
     struct __user_cap_data_struct data[2];
@@ -704,7 +709,7 @@ static void owner_leave(void)
      * retried, and a worker thread left running as a program's uid must
      * not go on. */
     int tries = 0;
-    while (syscall(SYS_setresuid, 0L, 0L, 0L) < 0) {
+    while (syscall(SYS_setresuid, -1L, 0L, -1L) < 0) {
         if (++tries >= 100)
             abort();
         usleep(1000);

@@ -82,10 +82,14 @@ typedef enum cf_userns_owner {
 /* The run uid may create them only if this process keeps control over
  * namespaces it does not own: signalling their processes (CAP_KILL),
  * slirp4netns opening their namespaces (CAP_SYS_PTRACE), becoming the run
- * uid (CAP_SETUID) and clone3 into a cgroup as it (CAP_DAC_OVERRIDE), all
- * effective, as root.  Returns 1 (the run uid creates them), 0 (root) or
- * -1 (RUN_UID asked without those; err says which are missing); why says
- * what was decided and why, for the log. */
-int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, char *why, size_t cap, cf_error *err);
+ * uid (CAP_SETUID), clone3 into a cgroup as it (CAP_DAC_OVERRIDE) and
+ * writing the maps (CAP_SYS_ADMIN), all effective, as root; and only if
+ * none of the uid_count run uids from uid_first is anyone else's (an
+ * account, a /etc/subuid range), whose processes would own the namespaces.
+ * Returns 1 (the run uid creates them), 0 (root) or -1 (RUN_UID asked
+ * without those; err says why); why says what was decided and why, for the
+ * log. */
+int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, int64_t uid_first, int64_t uid_count, char *why,
+                                     size_t cap, cf_error *err);
 
 #endif

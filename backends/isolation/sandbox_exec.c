@@ -6,6 +6,8 @@
 #include <linux/capability.h>
 #include <stdint.h>
 #include <fcntl.h>
+#include <pwd.h>
+#include <stdlib.h>
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
@@ -133,7 +135,40 @@ static int sx_child_go(void *arg, unsigned go_flags, int64_t cpu_rlimit_s, const
 
 static atomic_bool userns_by_run_uid;
 
-int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, char *why, size_t cap, cf_error *err)
+/* Whether any of the count uids from first belongs to someone else on
+ * this host: an account (passwd, NSS) or a range of /etc/subuid (rootless
+ * containers, podman unshare).  A process of that uid outside any user
+ * namespace would own a namespace created by it. */
+static bool uids_foreign(int64_t first, int64_t count, char *which, size_t cap)
+{
+    for (int64_t u = first; u < first + count; u++) {
+        if (getpwuid((uid_t)u)) {
+            snprintf(which, cap, "run uid %lld has an account (passwd)", (long long)u);
+            return true;
+        }
+    }
+    FILE *f = fopen("/etc/subuid", "re");
+    char line[512];
+    while (f && fgets(line, sizeof(line), f)) {
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        long long start = strtoll(c1 + 1, NULL, 10), n = strtoll(c2 + 1, NULL, 10);
+        if (n > 0 && start < first + count && first < start + n) {
+            *c1 = '\0';
+            snprintf(which, cap, "/etc/subuid gives %.64s uids %lld..%lld, which overlap the run uids", line, start,
+                     start + n - 1);
+            fclose(f);
+            return true;
+        }
+    }
+    if (f)
+        fclose(f);
+    return false;
+}
+
+int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, int64_t uid_first, int64_t uid_count, char *why,
+                                     size_t cap, cf_error *err)
 {
     if (mode == CF_USERNS_OWNER_ROOT) {
         atomic_store(&userns_by_run_uid, false);
@@ -143,8 +178,9 @@ int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, char *why, size_t cap
     static const struct {
         int cap;
         const char *name;
-    } need[] = {{CAP_KILL, "CAP_KILL"}, {CAP_SYS_PTRACE, "CAP_SYS_PTRACE"}, {CAP_SETUID, "CAP_SETUID"},
-                {CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"}};
+    } need[] = {{CAP_KILL, "CAP_KILL"},         {CAP_SYS_PTRACE, "CAP_SYS_PTRACE"},
+                {CAP_SETUID, "CAP_SETUID"},     {CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"},
+                {CAP_SYS_ADMIN, "CAP_SYS_ADMIN"}};
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
     struct __user_cap_data_struct data[2];
     char missing[160] = "";
@@ -157,6 +193,16 @@ int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, char *why, size_t cap
             size_t len = strlen(missing);
             snprintf(missing + len, sizeof(missing) - len, "%s%s", len ? ", " : "", need[i].name);
         }
+    }
+    char foreign[200] = "";
+    if (!missing[0] && uids_foreign(uid_first, uid_count, foreign, sizeof(foreign))) {
+        atomic_store(&userns_by_run_uid, false);
+        if (mode == CF_USERNS_OWNER_RUN_UID)
+            return cf_error_set(err, CF_E_UNSUPPORTED, "userns-owner = run-uid: %s (give the worker a run-uid-base "
+                                "no one else uses)", foreign);
+        snprintf(why, cap, "by root, as %s: what a program makes inside (inotify instances, ...) counts against "
+                 "root's per-user limits (docs/SECURITY.md)", foreign);
+        return 0;
     }
     if (!missing[0]) {
         atomic_store(&userns_by_run_uid, true);

@@ -2058,6 +2058,18 @@ static void test_inotify_instances(void **state)
         skip();
     }
 
+    /* Host root must have one to spare before, or "after" says nothing. */
+    if (!host_inotify_ok()) {
+        print_message("host root holds all its inotify instances already\n");
+        skip();
+    }
+    /* The suite's worker runs as root with every capability: the run uid
+     * creates the namespaces (userns-owner = auto). */
+    if (!it_worker_log_contains(&g.w, "user namespaces are created by their run uid")) {
+        it_worker_dump_log(&g.w);
+        fail_msg("inotify: the worker did not choose the run uid to create the namespaces");
+    }
+
     /* In the sandbox: it takes what it can and holds it; meanwhile host
      * root (whose share every namespace created by root would use up)
      * still gets one. */
