@@ -84,8 +84,8 @@ typedef enum cf_userns_owner {
  * slirp4netns opening their namespaces (CAP_SYS_PTRACE), becoming the run
  * uid (CAP_SETUID), clone3 into a cgroup as it (CAP_DAC_OVERRIDE) and
  * writing the maps (CAP_SYS_ADMIN), all effective, as root; and only if
- * none of the uid_count run uids from uid_first is anyone else's (an
- * account, a /etc/subuid range), whose processes would own the namespaces.
+ * none of the uid_count run uids from uid_first is a local account's,
+ * whose processes would own the namespaces.
  * Returns 1 (the run uid creates them), 0 (root) or -1 (RUN_UID asked
  * without those; err says why); why says what was decided and why, for the
  * log. */

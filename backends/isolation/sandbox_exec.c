@@ -6,7 +6,6 @@
 #include <linux/capability.h>
 #include <stdint.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <stdlib.h>
 #include <net/if.h>
 #include <sched.h>
@@ -25,7 +24,17 @@
 static int sx_child_setup(void *arg, const char **msg)
 {
     const cf_sandbox_exec *sx = arg;
-    /* First, so everything below is charged and counted there. */
+    /* The run uid before anything else: the capabilities of our user
+     * namespace stay (its uid 0 is not mapped, so no uid change drops
+     * them), and kernels before 5.16 check a v1 self-join against the
+     * writer's uids, which must then be the run uid's own (with a
+     * namespace created by the run uid, the effective uid already is, the
+     * real and saved ones are still root's). */
+    if (cf_sandbox_become(sx->uid, sx->gid) < 0) {
+        *msg = "sandbox: set uid/gid";
+        return -1;
+    }
+    /* Then the cgroup, so everything below is charged and counted there. */
     if (sx->cg && sx->n_join > 0 && cf_cgroup_join_self(sx->join_fds, sx->n_join) < 0) {
         *msg = "sandbox: join cgroup";
         return -1;
@@ -52,15 +61,11 @@ static int sx_child_setup(void *arg, const char **msg)
         *msg = "sandbox: cgroup namespace";
         return -1;
     }
-    /* Bind sources are opened with the run uid's host credentials, never
-     * as host root: a path the run uid cannot reach on the host (a file in
-     * a root-only directory) is refused here, not handed over.  The
-     * capabilities we keep in our user namespace do not apply to host
-     * files, whose owners are not mapped in it. */
-    if (cf_sandbox_become(sx->uid, sx->gid) < 0) {
-        *msg = "sandbox: set uid/gid";
-        return -1;
-    }
+    /* Bind sources are opened with the run uid's host credentials (set
+     * above), never as host root: a path the run uid cannot reach on the
+     * host (a file in a root-only directory) is refused here, not handed
+     * over.  The capabilities we keep in our user namespace do not apply
+     * to host files, whose owners are not mapped in it. */
     int fds[CF_SANDBOX_MAX_BINDS];
     if (cf_sandbox_fs_open_binds(sx->fs, fds, msg) < 0)
         return -1;
@@ -135,36 +140,36 @@ static int sx_child_go(void *arg, unsigned go_flags, int64_t cpu_rlimit_s, const
 
 static atomic_bool userns_by_run_uid;
 
-/* Whether any of the count uids from first belongs to someone else on
- * this host: an account (passwd, NSS) or a range of /etc/subuid (rootless
- * containers, podman unshare).  A process of that uid outside any user
- * namespace would own a namespace created by it. */
+/* Whether any of the count uids from first is a local account's
+ * (/etc/passwd): a process of that uid in the host's user namespace would
+ * own a namespace created by it.  Read directly, not through NSS, so that
+ * a directory service that is down cannot hold the worker's start.
+ * Subordinate ranges (/etc/subuid) are no such risk: a rootless
+ * container's processes live in a user namespace of their own, and owning
+ * a namespace takes the owner's uid in its parent, the host's. */
 static bool uids_foreign(int64_t first, int64_t count, char *which, size_t cap)
 {
-    for (int64_t u = first; u < first + count; u++) {
-        if (getpwuid((uid_t)u)) {
-            snprintf(which, cap, "run uid %lld has an account (passwd)", (long long)u);
-            return true;
-        }
-    }
-    FILE *f = fopen("/etc/subuid", "re");
-    char line[512];
-    while (f && fgets(line, sizeof(line), f)) {
+    FILE *f = fopen("/etc/passwd", "re");
+    char line[1024];
+    bool hit = false;
+    while (!hit && f && fgets(line, sizeof(line), f)) {
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2)
             continue;
-        long long start = strtoll(c1 + 1, NULL, 10), n = strtoll(c2 + 1, NULL, 10);
-        if (n > 0 && start < first + count && first < start + n) {
+        char *end;
+        errno = 0;
+        unsigned long long u = strtoull(c2 + 1, &end, 10);
+        if (errno || end == c2 + 1 || *end != ':')
+            continue;
+        if (u >= (unsigned long long)first && u < (unsigned long long)(first + count)) {
             *c1 = '\0';
-            snprintf(which, cap, "/etc/subuid gives %.64s uids %lld..%lld, which overlap the run uids", line, start,
-                     start + n - 1);
-            fclose(f);
-            return true;
+            snprintf(which, cap, "run uid %llu is the account %.64s's (/etc/passwd)", u, line);
+            hit = true;
         }
     }
     if (f)
         fclose(f);
-    return false;
+    return hit;
 }
 
 int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, int64_t uid_first, int64_t uid_count, char *why,
