@@ -188,9 +188,9 @@ int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, int64_t uid_first, in
                 {CAP_SYS_ADMIN, "CAP_SYS_ADMIN"}};
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
     struct __user_cap_data_struct data[2];
-    char missing[160] = "";
+    char missing[320] = "";
     if (geteuid() != 0 || syscall(SYS_capget, &hdr, data) < 0) {
-        snprintf(missing, sizeof(missing), "root");
+        snprintf(missing, sizeof(missing), "the worker is not root");
     } else {
         for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
             if (data[need[i].cap / 32].effective & (1u << (need[i].cap % 32)))
@@ -199,28 +199,25 @@ int cf_sandbox_exec_set_userns_owner(cf_userns_owner mode, int64_t uid_first, in
             snprintf(missing + len, sizeof(missing) - len, "%s%s", len ? ", " : "", need[i].name);
         }
     }
-    char foreign[200] = "";
-    if (!missing[0] && uids_foreign(uid_first, uid_count, foreign, sizeof(foreign))) {
-        atomic_store(&userns_by_run_uid, false);
-        if (mode == CF_USERNS_OWNER_RUN_UID)
-            return cf_error_set(err, CF_E_UNSUPPORTED, "userns-owner = run-uid: %s (give the worker a run-uid-base "
-                                "no one else uses)", foreign);
-        snprintf(why, cap, "by root, as %s: what a program makes inside (inotify instances, ...) counts against "
-                 "root's per-user limits (docs/SECURITY.md)", foreign);
-        return 0;
-    }
-    if (!missing[0]) {
+    /* A local account's run uid would own the namespaces from outside. */
+    if (!missing[0] && uids_foreign(uid_first, uid_count, missing, sizeof(missing)))
+        snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), " (give the worker a run-uid-base no one "
+                 "else uses)");
+    else if (!missing[0]) {
         atomic_store(&userns_by_run_uid, true);
         snprintf(why, cap, "by their run uid: what a program makes inside (inotify instances, ...) counts against "
                  "its slot's per-user limits, never root's");
         return 1;
+    } else {
+        size_t len = strlen(missing);
+        snprintf(missing + len, sizeof(missing) - len, " missing (the worker must keep control over namespaces "
+                 "it does not own)");
     }
     atomic_store(&userns_by_run_uid, false);
     if (mode == CF_USERNS_OWNER_RUN_UID)
-        return cf_error_set(err, CF_E_UNSUPPORTED, "userns-owner = run-uid needs %s (the worker must keep control "
-                            "over namespaces it does not own)", missing);
-    snprintf(why, cap, "by root, as this worker lacks %s: what a program makes inside (inotify instances, ...) "
-             "counts against root's per-user limits (docs/SECURITY.md)", missing);
+        return cf_error_set(err, CF_E_UNSUPPORTED, "userns-owner = run-uid refused: %s", missing);
+    snprintf(why, cap, "by root, because: %s; what a program makes inside (inotify instances, ...) counts against "
+             "root's per-user limits (docs/SECURITY.md)", missing);
     return 0;
 }
 

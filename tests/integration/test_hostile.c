@@ -1962,6 +1962,20 @@ static bool find_marker(const char *dir, int depth, const char *marker, char *fo
     return hit;
 }
 
+/* Waits (up to timeout) for the execution's marker file in its work
+ * directory, reached through the worker's root: the worker's mounts live
+ * in its own mount namespace (worker_main.c).  wd: that directory. */
+static bool wait_for_marker(const char *marker, int64_t timeout_us, char *wd, size_t size)
+{
+    char in_worker[400];
+    snprintf(in_worker, sizeof(in_worker), "/proc/%d/root%s", (int)g.w.pid, g.work_root);
+    for (int64_t until = cf_mono_us() + timeout_us; cf_mono_us() < until; usleep(50 * 1000))
+        if (find_marker(in_worker, 0, marker, wd, size))
+            return true;
+    fprintf(stderr, "no %s under %s\n", marker, in_worker);
+    return false;
+}
+
 static void test_setuid_binary(void **state)
 {
     REQUIRE_SUITE();
@@ -1985,25 +1999,15 @@ static void test_setuid_binary(void **state)
     hostile_request(&req, "suidwait");
     req.policy.timeout_us = 15 * SEC;
     submit(&req);
-    /* The worker's mounts live in its own mount namespace (worker_main.c):
-     * the execution's work directory is reached through the worker's
-     * root, not the host's. */
-    char wd[512], in_worker[400];
-    snprintf(in_worker, sizeof(in_worker), "/proc/%d/root%s", (int)g.w.pid, g.work_root);
-    bool placed = false;
-    for (int i = 0; i < 200 && !placed; i++) {
-        if (find_marker(in_worker, 0, ".hostile-suid-wait", wd, sizeof(wd))) {
-            place_suid_probe(wd);
-            placed = true;
-        } else {
-            usleep(50 * 1000);
-        }
-    }
+    char wd[512];
+    bool placed = wait_for_marker(".hostile-suid-wait", 10 * SEC, wd, sizeof(wd));
+    if (placed)
+        place_suid_probe(wd);
     cf_result res;
     wait_result(req.id, &res);
     if (!placed) {
         dump_result(&res, "setuid");
-        fail_msg("setuid: the execution's work directory was not found under %s", in_worker);
+        fail_msg("setuid: the execution's work directory was not found");
     }
     expect_status(&res, CF_STATUS_SUCCESS, "setuid binary");
     const char *out = res_stdout(&res);
@@ -2065,7 +2069,7 @@ static void test_inotify_instances(void **state)
     }
     /* The suite's worker runs as root with every capability: the run uid
      * creates the namespaces (userns-owner = auto). */
-    if (it_worker_log_contains(&g.w, "user namespaces are created by root, as")) {
+    if (it_worker_log_contains(&g.w, "user namespaces are created by root, because")) {
         print_message("this worker creates the namespaces as root (its log says why): nothing to show\n");
         skip();
     }
@@ -2081,14 +2085,8 @@ static void test_inotify_instances(void **state)
     hostile_request(&req, "inotify hold");
     req.policy.timeout_us = 40 * SEC;
     submit(&req);
-    char wd[512], in_worker[400];
-    snprintf(in_worker, sizeof(in_worker), "/proc/%d/root%s", (int)g.w.pid, g.work_root);
-    bool held = false;
-    for (int64_t until = cf_mono_us() + 30 * SEC; !held && cf_mono_us() < until;) {
-        held = find_marker(in_worker, 0, ".hostile-inotify-held", wd, sizeof(wd));
-        if (!held)
-            usleep(50 * 1000);
-    }
+    char wd[512];
+    bool held = wait_for_marker(".hostile-inotify-held", 30 * SEC, wd, sizeof(wd));
     bool host_ok = host_inotify_ok();
     if (held) { /* wd: the directory holding the marker */
         char rel[600];
@@ -2101,7 +2099,7 @@ static void test_inotify_instances(void **state)
     wait_result(req.id, &res);
     if (!held) {
         dump_result(&res, "inotify");
-        fail_msg("inotify: the execution's marker was not found under %s", in_worker);
+        fail_msg("inotify: the execution's marker was not found");
     }
     expect_status(&res, CF_STATUS_SUCCESS, "inotify instances");
     char v[64];
