@@ -102,19 +102,29 @@ static int64_t host_memory(void)
     return kb > 0 ? (int64_t)kb * 1024 : -1;
 }
 
+/* The memory the worker may use: its cgroup's limit, or the host's memory
+ * when that is lower or there is none (-1: unknown); *from_cgroup says
+ * which. */
+static int64_t memory_have(bool *from_cgroup)
+{
+    int64_t host = host_memory(), cg = cgroup_memory_limit();
+    *from_cgroup = cg > 0 && (host < 0 || cg < host);
+    return *from_cgroup ? cg : host;
+}
+
 int64_t budget_memory(const cf_worker_config *cfg, char *why, size_t cap)
 {
     if (cfg->memory_budget_bytes > 0) {
         snprintf(why, cap, "memory-budget");
         return cfg->memory_budget_bytes;
     }
-    int64_t host = host_memory(), cg = cgroup_memory_limit();
-    int64_t have = cg > 0 && (host < 0 || cg < host) ? cg : host;
+    bool from_cg;
+    int64_t have = memory_have(&from_cg);
     if (have <= 0) {
         snprintf(why, cap, "unknown (no cgroup limit, no /proc/meminfo): not enforced");
         return 0;
     }
-    snprintf(why, cap, "3/4 of the %s's %" PRId64 " MiB", have == cg ? "cgroup limit" : "host memory",
+    snprintf(why, cap, "3/4 of the %s's %" PRId64 " MiB", from_cg ? "cgroup limit" : "host memory",
              (int64_t)(have / MIB));
     return have / 4 * 3;
 }
@@ -217,8 +227,8 @@ void budget_children_setup(cf_worker *w)
 
     char why[160];
     int64_t budget = budget_memory(cfg, why, sizeof(why));
-    int64_t host = host_memory(), cg = cgroup_memory_limit();
-    int64_t have = cg > 0 && (host < 0 || cg < host) ? cg : host;
+    bool from_cg;
+    int64_t have = memory_have(&from_cg);
     int64_t mem = cfg->children_memory_bytes;
     const char *from = "children-memory";
     if (mem <= 0 && budget > 0) {
@@ -226,7 +236,7 @@ void budget_children_setup(cf_worker *w)
         from = "an eighth over the memory budget";
         if (have > 0 && mem > have / 8 * 7) {
             mem = have / 8 * 7;
-            from = have == cg ? "7/8 of the cgroup limit" : "7/8 of the host's memory";
+            from = from_cg ? "7/8 of the cgroup limit" : "7/8 of the host's memory";
         }
     }
     int64_t pids = cfg->children_pids > 0 ? cfg->children_pids : default_children_pids();

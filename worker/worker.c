@@ -346,7 +346,7 @@ static int worker_backends_setup(cf_worker *w, cf_error *err)
                       (item.len == 2 && strncmp(item.s, "js", 2) == 0);
     if (namespaced) {
         /* The sandbox's, wasm's and js's blocks of run uids (cf_uid_block). */
-        int64_t base = cfg->run_uid_base > 0 ? cfg->run_uid_base : 100000;
+        int64_t base = cfg->run_uid_base > 0 ? cfg->run_uid_base : CF_RUN_UID_BASE_DEFAULT;
         char owner_why[400];
         int by_run_uid = cf_sandbox_exec_set_userns_owner((cf_userns_owner)cfg->userns_owner, base,
                                                           3 * (int64_t)w->nslots, owner_why, sizeof(owner_why), err);

@@ -87,7 +87,6 @@
 #define INIT_IN "/run/codefleet-init"
 #define MAX_IMAGES 16
 #define MAX_JOIN_FDS 8
-#define DEFAULT_UID_BASE 100000
 #define DEFAULT_MEMORY (512LL << 20)
 #define DEFAULT_PIDS 256
 #define DEFAULT_TMP (64LL << 20)
@@ -513,7 +512,7 @@ static void ct_limits(ct_state *st, const cf_backend_config *cfg)
 {
     st->base.exec_where = " inside the container";
     st->slots = cfg->slots > 0 ? cfg->slots : 1;
-    st->uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
+    st->uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : CF_RUN_UID_BASE_DEFAULT;
     st->def_memory = or_default(cfg->sandbox_memory_bytes, DEFAULT_MEMORY);
     st->def_pids = or_default(cfg->sandbox_pids_max, DEFAULT_PIDS);
     st->tmp_bytes = or_default(cfg->sandbox_tmp_bytes, DEFAULT_TMP);

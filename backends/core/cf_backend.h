@@ -76,6 +76,9 @@ typedef enum cf_uid_block {
     CF_UID_BLOCKS = 4
 } cf_uid_block;
 
+/* The base when run-uid-base is 0 (the namespaced backends). */
+#define CF_RUN_UID_BASE_DEFAULT 100000
+
 static inline int64_t cf_run_uid(int64_t base, int slots, cf_uid_block block, int slot)
 {
     return base + (int64_t)slots * (int64_t)block + slot;

@@ -63,7 +63,6 @@
 
 #define EM_PREFIX "cfem-"
 #define IN_ID 1000
-#define DEFAULT_UID_BASE 100000
 #define SLOT_IN "/work"
 #define DEFAULT_HELPER_MEMORY (1024LL << 20)
 #define HELPER_OVERHEAD (128LL << 20) /* runtime, compiled code, the helper itself */
@@ -571,7 +570,7 @@ static int em_create(const cf_backend_config *cfg, void **state, cf_backend_caps
     if (cf_exec_base_init(&st->base, st->name, cfg, err) < 0)
         goto fail;
     em_limits(st, cfg, es, runtime);
-    int64_t uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
+    int64_t uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : CF_RUN_UID_BASE_DEFAULT;
     /* Blocks 1 and 2 (cf_uid_block): the sandbox has base .. base+slots-1. */
     int64_t first_uid = cf_run_uid(uid_base, st->slots, runtime == CF_EMBED_WASM ? CF_UID_BLOCK_WASM : CF_UID_BLOCK_JS, 0);
     if (first_uid + st->slots > INT32_MAX) {

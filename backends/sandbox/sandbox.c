@@ -68,7 +68,6 @@
 
 #define SB_PREFIX "cfsb-"
 #define IN_ID 1000
-#define DEFAULT_UID_BASE 100000
 #define DEFAULT_MEMORY (512LL << 20)
 #define DEFAULT_PIDS 256
 #define DEFAULT_TMP (64LL << 20)
@@ -423,7 +422,7 @@ static void sb_limits(sb_state *st, const cf_backend_config *cfg)
 {
     st->base.exec_where = " inside the sandbox";
     st->slots = cfg->slots > 0 ? cfg->slots : 1;
-    st->uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE;
+    st->uid_base = cfg->run_uid_base > 0 ? cfg->run_uid_base : CF_RUN_UID_BASE_DEFAULT;
     st->def_memory = or_default(cfg->sandbox_memory_bytes, DEFAULT_MEMORY);
     st->def_pids = or_default(cfg->sandbox_pids_max, DEFAULT_PIDS);
     st->tmp_bytes = or_default(cfg->sandbox_tmp_bytes, DEFAULT_TMP);
@@ -440,7 +439,7 @@ static int sb_check_work_root(sb_state *st, const cf_backend_config *cfg, cf_err
         return cf_error_set_errno(err, CF_E_SYSTEM, errno, "sandbox: work_root '%s'", st->base.work_root);
     char walk[PATH_MAX];
     cf_strlcpy(walk, st->real_root, sizeof(walk));
-    uid_t first = (uid_t)(cfg->run_uid_base > 0 ? cfg->run_uid_base : DEFAULT_UID_BASE);
+    uid_t first = (uid_t)(cfg->run_uid_base > 0 ? cfg->run_uid_base : CF_RUN_UID_BASE_DEFAULT);
     for (;;) {
         struct stat sb;
         if (stat(walk, &sb) < 0 || !run_uid_may(&sb, first, 1))
