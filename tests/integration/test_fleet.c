@@ -348,7 +348,8 @@ static bool cgroup_named(const char *prefix)
  * namespace), what stays (directories, cgroups) the next worker's sweep
  * removes and says so, and that worker's normal shutdown leaves nothing
  * (no zygote share z0, z1). */
-static void sweep_after_sigkill(const it_topics *t, pid_t dead, const char *work_root, const char *const *extra)
+static void sweep_after_sigkill(const it_topics *t, cf_dispatcher *d, const char *id, pid_t dead,
+                                const char *work_root, const char *const *extra)
 {
     char tag[64], inst[PATH_MAX], needle[128];
     snprintf(tag, sizeof(tag), "cfsb-%d.", (int)dead);
@@ -370,6 +371,18 @@ static void sweep_after_sigkill(const it_topics *t, pid_t dead, const char *work
     }
     if (entries_named(work_root, tag) || cgroup_named(tag))
         fail_msg("the dead worker's %s* directories or cgroups outlived the sweep", tag);
+    /* The SIGKILLed worker's request is redelivered to this one and sleeps
+     * 30-39 s: a SIGTERM would wait it out (shutdown-grace, 30 s).  Cancel
+     * it and wait for its answer, so that the stop below is prompt. */
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_dispatcher_cancel(d, id, "test over", 60 * SEC, &err), 0);
+    cf_result res = {0};
+    if (cf_dispatcher_wait(d, id, 120 * SEC, &res, &err) < 0) {
+        it_worker_dump_log(&w);
+        fail_msg("the redelivered request was never answered: %s", err.msg);
+    }
+    cf_result_clear(&res);
     assert_int_equal(it_worker_stop(&w, SIGTERM, 30000), 0);
     if (entries_named(work_root, "cfsb-")) {
         char cmd[PATH_MAX + 32];
@@ -448,7 +461,7 @@ static void sigkill_takes_its_programs_along(void **state)
             fail_msg("%s: the program outlived its SIGKILLed worker", backends[b]);
         }
         if (b == 1)
-            sweep_after_sigkill(&t, dead, work_root, extra);
+            sweep_after_sigkill(&t, d, req.id, dead, work_root, extra);
         rmdir(work_root);
         cf_request_clear(&req);
         cf_dispatcher_destroy(d);
