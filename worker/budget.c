@@ -153,6 +153,24 @@ int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what
     return run;
 }
 
+int64_t budget_pids_cost(const cf_worker *w, const cf_backend *b, const cf_request *req, const cf_profile *prof)
+{
+    if (!b || !b->ops->pids_bound)
+        return 0;
+    int64_t run = b->ops->pids_bound(b->state, req);
+    if (!cf_language_compiled(req->language) || !(b->caps.controls & CF_CTL_MAX_PROCESSES))
+        return run;
+    /* The compile step's bound: compile-processes, within the profile's
+     * max-processes (languages/pipeline.c, compile_policy), no network. */
+    cf_request creq = *req; /* shallow: pids_bound reads the policy only */
+    creq.policy.max_processes = w->cfg->compile_processes;
+    if (prof && prof->max_processes > 0 && prof->max_processes < creq.policy.max_processes)
+        creq.policy.max_processes = prof->max_processes;
+    creq.policy.network = CF_NET_DISABLED;
+    int64_t compile = b->ops->pids_bound(b->state, &creq);
+    return compile > run ? compile : run;
+}
+
 #define CHILDREN_PREFIX "cfw-"
 /* Half of what the kernel allows in all (pid_max, threads-max). */
 static int64_t default_children_pids(void)
@@ -296,4 +314,42 @@ void budget_children_teardown(cf_worker *w)
     cf_cgroup_env_remove_own(w->children_cg);
     cf_cgroup_env_destroy(w->children_cg);
     w->children_cg = NULL;
+}
+
+void budget_pids_setup(cf_worker *w)
+{
+    if (w->children_pids <= 0)
+        return;
+    /* The eighth kept back is for what no execution reserves: the helpers,
+     * the zygotes and their threads (the same eighth as children-memory's
+     * over the memory budget). */
+    w->pids_budget = w->children_pids - w->children_pids / 8;
+    cf_exec_pool_set_budget(w->pool, CF_POOL_PIDS, w->pids_budget);
+    /* The reserve slots' processes, as for memory: what a request that
+     * asks for nothing holds on the backend that holds most, kept out of
+     * each profile's share. */
+    int64_t reserve = w->nslots - (int)w->cfg->slots, dflt = 0;
+    cf_request none = {.language = CF_LANG_SHELL};
+    for (size_t i = 0; i < cf_backend_set_count(w->backends); i++) {
+        const cf_backend *b = cf_backend_set_get(w->backends, i);
+        int64_t d = b->ops->pids_bound ? b->ops->pids_bound(b->state, &none) : 0;
+        dflt = d > dflt ? d : dflt;
+    }
+    if (reserve > 0 && dflt > 0 && reserve * dflt < w->pids_budget) {
+        w->pids_group_max = w->pids_budget - reserve * dflt;
+        cf_exec_pool_set_group_budget(w->pool, CF_POOL_PIDS, w->pids_group_max);
+    }
+    cf_log_info(LOG_SUB, "process budget for executions: %" PRId64 " of children-pids %" PRId64, w->pids_budget,
+                w->children_pids);
+    if (w->pids_group_max > 0)
+        cf_log_info(LOG_SUB, "a profile's executions hold at most %" PRId64 " of them (the reserve slots keep %" PRId64 ")",
+                    w->pids_group_max, reserve * dflt);
+    else if (reserve > 0 && dflt > 0)
+        cf_log_warn(LOG_SUB, "process budget %" PRId64 ": too small to keep the reserve slots' %" PRId64
+                    " out of each profile's share; one profile may hold all of it", w->pids_budget, reserve * dflt);
+    /* Not an error: executions then wait for each other's processes. */
+    if (dflt > 0 && dflt * w->nslots > w->pids_budget)
+        cf_log_warn(LOG_SUB, "%d slots of %" PRId64 " processes each (a request's default) do not fit the process "
+                    "budget of %" PRId64 ": fewer run at once; raise children-pids or lower sandbox-pids",
+                    w->nslots, dflt, w->pids_budget);
 }

@@ -12,7 +12,7 @@ typedef struct pool_node {
     char *key;        /* copy; NULL = unordered */
     int32_t partition;
     int group;
-    int64_t cost;
+    int64_t cost[CF_POOL_NRESOURCES];
     bool running;
     struct pool_node *next;
 } pool_node;
@@ -32,10 +32,11 @@ struct cf_exec_pool {
     int *running_g;   /* per group */
     pool_node **cand; /* per group: scratch of next_runnable */
     int *offer_order; /* scratch of next_runnable: groups in the order their candidates were met */
-    int64_t budget;   /* 0: none */
-    int64_t reserved; /* costs of the running jobs */
-    int64_t group_max;    /* the most one group may reserve (0: the budget) */
-    int64_t *reserved_g;  /* per group */
+    /* Per resource: */
+    int64_t budget[CF_POOL_NRESOURCES];    /* 0: none */
+    int64_t reserved[CF_POOL_NRESOURCES];  /* costs of the running jobs */
+    int64_t group_max[CF_POOL_NRESOURCES]; /* the most one group may reserve (0: the budget) */
+    int64_t (*reserved_g)[CF_POOL_NRESOURCES]; /* per group */
     pthread_t *threads;
     cf_pool_run_fn run;
     cf_pool_notify_fn notify;
@@ -70,6 +71,22 @@ static bool fewer_for_weight(const cf_exec_pool *p, int a, int b)
     return (long long)p->running_g[a] * p->weight[b] < (long long)p->running_g[b] * p->weight[a];
 }
 
+/* Whether n's costs fit: over its group's share of a budget
+ * (&waits_for_own), over what is left of one (&waits_for_budget), or n. */
+static pool_node *fit(const cf_exec_pool *p, pool_node *n)
+{
+    pool_node *mark = n;
+    for (int r = 0; r < CF_POOL_NRESOURCES; r++) {
+        if (p->budget[r] <= 0)
+            continue;
+        if (p->group_max[r] > 0 && p->reserved_g[n->group][r] + n->cost[r] > p->group_max[r])
+            return &waits_for_own;
+        if (p->reserved[r] + n->cost[r] > p->budget[r])
+            mark = &waits_for_budget;
+    }
+    return mark;
+}
+
 /* The next job to run: each group under its cap offers its first queued
  * node that no earlier node with the same key precedes; of those, the one
  * of the group with the fewest running jobs for its weight, the earliest
@@ -77,7 +94,7 @@ static bool fewer_for_weight(const cf_exec_pool *p, int a, int b)
  * tenant whose job has waited longest goes first: with more busy tenants
  * than slots, each gets its turn).
  *
- * The budget: a group whose first job does not fit offers nothing (its
+ * The budgets: a group whose first job does not fit one offers nothing (its
  * later jobs do not pass it), and while it is no better served than the
  * best candidate, nothing starts at all: the running jobs drain until it
  * fits.  Otherwise other tenants' small jobs, started as soon as one of
@@ -92,12 +109,8 @@ static pool_node *next_runnable(cf_exec_pool *p)
         int g = n->group;
         if (n->running || p->cand[g] || p->running_g[g] >= p->cap[g] || key_blocked(p, n))
             continue;
-        p->cand[g] = n;
+        p->cand[g] = fit(p, n);
         p->offer_order[offered++] = g;
-        if (p->budget > 0 && p->group_max > 0 && p->reserved_g[g] + n->cost > p->group_max)
-            p->cand[g] = &waits_for_own;
-        else if (p->budget > 0 && p->reserved + n->cost > p->budget)
-            p->cand[g] = &waits_for_budget;
     }
     pool_node *best = NULL;
     int waiting = -1; /* the least served group whose job waits for the budget */
@@ -156,16 +169,20 @@ static void *slot_main(void *argp)
         p->queued--;
         p->running++;
         p->running_g[node->group]++;
-        p->reserved += node->cost;
-        p->reserved_g[node->group] += node->cost;
+        for (int r = 0; r < CF_POOL_NRESOURCES; r++) {
+            p->reserved[r] += node->cost[r];
+            p->reserved_g[node->group][r] += node->cost[r];
+        }
         pthread_mutex_unlock(&p->lock);
 
         p->run(job, slot, p->arg);
 
         pthread_mutex_lock(&p->lock);
         p->running_g[node->group]--;
-        p->reserved -= node->cost;
-        p->reserved_g[node->group] -= node->cost;
+        for (int r = 0; r < CF_POOL_NRESOURCES; r++) {
+            p->reserved[r] -= node->cost[r];
+            p->reserved_g[node->group][r] -= node->cost[r];
+        }
         unlink_node(p, node);
         node_free(node);
         p->running--;
@@ -251,7 +268,7 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
     int *w = calloc((size_t)n, sizeof(*w)), *c = calloc((size_t)n, sizeof(*c)), *r = calloc((size_t)n, sizeof(*r));
     pool_node **cand = calloc((size_t)n, sizeof(*cand));
     int *order = calloc((size_t)n, sizeof(*order));
-    int64_t *rg = calloc((size_t)n, sizeof(*rg));
+    int64_t (*rg)[CF_POOL_NRESOURCES] = calloc((size_t)n, sizeof(*rg));
     if (!w || !c || !r || !cand || !order || !rg) {
         free(w);
         free(c);
@@ -283,28 +300,28 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
     return 0;
 }
 
-void cf_exec_pool_set_budget(cf_exec_pool *p, int64_t budget)
+void cf_exec_pool_set_budget(cf_exec_pool *p, cf_pool_resource r, int64_t budget)
 {
     pthread_mutex_lock(&p->lock);
-    p->budget = budget > 0 ? budget : 0;
+    p->budget[r] = budget > 0 ? budget : 0;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
 }
 
-void cf_exec_pool_set_group_budget(cf_exec_pool *p, int64_t group_max)
+void cf_exec_pool_set_group_budget(cf_exec_pool *p, cf_pool_resource r, int64_t group_max)
 {
     pthread_mutex_lock(&p->lock);
-    p->group_max = group_max > 0 ? group_max : 0;
+    p->group_max[r] = group_max > 0 ? group_max : 0;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
 }
 
-int64_t cf_exec_pool_reserved(cf_exec_pool *p)
+int64_t cf_exec_pool_reserved(cf_exec_pool *p, cf_pool_resource r)
 {
     pthread_mutex_lock(&p->lock);
-    int64_t r = p->reserved;
+    int64_t v = p->reserved[r];
     pthread_mutex_unlock(&p->lock);
-    return r;
+    return v;
 }
 
 size_t cf_exec_pool_group_running(cf_exec_pool *p, int group)
@@ -327,7 +344,8 @@ int cf_exec_pool_submit(cf_exec_pool *p, cf_pool_job *job)
     n->job = job;
     n->partition = job->partition;
     n->group = job->group >= 0 && job->group < p->ngroups ? job->group : 0;
-    n->cost = job->cost > 0 ? job->cost : 0;
+    for (int r = 0; r < CF_POOL_NRESOURCES; r++)
+        n->cost[r] = job->cost[r] > 0 ? job->cost[r] : 0;
     job->next = NULL;
     pthread_mutex_lock(&p->lock);
     if (p->tail)

@@ -11,9 +11,10 @@
  * group never runs more than its cap at once: one tenant's long runs
  * cannot take every slot, and a tenant with work never waits behind
  * another's backlog (the queue is not first-come-first-served across
- * groups; within a group it is).  With a memory budget, a job that does
- * not fit waits, and while its group is no better served than the others
- * nothing else starts: the running jobs drain until it fits.
+ * groups; within a group it is).  With budgets (memory, processes), a job
+ * that does not fit one waits, and while its group is no better served
+ * than the others nothing else starts: the running jobs drain until it
+ * fits.
  *
  * Ownership: the pool never touches a job once run() has been called on it
  * (the job's owner may free it as soon as its result is delivered, possibly
@@ -26,11 +27,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What a running job reserves, each against a budget of its own. */
+typedef enum cf_pool_resource {
+    CF_POOL_MEMORY, /* bytes: the execution's memory limit */
+    CF_POOL_PIDS,   /* processes: its pids limit (0 when its backend counts none) */
+    CF_POOL_NRESOURCES
+} cf_pool_resource;
+
 typedef struct cf_pool_job {
     char *key;                  /* NULL or "" = no ordering constraint */
     int32_t partition;          /* for rebalance bookkeeping */
     int group;                  /* 0..groups-1 (cf_exec_pool_set_groups); 0 without groups */
-    int64_t cost;               /* what it reserves of the budget while it runs (memory bytes) */
+    int64_t cost[CF_POOL_NRESOURCES]; /* what it reserves of each budget while it runs */
     struct cf_pool_job *next;   /* links jobs returned by cf_exec_pool_drop_queued */
 } cf_pool_job;
 
@@ -51,16 +59,17 @@ void cf_exec_pool_destroy(cf_exec_pool *p);
  * weight 1, cap slots.  -1 when out of memory. */
 int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const int *caps);
 
-/* The budget the running jobs' costs may add up to (0: none).  A job
- * that does not fit waits (its group offers it first, so a group's order
- * holds); one larger than the whole budget must be refused before submit. */
-void cf_exec_pool_set_budget(cf_exec_pool *p, int64_t budget);
-/* The most of the budget one group's running jobs may hold (0: all of it):
- * the rest stays for the others, as the reserve slots do.  A group at it
- * waits for its own jobs; it does not make the others drain. */
-void cf_exec_pool_set_group_budget(cf_exec_pool *p, int64_t group_max);
-/* The costs of the jobs running now. */
-int64_t cf_exec_pool_reserved(cf_exec_pool *p);
+/* The budget the running jobs' costs of resource r may add up to (0:
+ * none).  A job that does not fit waits (its group offers it first, so a
+ * group's order holds); one larger than the whole budget must be refused
+ * before submit. */
+void cf_exec_pool_set_budget(cf_exec_pool *p, cf_pool_resource r, int64_t budget);
+/* The most of that budget one group's running jobs may hold (0: all of
+ * it): the rest stays for the others, as the reserve slots do.  A group at
+ * it waits for its own jobs; it does not make the others drain. */
+void cf_exec_pool_set_group_budget(cf_exec_pool *p, cf_pool_resource r, int64_t group_max);
+/* The costs of resource r of the jobs running now. */
+int64_t cf_exec_pool_reserved(cf_exec_pool *p, cf_pool_resource r);
 
 /* Jobs of a group running now. */
 size_t cf_exec_pool_group_running(cf_exec_pool *p, int group);

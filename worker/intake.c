@@ -103,18 +103,31 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
                      caps[i].v, caps[i].max);
             return -1;
         }
-    /* What it reserves of the memory budget while it runs; one that could
-     * never fit is refused now rather than waiting for ever. */
+    /* What it reserves of the memory and process budgets while it runs;
+     * one that could never fit is refused now rather than waiting for ever. */
     const char *charged;
-    j->pj.cost = budget_cost(w, req, &charged);
+    int64_t mem = j->pj.cost[CF_POOL_MEMORY] = budget_cost(w, req, &charged);
     int64_t fits = w->memory_group_max > 0 ? w->memory_group_max : w->memory_budget;
-    if (w->memory_budget > 0 && j->pj.cost > fits) {
+    if (w->memory_budget > 0 && mem > fits) {
         snprintf(reason, rsz,
                  "%s, %" PRId64 " (%" PRId64 " MiB), does not fit this worker's memory budget of %" PRId64 " MiB%s",
-                 charged, j->pj.cost, j->pj.cost >> 20, fits >> 20,
+                 charged, mem, mem >> 20, fits >> 20,
                  w->memory_group_max > 0 ? " for one profile's executions (memory-budget, less what its reserve "
                                            "slots keep for the other profiles)"
                                          : " (memory-budget: what the executions running at once may reserve)");
+        return -1;
+    }
+    int64_t pids = j->pj.cost[CF_POOL_PIDS] = budget_pids_cost(w, j->backend, req, j->profile);
+    fits = w->pids_group_max > 0 ? w->pids_group_max : w->pids_budget;
+    if (w->pids_budget > 0 && pids > fits) {
+        snprintf(reason, rsz,
+                 "its processes (policy.max_processes or the backend's default, with what the backend adds), %" PRId64
+                 ", do not fit this worker's %" PRId64 " for executions%s",
+                 pids, fits,
+                 w->pids_group_max > 0 ? " of one profile (seven eighths of children-pids, less what its reserve "
+                                         "slots keep for the other profiles)"
+                                       : " (seven eighths of children-pids: what the executions running at once may "
+                                         "hold)");
         return -1;
     }
     if (cf_wstate_admit(req, w->have_redis, reason, rsz) < 0)

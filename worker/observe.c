@@ -42,7 +42,7 @@ struct cf_observe {
     /* families */
     cf_metric *info, *start_time, *requests, *exec_seconds, *e2e_seconds, *queue_seconds, *slots, *slots_busy, *held,
         *paused, *draining, *ready, *produced, *retries, *dead, *kafka_errors, *redis_errors, *result_store, *setup_failures,
-        *compile_cache, *lag, *stalled, *stall_steps, *mem_reserved, *mem_budget, *children_mem, *children_mem_max, *children_pids,
+        *compile_cache, *lag, *stalled, *stall_steps, *mem_reserved, *mem_budget, *pids_reserved, *pids_budget, *children_mem, *children_mem_max, *children_pids,
         *children_pids_max, *spans_exported, *spans_dropped, *p_cpu, *p_rss, *p_fds, *p_max_fds, *p_start;
     /* What the worker's children use now, read at each scrape. */
     _Atomic(cf_observe_children_fn) children_fn; /* published after children_arg */
@@ -252,6 +252,8 @@ void cf_observe_loop(cf_observe *o, const cf_observe_loop_state *s)
     cf_metric_set(o->stalled, (double)s->stalled, NULL);
     cf_metric_set(o->mem_reserved, (double)s->memory_reserved, NULL);
     cf_metric_set(o->mem_budget, (double)s->memory_budget, NULL);
+    cf_metric_set(o->pids_reserved, (double)s->pids_reserved, NULL);
+    cf_metric_set(o->pids_budget, (double)s->pids_budget, NULL);
 }
 
 void cf_observe_partition_stall(cf_observe *o, const char *step)
@@ -661,6 +663,12 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
     o->mem_budget = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_memory_budget_bytes",
                                    "What the running executions' memory limits may add up to (0: not enforced).", 0,
                                    NULL, NULL, 0);
+    o->pids_reserved = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_pids_reserved",
+                                      "Processes the executions running now may hold (their pids bounds, reserved "
+                                      "against the budget).", 0, NULL, NULL, 0);
+    o->pids_budget = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_pids_budget",
+                                    "What the running executions' pids bounds may add up to: seven eighths of "
+                                    "children-pids (0: not enforced).", 0, NULL, NULL, 0);
     o->children_mem = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_children_memory_bytes",
                                      "Memory the worker's executions, helpers and zygotes use together (-1: unknown).",
                                      0, NULL, NULL, 0);

@@ -38,6 +38,7 @@ typedef struct cf_observe_loop_state {
     bool draining; /* stopping: not ready */
     int64_t stalled; /* partitions the partition guard finds stalled */
     int64_t memory_reserved, memory_budget; /* bytes: the running executions' limits, and their ceiling (0: none) */
+    int64_t pids_reserved, pids_budget;     /* processes: the same for their pids bounds */
 } cf_observe_loop_state;
 void cf_observe_loop(cf_observe *o, const cf_observe_loop_state *s);
 

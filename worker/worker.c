@@ -496,7 +496,7 @@ static int worker_slots_setup(cf_worker *w, cf_error *err)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
     char why[160];
     w->memory_budget = budget_memory(w->cfg, why, sizeof(why));
-    cf_exec_pool_set_budget(w->pool, w->memory_budget);
+    cf_exec_pool_set_budget(w->pool, CF_POOL_MEMORY, w->memory_budget);
     cf_log_info(LOG_SUB, "memory budget for executions: %" PRId64 " MiB (%s)", w->memory_budget / (1024 * 1024), why);
     /* The reserve slots' memory: what a request of any profile reserves
      * by default, kept out of each profile's share, so one tenant's large
@@ -510,7 +510,7 @@ static int worker_slots_setup(cf_worker *w, cf_error *err)
     if (w->memory_budget > 0 && reserve > 0) {
         if (reserve * dflt < w->memory_budget) {
             w->memory_group_max = w->memory_budget - reserve * dflt;
-            cf_exec_pool_set_group_budget(w->pool, w->memory_group_max);
+            cf_exec_pool_set_group_budget(w->pool, CF_POOL_MEMORY, w->memory_group_max);
             cf_log_info(LOG_SUB, "a profile's executions reserve at most %" PRId64 " MiB of it (the reserve slots keep %" PRId64
                         " MiB)", w->memory_group_max >> 20, (reserve * dflt) >> 20);
         } else {
@@ -519,20 +519,7 @@ static int worker_slots_setup(cf_worker *w, cf_error *err)
                         w->memory_budget >> 20, (reserve * dflt) >> 20);
         }
     }
-    /* What the slots' processes limits may add up to, against the bound on
-     * all the worker's processes: past it, one tenant's executions can hold
-     * every process and another's fail to start (named in their answer). */
-    int64_t most = 0;
-    for (size_t t = 0; t < w->ntopics; t++) {
-        int64_t cap = w->topics[t].profile->max_processes;
-        cap = cap > 0 && cap < w->cfg->max_processes ? cap : w->cfg->max_processes;
-        most = cap > most ? cap : most;
-    }
-    /* Each execution adds its init and, with network, slirp4netns. */
-    if (w->children_pids > 0 && (most + 2) * w->nslots > w->children_pids)
-        cf_log_warn(LOG_SUB, "%d slots of up to %" PRId64 " processes each (max-processes) may hold more than "
-                    "children-pids (%" PRId64 "): one tenant's executions can then keep another's from starting; "
-                    "lower max-processes (or a profile's) or raise children-pids", w->nslots, most, w->children_pids);
+    budget_pids_setup(w);
     if (w->idempotent) {
         if (pthread_create(&w->keeper, NULL, slots_lease_keeper, w) != 0)
             return cf_error_set(err, CF_E_SYSTEM, "starting the lease keeper thread");
@@ -630,8 +617,10 @@ static void serve(cf_worker *w)
                                     .held = (int64_t)cf_exec_pool_queued(w->pool),
                                     .paused = w->paused_all,
                                     .draining = w->stopping,
-                                    .memory_reserved = cf_exec_pool_reserved(w->pool),
-                                    .memory_budget = w->memory_budget};
+                                    .memory_reserved = cf_exec_pool_reserved(w->pool, CF_POOL_MEMORY),
+                                    .memory_budget = w->memory_budget,
+                                    .pids_reserved = cf_exec_pool_reserved(w->pool, CF_POOL_PIDS),
+                                    .pids_budget = w->pids_budget};
         cf_pguard_counts gc;
         cf_pguard_counts_get(w->guard, &gc);
         ls.stalled = gc.stalled;
@@ -763,8 +752,10 @@ static void publish_report(cf_worker *w, bool gone)
                                .rejected = w->n_rejected,
                                .dead_lettered = atomic_load(&w->jobs.dead_lettered),
                                .retries = w->n_retries,
-                               .memory_reserved = cf_exec_pool_reserved(w->pool),
-                               .memory_budget = w->memory_budget};
+                               .memory_reserved = cf_exec_pool_reserved(w->pool, CF_POOL_MEMORY),
+                               .memory_budget = w->memory_budget,
+                               .pids_reserved = cf_exec_pool_reserved(w->pool, CF_POOL_PIDS),
+                               .pids_budget = w->pids_budget};
         /* The partitions the guard finds stalled, as "topic[N]" (a few:
          * the report stays small). */
         const char *stalled_names[CF_WORKER_LOAD_STALLED_MAX];

@@ -220,6 +220,8 @@ struct cf_worker {
     cf_worker_jobs *ledger;    /* cf_worker_jobs_watch: a copy the caller owns */
     int64_t memory_budget;     /* budget.c: what running executions' memory may add up to (0: none) */
     int64_t memory_group_max;  /* what one profile's may add up to (0: the budget): the reserve slots' memory kept out */
+    int64_t pids_budget;       /* budget.c: what running executions' pids bounds may add up to (0: none) */
+    int64_t pids_group_max;    /* ... one profile's (0: the budget) */
     /* budget.c: the cgroup directory of the worker's own that holds all its
      * executions, helpers and zygotes, and its limits (0: none set). */
     struct cf_cgroup_env *children_cg;
@@ -304,6 +306,13 @@ int cancels_start(cf_worker *w, cf_error *err);
 /* budget.c */
 int64_t budget_memory(const cf_worker_config *cfg, char *why, size_t cap);
 int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what);
+/* The processes an execution of req reserves: its backend's pids bound,
+ * for a compiled language the larger of its compile step's and its run's;
+ * 0 when the backend's executions hold none below the worker's directory. */
+int64_t budget_pids_cost(const cf_worker *w, const cf_backend *b, const cf_request *req, const cf_profile *prof);
+/* Sets the pool's process budget from children-pids: seven eighths for
+ * the executions, the rest for the helpers and zygotes (and their threads). */
+void budget_pids_setup(cf_worker *w);
 /* Before the backends start: names the worker's own cgroup directory (into
  * bcfg.cgroup_own_dir), sweeps dead workers' ones, and bounds it by
  * children-memory and children-pids.  A host without usable cgroups is

@@ -103,6 +103,8 @@ static char *report_json(const cf_worker_report_info *info, size_t max_topics, b
         if (lo) {
             json_object_set_new(lo, "memory_reserved", json_integer(l->memory_reserved));
             json_object_set_new(lo, "memory_budget", json_integer(l->memory_budget));
+            json_object_set_new(lo, "pids_reserved", json_integer(l->pids_reserved));
+            json_object_set_new(lo, "pids_budget", json_integer(l->pids_budget));
             json_t *pt = json_array();
             for (size_t i = 0; pt && i < l->n_paused_topics; i++)
                 json_array_append_new(pt, json_string(l->paused_topics[i]));

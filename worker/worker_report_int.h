@@ -32,6 +32,7 @@ typedef struct cf_worker_load {
     size_t n_stalled;
     uint64_t stalls;            /* stalls the guard found since start */
     int64_t memory_reserved, memory_budget; /* bytes (budget 0: not enforced) */
+    int64_t pids_reserved, pids_budget;     /* processes (budget 0: not enforced) */
     const char *const *paused_topics; /* request topics whose intake is paused (their profile's cap + prefetch taken) */
     size_t n_paused_topics;
 } cf_worker_load;

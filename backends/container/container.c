@@ -1598,6 +1598,16 @@ static const ct_image *find_image(const ct_state *st, const char *name)
     return NULL;
 }
 
+/* The execution's pids bound: its max_processes (or the default), the
+ * runtime's own, and with network the holder and slirp4netns. */
+static int64_t ct_pids_bound(void *state, const cf_request *req)
+{
+    const ct_state *st = state;
+    const cf_policy *pol = &req->policy;
+    return (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + RUNTIME_PIDS +
+           (pol->network == CF_NET_ENABLED ? 2 : 0);
+}
+
 static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err)
 {
     ct_state *st = state;
@@ -1638,9 +1648,7 @@ static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     int slot = ctx->slot;
     ct_run r = {.st = st, .s = &st->slot[slot], .slot = slot, .image = im};
     cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
-                            /* with network: the holder and slirp4netns */
-                            .pids_max = (pol->max_processes > 0 ? pol->max_processes : st->def_pids) +
-                                        RUNTIME_PIDS + (network ? 2 : 0)};
+                            .pids_max = ct_pids_bound(st, req)};
     cf_run_outcome outcome;
     memset(&outcome, 0, sizeof(outcome));
     ct_net net = {.hold_fd = -1, .egress = {.pid = 0, .exit_fd = -1}};
@@ -1714,6 +1722,7 @@ out:
 }
 
 const cf_backend_ops cf_backend_container_ops = {
+    .pids_bound = ct_pids_bound,
     .name = "container",
     .description = "OCI containers (crun) from operator-allowed images: read-only root, user namespace, no "
                    "capabilities, seccomp, cgroup limits (container)",

@@ -296,6 +296,14 @@ typedef struct cf_backend_ops {
     int (*create)(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err);
     void (*destroy)(void *state); /* NULL-safe */
     int (*execute)(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err);
+    /* The processes an execution of req may hold (its pids cgroup's bound,
+     * with what the backend adds: the namespace's init, slirp4netns), all
+     * below the worker's own cgroup directory, whose children-pids they
+     * count against; the worker reserves it before the execution starts.
+     * NULL: the backend's executions hold none there (the process backend's
+     * programs are outside that directory, the embedded runtimes' run in
+     * their helpers). */
+    int64_t (*pids_bound)(void *state, const cf_request *req);
 } cf_backend_ops;
 
 /* The static registry (NULL-terminated). */

@@ -1375,6 +1375,16 @@ out:
     return rc;
 }
 
+/* The execution's pids bound: its max_processes (or sandbox-pids), +1 for
+ * the namespace's init (the runner's), which is not the program's, +1 with
+ * network for slirp4netns, which joins the cgroup. */
+static int64_t sb_pids_bound(void *state, const cf_request *req)
+{
+    const sb_state *st = state;
+    const cf_policy *pol = &req->policy;
+    return (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + 1 + (pol->network == CF_NET_ENABLED ? 1 : 0);
+}
+
 static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err)
 {
     sb_state *st = state;
@@ -1410,10 +1420,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
                               pol->memory_bytes > 0 ? "memory" : "max_processes");
 
     cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
-                            /* +1: the namespace's init (the runner's), which is not the program's;
-                             * +1 with network: slirp4netns, which joins the cgroup */
-                            .pids_max = (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + 1 +
-                                        (pol->network == CF_NET_ENABLED ? 1 : 0)};
+                            .pids_max = sb_pids_bound(st, req)};
     /* The slot's zygote when it is up and the request is one it serves
      * exactly as a cold start would; otherwise (or when it cannot take
      * the request after all) the paths below. */
@@ -1498,6 +1505,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
 }
 
 const cf_backend_ops cf_backend_sandbox_ops = {
+    .pids_bound = sb_pids_bound,
     .name = "sandbox",
     .description = "namespaces, private read-only root, seccomp, no capabilities, cgroup limits (sandbox)",
     .settings = &cf_sandbox_settings,

@@ -1,5 +1,7 @@
 #include "it_support.h"
 
+#include <curl/curl.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -483,3 +485,80 @@ int it_cli_run(const char *const *args, const char *tmpdir, char *out, size_t ou
     slurp(errp, err, err_size);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+/* ------------------------------------------------- HTTP: /metrics, /readyz */
+
+typedef struct body {
+    char *p;
+    size_t len;
+} body;
+
+static size_t collect(char *p, size_t size, size_t n, void *arg)
+{
+    body *b = arg;
+    size_t add = size * n;
+    char *q = realloc(b->p, b->len + add + 1);
+    if (!q)
+        return 0;
+    memcpy(q + b->len, p, add);
+    b->p = q;
+    b->len += add;
+    b->p[b->len] = '\0';
+    return add;
+}
+
+/* GET (or another method) of http://127.0.0.1:port/path: the status (0 when
+ * nothing answered), the body in *out (caller frees; may be NULL). */
+long it_http(const char *method, int port, const char *path, char **out)
+{
+    char url[256];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+    CURL *c = curl_easy_init();
+    body b = {0};
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
+    long code = 0;
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(c);
+    if (out)
+        *out = b.p ? b.p : strdup("");
+    else
+        free(b.p);
+    return code;
+}
+
+/* The port a worker started with metrics-listen=127.0.0.1:0 chose (its log
+ * says "(port N)"). */
+int it_worker_metrics_port(const it_worker *w)
+{
+    assert_true(it_worker_wait_log(w, "serving /metrics", 30000));
+    FILE *f = fopen(w->log_path, "r");
+    assert_non_null(f);
+    char line[4096];
+    int port = 0;
+    while (fgets(line, sizeof(line), f)) {
+        const char *p = strstr(line, "serving /metrics");
+        if (p && (p = strstr(p, "(port ")))
+            port = atoi(p + 6);
+    }
+    fclose(f);
+    assert_true(port > 0);
+    return port;
+}
+
+/* The value of one exposition line "name{labels} value" (exact prefix up
+ * to the space); -1 when absent. */
+double it_metric_sample(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    }
+    return -1;
+}
+

@@ -100,6 +100,15 @@ bool it_worker_wait_log(const it_worker *w, const char *needle, int timeout_ms);
 /* Prints the worker's log to stderr (for failure diagnosis). */
 void it_worker_dump_log(const it_worker *w);
 
+/* GET (or another method) of http://127.0.0.1:port/path: the status (0 when
+ * nothing answered), the body in *out (caller frees; may be NULL). */
+long it_http(const char *method, int port, const char *path, char **out);
+/* The port a worker started with --metrics-listen=127.0.0.1:0 chose. */
+int it_worker_metrics_port(const it_worker *w);
+/* The value of one exposition line "name{labels} value" of text (the exact
+ * series up to the space); -1 when absent. */
+double it_metric_sample(const char *text, const char *series);
+
 /* A dispatcher with a result collector on t. */
 cf_dispatcher *it_dispatcher_new(const it_topics *t);
 

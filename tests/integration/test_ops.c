@@ -41,86 +41,12 @@ extern char **environ;
 
 /* ---------------------------------------------------------------- HTTP */
 
-typedef struct body {
-    char *p;
-    size_t len;
-} body;
-
-static size_t collect(char *p, size_t size, size_t n, void *arg)
-{
-    body *b = arg;
-    size_t add = size * n;
-    char *q = realloc(b->p, b->len + add + 1);
-    if (!q)
-        return 0;
-    memcpy(q + b->len, p, add);
-    b->p = q;
-    b->len += add;
-    b->p[b->len] = '\0';
-    return add;
-}
-
-/* GET (or another method) of http://127.0.0.1:port/path: the status (0 when
- * nothing answered), the body in *out (caller frees; may be NULL). */
-static long http(const char *method, int port, const char *path, char **out)
-{
-    char url[256];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
-    CURL *c = curl_easy_init();
-    body b = {0};
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 5000L);
-    long code = 0;
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(c);
-    if (out)
-        *out = b.p ? b.p : strdup("");
-    else
-        free(b.p);
-    return code;
-}
-
-/* The port a worker started with metrics-listen=127.0.0.1:0 chose (its log
- * says "(port N)"). */
-static int worker_port(const it_worker *w)
-{
-    assert_true(it_worker_wait_log(w, "serving /metrics", 30000));
-    FILE *f = fopen(w->log_path, "r");
-    assert_non_null(f);
-    char line[4096];
-    int port = 0;
-    while (fgets(line, sizeof(line), f)) {
-        const char *p = strstr(line, "serving /metrics");
-        if (p && (p = strstr(p, "(port ")))
-            port = atoi(p + 6);
-    }
-    fclose(f);
-    assert_true(port > 0);
-    return port;
-}
-
 static bool wait_status(int port, const char *path, long want, int timeout_ms)
 {
     for (int64_t until = cf_mono_us() + timeout_ms * 1000LL; cf_mono_us() < until; usleep(100000))
-        if (http("GET", port, path, NULL) == want)
+        if (it_http("GET", port, path, NULL) == want)
             return true;
     return false;
-}
-
-/* The value of one exposition line "name{labels} value" (exact prefix up
- * to the space); -1 when absent. */
-static double sample(const char *text, const char *series)
-{
-    size_t n = strlen(series);
-    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-        if (strncmp(p, series, n) == 0 && p[n] == ' ')
-            return strtod(p + n + 1, NULL);
-    }
-    return -1;
 }
 
 static int run_cmd(const char *const *argv, const char *out_path)
@@ -181,7 +107,7 @@ static void test_metrics_scraped_by_real_consumers(void **state)
     it_worker w;
     const char *extra[] = {"--metrics-listen=127.0.0.1:0", a_workers, "--report-interval=1s", NULL};
     it_worker_start(&w, &t, "ops-m", extra);
-    int port = worker_port(&w);
+    int port = it_worker_metrics_port(&w);
     assert_true(wait_status(port, "/readyz", 200, 60000));
     cf_dispatcher *d = it_dispatcher_new(&t);
     cf_result res = {0};
@@ -209,38 +135,38 @@ static void test_metrics_scraped_by_real_consumers(void **state)
     for (int64_t until = cf_mono_us() + 60 * 1000000LL;; usleep(100000)) {
         free(text);
         text = NULL;
-        assert_int_equal(http("GET", port, "/metrics", &text), 200);
-        if (sample(text, "codefleet_results_produced_total") >= 4 || cf_mono_us() >= until)
+        assert_int_equal(it_http("GET", port, "/metrics", &text), 200);
+        if (it_metric_sample(text, "codefleet_results_produced_total") >= 4 || cf_mono_us() >= until)
             break;
     }
-    assert_true(sample(text, "codefleet_requests_total{status=\"success\",backend=\"process\",language=\"python\"}") == 2);
-    assert_true(sample(text, "codefleet_requests_total{status=\"failed\",backend=\"process\",language=\"shell\"}") == 1);
-    assert_true(sample(text, "codefleet_requests_total{status=\"rejected\",backend=\"none\",language=\"python\"}") == 1);
+    assert_true(it_metric_sample(text, "codefleet_requests_total{status=\"success\",backend=\"process\",language=\"python\"}") == 2);
+    assert_true(it_metric_sample(text, "codefleet_requests_total{status=\"failed\",backend=\"process\",language=\"shell\"}") == 1);
+    assert_true(it_metric_sample(text, "codefleet_requests_total{status=\"rejected\",backend=\"none\",language=\"python\"}") == 1);
     assert_null(strstr(text, "no-such-backend"));
-    assert_true(sample(text, "codefleet_results_produced_total") == 4);
-    assert_true(sample(text, "codefleet_execution_duration_seconds_count{backend=\"process\",language=\"python\"}") == 2);
-    assert_true(sample(text, "codefleet_execution_duration_seconds_bucket{backend=\"process\",language=\"python\",le=\"+Inf\"}") == 2);
-    assert_true(sample(text, "codefleet_request_duration_seconds_count{backend=\"process\"}") == 3);
-    assert_true(sample(text, "codefleet_queue_wait_seconds_count") == 3);
-    assert_true(sample(text, "codefleet_slots") == 2);
-    assert_true(sample(text, "codefleet_ready") == 1);
-    assert_true(sample(text, "codefleet_draining") == 0);
-    assert_true(sample(text, "codefleet_dead_lettered_total") == 0);
+    assert_true(it_metric_sample(text, "codefleet_results_produced_total") == 4);
+    assert_true(it_metric_sample(text, "codefleet_execution_duration_seconds_count{backend=\"process\",language=\"python\"}") == 2);
+    assert_true(it_metric_sample(text, "codefleet_execution_duration_seconds_bucket{backend=\"process\",language=\"python\",le=\"+Inf\"}") == 2);
+    assert_true(it_metric_sample(text, "codefleet_request_duration_seconds_count{backend=\"process\"}") == 3);
+    assert_true(it_metric_sample(text, "codefleet_queue_wait_seconds_count") == 3);
+    assert_true(it_metric_sample(text, "codefleet_slots") == 2);
+    assert_true(it_metric_sample(text, "codefleet_ready") == 1);
+    assert_true(it_metric_sample(text, "codefleet_draining") == 0);
+    assert_true(it_metric_sample(text, "codefleet_dead_lettered_total") == 0);
     /* The bound on all the worker starts, and what that uses now. */
-    assert_true(sample(text, "codefleet_children_memory_max_bytes") > 0);
-    assert_true(sample(text, "codefleet_children_pids_max") > 0);
-    assert_true(sample(text, "codefleet_children_memory_bytes") >= 0);
-    assert_true(sample(text, "codefleet_children_pids") >= 0);
+    assert_true(it_metric_sample(text, "codefleet_children_memory_max_bytes") > 0);
+    assert_true(it_metric_sample(text, "codefleet_children_pids_max") > 0);
+    assert_true(it_metric_sample(text, "codefleet_children_memory_bytes") >= 0);
+    assert_true(it_metric_sample(text, "codefleet_children_pids") >= 0);
     /* Lag of both partitions of the request topic, from librdkafka's
      * statistics (every 2 s): all answered, nothing behind. */
     char series[300];
     snprintf(series, sizeof(series), "codefleet_consumer_lag{topic=\"%s\",partition=\"0\"}", t.requests);
-    for (int i = 0; i < 50 && sample(text, series) < 0; i++) {
+    for (int i = 0; i < 50 && it_metric_sample(text, series) < 0; i++) {
         free(text);
         usleep(200000);
-        http("GET", port, "/metrics", &text);
+        it_http("GET", port, "/metrics", &text);
     }
-    assert_true(sample(text, series) == 0);
+    assert_true(it_metric_sample(text, series) == 0);
 
     /* promtool lints the exposition as Prometheus itself parses it. */
     char dir[] = "/tmp/cf-ops-XXXXXX";
@@ -295,7 +221,7 @@ static void test_metrics_scraped_by_real_consumers(void **state)
     for (int i = 0; i < 120 && got != 4; i++) {
         usleep(500000);
         char *q = NULL;
-        if (http("GET", pport, "/api/v1/query?query=codefleet_results_produced_total", &q) == 200) {
+        if (it_http("GET", pport, "/api/v1/query?query=codefleet_results_produced_total", &q) == 200) {
             json_t *j = json_loads(q, 0, NULL);
             json_t *v = json_array_get(json_object_get(json_object_get(j, "data"), "result"), 0);
             const char *val = json_string_value(json_array_get(json_object_get(v, "value"), 1));
@@ -306,7 +232,7 @@ static void test_metrics_scraped_by_real_consumers(void **state)
         free(q);
     }
     char *q = NULL;
-    long up = http("GET", pport, "/api/v1/query?query=up%7Bjob%3D%22codefleet%22%7D", &q);
+    long up = it_http("GET", pport, "/api/v1/query?query=up%7Bjob%3D%22codefleet%22%7D", &q);
     json_t *uj = json_loads(q, 0, NULL);
     const char *upv = json_string_value(
         json_array_get(json_object_get(json_array_get(json_object_get(json_object_get(uj, "data"), "result"), 0), "value"), 1));
@@ -374,12 +300,12 @@ static void test_health_and_drain(void **state)
     it_worker w;
     const char *extra[] = {"--metrics-listen=127.0.0.1:0", a_redis, "--shutdown-grace=30s", NULL};
     it_worker_start(&w, &t, "ops-h", extra);
-    int port = worker_port(&w);
+    int port = it_worker_metrics_port(&w);
     /* Live once the main loop turns (503 "starting" before). */
     assert_true(wait_status(port, "/healthz", 200, 60000));
     assert_true(wait_status(port, "/readyz", 200, 60000));
-    assert_int_equal(http("GET", port, "/nope", NULL), 404);
-    assert_int_equal(http("POST", port, "/metrics", NULL), 405);
+    assert_int_equal(it_http("GET", port, "/nope", NULL), 404);
+    assert_int_equal(it_http("POST", port, "/metrics", NULL), 405);
 
     /* A long execution, then SIGTERM: not ready at once, alive, and the
      * execution is still answered. */
@@ -392,8 +318,8 @@ static void test_health_and_drain(void **state)
     bool busy = false;
     for (int i = 0; i < 100 && !busy; i++) {
         char *m = NULL;
-        http("GET", port, "/metrics", &m);
-        busy = sample(m, "codefleet_slots_busy") == 1;
+        it_http("GET", port, "/metrics", &m);
+        busy = it_metric_sample(m, "codefleet_slots_busy") == 1;
         free(m);
         usleep(100000);
     }
@@ -404,17 +330,17 @@ static void test_health_and_drain(void **state)
     for (int i = 0; i < 50 && !draining; i++) {
         free(why);
         why = NULL;
-        draining = http("GET", port, "/readyz", &why) == 503 && strstr(why, "draining");
+        draining = it_http("GET", port, "/readyz", &why) == 503 && strstr(why, "draining");
         if (!draining)
             usleep(50000);
     }
     assert_true(draining);
     free(why);
-    assert_int_equal(http("GET", port, "/healthz", NULL), 200);
+    assert_int_equal(it_http("GET", port, "/healthz", NULL), 200);
     char *m = NULL;
-    http("GET", port, "/metrics", &m);
-    assert_true(sample(m, "codefleet_draining") == 1);
-    assert_true(sample(m, "codefleet_ready") == 0);
+    it_http("GET", port, "/metrics", &m);
+    assert_true(it_metric_sample(m, "codefleet_draining") == 1);
+    assert_true(it_metric_sample(m, "codefleet_ready") == 0);
     free(m);
     cf_result res = {0};
     assert_int_equal(cf_dispatcher_wait(d, req.id, 60 * 1000000LL, &res, &err), 0);
@@ -428,12 +354,12 @@ static void test_health_and_drain(void **state)
     it_worker w2;
     const char *extra2[] = {"--metrics-listen=127.0.0.1:0", "--redis=127.0.0.1:1", NULL};
     it_worker_start(&w2, &t, "ops-h2", extra2);
-    port = worker_port(&w2);
+    port = it_worker_metrics_port(&w2);
     assert_true(wait_status(port, "/healthz", 200, 60000));
     bool redis_said = false;
     for (int i = 0; i < 100 && !redis_said; i++) {
         char *b = NULL;
-        redis_said = http("GET", port, "/readyz", &b) == 503 && strstr(b, "redis");
+        redis_said = it_http("GET", port, "/readyz", &b) == 503 && strstr(b, "redis");
         free(b);
         usleep(200000);
     }
@@ -542,7 +468,7 @@ static void test_traces_continued_and_exported(void **state)
     it_worker w;
     const char *extra[] = {a_otlp, "--metrics-listen=127.0.0.1:0", NULL};
     it_worker_start(&w, &t, "ops-t", extra);
-    int port = worker_port(&w);
+    int port = it_worker_metrics_port(&w);
     cf_dispatcher *d = it_dispatcher_new(&t);
 
     const char *trace = "4bf92f3577b34da6a3ce929d0e0e4736", *caller = "00f067aa0ba902b7";
@@ -615,8 +541,8 @@ static void test_traces_continued_and_exported(void **state)
     bool dropped = false;
     for (int i = 0; i < 100 && !dropped; i++) {
         char *m = NULL;
-        http("GET", port, "/metrics", &m);
-        dropped = sample(m, "codefleet_spans_dropped_total") >= 1 && sample(m, "codefleet_spans_exported_total") >= 7;
+        it_http("GET", port, "/metrics", &m);
+        dropped = it_metric_sample(m, "codefleet_spans_dropped_total") >= 1 && it_metric_sample(m, "codefleet_spans_exported_total") >= 7;
         free(m);
         usleep(100000);
     }

@@ -1288,13 +1288,19 @@ static void submit_gated(cf_exec_pool *p, int group)
     assert_int_equal(cf_exec_pool_submit(p, &j->pj), 0);
 }
 
-static void submit_gated_cost(cf_exec_pool *p, int group, int64_t cost)
+static void submit_gated_costs(cf_exec_pool *p, int group, int64_t memory, int64_t pids)
 {
     gated_job *j = calloc(1, sizeof(*j));
     assert_non_null(j);
     j->pj.group = group;
-    j->pj.cost = cost;
+    j->pj.cost[CF_POOL_MEMORY] = memory;
+    j->pj.cost[CF_POOL_PIDS] = pids;
     assert_int_equal(cf_exec_pool_submit(p, &j->pj), 0);
+}
+
+static void submit_gated_cost(cf_exec_pool *p, int group, int64_t cost)
+{
+    submit_gated_costs(p, group, cost, 0);
 }
 
 /* Releases every job, started or to start, and waits for the pool. */
@@ -1419,7 +1425,7 @@ static void pool_budget_drains_for_a_large_job(void **state)
     assert_non_null(p);
     int weights[2] = {1, 1}, caps[2] = {4, 4};
     assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
-    cf_exec_pool_set_budget(p, 10);
+    cf_exec_pool_set_budget(p, CF_POOL_MEMORY, 10);
     for (int i = 0; i < 3; i++)
         submit_gated_cost(p, 0, 3);
     wait_started(&g, 3);
@@ -1441,7 +1447,7 @@ static void pool_budget_drains_for_a_large_job(void **state)
     assert_int_equal(g.order[3], 1);
     pthread_mutex_unlock(&g.lock);
     drain_gated(p, &g, 8);
-    assert_int_equal(cf_exec_pool_reserved(p), 0);
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_MEMORY), 0);
     cf_exec_pool_destroy(p);
 }
 
@@ -1458,8 +1464,8 @@ static void pool_group_share_of_the_budget(void **state)
     assert_non_null(p);
     int weights[2] = {1, 1}, caps[2] = {2, 2};
     assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
-    cf_exec_pool_set_budget(p, 10);
-    cf_exec_pool_set_group_budget(p, 7);
+    cf_exec_pool_set_budget(p, CF_POOL_MEMORY, 10);
+    cf_exec_pool_set_group_budget(p, CF_POOL_MEMORY, 7);
     submit_gated_cost(p, 0, 4);
     wait_started(&g, 1);
     submit_gated_cost(p, 0, 4);
@@ -1468,9 +1474,48 @@ static void pool_group_share_of_the_budget(void **state)
     pthread_mutex_lock(&g.lock);
     assert_int_equal(g.order[1], 1);
     pthread_mutex_unlock(&g.lock);
-    assert_int_equal(cf_exec_pool_reserved(p), 7);
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_MEMORY), 7);
     drain_gated(p, &g, 3);
-    assert_int_equal(cf_exec_pool_reserved(p), 0);
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_MEMORY), 0);
+    cf_exec_pool_destroy(p);
+}
+
+/* Processes are a budget of their own: group 1's job fits the memory left
+ * but not the processes (6 + 6 > 10), so it waits, and the running job
+ * drains for it (group 0's small job, queued after, does not pass it);
+ * when it runs, both budgets hold its costs. */
+static void pool_process_budget(void **state)
+{
+    (void)state;
+    gate g;
+    gate_init(&g);
+    cf_exec_pool *p = cf_exec_pool_new(3, gated_run, NULL, &g);
+    assert_non_null(p);
+    int weights[2] = {1, 1}, caps[2] = {3, 3};
+    assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
+    cf_exec_pool_set_budget(p, CF_POOL_MEMORY, 10);
+    cf_exec_pool_set_budget(p, CF_POOL_PIDS, 10);
+    submit_gated_costs(p, 0, 1, 6);
+    wait_started(&g, 1);
+    submit_gated_costs(p, 1, 1, 6);
+    submit_gated_costs(p, 0, 1, 1);
+    /* Nothing else may start while the first runs: poll a while. */
+    for (int i = 0; i < 50; i++) {
+        usleep(1000);
+        pthread_mutex_lock(&g.lock);
+        assert_int_equal(g.n, 1);
+        pthread_mutex_unlock(&g.lock);
+    }
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_PIDS), 6);
+    release(&g, 0);
+    wait_started(&g, 3);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.order[1], 1);
+    pthread_mutex_unlock(&g.lock);
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_PIDS), 7);
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_MEMORY), 2);
+    drain_gated(p, &g, 3);
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_PIDS), 0);
     cf_exec_pool_destroy(p);
 }
 
@@ -1492,7 +1537,7 @@ static void pool_drop_ends_a_drain(void **state)
     assert_non_null(p);
     int weights[2] = {1, 1}, caps[2] = {2, 2};
     assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
-    cf_exec_pool_set_budget(p, 10);
+    cf_exec_pool_set_budget(p, CF_POOL_MEMORY, 10);
     submit_gated_cost(p, 0, 6);
     wait_started(&g, 1);
     submit_gated_cost(p, 1, 8); /* waits: the pool drains for it */
@@ -1552,6 +1597,7 @@ int main(void)
         cmocka_unit_test(pool_ties_go_to_the_earliest_job),
         cmocka_unit_test(pool_budget_drains_for_a_large_job),
         cmocka_unit_test(pool_group_share_of_the_budget),
+        cmocka_unit_test(pool_process_budget),
         cmocka_unit_test(pool_drop_ends_a_drain),
         cmocka_unit_test(pool_drops_only_queued_jobs),
         cmocka_unit_test(pool_never_touches_a_job_after_run),
