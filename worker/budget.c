@@ -1,9 +1,12 @@
-/* budget.c: the worker's memory budget for executions (issue 30 part 3).
+/* budget.c: the worker's memory and process budgets for executions (issue
+ * 30 part 3).
  *
- * Every execution reserves its memory limit in the exec pool before it
- * starts, and the pool starts nothing that would take the sum past the
- * budget: the limits the worker promises never add up to more memory than
- * it has, so no mix of requests can make the host (or the pod) run out.
+ * Every execution reserves its memory limit and its pids bound in the exec
+ * pool before it starts, and the pool starts nothing that would take a sum
+ * past its budget: the limits the worker promises never add up to more
+ * memory or processes than it has, so no mix of requests can make the host
+ * (or the pod) run out, nor one tenant's executions keep another's from
+ * starting.  The process budget is children-pids less an eighth (below).
  * The budget is memory-budget when set; otherwise three quarters of the
  * memory the worker may use (its cgroup's limit, or the host's memory),
  * the rest left to the worker, its helpers, the page cache and, on a
@@ -153,22 +156,27 @@ int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what
     return run;
 }
 
-int64_t budget_pids_cost(const cf_worker *w, const cf_backend *b, const cf_request *req, const cf_profile *prof)
+int64_t budget_pids_cost(const cf_worker *w, const cf_backend *b, const cf_request *req, const cf_profile *prof,
+                         const char **what)
 {
+    *what = "its processes (policy.max_processes, or its profile's max-processes, or the backend's default)";
     if (!b || !b->ops->pids_bound)
         return 0;
-    int64_t run = b->ops->pids_bound(b->state, req);
+    int64_t run = b->ops->pids_bound(b->state, &req->policy);
     if (!cf_language_compiled(req->language) || !(b->caps.controls & CF_CTL_MAX_PROCESSES))
         return run;
     /* The compile step's bound: compile-processes, within the profile's
      * max-processes (languages/pipeline.c, compile_policy), no network. */
-    cf_request creq = *req; /* shallow: pids_bound reads the policy only */
-    creq.policy.max_processes = w->cfg->compile_processes;
-    if (prof && prof->max_processes > 0 && prof->max_processes < creq.policy.max_processes)
-        creq.policy.max_processes = prof->max_processes;
-    creq.policy.network = CF_NET_DISABLED;
-    int64_t compile = b->ops->pids_bound(b->state, &creq);
-    return compile > run ? compile : run;
+    cf_policy cp = req->policy;
+    cp.max_processes = w->cfg->compile_processes;
+    if (prof && prof->max_processes > 0 && prof->max_processes < cp.max_processes)
+        cp.max_processes = prof->max_processes;
+    cp.network = CF_NET_DISABLED;
+    int64_t compile = b->ops->pids_bound(b->state, &cp);
+    if (compile <= run)
+        return run;
+    *what = "its compile step's processes (compile-processes, within its profile's max-processes)";
+    return compile;
 }
 
 #define CHILDREN_PREFIX "cfw-"
@@ -316,25 +324,57 @@ void budget_children_teardown(cf_worker *w)
     w->children_cg = NULL;
 }
 
+/* Whether profile p's requests may run on backend `name` (no list: any). */
+static bool profile_uses(const cf_profile *p, const char *name)
+{
+    for (size_t i = 0; i < p->n_backends; i++)
+        if (strcmp(p->backend_names[i], name) == 0)
+            return true;
+    return p->n_backends == 0;
+}
+
+/* The most processes a request that asks for none reserves on this
+ * worker: over the profiles, what it is given (its max-processes, else
+ * the backend's default) on the backends it may use, and its compile
+ * step's when the backend compiles. */
+static int64_t pids_default_most(const cf_worker *w, int64_t *compile_most)
+{
+    int64_t most = 0;
+    *compile_most = 0;
+    for (size_t t = 0; t < w->ntopics; t++) {
+        const cf_profile *p = w->topics[t].profile;
+        for (size_t i = 0; i < cf_backend_set_count(w->backends); i++) {
+            const cf_backend *b = cf_backend_set_get(w->backends, i);
+            if (!b->ops->pids_bound || !profile_uses(p, b->ops->name))
+                continue;
+            cf_request none = {.language = CF_LANG_SHELL, .policy = {.max_processes = p->max_processes}};
+            const char *what;
+            int64_t d = b->ops->pids_bound(b->state, &none.policy);
+            most = d > most ? d : most;
+            none.language = CF_LANG_C;
+            int64_t c = budget_pids_cost(w, b, &none, p, &what);
+            *compile_most = c > *compile_most ? c : *compile_most;
+        }
+    }
+    return most;
+}
+
 void budget_pids_setup(cf_worker *w)
 {
-    if (w->children_pids <= 0)
+    if (w->children_pids <= 0) {
+        cf_log_info(LOG_SUB, "process budget for executions: none (no children-pids bound on this host)");
         return;
-    /* The eighth kept back is for what no execution reserves: the helpers,
-     * the zygotes and their threads (the same eighth as children-memory's
-     * over the memory budget). */
-    w->pids_budget = w->children_pids - w->children_pids / 8;
-    cf_exec_pool_set_budget(w->pool, CF_POOL_PIDS, w->pids_budget);
-    /* The reserve slots' processes, as for memory: what a request that
-     * asks for nothing holds on the backend that holds most, kept out of
-     * each profile's share. */
-    int64_t reserve = w->nslots - (int)w->cfg->slots, dflt = 0;
-    cf_request none = {.language = CF_LANG_SHELL};
-    for (size_t i = 0; i < cf_backend_set_count(w->backends); i++) {
-        const cf_backend *b = cf_backend_set_get(w->backends, i);
-        int64_t d = b->ops->pids_bound ? b->ops->pids_bound(b->state, &none) : 0;
-        dflt = d > dflt ? d : dflt;
     }
+    /* The eighth kept back (at least 8) is for what no execution reserves:
+     * the helpers, the zygotes and their threads (the same eighth as
+     * children-memory's over the memory budget). */
+    int64_t keep = w->children_pids / 8 > 8 ? w->children_pids / 8 : 8;
+    w->pids_budget = w->children_pids > keep ? w->children_pids - keep : 1;
+    cf_exec_pool_set_budget(w->pool, CF_POOL_PIDS, w->pids_budget);
+    /* The reserve slots' processes, as for memory: the most a request that
+     * asks for nothing holds, kept out of each profile's share. */
+    int64_t reserve = w->nslots - (int)w->cfg->slots, compile = 0;
+    int64_t dflt = pids_default_most(w, &compile);
     if (reserve > 0 && dflt > 0 && reserve * dflt < w->pids_budget) {
         w->pids_group_max = w->pids_budget - reserve * dflt;
         cf_exec_pool_set_group_budget(w->pool, CF_POOL_PIDS, w->pids_group_max);
@@ -342,14 +382,23 @@ void budget_pids_setup(cf_worker *w)
     cf_log_info(LOG_SUB, "process budget for executions: %" PRId64 " of children-pids %" PRId64, w->pids_budget,
                 w->children_pids);
     if (w->pids_group_max > 0)
-        cf_log_info(LOG_SUB, "a profile's executions hold at most %" PRId64 " of them (the reserve slots keep %" PRId64 ")",
-                    w->pids_group_max, reserve * dflt);
+        cf_log_info(LOG_SUB, "a profile's executions hold at most %" PRId64 " of them (the reserve slots keep %" PRId64
+                    ")", w->pids_group_max, reserve * dflt);
     else if (reserve > 0 && dflt > 0)
         cf_log_warn(LOG_SUB, "process budget %" PRId64 ": too small to keep the reserve slots' %" PRId64
                     " out of each profile's share; one profile may hold all of it", w->pids_budget, reserve * dflt);
+    int64_t fits = w->pids_group_max > 0 ? w->pids_group_max : w->pids_budget;
+    if (dflt > fits)
+        cf_log_warn(LOG_SUB, "a request asking no max_processes holds up to %" PRId64 " processes, more than the %" PRId64
+                    " a profile's executions may hold: such requests are rejected; raise children-pids or lower "
+                    "max-processes or sandbox-pids", dflt, fits);
+    else if (compile > fits)
+        cf_log_warn(LOG_SUB, "a compiled language's request holds %" PRId64 " processes for its compile step "
+                    "(compile-processes), more than the %" PRId64 " a profile's executions may hold: such requests "
+                    "are rejected; raise children-pids or lower compile-processes", compile, fits);
     /* Not an error: executions then wait for each other's processes. */
-    if (dflt > 0 && dflt * w->nslots > w->pids_budget)
+    else if (dflt > 0 && dflt * w->nslots > w->pids_budget)
         cf_log_warn(LOG_SUB, "%d slots of %" PRId64 " processes each (a request's default) do not fit the process "
-                    "budget of %" PRId64 ": fewer run at once; raise children-pids or lower sandbox-pids",
-                    w->nslots, dflt, w->pids_budget);
+                    "budget of %" PRId64 ": fewer run at once; raise children-pids or lower max-processes or "
+                    "sandbox-pids", w->nslots, dflt, w->pids_budget);
 }

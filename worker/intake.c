@@ -104,7 +104,12 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
             return -1;
         }
     /* What it reserves of the memory and process budgets while it runs;
-     * one that could never fit is refused now rather than waiting for ever. */
+     * one that could never fit is refused now rather than waiting for ever.
+     * One its sender already cancelled never runs: it reserves nothing. */
+    if (job_stop_of(j) == JOB_STOP_SENDER) {
+        j->pj.cost[CF_POOL_MEMORY] = j->pj.cost[CF_POOL_PIDS] = 0;
+        goto policy;
+    }
     const char *charged;
     int64_t mem = j->pj.cost[CF_POOL_MEMORY] = budget_cost(w, req, &charged);
     int64_t fits = w->memory_group_max > 0 ? w->memory_group_max : w->memory_budget;
@@ -117,19 +122,18 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
                                          : " (memory-budget: what the executions running at once may reserve)");
         return -1;
     }
-    int64_t pids = j->pj.cost[CF_POOL_PIDS] = budget_pids_cost(w, j->backend, req, j->profile);
+    int64_t pids = j->pj.cost[CF_POOL_PIDS] = budget_pids_cost(w, j->backend, req, j->profile, &charged);
     fits = w->pids_group_max > 0 ? w->pids_group_max : w->pids_budget;
     if (w->pids_budget > 0 && pids > fits) {
-        snprintf(reason, rsz,
-                 "its processes (policy.max_processes or the backend's default, with what the backend adds), %" PRId64
-                 ", do not fit this worker's %" PRId64 " for executions%s",
-                 pids, fits,
-                 w->pids_group_max > 0 ? " of one profile (seven eighths of children-pids, less what its reserve "
-                                         "slots keep for the other profiles)"
-                                       : " (seven eighths of children-pids: what the executions running at once may "
-                                         "hold)");
+        snprintf(reason, rsz, "%s, %" PRId64 " with what the backend adds, do not fit this worker's %" PRId64
+                 " for executions%s", charged, pids, fits,
+                 w->pids_group_max > 0 ? " of one profile (children-pids less an eighth for helpers and zygotes, "
+                                         "less what its reserve slots keep for the other profiles)"
+                                       : " (children-pids less an eighth for helpers and zygotes: what the "
+                                         "executions running at once may hold)");
         return -1;
     }
+policy:
     if (cf_wstate_admit(req, w->have_redis, reason, rsz) < 0)
         return -1;
     return cf_policy_check(&j->backend->caps, j->backend->ops->name, req, reason, rsz);

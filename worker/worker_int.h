@@ -308,10 +308,13 @@ int64_t budget_memory(const cf_worker_config *cfg, char *why, size_t cap);
 int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what);
 /* The processes an execution of req reserves: its backend's pids bound,
  * for a compiled language the larger of its compile step's and its run's;
- * 0 when the backend's executions hold none below the worker's directory. */
-int64_t budget_pids_cost(const cf_worker *w, const cf_backend *b, const cf_request *req, const cf_profile *prof);
-/* Sets the pool's process budget from children-pids: seven eighths for
- * the executions, the rest for the helpers and zygotes (and their threads). */
+ * 0 when the backend's executions hold none below the worker's directory.
+ * *what names where the figure came from. */
+int64_t budget_pids_cost(const cf_worker *w, const cf_backend *b, const cf_request *req, const cf_profile *prof,
+                         const char **what);
+/* Sets the pool's process budget from children-pids: all but an eighth
+ * (at least 8) for the executions, the rest for the helpers and zygotes
+ * (and their threads). */
 void budget_pids_setup(cf_worker *w);
 /* Before the backends start: names the worker's own cgroup directory (into
  * bcfg.cgroup_own_dir), sweeps dead workers' ones, and bounds it by

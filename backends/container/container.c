@@ -1600,10 +1600,9 @@ static const ct_image *find_image(const ct_state *st, const char *name)
 
 /* The execution's pids bound: its max_processes (or the default), the
  * runtime's own, and with network the holder and slirp4netns. */
-static int64_t ct_pids_bound(void *state, const cf_request *req)
+static int64_t ct_pids_bound(void *state, const cf_policy *pol)
 {
     const ct_state *st = state;
-    const cf_policy *pol = &req->policy;
     return (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + RUNTIME_PIDS +
            (pol->network == CF_NET_ENABLED ? 2 : 0);
 }
@@ -1648,7 +1647,7 @@ static int ct_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
     int slot = ctx->slot;
     ct_run r = {.st = st, .s = &st->slot[slot], .slot = slot, .image = im};
     cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
-                            .pids_max = ct_pids_bound(st, req)};
+                            .pids_max = ct_pids_bound(st, pol)};
     cf_run_outcome outcome;
     memset(&outcome, 0, sizeof(outcome));
     ct_net net = {.hold_fd = -1, .egress = {.pid = 0, .exit_fd = -1}};

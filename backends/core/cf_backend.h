@@ -296,14 +296,17 @@ typedef struct cf_backend_ops {
     int (*create)(const cf_backend_config *cfg, void **state, cf_backend_caps *caps, cf_error *err);
     void (*destroy)(void *state); /* NULL-safe */
     int (*execute)(void *state, const cf_exec_ctx *ctx, const cf_request *req, cf_result *res, cf_error *err);
-    /* The processes an execution of req may hold (its pids cgroup's bound,
-     * with what the backend adds: the namespace's init, slirp4netns), all
-     * below the worker's own cgroup directory, whose children-pids they
-     * count against; the worker reserves it before the execution starts.
-     * NULL: the backend's executions hold none there (the process backend's
-     * programs are outside that directory, the embedded runtimes' run in
-     * their helpers). */
-    int64_t (*pids_bound)(void *state, const cf_request *req);
+    /* The processes an execution under policy pol may hold (its pids
+     * cgroup's bound, with what the backend adds: the namespace's init,
+     * slirp4netns), all below the worker's own cgroup directory, whose
+     * children-pids they count against; the worker reserves it before the
+     * execution starts, and the backend must apply exactly this bound (so
+     * it computes its limit with this function).  From pol alone: the
+     * worker asks for policies of its own too (a compile step's, a
+     * profile's default).  NULL: the backend's executions hold none there
+     * (the process backend's programs are outside that directory, the
+     * embedded runtimes' run in their helpers). */
+    int64_t (*pids_bound)(void *state, const cf_policy *pol);
 } cf_backend_ops;
 
 /* The static registry (NULL-terminated). */

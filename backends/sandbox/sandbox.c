@@ -1378,10 +1378,9 @@ out:
 /* The execution's pids bound: its max_processes (or sandbox-pids), +1 for
  * the namespace's init (the runner's), which is not the program's, +1 with
  * network for slirp4netns, which joins the cgroup. */
-static int64_t sb_pids_bound(void *state, const cf_request *req)
+static int64_t sb_pids_bound(void *state, const cf_policy *pol)
 {
     const sb_state *st = state;
-    const cf_policy *pol = &req->policy;
     return (pol->max_processes > 0 ? pol->max_processes : st->def_pids) + 1 + (pol->network == CF_NET_ENABLED ? 1 : 0);
 }
 
@@ -1420,7 +1419,7 @@ static int sb_execute(void *state, const cf_exec_ctx *ctx, const cf_request *req
                               pol->memory_bytes > 0 ? "memory" : "max_processes");
 
     cf_cgroup_limits lim = {.memory_bytes = pol->memory_bytes > 0 ? pol->memory_bytes : st->def_memory,
-                            .pids_max = sb_pids_bound(st, req)};
+                            .pids_max = sb_pids_bound(st, pol)};
     /* The slot's zygote when it is up and the request is one it serves
      * exactly as a cold start would; otherwise (or when it cannot take
      * the request after all) the paths below. */

@@ -1,6 +1,7 @@
 #include "it_support.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -509,8 +510,17 @@ static size_t collect(char *p, size_t size, size_t n, void *arg)
 
 /* GET (or another method) of http://127.0.0.1:port/path: the status (0 when
  * nothing answered), the body in *out (caller frees; may be NULL). */
+static void curl_once(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
 long it_http(const char *method, int port, const char *path, char **out)
 {
+    /* Once, before any handle: curl_easy_init's lazy global init is not
+     * thread-safe, and librdkafka's threads run beside the test's. */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, curl_once);
     char url[256];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
     CURL *c = curl_easy_init();
@@ -543,7 +553,7 @@ int it_worker_metrics_port(const it_worker *w)
     while (fgets(line, sizeof(line), f)) {
         const char *p = strstr(line, "serving /metrics");
         if (p && (p = strstr(p, "(port ")))
-            port = atoi(p + 6);
+            port = (int)strtol(p + 6, NULL, 10);
     }
     fclose(f);
     assert_true(port > 0);

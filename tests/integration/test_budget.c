@@ -164,12 +164,6 @@ static long last_count(const cf_result *res)
     return n;
 }
 
-/* Everything a worker starts sits below one cgroup of its own, bounded by
- * children-memory and children-pids (issue 30 part 3): a hostile program
- * whose own limits allow more (768 MiB, 200 processes) is stopped at the
- * worker's bound (192 MiB, 48 processes), so that no mix of requests,
- * helpers and zygotes takes the host's memory or pids.  Then: a dead
- * worker's cgroup directory is swept by the next worker's start. */
 /* One gauge of the worker's /metrics (-1 when unreadable), and
  * codefleet_pids_budget in *budget when asked. */
 static double metrics_pair(int port, const char *series, double *budget)
@@ -185,6 +179,25 @@ static double metrics_pair(int port, const char *series, double *budget)
     return v;
 }
 
+/* Its directory in the pids hierarchy (v1) or the unified tree (v2). */
+static bool own_pids_dir(const it_worker *w, char *out, size_t cap)
+{
+    char name[128];
+    if (!own_dir_name(w, name, sizeof(name)))
+        return false;
+    return find_dir("/sys/fs/cgroup/pids", name, 0, out, cap) || find_dir("/sys/fs/cgroup", name, 0, out, cap);
+}
+
+/* Everything a worker starts sits below one cgroup of its own, bounded by
+ * children-memory and children-pids (issue 30 part 3): a hostile program
+ * whose own limit allows more (768 MiB) is stopped at the worker's bound
+ * (192 MiB), so that no mix of requests, helpers and zygotes takes the
+ * host's memory; the directory's pids.max is children-pids (48), of which
+ * the executions reserve their pids bounds against 40 (an eighth, at least
+ * 8, is kept for helpers and zygotes): one
+ * asking more is rejected, one that does not fit beside a running one
+ * waits for it.  Then: a dead worker's cgroup directory is swept by the
+ * next worker's start. */
 static void test_children_are_bounded_together(void **state)
 {
     (void)state;
@@ -193,7 +206,7 @@ static void test_children_are_bounded_together(void **state)
     it_topics_create(&t, "children", 1);
     const char *extra[] = {"--backends=sandbox", "--slots=2", "--memory-budget=2GiB", "--max-memory=1GiB",
                            "--children-memory=192MiB", "--children-pids=48", "--sandbox-tmp=256MiB",
-                           /* a request's default processes (+1 for its init) within the 42 of the
+                           /* a request's default processes (+1 for its init) within the 40 of the
                             * 48 that executions may reserve */
                            "--sandbox-pids=16", "--metrics-listen=127.0.0.1:0", NULL};
     it_worker w;
@@ -231,8 +244,8 @@ static void test_children_are_bounded_together(void **state)
     cf_result_clear(&res);
     cf_request_clear(&req);
 
-    /* Processes are reserved like memory: seven eighths of children-pids
-     * (42 of 48) for the executions.  One asking for more could never
+    /* Processes are reserved like memory: children-pids less an eighth (at
+     * least 8): 40 of 48 for the executions.  One asking for more could never
      * start: refused at once, naming the bound. */
     it_request_init(&req, CF_LANG_SHELL, "echo never");
     req.policy.max_processes = 200;
@@ -258,28 +271,38 @@ static void test_children_are_bounded_together(void **state)
     cf_result_clear(&res);
     cf_request_clear(&req);
 
-    /* A request holding 31 of the 42 (30 + its init): another asking 15
+    /* The kernel's bound on the worker's directory. */
+    char own[4096], pids_file[4200];
+    assert_true(own_pids_dir(&w, own, sizeof(own)));
+    snprintf(pids_file, sizeof(pids_file), "%s/pids.max", own);
+    FILE *pf = fopen(pids_file, "r");
+    long pmax = 0;
+    assert_non_null(pf);
+    assert_int_equal(fscanf(pf, "%ld", &pmax), 1);
+    fclose(pf);
+    assert_int_equal(pmax, 48);
+
+    /* A request holding 30 of the 40 (29 + its init): another asking 15
      * (16 with its init) does not fit beside it, so it waits for the
      * holder to end, then runs and succeeds (before, it started at once
-     * and failed for want of processes).  The holder's children are
-     * counted in the worker's directory, waited on. */
+     * and failed for want of processes). */
     cf_request hold;
     it_request_init(&hold, CF_LANG_PYTHON,
                     "import os, time\nfor i in range(150):\n    try:\n        pid = os.fork()\n"
                     "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(120)\n        os._exit(0)\n"
                     "time.sleep(120)\n");
-    hold.policy.max_processes = 30;
+    hold.policy.max_processes = 29;
     hold.policy.timeout_us = 150 * SEC;
     cf_error err;
     if (cf_dispatcher_submit(d, &hold, &err) < 0)
         fail_msg("submit: %s", err.msg);
-    /* Running: its 31 reserved (a fork test's leftovers, still dying,
-     * could fill pids.current before it even starts). */
+    /* Running: its 30 reserved (30, not the 31 the fork test held, so it
+     * is the holder's). */
     int port = it_worker_metrics_port(&w);
     double reserved = -1, budget = -1;
-    for (int64_t until = cf_mono_us() + 120 * SEC; reserved != 31 && cf_mono_us() < until; usleep(100 * 1000))
+    for (int64_t until = cf_mono_us() + 120 * SEC; reserved != 30 && cf_mono_us() < until; usleep(100 * 1000))
         reserved = metrics_pair(port, "codefleet_pids_reserved", &budget);
-    assert_true(reserved == 31 && budget == 42);
+    assert_true(reserved == 30 && budget == 40);
     it_request_init(&req, CF_LANG_PYTHON,
                     "import os, time\nkids = []\nfor i in range(12):\n    pid = os.fork()\n    if pid == 0:\n"
                     "        time.sleep(1)\n        os._exit(0)\n    kids.append(pid)\n"
@@ -289,14 +312,14 @@ static void test_children_are_bounded_together(void **state)
     if (cf_dispatcher_submit(d, &req, &err) < 0)
         fail_msg("submit: %s", err.msg);
     /* Taken by the worker and waiting for processes (not a slot: one of
-     * the two is free), while the holder's 31 stay reserved. */
+     * the two is free), while the holder's 30 stay reserved. */
     double held = -1;
     for (int64_t until = cf_mono_us() + 60 * SEC; held != 1 && cf_mono_us() < until; usleep(100 * 1000))
         held = metrics_pair(port, "codefleet_requests_held", NULL);
     reserved = metrics_pair(port, "codefleet_pids_reserved", &budget);
     print_message("waiting for processes: %.0f held; reserved %.0f of %.0f\n", held, reserved, budget);
     assert_true(held == 1);
-    assert_true(reserved == 31);
+    assert_true(reserved == 30);
     int64_t cancelled_at = cf_now_us();
     assert_int_equal(cf_dispatcher_cancel(d, hold.id, "test over", 60 * SEC, &err), 0);
     assert_int_equal(cf_dispatcher_wait(d, hold.id, 120 * SEC, &res, &err), 0);

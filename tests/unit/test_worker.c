@@ -1519,6 +1519,43 @@ static void pool_process_budget(void **state)
     cf_exec_pool_destroy(p);
 }
 
+/* A group's share of the process budget: with 7 of 10 for each, group 0's
+ * second job of 4 processes waits for its first (8 > 7) without holding
+ * the others back, though memory is plenty: group 1's jobs start at once,
+ * up to the whole budget (their 6 within their own share). */
+static void pool_process_share(void **state)
+{
+    (void)state;
+    gate g;
+    gate_init(&g);
+    cf_exec_pool *p = cf_exec_pool_new(4, gated_run, NULL, &g);
+    assert_non_null(p);
+    int weights[2] = {1, 1}, caps[2] = {3, 3};
+    assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
+    cf_exec_pool_set_budget(p, CF_POOL_MEMORY, 100);
+    cf_exec_pool_set_budget(p, CF_POOL_PIDS, 10);
+    cf_exec_pool_set_group_budget(p, CF_POOL_PIDS, 7);
+    submit_gated_costs(p, 0, 1, 4);
+    wait_started(&g, 1);
+    submit_gated_costs(p, 0, 1, 4); /* 8 > 7: waits for its own */
+    submit_gated_costs(p, 1, 1, 3);
+    wait_started(&g, 2);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.order[1], 1);
+    pthread_mutex_unlock(&g.lock);
+    /* Group 1 again, 3 more: 10 of 10 held, fits its share (6 <= 7). */
+    submit_gated_costs(p, 1, 1, 3);
+    wait_started(&g, 3);
+    pthread_mutex_lock(&g.lock);
+    assert_int_equal(g.order[2], 1);
+    pthread_mutex_unlock(&g.lock);
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_PIDS), 10);
+    drain_gated(p, &g, 4);
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_PIDS), 0);
+    assert_int_equal(cf_exec_pool_reserved(p, CF_POOL_MEMORY), 0);
+    cf_exec_pool_destroy(p);
+}
+
 static bool in_group_1(const cf_pool_job *j, void *arg)
 {
     (void)arg;
@@ -1598,6 +1635,7 @@ int main(void)
         cmocka_unit_test(pool_budget_drains_for_a_large_job),
         cmocka_unit_test(pool_group_share_of_the_budget),
         cmocka_unit_test(pool_process_budget),
+        cmocka_unit_test(pool_process_share),
         cmocka_unit_test(pool_drop_ends_a_drain),
         cmocka_unit_test(pool_drops_only_queued_jobs),
         cmocka_unit_test(pool_never_touches_a_job_after_run),
