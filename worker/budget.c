@@ -57,7 +57,10 @@ static int64_t read_limit(const char *path)
 
 /* The smallest memory limit on the worker's own cgroup and its ancestors
  * (v2, or v1's memory hierarchy), -1 when none. */
-static int64_t cgroup_memory_limit(void)
+/* The lowest limit on the worker's own cgroup and its ancestors (v2: the
+ * file v2_file; v1: v1_file in the hierarchy of controller v1_ctrl), -1
+ * when none. */
+static int64_t cgroup_limit(const char *v1_ctrl, const char *v1_file, const char *v2_file)
 {
     FILE *f = fopen("/proc/self/cgroup", "r");
     if (!f)
@@ -70,14 +73,17 @@ static int64_t cgroup_memory_limit(void)
         if (!a || !b)
             continue;
         bool v2 = a + 1 == b;
-        bool v1mem = !v2 && strstr(a + 1, "memory") && strstr(a + 1, "memory") < b;
-        if (!v2 && !v1mem)
+        const char *ctl = v2 ? NULL : strstr(a + 1, v1_ctrl);
+        if (!v2 && !(ctl && ctl < b))
             continue;
         char rel[4096];
         cf_strlcpy(rel, b + 1, sizeof(rel));
         for (;;) {
-            snprintf(path, sizeof(path), v2 ? "/sys/fs/cgroup%s/memory.max" : "/sys/fs/cgroup/memory%s/memory.limit_in_bytes",
-                     strcmp(rel, "/") == 0 ? "" : rel);
+            const char *at = strcmp(rel, "/") == 0 ? "" : rel;
+            if (v2)
+                snprintf(path, sizeof(path), "/sys/fs/cgroup%s/%s", at, v2_file);
+            else
+                snprintf(path, sizeof(path), "/sys/fs/cgroup/%s%s/%s", v1_ctrl, at, v1_file);
             int64_t v = read_limit(path);
             if (v > 0 && (best < 0 || v < best))
                 best = v;
@@ -89,6 +95,11 @@ static int64_t cgroup_memory_limit(void)
     }
     fclose(f);
     return best;
+}
+
+static int64_t cgroup_memory_limit(void)
+{
+    return cgroup_limit("memory", "memory.limit_in_bytes", "memory.max");
 }
 
 static int64_t host_memory(void)
@@ -180,9 +191,13 @@ int64_t budget_pids_cost(const cf_worker *w, const cf_backend *b, const cf_reque
 }
 
 #define CHILDREN_PREFIX "cfw-"
-/* Half of what the kernel allows in all (pid_max, threads-max). */
+/* Half of what the kernel allows in all (pid_max, threads-max), and at
+ * most seven eighths of the worker's own cgroup's pids limit (a pod's or
+ * a container's: the children count against it too, and the worker's own
+ * threads need the rest). */
 static int64_t default_children_pids(void)
 {
+    int64_t cg = cgroup_limit("pids", "pids.max", "pids.max");
     int64_t lowest = -1;
     static const char *const files[] = {"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -193,7 +208,10 @@ static int64_t default_children_pids(void)
         if (f)
             fclose(f);
     }
-    return lowest > 0 ? lowest / 2 : 0;
+    int64_t half = lowest > 0 ? lowest / 2 : 0;
+    if (cg > 0 && (half <= 0 || cg - cg / 8 < half))
+        return cg - cg / 8 > 1 ? cg - cg / 8 : 1;
+    return half;
 }
 
 /* This pid namespace's inode: pids are only comparable within one. */
@@ -333,28 +351,24 @@ static bool profile_uses(const cf_profile *p, const char *name)
     return p->n_backends == 0;
 }
 
-/* The most processes a request that asks for none reserves on this
- * worker: over the profiles, what it is given (its max-processes, else
- * the backend's default) on the backends it may use, and its compile
- * step's when the backend compiles. */
-static int64_t pids_default_most(const cf_worker *w, int64_t *compile_most)
+/* The most processes a request of profile p that asks for none reserves
+ * (its max-processes, else the backend's default, on the backends it may
+ * use), and in *compile its compile step's when a backend compiles. */
+static int64_t pids_default(const cf_worker *w, const cf_profile *p, int64_t *compile)
 {
     int64_t most = 0;
-    *compile_most = 0;
-    for (size_t t = 0; t < w->ntopics; t++) {
-        const cf_profile *p = w->topics[t].profile;
-        for (size_t i = 0; i < cf_backend_set_count(w->backends); i++) {
-            const cf_backend *b = cf_backend_set_get(w->backends, i);
-            if (!b->ops->pids_bound || !profile_uses(p, b->ops->name))
-                continue;
-            cf_request none = {.language = CF_LANG_SHELL, .policy = {.max_processes = p->max_processes}};
-            const char *what;
-            int64_t d = b->ops->pids_bound(b->state, &none.policy);
-            most = d > most ? d : most;
-            none.language = CF_LANG_C;
-            int64_t c = budget_pids_cost(w, b, &none, p, &what);
-            *compile_most = c > *compile_most ? c : *compile_most;
-        }
+    *compile = 0;
+    for (size_t i = 0; i < cf_backend_set_count(w->backends); i++) {
+        const cf_backend *b = cf_backend_set_get(w->backends, i);
+        if (!b->ops->pids_bound || !profile_uses(p, b->ops->name))
+            continue;
+        cf_request none = {.language = CF_LANG_SHELL, .policy = {.max_processes = p->max_processes}};
+        const char *what;
+        int64_t d = b->ops->pids_bound(b->state, &none.policy);
+        most = d > most ? d : most;
+        none.language = CF_LANG_C;
+        int64_t c = budget_pids_cost(w, b, &none, p, &what);
+        *compile = c > *compile ? c : *compile;
     }
     return most;
 }
@@ -365,40 +379,59 @@ void budget_pids_setup(cf_worker *w)
         cf_log_info(LOG_SUB, "process budget for executions: none (no children-pids bound on this host)");
         return;
     }
-    /* The eighth kept back (at least 8) is for what no execution reserves:
-     * the helpers, the zygotes and their threads (the same eighth as
-     * children-memory's over the memory budget). */
-    int64_t keep = w->children_pids / 8 > 8 ? w->children_pids / 8 : 8;
+    /* Kept back for what no execution reserves: the helpers, the zygotes
+     * and their threads.  An eighth (as children-memory's over the memory
+     * budget), at least 8, and at least 4 per slot (a slot's zygote and
+     * helper hold a process or two each while idle). */
+    int64_t keep = w->children_pids / 8;
+    keep = keep > 8 ? keep : 8;
+    keep = keep > 4 * (int64_t)w->nslots ? keep : 4 * (int64_t)w->nslots;
     w->pids_budget = w->children_pids > keep ? w->children_pids - keep : 1;
     cf_exec_pool_set_budget(w->pool, CF_POOL_PIDS, w->pids_budget);
-    /* The reserve slots' processes, as for memory: the most a request that
-     * asks for nothing holds, kept out of each profile's share. */
-    int64_t reserve = w->nslots - (int)w->cfg->slots, compile = 0;
-    int64_t dflt = pids_default_most(w, &compile);
-    if (reserve > 0 && dflt > 0 && reserve * dflt < w->pids_budget) {
-        w->pids_group_max = w->pids_budget - reserve * dflt;
-        cf_exec_pool_set_group_budget(w->pool, CF_POOL_PIDS, w->pids_group_max);
+    cf_log_info(LOG_SUB, "process budget for executions: %" PRId64 " of children-pids %" PRId64 " (%" PRId64
+                " kept for helpers and zygotes)", w->pids_budget, w->children_pids, w->children_pids - w->pids_budget);
+    /* Each profile's share, as for memory: the reserve slots keep what a
+     * request of another profile that asks for nothing holds (the most of
+     * theirs that can fit at all: larger ones are rejected anyway), so one
+     * tenant's runs can never hold the processes another's next request
+     * needs. */
+    int64_t reserve = w->nslots - (int)w->cfg->slots;
+    int64_t dflt[CF_PROFILE_MAX] = {0}, compile[CF_PROFILE_MAX] = {0};
+    size_t n = w->ntopics < CF_PROFILE_MAX ? w->ntopics : CF_PROFILE_MAX;
+    for (size_t t = 0; t < n; t++)
+        dflt[t] = pids_default(w, w->topics[t].profile, &compile[t]);
+    for (size_t t = 0; t < n; t++) {
+        int64_t others = 0;
+        for (size_t u = 0; u < n; u++)
+            if (u != t && dflt[u] <= w->pids_budget && dflt[u] > others)
+                others = dflt[u];
+        const char *name = w->topics[t].profile->name;
+        if (reserve > 0 && others > 0 && reserve * others < w->pids_budget) {
+            w->topics[t].pids_share = w->pids_budget - reserve * others;
+            cf_exec_pool_set_group_budget(w->pool, CF_POOL_PIDS, (int)t, w->topics[t].pids_share);
+            cf_log_info(LOG_SUB, "profile '%s': its executions hold at most %" PRId64 " of them (the reserve slots "
+                        "keep %" PRId64 " for the others)", name, w->topics[t].pids_share, reserve * others);
+        } else if (reserve > 0 && others > 0) {
+            cf_log_warn(LOG_SUB, "profile '%s': the process budget of %" PRId64 " is too small to keep the reserve "
+                        "slots' %" PRId64 " for the other profiles; it may hold all of it", name, w->pids_budget,
+                        reserve * others);
+        }
+        int64_t fits = w->topics[t].pids_share > 0 ? w->topics[t].pids_share : w->pids_budget;
+        if (dflt[t] > fits)
+            cf_log_warn(LOG_SUB, "profile '%s': a request asking no max_processes holds up to %" PRId64 " processes, "
+                        "more than its %" PRId64 ": such requests are rejected; raise children-pids or lower its "
+                        "max-processes or sandbox-pids", name, dflt[t], fits);
+        if (compile[t] > dflt[t] && compile[t] > fits)
+            cf_log_warn(LOG_SUB, "profile '%s': a compiled language's request holds %" PRId64 " processes for its "
+                        "compile step (compile-processes), more than its %" PRId64 ": such requests are rejected; "
+                        "raise children-pids or lower compile-processes", name, compile[t], fits);
+        /* Not an error: executions then wait for each other's processes. */
+        if (dflt[t] > 0 && dflt[t] <= fits && dflt[t] * (int64_t)w->cfg->slots > fits)
+            cf_log_info(LOG_SUB, "profile '%s': %d requests of %" PRId64 " processes each (asking no max_processes) "
+                        "do not fit its %" PRId64 " at once: fewer of them run at a time", name, (int)w->cfg->slots,
+                        dflt[t], fits);
     }
-    cf_log_info(LOG_SUB, "process budget for executions: %" PRId64 " of children-pids %" PRId64, w->pids_budget,
-                w->children_pids);
-    if (w->pids_group_max > 0)
-        cf_log_info(LOG_SUB, "a profile's executions hold at most %" PRId64 " of them (the reserve slots keep %" PRId64
-                    ")", w->pids_group_max, reserve * dflt);
-    else if (reserve > 0 && dflt > 0)
-        cf_log_warn(LOG_SUB, "process budget %" PRId64 ": too small to keep the reserve slots' %" PRId64
-                    " out of each profile's share; one profile may hold all of it", w->pids_budget, reserve * dflt);
-    int64_t fits = w->pids_group_max > 0 ? w->pids_group_max : w->pids_budget;
-    if (dflt > fits)
-        cf_log_warn(LOG_SUB, "a request asking no max_processes holds up to %" PRId64 " processes, more than the %" PRId64
-                    " a profile's executions may hold: such requests are rejected; raise children-pids or lower "
-                    "max-processes or sandbox-pids", dflt, fits);
-    else if (compile > fits)
-        cf_log_warn(LOG_SUB, "a compiled language's request holds %" PRId64 " processes for its compile step "
-                    "(compile-processes), more than the %" PRId64 " a profile's executions may hold: such requests "
-                    "are rejected; raise children-pids or lower compile-processes", compile, fits);
-    /* Not an error: executions then wait for each other's processes. */
-    else if (dflt > 0 && dflt * w->nslots > w->pids_budget)
-        cf_log_warn(LOG_SUB, "%d slots of %" PRId64 " processes each (a request's default) do not fit the process "
-                    "budget of %" PRId64 ": fewer run at once; raise children-pids or lower max-processes or "
-                    "sandbox-pids", w->nslots, dflt, w->pids_budget);
+    if (w->pids_budget < 2)
+        cf_log_warn(LOG_SUB, "process budget of %" PRId64 ": no sandboxed execution fits (one holds at least 2); "
+                    "raise children-pids", w->pids_budget);
 }

@@ -35,7 +35,7 @@ struct cf_exec_pool {
     /* Per resource: */
     int64_t budget[CF_POOL_NRESOURCES];    /* 0: none */
     int64_t reserved[CF_POOL_NRESOURCES];  /* costs of the running jobs */
-    int64_t group_max[CF_POOL_NRESOURCES]; /* the most one group may reserve (0: the budget) */
+    int64_t (*group_max)[CF_POOL_NRESOURCES];  /* per group: the most it may reserve (0: the budget) */
     int64_t (*reserved_g)[CF_POOL_NRESOURCES]; /* per group */
     pthread_t *threads;
     cf_pool_run_fn run;
@@ -79,7 +79,8 @@ static pool_node *fit(const cf_exec_pool *p, pool_node *n)
     for (int r = 0; r < CF_POOL_NRESOURCES; r++) {
         if (p->budget[r] <= 0)
             continue;
-        if (p->group_max[r] > 0 && p->reserved_g[n->group][r] + n->cost[r] > p->group_max[r])
+        int64_t share = p->group_max[n->group][r];
+        if (share > 0 && p->reserved_g[n->group][r] + n->cost[r] > share)
             return &waits_for_own;
         if (p->reserved[r] + n->cost[r] > p->budget[r])
             mark = &waits_for_budget;
@@ -256,6 +257,7 @@ void cf_exec_pool_destroy(cf_exec_pool *p)
     free(p->cand);
     free(p->offer_order);
     free(p->reserved_g);
+    free(p->group_max);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p);
@@ -269,7 +271,9 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
     pool_node **cand = calloc((size_t)n, sizeof(*cand));
     int *order = calloc((size_t)n, sizeof(*order));
     int64_t (*rg)[CF_POOL_NRESOURCES] = calloc((size_t)n, sizeof(*rg));
-    if (!w || !c || !r || !cand || !order || !rg) {
+    int64_t (*gm)[CF_POOL_NRESOURCES] = calloc((size_t)n, sizeof(*gm));
+    if (!w || !c || !r || !cand || !order || !rg || !gm) {
+        free(gm);
         free(w);
         free(c);
         free(r);
@@ -289,6 +293,8 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
     free(p->cand);
     free(p->offer_order);
     free(p->reserved_g);
+    free(p->group_max);
+    p->group_max = gm;
     p->weight = w;
     p->cap = c;
     p->running_g = r;
@@ -308,10 +314,12 @@ void cf_exec_pool_set_budget(cf_exec_pool *p, cf_pool_resource r, int64_t budget
     pthread_mutex_unlock(&p->lock);
 }
 
-void cf_exec_pool_set_group_budget(cf_exec_pool *p, cf_pool_resource r, int64_t group_max)
+void cf_exec_pool_set_group_budget(cf_exec_pool *p, cf_pool_resource r, int group, int64_t group_max)
 {
     pthread_mutex_lock(&p->lock);
-    p->group_max[r] = group_max > 0 ? group_max : 0;
+    for (int g = 0; g < p->ngroups; g++)
+        if (group < 0 || g == group)
+            p->group_max[g][r] = group_max > 0 ? group_max : 0;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
 }

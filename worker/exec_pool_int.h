@@ -64,10 +64,11 @@ int cf_exec_pool_set_groups(cf_exec_pool *p, int n, const int *weights, const in
  * group's order holds); one larger than the whole budget must be refused
  * before submit. */
 void cf_exec_pool_set_budget(cf_exec_pool *p, cf_pool_resource r, int64_t budget);
-/* The most of that budget one group's running jobs may hold (0: all of
- * it): the rest stays for the others, as the reserve slots do.  A group at
- * it waits for its own jobs; it does not make the others drain. */
-void cf_exec_pool_set_group_budget(cf_exec_pool *p, cf_pool_resource r, int64_t group_max);
+/* The most of that budget group's running jobs may hold (0: all of it;
+ * group -1: every group's), after cf_exec_pool_set_groups: the rest stays
+ * for the others, as the reserve slots do.  A group at it waits for its
+ * own jobs; it does not make the others drain. */
+void cf_exec_pool_set_group_budget(cf_exec_pool *p, cf_pool_resource r, int group, int64_t group_max);
 /* The costs of resource r of the jobs running now. */
 int64_t cf_exec_pool_reserved(cf_exec_pool *p, cf_pool_resource r);
 

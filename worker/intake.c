@@ -123,14 +123,15 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
         return -1;
     }
     int64_t pids = j->pj.cost[CF_POOL_PIDS] = budget_pids_cost(w, j->backend, req, j->profile, &charged);
-    fits = w->pids_group_max > 0 ? w->pids_group_max : w->pids_budget;
+    int64_t share = w->topics[j->pj.group].pids_share;
+    fits = share > 0 ? share : w->pids_budget;
     if (w->pids_budget > 0 && pids > fits) {
         snprintf(reason, rsz, "%s, %" PRId64 " with what the backend adds, do not fit this worker's %" PRId64
                  " for executions%s", charged, pids, fits,
-                 w->pids_group_max > 0 ? " of one profile (children-pids less an eighth for helpers and zygotes, "
-                                         "less what its reserve slots keep for the other profiles)"
-                                       : " (children-pids less an eighth for helpers and zygotes: what the "
-                                         "executions running at once may hold)");
+                 share > 0 ? " of this profile (children-pids less what helpers and zygotes keep, less what the "
+                             "reserve slots keep for the other profiles)"
+                           : " (children-pids less what helpers and zygotes keep: what the executions running at "
+                             "once may hold)");
         return -1;
     }
 policy:

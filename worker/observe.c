@@ -667,8 +667,8 @@ int cf_observe_new(const cf_worker_config *cfg, const char *worker_id, cf_observ
                                       "Processes the executions running now may hold (their pids bounds, reserved "
                                       "against the budget).", 0, NULL, NULL, 0);
     o->pids_budget = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_pids_budget",
-                                    "What the running executions' pids bounds may add up to: children-pids less an "
-                                    "eighth, at least 8 (0: not enforced).", 0, NULL, NULL, 0);
+                                    "What the running executions' pids bounds may add up to: children-pids less "
+                                    "what helpers and zygotes keep (0: not enforced).", 0, NULL, NULL, 0);
     o->children_mem = cf_metrics_add(r, CF_METRIC_GAUGE, "codefleet_children_memory_bytes",
                                      "Memory the worker's executions, helpers and zygotes use together (-1: unknown).",
                                      0, NULL, NULL, 0);

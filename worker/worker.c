@@ -510,7 +510,7 @@ static int worker_slots_setup(cf_worker *w, cf_error *err)
     if (w->memory_budget > 0 && reserve > 0) {
         if (reserve * dflt < w->memory_budget) {
             w->memory_group_max = w->memory_budget - reserve * dflt;
-            cf_exec_pool_set_group_budget(w->pool, CF_POOL_MEMORY, w->memory_group_max);
+            cf_exec_pool_set_group_budget(w->pool, CF_POOL_MEMORY, -1, w->memory_group_max);
             cf_log_info(LOG_SUB, "a profile's executions reserve at most %" PRId64 " MiB of it (the reserve slots keep %" PRId64
                         " MiB)", w->memory_group_max >> 20, (reserve * dflt) >> 20);
         } else {

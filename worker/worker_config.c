@@ -40,8 +40,8 @@ static const cf_conf_prop worker_props[] = {
      "limit or of the host's memory (docs/OPERATIONS.md, \"Memory budget\").", NULL},
     {"children-pids", CF_CONF_INT, OFF(children_pids), 0, 4194304, "0", NULL,
      "How many processes and threads the worker's executions, helpers and zygotes may have together (the same "
-     "cgroup's pids limit).  0: half of the kernel's pid_max or threads-max, whichever is lower.  All but an eighth of it "
-     "(at least 8, kept for helpers and zygotes) is the executions' process budget: each reserves its pids bound "
+     "cgroup's pids limit).  0: half of the kernel's pid_max or threads-max, whichever is lower, at most seven "
+     "eighths of the worker's own cgroup's pids limit.  All but what helpers and zygotes keep (an eighth, at least 8 and 4 per slot) is the executions' process budget: each reserves its pids bound "
      "before it starts, and waits when it does not fit.", NULL},
     {"userns-owner", CF_CONF_ENUM, OFF(userns_owner), 0, 0, "auto", "auto|run-uid|root",
      "Who creates each execution's user namespace (sandbox, zygote, embedded helpers).  run-uid: its run uid, so "

@@ -90,6 +90,7 @@ typedef struct topic_state {
     /* Fair shares (docs/OPERATIONS.md, "Fair shares"): the pool's group of
      * this topic is its index. */
     int slot_cap;         /* the most slots its executions hold at once */
+    int64_t pids_share;   /* the most of the process budget its executions hold (budget.c; 0: all of it) */
     size_t inflight;      /* its jobs taken and not ended (main thread) */
     bool paused;          /* its intake is paused: slot_cap + prefetch taken */
 } topic_state;
@@ -221,7 +222,6 @@ struct cf_worker {
     int64_t memory_budget;     /* budget.c: what running executions' memory may add up to (0: none) */
     int64_t memory_group_max;  /* what one profile's may add up to (0: the budget): the reserve slots' memory kept out */
     int64_t pids_budget;       /* budget.c: what running executions' pids bounds may add up to (0: none) */
-    int64_t pids_group_max;    /* ... one profile's (0: the budget) */
     /* budget.c: the cgroup directory of the worker's own that holds all its
      * executions, helpers and zygotes, and its limits (0: none set). */
     struct cf_cgroup_env *children_cg;
@@ -312,9 +312,8 @@ int64_t budget_cost(const cf_worker *w, const cf_request *req, const char **what
  * *what names where the figure came from. */
 int64_t budget_pids_cost(const cf_worker *w, const cf_backend *b, const cf_request *req, const cf_profile *prof,
                          const char **what);
-/* Sets the pool's process budget from children-pids: all but an eighth
- * (at least 8) for the executions, the rest for the helpers and zygotes
- * (and their threads). */
+/* Sets the pool's process budget from children-pids (all but what the
+ * helpers and zygotes keep) and each profile's share of it. */
 void budget_pids_setup(cf_worker *w);
 /* Before the backends start: names the worker's own cgroup directory (into
  * bcfg.cgroup_own_dir), sweeps dead workers' ones, and bounds it by

@@ -1465,7 +1465,7 @@ static void pool_group_share_of_the_budget(void **state)
     int weights[2] = {1, 1}, caps[2] = {2, 2};
     assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
     cf_exec_pool_set_budget(p, CF_POOL_MEMORY, 10);
-    cf_exec_pool_set_group_budget(p, CF_POOL_MEMORY, 7);
+    cf_exec_pool_set_group_budget(p, CF_POOL_MEMORY, -1, 7);
     submit_gated_cost(p, 0, 4);
     wait_started(&g, 1);
     submit_gated_cost(p, 0, 4);
@@ -1534,7 +1534,7 @@ static void pool_process_share(void **state)
     assert_int_equal(cf_exec_pool_set_groups(p, 2, weights, caps), 0);
     cf_exec_pool_set_budget(p, CF_POOL_MEMORY, 100);
     cf_exec_pool_set_budget(p, CF_POOL_PIDS, 10);
-    cf_exec_pool_set_group_budget(p, CF_POOL_PIDS, 7);
+    cf_exec_pool_set_group_budget(p, CF_POOL_PIDS, -1, 7);
     submit_gated_costs(p, 0, 1, 4);
     wait_started(&g, 1);
     submit_gated_costs(p, 0, 1, 4); /* 8 > 7: waits for its own */
