@@ -1,5 +1,6 @@
 /* cf_checkpoint: per-thread checkpoint chains in Redis (see docs/STATE.md). */
 #include "cf_checkpoint.h"
+#include "cf_quota.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -21,7 +22,13 @@ struct cf_checkpoint_store {
     char scope[CF_STATE_NAME_MAX + 1]; /* cfg.id_prefix, "" for any */
     cf_checkpoint_config cfg;
     cf_decode_limits limits;
+    /* The quota saves are charged to (cf_checkpoint_set_quota): "" none. */
+    char quota_scope[CF_STATE_NAME_MAX + 1];
+    int64_t quota_max_bytes;
 };
+
+#define CP_QUOTA_KIND "checkpoints"
+#define CP_CHARGE_PER 256 /* a checkpoint's keys and fields, estimated (the save script's figure) */
 
 typedef struct cp_keys {
     char meta[CF_STATE_KEY_MAX];
@@ -244,6 +251,28 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
         lens[i] = (i == 8 || i == 9) ? 0 : strlen(args[i]);
     lens[8] = rollback ? 0 : state_len;
     lens[9] = rollback ? 0 : opts->meta_len;
+    /* The quota: what the save may add at most (a new checkpoint and the
+     * newest's copy).  A rollback copies one of the thread's own states,
+     * whose size this side does not know: it is charged once it landed. */
+    int64_t grow = rollback ? 0 : 2 * (int64_t)(state_len + opts->meta_len);
+    int64_t before = -1, held = -1;
+    grow += CP_CHARGE_PER;
+    if (cs->quota_scope[0]) {
+        bool fits = false;
+        cf_quota_usage u;
+        int64_t charge = 0;
+        if (cf_quota_item(cs->r, CP_QUOTA_KIND, cs->quota_scope, k.meta, CF_QUOTA_ITEM_GROW, grow,
+                          cs->quota_max_bytes, &fits, &u, &charge, err) < 0)
+            return cf_error_wrap(err, "thread %s: quota", thread);
+        if (!fits)
+            return cf_error_set(err, CF_E_LIMIT,
+                                "thread %s: over the checkpoint quota of '%s': its %" PRId64 " threads hold %.1f MiB, "
+                                "this save may add %.1f MiB, the quota is %.1f MiB (max-checkpoint-bytes; delete "
+                                "threads it no longer needs, or their checkpoints expire)",
+                                thread, cs->quota_scope, u.count, (double)u.bytes / (1 << 20),
+                                (double)grow / (1 << 20), (double)cs->quota_max_bytes / (1 << 20));
+        before = charge - grow;
+    }
     redisReply *rep = NULL;
     if (cf_redis_eval(cs->r, &cf_cp_script_save, guarded ? 3 : 2, k.v, NULL, guarded ? 13 : 12, args, lens, &rep,
                       err) < 0)
@@ -251,9 +280,10 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
     int rc = cf_state_reply_head(rep, "cp_save", err);
     const char *w = rollback ? "rollback" : "save";
     if (rc < 0) {
-    } else if (cf_redis_reply_is(rep->element[0], "ok") && rep->elements == 4) {
+    } else if (cf_redis_reply_is(rep->element[0], "ok") && rep->elements == 5) {
         char id[CF_CHECKPOINT_ID_MAX + 1];
-        if (copy_name(id, rep->element[1], false) < 0)
+        held = cf_state_reply_elem_i64(rep, 4);
+        if (copy_name(id, rep->element[1], false) < 0 || held < 0)
             rc = cf_error_set(err, CF_E_REDIS, "thread %s: %s: bad id in reply", thread, w);
         else if (id_out)
             cf_strlcpy(id_out, id, CF_CHECKPOINT_ID_MAX + 1);
@@ -276,7 +306,24 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
         rc = cf_error_set(err, CF_E_REDIS, "thread %s: %s: unexpected reply", thread, w);
     }
     cf_redis_reply_free(rep);
+    /* The thread's measured size, or back to its charge before (a failure
+     * here leaves the reservation: it errs towards refusing until the
+     * thread's next save). */
+    int64_t settle = rc == 0 && held >= 0 ? held : before;
+    if (cs->quota_scope[0] && settle >= 0) {
+        cf_error e;
+        cf_error_clear(&e);
+        (void)cf_quota_item(cs->r, CP_QUOTA_KIND, cs->quota_scope, k.meta, CF_QUOTA_ITEM_SET, settle, 0, NULL, NULL,
+                            NULL, &e);
+    }
     return rc;
+}
+
+void cf_checkpoint_set_quota(cf_checkpoint_store *cs, const char *scope, int64_t max_bytes)
+{
+    bool on = scope && *scope && strlen(scope) <= CF_STATE_NAME_MAX;
+    snprintf(cs->quota_scope, sizeof(cs->quota_scope), "%s", on ? scope : "");
+    cs->quota_max_bytes = on && max_bytes > 0 ? max_bytes : 0;
 }
 
 void cf_checkpoint_set_guard(cf_checkpoint_store *cs, const char *key, const char *value)

@@ -87,6 +87,14 @@ int cf_checkpoint_state_check(const cf_checkpoint_store *cs, const void *buf, si
 
 /* Fencing, as cf_workspace_set_guard: while set, saves and rollbacks write
  * only if guard_key holds guard_value (CF_E_FENCED otherwise). */
+/* Quota: while a scope is set (a profile's name), saves and rollbacks are
+ * charged to its ledger (cf_quota.h, kind "checkpoints"): each thread is
+ * charged what its checkpoints hold (states, metadata, the newest's copy,
+ * an estimate of the keys); a save that could take the scope's threads
+ * past max_bytes fails with CF_E_LIMIT naming the quota (max_bytes 0:
+ * charged, never refused).  NULL scope: none.  Copied. */
+void cf_checkpoint_set_quota(cf_checkpoint_store *cs, const char *scope, int64_t max_bytes);
+
 void cf_checkpoint_set_guard(cf_checkpoint_store *cs, const char *guard_key, const char *guard_value);
 
 /* Saves a new checkpoint that becomes the latest.  opts may be NULL.  id_out

@@ -146,3 +146,120 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
     *used = out.held;
     return rc;
 }
+
+/* The item ledger (cf_quota_item).  KEYS: 1 totals (bytes, count), 2 items
+ * (item -> bytes), 3 due (item by when to look at it again, Unix ms).
+ * ARGV: 1 mode (grow, set, drop, get), 2 item, 3 bytes (grow: by how many),
+ * 4 max bytes.
+ * Returns {fits (1/0), bytes held, items held, the item's charge}. */
+static const cf_redis_script item_script = {
+    "quota_item",
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local function drop(it)\n"
+    "  local v = redis.call('HGET', KEYS[2], it)\n"
+    "  if v then\n"
+    "    local b = tonumber(v) or 0\n"
+    "    if b ~= 0 then redis.call('HINCRBY', KEYS[1], 'bytes', 0 - b) end\n"
+    "    redis.call('HINCRBY', KEYS[1], 'count', -1)\n"
+    "    redis.call('HDEL', KEYS[2], it)\n"
+    "  end\n"
+    "  redis.call('ZREM', KEYS[3], it)\n"
+    "end\n"
+    /* When to look at an item again: when its key expires, never for a key
+     * without expiry (it leaves when it is dropped or found gone before a
+     * refusal), in a minute for one not created yet. */
+    "local function due(it)\n"
+    "  local p = redis.call('PTTL', it)\n"
+    "  if p == -2 then return now + 60000 end\n"
+    "  if p == -1 then return '+inf' end\n"
+    "  return now + p\n"
+    "end\n"
+    "for _, it in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)) do\n"
+    "  if redis.call('EXISTS', it) == 0 then drop(it) else redis.call('ZADD', KEYS[3], due(it), it) end\n"
+    "end\n"
+    "local function totals()\n"
+    "  local v = redis.call('HMGET', KEYS[1], 'bytes', 'count')\n"
+    "  return tonumber(v[1] or '0') or 0, tonumber(v[2] or '0') or 0\n"
+    "end\n"
+    "local it, mode = ARGV[2], ARGV[1]\n"
+    "local old = tonumber(redis.call('HGET', KEYS[2], it) or '0') or 0\n"
+    "if mode == 'get' then\n"
+    "  local b, n = totals()\n"
+    "  return {1, b, n, old}\n"
+    "end\n"
+    "if mode == 'drop' then\n"
+    "  drop(it)\n"
+    "  local b, n = totals()\n"
+    "  return {1, b, n, 0}\n"
+    "end\n"
+    "local want, maxb = tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+    "if mode == 'grow' then want = old + want end\n"
+    "local b, n = totals()\n"
+    "if mode == 'grow' and maxb > 0 and want > old and b - old + want > maxb then\n"
+    /* Before refusing: every item whose key is gone (deleted, or expired
+     * before its due time came round) leaves now. */
+    "  for _, other in ipairs(redis.call('HKEYS', KEYS[2])) do\n"
+    "    if other ~= it and redis.call('EXISTS', other) == 0 then drop(other) end\n"
+    "  end\n"
+    "  b, n = totals()\n"
+    "  if b - old + want > maxb then return {0, b, n, old} end\n"
+    "end\n"
+    "if redis.call('HEXISTS', KEYS[2], it) == 0 then redis.call('HINCRBY', KEYS[1], 'count', 1) end\n"
+    "redis.call('HSET', KEYS[2], it, want)\n"
+    "if want ~= old then redis.call('HINCRBY', KEYS[1], 'bytes', want - old) end\n"
+    "redis.call('ZADD', KEYS[3], due(it), it)\n"
+    "b, n = totals()\n"
+    "return {1, b, n, want}\n",
+};
+
+static int item_eval(cf_redis *r, const char *kind, const char *scope, const char *item, const char *mode,
+                     int64_t bytes, int64_t max_bytes, bool *fits, cf_quota_usage *held, int64_t *charge,
+                     cf_error *err)
+{
+    if (bytes < 0 || !item || !*item)
+        return cf_error_set(err, CF_E_INVALID, "quota %s: bad item", kind);
+    char totals[KEY_MAX], items[KEY_MAX], due[KEY_MAX];
+    int a = snprintf(totals, KEY_MAX, "cf:quota:{%s/%s}", kind, scope);
+    int b = snprintf(items, KEY_MAX, "cf:quota:{%s/%s}:items", kind, scope);
+    int c = snprintf(due, KEY_MAX, "cf:quota:{%s/%s}:due", kind, scope);
+    if (a < 0 || a >= KEY_MAX || b < 0 || b >= KEY_MAX || c < 0 || c >= KEY_MAX)
+        return cf_error_set(err, CF_E_INVALID, "quota %s: scope name too long", kind);
+    const char *keys[3] = {totals, items, due};
+    char sb[24], sm[24];
+    snprintf(sb, sizeof(sb), "%" PRId64, bytes);
+    snprintf(sm, sizeof(sm), "%" PRId64, max_bytes > 0 ? max_bytes : 0);
+    const char *args[4] = {mode, item, sb, sm};
+    redisReply *rep = NULL;
+    if (cf_redis_eval(r, &item_script, 3, keys, NULL, 4, args, NULL, &rep, err) < 0)
+        return -1;
+    int64_t ok = 0, hb = 0, hn = 0, ch = 0;
+    int rc = 0;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 || cf_redis_reply_i64(rep->element[0], &ok, err) < 0 ||
+        cf_redis_reply_i64(rep->element[1], &hb, err) < 0 || cf_redis_reply_i64(rep->element[2], &hn, err) < 0 ||
+        cf_redis_reply_i64(rep->element[3], &ch, err) < 0)
+        rc = cf_error_set(err, CF_E_REDIS, "quota %s: unexpected reply", kind);
+    cf_redis_reply_free(rep);
+    if (rc == 0) {
+        if (fits)
+            *fits = ok == 1;
+        if (held)
+            *held = (cf_quota_usage){.bytes = hb, .count = hn};
+        if (charge)
+            *charge = ch;
+    }
+    return rc;
+}
+
+int cf_quota_item(cf_redis *r, const char *kind, const char *scope, const char *item, cf_quota_item_mode mode,
+                  int64_t bytes, int64_t max_bytes, bool *fits, cf_quota_usage *held, int64_t *charge, cf_error *err)
+{
+    static const char *const modes[] = {"grow", "set", "drop"};
+    return item_eval(r, kind, scope, item, modes[mode], bytes, max_bytes, fits, held, charge, err);
+}
+
+int cf_quota_item_get(cf_redis *r, const char *kind, const char *scope, const char *item, int64_t *bytes,
+                      cf_quota_usage *held, cf_error *err)
+{
+    return item_eval(r, kind, scope, item ? item : "-", "get", 0, 0, NULL, held, bytes, err);
+}

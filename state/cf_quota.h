@@ -63,4 +63,38 @@ int cf_quota_refund(cf_redis *r, const char *kind, const char *scope, int64_t sl
 /* What scope holds of kind now (nothing charged). */
 int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quota_usage *used, cf_error *err);
 
+/* An item ledger: things that change size and whose expiry moves with use
+ * (a workspace's idle TTL renewed on every access, a checkpoint thread's
+ * on every save), so no expiry grid can count them.  Each item is charged
+ * by the name of its own Redis key (a workspace's metadata, a thread's),
+ * and that key says whether it still lives: an item whose key is gone
+ * leaves the totals when its expiry is due (checked on Redis's clock, per
+ * call at most a hundred) and, before any charge is refused, all at once.
+ * A charge reserved for an item whose key does not exist yet (about to be
+ * created) is looked at again a minute later.  Keys:
+ * cf:quota:{<kind>/<scope>} (totals), ...:items (item -> bytes), ...:due
+ * (item by when to look at it again); one hash tag.  The item keys are read
+ * by name from the script (PTTL, EXISTS): one Redis or Sentinel, not
+ * Cluster (docs/STATE.md, "Quotas"). */
+typedef enum cf_quota_item_mode {
+    CF_QUOTA_ITEM_GROW, /* add bytes to the item's charge if the totals stay within max_bytes (before a
+                         * write: what it may add at most) */
+    CF_QUOTA_ITEM_SET,  /* set its charge to bytes whatever the totals: its measured size after a write,
+                         * or its charge before a write that failed */
+    CF_QUOTA_ITEM_DROP, /* take it out (deleted) */
+} cf_quota_item_mode;
+
+/* Changes item's charge in scope's ledger of kind.  *fits false (and
+ * nothing changed) when a growth does not fit; *held: the totals after (or,
+ * when it did not fit, as they stand); *charge: the item's charge after
+ * (each may be NULL).  One try: the caller retries transient errors. */
+int cf_quota_item(cf_redis *r, const char *kind, const char *scope, const char *item, cf_quota_item_mode mode,
+                  int64_t bytes, int64_t max_bytes, bool *fits, cf_quota_usage *held, int64_t *charge,
+                  cf_error *err);
+
+/* The item's charge now (0 when it has none) and the totals (held, may be
+ * NULL); item NULL: the totals only. */
+int cf_quota_item_get(cf_redis *r, const char *kind, const char *scope, const char *item, int64_t *bytes,
+                      cf_quota_usage *held, cf_error *err);
+
 #endif

@@ -19,6 +19,7 @@ extern const cf_redis_script cf_ws_script_snapshot;
 extern const cf_redis_script cf_ws_script_delete;
 extern const cf_redis_script cf_ws_script_migrate;
 extern const cf_redis_script cf_ws_script_unupload;
+extern const cf_redis_script cf_ws_script_referenced;
 extern const cf_redis_script cf_cp_script_save;
 extern const cf_redis_script cf_cp_script_latest;
 extern const cf_redis_script cf_cp_script_list;

@@ -38,11 +38,11 @@
 #define WS_LUA_LOAD_META \
     "local function load_meta()\n" \
     "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest_rev', 'history', 'ttl_ms',\n" \
-    "                       'format', 'touched_us')\n" \
+    "                       'format', 'touched_us', 'stored')\n" \
     "  if m[7] ~= '2' then return 'old' end\n" \
     "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n" \
     "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6]),\n" \
-    "             touched = tonumber(m[8] or '0')}\n" \
+    "             touched = tonumber(m[8] or '0'), stored = tonumber(m[9] or '')}\n" \
     "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl and t.touched) then return nil end\n" \
     "  if t.rev < 0 or t.oldest < 0 or t.oldest > t.rev or t.history < 0 or t.history > 100000 or\n" \
     "     t.rev - t.oldest > t.history or t.nfiles < 0 or t.bytes < 0 or t.ttl < 0 then return nil end\n" \
@@ -174,7 +174,7 @@ const cf_redis_script cf_ws_script_create = {
     "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])\n"
     "redis.call('HSET', KEYS[1], 'project', ARGV[1], 'session', ARGV[2], 'created_us', ARGV[3],\n"
     "           'updated_us', ARGV[3], 'rev', '0', 'oldest_rev', '0', 'nfiles', '0', 'bytes', '0',\n"
-    "           'history', ARGV[5], 'ttl_ms', ARGV[4], 'format', '2', 'touched_us', '0')\n"
+    "           'history', ARGV[5], 'ttl_ms', ARGV[4], 'format', '2', 'touched_us', '0', 'stored', '0')\n"
     "local ttl = tonumber(ARGV[4])\n"
     "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end\n"
     "return {'ok', '0'}\n",
@@ -242,13 +242,22 @@ const cf_redis_script cf_ws_script_commit = {
     "    newn = newn + 1\n"
     "  end\n"
     "  newb = newb + sz\n"
-    "  puts[#puts + 1] = {p, string.format('%d:%s', sz, bid), old, bid}\n"
+    "  puts[#puts + 1] = {p, string.format('%d:%s', sz, bid), old, bid, sz}\n"
     "end\n"
     "if newn > maxf then return {'limit', 'files', fmt(newn)} end\n"
     "if newb > maxt then return {'limit', 'bytes', fmt(newb)} end\n"
+    "-- stored: the bytes of the distinct blobs the manifest and the retained\n"
+    "-- history reference (what the workspace holds, for its profile's quota);\n"
+    "-- counted once for a workspace written before it was kept.\n"
+    "local stored = m.stored\n"
+    "if not stored then\n"
+    "  stored = 0\n"
+    "  for _, bid in ipairs(redis.call('HKEYS', KEYS[3])) do stored = stored + redis.call('STRLEN', bpre .. bid) end\n"
+    "  redis.call('HSET', KEYS[1], 'stored', fmt(stored))\n"
+    "end\n"
     "if #dels == 0 and #puts == 0 then\n"
     "  refresh(m)\n"
-    "  return {'ok', fmt(m.rev)}\n"
+    "  return {'ok', fmt(m.rev), fmt(stored), fmt(m.nfiles)}\n"
     "end\n"
     "local nrev = m.rev + 1\n"
     "-- Retention, still without writing: revision r stays reconstructible while\n"
@@ -288,7 +297,7 @@ const cf_redis_script cf_ws_script_commit = {
     "end\n"
     "for _, pt in ipairs(puts) do\n"
     "  redis.call('HSET', KEYS[2], pt[1], pt[2])\n"
-    "  redis.call('HINCRBY', KEYS[3], pt[4], 1)\n"
+    "  if redis.call('HINCRBY', KEYS[3], pt[4], 1) == 1 then stored = stored + pt[5] end\n"
     "  blob_keep(m.ttl, pt[4])\n"
     "  undo[#undo + 1] = pt[1]; undo[#undo + 1] = pt[3] or '-'\n"
     "end\n"
@@ -297,13 +306,15 @@ const cf_redis_script cf_ws_script_commit = {
     "for bid, n in pairs(dec) do\n"
     "  if redis.call('HINCRBY', KEYS[3], bid, -n) <= 0 then\n"
     "    redis.call('HDEL', KEYS[3], bid)\n"
+    "    stored = stored - redis.call('STRLEN', bpre .. bid)\n"
     "    redis.call('UNLINK', bpre .. bid)\n"
     "  end\n"
     "end\n"
+    "if stored < 0 then stored = 0 end\n"
     "redis.call('HSET', KEYS[1], 'rev', fmt(nrev), 'nfiles', fmt(newn), 'bytes', fmt(newb),\n"
-    "           'oldest_rev', fmt(oldest), 'updated_us', ARGV[2])\n"
+    "           'oldest_rev', fmt(oldest), 'updated_us', ARGV[2], 'stored', fmt(stored))\n"
     "refresh(m)\n"
-    "return {'ok', fmt(nrev)}\n",
+    "return {'ok', fmt(nrev), fmt(stored), fmt(newn)}\n",
 };
 
 const cf_redis_script cf_ws_script_get = {
@@ -458,6 +469,16 @@ const cf_redis_script cf_ws_script_unupload = {
     "return n\n",
 };
 
+const cf_redis_script cf_ws_script_referenced = {
+    .name = "ws_referenced",
+    .source =
+    "-- KEYS[1]: the refs hash.  ARGV: blob ids.  Returns, for each, 1 when the\n"
+    "-- workspace already references it (its bytes are stored), else 0.\n"
+    "local out = {}\n"
+    "for i = 1, #ARGV do out[i] = redis.call('HEXISTS', KEYS[1], ARGV[i]) end\n"
+    "return out\n",
+};
+
 const cf_redis_script cf_cp_script_save = {
     .name = "cp_save",
     .source =
@@ -468,7 +489,8 @@ const cf_redis_script cf_cp_script_save = {
     "--       5 parent or rollback target id, 6 expect_mode ('any'|'id'), 7 expected latest ('' = empty),\n"
     "--       8 writer seq (0 = none), 9 state, 10 meta, 11 max count (0 = unlimited), 12 ttl_ms (0 = none)\n"
     "-- KEYS[3] (optional): the writer's guard, which must hold ARGV[13].\n"
-    "-- Returns {'ok', id, parent, created_us} | {'stale', stored_seq} | {'conflict', latest} | {'notfound', id}\n"
+    "-- Returns {'ok', id, parent, created_us, bytes held by the thread} | {'stale', stored_seq}\n"
+    "--         | {'conflict', latest} | {'notfound', id}\n"
     "--         | {'fenced'}\n"
     "-- Few calls: this runs on every save.\n"
     "if #KEYS > 2 and redis.call('GET', KEYS[3]) ~= ARGV[13] then return {'fenced'} end\n"
@@ -530,7 +552,13 @@ const cf_redis_script cf_cp_script_save = {
     "  redis.call('PEXPIRE', KEYS[1], ttl)\n"
     "  redis.call('PEXPIRE', KEYS[2], ttl)\n"
     "end\n"
-    "return {'ok', id, parent, fmt(now)}\n",
+    "-- What the thread holds now, for its profile's quota: each checkpoint's\n"
+    "-- state and metadata, the newest's copy, and an estimate of the keys.\n"
+    "local held = 1024 + #state + #cmeta\n"
+    "for _, o in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do\n"
+    "  held = held + 256 + redis.call('HSTRLEN', pre .. o, 'state') + redis.call('HSTRLEN', pre .. o, 'meta')\n"
+    "end\n"
+    "return {'ok', id, parent, fmt(now), fmt(held)}\n",
 };
 
 const cf_redis_script cf_cp_script_latest = {

@@ -1,5 +1,6 @@
 /* cf_workspace: versioned file workspaces in Redis (see docs/STATE.md). */
 #include "cf_workspace.h"
+#include "cf_quota.h"
 
 #include <inttypes.h>
 #include <openssl/evp.h>
@@ -29,7 +30,21 @@ struct cf_workspace_store {
     char prefix[CF_STATE_PREFIX_MAX + 1];
     char scope[CF_STATE_NAME_MAX + 1]; /* cfg.id_prefix, "" for any */
     cf_workspace_config cfg;
+    /* The quota writes are charged to (cf_workspace_set_quota): "" none. */
+    char quota_scope[CF_STATE_NAME_MAX + 1];
+    int64_t quota_max_bytes;
 };
+
+/* What one workspace is charged: the distinct blobs it holds (files and
+ * retained history), plus an estimate of Redis's own cost of its four keys
+ * and of each file's manifest entry and blob key. */
+#define WS_QUOTA_KIND "workspaces"
+#define WS_CHARGE_BASE 2048
+#define WS_CHARGE_PER_FILE 256
+static int64_t ws_charge(int64_t stored, int64_t nfiles)
+{
+    return stored + WS_CHARGE_BASE + WS_CHARGE_PER_FILE * nfiles;
+}
 
 typedef struct ws_keys {
     char meta[CF_STATE_KEY_MAX];
@@ -194,6 +209,52 @@ static int meta_str_check(const char *s, const char *what, cf_error *err)
     return 0;
 }
 
+void cf_workspace_set_quota(cf_workspace_store *ws, const char *scope, int64_t max_bytes)
+{
+    bool on = scope && *scope && strlen(scope) <= CF_STATE_NAME_MAX;
+    snprintf(ws->quota_scope, sizeof(ws->quota_scope), "%s", on ? scope : "");
+    ws->quota_max_bytes = on && max_bytes > 0 ? max_bytes : 0;
+}
+
+/* Before a write that may add up to `grow` bytes to workspace id: reserve
+ * them in its profile's ledger.  *before: the charge to put back when the
+ * write fails.  Without a quota, nothing (0). */
+static int quota_grow(cf_workspace_store *ws, const char *id, const ws_keys *k, int64_t grow, int64_t *before,
+                      cf_error *err)
+{
+    *before = -1;
+    if (!ws->quota_scope[0])
+        return 0;
+    bool fits = false;
+    cf_quota_usage held;
+    int64_t charge = 0;
+    if (cf_quota_item(ws->r, WS_QUOTA_KIND, ws->quota_scope, k->meta, CF_QUOTA_ITEM_GROW, grow, ws->quota_max_bytes,
+                      &fits, &held, &charge, err) < 0)
+        return cf_error_wrap(err, "workspace %s: quota", id);
+    if (!fits)
+        return cf_error_set(err, CF_E_LIMIT,
+                            "workspace %s: over the workspace quota of '%s': its %" PRId64 " workspaces hold %.1f MiB, "
+                            "this write may add %.1f MiB, the quota is %.1f MiB (max-workspace-bytes; delete "
+                            "workspaces it no longer needs, or they expire when idle)",
+                            id, ws->quota_scope, held.count, (double)held.bytes / (1 << 20), (double)grow / (1 << 20),
+                            (double)ws->quota_max_bytes / (1 << 20));
+    *before = charge - grow;
+    return 0;
+}
+
+/* After the write: the charge it measured (set), or back to what it was
+ * (failed).  A failure here leaves the reservation, which errs towards
+ * refusing until the workspace's next write sets it right. */
+static void quota_settle(cf_workspace_store *ws, const ws_keys *k, int64_t charge)
+{
+    if (!ws->quota_scope[0] || charge < 0)
+        return;
+    cf_error e;
+    cf_error_clear(&e);
+    (void)cf_quota_item(ws->r, WS_QUOTA_KIND, ws->quota_scope, k->meta, CF_QUOTA_ITEM_SET, charge, 0, NULL, NULL,
+                        NULL, &e);
+}
+
 int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *project, const char *session,
                         cf_error *err)
 {
@@ -209,15 +270,22 @@ int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *proj
     cf_state_i64(ttl, sizeof(ttl), cf_state_ttl_ms(ws->cfg.ttl_us));
     cf_state_i64(hist, sizeof(hist), (long long)ws->cfg.history);
     const char *args[5] = {project, session, now, ttl, hist};
+    int64_t before;
+    if (quota_grow(ws, id, &k, ws_charge(0, 0), &before, err) < 0)
+        return -1;
     redisReply *rep = NULL;
-    if (cf_redis_eval(ws->r, &cf_ws_script_create, 4, k.v, NULL, 5, args, NULL, &rep, err) < 0)
+    if (cf_redis_eval(ws->r, &cf_ws_script_create, 4, k.v, NULL, 5, args, NULL, &rep, err) < 0) {
+        quota_settle(ws, &k, before);
         return cf_error_wrap(err, "workspace %s: create", id);
+    }
     int rc = cf_state_reply_head(rep, "ws_create", err);
     if (rc == 0 && cf_redis_reply_is(rep->element[0], "exists"))
         rc = cf_error_set(err, CF_E_CONFLICT, "workspace %s already exists", id);
     else if (rc == 0 && !cf_redis_reply_is(rep->element[0], "ok"))
         rc = cf_error_set(err, CF_E_REDIS, "workspace %s: create: unexpected reply", id);
     cf_redis_reply_free(rep);
+    /* Created: charged what an empty workspace holds; otherwise back. */
+    quota_settle(ws, &k, rc == 0 ? ws_charge(0, 0) : before);
     return rc;
 }
 
@@ -573,7 +641,7 @@ static int commit_limit_error(const cf_workspace_store *ws, const char *id, cons
 
 /* What the commit script answered: the new revision, or why not. */
 static int commit_reply(const cf_workspace_store *ws, const char *id, int64_t expected_rev, const redisReply *rep,
-                        int64_t *new_rev, cf_error *err)
+                        int64_t *new_rev, int64_t *charge, cf_error *err)
 {
     int rc = cf_state_reply_head(rep, "ws_commit", err);
     if (rc < 0)
@@ -581,10 +649,13 @@ static int commit_reply(const cf_workspace_store *ws, const char *id, int64_t ex
     const redisReply *what = rep->element[0];
     if (cf_redis_reply_is(what, "ok")) {
         int64_t rev = cf_state_reply_elem_i64(rep, 1);
-        if (rev < 0)
+        int64_t stored = rep->elements >= 4 ? cf_state_reply_elem_i64(rep, 2) : -1;
+        int64_t nfiles = rep->elements >= 4 ? cf_state_reply_elem_i64(rep, 3) : -1;
+        if (rev < 0 || stored < 0 || nfiles < 0)
             return cf_error_set(err, CF_E_REDIS, "workspace %s: commit: bad revision in reply", id);
         if (new_rev)
             *new_rev = rev;
+        *charge = ws_charge(stored, nfiles);
         return rc;
     }
     if (cf_redis_reply_is(what, "fenced"))
@@ -614,6 +685,42 @@ static int commit_reply(const cf_workspace_store *ws, const char *id, int64_t ex
     return cf_error_set(err, CF_E_REDIS, "workspace %s: commit: unexpected reply", id);
 }
 
+/* What a commit may add to what the workspace stores, at most: the bytes
+ * of each blob it does not reference yet (once per blob), and each file's
+ * entry.  Asked of Redis (one script on the workspace's keys); a blob the
+ * commit finds referenced after all only makes the bound high. */
+static int commit_growth(cf_workspace_store *ws, const ws_keys *k, const cf_ws_file *puts, size_t nputs,
+                         const char (*bid)[WS_BLOB_ID_LEN + 1], int64_t *grow, cf_error *err)
+{
+    *grow = WS_CHARGE_PER_FILE * (int64_t)nputs;
+    if (nputs == 0)
+        return 0;
+    const char **args = calloc(nputs, sizeof(*args));
+    if (!args)
+        return cf_error_set(err, CF_E_NOMEM, "out of memory");
+    for (size_t i = 0; i < nputs; i++)
+        args[i] = bid[i];
+    const char *keys[1] = {k->refs};
+    redisReply *rep = NULL;
+    int rc = cf_redis_eval(ws->r, &cf_ws_script_referenced, 1, keys, NULL, (int)nputs, args, NULL, &rep, err);
+    free(args);
+    if (rc < 0)
+        return -1;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != nputs) {
+        cf_redis_reply_free(rep);
+        return cf_error_set(err, CF_E_REDIS, "unexpected reply");
+    }
+    for (size_t i = 0; i < nputs; i++) {
+        bool seen = rep->element[i]->type == REDIS_REPLY_INTEGER && rep->element[i]->integer == 1;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(bid[j], bid[i]) == 0;
+        if (!seen)
+            *grow += (int64_t)puts[i].len;
+    }
+    cf_redis_reply_free(rep);
+    return 0;
+}
+
 static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_rev, const cf_ws_file *puts,
                        size_t nputs, const char *const *deletes, size_t ndeletes, bool strict, int64_t *new_rev,
                        cf_error *err)
@@ -635,16 +742,30 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
         free(bid);
         return -1;
     }
+    int64_t grow = 0, before = -1, charge = -1;
+    if (ws->quota_scope[0] && commit_growth(ws, &k, puts, nputs, cbid, &grow, err) < 0) {
+        commit_args_free(&ca);
+        free(bid);
+        return cf_error_wrap(err, "workspace %s: quota", id);
+    }
+    if (quota_grow(ws, id, &k, grow, &before, err) < 0) {
+        commit_args_free(&ca);
+        free(bid);
+        return -1;
+    }
     redisReply *rep = NULL;
     int rc = commit_send(ws, &k, id, puts, nputs, cbid, &ca, &rep, err);
     commit_args_free(&ca);
     free(bid);
     if (rc < 0) {
+        /* Perhaps written (a reply lost): the reservation stays until the
+         * next write measures the workspace again. */
         cf_redis_reply_free(rep);
         return cf_error_wrap(err, "workspace %s: commit", id);
     }
-    rc = commit_reply(ws, id, expected_rev, rep, new_rev, err);
+    rc = commit_reply(ws, id, expected_rev, rep, new_rev, &charge, err);
     cf_redis_reply_free(rep);
+    quota_settle(ws, &k, rc == 0 ? charge : before);
     return rc;
 }
 

@@ -110,6 +110,14 @@ int cf_workspace_commit(cf_workspace_store *ws, const char *id, int64_t expected
  * Redis (and Sentinel), not on Cluster. */
 void cf_workspace_set_guard(cf_workspace_store *ws, const char *guard_key, const char *guard_value);
 
+/* Quota: while a scope is set (a profile's name), creates and commits are
+ * charged to its ledger (cf_quota.h, kind "workspaces"): each workspace is
+ * charged the bytes of the distinct blobs it holds (files and retained
+ * history) plus an estimate of its keys' cost; a write that could take the
+ * scope's workspaces past max_bytes fails with CF_E_LIMIT naming the quota
+ * (max_bytes 0: charged, never refused).  NULL scope: none.  Copied. */
+void cf_workspace_set_quota(cf_workspace_store *ws, const char *scope, int64_t max_bytes);
+
 /* One-file commit. */
 int cf_workspace_put(cf_workspace_store *ws, const char *id, int64_t expected_rev, const char *path, const void *data,
                      size_t len, int64_t *new_rev, cf_error *err);

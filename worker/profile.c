@@ -96,6 +96,17 @@ static const cf_conf_prop profile_props[] = {
      "on it (its size plus a quarter, and about 700 bytes of keys), as max-stored-results.  Size the profiles' "
      "sum, with their quarter of grace, below Redis's maxmemory.  0: no cap.",
      NULL},
+    {"max-workspace-bytes", CF_CONF_SIZE, OFF(max_workspace_bytes), 0, 1024 * 1024 * MIB, "128MiB", NULL,
+     "The most bytes this profile's workspaces may hold in Redis together: each is charged the distinct file "
+     "contents it keeps (its files and the revisions of its history) and an estimate of its keys.  A run whose "
+     "write-back would pass it keeps its output and is told its changes were not written back, naming this "
+     "quota; other profiles' writes are not affected.  0: no cap (docs/OPERATIONS.md, \"Quotas\").",
+     NULL},
+    {"max-checkpoint-bytes", CF_CONF_SIZE, OFF(max_checkpoint_bytes), 0, 1024 * 1024 * MIB, "32MiB", NULL,
+     "The most bytes this profile's checkpoint threads may hold in Redis together (their states and metadata, "
+     "the newest's copy, an estimate of the keys).  A save past it is refused the same way, naming this quota.  "
+     "0: no cap.",
+     NULL},
 };
 
 const cf_conf_table cf_profile_conf_table = {

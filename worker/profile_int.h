@@ -61,6 +61,8 @@ typedef struct cf_profile {
     int64_t max_slots;           /* most slots held at once (0: auto, see profile.c) */
     int64_t max_stored_results;  /* results kept for replay at once (0: no cap) */
     int64_t max_stored_result_bytes; /* their bytes (0: no cap) */
+    int64_t max_workspace_bytes;     /* what its workspaces may hold in Redis together (0: no cap) */
+    int64_t max_checkpoint_bytes;    /* ... its checkpoint threads */
 
     /* Derived at load (owned). */
     char name[CF_PROFILE_NAME_MAX + 1];

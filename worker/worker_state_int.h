@@ -168,6 +168,9 @@ void cf_wstate_set_cancel(cf_wstate *st, const volatile int *job_cancel);
  * Redis key holds value (the run's lease): a worker that lost the request
  * writes nothing (CF_E_FENCED).  Borrowed strings; NULL key clears. */
 void cf_wstate_set_guard(cf_wstate *st, const char *key, const char *value);
+/* The profile whose quotas this run's workspace and checkpoint writes are
+ * charged to (NULL: none); cf_wstate_end clears it. */
+void cf_wstate_set_quota(cf_wstate *st, const char *profile, int64_t workspace_bytes, int64_t checkpoint_bytes);
 
 /* The lease key and value of a claim, for cf_wstate_set_guard. */
 int cf_wstate_lease_ref(const char *scope, const char *id, const char *digest, const char *token, char *key,

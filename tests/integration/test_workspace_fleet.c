@@ -94,6 +94,86 @@ static void shell_request(cf_request *req, const char *ws, const char *code)
     req->workspace = strdup(ws);
 }
 
+/* Issue 30 part 4: one tenant's workspaces are held to its profile's
+ * max-workspace-bytes.  A run whose write-back would pass it keeps its
+ * output and is told, naming the quota; another tenant's write of the same
+ * size, on the same worker, lands. */
+static void workspaces_are_held_to_the_tenants_quota(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    it_topics t;
+    it_topics_create(&t, "wsquota", 1);
+    char prof[64], topic[96], ws[3][64];
+    it_unique_name("wsq", prof, sizeof(prof));
+    snprintf(topic, sizeof(topic), "%s.req", prof);
+    it_request_topic_create(topic, 1);
+    for (int i = 0; i < 3; i++)
+        it_unique_name("wsq-ws", ws[i], sizeof(ws[i]));
+    static char a_redis[300], a[4][200];
+    snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
+    snprintf(a[0], sizeof(a[0]), "--profile.%s.topic=%s", prof, topic);
+    snprintf(a[1], sizeof(a[1]), "--profile.%s.backends=process", prof);
+    snprintf(a[2], sizeof(a[2]), "--profile.%s.max-workspace-bytes=1MiB", prof);
+    /* The process backend isolates no network: the profile must allow it. */
+    snprintf(a[3], sizeof(a[3]), "--profile.%s.network=enabled", prof);
+    const char *extra[] = {a_redis, "--backends=process", "--profile.default.backends=process",
+                           "--profile.default.network=enabled", a[0], a[1], a[2], a[3], NULL};
+    it_worker w;
+    it_worker_start(&w, &t, "wsquota-w1", extra);
+    if (!it_worker_wait_log(&w, "reading cancels from", 60000)) {
+        it_worker_dump_log(&w);
+        fail_msg("the worker did not start");
+    }
+    it_topics tq = t;
+    snprintf(tq.requests, sizeof(tq.requests), "%s", topic);
+    cf_dispatcher *dq = it_dispatcher_new(&tq), *dd = it_dispatcher_new(&t);
+    const char *write = "head -c 700000 /dev/zero | tr '\\0' a > big && echo wrote";
+    cf_request req;
+    cf_result res;
+
+    /* 700 kB of 1 MiB: written. */
+    shell_request(&req, ws[0], write);
+    it_submit_wait(dq, &req, 60 * SEC, &res);
+    check_status(&res, CF_STATUS_SUCCESS, "first write");
+    assert_int_equal(res.workspace_revision, 1);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    /* Another 700 kB in a second workspace: over the quota, not written,
+     * the output kept and the answer naming the quota. */
+    shell_request(&req, ws[1], write);
+    it_submit_wait(dq, &req, 60 * SEC, &res);
+    print_message("over the quota: %s: %s\n", cf_status_name(res.status), res.reason ? res.reason : "");
+    check_status(&res, CF_STATUS_SUCCESS, "second write");
+    assert_true(res.stdout_data.len >= 5 && memcmp(res.stdout_data.data, "wrote", 5) == 0);
+    assert_non_null(res.reason);
+    assert_non_null(strstr(res.reason, "not written back"));
+    assert_non_null(strstr(res.reason, "workspace quota of"));
+    assert_non_null(strstr(res.reason, "max-workspace-bytes"));
+    assert_int_equal(res.workspace_revision, 0);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    /* Another tenant (the default profile) on the same worker: written. */
+    shell_request(&req, ws[2], write);
+    it_submit_wait(dd, &req, 60 * SEC, &res);
+    check_status(&res, CF_STATUS_SUCCESS, "another tenant's write");
+    assert_int_equal(res.workspace_revision, 1);
+    assert_true(!res.reason || !strstr(res.reason, "quota"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    /* The first workspace rewritten with the same bytes: nothing more is
+     * stored, so it fits. */
+    shell_request(&req, ws[0], "head -c 700000 /dev/zero | tr '\\0' a > copy && echo wrote");
+    it_submit_wait(dq, &req, 60 * SEC, &res);
+    check_status(&res, CF_STATUS_SUCCESS, "same bytes again");
+    assert_int_equal(res.workspace_revision, 2);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+    cf_dispatcher_destroy(dq);
+    cf_dispatcher_destroy(dd);
+    assert_int_equal(it_worker_stop(&w, SIGTERM, 30000), 0);
+}
+
 /* Files visible, changes written back as one revision, changed paths
  * reported; a failed program writes nothing. */
 static void read_write_round_trip(void **state)
@@ -594,6 +674,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(read_write_round_trip),
+        cmocka_unit_test(workspaces_are_held_to_the_tenants_quota),
         cmocka_unit_test(admission_through_the_fleet),
         cmocka_unit_test(workspace_modes_on_sandbox),
         cmocka_unit_test(concurrent_writers_lose_nothing),

@@ -948,6 +948,76 @@ static int64_t redis_now_ms(redisContext *raw)
                              "local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)");
 }
 
+/* Workspaces and checkpoint threads are charged to their profile's ledger
+ * (issue 30, part 4): what each holds, history included; a write past the
+ * quota is refused naming it, another profile's is not; a deleted
+ * workspace leaves the ledger before a refusal. */
+static void state_item_quotas(void **state)
+{
+    rfix *f = *state;
+    static char big[60 * 1024], other[60 * 1024];
+    memset(big, 'x', sizeof(big));
+    memset(other, 'y', sizeof(other));
+    const int64_t one = 60 * 1024 + 2048 + 256; /* stored + the keys' estimate + one file */
+    cf_error err;
+    cf_quota_usage u;
+    cf_workspace_set_quota(f->ws, "qa", 100 * 1024);
+    assert_int_equal(cf_workspace_create(f->ws, "qa-1", NULL, NULL, &err), 0);
+    assert_int_equal(cf_workspace_put(f->ws, "qa-1", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), 0);
+    assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
+    assert_int_equal(u.bytes, one);
+    assert_int_equal(u.count, 1);
+    /* A second workspace of the same size does not fit 100 KiB. */
+    assert_int_equal(cf_workspace_create(f->ws, "qa-2", NULL, NULL, &err), 0);
+    cf_error_clear(&err);
+    assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), -1);
+    assert_int_equal(err.code, CF_E_LIMIT);
+    assert_non_null(strstr(err.msg, "workspace quota of 'qa'"));
+    assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
+    assert_int_equal(u.bytes, one + 2048);
+    /* Another profile's ledger is its own. */
+    cf_workspace_set_quota(f->ws, "qb", 100 * 1024);
+    assert_int_equal(cf_workspace_create(f->ws, "qb-1", NULL, NULL, &err), 0);
+    assert_int_equal(cf_workspace_put(f->ws, "qb-1", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), 0);
+    /* Deleted (by an operator: no quota in the way): it leaves the ledger
+     * when a write would otherwise be refused. */
+    cf_workspace_set_quota(f->ws, NULL, 0);
+    assert_int_equal(cf_workspace_delete(f->ws, "qa-1", &err), 0);
+    cf_workspace_set_quota(f->ws, "qa", 100 * 1024);
+    assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), 0);
+    assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
+    assert_int_equal(u.bytes, one);
+    assert_int_equal(u.count, 1);
+    /* History holds what was overwritten: a second content does not fit. */
+    cf_error_clear(&err);
+    assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "f", other, sizeof(other), NULL, &err), -1);
+    assert_int_equal(err.code, CF_E_LIMIT);
+    /* Rewriting the same bytes adds nothing stored. */
+    assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "g", big, 100, NULL, &err), 0);
+    assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
+    assert_int_equal(u.bytes, one + 100 + 256);
+    cf_workspace_set_quota(f->ws, NULL, 0);
+
+    /* Checkpoints: 20 KiB states against 50 KiB. */
+    static uint8_t st[6 + 20000]; /* msgpack {"s": <20000 bytes str 16>} */
+    memcpy(st, "\x81\xa1s\xda", 4);
+    st[4] = 20000 >> 8;
+    st[5] = 20000 & 0xff;
+    memset(st + 6, 'z', 20000);
+    cf_checkpoint_set_quota(f->cp, "qa", 50 * 1024);
+    char id[CF_CHECKPOINT_ID_MAX + 1];
+    assert_int_equal(cf_checkpoint_save(f->cp, "qa-t", st, sizeof(st), NULL, id, &err), 0);
+    assert_int_equal(cf_quota_item_get(f->r, "checkpoints", "qa", NULL, NULL, &u, &err), 0);
+    assert_int_equal(u.bytes, 1024 + 2 * (int64_t)sizeof(st) + 256);
+    cf_error_clear(&err);
+    assert_int_equal(cf_checkpoint_save(f->cp, "qa-t", st, sizeof(st), NULL, id, &err), -1);
+    assert_int_equal(err.code, CF_E_LIMIT);
+    assert_non_null(strstr(err.msg, "checkpoint quota of 'qa'"));
+    cf_checkpoint_set_quota(f->cp, "qb", 50 * 1024);
+    assert_int_equal(cf_checkpoint_save(f->cp, "qb-t", st, sizeof(st), NULL, id, &err), 0);
+    cf_checkpoint_set_quota(f->cp, NULL, 0);
+}
+
 static void state_quota_ledger(void **state)
 {
     rfix *f = *state;
@@ -1653,6 +1723,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(state_checkpoints_through_runs, rfix_setup, rfix_teardown),
         cmocka_unit_test_setup_teardown(state_idempotency, rfix_setup, rfix_teardown),
         cmocka_unit_test_setup_teardown(state_quota_ledger, rfix_setup, rfix_teardown),
+        cmocka_unit_test_setup_teardown(state_item_quotas, rfix_setup, rfix_teardown),
         cmocka_unit_test(kafka_errors_read_as_what_they_are),
         cmocka_unit_test_setup_teardown(state_attempts_and_outage, rfix_setup, rfix_teardown),
     };
