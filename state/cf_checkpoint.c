@@ -30,6 +30,7 @@ struct cf_checkpoint_store {
 #define CP_QUOTA_KIND "checkpoints"
 #define CP_CHARGE_PER 256 /* a checkpoint's keys and fields, estimated (the save script's figure) */
 
+
 typedef struct cp_keys {
     char meta[CF_STATE_KEY_MAX];
     char idx[CF_STATE_KEY_MAX];
@@ -37,6 +38,18 @@ typedef struct cp_keys {
     char latest[CF_STATE_KEY_MAX]; /* copy of the newest record */
     const char *v[3]; /* + the guard key, when one is set */
 } cp_keys;
+
+/* After a save (landed, failed, or its reply lost): the ledger measures
+ * the thread again (cf_quota.h). */
+static void quota_sync(cf_checkpoint_store *cs, const cp_keys *k)
+{
+    if (!cs->quota_scope[0])
+        return;
+    cf_error e;
+    cf_error_clear(&e);
+    (void)cf_quota_item(cs->r, CP_QUOTA_KIND, cs->quota_scope, k->meta, CF_QUOTA_THREAD, CF_QUOTA_ITEM_SYNC, 0, 0,
+                        NULL, NULL, &e);
+}
 
 void cf_checkpoint_config_init(cf_checkpoint_config *cfg)
 {
@@ -251,18 +264,16 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
         lens[i] = (i == 8 || i == 9) ? 0 : strlen(args[i]);
     lens[8] = rollback ? 0 : state_len;
     lens[9] = rollback ? 0 : opts->meta_len;
-    /* The quota: what the save may add at most (a new checkpoint and the
-     * newest's copy).  A rollback copies one of the thread's own states,
-     * whose size this side does not know: it is charged once it landed. */
-    int64_t grow = rollback ? 0 : 2 * (int64_t)(state_len + opts->meta_len);
-    int64_t before = -1, held = -1;
-    grow += CP_CHARGE_PER;
-    if (cs->quota_scope[0]) {
+    /* The quota: what the save may add at most (a new checkpoint, the
+     * newest's copy, a new thread's keys).  A rollback copies one of the
+     * thread's own states, whose size this side does not know: it is
+     * measured once it landed (only operators' tools roll back). */
+    int64_t grow = (rollback ? 0 : 2 * (int64_t)(state_len + opts->meta_len)) + CP_CHARGE_PER + CF_QUOTA_CP_BASE;
+    if (cs->quota_scope[0] && cs->quota_max_bytes > 0) {
         bool fits = false;
         cf_quota_usage u;
-        int64_t charge = 0;
-        if (cf_quota_item(cs->r, CP_QUOTA_KIND, cs->quota_scope, k.meta, CF_QUOTA_ITEM_GROW, grow,
-                          cs->quota_max_bytes, &fits, &u, &charge, err) < 0)
+        if (cf_quota_item(cs->r, CP_QUOTA_KIND, cs->quota_scope, k.meta, CF_QUOTA_THREAD, CF_QUOTA_ITEM_GROW, grow,
+                          cs->quota_max_bytes, &fits, &u, err) < 0)
             return cf_error_wrap(err, "thread %s: quota", thread);
         if (!fits)
             return cf_error_set(err, CF_E_LIMIT,
@@ -271,19 +282,19 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
                                 "threads it no longer needs, or their checkpoints expire)",
                                 thread, cs->quota_scope, u.count, (double)u.bytes / (1 << 20),
                                 (double)grow / (1 << 20), (double)cs->quota_max_bytes / (1 << 20));
-        before = charge - grow;
     }
     redisReply *rep = NULL;
     if (cf_redis_eval(cs->r, &cf_cp_script_save, guarded ? 3 : 2, k.v, NULL, guarded ? 13 : 12, args, lens, &rep,
-                      err) < 0)
+                      err) < 0) {
+        quota_sync(cs, &k);
         return cf_error_wrap(err, "thread %s: %s", thread, rollback ? "rollback" : "save");
+    }
     int rc = cf_state_reply_head(rep, "cp_save", err);
     const char *w = rollback ? "rollback" : "save";
     if (rc < 0) {
-    } else if (cf_redis_reply_is(rep->element[0], "ok") && rep->elements == 5) {
+    } else if (cf_redis_reply_is(rep->element[0], "ok") && rep->elements == 4) {
         char id[CF_CHECKPOINT_ID_MAX + 1];
-        held = cf_state_reply_elem_i64(rep, 4);
-        if (copy_name(id, rep->element[1], false) < 0 || held < 0)
+        if (copy_name(id, rep->element[1], false) < 0)
             rc = cf_error_set(err, CF_E_REDIS, "thread %s: %s: bad id in reply", thread, w);
         else if (id_out)
             cf_strlcpy(id_out, id, CF_CHECKPOINT_ID_MAX + 1);
@@ -306,16 +317,7 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
         rc = cf_error_set(err, CF_E_REDIS, "thread %s: %s: unexpected reply", thread, w);
     }
     cf_redis_reply_free(rep);
-    /* The thread's measured size, or back to its charge before (a failure
-     * here leaves the reservation: it errs towards refusing until the
-     * thread's next save). */
-    int64_t settle = rc == 0 && held >= 0 ? held : before;
-    if (cs->quota_scope[0] && settle >= 0) {
-        cf_error e;
-        cf_error_clear(&e);
-        (void)cf_quota_item(cs->r, CP_QUOTA_KIND, cs->quota_scope, k.meta, CF_QUOTA_ITEM_SET, settle, 0, NULL, NULL,
-                            NULL, &e);
-    }
+    quota_sync(cs, &k);
     return rc;
 }
 

@@ -147,75 +147,97 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
     return rc;
 }
 
-/* The item ledger (cf_quota_item).  KEYS: 1 totals (bytes, count), 2 items
- * (item -> bytes), 3 due (item by when to look at it again, Unix ms).
- * ARGV: 1 mode (grow, set, drop, get), 2 item, 3 bytes (grow: by how many),
- * 4 max bytes.
- * Returns {fits (1/0), bytes held, items held, the item's charge}. */
+/* The item ledger (cf_quota_item).  KEYS: 1 totals (bytes, count, the
+ * reconcile cursor), 2 items (item -> bytes), 3 due (item by when to look
+ * at it again, Unix ms).  ARGV: 1 mode (grow, sync, get), 2 item, 3 kind
+ * of item ('ws' | 'cp'), 4 bytes to grow by, 5 max bytes.  Returns {fits
+ * (1/0), bytes held, items held, the item's charge}.
+ *
+ * An item's charge is measured from its own keys, read by name: a
+ * workspace's meta (stored: the distinct blobs it references; nfiles), a
+ * thread's meta (held: its checkpoints) and newest copy.  So whatever
+ * writers did, and in whatever order their replies came, a sync sets what
+ * is there; a grow is that measure plus the write's worst case, until the
+ * write's own sync.  Integers always go to Redis as fmt() strings (Lua's
+ * tostring gives 1e+08 for large numbers, which some Redis versions pass
+ * on). */
 static const cf_redis_script item_script = {
     "quota_item",
+    "local function fmt(n) return string.format('%d', n) end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local function drop(it)\n"
-    "  local v = redis.call('HGET', KEYS[2], it)\n"
-    "  if v then\n"
-    "    local b = tonumber(v) or 0\n"
-    "    if b ~= 0 then redis.call('HINCRBY', KEYS[1], 'bytes', 0 - b) end\n"
-    "    redis.call('HINCRBY', KEYS[1], 'count', -1)\n"
-    "    redis.call('HDEL', KEYS[2], it)\n"
+    "local kind = ARGV[3]\n"
+    /* What an item holds now (0: its key is gone). */
+    "local function measure(it)\n"
+    "  if redis.call('EXISTS', it) == 0 then return 0 end\n"
+    "  if kind == 'ws' then\n"
+    "    local m = redis.call('HMGET', it, 'stored', 'nfiles', 'bytes')\n"
+    "    local stored = tonumber(m[1] or '') or tonumber(m[3] or '') or 0\n"
+    "    return stored + " STR(CF_QUOTA_WS_BASE) " + " STR(CF_QUOTA_WS_PER_FILE) " * (tonumber(m[2] or '') or 0)\n"
     "  end\n"
-    "  redis.call('ZREM', KEYS[3], it)\n"
+    "  local base = string.sub(it, 1, #it - 4)\n"
+    "  local latest = base .. 'latest'\n"
+    "  return (tonumber(redis.call('HGET', it, 'held') or '') or 0) + " STR(CF_QUOTA_CP_BASE) "\n"
+    "         + redis.call('HSTRLEN', latest, 'state') + redis.call('HSTRLEN', latest, 'meta')\n"
     "end\n"
-    /* When to look at an item again: when its key expires, never for a key
-     * without expiry (it leaves when it is dropped or found gone before a
-     * refusal), in a minute for one not created yet. */
-    "local function due(it)\n"
+    "local function set(it, v)\n"
+    "  local old = tonumber(redis.call('HGET', KEYS[2], it) or '')\n"
+    "  if v <= 0 then\n"
+    "    if old then\n"
+    "      if old ~= 0 then redis.call('HINCRBY', KEYS[1], 'bytes', fmt(0 - old)) end\n"
+    "      redis.call('HINCRBY', KEYS[1], 'count', -1)\n"
+    "      redis.call('HDEL', KEYS[2], it)\n"
+    "    end\n"
+    "    redis.call('ZREM', KEYS[3], it)\n"
+    "    return\n"
+    "  end\n"
+    "  if not old then redis.call('HINCRBY', KEYS[1], 'count', 1) end\n"
+    "  redis.call('HSET', KEYS[2], it, fmt(v))\n"
+    "  if v ~= (old or 0) then redis.call('HINCRBY', KEYS[1], 'bytes', fmt(v - (old or 0))) end\n"
+    /* When to look again: its key's expiry; a day for a key without one or
+     * not there yet (a reservation for a write still to come). */
     "  local p = redis.call('PTTL', it)\n"
-    "  if p == -2 then return now + 60000 end\n"
-    "  if p == -1 then return '+inf' end\n"
-    "  return now + p\n"
+    "  if p < 0 then p = 86400000 end\n"
+    "  redis.call('ZADD', KEYS[3], fmt(now + p), it)\n"
     "end\n"
-    "for _, it in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)) do\n"
-    "  if redis.call('EXISTS', it) == 0 then drop(it) else redis.call('ZADD', KEYS[3], due(it), it) end\n"
+    /* Due items are measured again (a reservation whose write never came
+     * back, a key gone, a TTL renewed meanwhile). */
+    "for _, it in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(now), 'LIMIT', 0, 100)) do\n"
+    "  set(it, measure(it))\n"
     "end\n"
     "local function totals()\n"
     "  local v = redis.call('HMGET', KEYS[1], 'bytes', 'count')\n"
     "  return tonumber(v[1] or '0') or 0, tonumber(v[2] or '0') or 0\n"
     "end\n"
     "local it, mode = ARGV[2], ARGV[1]\n"
-    "local old = tonumber(redis.call('HGET', KEYS[2], it) or '0') or 0\n"
-    "if mode == 'get' then\n"
+    "if mode == 'sync' then set(it, measure(it)) end\n"
+    "if mode == 'grow' then\n"
+    "  local old = tonumber(redis.call('HGET', KEYS[2], it) or '0') or 0\n"
+    "  local want = measure(it) + tonumber(ARGV[4])\n"
+    "  local maxb = tonumber(ARGV[5])\n"
     "  local b, n = totals()\n"
-    "  return {1, b, n, old}\n"
-    "end\n"
-    "if mode == 'drop' then\n"
-    "  drop(it)\n"
-    "  local b, n = totals()\n"
-    "  return {1, b, n, 0}\n"
-    "end\n"
-    "local want, maxb = tonumber(ARGV[3]), tonumber(ARGV[4])\n"
-    "if mode == 'grow' then want = old + want end\n"
-    "local b, n = totals()\n"
-    "if mode == 'grow' and maxb > 0 and want > old and b - old + want > maxb then\n"
-    /* Before refusing: every item whose key is gone (deleted, or expired
-     * before its due time came round) leaves now. */
-    "  for _, other in ipairs(redis.call('HKEYS', KEYS[2])) do\n"
-    "    if other ~= it and redis.call('EXISTS', other) == 0 then drop(other) end\n"
+    "  if maxb > 0 and want > old and b - old + want > maxb then\n"
+    /* Before refusing: measure the next few hundred items again (a cursor
+     * in the totals: each refusal goes on where the last stopped), so that
+     * deleted workspaces and writes that never came back stop counting
+     * without one script walking every item. */
+    "    local r = redis.call('HSCAN', KEYS[2], redis.call('HGET', KEYS[1], 'cursor') or '0', 'COUNT', 200)\n"
+    "    redis.call('HSET', KEYS[1], 'cursor', r[1])\n"
+    "    for i = 1, #r[2], 2 do\n"
+    "      if r[2][i] ~= it then set(r[2][i], measure(r[2][i])) end\n"
+    "    end\n"
+    "    b, n = totals()\n"
+    "    if b - old + want > maxb then return {0, fmt(b), fmt(n), fmt(old)} end\n"
     "  end\n"
-    "  b, n = totals()\n"
-    "  if b - old + want > maxb then return {0, b, n, old} end\n"
+    "  set(it, want)\n"
     "end\n"
-    "if redis.call('HEXISTS', KEYS[2], it) == 0 then redis.call('HINCRBY', KEYS[1], 'count', 1) end\n"
-    "redis.call('HSET', KEYS[2], it, want)\n"
-    "if want ~= old then redis.call('HINCRBY', KEYS[1], 'bytes', want - old) end\n"
-    "redis.call('ZADD', KEYS[3], due(it), it)\n"
-    "b, n = totals()\n"
-    "return {1, b, n, want}\n",
+    "local b, n = totals()\n"
+    "return {1, fmt(b), fmt(n), redis.call('HGET', KEYS[2], it) or '0'}\n",
 };
 
-static int item_eval(cf_redis *r, const char *kind, const char *scope, const char *item, const char *mode,
-                     int64_t bytes, int64_t max_bytes, bool *fits, cf_quota_usage *held, int64_t *charge,
-                     cf_error *err)
+static int item_eval(cf_redis *r, const char *kind, const char *scope, const char *item, const char *item_kind,
+                     const char *mode, int64_t bytes, int64_t max_bytes, bool *fits, cf_quota_usage *held,
+                     int64_t *charge, cf_error *err)
 {
     if (bytes < 0 || !item || !*item)
         return cf_error_set(err, CF_E_INVALID, "quota %s: bad item", kind);
@@ -229,9 +251,9 @@ static int item_eval(cf_redis *r, const char *kind, const char *scope, const cha
     char sb[24], sm[24];
     snprintf(sb, sizeof(sb), "%" PRId64, bytes);
     snprintf(sm, sizeof(sm), "%" PRId64, max_bytes > 0 ? max_bytes : 0);
-    const char *args[4] = {mode, item, sb, sm};
+    const char *args[5] = {mode, item, item_kind, sb, sm};
     redisReply *rep = NULL;
-    if (cf_redis_eval(r, &item_script, 3, keys, NULL, 4, args, NULL, &rep, err) < 0)
+    if (cf_redis_eval(r, &item_script, 3, keys, NULL, 5, args, NULL, &rep, err) < 0)
         return -1;
     int64_t ok = 0, hb = 0, hn = 0, ch = 0;
     int rc = 0;
@@ -251,15 +273,16 @@ static int item_eval(cf_redis *r, const char *kind, const char *scope, const cha
     return rc;
 }
 
-int cf_quota_item(cf_redis *r, const char *kind, const char *scope, const char *item, cf_quota_item_mode mode,
-                  int64_t bytes, int64_t max_bytes, bool *fits, cf_quota_usage *held, int64_t *charge, cf_error *err)
+int cf_quota_item(cf_redis *r, const char *kind, const char *scope, const char *item, cf_quota_item_kind item_kind,
+                  cf_quota_item_mode mode, int64_t grow, int64_t max_bytes, bool *fits, cf_quota_usage *held,
+                  cf_error *err)
 {
-    static const char *const modes[] = {"grow", "set", "drop"};
-    return item_eval(r, kind, scope, item, modes[mode], bytes, max_bytes, fits, held, charge, err);
+    return item_eval(r, kind, scope, item, item_kind == CF_QUOTA_WORKSPACE ? "ws" : "cp",
+                     mode == CF_QUOTA_ITEM_GROW ? "grow" : "sync", grow, max_bytes, fits, held, NULL, err);
 }
 
 int cf_quota_item_get(cf_redis *r, const char *kind, const char *scope, const char *item, int64_t *bytes,
                       cf_quota_usage *held, cf_error *err)
 {
-    return item_eval(r, kind, scope, item ? item : "-", "get", 0, 0, NULL, held, bytes, err);
+    return item_eval(r, kind, scope, item ? item : "-", "ws", "get", 0, 0, NULL, held, bytes, err);
 }

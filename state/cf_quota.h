@@ -66,30 +66,35 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
 /* An item ledger: things that change size and whose expiry moves with use
  * (a workspace's idle TTL renewed on every access, a checkpoint thread's
  * on every save), so no expiry grid can count them.  Each item is charged
- * by the name of its own Redis key (a workspace's metadata, a thread's),
- * and that key says whether it still lives: an item whose key is gone
- * leaves the totals when its expiry is due (checked on Redis's clock, per
- * call at most a hundred) and, before any charge is refused, all at once.
- * A charge reserved for an item whose key does not exist yet (about to be
- * created) is looked at again a minute later.  Keys:
- * cf:quota:{<kind>/<scope>} (totals), ...:items (item -> bytes), ...:due
- * (item by when to look at it again); one hash tag.  The item keys are read
- * by name from the script (PTTL, EXISTS): one Redis or Sentinel, not
- * Cluster (docs/STATE.md, "Quotas"). */
+ * by the name of its own Redis key (a workspace's or a thread's meta), and
+ * its charge is measured from its keys by the ledger's script itself (a
+ * workspace's `stored` blobs and files, a thread's `held` checkpoints and
+ * newest copy): concurrent writers and lost replies cannot leave it wrong.
+ * Before a write, GROW reserves the measure plus the write's worst case if
+ * the totals stay within max_bytes; after it (landed, failed or unknown),
+ * SYNC sets the measure.  Items are measured again when due (their key's
+ * expiry, or a day), and before a refusal the next 200 items are (a
+ * cursor: deleted workspaces, reservations whose write never synced).
+ * Keys: cf:quota:{<kind>/<scope>} (totals), ...:items (item -> bytes),
+ * ...:due (item by when to measure it again); one hash tag.  The item keys
+ * are read by name from the script: one Redis or Sentinel, not Cluster
+ * (docs/STATE.md, "Quotas"). */
+#define CF_QUOTA_WS_BASE 2048    /* a workspace's keys, estimated */
+#define CF_QUOTA_WS_PER_FILE 256 /* a file's manifest entry and blob key */
+#define CF_QUOTA_CP_BASE 1024    /* a thread's keys (each checkpoint's 256 are in its held) */
+
+typedef enum cf_quota_item_kind { CF_QUOTA_WORKSPACE, CF_QUOTA_THREAD } cf_quota_item_kind;
+
 typedef enum cf_quota_item_mode {
-    CF_QUOTA_ITEM_GROW, /* add bytes to the item's charge if the totals stay within max_bytes (before a
-                         * write: what it may add at most) */
-    CF_QUOTA_ITEM_SET,  /* set its charge to bytes whatever the totals: its measured size after a write,
-                         * or its charge before a write that failed */
-    CF_QUOTA_ITEM_DROP, /* take it out (deleted) */
+    CF_QUOTA_ITEM_GROW, /* before a write: charge the item's measure plus grow, if the totals stay within
+                         * max_bytes (else *fits false, nothing changed) */
+    CF_QUOTA_ITEM_SYNC, /* after it: charge what the item measures now (0: out of the ledger) */
 } cf_quota_item_mode;
 
-/* Changes item's charge in scope's ledger of kind.  *fits false (and
- * nothing changed) when a growth does not fit; *held: the totals after (or,
- * when it did not fit, as they stand); *charge: the item's charge after
- * (each may be NULL).  One try: the caller retries transient errors. */
-int cf_quota_item(cf_redis *r, const char *kind, const char *scope, const char *item, cf_quota_item_mode mode,
-                  int64_t bytes, int64_t max_bytes, bool *fits, cf_quota_usage *held, int64_t *charge,
+/* *held: the totals after (or as they stand, refused); each may be NULL.
+ * One try: the caller retries transient errors (a sync is idempotent). */
+int cf_quota_item(cf_redis *r, const char *kind, const char *scope, const char *item, cf_quota_item_kind item_kind,
+                  cf_quota_item_mode mode, int64_t grow, int64_t max_bytes, bool *fits, cf_quota_usage *held,
                   cf_error *err);
 
 /* The item's charge now (0 when it has none) and the totals (held, may be

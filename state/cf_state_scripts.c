@@ -100,7 +100,15 @@
     "-- The newest checkpoint's record is also copied to <meta key without 'meta'>latest,\n" \
     "-- so loading it is one plain HMGET.\n" \
     "local pre = ARGV[1]\n" \
-    "local latest_key = string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'latest'\n"
+    "local latest_key = string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'latest'\n" \
+    "-- The sizes of the thread's checkpoints (id -> bytes) and their sum in the\n" \
+    "-- meta's 'held', for its profile's quota (state/cf_quota.c measures it).\n" \
+    "local sz_key = string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'sz'\n" \
+    "local function unheld(id)\n" \
+    "  local v = tonumber(redis.call('HGET', sz_key, id) or '0') or 0\n" \
+    "  if v ~= 0 then redis.call('HINCRBY', KEYS[1], 'held', 0 - v) end\n" \
+    "  redis.call('HDEL', sz_key, id)\n" \
+    "end\n"
 
 /* The copy is trusted only while the thread's metadata says nothing changed
  * since it was written: copy_n is the id counter n and copy_card the
@@ -489,8 +497,7 @@ const cf_redis_script cf_cp_script_save = {
     "--       5 parent or rollback target id, 6 expect_mode ('any'|'id'), 7 expected latest ('' = empty),\n"
     "--       8 writer seq (0 = none), 9 state, 10 meta, 11 max count (0 = unlimited), 12 ttl_ms (0 = none)\n"
     "-- KEYS[3] (optional): the writer's guard, which must hold ARGV[13].\n"
-    "-- Returns {'ok', id, parent, created_us, bytes held by the thread} | {'stale', stored_seq}\n"
-    "--         | {'conflict', latest} | {'notfound', id}\n"
+    "-- Returns {'ok', id, parent, created_us} | {'stale', stored_seq} | {'conflict', latest} | {'notfound', id}\n"
     "--         | {'fenced'}\n"
     "-- Few calls: this runs on every save.\n"
     "if #KEYS > 2 and redis.call('GET', KEYS[3]) ~= ARGV[13] then return {'fenced'} end\n"
@@ -526,12 +533,15 @@ const cf_redis_script cf_cp_script_save = {
     "redis.call('HSET', key, unpack(rec))\n"
     "redis.call('HSET', latest_key, unpack(rec))\n"
     "redis.call('ZADD', KEYS[2], fmt(now), id)\n"
+    "local size = 256 + #state + #cmeta\n"
+    "redis.call('HSET', sz_key, id, fmt(size))\n"
+    "redis.call('HINCRBY', KEYS[1], 'held', size)\n"
     "local maxc, ttl = tonumber(ARGV[11]), tonumber(ARGV[12])\n"
     "if maxc > 0 then\n"
     "  local cnt = redis.call('ZCARD', KEYS[2])\n"
     "  if cnt > maxc then\n"
     "    local old = redis.call('ZRANGE', KEYS[2], 0, cnt - maxc - 1)\n"
-    "    for _, o in ipairs(old) do redis.call('UNLINK', pre .. o) end\n"
+    "    for _, o in ipairs(old) do redis.call('UNLINK', pre .. o); unheld(o) end\n"
     "    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, cnt - maxc - 1)\n"
     "  end\n"
     "end\n"
@@ -540,7 +550,7 @@ const cf_redis_script cf_cp_script_save = {
     "  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n"
     "  if first[2] and tonumber(first[2]) < cutoff then\n"
     "    local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(cutoff))\n"
-    "    for _, o in ipairs(old) do redis.call('UNLINK', pre .. o) end\n"
+    "    for _, o in ipairs(old) do redis.call('UNLINK', pre .. o); unheld(o) end\n"
     "    redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(cutoff))\n"
     "  end\n"
     "end\n"
@@ -551,14 +561,9 @@ const cf_redis_script cf_cp_script_save = {
     "  redis.call('PEXPIRE', latest_key, ttl)\n"
     "  redis.call('PEXPIRE', KEYS[1], ttl)\n"
     "  redis.call('PEXPIRE', KEYS[2], ttl)\n"
+    "  redis.call('PEXPIRE', sz_key, ttl)\n"
     "end\n"
-    "-- What the thread holds now, for its profile's quota: each checkpoint's\n"
-    "-- state and metadata, the newest's copy, and an estimate of the keys.\n"
-    "local held = 1024 + #state + #cmeta\n"
-    "for _, o in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do\n"
-    "  held = held + 256 + redis.call('HSTRLEN', pre .. o, 'state') + redis.call('HSTRLEN', pre .. o, 'meta')\n"
-    "end\n"
-    "return {'ok', id, parent, fmt(now), fmt(held)}\n",
+    "return {'ok', id, parent, fmt(now)}\n",
 };
 
 const cf_redis_script cf_cp_script_latest = {
@@ -630,6 +635,7 @@ const cf_redis_script cf_cp_script_delete = {
     "local existed = redis.call('EXISTS', pre .. ARGV[2])\n"
     "local z = redis.call('ZREM', KEYS[2], ARGV[2])\n"
     "redis.call('UNLINK', pre .. ARGV[2])\n"
+    "unheld(ARGV[2])\n"
     "if redis.call('HGET', latest_key, 'id') == ARGV[2] or not valid then\n"
     "  sync_latest()\n"
     "elseif z == 1 then\n"
@@ -647,7 +653,7 @@ const cf_redis_script cf_cp_script_delete_thread = {
     "local existed = redis.call('EXISTS', KEYS[1]) + redis.call('EXISTS', KEYS[2])\n"
     "local ids = redis.call('ZRANGE', KEYS[2], 0, -1)\n"
     "for _, id in ipairs(ids) do redis.call('UNLINK', pre .. id) end\n"
-    "redis.call('UNLINK', KEYS[1], KEYS[2], latest_key)\n"
+    "redis.call('UNLINK', KEYS[1], KEYS[2], latest_key, sz_key)\n"
     "if existed == 0 then return -1 end\n"
     "return #ids\n",
 };

@@ -35,16 +35,10 @@ struct cf_workspace_store {
     int64_t quota_max_bytes;
 };
 
-/* What one workspace is charged: the distinct blobs it holds (files and
- * retained history), plus an estimate of Redis's own cost of its four keys
- * and of each file's manifest entry and blob key. */
+/* The quota ledger's kind for workspaces (each charged what the ledger
+ * measures: the distinct blobs it holds, files and retained history, and
+ * an estimate of its keys: cf_quota.h). */
 #define WS_QUOTA_KIND "workspaces"
-#define WS_CHARGE_BASE 2048
-#define WS_CHARGE_PER_FILE 256
-static int64_t ws_charge(int64_t stored, int64_t nfiles)
-{
-    return stored + WS_CHARGE_BASE + WS_CHARGE_PER_FILE * nfiles;
-}
 
 typedef struct ws_keys {
     char meta[CF_STATE_KEY_MAX];
@@ -217,19 +211,17 @@ void cf_workspace_set_quota(cf_workspace_store *ws, const char *scope, int64_t m
 }
 
 /* Before a write that may add up to `grow` bytes to workspace id: reserve
- * them in its profile's ledger.  *before: the charge to put back when the
- * write fails.  Without a quota, nothing (0). */
-static int quota_grow(cf_workspace_store *ws, const char *id, const ws_keys *k, int64_t grow, int64_t *before,
-                      cf_error *err)
+ * them in its profile's ledger, refused (CF_E_LIMIT) past its quota.
+ * Nothing without a quota, and no reservation without a cap (the write is
+ * then only measured afterwards). */
+static int quota_grow(cf_workspace_store *ws, const char *id, const ws_keys *k, int64_t grow, cf_error *err)
 {
-    *before = -1;
-    if (!ws->quota_scope[0])
+    if (!ws->quota_scope[0] || ws->quota_max_bytes <= 0)
         return 0;
     bool fits = false;
     cf_quota_usage held;
-    int64_t charge = 0;
-    if (cf_quota_item(ws->r, WS_QUOTA_KIND, ws->quota_scope, k->meta, CF_QUOTA_ITEM_GROW, grow, ws->quota_max_bytes,
-                      &fits, &held, &charge, err) < 0)
+    if (cf_quota_item(ws->r, WS_QUOTA_KIND, ws->quota_scope, k->meta, CF_QUOTA_WORKSPACE, CF_QUOTA_ITEM_GROW, grow,
+                      ws->quota_max_bytes, &fits, &held, err) < 0)
         return cf_error_wrap(err, "workspace %s: quota", id);
     if (!fits)
         return cf_error_set(err, CF_E_LIMIT,
@@ -238,21 +230,21 @@ static int quota_grow(cf_workspace_store *ws, const char *id, const ws_keys *k, 
                             "workspaces it no longer needs, or they expire when idle)",
                             id, ws->quota_scope, held.count, (double)held.bytes / (1 << 20), (double)grow / (1 << 20),
                             (double)ws->quota_max_bytes / (1 << 20));
-    *before = charge - grow;
     return 0;
 }
 
-/* After the write: the charge it measured (set), or back to what it was
- * (failed).  A failure here leaves the reservation, which errs towards
- * refusing until the workspace's next write sets it right. */
-static void quota_settle(cf_workspace_store *ws, const ws_keys *k, int64_t charge)
+/* After the write (landed, failed, or its reply lost): the ledger measures
+ * the workspace again.  A failure here leaves the reservation until the
+ * item is next measured (its next write, its due time, or a refusal's
+ * pass): it errs towards refusing. */
+static void quota_sync(cf_workspace_store *ws, const ws_keys *k)
 {
-    if (!ws->quota_scope[0] || charge < 0)
+    if (!ws->quota_scope[0])
         return;
     cf_error e;
     cf_error_clear(&e);
-    (void)cf_quota_item(ws->r, WS_QUOTA_KIND, ws->quota_scope, k->meta, CF_QUOTA_ITEM_SET, charge, 0, NULL, NULL,
-                        NULL, &e);
+    (void)cf_quota_item(ws->r, WS_QUOTA_KIND, ws->quota_scope, k->meta, CF_QUOTA_WORKSPACE, CF_QUOTA_ITEM_SYNC, 0, 0,
+                        NULL, NULL, &e);
 }
 
 int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *project, const char *session,
@@ -270,12 +262,11 @@ int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *proj
     cf_state_i64(ttl, sizeof(ttl), cf_state_ttl_ms(ws->cfg.ttl_us));
     cf_state_i64(hist, sizeof(hist), (long long)ws->cfg.history);
     const char *args[5] = {project, session, now, ttl, hist};
-    int64_t before;
-    if (quota_grow(ws, id, &k, ws_charge(0, 0), &before, err) < 0)
+    if (quota_grow(ws, id, &k, CF_QUOTA_WS_BASE, err) < 0)
         return -1;
     redisReply *rep = NULL;
     if (cf_redis_eval(ws->r, &cf_ws_script_create, 4, k.v, NULL, 5, args, NULL, &rep, err) < 0) {
-        quota_settle(ws, &k, before);
+        quota_sync(ws, &k);
         return cf_error_wrap(err, "workspace %s: create", id);
     }
     int rc = cf_state_reply_head(rep, "ws_create", err);
@@ -284,8 +275,7 @@ int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *proj
     else if (rc == 0 && !cf_redis_reply_is(rep->element[0], "ok"))
         rc = cf_error_set(err, CF_E_REDIS, "workspace %s: create: unexpected reply", id);
     cf_redis_reply_free(rep);
-    /* Created: charged what an empty workspace holds; otherwise back. */
-    quota_settle(ws, &k, rc == 0 ? ws_charge(0, 0) : before);
+    quota_sync(ws, &k);
     return rc;
 }
 
@@ -641,7 +631,7 @@ static int commit_limit_error(const cf_workspace_store *ws, const char *id, cons
 
 /* What the commit script answered: the new revision, or why not. */
 static int commit_reply(const cf_workspace_store *ws, const char *id, int64_t expected_rev, const redisReply *rep,
-                        int64_t *new_rev, int64_t *charge, cf_error *err)
+                        int64_t *new_rev, cf_error *err)
 {
     int rc = cf_state_reply_head(rep, "ws_commit", err);
     if (rc < 0)
@@ -649,13 +639,10 @@ static int commit_reply(const cf_workspace_store *ws, const char *id, int64_t ex
     const redisReply *what = rep->element[0];
     if (cf_redis_reply_is(what, "ok")) {
         int64_t rev = cf_state_reply_elem_i64(rep, 1);
-        int64_t stored = rep->elements >= 4 ? cf_state_reply_elem_i64(rep, 2) : -1;
-        int64_t nfiles = rep->elements >= 4 ? cf_state_reply_elem_i64(rep, 3) : -1;
-        if (rev < 0 || stored < 0 || nfiles < 0)
+        if (rev < 0)
             return cf_error_set(err, CF_E_REDIS, "workspace %s: commit: bad revision in reply", id);
         if (new_rev)
             *new_rev = rev;
-        *charge = ws_charge(stored, nfiles);
         return rc;
     }
     if (cf_redis_reply_is(what, "fenced"))
@@ -692,7 +679,7 @@ static int commit_reply(const cf_workspace_store *ws, const char *id, int64_t ex
 static int commit_growth(cf_workspace_store *ws, const ws_keys *k, const cf_ws_file *puts, size_t nputs,
                          const char (*bid)[WS_BLOB_ID_LEN + 1], int64_t *grow, cf_error *err)
 {
-    *grow = WS_CHARGE_PER_FILE * (int64_t)nputs;
+    *grow = CF_QUOTA_WS_PER_FILE * (int64_t)nputs;
     if (nputs == 0)
         return 0;
     const char **args = calloc(nputs, sizeof(*args));
@@ -742,13 +729,13 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
         free(bid);
         return -1;
     }
-    int64_t grow = 0, before = -1, charge = -1;
-    if (ws->quota_scope[0] && commit_growth(ws, &k, puts, nputs, cbid, &grow, err) < 0) {
+    int64_t grow = 0;
+    if (ws->quota_scope[0] && ws->quota_max_bytes > 0 && commit_growth(ws, &k, puts, nputs, cbid, &grow, err) < 0) {
         commit_args_free(&ca);
         free(bid);
         return cf_error_wrap(err, "workspace %s: quota", id);
     }
-    if (quota_grow(ws, id, &k, grow, &before, err) < 0) {
+    if (quota_grow(ws, id, &k, grow, err) < 0) {
         commit_args_free(&ca);
         free(bid);
         return -1;
@@ -758,14 +745,13 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
     commit_args_free(&ca);
     free(bid);
     if (rc < 0) {
-        /* Perhaps written (a reply lost): the reservation stays until the
-         * next write measures the workspace again. */
         cf_redis_reply_free(rep);
+        quota_sync(ws, &k); /* perhaps written (a reply lost): measured either way */
         return cf_error_wrap(err, "workspace %s: commit", id);
     }
-    rc = commit_reply(ws, id, expected_rev, rep, new_rev, &charge, err);
+    rc = commit_reply(ws, id, expected_rev, rep, new_rev, err);
     cf_redis_reply_free(rep);
-    quota_settle(ws, &k, rc == 0 ? charge : before);
+    quota_sync(ws, &k);
     return rc;
 }
 

@@ -55,8 +55,6 @@ static int64_t read_limit(const char *path)
     return v > 0 && v < (1LL << 60) ? (int64_t)v : -1;
 }
 
-/* The smallest memory limit on the worker's own cgroup and its ancestors
- * (v2, or v1's memory hierarchy), -1 when none. */
 /* The lowest limit on the worker's own cgroup and its ancestors (v2: the
  * file v2_file; v1: v1_file in the hierarchy of controller v1_ctrl), -1
  * when none. */
@@ -88,9 +86,11 @@ static int64_t cgroup_limit(const char *v1_ctrl, const char *v1_file, const char
             if (v > 0 && (best < 0 || v < best))
                 best = v;
             char *slash = strrchr(rel, '/');
-            if (!slash || slash == rel)
+            if (!slash || strcmp(rel, "/") == 0)
                 break;
-            *slash = '\0';
+            /* Up to the mount's root too ("/": a container's own cgroup
+             * where no cgroup namespace hides the host's path). */
+            slash[slash == rel ? 1 : 0] = '\0';
         }
     }
     fclose(f);
@@ -386,6 +386,11 @@ void budget_pids_setup(cf_worker *w)
     int64_t keep = w->children_pids / 8;
     keep = keep > 8 ? keep : 8;
     keep = keep > 4 * (int64_t)w->nslots ? keep : 4 * (int64_t)w->nslots;
+    if (keep > w->children_pids / 2) {
+        keep = w->children_pids / 2;
+        cf_log_warn(LOG_SUB, "children-pids %" PRId64 " leaves the %d slots' helpers and zygotes less than 4 "
+                    "processes each: raise children-pids", w->children_pids, w->nslots);
+    }
     w->pids_budget = w->children_pids > keep ? w->children_pids - keep : 1;
     cf_exec_pool_set_budget(w->pool, CF_POOL_PIDS, w->pids_budget);
     cf_log_info(LOG_SUB, "process budget for executions: %" PRId64 " of children-pids %" PRId64 " (%" PRId64

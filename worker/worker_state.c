@@ -681,7 +681,9 @@ static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run 
             cf_error_clear(err);
             goto out;
         }
-        if (err->code == CF_E_CONFLICT && r.tries > 0 &&
+        /* After a try whose reply was lost, a conflict (or a quota the
+         * first try's own bytes now fill) may be that try having landed. */
+        if ((err->code == CF_E_CONFLICT || err->code == CF_E_LIMIT) && r.tries > 0 &&
             commit_landed(st, req->workspace, run->ws_rev, run->files.collected, run->files.n_collected)) {
             new_rev = run->ws_rev + 1;
             break;
@@ -795,7 +797,8 @@ static int finish_thread(cf_wstate *st, const cf_request *req, cf_wstate_run *ru
             id[0] = '\0';
             break;
         }
-        if (err->code == CF_E_CONFLICT && r.tries > 0 && save_landed(st, req, run, &meta, id))
+        if ((err->code == CF_E_CONFLICT || err->code == CF_E_LIMIT) && r.tries > 0 &&
+            save_landed(st, req, run, &meta, id))
             break;
         if (err->code == CF_E_CONFLICT) {
             res->checkpoint_conflict = true;
@@ -809,6 +812,9 @@ static int finish_thread(cf_wstate *st, const cf_request *req, cf_wstate_run *ru
         }
         if (err->code == CF_E_INVALID || err->code == CF_E_LIMIT || err->code == CF_E_NOT_FOUND) {
             add_diag(res, "error", "thread '%s': checkpoint not saved: %s", req->thread, err->msg);
+            /* In the answer's reason too: the workspace (written first) may
+             * have moved on while the thread's latest did not. */
+            add_reason(res, "checkpoint not saved: %s", err->msg);
             cf_error_clear(err);
             id[0] = '\0';
             break;

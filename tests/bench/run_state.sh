@@ -161,6 +161,10 @@ printf '  write-back  p50 %6sus (collect %s + diff %s + commit %s; %s puts, %s d
     "$(field ws_writeback_partial diff_p50_us)" "$(field ws_writeback_partial commit_p50_us)" \
     "$(field ws_writeback_partial puts)" "$(field ws_writeback_partial deletes)" \
     "$(field ws_writeback_partial raw_p50_us)" "$(field ws_writeback_partial ratio)"
+printf '  write-back charged to a tenant quota p50 %6sus (commit %s) | the same without %sus (commit %s) | ratio %s\n' \
+    "$(field ws_writeback_partial_quota p50_us)" "$(field ws_writeback_partial_quota commit_p50_us)" \
+    "$(field ws_writeback_partial_quota unquoted_p50_us)" "$(field ws_writeback_partial_quota unquoted_commit_p50_us)" \
+    "$(field ws_writeback_partial_quota ratio)"
 printf '  full w-back p50 %6sus (collect %s + diff %s + commit %s) | %d x SET %sus (redis-benchmark: %sus) | ratio %s\n' \
     "$(field ws_writeback_full p50_us)" "$(field ws_writeback_full collect_p50_us)" \
     "$(field ws_writeback_full diff_p50_us)" "$(field ws_writeback_full commit_p50_us)" "$files" \

@@ -104,30 +104,39 @@ static void workspaces_are_held_to_the_tenants_quota(void **state)
     IT_REQUIRE_REDIS();
     it_topics t;
     it_topics_create(&t, "wsquota", 1);
-    char prof[64], topic[96], ws[3][64];
+    char prof[64], topic[96], other[64], otopic[96], ws[3][64];
     it_unique_name("wsq", prof, sizeof(prof));
     snprintf(topic, sizeof(topic), "%s.req", prof);
     it_request_topic_create(topic, 1);
+    /* The other tenant: a profile of its own too (a fresh ledger, whatever
+     * earlier runs left in this Redis). */
+    it_unique_name("wsq-b", other, sizeof(other));
+    snprintf(otopic, sizeof(otopic), "%s.req", other);
+    it_request_topic_create(otopic, 1);
     for (int i = 0; i < 3; i++)
         it_unique_name("wsq-ws", ws[i], sizeof(ws[i]));
-    static char a_redis[300], a[4][200];
+    static char a_redis[300], a[7][200];
     snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
     snprintf(a[0], sizeof(a[0]), "--profile.%s.topic=%s", prof, topic);
     snprintf(a[1], sizeof(a[1]), "--profile.%s.backends=process", prof);
     snprintf(a[2], sizeof(a[2]), "--profile.%s.max-workspace-bytes=1MiB", prof);
     /* The process backend isolates no network: the profile must allow it. */
     snprintf(a[3], sizeof(a[3]), "--profile.%s.network=enabled", prof);
+    snprintf(a[4], sizeof(a[4]), "--profile.%s.topic=%s", other, otopic);
+    snprintf(a[5], sizeof(a[5]), "--profile.%s.backends=process", other);
+    snprintf(a[6], sizeof(a[6]), "--profile.%s.network=enabled", other);
     const char *extra[] = {a_redis, "--backends=process", "--profile.default.backends=process",
-                           "--profile.default.network=enabled", a[0], a[1], a[2], a[3], NULL};
+                           "--profile.default.network=enabled", a[0], a[1], a[2], a[3], a[4], a[5], a[6], NULL};
     it_worker w;
     it_worker_start(&w, &t, "wsquota-w1", extra);
     if (!it_worker_wait_log(&w, "reading cancels from", 60000)) {
         it_worker_dump_log(&w);
         fail_msg("the worker did not start");
     }
-    it_topics tq = t;
+    it_topics tq = t, tb = t;
     snprintf(tq.requests, sizeof(tq.requests), "%s", topic);
-    cf_dispatcher *dq = it_dispatcher_new(&tq), *dd = it_dispatcher_new(&t);
+    snprintf(tb.requests, sizeof(tb.requests), "%s", otopic);
+    cf_dispatcher *dq = it_dispatcher_new(&tq), *dd = it_dispatcher_new(&tb);
     const char *write = "head -c 700000 /dev/zero | tr '\\0' a > big && echo wrote";
     cf_request req;
     cf_result res;
@@ -153,7 +162,7 @@ static void workspaces_are_held_to_the_tenants_quota(void **state)
     assert_int_equal(res.workspace_revision, 0);
     cf_result_clear(&res);
     cf_request_clear(&req);
-    /* Another tenant (the default profile) on the same worker: written. */
+    /* Another tenant on the same worker: written. */
     shell_request(&req, ws[2], write);
     it_submit_wait(dd, &req, 60 * SEC, &res);
     check_status(&res, CF_STATUS_SUCCESS, "another tenant's write");

@@ -320,8 +320,10 @@ static void test_retention_by_count(void **state)
     assert_int_equal(cf_checkpoint_get(cs, "ret", ids[6], &cp, &err), -1);
     assert_int_equal(err.code, CF_E_NOT_FOUND);
     assert_int_equal(cf_test_redis_int(f->raw, "ZCARD cf:{cp:ret}:idx"), 5);
-    /* 5 hashes, meta, index, the copy of the newest */
-    assert_int_equal(cf_test_redis_int(f->raw, "DBSIZE"), 5 + 3);
+    /* 5 hashes, meta, index, the copy of the newest, their sizes (the
+     * quota's; the trimmed ones' gone from it too) */
+    assert_int_equal(cf_test_redis_int(f->raw, "DBSIZE"), 5 + 4);
+    assert_int_equal(cf_test_redis_int(f->raw, "HLEN cf:{cp:ret}:sz"), 5);
     ok(cf_checkpoint_history(cs, "ret", NULL, 0, false, &l, &err), &err);
     assert_int_equal(l.n, 5);
     cf_checkpoints_clear(&l);
