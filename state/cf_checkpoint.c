@@ -28,7 +28,7 @@ struct cf_checkpoint_store {
 };
 
 #define CP_QUOTA_KIND "checkpoints"
-#define CP_CHARGE_PER 256 /* a checkpoint's keys and fields, estimated (the save script's figure) */
+#define CP_CHARGE_PER 512 /* a checkpoint's fields, and 3 x its key prefix: the save script's figure */
 
 
 typedef struct cp_keys {
@@ -268,20 +268,25 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
      * newest's copy, a new thread's keys).  A rollback copies one of the
      * thread's own states, whose size this side does not know: it is
      * measured once it landed (only operators' tools roll back). */
-    int64_t grow = (rollback ? 0 : 2 * (int64_t)(state_len + opts->meta_len)) + CP_CHARGE_PER + CF_QUOTA_CP_BASE;
+    int64_t grow = (rollback ? 0 : 2 * (int64_t)(state_len + opts->meta_len)) + CP_CHARGE_PER +
+                   3 * (int64_t)strlen(k.cpre) + CF_QUOTA_CP_BASE;
     if (cs->quota_scope[0] && cs->quota_max_bytes > 0) {
         bool fits = false;
         cf_quota_usage u;
         if (cf_quota_item(cs->r, CP_QUOTA_KIND, cs->quota_scope, k.meta, CF_QUOTA_THREAD, CF_QUOTA_ITEM_GROW, grow,
                           cs->quota_max_bytes, &fits, &u, err) < 0)
             return cf_error_wrap(err, "thread %s: quota", thread);
-        if (!fits)
+        if (!fits) {
+            char h[32], g[32], q[32];
+            cf_format_size(u.bytes, h, sizeof(h));
+            cf_format_size(grow, g, sizeof(g));
+            cf_format_size(cs->quota_max_bytes, q, sizeof(q));
             return cf_error_set(err, CF_E_LIMIT,
-                                "thread %s: over the checkpoint quota of '%s': its %" PRId64 " threads hold %.1f MiB, "
-                                "this save may add %.1f MiB, the quota is %.1f MiB (max-checkpoint-bytes; delete "
-                                "threads it no longer needs, or their checkpoints expire)",
-                                thread, cs->quota_scope, u.count, (double)u.bytes / (1 << 20),
-                                (double)grow / (1 << 20), (double)cs->quota_max_bytes / (1 << 20));
+                                "thread %s: over the checkpoint quota of '%s': its %" PRId64 " threads hold %s, this "
+                                "save may add %s, the quota is %s (max-checkpoint-bytes; delete threads it no longer "
+                                "needs, or their checkpoints expire)",
+                                thread, cs->quota_scope, u.count, h, g, q);
+        }
     }
     redisReply *rep = NULL;
     if (cf_redis_eval(cs->r, &cf_cp_script_save, guarded ? 3 : 2, k.v, NULL, guarded ? 13 : 12, args, lens, &rep,

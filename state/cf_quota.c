@@ -171,9 +171,11 @@ static const cf_redis_script item_script = {
     "local function measure(it)\n"
     "  if redis.call('EXISTS', it) == 0 then return 0 end\n"
     "  if kind == 'ws' then\n"
-    "    local m = redis.call('HMGET', it, 'stored', 'nfiles', 'bytes')\n"
-    "    local stored = tonumber(m[1] or '') or tonumber(m[3] or '') or 0\n"
-    "    return stored + " STR(CF_QUOTA_WS_BASE) " + " STR(CF_QUOTA_WS_PER_FILE) " * (tonumber(m[2] or '') or 0)\n"
+    "    local m = redis.call('HMGET', it, 'stored', 'nfiles', 'bytes', 'nblobs', 'hist_bytes', 'path_bytes')\n"
+    "    local function n(i) return tonumber(m[i] or '') or 0 end\n"
+    "    local stored = tonumber(m[1] or '') or n(3)\n"
+    "    return stored + n(5) + n(6) + " STR(CF_QUOTA_WS_BASE) " + " STR(CF_QUOTA_WS_PER_FILE) " * n(2)\n"
+    "           + " STR(CF_QUOTA_WS_PER_BLOB) " * n(4)\n"
     "  end\n"
     "  local base = string.sub(it, 1, #it - 4)\n"
     "  local latest = base .. 'latest'\n"
@@ -221,7 +223,7 @@ static const cf_redis_script item_script = {
      * in the totals: each refusal goes on where the last stopped), so that
      * deleted workspaces and writes that never came back stop counting
      * without one script walking every item. */
-    "    local r = redis.call('HSCAN', KEYS[2], redis.call('HGET', KEYS[1], 'cursor') or '0', 'COUNT', 200)\n"
+    "    local r = redis.call('HSCAN', KEYS[2], redis.call('HGET', KEYS[1], 'cursor') or '0', 'COUNT', 500)\n"
     "    redis.call('HSET', KEYS[1], 'cursor', r[1])\n"
     "    for i = 1, #r[2], 2 do\n"
     "      if r[2][i] ~= it then set(r[2][i], measure(r[2][i])) end\n"

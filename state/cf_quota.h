@@ -73,15 +73,20 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
  * Before a write, GROW reserves the measure plus the write's worst case if
  * the totals stay within max_bytes; after it (landed, failed or unknown),
  * SYNC sets the measure.  Items are measured again when due (their key's
- * expiry, or a day), and before a refusal the next 200 items are (a
+ * expiry, or a day), and before a refusal the next 500 items are (a
  * cursor: deleted workspaces, reservations whose write never synced).
  * Keys: cf:quota:{<kind>/<scope>} (totals), ...:items (item -> bytes),
  * ...:due (item by when to measure it again); one hash tag.  The item keys
  * are read by name from the script: one Redis or Sentinel, not Cluster
  * (docs/STATE.md, "Quotas"). */
-#define CF_QUOTA_WS_BASE 2048    /* a workspace's keys, estimated */
-#define CF_QUOTA_WS_PER_FILE 256 /* a file's manifest entry and blob key */
-#define CF_QUOTA_CP_BASE 1024    /* a thread's keys (each checkpoint's 256 are in its held) */
+/* Redis's own cost beside the bytes kept, estimated (a workspace's bytes:
+ * its blobs, undo logs and paths, counted by its commit script; a
+ * checkpoint's: its state and metadata, and 512 + 3 x its key prefix, in
+ * the thread's held). */
+#define CF_QUOTA_WS_BASE 2048    /* a workspace's four keys */
+#define CF_QUOTA_WS_PER_FILE 128 /* a manifest entry beside its path */
+#define CF_QUOTA_WS_PER_BLOB 192 /* a blob's key and object, and its reference */
+#define CF_QUOTA_CP_BASE 2048    /* a thread's keys and the newest's copy beside its state */
 
 typedef enum cf_quota_item_kind { CF_QUOTA_WORKSPACE, CF_QUOTA_THREAD } cf_quota_item_kind;
 

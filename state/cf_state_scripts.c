@@ -38,11 +38,12 @@
 #define WS_LUA_LOAD_META \
     "local function load_meta()\n" \
     "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest_rev', 'history', 'ttl_ms',\n" \
-    "                       'format', 'touched_us', 'stored')\n" \
+    "                       'format', 'touched_us', 'stored', 'hist_bytes', 'path_bytes', 'nblobs')\n" \
     "  if m[7] ~= '2' then return 'old' end\n" \
     "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n" \
     "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6]),\n" \
-    "             touched = tonumber(m[8] or '0'), stored = tonumber(m[9] or '')}\n" \
+    "             touched = tonumber(m[8] or '0'), stored = tonumber(m[9] or ''),\n" \
+    "             hist_bytes = tonumber(m[10] or ''), path_bytes = tonumber(m[11] or ''), nblobs = tonumber(m[12] or '')}\n" \
     "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl and t.touched) then return nil end\n" \
     "  if t.rev < 0 or t.oldest < 0 or t.oldest > t.rev or t.history < 0 or t.history > 100000 or\n" \
     "     t.rev - t.oldest > t.history or t.nfiles < 0 or t.bytes < 0 or t.ttl < 0 then return nil end\n" \
@@ -182,7 +183,8 @@ const cf_redis_script cf_ws_script_create = {
     "redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])\n"
     "redis.call('HSET', KEYS[1], 'project', ARGV[1], 'session', ARGV[2], 'created_us', ARGV[3],\n"
     "           'updated_us', ARGV[3], 'rev', '0', 'oldest_rev', '0', 'nfiles', '0', 'bytes', '0',\n"
-    "           'history', ARGV[5], 'ttl_ms', ARGV[4], 'format', '2', 'touched_us', '0', 'stored', '0')\n"
+    "           'history', ARGV[5], 'ttl_ms', ARGV[4], 'format', '2', 'touched_us', '0', 'stored', '0',\n"
+    "           'nblobs', '0', 'hist_bytes', '0', 'path_bytes', '0')\n"
     "local ttl = tonumber(ARGV[4])\n"
     "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end\n"
     "return {'ok', '0'}\n",
@@ -254,18 +256,24 @@ const cf_redis_script cf_ws_script_commit = {
     "end\n"
     "if newn > maxf then return {'limit', 'files', fmt(newn)} end\n"
     "if newb > maxt then return {'limit', 'bytes', fmt(newb)} end\n"
-    "-- stored: the bytes of the distinct blobs the manifest and the retained\n"
-    "-- history reference (what the workspace holds, for its profile's quota);\n"
-    "-- counted once for a workspace written before it was kept.\n"
-    "local stored = m.stored\n"
-    "if not stored then\n"
-    "  stored = 0\n"
-    "  for _, bid in ipairs(redis.call('HKEYS', KEYS[3])) do stored = stored + redis.call('STRLEN', bpre .. bid) end\n"
-    "  redis.call('HSET', KEYS[1], 'stored', fmt(stored))\n"
+    "-- What the workspace holds, for its profile's quota (state/cf_quota.c\n"
+    "-- measures it from these): stored, the bytes of the distinct blobs the\n"
+    "-- manifest and the retained history reference, and nblobs their number;\n"
+    "-- hist_bytes, the undo logs' bytes; path_bytes, the manifest's paths.\n"
+    "-- Counted once for a workspace written before they were kept.\n"
+    "local stored, nblobs, hist_bytes, path_bytes = m.stored, m.nblobs, m.hist_bytes, m.path_bytes\n"
+    "if not (stored and nblobs and hist_bytes and path_bytes) then\n"
+    "  stored, nblobs, hist_bytes, path_bytes = 0, 0, 0, 0\n"
+    "  for _, bid in ipairs(redis.call('HKEYS', KEYS[3])) do\n"
+    "    stored = stored + redis.call('STRLEN', bpre .. bid)\n"
+    "    nblobs = nblobs + 1\n"
+    "  end\n"
+    "  for _, r in ipairs(redis.call('HKEYS', KEYS[4])) do hist_bytes = hist_bytes + redis.call('HSTRLEN', KEYS[4], r) end\n"
+    "  for _, p in ipairs(redis.call('HKEYS', KEYS[2])) do path_bytes = path_bytes + #p end\n"
     "end\n"
     "if #dels == 0 and #puts == 0 then\n"
     "  refresh(m)\n"
-    "  return {'ok', fmt(m.rev), fmt(stored), fmt(m.nfiles)}\n"
+    "  return {'ok', fmt(m.rev)}\n"
     "end\n"
     "local nrev = m.rev + 1\n"
     "-- Retention, still without writing: revision r stays reconstructible while\n"
@@ -301,28 +309,36 @@ const cf_redis_script cf_ws_script_commit = {
     "local undo = {}\n"
     "for _, d in ipairs(dels) do\n"
     "  redis.call('HDEL', KEYS[2], d[1])\n"
+    "  path_bytes = path_bytes - #d[1]\n"
     "  undo[#undo + 1] = d[1]; undo[#undo + 1] = d[2]\n"
     "end\n"
     "for _, pt in ipairs(puts) do\n"
     "  redis.call('HSET', KEYS[2], pt[1], pt[2])\n"
-    "  if redis.call('HINCRBY', KEYS[3], pt[4], 1) == 1 then stored = stored + pt[5] end\n"
+    "  if redis.call('HINCRBY', KEYS[3], pt[4], 1) == 1 then stored, nblobs = stored + pt[5], nblobs + 1 end\n"
+    "  if not pt[3] then path_bytes = path_bytes + #pt[1] end\n"
     "  blob_keep(m.ttl, pt[4])\n"
     "  undo[#undo + 1] = pt[1]; undo[#undo + 1] = pt[3] or '-'\n"
     "end\n"
-    "redis.call('HSET', KEYS[4], fmt(nrev), cmsgpack.pack(undo))\n"
-    "for _, r in ipairs(drop) do redis.call('HDEL', KEYS[4], r) end\n"
+    "local packed = cmsgpack.pack(undo)\n"
+    "redis.call('HSET', KEYS[4], fmt(nrev), packed)\n"
+    "hist_bytes = hist_bytes + #packed\n"
+    "for _, r in ipairs(drop) do\n"
+    "  hist_bytes = hist_bytes - redis.call('HSTRLEN', KEYS[4], r)\n"
+    "  redis.call('HDEL', KEYS[4], r)\n"
+    "end\n"
     "for bid, n in pairs(dec) do\n"
     "  if redis.call('HINCRBY', KEYS[3], bid, -n) <= 0 then\n"
     "    redis.call('HDEL', KEYS[3], bid)\n"
-    "    stored = stored - redis.call('STRLEN', bpre .. bid)\n"
+    "    stored, nblobs = stored - redis.call('STRLEN', bpre .. bid), nblobs - 1\n"
     "    redis.call('UNLINK', bpre .. bid)\n"
     "  end\n"
     "end\n"
-    "if stored < 0 then stored = 0 end\n"
+    "local function pos(n) if n < 0 then return 0 end return n end\n"
     "redis.call('HSET', KEYS[1], 'rev', fmt(nrev), 'nfiles', fmt(newn), 'bytes', fmt(newb),\n"
-    "           'oldest_rev', fmt(oldest), 'updated_us', ARGV[2], 'stored', fmt(stored))\n"
+    "           'oldest_rev', fmt(oldest), 'updated_us', ARGV[2], 'stored', fmt(pos(stored)),\n"
+    "           'nblobs', fmt(pos(nblobs)), 'hist_bytes', fmt(pos(hist_bytes)), 'path_bytes', fmt(pos(path_bytes)))\n"
     "refresh(m)\n"
-    "return {'ok', fmt(nrev), fmt(stored), fmt(newn)}\n",
+    "return {'ok', fmt(nrev)}\n",
 };
 
 const cf_redis_script cf_ws_script_get = {
@@ -533,7 +549,7 @@ const cf_redis_script cf_cp_script_save = {
     "redis.call('HSET', key, unpack(rec))\n"
     "redis.call('HSET', latest_key, unpack(rec))\n"
     "redis.call('ZADD', KEYS[2], fmt(now), id)\n"
-    "local size = 256 + #state + #cmeta\n"
+    "local size = 512 + 3 * #pre + #state + #cmeta\n"
     "redis.call('HSET', sz_key, id, fmt(size))\n"
     "redis.call('HINCRBY', KEYS[1], 'held', size)\n"
     "local maxc, ttl = tonumber(ARGV[11]), tonumber(ARGV[12])\n"

@@ -223,13 +223,17 @@ static int quota_grow(cf_workspace_store *ws, const char *id, const ws_keys *k, 
     if (cf_quota_item(ws->r, WS_QUOTA_KIND, ws->quota_scope, k->meta, CF_QUOTA_WORKSPACE, CF_QUOTA_ITEM_GROW, grow,
                       ws->quota_max_bytes, &fits, &held, err) < 0)
         return cf_error_wrap(err, "workspace %s: quota", id);
-    if (!fits)
+    if (!fits) {
+        char h[32], g[32], q[32];
+        cf_format_size(held.bytes, h, sizeof(h));
+        cf_format_size(grow, g, sizeof(g));
+        cf_format_size(ws->quota_max_bytes, q, sizeof(q));
         return cf_error_set(err, CF_E_LIMIT,
-                            "workspace %s: over the workspace quota of '%s': its %" PRId64 " workspaces hold %.1f MiB, "
-                            "this write may add %.1f MiB, the quota is %.1f MiB (max-workspace-bytes; delete "
-                            "workspaces it no longer needs, or they expire when idle)",
-                            id, ws->quota_scope, held.count, (double)held.bytes / (1 << 20), (double)grow / (1 << 20),
-                            (double)ws->quota_max_bytes / (1 << 20));
+                            "workspace %s: over the workspace quota of '%s': its %" PRId64 " workspaces hold %s, "
+                            "this write may add %s, the quota is %s (max-workspace-bytes; delete workspaces it no "
+                            "longer needs, or they expire when idle)",
+                            id, ws->quota_scope, held.count, h, g, q);
+    }
     return 0;
 }
 
@@ -672,14 +676,22 @@ static int commit_reply(const cf_workspace_store *ws, const char *id, int64_t ex
     return cf_error_set(err, CF_E_REDIS, "workspace %s: commit: unexpected reply", id);
 }
 
-/* What a commit may add to what the workspace stores, at most: the bytes
- * of each blob it does not reference yet (once per blob), and each file's
- * entry.  Asked of Redis (one script on the workspace's keys); a blob the
- * commit finds referenced after all only makes the bound high. */
+/* What a commit may add to what the workspace holds, at most: the bytes
+ * of each blob it does not reference yet (once per blob, with its key),
+ * each file's manifest entry and path, and the revision's undo log (each
+ * path written or deleted, with its old entry).  The blobs are asked of
+ * Redis (one script on the workspace's keys); one the commit finds
+ * referenced after all only makes the bound high. */
+#define WS_UNDO_ENTRY 96 /* an undo log's old entry ("size:blobid") and its msgpack framing */
 static int commit_growth(cf_workspace_store *ws, const ws_keys *k, const cf_ws_file *puts, size_t nputs,
-                         const char (*bid)[WS_BLOB_ID_LEN + 1], int64_t *grow, cf_error *err)
+                         const char *const *deletes, size_t ndeletes, const char (*bid)[WS_BLOB_ID_LEN + 1],
+                         int64_t *grow, cf_error *err)
 {
-    *grow = CF_QUOTA_WS_PER_FILE * (int64_t)nputs;
+    *grow = 0;
+    for (size_t i = 0; i < nputs; i++)
+        *grow += CF_QUOTA_WS_PER_FILE + 2 * (int64_t)strlen(puts[i].path) + WS_UNDO_ENTRY;
+    for (size_t i = 0; i < ndeletes; i++)
+        *grow += (int64_t)strlen(deletes[i]) + WS_UNDO_ENTRY;
     if (nputs == 0)
         return 0;
     const char **args = calloc(nputs, sizeof(*args));
@@ -702,7 +714,7 @@ static int commit_growth(cf_workspace_store *ws, const ws_keys *k, const cf_ws_f
         for (size_t j = 0; j < i && !seen; j++)
             seen = strcmp(bid[j], bid[i]) == 0;
         if (!seen)
-            *grow += (int64_t)puts[i].len;
+            *grow += (int64_t)puts[i].len + CF_QUOTA_WS_PER_BLOB;
     }
     cf_redis_reply_free(rep);
     return 0;
@@ -730,7 +742,7 @@ static int commit_impl(cf_workspace_store *ws, const char *id, int64_t expected_
         return -1;
     }
     int64_t grow = 0;
-    if (ws->quota_scope[0] && ws->quota_max_bytes > 0 && commit_growth(ws, &k, puts, nputs, cbid, &grow, err) < 0) {
+    if (ws->quota_scope[0] && ws->quota_max_bytes > 0 && commit_growth(ws, &k, puts, nputs, deletes, ndeletes, cbid, &grow, err) < 0) {
         commit_args_free(&ca);
         free(bid);
         return cf_error_wrap(err, "workspace %s: quota", id);

@@ -109,6 +109,7 @@ typedef struct job {
     char *stream_topic;       /* req.stream: result_topic + stream-topic-suffix (owned) */
     volatile int stop;        /* job_stop; set (release) after stop_reason */
     char stop_reason[JOB_CANCEL_REASON_MAX];
+    bool write_refused;       /* its workspace write-back or checkpoint save was refused: not kept for replay */
     job_out out;
     /* Bumped (release) just before each produce of out, read (acquire) by
      * the delivery report: the main thread then sees everything the slot

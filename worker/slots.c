@@ -308,6 +308,7 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         cf_log_error(LOG_SUB, "request %s: %s", j->req.id, err.msg);
         state_failed(res, &err, "after the run: its changes were not stored");
     }
+    j->write_refused = cf_wstate_write_refused(st);
     if (run_it && completed && ws_active)
         cf_log_debug(LOG_SUB, "request %s: workspace %s revision %" PRId64 " -> %" PRId64 "%s", j->req.id,
                      j->req.workspace, rev_before, res->workspace_revision,
@@ -423,13 +424,14 @@ static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_res
 
 /* Results worth replaying: what the program did.  A refusal or an
  * internal error may not hold for the next delivery, and a run whose
- * workspace or checkpoint write was refused changed nothing: running it
- * again is what its sender wants. */
-static bool replayable(const cf_result *res)
+ * workspace or checkpoint write was refused (a conflict, a cap, its
+ * tenant's quota) changed nothing: running it again is what its sender
+ * wants, once it made room. */
+static bool replayable(const job *j, const cf_result *res)
 {
     return res->status != CF_STATUS_INTERNAL_ERROR && res->status != CF_STATUS_REJECTED &&
-           res->status != CF_STATUS_CANCELLED &&
-           !res->workspace_conflict && !res->checkpoint_conflict;
+           res->status != CF_STATUS_CANCELLED && !res->workspace_conflict && !res->checkpoint_conflict &&
+           !j->write_refused;
 }
 
 /* The copy of a result kept for replays: at most max bytes, its bulk cut
@@ -653,7 +655,7 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
          * it on redelivery instead of running it again. */
         cf_bytes copy = {0};
         result_charge charge = {0};
-        bool store = replayable(&res) && result_keep(w, st, j, &res, &charge) &&
+        bool store = replayable(j, &res) && result_keep(w, st, j, &res, &charge) &&
                      stored_copy(&res, &j->out.value, (size_t)w->cfg->idempotency_max_result_bytes, &copy) == 0 &&
                      copy.len > 0;
         bool stored = false;
@@ -670,7 +672,7 @@ static void run_job_traced(cf_worker *w, job *j, int slot)
                         j->req.id, err.msg);
         }
         /* One outcome per result offered to the store. */
-        if (replayable(&res)) {
+        if (replayable(j, &res)) {
             const char *outcome = "not_kept"; /* another run answered first, or even the cut copy was too big */
             if (stored)
                 outcome = charge.ttl_ms < w->cfg->idempotency_ttl_us / 1000 ? "kept_short" : "kept";

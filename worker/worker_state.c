@@ -21,6 +21,7 @@
 #define HOST_MAX 1024
 
 struct cf_wstate {
+    bool write_refused; /* this run's write-back or save was refused (caps, quota): cf_wstate_write_refused */
     const cf_worker_config *cfg;
     const char *worker_id;
     const volatile int *cancel;
@@ -704,6 +705,7 @@ static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run 
              * workspace was deleted meanwhile: nothing written. */
             add_diag(res, "error", "workspace '%s': changes not written back: %s", req->workspace, err->msg);
             add_reason(res, "workspace changes not written back: %s", err->msg);
+            st->write_refused = true;
             cf_error_clear(err);
             goto out;
         }
@@ -815,6 +817,7 @@ static int finish_thread(cf_wstate *st, const cf_request *req, cf_wstate_run *ru
             /* In the answer's reason too: the workspace (written first) may
              * have moved on while the thread's latest did not. */
             add_reason(res, "checkpoint not saved: %s", err->msg);
+            st->write_refused = true;
             cf_error_clear(err);
             id[0] = '\0';
             break;
@@ -904,6 +907,7 @@ int cf_wstate_begin(cf_wstate *st, cf_request *req, int64_t writer_seq, const ch
 {
     memset(run, 0, sizeof(*run));
     *run_it = true;
+    st->write_refused = false;
     if (fence_key)
         cf_wstate_set_guard(st, fence_key, fence_value);
     if (!req->workspace && !req->thread)
@@ -924,6 +928,11 @@ int cf_wstate_end(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ran_t
     cf_wstate_set_quota(st, NULL, 0, 0);
     cf_wstate_run_clear(run, req);
     return rc;
+}
+
+bool cf_wstate_write_refused(const cf_wstate *st)
+{
+    return st && st->write_refused;
 }
 
 void cf_wstate_set_quota(cf_wstate *st, const char *profile, int64_t workspace_bytes, int64_t checkpoint_bytes)

@@ -171,6 +171,10 @@ void cf_wstate_set_guard(cf_wstate *st, const char *key, const char *value);
 /* The profile whose quotas this run's workspace and checkpoint writes are
  * charged to (NULL: none); cf_wstate_end clears it. */
 void cf_wstate_set_quota(cf_wstate *st, const char *profile, int64_t workspace_bytes, int64_t checkpoint_bytes);
+/* Whether the last run's workspace write-back or checkpoint save was
+ * refused (a cap, a quota): it changed nothing, so its answer is not kept
+ * for replay (a resubmission after the tenant made room runs again). */
+bool cf_wstate_write_refused(const cf_wstate *st);
 
 /* The lease key and value of a claim, for cf_wstate_set_guard. */
 int cf_wstate_lease_ref(const char *scope, const char *id, const char *digest, const char *token, char *key,

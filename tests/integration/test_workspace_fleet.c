@@ -161,6 +161,20 @@ static void workspaces_are_held_to_the_tenants_quota(void **state)
     assert_non_null(strstr(res.reason, "max-workspace-bytes"));
     assert_int_equal(res.workspace_revision, 0);
     cf_result_clear(&res);
+    /* Room made (an operator deletes the first workspace): the same
+     * request again, same id, runs again instead of replaying the refusal
+     * (a refused write changed nothing, so it is not kept for replay). */
+    store s;
+    store_open(&s, it_redis());
+    cf_error derr;
+    cf_error_clear(&derr);
+    assert_int_equal(cf_workspace_delete(s.ws, ws[0], &derr), 0);
+    store_close(&s);
+    it_submit_wait(dq, &req, 60 * SEC, &res);
+    check_status(&res, CF_STATUS_SUCCESS, "the same request once there is room");
+    assert_int_equal(res.workspace_revision, 1);
+    assert_true(!res.reason || !strstr(res.reason, "quota"));
+    cf_result_clear(&res);
     cf_request_clear(&req);
     /* Another tenant on the same worker: written. */
     shell_request(&req, ws[2], write);
@@ -170,9 +184,9 @@ static void workspaces_are_held_to_the_tenants_quota(void **state)
     assert_true(!res.reason || !strstr(res.reason, "quota"));
     cf_result_clear(&res);
     cf_request_clear(&req);
-    /* The first workspace rewritten with the same bytes: nothing more is
+    /* The second workspace rewritten with the same bytes: nothing more is
      * stored, so it fits. */
-    shell_request(&req, ws[0], "head -c 700000 /dev/zero | tr '\\0' a > copy && echo wrote");
+    shell_request(&req, ws[1], "head -c 700000 /dev/zero | tr '\\0' a > copy && echo wrote");
     it_submit_wait(dq, &req, 60 * SEC, &res);
     check_status(&res, CF_STATUS_SUCCESS, "same bytes again");
     assert_int_equal(res.workspace_revision, 2);

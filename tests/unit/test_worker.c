@@ -948,33 +948,75 @@ static int64_t redis_now_ms(redisContext *raw)
                              "local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)");
 }
 
+/* What the ledger should charge an item, from its keys' own figures
+ * (state/cf_quota.c, measure), and what Redis spends on all its keys
+ * (MEMORY USAGE of every key under its hash tag). */
+static int64_t reply_i64(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+}
+
+static int64_t ws_measure(redisContext *raw, const char *id)
+{
+    redisReply *r = redisCommand(raw, "HMGET cf:{ws:%s}:meta stored nfiles nblobs hist_bytes path_bytes", id);
+    assert_non_null(r);
+    int64_t v = reply_i64(r->element[0]) + reply_i64(r->element[3]) + reply_i64(r->element[4]) + CF_QUOTA_WS_BASE +
+                CF_QUOTA_WS_PER_FILE * reply_i64(r->element[1]) + CF_QUOTA_WS_PER_BLOB * reply_i64(r->element[2]);
+    freeReplyObject(r);
+    return v;
+}
+
+static int64_t keys_memory(redisContext *raw, const char *pattern)
+{
+    int64_t total = 0;
+    char cursor[32] = "0";
+    do {
+        redisReply *r = redisCommand(raw, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        assert_non_null(r);
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++) {
+            redisReply *m = redisCommand(raw, "MEMORY USAGE %s", r->element[1]->element[i]->str);
+            if (m && m->type == REDIS_REPLY_INTEGER)
+                total += m->integer;
+            freeReplyObject(m);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return total;
+}
+
 /* Workspaces and checkpoint threads are charged to their profile's ledger
  * (issue 30, part 4): what each holds, history included; a write past the
  * quota is refused naming it, another profile's is not; a deleted
- * workspace leaves the ledger before a refusal. */
+ * workspace leaves the ledger before a refusal, and one made again under
+ * its id starts from nothing; the charge stays within a small factor of
+ * what Redis spends, whatever the shape (long paths, undo logs). */
 static void state_item_quotas(void **state)
 {
     rfix *f = *state;
+    redisContext *raw = cf_test_redis_raw(&f->srv);
     static char big[60 * 1024], other[60 * 1024];
     memset(big, 'x', sizeof(big));
     memset(other, 'y', sizeof(other));
-    const int64_t one = 60 * 1024 + 2048 + 256; /* stored + the keys' estimate + one file */
     cf_error err;
     cf_quota_usage u;
     cf_workspace_set_quota(f->ws, "qa", 100 * 1024);
     assert_int_equal(cf_workspace_create(f->ws, "qa-1", NULL, NULL, &err), 0);
     assert_int_equal(cf_workspace_put(f->ws, "qa-1", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), 0);
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
+    int64_t one = ws_measure(raw, "qa-1");
     assert_int_equal(u.bytes, one);
     assert_int_equal(u.count, 1);
+    assert_true(one > (int64_t)sizeof(big) && one < (int64_t)sizeof(big) + 4096);
     /* A second workspace of the same size does not fit 100 KiB. */
     assert_int_equal(cf_workspace_create(f->ws, "qa-2", NULL, NULL, &err), 0);
     cf_error_clear(&err);
     assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), -1);
     assert_int_equal(err.code, CF_E_LIMIT);
     assert_non_null(strstr(err.msg, "workspace quota of 'qa'"));
+    assert_non_null(strstr(err.msg, "the quota is 100 KiB"));
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
-    assert_int_equal(u.bytes, one + 2048);
+    assert_int_equal(u.bytes, one + ws_measure(raw, "qa-2"));
     /* Another profile's ledger is its own. */
     cf_workspace_set_quota(f->ws, "qb", 100 * 1024);
     assert_int_equal(cf_workspace_create(f->ws, "qb-1", NULL, NULL, &err), 0);
@@ -986,7 +1028,7 @@ static void state_item_quotas(void **state)
     cf_workspace_set_quota(f->ws, "qa", 100 * 1024);
     assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), 0);
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
-    assert_int_equal(u.bytes, one);
+    assert_int_equal(u.bytes, ws_measure(raw, "qa-2"));
     assert_int_equal(u.count, 1);
     /* History holds what was overwritten: a second content does not fit. */
     cf_error_clear(&err);
@@ -994,13 +1036,14 @@ static void state_item_quotas(void **state)
     assert_int_equal(err.code, CF_E_LIMIT);
     /* A small new file fits. */
     assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "g", big, 100, NULL, &err), 0);
-    assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
-    assert_int_equal(u.bytes, one + 100 + 256);
-    /* With room: the overwritten content stays charged (history keeps it). */
+    /* With room: the overwritten content stays stored (history keeps it). */
     cf_workspace_set_quota(f->ws, "qa", 200 * 1024);
     assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "f", other, sizeof(other), NULL, &err), 0);
+    redisReply *sr = redisCommand(raw, "HGET cf:{ws:qa-2}:meta stored");
+    assert_int_equal(reply_i64(sr), 2 * (int64_t)sizeof(big) + 100);
+    freeReplyObject(sr);
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
-    assert_int_equal(u.bytes, one + 100 + 256 + (int64_t)sizeof(other));
+    assert_int_equal(u.bytes, ws_measure(raw, "qa-2"));
     /* Deleted and made again under the same id: its old charge goes. */
     cf_workspace_set_quota(f->ws, NULL, 0);
     assert_int_equal(cf_workspace_delete(f->ws, "qa-2", &err), 0);
@@ -1010,6 +1053,33 @@ static void state_item_quotas(void **state)
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
     assert_int_equal(u.bytes, one);
     assert_int_equal(u.count, 1);
+
+    /* The shape that costs Redis most beside the bytes: long paths, added
+     * and deleted revision after revision (the undo logs hold them all). */
+    cf_workspace_set_quota(f->ws, "qc", 0); /* charged, never refused */
+    assert_int_equal(cf_workspace_create(f->ws, "qc-1", NULL, NULL, &err), 0);
+    enum { NP = 40 };
+    static char paths[NP][920];
+    cf_ws_file fl[NP];
+    const char *dl[NP];
+    for (int i = 0; i < NP; i++) {
+        memset(paths[i], 'p', 900);
+        for (int c = 200; c < 900; c += 201)
+            paths[i][c] = '/'; /* components of at most 255 bytes */
+        snprintf(paths[i] + 900, 20, "%d", i);
+        fl[i] = (cf_ws_file){.path = paths[i], .data = "0123456789", .len = 10};
+        dl[i] = paths[i];
+    }
+    for (int rev = 0; rev < 10; rev++)
+        if (rev % 2 == 0)
+            assert_int_equal(cf_workspace_commit(f->ws, "qc-1", CF_WS_ANY_REV, fl, NP, NULL, 0, NULL, &err), 0);
+        else
+            assert_int_equal(cf_workspace_commit(f->ws, "qc-1", CF_WS_ANY_REV, NULL, 0, dl, NP, NULL, &err), 0);
+    int64_t charged = 0;
+    assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qc", "cf:{ws:qc-1}:meta", &charged, NULL, &err), 0);
+    int64_t real = keys_memory(raw, "cf:{ws:qc-1}:*");
+    print_message("long paths, 10 revisions: charged %lld, Redis spends %lld\n", (long long)charged, (long long)real);
+    assert_true(charged * 2 >= real && charged <= 3 * real);
     cf_workspace_set_quota(f->ws, NULL, 0);
 
     /* Checkpoints: 20 KiB states against 50 KiB. */
@@ -1022,7 +1092,7 @@ static void state_item_quotas(void **state)
     char id[CF_CHECKPOINT_ID_MAX + 1];
     assert_int_equal(cf_checkpoint_save(f->cp, "qa-t", st, sizeof(st), NULL, id, &err), 0);
     assert_int_equal(cf_quota_item_get(f->r, "checkpoints", "qa", NULL, NULL, &u, &err), 0);
-    assert_int_equal(u.bytes, 1024 + 2 * (int64_t)sizeof(st) + 256);
+    assert_true(u.bytes > 2 * (int64_t)sizeof(st) && u.bytes < 2 * (int64_t)sizeof(st) + 4096);
     cf_error_clear(&err);
     assert_int_equal(cf_checkpoint_save(f->cp, "qa-t", st, sizeof(st), NULL, id, &err), -1);
     assert_int_equal(err.code, CF_E_LIMIT);
@@ -1034,6 +1104,21 @@ static void state_item_quotas(void **state)
     assert_int_equal(cf_checkpoint_save(f->cp, "qa-t", st, sizeof(st), NULL, id, &err), 0);
     cf_checkpoint_set_quota(f->cp, "qb", 50 * 1024);
     assert_int_equal(cf_checkpoint_save(f->cp, "qb-t", st, sizeof(st), NULL, id, &err), 0);
+    /* Small states on a long thread name: the keys' cost dominates. */
+    char thread[130];
+    memset(thread, 't', 120);
+    thread[120] = '\0';
+    cf_checkpoint_set_quota(f->cp, "qc", 0);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(cf_checkpoint_save(f->cp, thread, "\x81\xa1s\x01", 4, NULL, id, &err), 0);
+    char item[200], pattern[200];
+    snprintf(item, sizeof(item), "cf:{cp:%s}:meta", thread);
+    snprintf(pattern, sizeof(pattern), "cf:{cp:%s}:*", thread);
+    assert_int_equal(cf_quota_item_get(f->r, "checkpoints", "qc", item, &charged, NULL, &err), 0);
+    real = keys_memory(raw, pattern);
+    print_message("20 small checkpoints on a 120-byte thread: charged %lld, Redis spends %lld\n", (long long)charged,
+                  (long long)real);
+    assert_true(charged * 2 >= real && charged <= 3 * real);
     cf_checkpoint_set_quota(f->cp, NULL, 0);
 }
 
