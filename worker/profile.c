@@ -98,7 +98,8 @@ static const cf_conf_prop profile_props[] = {
      NULL},
     {"max-workspace-bytes", CF_CONF_SIZE, OFF(max_workspace_bytes), 0, 1024 * 1024 * MIB, "128MiB", NULL,
      "The most bytes this profile's workspaces may hold in Redis together: each is charged the distinct file "
-     "contents it keeps (its files and the revisions of its history) and an estimate of its keys.  A run whose "
+     "contents it keeps (its files and the revisions of its history), its history's undo logs and paths, and an "
+     "estimate of its keys.  A run whose "
      "write-back would pass it keeps its output and is told its changes were not written back, naming this "
      "quota; other profiles' writes are not affected.  0: no cap (docs/OPERATIONS.md, \"Quotas\").",
      NULL},
