@@ -281,11 +281,13 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
             cf_format_size(u.bytes, h, sizeof(h));
             cf_format_size(grow, g, sizeof(g));
             cf_format_size(cs->quota_max_bytes, q, sizeof(q));
-            return cf_error_set(err, CF_E_LIMIT,
-                                "thread %s: over the checkpoint quota of '%s': its %" PRId64 " threads hold %s, this "
-                                "save may add %s, the quota is %s (max-checkpoint-bytes; delete threads it no longer "
-                                "needs, or their checkpoints expire)",
-                                thread, cs->quota_scope, u.count, h, g, q);
+            int rc = cf_error_set(err, CF_E_LIMIT,
+                                  "thread %s: over the checkpoint quota of '%s': its %" PRId64 " threads hold %s, "
+                                  "this save may add %s, the quota is %s (max-checkpoint-bytes; delete threads it no "
+                                  "longer needs, or their checkpoints expire)",
+                                  thread, cs->quota_scope, u.count, h, g, q);
+            cf_error_set_retriable(err, true); /* it may pass once the tenant made room */
+            return rc;
         }
     }
     redisReply *rep = NULL;

@@ -91,7 +91,7 @@ int cf_checkpoint_state_check(const cf_checkpoint_store *cs, const void *buf, si
  * charged to its ledger (cf_quota.h, kind "checkpoints"): each thread is
  * charged what its checkpoints hold (states, metadata, the newest's copy,
  * an estimate of the keys); a save that could take the scope's threads
- * past max_bytes fails with CF_E_LIMIT naming the quota (max_bytes 0:
+ * past max_bytes fails with CF_E_LIMIT naming the quota, retriable (max_bytes 0:
  * charged, never refused).  NULL scope: none.  Copied. */
 void cf_checkpoint_set_quota(cf_checkpoint_store *cs, const char *scope, int64_t max_bytes);
 

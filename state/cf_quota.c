@@ -149,7 +149,9 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
 
 /* The item ledger (cf_quota_item).  KEYS: 1 totals (bytes, count, the
  * reconcile cursor), 2 items (item -> bytes), 3 due (item by when to look
- * at it again, Unix ms).  ARGV: 1 mode (grow, sync, get), 2 item, 3 kind
+ * at it again, Unix ms), 4 reserved (item -> when a grow reserved it: a
+ * write in flight, whose charge nothing but its own sync lowers for
+ * RESERVED_MS).  ARGV: 1 mode (grow, sync, get), 2 item, 3 kind
  * of item ('ws' | 'cp'), 4 bytes to grow by, 5 max bytes.  Returns {fits
  * (1/0), bytes held, items held, the item's charge}.
  *
@@ -167,6 +169,14 @@ static const cf_redis_script item_script = {
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local kind = ARGV[3]\n"
+    "local RESERVED_MS = 300000\n"
+    /* A write in flight on it (reserved in the last five minutes): the
+     * time its reservation is kept until, else nil. */
+    "local function in_flight(it)\n"
+    "  local at = tonumber(redis.call('HGET', KEYS[4], it) or '')\n"
+    "  if at and now - at < RESERVED_MS then return at + RESERVED_MS end\n"
+    "  return nil\n"
+    "end\n"
     /* What an item holds now (0: its key is gone). */
     "local function measure(it)\n"
     "  if redis.call('EXISTS', it) == 0 then return 0 end\n"
@@ -204,18 +214,31 @@ static const cf_redis_script item_script = {
     "end\n"
     /* Due items are measured again (a reservation whose write never came
      * back, a key gone, a TTL renewed meanwhile). */
-    "for _, it in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(now), 'LIMIT', 0, 100)) do\n"
+    "local function remeasure(it)\n"
+    "  local until_ms = in_flight(it)\n"
+    "  if until_ms then redis.call('ZADD', KEYS[3], fmt(until_ms), it) return end\n"
+    "  redis.call('HDEL', KEYS[4], it)\n"
     "  set(it, measure(it))\n"
+    "end\n"
+    "local it, mode = ARGV[2], ARGV[1]\n"
+    "if mode ~= 'get' then\n"
+    "  for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(now), 'LIMIT', 0, 100)) do remeasure(d) end\n"
     "end\n"
     "local function totals()\n"
     "  local v = redis.call('HMGET', KEYS[1], 'bytes', 'count')\n"
     "  return tonumber(v[1] or '0') or 0, tonumber(v[2] or '0') or 0\n"
     "end\n"
-    "local it, mode = ARGV[2], ARGV[1]\n"
-    "if mode == 'sync' then set(it, measure(it)) end\n"
+    "if mode == 'sync' then\n"
+    "  redis.call('HDEL', KEYS[4], it)\n"
+    "  set(it, measure(it))\n"
+    "end\n"
     "if mode == 'grow' then\n"
     "  local old = tonumber(redis.call('HGET', KEYS[2], it) or '0') or 0\n"
-    "  local want = measure(it) + tonumber(ARGV[4])\n"
+    /* Another writer's reservation on the same item still in flight: this
+     * one stacks on it rather than replacing it. */
+    "  local base = measure(it)\n"
+    "  if in_flight(it) and old > base then base = old end\n"
+    "  local want = base + tonumber(ARGV[4])\n"
     "  local maxb = tonumber(ARGV[5])\n"
     "  local b, n = totals()\n"
     "  if maxb > 0 and want > old and b - old + want > maxb then\n"
@@ -226,12 +249,13 @@ static const cf_redis_script item_script = {
     "    local r = redis.call('HSCAN', KEYS[2], redis.call('HGET', KEYS[1], 'cursor') or '0', 'COUNT', 500)\n"
     "    redis.call('HSET', KEYS[1], 'cursor', r[1])\n"
     "    for i = 1, #r[2], 2 do\n"
-    "      if r[2][i] ~= it then set(r[2][i], measure(r[2][i])) end\n"
+    "      if r[2][i] ~= it then remeasure(r[2][i]) end\n"
     "    end\n"
     "    b, n = totals()\n"
     "    if b - old + want > maxb then return {0, fmt(b), fmt(n), fmt(old)} end\n"
     "  end\n"
     "  set(it, want)\n"
+    "  redis.call('HSET', KEYS[4], it, fmt(now))\n"
     "end\n"
     "local b, n = totals()\n"
     "return {1, fmt(b), fmt(n), redis.call('HGET', KEYS[2], it) or '0'}\n",
@@ -243,19 +267,20 @@ static int item_eval(cf_redis *r, const char *kind, const char *scope, const cha
 {
     if (bytes < 0 || !item || !*item)
         return cf_error_set(err, CF_E_INVALID, "quota %s: bad item", kind);
-    char totals[KEY_MAX], items[KEY_MAX], due[KEY_MAX];
+    char totals[KEY_MAX], items[KEY_MAX], due[KEY_MAX], resv[KEY_MAX];
     int a = snprintf(totals, KEY_MAX, "cf:quota:{%s/%s}", kind, scope);
     int b = snprintf(items, KEY_MAX, "cf:quota:{%s/%s}:items", kind, scope);
     int c = snprintf(due, KEY_MAX, "cf:quota:{%s/%s}:due", kind, scope);
-    if (a < 0 || a >= KEY_MAX || b < 0 || b >= KEY_MAX || c < 0 || c >= KEY_MAX)
+    int d = snprintf(resv, KEY_MAX, "cf:quota:{%s/%s}:reserved", kind, scope);
+    if (a < 0 || a >= KEY_MAX || b < 0 || b >= KEY_MAX || c < 0 || c >= KEY_MAX || d < 0 || d >= KEY_MAX)
         return cf_error_set(err, CF_E_INVALID, "quota %s: scope name too long", kind);
-    const char *keys[3] = {totals, items, due};
+    const char *keys[4] = {totals, items, due, resv};
     char sb[24], sm[24];
     snprintf(sb, sizeof(sb), "%" PRId64, bytes);
     snprintf(sm, sizeof(sm), "%" PRId64, max_bytes > 0 ? max_bytes : 0);
     const char *args[5] = {mode, item, item_kind, sb, sm};
     redisReply *rep = NULL;
-    if (cf_redis_eval(r, &item_script, 3, keys, NULL, 5, args, NULL, &rep, err) < 0)
+    if (cf_redis_eval(r, &item_script, 4, keys, NULL, 5, args, NULL, &rep, err) < 0)
         return -1;
     int64_t ok = 0, hb = 0, hn = 0, ch = 0;
     int rc = 0;

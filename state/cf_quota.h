@@ -69,7 +69,10 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
  * by the name of its own Redis key (a workspace's or a thread's meta), and
  * its charge is measured from its keys by the ledger's script itself (a
  * workspace's `stored` blobs and files, a thread's `held` checkpoints and
- * newest copy): concurrent writers and lost replies cannot leave it wrong.
+ * newest copy): lost replies and replies in any order cannot leave it
+ * wrong; a write's reservation is kept for five minutes against other
+ * items' measures (...:reserved), and a second writer of one item stacks on
+ * the first's.
  * Before a write, GROW reserves the measure plus the write's worst case if
  * the totals stay within max_bytes; after it (landed, failed or unknown),
  * SYNC sets the measure.  Items are measured again when due (their key's

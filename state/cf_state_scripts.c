@@ -38,12 +38,13 @@
 #define WS_LUA_LOAD_META \
     "local function load_meta()\n" \
     "  local m = redis.call('HMGET', KEYS[1], 'rev', 'nfiles', 'bytes', 'oldest_rev', 'history', 'ttl_ms',\n" \
-    "                       'format', 'touched_us', 'stored', 'hist_bytes', 'path_bytes', 'nblobs')\n" \
+    "                       'format', 'touched_us', 'stored', 'hist_bytes', 'path_bytes', 'nblobs', 'acct_rev')\n" \
     "  if m[7] ~= '2' then return 'old' end\n" \
     "  local t = {rev = tonumber(m[1]), nfiles = tonumber(m[2]), bytes = tonumber(m[3]),\n" \
     "             oldest = tonumber(m[4]), history = tonumber(m[5]), ttl = tonumber(m[6]),\n" \
     "             touched = tonumber(m[8] or '0'), stored = tonumber(m[9] or ''),\n" \
-    "             hist_bytes = tonumber(m[10] or ''), path_bytes = tonumber(m[11] or ''), nblobs = tonumber(m[12] or '')}\n" \
+    "             hist_bytes = tonumber(m[10] or ''), path_bytes = tonumber(m[11] or ''), nblobs = tonumber(m[12] or ''),\n" \
+    "             acct_rev = tonumber(m[13] or '')}\n" \
     "  if not (t.rev and t.nfiles and t.bytes and t.oldest and t.history and t.ttl and t.touched) then return nil end\n" \
     "  if t.rev < 0 or t.oldest < 0 or t.oldest > t.rev or t.history < 0 or t.history > 100000 or\n" \
     "     t.rev - t.oldest > t.history or t.nfiles < 0 or t.bytes < 0 or t.ttl < 0 then return nil end\n" \
@@ -107,8 +108,30 @@
     "local sz_key = string.sub(KEYS[1], 1, #KEYS[1] - 4) .. 'sz'\n" \
     "local function unheld(id)\n" \
     "  local v = tonumber(redis.call('HGET', sz_key, id) or '0') or 0\n" \
-    "  if v ~= 0 then redis.call('HINCRBY', KEYS[1], 'held', 0 - v) end\n" \
+    "  if v ~= 0 and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'held', 0 - v) end\n" \
     "  redis.call('HDEL', sz_key, id)\n" \
+    "end\n" \
+    "-- held holds while the thread's id counter and index are as it left them\n" \
+    "-- (held_n, held_card): after an older codefleet's save or delete, it is\n" \
+    "-- counted again from the index (and the sizes rebuilt).\n" \
+    "local function held_sync()\n" \
+    "  local v = redis.call('HMGET', KEYS[1], 'held', 'held_n', 'held_card', 'n')\n" \
+    "  local card = redis.call('ZCARD', KEYS[2])\n" \
+    "  if v[1] and v[2] == (v[4] or '0') and tonumber(v[3] or '') == card then return end\n" \
+    "  local held = 0\n" \
+    "  redis.call('DEL', sz_key)\n" \
+    "  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do\n" \
+    "    if redis.call('EXISTS', pre .. id) == 1 then\n" \
+    "      local size = 512 + 3 * #pre + redis.call('HSTRLEN', pre .. id, 'state') + redis.call('HSTRLEN', pre .. id, 'meta')\n" \
+    "      redis.call('HSET', sz_key, id, string.format('%d', size))\n" \
+    "      held = held + size\n" \
+    "    end\n" \
+    "  end\n" \
+    "  redis.call('HSET', KEYS[1], 'held', string.format('%d', held))\n" \
+    "end\n" \
+    "local function held_stamp()\n" \
+    "  redis.call('HSET', KEYS[1], 'held_n', redis.call('HGET', KEYS[1], 'n') or '0',\n" \
+    "             'held_card', string.format('%d', redis.call('ZCARD', KEYS[2])))\n" \
     "end\n"
 
 /* The copy is trusted only while the thread's metadata says nothing changed
@@ -184,7 +207,7 @@ const cf_redis_script cf_ws_script_create = {
     "redis.call('HSET', KEYS[1], 'project', ARGV[1], 'session', ARGV[2], 'created_us', ARGV[3],\n"
     "           'updated_us', ARGV[3], 'rev', '0', 'oldest_rev', '0', 'nfiles', '0', 'bytes', '0',\n"
     "           'history', ARGV[5], 'ttl_ms', ARGV[4], 'format', '2', 'touched_us', '0', 'stored', '0',\n"
-    "           'nblobs', '0', 'hist_bytes', '0', 'path_bytes', '0')\n"
+    "           'nblobs', '0', 'hist_bytes', '0', 'path_bytes', '0', 'acct_rev', '0')\n"
     "local ttl = tonumber(ARGV[4])\n"
     "if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end\n"
     "return {'ok', '0'}\n",
@@ -260,9 +283,10 @@ const cf_redis_script cf_ws_script_commit = {
     "-- measures it from these): stored, the bytes of the distinct blobs the\n"
     "-- manifest and the retained history reference, and nblobs their number;\n"
     "-- hist_bytes, the undo logs' bytes; path_bytes, the manifest's paths.\n"
-    "-- Counted once for a workspace written before they were kept.\n"
+    "-- They hold for revision acct_rev: counted again when another revision\n"
+    "-- is current (written before they were kept, or by an older codefleet).\n"
     "local stored, nblobs, hist_bytes, path_bytes = m.stored, m.nblobs, m.hist_bytes, m.path_bytes\n"
-    "if not (stored and nblobs and hist_bytes and path_bytes) then\n"
+    "if not (stored and nblobs and hist_bytes and path_bytes) or m.acct_rev ~= m.rev then\n"
     "  stored, nblobs, hist_bytes, path_bytes = 0, 0, 0, 0\n"
     "  for _, bid in ipairs(redis.call('HKEYS', KEYS[3])) do\n"
     "    stored = stored + redis.call('STRLEN', bpre .. bid)\n"
@@ -336,7 +360,8 @@ const cf_redis_script cf_ws_script_commit = {
     "local function pos(n) if n < 0 then return 0 end return n end\n"
     "redis.call('HSET', KEYS[1], 'rev', fmt(nrev), 'nfiles', fmt(newn), 'bytes', fmt(newb),\n"
     "           'oldest_rev', fmt(oldest), 'updated_us', ARGV[2], 'stored', fmt(pos(stored)),\n"
-    "           'nblobs', fmt(pos(nblobs)), 'hist_bytes', fmt(pos(hist_bytes)), 'path_bytes', fmt(pos(path_bytes)))\n"
+    "           'nblobs', fmt(pos(nblobs)), 'hist_bytes', fmt(pos(hist_bytes)), 'path_bytes', fmt(pos(path_bytes)),\n"
+    "           'acct_rev', fmt(nrev))\n"
     "refresh(m)\n"
     "return {'ok', fmt(nrev)}\n",
 };
@@ -546,6 +571,7 @@ const cf_redis_script cf_cp_script_save = {
     "local key = pre .. id\n"
     "local rec = {'id', id, 'thread', ARGV[2], 'parent', parent, 'state', state, 'meta', cmeta,\n"
     "             'created_us', fmt(now), 'seq', fmt(wseq)}\n"
+    "held_sync()\n"
     "redis.call('HSET', key, unpack(rec))\n"
     "redis.call('HSET', latest_key, unpack(rec))\n"
     "redis.call('ZADD', KEYS[2], fmt(now), id)\n"
@@ -579,6 +605,7 @@ const cf_redis_script cf_cp_script_save = {
     "  redis.call('PEXPIRE', KEYS[2], ttl)\n"
     "  redis.call('PEXPIRE', sz_key, ttl)\n"
     "end\n"
+    "held_stamp()\n"
     "return {'ok', id, parent, fmt(now)}\n",
 };
 
@@ -649,6 +676,8 @@ const cf_redis_script cf_cp_script_delete = {
     "-- ARGV: 1 prefix, 2 id.  Returns 1 if it existed.\n"
     "local valid = copy_valid()\n"
     "local existed = redis.call('EXISTS', pre .. ARGV[2])\n"
+    "local synced = redis.call('EXISTS', KEYS[1]) == 1\n"
+    "if synced then held_sync() end\n"
     "local z = redis.call('ZREM', KEYS[2], ARGV[2])\n"
     "redis.call('UNLINK', pre .. ARGV[2])\n"
     "unheld(ARGV[2])\n"
@@ -657,6 +686,7 @@ const cf_redis_script cf_cp_script_delete = {
     "elseif z == 1 then\n"
     "  redis.call('HSET', KEYS[1], 'copy_card', redis.call('ZCARD', KEYS[2]))\n"
     "end\n"
+    "if synced and redis.call('EXISTS', KEYS[1]) == 1 then held_stamp() end\n"
     "if existed == 1 or z == 1 then return 1 end\n"
     "return 0\n",
 };

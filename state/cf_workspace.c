@@ -228,11 +228,14 @@ static int quota_grow(cf_workspace_store *ws, const char *id, const ws_keys *k, 
         cf_format_size(held.bytes, h, sizeof(h));
         cf_format_size(grow, g, sizeof(g));
         cf_format_size(ws->quota_max_bytes, q, sizeof(q));
-        return cf_error_set(err, CF_E_LIMIT,
-                            "workspace %s: over the workspace quota of '%s': its %" PRId64 " workspaces hold %s, "
-                            "this write may add %s, the quota is %s (max-workspace-bytes; delete workspaces it no "
-                            "longer needs, or they expire when idle)",
-                            id, ws->quota_scope, held.count, h, g, q);
+        int rc = cf_error_set(err, CF_E_LIMIT,
+                              "workspace %s: over the workspace quota of '%s': its %" PRId64 " workspaces hold %s, "
+                              "this write may add %s, the quota is %s (max-workspace-bytes; delete workspaces it no "
+                              "longer needs, or they expire when idle)",
+                              id, ws->quota_scope, held.count, h, g, q);
+        /* Unlike a cap, it may pass later: once the tenant made room. */
+        cf_error_set_retriable(err, true);
+        return rc;
     }
     return 0;
 }

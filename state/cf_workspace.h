@@ -114,7 +114,7 @@ void cf_workspace_set_guard(cf_workspace_store *ws, const char *guard_key, const
  * charged to its ledger (cf_quota.h, kind "workspaces"): each workspace is
  * charged the bytes of the distinct blobs it holds (files and retained
  * history) plus an estimate of its keys' cost; a write that could take the
- * scope's workspaces past max_bytes fails with CF_E_LIMIT naming the quota
+ * scope's workspaces past max_bytes fails with CF_E_LIMIT naming the quota, retriable (unlike a cap, it may pass once room is made)
  * (max_bytes 0: charged, never refused).  NULL scope: none.  Copied. */
 void cf_workspace_set_quota(cf_workspace_store *ws, const char *scope, int64_t max_bytes);
 

@@ -386,8 +386,8 @@ void budget_pids_setup(cf_worker *w)
     int64_t keep = w->children_pids / 8;
     keep = keep > 8 ? keep : 8;
     keep = keep > 4 * (int64_t)w->nslots ? keep : 4 * (int64_t)w->nslots;
-    if (keep > w->children_pids / 2) {
-        keep = w->children_pids / 2;
+    if (4 * (int64_t)w->nslots > w->children_pids / 2) {
+        keep = keep < w->children_pids / 2 ? keep : w->children_pids / 2;
         cf_log_warn(LOG_SUB, "children-pids %" PRId64 " leaves the %d slots' helpers and zygotes less than 4 "
                     "processes each: raise children-pids", w->children_pids, w->nslots);
     }

@@ -424,9 +424,9 @@ static claim_outcome claim(cf_worker *w, job *j, int slot, cf_wstate *st, cf_res
 
 /* Results worth replaying: what the program did.  A refusal or an
  * internal error may not hold for the next delivery, and a run whose
- * workspace or checkpoint write was refused (a conflict, a cap, its
- * tenant's quota) changed nothing: running it again is what its sender
- * wants, once it made room. */
+ * workspace or checkpoint write lost a conflict, or was refused by its
+ * tenant's quota with nothing written (cf_wstate_write_refused), changed
+ * nothing: running it again is what its sender wants, once it made room. */
 static bool replayable(const job *j, const cf_result *res)
 {
     return res->status != CF_STATUS_INTERNAL_ERROR && res->status != CF_STATUS_REJECTED &&

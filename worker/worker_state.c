@@ -21,7 +21,9 @@
 #define HOST_MAX 1024
 
 struct cf_wstate {
-    bool write_refused; /* this run's write-back or save was refused (caps, quota): cf_wstate_write_refused */
+    /* This run: its write-back or save refused by its tenant's quota with
+     * nothing of it landed (cf_wstate_write_refused); something landed. */
+    bool write_refused, wrote;
     const cf_worker_config *cfg;
     const char *worker_id;
     const volatile int *cancel;
@@ -615,14 +617,14 @@ int cf_wstate_prepare(cf_wstate *st, cf_request *req, int64_t writer_seq, cf_wst
 /* After a commit whose outcome was ambiguous (a retry got CF_E_CONFLICT):
  * did our own earlier try land?  True when the revision right after ours
  * holds exactly the files we meant to write. */
-static bool commit_landed(cf_wstate *st, const char *id, int64_t expected_rev, const cf_file *want, size_t nwant)
+static int commit_landed(cf_wstate *st, const char *id, int64_t expected_rev, const cf_file *want, size_t nwant)
 {
     cf_ws_listing l;
     memset(&l, 0, sizeof(l));
     cf_error e;
     cf_error_clear(&e);
     if (cf_workspace_snapshot(st->ws, id, expected_rev + 1, &l, &e) < 0)
-        return false;
+        return e.code == CF_E_NOT_FOUND || e.code == CF_E_INVALID ? 0 : -1; /* -1: cannot tell */
     bool same = l.n == nwant;
     for (size_t i = 0; same && i < nwant; i++) {
         /* Both sorted by path (bytewise). */
@@ -630,7 +632,7 @@ static bool commit_landed(cf_wstate *st, const char *id, int64_t expected_rev, c
                (want[i].content.len == 0 || memcmp(l.entries[i].data, want[i].content.data, want[i].content.len) == 0);
     }
     cf_ws_listing_clear(&l);
-    return same;
+    return same ? 1 : 0;
 }
 
 /* 0: done (res says how); -1: Redis failed past the budget. */
@@ -683,9 +685,20 @@ static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run 
             goto out;
         }
         /* After a try whose reply was lost, a conflict (or a quota the
-         * first try's own bytes now fill) may be that try having landed. */
-        if ((err->code == CF_E_CONFLICT || err->code == CF_E_LIMIT) && r.tries > 0 &&
-            commit_landed(st, req->workspace, run->ws_rev, run->files.collected, run->files.n_collected)) {
+         * first try's own bytes now fill) may be that try having landed;
+         * when that cannot be told, the store is asked again (or the run
+         * ends as the store being unavailable), never "not written". */
+        int landed = (err->code == CF_E_CONFLICT || err->code == CF_E_LIMIT) && r.tries > 0
+                         ? commit_landed(st, req->workspace, run->ws_rev, run->files.collected, run->files.n_collected)
+                         : 0;
+        if (landed < 0) {
+            if (!retry_again(st, &r, err)) {
+                rc = cf_error_wrap(err, "workspace store unavailable: write-back of '%s'", req->workspace);
+                goto out;
+            }
+            continue;
+        }
+        if (landed) {
             new_rev = run->ws_rev + 1;
             break;
         }
@@ -705,7 +718,7 @@ static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run 
              * workspace was deleted meanwhile: nothing written. */
             add_diag(res, "error", "workspace '%s': changes not written back: %s", req->workspace, err->msg);
             add_reason(res, "workspace changes not written back: %s", err->msg);
-            st->write_refused = true;
+            st->write_refused = err->code == CF_E_LIMIT && err->retriable; /* a quota, not a cap */
             cf_error_clear(err);
             goto out;
         }
@@ -715,6 +728,7 @@ static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run 
         }
     }
     *written = true;
+    st->wrote = true;
     res->workspace_revision = new_rev;
     if (set_changed_paths(res, changed, nc) < 0)
         rc = cf_error_set(err, CF_E_NOMEM, "out of memory");
@@ -732,19 +746,21 @@ static int cp_meta(const cf_wstate *st, const cf_request *req, cf_buf *b)
     return cf_checkpoint_meta_encode(req->id, st->worker_id, b);
 }
 
-static bool save_landed(cf_wstate *st, const cf_request *req, const cf_wstate_run *run, const cf_buf *meta,
-                        char id_out[CF_CHECKPOINT_ID_MAX + 1])
+static int save_landed(cf_wstate *st, const cf_request *req, const cf_wstate_run *run, const cf_buf *meta,
+                       char id_out[CF_CHECKPOINT_ID_MAX + 1])
 {
     cf_checkpoint cp;
     memset(&cp, 0, sizeof(cp));
-    if (cf_checkpoint_latest(st->cp, req->thread, &cp, NULL) < 0)
-        return false;
+    cf_error e;
+    cf_error_clear(&e);
+    if (cf_checkpoint_latest(st->cp, req->thread, &cp, &e) < 0)
+        return e.code == CF_E_NOT_FOUND ? 0 : -1; /* -1: cannot tell */
     bool mine = strcmp(cp.parent, run->cp_expected) == 0 && cp.meta && cp.meta_len == meta->len &&
                 memcmp(cp.meta, meta->data, meta->len) == 0;
     if (mine)
         cf_strlcpy(id_out, cp.id, CF_CHECKPOINT_ID_MAX + 1);
     cf_checkpoint_clear(&cp);
-    return mine;
+    return mine ? 1 : 0;
 }
 
 static int finish_thread(cf_wstate *st, const cf_request *req, cf_wstate_run *run, bool ws_ok, cf_result *res,
@@ -799,8 +815,18 @@ static int finish_thread(cf_wstate *st, const cf_request *req, cf_wstate_run *ru
             id[0] = '\0';
             break;
         }
-        if ((err->code == CF_E_CONFLICT || err->code == CF_E_LIMIT) && r.tries > 0 &&
-            save_landed(st, req, run, &meta, id))
+        int landed = (err->code == CF_E_CONFLICT || err->code == CF_E_LIMIT) && r.tries > 0
+                         ? save_landed(st, req, run, &meta, id)
+                         : 0;
+        if (landed < 0) {
+            if (!retry_again(st, &r, err)) {
+                rc = cf_error_wrap(err, "checkpoint store unavailable: saving thread '%s'", req->thread);
+                id[0] = '\0';
+                break;
+            }
+            continue;
+        }
+        if (landed)
             break;
         if (err->code == CF_E_CONFLICT) {
             res->checkpoint_conflict = true;
@@ -817,7 +843,9 @@ static int finish_thread(cf_wstate *st, const cf_request *req, cf_wstate_run *ru
             /* In the answer's reason too: the workspace (written first) may
              * have moved on while the thread's latest did not. */
             add_reason(res, "checkpoint not saved: %s", err->msg);
-            st->write_refused = true;
+            /* Kept for replay when the workspace was written: running it
+             * again would apply those changes twice. */
+            st->write_refused = err->code == CF_E_LIMIT && err->retriable && !st->wrote;
             cf_error_clear(err);
             id[0] = '\0';
             break;
@@ -907,7 +935,7 @@ int cf_wstate_begin(cf_wstate *st, cf_request *req, int64_t writer_seq, const ch
 {
     memset(run, 0, sizeof(*run));
     *run_it = true;
-    st->write_refused = false;
+    st->write_refused = st->wrote = false;
     if (fence_key)
         cf_wstate_set_guard(st, fence_key, fence_value);
     if (!req->workspace && !req->thread)

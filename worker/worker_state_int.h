@@ -172,8 +172,10 @@ void cf_wstate_set_guard(cf_wstate *st, const char *key, const char *value);
  * charged to (NULL: none); cf_wstate_end clears it. */
 void cf_wstate_set_quota(cf_wstate *st, const char *profile, int64_t workspace_bytes, int64_t checkpoint_bytes);
 /* Whether the last run's workspace write-back or checkpoint save was
- * refused (a cap, a quota): it changed nothing, so its answer is not kept
- * for replay (a resubmission after the tenant made room runs again). */
+ * refused by its tenant's quota with nothing of the run written: it
+ * changed nothing, so its answer is not kept for replay (sent again once
+ * the tenant made room, it runs again).  A cap's refusal would only repeat,
+ * and a run whose workspace was written must not run twice: both kept. */
 bool cf_wstate_write_refused(const cf_wstate *st);
 
 /* The lease key and value of a claim, for cf_wstate_set_guard. */

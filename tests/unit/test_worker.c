@@ -1120,6 +1120,40 @@ static void state_item_quotas(void **state)
                   (long long)real);
     assert_true(charged * 2 >= real && charged <= 3 * real);
     cf_checkpoint_set_quota(f->cp, NULL, 0);
+
+    /* A write in flight keeps its reservation: another item's refusal,
+     * which measures items again, does not take it away (it is not there
+     * yet, and would measure 0). */
+    bool fits = false;
+    assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
+                                   CF_QUOTA_ITEM_GROW, 10000, 20000, &fits, &u, &err), 0);
+    assert_true(fits);
+    assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-2}:meta", CF_QUOTA_WORKSPACE,
+                                   CF_QUOTA_ITEM_GROW, 15000, 20000, &fits, &u, &err), 0);
+    assert_false(fits);
+    assert_int_equal(u.bytes, 10000);
+    /* Its sync measures it (never written: out of the ledger). */
+    assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
+                                   CF_QUOTA_ITEM_SYNC, 0, 0, NULL, &u, &err), 0);
+    assert_int_equal(u.bytes, 0);
+    assert_int_equal(u.count, 0);
+
+    /* A thread whose held an older codefleet did not keep is counted again
+     * from its index at its next save. */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cf_checkpoint_save(f->cp, "qe-t", st, sizeof(st), NULL, id, &err), 0);
+    cf_test_redis_int(raw, "HDEL cf:{cp:qe-t}:meta held");
+    assert_int_equal(cf_checkpoint_save(f->cp, "qe-t", "\x81\xa1s\x01", 4, NULL, id, &err), 0);
+    redisReply *hv = redisCommand(raw, "HVALS cf:{cp:qe-t}:sz");
+    int64_t sum = 0;
+    for (size_t i = 0; hv && i < hv->elements; i++)
+        sum += reply_i64(hv->element[i]);
+    assert_int_equal(hv ? hv->elements : 0, 4);
+    freeReplyObject(hv);
+    redisReply *hr = redisCommand(raw, "HGET cf:{cp:qe-t}:meta held");
+    assert_int_equal(reply_i64(hr), sum);
+    freeReplyObject(hr);
+    assert_true(sum > 3 * (int64_t)sizeof(st));
 }
 
 static void state_quota_ledger(void **state)
