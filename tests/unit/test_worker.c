@@ -1154,6 +1154,7 @@ static void state_item_quotas(void **state)
     assert_int_equal(reply_i64(hr), sum);
     freeReplyObject(hr);
     assert_true(sum > 3 * (int64_t)sizeof(st));
+    redisFree(raw);
 }
 
 static void state_quota_ledger(void **state)
