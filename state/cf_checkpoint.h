@@ -85,8 +85,6 @@ void cf_checkpoint_store_destroy(cf_checkpoint_store *cs); /* NULL-safe */
 int cf_checkpoint_state_check(const cf_checkpoint_store *cs, const void *buf, size_t len, size_t cap,
                               cf_error *err);
 
-/* Fencing, as cf_workspace_set_guard: while set, saves and rollbacks write
- * only if guard_key holds guard_value (CF_E_FENCED otherwise). */
 /* Quota: while a scope is set (a profile's name), saves and rollbacks are
  * charged to its ledger (cf_quota.h, kind "checkpoints"): each thread is
  * charged what its checkpoints hold (states, metadata, the newest's copy,
@@ -95,6 +93,8 @@ int cf_checkpoint_state_check(const cf_checkpoint_store *cs, const void *buf, si
  * charged, never refused).  NULL scope: none.  Copied. */
 void cf_checkpoint_set_quota(cf_checkpoint_store *cs, const char *scope, int64_t max_bytes);
 
+/* Fencing, as cf_workspace_set_guard: while set, saves and rollbacks write
+ * only if guard_key holds guard_value (CF_E_FENCED otherwise). */
 void cf_checkpoint_set_guard(cf_checkpoint_store *cs, const char *guard_key, const char *guard_value);
 
 /* Saves a new checkpoint that becomes the latest.  opts may be NULL.  id_out
