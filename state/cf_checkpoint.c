@@ -25,6 +25,7 @@ struct cf_checkpoint_store {
     /* The quota saves are charged to (cf_checkpoint_set_quota): "" none. */
     char quota_scope[CF_STATE_NAME_MAX + 1];
     int64_t quota_max_bytes;
+    char quota_writer[CF_QUOTA_WRITER_MAX + 1]; /* its reservations' writer (the request): "" nameless */
 };
 
 #define CP_QUOTA_KIND "checkpoints"
@@ -48,7 +49,7 @@ static void quota_sync(cf_checkpoint_store *cs, const cp_keys *k)
     cf_error e;
     cf_error_clear(&e);
     (void)cf_quota_item(cs->r, CP_QUOTA_KIND, cs->quota_scope, k->meta, CF_QUOTA_THREAD, CF_QUOTA_ITEM_SYNC, 0, 0,
-                        NULL, NULL, &e);
+                        cs->quota_writer, NULL, NULL, &e);
 }
 
 void cf_checkpoint_config_init(cf_checkpoint_config *cfg)
@@ -202,6 +203,14 @@ static int parse_record(const cf_checkpoint_store *cs, redisReply **f, bool with
     return 0;
 }
 
+static const cf_quota_refusal cp_refusal = {
+    .quota = "checkpoint",
+    .items = "threads",
+    .write = "save",
+    .setting = "max-checkpoint-bytes",
+    .remedy = "delete threads it no longer needs, or their checkpoints expire",
+};
+
 static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback, const char *target,
                      const void *state, size_t state_len, const cf_checkpoint_save_opts *opts,
                      char id_out[CF_CHECKPOINT_ID_MAX + 1], cf_error *err)
@@ -274,20 +283,12 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
         bool fits = false;
         cf_quota_usage u;
         if (cf_quota_item(cs->r, CP_QUOTA_KIND, cs->quota_scope, k.meta, CF_QUOTA_THREAD, CF_QUOTA_ITEM_GROW, grow,
-                          cs->quota_max_bytes, &fits, &u, err) < 0)
+                          cs->quota_max_bytes, cs->quota_writer, &fits, &u, err) < 0)
             return cf_error_wrap(err, "thread %s: quota", thread);
         if (!fits) {
-            char h[32], g[32], q[32];
-            cf_format_size(u.bytes, h, sizeof(h));
-            cf_format_size(grow, g, sizeof(g));
-            cf_format_size(cs->quota_max_bytes, q, sizeof(q));
-            int rc = cf_error_set(err, CF_E_LIMIT,
-                                  "thread %s: over the checkpoint quota of '%s': its %" PRId64 " threads hold %s, "
-                                  "this save may add %s, the quota is %s (max-checkpoint-bytes; delete threads it no "
-                                  "longer needs, or their checkpoints expire)",
-                                  thread, cs->quota_scope, u.count, h, g, q);
-            cf_error_set_retriable(err, true); /* it may pass once the tenant made room */
-            return rc;
+            char subject[CF_STATE_NAME_MAX + 16];
+            snprintf(subject, sizeof(subject), "thread %s", thread);
+            return cf_quota_refuse(err, &cp_refusal, subject, cs->quota_scope, &u, grow, cs->quota_max_bytes);
         }
     }
     redisReply *rep = NULL;
@@ -328,11 +329,12 @@ static int save_impl(cf_checkpoint_store *cs, const char *thread, bool rollback,
     return rc;
 }
 
-void cf_checkpoint_set_quota(cf_checkpoint_store *cs, const char *scope, int64_t max_bytes)
+void cf_checkpoint_set_quota(cf_checkpoint_store *cs, const char *scope, int64_t max_bytes, const char *writer)
 {
     bool on = scope && *scope && strlen(scope) <= CF_STATE_NAME_MAX;
     snprintf(cs->quota_scope, sizeof(cs->quota_scope), "%s", on ? scope : "");
     cs->quota_max_bytes = on && max_bytes > 0 ? max_bytes : 0;
+    cf_quota_writer_set(cs->quota_writer, on ? writer : NULL);
 }
 
 void cf_checkpoint_set_guard(cf_checkpoint_store *cs, const char *key, const char *value)

@@ -90,8 +90,9 @@ int cf_checkpoint_state_check(const cf_checkpoint_store *cs, const void *buf, si
  * charged what its checkpoints hold (states, metadata, the newest's copy,
  * an estimate of the keys); a save that could take the scope's threads
  * past max_bytes fails with CF_E_LIMIT naming the quota, retriable (max_bytes 0:
- * charged, never refused).  NULL scope: none.  Copied. */
-void cf_checkpoint_set_quota(cf_checkpoint_store *cs, const char *scope, int64_t max_bytes);
+ * charged, never refused).  NULL scope: none.  writer: the request that
+ * saves (cf_quota_item).  Copied. */
+void cf_checkpoint_set_quota(cf_checkpoint_store *cs, const char *scope, int64_t max_bytes, const char *writer);
 
 /* Fencing, as cf_workspace_set_guard: while set, saves and rollbacks write
  * only if guard_key holds guard_value (CF_E_FENCED otherwise). */

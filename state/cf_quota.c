@@ -1,5 +1,6 @@
 /* Per-tenant quotas on expiring things in Redis: see cf_quota.h. */
 #include "cf_quota.h"
+#include "cf_util.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -152,7 +153,8 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
  * at it again, Unix ms), 4 reserved (item -> when a grow reserved it: a
  * write in flight, whose charge nothing but its own sync lowers for
  * RESERVED_MS).  ARGV: 1 mode (grow, sync, get), 2 item, 3 kind
- * of item ('ws' | 'cp'), 4 bytes to grow by, 5 max bytes.  Returns {fits
+ * of item ('ws' | 'cp'), 4 bytes to grow by, 5 max bytes, 6 the writer
+ * ("" nameless).  Returns {fits
  * (1/0), bytes held, items held, the item's charge}.
  *
  * An item's charge is measured from its own keys, read by name: a
@@ -172,9 +174,14 @@ static const cf_redis_script item_script = {
     "local RESERVED_MS = 300000\n"
     /* A write in flight on it (reserved in the last five minutes): the
      * time its reservation is kept until, else nil. */
+    /* A reservation reads "<Unix ms> <writer>" (an older codefleet's:
+     * "<Unix ms>", nobody's); returns when it lapses, and its writer. */
     "local function in_flight(it)\n"
-    "  local at = tonumber(redis.call('HGET', KEYS[4], it) or '')\n"
-    "  if at and now - at < RESERVED_MS then return at + RESERVED_MS end\n"
+    "  local v = redis.call('HGET', KEYS[4], it)\n"
+    "  if not v then return nil end\n"
+    "  local at, who = string.match(v, '^(%d+) ?(.*)$')\n"
+    "  at = tonumber(at or '')\n"
+    "  if at and now - at < RESERVED_MS then return at + RESERVED_MS, who end\n"
     "  return nil\n"
     "end\n"
     /* What an item holds now (0: its key is gone). */
@@ -185,7 +192,7 @@ static const cf_redis_script item_script = {
     "    local function n(i) return tonumber(m[i] or '') or 0 end\n"
     "    local stored = tonumber(m[1] or '') or n(3)\n"
     "    return stored + n(5) + n(6) + " STR(CF_QUOTA_WS_BASE) " + " STR(CF_QUOTA_WS_PER_FILE) " * n(2)\n"
-    "           + " STR(CF_QUOTA_WS_PER_BLOB) " * n(4)\n"
+    "           + (" STR(CF_QUOTA_WS_PER_BLOB) " + #it - 4 + 2 + 64) * n(4)\n"
     "  end\n"
     "  local base = string.sub(it, 1, #it - 4)\n"
     "  local latest = base .. 'latest'\n"
@@ -235,9 +242,14 @@ static const cf_redis_script item_script = {
     "if mode == 'grow' then\n"
     "  local old = tonumber(redis.call('HGET', KEYS[2], it) or '0') or 0\n"
     /* Another writer's reservation on the same item still in flight: this
-     * one stacks on it rather than replacing it. */
+     * one stacks on it rather than replacing it.  The same writer's own
+     * (a request redelivered after its worker died between reserving and
+     * syncing) is replaced: stacking on it would refuse the retry near the
+     * quota until the dead reservation lapsed.  A nameless writer always
+     * stacks. */
     "  local base = measure(it)\n"
-    "  if in_flight(it) and old > base then base = old end\n"
+    "  local until_ms, who = in_flight(it)\n"
+    "  if until_ms and old > base and (ARGV[6] == '' or who ~= ARGV[6]) then base = old end\n"
     "  local want = base + tonumber(ARGV[4])\n"
     "  local maxb = tonumber(ARGV[5])\n"
     "  local b, n = totals()\n"
@@ -255,18 +267,22 @@ static const cf_redis_script item_script = {
     "    if b - old + want > maxb then return {0, fmt(b), fmt(n), fmt(old)} end\n"
     "  end\n"
     "  set(it, want)\n"
-    "  redis.call('HSET', KEYS[4], it, fmt(now))\n"
+    "  redis.call('HSET', KEYS[4], it, fmt(now) .. ' ' .. ARGV[6])\n"
     "end\n"
     "local b, n = totals()\n"
     "return {1, fmt(b), fmt(n), redis.call('HGET', KEYS[2], it) or '0'}\n",
 };
 
 static int item_eval(cf_redis *r, const char *kind, const char *scope, const char *item, const char *item_kind,
-                     const char *mode, int64_t bytes, int64_t max_bytes, bool *fits, cf_quota_usage *held,
-                     int64_t *charge, cf_error *err)
+                     const char *mode, int64_t bytes, int64_t max_bytes, const char *writer, bool *fits,
+                     cf_quota_usage *held, int64_t *charge, cf_error *err)
 {
     if (bytes < 0 || !item || !*item)
         return cf_error_set(err, CF_E_INVALID, "quota %s: bad item", kind);
+    if (!writer)
+        writer = "";
+    if (strlen(writer) > CF_QUOTA_WRITER_MAX || strpbrk(writer, " \n"))
+        return cf_error_set(err, CF_E_INVALID, "quota %s: bad writer", kind);
     char totals[KEY_MAX], items[KEY_MAX], due[KEY_MAX], resv[KEY_MAX];
     int a = snprintf(totals, KEY_MAX, "cf:quota:{%s/%s}", kind, scope);
     int b = snprintf(items, KEY_MAX, "cf:quota:{%s/%s}:items", kind, scope);
@@ -278,9 +294,9 @@ static int item_eval(cf_redis *r, const char *kind, const char *scope, const cha
     char sb[24], sm[24];
     snprintf(sb, sizeof(sb), "%" PRId64, bytes);
     snprintf(sm, sizeof(sm), "%" PRId64, max_bytes > 0 ? max_bytes : 0);
-    const char *args[5] = {mode, item, item_kind, sb, sm};
+    const char *args[6] = {mode, item, item_kind, sb, sm, writer};
     redisReply *rep = NULL;
-    if (cf_redis_eval(r, &item_script, 4, keys, NULL, 5, args, NULL, &rep, err) < 0)
+    if (cf_redis_eval(r, &item_script, 4, keys, NULL, 6, args, NULL, &rep, err) < 0)
         return -1;
     int64_t ok = 0, hb = 0, hn = 0, ch = 0;
     int rc = 0;
@@ -301,15 +317,38 @@ static int item_eval(cf_redis *r, const char *kind, const char *scope, const cha
 }
 
 int cf_quota_item(cf_redis *r, const char *kind, const char *scope, const char *item, cf_quota_item_kind item_kind,
-                  cf_quota_item_mode mode, int64_t grow, int64_t max_bytes, bool *fits, cf_quota_usage *held,
-                  cf_error *err)
+                  cf_quota_item_mode mode, int64_t grow, int64_t max_bytes, const char *writer, bool *fits,
+                  cf_quota_usage *held, cf_error *err)
 {
     return item_eval(r, kind, scope, item, item_kind == CF_QUOTA_WORKSPACE ? "ws" : "cp",
-                     mode == CF_QUOTA_ITEM_GROW ? "grow" : "sync", grow, max_bytes, fits, held, NULL, err);
+                     mode == CF_QUOTA_ITEM_GROW ? "grow" : "sync", grow, max_bytes, writer, fits, held, NULL, err);
 }
 
 int cf_quota_item_get(cf_redis *r, const char *kind, const char *scope, const char *item, int64_t *bytes,
                       cf_quota_usage *held, cf_error *err)
 {
-    return item_eval(r, kind, scope, item ? item : "-", "ws", "get", 0, 0, NULL, held, bytes, err);
+    return item_eval(r, kind, scope, item ? item : "-", "ws", "get", 0, 0, NULL, NULL, held, bytes, err);
+}
+
+int cf_quota_refuse(cf_error *err, const cf_quota_refusal *how, const char *subject, const char *scope,
+                    const cf_quota_usage *held, int64_t grow, int64_t max_bytes)
+{
+    char h[32], g[32], q[32];
+    cf_format_size(held->bytes, h, sizeof(h));
+    cf_format_size(grow, g, sizeof(g));
+    cf_format_size(max_bytes, q, sizeof(q));
+    int rc = cf_error_set(err, CF_E_LIMIT,
+                          "%s: over the %s quota of '%s': its %" PRId64 " %s hold %s, this %s may add %s, the quota "
+                          "is %s (%s; %s)",
+                          subject, how->quota, scope, held->count, how->items, h, how->write, g, q, how->setting,
+                          how->remedy);
+    /* Unlike a cap, it may pass later: once the tenant made room. */
+    cf_error_set_retriable(err, true);
+    return rc;
+}
+
+void cf_quota_writer_set(char *dst, const char *writer)
+{
+    bool named = writer && strlen(writer) <= CF_QUOTA_WRITER_MAX && !strpbrk(writer, " \n");
+    snprintf(dst, CF_QUOTA_WRITER_MAX + 1, "%s", named ? writer : "");
 }

@@ -72,7 +72,8 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
  * newest copy): lost replies and replies in any order cannot leave it
  * wrong; a write's reservation is kept for five minutes against other
  * items' measures (...:reserved), and a second writer of one item stacks on
- * the first's.
+ * the first's, unless it is the same writer (a request redelivered after
+ * its worker died between reserving and syncing replaces its own).
  * Before a write, GROW reserves the measure plus the write's worst case if
  * the totals stay within max_bytes; after it (landed, failed or unknown),
  * SYNC sets the measure.  Items are measured again when due (their key's
@@ -88,7 +89,11 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
  * the thread's held). */
 #define CF_QUOTA_WS_BASE 2048    /* a workspace's four keys */
 #define CF_QUOTA_WS_PER_FILE 128 /* a manifest entry beside its path */
-#define CF_QUOTA_WS_PER_BLOB 192 /* a blob's key and object, and its reference */
+#define CF_QUOTA_WS_PER_BLOB 192 /* a blob's object, its key's and expiry's entries, and its reference */
+/* Beside that, each blob's key name: the workspace's meta key less
+ * "meta", plus "b:" and the 64 hex digits of its id (so long workspace ids
+ * with many small files are not charged half of what they hold). */
+#define CF_QUOTA_WS_BLOB_NAME(meta_key_len) ((int64_t)(meta_key_len) - 4 + 2 + 64)
 #define CF_QUOTA_CP_BASE 2048    /* a thread's keys and the newest's copy beside its state */
 
 typedef enum cf_quota_item_kind { CF_QUOTA_WORKSPACE, CF_QUOTA_THREAD } cf_quota_item_kind;
@@ -99,11 +104,29 @@ typedef enum cf_quota_item_mode {
     CF_QUOTA_ITEM_SYNC, /* after it: charge what the item measures now (0: out of the ledger) */
 } cf_quota_item_mode;
 
-/* *held: the totals after (or as they stand, refused); each may be NULL.
+/* writer: who grows (the request's id; NULL or "" nameless, which always
+ * stacks), at most CF_QUOTA_WRITER_MAX bytes, no space or newline.
+ * *held: the totals after (or as they stand, refused); each may be NULL.
  * One try: the caller retries transient errors (a sync is idempotent). */
+#define CF_QUOTA_WRITER_MAX 256
+/* Copies writer into dst (CF_QUOTA_WRITER_MAX + 1 bytes); one the ledger
+ * cannot take (too long, a space or newline) becomes nameless, which
+ * stacks: the safe side. */
+void cf_quota_writer_set(char *dst, const char *writer);
 int cf_quota_item(cf_redis *r, const char *kind, const char *scope, const char *item, cf_quota_item_kind item_kind,
-                  cf_quota_item_mode mode, int64_t grow, int64_t max_bytes, bool *fits, cf_quota_usage *held,
-                  cf_error *err);
+                  cf_quota_item_mode mode, int64_t grow, int64_t max_bytes, const char *writer, bool *fits,
+                  cf_quota_usage *held, cf_error *err);
+
+/* The refusal a tenant reads when a write does not fit its item quota:
+ * CF_E_LIMIT, marked retriable (it may pass once the tenant made room).
+ * E.g. subject "workspace ws-1", quota "workspace", items "workspaces",
+ * write "write", setting "max-workspace-bytes", remedy "delete workspaces
+ * it no longer needs, or they expire when idle".  Returns -1. */
+typedef struct cf_quota_refusal {
+    const char *quota, *items, *write, *setting, *remedy;
+} cf_quota_refusal;
+int cf_quota_refuse(cf_error *err, const cf_quota_refusal *how, const char *subject, const char *scope,
+                    const cf_quota_usage *held, int64_t grow, int64_t max_bytes);
 
 /* The item's charge now (0 when it has none) and the totals (held, may be
  * NULL); item NULL: the totals only. */

@@ -33,6 +33,7 @@ struct cf_workspace_store {
     /* The quota writes are charged to (cf_workspace_set_quota): "" none. */
     char quota_scope[CF_STATE_NAME_MAX + 1];
     int64_t quota_max_bytes;
+    char quota_writer[CF_QUOTA_WRITER_MAX + 1]; /* its reservations' writer (the request): "" nameless */
 };
 
 /* The quota ledger's kind for workspaces (each charged what the ledger
@@ -203,12 +204,21 @@ static int meta_str_check(const char *s, const char *what, cf_error *err)
     return 0;
 }
 
-void cf_workspace_set_quota(cf_workspace_store *ws, const char *scope, int64_t max_bytes)
+void cf_workspace_set_quota(cf_workspace_store *ws, const char *scope, int64_t max_bytes, const char *writer)
 {
     bool on = scope && *scope && strlen(scope) <= CF_STATE_NAME_MAX;
     snprintf(ws->quota_scope, sizeof(ws->quota_scope), "%s", on ? scope : "");
     ws->quota_max_bytes = on && max_bytes > 0 ? max_bytes : 0;
+    cf_quota_writer_set(ws->quota_writer, on ? writer : NULL);
 }
+
+static const cf_quota_refusal ws_refusal = {
+    .quota = "workspace",
+    .items = "workspaces",
+    .write = "write",
+    .setting = "max-workspace-bytes",
+    .remedy = "delete workspaces it no longer needs, or they expire when idle",
+};
 
 /* Before a write that may add up to `grow` bytes to workspace id: reserve
  * them in its profile's ledger, refused (CF_E_LIMIT) past its quota.
@@ -221,21 +231,12 @@ static int quota_grow(cf_workspace_store *ws, const char *id, const ws_keys *k, 
     bool fits = false;
     cf_quota_usage held;
     if (cf_quota_item(ws->r, WS_QUOTA_KIND, ws->quota_scope, k->meta, CF_QUOTA_WORKSPACE, CF_QUOTA_ITEM_GROW, grow,
-                      ws->quota_max_bytes, &fits, &held, err) < 0)
+                      ws->quota_max_bytes, ws->quota_writer, &fits, &held, err) < 0)
         return cf_error_wrap(err, "workspace %s: quota", id);
     if (!fits) {
-        char h[32], g[32], q[32];
-        cf_format_size(held.bytes, h, sizeof(h));
-        cf_format_size(grow, g, sizeof(g));
-        cf_format_size(ws->quota_max_bytes, q, sizeof(q));
-        int rc = cf_error_set(err, CF_E_LIMIT,
-                              "workspace %s: over the workspace quota of '%s': its %" PRId64 " workspaces hold %s, "
-                              "this write may add %s, the quota is %s (max-workspace-bytes; delete workspaces it no "
-                              "longer needs, or they expire when idle)",
-                              id, ws->quota_scope, held.count, h, g, q);
-        /* Unlike a cap, it may pass later: once the tenant made room. */
-        cf_error_set_retriable(err, true);
-        return rc;
+        char subject[CF_STATE_NAME_MAX + 16];
+        snprintf(subject, sizeof(subject), "workspace %s", id);
+        return cf_quota_refuse(err, &ws_refusal, subject, ws->quota_scope, &held, grow, ws->quota_max_bytes);
     }
     return 0;
 }
@@ -251,7 +252,7 @@ static void quota_sync(cf_workspace_store *ws, const ws_keys *k)
     cf_error e;
     cf_error_clear(&e);
     (void)cf_quota_item(ws->r, WS_QUOTA_KIND, ws->quota_scope, k->meta, CF_QUOTA_WORKSPACE, CF_QUOTA_ITEM_SYNC, 0, 0,
-                        NULL, NULL, &e);
+                        ws->quota_writer, NULL, NULL, &e);
 }
 
 int cf_workspace_create(cf_workspace_store *ws, const char *id, const char *project, const char *session,
@@ -717,7 +718,7 @@ static int commit_growth(cf_workspace_store *ws, const ws_keys *k, const cf_ws_f
         for (size_t j = 0; j < i && !seen; j++)
             seen = strcmp(bid[j], bid[i]) == 0;
         if (!seen)
-            *grow += (int64_t)puts[i].len + CF_QUOTA_WS_PER_BLOB;
+            *grow += (int64_t)puts[i].len + CF_QUOTA_WS_PER_BLOB + CF_QUOTA_WS_BLOB_NAME(strlen(k->meta));
     }
     cf_redis_reply_free(rep);
     return 0;

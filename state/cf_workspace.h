@@ -115,8 +115,10 @@ void cf_workspace_set_guard(cf_workspace_store *ws, const char *guard_key, const
  * charged the bytes of the distinct blobs it holds (files and retained
  * history) plus an estimate of its keys' cost; a write that could take the
  * scope's workspaces past max_bytes fails with CF_E_LIMIT naming the quota, retriable (unlike a cap, it may pass once room is made)
- * (max_bytes 0: charged, never refused).  NULL scope: none.  Copied. */
-void cf_workspace_set_quota(cf_workspace_store *ws, const char *scope, int64_t max_bytes);
+ * (max_bytes 0: charged, never refused).  NULL scope: none.  writer: the
+ * request that writes (cf_quota_item: its redelivery replaces its own
+ * reservation).  Copied. */
+void cf_workspace_set_quota(cf_workspace_store *ws, const char *scope, int64_t max_bytes, const char *writer);
 
 /* One-file commit. */
 int cf_workspace_put(cf_workspace_store *ws, const char *id, int64_t expected_rev, const char *path, const void *data,

@@ -228,7 +228,8 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
                                       sizeof(j->lease_key), j->lease_value, sizeof(j->lease_value)) == 0;
     /* This tenant's quotas for what the run writes (cf_wstate_end clears them). */
     if (st)
-        cf_wstate_set_quota(st, j->profile->name, j->profile->max_workspace_bytes, j->profile->max_checkpoint_bytes);
+        cf_wstate_set_quota(st, j->profile->name, j->profile->max_workspace_bytes, j->profile->max_checkpoint_bytes,
+                            j->req.id);
     if (needs_state && !st) {
         cf_observe_redis_error(w->obs);
         cf_log_error(LOG_SUB, "request %s: workspace store unavailable: %s", j->req.id, err.msg);

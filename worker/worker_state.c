@@ -953,7 +953,7 @@ int cf_wstate_end(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ran_t
     if (ran_to_completion && run->prepared)
         rc = cf_wstate_finish(st, req, run, executed, res, err);
     cf_wstate_set_guard(st, NULL, NULL);
-    cf_wstate_set_quota(st, NULL, 0, 0);
+    cf_wstate_set_quota(st, NULL, 0, 0, NULL);
     cf_wstate_run_clear(run, req);
     return rc;
 }
@@ -963,10 +963,11 @@ bool cf_wstate_write_refused(const cf_wstate *st)
     return st && st->write_refused;
 }
 
-void cf_wstate_set_quota(cf_wstate *st, const char *profile, int64_t workspace_bytes, int64_t checkpoint_bytes)
+void cf_wstate_set_quota(cf_wstate *st, const char *profile, int64_t workspace_bytes, int64_t checkpoint_bytes,
+                         const char *request_id)
 {
-    cf_workspace_set_quota(st->ws, profile, workspace_bytes);
-    cf_checkpoint_set_quota(st->cp, profile, checkpoint_bytes);
+    cf_workspace_set_quota(st->ws, profile, workspace_bytes, request_id);
+    cf_checkpoint_set_quota(st->cp, profile, checkpoint_bytes, request_id);
 }
 
 void cf_wstate_set_cancel(cf_wstate *st, const volatile int *job_cancel)

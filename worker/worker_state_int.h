@@ -170,7 +170,8 @@ void cf_wstate_set_cancel(cf_wstate *st, const volatile int *job_cancel);
 void cf_wstate_set_guard(cf_wstate *st, const char *key, const char *value);
 /* The profile whose quotas this run's workspace and checkpoint writes are
  * charged to (NULL: none); cf_wstate_end clears it. */
-void cf_wstate_set_quota(cf_wstate *st, const char *profile, int64_t workspace_bytes, int64_t checkpoint_bytes);
+void cf_wstate_set_quota(cf_wstate *st, const char *profile, int64_t workspace_bytes, int64_t checkpoint_bytes,
+                         const char *request_id);
 /* Whether the last run's workspace write-back or checkpoint save was
  * refused by its tenant's quota with nothing of the run written: it
  * changed nothing, so its answer is not kept for replay (sent again once

@@ -735,10 +735,10 @@ static void bench_workspaces(cf_redis *r, redisContext *raw, int reps, int nf, s
          * worker's write-back for a tenant: the growth asked first, the
          * ledger reserved, the write, the ledger measured; a cap far off). */
         bool quota = rep % 2 == 1;
-        cf_workspace_set_quota(ws, quota ? "bench" : NULL, (int64_t)1 << 40);
+        cf_workspace_set_quota(ws, quota ? "bench" : NULL, (int64_t)1 << 40, NULL);
         write_back(ws, raw, keep && !quota ? &v_part : NULL, wd, &snap, max_files, max_total, &tc, &td, &tm, &np, &nd,
                    &rev);
-        cf_workspace_set_quota(ws, NULL, 0);
+        cf_workspace_set_quota(ws, NULL, 0, NULL);
         if (keep && quota)
             add(&q_all, tc + td + tm), add(&q_commit, tm);
         else if (keep)

@@ -960,8 +960,10 @@ static int64_t ws_measure(redisContext *raw, const char *id)
 {
     redisReply *r = redisCommand(raw, "HMGET cf:{ws:%s}:meta stored nfiles nblobs hist_bytes path_bytes", id);
     assert_non_null(r);
+    size_t meta_len = strlen("cf:{ws:}:meta") + strlen(id);
     int64_t v = reply_i64(r->element[0]) + reply_i64(r->element[3]) + reply_i64(r->element[4]) + CF_QUOTA_WS_BASE +
-                CF_QUOTA_WS_PER_FILE * reply_i64(r->element[1]) + CF_QUOTA_WS_PER_BLOB * reply_i64(r->element[2]);
+                CF_QUOTA_WS_PER_FILE * reply_i64(r->element[1]) +
+                (CF_QUOTA_WS_PER_BLOB + CF_QUOTA_WS_BLOB_NAME(meta_len)) * reply_i64(r->element[2]);
     freeReplyObject(r);
     return v;
 }
@@ -1000,7 +1002,7 @@ static void state_item_quotas(void **state)
     memset(other, 'y', sizeof(other));
     cf_error err;
     cf_quota_usage u;
-    cf_workspace_set_quota(f->ws, "qa", 100 * 1024);
+    cf_workspace_set_quota(f->ws, "qa", 100 * 1024, NULL);
     assert_int_equal(cf_workspace_create(f->ws, "qa-1", NULL, NULL, &err), 0);
     assert_int_equal(cf_workspace_put(f->ws, "qa-1", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), 0);
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
@@ -1018,14 +1020,14 @@ static void state_item_quotas(void **state)
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
     assert_int_equal(u.bytes, one + ws_measure(raw, "qa-2"));
     /* Another profile's ledger is its own. */
-    cf_workspace_set_quota(f->ws, "qb", 100 * 1024);
+    cf_workspace_set_quota(f->ws, "qb", 100 * 1024, NULL);
     assert_int_equal(cf_workspace_create(f->ws, "qb-1", NULL, NULL, &err), 0);
     assert_int_equal(cf_workspace_put(f->ws, "qb-1", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), 0);
     /* Deleted (by an operator: no quota in the way): it leaves the ledger
      * when a write would otherwise be refused. */
-    cf_workspace_set_quota(f->ws, NULL, 0);
+    cf_workspace_set_quota(f->ws, NULL, 0, NULL);
     assert_int_equal(cf_workspace_delete(f->ws, "qa-1", &err), 0);
-    cf_workspace_set_quota(f->ws, "qa", 100 * 1024);
+    cf_workspace_set_quota(f->ws, "qa", 100 * 1024, NULL);
     assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), 0);
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
     assert_int_equal(u.bytes, ws_measure(raw, "qa-2"));
@@ -1037,7 +1039,7 @@ static void state_item_quotas(void **state)
     /* A small new file fits. */
     assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "g", big, 100, NULL, &err), 0);
     /* With room: the overwritten content stays stored (history keeps it). */
-    cf_workspace_set_quota(f->ws, "qa", 200 * 1024);
+    cf_workspace_set_quota(f->ws, "qa", 200 * 1024, NULL);
     assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "f", other, sizeof(other), NULL, &err), 0);
     redisReply *sr = redisCommand(raw, "HGET cf:{ws:qa-2}:meta stored");
     assert_int_equal(reply_i64(sr), 2 * (int64_t)sizeof(big) + 100);
@@ -1045,9 +1047,9 @@ static void state_item_quotas(void **state)
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
     assert_int_equal(u.bytes, ws_measure(raw, "qa-2"));
     /* Deleted and made again under the same id: its old charge goes. */
-    cf_workspace_set_quota(f->ws, NULL, 0);
+    cf_workspace_set_quota(f->ws, NULL, 0, NULL);
     assert_int_equal(cf_workspace_delete(f->ws, "qa-2", &err), 0);
-    cf_workspace_set_quota(f->ws, "qa", 100 * 1024);
+    cf_workspace_set_quota(f->ws, "qa", 100 * 1024, NULL);
     assert_int_equal(cf_workspace_create(f->ws, "qa-2", NULL, NULL, &err), 0);
     assert_int_equal(cf_workspace_put(f->ws, "qa-2", CF_WS_ANY_REV, "f", big, sizeof(big), NULL, &err), 0);
     assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qa", NULL, NULL, &u, &err), 0);
@@ -1056,7 +1058,7 @@ static void state_item_quotas(void **state)
 
     /* The shape that costs Redis most beside the bytes: long paths, added
      * and deleted revision after revision (the undo logs hold them all). */
-    cf_workspace_set_quota(f->ws, "qc", 0); /* charged, never refused */
+    cf_workspace_set_quota(f->ws, "qc", 0, NULL); /* charged, never refused */
     assert_int_equal(cf_workspace_create(f->ws, "qc-1", NULL, NULL, &err), 0);
     enum { NP = 40 };
     static char paths[NP][920];
@@ -1080,7 +1082,35 @@ static void state_item_quotas(void **state)
     int64_t real = keys_memory(raw, "cf:{ws:qc-1}:*");
     print_message("long paths, 10 revisions: charged %lld, Redis spends %lld\n", (long long)charged, (long long)real);
     assert_true(charged * 2 >= real && charged <= 3 * real);
-    cf_workspace_set_quota(f->ws, NULL, 0);
+
+    /* Many tiny files under a long workspace id: each blob's key names the
+     * id and its 64-digit hash, which the charge counts (without it, half
+     * of what Redis spends). */
+    char long_id[128 + 1], long_pat[128 + 16]; /* the longest id (CF_STATE_NAME_MAX) */
+    memset(long_id, 'i', sizeof(long_id) - 1);
+    long_id[sizeof(long_id) - 1] = '\0';
+    memcpy(long_id, "qc-", 3);
+    snprintf(long_pat, sizeof(long_pat), "cf:{ws:%s}:*", long_id);
+    assert_int_equal(cf_workspace_create(f->ws, long_id, NULL, NULL, &err), 0);
+    enum { NT = 400 };
+    static char tpath[NT][8], tdata[NT][8];
+    cf_ws_file tf[NT];
+    for (int i = 0; i < NT; i++) {
+        snprintf(tpath[i], sizeof(tpath[i]), "%d", i);
+        snprintf(tdata[i], sizeof(tdata[i]), "%d", i);
+        tf[i] = (cf_ws_file){.path = tpath[i], .data = tdata[i], .len = strlen(tdata[i])};
+    }
+    assert_int_equal(cf_workspace_commit(f->ws, long_id, CF_WS_ANY_REV, tf, NT, NULL, 0, NULL, &err), 0);
+    assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qc", NULL, NULL, NULL, &err), 0);
+    char long_meta[128 + 16];
+    snprintf(long_meta, sizeof(long_meta), "cf:{ws:%s}:meta", long_id);
+    assert_int_equal(cf_quota_item_get(f->r, "workspaces", "qc", long_meta, &charged, NULL, &err), 0);
+    assert_int_equal(charged, ws_measure(raw, long_id));
+    real = keys_memory(raw, long_pat);
+    print_message("%d tiny files, a %zu-byte id: charged %lld, Redis spends %lld\n", NT, strlen(long_id),
+                  (long long)charged, (long long)real);
+    assert_true(charged * 4 >= real * 3 && charged <= 2 * real);
+    cf_workspace_set_quota(f->ws, NULL, 0, NULL);
 
     /* Checkpoints: 20 KiB states against 50 KiB. */
     static uint8_t st[6 + 20000]; /* msgpack {"s": <20000 bytes str 16>} */
@@ -1088,7 +1118,7 @@ static void state_item_quotas(void **state)
     st[4] = 20000 >> 8;
     st[5] = 20000 & 0xff;
     memset(st + 6, 'z', 20000);
-    cf_checkpoint_set_quota(f->cp, "qa", 50 * 1024);
+    cf_checkpoint_set_quota(f->cp, "qa", 50 * 1024, NULL);
     char id[CF_CHECKPOINT_ID_MAX + 1];
     assert_int_equal(cf_checkpoint_save(f->cp, "qa-t", st, sizeof(st), NULL, id, &err), 0);
     assert_int_equal(cf_quota_item_get(f->r, "checkpoints", "qa", NULL, NULL, &u, &err), 0);
@@ -1098,17 +1128,17 @@ static void state_item_quotas(void **state)
     assert_int_equal(err.code, CF_E_LIMIT);
     assert_non_null(strstr(err.msg, "checkpoint quota of 'qa'"));
     /* The thread deleted: a new one under the same id fits again. */
-    cf_checkpoint_set_quota(f->cp, NULL, 0);
+    cf_checkpoint_set_quota(f->cp, NULL, 0, NULL);
     assert_true(cf_checkpoint_delete_thread(f->cp, "qa-t", &err) >= 0);
-    cf_checkpoint_set_quota(f->cp, "qa", 50 * 1024);
+    cf_checkpoint_set_quota(f->cp, "qa", 50 * 1024, NULL);
     assert_int_equal(cf_checkpoint_save(f->cp, "qa-t", st, sizeof(st), NULL, id, &err), 0);
-    cf_checkpoint_set_quota(f->cp, "qb", 50 * 1024);
+    cf_checkpoint_set_quota(f->cp, "qb", 50 * 1024, NULL);
     assert_int_equal(cf_checkpoint_save(f->cp, "qb-t", st, sizeof(st), NULL, id, &err), 0);
     /* Small states on a long thread name: the keys' cost dominates. */
     char thread[130];
     memset(thread, 't', 120);
     thread[120] = '\0';
-    cf_checkpoint_set_quota(f->cp, "qc", 0);
+    cf_checkpoint_set_quota(f->cp, "qc", 0, NULL);
     for (int i = 0; i < 20; i++)
         assert_int_equal(cf_checkpoint_save(f->cp, thread, "\x81\xa1s\x01", 4, NULL, id, &err), 0);
     char item[200], pattern[200];
@@ -1119,22 +1149,44 @@ static void state_item_quotas(void **state)
     print_message("20 small checkpoints on a 120-byte thread: charged %lld, Redis spends %lld\n", (long long)charged,
                   (long long)real);
     assert_true(charged * 2 >= real && charged <= 3 * real);
-    cf_checkpoint_set_quota(f->cp, NULL, 0);
+    cf_checkpoint_set_quota(f->cp, NULL, 0, NULL);
 
     /* A write in flight keeps its reservation: another item's refusal,
      * which measures items again, does not take it away (it is not there
      * yet, and would measure 0). */
     bool fits = false;
     assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
-                                   CF_QUOTA_ITEM_GROW, 10000, 20000, &fits, &u, &err), 0);
+                                   CF_QUOTA_ITEM_GROW, 10000, 20000, "req-1", &fits, &u, &err), 0);
     assert_true(fits);
     assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-2}:meta", CF_QUOTA_WORKSPACE,
-                                   CF_QUOTA_ITEM_GROW, 15000, 20000, &fits, &u, &err), 0);
+                                   CF_QUOTA_ITEM_GROW, 15000, 20000, "req-x", &fits, &u, &err), 0);
     assert_false(fits);
     assert_int_equal(u.bytes, 10000);
+    /* The same request again, as when its worker died between reserving
+     * and syncing and it was redelivered: it replaces its own reservation
+     * (stacked, 20000 would be held, and near the quota the retry itself
+     * would be refused for five minutes). */
+    assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
+                                   CF_QUOTA_ITEM_GROW, 10000, 20000, "req-1", &fits, &u, &err), 0);
+    assert_true(fits);
+    assert_int_equal(u.bytes, 10000);
+    /* Another request writing the same item stacks on it, and so does a
+     * nameless writer (refused here: 15000 + 6000 is past 20000). */
+    assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
+                                   CF_QUOTA_ITEM_GROW, 5000, 20000, "req-2", &fits, &u, &err), 0);
+    assert_true(fits);
+    assert_int_equal(u.bytes, 15000);
+    assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
+                                   CF_QUOTA_ITEM_GROW, 6000, 20000, NULL, &fits, &u, &err), 0);
+    assert_false(fits);
+    assert_int_equal(u.bytes, 15000);
+    /* A writer the ledger cannot name is refused as an argument. */
+    assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
+                                   CF_QUOTA_ITEM_GROW, 1, 20000, "a b", &fits, &u, &err), -1);
+    assert_int_equal(err.code, CF_E_INVALID);
     /* Its sync measures it (never written: out of the ledger). */
     assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
-                                   CF_QUOTA_ITEM_SYNC, 0, 0, NULL, &u, &err), 0);
+                                   CF_QUOTA_ITEM_SYNC, 0, 0, "req-1", NULL, &u, &err), 0);
     assert_int_equal(u.bytes, 0);
     assert_int_equal(u.count, 0);
 
