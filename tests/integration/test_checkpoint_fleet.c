@@ -191,6 +191,117 @@ static void decreasing_writer_seq_is_refused(void **state)
     store_close(&s);
 }
 
+/* Issue 30, part 4 through the fleet: a tenant's threads are held to its
+ * profile's max-checkpoint-bytes.  A save past it is refused with the
+ * quota named in the answer (the run's output kept), another tenant's save
+ * on the same worker lands, and the same request sent again once room is
+ * made runs and saves (a refused save changed nothing, so it is not kept
+ * for replay). */
+static void threads_are_held_to_the_tenants_quota(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    store s;
+    store_open(&s);
+    it_topics t;
+    it_topics_create(&t, "cpquota", 1);
+    char prof[64], topic[96], other[64], otopic[96], th[3][64];
+    it_unique_name("cpq", prof, sizeof(prof));
+    snprintf(topic, sizeof(topic), "%s.req", prof);
+    it_request_topic_create(topic, 1);
+    it_unique_name("cpq-b", other, sizeof(other));
+    snprintf(otopic, sizeof(otopic), "%s.req", other);
+    it_request_topic_create(otopic, 1);
+    for (int i = 0; i < 3; i++)
+        it_unique_name("cpq-th", th[i], sizeof(th[i]));
+    static char a_redis[300], a[7][200];
+    snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
+    snprintf(a[0], sizeof(a[0]), "--profile.%s.topic=%s", prof, topic);
+    snprintf(a[1], sizeof(a[1]), "--profile.%s.max-checkpoint-bytes=160KiB", prof);
+    snprintf(a[2], sizeof(a[2]), "--profile.%s.topic=%s", other, otopic);
+    /* The process backend isolates no network: the profiles must allow it. */
+    snprintf(a[3], sizeof(a[3]), "--profile.%s.network=enabled", prof);
+    snprintf(a[4], sizeof(a[4]), "--profile.%s.network=enabled", other);
+    snprintf(a[5], sizeof(a[5]), "--profile.%s.backends=process", prof);
+    snprintf(a[6], sizeof(a[6]), "--profile.%s.backends=process", other);
+    const char *extra[] = {a_redis, "--backends=process", "--profile.default.backends=process",
+                           "--profile.default.network=enabled", a[0], a[1], a[2], a[3], a[4], a[5], a[6], NULL};
+    it_worker w;
+    it_worker_start(&w, &t, "cpquota-w1", extra);
+    if (!it_worker_wait_log(&w, "reading cancels from", 60000)) {
+        it_worker_dump_log(&w);
+        fail_msg("the worker did not start");
+    }
+    it_topics tq = t, tb = t;
+    snprintf(tq.requests, sizeof(tq.requests), "%s", topic);
+    snprintf(tb.requests, sizeof(tb.requests), "%s", otopic);
+    cf_dispatcher *dq = it_dispatcher_new(&tq), *dd = it_dispatcher_new(&tb);
+    /* A 60 kB state: a thread holds it twice (the checkpoint and the
+     * newest's copy), about 120 kB of the 160 KiB. */
+    const char *save = "{ printf '{\"checkpoint\": {\"s\": \"'; head -c 60000 /dev/zero | tr '\\0' a; "
+                       "printf '\"}}'; } > \"$CODEFLEET_OUTPUT\" && echo saved";
+    cf_request req;
+    cf_result res;
+
+    it_request_init(&req, CF_LANG_SHELL, save);
+    req.thread = strdup(th[0]);
+    it_submit_wait(dq, &req, 60 * SEC, &res);
+    check_status(&res, CF_STATUS_SUCCESS, "first save");
+    assert_non_null(res.checkpoint_id);
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* A second thread of the same size: over the quota, not saved, the
+     * output kept and the answer naming the quota. */
+    it_request_init(&req, CF_LANG_SHELL, save);
+    req.thread = strdup(th[1]);
+    it_submit_wait(dq, &req, 60 * SEC, &res);
+    print_message("over the quota: %s: %s\n", cf_status_name(res.status), res.reason ? res.reason : "");
+    check_status(&res, CF_STATUS_SUCCESS, "second save");
+    assert_null(res.checkpoint_id);
+    assert_true(res.stdout_data.len >= 5 && memcmp(res.stdout_data.data, "saved", 5) == 0);
+    assert_non_null(res.reason);
+    assert_non_null(strstr(res.reason, "checkpoint not saved"));
+    assert_non_null(strstr(res.reason, "checkpoint quota of"));
+    assert_non_null(strstr(res.reason, "max-checkpoint-bytes"));
+    cf_result_clear(&res);
+    cf_checkpoint latest;
+    cf_error lerr;
+    cf_error_clear(&lerr);
+    assert_int_equal(cf_checkpoint_latest(s.cp, th[1], &latest, &lerr), -1);
+    assert_int_equal(lerr.code, CF_E_NOT_FOUND);
+
+    /* Room made (the first thread deleted): the same request, same id,
+     * runs again and saves. */
+    cf_error derr;
+    cf_error_clear(&derr);
+    assert_int_equal(cf_checkpoint_delete_thread(s.cp, th[0], &derr), 0);
+    it_submit_wait(dq, &req, 60 * SEC, &res);
+    check_status(&res, CF_STATUS_SUCCESS, "the same request once there is room");
+    assert_non_null(res.checkpoint_id);
+    assert_true(!res.reason || !strstr(res.reason, "quota"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    /* Another tenant on the same worker, no quota of its own set: its
+     * default (32 MiB) holds it. */
+    it_request_init(&req, CF_LANG_SHELL, save);
+    req.thread = strdup(th[2]);
+    it_submit_wait(dd, &req, 60 * SEC, &res);
+    check_status(&res, CF_STATUS_SUCCESS, "another tenant's save");
+    assert_non_null(res.checkpoint_id);
+    assert_true(!res.reason || !strstr(res.reason, "quota"));
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+
+    cf_dispatcher_destroy(dq);
+    cf_dispatcher_destroy(dd);
+    assert_int_equal(it_worker_stop(&w, SIGTERM, 20000), 0);
+    for (int i = 0; i < 3; i++)
+        cf_checkpoint_delete_thread(s.cp, th[i], NULL);
+    store_close(&s);
+}
+
 static const char *owner_of(it_worker *a, it_worker *b, const char *needle)
 {
     if (it_worker_log_contains(a, needle))
@@ -332,6 +443,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(thread_state_flows_between_runs),
         cmocka_unit_test(decreasing_writer_seq_is_refused),
+        cmocka_unit_test(threads_are_held_to_the_tenants_quota),
         cmocka_unit_test(stale_worker_cannot_overwrite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
