@@ -87,6 +87,8 @@
 #define INIT_IN "/run/codefleet-init"
 #define MAX_IMAGES 16
 #define MAX_JOIN_FDS 8
+#define CT_UCOUNTS 4
+#define CT_RO_SYS_MAX 24
 #define DEFAULT_MEMORY (512LL << 20)
 #define DEFAULT_PIDS 256
 #define DEFAULT_TMP (64LL << 20)
@@ -126,6 +128,15 @@ typedef struct ct_state {
     char version[96];
     bool mask_unified;     /* hybrid host: hide the v2 mount from crun */
     bool no_nested_userns; /* the host forbids the init's nested user namespace (its trial said so) */
+    /* Each execution's share of root's per-user kernel counters, set by the
+     * init in its nested namespace ("--ucount NAME=N"; ct_ucounts). */
+    char ucount_args[CT_UCOUNTS][64];
+    int n_ucounts;
+    /* readonlyPaths: /proc/sys's entries but user/ (the nested namespace's
+     * own limits, writable only with its capabilities, which the init
+     * drops), and the usual others. */
+    char ro_sys[CT_RO_SYS_MAX][64];
+    int n_ro_sys;
     char tag[64];          /* cfct-<pid>.<n> */
     char inst[PATH_MAX];   /* <work_root>/<tag> */
     char real_root[PATH_MAX];
@@ -506,6 +517,66 @@ static void ct_describe_helper(const cf_backend_config *cfg, char *buf, size_t c
     snprintf(buf, cap, "container init %s", path[0] ? path : "(none)");
 }
 
+/* Per-user kernel counters (inotify, fanotify) of whatever a container's
+ * program makes are charged at every user-namespace level up to the host,
+ * where the container's namespace (crun makes it as root) charges root.
+ * So that one execution cannot take root's all (and with it every other
+ * execution's and host root's), the init limits its nested namespace to a
+ * share: the host's per-user limit over twice the slots, so that all
+ * slots together hold at most half of root's. */
+static const struct {
+    const char *host; /* the host's per-user limit */
+    const char *name; /* the namespace's own, under /proc/sys/user */
+} ct_ucount_limits[CT_UCOUNTS] = {
+    {"/proc/sys/fs/inotify/max_user_instances", "max_inotify_instances"},
+    {"/proc/sys/fs/inotify/max_user_watches", "max_inotify_watches"},
+    {"/proc/sys/fs/fanotify/max_user_groups", "max_fanotify_groups"},
+    {"/proc/sys/fs/fanotify/max_user_marks", "max_fanotify_marks"},
+};
+
+static void ct_ucounts(ct_state *st)
+{
+    st->n_ucounts = 0;
+    for (int i = 0; i < CT_UCOUNTS; i++) {
+        long long host = 0;
+        FILE *f = fopen(ct_ucount_limits[i].host, "re");
+        if (!f)
+            continue;
+        if (fscanf(f, "%lld", &host) != 1)
+            host = 0;
+        fclose(f);
+        if (host <= 0)
+            continue;
+        long long share = host / (2LL * st->slots);
+        snprintf(st->ucount_args[st->n_ucounts++], sizeof(st->ucount_args[0]), "%s=%lld", ct_ucount_limits[i].name,
+                 share > 0 ? share : 1);
+    }
+}
+
+/* /proc/sys's entries for readonlyPaths, user/ left out (ct_state.ro_sys);
+ * /proc/sys itself when it cannot be read. */
+static void ct_ro_sys(ct_state *st)
+{
+    st->n_ro_sys = 0;
+    DIR *d = opendir("/proc/sys");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.' || strcmp(e->d_name, "user") == 0 || strlen(e->d_name) > 40)
+            continue;
+        if (st->n_ro_sys == CT_RO_SYS_MAX) { /* more than any kernel has: all of it read-only */
+            st->n_ro_sys = 0;
+            break;
+        }
+        snprintf(st->ro_sys[st->n_ro_sys++], sizeof(st->ro_sys[0]), "/proc/sys/%s", e->d_name);
+    }
+    if (d)
+        closedir(d);
+    if (st->n_ro_sys == 0) {
+        cf_strlcpy(st->ro_sys[0], "/proc/sys", sizeof(st->ro_sys[0]));
+        st->n_ro_sys = 1;
+    }
+}
+
 /* The slot count, run uids and default limits, from the worker's
  * configuration. */
 static void ct_limits(ct_state *st, const cf_backend_config *cfg)
@@ -518,6 +589,8 @@ static void ct_limits(ct_state *st, const cf_backend_config *cfg)
     st->tmp_bytes = or_default(cfg->sandbox_tmp_bytes, DEFAULT_TMP);
     st->work_bytes = or_default(cfg->sandbox_work_bytes, DEFAULT_WORK);
     st->inodes = or_default(cfg->sandbox_inodes, DEFAULT_INODES);
+    ct_ucounts(st);
+    ct_ro_sys(st);
 }
 
 /* The runtime, the init and the runtime's state directory (made here),
@@ -834,6 +907,19 @@ static void ct_note_isolation(ct_state *st, size_t n_host, const char *netwhy)
                       "MiB",
                       (long long)st->uid_base, (long long)(st->uid_base + st->slots - 1),
                       (long long)(st->work_bytes >> 20), (long long)(st->tmp_bytes >> 20));
+    if (!st->no_nested_userns && st->n_ucounts > 0) {
+        char list[4 * 64] = "";
+        for (int i = 0, used = 0; i < st->n_ucounts && used < (int)sizeof(list); i++)
+            used += snprintf(list + used, sizeof(list) - (size_t)used, "%s%s", i ? ", " : "", st->ucount_args[i]);
+        cf_exec_notes_add(&st->base,
+                          "per-user kernel counters: the runtime makes the container's user namespace as root, so "
+                          "what a program makes counts against root's limits too; each execution is held to a share "
+                          "in its nested namespace (%s: the host's limit over twice the slots)",
+                          list);
+    } else {
+        cf_exec_notes_add(&st->base, "per-user kernel counters NOT limited per execution (no nested user namespace): "
+                                     "what a program makes (inotify instances, ...) counts against root's limits");
+    }
     if (st->slirp[0])
         cf_exec_notes_add(&st->base,
                           "network=enabled = egress only, as in the sandbox: a network namespace of the worker's behind "
@@ -978,9 +1064,14 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
 {
     const cf_run_spec *spec = in->spec;
     json_t *args = json_array(), *env = json_array(), *rl = json_array(), *mounts = json_array();
-    json_t *ns = json_array();
+    json_t *ns = json_array(), *ro = json_array();
     json_t *cfg = NULL;
-    bool ok = args && env && rl && mounts && ns;
+    bool ok = args && env && rl && mounts && ns && ro;
+    static const char *const ro_paths[] = {"/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sysrq-trigger"};
+    for (size_t i = 0; ok && i < sizeof(ro_paths) / sizeof(ro_paths[0]); i++)
+        ok = json_array_append_new(ro, json_string(ro_paths[i])) == 0;
+    for (int i = 0; ok && i < st->n_ro_sys; i++)
+        ok = json_array_append_new(ro, json_string(st->ro_sys[i])) == 0;
     static const char *const ns_types[] = {"pid", "network", "ipc", "uts", "mount", "user", "cgroup"};
     for (size_t i = 0; ok && i < sizeof(ns_types) / sizeof(ns_types[0]); i++) {
         json_t *e = json_pack("{s:s}", "type", ns_types[i]);
@@ -1007,8 +1098,11 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
      * (container_init.c says why); its filter comes in its environment,
      * which it does not pass on. */
     ok = ok && json_array_append_new(args, json_string(INIT_IN)) == 0 &&
-         (st->no_nested_userns || json_array_append_new(args, json_string("--userns")) == 0) &&
-         json_array_append_new(args, json_string("--seccomp")) == 0;
+         (st->no_nested_userns || json_array_append_new(args, json_string("--userns")) == 0);
+    for (int i = 0; ok && !st->no_nested_userns && i < st->n_ucounts; i++)
+        ok = json_array_append_new(args, json_string("--ucount")) == 0 &&
+             json_array_append_new(args, json_string(st->ucount_args[i])) == 0;
+    ok = ok && json_array_append_new(args, json_string("--seccomp")) == 0;
     if (ok && cpu > 0)
         ok = json_array_append_new(args, json_string("--cpu")) == 0 &&
              json_array_append_new(args, json_string(cpu_s)) == 0;
@@ -1063,7 +1157,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
             "{s:s, s:{s:b, s:{s:i, s:i}, s:O, s:O, s:s, s:b, s:{s:[], s:[], s:[], s:[], s:[]}, s:O},"
             " s:{s:s, s:b}, s:s, s:O,"
             " s:{s:O, s:[{s:i, s:i, s:i}], s:[{s:i, s:i, s:i}],"
-            "    s:[s,s,s,s,s,s,s,s,s], s:[s,s,s,s,s,s]}}",
+            "    s:[s,s,s,s,s,s,s,s,s], s:O}}",
             "ociVersion", "1.0.2",
             "process", "terminal", 0, "user", "uid", IN_ID, "gid", IN_ID, "args", args, "env", env, "cwd",
             spec->cwd ? spec->cwd : "/", "noNewPrivileges", 1, "capabilities", "bounding", "effective",
@@ -1076,8 +1170,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
             "gidMappings", "containerID", IN_ID, "hostID", (int)in->host_id, "size", 1,
             "maskedPaths", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
             "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
-            "readonlyPaths", "/proc/asound", "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
-            "/proc/sysrq-trigger");
+            "readonlyPaths", ro);
         /* No "seccomp" profile for the runtime: the init loads the
          * sandbox's BPF, and refuses to run the program when it cannot. */
     }
@@ -1086,6 +1179,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     json_decref(rl);
     json_decref(mounts);
     json_decref(ns);
+    json_decref(ro);
     if (!cfg) {
         if (ok)
             cf_log_error("container", "config.json: %s", jerr.text);
@@ -1370,6 +1464,7 @@ static int ct_run_container(ct_run *r, const ct_bundle_in *in, cf_run_spec *spec
             cf_error_set_errno(err, CF_E_SANDBOX, v > 0 ? v : EIO,
                                "container: the init could not confine the program (%s)",
                                strcmp(step, "userns") == 0    ? "its nested user namespace"
+                               : strcmp(step, "ucounts") == 0 ? "its nested namespace's kernel counter limits"
                                : strcmp(step, "seccomp") == 0 ? "the seccomp filter"
                                                               : "an init of another version?");
             if (err)

@@ -2,8 +2,8 @@
  * backend, bound read-only into it at /run/codefleet-init.  A static
  * program (the image may have no libc, or another one).
  *
- * Usage: codefleet-container-init [--cpu SECONDS] [--fsize BYTES] [--userns] [--seccomp]
- *                                 -- PROGRAM [ARGS...]
+ * Usage: codefleet-container-init [--cpu SECONDS] [--fsize BYTES] [--userns [--ucount NAME=N]...]
+ *                                 [--seccomp] -- PROGRAM [ARGS...]
  *        codefleet-container-init --version
  *
  * The program's RLIMIT_CPU (hard = soft + 1 s) and RLIMIT_FSIZE are set
@@ -33,6 +33,13 @@
  * kernel wants that for an unprivileged gid map; the program had no
  * supplementary groups to change anyway).  The capabilities the new
  * namespace grants go at once, the bounding set included.
+ * --ucount NAME=N (with --userns; repeated): the nested namespace's own
+ * per-user limit /proc/sys/user/NAME, written while the init still holds
+ * that namespace's capabilities.  What the program makes (inotify
+ * instances and watches, ...) is counted at every level up to the host,
+ * where the container's namespace, made by the runtime as root, charges
+ * root; the nested limit keeps one execution to its share of root's (a
+ * limit this kernel does not have is skipped).
  * --seccomp: the sandbox's seccomp filter, given as the base64 of its BPF
  * in CODEFLEET_INIT_SECCOMP (never passed on to the program), loaded next.
  * The runtime used to load it, but then the init could not create the
@@ -44,6 +51,7 @@
 #include "cf_child.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -91,8 +99,53 @@ static int write_self(const char *file, const char *text)
     return 0;
 }
 
-/* The nested user namespace of --userns, its maps, and no capabilities
- * in it (nor a bounding set that execve could draw on). */
+#define MAX_UCOUNTS 8
+static const char *ucounts[MAX_UCOUNTS]; /* "NAME=N" of --ucount */
+static int n_ucounts;
+static bool ucount_failed;
+
+/* "NAME=N": NAME of [a-z_] only (a file of /proc/sys/user), N digits. */
+static bool ucount_valid(const char *s)
+{
+    const char *eq = strchr(s, '=');
+    if (!eq || eq == s || eq - s > 40 || !eq[1] || strlen(eq + 1) > 19)
+        return false;
+    for (const char *p = s; p < eq; p++)
+        if (!((*p >= 'a' && *p <= 'z') || *p == '_'))
+            return false;
+    for (const char *p = eq + 1; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    return true;
+}
+
+/* Writes each --ucount into this (the nested) namespace's limits. */
+static int set_ucounts(void)
+{
+    for (int i = 0; i < n_ucounts; i++) {
+        const char *eq = strchr(ucounts[i], '=');
+        char path[80];
+        snprintf(path, sizeof(path), "/proc/sys/user/%.*s", (int)(eq - ucounts[i]), ucounts[i]);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT)
+            continue; /* not a limit this kernel has */
+        if (fd < 0)
+            return -1;
+        size_t len = strlen(eq + 1);
+        ssize_t n = write(fd, eq + 1, len);
+        int e = errno;
+        close(fd);
+        if (n != (ssize_t)len) {
+            errno = n < 0 ? e : EIO;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The nested user namespace of --userns, its maps, its limits (--ucount),
+ * and no capabilities in it (nor a bounding set that execve could draw
+ * on). */
 static int nest_userns(void)
 {
     unsigned uid = (unsigned)getuid(), gid = (unsigned)getgid();
@@ -105,6 +158,10 @@ static int nest_userns(void)
     snprintf(map, sizeof(map), "%u %u 1\n", gid, gid);
     if (write_self("gid_map", map) < 0)
         return -1;
+    if (set_ucounts() < 0) {
+        ucount_failed = true;
+        return -1;
+    }
     return cf_child_drop_caps();
 }
 
@@ -160,7 +217,7 @@ static int load_seccomp(void)
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-        static const char v[] = "codefleet-container-init 1\n";
+        static const char v[] = "codefleet-container-init 2\n";
         (void)!write(1, v, sizeof(v) - 1);
         return 0;
     }
@@ -174,6 +231,13 @@ int main(int argc, char **argv)
             a++;
             continue;
         }
+        if (strcmp(argv[a], "--ucount") == 0) {
+            if (n_ucounts == MAX_UCOUNTS || !ucount_valid(argv[a + 1]))
+                return 125;
+            ucounts[n_ucounts++] = argv[a + 1];
+            a += 2;
+            continue;
+        }
         if (strcmp(argv[a], "--cpu") == 0)
             cpu = strtoll(argv[a + 1], &end, 10);
         else if (strcmp(argv[a], "--fsize") == 0)
@@ -185,7 +249,8 @@ int main(int argc, char **argv)
         a += 2;
     }
     if (a + 1 >= argc || strcmp(argv[a], "--") != 0) {
-        static const char u[] = "usage: codefleet-container-init [--cpu S] [--fsize B] -- PROGRAM [ARGS...]\n";
+        static const char u[] = "usage: codefleet-container-init [--cpu S] [--fsize B] [--userns [--ucount NAME=N]...] "
+                                "[--seccomp] -- PROGRAM [ARGS...]\n";
         (void)!write(2, u, sizeof(u) - 1);
         return 125;
     }
@@ -196,7 +261,9 @@ int main(int argc, char **argv)
         (void)fcntl(REPORT_FD, F_SETFD, FD_CLOEXEC);
     /* In this order: the filter refuses the namespace.  Still dumpable
      * here, or /proc/self/uid_map would not be ours to write. */
-    const char *failed = userns && nest_userns() < 0 ? "userns" : seccomp && load_seccomp() < 0 ? "seccomp" : NULL;
+    const char *failed = userns && nest_userns() < 0   ? (ucount_failed ? "ucounts" : "userns")
+                         : seccomp && load_seccomp() < 0 ? "seccomp"
+                                                         : NULL;
     if (failed) {
         int e = errno;
         /* Which step: the worker runs without the nested namespace where a

@@ -36,6 +36,7 @@
 #define SEC 1000000LL
 #define MIB (1024LL * 1024)
 #define UID_BASE 241000 /* not the sandbox tests' */
+#define SLOTS 2
 
 typedef struct fixture {
     char root[64];
@@ -71,7 +72,7 @@ static int make_set(fixture *f, const char *images)
     f->cfg.node_path = "/usr/bin/node";
     f->cfg.shell_path = "/bin/sh";
     f->cfg.exec_path = "/usr/bin:/bin";
-    f->cfg.slots = 2;
+    f->cfg.slots = SLOTS;
     f->cfg.max_files_bytes = 1 << 20;
     f->cfg.max_output_file_bytes = 1 << 16;
     f->cfg.cgroup_root = f->cg_parent;
@@ -349,7 +350,10 @@ static void test_identity_and_confinement(void **state)
              "touch /usr/x 2>/dev/null && echo root-writable || echo root-ro;"
              "cat /proc/self/cgroup | head -1; cat /proc/self/uid_map | tr -s ' ';"
              "echo ok > /work/w && cat /work/w; echo t > /tmp/t && cat /tmp/t; pwd;"
-             "awk '$5 == \"/\" {print \"root:\" $6}' /proc/self/mountinfo");
+             "awk '$5 == \"/\" {print \"root:\" $6}' /proc/self/mountinfo;"
+             "echo inotify-share: $(cat /proc/sys/user/max_inotify_instances);"
+             "(echo 100000 > /proc/sys/user/max_inotify_instances) 2>/dev/null && echo share-raised || echo share-held;"
+             "(echo x > /proc/sys/kernel/domainname) 2>/dev/null && echo sys-written || echo sys-refused");
     assert_int_equal(run(f, &req, &res), 0);
     assert_int_equal(res.status, CF_STATUS_SUCCESS);
     const cf_bytes *o = &res.stdout_data;
@@ -358,7 +362,23 @@ static void test_identity_and_confinement(void **state)
     assert_true(out_has(o, "CapBnd: 0000000000000000"));
     assert_true(out_has(o, "NoNewPrivs: 1"));
     assert_true(out_has(o, "Seccomp: 2"));
-    assert_true(out_has(o, "/run/codefleet-init --userns --seccomp -- /bin/sh"));
+    assert_true(out_has(o, "/run/codefleet-init --userns --ucount max_inotify_instances="));
+    assert_true(out_has(o, " --seccomp -- /bin/sh"));
+    /* Its share of root's inotify instances (crun makes the container's
+     * namespace as root): the host's limit over twice the slots, which the
+     * program cannot raise; the rest of /proc/sys stays unwritable. */
+    long host = 0;
+    FILE *hf = fopen("/proc/sys/fs/inotify/max_user_instances", "r");
+    if (!hf || fscanf(hf, "%ld", &host) != 1)
+        host = 0;
+    if (hf)
+        fclose(hf);
+    char share[64];
+    snprintf(share, sizeof(share), "inotify-share: %ld\n", host / (2L * SLOTS) > 0 ? host / (2L * SLOTS) : 1);
+    if (host > 0 && !out_has(o, share))
+        fail_msg("want %s in %.*s", share, (int)o->len, (const char *)o->data);
+    assert_true(out_has(o, "share-held\n"));
+    assert_true(out_has(o, "sys-refused\n"));
     assert_true(out_has(o, "root-ro"));
     assert_true(out_has(o, ":/\n"));
     /* the map reads in container terms (a nested user namespace): no
