@@ -40,6 +40,18 @@ cf_ccache_cmake_args() {
 }
 
 cf_log() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
+# For the index-th of several workers a script runs on this host at once:
+# "--run-uid-base=N" 1000 x index above CODEFLEET_WORKER_RUN_UID_BASE when
+# that is set (a worker refuses run uids another worker on the host holds),
+# nothing otherwise (the process backend then runs no program as a run
+# uid, and the other backends' default base is the first worker's).
+cf_run_uid_base_arg() { # index
+    local b=${CODEFLEET_WORKER_RUN_UID_BASE:-0}
+    if [[ $b =~ ^[0-9]+$ ]] && ((b > 0)); then
+        printf -- '--run-uid-base=%d\n' $((b + $1 * 1000))
+    fi
+}
+
 cf_die() {
     cf_log "error: $*"
     exit 1

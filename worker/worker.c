@@ -338,12 +338,21 @@ static int worker_backends_setup(cf_worker *w, cf_error *err)
     budget_children_setup(w);
     /* Before any sandbox starts: who creates their user namespaces (only
      * the sandbox and the embedded runtimes make any). */
-    bool namespaced = false;
+    bool namespaced = false, other_uids = false;
     cf_list_item item;
-    for (const char *cur = cfg->backends; cf_list_next(&cur, &item);)
+    for (const char *cur = cfg->backends; cf_list_next(&cur, &item);) {
         namespaced |= (item.len == 7 && strncmp(item.s, "sandbox", 7) == 0) ||
                       (item.len == 4 && strncmp(item.s, "wasm", 4) == 0) ||
                       (item.len == 2 && strncmp(item.s, "js", 2) == 0);
+        other_uids |= (item.len == 9 && strncmp(item.s, "container", 9) == 0) ||
+                      (item.len == 7 && strncmp(item.s, "process", 7) == 0 && cfg->run_uid_base > 0);
+    }
+    /* Its run uids are its own on this host (run_uids.c): every block, as
+     * each backend family takes its own. */
+    if (geteuid() == 0 && (namespaced || other_uids) &&
+        run_uids_claim(cfg->run_uid_base > 0 ? cfg->run_uid_base : CF_RUN_UID_BASE_DEFAULT,
+                       (int64_t)CF_UID_BLOCKS * w->nslots, err) < 0)
+        return -1;
     if (namespaced) {
         /* The sandbox's, wasm's and js's blocks of run uids (cf_uid_block). */
         int64_t base = cfg->run_uid_base > 0 ? cfg->run_uid_base : CF_RUN_UID_BASE_DEFAULT;

@@ -325,6 +325,13 @@ void budget_children_usage(const cf_worker *w, int64_t *memory_bytes, int64_t *p
 /* After the backends and /metrics are gone: removes the directory. */
 void budget_children_teardown(cf_worker *w);
 
+/* run_uids.c */
+/* Claims host uids [first, first + count) for this worker against every
+ * other worker on the host (a lock the kernel drops when it dies); -1
+ * when another worker holds some of them.  One that cannot be claimed (no
+ * /run/codefleet) is logged and let through. */
+int run_uids_claim(int64_t first, int64_t count, cf_error *err);
+
 /* consumers.c */
 int consumers_setup(cf_worker *w, cf_error *err);
 rd_kafka_t *consumers_of_topic(const cf_worker *w, size_t topic);

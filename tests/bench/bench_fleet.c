@@ -309,6 +309,9 @@ int main(int argc, char **argv)
             if (cf_dispatcher_wait_any(d, 120 * SEC, &res, NULL, &err) < 0)
                 die("wait", &err);
             ok += res.status == CF_STATUS_SUCCESS;
+            if (res.status != CF_STATUS_SUCCESS) /* say which and why: a figure left out needs a reason */
+                fprintf(stderr, "bench_fleet: %s: %s: %s\n", res.id ? res.id : "?", cf_status_name(res.status),
+                        res.reason ? res.reason : "");
             cf_result_clear(&res);
         }
         int64_t dt = cf_mono_us() - t0;

@@ -49,9 +49,10 @@ topics() { # base: default, tenant-a and tenant-b request topics (+ cancel), res
 }
 
 start_worker() { # base id extra-args...
-    local b=$1 id=$2
+    local b=$1 id=$2 uids
     shift 2
-    "$WORKER" --config "$conf" --brokers "$CF_TEST_BROKERS" --group "$b.grp" --worker-id "$id" \
+    mapfile -t uids < <(cf_run_uid_base_arg "${#pids[@]}")
+    "$WORKER" "${uids[@]}" --config "$conf" --brokers "$CF_TEST_BROKERS" --group "$b.grp" --worker-id "$id" \
         --request-topic "$b.req" --result-topic "$b.res" --dlq-topic "$b.dlq" --workers-topic "" \
         --log-level warn --slots 2 --backends process --profile.default.backends=process \
         --profile.default.network=enabled --work-root /tmp "$@" >"$dir/$id.log" 2>&1 &

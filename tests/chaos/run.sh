@@ -69,10 +69,11 @@ pids=("" "" "")
 # directory says which worker started it (its parent pid would not, for a
 # program that outlived its worker).  Small prefetch: a burst pauses intake.
 start_worker() { # index
-    local i=$1
+    local i=$1 uids
+    mapfile -t uids < <(cf_run_uid_base_arg "$i")
     # shellcheck disable=SC2016 # expanded by the inner shell, whose $$ the worker keeps
     setsid sh -c 'r="$0/root-$$"; mkdir -p "$r" && exec "$@" --work-root "$r"' "$dir" \
-        "$WORKER" --config "$CF_TEST_CLIENT_CONFIG" --brokers "$CF_TEST_BROKERS" --group "$group" \
+        "$WORKER" "${uids[@]}" --config "$CF_TEST_CLIENT_CONFIG" --brokers "$CF_TEST_BROKERS" --group "$group" \
         --worker-id "$tag-w$i" --request-topic "$req" --result-topic "$res" --dlq-topic "$dlq" \
         --redis "$CF_TEST_REDIS" --backends process --profile.default.backends=process \
         --profile.default.network=enabled --slots 2 --prefetch 2 --idempotency-lease 3s --rebalance-wait 2s \

@@ -190,6 +190,34 @@ static const char *worker_bin(void)
     return path;
 }
 
+/* The workers this test started that are still alive (not exited, not a
+ * zombie: a SIGKILLed worker's run uids are free again), by the index that
+ * sets their run uids. */
+#define LIVE_WORKERS_MAX 16
+static pid_t live_workers[LIVE_WORKERS_MAX];
+
+static bool pid_alive(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    const char *close_paren = strrchr(buf, ')');
+    return close_paren && close_paren[1] == ' ' && close_paren[2] != 'Z' && close_paren[2] != 'X';
+}
+
+static int live_worker_index(void)
+{
+    for (int k = 0; k < LIVE_WORKERS_MAX; k++)
+        if (live_workers[k] <= 0 || !pid_alive(live_workers[k]))
+            return k;
+    return LIVE_WORKERS_MAX - 1;
+}
+
 void it_worker_start(it_worker *w, const it_topics *t, const char *id, const char *const *extra_args)
 {
     memset(w, 0, sizeof(*w));
@@ -235,6 +263,25 @@ void it_worker_start(it_worker *w, const it_topics *t, const char *id, const cha
     argv[n++] = a_backends;
     argv[n++] = a_pbackends;
     argv[n++] = (char *)"--profile.default.network=enabled";
+    /* Workers alive at once get run uids of their own (the worker refuses
+     * a range another worker on the host holds: run_uids.c): the first
+     * keeps the environment's base, the k-th alive is 1000 k above it. */
+    static char a_uids[64];
+    bool own_uids = false;
+    for (int i = 0; extra_args && extra_args[i]; i++)
+        own_uids |= strncmp(extra_args[i], "--run-uid-base", 14) == 0;
+    /* Only where the worker claims any: a backend that runs programs as
+     * run uids (the process backend does only with a base, which would
+     * otherwise change how its programs run). */
+    const char *env = getenv("CODEFLEET_WORKER_RUN_UID_BASE");
+    bool claims = (env && atoll(env) > 0) || strstr(backends, "sandbox") || strstr(backends, "container") ||
+                  strstr(backends, "wasm") || strstr(backends, "js");
+    int k = own_uids || !claims ? -1 : live_worker_index();
+    if (k > 0) {
+        long long base = env && atoll(env) > 0 ? atoll(env) : 100000;
+        snprintf(a_uids, sizeof(a_uids), "--run-uid-base=%lld", base + 1000LL * k);
+        argv[n++] = a_uids;
+    }
     for (int i = 0; extra_args && extra_args[i] && n < 62; i++)
         argv[n++] = (char *)extra_args[i];
     argv[n] = NULL;
@@ -261,6 +308,8 @@ void it_worker_start(it_worker *w, const it_topics *t, const char *id, const cha
         _exit(127);
     }
     w->pid = pid;
+    if (k >= 0)
+        live_workers[k] = pid;
 }
 
 int it_worker_stop(it_worker *w, int sig, int timeout_ms)

@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -381,11 +382,69 @@ static void test_children_are_bounded_together(void **state)
     assert_false(cgroup_dir_exists(dir, found, sizeof(found)));
 }
 
+/* Two workers on one host never share run uids: the second one whose
+ * range overlaps the first's refuses to start, naming run-uid-base; once
+ * the first is gone the range is free.  (Sharing, the process backend's
+ * clean-up of one worker SIGKILLed the other's program in mid-run.) */
+static void test_workers_never_share_run_uids(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    if (geteuid() != 0)
+        skip(); /* only root switches uids, and so claims them */
+    it_topics t;
+    it_topics_create(&t, "runuids", 1);
+    /* A base of this test's own: the first worker 2 slots x 4 blocks
+     * (8 uids), the second one 4 above, overlapping. */
+    const char *env = getenv("CODEFLEET_WORKER_RUN_UID_BASE");
+    long long base = (env && atoll(env) > 0 ? atoll(env) : 100000) + 500;
+    char a1[64], a2[64];
+    snprintf(a1, sizeof(a1), "--run-uid-base=%lld", base);
+    snprintf(a2, sizeof(a2), "--run-uid-base=%lld", base + 4);
+    const char *e1[] = {"--backends=process", "--slots=2", a1, NULL};
+    const char *e2[] = {"--backends=process", "--slots=2", a2, NULL};
+    it_worker w1, w2;
+    it_worker_start(&w1, &t, "runuids-w1", e1);
+    if (!it_worker_wait_log(&w1, "reading cancels from", 60000)) {
+        it_worker_dump_log(&w1);
+        fail_msg("the first worker did not start");
+    }
+    assert_true(it_worker_log_contains(&w1, "claimed on this host"));
+    it_worker_start(&w2, &t, "runuids-w2", e2);
+    /* It waits a few seconds for the holder to go, then refuses. */
+    int st = -1;
+    for (int waited = 0; waited < 60000 && st < 0; waited += 50) {
+        int s2;
+        if (waitpid(w2.pid, &s2, WNOHANG) == w2.pid) {
+            st = s2;
+            w2.pid = 0;
+        } else {
+            usleep(50 * 1000);
+        }
+    }
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) == 0 ||
+        !it_worker_log_contains(&w2, "overlap another worker's on this host") ||
+        !it_worker_log_contains(&w2, "run-uid-base")) {
+        it_worker_dump_log(&w2);
+        fail_msg("the second worker, on the first one's run uids, did not refuse to start (status %d)", st);
+    }
+    /* The first one gone (SIGKILL: the kernel drops its claim), the same
+     * range is free for the next. */
+    it_worker_stop(&w1, SIGKILL, 5000);
+    it_worker_start(&w2, &t, "runuids-w2b", e2);
+    if (!it_worker_wait_log(&w2, "reading cancels from", 60000)) {
+        it_worker_dump_log(&w2);
+        fail_msg("the range was not free after the first worker died");
+    }
+    it_worker_stop(&w2, SIGTERM, 30000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_limits_never_add_up_past_the_budget),
         cmocka_unit_test(test_children_are_bounded_together),
+        cmocka_unit_test(test_workers_never_share_run_uids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

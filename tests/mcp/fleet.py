@@ -14,6 +14,11 @@ import time
 
 
 class Fleet:
+    # Workers alive at once get run uids of their own (a worker refuses a
+    # range another worker on the host holds): the first keeps the
+    # environment's run-uid-base, the k-th alive runs 1000 k above it.
+    _live = []
+
     def __init__(self, prefix, extra=()):
         self.brokers = os.environ["CF_TEST_BROKERS"]
         self.config = os.environ.get("CF_TEST_CLIENT_CONFIG", "")
@@ -51,6 +56,10 @@ class Fleet:
                 "--kafka.heartbeat.interval.ms=500", "--backends=" + self.backends,
                 "--profile.default.backends=" + self.backends, "--profile.default.network=enabled"]
         args += self.extra
+        k = next((i for i, w in enumerate(Fleet._live) if w.poll() is not None), len(Fleet._live))
+        if k > 0 and not any(a.startswith("--run-uid-base") for a in self.extra):
+            base = int(os.environ.get("CODEFLEET_WORKER_RUN_UID_BASE", "0") or 0) or 100000
+            args.append("--run-uid-base=%d" % (base + 1000 * k))
         if self.config:
             args.insert(1, "--config=" + self.config)
         redis = os.environ.get("CF_TEST_REDIS")
@@ -59,6 +68,10 @@ class Fleet:
         log = open(self.log_path, "wb")
         self.worker = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()
+        if k < len(Fleet._live):
+            Fleet._live[k] = self.worker
+        else:
+            Fleet._live.append(self.worker)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.worker.poll() is not None:
