@@ -188,6 +188,43 @@ void partitions_store_offsets(cf_worker *w)
 
 /* Pauses or resumes one topic's intake: its partitions not held for
  * their tracker (those stay paused until it drains). */
+/* After a resume, when the topic's consumer had nothing else to fetch.
+ * librdkafka applies a resume on its main thread and does not wake the
+ * broker thread, which, with every partition it fetches paused, sleeps up
+ * to a second (rd_kafka_max_block_ms): with one consumer per topic, each
+ * pause of a tenant's backlog then cost up to a second of idle slots
+ * (fetch debug: 851 ms from resume to the next fetch decision; fair
+ * throughput 0.59x of one consumer's, BENCHMARKS.md; confluent-kafka-go
+ * #630 shows the same).  A change of fetch state does wake it: a seek of
+ * each resumed partition to its own position, which changes nothing of
+ * what is read next (a pause already dropped what librdkafka had
+ * prefetched), goes through offset validation and back to fetching.
+ * Partitions with no position yet are left alone: librdkafka's resume
+ * starts those itself. */
+static void wake_fetcher(cf_worker *w, size_t t, const rd_kafka_topic_partition_list_t *resumed)
+{
+    rd_kafka_t *rk = consumers_of_topic(w, t);
+    rd_kafka_topic_partition_list_t *pos = rd_kafka_topic_partition_list_copy(resumed);
+    if (rd_kafka_position(rk, pos) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_topic_partition_list_destroy(pos);
+        return;
+    }
+    rd_kafka_topic_partition_list_t *seek = rd_kafka_topic_partition_list_new(pos->cnt);
+    for (int i = 0; i < pos->cnt; i++)
+        if (!pos->elems[i].err && pos->elems[i].offset >= 0)
+            rd_kafka_topic_partition_list_add(seek, pos->elems[i].topic, pos->elems[i].partition)->offset =
+                pos->elems[i].offset;
+    if (seek->cnt) {
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(rk, seek, 0);
+        if (e) {
+            cf_log_debug("kafka", "waking the fetcher of %s: %s", w->topics[t].name, rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(seek);
+    rd_kafka_topic_partition_list_destroy(pos);
+}
+
 void partitions_set_topic_paused(cf_worker *w, size_t t, bool pause)
 {
     topic_state *ts = &w->topics[t];
@@ -206,6 +243,8 @@ void partitions_set_topic_paused(cf_worker *w, size_t t, bool pause)
             cf_log_warn("kafka", "%s %s: %s", pause ? "pausing" : "resuming", ts->name, rd_kafka_err2str(e));
         else
             cf_log_debug("kafka", "%s %d partition(s) of %s", pause ? "paused" : "resumed", l->cnt, ts->name);
+        if (!e && !pause && w->consumer_per_topic)
+            wake_fetcher(w, t, l);
     }
     rd_kafka_topic_partition_list_destroy(l);
     ts->paused = pause;
