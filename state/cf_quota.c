@@ -152,7 +152,7 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
  * reconcile cursor), 2 items (item -> bytes), 3 due (item by when to look
  * at it again, Unix ms), 4 reserved (item -> when a grow reserved it: a
  * write in flight, whose charge nothing but its own sync lowers for
- * RESERVED_MS).  ARGV: 1 mode (grow, sync, get), 2 item, 3 kind
+ * RESERVED_MS), 5 writers (item -> "<that ms> <writer>").  ARGV: 1 mode (grow, sync, get), 2 item, 3 kind
  * of item ('ws' | 'cp'), 4 bytes to grow by, 5 max bytes, 6 the writer
  * ("" nameless).  Returns {fits
  * (1/0), bytes held, items held, the item's charge}.
@@ -174,15 +174,22 @@ static const cf_redis_script item_script = {
     "local RESERVED_MS = 300000\n"
     /* A write in flight on it (reserved in the last five minutes): the
      * time its reservation is kept until, else nil. */
-    /* A reservation reads "<Unix ms> <writer>" (an older codefleet's:
-     * "<Unix ms>", nobody's); returns when it lapses, and its writer. */
+    /* A reservation is "<Unix ms>" in KEYS[4], as an older codefleet
+     * writes and reads it; its writer "<the same ms> <writer>" in KEYS[5],
+     * which older scripts neither read nor clear, so a writer counts only
+     * beside the very reservation it was written with.  Returns when the
+     * reservation lapses, and its writer (nil: nameless). */
     "local function in_flight(it)\n"
-    "  local v = redis.call('HGET', KEYS[4], it)\n"
-    "  if not v then return nil end\n"
-    "  local at, who = string.match(v, '^(%d+) ?(.*)$')\n"
-    "  at = tonumber(at or '')\n"
-    "  if at and now - at < RESERVED_MS then return at + RESERVED_MS, who end\n"
-    "  return nil\n"
+    "  local at = tonumber(redis.call('HGET', KEYS[4], it) or '')\n"
+    "  if not at or now - at >= RESERVED_MS then return nil end\n"
+    "  local w = redis.call('HGET', KEYS[5], it)\n"
+    "  local wat, who = string.match(w or '', '^(%d+) (.+)$')\n"
+    "  if tonumber(wat or '') ~= at then who = nil end\n"
+    "  return at + RESERVED_MS, who\n"
+    "end\n"
+    "local function unreserve(it)\n"
+    "  redis.call('HDEL', KEYS[4], it)\n"
+    "  redis.call('HDEL', KEYS[5], it)\n"
     "end\n"
     /* What an item holds now (0: its key is gone). */
     "local function measure(it)\n"
@@ -224,7 +231,7 @@ static const cf_redis_script item_script = {
     "local function remeasure(it)\n"
     "  local until_ms = in_flight(it)\n"
     "  if until_ms then redis.call('ZADD', KEYS[3], fmt(until_ms), it) return end\n"
-    "  redis.call('HDEL', KEYS[4], it)\n"
+    "  unreserve(it)\n"
     "  set(it, measure(it))\n"
     "end\n"
     "local it, mode = ARGV[2], ARGV[1]\n"
@@ -236,7 +243,7 @@ static const cf_redis_script item_script = {
     "  return tonumber(v[1] or '0') or 0, tonumber(v[2] or '0') or 0\n"
     "end\n"
     "if mode == 'sync' then\n"
-    "  redis.call('HDEL', KEYS[4], it)\n"
+    "  unreserve(it)\n"
     "  set(it, measure(it))\n"
     "end\n"
     "if mode == 'grow' then\n"
@@ -267,7 +274,9 @@ static const cf_redis_script item_script = {
     "    if b - old + want > maxb then return {0, fmt(b), fmt(n), fmt(old)} end\n"
     "  end\n"
     "  set(it, want)\n"
-    "  redis.call('HSET', KEYS[4], it, fmt(now) .. ' ' .. ARGV[6])\n"
+    "  redis.call('HSET', KEYS[4], it, fmt(now))\n"
+    "  if ARGV[6] ~= '' then redis.call('HSET', KEYS[5], it, fmt(now) .. ' ' .. ARGV[6])\n"
+    "  else redis.call('HDEL', KEYS[5], it) end\n"
     "end\n"
     "local b, n = totals()\n"
     "return {1, fmt(b), fmt(n), redis.call('HGET', KEYS[2], it) or '0'}\n",
@@ -283,20 +292,22 @@ static int item_eval(cf_redis *r, const char *kind, const char *scope, const cha
         writer = "";
     if (strlen(writer) > CF_QUOTA_WRITER_MAX || strpbrk(writer, " \n"))
         return cf_error_set(err, CF_E_INVALID, "quota %s: bad writer", kind);
-    char totals[KEY_MAX], items[KEY_MAX], due[KEY_MAX], resv[KEY_MAX];
+    char totals[KEY_MAX], items[KEY_MAX], due[KEY_MAX], resv[KEY_MAX], writers[KEY_MAX];
     int a = snprintf(totals, KEY_MAX, "cf:quota:{%s/%s}", kind, scope);
     int b = snprintf(items, KEY_MAX, "cf:quota:{%s/%s}:items", kind, scope);
     int c = snprintf(due, KEY_MAX, "cf:quota:{%s/%s}:due", kind, scope);
     int d = snprintf(resv, KEY_MAX, "cf:quota:{%s/%s}:reserved", kind, scope);
-    if (a < 0 || a >= KEY_MAX || b < 0 || b >= KEY_MAX || c < 0 || c >= KEY_MAX || d < 0 || d >= KEY_MAX)
+    int e = snprintf(writers, KEY_MAX, "cf:quota:{%s/%s}:writers", kind, scope);
+    if (a < 0 || a >= KEY_MAX || b < 0 || b >= KEY_MAX || c < 0 || c >= KEY_MAX || d < 0 || d >= KEY_MAX || e < 0 ||
+        e >= KEY_MAX)
         return cf_error_set(err, CF_E_INVALID, "quota %s: scope name too long", kind);
-    const char *keys[4] = {totals, items, due, resv};
+    const char *keys[5] = {totals, items, due, resv, writers};
     char sb[24], sm[24];
     snprintf(sb, sizeof(sb), "%" PRId64, bytes);
     snprintf(sm, sizeof(sm), "%" PRId64, max_bytes > 0 ? max_bytes : 0);
     const char *args[6] = {mode, item, item_kind, sb, sm, writer};
     redisReply *rep = NULL;
-    if (cf_redis_eval(r, &item_script, 4, keys, NULL, 6, args, NULL, &rep, err) < 0)
+    if (cf_redis_eval(r, &item_script, 5, keys, NULL, 6, args, NULL, &rep, err) < 0)
         return -1;
     int64_t ok = 0, hb = 0, hn = 0, ch = 0;
     int rc = 0;

@@ -80,7 +80,8 @@ int cf_quota_usage_get(cf_redis *r, const char *kind, const char *scope, cf_quot
  * expiry, or a day), and before a refusal the next 500 items are (a
  * cursor: deleted workspaces, reservations whose write never synced).
  * Keys: cf:quota:{<kind>/<scope>} (totals), ...:items (item -> bytes),
- * ...:due (item by when to measure it again); one hash tag.  The item keys
+ * ...:due (item by when to measure it again), ...:reserved and
+ * ...:writers (reservations in flight, and whose); one hash tag.  The item keys
  * are read by name from the script: one Redis or Sentinel, not Cluster
  * (docs/STATE.md, "Quotas"). */
 /* Redis's own cost beside the bytes kept, estimated (a workspace's bytes:
@@ -104,8 +105,9 @@ typedef enum cf_quota_item_mode {
     CF_QUOTA_ITEM_SYNC, /* after it: charge what the item measures now (0: out of the ledger) */
 } cf_quota_item_mode;
 
-/* writer: who grows (the request's id; NULL or "" nameless, which always
- * stacks), at most CF_QUOTA_WRITER_MAX bytes, no space or newline.
+/* writer: who grows (the request's id, only while the run holds the
+ * request's lease, so that no other run of that id grows meanwhile; NULL
+ * or "" nameless, which always stacks), at most CF_QUOTA_WRITER_MAX bytes, no space or newline.
  * *held: the totals after (or as they stand, refused); each may be NULL.
  * One try: the caller retries transient errors (a sync is idempotent). */
 #define CF_QUOTA_WRITER_MAX 256

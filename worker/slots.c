@@ -226,10 +226,15 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     bool fenced = st && j->claim == JOB_CLAIM_LEASED &&
                   cf_wstate_lease_ref(j->profile->name, j->req.id, j->digest, j->token, j->lease_key,
                                       sizeof(j->lease_key), j->lease_value, sizeof(j->lease_value)) == 0;
-    /* This tenant's quotas for what the run writes (cf_wstate_end clears them). */
+    /* This tenant's quotas for what the run writes (cf_wstate_end clears
+     * them).  Its reservations name the request only when the run holds
+     * the request's lease: then no other run of that id writes meanwhile,
+     * and a redelivery's grow may replace a dead run's reservation; without
+     * one, runs of one id (the tenant chooses ids) could run at once and
+     * each replace the other's, so they stay nameless and stack. */
     if (st)
         cf_wstate_set_quota(st, j->profile->name, j->profile->max_workspace_bytes, j->profile->max_checkpoint_bytes,
-                            j->req.id);
+                            fenced ? j->req.id : NULL);
     if (needs_state && !st) {
         cf_observe_redis_error(w->obs);
         cf_log_error(LOG_SUB, "request %s: workspace store unavailable: %s", j->req.id, err.msg);

@@ -1180,6 +1180,14 @@ static void state_item_quotas(void **state)
                                    CF_QUOTA_ITEM_GROW, 6000, 20000, NULL, &fits, &u, &err), 0);
     assert_false(fits);
     assert_int_equal(u.bytes, 15000);
+    /* A writer counts only beside the reservation it was written with: one
+     * left by another reservation (an older worker's, which writes no
+     * writer, during a rolling upgrade) does not make a grow its own. */
+    cf_test_redis_int(raw, "HSET cf:quota:{workspaces/qd}:writers cf:{ws:qd-1}:meta %s", "1 req-2");
+    assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
+                                   CF_QUOTA_ITEM_GROW, 1000, 20000, "req-2", &fits, &u, &err), 0);
+    assert_true(fits);
+    assert_int_equal(u.bytes, 16000);
     /* A writer the ledger cannot name is refused as an argument. */
     assert_int_equal(cf_quota_item(f->r, "workspaces", "qd", "cf:{ws:qd-1}:meta", CF_QUOTA_WORKSPACE,
                                    CF_QUOTA_ITEM_GROW, 1, 20000, "a b", &fits, &u, &err), -1);
