@@ -132,6 +132,10 @@ typedef struct ct_state {
      * init in its nested namespace ("--ucount NAME=N"; ct_ucounts). */
     char ucount_args[CT_UCOUNTS][64];
     int n_ucounts;
+    /* The same for POSIX message queues' bytes, which count against the
+     * namespace creator's RLIMIT_MSGQUEUE on the way up: each execution's
+     * own RLIMIT_MSGQUEUE, the worker's over twice the slots (0: none). */
+    int64_t msgqueue_share;
     /* readonlyPaths: /proc/sys's entries but user/ (the nested namespace's
      * own limits, writable only with its capabilities, which the init
      * drops), and the usual others. */
@@ -536,6 +540,10 @@ static const struct {
 
 static void ct_ucounts(ct_state *st)
 {
+    struct rlimit mq;
+    st->msgqueue_share = 0;
+    if (getrlimit(RLIMIT_MSGQUEUE, &mq) == 0 && mq.rlim_cur != RLIM_INFINITY)
+        st->msgqueue_share = (int64_t)(mq.rlim_cur / (2 * (rlim_t)st->slots));
     st->n_ucounts = 0;
     for (int i = 0; i < CT_UCOUNTS; i++) {
         long long host = 0;
@@ -563,8 +571,12 @@ static void ct_ro_sys(ct_state *st)
     while (d && (e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.' || strcmp(e->d_name, "user") == 0 || strlen(e->d_name) > 40)
             continue;
-        if (st->n_ro_sys == CT_RO_SYS_MAX) { /* more than any kernel has: all of it read-only */
+        if (st->n_ro_sys == CT_RO_SYS_MAX) {
+            /* More than any kernel has: all of it read-only, and then the
+             * init cannot set its namespace's limits (ct_ucounts' are
+             * dropped, and the capabilities say so). */
             st->n_ro_sys = 0;
+            st->n_ucounts = 0;
             break;
         }
         snprintf(st->ro_sys[st->n_ro_sys++], sizeof(st->ro_sys[0]), "/proc/sys/%s", e->d_name);
@@ -914,8 +926,9 @@ static void ct_note_isolation(ct_state *st, size_t n_host, const char *netwhy)
         cf_exec_notes_add(&st->base,
                           "per-user kernel counters: the runtime makes the container's user namespace as root, so "
                           "what a program makes counts against root's limits too; each execution is held to a share "
-                          "in its nested namespace (%s: the host's limit over twice the slots)",
-                          list);
+                          "in its nested namespace (%s: the host's limit over twice the slots) and RLIMIT_MSGQUEUE "
+                          "%lld (the worker's over twice the slots)",
+                          list, (long long)st->msgqueue_share);
     } else {
         cf_exec_notes_add(&st->base, "per-user kernel counters NOT limited per execution (no nested user namespace): "
                                      "what a program makes (inotify instances, ...) counts against root's limits");
@@ -1130,6 +1143,13 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     }
     ok = ok && json_array_append_new(rl, json_pack("{s:s, s:I, s:I}", "type", "RLIMIT_CORE", "soft",
                                                    (json_int_t)0, "hard", (json_int_t)0)) == 0;
+    bool own_mq = false;
+    for (int i = 0; i < spec->n_rlimits; i++)
+        own_mq |= spec->rlimits[i].resource == RLIMIT_MSGQUEUE;
+    if (ok && !own_mq && st->msgqueue_share > 0) /* its share of root's (ct_state.msgqueue_share) */
+        ok = json_array_append_new(rl, json_pack("{s:s, s:I, s:I}", "type", "RLIMIT_MSGQUEUE", "soft",
+                                                 (json_int_t)st->msgqueue_share, "hard",
+                                                 (json_int_t)st->msgqueue_share)) == 0;
     char tmp_opts[128], shm_opts[128];
     snprintf(tmp_opts, sizeof(tmp_opts), "nosuid,nodev,mode=1777,size=%lld,nr_inodes=%lld", (long long)st->tmp_bytes,
              (long long)st->inodes);

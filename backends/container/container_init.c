@@ -81,10 +81,10 @@ static void report(const char *what, int n)
         (void)!write(REPORT_FD, line, (size_t)len);
 }
 
-static int write_self(const char *file, const char *text)
+/* Writes text into the file at path in one write (a /proc file takes one
+ * write as one value); -1 with errno. */
+static int write_text(const char *path, const char *text)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/self/%s", file);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
@@ -97,6 +97,13 @@ static int write_self(const char *file, const char *text)
         return -1;
     }
     return 0;
+}
+
+static int write_self(const char *file, const char *text)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/%s", file);
+    return write_text(path, text);
 }
 
 #define MAX_UCOUNTS 8
@@ -126,19 +133,8 @@ static int set_ucounts(void)
         const char *eq = strchr(ucounts[i], '=');
         char path[80];
         snprintf(path, sizeof(path), "/proc/sys/user/%.*s", (int)(eq - ucounts[i]), ucounts[i]);
-        int fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT)
-            continue; /* not a limit this kernel has */
-        if (fd < 0)
+        if (write_text(path, eq + 1) < 0 && errno != ENOENT) /* ENOENT: not a limit this kernel has */
             return -1;
-        size_t len = strlen(eq + 1);
-        ssize_t n = write(fd, eq + 1, len);
-        int e = errno;
-        close(fd);
-        if (n != (ssize_t)len) {
-            errno = n < 0 ? e : EIO;
-            return -1;
-        }
     }
     return 0;
 }

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -353,7 +354,9 @@ static void test_identity_and_confinement(void **state)
              "awk '$5 == \"/\" {print \"root:\" $6}' /proc/self/mountinfo;"
              "echo inotify-share: $(cat /proc/sys/user/max_inotify_instances);"
              "(echo 100000 > /proc/sys/user/max_inotify_instances) 2>/dev/null && echo share-raised || echo share-held;"
-             "(echo x > /proc/sys/kernel/domainname) 2>/dev/null && echo sys-written || echo sys-refused");
+             "awk '$5 == \"/proc/sys/kernel\" || $5 == \"/proc/sys/user\" {print \"mount\" $5 \":\" $6}' "
+             "/proc/self/mountinfo;"
+             "awk '/^Max msgqueue size/ {print \"msgqueue: \" $4}' /proc/self/limits");
     assert_int_equal(run(f, &req, &res), 0);
     assert_int_equal(res.status, CF_STATUS_SUCCESS);
     const cf_bytes *o = &res.stdout_data;
@@ -366,7 +369,9 @@ static void test_identity_and_confinement(void **state)
     assert_true(out_has(o, " --seccomp -- /bin/sh"));
     /* Its share of root's inotify instances (crun makes the container's
      * namespace as root): the host's limit over twice the slots, which the
-     * program cannot raise; the rest of /proc/sys stays unwritable. */
+     * program cannot raise (its files are writable only with its
+     * namespace's CAP_SYS_RESOURCE); the rest of /proc/sys stays mounted
+     * read-only, user/ is not a read-only mount of its own. */
     long host = 0;
     FILE *hf = fopen("/proc/sys/fs/inotify/max_user_instances", "r");
     if (!hf || fscanf(hf, "%ld", &host) != 1)
@@ -378,7 +383,17 @@ static void test_identity_and_confinement(void **state)
     if (host > 0 && !out_has(o, share))
         fail_msg("want %s in %.*s", share, (int)o->len, (const char *)o->data);
     assert_true(out_has(o, "share-held\n"));
-    assert_true(out_has(o, "sys-refused\n"));
+    assert_true(out_has(o, "mount/proc/sys/kernel:ro,"));
+    /* POSIX message queues' bytes, counted against root's RLIMIT_MSGQUEUE
+     * too: the worker's over twice the slots. */
+    struct rlimit mq;
+    if (getrlimit(RLIMIT_MSGQUEUE, &mq) == 0 && mq.rlim_cur != RLIM_INFINITY) {
+        char want_mq[64];
+        snprintf(want_mq, sizeof(want_mq), "msgqueue: %llu\n", (unsigned long long)(mq.rlim_cur / (2 * SLOTS)));
+        if (!out_has(o, want_mq))
+            fail_msg("want %s in %.*s", want_mq, (int)o->len, (const char *)o->data);
+    }
+    assert_false(out_has(o, "mount/proc/sys/user:"));
     assert_true(out_has(o, "root-ro"));
     assert_true(out_has(o, ":/\n"));
     /* the map reads in container terms (a nested user namespace): no
