@@ -71,6 +71,8 @@ size_t partitions_tracker_cap(const cf_worker *w)
     return 2 * partitions_tracker_soft(w) + 1024;
 }
 
+static void wake_fetcher(cf_worker *w, size_t t, const rd_kafka_topic_partition_list_t *resumed);
+
 void partitions_pause_one(cf_worker *w, size_t t, int32_t p, bool pause)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
@@ -80,6 +82,8 @@ void partitions_pause_one(cf_worker *w, size_t t, int32_t p, bool pause)
     if (e)
         cf_log_warn("kafka", "%s %s[%" PRId32 "]: %s", pause ? "pausing" : "resuming", w->topics[t].name, p,
                     rd_kafka_err2str(e));
+    else if (!pause)
+        wake_fetcher(w, t, l);
     rd_kafka_topic_partition_list_destroy(l);
 }
 
@@ -188,41 +192,42 @@ void partitions_store_offsets(cf_worker *w)
 
 /* Pauses or resumes one topic's intake: its partitions not held for
  * their tracker (those stay paused until it drains). */
-/* After a resume, when the topic's consumer had nothing else to fetch.
- * librdkafka applies a resume on its main thread and does not wake the
- * broker thread, which, with every partition it fetches paused, sleeps up
- * to a second (rd_kafka_max_block_ms): with one consumer per topic, each
+/* After a resume, when the topic's consumer may have had nothing else to
+ * fetch.  librdkafka applies a resume on its main thread and does not wake
+ * the broker thread, which, with every partition it fetches paused, sleeps
+ * up to a second (rd_kafka_max_block_ms): with one consumer per topic, each
  * pause of a tenant's backlog then cost up to a second of idle slots
  * (fetch debug: 851 ms from resume to the next fetch decision; fair
  * throughput 0.59x of one consumer's, BENCHMARKS.md; confluent-kafka-go
  * #630 shows the same).  A change of fetch state does wake it: a seek of
- * each resumed partition to its own position, which changes nothing of
- * what is read next (a pause already dropped what librdkafka had
- * prefetched), goes through offset validation and back to fetching.
- * Partitions with no position yet are left alone: librdkafka's resume
- * starts those itself. */
+ * each resumed partition to the offset after the last request this worker
+ * took from it.  That is where the fetch resumes anyway (a pause dropped
+ * what librdkafka had prefetched, and an intake that could not take a
+ * request rewinds to that same offset), so nothing is skipped or read
+ * twice; without a leader epoch librdkafka skips validation and goes back
+ * to fetching.  Partitions this worker took nothing from yet are left
+ * alone: librdkafka's resume starts those itself.  The seek clears
+ * librdkafka's own position until the next message, which the partition
+ * guard then does without (it has the same offset of its own). */
 static void wake_fetcher(cf_worker *w, size_t t, const rd_kafka_topic_partition_list_t *resumed)
 {
-    rd_kafka_t *rk = consumers_of_topic(w, t);
-    rd_kafka_topic_partition_list_t *pos = rd_kafka_topic_partition_list_copy(resumed);
-    if (rd_kafka_position(rk, pos) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        rd_kafka_topic_partition_list_destroy(pos);
-        return;
+    if (!w->consumer_per_topic)
+        return; /* one consumer: the other topics' partitions keep it fetching */
+    rd_kafka_topic_partition_list_t *seek = rd_kafka_topic_partition_list_new(resumed->cnt);
+    for (int i = 0; i < resumed->cnt; i++) {
+        part_state *ps = partitions_of(w, resumed->elems[i].topic, resumed->elems[i].partition, false);
+        if (ps && ps->assigned && ps->guard.next_offset >= 0)
+            rd_kafka_topic_partition_list_add(seek, resumed->elems[i].topic, resumed->elems[i].partition)->offset =
+                ps->guard.next_offset;
     }
-    rd_kafka_topic_partition_list_t *seek = rd_kafka_topic_partition_list_new(pos->cnt);
-    for (int i = 0; i < pos->cnt; i++)
-        if (!pos->elems[i].err && pos->elems[i].offset >= 0)
-            rd_kafka_topic_partition_list_add(seek, pos->elems[i].topic, pos->elems[i].partition)->offset =
-                pos->elems[i].offset;
     if (seek->cnt) {
-        rd_kafka_error_t *e = rd_kafka_seek_partitions(rk, seek, 0);
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(consumers_of_topic(w, t), seek, 0);
         if (e) {
             cf_log_debug("kafka", "waking the fetcher of %s: %s", w->topics[t].name, rd_kafka_error_string(e));
             rd_kafka_error_destroy(e);
         }
     }
     rd_kafka_topic_partition_list_destroy(seek);
-    rd_kafka_topic_partition_list_destroy(pos);
 }
 
 void partitions_set_topic_paused(cf_worker *w, size_t t, bool pause)
@@ -243,7 +248,7 @@ void partitions_set_topic_paused(cf_worker *w, size_t t, bool pause)
             cf_log_warn("kafka", "%s %s: %s", pause ? "pausing" : "resuming", ts->name, rd_kafka_err2str(e));
         else
             cf_log_debug("kafka", "%s %d partition(s) of %s", pause ? "paused" : "resumed", l->cnt, ts->name);
-        if (!e && !pause && w->consumer_per_topic)
+        if (!e && !pause)
             wake_fetcher(w, t, l);
     }
     rd_kafka_topic_partition_list_destroy(l);
