@@ -68,7 +68,7 @@ int run_uids_claim(int64_t first, int64_t count, cf_error *err)
             return cf_error_set(err, CF_E_INVALID,
                                 "run uids %lld..%lld overlap another worker's on this host (%s): its programs and "
                                 "this worker's would run as the same uids and could kill each other's; give each "
-                                "worker on a host its own run-uid-base (at least 4 x slots apart)",
+                                "worker on a host its own run-uid-base (at least 4 x (slots + reserve-slots) apart)",
                                 (long long)first, (long long)(first + count - 1), RUN_UIDS_LOCK);
         if (!told)
             cf_log_info(LOG_SUB, "run uids %lld..%lld are another worker's: waiting up to %llds for it to go",

@@ -265,7 +265,9 @@ void it_worker_start(it_worker *w, const it_topics *t, const char *id, const cha
     argv[n++] = (char *)"--profile.default.network=enabled";
     /* Workers alive at once get run uids of their own (the worker refuses
      * a range another worker on the host holds: run_uids.c): the first
-     * keeps the environment's base, the k-th alive is 1000 k above it. */
+     * keeps the environment's base, the k-th alive runs 60000 + 1000 (k - 1)
+     * above it (not the 1000 k of a local stack's workers, which may be up
+     * beside the tests: deploy/stack.sh). */
     static char a_uids[64];
     bool own_uids = false;
     for (int i = 0; extra_args && extra_args[i]; i++)
@@ -279,7 +281,7 @@ void it_worker_start(it_worker *w, const it_topics *t, const char *id, const cha
     int k = own_uids || !claims ? -1 : live_worker_index();
     if (k > 0) {
         long long base = env && atoll(env) > 0 ? atoll(env) : 100000;
-        snprintf(a_uids, sizeof(a_uids), "--run-uid-base=%lld", base + 1000LL * k);
+        snprintf(a_uids, sizeof(a_uids), "--run-uid-base=%lld", base + 60000 + 1000LL * (k - 1));
         argv[n++] = a_uids;
     }
     for (int i = 0; extra_args && extra_args[i] && n < 62; i++)

@@ -16,7 +16,8 @@ import time
 class Fleet:
     # Workers alive at once get run uids of their own (a worker refuses a
     # range another worker on the host holds): the first keeps the
-    # environment's run-uid-base, the k-th alive runs 1000 k above it.
+    # environment's run-uid-base, the k-th alive runs 60000 + 1000 (k - 1)
+    # above it (a local stack's workers, which may be up, take 1000 k).
     _live = []
 
     def __init__(self, prefix, extra=()):
@@ -59,7 +60,7 @@ class Fleet:
         k = next((i for i, w in enumerate(Fleet._live) if w.poll() is not None), len(Fleet._live))
         if k > 0 and not any(a.startswith("--run-uid-base") for a in self.extra):
             base = int(os.environ.get("CODEFLEET_WORKER_RUN_UID_BASE", "0") or 0) or 100000
-            args.append("--run-uid-base=%d" % (base + 1000 * k))
+            args.append("--run-uid-base=%d" % (base + 60000 + 1000 * (k - 1)))
         if self.config:
             args.insert(1, "--config=" + self.config)
         redis = os.environ.get("CF_TEST_REDIS")
