@@ -634,6 +634,34 @@ static int count_fds(pid_t pid)
 
 /* Processes whose name starts with "hostile" (every hostile program, its
  * daemons and setuid probe), as "pid:comm " into buf. */
+static bool cg_moved_any(void)
+{
+    for (size_t i = 0; i < N_CTRL; i++)
+        if (g.cg_moved[i])
+            return true;
+    return false;
+}
+
+/* The suite's own: below the cgroup it moved itself into (cf-hostile-<its
+ * pid>), where everything it starts lands, so that another test run's
+ * hostile programs on the same host are not taken for this one's
+ * leftovers; every "hostile" process when it could not move itself. */
+static bool hostile_ours(const char *pid)
+{
+    if (!cg_moved_any())
+        return true;
+    char path[300], pcg[2048], mark[48];
+    snprintf(path, sizeof(path), "/proc/%s/cgroup", pid);
+    read_small(path, pcg, sizeof(pcg));
+    snprintf(mark, sizeof(mark), "/cf-hostile-%d", (int)getpid());
+    for (const char *f = strstr(pcg, mark); f; f = strstr(f + 1, mark)) {
+        char next = f[strlen(mark)];
+        if (next == '/' || next == '\n' || next == '\0')
+            return true;
+    }
+    return false;
+}
+
 static int hostile_processes(char *buf, size_t size)
 {
     DIR *d = opendir("/proc");
@@ -648,7 +676,7 @@ static int hostile_processes(char *buf, size_t size)
         snprintf(path, sizeof(path), "/proc/%s/comm", de->d_name);
         read_small(path, comm, sizeof(comm));
         comm[strcspn(comm, "\n")] = '\0';
-        if (strncmp(comm, "hostile", 7) == 0) {
+        if (strncmp(comm, "hostile", 7) == 0 && hostile_ours(de->d_name)) {
             n++;
             /* State, parent, uid and cgroup say whose it is. */
             char st[2048], pcg[512], state[32] = "?", ppid[16] = "?", uid[16] = "?";
