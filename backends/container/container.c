@@ -132,10 +132,7 @@ typedef struct ct_state {
      * init in its nested namespace ("--ucount NAME=N"; ct_ucounts). */
     char ucount_args[CT_UCOUNTS][64];
     int n_ucounts;
-    /* The same for POSIX message queues' bytes, which count against the
-     * namespace creator's RLIMIT_MSGQUEUE on the way up: each execution's
-     * own RLIMIT_MSGQUEUE, the worker's over twice the slots (0: none). */
-    int64_t msgqueue_share;
+
     /* readonlyPaths: /proc/sys's entries but user/ (the nested namespace's
      * own limits, writable only with its capabilities, which the init
      * drops), and the usual others. */
@@ -540,10 +537,6 @@ static const struct {
 
 static void ct_ucounts(ct_state *st)
 {
-    struct rlimit mq;
-    st->msgqueue_share = 0;
-    if (getrlimit(RLIMIT_MSGQUEUE, &mq) == 0 && mq.rlim_cur != RLIM_INFINITY)
-        st->msgqueue_share = (int64_t)(mq.rlim_cur / (2 * (rlim_t)st->slots));
     st->n_ucounts = 0;
     for (int i = 0; i < CT_UCOUNTS; i++) {
         long long host = 0;
@@ -926,9 +919,8 @@ static void ct_note_isolation(ct_state *st, size_t n_host, const char *netwhy)
         cf_exec_notes_add(&st->base,
                           "per-user kernel counters: the runtime makes the container's user namespace as root, so "
                           "what a program makes counts against root's limits too; each execution is held to a share "
-                          "in its nested namespace (%s: the host's limit over twice the slots) and RLIMIT_MSGQUEUE "
-                          "%lld (the worker's over twice the slots)",
-                          list, (long long)st->msgqueue_share);
+                          "in its nested namespace (%s: the host's limit over twice the slots)",
+                          list);
     } else {
         cf_exec_notes_add(&st->base, "per-user kernel counters NOT limited per execution (no nested user namespace): "
                                      "what a program makes (inotify instances, ...) counts against root's limits");
@@ -1038,6 +1030,7 @@ static const char *rlimit_name(int resource)
     case RLIMIT_NPROC: return "RLIMIT_NPROC";
     case RLIMIT_STACK: return "RLIMIT_STACK";
     case RLIMIT_SIGPENDING: return "RLIMIT_SIGPENDING";
+    case RLIMIT_MSGQUEUE: return "RLIMIT_MSGQUEUE";
     default: return NULL;
     }
 }
@@ -1143,13 +1136,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     }
     ok = ok && json_array_append_new(rl, json_pack("{s:s, s:I, s:I}", "type", "RLIMIT_CORE", "soft",
                                                    (json_int_t)0, "hard", (json_int_t)0)) == 0;
-    bool own_mq = false;
-    for (int i = 0; i < spec->n_rlimits; i++)
-        own_mq |= spec->rlimits[i].resource == RLIMIT_MSGQUEUE;
-    if (ok && !own_mq && st->msgqueue_share > 0) /* its share of root's (ct_state.msgqueue_share) */
-        ok = json_array_append_new(rl, json_pack("{s:s, s:I, s:I}", "type", "RLIMIT_MSGQUEUE", "soft",
-                                                 (json_int_t)st->msgqueue_share, "hard",
-                                                 (json_int_t)st->msgqueue_share)) == 0;
+
     char tmp_opts[128], shm_opts[128];
     snprintf(tmp_opts, sizeof(tmp_opts), "nosuid,nodev,mode=1777,size=%lld,nr_inodes=%lld", (long long)st->tmp_bytes,
              (long long)st->inodes);

@@ -59,6 +59,12 @@ typedef struct cf_exec_base {
     const char *embedded_runtime;
     const char *exec_where;   /* " inside the sandbox": the program has its own root, so command paths
                                * are not looked up on the host; NULL: the host is its root */
+    /* Each execution's RLIMIT_MSGQUEUE: the worker's over twice the slots
+     * (0: the worker's is unlimited, none set).  POSIX message queues'
+     * bytes count against the user-namespace creator's limit on the way up:
+     * where that is root (the container backend, or a sandbox whose
+     * namespaces root creates), one program took all of root's without it. */
+    int64_t msgqueue_share;
     char notes[CF_EXEC_NOTES_BYTES];
 } cf_exec_base;
 

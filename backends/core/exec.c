@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -104,6 +105,9 @@ int cf_exec_base_init(cf_exec_base *b, const char *who, const cf_backend_config 
     if (!cfg || !cfg->work_root || !cfg->work_root[0])
         return cf_error_set(err, CF_E_INVALID, "%s: work_root is not set", who);
     b->children_bounded = cfg->children_bounded;
+    struct rlimit mq;
+    if (getrlimit(RLIMIT_MSGQUEUE, &mq) == 0 && mq.rlim_cur != RLIM_INFINITY)
+        b->msgqueue_share = (int64_t)(mq.rlim_cur / (2 * (rlim_t)(cfg->slots > 0 ? cfg->slots : 1)));
     b->max_files_bytes = cfg->max_files_bytes > 0 ? (size_t)cfg->max_files_bytes : FALLBACK_FILES_BYTES;
     b->max_output_file_bytes =
         cfg->max_output_file_bytes > 0 ? (size_t)cfg->max_output_file_bytes : FALLBACK_OUTPUT_FILE_BYTES;
@@ -851,6 +855,9 @@ void cf_exec_job_spec(const cf_exec_job *job, const cf_exec_ctx *ctx, cf_run_spe
      * and leave every root process (the worker, other tenants) without
      * timers or queued signals until it ends. */
     spec->rlimits[nl++] = (cf_run_rlimit){RLIMIT_SIGPENDING, PENDING_SIGNALS_LIMIT};
+    /* The same for POSIX message queues' bytes (cf_exec_base.msgqueue_share). */
+    if (job->base && job->base->msgqueue_share > 0)
+        spec->rlimits[nl++] = (cf_run_rlimit){RLIMIT_MSGQUEUE, (rlim_t)job->base->msgqueue_share};
     spec->n_rlimits = nl;
 }
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -884,6 +885,32 @@ static void test_proc_shows_only_sandbox(void **state)
     cf_request_clear(&req);
 }
 
+/* The per-user counters that rlimits bound, charged up the user
+ * namespaces to root where root made the namespace: queued signals and
+ * POSIX message queues' bytes (the worker's over twice the slots). */
+static void test_counter_rlimits(void **state)
+{
+    REQUIRE_ROOT();
+    fixture *f = *state;
+    cf_request req;
+    cf_result res;
+    req_init(&req, CF_LANG_SHELL,
+             "awk '/^Max pending signals/ {print \"sigpending: \" $4} /^Max msgqueue size/ {print \"msgqueue: \" $4}' "
+             "/proc/self/limits");
+    assert_int_equal(run(f, &req, &res), 0);
+    assert_int_equal(res.status, CF_STATUS_SUCCESS);
+    assert_true(out_has(&res.stdout_data, "sigpending: 1024\n"));
+    struct rlimit mq;
+    if (getrlimit(RLIMIT_MSGQUEUE, &mq) == 0 && mq.rlim_cur != RLIM_INFINITY) {
+        char want[64];
+        snprintf(want, sizeof(want), "msgqueue: %llu\n", (unsigned long long)(mq.rlim_cur / (2 * 2)));
+        if (!out_has(&res.stdout_data, want))
+            fail_msg("want %s in %.*s", want, (int)res.stdout_data.len, (const char *)res.stdout_data.data);
+    }
+    cf_result_clear(&res);
+    cf_request_clear(&req);
+}
+
 static void test_paths_policy(void **state)
 {
     REQUIRE_ROOT();
@@ -1520,6 +1547,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_timeout_kills_everything, setup, teardown),
         cmocka_unit_test_setup_teardown(test_network, setup, teardown),
         cmocka_unit_test_setup_teardown(test_proc_shows_only_sandbox, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counter_rlimits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paths_policy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_work_root_must_be_passable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_cgroups_is_honest, setup, teardown),
