@@ -180,7 +180,9 @@ static const cf_redis_script item_script = {
      * beside the very reservation it was written with.  Returns when the
      * reservation lapses, and its writer (nil: nameless). */
     "local function in_flight(it)\n"
-    "  local at = tonumber(redis.call('HGET', KEYS[4], it) or '')\n"
+    /* (A leading number only: a build of 62a43a5 wrote "<ms> <writer>"
+     * here, read as a nameless reservation.) */
+    "  local at = tonumber(string.match(redis.call('HGET', KEYS[4], it) or '', '^%d+') or '')\n"
     "  if not at or now - at >= RESERVED_MS then return nil end\n"
     "  local w = redis.call('HGET', KEYS[5], it)\n"
     "  local wat, who = string.match(w or '', '^(%d+) (.+)$')\n"

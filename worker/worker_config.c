@@ -88,9 +88,8 @@ static const cf_conf_prop worker_props[] = {
      "Executions run concurrently by this worker.", NULL},
     {"prefetch", CF_CONF_INT, OFF(prefetch), 0, 4096, "32", NULL,
      "Requests held beyond the busy slots before the worker pauses its partitions; it "
-     "resumes them when half of these are used up.  What librdkafka had fetched by then is still taken (up to "
-     "2 x (slots + prefetch), at least 100, per partition), so a flood may hold more.  Held requests are not "
-     "committed.", NULL},
+     "resumes them when half of these are used up.  What librdkafka had fetched by then is still taken (a fetch "
+     "brings up to 1 MiB per partition), so a flood may hold more.  Held requests are not committed.", NULL},
     {"backends", CF_CONF_STRING, OFF(backends), 0, 256, "sandbox", NULL,
      "Backends this worker runs, comma-separated.  Which of them a request may use is its profile's "
      "decision (profile.<name>.backends; the default profile allows the sandbox only).", NULL},

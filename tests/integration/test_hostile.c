@@ -632,8 +632,6 @@ static int count_fds(pid_t pid)
     return n;
 }
 
-/* Processes whose name starts with "hostile" (every hostile program, its
- * daemons and setuid probe), as "pid:comm " into buf. */
 static bool cg_moved_any(void)
 {
     for (size_t i = 0; i < N_CTRL; i++)
@@ -662,6 +660,8 @@ static bool hostile_ours(const char *pid)
     return false;
 }
 
+/* This suite's processes whose name starts with "hostile" (every hostile
+ * program, its daemons and setuid probe), as "pid:comm " into buf. */
 static int hostile_processes(char *buf, size_t size)
 {
     DIR *d = opendir("/proc");
