@@ -1030,7 +1030,6 @@ static const char *rlimit_name(int resource)
     case RLIMIT_NPROC: return "RLIMIT_NPROC";
     case RLIMIT_STACK: return "RLIMIT_STACK";
     case RLIMIT_SIGPENDING: return "RLIMIT_SIGPENDING";
-    case RLIMIT_MSGQUEUE: return "RLIMIT_MSGQUEUE";
     default: return NULL;
     }
 }
@@ -1088,18 +1087,27 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     /* The init as pid 1, the program its child (argv[0] as the program
      * sees its path: the interpreter's or the command's). */
     /* RLIMIT_CPU and RLIMIT_FSIZE are set by the init for the program
-     * (the runtime would apply them to itself before writing its state);
-     * the others through config.json. */
-    long long cpu = 0, fsize = -1;
+     * (the runtime would apply them to itself before writing its state),
+     * and RLIMIT_MSGQUEUE too: a user namespace records its creator's
+     * limit as the cap on what is charged through it at the level above,
+     * so set by the runtime before it makes the container's namespace,
+     * the share became the cap on everything root holds (an attack: a
+     * container program got no queue at all once host root held two); set
+     * by the init, it holds only the program.  The others through
+     * config.json. */
+    long long cpu = 0, fsize = -1, msgqueue = -1;
     for (int i = 0; i < spec->n_rlimits; i++) {
         if (spec->rlimits[i].resource == RLIMIT_CPU)
             cpu = in->cpu_rlimit_s > 0 ? in->cpu_rlimit_s : (long long)spec->rlimits[i].value;
         else if (spec->rlimits[i].resource == RLIMIT_FSIZE)
             fsize = (long long)spec->rlimits[i].value;
+        else if (spec->rlimits[i].resource == RLIMIT_MSGQUEUE)
+            msgqueue = (long long)spec->rlimits[i].value;
     }
-    char cpu_s[32], fsize_s[32];
+    char cpu_s[32], fsize_s[32], msgqueue_s[32];
     snprintf(cpu_s, sizeof(cpu_s), "%lld", cpu);
     snprintf(fsize_s, sizeof(fsize_s), "%lld", fsize);
+    snprintf(msgqueue_s, sizeof(msgqueue_s), "%lld", msgqueue);
     /* The init nests the user namespace and loads the filter itself
      * (container_init.c says why); its filter comes in its environment,
      * which it does not pass on. */
@@ -1115,6 +1123,9 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     if (ok && fsize >= 0)
         ok = json_array_append_new(args, json_string("--fsize")) == 0 &&
              json_array_append_new(args, json_string(fsize_s)) == 0;
+    if (ok && msgqueue >= 0)
+        ok = json_array_append_new(args, json_string("--msgqueue")) == 0 &&
+             json_array_append_new(args, json_string(msgqueue_s)) == 0;
     ok = ok && json_array_append_new(args, json_string("--")) == 0 &&
          json_array_append_new(args, json_string(spec->path)) == 0;
     for (size_t i = 1; ok && spec->argv[0] && spec->argv[i]; i++)
@@ -1129,7 +1140,7 @@ static char *bundle_config(const ct_state *st, const ct_bundle_in *in)
     for (int i = 0; ok && i < spec->n_rlimits; i++) {
         int res = spec->rlimits[i].resource;
         const char *n = rlimit_name(res);
-        if (!n || res == RLIMIT_CPU || res == RLIMIT_FSIZE)
+        if (!n || res == RLIMIT_CPU || res == RLIMIT_FSIZE || res == RLIMIT_MSGQUEUE)
             continue;
         json_int_t v = (json_int_t)spec->rlimits[i].value;
         ok = json_array_append_new(rl, json_pack("{s:s, s:I, s:I}", "type", n, "soft", v, "hard", v)) == 0;

@@ -2,8 +2,8 @@
  * backend, bound read-only into it at /run/codefleet-init.  A static
  * program (the image may have no libc, or another one).
  *
- * Usage: codefleet-container-init [--cpu SECONDS] [--fsize BYTES] [--userns [--ucount NAME=N]...]
- *                                 [--seccomp] -- PROGRAM [ARGS...]
+ * Usage: codefleet-container-init [--cpu SECONDS] [--fsize BYTES] [--msgqueue BYTES]
+ *                                 [--userns [--ucount NAME=N]...] [--seccomp] -- PROGRAM [ARGS...]
  *        codefleet-container-init --version
  *
  * The program's RLIMIT_CPU (hard = soft + 1 s) and RLIMIT_FSIZE are set
@@ -217,7 +217,7 @@ int main(int argc, char **argv)
         (void)!write(1, v, sizeof(v) - 1);
         return 0;
     }
-    long long cpu = 0, fsize = -1;
+    long long cpu = 0, fsize = -1, msgqueue = -1;
     bool userns = false, seccomp = false;
     int a = 1;
     while (a + 1 < argc && argv[a][0] == '-' && argv[a][1] == '-' && argv[a][2]) {
@@ -238,6 +238,8 @@ int main(int argc, char **argv)
             cpu = strtoll(argv[a + 1], &end, 10);
         else if (strcmp(argv[a], "--fsize") == 0)
             fsize = strtoll(argv[a + 1], &end, 10);
+        else if (strcmp(argv[a], "--msgqueue") == 0)
+            msgqueue = strtoll(argv[a + 1], &end, 10);
         else
             break;
         if (*end)
@@ -245,7 +247,7 @@ int main(int argc, char **argv)
         a += 2;
     }
     if (a + 1 >= argc || strcmp(argv[a], "--") != 0) {
-        static const char u[] = "usage: codefleet-container-init [--cpu S] [--fsize B] [--userns [--ucount NAME=N]...] "
+        static const char u[] = "usage: codefleet-container-init [--cpu S] [--fsize B] [--msgqueue B] [--userns [--ucount NAME=N]...] "
                                 "[--seccomp] -- PROGRAM [ARGS...]\n";
         (void)!write(2, u, sizeof(u) - 1);
         return 125;
@@ -255,6 +257,18 @@ int main(int argc, char **argv)
     bool have_report = fcntl(REPORT_FD, F_GETFD) >= 0;
     if (have_report)
         (void)fcntl(REPORT_FD, F_SETFD, FD_CLOEXEC);
+    /* The program's RLIMIT_MSGQUEUE first: a user namespace records its
+     * creator's as the cap at the level above, so the nested one made next
+     * holds this execution alone to it, while the container's namespace
+     * (the runtime's) keeps the worker's (--msgqueue in the usage above). */
+    if (msgqueue >= 0) {
+        struct rlimit mq = {.rlim_cur = (rlim_t)msgqueue, .rlim_max = (rlim_t)msgqueue};
+        if (setrlimit(RLIMIT_MSGQUEUE, &mq) < 0) {
+            if (have_report)
+                report("setup-failed-ucounts", errno);
+            return 125;
+        }
+    }
     /* In this order: the filter refuses the namespace.  Still dumpable
      * here, or /proc/self/uid_map would not be ours to write. */
     const char *failed = userns && nest_userns() < 0   ? (ucount_failed ? "ucounts" : "userns")
