@@ -190,8 +190,6 @@ void partitions_store_offsets(cf_worker *w)
     }
 }
 
-/* Pauses or resumes one topic's intake: its partitions not held for
- * their tracker (those stay paused until it drains). */
 /* After a resume, when the topic's consumer may have had nothing else to
  * fetch.  librdkafka applies a resume on its main thread and does not wake
  * the broker thread, which, with every partition it fetches paused, sleeps
@@ -230,6 +228,8 @@ static void wake_fetcher(cf_worker *w, size_t t, const rd_kafka_topic_partition_
     rd_kafka_topic_partition_list_destroy(seek);
 }
 
+/* Pauses or resumes one topic's intake: its partitions not held for
+ * their tracker (those stay paused until it drains). */
 void partitions_set_topic_paused(cf_worker *w, size_t t, bool pause)
 {
     topic_state *ts = &w->topics[t];
