@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "support/test_proc.h"
 #include "cf_redis.h"
 #include "cf_util.h"
 
@@ -196,24 +197,11 @@ static const char *worker_bin(void)
 #define LIVE_WORKERS_MAX 16
 static pid_t live_workers[LIVE_WORKERS_MAX];
 
-static bool pid_alive(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[len] = '\0';
-    const char *close_paren = strrchr(buf, ')');
-    return close_paren && close_paren[1] == ' ' && close_paren[2] != 'Z' && close_paren[2] != 'X';
-}
 
 static int live_worker_index(void)
 {
     for (int k = 0; k < LIVE_WORKERS_MAX; k++)
-        if (live_workers[k] <= 0 || !pid_alive(live_workers[k]))
+        if (live_workers[k] <= 0 || cf_test_pid_dead(live_workers[k]))
             return k;
     return LIVE_WORKERS_MAX - 1;
 }

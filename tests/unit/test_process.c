@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support/test_proc.h"
 #include "unit/request_builders.h"
 
 #include <errno.h>
@@ -502,18 +503,7 @@ static void test_workdir_removed(void **state)
 static bool pid_gone(pid_t pid)
 {
     for (int i = 0; i < 100; i++) {
-        if (kill(pid, 0) < 0 && errno == ESRCH)
-            return true;
-        char path[64], buf[256];
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        FILE *fp = fopen(path, "r");
-        if (!fp)
-            return true;
-        size_t k = fread(buf, 1, sizeof(buf) - 1, fp);
-        fclose(fp);
-        buf[k] = '\0';
-        char *rp = strrchr(buf, ')');
-        if (rp && (rp[2] == 'Z' || rp[2] == 'X'))
+        if (cf_test_pid_dead(pid))
             return true;
         usleep(10000);
     }

@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "support/test_proc.h"
 #include "cf_runner.h"
 
 static char *const no_env[] = {"PATH=/usr/bin:/bin", NULL};
@@ -57,31 +58,15 @@ static bool out_is(const cf_buf *b, const char *s)
     return b->len == strlen(s) && (b->len == 0 || memcmp(b->data, s, b->len) == 0);
 }
 
-/* A pid is gone when it no longer exists or is a zombie nobody reaped yet. */
-static bool pid_dead(pid_t pid)
-{
-    if (kill(pid, 0) < 0 && errno == ESRCH)
-        return true;
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return true;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
-}
 
 static bool wait_dead(pid_t pid, int ms)
 {
     for (int i = 0; i < ms / 10; i++) {
-        if (pid_dead(pid))
+        if (cf_test_pid_dead(pid))
             return true;
         usleep(10000);
     }
-    return pid_dead(pid);
+    return cf_test_pid_dead(pid);
 }
 
 static void test_exit_codes(void **state)
@@ -519,7 +504,7 @@ static void test_hooks(void **state)
     assert_int_equal(cf_run(&s, &o, &err), -1);
     assert_non_null(strstr(err.msg, "parent hook refused"));
     assert_true(child > 0);
-    assert_true(pid_dead(child)); /* reaped, not left behind */
+    assert_true(cf_test_pid_dead(child)); /* reaped, not left behind */
     cf_run_outcome_free(&o);
 
     char path[64];
@@ -941,7 +926,7 @@ static int count_with_token(const char *token, bool kill_them)
         close(fd);
         for (ssize_t i = 0; r > 0 && i + (ssize_t)tl <= r; i++)
             if (memcmp(buf + i, token, tl) == 0) {
-                if (!pid_dead((pid_t)pid)) {
+                if (!cf_test_pid_dead((pid_t)pid)) {
                     n++;
                     if (kill_them)
                         kill((pid_t)pid, SIGKILL);
