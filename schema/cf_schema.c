@@ -44,6 +44,33 @@ bool cf_language_compiled(cf_language l)
 
 static const char *const harness_names[] = {"none", "function"};
 
+static const char *const ws_op_names[CF_WS_OP__COUNT] = {
+    [CF_WS_OP_NONE] = "none",     [CF_WS_OP_LIST] = "list",   [CF_WS_OP_READ] = "read",
+    [CF_WS_OP_WRITE] = "write",   [CF_WS_OP_DELETE] = "delete", [CF_WS_OP_GREP] = "grep",
+    [CF_WS_OP_STR_REPLACE] = "str_replace", [CF_WS_OP_INSERT] = "insert",
+};
+#define WS_OP_CHOICES "list, read, write, delete, grep, str_replace, insert"
+
+const char *cf_ws_op_name(cf_ws_op op)
+{
+    return (unsigned)op < CF_WS_OP__COUNT ? ws_op_names[op] : "unknown";
+}
+
+int cf_ws_op_parse(const char *name, cf_ws_op *out)
+{
+    for (int i = CF_WS_OP_NONE + 1; name && i < CF_WS_OP__COUNT; i++)
+        if (strcmp(name, ws_op_names[i]) == 0) {
+            *out = (cf_ws_op)i;
+            return 0;
+        }
+    return -1;
+}
+
+bool cf_ws_op_writes(cf_ws_op op)
+{
+    return op == CF_WS_OP_WRITE || op == CF_WS_OP_DELETE || op == CF_WS_OP_STR_REPLACE || op == CF_WS_OP_INSERT;
+}
+
 static const char *const status_names[CF_STATUS__COUNT] = {
     [CF_STATUS_SUCCESS] = "success",
     [CF_STATUS_FAILED] = "failed",
@@ -220,6 +247,14 @@ void cf_request_clear(cf_request *req)
     }
     free(req->cases);
     free_strv(req->collect, req->n_collect);
+    if (req->workspace_op) {
+        free(req->workspace_op->path);
+        free(req->workspace_op->pattern);
+        free(req->workspace_op->content.data);
+        free(req->workspace_op->old_str.data);
+        free(req->workspace_op->new_str.data);
+        free(req->workspace_op);
+    }
     memset(req, 0, sizeof(*req));
 }
 
@@ -358,6 +393,76 @@ int cf_value_check(const cf_bytes *v, const char *field, cf_error *err)
             return cf_error_set(err, CF_E_INVALID, "%s: expected non-negative integer", name);    \
     } while (0)
 
+/* A workspace operation stands alone: its workspace, its op's fields and
+ * the fields every request may carry (id, identity, reply_to, deadline,
+ * trace, output caps); anything that belongs to a program is refused
+ * rather than ignored. */
+static int workspace_op_check(const cf_request *req, cf_error *err)
+{
+    const cf_workspace_op *o = req->workspace_op;
+    if ((unsigned)o->op <= CF_WS_OP_NONE || (unsigned)o->op >= CF_WS_OP__COUNT)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.op: required (one of " WS_OP_CHOICES ")");
+    const char *on = ws_op_names[o->op];
+    if (!req->workspace)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op: needs \"workspace\"");
+    const struct {
+        const char *name;
+        bool set;
+    } program[] = {
+        {"language", req->language != CF_LANG_NONE}, {"backend", req->backend != NULL},
+        {"code", req->code.data != NULL},            {"argv", req->argc > 0},
+        {"module", req->module.len > 0},             {"stdin", req->stdin_data.len > 0},
+        {"input", req->input.len > 0},               {"env", req->n_env > 0},
+        {"files", req->n_files > 0},                 {"thread", req->thread != NULL},
+        {"harness", req->harness != CF_HARNESS_NONE}, {"compile_flags", req->n_compile_flags > 0},
+        {"cases", req->n_cases > 0},                 {"collect", req->n_collect > 0},
+        {"stream", req->stream},                     {"image", req->image != NULL},
+        {"policy.network", req->policy.network != CF_NET_UNSPECIFIED},
+        {"policy.filesystem", req->policy.fs_mode != CF_FS_UNSPECIFIED || req->policy.n_fs_read_only ||
+                                  req->policy.n_fs_read_write},
+        {"policy.env_allow", req->policy.env_allow_set},
+    };
+    for (size_t i = 0; i < sizeof(program) / sizeof(program[0]); i++)
+        if (program[i].set)
+            return cf_error_set(err, CF_E_INVALID, "%s: not with workspace_op (no program runs)", program[i].name);
+    bool needs_path = o->op != CF_WS_OP_LIST && o->op != CF_WS_OP_GREP;
+    if (needs_path && (!o->path || !o->path[0]))
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.path: required for %s", on);
+    if (o->path && !o->path[0])
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.path: empty");
+    if (o->pattern && o->op != CF_WS_OP_LIST && o->op != CF_WS_OP_GREP)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.pattern: only for list and grep");
+    if (o->op == CF_WS_OP_GREP && (!o->pattern || !o->pattern[0]))
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.pattern: required and non-empty for grep");
+    if (o->pattern && !o->pattern[0])
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.pattern: empty");
+    if ((o->op == CF_WS_OP_WRITE) != o->has_content)
+        return cf_error_set(err, CF_E_INVALID, o->has_content ? "workspace_op.content: only for write"
+                                                             : "workspace_op.content: required for write");
+    if (o->old_str.data && o->op != CF_WS_OP_STR_REPLACE)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.old_str: only for str_replace");
+    if (o->op == CF_WS_OP_STR_REPLACE && o->old_str.len == 0)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.old_str: required and non-empty for str_replace");
+    if (o->has_new_str && o->op != CF_WS_OP_STR_REPLACE && o->op != CF_WS_OP_INSERT)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.new_str: only for str_replace and insert");
+    if (o->op == CF_WS_OP_INSERT && (!o->has_new_str || !o->has_insert_line))
+        return cf_error_set(err, CF_E_INVALID, "workspace_op: insert needs insert_line and new_str");
+    if (o->has_insert_line && o->op != CF_WS_OP_INSERT)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.insert_line: only for insert");
+    if (o->has_insert_line && o->insert_line < 0)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.insert_line: expected non-negative integer");
+    if (o->has_expected_revision && !cf_ws_op_writes(o->op))
+        return cf_error_set(err, CF_E_INVALID,
+                            "workspace_op.expected_revision: only for write, delete, str_replace and insert");
+    if (o->has_expected_revision && o->expected_revision < 0)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.expected_revision: expected non-negative integer");
+    const cf_policy *p = &req->policy;
+    NONNEG(p->max_stdout_bytes, "policy.max_stdout_bytes");
+    NONNEG(req->deadline_us, "deadline_us");
+    NONNEG(req->created_us, "created_us");
+    return strmap_check(req->trace, req->n_trace, "trace", false, err);
+}
+
 /* check_values: re-validate input/output.  The decoders skip it: they
  * already validated the value under the caller's (maybe larger) limits. */
 static int request_check(const cf_request *req, bool check_values, cf_error *err)
@@ -367,6 +472,8 @@ static int request_check(const cf_request *req, bool check_values, cf_error *err
     if (!cf_id_valid(req->id, strlen(req->id)))
         return cf_error_set(err, CF_E_INVALID, "id: must be 1..%d printable ASCII characters without spaces",
                             CF_ID_MAX);
+    if (req->workspace_op)
+        return workspace_op_check(req, err);
     if (req->language <= CF_LANG_NONE || req->language >= CF_LANG__COUNT)
         return cf_error_set(err, CF_E_INVALID, "missing required field \"language\"");
     const char *ln = cf_language_name(req->language);
@@ -778,7 +885,8 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
 
     put_int(&e, "v", CF_SCHEMA_VERSION);
     put_str(&e, "id", req->id);
-    put_str(&e, "language", cf_language_name(req->language));
+    if (req->language != CF_LANG_NONE)
+        put_str(&e, "language", cf_language_name(req->language));
     put_str(&e, "backend", req->backend);
     if (req->code.data) {
         enc_key(&e, "code");
@@ -841,6 +949,36 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
     put_true(&e, "stream", req->stream);
     put_str(&e, "image", req->image);
     put_true(&e, "notify_start", req->notify_start);
+    if (req->workspace_op) {
+        const cf_workspace_op *o = req->workspace_op;
+        enc oe;
+        enc_init(&oe);
+        put_str(&oe, "op", ws_op_names[o->op]);
+        put_str(&oe, "path", o->path);
+        put_str(&oe, "pattern", o->pattern);
+        if (o->has_content) {
+            enc_key(&oe, "content");
+            pack_text(&oe, &o->content);
+        }
+        if (o->old_str.data) {
+            enc_key(&oe, "old_str");
+            pack_text(&oe, &o->old_str);
+        }
+        if (o->has_new_str) {
+            enc_key(&oe, "new_str");
+            pack_text(&oe, &o->new_str);
+        }
+        if (o->has_insert_line) {
+            enc_key(&oe, "insert_line");
+            enc_ok(&oe, msgpack_pack_int64(&oe.pk, o->insert_line));
+        }
+        if (o->has_expected_revision) {
+            enc_key(&oe, "expected_revision");
+            enc_ok(&oe, msgpack_pack_int64(&oe.pk, o->expected_revision));
+        }
+        put_map(&e, "workspace_op", &oe);
+        enc_free(&oe);
+    }
 
     int rc = enc_finish(&e, out, err);
     enc_free(&fs);
@@ -1026,8 +1164,10 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
             put_str(&fe, "path", f->path);
             enc_key(&fe, "size");
             enc_ok(&fe, msgpack_pack_int64(&fe.pk, f->size));
-            enc_key(&fe, "content");
-            pack_bin(&fe, &f->content);
+            if (!f->listed) {
+                enc_key(&fe, "content");
+                pack_bin(&fe, &f->content);
+            }
             put_true(&fe, "truncated", f->truncated);
             put_map_elem(&e, &fe);
             enc_free(&fe);
@@ -1270,13 +1410,19 @@ static int dec_object(dec *d, const char *path, unsigned depth, const char *cons
 enum {
     RQ_V, RQ_ID, RQ_LANGUAGE, RQ_BACKEND, RQ_CODE, RQ_ARGV, RQ_MODULE, RQ_STDIN, RQ_INPUT, RQ_ENV, RQ_FILES,
     RQ_POLICY, RQ_WORKSPACE, RQ_THREAD, RQ_IDENTITY, RQ_REPLY_TO, RQ_DEADLINE, RQ_CREATED, RQ_TRACE,
-    RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ_STREAM, RQ_IMAGE, RQ_NOTIFY_START, RQ__COUNT
+    RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ_STREAM, RQ_IMAGE, RQ_NOTIFY_START,
+    RQ_WORKSPACE_OP, RQ__COUNT
 };
 static const char *const rq_keys[RQ__COUNT] = {
     "v", "id", "language", "backend", "code", "argv", "module", "stdin", "input", "env", "files",
     "policy", "workspace", "thread", "identity", "reply_to", "deadline_us", "created_us", "trace",
     "harness", "compile_flags", "cases", "stop_on_failure", "collect", "stream", "image", "notify_start",
+    "workspace_op",
 };
+
+enum { WO_OP, WO_PATH, WO_PATTERN, WO_CONTENT, WO_OLD, WO_NEW, WO_INSERT_LINE, WO_EXPECTED_REV, WO__COUNT };
+static const char *const wo_keys[WO__COUNT] = {"op",      "path",    "pattern",     "content",
+                                               "old_str", "new_str", "insert_line", "expected_revision"};
 
 enum { CA_NAME, CA_STDIN, CA_INPUT, CA_ARGV, CA_EXPECT, CA__COUNT };
 static const char *const ca_keys[CA__COUNT] = {"name", "stdin", "input", "argv", "expect_stdout"};
@@ -1372,6 +1518,30 @@ static int dec_cases(dec *d, const char *path, unsigned depth, cf_request *req)
     return 0;
 }
 
+static int workspace_op_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
+{
+    (void)depth;
+    cf_workspace_op *o = obj;
+    if (dec_nil(d))
+        return 0;
+    switch (idx) {
+    case WO_OP: {
+        int v;
+        if (dec_enum(d, path, ws_op_names, CF_WS_OP__COUNT, &v, WS_OP_CHOICES) < 0)
+            return -1;
+        o->op = (cf_ws_op)v;
+        return 0;
+    }
+    case WO_PATH: return dec_str(d, path, &o->path);
+    case WO_PATTERN: return dec_str(d, path, &o->pattern);
+    case WO_CONTENT: o->has_content = true; return dec_bytes(d, path, &o->content);
+    case WO_OLD: return dec_bytes(d, path, &o->old_str);
+    case WO_NEW: o->has_new_str = true; return dec_bytes(d, path, &o->new_str);
+    case WO_INSERT_LINE: o->has_insert_line = true; return dec_nonneg(d, path, &o->insert_line);
+    default: o->has_expected_revision = true; return dec_nonneg(d, path, &o->expected_revision);
+    }
+}
+
 static int request_field(dec *d, void *obj, int idx, const char *path, unsigned depth)
 {
     cf_request *req = obj;
@@ -1420,7 +1590,12 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
     case RQ_STREAM: return dec_bool(d, path, &req->stream);
     case RQ_NOTIFY_START: return dec_bool(d, path, &req->notify_start);
     case RQ_IMAGE: return dec_str(d, path, &req->image);
-    default: return dec_strmap(d, path, depth, &req->trace, &req->n_trace);
+    case RQ_WORKSPACE_OP:
+        if (!(req->workspace_op = calloc(1, sizeof(*req->workspace_op))))
+            return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
+        return dec_object(d, path, depth, wo_keys, WO__COUNT, workspace_op_field, req->workspace_op, NULL);
+    case RQ_TRACE: return dec_strmap(d, path, depth, &req->trace, &req->n_trace);
+    default: return cf_error_set(d->err, CF_E_INVALID, "%s: unexpected field", path);
     }
 }
 
@@ -1636,8 +1811,10 @@ static int dec_out_files(dec *d, const char *path, unsigned depth, cf_result *re
     for (uint32_t i = 0; i < n; i++) {
         char ip[PATH_MAX_LEN];
         idx_path(ip, path, i);
-        if (dec_object(d, ip, depth + 1, of_keys, OF__COUNT, out_file_field, &v[i], NULL) < 0)
+        uint64_t seen = 0;
+        if (dec_object(d, ip, depth + 1, of_keys, OF__COUNT, out_file_field, &v[i], &seen) < 0)
             return -1;
+        v[i].listed = !(seen & (1ull << OF_CONTENT)); /* a listing's entry */
     }
     return 0;
 }

@@ -125,13 +125,47 @@ typedef struct cf_case {
     cf_bytes expect_stdout;
 } cf_case;
 
+/* A workspace operation (SPEC.md section 3.5): the worker does it on the
+ * request's workspace itself, under the topic's profile, and runs no
+ * program; a request carrying one has no language. */
+typedef enum cf_ws_op {
+    CF_WS_OP_NONE = 0,
+    CF_WS_OP_LIST,        /* paths and sizes; pattern (a glob) narrows them */
+    CF_WS_OP_READ,        /* one file's bytes */
+    CF_WS_OP_WRITE,       /* create or replace one file with content */
+    CF_WS_OP_DELETE,      /* remove one file */
+    CF_WS_OP_GREP,        /* the lines holding pattern (a fixed string), path:line:text */
+    CF_WS_OP_STR_REPLACE, /* replace old_str, which must occur exactly once, by new_str */
+    CF_WS_OP_INSERT,      /* insert new_str after line insert_line (0: before the first) */
+    CF_WS_OP__COUNT
+} cf_ws_op;
+
+typedef struct cf_workspace_op {
+    cf_ws_op op;
+    char *path;              /* read, write, delete, str_replace, insert; grep and list: NULL = every file */
+    char *pattern;           /* list: a glob; grep: the text searched for */
+    cf_bytes content;        /* write */
+    cf_bytes old_str;        /* str_replace: non-empty */
+    cf_bytes new_str;        /* str_replace, insert */
+    bool has_content, has_new_str, has_insert_line, has_expected_revision;
+    int64_t insert_line;     /* insert: 0 = at the top */
+    int64_t expected_revision; /* the writing ops: only if the workspace is at this revision */
+} cf_workspace_op;
+
+/* The op's name ("list", "read", ...). */
+const char *cf_ws_op_name(cf_ws_op op);
+/* "read" -> CF_WS_OP_READ; -1 for an unknown name. */
+int cf_ws_op_parse(const char *name, cf_ws_op *out);
+/* The ops that change the workspace. */
+bool cf_ws_op_writes(cf_ws_op op);
+
 #define CF_CASES_MAX 1000     /* cases per request */
 #define CF_COLLECT_MAX 64     /* collect patterns per request */
 #define CF_COMPILE_FLAGS_MAX 64
 
 typedef struct cf_request {
     char *id;            /* required: idempotency key, 1..CF_ID_MAX bytes, printable */
-    cf_language language; /* required */
+    cf_language language; /* required, except with workspace_op (then NONE) */
     char *backend;       /* optional backend name */
     cf_bytes code;       /* source text (shell, python, javascript) */
     char **argv;         /* command: argv[0] is the program; others: extra arguments */
@@ -165,6 +199,7 @@ typedef struct cf_request {
     char *image;          /* container backend: an image name from the operator's allowlist */
     bool notify_start;    /* the worker publishes a start notice when it takes the request into a slot
                            * (SPEC.md "Start notices"): a waiting client can tell queued from running */
+    cf_workspace_op *workspace_op; /* NULL: a program runs; else this op on `workspace`, and language is NONE */
 } cf_request;
 
 typedef struct cf_diagnostic {
@@ -214,6 +249,7 @@ typedef struct cf_out_file {
     int64_t size;         /* the file's full size */
     cf_bytes content;     /* possibly cut: truncated says so */
     bool truncated;
+    bool listed;          /* a listing's entry (workspace_op list): no content is sent */
 } cf_out_file;
 
 typedef struct cf_result_meta {

@@ -469,6 +469,26 @@ json_t *cf_request_to_json(const cf_request *req)
         jset(o, "stream", json_true(), &ok);
     if (req->notify_start)
         jset(o, "notify_start", json_true(), &ok);
+    if (req->workspace_op) {
+        const cf_workspace_op *wo = req->workspace_op;
+        json_t *oj = json_object();
+        if (oj) {
+            jset_str(oj, "op", cf_ws_op_name(wo->op), &ok);
+            jset_str(oj, "path", wo->path, &ok);
+            jset_str(oj, "pattern", wo->pattern, &ok);
+            if (wo->has_content)
+                jset(oj, "content", bytes_json(&wo->content), &ok);
+            if (wo->old_str.data)
+                jset(oj, "old_str", bytes_json(&wo->old_str), &ok);
+            if (wo->has_new_str)
+                jset(oj, "new_str", bytes_json(&wo->new_str), &ok);
+            if (wo->has_insert_line)
+                jset(oj, "insert_line", json_integer((json_int_t)wo->insert_line), &ok);
+            if (wo->has_expected_revision)
+                jset(oj, "expected_revision", json_integer((json_int_t)wo->expected_revision), &ok);
+        }
+        jset(o, "workspace_op", oj, &ok);
+    }
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -642,7 +662,8 @@ json_t *cf_result_to_json(const cf_result *res)
             }
             jset_str(fo, "path", f->path, &ok);
             jset(fo, "size", json_integer(f->size), &ok);
-            jset(fo, "content", bytes_json(&f->content), &ok);
+            if (!f->listed)
+                jset(fo, "content", bytes_json(&f->content), &ok);
             if (f->truncated)
                 jset(fo, "truncated", json_true(), &ok);
             if (json_array_append_new(a, fo) < 0)
@@ -816,6 +837,36 @@ static int jvalue(const json_t *o, const char *k, const char *rawk, cf_bytes *ou
     return 0;
 }
 
+static int workspace_op_from_json(const json_t *wo, cf_request *r, cf_error *err)
+{
+    if (!wo)
+        return 0;
+    if (!json_is_object(wo))
+        return cf_error_set(err, CF_E_INVALID, "workspace_op: expected object");
+    cf_workspace_op *op = r->workspace_op = calloc(1, sizeof(*op));
+    if (!op)
+        return cf_error_set(err, CF_E_NOMEM, "workspace_op: out of memory");
+    const json_t *name = jget(wo, "op");
+    if (name && (!json_is_string(name) || cf_ws_op_parse(json_string_value(name), &op->op) < 0))
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.op: unknown value (expected one of list, read, "
+                                               "write, delete, grep, str_replace, insert)");
+    op->has_content = jget(wo, "content") != NULL;
+    op->has_new_str = jget(wo, "new_str") != NULL;
+    op->has_insert_line = jget(wo, "insert_line") != NULL;
+    op->has_expected_revision = jget(wo, "expected_revision") != NULL;
+    if (jstr(wo, "workspace_op", "path", &op->path, err) < 0 ||
+        jstr(wo, "workspace_op", "pattern", &op->pattern, err) < 0 ||
+        jbytes(wo, "content", &op->content, err) < 0 || jbytes(wo, "old_str", &op->old_str, err) < 0 ||
+        jbytes(wo, "new_str", &op->new_str, err) < 0 ||
+        jnonneg(wo, "workspace_op", "insert_line", &op->insert_line, err) < 0 ||
+        jnonneg(wo, "workspace_op", "expected_revision", &op->expected_revision, err) < 0)
+        return cf_error_wrap(err, "workspace_op");
+    /* An empty old_str is said as such, not as a missing one. */
+    if (jget(wo, "old_str") && !op->old_str.data && cf_bytes_set(&op->old_str, "", 0) < 0)
+        return cf_error_set(err, CF_E_NOMEM, "workspace_op: out of memory");
+    return 0;
+}
+
 static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
 {
     if (!json_is_object(o))
@@ -917,6 +968,8 @@ static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
         jbool(o, "stop_on_failure", &r->stop_on_failure, err) < 0 ||
         jstrv(o, "", "collect", &r->collect, &r->n_collect, NULL, err) < 0 ||
         jbool(o, "stream", &r->stream, err) < 0 || jbool(o, "notify_start", &r->notify_start, err) < 0)
+        return -1;
+    if (workspace_op_from_json(jget(o, "workspace_op"), r, err) < 0)
         return -1;
     const json_t *cases = jget(o, "cases");
     if (cases) {
@@ -1126,6 +1179,7 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
             if (jstr(e, ip, "path", &f->path, err) < 0 || jnonneg(e, ip, "size", &f->size, err) < 0 ||
                 jbytes(e, "content", &f->content, err) < 0 || jbool(e, "truncated", &f->truncated, err) < 0)
                 return -1;
+            f->listed = !jget(e, "content");
         }
     }
     return cf_result_check(r, err);

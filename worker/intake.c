@@ -24,8 +24,35 @@ static int64_t min_set(int64_t a, int64_t b)
 /* Checks the request against its profile (what the operator allows this
  * topic's tenant), fills defaults, checks the worker's maxima and the
  * chosen backend's capabilities.  Returns -1 with a reason to reject. */
+/* A workspace op (SPEC.md section 3.5): the profile's rules for
+ * workspaces, reply_to and output caps; no backend, and nothing of the
+ * memory and process budgets (the worker does it in the slot's thread).
+ * Reads check the workspace out read-only, so they never create one. */
+static int admit_workspace_op(cf_worker *w, job *j, char *reason, size_t rsz)
+{
+    const cf_worker_config *c = w->cfg;
+    cf_request *req = &j->req;
+    cf_policy *p = &req->policy;
+    if (p->max_stdout_bytes == 0)
+        p->max_stdout_bytes = min_set(c->default_output_bytes, j->profile->max_output_bytes);
+    p->fs_mode = cf_ws_op_writes(req->workspace_op->op) ? CF_FS_WORKSPACE_RW : CF_FS_WORKSPACE_RO;
+    if (cf_profile_admit(j->profile, w->profiles, NULL, req, reason, rsz) < 0)
+        return -1;
+    if (p->max_stdout_bytes > c->max_output_bytes) {
+        snprintf(reason, rsz, "policy.max_stdout_bytes exceeds this worker's maximum %" PRId64, c->max_output_bytes);
+        return -1;
+    }
+    if (req->reply_to)
+        j->result_topic = req->reply_to;
+    req->notify_start = false; /* nothing waits long enough to be worth one */
+    j->pj.cost[CF_POOL_MEMORY] = j->pj.cost[CF_POOL_PIDS] = 0;
+    return cf_wstate_admit(req, w->have_redis, reason, rsz);
+}
+
 static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
 {
+    if (j->req.workspace_op)
+        return admit_workspace_op(w, j, reason, rsz);
     const cf_worker_config *c = w->cfg;
     const cf_profile *prof = j->profile;
     cf_request *req = &j->req;

@@ -716,6 +716,9 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
                      char *reason, size_t rsz)
 {
     char buf[100];
+    /* A workspace op runs no program: no backend, language or image. */
+    if (req->workspace_op)
+        goto policy;
     if (!in_list(p->backend_names, p->n_backends, backend)) {
         shown(backend, buf, sizeof(buf));
         REFUSE("backend '%s' is not allowed (allowed: %s)", buf, p->backends);
@@ -736,6 +739,8 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
         if (!req->image && !(req->image = strdup(p->image_names[0])))
             REFUSE("out of memory");
     }
+
+policy:;
 
     cf_policy *pol = &req->policy;
     if (pol->network == CF_NET_ENABLED && p->network == 0)

@@ -1,5 +1,6 @@
 /* slots.c: what a slot thread does with a job. */
 #include "worker_int.h"
+#include "workspace_ops_int.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -180,6 +181,25 @@ static void state_failed(cf_result *res, const cf_error *err, const char *when)
  * Redis steps around the backend.  Returns false when the execution was
  * cancelled by the worker (revoke, shutdown): then there is no result and
  * nothing was written back. */
+/* No program: the worker does the op on the checkout, and cf_wstate_end
+ * writes its change back like a run's.  True when it changes something. */
+static bool workspace_op_run(job *j, const cf_wstate *st, cf_wstate_run *run, cf_result *res)
+{
+    int64_t t0 = cf_mono_us();
+    j->obs.exec_start_ns = cf_observe_now_ns();
+    bool changes = ws_op_apply(st, &j->req, run, res);
+    j->obs.exec_end_ns = cf_observe_now_ns();
+    res->wall_time_us = cf_mono_us() - t0;
+    return changes;
+}
+
+static void workspace_op_not_written(const job *j, cf_result *res)
+{
+    res->status = CF_STATUS_FAILED;
+    if (!res->reason)
+        cf_result_set_reason(res, "workspace %s: the change was not written", j->req.workspace);
+}
+
 static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
 {
     cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &j->stop, .profile = j->profile->name,
@@ -252,7 +272,11 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         run_it = false;
         completed = user_cancel_answer(w, j, res, 0);
     }
-    if (run_it) {
+    bool op_changes = false; /* a workspace op that changes the workspace */
+    if (run_it && j->req.workspace_op) {
+        op_changes = workspace_op_run(j, st, &run, res);
+        executed = true;
+    } else if (run_it) {
         ctx.files = run.ws_active ? &run.files : NULL;
         cf_exec_phases phases = {0};
         ctx.phases = &phases;
@@ -315,6 +339,11 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         state_failed(res, &err, "after the run: its changes were not stored");
     }
     j->write_refused = cf_wstate_write_refused(st);
+    /* A change that did not land (a conflict, a cap, the quota, a lapsed
+     * lease: the reason says which) is the op's failure, not a success
+     * with a note as for a program that ran. */
+    if (op_changes && res->status == CF_STATUS_SUCCESS && res->workspace_revision <= rev_before)
+        workspace_op_not_written(j, res);
     if (run_it && completed && ws_active)
         cf_log_debug(LOG_SUB, "request %s: workspace %s revision %" PRId64 " -> %" PRId64 "%s", j->req.id,
                      j->req.workspace, rev_before, res->workspace_revision,

@@ -252,6 +252,11 @@ static bool retry_again(const cf_wstate *st, retry *r, const cf_error *err)
 
 /* ---------------------------------------------------------------- admission */
 
+int cf_wstate_path_check(const cf_wstate *st, const char *path, cf_error *err)
+{
+    return cf_workspace_path_check(st->ws, path, err);
+}
+
 bool cf_wstate_name_ok(const char *s)
 {
     return s && cf_name_valid(s, strlen(s), 128);

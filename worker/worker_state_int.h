@@ -122,6 +122,9 @@ int cf_wstate_prepare(cf_wstate *st, cf_request *req, int64_t writer_seq, cf_wst
 int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool executed, cf_result *res,
                      cf_error *err);
 
+/* A workspace path by the store's rules (cf_workspace_path_check). */
+int cf_wstate_path_check(const cf_wstate *st, const char *path, cf_error *err);
+
 /* Frees what prepare allocated (collected files included); restores req's
  * input if finish did not run.  NULL-safe; leaves run zeroed. */
 void cf_wstate_run_clear(cf_wstate_run *run, cf_request *req);

@@ -1877,6 +1877,94 @@ static void test_result_reply_to_error(void **state)
     cf_result_clear(&r);
 }
 
+/* A workspace op (SPEC.md section 3.5): round trip through msgpack and
+ * JSON; no language; a program's fields and an op's missing or misplaced
+ * fields refused with the field named. */
+static void test_workspace_op(void **state)
+{
+    (void)state;
+    cf_request a;
+    memset(&a, 0, sizeof(a));
+    a.id = strdup("wsop-1");
+    a.workspace = strdup("ws-1");
+    a.workspace_op = calloc(1, sizeof(*a.workspace_op));
+    cf_workspace_op *o = a.workspace_op;
+    o->op = CF_WS_OP_STR_REPLACE;
+    o->path = strdup("src/a.py");
+    cf_bytes_set(&o->old_str, "x = 1", 5);
+    cf_bytes_set(&o->new_str, "", 0);
+    o->has_new_str = true;
+    o->expected_revision = 0;
+    o->has_expected_revision = true;
+    cf_bytes enc = {0};
+    assert_int_equal(cf_request_encode(&a, &enc, NULL), 0);
+    cf_request b;
+    cf_error err;
+    cf_error_clear(&err);
+    assert_int_equal(cf_request_decode(enc.data, enc.len, NULL, &b, &err), 0);
+    assert_int_equal(b.language, CF_LANG_NONE);
+    assert_non_null(b.workspace_op);
+    assert_int_equal(b.workspace_op->op, CF_WS_OP_STR_REPLACE);
+    assert_string_equal(b.workspace_op->path, "src/a.py");
+    assert_int_equal(b.workspace_op->old_str.len, 5);
+    assert_true(b.workspace_op->has_new_str);
+    assert_int_equal(b.workspace_op->new_str.len, 0);
+    assert_true(b.workspace_op->has_expected_revision);
+    assert_int_equal(b.workspace_op->expected_revision, 0);
+    assert_false(b.workspace_op->has_insert_line);
+    json_t *j = cf_request_to_json(&b);
+    assert_non_null(j);
+    assert_null(json_object_get(j, "language"));
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "workspace_op"), "op")), "str_replace");
+    cf_request c;
+    assert_int_equal(cf_request_from_json(j, &c, &err), 0);
+    cf_bytes enc2 = {0};
+    assert_int_equal(cf_request_encode(&c, &enc2, NULL), 0);
+    assert_int_equal(enc.len, enc2.len);
+    assert_memory_equal(enc.data, enc2.data, enc.len);
+    json_decref(j);
+    free(enc2.data);
+    cf_request_clear(&b);
+    cf_request_clear(&c);
+    /* Refusals, each naming the field. */
+    static const struct {
+        const char *json, *says;
+    } bad[] = {
+        {"{\"v\":1,\"id\":\"x\",\"workspace_op\":{\"op\":\"list\"}}", "needs \"workspace\""},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"language\":\"shell\",\"code\":\"\","
+         "\"workspace_op\":{\"op\":\"list\"}}", "language: not with workspace_op"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"files\":{\"a\":\"b\"},\"workspace_op\":{\"op\":\"list\"}}",
+         "files: not with workspace_op"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{}}", "workspace_op.op: required"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"chmod\"}}", "unknown value"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"read\"}}",
+         "workspace_op.path: required for read"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"write\",\"path\":\"a\"}}",
+         "content: required for write"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"grep\"}}",
+         "pattern: required and non-empty for grep"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"str_replace\",\"path\":\"a\","
+         "\"old_str\":\"\"}}", "old_str: required and non-empty"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"insert\",\"path\":\"a\","
+         "\"new_str\":\"l\"}}", "insert needs insert_line and new_str"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"read\",\"path\":\"a\","
+         "\"expected_revision\":3}}", "expected_revision: only for"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        json_error_t je;
+        json_t *bj = json_loads(bad[i].json, 0, &je);
+        assert_non_null(bj);
+        cf_request r;
+        cf_error_clear(&err);
+        assert_int_equal(cf_request_from_json(bj, &r, &err), -1);
+        if (!strstr(err.msg, bad[i].says))
+            fail_msg("case %zu: '%s' does not say '%s'", i, err.msg, bad[i].says);
+        json_decref(bj);
+    }
+    free(enc.data);
+    cf_request_clear(&a);
+}
+
 /* The idempotency digest: delivery metadata and map order do not count,
  * anything the program sees does. */
 static void test_request_digest(void **state)
@@ -1950,6 +2038,7 @@ int main(void)
         cmocka_unit_test(test_msgpack_validate),
         cmocka_unit_test(test_helpers),
         cmocka_unit_test(test_request_digest),
+        cmocka_unit_test(test_workspace_op),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

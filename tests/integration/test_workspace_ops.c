@@ -1,0 +1,381 @@
+/* Workspace operations through the fleet (issue 31 part 4, SPEC.md
+ * section 3.5): a real codefleet-worker, the real broker and Redis.  The
+ * worker does each op under the profile of the topic it came on, so a
+ * tenant reaches its own workspaces, and only those, with no Redis user. */
+#include "it_support.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cf_redis.h"
+#include "cf_util.h"
+#include "cf_workspace.h"
+
+#define SEC 1000000LL
+
+typedef struct fleet {
+    it_topics t;
+    it_worker w;
+    char prefix[2][80];   /* the tenants' state prefixes ("wsopa-....") */
+    char topic[2][96];    /* their request topics */
+    cf_dispatcher *d[2];  /* a client on each tenant's topic */
+} fleet;
+
+/* Two tenants, each a profile with its own request topic and state
+ * prefix; tenant 0's workspaces are held to 64 KiB. */
+static void fleet_start(fleet *f)
+{
+    memset(f, 0, sizeof(*f));
+    it_topics_create(&f->t, "wsops", 1);
+    static char a_redis[300], a[8][200];
+    snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        it_unique_name(i ? "wsopb" : "wsopa", name, sizeof(name));
+        snprintf(f->prefix[i], sizeof(f->prefix[i]), "%s.", name);
+        snprintf(f->topic[i], sizeof(f->topic[i]), "%s.req", name);
+        it_request_topic_create(f->topic[i], 1);
+        snprintf(a[4 * i], sizeof(a[0]), "--profile.%s.topic=%s", name, f->topic[i]);
+        snprintf(a[4 * i + 1], sizeof(a[0]), "--profile.%s.backends=process", name);
+        snprintf(a[4 * i + 2], sizeof(a[0]), "--profile.%s.state-prefix=%s", name, f->prefix[i]);
+        snprintf(a[4 * i + 3], sizeof(a[0]), i ? "--profile.%s.network=enabled" : "--profile.%s.max-workspace-bytes=64KiB",
+                 name);
+    }
+    const char *extra[] = {a_redis, "--backends=process", "--profile.default.backends=process",
+                           "--profile.default.network=enabled", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7],
+                           NULL};
+    it_worker_start(&f->w, &f->t, "wsops-w1", extra);
+    if (!it_worker_wait_log(&f->w, "reading cancels from", 60000)) {
+        it_worker_dump_log(&f->w);
+        fail_msg("the worker did not start");
+    }
+    for (int i = 0; i < 2; i++) {
+        it_topics ti = f->t;
+        snprintf(ti.requests, sizeof(ti.requests), "%s", f->topic[i]);
+        f->d[i] = it_dispatcher_new(&ti);
+    }
+}
+
+static void fleet_stop(fleet *f)
+{
+    for (int i = 0; i < 2; i++)
+        cf_dispatcher_destroy(f->d[i]);
+    assert_int_equal(it_worker_stop(&f->w, SIGTERM, 30000), 0);
+}
+
+static cf_workspace_op *op_request(cf_request *req, const char *ws, cf_ws_op op, const char *path)
+{
+    memset(req, 0, sizeof(*req));
+    char id[64];
+    it_unique_name("op", id, sizeof(id));
+    req->id = strdup(id);
+    req->workspace = strdup(ws);
+    req->workspace_op = calloc(1, sizeof(*req->workspace_op));
+    req->workspace_op->op = op;
+    if (path)
+        req->workspace_op->path = strdup(path);
+    return req->workspace_op;
+}
+
+static void set_bytes(cf_bytes *b, const char *s)
+{
+    assert_int_equal(cf_bytes_set(b, s, strlen(s)), 0);
+}
+
+/* Submits, waits, and checks the status (the reason shown when not). */
+static void run_op(cf_dispatcher *d, cf_request *req, cf_result *res, cf_status want, const char *what)
+{
+    it_submit_wait(d, req, 60 * SEC, res);
+    if (res->status != want)
+        fail_msg("%s: status %s (want %s), reason: %s", what, cf_status_name(res->status), cf_status_name(want),
+                 res->reason ? res->reason : "-");
+    cf_request_clear(req);
+}
+
+static void assert_reason(const cf_result *res, const char *needle)
+{
+    if (!res->reason || !strstr(res->reason, needle))
+        fail_msg("reason '%s' does not say '%s'", res->reason ? res->reason : "(none)", needle);
+}
+
+static void assert_content(const cf_result *res, const char *path, const char *want)
+{
+    assert_int_equal(res->n_files, 1);
+    assert_string_equal(res->files[0].path, path);
+    assert_int_equal(res->files[0].size, (int64_t)strlen(want));
+    assert_false(res->files[0].listed);
+    if (res->files[0].content.len != strlen(want) || memcmp(res->files[0].content.data, want, strlen(want)) != 0)
+        fail_msg("%s holds '%.*s', not '%s'", path, (int)res->files[0].content.len,
+                 (const char *)res->files[0].content.data, want);
+}
+
+/* Every op, its answers and its errors, in order with a program's run on
+ * the same workspace. */
+static void every_op_through_the_fleet(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    cf_dispatcher *d = f.d[1];
+    char ws[128];
+    snprintf(ws, sizeof(ws), "%sproject", f.prefix[1]);
+    cf_request req;
+    cf_result res;
+    cf_workspace_op *o;
+
+    /* A read of a workspace that does not exist creates nothing. */
+    op_request(&req, ws, CF_WS_OP_READ, "a.py");
+    run_op(d, &req, &res, CF_STATUS_REJECTED, "read before any write");
+    assert_reason(&res, "does not exist");
+    cf_result_clear(&res);
+
+    o = op_request(&req, ws, CF_WS_OP_WRITE, "src/a.py");
+    set_bytes(&o->content, "x = 1\nprint(x)\n");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "write");
+    assert_int_equal(res.workspace_revision, 1);
+    assert_int_equal(res.n_changed_paths, 1);
+    assert_string_equal(res.changed_paths[0], "src/a.py");
+    cf_result_clear(&res);
+
+    o = op_request(&req, ws, CF_WS_OP_WRITE, "README.md");
+    set_bytes(&o->content, "hello\nworld\n");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "second write");
+    assert_int_equal(res.workspace_revision, 2);
+    cf_result_clear(&res);
+
+    /* The same bytes again: no new revision. */
+    o = op_request(&req, ws, CF_WS_OP_WRITE, "README.md");
+    set_bytes(&o->content, "hello\nworld\n");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "same bytes");
+    assert_int_equal(res.workspace_revision, 2);
+    assert_int_equal(res.n_changed_paths, 0);
+    cf_result_clear(&res);
+
+    /* list: paths and sizes, no content; a pattern narrows it. */
+    op_request(&req, ws, CF_WS_OP_LIST, NULL);
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "list");
+    assert_int_equal(res.n_files, 2);
+    assert_string_equal(res.files[0].path, "README.md");
+    assert_int_equal(res.files[0].size, 12);
+    assert_true(res.files[0].listed);
+    assert_int_equal(res.files[0].content.len, 0);
+    assert_int_equal(res.workspace_revision, 2);
+    cf_result_clear(&res);
+    o = op_request(&req, ws, CF_WS_OP_LIST, NULL);
+    o->pattern = strdup("**/*.py");
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "list **/*.py");
+    assert_int_equal(res.n_files, 1);
+    assert_string_equal(res.files[0].path, "src/a.py");
+    cf_result_clear(&res);
+
+    /* read, whole and cut at the request's output cap. */
+    op_request(&req, ws, CF_WS_OP_READ, "src/a.py");
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "read");
+    assert_content(&res, "src/a.py", "x = 1\nprint(x)\n");
+    cf_result_clear(&res);
+    op_request(&req, ws, CF_WS_OP_READ, "src/a.py");
+    req.policy.max_stdout_bytes = 5;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "read, capped");
+    assert_int_equal(res.files[0].size, 15);
+    assert_int_equal(res.files[0].content.len, 5);
+    assert_true(res.files[0].truncated);
+    assert_true(res.files_truncated);
+    cf_result_clear(&res);
+
+    /* grep: path:line:text of every line holding the text. */
+    o = op_request(&req, ws, CF_WS_OP_GREP, NULL);
+    o->pattern = strdup("x");
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "grep");
+    const char *want = "src/a.py:1:x = 1\nsrc/a.py:2:print(x)\n";
+    assert_int_equal(res.stdout_data.len, strlen(want));
+    assert_memory_equal(res.stdout_data.data, want, strlen(want));
+    cf_result_clear(&res);
+
+    /* str_replace: exactly one occurrence, or nothing written. */
+    o = op_request(&req, ws, CF_WS_OP_STR_REPLACE, "src/a.py");
+    set_bytes(&o->old_str, "x");
+    set_bytes(&o->new_str, "y");
+    o->has_new_str = true;
+    run_op(d, &req, &res, CF_STATUS_FAILED, "str_replace, twice");
+    assert_reason(&res, "occurs 2 times in src/a.py (lines 1, 2)");
+    assert_int_equal(res.workspace_revision, 2);
+    cf_result_clear(&res);
+    o = op_request(&req, ws, CF_WS_OP_STR_REPLACE, "src/a.py");
+    set_bytes(&o->old_str, "absent");
+    set_bytes(&o->new_str, "y");
+    o->has_new_str = true;
+    run_op(d, &req, &res, CF_STATUS_FAILED, "str_replace, absent");
+    assert_reason(&res, "does not occur in src/a.py");
+    cf_result_clear(&res);
+    o = op_request(&req, ws, CF_WS_OP_STR_REPLACE, "src/a.py");
+    set_bytes(&o->old_str, "x = 1");
+    set_bytes(&o->new_str, "x = 41");
+    o->has_new_str = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "str_replace");
+    assert_int_equal(res.workspace_revision, 3);
+    cf_result_clear(&res);
+
+    /* insert: whole lines after insert_line; past the end is refused. */
+    o = op_request(&req, ws, CF_WS_OP_INSERT, "README.md");
+    o->insert_line = 1;
+    o->has_insert_line = true;
+    set_bytes(&o->new_str, "inserted");
+    o->has_new_str = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "insert");
+    assert_int_equal(res.workspace_revision, 4);
+    cf_result_clear(&res);
+    o = op_request(&req, ws, CF_WS_OP_INSERT, "README.md");
+    o->insert_line = 9;
+    o->has_insert_line = true;
+    set_bytes(&o->new_str, "late");
+    o->has_new_str = true;
+    run_op(d, &req, &res, CF_STATUS_FAILED, "insert past the end");
+    assert_reason(&res, "past the end of README.md (3 line(s))");
+    cf_result_clear(&res);
+
+    /* A program on the workspace sees the ops' changes, in order. */
+    it_request_init(&req, CF_LANG_SHELL, "cat README.md src/a.py");
+    req.workspace = strdup(ws);
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "a run after the ops");
+    want = "hello\ninserted\nworld\nx = 41\nprint(x)\n";
+    assert_int_equal(res.stdout_data.len, strlen(want));
+    assert_memory_equal(res.stdout_data.data, want, strlen(want));
+    cf_result_clear(&res);
+
+    /* expected_revision: compare-and-set. */
+    o = op_request(&req, ws, CF_WS_OP_DELETE, "README.md");
+    o->expected_revision = 1;
+    o->has_expected_revision = true;
+    run_op(d, &req, &res, CF_STATUS_FAILED, "delete at a stale revision");
+    assert_true(res.workspace_conflict);
+    assert_reason(&res, "not the expected 1");
+    assert_int_equal(res.workspace_revision, 4);
+    cf_result_clear(&res);
+    o = op_request(&req, ws, CF_WS_OP_DELETE, "README.md");
+    o->expected_revision = 4;
+    o->has_expected_revision = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "delete");
+    assert_int_equal(res.workspace_revision, 5);
+    cf_result_clear(&res);
+    op_request(&req, ws, CF_WS_OP_READ, "README.md");
+    run_op(d, &req, &res, CF_STATUS_FAILED, "read of a deleted file");
+    assert_reason(&res, "no file README.md");
+    cf_result_clear(&res);
+
+    /* Paths by the store's rules. */
+    op_request(&req, ws, CF_WS_OP_READ, "../etc/passwd");
+    run_op(d, &req, &res, CF_STATUS_REJECTED, "a path out of the workspace");
+    assert_reason(&res, "workspace_op.path");
+    cf_result_clear(&res);
+    o = op_request(&req, ws, CF_WS_OP_WRITE, "/etc/x");
+    set_bytes(&o->content, "x");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_REJECTED, "an absolute path");
+    cf_result_clear(&res);
+    fleet_stop(&f);
+}
+
+/* A tenant reaches its own workspaces only: every op on another tenant's
+ * is refused by its topic's profile, and that workspace does not change. */
+static void tenants_reach_only_their_own_workspaces(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    char theirs[128];
+    snprintf(theirs, sizeof(theirs), "%ssecret", f.prefix[1]);
+    cf_request req;
+    cf_result res;
+    cf_workspace_op *o = op_request(&req, theirs, CF_WS_OP_WRITE, "key.txt");
+    set_bytes(&o->content, "s3cret");
+    o->has_content = true;
+    run_op(f.d[1], &req, &res, CF_STATUS_SUCCESS, "the owner's write");
+    cf_result_clear(&res);
+    for (int op = CF_WS_OP_LIST; op < CF_WS_OP__COUNT; op++) {
+        o = op_request(&req, theirs, (cf_ws_op)op, op == CF_WS_OP_LIST || op == CF_WS_OP_GREP ? NULL : "key.txt");
+        if (op == CF_WS_OP_GREP)
+            o->pattern = strdup("s3");
+        if (op == CF_WS_OP_WRITE) {
+            set_bytes(&o->content, "mine now");
+            o->has_content = true;
+        }
+        if (op == CF_WS_OP_STR_REPLACE)
+            set_bytes(&o->old_str, "s3");
+        if (op == CF_WS_OP_STR_REPLACE || op == CF_WS_OP_INSERT) {
+            set_bytes(&o->new_str, "x");
+            o->has_new_str = true;
+        }
+        if (op == CF_WS_OP_INSERT)
+            o->has_insert_line = true;
+        char what[80];
+        snprintf(what, sizeof(what), "another tenant's %s", cf_ws_op_name((cf_ws_op)op));
+        run_op(f.d[0], &req, &res, CF_STATUS_REJECTED, what);
+        assert_reason(&res, "does not start with");
+        assert_int_equal(res.n_files, 0);
+        assert_int_equal(res.stdout_data.len, 0);
+        cf_result_clear(&res);
+    }
+    /* Untouched: still its first revision, with its bytes. */
+    op_request(&req, theirs, CF_WS_OP_READ, "key.txt");
+    run_op(f.d[1], &req, &res, CF_STATUS_SUCCESS, "the owner's read");
+    assert_int_equal(res.workspace_revision, 1);
+    assert_content(&res, "key.txt", "s3cret");
+    cf_result_clear(&res);
+    fleet_stop(&f);
+}
+
+/* A write is charged to the tenant's workspace quota like a run's: one
+ * that would pass it fails, naming the quota, and nothing is written. */
+static void a_write_over_the_quota_is_refused(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    char ws[128];
+    snprintf(ws, sizeof(ws), "%sbig", f.prefix[0]);
+    size_t n = 100 * 1024;
+    char *big = malloc(n + 1);
+    memset(big, 'a', n);
+    big[n] = '\0';
+    cf_request req;
+    cf_result res;
+    cf_workspace_op *o = op_request(&req, ws, CF_WS_OP_WRITE, "small");
+    set_bytes(&o->content, "fits");
+    o->has_content = true;
+    run_op(f.d[0], &req, &res, CF_STATUS_SUCCESS, "a small write");
+    assert_int_equal(res.workspace_revision, 1);
+    cf_result_clear(&res);
+    o = op_request(&req, ws, CF_WS_OP_WRITE, "big");
+    set_bytes(&o->content, big);
+    o->has_content = true;
+    run_op(f.d[0], &req, &res, CF_STATUS_FAILED, "100 KiB over a 64 KiB quota");
+    assert_reason(&res, "max-workspace-bytes");
+    assert_int_equal(res.workspace_revision, 1);
+    assert_int_equal(res.n_changed_paths, 0);
+    cf_result_clear(&res);
+    op_request(&req, ws, CF_WS_OP_LIST, NULL);
+    run_op(f.d[0], &req, &res, CF_STATUS_SUCCESS, "list after the refusal");
+    assert_int_equal(res.n_files, 1);
+    assert_string_equal(res.files[0].path, "small");
+    cf_result_clear(&res);
+    free(big);
+    fleet_stop(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_op_through_the_fleet),
+        cmocka_unit_test(tenants_reach_only_their_own_workspaces),
+        cmocka_unit_test(a_write_over_the_quota_is_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,334 @@
+/* workspace_ops.c: a request's workspace operation (workspace_ops_int.h). */
+#include "workspace_ops_int.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cf_workdir.h"
+
+/* Up to this many lines are named when old_str is not unique. */
+#define SHOWN_LINES 5
+
+static void fail(cf_result *res, cf_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void fail(cf_result *res, cf_status status, const char *fmt, ...)
+{
+    char buf[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    res->status = status;
+    cf_result_set_reason(res, "%s", buf);
+}
+
+bool ws_op_glob_match(const char *pattern, const char *path)
+{
+    if (strncmp(pattern, "**/", 3) == 0) {
+        const char *rest = pattern + 3;
+        for (const char *p = path; p; p = strchr(p, '/')) {
+            if (*p == '/')
+                p++;
+            if (ws_op_glob_match(rest, p))
+                return true;
+        }
+        return false;
+    }
+    return fnmatch(pattern, path, FNM_PATHNAME) == 0;
+}
+
+static const cf_ws_entry *find(const cf_wstate_run *run, const char *path)
+{
+    for (size_t i = 0; i < run->snap.n; i++)
+        if (strcmp(run->snap.entries[i].path, path) == 0)
+            return &run->snap.entries[i];
+    return NULL;
+}
+
+/* 1-based line of byte offset off in data. */
+static size_t line_of(const uint8_t *data, size_t off)
+{
+    size_t line = 1;
+    for (size_t i = 0; i < off; i++)
+        line += data[i] == '\n';
+    return line;
+}
+
+static int add_listed(cf_result *res, const cf_ws_entry *e, const uint8_t *content, size_t len)
+{
+    cf_out_file *v = realloc(res->files, (res->n_files + 1) * sizeof(*v));
+    if (!v)
+        return -1;
+    res->files = v;
+    cf_out_file *f = &v[res->n_files];
+    memset(f, 0, sizeof(*f));
+    if (cf_str_set(&f->path, e->path) < 0)
+        return -1;
+    res->n_files++;
+    f->size = (int64_t)e->size;
+    f->listed = !content;
+    if (content) {
+        if (cf_bytes_set(&f->content, content, len) < 0)
+            return -1;
+        f->truncated = len < e->size;
+        res->files_truncated |= f->truncated;
+    }
+    return 0;
+}
+
+/* The workspace's files after the op: a copy of the checkout with path
+ * replaced by data (remove: left out; data NULL with !remove: unchanged). */
+static int new_set(cf_wstate_run *run, const char *path, const uint8_t *data, size_t len, bool remove)
+{
+    size_t n = run->snap.n;
+    cf_file *out = calloc(n + 1, sizeof(*out));
+    if (!out)
+        return -1;
+    size_t k = 0;
+    bool placed = false;
+    for (size_t i = 0; i < n; i++) {
+        const cf_ws_entry *e = &run->snap.entries[i];
+        bool this = strcmp(e->path, path) == 0;
+        if (this && remove)
+            continue;
+        const uint8_t *src = this ? data : e->data;
+        size_t sl = this ? len : e->size;
+        placed |= this;
+        out[k].path = strdup(e->path);
+        if (!out[k].path || cf_bytes_set(&out[k].content, src ? (const void *)src : "", sl) < 0) {
+            cf_workdir_files_free(out, k + 1);
+            return -1;
+        }
+        k++;
+    }
+    if (!placed && !remove) {
+        out[k].path = strdup(path);
+        if (!out[k].path || cf_bytes_set(&out[k].content, data ? (const void *)data : "", len) < 0) {
+            cf_workdir_files_free(out, k + 1);
+            return -1;
+        }
+        k++;
+    }
+    run->files.collected = out;
+    run->files.n_collected = k;
+    return 0;
+}
+
+static void op_grep(const cf_workspace_op *o, const cf_wstate_run *run, int64_t cap, cf_result *res)
+{
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    if (!f) {
+        fail(res, CF_STATUS_INTERNAL_ERROR, "grep: out of memory");
+        return;
+    }
+    size_t plen = strlen(o->pattern);
+    bool cut = false;
+    for (size_t i = 0; i < run->snap.n && !cut; i++) {
+        const cf_ws_entry *e = &run->snap.entries[i];
+        if (o->path && !ws_op_glob_match(o->path, e->path))
+            continue;
+        /* A file with a NUL byte is binary: not searched, as grep -I. */
+        if (e->size && memchr(e->data, 0, e->size))
+            continue;
+        size_t line = 1, start = 0;
+        for (size_t p = 0; p <= e->size && !cut; p++) {
+            if (p < e->size && e->data[p] != '\n')
+                continue;
+            size_t ll = p - start;
+            if (ll >= plen && memmem(e->data + start, ll, o->pattern, plen)) {
+                fprintf(f, "%s:%zu:", e->path, line);
+                fwrite(e->data + start, 1, ll, f);
+                fputc('\n', f);
+                fflush(f);
+                if ((int64_t)tlen > cap)
+                    cut = true;
+            }
+            line++;
+            start = p + 1;
+        }
+    }
+    if (fclose(f) != 0 || !text) {
+        free(text);
+        fail(res, CF_STATUS_INTERNAL_ERROR, "grep: out of memory");
+        return;
+    }
+    size_t keep = (int64_t)tlen > cap ? (size_t)cap : tlen;
+    if (cf_bytes_set(&res->stdout_data, text, keep) < 0)
+        fail(res, CF_STATUS_INTERNAL_ERROR, "grep: out of memory");
+    res->stdout_truncated = cut;
+    free(text);
+}
+
+/* str_replace: old_str must occur exactly once. */
+static int op_str_replace(const cf_workspace_op *o, const cf_ws_entry *e, uint8_t **out, size_t *olen,
+                          cf_result *res)
+{
+    size_t at[SHOWN_LINES], n = 0;
+    const uint8_t *d = e->data;
+    for (size_t p = 0; e->size >= o->old_str.len && p <= e->size - o->old_str.len;) {
+        const uint8_t *hit = memmem(d + p, e->size - p, o->old_str.data, o->old_str.len);
+        if (!hit)
+            break;
+        if (n < SHOWN_LINES)
+            at[n] = (size_t)(hit - d);
+        n++;
+        p = (size_t)(hit - d) + o->old_str.len;
+    }
+    if (n == 0) {
+        fail(res, CF_STATUS_FAILED, "str_replace: old_str does not occur in %s: nothing written", e->path);
+        return -1;
+    }
+    if (n > 1) {
+        char lines[120] = "";
+        size_t ll = 0;
+        for (size_t i = 0; i < n && i < SHOWN_LINES && ll < sizeof(lines); i++)
+            ll += (size_t)snprintf(lines + ll, sizeof(lines) - ll, "%s%zu", i ? ", " : "", line_of(d, at[i]));
+        fail(res, CF_STATUS_FAILED,
+             "str_replace: old_str occurs %zu times in %s (lines %s%s): give more context to make it unique; "
+             "nothing written", n, e->path, lines, n > SHOWN_LINES ? ", ..." : "");
+        return -1;
+    }
+    size_t len = e->size - o->old_str.len + o->new_str.len;
+    uint8_t *b = malloc(len ? len : 1);
+    if (!b) {
+        fail(res, CF_STATUS_INTERNAL_ERROR, "str_replace: out of memory");
+        return -1;
+    }
+    memcpy(b, d, at[0]);
+    if (o->new_str.len)
+        memcpy(b + at[0], o->new_str.data, o->new_str.len);
+    memcpy(b + at[0] + o->new_str.len, d + at[0] + o->old_str.len, e->size - at[0] - o->old_str.len);
+    *out = b;
+    *olen = len;
+    return 0;
+}
+
+/* insert: new_str as whole lines after line insert_line (0: at the top). */
+static int op_insert(const cf_workspace_op *o, const cf_ws_entry *e, uint8_t **out, size_t *olen, cf_result *res)
+{
+    size_t lines = 0;
+    for (size_t i = 0; i < e->size; i++)
+        lines += e->data[i] == '\n';
+    if (e->size && e->data[e->size - 1] != '\n')
+        lines++; /* a last line without its newline */
+    if ((uint64_t)o->insert_line > lines) {
+        fail(res, CF_STATUS_FAILED, "insert: insert_line %" PRId64 " is past the end of %s (%zu line(s)); nothing "
+             "written", o->insert_line, e->path, lines);
+        return -1;
+    }
+    size_t at = 0;
+    for (int64_t l = 0; l < o->insert_line; l++) {
+        const uint8_t *nl = memchr(e->data + at, '\n', e->size - at);
+        at = nl ? (size_t)(nl - e->data) + 1 : e->size;
+    }
+    bool lead = at == e->size && at > 0 && e->data[at - 1] != '\n'; /* after a last line without newline */
+    bool trail = o->new_str.len == 0 || o->new_str.data[o->new_str.len - 1] != '\n';
+    size_t len = e->size + o->new_str.len + lead + trail;
+    uint8_t *b = malloc(len);
+    if (!b) {
+        fail(res, CF_STATUS_INTERNAL_ERROR, "insert: out of memory");
+        return -1;
+    }
+    size_t k = 0;
+    memcpy(b, e->data ? e->data : (const uint8_t *)"", at);
+    k = at;
+    if (lead)
+        b[k++] = '\n';
+    if (o->new_str.len)
+        memcpy(b + k, o->new_str.data, o->new_str.len);
+    k += o->new_str.len;
+    if (trail)
+        b[k++] = '\n';
+    memcpy(b + k, e->data ? e->data + at : (const uint8_t *)"", e->size - at);
+    *out = b;
+    *olen = len;
+    return 0;
+}
+
+bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run, cf_result *res)
+{
+    const cf_workspace_op *o = req->workspace_op;
+    const char *ws = req->workspace;
+    int64_t cap = req->policy.max_stdout_bytes > 0 ? req->policy.max_stdout_bytes : INT64_MAX;
+    bool writes = cf_ws_op_writes(o->op);
+    run->ws_rw = false; /* written back only when the op changes something */
+    res->status = CF_STATUS_SUCCESS;
+    res->workspace_revision = run->ws_rev;
+    cf_error err;
+    cf_error_clear(&err);
+    if (o->path && o->op != CF_WS_OP_GREP && cf_wstate_path_check(st, o->path, &err) < 0) {
+        fail(res, CF_STATUS_REJECTED, "workspace_op.path: %s", err.msg);
+        return false;
+    }
+    if (writes && o->has_expected_revision && o->expected_revision != run->ws_rev) {
+        res->workspace_conflict = true;
+        fail(res, CF_STATUS_FAILED, "workspace %s is at revision %" PRId64 ", not the expected %" PRId64
+             ": nothing written (read it again)", ws, run->ws_rev, o->expected_revision);
+        return false;
+    }
+    const cf_ws_entry *e = o->path ? find(run, o->path) : NULL;
+    switch (o->op) {
+    case CF_WS_OP_LIST:
+        for (size_t i = 0; i < run->snap.n; i++)
+            if ((!o->pattern || ws_op_glob_match(o->pattern, run->snap.entries[i].path)) &&
+                add_listed(res, &run->snap.entries[i], NULL, 0) < 0) {
+                fail(res, CF_STATUS_INTERNAL_ERROR, "list: out of memory");
+                return false;
+            }
+        return false;
+    case CF_WS_OP_GREP:
+        op_grep(o, run, cap, res);
+        return false;
+    default:
+        break;
+    }
+    if (!e && o->op != CF_WS_OP_WRITE) {
+        fail(res, CF_STATUS_FAILED, "%s: no file %s in workspace %s (revision %" PRId64 ")", cf_ws_op_name(o->op),
+             o->path, ws, run->ws_rev);
+        return false;
+    }
+    uint8_t *data = NULL;
+    size_t len = 0;
+    switch (o->op) {
+    case CF_WS_OP_READ: {
+        size_t keep = (int64_t)e->size > cap ? (size_t)cap : e->size;
+        if (add_listed(res, e, e->data ? e->data : (const uint8_t *)"", keep) < 0)
+            fail(res, CF_STATUS_INTERNAL_ERROR, "read: out of memory");
+        return false;
+    }
+    case CF_WS_OP_WRITE:
+        if (e && e->size == o->content.len && (e->size == 0 || memcmp(e->data, o->content.data, e->size) == 0))
+            return false; /* the same bytes: no new revision */
+        if (new_set(run, o->path, o->content.data, o->content.len, false) < 0)
+            goto nomem;
+        break;
+    case CF_WS_OP_DELETE:
+        if (new_set(run, o->path, NULL, 0, true) < 0)
+            goto nomem;
+        break;
+    case CF_WS_OP_STR_REPLACE:
+    case CF_WS_OP_INSERT: {
+        int rc = o->op == CF_WS_OP_INSERT ? op_insert(o, e, &data, &len, res) : op_str_replace(o, e, &data, &len, res);
+        if (rc < 0)
+            return false;
+        rc = new_set(run, o->path, data, len, false);
+        free(data);
+        if (rc < 0)
+            goto nomem;
+        break;
+    }
+    default:
+        fail(res, CF_STATUS_REJECTED, "workspace_op: unknown op");
+        return false;
+    }
+    run->ws_rw = true;
+    return true;
+nomem:
+    fail(res, CF_STATUS_INTERNAL_ERROR, "%s: out of memory", cf_ws_op_name(o->op));
+    return false;
+}
