@@ -20,6 +20,10 @@
 json_t *mcp_tools_list(void);
 /* Whether name is one of the tools. */
 bool mcp_tool_known(const char *name);
+/* The workspace tools (ops the fleet does, SPEC.md section 3.5), and
+ * those of them that only read. */
+bool mcp_tool_is_file_op(const char *name);
+bool mcp_tool_reads(const char *name);
 /* Whether args holds an argument tool's input schema (in tools, as
  * mcp_tools_list made it) does not name; its name into bad. */
 bool mcp_unknown_argument(const json_t *tools, const char *tool, const json_t *args, char *bad, size_t size);

@@ -4,7 +4,11 @@
  *
  * Tools: execute_code (submit a request and wait for its result, or only
  * submit), get_result, cancel, and the workspace tools list_files,
- * read_file, write_file, each with an output schema and annotations.
+ * read_file, write_file, delete_file, grep_files, str_replace and
+ * insert_text, each with an output schema and annotations.  The workspace
+ * tools are requests to the fleet too (SPEC.md section 3.5): the server
+ * holds no Redis credentials, and a tenant reaches its own workspaces only,
+ * by the profile of its request topic.
  * Protocol versions 2024-11-05 to 2025-11-25; JSON-RPC batches in a
  * 2025-03-26 session, the one version that requires them.  Tool results carry the execution result in
  * structuredContent (the JSON form of SPEC.md section 7) and a readable
@@ -15,7 +19,7 @@
  * server speaks only what SPEC.md says, and its input schema's enums are
  * generated from the schema's name tables.
  *
- * The tools that wait (execute_code, get_result) run on a thread per call,
+ * The tools that wait (execute_code, get_result, the workspace tools) run on a thread per call,
  * up to --max-calls at once (more wait for a turn), so an agent's parallel
  * calls overlap; the main thread keeps reading: it answers ping, serves the
  * quick tools and routes notifications/cancelled to its call.  The MCP
@@ -39,11 +43,9 @@
 #include "cf_cli.h"
 #include "cf_dispatcher.h"
 #include "cf_log.h"
-#include "cf_redis.h"
 #include "cf_msgpack.h"
 #include "cf_schema_json.h"
 #include "cf_util.h"
-#include "cf_workspace.h"
 #include "mcp_int.h"
 
 #define MCP_LINE_MAX (4u * 1024 * 1024)     /* bytes of one incoming message */
@@ -125,8 +127,6 @@ struct mcp {
     const cf_cli_globals *g;
     cf_dispatcher *d;
     bool streaming; /* d reads output chunks: progress is possible */
-    cf_redis *redis;
-    cf_workspace_store *ws;
     pthread_mutex_t out_mu; /* one message at a time on stdout */
     /* Held around a submit and its flush, and around a cancel: the
      * dispatcher keeps one delivery error, taken by whoever reads it
@@ -932,22 +932,6 @@ static json_t *tool_cancel(mcp *m, const json_t *args)
     return mcp_tool_result(text, json_pack("{s:s, s:s}", "id", id, "cancel", "sent"), false);
 }
 
-/* The workspace store, connected on first use. */
-static cf_workspace_store *workspace_store(mcp *m, cf_error *err)
-{
-    if (m->ws)
-        return m->ws;
-    if (!m->g->redis || !m->g->redis[0]) {
-        cf_error_set(err, CF_E_INVALID, "no Redis configured (--redis / CODEFLEET_REDIS): workspaces unavailable");
-        return NULL;
-    }
-    if (!m->redis)
-        m->redis = cf_cli_redis_open(m->g, err);
-    if (m->redis)
-        m->ws = cf_cli_workspace_store_new(m->g, m->redis, err);
-    return m->ws;
-}
-
 static json_t *bytes_json_value(const uint8_t *d, size_t n)
 {
     if (cf_utf8_valid(d, n) && !memchr(d, 0, n))
@@ -958,94 +942,156 @@ static json_t *bytes_json_value(const uint8_t *d, size_t n)
     return o;
 }
 
-static json_t *tool_workspace(mcp *m, const char *tool, const json_t *args)
+/* The request a workspace tool's arguments describe (SPEC.md 3.5, JSON
+ * form): the tool's name says the op, its arguments are the op's fields. */
+static json_t *file_op_request(const char *tool, const json_t *args, const char *id)
 {
+    static const struct {
+        const char *tool, *op;
+    } ops[] = {{"list_files", "list"},       {"read_file", "read"},     {"write_file", "write"},
+               {"delete_file", "delete"},    {"grep_files", "grep"},    {"str_replace", "str_replace"},
+               {"insert_text", "insert"}};
+    const char *op = NULL;
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+        if (strcmp(ops[i].tool, tool) == 0)
+            op = ops[i].op;
+    json_t *o = json_pack("{s:s}", "op", op ? op : "");
+    static const char *const same[] = {"path",    "pattern",     "content",           "old_str",
+                                       "new_str", "insert_line", "expected_revision"};
+    for (size_t i = 0; o && i < sizeof(same) / sizeof(same[0]); i++) {
+        json_t *v = json_object_get(args, same[i]);
+        if (v)
+            json_object_set(o, same[i], v);
+    }
+    /* str_replace without new_str deletes old_str (text_editor's rule). */
+    if (o && strcmp(tool, "str_replace") == 0 && !json_object_get(o, "new_str"))
+        json_object_set_new(o, "new_str", json_string(""));
+    json_t *r = json_pack("{s:i, s:s, s:O*, s:o*}", "v", 1, "id", id, "workspace", json_object_get(args, "workspace"),
+                          "workspace_op", o);
+    return r;
+}
+
+/* The fleet's answer as the tool's result. */
+static json_t *file_op_tool_result(const char *tool, const char *ws_id, const char *path, const char *id,
+                                   const cf_result *res)
+{
+    if (res->status != CF_STATUS_SUCCESS)
+        return mcp_tool_error("workspace %s%s%s: %s: %s%s", ws_id, path ? ", " : "", path ? path : "",
+                              cf_status_name(res->status), res->reason ? res->reason : "(no reason given)",
+                              res->workspace_conflict ? " (read it again and retry with its revision)" : "");
+    json_t *sc = json_pack("{s:s, s:s, s:I}", "id", id, "workspace", ws_id, "revision",
+                           (json_int_t)res->workspace_revision);
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    if (!sc || !f) {
+        json_decref(sc);
+        if (f)
+            fclose(f);
+        free(text);
+        return NULL;
+    }
+    if (strcmp(tool, "list_files") == 0) {
+        json_t *files = json_array();
+        fprintf(f, "workspace %s, revision %" PRId64 ", %zu file(s)\n", ws_id, res->workspace_revision, res->n_files);
+        for (size_t i = 0; i < res->n_files; i++) {
+            json_array_append_new(files, json_pack("{s:s, s:I}", "path", res->files[i].path, "size",
+                                                   (json_int_t)res->files[i].size));
+            fprintf(f, "%10" PRId64 "  %s\n", res->files[i].size, res->files[i].path);
+        }
+        json_object_set_new(sc, "files", files);
+    } else if (strcmp(tool, "read_file") == 0 && res->n_files == 1) {
+        const cf_out_file *of = &res->files[0];
+        json_t *content = bytes_json_value(of->content.data ? of->content.data : (const uint8_t *)"",
+                                           of->content.len);
+        json_object_set_new(sc, "path", json_string(of->path));
+        json_object_set_new(sc, "size", json_integer((json_int_t)of->size));
+        json_object_set_new(sc, "truncated", json_boolean(of->truncated));
+        if (json_is_string(content))
+            fprintf(f, "%s%s", json_string_value(content),
+                    of->truncated ? "\n[cut at the output cap: see structuredContent.size]" : "");
+        else
+            fprintf(f, "(binary, %" PRId64 " bytes: see structuredContent, base64)", of->size);
+        json_object_set_new(sc, "content", content);
+    } else if (strcmp(tool, "grep_files") == 0) {
+        json_t *m = bytes_json_value(res->stdout_data.data ? res->stdout_data.data : (const uint8_t *)"",
+                                     res->stdout_data.len);
+        fprintf(f, "%s", json_is_string(m) && res->stdout_data.len ? json_string_value(m) : "no matching line\n");
+        json_object_set_new(sc, "matches", json_is_string(m) ? m : (json_decref(m), json_string("")));
+        json_object_set_new(sc, "truncated", json_boolean(res->stdout_truncated));
+    } else {
+        json_t *changed = json_array();
+        for (size_t i = 0; i < res->n_changed_paths; i++)
+            json_array_append_new(changed, json_string(res->changed_paths[i]));
+        json_object_set_new(sc, "changed_paths", changed);
+        if (path)
+            json_object_set_new(sc, "path", json_string(path));
+        if (res->n_changed_paths)
+            fprintf(f, "%s: workspace %s is now at revision %" PRId64, path ? path : "", ws_id,
+                    res->workspace_revision);
+        else
+            fprintf(f, "%s: unchanged (it already held that), workspace %s at revision %" PRId64, path ? path : "",
+                    ws_id, res->workspace_revision);
+    }
+    fclose(f);
+    json_t *r = mcp_tool_result(text ? text : "", sc, false);
+    free(text);
+    return r;
+}
+
+/* A workspace tool: the op is a request to the fleet (SPEC.md 3.5), done
+ * under the profile of this client's request topic, so the server holds
+ * no Redis credentials and a tenant reaches only its own workspaces.  It
+ * waits like execute_code (and holds its workspace's turn, so calls on one
+ * workspace keep their order). */
+static json_t *tool_file_op(mcp_call *c, const char *tool, const json_t *args, bool *no_answer)
+{
+    mcp *m = c->m;
     const char *ws_id = mcp_str_arg(args, "workspace"), *path = mcp_str_arg(args, "path");
     if (!ws_id || !ws_id[0])
         return mcp_tool_error("workspace: a workspace id");
+    char id[CF_ID_MAX + 1];
     cf_error err = {0};
-    cf_workspace_store *ws = workspace_store(m, &err);
-    if (!ws)
-        return mcp_tool_error("%s", err.msg);
-    if (strcmp(tool, "list_files") == 0) {
-        cf_ws_listing l = {0};
-        if (cf_workspace_list(ws, ws_id, &l, &err) < 0)
-            return mcp_tool_error("workspace %s: %s", ws_id, err.msg);
-        json_t *files = json_array();
-        char *text = NULL;
-        size_t tlen = 0;
-        FILE *f = open_memstream(&text, &tlen);
-        if (f)
-            fprintf(f, "workspace %s, revision %" PRId64 ", %zu file(s)\n", ws_id, l.rev, l.n);
-        for (size_t i = 0; i < l.n; i++) {
-            json_array_append_new(files, json_pack("{s:s, s:I}", "path", l.entries[i].path, "size",
-                                                   (json_int_t)l.entries[i].size));
-            if (f)
-                fprintf(f, "%10zu  %s\n", l.entries[i].size, l.entries[i].path);
-        }
-        if (f)
-            fclose(f);
-        json_t *r = mcp_tool_result(text ? text : "", json_pack("{s:s, s:I, s:o}", "workspace", ws_id, "revision",
-                                                            (json_int_t)l.rev, "files", files),
-                                false);
-        free(text);
-        cf_ws_listing_clear(&l);
-        return r;
-    }
-    if (!path || cf_workspace_path_check(ws, path, &err) < 0)
-        return mcp_tool_error("path: %s", path ? err.msg : "a relative path inside the workspace");
-    if (strcmp(tool, "read_file") == 0) {
-        uint8_t *data = NULL;
-        size_t len = 0;
-        int64_t rev = 0;
-        if (cf_workspace_get(ws, ws_id, path, &data, &len, &rev, &err) < 0)
-            return mcp_tool_error("workspace %s, %s: %s", ws_id, path, err.msg);
-        json_t *content = bytes_json_value(data, len);
-        bool text = json_is_string(content);
-        json_t *r = mcp_tool_result(text ? json_string_value(content) : "(binary: see structuredContent, base64)",
-                                json_pack("{s:s, s:s, s:I, s:I, s:o}", "workspace", ws_id, "path", path, "revision",
-                                          (json_int_t)rev, "size", (json_int_t)len, "content", content),
-                                false);
-        free(data);
-        return r;
-    }
-    /* write_file: the content in the JSON form's bytes rule. */
-    json_t *content = json_object_get(args, "content");
-    cf_bytes data = {0};
-    if (json_is_string(content)) {
-        if (cf_bytes_set(&data, json_string_value(content), json_string_length(content)) < 0)
-            return mcp_tool_error("out of memory");
-    } else if (json_is_object(content) && json_is_string(json_object_get(content, "base64")) &&
-               json_object_size(content) == 1) {
-        const char *b64 = json_string_value(json_object_get(content, "base64"));
-        if (cf_base64_decode(b64, strlen(b64), 64u * 1024 * 1024, &data, &err) < 0)
-            return mcp_tool_error("content: %s", err.msg);
-    } else {
-        return mcp_tool_error("content: a string, or {\"base64\": \"...\"}");
-    }
-    bool ok = true;
-    int64_t expect = mcp_int_arg(args, "expected_revision", CF_WS_ANY_REV, 0, INT64_MAX, &ok);
-    if (!ok) {
-        free(data.data);
-        return mcp_tool_error("expected_revision: a non-negative integer");
-    }
-    int64_t rev = 0;
-    int rc = cf_workspace_put(ws, ws_id, expect, path, data.data, data.len, &rev, &err);
-    if (rc < 0 && err.code == CF_E_NOT_FOUND && expect == CF_WS_ANY_REV) {
-        cf_error cerr = {0};
-        if (cf_workspace_create(ws, ws_id, NULL, NULL, &cerr) == 0 || cerr.code == CF_E_CONFLICT) {
-            cf_error_clear(&err);
-            rc = cf_workspace_put(ws, ws_id, expect, path, data.data, data.len, &rev, &err);
-        }
-    }
-    free(data.data);
+    if (cf_dispatcher_new_id(id, sizeof(id), &err) < 0)
+        return mcp_tool_error("cannot make a request id: %s", err.msg);
+    json_t *rj = file_op_request(tool, args, id);
+    if (!rj)
+        return NULL;
+    cf_request req = {0};
+    int rc = cf_request_from_json(rj, &req, &err);
+    json_decref(rj);
     if (rc < 0)
-        return mcp_tool_error("workspace %s, %s: %s%s", ws_id, path, err.msg,
-                          err.code == CF_E_CONFLICT ? " (read it again and retry with its revision)" : "");
-    char text[400];
-    snprintf(text, sizeof(text), "wrote %s into workspace %s: revision %" PRId64, path, ws_id, rev);
-    return mcp_tool_result(text, json_pack("{s:s, s:s, s:I}", "workspace", ws_id, "path", path, "revision", (json_int_t)rev),
-                       false);
+        return mcp_tool_error("%s", err.msg);
+    pthread_mutex_lock(&m->mu);
+    bool go = c->abort == CALL_GOES_ON;
+    if (go)
+        snprintf(c->request_id, sizeof(c->request_id), "%s", id);
+    pthread_mutex_unlock(&m->mu);
+    if (!go) {
+        cf_request_clear(&req);
+        *no_answer = true;
+        return NULL;
+    }
+    pthread_mutex_lock(&m->send_mu);
+    int sent = cf_dispatcher_submit(m->d, &req, &err) == 0 && cf_dispatcher_flush(m->d, 10 * 1000000LL, &err) == 0;
+    pthread_mutex_unlock(&m->send_mu);
+    cf_request_clear(&req);
+    if (!sent)
+        return mcp_tool_error("could not submit: %s", err.msg);
+    cf_result res = {0};
+    rc = wait_result(c, id, 0, MCP_DEFAULT_WAIT_MS * 1000LL, false, &res, &err);
+    if (rc == 0 && call_abort(c) != CALL_GOES_ON)
+        rc = 1;
+    if (rc == 1) {
+        cf_result_clear(&res);
+        *no_answer = true;
+        return NULL;
+    }
+    if (rc < 0)
+        return mcp_tool_error("request %s: %s (the fleet may still do it: get_result with this id)", id, err.msg);
+    json_t *out = file_op_tool_result(tool, ws_id, path, id, &res);
+    cf_result_clear(&res);
+    return out;
 }
 
 /* ---------------------------------------------------------------- calls */
@@ -1189,7 +1235,8 @@ static void call_start(mcp *m, json_t *msg)
     c->id = json_object_get(msg, "id");
     c->batch = tl_batch;
     json_t *params = json_object_get(msg, "params"), *args = json_object_get(params, "arguments");
-    if (strcmp(json_string_value(json_object_get(params, "name")), "execute_code") == 0) {
+    const char *tool = json_string_value(json_object_get(params, "name"));
+    if (strcmp(tool, "execute_code") == 0 || mcp_tool_is_file_op(tool)) {
         c->workspace = json_string_value(json_object_get(args, "workspace"));
         c->thread = json_string_value(json_object_get(args, "thread"));
     } else {
@@ -1289,6 +1336,7 @@ static void *call_main(void *arg)
     json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
     bool no_answer = false;
     json_t *r = strcmp(name, "execute_code") == 0 ? tool_execute(c, args, token, &no_answer)
+                : mcp_tool_is_file_op(name)       ? tool_file_op(c, name, args, &no_answer)
                                                   : tool_get_result(c, args, token, &no_answer);
     json_decref(empty);
     if (no_answer) /* the client cancelled the call: no response is due */
@@ -1392,15 +1440,13 @@ static void handle_tools_call(mcp *m, json_t *msg, json_t *id, json_t *params)
         r = mcp_tool_error("arguments: expected an object");
     else if (mcp_unknown_argument(m->tools, name, args, bad, sizeof(bad)))
         r = mcp_tool_error("unknown argument '%.80s' for %s (see its inputSchema)", bad, name);
-    else if (strcmp(name, "execute_code") == 0 || strcmp(name, "get_result") == 0) {
+    else if (strcmp(name, "execute_code") == 0 || strcmp(name, "get_result") == 0 || mcp_tool_is_file_op(name)) {
         /* The tools that wait: on a thread each, so calls overlap. */
         json_decref(empty);
         call_start(m, msg);
         return;
-    } else if (strcmp(name, "cancel") == 0)
+    } else
         r = tool_cancel(m, args);
-    else
-        r = tool_workspace(m, name, args);
     json_decref(empty);
     if (r)
         send_result(m, id, r);
@@ -1589,7 +1635,9 @@ static const char mcp_help[] =
     "\n"
     "A Model Context Protocol server on stdin/stdout (JSON-RPC 2.0, one message\n"
     "per line; logs on stderr).  Tools: execute_code, get_result, cancel,\n"
-    "list_files, read_file, write_file (workspaces need --redis).  Requests go to\n"
+    "and the workspace tools list_files, read_file, write_file, delete_file,\n"
+    "grep_files, str_replace, insert_text (done by the fleet, no Redis needed).\n"
+    "Requests go to\n"
     "--request-topic, results are read from --result-topic (and output chunks\n"
     "from <result topic>.output for progress notifications), with the\n"
     "credentials of --config.  Example client configuration:\n"
@@ -1723,8 +1771,6 @@ int cf_cli_cmd_mcp(const cf_cli_globals *g, int argc, char **argv)
         pthread_join(m->reader, NULL);
     }
     cf_dispatcher_destroy(m->d);
-    cf_workspace_store_destroy(m->ws);
-    cf_redis_destroy(m->redis);
     json_decref(m->tools);
     for (queued *q = m->head; q;) {
         queued *next = q->next;

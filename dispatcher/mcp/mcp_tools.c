@@ -175,14 +175,31 @@ static const tool_def tool_defs[] = {
      "Stop an execution by request id: a running program is killed, a waiting one never starts; it is answered "
      "`cancelled`. A finished one is not changed.",
      false, true, true},
-    {"list_files", "List workspace files", "Paths and sizes of a workspace's files at its current revision.", true,
-     false, true},
-    {"read_file", "Read a workspace file", "One file of a workspace (text, or {\"base64\": ...} for other bytes).",
+    /* The workspace tools: ops done by the fleet (SPEC.md section 3.5),
+     * under the profile of this client's request topic. */
+    {"list_files", "List workspace files",
+     "Paths and sizes of a workspace's files at its current revision; pattern (a glob, \"**/*.py\") narrows them.",
+     true, false, true},
+    {"read_file", "Read a workspace file",
+     "One file of a workspace (text, or {\"base64\": ...} for other bytes), cut at the output cap (truncated says so).",
      true, false, true},
     {"write_file", "Write a workspace file",
      "Write one file into a workspace (created if missing) as a new revision; executions with that workspace "
      "see it.",
      false, true, false}, /* each write is a new revision */
+    {"delete_file", "Delete a workspace file", "Remove one file of a workspace, as a new revision.", false, true,
+     false},
+    {"grep_files", "Search workspace files",
+     "Lines of a workspace's files holding a text (fixed string, not a regex), as path:line:text; path (a glob) "
+     "narrows the files.",
+     true, false, true},
+    {"str_replace", "Replace text in a workspace file",
+     "Replace old_str, which must occur exactly once in the file, by new_str (empty: delete it), as a new "
+     "revision. Not unique or absent: an error naming the lines, nothing written.",
+     false, true, false},
+    {"insert_text", "Insert lines into a workspace file",
+     "Insert new_str as whole lines after line insert_line (0: at the top), as a new revision.", false, true,
+     false},
 };
 
 /* What structuredContent holds, per tool.  Every property is optional and
@@ -208,6 +225,16 @@ static json_t *output_schema(const char *name)
     } else {
         json_object_set_new(p, "workspace", prop("string", "Workspace id."));
         json_object_set_new(p, "revision", prop("integer", "The workspace's revision read or written."));
+        json_object_set_new(p, "id", prop("string", "The request id the fleet answered."));
+        if (!mcp_tool_reads(name)) {
+            json_t *changed = prop("array", "The paths this changed (empty: nothing to change).");
+            json_object_set_new(changed, "items", json_pack("{s:s}", "type", "string"));
+            json_object_set_new(p, "changed_paths", changed);
+        }
+        if (strcmp(name, "grep_files") == 0)
+            json_object_set_new(p, "matches", prop("string", "path:line:text, one line per matching line."));
+        if (strcmp(name, "grep_files") == 0 || strcmp(name, "read_file") == 0)
+            json_object_set_new(p, "truncated", prop("boolean", "Cut at the output cap."));
         if (strcmp(name, "list_files") == 0) {
             json_object_set_new(p, "files",
                                 json_pack("{s:s, s:{s:s, s:{s:{s:s}, s:{s:s}}}}", "type", "array", "items", "type",
@@ -242,20 +269,55 @@ static json_t *tool_schema(const char *name)
         return object_schema(p, NULL, 0);
     }
     json_object_set_new(p, "workspace", prop("string", "Workspace id."));
-    if (strcmp(name, "list_files") == 0) {
-        static const char *const req[] = {"workspace"};
-        return object_schema(p, req, 1);
+    const char *path_is = "Relative path inside the workspace.";
+    if (strcmp(name, "list_files") == 0 || strcmp(name, "grep_files") == 0) {
+        bool grep = strcmp(name, "grep_files") == 0;
+        json_object_set_new(p, "pattern", prop("string", grep ? "The text to find (a fixed string)."
+                                                              : "A glob of paths (\"*\" within a directory, a leading "
+                                                                "\"**/\" at any depth)."));
+        if (grep)
+            json_object_set_new(p, "path", prop("string", "A glob of the files to search (default: all)."));
+        static const char *const req_list[] = {"workspace"}, *const req_grep[] = {"workspace", "pattern"};
+        return object_schema(p, grep ? req_grep : req_list, grep ? 2 : 1);
     }
-    json_object_set_new(p, "path", prop("string", "Relative path inside the workspace."));
+    json_object_set_new(p, "path", prop("string", path_is));
     if (strcmp(name, "read_file") == 0) {
         static const char *const req[] = {"workspace", "path"};
         return object_schema(p, req, 2);
     }
-    json_object_set_new(p, "content", bytes_prop("The file's bytes."));
     json_object_set_new(p, "expected_revision",
-                        prop("integer", "Write only if the workspace is at this revision (optimistic concurrency)."));
+                        prop("integer", "Change it only if the workspace is at this revision (optimistic "
+                                        "concurrency: a conflict changes nothing)."));
+    if (strcmp(name, "delete_file") == 0) {
+        static const char *const req[] = {"workspace", "path"};
+        return object_schema(p, req, 2);
+    }
+    if (strcmp(name, "str_replace") == 0) {
+        json_object_set_new(p, "old_str", bytes_prop("The text to replace: exactly one occurrence."));
+        json_object_set_new(p, "new_str", bytes_prop("Its replacement (default empty)."));
+        static const char *const req[] = {"workspace", "path", "old_str"};
+        return object_schema(p, req, 3);
+    }
+    if (strcmp(name, "insert_text") == 0) {
+        json_object_set_new(p, "insert_line", prop("integer", "The line after which to insert (0: at the top)."));
+        json_object_set_new(p, "new_str", bytes_prop("The lines to insert."));
+        static const char *const req[] = {"workspace", "path", "insert_line", "new_str"};
+        return object_schema(p, req, 4);
+    }
+    json_object_set_new(p, "content", bytes_prop("The file's bytes."));
     static const char *const req[] = {"workspace", "path", "content"};
     return object_schema(p, req, 3);
+}
+
+bool mcp_tool_reads(const char *name)
+{
+    return strcmp(name, "list_files") == 0 || strcmp(name, "read_file") == 0 || strcmp(name, "grep_files") == 0;
+}
+
+bool mcp_tool_is_file_op(const char *name)
+{
+    return mcp_tool_reads(name) || strcmp(name, "write_file") == 0 || strcmp(name, "delete_file") == 0 ||
+           strcmp(name, "str_replace") == 0 || strcmp(name, "insert_text") == 0;
 }
 
 json_t *mcp_tools_list(void)

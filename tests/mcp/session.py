@@ -144,11 +144,13 @@ def tool_text(r):
 
 
 def tenant_workspaces(fleet):
-    """Issue 33 part 5: a tenant's MCP server, set up as docs/MCP.md shows
-    (the tenant's settings file from deploy/stack.sh), reaches its own
-    workspaces only: its tools refuse other tenants' ids before Redis, and
-    given a setup that skips that check (--state-prefix='*'), its Redis
-    user still cannot read another tenant's keys."""
+    """Issue 31 part 4 (issue 33 part 5 before it): a tenant's MCP server,
+    set up as docs/MCP.md shows (the tenant's settings file from
+    deploy/stack.sh, no Redis), reaches its own workspaces only.  Its
+    workspace tools are requests to the fleet, decided by the profile of
+    its request topic: a client setting (--state-prefix='*', the
+    operator's Redis address) cannot widen that, and every tool on another
+    tenant's workspace is refused by the worker, naming the prefix."""
     secrets_dir = os.environ.get("CF_TEST_SECRETS")
     redis = os.environ.get("CF_TEST_REDIS")
     if not secrets_dir or not redis:
@@ -159,13 +161,17 @@ def tenant_workspaces(fleet):
     # The tenant's file names its topics; the flags only win over a
     # CODEFLEET_*_TOPIC this test's environment may hold.
     tenant_a = ["--config", os.path.join(secrets_dir, "tenant-a.conf"), "--brokers", fleet.brokers,
-                "--redis", redis,
                 "--request-topic", os.environ.get("CF_TEST_TOPIC_REQUESTS", "codefleet.requests") + ".tenant-a",
                 "--result-topic", os.environ.get("CF_TEST_TOPIC_RESULTS", "codefleet.results") + ".tenant-a"]
-    # The operator (the CLI principal: any id) puts a file in tenant-b's workspace.
+    # The operator (the CLI principal, the default profile: any id) puts a
+    # file in tenant-b's workspace.
     op = Server(fleet)
     a = Server(fleet, tenant_a)
-    loose = Server(fleet, tenant_a + ["--state-prefix=*"])
+    loose = Server(fleet, tenant_a + ["--state-prefix=*", "--redis", redis])
+    others = [("read_file", {"path": "key.txt"}), ("list_files", {}), ("grep_files", {"pattern": "tenant"}),
+              ("write_file", {"path": "planted", "content": "x"}), ("delete_file", {"path": "key.txt"}),
+              ("str_replace", {"path": "key.txt", "old_str": "only", "new_str": "and a"}),
+              ("insert_text", {"path": "key.txt", "insert_line": 0, "new_str": "x"})]
     try:
         for srv in (op, a, loose):
             srv.initialize("session.py")
@@ -177,26 +183,25 @@ def tenant_workspaces(fleet):
               "and reads it back (the file is there to be stolen)")
 
         r = a.call({"name": "write_file", "arguments": {"workspace": mine, "path": "f.txt", "content": "mine\n"}})
-        check(r["result"]["isError"] is False, "tenant-a writes its own workspace: %s" % tool_text(r)[:200])
+        check(r["result"]["isError"] is False, "tenant-a writes its own workspace, with no Redis: %s"
+              % tool_text(r)[:200])
         r = a.call({"name": "read_file", "arguments": {"workspace": mine, "path": "f.txt"}})
         check(not r["result"]["isError"] and r["result"]["structuredContent"]["content"] == "mine\n",
               "and reads it")
-        for tool, extra in (("read_file", {"path": "key.txt"}), ("list_files", {}),
-                            ("write_file", {"path": "planted", "content": "x"})):
-            r = a.call({"name": tool, "arguments": dict(extra, workspace=theirs)})
-            text = tool_text(r)
-            check(r["result"]["isError"] is True and "tenant-a." in text and "state-prefix" in text
-                  and "tenant-b only" not in text,
-                  "tenant-a's %s on tenant-b's workspace: refused, naming its prefix (%s)" % (tool, text[:160]))
-        for tool, extra in (("read_file", {"path": "key.txt"}), ("list_files", {}),
-                            ("write_file", {"path": "planted", "content": "x"})):
-            r = loose.call({"name": tool, "arguments": dict(extra, workspace=theirs)})
-            text = tool_text(r)
-            check(r["result"]["isError"] is True and "NOPERM" in text and "tenant-b only" not in text,
-                  "with the prefix check skipped, Redis's ACL refuses tenant-a's %s (%s)" % (tool, text[:160]))
+        for srv, who in ((a, "tenant-a"), (loose, "tenant-a with --state-prefix=* and the operator's Redis")):
+            for tool, extra in others:
+                r = srv.call({"name": tool, "arguments": dict(extra, workspace=theirs)})
+                text = tool_text(r)
+                check(r["result"]["isError"] is True and "does not start with 'tenant-a.'" in text
+                      and "tenant-b only" not in text,
+                      "%s's %s on tenant-b's workspace: refused by its topic's profile (%s)" % (who, tool, text[:160]))
         r = op.call({"name": "list_files", "arguments": {"workspace": theirs}})
         files = r["result"]["structuredContent"]["files"] if not r["result"]["isError"] else None
         check(files == [{"path": "key.txt", "size": 14}], "tenant-b's workspace is as it was: %s" % files)
+        r = op.call({"name": "read_file", "arguments": {"workspace": theirs, "path": "key.txt"}})
+        check(not r["result"]["isError"] and r["result"]["structuredContent"]["revision"] == 1
+              and r["result"]["structuredContent"]["content"] == "tenant-b only\n",
+              "at its first revision, with its bytes: %s" % tool_text(r)[:200])
     finally:
         for srv in (op, a, loose):
             srv.close()
@@ -492,7 +497,7 @@ def batches(fleet):
         check(b2.get("status") == "success" and b2.get("stdout") == "batched\n", "a tool call inside a batch runs")
         check(by_id.get("b3", {}).get("error", {}).get("code") == -32600, "initialize inside a batch is refused")
         check(by_id.get(None, {}).get("error", {}).get("code") == -32600, "a member that is not an object: error")
-        check(len(by_id.get("b4", {}).get("result", {}).get("tools", [])) == 6, "tools/list inside a batch")
+        check(len(by_id.get("b4", {}).get("result", {}).get("tools", [])) == 10, "tools/list inside a batch")
         # A batch is bounded: 101 messages are refused as one.
         srv.send([{"jsonrpc": "2.0", "id": "p%d" % i, "method": "ping"} for i in range(101)])
         got = srv.q.get(timeout=60)
@@ -529,7 +534,8 @@ def run(srv, fleet):
 
     tools = srv.wait_for(srv.request("tools/list"))["result"]["tools"]
     names = sorted(t["name"] for t in tools)
-    check(names == ["cancel", "execute_code", "get_result", "list_files", "read_file", "write_file"],
+    check(names == ["cancel", "delete_file", "execute_code", "get_result", "grep_files", "insert_text", "list_files",
+                    "read_file", "str_replace", "write_file"],
           "tools/list: %s" % names)
     ex = next(t for t in tools if t["name"] == "execute_code")
     langs = ex["inputSchema"]["properties"]["language"]["enum"]
@@ -538,15 +544,16 @@ def run(srv, fleet):
     # Every tool says what its structuredContent holds and how it behaves.
     hints = {t["name"]: t.get("annotations", {}) for t in tools}
     check(all(t.get("outputSchema", {}).get("type") == "object" for t in tools), "every tool has an outputSchema")
-    check(all(hints[n].get("readOnlyHint") is True for n in ("get_result", "list_files", "read_file"))
-          and all(hints[n].get("readOnlyHint") is False for n in ("execute_code", "cancel", "write_file"))
+    check(all(hints[n].get("readOnlyHint") is True for n in ("get_result", "list_files", "read_file", "grep_files"))
+          and all(hints[n].get("readOnlyHint") is False
+                  for n in ("execute_code", "cancel", "write_file", "delete_file", "str_replace", "insert_text"))
           and hints["execute_code"].get("destructiveHint") is True and hints["cancel"].get("idempotentHint") is True,
           "annotations: read-only, destructive, idempotent hints: %s" % hints)
     schemas = {t["name"]: t["outputSchema"] for t in tools}
 
     def conforms(tool, sc):
         """structuredContent against the tool's outputSchema (the property types it declares)."""
-        kinds = {"string": str, "integer": int, "array": list, "object": dict}
+        kinds = {"string": str, "integer": int, "array": list, "object": dict, "boolean": bool}
         props = schemas[tool].get("properties", {})
         bad = [k for k, v in sc.items() if k in props and "type" in props[k]
                and not isinstance(v, kinds[props[k]["type"]])]
@@ -718,6 +725,35 @@ def run(srv, fleet):
                                                           "expected_revision": 1}})
         check(r["result"]["isError"] is True and "revision" in r["result"]["content"][0]["text"],
               "write_file with a stale revision: a conflict, said")
+        # The editing tools: text_editor's semantics, each change a revision.
+        r = srv.call({"name": "str_replace", "arguments": {"workspace": ws, "path": "data/in.txt",
+                                                           "old_str": "hello", "new_str": "hi"}})
+        check(r["result"]["isError"] is False and r["result"]["structuredContent"]["changed_paths"] == ["data/in.txt"],
+              "str_replace: %s" % tool_text(r)[:200])
+        r = srv.call({"name": "str_replace", "arguments": {"workspace": ws, "path": "data/in.txt", "old_str": "nope"}})
+        check(r["result"]["isError"] is True and "does not occur" in tool_text(r), "str_replace of absent text: said")
+        r = srv.call({"name": "insert_text", "arguments": {"workspace": ws, "path": "data/in.txt", "insert_line": 0,
+                                                           "new_str": "# head"}})
+        check(r["result"]["isError"] is False, "insert_text: %s" % tool_text(r)[:200])
+        r = srv.call({"name": "grep_files", "arguments": {"workspace": ws, "pattern": "mcp"}})
+        check(r["result"]["structuredContent"].get("matches") == "data/in.txt:2:hi from mcp\n",
+              "grep_files: %s" % tool_text(r)[:200])
+        r = srv.call({"name": "list_files", "arguments": {"workspace": ws, "pattern": "**/*.txt"}})
+        check([f["path"] for f in r["result"]["structuredContent"]["files"]] == ["data/in.txt"],
+              "list_files with a glob: %s" % tool_text(r)[:200])
+        r = srv.call({"name": "delete_file", "arguments": {"workspace": ws, "path": "bin.dat"}})
+        check(r["result"]["isError"] is False, "delete_file: %s" % tool_text(r)[:200])
+        r = srv.call({"name": "read_file", "arguments": {"workspace": ws, "path": "bin.dat"}})
+        check(r["result"]["isError"] is True and "no file bin.dat" in tool_text(r), "a deleted file is gone")
+        for tool in ("list_files", "read_file", "write_file", "str_replace", "grep_files", "delete_file"):
+            sc = {"list_files": {"workspace": ws}, "read_file": {"workspace": ws, "path": "data/in.txt"},
+                  "write_file": {"workspace": ws, "path": "y", "content": "2"},
+                  "str_replace": {"workspace": ws, "path": "y", "old_str": "2", "new_str": "3"},
+                  "grep_files": {"workspace": ws, "pattern": "3"},
+                  "delete_file": {"workspace": ws, "path": "y"}}[tool]
+            r = srv.call({"name": tool, "arguments": sc})
+            check(r["result"]["isError"] is False, "%s: %s" % (tool, tool_text(r)[:200]))
+            conforms(tool, r["result"]["structuredContent"])
     else:
         print("skip workspace tools: no CF_TEST_REDIS")
 
