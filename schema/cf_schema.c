@@ -47,9 +47,9 @@ static const char *const harness_names[] = {"none", "function"};
 static const char *const ws_op_names[CF_WS_OP__COUNT] = {
     [CF_WS_OP_NONE] = "none",     [CF_WS_OP_LIST] = "list",   [CF_WS_OP_READ] = "read",
     [CF_WS_OP_WRITE] = "write",   [CF_WS_OP_DELETE] = "delete", [CF_WS_OP_GREP] = "grep",
-    [CF_WS_OP_STR_REPLACE] = "str_replace", [CF_WS_OP_INSERT] = "insert",
+    [CF_WS_OP_STR_REPLACE] = "str_replace", [CF_WS_OP_INSERT] = "insert", [CF_WS_OP_APPLY_PATCH] = "apply_patch",
 };
-#define WS_OP_CHOICES "list, read, write, delete, grep, str_replace, insert"
+#define WS_OP_CHOICES "list, read, write, delete, grep, str_replace, insert, apply_patch"
 
 const char *cf_ws_op_name(cf_ws_op op)
 {
@@ -68,7 +68,8 @@ int cf_ws_op_parse(const char *name, cf_ws_op *out)
 
 bool cf_ws_op_writes(cf_ws_op op)
 {
-    return op == CF_WS_OP_WRITE || op == CF_WS_OP_DELETE || op == CF_WS_OP_STR_REPLACE || op == CF_WS_OP_INSERT;
+    return op == CF_WS_OP_WRITE || op == CF_WS_OP_DELETE || op == CF_WS_OP_STR_REPLACE || op == CF_WS_OP_INSERT ||
+           op == CF_WS_OP_APPLY_PATCH;
 }
 
 static const char *const status_names[CF_STATUS__COUNT] = {
@@ -425,7 +426,9 @@ static int workspace_op_check(const cf_request *req, cf_error *err)
     for (size_t i = 0; i < sizeof(program) / sizeof(program[0]); i++)
         if (program[i].set)
             return cf_error_set(err, CF_E_INVALID, "%s: not with workspace_op (no program runs)", program[i].name);
-    bool needs_path = o->op != CF_WS_OP_LIST && o->op != CF_WS_OP_GREP;
+    if (o->op == CF_WS_OP_APPLY_PATCH && o->path)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.path: not with apply_patch (the patch names its files)");
+    bool needs_path = o->op != CF_WS_OP_LIST && o->op != CF_WS_OP_GREP && o->op != CF_WS_OP_APPLY_PATCH;
     if (needs_path && (!o->path || !o->path[0]))
         return cf_error_set(err, CF_E_INVALID, "workspace_op.path: required for %s", on);
     if (o->path && !o->path[0])
@@ -436,9 +439,10 @@ static int workspace_op_check(const cf_request *req, cf_error *err)
         return cf_error_set(err, CF_E_INVALID, "workspace_op.pattern: required and non-empty for grep");
     if (o->pattern && !o->pattern[0])
         return cf_error_set(err, CF_E_INVALID, "workspace_op.pattern: empty");
-    if ((o->op == CF_WS_OP_WRITE) != o->has_content)
-        return cf_error_set(err, CF_E_INVALID, o->has_content ? "workspace_op.content: only for write"
-                                                             : "workspace_op.content: required for write");
+    bool takes_content = o->op == CF_WS_OP_WRITE || o->op == CF_WS_OP_APPLY_PATCH;
+    if (takes_content != o->has_content)
+        return cf_error_set(err, CF_E_INVALID, o->has_content ? "workspace_op.content: only for write and apply_patch"
+                                                             : "workspace_op.content: required for %s", on);
     if (o->old_str.data && o->op != CF_WS_OP_STR_REPLACE)
         return cf_error_set(err, CF_E_INVALID, "workspace_op.old_str: only for str_replace");
     if (o->op == CF_WS_OP_STR_REPLACE && o->old_str.len == 0)
@@ -453,7 +457,8 @@ static int workspace_op_check(const cf_request *req, cf_error *err)
         return cf_error_set(err, CF_E_INVALID, "workspace_op.insert_line: expected non-negative integer");
     if (o->has_expected_revision && !cf_ws_op_writes(o->op))
         return cf_error_set(err, CF_E_INVALID,
-                            "workspace_op.expected_revision: only for write, delete, str_replace and insert");
+                            "workspace_op.expected_revision: only for write, delete, str_replace, insert and "
+                            "apply_patch");
     if (o->has_expected_revision && o->expected_revision < 0)
         return cf_error_set(err, CF_E_INVALID, "workspace_op.expected_revision: expected non-negative integer");
     const cf_policy *p = &req->policy;

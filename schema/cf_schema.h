@@ -137,6 +137,7 @@ typedef enum cf_ws_op {
     CF_WS_OP_GREP,        /* the lines holding pattern (a fixed string), path:line:text */
     CF_WS_OP_STR_REPLACE, /* replace old_str, which must occur exactly once, by new_str */
     CF_WS_OP_INSERT,      /* insert new_str after line insert_line (0: before the first) */
+    CF_WS_OP_APPLY_PATCH, /* content is a V4A patch: its files added, updated, moved, deleted, all or nothing */
     CF_WS_OP__COUNT
 } cf_ws_op;
 
@@ -144,7 +145,7 @@ typedef struct cf_workspace_op {
     cf_ws_op op;
     char *path;              /* read, write, delete, str_replace, insert; grep and list: NULL = every file */
     char *pattern;           /* list: a glob; grep: the text searched for */
-    cf_bytes content;        /* write */
+    cf_bytes content;        /* write: the file's bytes; apply_patch: the patch */
     cf_bytes old_str;        /* str_replace: non-empty */
     cf_bytes new_str;        /* str_replace, insert */
     bool has_content, has_new_str, has_insert_line, has_expected_revision;

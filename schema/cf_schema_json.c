@@ -849,7 +849,7 @@ static int workspace_op_from_json(const json_t *wo, cf_request *r, cf_error *err
     const json_t *name = jget(wo, "op");
     if (name && (!json_is_string(name) || cf_ws_op_parse(json_string_value(name), &op->op) < 0))
         return cf_error_set(err, CF_E_INVALID, "workspace_op.op: unknown value (expected one of list, read, "
-                                               "write, delete, grep, str_replace, insert)");
+                                               "write, delete, grep, str_replace, insert, apply_patch)");
     op->has_content = jget(wo, "content") != NULL;
     op->has_new_str = jget(wo, "new_str") != NULL;
     op->has_insert_line = jget(wo, "insert_line") != NULL;

@@ -193,8 +193,16 @@ static bool workspace_op_run(job *j, const cf_wstate *st, cf_wstate_run *run, cf
     return changes;
 }
 
-static void workspace_op_not_written(const job *j, cf_result *res)
+/* After the write-back of an op's change: one that did not land (a
+ * conflict, a cap, the quota, a lapsed lease: the reason says which) is
+ * the op's failure, not a success with a note as for a program that ran.
+ * (One that changed no byte wrote nothing and said nothing: a success at
+ * the same revision.) */
+static void workspace_op_landed(const job *j, cf_result *res, int64_t rev_before)
 {
+    if (res->status != CF_STATUS_SUCCESS || res->workspace_revision > rev_before ||
+        (!res->reason && !res->workspace_conflict))
+        return;
     res->status = CF_STATUS_FAILED;
     if (!res->reason)
         cf_result_set_reason(res, "workspace %s: the change was not written", j->req.workspace);
@@ -339,11 +347,8 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
         state_failed(res, &err, "after the run: its changes were not stored");
     }
     j->write_refused = cf_wstate_write_refused(st);
-    /* A change that did not land (a conflict, a cap, the quota, a lapsed
-     * lease: the reason says which) is the op's failure, not a success
-     * with a note as for a program that ran. */
-    if (op_changes && res->status == CF_STATUS_SUCCESS && res->workspace_revision <= rev_before)
-        workspace_op_not_written(j, res);
+    if (op_changes)
+        workspace_op_landed(j, res, rev_before);
     if (run_it && completed && ws_active)
         cf_log_debug(LOG_SUB, "request %s: workspace %s revision %" PRId64 " -> %" PRId64 "%s", j->req.id,
                      j->req.workspace, rev_before, res->workspace_revision,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cf_workdir.h"
+#include "workspace_patch_int.h"
 
 /* Up to this many lines are named when old_str is not unique. */
 #define SHOWN_LINES 5
@@ -250,6 +251,45 @@ static int op_insert(const cf_workspace_op *o, const cf_ws_entry *e, uint8_t **o
     return 0;
 }
 
+static bool patch_path_ok(const char *path, void *arg, char *why, size_t wsz)
+{
+    cf_error err;
+    cf_error_clear(&err);
+    if (cf_wstate_path_check(arg, path, &err) == 0)
+        return true;
+    snprintf(why, wsz, "%s", err.msg);
+    return false;
+}
+
+/* apply_patch: the checkout copied, the patch applied to the copy. */
+static bool op_apply_patch(const cf_wstate *st, const cf_workspace_op *o, cf_wstate_run *run, cf_result *res)
+{
+    cf_file *set = calloc(run->snap.n ? run->snap.n : 1, sizeof(*set));
+    size_t n = 0;
+    for (size_t i = 0; set && i < run->snap.n; i++, n++) {
+        const cf_ws_entry *e = &run->snap.entries[i];
+        set[i].path = strdup(e->path);
+        if (!set[i].path || cf_bytes_set(&set[i].content, e->data ? (const void *)e->data : "", e->size) < 0) {
+            cf_workdir_files_free(set, n + 1);
+            set = NULL;
+        }
+    }
+    if (!set) {
+        fail(res, CF_STATUS_INTERNAL_ERROR, "apply_patch: out of memory");
+        return false;
+    }
+    char why[500];
+    if (ws_patch_apply(o->content.data, o->content.len, &set, &n, patch_path_ok, (void *)st, why, sizeof(why)) < 0) {
+        cf_workdir_files_free(set, n);
+        fail(res, CF_STATUS_FAILED, "apply_patch: %s; nothing written", why);
+        return false;
+    }
+    run->files.collected = set;
+    run->files.n_collected = n;
+    run->ws_rw = true;
+    return true;
+}
+
 bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run, cf_result *res)
 {
     const cf_workspace_op *o = req->workspace_op;
@@ -284,6 +324,8 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
     case CF_WS_OP_GREP:
         op_grep(o, run, cap, res);
         return false;
+    case CF_WS_OP_APPLY_PATCH:
+        return op_apply_patch(st, o, run, res);
     default:
         break;
     }

@@ -4,8 +4,8 @@
  *
  * Tools: execute_code (submit a request and wait for its result, or only
  * submit), get_result, cancel, and the workspace tools list_files,
- * read_file, write_file, delete_file, grep_files, str_replace and
- * insert_text, each with an output schema and annotations.  The workspace
+ * read_file, write_file, delete_file, grep_files, str_replace,
+ * insert_text and apply_patch, each with an output schema and annotations.  The workspace
  * tools are requests to the fleet too (SPEC.md section 3.5): the server
  * holds no Redis credentials, and a tenant reaches its own workspaces only,
  * by the profile of its request topic.
@@ -950,7 +950,7 @@ static json_t *file_op_request(const char *tool, const json_t *args, const char 
         const char *tool, *op;
     } ops[] = {{"list_files", "list"},       {"read_file", "read"},     {"write_file", "write"},
                {"delete_file", "delete"},    {"grep_files", "grep"},    {"str_replace", "str_replace"},
-               {"insert_text", "insert"}};
+               {"insert_text", "insert"},    {"apply_patch", "apply_patch"}};
     const char *op = NULL;
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
         if (strcmp(ops[i].tool, tool) == 0)
@@ -963,6 +963,9 @@ static json_t *file_op_request(const char *tool, const json_t *args, const char 
         if (v)
             json_object_set(o, same[i], v);
     }
+    json_t *patch = json_object_get(args, "patch");
+    if (o && patch)
+        json_object_set(o, "content", patch);
     /* str_replace without new_str deletes old_str (text_editor's rule). */
     if (o && strcmp(tool, "str_replace") == 0 && !json_object_get(o, "new_str"))
         json_object_set_new(o, "new_str", json_string(""));
@@ -1636,7 +1639,8 @@ static const char mcp_help[] =
     "A Model Context Protocol server on stdin/stdout (JSON-RPC 2.0, one message\n"
     "per line; logs on stderr).  Tools: execute_code, get_result, cancel,\n"
     "and the workspace tools list_files, read_file, write_file, delete_file,\n"
-    "grep_files, str_replace, insert_text (done by the fleet, no Redis needed).\n"
+    "grep_files, str_replace, insert_text, apply_patch (done by the fleet, no\n"
+    "Redis needed).\n"
     "Requests go to\n"
     "--request-topic, results are read from --result-topic (and output chunks\n"
     "from <result topic>.output for progress notifications), with the\n"

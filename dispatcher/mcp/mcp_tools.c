@@ -197,6 +197,11 @@ static const tool_def tool_defs[] = {
      "Replace old_str, which must occur exactly once in the file, by new_str (empty: delete it), as a new "
      "revision. Not unique or absent: an error naming the lines, nothing written.",
      false, true, false},
+    {"apply_patch", "Apply a patch to a workspace",
+     "Apply a patch in OpenAI's V4A format (*** Begin Patch / *** Add File: / *** Update File: with @@ hunks / "
+     "*** Delete File: / *** End Patch) to a workspace's files as one new revision, all or nothing: a hunk that "
+     "does not apply is reported with its file and patch line, and nothing is written.",
+     false, true, false},
     {"insert_text", "Insert lines into a workspace file",
      "Insert new_str as whole lines after line insert_line (0: at the top), as a new revision.", false, true,
      false},
@@ -298,6 +303,12 @@ static json_t *tool_schema(const char *name)
         static const char *const req[] = {"workspace", "path", "old_str"};
         return object_schema(p, req, 3);
     }
+    if (strcmp(name, "apply_patch") == 0) {
+        json_object_del(p, "path");
+        json_object_set_new(p, "patch", prop("string", "The patch, from \"*** Begin Patch\" to \"*** End Patch\"."));
+        static const char *const req[] = {"workspace", "patch"};
+        return object_schema(p, req, 2);
+    }
     if (strcmp(name, "insert_text") == 0) {
         json_object_set_new(p, "insert_line", prop("integer", "The line after which to insert (0: at the top)."));
         json_object_set_new(p, "new_str", bytes_prop("The lines to insert."));
@@ -317,7 +328,7 @@ bool mcp_tool_reads(const char *name)
 bool mcp_tool_is_file_op(const char *name)
 {
     return mcp_tool_reads(name) || strcmp(name, "write_file") == 0 || strcmp(name, "delete_file") == 0 ||
-           strcmp(name, "str_replace") == 0 || strcmp(name, "insert_text") == 0;
+           strcmp(name, "str_replace") == 0 || strcmp(name, "insert_text") == 0 || strcmp(name, "apply_patch") == 0;
 }
 
 json_t *mcp_tools_list(void)

@@ -299,11 +299,16 @@ static void tenants_reach_only_their_own_workspaces(void **state)
     run_op(f.d[1], &req, &res, CF_STATUS_SUCCESS, "the owner's write");
     cf_result_clear(&res);
     for (int op = CF_WS_OP_LIST; op < CF_WS_OP__COUNT; op++) {
-        o = op_request(&req, theirs, (cf_ws_op)op, op == CF_WS_OP_LIST || op == CF_WS_OP_GREP ? NULL : "key.txt");
+        bool no_path = op == CF_WS_OP_LIST || op == CF_WS_OP_GREP || op == CF_WS_OP_APPLY_PATCH;
+        o = op_request(&req, theirs, (cf_ws_op)op, no_path ? NULL : "key.txt");
         if (op == CF_WS_OP_GREP)
             o->pattern = strdup("s3");
         if (op == CF_WS_OP_WRITE) {
             set_bytes(&o->content, "mine now");
+            o->has_content = true;
+        }
+        if (op == CF_WS_OP_APPLY_PATCH) {
+            set_bytes(&o->content, "*** Begin Patch\n*** Delete File: key.txt\n*** End Patch\n");
             o->has_content = true;
         }
         if (op == CF_WS_OP_STR_REPLACE)
@@ -370,12 +375,76 @@ static void a_write_over_the_quota_is_refused(void **state)
     fleet_stop(&f);
 }
 
+
+/* apply_patch (OpenAI's V4A format): several files as one revision; a hunk
+ * that does not apply is said with its file and line, and nothing of the
+ * patch is written, not even its files that would apply. */
+static void apply_patch_through_the_fleet(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    cf_dispatcher *d = f.d[1];
+    char ws[128];
+    snprintf(ws, sizeof(ws), "%spatched", f.prefix[1]);
+    cf_request req;
+    cf_result res;
+    cf_workspace_op *o = op_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL);
+    set_bytes(&o->content, "*** Begin Patch\n*** Add File: app.py\n+def main():\n+    return 1\n"
+                           "*** Add File: notes.txt\n+draft\n*** End Patch\n");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "a patch adding two files");
+    assert_int_equal(res.workspace_revision, 1);
+    assert_int_equal(res.n_changed_paths, 2);
+    cf_result_clear(&res);
+
+    o = op_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL);
+    set_bytes(&o->content, "*** Begin Patch\n*** Update File: app.py\n@@ def main():\n-    return 1\n+    return 2\n"
+                           "*** Delete File: notes.txt\n*** Add File: b.txt\n+b\n*** End Patch\n");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "update, delete and add in one patch");
+    assert_int_equal(res.workspace_revision, 2);
+    assert_int_equal(res.n_changed_paths, 3);
+    cf_result_clear(&res);
+
+    /* Its first file would apply, its second does not: nothing written. */
+    o = op_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL);
+    set_bytes(&o->content, "*** Begin Patch\n*** Update File: b.txt\n@@\n-b\n+B\n"
+                           "*** Update File: app.py\n@@\n-    return 1\n+    return 3\n*** End Patch\n");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_FAILED, "a patch with a stale hunk");
+    assert_reason(&res, "app.py: hunk 1 (patch line 7) does not apply");
+    assert_reason(&res, "nothing written");
+    assert_int_equal(res.workspace_revision, 2);
+    cf_result_clear(&res);
+    op_request(&req, ws, CF_WS_OP_READ, "b.txt");
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "b.txt after the refused patch");
+    assert_content(&res, "b.txt", "b\n");
+    cf_result_clear(&res);
+    op_request(&req, ws, CF_WS_OP_READ, "app.py");
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "app.py");
+    assert_content(&res, "app.py", "def main():\n    return 2\n");
+    cf_result_clear(&res);
+
+    /* A path out of the workspace, named in a patch: refused. */
+    o = op_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL);
+    set_bytes(&o->content, "*** Begin Patch\n*** Add File: ../../escape\n+x\n*** End Patch\n");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_FAILED, "a patch adding a file out of the workspace");
+    assert_reason(&res, "patch line 2");
+    assert_int_equal(res.workspace_revision, 2);
+    cf_result_clear(&res);
+    fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_op_through_the_fleet),
         cmocka_unit_test(tenants_reach_only_their_own_workspaces),
         cmocka_unit_test(a_write_over_the_quota_is_refused),
+        cmocka_unit_test(apply_patch_through_the_fleet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

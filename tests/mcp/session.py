@@ -497,7 +497,7 @@ def batches(fleet):
         check(b2.get("status") == "success" and b2.get("stdout") == "batched\n", "a tool call inside a batch runs")
         check(by_id.get("b3", {}).get("error", {}).get("code") == -32600, "initialize inside a batch is refused")
         check(by_id.get(None, {}).get("error", {}).get("code") == -32600, "a member that is not an object: error")
-        check(len(by_id.get("b4", {}).get("result", {}).get("tools", [])) == 10, "tools/list inside a batch")
+        check(len(by_id.get("b4", {}).get("result", {}).get("tools", [])) == 11, "tools/list inside a batch")
         # A batch is bounded: 101 messages are refused as one.
         srv.send([{"jsonrpc": "2.0", "id": "p%d" % i, "method": "ping"} for i in range(101)])
         got = srv.q.get(timeout=60)
@@ -534,8 +534,8 @@ def run(srv, fleet):
 
     tools = srv.wait_for(srv.request("tools/list"))["result"]["tools"]
     names = sorted(t["name"] for t in tools)
-    check(names == ["cancel", "delete_file", "execute_code", "get_result", "grep_files", "insert_text", "list_files",
-                    "read_file", "str_replace", "write_file"],
+    check(names == ["apply_patch", "cancel", "delete_file", "execute_code", "get_result", "grep_files", "insert_text",
+                    "list_files", "read_file", "str_replace", "write_file"],
           "tools/list: %s" % names)
     ex = next(t for t in tools if t["name"] == "execute_code")
     langs = ex["inputSchema"]["properties"]["language"]["enum"]
@@ -546,7 +546,8 @@ def run(srv, fleet):
     check(all(t.get("outputSchema", {}).get("type") == "object" for t in tools), "every tool has an outputSchema")
     check(all(hints[n].get("readOnlyHint") is True for n in ("get_result", "list_files", "read_file", "grep_files"))
           and all(hints[n].get("readOnlyHint") is False
-                  for n in ("execute_code", "cancel", "write_file", "delete_file", "str_replace", "insert_text"))
+                  for n in ("execute_code", "cancel", "write_file", "delete_file", "str_replace", "insert_text",
+                            "apply_patch"))
           and hints["execute_code"].get("destructiveHint") is True and hints["cancel"].get("idempotentHint") is True,
           "annotations: read-only, destructive, idempotent hints: %s" % hints)
     schemas = {t["name"]: t["outputSchema"] for t in tools}
@@ -741,6 +742,19 @@ def run(srv, fleet):
         r = srv.call({"name": "list_files", "arguments": {"workspace": ws, "pattern": "**/*.txt"}})
         check([f["path"] for f in r["result"]["structuredContent"]["files"]] == ["data/in.txt"],
               "list_files with a glob: %s" % tool_text(r)[:200])
+        r = srv.call({"name": "apply_patch", "arguments": {"workspace": ws, "patch": (
+            "*** Begin Patch\n*** Add File: p/new.txt\n+patched\n*** Update File: data/in.txt\n@@\n-hi from mcp\n"
+            "+hi from a patch\n*** End Patch\n")}})
+        check(r["result"]["isError"] is False
+              and r["result"]["structuredContent"]["changed_paths"] == ["data/in.txt", "p/new.txt"],
+              "apply_patch: %s" % tool_text(r)[:200])
+        r = srv.call({"name": "apply_patch", "arguments": {"workspace": ws, "patch": (
+            "*** Begin Patch\n*** Update File: data/in.txt\n@@\n-not there\n+x\n*** End Patch\n")}})
+        check(r["result"]["isError"] is True and "data/in.txt: hunk 1 (patch line 3) does not apply" in tool_text(r),
+              "apply_patch with a stale hunk: said with its file and line: %s" % tool_text(r)[:200])
+        r = srv.call({"name": "grep_files", "arguments": {"workspace": ws, "pattern": "patch"}})
+        check(r["result"]["structuredContent"].get("matches") == "data/in.txt:2:hi from a patch\np/new.txt:1:patched\n",
+              "the patch landed: %s" % tool_text(r)[:200])
         r = srv.call({"name": "delete_file", "arguments": {"workspace": ws, "path": "bin.dat"}})
         check(r["result"]["isError"] is False, "delete_file: %s" % tool_text(r)[:200])
         r = srv.call({"name": "read_file", "arguments": {"workspace": ws, "path": "bin.dat"}})
