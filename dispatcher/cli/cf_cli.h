@@ -61,6 +61,10 @@ typedef struct cf_cli_globals {
 /* The state and event commands (argv[0] is "workspace", "checkpoint" or
  * "events"); each returns an exit code. */
 int cf_cli_cmd_workspace(const cf_cli_globals *g, int argc, char **argv);
+int cf_cli_cmd_files(const cf_cli_globals *g, int argc, char **argv);
+struct cf_dispatcher;
+/* A dispatcher on the globals' topics (collect: it reads results). */
+int cf_cli_open_dispatcher(const cf_cli_globals *g, bool collect, struct cf_dispatcher **d, cf_error *err);
 int cf_cli_cmd_checkpoint(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_events(const cf_cli_globals *g, int argc, char **argv);
 int cf_cli_cmd_doctor(const cf_cli_globals *g, int argc, char **argv);

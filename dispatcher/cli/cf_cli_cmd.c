@@ -250,6 +250,11 @@ static int open_dispatcher(const cf_cli_globals *g, bool collect, cf_dispatcher 
     return open_dispatcher_to(g, collect, NULL, NULL, d, err);
 }
 
+int cf_cli_open_dispatcher(const cf_cli_globals *g, bool collect, cf_dispatcher **d, cf_error *err)
+{
+    return open_dispatcher(g, collect, d, err);
+}
+
 /* One-line JSON object {key: value[, "status": status]} (escaping done by jansson). */
 static void print_json_kv(const char *key, const char *value, const char *status)
 {
@@ -1231,6 +1236,8 @@ int cf_cli_main(int argc, char **argv)
         rc = cmd_acl(&g, sub_argc, sub_argv);
     else if (strcmp(name, "workspace") == 0)
         rc = cf_cli_cmd_workspace(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "files") == 0)
+        rc = cf_cli_cmd_files(&g, sub_argc, sub_argv);
     else if (strcmp(name, "checkpoint") == 0)
         rc = cf_cli_cmd_checkpoint(&g, sub_argc, sub_argv);
     else if (strcmp(name, "events") == 0)

@@ -1029,12 +1029,14 @@ static json_t *file_op_tool_result(const char *tool, const char *ws_id, const ch
         json_object_set_new(sc, "changed_paths", changed);
         if (path)
             json_object_set_new(sc, "path", json_string(path));
-        if (res->n_changed_paths)
-            fprintf(f, "%s: workspace %s is now at revision %" PRId64, path ? path : "", ws_id,
+        if (res->n_changed_paths) {
+            fprintf(f, "workspace %s is now at revision %" PRId64 "; changed:", ws_id, res->workspace_revision);
+            for (size_t i = 0; i < res->n_changed_paths; i++)
+                fprintf(f, " %s", res->changed_paths[i]);
+        } else {
+            fprintf(f, "unchanged (it already held that): workspace %s at revision %" PRId64, ws_id,
                     res->workspace_revision);
-        else
-            fprintf(f, "%s: unchanged (it already held that), workspace %s at revision %" PRId64, path ? path : "",
-                    ws_id, res->workspace_revision);
+        }
     }
     fclose(f);
     json_t *r = mcp_tool_result(text ? text : "", sc, false);

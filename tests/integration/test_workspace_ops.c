@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cf_redis.h"
 #include "cf_util.h"
@@ -438,6 +439,60 @@ static void apply_patch_through_the_fleet(void **state)
     fleet_stop(&f);
 }
 
+
+/* `codefleet files` drives the same ops through the fleet with only the
+ * client's Kafka settings: the answers on stdout, a refusal as its exit
+ * code and reason. */
+static void the_cli_does_them_through_the_fleet(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    char ws[128], theirs[128], tmp[] = "/tmp/cf-wsops-XXXXXX", patch[200], topic[160];
+    snprintf(ws, sizeof(ws), "%scli", f.prefix[1]);
+    snprintf(theirs, sizeof(theirs), "%scli", f.prefix[0]);
+    snprintf(topic, sizeof(topic), "--request-topic=%s", f.topic[1]);
+    char result_topic[160];
+    snprintf(result_topic, sizeof(result_topic), "--result-topic=%s", f.t.results);
+    assert_non_null(mkdtemp(tmp));
+    snprintf(patch, sizeof(patch), "%s/change.patch", tmp);
+    FILE *pf = fopen(patch, "w");
+    assert_non_null(pf);
+    fputs("*** Begin Patch\n*** Add File: a.txt\n+one\n+two\n*** Add File: b/c.txt\n+c\n*** End Patch\n", pf);
+    fclose(pf);
+    char out[8192], err[8192];
+    const char *patch_args[] = {topic, result_topic, "files", "patch", ws, patch, NULL};
+    int rc = it_cli_run(patch_args, tmp, out, sizeof(out), err, sizeof(err));
+    if (rc != 0)
+        fail_msg("files patch: exit %d: %s", rc, err);
+    assert_non_null(strstr(out, "revision 1: a.txt b/c.txt"));
+    const char *replace_args[] = {topic, result_topic, "files", "replace", ws, "a.txt", "two", "2", NULL};
+    assert_int_equal(it_cli_run(replace_args, tmp, out, sizeof(out), err, sizeof(err)), 0);
+    const char *cat_args[] = {topic, result_topic, "files", "cat", ws, "a.txt", NULL};
+    assert_int_equal(it_cli_run(cat_args, tmp, out, sizeof(out), err, sizeof(err)), 0);
+    assert_string_equal(out, "one\n2\n");
+    const char *ls_args[] = {topic, result_topic, "files", "ls", ws, "**/*.txt", NULL};
+    assert_int_equal(it_cli_run(ls_args, tmp, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(out, "a.txt"));
+    assert_non_null(strstr(out, "b/c.txt"));
+    /* A stale revision: exit 8 and nothing written. */
+    const char *stale_args[] = {topic, result_topic, "files", "rm", ws, "a.txt", "--expect-rev", "1", NULL};
+    assert_int_equal(it_cli_run(stale_args, tmp, out, sizeof(out), err, sizeof(err)), 8);
+    assert_non_null(strstr(err, "not the expected 1"));
+    /* Another tenant's workspace, from this tenant's topic: exit 3. */
+    const char *theirs_args[] = {topic, result_topic, "files", "ls", theirs, NULL};
+    assert_int_equal(it_cli_run(theirs_args, tmp, out, sizeof(out), err, sizeof(err)), 3);
+    assert_non_null(strstr(err, "does not start with"));
+    /* A usage mistake is said before anything is sent. */
+    const char *bad_args[] = {topic, result_topic, "files", "insert", ws, "a.txt", "x", "text", NULL};
+    assert_int_equal(it_cli_run(bad_args, tmp, out, sizeof(out), err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "LINE 'x'"));
+    unlink(patch);
+    rmdir(tmp);
+    fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -445,6 +500,7 @@ int main(void)
         cmocka_unit_test(tenants_reach_only_their_own_workspaces),
         cmocka_unit_test(a_write_over_the_quota_is_refused),
         cmocka_unit_test(apply_patch_through_the_fleet),
+        cmocka_unit_test(the_cli_does_them_through_the_fleet),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
