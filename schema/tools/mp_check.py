@@ -267,6 +267,18 @@ EXPECTED = {
         "workspace_conflict": True,
         "finished_us": 1767225600123456,
     },
+    "request_workspace_op": {
+        "v": 1,
+        "id": "req-wsop-0001",
+        "workspace": "tenant-a.repo",
+        "workspace_op": {
+            "op": "str_replace",
+            "path": "src/app.py",
+            "old_str": "x = 1",
+            "new_str": "x = 41",
+            "expected_revision": 3,
+        },
+    },
     "request_stream": {
         "v": 1,
         "id": "req-stream-0001",

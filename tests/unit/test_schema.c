@@ -92,6 +92,22 @@ static void make_stream_request(cf_request *r)
     r->stream = true;
 }
 
+/* A workspace op (section 3.5): str_replace, compare-and-set at revision 3. */
+static void make_workspace_op_request(cf_request *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = strdup("req-wsop-0001");
+    r->workspace = strdup("tenant-a.repo");
+    r->workspace_op = calloc(1, sizeof(*r->workspace_op));
+    r->workspace_op->op = CF_WS_OP_STR_REPLACE;
+    r->workspace_op->path = strdup("src/app.py");
+    set_bytes(&r->workspace_op->old_str, "x = 1", 5);
+    set_bytes(&r->workspace_op->new_str, "x = 41", 6);
+    r->workspace_op->has_new_str = true;
+    r->workspace_op->expected_revision = 3;
+    r->workspace_op->has_expected_revision = true;
+}
+
 /* Its result: two chunks published by run "3f2a9c0d1e4b5a67-42". */
 static void make_stream_result(cf_result *r)
 {
@@ -371,6 +387,22 @@ static void assert_request_eq(const cf_request *a, const cf_request *b)
     assert_strv_eq(a->compile_flags, a->n_compile_flags, b->compile_flags, b->n_compile_flags);
     assert_int_equal(p->compile_timeout_us, q->compile_timeout_us);
     assert_int_equal(p->compile_memory_bytes, q->compile_memory_bytes);
+    assert_int_equal(a->workspace_op != NULL, b->workspace_op != NULL);
+    if (a->workspace_op) {
+        const cf_workspace_op *x = a->workspace_op, *y = b->workspace_op;
+        assert_int_equal(x->op, y->op);
+        assert_str_eq(x->path, y->path);
+        assert_str_eq(x->pattern, y->pattern);
+        assert_bytes_eq(&x->content, &y->content);
+        assert_bytes_eq(&x->old_str, &y->old_str);
+        assert_bytes_eq(&x->new_str, &y->new_str);
+        assert_int_equal(x->has_content, y->has_content);
+        assert_int_equal(x->has_new_str, y->has_new_str);
+        assert_int_equal(x->has_insert_line, y->has_insert_line);
+        assert_int_equal(x->insert_line, y->insert_line);
+        assert_int_equal(x->has_expected_revision, y->has_expected_revision);
+        assert_int_equal(x->expected_revision, y->expected_revision);
+    }
     assert_int_equal(a->n_cases, b->n_cases);
     for (size_t i = 0; i < a->n_cases; i++) {
         assert_str_eq(a->cases[i].name, b->cases[i].name);
@@ -708,6 +740,12 @@ static void test_golden_result_compiled(void **state)
 static void test_golden_request_stream(void **state)
 {
     golden_request("request_stream", make_stream_request);
+}
+
+static void test_golden_request_workspace_op(void **state)
+{
+    (void)state;
+    golden_request("request_workspace_op", make_workspace_op_request);
 }
 
 static void test_golden_result_stream(void **state)
@@ -2013,6 +2051,7 @@ int main(void)
         cmocka_unit_test(test_golden_request_compiled),
         cmocka_unit_test(test_golden_result_compiled),
         cmocka_unit_test(test_golden_request_stream),
+        cmocka_unit_test(test_golden_request_workspace_op),
         cmocka_unit_test(test_golden_start_notice),
         cmocka_unit_test(test_golden_result_stream),
         cmocka_unit_test(test_golden_chunk),

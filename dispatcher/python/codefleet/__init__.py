@@ -8,14 +8,15 @@ environment.
 """
 import logging
 
-from .aio import AsyncChunkStream, AsyncClient
-from .client import ChunkStream, Client, ClientStats, EventSubscription
+from .aio import AsyncChunkStream, AsyncClient, AsyncWorkspaceFiles
+from .client import ChunkStream, Client, ClientStats, EventSubscription, WorkspaceEntry, WorkspaceFiles
 from .config import Settings, load_settings, read_settings_file
 from .errors import (BatchTimeout, ClientClosed, ClientError, CodefleetError, ConfigError, DeliveryError, Timeout,
-                     WireError)
+                     WireError, WorkspaceOpError)
 from .wire import (ABSENT, DEFAULT_LIMITS, SCHEMA_VERSION, Cancel, Case, CaseResult, Chunk, CompileInfo, Diagnostic,
                    Event, EventKind, Filesystem, FsMode, Harness, Language, Limits, Metadata, Network, OutFile,
-                   OutputStream, Policy, Raw, Request, Result, StartNotice, Status, encode, id_valid, new_id, peek_id)
+                   OutputStream, Policy, Raw, Request, Result, StartNotice, Status, WorkspaceOp, WorkspaceOpKind, encode,
+                   id_valid, new_id, peek_id)
 
 # A library leaves logging to its application (warnings about undecodable
 # messages go to "codefleet", librdkafka's own lines to "codefleet.kafka").
@@ -24,10 +25,11 @@ logging.getLogger("codefleet").addHandler(logging.NullHandler())
 __version__ = "0.14.0"
 
 __all__ = [
-    "ABSENT", "DEFAULT_LIMITS", "SCHEMA_VERSION", "AsyncChunkStream", "AsyncClient", "BatchTimeout", "Cancel",
+    "ABSENT", "DEFAULT_LIMITS", "SCHEMA_VERSION", "AsyncChunkStream", "AsyncClient", "AsyncWorkspaceFiles", "BatchTimeout", "Cancel",
     "Case", "CaseResult", "Chunk", "ChunkStream", "Client", "ClientClosed", "ClientError", "ClientStats",
     "CodefleetError", "CompileInfo", "ConfigError", "DeliveryError", "Diagnostic", "Event", "EventKind",
     "EventSubscription", "Filesystem", "FsMode", "Harness", "Language", "Limits", "Metadata", "Network", "OutFile",
-    "OutputStream", "Policy", "Raw", "Request", "Result", "Settings", "StartNotice", "Status", "Timeout", "WireError", "encode",
+    "OutputStream", "Policy", "Raw", "Request", "Result", "Settings", "StartNotice", "Status", "Timeout", "WireError",
+    "WorkspaceEntry", "WorkspaceFiles", "WorkspaceOp", "WorkspaceOpError", "WorkspaceOpKind", "encode",
     "id_valid", "load_settings", "new_id", "peek_id", "read_settings_file",
 ]

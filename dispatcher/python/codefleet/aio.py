@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Callable, Iterable, List, Optional, TypeVar
+from typing import Any, Callable, Iterable, List, Optional, Tuple, TypeVar, Union
 
-from .client import ChunkStream, Client, ClientStats, ResultOrError
+from .client import (ChunkStream, Client, ClientStats, ResultOrError, WorkspaceEntry, _ws_content, _ws_format,
+                     _ws_listing, _ws_matches, _ws_request)
 from .config import Settings
-from .errors import BatchTimeout, ClientClosed, Timeout
-from .wire import Chunk, Event, Request, Result
+from .errors import BatchTimeout, ClientClosed, Timeout, WorkspaceOpError
+from .wire import Chunk, Event, Request, Result, Status
 
 __all__ = ["AsyncClient", "AsyncChunkStream"]
 
@@ -92,6 +93,10 @@ class AsyncClient:
     async def run(self, request: Request, timeout: float = 60.0) -> Result:
         """Submits and waits (see :meth:`Client.run`)."""
         return await self.wait(await self.submit(request), timeout)
+
+    def files(self, workspace: str, timeout: float = 60.0) -> "AsyncWorkspaceFiles":
+        """See :meth:`Client.files`: the same operations, awaited."""
+        return AsyncWorkspaceFiles(self, workspace, timeout)
 
     def stream(self, request: Request, timeout: float = 60.0, *, grace: float = 2.0) -> "AsyncChunkStream":
         """``async for chunk in client.stream(request)``; the result is
@@ -200,3 +205,48 @@ class AsyncChunkStream:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+class AsyncWorkspaceFiles:
+    """:class:`codefleet.WorkspaceFiles` for asyncio: the same methods,
+    as coroutines."""
+
+    def __init__(self, client: AsyncClient, workspace: str, timeout: float = 60.0) -> None:
+        self.client = client
+        self.workspace = workspace
+        self.timeout = timeout
+        self.revision = 0
+
+    async def _op(self, op: str, **fields: Any) -> Result:
+        res = await self.client.run(_ws_request(self.workspace, op, **fields), self.timeout)
+        self.revision = res.workspace_revision
+        if res.status != Status.SUCCESS:
+            raise WorkspaceOpError(res)
+        return res
+
+    async def list(self, pattern: Optional[str] = None) -> List[WorkspaceEntry]:
+        return _ws_listing(await self._op("list", pattern=pattern))
+
+    async def read(self, path: str, format: str = "text") -> Union[str, bytes]:
+        _ws_format(format)
+        return _ws_content(await self._op("read", path=path), path, format)
+
+    async def write(self, path: str, data: Union[str, bytes], *, expected_revision: Optional[int] = None) -> int:
+        return (await self._op("write", path=path, content=data, expected_revision=expected_revision)).workspace_revision
+
+    async def remove(self, path: str, *, expected_revision: Optional[int] = None) -> int:
+        return (await self._op("delete", path=path, expected_revision=expected_revision)).workspace_revision
+
+    async def grep(self, text: str, path: Optional[str] = None) -> List[Tuple[str, int, str]]:
+        return _ws_matches(await self._op("grep", pattern=text, path=path))
+
+    async def replace(self, path: str, old: str, new: str = "", *, expected_revision: Optional[int] = None) -> int:
+        return (await self._op("str_replace", path=path, old_str=old, new_str=new,
+                               expected_revision=expected_revision)).workspace_revision
+
+    async def insert(self, path: str, line: int, text: str, *, expected_revision: Optional[int] = None) -> int:
+        return (await self._op("insert", path=path, insert_line=line, new_str=text,
+                               expected_revision=expected_revision)).workspace_revision
+
+    async def apply_patch(self, patch: str, *, expected_revision: Optional[int] = None) -> List[str]:
+        return (await self._op("apply_patch", content=patch, expected_revision=expected_revision)).changed_paths

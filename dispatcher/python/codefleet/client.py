@@ -28,13 +28,13 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from .config import Settings
-from .errors import BatchTimeout, ClientClosed, ClientError, DeliveryError, Timeout, WireError
-from .wire import Cancel, Chunk, Event, EventKind, Request, Result, StartNotice, Status, new_id, peek_id
+from .errors import BatchTimeout, ClientClosed, ClientError, DeliveryError, Timeout, WireError, WorkspaceOpError
+from .wire import Cancel, Chunk, Event, EventKind, Request, Result, StartNotice, Status, WorkspaceOp, new_id, peek_id
 
 __all__ = ["Client", "ChunkStream", "EventSubscription", "ClientStats"]
 
@@ -531,6 +531,13 @@ class Client:
         self._need_collector()
         return self.wait(self.submit(request), timeout)
 
+    def files(self, workspace: str, timeout: float = 60.0) -> "WorkspaceFiles":
+        """A workspace's files through the fleet (SPEC.md section 3.5):
+        read, write, list, remove, grep, replace, insert, apply_patch, each
+        a request the worker does under the profile of this client's
+        request topic (no Redis settings needed)."""
+        return WorkspaceFiles(self, workspace, timeout)
+
     def stream(self, request: Request, timeout: float = 60.0, *, grace: float = 2.0) -> "ChunkStream":
         """Submits `request` with ``stream`` set and returns an iterator of
         its output chunks; the result is ``.result`` of the iterator once
@@ -662,6 +669,108 @@ class Client:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+@dataclasses.dataclass
+class WorkspaceEntry:
+    """A file of a listing: its path and size in bytes."""
+
+    path: str
+    size: int
+
+
+def _ws_request(workspace: str, op: str, **fields: Any) -> Request:
+    return Request(workspace=workspace, workspace_op=WorkspaceOp(op, **fields))
+
+
+def _ws_listing(res: Result) -> List[WorkspaceEntry]:
+    return [WorkspaceEntry(f.path, f.size) for f in res.files]
+
+
+def _ws_content(res: Result, path: str, format: str) -> Union[str, bytes]:
+    f = res.files[0]
+    if f.truncated:
+        raise ClientError(f"{path}: {f.size} bytes, more than the output cap ({len(f.content)} came back)")
+    return f.content.decode() if format == "text" else f.content
+
+
+def _ws_matches(res: Result) -> List[Tuple[str, int, str]]:
+    out = []
+    for line in res.stdout.decode(errors="replace").splitlines():
+        p, n, t = line.split(":", 2)
+        out.append((p, int(n), t))
+    return out
+
+
+def _ws_format(format: str) -> None:
+    if format not in ("text", "bytes"):
+        raise ValueError('format: "text" or "bytes"')
+
+
+class WorkspaceFiles:
+    """A workspace's files through the fleet, shaped like E2B's
+    ``sandbox.files`` (``read``, ``write``, ``list``, ``remove``) with the
+    editing tools agents use (``grep``, ``replace``, ``insert``,
+    ``apply_patch``).  Each call is one workspace operation (SPEC.md
+    section 3.5) on the client's request topic, keyed by the workspace, so
+    it runs in order with the workspace's programs.  The changing calls
+    return the workspace's new revision and take ``expected_revision`` for
+    compare-and-set.  An operation the fleet did not do raises
+    :class:`WorkspaceOpError`; ``revision`` is the revision the last answer
+    named."""
+
+    def __init__(self, client: "Client", workspace: str, timeout: float = 60.0) -> None:
+        self.client = client
+        self.workspace = workspace
+        self.timeout = timeout
+        self.revision = 0
+
+    def _op(self, op: str, **fields: Any) -> Result:
+        res = self.client.run(_ws_request(self.workspace, op, **fields), self.timeout)
+        self.revision = res.workspace_revision
+        if res.status != Status.SUCCESS:
+            raise WorkspaceOpError(res)
+        return res
+
+    def list(self, pattern: Optional[str] = None) -> List[WorkspaceEntry]:
+        """Paths and sizes (``pattern``: a glob, ``*`` within a directory, a
+        leading ``**/`` at any depth)."""
+        return _ws_listing(self._op("list", pattern=pattern))
+
+    def read(self, path: str, format: str = "text") -> Union[str, bytes]:
+        """The file: ``str`` (``format="text"``, UTF-8) or ``bytes``
+        (``format="bytes"``).  A file over the output cap raises
+        :class:`ClientError` rather than handing back part of it."""
+        _ws_format(format)
+        return _ws_content(self._op("read", path=path), path, format)
+
+    def write(self, path: str, data: Union[str, bytes], *, expected_revision: Optional[int] = None) -> int:
+        """Creates or replaces the file; returns the workspace's revision."""
+        return self._op("write", path=path, content=data, expected_revision=expected_revision).workspace_revision
+
+    def remove(self, path: str, *, expected_revision: Optional[int] = None) -> int:
+        return self._op("delete", path=path, expected_revision=expected_revision).workspace_revision
+
+    def grep(self, text: str, path: Optional[str] = None) -> List[Tuple[str, int, str]]:
+        """(path, line, text) of every line holding ``text`` (a fixed
+        string); ``path``: a glob of the files searched."""
+        return _ws_matches(self._op("grep", pattern=text, path=path))
+
+    def replace(self, path: str, old: str, new: str = "", *, expected_revision: Optional[int] = None) -> int:
+        """Anthropic's text_editor ``str_replace``: ``old`` must occur
+        exactly once."""
+        return self._op("str_replace", path=path, old_str=old, new_str=new,
+                        expected_revision=expected_revision).workspace_revision
+
+    def insert(self, path: str, line: int, text: str, *, expected_revision: Optional[int] = None) -> int:
+        """``text`` as whole lines after line ``line`` (0: at the top)."""
+        return self._op("insert", path=path, insert_line=line, new_str=text,
+                        expected_revision=expected_revision).workspace_revision
+
+    def apply_patch(self, patch: str, *, expected_revision: Optional[int] = None) -> List[str]:
+        """A patch in OpenAI's V4A format, as one revision or nothing;
+        returns the changed paths."""
+        return self._op("apply_patch", content=patch, expected_revision=expected_revision).changed_paths
 
 
 def _is_start_notice(value: Optional[bytes]) -> bool:

@@ -21,6 +21,7 @@ __all__ = [
     "DeliveryError",
     "ClientError",
     "ClientClosed",
+    "WorkspaceOpError",
 ]
 
 
@@ -79,3 +80,18 @@ class ClientError(CodefleetError):
 class ClientClosed(CodefleetError):
     """The client was closed while an operation was waiting or was started
     after close()."""
+
+
+class WorkspaceOpError(CodefleetError):
+    """A workspace operation (:class:`codefleet.WorkspaceFiles`) the fleet
+    answered but did not do: ``status`` is ``failed`` (a missing file, text
+    not found or not unique, a hunk that does not apply, a stale
+    ``expected_revision``: ``conflict`` is then true) or ``rejected`` (a bad
+    path, a workspace the profile does not allow).  ``result`` is the whole
+    answer; the message is its reason."""
+
+    def __init__(self, result: "Result") -> None:
+        super().__init__(f"{result.status}: {result.reason or '(no reason given)'}")
+        self.result = result
+        self.status = str(result.status)
+        self.conflict = result.workspace_conflict

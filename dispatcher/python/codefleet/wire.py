@@ -195,6 +195,18 @@ class Harness(_WireEnum):
     FUNCTION = "function"
 
 
+class WorkspaceOpKind(_WireEnum):
+    """What a workspace operation does (SPEC.md section 3.5)."""
+    LIST = "list"
+    READ = "read"
+    WRITE = "write"
+    DELETE = "delete"
+    GREP = "grep"
+    STR_REPLACE = "str_replace"
+    INSERT = "insert"
+    APPLY_PATCH = "apply_patch"
+
+
 class OutputStream(_WireEnum):
     STDOUT = "stdout"
     STDERR = "stderr"
@@ -277,13 +289,33 @@ class Case:
 
 
 @dataclass
+class WorkspaceOp:
+    """An operation on the request's workspace, done by the worker instead
+    of a program (SPEC.md section 3.5).  Bytes may be given as str."""
+
+    op: Union[WorkspaceOpKind, str]
+    path: Optional[str] = None
+    pattern: Optional[str] = None
+    content: Optional[bytes] = None
+    old_str: Optional[bytes] = None
+    new_str: Optional[bytes] = None
+    insert_line: Optional[int] = None
+    expected_revision: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        self.content = _to_bytes(self.content)
+        self.old_str = _to_bytes(self.old_str)
+        self.new_str = _to_bytes(self.new_str)
+
+
+@dataclass
 class Request:
     """An execution request (SPEC.md section 3).
 
     ``id`` may be left empty: :meth:`codefleet.Client.submit` then generates
     a time-ordered one.  ``code`` and file contents may be given as str."""
 
-    language: Union[Language, str]
+    language: Optional[Union[Language, str]] = None  # absent only with workspace_op
     code: Optional[bytes] = None
     argv: List[str] = field(default_factory=list)
     id: str = ""
@@ -309,6 +341,7 @@ class Request:
     stream: bool = False
     image: Optional[str] = None
     notify_start: bool = False
+    workspace_op: Optional[WorkspaceOp] = None
 
     def __post_init__(self) -> None:
         self.code = _to_bytes(self.code)
@@ -1024,8 +1057,24 @@ _CASE = _Spec([
 ], _building(Case))
 
 
+_WORKSPACE_OP = _Spec([
+    ("op", _d_enum(WorkspaceOpKind), False),
+    ("path", _d_str, True),
+    ("pattern", _d_str, True),
+    ("content", _d_bytes, True),
+    ("old_str", _d_bytes, True),
+    ("new_str", _d_bytes, True),
+    ("insert_line", _d_uint, True),
+    ("expected_revision", _d_uint, True),
+], lambda got: WorkspaceOp(**got) if "op" in got else _no_op())
+
+
+def _no_op() -> WorkspaceOp:
+    raise WireError("workspace_op.op", f"required (one of {_OP_CHOICES})")
+
+
 def _build_request(got: Dict[str, Any]) -> Request:
-    for name in ("id", "language"):
+    for name in ("id",) if "workspace_op" in got else ("id", "language"):
         if name not in got:
             raise WireError(name, f'missing required field "{name}"')
     req = Request(**got)
@@ -1061,6 +1110,7 @@ _REQUEST = _Spec([
     ("stream", _d_bool, True),
     ("image", _d_str, True),
     ("notify_start", _d_bool, True),
+    ("workspace_op", _d_object(_WORKSPACE_OP), True),
 ], _build_request)
 
 def _d_diagnostics(r: _Reader, path: str, depth: int) -> List[Diagnostic]:
@@ -1289,8 +1339,71 @@ def _check_id(value: Any, name: str, max_len: int = ID_MAX) -> None:
 _IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
 
+_OP_CHOICES = "list, read, write, delete, grep, str_replace, insert, apply_patch"
+_OP_WRITES = ("write", "delete", "str_replace", "insert", "apply_patch")
+
+
+def _check_workspace_op(req: Request) -> None:
+    """SPEC.md 3.5: the op's own fields, and none of a program's."""
+    o = req.workspace_op
+    if not isinstance(o, WorkspaceOp):
+        raise WireError("workspace_op", "expected a WorkspaceOp")
+    try:
+        op = WorkspaceOpKind(o.op).value
+    except ValueError:
+        raise WireError("workspace_op.op", f"unknown value (expected one of {_OP_CHOICES})") from None
+    if req.workspace is None:
+        raise WireError("workspace_op", 'needs "workspace"')
+    fs = req.policy.filesystem
+    program = [("language", req.language is not None), ("backend", req.backend is not None),
+               ("code", req.code is not None), ("argv", bool(req.argv)), ("module", bool(req.module)),
+               ("stdin", bool(req.stdin)), ("input", req.input is not ABSENT), ("env", bool(req.env)),
+               ("files", bool(req.files)), ("thread", req.thread is not None), ("harness", req.harness is not None),
+               ("compile_flags", bool(req.compile_flags)), ("cases", bool(req.cases)), ("collect", bool(req.collect)),
+               ("stream", req.stream), ("image", req.image is not None),
+               ("policy.network", req.policy.network is not None),
+               ("policy.filesystem", fs.mode is not None or bool(fs.read_only) or bool(fs.read_write)),
+               ("policy.env_allow", req.policy.env_allow is not None)]
+    for name, given in program:
+        if given:
+            raise WireError(name, "not with workspace_op (no program runs)")
+    if op == "apply_patch" and o.path is not None:
+        raise WireError("workspace_op.path", "not with apply_patch (the patch names its files)")
+    if op not in ("list", "grep", "apply_patch") and not o.path:
+        raise WireError("workspace_op.path", f"required for {op}")
+    if o.path == "":
+        raise WireError("workspace_op.path", "empty")
+    if o.pattern is not None and op not in ("list", "grep"):
+        raise WireError("workspace_op.pattern", "only for list and grep")
+    if op == "grep" and not o.pattern:
+        raise WireError("workspace_op.pattern", "required and non-empty for grep")
+    if o.pattern == "":
+        raise WireError("workspace_op.pattern", "empty")
+    if (op in ("write", "apply_patch")) != (o.content is not None):
+        raise WireError("workspace_op.content",
+                        "only for write and apply_patch" if o.content is not None else f"required for {op}")
+    if o.old_str is not None and op != "str_replace":
+        raise WireError("workspace_op.old_str", "only for str_replace")
+    if op == "str_replace" and not o.old_str:
+        raise WireError("workspace_op.old_str", "required and non-empty for str_replace")
+    if o.new_str is not None and op not in ("str_replace", "insert"):
+        raise WireError("workspace_op.new_str", "only for str_replace and insert")
+    if op == "insert" and (o.new_str is None or o.insert_line is None):
+        raise WireError("workspace_op", "insert needs insert_line and new_str")
+    if o.insert_line is not None and op != "insert":
+        raise WireError("workspace_op.insert_line", "only for insert")
+    if o.expected_revision is not None and op not in _OP_WRITES:
+        raise WireError("workspace_op.expected_revision",
+                        "only for write, delete, str_replace, insert and apply_patch")
+
+
 def _check_request(req: Request) -> None:
     _check_id(req.id, "id")
+    if req.workspace_op is not None:
+        _check_workspace_op(req)
+        return
+    if req.language is None:
+        raise WireError("language", 'missing required field "language"')
     lang = Language(req.language)
     if lang == Language.COMMAND:
         if not req.argv:
@@ -1630,7 +1743,8 @@ def _encode_request(req: Request) -> bytes:
     m = _MapOut()
     m.put("v", b"\x01")
     m.put("id", _e_str(req.id, "id"))
-    m.put("language", _e_enum(req.language, Language, "language"))
+    if req.language is not None:
+        m.put("language", _e_enum(req.language, Language, "language"))
     m.put_str("backend", req.backend, "backend")
     if req.code is not None:  # an empty program is still a program
         m.put("code", _text_out(_as_bytes(req.code, "code")))
@@ -1658,9 +1772,27 @@ def _encode_request(req: Request) -> bytes:
     m.put_flag("stream", req.stream, "stream")
     m.put_str("image", req.image, "image")
     m.put_flag("notify_start", req.notify_start, "notify_start")
+    if req.workspace_op is not None:
+        m.put("workspace_op", _encode_workspace_op(_typed(req.workspace_op, WorkspaceOp, "workspace_op")))
     out = _finish(m, "request")
     _check_request(req)
     return out
+
+
+def _encode_workspace_op(o: WorkspaceOp) -> bytes:
+    m = _MapOut()
+    m.put("op", _e_enum(o.op, WorkspaceOpKind, "workspace_op.op"))
+    m.put_str("path", o.path, "workspace_op.path")
+    m.put_str("pattern", o.pattern, "workspace_op.pattern")
+    for name in ("content", "old_str", "new_str"):  # written when given, even empty
+        value = getattr(o, name)
+        if value is not None:
+            m.put(name, _text_out(_as_bytes(value, f"workspace_op.{name}")))
+    for name in ("insert_line", "expected_revision"):  # written when given, even 0
+        value = getattr(o, name)
+        if value is not None:
+            m.put(name, _e_int(value, f"workspace_op.{name}", 0, _INT64_MAX, "non-negative integer"))
+    return m.finish()
 
 
 def _encode_diagnostic(dg: Diagnostic, path: str) -> bytes:

@@ -23,6 +23,7 @@ import msgpack
 import codefleet as cf
 
 BROKERS = os.environ.get("CF_TEST_BROKERS")
+REDIS = os.environ.get("CF_TEST_REDIS")  # workspaces: the worker gets it when set
 CLIENT_CONFIG = os.environ.get("CF_TEST_CLIENT_CONFIG")
 BINARY_DIR = Path(os.environ.get("CF_BINARY_DIR") or Path(__file__).resolve().parents[3] / "build")
 
@@ -82,6 +83,8 @@ def start_worker() -> subprocess.Popen:
              f"--dlq-topic={DLQ}", f"--worker-id={WORKER_ID}", "--log-level=info",
              "--kafka.session.timeout.ms=6000", "--kafka.heartbeat.interval.ms=500", "--backends=process",
              "--profile.default.backends=process", "--profile.default.network=enabled"]
+    if REDIS:
+        args.append(f"--redis={REDIS}")
     with open(worker_log, "wb") as log:
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
@@ -164,6 +167,53 @@ class StackTest(unittest.TestCase):
         self.assertEqual(req.created_us, 0)  # filled on the copy that was sent, not here
         res = client.wait(req.id, timeout=60)
         self.assertEqual((res.id, res.status, res.stdout), (req.id, cf.Status.SUCCESS, b"hi\n"))
+
+    def test_workspace_files(self):
+        """Issue 31 part 4: a workspace's files through the fleet, E2B's
+        files shape plus the editing tools."""
+        if not REDIS:
+            self.skipTest("CF_TEST_REDIS is not set: no workspaces")
+        files = client.files(f"{PREFIX}-ws")
+        self.assertEqual(files.write("src/app.py", "x = 1\nprint(x)\n"), 1)
+        self.assertEqual(files.write("data.bin", b"\x00\xff"), 2)
+        self.assertEqual(files.list(), [cf.WorkspaceEntry("data.bin", 2), cf.WorkspaceEntry("src/app.py", 15)])
+        self.assertEqual(files.list("**/*.py"), [cf.WorkspaceEntry("src/app.py", 15)])
+        self.assertEqual(files.read("data.bin", format="bytes"), b"\x00\xff")
+        self.assertEqual(files.grep("x"), [("src/app.py", 1, "x = 1"), ("src/app.py", 2, "print(x)")])
+        with self.assertRaises(cf.WorkspaceOpError) as cm:
+            files.replace("src/app.py", "x", "y")
+        self.assertEqual(cm.exception.status, "failed")
+        self.assertIn("occurs 2 times", str(cm.exception))
+        self.assertEqual(files.replace("src/app.py", "x = 1", "x = 41"), 3)
+        self.assertEqual(files.insert("src/app.py", 0, "import os"), 4)
+        with self.assertRaises(cf.WorkspaceOpError) as cm:
+            files.remove("data.bin", expected_revision=1)
+        self.assertTrue(cm.exception.conflict)
+        self.assertEqual(files.apply_patch("*** Begin Patch\n*** Delete File: data.bin\n*** Update File: src/app.py\n"
+                                           "@@\n-print(x)\n+print(x + 1)\n*** End Patch\n"),
+                         ["data.bin", "src/app.py"])
+        self.assertEqual(files.read("src/app.py"), "import os\nx = 41\nprint(x + 1)\n")
+        with self.assertRaises(cf.WorkspaceOpError) as cm:
+            files.read("data.bin")
+        self.assertIn("no file data.bin", str(cm.exception))
+        # What the files hold is what a program on the workspace sees.
+        res = client.run(cf.Request("shell", "cat src/app.py", workspace=files.workspace), timeout=60)
+        self.assertEqual(res.stdout, b"import os\nx = 41\nprint(x + 1)\n", res.reason)
+
+    def test_async_workspace_files(self):
+        if not REDIS:
+            self.skipTest("CF_TEST_REDIS is not set: no workspaces")
+
+        async def go():
+            async with cf.AsyncClient(settings(), request_topic=REQ, result_topic=RES) as ac:
+                files = ac.files(f"{PREFIX}-aws")
+                self.assertEqual(await files.write("a.txt", "one\n"), 1)
+                self.assertEqual(await files.insert("a.txt", 1, "two"), 2)
+                self.assertEqual(await files.read("a.txt"), "one\ntwo\n")
+                self.assertEqual(await files.list(), [cf.WorkspaceEntry("a.txt", 8)])
+                with self.assertRaises(cf.WorkspaceOpError):
+                    await files.replace("a.txt", "three", "3")
+        asyncio.run(go())
 
     def test_failing_program(self):
         res = client.run(cf.Request("python", "import sys\nsys.stderr.write('boom\\n')\nsys.exit(3)\n"), timeout=60)
