@@ -496,13 +496,58 @@ void cf_wstate_run_clear(cf_wstate_run *run, cf_request *req)
     free(run->place);
     cf_workdir_files_free(run->files.collected, run->files.n_collected);
     free(run->files.collect_error);
+    cf_workdir_files_free(run->op_puts, run->n_op_puts);
+    for (size_t i = 0; i < run->n_op_dels; i++)
+        free(run->op_dels[i]);
+    free(run->op_dels);
     memset(run, 0, sizeof(*run));
+}
+
+/* The ops that need one file at most: a listing and that file's bytes,
+ * instead of every file of the workspace (list, read, write, delete,
+ * str_replace, insert). */
+static bool light_op(const cf_request *req)
+{
+    return req->workspace_op && req->workspace_op->op != CF_WS_OP_GREP &&
+           req->workspace_op->op != CF_WS_OP_APPLY_PATCH;
+}
+
+/* A light checkout: the listing, and the bytes of `path` (when listed) read
+ * at the listing's revision; a write in between makes it read again. */
+static int checkout_light(cf_wstate *st, const char *id, const char *path, cf_ws_listing *out, cf_error *err)
+{
+    for (int tries = 0;; tries++) {
+        cf_ws_listing_clear(out);
+        if (cf_workspace_list(st->ws, id, out, err) < 0)
+            return -1;
+        cf_ws_entry *e = NULL;
+        for (size_t i = 0; path && i < out->n && !e; i++)
+            if (strcmp(out->entries[i].path, path) == 0)
+                e = &out->entries[i];
+        if (!e)
+            return 0;
+        uint8_t *data = NULL;
+        size_t len = 0;
+        int64_t rev = -1;
+        if (cf_workspace_get(st->ws, id, path, &data, &len, &rev, err) < 0 && err->code != CF_E_NOT_FOUND)
+            return -1;
+        if (data && rev == out->rev) {
+            e->data = data;
+            e->size = len;
+            return 0;
+        }
+        free(data);
+        if (tries == 3)
+            return cf_error_set(err, CF_E_REDIS, "workspace %s: %s kept changing while it was read", id, path);
+        cf_error_clear(err);
+    }
 }
 
 static int prepare_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run *run, bool *run_it, cf_result *res,
                              cf_error *err)
 {
     run->ws_active = true;
+    run->light = light_op(req);
     /* Unspecified means read-write on any backend; explicit modes are
      * enforced by the backend (admission checked its capabilities). */
     run->ws_rw = req->policy.fs_mode != CF_FS_WORKSPACE_RO;
@@ -511,7 +556,8 @@ static int prepare_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run
     bool created = false;
     for (;;) {
         cf_error_clear(err);
-        if (cf_workspace_snapshot(st->ws, req->workspace, CF_WS_ANY_REV, &run->snap, err) == 0)
+        if ((run->light ? checkout_light(st, req->workspace, req->workspace_op->path, &run->snap, err)
+                        : cf_workspace_snapshot(st->ws, req->workspace, CF_WS_ANY_REV, &run->snap, err)) == 0)
             break;
         if (err->code == CF_E_NOT_FOUND && !created) {
             if (!run->ws_rw) {
@@ -542,6 +588,9 @@ static int prepare_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run
             return cf_error_wrap(err, "workspace store unavailable");
     }
     run->ws_rev = run->snap.rev;
+    res->workspace_revision = run->ws_rev;
+    if (req->workspace_op)
+        return 0; /* no program: nothing is placed */
     run->place = calloc(run->snap.n ? run->snap.n : 1, sizeof(*run->place));
     if (!run->place)
         return cf_error_set(err, CF_E_NOMEM, "out of memory");
@@ -640,6 +689,61 @@ static int commit_landed(cf_wstate *st, const char *id, int64_t expected_rev, co
     return same ? 1 : 0;
 }
 
+/* A workspace op's change as the commit takes it: its puts and deletes,
+ * and every path changed, sorted. */
+static int op_change_set(const cf_wstate_run *run, cf_ws_file **puts, size_t *np, const char ***dels, size_t *nd,
+                         const char ***changed, size_t *nc, cf_error *err)
+{
+    size_t n = run->n_op_puts + run->n_op_dels;
+    *puts = calloc(run->n_op_puts ? run->n_op_puts : 1, sizeof(**puts));
+    *dels = calloc(run->n_op_dels ? run->n_op_dels : 1, sizeof(**dels));
+    *changed = calloc(n ? n : 1, sizeof(**changed));
+    if (!*puts || !*dels || !*changed)
+        return cf_error_set(err, CF_E_NOMEM, "workspace op: out of memory");
+    for (size_t i = 0; i < run->n_op_puts; i++) {
+        const cf_file *f = &run->op_puts[i];
+        (*puts)[i] = (cf_ws_file){.path = f->path, .data = f->content.data ? (const void *)f->content.data : "",
+                                  .len = f->content.len};
+        (*changed)[i] = f->path;
+    }
+    for (size_t i = 0; i < run->n_op_dels; i++) {
+        (*dels)[i] = run->op_dels[i];
+        (*changed)[run->n_op_puts + i] = run->op_dels[i];
+    }
+    qsort(*changed, n, sizeof(**changed), cmp_str);
+    *np = run->n_op_puts;
+    *nd = run->n_op_dels;
+    *nc = n;
+    return 0;
+}
+
+/* After an ambiguous commit of an op's change: does the revision right
+ * after ours hold it (its puts with their bytes, its deletes gone)? */
+static int op_change_landed(cf_wstate *st, const char *id, const cf_wstate_run *run)
+{
+    cf_ws_listing l;
+    memset(&l, 0, sizeof(l));
+    cf_error e;
+    cf_error_clear(&e);
+    if (cf_workspace_snapshot(st->ws, id, run->ws_rev + 1, &l, &e) < 0)
+        return e.code == CF_E_NOT_FOUND || e.code == CF_E_INVALID ? 0 : -1;
+    bool same = true;
+    for (size_t i = 0; same && i < run->n_op_puts; i++) {
+        const cf_file *f = &run->op_puts[i];
+        const cf_ws_entry *hit = NULL;
+        for (size_t k = 0; k < l.n && !hit; k++)
+            if (strcmp(l.entries[k].path, f->path) == 0)
+                hit = &l.entries[k];
+        same = hit && hit->size == f->content.len &&
+               (f->content.len == 0 || memcmp(hit->data, f->content.data, f->content.len) == 0);
+    }
+    for (size_t i = 0; same && i < run->n_op_dels; i++)
+        for (size_t k = 0; k < l.n && same; k++)
+            same = strcmp(l.entries[k].path, run->op_dels[i]) != 0;
+    cf_ws_listing_clear(&l);
+    return same ? 1 : 0;
+}
+
 /* 0: done (res says how); -1: Redis failed past the budget. */
 static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run *run, cf_result *res, bool *written,
                             cf_error *err)
@@ -662,9 +766,14 @@ static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run 
     cf_ws_file *puts = NULL;
     const char **dels = NULL, **changed = NULL;
     size_t np = 0, nd = 0, nc = 0;
-    if (cf_wstate_diff(&run->snap, run->files.collected, run->files.n_collected, &puts, &np, &dels, &nd, &changed,
-                       &nc, err) < 0)
+    if ((run->op_change ? op_change_set(run, &puts, &np, &dels, &nd, &changed, &nc, err)
+                        : cf_wstate_diff(&run->snap, run->files.collected, run->files.n_collected, &puts, &np, &dels,
+                                         &nd, &changed, &nc, err)) < 0) {
+        free(puts);
+        free(dels);
+        free(changed);
         return -1;
+    }
     int rc = 0;
     if (nc == 0) {
         *written = true; /* nothing to write: the workspace stays as it was */
@@ -694,7 +803,9 @@ static int finish_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run 
          * when that cannot be told, the store is asked again (or the run
          * ends as the store being unavailable), never "not written". */
         int landed = (err->code == CF_E_CONFLICT || err->code == CF_E_LIMIT) && r.tries > 0
-                         ? commit_landed(st, req->workspace, run->ws_rev, run->files.collected, run->files.n_collected)
+                         ? run->op_change ? op_change_landed(st, req->workspace, run)
+                                          : commit_landed(st, req->workspace, run->ws_rev, run->files.collected,
+                                                          run->files.n_collected)
                          : 0;
         if (landed < 0) {
             if (!retry_again(st, &r, err)) {

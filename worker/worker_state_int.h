@@ -81,6 +81,15 @@ typedef struct cf_wstate_run {
     cf_bytes orig_input;     /* the request's own input while the envelope is in place */
     bool input_swapped;
     bool prepared;           /* cf_wstate_begin prepared it: cf_wstate_end finishes it */
+    /* A workspace op on a light checkout (the listing, and the bytes of the
+     * one file it names only): its change, written as is (no diff against
+     * the snapshot, whose other files were never read).  Owned. */
+    bool light;
+    bool op_change;
+    cf_file *op_puts;
+    size_t n_op_puts;
+    char **op_dels;
+    size_t n_op_dels;
 } cf_wstate_run;
 
 /* The state steps around one execution, in the one order they run; a slot

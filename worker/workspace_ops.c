@@ -80,41 +80,41 @@ static int add_listed(cf_result *res, const cf_ws_entry *e, const uint8_t *conte
     return 0;
 }
 
-/* The workspace's files after the op: a copy of the checkout with path
- * replaced by data (remove: left out; data NULL with !remove: unchanged). */
-static int new_set(cf_wstate_run *run, const char *path, const uint8_t *data, size_t len, bool remove)
+static int cmp_file_path(const void *a, const void *b)
 {
-    size_t n = run->snap.n;
-    cf_file *out = calloc(n + 1, sizeof(*out));
-    if (!out)
-        return -1;
-    size_t k = 0;
-    bool placed = false;
-    for (size_t i = 0; i < n; i++) {
-        const cf_ws_entry *e = &run->snap.entries[i];
-        bool this = strcmp(e->path, path) == 0;
-        if (this && remove)
-            continue;
-        const uint8_t *src = this ? data : e->data;
-        size_t sl = this ? len : e->size;
-        placed |= this;
-        out[k].path = strdup(e->path);
-        if (!out[k].path || cf_bytes_set(&out[k].content, src ? (const void *)src : "", sl) < 0) {
-            cf_workdir_files_free(out, k + 1);
+    return strcmp(((const cf_file *)a)->path, ((const cf_file *)b)->path);
+}
+
+/* The new set as the write-back wants it: sorted by path (bytewise), as a
+ * snapshot is (an ambiguous commit is checked against it entry by entry). */
+static void set_collected(cf_wstate_run *run, cf_file *set, size_t n)
+{
+    qsort(set, n, sizeof(*set), cmp_file_path);
+    run->files.collected = set;
+    run->files.n_collected = n;
+}
+
+/* The op's change, for the write-back: path gets data (a copy), or goes. */
+static int change(cf_wstate_run *run, const char *path, const uint8_t *data, size_t len, bool remove)
+{
+    if (remove) {
+        char **d = malloc(sizeof(*d));
+        if (!d || !(d[0] = strdup(path))) {
+            free(d);
             return -1;
         }
-        k++;
-    }
-    if (!placed && !remove) {
-        out[k].path = strdup(path);
-        if (!out[k].path || cf_bytes_set(&out[k].content, data ? (const void *)data : "", len) < 0) {
-            cf_workdir_files_free(out, k + 1);
+        run->op_dels = d;
+        run->n_op_dels = 1;
+    } else {
+        cf_file *f = calloc(1, sizeof(*f));
+        if (!f || !(f->path = strdup(path)) || cf_bytes_set(&f->content, data ? (const void *)data : "", len) < 0) {
+            cf_workdir_files_free(f, f ? 1 : 0);
             return -1;
         }
-        k++;
+        run->op_puts = f;
+        run->n_op_puts = 1;
     }
-    run->files.collected = out;
-    run->files.n_collected = k;
+    run->op_change = true;
     return 0;
 }
 
@@ -284,8 +284,7 @@ static bool op_apply_patch(const cf_wstate *st, const cf_workspace_op *o, cf_wst
         fail(res, CF_STATUS_FAILED, "apply_patch: %s; nothing written", why);
         return false;
     }
-    run->files.collected = set;
-    run->files.n_collected = n;
+    set_collected(run, set, n);
     run->ws_rw = true;
     return true;
 }
@@ -346,11 +345,11 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
     case CF_WS_OP_WRITE:
         if (e && e->size == o->content.len && (e->size == 0 || memcmp(e->data, o->content.data, e->size) == 0))
             return false; /* the same bytes: no new revision */
-        if (new_set(run, o->path, o->content.data, o->content.len, false) < 0)
+        if (change(run, o->path, o->content.data, o->content.len, false) < 0)
             goto nomem;
         break;
     case CF_WS_OP_DELETE:
-        if (new_set(run, o->path, NULL, 0, true) < 0)
+        if (change(run, o->path, NULL, 0, true) < 0)
             goto nomem;
         break;
     case CF_WS_OP_STR_REPLACE:
@@ -358,7 +357,7 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
         int rc = o->op == CF_WS_OP_INSERT ? op_insert(o, e, &data, &len, res) : op_str_replace(o, e, &data, &len, res);
         if (rc < 0)
             return false;
-        rc = new_set(run, o->path, data, len, false);
+        rc = change(run, o->path, data, len, false);
         free(data);
         if (rc < 0)
             goto nomem;

@@ -16,10 +16,13 @@
 #include "worker_state_int.h"
 
 /* Does req->workspace_op on run's checkout: fills res (status, files,
- * stdout, reason).  An op that changes the workspace leaves the new set of
- * files in run->files.collected with run->ws_rw set, for cf_wstate_end to
- * write back as one revision, and returns true; otherwise run->ws_rw is
- * cleared and nothing is written.  st checks paths by the store's rules. */
+ * stdout, reason).  An op that changes the workspace sets run->ws_rw and
+ * leaves its change for cf_wstate_end to write back as one revision, and
+ * returns true: the file it writes or deletes in run->op_puts/op_dels (the
+ * one-file ops, on a light checkout: only that file's bytes were read), or
+ * the workspace's whole new set of files in run->files.collected
+ * (apply_patch, on a full one).  Otherwise run->ws_rw is cleared and
+ * nothing is written.  st checks paths by the store's rules. */
 bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run, cf_result *res);
 
 /* A workspace glob: fnmatch with FNM_PATHNAME ('*' stays within a

@@ -14,7 +14,6 @@
 
 #include "cf_cli.h"
 #include "cf_dispatcher.h"
-#include "cf_schema_int.h"
 #include "cf_util.h"
 
 #define FILES_MAX_INPUT (64u * 1024 * 1024) /* a file or patch read from disk or stdin */
@@ -266,10 +265,6 @@ int cf_cli_cmd_files(const cf_cli_globals *g, int argc, char **argv)
     }
     if (fill_op(s, a + 1, n - 1, req.workspace_op, why, sizeof(why)) < 0) {
         rc = why[0] ? usage(why) : cf_cli_report("files", CF_EXIT_INTERNAL, "out of memory");
-        goto out;
-    }
-    if (cf_request_check(&req, &err) < 0) {
-        rc = usage(err.msg);
         goto out;
     }
     rc = run(g, s, &req);

@@ -4,6 +4,7 @@
  *   bench_fleet throughput --brokers B --requests T --results T [-n 2000]
  *   bench_fleet publish    --brokers B --requests T [-n 20000]
  *   bench_fleet cancel     --brokers B --requests T --results T [-n 20]
+ *   bench_fleet wsops      --brokers B --requests T --results T [-n 15] (needs a worker with Redis)
  *   (each with --kind command|wasm|js|python: the trivial request, see trivial_request;
  *   --notify-start: each request asks for a start notice, SPEC.md 13.1)
  *
@@ -18,6 +19,12 @@
  *             cancel; time from the cancel sent to the `cancelled` result
  *             received (the worker answers only once the program is dead
  *             and reaped, so this bounds cancel-to-kill from above).
+ * wsops:      workspace operations (SPEC.md 3.5), n rounds, the variants
+ *             interleaved, each on a workspace of its own holding 10 files of
+ *             100 lines: one line of each of the 10 changed by one
+ *             apply_patch, against the same change as 10 write ops in turn
+ *             and as one run of `sed -i` on the 10 (the worker writes them
+ *             back); and a read op of one file against a run of `cat`.
  * Lines starting with RESULT are for tests/bench/run.sh to collect. */
 #include <fcntl.h>
 #include <getopt.h>
@@ -144,6 +151,144 @@ static void die(const char *what, const cf_error *err)
     exit(1);
 }
 
+/* ---- wsops ---- */
+
+#define WS_FILES 10
+
+/* File i of a workspace at version v: 100 lines, the first naming v. */
+static char *ws_file_text(int i, int v)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    fprintf(f, "version %d\n", v);
+    for (int k = 1; k < 100; k++)
+        fprintf(f, "line %d of file %d: some text an agent would edit\n", k, i);
+    fclose(f);
+    return text;
+}
+
+/* Submits req, waits, and returns the round trip (us); a status other
+ * than success ends the benchmark. */
+static int64_t ws_round_trip(cf_dispatcher *d, cf_request *req, const char *what)
+{
+    char id[64];
+    cf_error err;
+    cf_error_clear(&err);
+    cf_dispatcher_new_id(id, sizeof(id), NULL);
+    req->id = id;
+    int64_t t0 = cf_mono_us();
+    if (cf_dispatcher_submit(d, req, &err) < 0)
+        die("submit", &err);
+    cf_result res = {0};
+    if (cf_dispatcher_wait(d, id, 60 * SEC, &res, &err) < 0)
+        die("wait", &err);
+    int64_t dt = cf_mono_us() - t0;
+    if (res.status != CF_STATUS_SUCCESS) {
+        fprintf(stderr, "bench_fleet: %s: %s: %s\n", what, cf_status_name(res.status), res.reason ? res.reason : "");
+        exit(1);
+    }
+    cf_result_clear(&res);
+    req->id = NULL;
+    return dt;
+}
+
+static int64_t ws_write(cf_dispatcher *d, const char *ws, int i, const char *text)
+{
+    char path[32];
+    snprintf(path, sizeof(path), "f%d.txt", i);
+    cf_workspace_op op = {.op = CF_WS_OP_WRITE, .path = path, .has_content = true,
+                          .content = {.data = (uint8_t *)text, .len = strlen(text)}};
+    cf_request req = {.workspace = (char *)ws, .workspace_op = &op};
+    return ws_round_trip(d, &req, "write");
+}
+
+static int64_t ws_patch(cf_dispatcher *d, const char *ws, int v)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    fprintf(f, "*** Begin Patch\n");
+    for (int i = 0; i < WS_FILES; i++)
+        fprintf(f, "*** Update File: f%d.txt\n@@\n-version %d\n+version %d\n", i, v - 1, v);
+    fprintf(f, "*** End Patch\n");
+    fclose(f);
+    cf_workspace_op op = {.op = CF_WS_OP_APPLY_PATCH, .has_content = true,
+                          .content = {.data = (uint8_t *)text, .len = len}};
+    cf_request req = {.workspace = (char *)ws, .workspace_op = &op};
+    int64_t dt = ws_round_trip(d, &req, "apply_patch");
+    free(text);
+    return dt;
+}
+
+/* A program on the workspace (read-write, the default on any backend). */
+static int64_t ws_run(cf_dispatcher *d, const char *ws, char **argv)
+{
+    size_t argc = 0;
+    while (argv[argc])
+        argc++;
+    cf_request req = {.language = CF_LANG_COMMAND, .argv = argv, .argc = argc, .workspace = (char *)ws};
+    return ws_round_trip(d, &req, "run");
+}
+
+static void ws_bench(cf_dispatcher *d, int n)
+{
+    char ws[3][64];
+    for (int k = 0; k < 3; k++) {
+        cf_dispatcher_new_id(ws[k], sizeof(ws[k]), NULL);
+        memcpy(ws[k], k == 0 ? "bpatch" : k == 1 ? "bwrite" : "brun__", 6);
+        for (int i = 0; i < WS_FILES; i++) {
+            char *t = ws_file_text(i, 0);
+            ws_write(d, ws[k], i, t);
+            free(t);
+        }
+    }
+    int64_t *lat[5];
+    for (int k = 0; k < 5; k++)
+        lat[k] = calloc((size_t)n, sizeof(int64_t));
+    char *cat_av[] = {(char *)"/bin/cat", (char *)"f0.txt", NULL};
+    for (int r = 0; r < n + 3; r++) { /* 3 rounds to warm up */
+        int v = r + 1, at = r - 3;
+        int64_t t[5];
+        t[0] = ws_patch(d, ws[0], v);
+        t[1] = 0;
+        for (int i = 0; i < WS_FILES; i++) {
+            char *text = ws_file_text(i, v);
+            t[1] += ws_write(d, ws[1], i, text);
+            free(text);
+        }
+        /* sed -i 1s/.*\/version V/ f0.txt ... f9.txt */
+        char expr[64], paths[WS_FILES][32], *sed_av[WS_FILES + 4] = {(char *)"/bin/sed", (char *)"-i", expr};
+        snprintf(expr, sizeof(expr), "1s/.*/version %d/", v);
+        for (int i = 0; i < WS_FILES; i++) {
+            snprintf(paths[i], sizeof(paths[i]), "f%d.txt", i);
+            sed_av[3 + i] = paths[i];
+        }
+        sed_av[3 + WS_FILES] = NULL;
+        t[2] = ws_run(d, ws[2], sed_av);
+        cf_workspace_op op = {.op = CF_WS_OP_READ, .path = (char *)"f0.txt"};
+        cf_request rreq = {.workspace = ws[0], .workspace_op = &op};
+        t[3] = ws_round_trip(d, &rreq, "read");
+        t[4] = ws_run(d, ws[0], cat_av);
+        for (int k = 0; at >= 0 && k < 5; k++)
+            lat[k][at] = t[k];
+    }
+    int64_t p50[5];
+    for (int k = 0; k < 5; k++) {
+        qsort(lat[k], (size_t)n, sizeof(int64_t), cmp_i64);
+        p50[k] = pct(lat[k], n, 0.5);
+        free(lat[k]);
+    }
+    printf("wsops n=%d: apply_patch of %d files p50=%lldus; %d write ops p50=%lldus; a run of sed -i on them "
+           "p50=%lldus; read op p50=%lldus; a run of cat p50=%lldus\n", n, WS_FILES, (long long)p50[0], WS_FILES,
+           (long long)p50[1], (long long)p50[2], (long long)p50[3], (long long)p50[4]);
+    printf("RESULT ws_patch files=%d p50_us=%lld writes_p50_us=%lld run_p50_us=%lld ratio_to_writes=%.2f "
+           "ratio_to_run=%.2f\n", WS_FILES, (long long)p50[0], (long long)p50[1], (long long)p50[2],
+           (double)p50[0] / (double)p50[1], (double)p50[0] / (double)p50[2]);
+    printf("RESULT ws_read p50_us=%lld cat_run_p50_us=%lld ratio_to_run=%.2f\n", (long long)p50[3],
+           (long long)p50[4], (double)p50[3] / (double)p50[4]);
+}
+
 /* A stack settings file: kafka.sasl.* for the authenticated broker; its
  * Redis keys are accepted and unused. */
 typedef struct bench_settings {
@@ -220,7 +365,7 @@ static void on_chunk_lat(void *ctx, const cf_chunk *c)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_fleet latency|throughput|publish|cancel|stream --brokers B --requests T --results T "
+        fprintf(stderr, "usage: bench_fleet latency|throughput|publish|cancel|stream|wsops --brokers B --requests T --results T "
                         "[-n N]\n");
         return 2;
     }
@@ -413,6 +558,8 @@ int main(int argc, char **argv)
                (long long)p50, (long long)p99, (long long)e50, (double)p50 / (double)e50);
         free(e2e);
         free(cl.v);
+    } else if (strcmp(mode, "wsops") == 0) {
+        ws_bench(d, n ? n : 15);
     } else if (publish) {
         n = n ? n : 20000;
         int64_t t0 = cf_mono_us();
