@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -483,4 +484,108 @@ bool cf_list_next(const char **cursor, cf_list_item *item)
     item->s = p;
     item->len = len;
     return true;
+}
+
+/* ---------------------------------------------------------------- glob */
+
+/* One character of the pattern at p[*i] against c: a literal, '?', an
+ * escape or a class; *i moves past it.  A '[' without its ']' is a
+ * literal, as in fnmatch. */
+static bool glob_one(const char *p, size_t plen, size_t *i, char c)
+{
+    char pc = p[*i];
+    if (pc == '?') {
+        (*i)++;
+        return true;
+    }
+    if (pc == '\\' && *i + 1 < plen) {
+        *i += 2;
+        return p[*i - 1] == c;
+    }
+    if (pc == '[') {
+        size_t k = *i + 1;
+        bool neg = k < plen && (p[k] == '!' || p[k] == '^');
+        if (neg)
+            k++;
+        size_t first = k;
+        bool hit = false;
+        for (; k < plen && (p[k] != ']' || k == first); k++) {
+            char lo = p[k], hi = lo;
+            if (lo == '\\' && k + 1 < plen)
+                lo = hi = p[++k];
+            if (k + 2 < plen && p[k + 1] == '-' && p[k + 2] != ']') {
+                hi = p[k + 2];
+                k += 2;
+            }
+            hit |= (unsigned char)c >= (unsigned char)lo && (unsigned char)c <= (unsigned char)hi;
+        }
+        if (k < plen) { /* its ']' */
+            *i = k + 1;
+            return hit != neg;
+        }
+    }
+    (*i)++;
+    return pc == c;
+}
+
+/* One component against one pattern component: the two-pointer walk that
+ * goes back only to the last '*' (O(plen * slen)). */
+static bool glob_component(const char *p, size_t plen, const char *s, size_t slen, bool period)
+{
+    if (period && slen && s[0] == '.' && plen && p[0] != '.')
+        return false;
+    size_t i = 0, j = 0, star = SIZE_MAX, mark = 0;
+    while (j < slen) {
+        if (i < plen && p[i] == '*') {
+            star = i++;
+            mark = j;
+            continue;
+        }
+        size_t next = i;
+        if (i < plen && glob_one(p, plen, &next, s[j])) {
+            i = next;
+            j++;
+            continue;
+        }
+        if (star == SIZE_MAX)
+            return false;
+        i = star + 1;
+        j = ++mark;
+    }
+    while (i < plen && p[i] == '*')
+        i++;
+    return i == plen;
+}
+
+static size_t components(const char *s)
+{
+    size_t n = 1;
+    for (; *s; s++)
+        n += *s == '/';
+    return n;
+}
+
+bool cf_glob_match(const char *pattern, const char *path, unsigned flags)
+{
+    bool any_depth = false;
+    while ((flags & CF_GLOB_ANY_DEPTH) && strncmp(pattern, "**/", 3) == 0) {
+        pattern += 3;
+        any_depth = true;
+    }
+    size_t m = components(pattern), n = components(path);
+    if (m > n || (!any_depth && m != n))
+        return false;
+    /* The path's last m components: any depth leaves only one choice. */
+    for (size_t skip = n - m; skip > 0; skip--)
+        path = strchr(path, '/') + 1;
+    for (;;) {
+        const char *pe = strchr(pattern, '/'), *se = strchr(path, '/');
+        size_t pl = pe ? (size_t)(pe - pattern) : strlen(pattern), sl = se ? (size_t)(se - path) : strlen(path);
+        if (!glob_component(pattern, pl, path, sl, flags & CF_GLOB_PERIOD))
+            return false;
+        if (!pe)
+            return true;
+        pattern = pe + 1;
+        path = se + 1;
+    }
 }

@@ -133,4 +133,14 @@ int cf_proc_self_stat(unsigned long long *v, int n);
 /* The same for process pid (0: this one); -1 when it is gone. */
 int cf_proc_stat(pid_t pid, unsigned long long *v, int n);
 
+/* Glob matching of '/'-separated paths, as fnmatch(FNM_PATHNAME) does it
+ * ('*', '?' and '[...]' within one component; '\\' escapes), in time
+ * bounded by the product of the lengths: glibc's fnmatch backtracks
+ * without bound on patterns like "*a*a*a*a*b", and patterns here are a
+ * tenant's.  CF_GLOB_PERIOD: a component's leading '.' matches only a '.'
+ * of the pattern (FNM_PERIOD).  CF_GLOB_ANY_DEPTH: a leading "**" + "/"
+ * (repeated or not) matches any number of leading components. */
+enum { CF_GLOB_PERIOD = 1u << 0, CF_GLOB_ANY_DEPTH = 1u << 1 };
+bool cf_glob_match(const char *pattern, const char *path, unsigned flags);
+
 #endif

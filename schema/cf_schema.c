@@ -433,6 +433,8 @@ static int workspace_op_check(const cf_request *req, cf_error *err)
         return cf_error_set(err, CF_E_INVALID, "workspace_op.path: required for %s", on);
     if (o->path && !o->path[0])
         return cf_error_set(err, CF_E_INVALID, "workspace_op.path: empty");
+    if (o->path && o->op == CF_WS_OP_LIST)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.path: not with list (pattern narrows it)");
     if (o->pattern && o->op != CF_WS_OP_LIST && o->op != CF_WS_OP_GREP)
         return cf_error_set(err, CF_E_INVALID, "workspace_op.pattern: only for list and grep");
     if (o->op == CF_WS_OP_GREP && (!o->pattern || !o->pattern[0]))

@@ -35,7 +35,14 @@ static int admit_workspace_op(cf_worker *w, job *j, char *reason, size_t rsz)
     cf_policy *p = &req->policy;
     if (p->max_stdout_bytes == 0)
         p->max_stdout_bytes = min_set(c->default_output_bytes, j->profile->max_output_bytes);
-    p->fs_mode = cf_ws_op_writes(req->workspace_op->op) ? CF_FS_WORKSPACE_RW : CF_FS_WORKSPACE_RO;
+    /* What it holds in the worker's memory while it runs (the files it
+     * reads, their copies and a patch's lines), against the budget like an
+     * execution's limit: the one-file ops the largest file twice, grep and
+     * apply_patch the largest workspace three times, plus what it carries. */
+    const cf_workspace_op *op = req->workspace_op;
+    bool whole = op->op == CF_WS_OP_GREP || op->op == CF_WS_OP_APPLY_PATCH;
+    int64_t mem = (whole ? 3 * c->workspace_max_total_bytes : 2 * c->workspace_max_file_bytes) +
+                  8 * (int64_t)(op->content.len + op->old_str.len + op->new_str.len);
     if (cf_profile_admit(j->profile, w->profiles, NULL, req, reason, rsz) < 0)
         return -1;
     if (p->max_stdout_bytes > c->max_output_bytes) {
@@ -45,7 +52,11 @@ static int admit_workspace_op(cf_worker *w, job *j, char *reason, size_t rsz)
     if (req->reply_to)
         j->result_topic = req->reply_to;
     req->notify_start = false; /* nothing waits long enough to be worth one */
-    j->pj.cost[CF_POOL_MEMORY] = j->pj.cost[CF_POOL_PIDS] = 0;
+    int64_t fits = w->memory_group_max > 0 ? w->memory_group_max : w->memory_budget;
+    if (w->memory_budget > 0 && mem > fits)
+        mem = fits; /* what one op holds is bounded by the caps: it fits alone */
+    j->pj.cost[CF_POOL_MEMORY] = w->memory_budget > 0 ? mem : 0;
+    j->pj.cost[CF_POOL_PIDS] = 0;
     return cf_wstate_admit(req, w->have_redis, reason, rsz);
 }
 

@@ -716,9 +716,12 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
                      char *reason, size_t rsz)
 {
     char buf[100];
-    /* A workspace op runs no program: no backend, language or image. */
+    cf_policy *pol = &req->policy;
+    /* A workspace op runs no program: no backend, language, image, network
+     * or host paths (and its request is left as sent: a dead letter is
+     * encoded from it, and SPEC.md refuses those fields with an op). */
     if (req->workspace_op)
-        goto policy;
+        goto reply;
     if (!in_list(p->backend_names, p->n_backends, backend)) {
         shown(backend, buf, sizeof(buf));
         REFUSE("backend '%s' is not allowed (allowed: %s)", buf, p->backends);
@@ -740,9 +743,7 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
             REFUSE("out of memory");
     }
 
-policy:;
 
-    cf_policy *pol = &req->policy;
     if (pol->network == CF_NET_ENABLED && p->network == 0)
         REFUSE("network=enabled is not allowed");
     /* "No network" is the profile's rule even for a request that does not
@@ -774,6 +775,7 @@ policy:;
         }
     }
 
+reply:
     if (req->reply_to) {
         const char *t = req->reply_to;
         shown(t, buf, sizeof(buf));

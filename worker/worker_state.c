@@ -549,8 +549,24 @@ static int prepare_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run
     run->ws_active = true;
     run->light = light_op(req);
     /* Unspecified means read-write on any backend; explicit modes are
-     * enforced by the backend (admission checked its capabilities). */
-    run->ws_rw = req->policy.fs_mode != CF_FS_WORKSPACE_RO;
+     * enforced by the backend (admission checked its capabilities).  An
+     * op's own kind says it. */
+    const cf_workspace_op *op = req->workspace_op;
+    run->ws_rw = op ? cf_ws_op_writes(op->op) : req->policy.fs_mode != CF_FS_WORKSPACE_RO;
+    /* Which requests may create a missing workspace: a read-write run, and
+     * of the ops those that bring files (write, apply_patch) without a
+     * revision to compare with other than 0's. */
+    bool may_create = !op || ((op->op == CF_WS_OP_WRITE || op->op == CF_WS_OP_APPLY_PATCH) &&
+                              (!op->has_expected_revision || op->expected_revision == 0));
+    /* An op's path is checked before anything is read or created. */
+    cf_error perr;
+    cf_error_clear(&perr);
+    if (op && op->path && op->op != CF_WS_OP_GREP && cf_workspace_path_check(st->ws, op->path, &perr) < 0) {
+        res->status = CF_STATUS_REJECTED;
+        cf_result_set_reason(res, "workspace_op.path: %s", perr.msg);
+        *run_it = false;
+        return 0;
+    }
     retry r;
     retry_init(st, &r);
     bool created = false;
@@ -560,10 +576,15 @@ static int prepare_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run
                         : cf_workspace_snapshot(st->ws, req->workspace, CF_WS_ANY_REV, &run->snap, err)) == 0)
             break;
         if (err->code == CF_E_NOT_FOUND && !created) {
-            if (!run->ws_rw) {
+            if (!run->ws_rw || !may_create) {
                 res->status = CF_STATUS_REJECTED;
-                cf_result_set_reason(res, "workspace '%s' does not exist (a read-only run cannot create it)",
-                                     req->workspace);
+                if (op)
+                    cf_result_set_reason(res, "workspace '%s' does not exist (%s does not create one%s)",
+                                         req->workspace, cf_ws_op_name(op->op),
+                                         may_create || !cf_ws_op_writes(op->op) ? "" : " at that expected_revision");
+                else
+                    cf_result_set_reason(res, "workspace '%s' does not exist (a read-only run cannot create it)",
+                                         req->workspace);
                 *run_it = false;
                 return 0;
             }

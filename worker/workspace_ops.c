@@ -1,13 +1,13 @@
 /* workspace_ops.c: a request's workspace operation (workspace_ops_int.h). */
 #include "workspace_ops_int.h"
 
-#include <fnmatch.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cf_util.h"
 #include "cf_workdir.h"
 #include "workspace_patch_int.h"
 
@@ -24,21 +24,6 @@ static void fail(cf_result *res, cf_status status, const char *fmt, ...)
     va_end(ap);
     res->status = status;
     cf_result_set_reason(res, "%s", buf);
-}
-
-bool ws_op_glob_match(const char *pattern, const char *path)
-{
-    if (strncmp(pattern, "**/", 3) == 0) {
-        const char *rest = pattern + 3;
-        for (const char *p = path; p; p = strchr(p, '/')) {
-            if (*p == '/')
-                p++;
-            if (ws_op_glob_match(rest, p))
-                return true;
-        }
-        return false;
-    }
-    return fnmatch(pattern, path, FNM_PATHNAME) == 0;
 }
 
 static const cf_ws_entry *find(const cf_wstate_run *run, const char *path)
@@ -94,6 +79,28 @@ static void set_collected(cf_wstate_run *run, cf_file *set, size_t n)
     run->files.n_collected = n;
 }
 
+/* A file and a directory of one name cannot both be in a workspace (no
+ * program could be given it): a new path under an existing file, or over
+ * an existing directory, is refused.  Linear in the listing. */
+/* True when one of a and b names a directory the other is in ("a" and
+ * "a/b"). */
+static bool nested(const char *a, const char *b)
+{
+    size_t al = strlen(a), bl = strlen(b);
+    return (al < bl && strncmp(a, b, al) == 0 && b[al] == '/') || (bl < al && strncmp(a, b, bl) == 0 && a[bl] == '/');
+}
+
+static bool shadowed(const cf_wstate_run *run, const char *path, cf_result *res)
+{
+    for (size_t i = 0; i < run->snap.n; i++)
+        if (nested(path, run->snap.entries[i].path)) {
+            fail(res, CF_STATUS_FAILED, "%s: the workspace holds %s: a path cannot be both a file and a directory; "
+                 "nothing written", path, run->snap.entries[i].path);
+            return true;
+        }
+    return false;
+}
+
 /* The op's change, for the write-back: path gets data (a copy), or goes. */
 static int change(cf_wstate_run *run, const char *path, const uint8_t *data, size_t len, bool remove)
 {
@@ -131,7 +138,7 @@ static void op_grep(const cf_workspace_op *o, const cf_wstate_run *run, int64_t 
     bool cut = false;
     for (size_t i = 0; i < run->snap.n && !cut; i++) {
         const cf_ws_entry *e = &run->snap.entries[i];
-        if (o->path && !ws_op_glob_match(o->path, e->path))
+        if (o->path && !cf_glob_match(o->path, e->path, CF_GLOB_ANY_DEPTH))
             continue;
         /* A file with a NUL byte is binary: not searched, as grep -I. */
         if (e->size && memchr(e->data, 0, e->size))
@@ -285,6 +292,19 @@ static bool op_apply_patch(const cf_wstate *st, const cf_workspace_op *o, cf_wst
         return false;
     }
     set_collected(run, set, n);
+    /* Sorted, a file and a directory of one name are neighbours but for
+     * names between them ("a", "a-b", "a/c"): each path against the ones
+     * after it up to the first that no longer starts with it. */
+    for (size_t i = 0; i + 1 < n; i++) {
+        size_t pl = strlen(set[i].path);
+        for (size_t k = i + 1; k < n && strncmp(set[k].path, set[i].path, pl) == 0; k++)
+            if (nested(set[i].path, set[k].path)) {
+                fail(res, CF_STATUS_FAILED, "apply_patch: %s and %s: a path cannot be both a file and a directory; "
+                     "nothing written", set[i].path, set[k].path);
+                run->ws_rw = false;
+                return false;
+            }
+    }
     run->ws_rw = true;
     return true;
 }
@@ -314,7 +334,7 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
     switch (o->op) {
     case CF_WS_OP_LIST:
         for (size_t i = 0; i < run->snap.n; i++)
-            if ((!o->pattern || ws_op_glob_match(o->pattern, run->snap.entries[i].path)) &&
+            if ((!o->pattern || cf_glob_match(o->pattern, run->snap.entries[i].path, CF_GLOB_ANY_DEPTH)) &&
                 add_listed(res, &run->snap.entries[i], NULL, 0) < 0) {
                 fail(res, CF_STATUS_INTERNAL_ERROR, "list: out of memory");
                 return false;
@@ -345,6 +365,8 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
     case CF_WS_OP_WRITE:
         if (e && e->size == o->content.len && (e->size == 0 || memcmp(e->data, o->content.data, e->size) == 0))
             return false; /* the same bytes: no new revision */
+        if (!e && shadowed(run, o->path, res))
+            return false;
         if (change(run, o->path, o->content.data, o->content.len, false) < 0)
             goto nomem;
         break;
@@ -357,6 +379,10 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
         int rc = o->op == CF_WS_OP_INSERT ? op_insert(o, e, &data, &len, res) : op_str_replace(o, e, &data, &len, res);
         if (rc < 0)
             return false;
+        if (len == e->size && (len == 0 || memcmp(data, e->data, len) == 0)) {
+            free(data); /* the same bytes (new_str == old_str): no new revision */
+            return false;
+        }
         rc = change(run, o->path, data, len, false);
         free(data);
         if (rc < 0)

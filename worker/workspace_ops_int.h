@@ -25,8 +25,4 @@
  * nothing is written.  st checks paths by the store's rules. */
 bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run, cf_result *res);
 
-/* A workspace glob: fnmatch with FNM_PATHNAME ('*' stays within a
- * directory), where a leading "**" + "/" also matches at any depth. */
-bool ws_op_glob_match(const char *pattern, const char *path);
-
 #endif

@@ -25,11 +25,21 @@ typedef struct hunk {
     char *kinds;
 } hunk;
 
+/* Bounds on a patch, which is a tenant's: its work is linear in its size
+ * and the files', except the search for a hunk's place, which is held to a
+ * budget of bytes compared. */
+#define PATCH_MAX_LINES 1000000
+#define PATCH_MAX_FILES 1000
+#define PATCH_MAX_HUNKS 10000
+#define PATCH_SEARCH_BUDGET (64LL * 1024 * 1024)
+
 typedef struct patch_state {
     cf_file **files;
     size_t *n;
     char *why;
     size_t wsz;
+    int64_t budget; /* bytes the hunks' searches may still compare */
+    size_t sections, hunks;
     /* The paths the patch touched so far: each at most once. */
     char **touched;
     size_t ntouched;
@@ -112,18 +122,26 @@ static line trimmed(line l, int how)
     return l;
 }
 
-static bool same(line a, line b, int how)
+static bool same(line a, line b, int how, int64_t *budget)
 {
+    *budget -= (int64_t)(a.len < b.len ? a.len : b.len) + 1;
     a = trimmed(a, how);
     b = trimmed(b, how);
     return a.len == b.len && memcmp(a.s, b.s, a.len) == 0;
 }
 
 /* A file section's header, which ends the section before it. */
+/* "*** End Patch", trailing whitespace aside (as "*** Begin Patch"). */
+static bool end_patch(const line *l)
+{
+    line t = trimmed(*l, 1);
+    return is(&t, "*** End Patch");
+}
+
 static bool header(const line *l)
 {
     return starts(l, "*** Add File: ", NULL) || starts(l, "*** Delete File: ", NULL) ||
-           starts(l, "*** Update File: ", NULL) || is(l, "*** End Patch");
+           starts(l, "*** Update File: ", NULL) || end_patch(l);
 }
 
 static long find_file(patch_state *p, const char *path)
@@ -168,6 +186,8 @@ static int take_path(patch_state *p, line raw, size_t at, ws_patch_path_ok ok, v
     buf[l.len] = '\0';
     if (memchr(buf, '\0', l.len))
         return refuse(p, "patch line %zu: a path with a NUL byte", at);
+    if (++p->sections > PATCH_MAX_FILES)
+        return refuse(p, "patch line %zu: more than %d files named in one patch", at, PATCH_MAX_FILES);
     char why[300] = "";
     if (ok && !ok(buf, arg, why, sizeof(why)))
         return refuse(p, "patch line %zu: %s", at, why);
@@ -186,24 +206,25 @@ static int take_path(patch_state *p, line raw, size_t at, ws_patch_path_ok ok, v
 }
 
 /* Where hunk h's old lines are, at or after start: exactly, else trailing
- * whitespace aside, else surrounding whitespace aside; -1 when nowhere. */
-static long find_block(const lines *f, size_t start, const hunk *h)
+ * whitespace aside, else surrounding whitespace aside; -1 when nowhere,
+ * -2 when the search ran out of budget. */
+static long find_block(const lines *f, size_t start, const hunk *h, int64_t *budget)
 {
     size_t k = h->old.n;
     if (k == 0)
         return h->eof ? (long)f->n : (long)(start < f->n ? start : f->n);
-    if (k > f->n)
+    if (k > f->n || start > f->n - k)
         return -1;
+    size_t last = f->n - k;
     for (int how = 0; how <= 2; how++) {
-        size_t last = f->n - k;
         for (size_t pos = h->eof ? last : start; pos <= last; pos++) {
-            if (pos < start)
-                break;
             size_t j = 0;
-            while (j < k && same(f->v[pos + j], h->old.v[j], how))
+            while (j < k && same(f->v[pos + j], h->old.v[j], how, budget))
                 j++;
             if (j == k)
                 return (long)pos;
+            if (*budget < 0)
+                return -2;
             if (h->eof)
                 break; /* only at the end */
         }
@@ -251,6 +272,10 @@ static int parse_hunks(patch_state *p, const lines *pl, size_t *i, hunk **out, s
         line rest;
         bool at_sign = starts(l, "@@", &rest);
         if (at_sign || n == 0) {
+            if (++p->hunks > PATCH_MAX_HUNKS) {
+                hunks_free(h, n);
+                return refuse(p, "patch line %zu: more than %d hunks in one patch", *i + 1, PATCH_MAX_HUNKS);
+            }
             hunk *v = realloc(h, (n + 1) * sizeof(*v));
             if (!v) {
                 hunks_free(h, n);
@@ -302,81 +327,97 @@ static int parse_hunks(patch_state *p, const lines *pl, size_t *i, hunk **out, s
     return 0;
 }
 
+static int push_all(lines *out, const line *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (push(out, v[i].s, v[i].len) < 0)
+            return -1;
+    return 0;
+}
+
+/* The hunks applied in one pass: the file's lines up to each hunk's place
+ * copied, the hunk's lines put in (context as the file has it, so the
+ * whitespace the match overlooked stays; removed lines dropped; added ones
+ * from the patch), and the rest of the file after the last. */
+static int apply_hunks(patch_state *p, const char *path, const lines *fl, const hunk *h, size_t nh, lines *out,
+                       lines *crlf_copies)
+{
+    size_t cursor = 0; /* in the file: where the last hunk ended */
+    /* A file whose lines end in "\r\n" gets its added lines so too (the
+     * patch's own "\r" were taken off with its line ends). */
+    bool crlf = fl->n && fl->v[0].len && fl->v[0].s[fl->v[0].len - 1] == '\r';
+    for (size_t k = 0; k < nh; k++) {
+        if (h[k].has_anchor) {
+            size_t j = fl->n;
+            for (int how = 0; how <= 2 && j == fl->n && p->budget >= 0; how++)
+                for (j = cursor; j < fl->n && !same(fl->v[j], h[k].anchor, how, &p->budget); j++)
+                    ;
+            if (p->budget < 0)
+                break;
+            if (j == fl->n)
+                return refuse(p, "%s: hunk %zu (patch line %zu): its \"@@ %.*s\" line is not in the file after line "
+                              "%zu", path, k + 1, h[k].at, (int)(h[k].anchor.len > 80 ? 80 : h[k].anchor.len),
+                              h[k].anchor.s, cursor);
+            if (push_all(out, fl->v + cursor, j + 1 - cursor) < 0)
+                return refuse(p, "out of memory");
+            cursor = j + 1;
+        }
+        long pos = find_block(fl, cursor, &h[k], &p->budget);
+        if (pos == -2)
+            break;
+        if (pos < 0) {
+            const line *first = h[k].old.v;
+            return refuse(p, "%s: hunk %zu (patch line %zu) does not apply: its %zu context and removed line(s), "
+                          "from \"%.*s\", are not in the file %s line %zu%s", path, k + 1, h[k].at, h[k].old.n,
+                          (int)(first->len > 80 ? 80 : first->len), first->s, h[k].eof ? "at its end, after" : "after",
+                          cursor, cursor ? " (where the hunk before ended)" : "");
+        }
+        if (push_all(out, fl->v + cursor, (size_t)pos - cursor) < 0)
+            return refuse(p, "out of memory");
+        size_t j = (size_t)pos;
+        for (size_t b = 0; b < h[k].body.n; b++) {
+            char kind = h[k].kinds[b];
+            line add = h[k].body.v[b];
+            if (kind == '+' && crlf && (!add.len || add.s[add.len - 1] != '\r')) {
+                char *c = malloc(add.len + 1);
+                if (!c || push(crlf_copies, c, 0) < 0) {
+                    free(c);
+                    return refuse(p, "out of memory");
+                }
+                if (add.len)
+                    memcpy(c, add.s, add.len);
+                c[add.len] = '\r';
+                add = (line){c, add.len + 1};
+            }
+            if ((kind == ' ' && push(out, fl->v[j].s, fl->v[j].len) < 0) ||
+                (kind == '+' && push(out, add.s, add.len) < 0))
+                return refuse(p, "out of memory");
+            j += kind != '+';
+        }
+        cursor = (size_t)pos + h[k].old.n;
+    }
+    if (p->budget < 0)
+        return refuse(p, "%s: placing its hunks compared more than %lld MiB of lines: give them more distinctive "
+                      "context, or split the patch", path, PATCH_SEARCH_BUDGET >> 20);
+    if (push_all(out, fl->v + cursor, fl->n - cursor) < 0)
+        return refuse(p, "out of memory");
+    return 0;
+}
+
 static int update_file(patch_state *p, const char *path, const char *to, const hunk *h, size_t nh)
 {
     long idx = find_file(p, path);
     if (idx < 0)
         return refuse(p, "%s: Update File of a file that does not exist", path);
     cf_file *f = &(*p->files)[idx];
-    lines fl = {0};
+    lines fl = {0}, out = {0}, crlf_copies = {0};
     bool trailing;
-    if (split((const char *)f->content.data, f->content.len, false, &fl, &trailing) < 0)
-        return refuse(p, "out of memory");
-    int rc = 0;
-    size_t cursor = 0;
-    for (size_t k = 0; k < nh && rc == 0; k++) {
-        if (h[k].has_anchor) {
-            size_t j = cursor;
-            int how = 0;
-            for (; how <= 2; how++) {
-                for (j = cursor; j < fl.n && !same(fl.v[j], h[k].anchor, how); j++)
-                    ;
-                if (j < fl.n)
-                    break;
-            }
-            if (how > 2) {
-                rc = refuse(p, "%s: hunk %zu (patch line %zu): its \"@@ %.*s\" line is not in the file after line %zu",
-                            path, k + 1, h[k].at, (int)(h[k].anchor.len > 80 ? 80 : h[k].anchor.len), h[k].anchor.s,
-                            cursor);
-                break;
-            }
-            cursor = j + 1;
-        }
-        long pos = find_block(&fl, cursor, &h[k]);
-        if (pos < 0) {
-            const line *first = h[k].old.v;
-            rc = refuse(p, "%s: hunk %zu (patch line %zu) does not apply: its %zu context and removed line(s), from "
-                        "\"%.*s\", are not in the file %s line %zu%s", path, k + 1, h[k].at, h[k].old.n,
-                        (int)(first->len > 80 ? 80 : first->len), first->s, h[k].eof ? "at its end, after" : "after",
-                        cursor, cursor ? " (where the hunk before ended)" : "");
-            break;
-        }
-        /* Lines [pos, pos + old) become the hunk's lines: context kept as
-         * the file has it (whitespace the match overlooked stays), removed
-         * lines dropped, added lines put in. */
-        lines out = {0};
-        for (size_t b = 0, j = (size_t)pos; b < h[k].body.n && rc == 0; b++) {
-            char kind = h[k].kinds[b];
-            if (kind == ' ' && push(&out, fl.v[j].s, fl.v[j].len) < 0)
-                rc = refuse(p, "out of memory");
-            if (kind == '+' && push(&out, h[k].body.v[b].s, h[k].body.v[b].len) < 0)
-                rc = refuse(p, "out of memory");
-            j += kind != '+';
-        }
-        size_t no = h[k].old.n, nn = out.n, total = fl.n - no + nn;
-        if (rc == 0 && total > fl.cap) {
-            line *v = realloc(fl.v, total * sizeof(*v));
-            if (!v)
-                rc = refuse(p, "out of memory");
-            else {
-                fl.v = v;
-                fl.cap = total;
-            }
-        }
-        if (rc < 0) {
-            free(out.v);
-            break;
-        }
-        memmove(&fl.v[pos + nn], &fl.v[pos + no], (fl.n - (size_t)pos - no) * sizeof(line));
-        if (nn)
-            memcpy(&fl.v[pos], out.v, nn * sizeof(line));
-        free(out.v);
-        fl.n = total;
-        cursor = (size_t)pos + nn;
-    }
+    int rc = split((const char *)f->content.data, f->content.len, false, &fl, &trailing) < 0
+                 ? refuse(p, "out of memory")
+                 : apply_hunks(p, path, &fl, h, nh, &out, &crlf_copies);
     if (rc == 0) {
         size_t len;
-        char *data = join(&fl, trailing || f->content.len == 0, &len);
+        char *data = join(&out, trailing || f->content.len == 0, &len);
         if (!data)
             rc = refuse(p, "out of memory");
         else if (to) {
@@ -390,7 +431,11 @@ static int update_file(patch_state *p, const char *path, const char *to, const h
             f->content = (cf_bytes){.data = (uint8_t *)data, .len = len};
         }
     }
+    for (size_t i = 0; i < crlf_copies.n; i++)
+        free((char *)crlf_copies.v[i].s);
+    free(crlf_copies.v);
     free(fl.v);
+    free(out.v);
     return rc;
 }
 
@@ -400,7 +445,7 @@ static int sections(patch_state *p, const lines *pl, size_t i, ws_patch_path_ok 
     while (i < pl->n) {
         const line *l = &pl->v[i];
         line rest;
-        if (is(l, "*** End Patch"))
+        if (end_patch(l))
             return 0;
         if (l->len == 0) {
             i++;
@@ -469,7 +514,7 @@ static int sections(patch_state *p, const lines *pl, size_t i, ws_patch_path_ok 
 int ws_patch_apply(const uint8_t *patch, size_t len, cf_file **files, size_t *n, ws_patch_path_ok path_ok, void *arg,
                    char *why, size_t wsz)
 {
-    patch_state p = {.files = files, .n = n, .why = why, .wsz = wsz};
+    patch_state p = {.files = files, .n = n, .why = why, .wsz = wsz, .budget = PATCH_SEARCH_BUDGET};
     lines pl = {0};
     bool trailing;
     int rc;
@@ -477,11 +522,14 @@ int ws_patch_apply(const uint8_t *patch, size_t len, cf_file **files, size_t *n,
         rc = refuse(&p, "the patch holds a NUL byte: V4A patches are text");
     else if (split((const char *)patch, len, true, &pl, &trailing) < 0)
         rc = refuse(&p, "out of memory");
+    else if (pl.n > PATCH_MAX_LINES)
+        rc = refuse(&p, "the patch has more than %d lines: split it", PATCH_MAX_LINES);
     else {
         size_t i = 0;
         while (i < pl.n && trimmed(pl.v[i], 2).len == 0)
             i++;
-        if (i == pl.n || !same(pl.v[i], (line){"*** Begin Patch", 15}, 1))
+        int64_t unbounded = INT64_MAX;
+        if (i == pl.n || !same(pl.v[i], (line){"*** Begin Patch", 15}, 1, &unbounded))
             rc = refuse(&p, "the patch does not start with \"*** Begin Patch\"");
         else
             rc = sections(&p, &pl, i + 1, path_ok, arg);

@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <openssl/evp.h>
@@ -1455,7 +1454,7 @@ static bool collect_match(const cf_request *req, const char *path)
         size_t pl = strlen(pat);
         if (pl && pat[pl - 1] == '/' && strncmp(path, pat, pl) == 0)
             return true; /* "dir/": everything below */
-        if (fnmatch(pat, path, FNM_PATHNAME | FNM_PERIOD) == 0)
+        if (cf_glob_match(pat, path, CF_GLOB_PERIOD))
             return true;
     }
     return false;

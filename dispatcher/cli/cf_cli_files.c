@@ -16,7 +16,9 @@
 #include "cf_dispatcher.h"
 #include "cf_util.h"
 
-#define FILES_MAX_INPUT (64u * 1024 * 1024) /* a file or patch read from disk or stdin */
+/* A file or patch read from disk or stdin: the decoders' cap on one bytes
+ * field (a larger one could not be sent). */
+#define FILES_MAX_INPUT (8u * 1024 * 1024)
 
 static const char files_help[] =
     "Usage: codefleet [GLOBAL OPTIONS] files SUBCOMMAND WORKSPACE ... [--expect-rev N]\n"
@@ -165,7 +167,10 @@ static int run(const cf_cli_globals *g, const sub *s, cf_request *req)
     cf_dispatcher *d = NULL;
     int rc;
     cf_result res = {0};
-    if (cf_cli_open_dispatcher(g, true, &d, &err) < 0 || cf_dispatcher_submit(d, req, &err) < 0) {
+    /* Flushed: a request the broker refuses is said now, not after the
+     * whole --timeout as "no answer". */
+    if (cf_cli_open_dispatcher(g, true, &d, &err) < 0 || cf_dispatcher_submit(d, req, &err) < 0 ||
+        cf_dispatcher_flush(d, g->timeout_us, &err) < 0) {
         rc = cf_cli_report_error("files", NULL, &err, cf_cli_exit_for_error(&err));
         goto out;
     }

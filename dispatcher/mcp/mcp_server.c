@@ -942,6 +942,29 @@ static json_t *bytes_json_value(const uint8_t *d, size_t n)
     return o;
 }
 
+/* bytes as UTF-8 text, each byte of an invalid or cut sequence replaced by
+ * U+FFFD; NUL (which JSON consumers choke on) too.  NULL when out of memory. */
+static char *utf8_lossy(const uint8_t *d, size_t n)
+{
+    char *out = malloc(n * 3 + 1), *o = out;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        size_t len = d[i] < 0x80 ? 1 : (d[i] & 0xE0) == 0xC0 ? 2 : (d[i] & 0xF0) == 0xE0 ? 3 : (d[i] & 0xF8) == 0xF0 ? 4 : 0;
+        if (len && d[i] != 0 && i + len <= n && cf_utf8_valid(d + i, len)) {
+            memcpy(o, d + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
 /* The request a workspace tool's arguments describe (SPEC.md 3.5, JSON
  * form): the tool's name says the op, its arguments are the op's fields. */
 static json_t *file_op_request(const char *tool, const json_t *args, const char *id)
@@ -1017,10 +1040,12 @@ static json_t *file_op_tool_result(const char *tool, const char *ws_id, const ch
             fprintf(f, "(binary, %" PRId64 " bytes: see structuredContent, base64)", of->size);
         json_object_set_new(sc, "content", content);
     } else if (strcmp(tool, "grep_files") == 0) {
-        json_t *m = bytes_json_value(res->stdout_data.data ? res->stdout_data.data : (const uint8_t *)"",
-                                     res->stdout_data.len);
-        fprintf(f, "%s", json_is_string(m) && res->stdout_data.len ? json_string_value(m) : "no matching line\n");
-        json_object_set_new(sc, "matches", json_is_string(m) ? m : (json_decref(m), json_string("")));
+        /* Text, whatever the files' bytes (a Latin-1 file, a character cut
+         * at the cap): what is not UTF-8 becomes U+FFFD. */
+        char *matches = utf8_lossy(res->stdout_data.data, res->stdout_data.len);
+        fprintf(f, "%s", res->stdout_data.len ? (matches ? matches : "") : "no matching line\n");
+        json_object_set_new(sc, "matches", json_string(matches ? matches : ""));
+        free(matches);
         json_object_set_new(sc, "truncated", json_boolean(res->stdout_truncated));
     } else {
         json_t *changed = json_array();

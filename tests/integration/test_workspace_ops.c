@@ -269,6 +269,62 @@ static void every_op_through_the_fleet(void **state)
     assert_reason(&res, "no file README.md");
     cf_result_clear(&res);
 
+    /* A str_replace that changes no byte makes no revision. */
+    o = op_request(&req, ws, CF_WS_OP_STR_REPLACE, "src/a.py");
+    set_bytes(&o->old_str, "x = 41");
+    set_bytes(&o->new_str, "x = 41");
+    o->has_new_str = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "str_replace by itself");
+    assert_int_equal(res.workspace_revision, 5);
+    assert_int_equal(res.n_changed_paths, 0);
+    cf_result_clear(&res);
+
+    /* A file and a directory of one name: refused, nothing written. */
+    o = op_request(&req, ws, CF_WS_OP_WRITE, "src/a.py/inner");
+    set_bytes(&o->content, "x");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_FAILED, "a file under a file");
+    assert_reason(&res, "cannot be both a file and a directory");
+    assert_int_equal(res.workspace_revision, 5);
+    cf_result_clear(&res);
+    o = op_request(&req, ws, CF_WS_OP_WRITE, "src");
+    set_bytes(&o->content, "x");
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_FAILED, "a file over a directory");
+    assert_reason(&res, "cannot be both a file and a directory");
+    cf_result_clear(&res);
+
+    /* Only write and apply_patch create a workspace; the others on a
+     * missing one are refused and create nothing (a read after says so). */
+    char missing[160];
+    snprintf(missing, sizeof(missing), "%snot-there", f.prefix[1]);
+    static const cf_ws_op no_create[] = {CF_WS_OP_DELETE, CF_WS_OP_STR_REPLACE, CF_WS_OP_INSERT};
+    for (size_t i = 0; i < sizeof(no_create) / sizeof(no_create[0]); i++) {
+        o = op_request(&req, missing, no_create[i], "a.txt");
+        if (no_create[i] == CF_WS_OP_STR_REPLACE)
+            set_bytes(&o->old_str, "x");
+        if (no_create[i] != CF_WS_OP_DELETE) {
+            set_bytes(&o->new_str, "y");
+            o->has_new_str = true;
+        }
+        if (no_create[i] == CF_WS_OP_INSERT)
+            o->has_insert_line = true;
+        run_op(d, &req, &res, CF_STATUS_REJECTED, cf_ws_op_name(no_create[i]));
+        assert_reason(&res, "does not exist");
+        cf_result_clear(&res);
+    }
+    o = op_request(&req, missing, CF_WS_OP_WRITE, "a.txt");
+    set_bytes(&o->content, "x");
+    o->has_content = true;
+    o->expected_revision = 3;
+    o->has_expected_revision = true;
+    run_op(d, &req, &res, CF_STATUS_REJECTED, "a write at revision 3 of a missing workspace");
+    cf_result_clear(&res);
+    op_request(&req, missing, CF_WS_OP_LIST, NULL);
+    run_op(d, &req, &res, CF_STATUS_REJECTED, "the missing workspace is still missing");
+    assert_reason(&res, "does not exist");
+    cf_result_clear(&res);
+
     /* Paths by the store's rules. */
     op_request(&req, ws, CF_WS_OP_READ, "../etc/passwd");
     run_op(d, &req, &res, CF_STATUS_REJECTED, "a path out of the workspace");

@@ -8,9 +8,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cf_util.h"
 #include "cf_workdir.h"
 #include "workspace_ops_int.h"
 #include "workspace_patch_int.h"
@@ -38,7 +40,7 @@ static void globs_match_as_documented(void **state)
         {"[ab].txt", "c.txt", false},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        if (ws_op_glob_match(cases[i].pattern, cases[i].path) != cases[i].match)
+        if (cf_glob_match(cases[i].pattern, cases[i].path, CF_GLOB_ANY_DEPTH) != cases[i].match)
             fail_msg("'%s' against '%s': want %s", cases[i].pattern, cases[i].path,
                      cases[i].match ? "a match" : "no match");
 }
@@ -152,6 +154,47 @@ static void patch_fuzz_and_end_of_file(void **state)
     cf_workdir_files_free(v, n);
 }
 
+/* A CRLF file keeps its line ends on the added lines; "*** End Patch"
+ * may carry trailing whitespace like "*** Begin Patch". */
+static void patch_crlf_and_markers(void **state)
+{
+    (void)state;
+    size_t n;
+    cf_file *v = set_of(&n, "w.txt", "one\r\ntwo\r\nthree\r\n", NULL);
+    char why[500] = "", buf[200];
+    if (apply("*** Begin Patch  \n*** Update File: w.txt\n@@\n one\n-two\n+TWO\n+2b\n*** End Patch \n", &v, &n, why,
+              sizeof(why)) != 0)
+        fail_msg("%s", why);
+    assert_string_equal(content_of(v, n, "w.txt", buf, sizeof(buf)), "one\r\nTWO\r\n2b\r\nthree\r\n");
+    cf_workdir_files_free(v, n);
+}
+
+/* A hunk whose place costs more than the search budget to find is refused,
+ * saying so, instead of holding the worker for minutes: context lines that
+ * almost match everywhere in a long file. */
+static void patch_search_is_bounded(void **state)
+{
+    (void)state;
+    size_t nf = 200000, nh = 2000;
+    char *file = malloc(nf * 2 + 1), *patch = malloc(nh * 3 + 200);
+    for (size_t i = 0; i < nf; i++)
+        memcpy(file + 2 * i, "a\n", 2);
+    file[nf * 2] = '\0';
+    char *p = patch + sprintf(patch, "*** Begin Patch\n*** Update File: big.txt\n@@\n");
+    for (size_t i = 0; i < nh; i++)
+        p += sprintf(p, " a\n");
+    sprintf(p, " b\n*** End Patch\n");
+    size_t n;
+    cf_file *v = set_of(&n, "big.txt", file, NULL);
+    char why[500] = "";
+    assert_int_equal(apply(patch, &v, &n, why, sizeof(why)), -1);
+    if (!strstr(why, "big.txt: placing its hunks compared more than"))
+        fail_msg("%s", why);
+    cf_workdir_files_free(v, n);
+    free(file);
+    free(patch);
+}
+
 /* What does not apply is said with its file, hunk and patch line, and the
  * caller gets -1 (it discards the set: all or nothing). */
 static void patch_refusals(void **state)
@@ -188,13 +231,48 @@ static void patch_refusals(void **state)
     }
 }
 
+/* The matcher against glibc's fnmatch(FNM_PATHNAME [| FNM_PERIOD]) on
+ * patterns without "**", and on a tenant's worst patterns, which fnmatch
+ * (or a recursion per "**") would take unbounded time on: these finish. */
+static void globs_agree_with_fnmatch_and_stay_bounded(void **state)
+{
+    (void)state;
+    static const char *const pats[] = {"*", "*.c", "a?c", "[a-c]*", "[!a]*", "[]]x", "\\*", "*/*.py", "src/*",
+                                       ".*", "*.*", "a[", "[z-a]", "*a*b*c", "?", "", "x/[0-9]/y"};
+    static const char *const paths[] = {"abc", "a.c", ".hidden", "src/a.py", "src/.a.py", "]x", "*", "a[",
+                                        "x/5/y", "x/a/y", "aXbYc", "", "b"};
+    for (size_t i = 0; i < sizeof(pats) / sizeof(pats[0]); i++)
+        for (size_t j = 0; j < sizeof(paths) / sizeof(paths[0]); j++)
+            for (int period = 0; period < 2; period++) {
+                bool want = fnmatch(pats[i], paths[j], FNM_PATHNAME | (period ? FNM_PERIOD : 0)) == 0;
+                if (cf_glob_match(pats[i], paths[j], period ? CF_GLOB_PERIOD : 0) != want)
+                    fail_msg("'%s' against '%s' (period %d): fnmatch says %d", pats[i], paths[j], period, want);
+            }
+    char deep[1100] = "", pat[200] = "";
+    for (int i = 0; i < 500; i++)
+        strcat(deep, "a/");
+    strcat(deep, "a");
+    for (int i = 0; i < 30; i++)
+        strcat(pat, "**/");
+    strcat(pat, "z");
+    assert_false(cf_glob_match(pat, deep, CF_GLOB_ANY_DEPTH));
+    char flat[1100];
+    memset(flat, 'a', 1024);
+    flat[1024] = '\0';
+    assert_false(cf_glob_match("*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", flat, 0));
+    assert_true(cf_glob_match("*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a", flat, 0));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(globs_match_as_documented),
+        cmocka_unit_test(globs_agree_with_fnmatch_and_stay_bounded),
         cmocka_unit_test(patch_several_files),
         cmocka_unit_test(patch_fuzz_and_end_of_file),
         cmocka_unit_test(patch_refusals),
+        cmocka_unit_test(patch_crlf_and_markers),
+        cmocka_unit_test(patch_search_is_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@ import collections
 import dataclasses
 import functools
 import logging
+import re
 import secrets
 import threading
 import time
@@ -694,11 +695,20 @@ def _ws_content(res: Result, path: str, format: str) -> Union[str, bytes]:
     return f.content.decode() if format == "text" else f.content
 
 
+_GREP_LINE = re.compile(r"(.*?):([0-9]+):(.*)", re.S)
+
+
 def _ws_matches(res: Result) -> List[Tuple[str, int, str]]:
+    """grep's ``path:line:text`` lines, split on newlines only (a file's
+    text may hold form feeds and the like); a last line cut by the output
+    cap is left out.  The first ``:<digits>:`` ends the path."""
+    lines = res.stdout.split(b"\n")
+    lines.pop()  # after the last newline: nothing, or the cut line
     out = []
-    for line in res.stdout.decode(errors="replace").splitlines():
-        p, n, t = line.split(":", 2)
-        out.append((p, int(n), t))
+    for raw in lines:
+        m = _GREP_LINE.fullmatch(raw.decode(errors="replace"))
+        if m:
+            out.append((m.group(1), int(m.group(2)), m.group(3)))
     return out
 
 

@@ -439,6 +439,7 @@ class OutFile:
     size: int = 0
     content: bytes = b""
     truncated: bool = False
+    listed: bool = False  # a workspace op's listing entry: no content is sent (SPEC.md 3.5)
 
 
 @dataclass
@@ -1175,7 +1176,7 @@ _OUT_FILE = _Spec([
     ("size", _d_uint, True),
     ("content", _d_bytes, True),
     ("truncated", _d_bool, True),
-], _building(OutFile), required=("path",))
+], lambda got: OutFile(**got, listed="content" not in got), required=("path",))
 
 
 def _build_result(got: Dict[str, Any]) -> Result:
@@ -1373,6 +1374,8 @@ def _check_workspace_op(req: Request) -> None:
         raise WireError("workspace_op.path", f"required for {op}")
     if o.path == "":
         raise WireError("workspace_op.path", "empty")
+    if o.path is not None and op == "list":
+        raise WireError("workspace_op.path", "not with list (pattern narrows it)")
     if o.pattern is not None and op not in ("list", "grep"):
         raise WireError("workspace_op.pattern", "only for list and grep")
     if op == "grep" and not o.pattern:
@@ -1841,7 +1844,8 @@ def _encode_out_file(f: OutFile, path: str) -> bytes:
     m = _MapOut()
     m.put("path", _e_str(f.path, f"{path}.path"))
     m.put("size", _e_int(f.size, f"{path}.size", 0, _INT64_MAX, "non-negative integer"))
-    m.put("content", _bin_out(_as_bytes(f.content, f"{path}.content")))
+    if not f.listed:
+        m.put("content", _bin_out(_as_bytes(f.content, f"{path}.content")))
     m.put_flag("truncated", f.truncated, f"{path}.truncated")
     return m.finish()
 

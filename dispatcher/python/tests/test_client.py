@@ -195,3 +195,17 @@ class Unreachable(unittest.TestCase):
         with self.assertRaises(cf.ClientError) as ctx:
             cf.Client(brokers="nosuch.invalid:9092", connect_timeout=60.0)
         self.assertIn("its name does not resolve", str(ctx.exception))
+
+
+class WorkspaceGrep(unittest.TestCase):
+    """grep's answer as (path, line, text): newlines only split it."""
+
+    def test_lines(self):
+        from codefleet.client import _ws_matches
+        res = cf.Result("g", "success", stdout=b"a.py:1:x\x0cy\na:b.txt:3:hit\nsrc/c.py:12:a:1:b\n")
+        self.assertEqual(_ws_matches(res), [("a.py", 1, "x\x0cy"), ("a:b.txt", 3, "hit"), ("src/c.py", 12, "a:1:b")])
+
+    def test_a_line_cut_by_the_cap_is_left_out(self):
+        from codefleet.client import _ws_matches
+        res = cf.Result("g", "success", stdout=b"a.py:1:x\nsrc/b", stdout_truncated=True)
+        self.assertEqual(_ws_matches(res), [("a.py", 1, "x")])
