@@ -158,11 +158,22 @@ def tenant_workspaces(fleet):
         return
     tag = secrets.token_hex(4)
     theirs, mine = "tenant-b.secret-" + tag, "tenant-a.mine-" + tag
+    requests = os.environ.get("CF_TEST_TOPIC_REQUESTS", "codefleet.requests")
+    results = os.environ.get("CF_TEST_TOPIC_RESULTS", "codefleet.results")
     # The tenant's file names its topics; the flags only win over a
     # CODEFLEET_*_TOPIC this test's environment may hold.
     tenant_a = ["--config", os.path.join(secrets_dir, "tenant-a.conf"), "--brokers", fleet.brokers,
-                "--request-topic", os.environ.get("CF_TEST_TOPIC_REQUESTS", "codefleet.requests") + ".tenant-a",
-                "--result-topic", os.environ.get("CF_TEST_TOPIC_RESULTS", "codefleet.results") + ".tenant-a"]
+                "--request-topic", requests + ".tenant-a", "--result-topic", results + ".tenant-a"]
+    # The workspace tools are requests now: a worker serves the stack's
+    # tenant topics with the stack's tenant profiles (its own group, so a
+    # local stack's workers, when up, answer too: the first answer counts).
+    profiles = []
+    for t in ("tenant-a", "tenant-b"):
+        profiles += ["--profile.%s.topic=%s.%s" % (t, requests, t), "--profile.%s.result-topic=%s.%s" % (t, results, t),
+                     "--profile.%s.state-prefix=%s." % (t, t), "--profile.%s.backends=%s" % (t, fleet.backends)]
+        if fleet.backends == "process":
+            profiles.append("--profile.%s.network=enabled" % t)
+    tenants = Fleet("mcp-tenants", extra=profiles).start()
     # The operator (the CLI principal, the default profile: any id) puts a
     # file in tenant-b's workspace.
     op = Server(fleet)
@@ -205,6 +216,7 @@ def tenant_workspaces(fleet):
     finally:
         for srv in (op, a, loose):
             srv.close()
+        tenants.stop()
 
 
 def parallel_calls(fleet):
