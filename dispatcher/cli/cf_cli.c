@@ -55,8 +55,8 @@ static const cf_conf_prop global_props[] = {
      "Key prefix of workspaces and checkpoints in Redis.", NULL},
     {"state-prefix", CF_CONF_STRING, offsetof(cf_cli_globals, state_prefix), 0, 128, "*", NULL,
      "The workspace and thread ids this client may name start with it: a tenant's client sets its profile's "
-     "state-prefix (e.g. tenant-a.), and its workspace, checkpoint and MCP file tools refuse other ids before "
-     "Redis ('*': any, 'none': none).", NULL},
+     "state-prefix (e.g. tenant-a.), and its workspace and checkpoint commands refuse other ids before "
+     "Redis ('*': any, 'none': none); its files commands and MCP tools are held to it by the worker.", NULL},
 };
 
 static const cf_conf_table global_table = {
