@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cf_schema.h"
 #include "cf_state_int.h"
 #include "cf_util.h"
 
@@ -169,8 +170,15 @@ int cf_workspace_path_check(const cf_workspace_store *ws, const char *path, cf_e
     size_t n = strnlen(path, max + 1);
     if (n > max)
         return cf_error_set(err, CF_E_INVALID, "workspace path longer than %zu bytes", max);
+    /* Paths travel as msgpack strings (a listing, changed_paths): one that
+     * is not UTF-8 would make every later answer naming it undecodable. */
+    if (!cf_utf8_valid((const uint8_t *)path, n))
+        return cf_error_set(err, CF_E_INVALID, "workspace path is not valid UTF-8");
+    /* What the messages show of it: at most 64 bytes, never half a
+     * character. */
+    int shown = (int)(n < 64 ? n : 64 - cf_utf8_incomplete_tail((const uint8_t *)path, 64));
     if (path[0] == '/')
-        return cf_error_set(err, CF_E_INVALID, "workspace path is absolute: %.64s", path);
+        return cf_error_set(err, CF_E_INVALID, "workspace path is absolute: %.*s", shown, path);
     size_t comp_start = 0;
     for (size_t i = 0; i <= n; i++) {
         unsigned char c = (unsigned char)path[i];
@@ -180,9 +188,9 @@ int cf_workspace_path_check(const cf_workspace_store *ws, const char *path, cf_e
             size_t clen = i - comp_start;
             const char *comp = path + comp_start;
             if (clen == 0)
-                return cf_error_set(err, CF_E_INVALID, "workspace path has an empty component: %.64s", path);
+                return cf_error_set(err, CF_E_INVALID, "workspace path has an empty component: %.*s", shown, path);
             if ((clen == 1 && comp[0] == '.') || (clen == 2 && comp[0] == '.' && comp[1] == '.'))
-                return cf_error_set(err, CF_E_INVALID, "workspace path has a '.' or '..' component: %.64s",
+                return cf_error_set(err, CF_E_INVALID, "workspace path has a '.' or '..' component: %.*s", shown,
                                     path);
             if (clen > ws->cfg.max_component_bytes)
                 return cf_error_set(err, CF_E_INVALID, "workspace path component longer than %zu bytes",

@@ -198,10 +198,13 @@ static bool workspace_op_run(job *j, const cf_wstate *st, cf_wstate_run *run, cf
  * the op's failure, not a success with a note as for a program that ran.
  * (One that changed no byte wrote nothing and said nothing: a success at
  * the same revision.) */
-static void workspace_op_landed(const job *j, cf_result *res, int64_t rev_before)
+static void workspace_op_landed(const job *j, cf_result *res)
 {
-    if (res->status != CF_STATUS_SUCCESS || res->workspace_revision > rev_before ||
-        (!res->reason && !res->workspace_conflict))
+    /* Landed: its paths are in changed_paths.  Nothing to write: no paths,
+     * no reason.  Otherwise (a conflict's answer carries the other
+     * writer's revision, so the revision cannot tell) it did not land. */
+    bool landed = !res->workspace_conflict && (res->n_changed_paths > 0 || !res->reason);
+    if (res->status != CF_STATUS_SUCCESS || landed)
         return;
     res->status = CF_STATUS_FAILED;
     if (!res->reason)
@@ -348,7 +351,7 @@ static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
     }
     j->write_refused = cf_wstate_write_refused(st);
     if (op_changes)
-        workspace_op_landed(j, res, rev_before);
+        workspace_op_landed(j, res);
     if (run_it && completed && ws_active)
         cf_log_debug(LOG_SUB, "request %s: workspace %s revision %" PRId64 " -> %" PRId64 "%s", j->req.id,
                      j->req.workspace, rev_before, res->workspace_revision,

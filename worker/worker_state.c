@@ -581,7 +581,10 @@ static int prepare_workspace(cf_wstate *st, const cf_request *req, cf_wstate_run
                 if (op)
                     cf_result_set_reason(res, "workspace '%s' does not exist (%s does not create one%s)",
                                          req->workspace, cf_ws_op_name(op->op),
-                                         may_create || !cf_ws_op_writes(op->op) ? "" : " at that expected_revision");
+                                         op->has_expected_revision &&
+                                                 (op->op == CF_WS_OP_WRITE || op->op == CF_WS_OP_APPLY_PATCH)
+                                             ? " at that expected_revision"
+                                             : "");
                 else
                     cf_result_set_reason(res, "workspace '%s' does not exist (a read-only run cannot create it)",
                                          req->workspace);

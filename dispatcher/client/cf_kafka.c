@@ -255,6 +255,12 @@ rd_kafka_t *cf_kafka_producer_new(const char *brokers, const char *client_id, co
         /* Same partition as Java clients for a key; event waits find a
          * workspace's partition with the same function. */
         {"partitioner", "murmur2_random"},
+        /* A request may carry a file of up to the decoders' 8 MiB cap (a
+         * workspace op's write, request files): librdkafka's 1 MB default
+         * refused it before the broker saw it.  The worker's max-request
+         * is 16 MiB, as is the local stack's broker; a broker that allows
+         * less says so. */
+        {"message.max.bytes", "16777216"},
     };
     rd_kafka_conf_t *conf = cf_kafka_conf_new(brokers, client_id, role, sizeof(role) / sizeof(role[0]), extra, err);
     if (!conf)

@@ -4,15 +4,18 @@
  * tenant reaches its own workspaces, and only those, with no Redis user. */
 #include "it_support.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cf_redis.h"
 #include "cf_util.h"
 #include "cf_workspace.h"
+#include "worker_state_int.h"
 
 #define SEC 1000000LL
 
@@ -549,6 +552,117 @@ static void the_cli_does_them_through_the_fleet(void **state)
     fleet_stop(&f);
 }
 
+
+/* A change that loses its compare-and-set to another writer is the op's
+ * failure, never a success: while a writer outside the fleet (the
+ * operator's store) commits to the workspace in a loop, every op answered
+ * success has its change in the file, and every other one says why. */
+typedef struct noise {
+    const char *ws;
+    volatile int stop;
+    int commits;
+} noise;
+
+static void *noise_main(void *arg)
+{
+    noise *n = arg;
+    cf_redis_config rc;
+    cf_redis_config_init(&rc);
+    char host[256];
+    int port;
+    assert_int_equal(cf_wstate_addr_parse(it_redis(), host, sizeof(host), &port, NULL), 0);
+    rc.host = host;
+    rc.port = port;
+    it_redis_auth(&rc);
+    cf_error err;
+    cf_error_clear(&err);
+    cf_redis *r = cf_redis_new(&rc, false, &err);
+    cf_workspace_store *ws = r ? cf_workspace_store_new(r, NULL, &err) : NULL;
+    for (int i = 0; ws && !n->stop; i++) {
+        char body[32];
+        snprintf(body, sizeof(body), "noise %d\n", i);
+        if (cf_workspace_put(ws, n->ws, CF_WS_ANY_REV, "noise.txt", body, strlen(body), NULL, &err) == 0)
+            n->commits++;
+        cf_error_clear(&err);
+        nanosleep(&(struct timespec){.tv_nsec = 50000000}, NULL); /* pacing: some ops land between commits */
+    }
+    cf_workspace_store_destroy(ws);
+    cf_redis_destroy(r);
+    return NULL;
+}
+
+static void a_lost_race_is_a_failure(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    cf_dispatcher *d = f.d[1];
+    char ws[128];
+    snprintf(ws, sizeof(ws), "%srace", f.prefix[1]);
+    /* 1.1 MB of numbered lines: its upload is the window another commit
+     * hits (and more than librdkafka's default message size, which the
+     * dispatcher raises). */
+    enum { LINES = 40000, OPS = 40 };
+    size_t cap = (size_t)LINES * 32 + 1, len = 0; /* 28 bytes a line */
+    char *text = malloc(cap);
+    for (int i = 0; i < LINES; i++)
+        len += (size_t)snprintf(text + len, cap - len, "line %06d of the file....\n", i);
+    cf_request req;
+    cf_result res;
+    cf_workspace_op *o = op_request(&req, ws, CF_WS_OP_WRITE, "f.txt");
+    assert_int_equal(cf_bytes_set(&o->content, text, len), 0);
+    o->has_content = true;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "the big file");
+    cf_result_clear(&res);
+    noise n = {.ws = ws};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, noise_main, &n), 0);
+    bool landed[OPS];
+    int succeeded = 0, failed = 0;
+    for (int i = 0; i < OPS; i++) {
+        char old[32], new[32];
+        snprintf(old, sizeof(old), "line %06d of", i * 997);
+        snprintf(new, sizeof(new), "EDIT %06d of", i * 997);
+        o = op_request(&req, ws, CF_WS_OP_STR_REPLACE, "f.txt");
+        set_bytes(&o->old_str, old);
+        set_bytes(&o->new_str, new);
+        o->has_new_str = true;
+        it_submit_wait(d, &req, 60 * SEC, &res);
+        cf_request_clear(&req);
+        landed[i] = res.status == CF_STATUS_SUCCESS;
+        if (landed[i]) {
+            succeeded++;
+            assert_int_equal(res.n_changed_paths, 1);
+            assert_false(res.workspace_conflict);
+        } else {
+            failed++;
+            if (res.status != CF_STATUS_FAILED || !res.reason)
+                fail_msg("op %d: %s without a reason: %s", i, cf_status_name(res.status), res.reason ? res.reason : "-");
+        }
+        cf_result_clear(&res);
+    }
+    n.stop = 1;
+    pthread_join(th, NULL);
+    op_request(&req, ws, CF_WS_OP_READ, "f.txt");
+    req.policy.max_stdout_bytes = 4 * 1024 * 1024;
+    run_op(d, &req, &res, CF_STATUS_SUCCESS, "the file after the race");
+    assert_false(res.files[0].truncated);
+    char *got = strndup((const char *)res.files[0].content.data, res.files[0].content.len);
+    for (int i = 0; i < OPS; i++) {
+        char edit[32];
+        snprintf(edit, sizeof(edit), "EDIT %06d of", i * 997);
+        if ((strstr(got, edit) != NULL) != landed[i])
+            fail_msg("op %d was answered %s but its change is %s", i, landed[i] ? "success" : "failed",
+                     strstr(got, edit) ? "there" : "missing");
+    }
+    print_message("%d ops landed, %d lost the race to %d outside commits\n", succeeded, failed, n.commits);
+    free(got);
+    free(text);
+    cf_result_clear(&res);
+    fleet_stop(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -557,6 +671,7 @@ int main(void)
         cmocka_unit_test(a_write_over_the_quota_is_refused),
         cmocka_unit_test(apply_patch_through_the_fleet),
         cmocka_unit_test(the_cli_does_them_through_the_fleet),
+        cmocka_unit_test(a_lost_race_is_a_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
