@@ -2,7 +2,6 @@
 #include "workspace_ops_int.h"
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,17 +13,8 @@
 /* Up to this many lines are named when old_str is not unique. */
 #define SHOWN_LINES 5
 
-static void fail(cf_result *res, cf_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(cf_result *res, cf_status status, const char *fmt, ...)
-{
-    char buf[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    res->status = status;
-    cf_result_set_reason(res, "%s", buf);
-}
+/* The op's answer: a status and the reason for it. */
+#define fail(res, st, ...) ((res)->status = (st), cf_result_set_reason((res), __VA_ARGS__))
 
 static const cf_ws_entry *find(const cf_wstate_run *run, const char *path)
 {

@@ -470,6 +470,40 @@ const char *cf_cli_opt_name(const struct option *opts, int val)
 /* ---------------------------------------------------------------------------
  * Files.
  */
+int cf_cli_read_fd(int fd, size_t cap, const char *name, cf_bytes *out, cf_error *err)
+{
+    out->data = NULL;
+    out->len = 0;
+    cf_buf b;
+    cf_buf_init(&b, cap);
+    uint8_t chunk[65536];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            cf_buf_free(&b);
+            return cf_error_set_errno(err, CF_E_SYSTEM, e, "%s", name);
+        }
+        if (n == 0)
+            break;
+        if (cf_buf_append(&b, chunk, (size_t)n, err) < 0) {
+            cf_buf_free(&b);
+            return cf_error_wrap(err, "%s (limit %zu bytes)", name, cap);
+        }
+    }
+    out->data = cf_buf_steal(&b, &out->len);
+    if (!out->data) {
+        /* Empty: keep "present but empty" distinguishable from absent. */
+        out->data = malloc(1);
+        if (!out->data)
+            return cf_error_set(err, CF_E_NOMEM, "out of memory");
+        out->len = 0;
+    }
+    return 0;
+}
+
 int cf_cli_read_file(const char *path, size_t cap, cf_bytes *out, cf_error *err)
 {
     out->data = NULL;
@@ -487,37 +521,9 @@ int cf_cli_read_file(const char *path, size_t cap, cf_bytes *out, cf_error *err)
         close(fd);
         return cf_error_set(err, CF_E_INVALID, "%s: not a regular file", path);
     }
-    cf_buf b;
-    cf_buf_init(&b, cap);
-    uint8_t chunk[65536];
-    for (;;) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            close(fd);
-            cf_buf_free(&b);
-            return cf_error_set_errno(err, CF_E_SYSTEM, e, "%s", path);
-        }
-        if (n == 0)
-            break;
-        if (cf_buf_append(&b, chunk, (size_t)n, err) < 0) {
-            close(fd);
-            cf_buf_free(&b);
-            return cf_error_wrap(err, "%s (limit %zu bytes)", path, cap);
-        }
-    }
+    int rc = cf_cli_read_fd(fd, cap, path, out, err);
     close(fd);
-    out->data = cf_buf_steal(&b, &out->len);
-    if (!out->data) {
-        /* Empty file: keep "present but empty" distinguishable from absent. */
-        out->data = malloc(1);
-        if (!out->data)
-            return cf_error_set(err, CF_E_NOMEM, "out of memory");
-        out->len = 0;
-    }
-    return 0;
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------

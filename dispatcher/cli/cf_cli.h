@@ -232,6 +232,8 @@ int cf_cli_request_from_json(json_t *obj, cf_request *out, cf_error *err);
 
 /* Reads a whole regular file, refusing more than cap bytes. */
 int cf_cli_read_file(const char *path, size_t cap, cf_bytes *out, cf_error *err);
+/* All of fd up to cap bytes (stdin, a pipe); name is for the messages. */
+int cf_cli_read_fd(int fd, size_t cap, const char *name, cf_bytes *out, cf_error *err);
 
 /* Batch statistics. */
 typedef struct cf_cli_batch_stats {

@@ -4,7 +4,6 @@
  * settings: the worker does each op under the profile of the request
  * topic, so a tenant reaches its own workspaces and no others.
  * docs/CLI.md describes it. */
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -52,24 +51,7 @@ static int read_input(const char *path, cf_bytes *out, cf_error *err)
 {
     if (path && strcmp(path, "-") != 0)
         return cf_cli_read_file(path, FILES_MAX_INPUT, out, err);
-    cf_buf b;
-    cf_buf_init(&b, FILES_MAX_INPUT);
-    uint8_t chunk[65536];
-    for (;;) {
-        ssize_t n = read(STDIN_FILENO, chunk, sizeof(chunk));
-        if (n < 0) {
-            cf_buf_free(&b);
-            return cf_error_set_errno(err, CF_E_SYSTEM, errno, "stdin");
-        }
-        if (n == 0)
-            break;
-        if (cf_buf_append(&b, chunk, (size_t)n, err) < 0) {
-            cf_buf_free(&b);
-            return cf_error_wrap(err, "stdin (limit %u bytes)", FILES_MAX_INPUT);
-        }
-    }
-    out->data = cf_buf_steal(&b, &out->len);
-    return 0;
+    return cf_cli_read_fd(STDIN_FILENO, FILES_MAX_INPUT, "stdin", out, err);
 }
 
 typedef struct sub {
