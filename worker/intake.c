@@ -21,13 +21,10 @@ static int64_t min_set(int64_t a, int64_t b)
     return b > 0 && b < a ? b : a;
 }
 
-/* Checks the request against its profile (what the operator allows this
- * topic's tenant), fills defaults, checks the worker's maxima and the
- * chosen backend's capabilities.  Returns -1 with a reason to reject. */
 /* A workspace op (SPEC.md section 3.5): the profile's rules for
- * workspaces, reply_to and output caps; no backend, and nothing of the
- * memory and process budgets (the worker does it in the slot's thread).
- * Reads check the workspace out read-only, so they never create one. */
+ * workspaces, reply_to and output caps; no backend or processes (the
+ * worker does it in the slot's thread), and what it reads charged to the
+ * memory budget. */
 static int admit_workspace_op(cf_worker *w, job *j, char *reason, size_t rsz)
 {
     const cf_worker_config *c = w->cfg;
@@ -60,6 +57,9 @@ static int admit_workspace_op(cf_worker *w, job *j, char *reason, size_t rsz)
     return cf_wstate_admit(req, w->have_redis, reason, rsz);
 }
 
+/* Checks the request against its profile (what the operator allows this
+ * topic's tenant), fills defaults, checks the worker's maxima and the
+ * chosen backend's capabilities.  Returns -1 with a reason to reject. */
 static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
 {
     if (j->req.workspace_op)

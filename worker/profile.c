@@ -743,7 +743,6 @@ int cf_profile_admit(const cf_profile *p, const cf_profile_set *set, const char 
             REFUSE("out of memory");
     }
 
-
     if (pol->network == CF_NET_ENABLED && p->network == 0)
         REFUSE("network=enabled is not allowed");
     /* "No network" is the profile's rule even for a request that does not

@@ -177,10 +177,6 @@ static void state_failed(cf_result *res, const cf_error *err, const char *when)
         cf_result_set_reason(res, "%s", err->msg);
 }
 
-/* Runs a request that names a workspace or thread, or neither, with the
- * Redis steps around the backend.  Returns false when the execution was
- * cancelled by the worker (revoke, shutdown): then there is no result and
- * nothing was written back. */
 /* No program: the worker does the op on the checkout, and cf_wstate_end
  * writes its change back like a run's.  True when it changes something. */
 static bool workspace_op_run(job *j, const cf_wstate *st, cf_wstate_run *run, cf_result *res)
@@ -211,6 +207,10 @@ static void workspace_op_landed(const job *j, cf_result *res)
         cf_result_set_reason(res, "workspace %s: the change was not written", j->req.workspace);
 }
 
+/* Runs a request that names a workspace or thread, or neither, with the
+ * Redis steps around the backend.  Returns false when the execution was
+ * cancelled by the worker (revoke, shutdown): then there is no result and
+ * nothing was written back. */
 static bool execute_job(cf_worker *w, job *j, int slot, cf_result *res)
 {
     cf_exec_ctx ctx = {.slot = slot, .worker_id = w->worker_id, .cancel = &j->stop, .profile = j->profile->name,
