@@ -308,12 +308,7 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
     run->ws_rw = false; /* written back only when the op changes something */
     res->status = CF_STATUS_SUCCESS;
     res->workspace_revision = run->ws_rev;
-    cf_error err;
-    cf_error_clear(&err);
-    if (o->path && o->op != CF_WS_OP_GREP && cf_wstate_path_check(st, o->path, &err) < 0) {
-        fail(res, CF_STATUS_REJECTED, "workspace_op.path: %s", err.msg);
-        return false;
-    }
+    /* (Its path was checked by the checkout, before anything was read.) */
     if (writes && o->has_expected_revision && o->expected_revision != run->ws_rev) {
         res->workspace_conflict = true;
         fail(res, CF_STATUS_FAILED, "workspace %s is at revision %" PRId64 ", not the expected %" PRId64

@@ -88,6 +88,16 @@ static void set_bytes(cf_bytes *b, const char *s)
     assert_int_equal(cf_bytes_set(b, s, strlen(s)), 0);
 }
 
+/* An op that carries content: a write of path, or a patch (path NULL). */
+static cf_workspace_op *content_request(cf_request *req, const char *ws, cf_ws_op op, const char *path,
+                                        const char *content)
+{
+    cf_workspace_op *o = op_request(req, ws, op, path);
+    set_bytes(&o->content, content);
+    o->has_content = true;
+    return o;
+}
+
 /* Submits, waits, and checks the status (the reason shown when not). */
 static void run_op(cf_dispatcher *d, cf_request *req, cf_result *res, cf_status want, const char *what)
 {
@@ -136,26 +146,20 @@ static void every_op_through_the_fleet(void **state)
     assert_reason(&res, "does not exist");
     cf_result_clear(&res);
 
-    o = op_request(&req, ws, CF_WS_OP_WRITE, "src/a.py");
-    set_bytes(&o->content, "x = 1\nprint(x)\n");
-    o->has_content = true;
+    o = content_request(&req, ws, CF_WS_OP_WRITE, "src/a.py", "x = 1\nprint(x)\n");
     run_op(d, &req, &res, CF_STATUS_SUCCESS, "write");
     assert_int_equal(res.workspace_revision, 1);
     assert_int_equal(res.n_changed_paths, 1);
     assert_string_equal(res.changed_paths[0], "src/a.py");
     cf_result_clear(&res);
 
-    o = op_request(&req, ws, CF_WS_OP_WRITE, "README.md");
-    set_bytes(&o->content, "hello\nworld\n");
-    o->has_content = true;
+    o = content_request(&req, ws, CF_WS_OP_WRITE, "README.md", "hello\nworld\n");
     run_op(d, &req, &res, CF_STATUS_SUCCESS, "second write");
     assert_int_equal(res.workspace_revision, 2);
     cf_result_clear(&res);
 
     /* The same bytes again: no new revision. */
-    o = op_request(&req, ws, CF_WS_OP_WRITE, "README.md");
-    set_bytes(&o->content, "hello\nworld\n");
-    o->has_content = true;
+    o = content_request(&req, ws, CF_WS_OP_WRITE, "README.md", "hello\nworld\n");
     run_op(d, &req, &res, CF_STATUS_SUCCESS, "same bytes");
     assert_int_equal(res.workspace_revision, 2);
     assert_int_equal(res.n_changed_paths, 0);
@@ -283,16 +287,12 @@ static void every_op_through_the_fleet(void **state)
     cf_result_clear(&res);
 
     /* A file and a directory of one name: refused, nothing written. */
-    o = op_request(&req, ws, CF_WS_OP_WRITE, "src/a.py/inner");
-    set_bytes(&o->content, "x");
-    o->has_content = true;
+    o = content_request(&req, ws, CF_WS_OP_WRITE, "src/a.py/inner", "x");
     run_op(d, &req, &res, CF_STATUS_FAILED, "a file under a file");
     assert_reason(&res, "cannot be both a file and a directory");
     assert_int_equal(res.workspace_revision, 5);
     cf_result_clear(&res);
-    o = op_request(&req, ws, CF_WS_OP_WRITE, "src");
-    set_bytes(&o->content, "x");
-    o->has_content = true;
+    o = content_request(&req, ws, CF_WS_OP_WRITE, "src", "x");
     run_op(d, &req, &res, CF_STATUS_FAILED, "a file over a directory");
     assert_reason(&res, "cannot be both a file and a directory");
     cf_result_clear(&res);
@@ -316,9 +316,7 @@ static void every_op_through_the_fleet(void **state)
         assert_reason(&res, "does not exist");
         cf_result_clear(&res);
     }
-    o = op_request(&req, missing, CF_WS_OP_WRITE, "a.txt");
-    set_bytes(&o->content, "x");
-    o->has_content = true;
+    o = content_request(&req, missing, CF_WS_OP_WRITE, "a.txt", "x");
     o->expected_revision = 3;
     o->has_expected_revision = true;
     run_op(d, &req, &res, CF_STATUS_REJECTED, "a write at revision 3 of a missing workspace");
@@ -333,9 +331,7 @@ static void every_op_through_the_fleet(void **state)
     run_op(d, &req, &res, CF_STATUS_REJECTED, "a path out of the workspace");
     assert_reason(&res, "workspace_op.path");
     cf_result_clear(&res);
-    o = op_request(&req, ws, CF_WS_OP_WRITE, "/etc/x");
-    set_bytes(&o->content, "x");
-    o->has_content = true;
+    o = content_request(&req, ws, CF_WS_OP_WRITE, "/etc/x", "x");
     run_op(d, &req, &res, CF_STATUS_REJECTED, "an absolute path");
     cf_result_clear(&res);
     fleet_stop(&f);
@@ -353,9 +349,7 @@ static void tenants_reach_only_their_own_workspaces(void **state)
     snprintf(theirs, sizeof(theirs), "%ssecret", f.prefix[1]);
     cf_request req;
     cf_result res;
-    cf_workspace_op *o = op_request(&req, theirs, CF_WS_OP_WRITE, "key.txt");
-    set_bytes(&o->content, "s3cret");
-    o->has_content = true;
+    cf_workspace_op *o = content_request(&req, theirs, CF_WS_OP_WRITE, "key.txt", "s3cret");
     run_op(f.d[1], &req, &res, CF_STATUS_SUCCESS, "the owner's write");
     cf_result_clear(&res);
     for (int op = CF_WS_OP_LIST; op < CF_WS_OP__COUNT; op++) {
@@ -412,15 +406,11 @@ static void a_write_over_the_quota_is_refused(void **state)
     big[n] = '\0';
     cf_request req;
     cf_result res;
-    cf_workspace_op *o = op_request(&req, ws, CF_WS_OP_WRITE, "small");
-    set_bytes(&o->content, "fits");
-    o->has_content = true;
+    content_request(&req, ws, CF_WS_OP_WRITE, "small", "fits");
     run_op(f.d[0], &req, &res, CF_STATUS_SUCCESS, "a small write");
     assert_int_equal(res.workspace_revision, 1);
     cf_result_clear(&res);
-    o = op_request(&req, ws, CF_WS_OP_WRITE, "big");
-    set_bytes(&o->content, big);
-    o->has_content = true;
+    content_request(&req, ws, CF_WS_OP_WRITE, "big", big);
     run_op(f.d[0], &req, &res, CF_STATUS_FAILED, "100 KiB over a 64 KiB quota");
     assert_reason(&res, "max-workspace-bytes");
     assert_int_equal(res.workspace_revision, 1);
@@ -450,29 +440,26 @@ static void apply_patch_through_the_fleet(void **state)
     snprintf(ws, sizeof(ws), "%spatched", f.prefix[1]);
     cf_request req;
     cf_result res;
-    cf_workspace_op *o = op_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL);
-    set_bytes(&o->content, "*** Begin Patch\n*** Add File: app.py\n+def main():\n+    return 1\n"
-                           "*** Add File: notes.txt\n+draft\n*** End Patch\n");
-    o->has_content = true;
+    content_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL,
+                    "*** Begin Patch\n*** Add File: app.py\n+def main():\n+    return 1\n"
+                    "*** Add File: notes.txt\n+draft\n*** End Patch\n");
     run_op(d, &req, &res, CF_STATUS_SUCCESS, "a patch adding two files");
     assert_int_equal(res.workspace_revision, 1);
     assert_int_equal(res.n_changed_paths, 2);
     cf_result_clear(&res);
 
-    o = op_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL);
-    set_bytes(&o->content, "*** Begin Patch\n*** Update File: app.py\n@@ def main():\n-    return 1\n+    return 2\n"
-                           "*** Delete File: notes.txt\n*** Add File: b.txt\n+b\n*** End Patch\n");
-    o->has_content = true;
+    content_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL,
+                    "*** Begin Patch\n*** Update File: app.py\n@@ def main():\n-    return 1\n+    return 2\n"
+                    "*** Delete File: notes.txt\n*** Add File: b.txt\n+b\n*** End Patch\n");
     run_op(d, &req, &res, CF_STATUS_SUCCESS, "update, delete and add in one patch");
     assert_int_equal(res.workspace_revision, 2);
     assert_int_equal(res.n_changed_paths, 3);
     cf_result_clear(&res);
 
     /* Its first file would apply, its second does not: nothing written. */
-    o = op_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL);
-    set_bytes(&o->content, "*** Begin Patch\n*** Update File: b.txt\n@@\n-b\n+B\n"
-                           "*** Update File: app.py\n@@\n-    return 1\n+    return 3\n*** End Patch\n");
-    o->has_content = true;
+    content_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL,
+                    "*** Begin Patch\n*** Update File: b.txt\n@@\n-b\n+B\n"
+                    "*** Update File: app.py\n@@\n-    return 1\n+    return 3\n*** End Patch\n");
     run_op(d, &req, &res, CF_STATUS_FAILED, "a patch with a stale hunk");
     assert_reason(&res, "app.py: hunk 1 (patch line 7) does not apply");
     assert_reason(&res, "nothing written");
@@ -488,9 +475,8 @@ static void apply_patch_through_the_fleet(void **state)
     cf_result_clear(&res);
 
     /* A path out of the workspace, named in a patch: refused. */
-    o = op_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL);
-    set_bytes(&o->content, "*** Begin Patch\n*** Add File: ../../escape\n+x\n*** End Patch\n");
-    o->has_content = true;
+    content_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL,
+                    "*** Begin Patch\n*** Add File: ../../escape\n+x\n*** End Patch\n");
     run_op(d, &req, &res, CF_STATUS_FAILED, "a patch adding a file out of the workspace");
     assert_reason(&res, "patch line 2");
     assert_int_equal(res.workspace_revision, 2);
