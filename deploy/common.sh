@@ -71,3 +71,11 @@ cf_pid_matches() {
     cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
     [[ -n $cmdline && $cmdline == *"$marker"* ]]
 }
+
+# True while process $1 runs (a zombie does not).  For a child spawned a
+# moment ago: until it has exec'd its program, its command line is still
+# its parent shell's, so cf_pid_matches would call it gone.
+cf_pid_alive() {
+    [[ $1 =~ ^[0-9]+$ ]] && kill -0 "$1" 2>/dev/null &&
+        [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) != Z ]]
+}

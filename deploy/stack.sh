@@ -452,9 +452,12 @@ start_kafka() {
     cf_log "starting kafka $CF_KAFKA_VERSION on $(brokers) (controller $(ctrl_port), clients SASL/$(sasl_mechanism)), log $KAFKA_DIR/kafka.log"
     spawn "$KAFKA_DIR/kafka.log" "$KAFKA_DIR/kafka.pid" "${CLEAN_ENV[@]}" \
         java -Xms256m -Xmx512m "${java_log[@]}" -cp "$cp" kafka.Kafka "$KAFKA_DIR/server.properties"
-    local deadline=$((SECONDS + KAFKA_START_TIMEOUT))
+    local deadline=$((SECONDS + KAFKA_START_TIMEOUT)) pid
+    pid=$(read_pid "$KAFKA_DIR/kafka.pid")
     until grep -q 'Kafka Server started' "$KAFKA_DIR/kafka.log" 2>/dev/null; do
-        if ! kafka_running; then
+        # By pid, not by command line: under load the first look can come
+        # before setsid has exec'd java (CI once read that as an exit).
+        if ! cf_pid_alive "$pid"; then
             tail -n 40 "$KAFKA_DIR/kafka.log" >&2 || true
             cf_die "kafka exited during start-up (log above)"
         fi
@@ -560,7 +563,7 @@ start_redis() {
         redis_ping && break
         # Only the pid tells whether it died: while redis rewrites its
         # process title, /proc/<pid>/cmdline can read empty for a moment.
-        if ! kill -0 "$pid" 2>/dev/null || [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) == Z ]]; then
+        if ! cf_pid_alive "$pid"; then
             tail -n 20 "$REDIS_DIR/redis.log" >&2 || true
             cf_die "redis exited during start-up (log above)"
         fi
@@ -726,7 +729,7 @@ start_workers() {
     # A worker that rejects its flags or cannot reach the broker exits at once.
     sleep 1
     for i in "${started[@]}"; do
-        if ! worker_running "$WORKER_DIR/w$i.pid"; then
+        if ! cf_pid_alive "$(read_pid "$WORKER_DIR/w$i.pid")"; then
             tail -n 20 "$WORKER_DIR/w$i.log" >&2 || true
             cf_die "worker w$i exited right after start (log above: $WORKER_DIR/w$i.log)"
         fi
