@@ -168,6 +168,13 @@ struct cf_dispatcher {
 
     rd_kafka_t *producer;
     cf_kafka_dr dr; /* the producer's delivery reports */
+    /* Keeper: heals the producer (cf_kafka_heal.h) whether or not a
+     * collector runs; a dispatcher that only submits and flushes (no
+     * collector) once kept 307 requests for good after a broker restart. */
+    pthread_t keeper;
+    bool keeper_started;
+    pthread_mutex_t keeper_mu;
+    pthread_cond_t keeper_cond; /* signalled by destroy */
 
     /* Collector. */
     bool collecting;
@@ -196,6 +203,7 @@ struct cf_dispatcher {
     bool chunk_thread_started;
     atomic_uint_fast64_t n_chunks;
     atomic_uint_fast64_t n_chunks_malformed;
+    atomic_uint_fast64_t n_producer_heals;
 };
 
 /* A consumer of the result topic, assigned by the caller. */
@@ -260,11 +268,9 @@ static void collector_handle(cf_dispatcher *d, const rd_kafka_message_t *m)
 static void *collector_main(void *arg)
 {
     cf_dispatcher *d = arg;
-    cf_kafka_heal consumer_heal = {0}, producer_heal = {0};
+    cf_kafka_heal consumer_heal = {0};
     while (!atomic_load(&d->stop)) {
-        int64_t now = cf_mono_us();
-        cf_kafka_heal_check(d->consumer, &consumer_heal, now);
-        cf_kafka_heal_check(d->producer, &producer_heal, now);
+        cf_kafka_heal_check(d->consumer, &consumer_heal, cf_mono_us());
         rd_kafka_message_t *m = rd_kafka_consumer_poll(d->consumer, CF_KAFKA_POLL_SLICE_MS);
         if (!m)
             continue;
@@ -310,6 +316,47 @@ static void *chunk_reader_main(void *arg)
         rd_kafka_message_destroy(m);
     }
     return NULL;
+}
+
+static void *keeper_main(void *arg)
+{
+    cf_dispatcher *d = arg;
+    cf_kafka_heal heal = {0};
+    pthread_mutex_lock(&d->keeper_mu);
+    while (!atomic_load(&d->stop)) {
+        if (cf_kafka_heal_check(d->producer, &heal, cf_mono_us()))
+            atomic_fetch_add(&d->n_producer_heals, 1);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += 500 * 1000000L; /* heal checks want a look every second or more often */
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&d->keeper_cond, &d->keeper_mu, &until);
+    }
+    pthread_mutex_unlock(&d->keeper_mu);
+    return NULL;
+}
+
+static int start_keeper(cf_dispatcher *d, cf_error *err)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int e = pthread_cond_init(&d->keeper_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (e)
+        return cf_error_set_errno(err, CF_E_SYSTEM, e, "pthread_cond_init");
+    pthread_mutex_init(&d->keeper_mu, NULL);
+    e = pthread_create(&d->keeper, NULL, keeper_main, d);
+    if (e) {
+        pthread_cond_destroy(&d->keeper_cond);
+        pthread_mutex_destroy(&d->keeper_mu);
+        return cf_error_set_errno(err, CF_E_SYSTEM, e, "starting the producer keeper");
+    }
+    d->keeper_started = true;
+    return 0;
 }
 
 static int start_chunk_reader(cf_dispatcher *d, cf_error *err)
@@ -393,7 +440,7 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
         goto fail;
     }
     d->producer = cf_kafka_producer_new(d->brokers, d->client_id, &d->kafka, &d->dr, "producer", err);
-    if (!d->producer)
+    if (!d->producer || start_keeper(d, err) < 0)
         goto fail;
     if (cfg->on_chunk && start_chunk_reader(d, err) < 0)
         goto fail;
@@ -422,6 +469,15 @@ void cf_dispatcher_destroy(cf_dispatcher *d)
         if (d->chunk_q)
             rd_kafka_queue_yield(d->chunk_q);
         pthread_join(d->chunk_thread, NULL);
+    }
+    if (d->keeper_started) {
+        pthread_mutex_lock(&d->keeper_mu);
+        atomic_store(&d->stop, true);
+        pthread_cond_signal(&d->keeper_cond);
+        pthread_mutex_unlock(&d->keeper_mu);
+        pthread_join(d->keeper, NULL);
+        pthread_cond_destroy(&d->keeper_cond);
+        pthread_mutex_destroy(&d->keeper_mu);
     }
     if (d->chunk_q)
         rd_kafka_queue_destroy(d->chunk_q);
@@ -820,6 +876,7 @@ void cf_dispatcher_get_stats(cf_dispatcher *d, cf_dispatcher_stats *out)
     out->results_evicted = atomic_load(&d->n_evicted);
     out->chunks_seen = atomic_load(&d->n_chunks);
     out->chunks_malformed = atomic_load(&d->n_chunks_malformed);
+    out->producer_heals = atomic_load(&d->n_producer_heals);
     if (d->collecting) {
         pthread_mutex_lock(&d->mu);
         out->results_pending = d->map.count;

@@ -64,6 +64,8 @@ typedef struct cf_dispatcher_stats {
     uint64_t results_pending;  /* currently held in the collector map */
     uint64_t chunks_seen;      /* output chunks handed to on_chunk */
     uint64_t chunks_malformed; /* output messages that failed to decode (skipped) */
+    uint64_t producer_heals;   /* times the producer, knowing no broker, was given the bootstrap
+                                  servers again (cf_kafka_heal.h) */
 } cf_dispatcher_stats;
 
 /* Creates the producer and, with collect_results, the collector: the result

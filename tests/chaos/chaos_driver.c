@@ -41,6 +41,7 @@
 #include "cf_dispatcher.h"
 #include "cf_kafka.h"
 #include "cf_kafka_heal.h"
+#include "cf_log.h"
 #include "cf_redis.h"
 #include "cf_schema.h"
 #include "cf_util.h"
@@ -505,8 +506,20 @@ int main(int argc, char **argv)
     pthread_t reader;
     pthread_create(&reader, NULL, reader_main, c);
 
+    /* librdkafka's own account of the producer, when run.sh asks for it
+     * (CF_CHAOS_PRODUCER_DEBUG, its debug contexts): once, requests never
+     * left this producer after the broker's restart, and the log without
+     * it could not say why. */
+    cf_kvlist producer_props = {0};
+    if (cf_kafka_kvlist_copy(&producer_props, &kafka_props) < 0)
+        die("out of memory");
+    const char *producer_debug = getenv("CF_CHAOS_PRODUCER_DEBUG");
+    if (producer_debug && producer_debug[0]) {
+        cf_kvlist_set(&producer_props, "debug", producer_debug, NULL);
+        cf_log_setup(CF_LOG_DEBUG, CF_LOG_TEXT, "chaos_driver");
+    }
     cf_dispatcher_config dc = {.brokers = opt.brokers, .request_topic = opt.requests, .result_topic = opt.results,
-                               .kafka = &kafka_props};
+                               .kafka = &producer_props};
     cf_dispatcher *d = NULL;
     if (cf_dispatcher_new(&dc, &d, &err) < 0)
         die("dispatcher: %s", err.msg);
@@ -537,6 +550,7 @@ int main(int argc, char **argv)
     pthread_join(reader, NULL);
     cf_kafka_consumer_close(c);
     cf_dispatcher_destroy(d);
+    cf_kvlist_free(&producer_props);
     int64_t elapsed = cf_mono_us() - t0;
 
     /* Executions, from the programs' own log. */

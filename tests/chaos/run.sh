@@ -111,6 +111,9 @@ session_ms=$(sed -n 's/^group.consumer.session.timeout.ms=\([0-9]*\)$/\1/p' "$pr
 session_s=$(((session_ms + 999) / 1000))
 for i in 0 1 2; do start_worker "$i"; done
 
+# The driver's producer logs librdkafka's account of leaders, the
+# idempotent producer's state and its connections into driver.log.
+CF_CHAOS_PRODUCER_DEBUG=${CF_CHAOS_PRODUCER_DEBUG-eos,metadata,topic,broker} \
 "$DRIVER" --brokers "$CF_TEST_BROKERS" --config "$CF_TEST_CLIENT_CONFIG" --redis "$CF_TEST_REDIS" \
     --requests "$req" --results "$res" --runs-file "$dir/runs" --killed-file "$dir/killed" \
     --logs-dir "$dir" --tag "$tag" --n "$requests" --rate "$rate" --timeout 420 \
