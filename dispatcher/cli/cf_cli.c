@@ -225,6 +225,8 @@ void cf_cli_print_usage(FILE *out)
           "  submit [FLAGS] [-- ARGV...]   submit one request and (by default) wait for its result\n"
           "  wait ID [--since AGO | --since-us EPOCH_US]\n"
           "                                wait for the result of a request submitted elsewhere\n"
+          "  follow ID [--since AGO | --since-us EPOCH_US]\n"
+          "                                reattach: its output so far, as it comes, then its result\n"
           "  cancel ID [--reason TEXT] [--topic T] [--wait]\n"
           "                                stop a request, or keep it from starting\n"
           "  batch FILE.jsonl [--concurrency N]\n"

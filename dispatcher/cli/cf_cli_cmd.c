@@ -280,6 +280,21 @@ static int emit_result(const cf_cli_globals *g, const cf_result *res)
     return cf_cli_exit_for_status(res->status);
 }
 
+/* After output followed as it came (submit --follow, follow): the rest
+ * of it from the result, then the result, whose summary goes to stderr
+ * in human form (stdout held the program's own). */
+static int emit_followed_result(const cf_cli_globals *g, follow_state *fs, const cf_result *res)
+{
+    follow_finish(fs, res);
+    if (g->json)
+        return emit_result(g, res);
+    cf_result summary = *res;
+    summary.stdout_data = (cf_bytes){0};
+    summary.stderr_data = (cf_bytes){0};
+    cf_cli_print_result(stderr, &summary);
+    return cf_cli_exit_for_status(res->status);
+}
+
 /* ------------------------------------------------------------------------- */
 
 static const char submit_help[] =
@@ -496,20 +511,11 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
         goto out;
     }
     if (opts.follow) {
-        follow_finish(&fs, &res);
-        if (!g->json) {
-            /* The output went out as it came: the summary goes to stderr. */
-            cf_result summary = res;
-            summary.stdout_data = (cf_bytes){0};
-            summary.stderr_data = (cf_bytes){0};
-            cf_cli_print_result(stderr, &summary);
-            rc = cf_cli_exit_for_status(res.status);
-            cf_result_clear(&res);
-            goto out;
-        }
+        rc = emit_followed_result(g, &fs, &res);
+    } else {
+        rc = emit_result(g, &res);
+        run_not_called_hint(&req, &res);
     }
-    rc = emit_result(g, &res);
-    run_not_called_hint(&req, &res);
     cf_result_clear(&res);
 out:
     cf_dispatcher_destroy(d);
@@ -523,6 +529,15 @@ static const char wait_help[] = "Usage: codefleet [GLOBAL OPTIONS] wait ID [--si
                                 "\n"
                                 "Waits up to --timeout for the result of request ID, scanning the result topic\n"
                                 "from --since ago (default 10m) or from --since-us (epoch microseconds).\n";
+
+static const char follow_help[] =
+    "Usage: codefleet [GLOBAL OPTIONS] follow ID [--since DURATION-AGO | --since-us EPOCH_US]\n"
+    "\n"
+    "Reattaches to request ID, running or finished: writes the stdout and stderr its run\n"
+    "has published so far (requests sent with stream), then as they come, then its result\n"
+    "(as submit --follow), waiting up to --timeout.  Output and result are read from\n"
+    "--since ago (default 10m) or --since-us (epoch microseconds).  --json: one\n"
+    "{\"chunk\": ...} line per chunk, then the result.\n";
 
 static const char cancel_help[] =
     "Usage: codefleet [GLOBAL OPTIONS] cancel ID [--reason TEXT] [--topic T] [--wait]\n"
@@ -613,7 +628,11 @@ static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
     return rc;
 }
 
-static int cmd_wait(const cf_cli_globals *g, int argc, char **argv)
+/* wait and follow: ID [--since DURATION-AGO | --since-us EPOCH_US]
+ * (default: 10 minutes ago).  Returns -1 with *rc set when the command
+ * ends here (help, a usage error). */
+static int parse_id_since(const char *cmd, const char *help, int argc, char **argv, const char **id,
+                          int64_t *since_us, int *rc)
 {
     static const struct option longopts[] = {
         {"since", required_argument, NULL, 's'},
@@ -622,7 +641,7 @@ static int cmd_wait(const cf_cli_globals *g, int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     cf_error err = {0};
-    int64_t since_us = cf_now_us() - INT64_C(600000000);
+    *since_us = cf_now_us() - INT64_C(600000000);
     int c;
     opterr = 0;
     optind = 0;
@@ -631,35 +650,85 @@ static int cmd_wait(const cf_cli_globals *g, int argc, char **argv)
         switch (c) {
         case 's':
             if (cf_parse_duration_us(optarg, &v, "--since", &err) < 0)
-                return usage_error("wait", err.msg);
-            since_us = cf_now_us() - v;
+                return *rc = usage_error(cmd, err.msg), -1;
+            *since_us = cf_now_us() - v;
             break;
         case 'u':
-            if (cf_parse_i64(optarg, 0, INT64_MAX, &since_us, "--since-us", &err) < 0)
-                return usage_error("wait", err.msg);
+            if (cf_parse_i64(optarg, 0, INT64_MAX, since_us, "--since-us", &err) < 0)
+                return *rc = usage_error(cmd, err.msg), -1;
             break;
         case 'h':
-            fputs(wait_help, stdout);
-            return CF_EXIT_OK;
+            fputs(help, stdout);
+            return *rc = CF_EXIT_OK, -1;
         default:
-            return bad_option("wait", argc, argv);
+            return *rc = bad_option(cmd, argc, argv), -1;
         }
     }
     if (optind + 1 != argc)
-        return usage_error("wait", "expected exactly one request ID");
-    const char *id = argv[optind];
-    if (!cf_id_valid(id, strlen(id)))
-        return usage_error("wait", "invalid request ID");
+        return *rc = usage_error(cmd, "expected exactly one request ID"), -1;
+    *id = argv[optind];
+    if (!cf_id_valid(*id, strlen(*id)))
+        return *rc = usage_error(cmd, "invalid request ID"), -1;
+    return 0;
+}
+
+static int cmd_wait(const cf_cli_globals *g, int argc, char **argv)
+{
+    const char *id;
+    int64_t since_us;
+    int rc;
+    if (parse_id_since("wait", wait_help, argc, argv, &id, &since_us, &rc) < 0)
+        return rc;
+    cf_error err = {0};
     cf_dispatcher *d = NULL;
     if (open_dispatcher(g, false, &d, &err) < 0)
         return fail(&err, NULL);
     cf_result res = {0};
-    int rc;
     if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0)
         rc = err.code == CF_E_TIMEOUT ? report_no_result(d, NULL, id, since_us, g->timeout_us, NULL, false)
                                      : fail(&err, "wait");
     else
         rc = emit_result(g, &res);
+    cf_result_clear(&res);
+    cf_dispatcher_destroy(d);
+    return rc;
+}
+
+/* Reattach: the output a request's run has published so far (replayed
+ * from the output topic, its id's partition, from --since), then its
+ * output as it comes, then its result, as submit --follow shows them.
+ * Output is only published for requests sent with "stream"; for the
+ * others the result's output is all there is. */
+static int cmd_follow(const cf_cli_globals *g, int argc, char **argv)
+{
+    const char *id;
+    int64_t since_us;
+    int rc;
+    if (parse_id_since("follow", follow_help, argc, argv, &id, &since_us, &rc) < 0)
+        return rc;
+    cf_error err = {0};
+    follow_state fs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .json = g->json,
+                       .tty = {isatty(STDOUT_FILENO) == 1, isatty(STDERR_FILENO) == 1}, .id = id};
+    cf_dispatcher_config cfg = {
+        .brokers = g->brokers,
+        .request_topic = g->request_topic,
+        .result_topic = g->result_topic,
+        .client_id = "codefleet-cli",
+        .kafka = &g->kafka,
+        .on_chunk = follow_chunk,
+        .on_chunk_ctx = &fs,
+        .output_since_us = since_us > 0 ? since_us : 1,
+        .output_key = id,
+    };
+    cf_dispatcher *d = NULL;
+    if (cf_dispatcher_new(&cfg, &d, &err) < 0)
+        return fail(&err, NULL);
+    cf_result res = {0};
+    if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0)
+        rc = err.code == CF_E_TIMEOUT ? report_no_result(d, NULL, id, since_us, g->timeout_us, NULL, false)
+                                     : fail(&err, "follow");
+    else
+        rc = emit_followed_result(g, &fs, &res);
     cf_result_clear(&res);
     cf_dispatcher_destroy(d);
     return rc;
@@ -1224,6 +1293,8 @@ int cf_cli_main(int argc, char **argv)
         rc = cmd_submit(&g, sub_argc, sub_argv);
     else if (strcmp(name, "wait") == 0)
         rc = cmd_wait(&g, sub_argc, sub_argv);
+    else if (strcmp(name, "follow") == 0)
+        rc = cmd_follow(&g, sub_argc, sub_argv);
     else if (strcmp(name, "cancel") == 0)
         rc = cmd_cancel(&g, sub_argc, sub_argv);
     else if (strcmp(name, "batch") == 0)

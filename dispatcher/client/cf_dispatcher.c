@@ -359,13 +359,15 @@ static int start_keeper(cf_dispatcher *d, cf_error *err)
     return 0;
 }
 
-static int start_chunk_reader(cf_dispatcher *d, cf_error *err)
+static int start_chunk_reader(cf_dispatcher *d, const cf_dispatcher_config *cfg, cf_error *err)
 {
     d->chunk_consumer =
         cf_kafka_consumer_new(d->brokers, d->client_id, &d->kafka, "codefleet-dispatcher", "chunk reader", err);
     if (!d->chunk_consumer)
         return -1;
-    if (cf_kafka_assign(d->chunk_consumer, d->output_topic, NULL, true, CF_KAFKA_FROM_END, 0, err) < 0)
+    bool replay = cfg->output_since_us > 0;
+    if (cf_kafka_assign(d->chunk_consumer, d->output_topic, replay ? cfg->output_key : NULL, true,
+                        replay ? CF_KAFKA_FROM_TIME : CF_KAFKA_FROM_END, cfg->output_since_us, err) < 0)
         return cf_error_wrap(err, "output chunk reader");
     d->chunk_q = rd_kafka_queue_get_consumer(d->chunk_consumer);
     int e = pthread_create(&d->chunk_thread, NULL, chunk_reader_main, d);
@@ -442,7 +444,7 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
     d->producer = cf_kafka_producer_new(d->brokers, d->client_id, &d->kafka, &d->dr, "producer", err);
     if (!d->producer || start_keeper(d, err) < 0)
         goto fail;
-    if (cfg->on_chunk && start_chunk_reader(d, err) < 0)
+    if (cfg->on_chunk && start_chunk_reader(d, cfg, err) < 0)
         goto fail;
     if (cfg->collect_results && start_collector(d, err) < 0)
         goto fail;

@@ -52,6 +52,12 @@ typedef struct cf_dispatcher_config {
     cf_chunk_fn on_chunk;
     void *on_chunk_ctx;
     const char *output_topic;  /* NULL = result_topic + ".output" */
+    /* Replay (codefleet follow): with output_since_us > 0 the chunk reader
+     * starts at the first output message at or after it (epoch us)
+     * instead of the end, and with output_key only on that key's
+     * partition (chunks are keyed by their request's id). */
+    int64_t output_since_us;
+    const char *output_key;
 } cf_dispatcher_config;
 
 /* Counters, for tests and the CLI's diagnostics. */

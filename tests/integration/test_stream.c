@@ -15,6 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "cf_kafka.h"
 #include "cf_util.h"
@@ -294,6 +300,130 @@ static void stream_cli_follow(void **state)
     assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
 }
 
+/* `codefleet follow ID` in the background, its stdout to out_path. */
+static pid_t cli_spawn(const char *const *args, const char *out_path)
+{
+    const char *argv[32];
+    int n = 0;
+    char bin[1024], brokers[512], config[1100];
+    const char *b = getenv("CF_BINARY_DIR");
+    snprintf(bin, sizeof(bin), "%s/dispatcher/codefleet", b ? b : "build");
+    argv[n++] = bin;
+    if (it_client_config()) {
+        snprintf(config, sizeof(config), "--config=%s", it_client_config());
+        argv[n++] = config;
+    }
+    snprintf(brokers, sizeof(brokers), "--brokers=%s", it_brokers());
+    argv[n++] = brokers;
+    for (size_t i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    return pid;
+}
+
+static bool file_has(const char *path, const char *text)
+{
+    char buf[4096] = {0};
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, text) != NULL;
+}
+
+/* codefleet follow (issue 31, reattach): a client that did not send the
+ * request attaches to it while it runs and gets what it printed before
+ * (replayed from the output topic), what it prints after, and the result;
+ * attached after the end, the same output and result; an id nobody sent
+ * ends in "no result" (exit 5), saying what it knows. */
+static void stream_cli_reattach(void **state)
+{
+    (void)state;
+    IT_REQUIRE_BROKER();
+    it_topics t;
+    it_topics_create(&t, "stream-follow", 2);
+    it_worker w;
+    it_worker_start(&w, &t, "stream-follow-w1", NULL);
+    char tmp[] = "/tmp/cf-it-reattach-XXXXXX";
+    assert_non_null(mkdtemp(tmp));
+    assert_int_equal(chmod(tmp, 0777), 0);
+    char release[96], code[512], out_path[96];
+    snprintf(release, sizeof(release), "%s/release", tmp);
+    snprintf(out_path, sizeof(out_path), "%s/follow.out", tmp);
+    /* Blocks until the test releases it: "before" is printed (and
+     * published) before anyone follows. */
+    snprintf(code, sizeof(code), "echo before; while [ ! -e %s ]; do sleep 0.05; done; echo after", release);
+    static char out[65536], err[65536];
+    const char *sub[] = {"--request-topic", t.requests, "--result-topic", t.results, "submit", "--no-wait",
+                         "--stream", "-l", "shell", "--code", code, NULL};
+    assert_int_equal(it_cli_run(sub, tmp, out, sizeof(out), err, sizeof(err)), 0);
+    char id[128];
+    snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
+    assert_true(cf_id_valid(id, strlen(id)));
+
+    const char *fol[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "120s",
+                         "follow", id, NULL};
+    pid_t pid = cli_spawn(fol, out_path);
+    int64_t until = cf_mono_us() + 90 * SEC;
+    while (!file_has(out_path, "before\n") && cf_mono_us() < until)
+        usleep(20 * 1000);
+    if (!file_has(out_path, "before\n")) {
+        kill(pid, SIGKILL);
+        it_worker_dump_log(&w);
+        fail_msg("follow printed no 'before' within 90 s");
+    }
+    FILE *rf = fopen(release, "w");
+    assert_non_null(rf);
+    fclose(rf);
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    char whole[4096] = {0};
+    FILE *of = fopen(out_path, "r");
+    assert_non_null(of);
+    size_t n = fread(whole, 1, sizeof(whole) - 1, of);
+    fclose(of);
+    whole[n] = '\0';
+    assert_string_equal(whole, "before\nafter\n");
+
+    /* After the end: the chunks replayed, then the result. */
+    const char *jfol[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "60s",
+                          "--json", "follow", id, NULL};
+    assert_int_equal(it_cli_run(jfol, tmp, out, sizeof(out), err, sizeof(err)), 0);
+    int chunk_lines = 0, result_lines = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "{\"chunk\":", 9) == 0) {
+            assert_int_equal(result_lines, 0);
+            chunk_lines++;
+        } else if (strstr(line, "\"status\":\"success\"")) {
+            result_lines++;
+        }
+    }
+    assert_int_equal(chunk_lines, 2);
+    assert_int_equal(result_lines, 1);
+
+    /* An id nobody sent. */
+    const char *none[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "3s", "follow",
+                          "never-sent-0001", NULL};
+    assert_int_equal(it_cli_run(none, tmp, out, sizeof(out), err, sizeof(err)), 5);
+    assert_non_null(strstr(err, "no result for never-sent-0001"));
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    assert_int_equal(system(cmd), 0);
+    assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
+}
+
 static void expect_rejected(cf_dispatcher *d, cf_request *req, const char *want)
 {
     cf_result res = {0};
@@ -502,6 +632,7 @@ int main(void)
         cmocka_unit_test(stream_sandbox_warm),
         cmocka_unit_test(stream_caps_hold),
         cmocka_unit_test(stream_cli_follow),
+        cmocka_unit_test(stream_cli_reattach),
         cmocka_unit_test(stream_rejections),
         cmocka_unit_test(stream_start_notices),
     };
