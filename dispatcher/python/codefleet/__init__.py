@@ -9,7 +9,7 @@ environment.
 import logging
 
 from .aio import AsyncChunkStream, AsyncClient, AsyncWorkspaceFiles
-from .client import ChunkStream, Client, ClientStats, EventSubscription, WorkspaceEntry, WorkspaceFiles
+from .client import ChunkStream, Client, ClientStats, EventSubscription, FollowStream, WorkspaceEntry, WorkspaceFiles
 from .config import Settings, load_settings, read_settings_file
 from .errors import (BatchTimeout, ClientClosed, ClientError, CodefleetError, ConfigError, DeliveryError, Timeout,
                      WireError, WorkspaceOpError)
@@ -26,7 +26,7 @@ __version__ = "0.14.0"
 
 __all__ = [
     "ABSENT", "DEFAULT_LIMITS", "SCHEMA_VERSION", "AsyncChunkStream", "AsyncClient", "AsyncWorkspaceFiles", "BatchTimeout", "Cancel",
-    "Case", "CaseResult", "Chunk", "ChunkStream", "Client", "ClientClosed", "ClientError", "ClientStats",
+    "Case", "CaseResult", "Chunk", "ChunkStream", "Client", "FollowStream", "ClientClosed", "ClientError", "ClientStats",
     "CodefleetError", "CompileInfo", "ConfigError", "DeliveryError", "Diagnostic", "Event", "EventKind",
     "EventSubscription", "Filesystem", "FsMode", "Harness", "Language", "Limits", "Metadata", "Network", "OutFile",
     "OutputStream", "Policy", "Raw", "Request", "Result", "Settings", "StartNotice", "Status", "Timeout", "WireError",

@@ -11,7 +11,7 @@ import asyncio
 import functools
 from typing import Any, Callable, Iterable, List, Optional, Tuple, TypeVar, Union
 
-from .client import (ChunkStream, Client, ClientStats, ResultOrError, WorkspaceEntry, _ws_content, _ws_format,
+from .client import (ChunkStream, Client, ClientStats, FollowStream, ResultOrError, WorkspaceEntry, _ws_content, _ws_format,
                      _ws_listing, _ws_matches, _ws_request)
 from .config import Settings
 from .errors import BatchTimeout, ClientClosed, Timeout, WorkspaceOpError
@@ -103,6 +103,12 @@ class AsyncClient:
         ``.result`` of the stream afterwards (see :class:`ChunkStream`)."""
         return AsyncChunkStream(self, request, timeout, grace)
 
+    def follow(self, request_id: str, timeout: float = 60.0, *, since: float = 600.0,
+               grace: float = 2.0) -> "AsyncChunkStream":
+        """Reattaches to a request, running or finished (see
+        :meth:`Client.follow`): ``async for`` its chunks, then ``.result``."""
+        return AsyncChunkStream(self, None, timeout, grace, follow=(request_id, since))
+
     async def cancel(self, request_id: str, reason: Optional[str] = None, timeout: float = 10.0) -> None:
         """See :meth:`Client.cancel`."""
         client = await self.start()
@@ -166,11 +172,13 @@ class AsyncChunkStream:
     :class:`ChunkStream` for what it yields and when it ends.  The request
     is sent at the first ``__anext__``."""
 
-    def __init__(self, client: AsyncClient, request: Request, timeout: float, grace: float) -> None:
+    def __init__(self, client: AsyncClient, request: Optional[Request], timeout: float, grace: float, *,
+                 follow: Optional[Tuple[str, float]] = None) -> None:
         self._client = client
         self._request = request
         self._timeout = timeout
         self._grace = grace
+        self._follow = follow  # (request id, since): AsyncClient.follow
         self._stream: Optional[ChunkStream] = None
 
     @property
@@ -189,7 +197,11 @@ class AsyncChunkStream:
     async def __anext__(self) -> Chunk:
         if self._stream is None:
             client = await self._client.start()
-            self._stream = await _in_thread(ChunkStream, client, self._request, self._timeout, self._grace)
+            if self._follow is not None:
+                rid, since = self._follow
+                self._stream = await _in_thread(FollowStream, client, rid, self._timeout, self._grace, since)
+            else:
+                self._stream = await _in_thread(ChunkStream, client, self._request, self._timeout, self._grace)
         chunk = await _in_thread(next, self._stream, _END)
         if chunk is _END:
             raise StopAsyncIteration

@@ -163,6 +163,28 @@ def _assign_at_end(consumer: Consumer, topic: str, timeout: float, problems: Opt
         time.sleep(0.2)
 
 
+def _assign_at_time(consumer: Consumer, topic: str, since_us: int, timeout: float) -> None:
+    """Assigns every partition of `topic` at its first message at or after
+    `since_us` (epoch microseconds); a partition with none from then on at
+    its end."""
+    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        problem = str(meta.error) if meta is not None and meta.error is not None else "no partitions"
+        raise ClientError(f"topic {topic}: {problem}")
+    wanted = [TopicPartition(topic, p, max(since_us // 1000, 0)) for p in sorted(meta.partitions)]
+    found = consumer.offsets_for_times(wanted, timeout=timeout)
+    offsets = []
+    for tp in found:
+        if tp.error is not None:
+            raise ClientError(f"topic {topic}[{tp.partition}]: {tp.error}")
+        if tp.offset < 0:  # nothing at or after that time: from the end
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout,
+                                                     cached=False)
+            tp = TopicPartition(topic, tp.partition, high)
+        offsets.append(tp)
+    consumer.assign(offsets)
+
+
 def _unreachable_message(brokers: str, said: str) -> str:
     """One line a person can act on, from what librdkafka said."""
     if "security.protocol" in said or "might require SASL" in said:
@@ -412,8 +434,9 @@ class Client:
         except KafkaException as e:  # e.g. an unknown or invalid property in the settings
             raise ClientError(f"cannot create a Kafka {cls.__name__.lower()}: {e.args[0] if e.args else e}") from None
 
-    def _new_consumer(self, topic: str) -> Consumer:
-        """A consumer assigned at the end of `topic`.  It needs a group.id
+    def _new_consumer(self, topic: str, since_us: Optional[int] = None) -> Consumer:
+        """A consumer assigned at the end of `topic` (with `since_us`: at
+        its first message at or after that time).  It needs a group.id
         for assign() but never joins that group or commits to it, so a
         unique throwaway name is right."""
         consumer = self._kafka_client(Consumer, {
@@ -429,7 +452,10 @@ class Client:
             **self.settings.kafka,
         })
         try:
-            _assign_at_end(consumer, topic, self._connect_timeout, self._problems, self.settings.brokers)
+            if since_us is None:
+                _assign_at_end(consumer, topic, self._connect_timeout, self._problems, self.settings.brokers)
+            else:
+                _assign_at_time(consumer, topic, since_us, self._connect_timeout)
         except BaseException:
             consumer.close()
             raise
@@ -544,6 +570,15 @@ class Client:
         its output chunks; the result is ``.result`` of the iterator once
         iteration ended (see :class:`ChunkStream`)."""
         return ChunkStream(self, request, timeout, grace)
+
+    def follow(self, request_id: str, timeout: float = 60.0, *, since: float = 600.0,
+               grace: float = 2.0) -> "FollowStream":
+        """Reattaches to a request sent by anyone, running or finished: an
+        iterator of the output chunks its run has published since `since`
+        seconds ago (requests sent with ``stream``), then those to come,
+        ending with its result in ``.result``, as :meth:`stream` does (see
+        :class:`FollowStream`)."""
+        return FollowStream(self, request_id, timeout, grace, since)
 
     def cancel(self, request_id: str, reason: Optional[str] = None, timeout: float = 10.0) -> None:
         """Asks the fleet to stop a request of this client's request topic,
@@ -841,13 +876,16 @@ class ChunkStream(Iterator[Chunk]):
                 self._release()
                 raise
 
+    def _result_now(self) -> Optional[Result]:
+        return self._collector.take_nowait(self.id)
+
     def _step(self) -> Chunk:
         while True:
             if self._consumer is None or self._stop.is_set():
                 raise StopIteration
             now = time.monotonic()
             if self.result is None:
-                self.result = self._collector.take_nowait(self.id)
+                self.result = self._result_now()
                 if self.result is not None:
                     self._result_at = now
                     self._run = self._run or self.result.metadata.run
@@ -911,6 +949,64 @@ class ChunkStream(Iterator[Chunk]):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+class FollowStream(ChunkStream):
+    """A request's output chunks and result, for a client that did not
+    send it (:meth:`Client.follow`): the output and result topics are read
+    from `since` seconds ago, so chunks published before the call are
+    yielded too.  Iteration and its end are :class:`ChunkStream`'s;
+    :class:`Timeout` when no result arrives within `timeout` seconds of
+    the call.  Nothing is replayed for a request sent without ``stream``:
+    the result's output is then all there is."""
+
+    def __init__(self, client: Client, request_id: str, timeout: float, grace: float, since: float) -> None:
+        # Not ChunkStream.__init__: nothing is sent, and the result is read
+        # from the result topic here, not from the client's collector.
+        client._check_open()
+        since_us = _now_us() - int(since * 1_000_000)
+        self._client = client
+        self.id = request_id
+        self.result = None
+        self._grace = grace
+        self._run = None
+        self._next_seq = 0
+        self._result_at = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._results: Optional[Consumer] = None
+        self._consumer = client._new_consumer(client.settings.output_topic, since_us)
+        try:
+            self._results = client._new_consumer(client.settings.result_topic, since_us)
+            client._own(self)
+        except BaseException:
+            self._release()
+            raise
+        self._deadline = time.monotonic() + timeout
+        self._timeout = timeout
+
+    def _result_now(self) -> Optional[Result]:
+        if self._results is None:
+            return None
+        while True:
+            msg = self._results.poll(0)
+            if msg is None or msg.error() is not None:
+                return None
+            value = msg.value()
+            if value is None or (msg.key() != self.id.encode() and peek_id(value) != self.id):
+                continue
+            try:
+                result = Result.decode(value)
+            except WireError:
+                continue
+            if result.id == self.id:
+                return result
+
+    def _release(self) -> None:
+        if self._results is not None:
+            self._results.close()
+            self._results = None
+        super()._release()
 
 
 class EventSubscription(Iterator[Event]):

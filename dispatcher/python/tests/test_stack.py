@@ -284,6 +284,38 @@ class StackTest(unittest.TestCase):
         self.check_stream(chunks, times, ended, result)
         self.assertEqual(plain.stdout, b"async\n")
 
+    def test_follow_reattaches(self):
+        # Sent by one client without reading its output; followed by
+        # others: while it runs or after, the same chunks and the result.
+        rid = client.submit(cf.Request("shell", self.STREAM_PROGRAM, stream=True))
+        with cf.Client(settings(), request_topic=REQ, result_topic=RES) as other:
+            with other.follow(rid, timeout=60) as stream:
+                chunks = list(stream)
+            result = stream.result
+            self.assertIsNotNone(result)
+            self.assertEqual(result.id, rid)
+            self.assertEqual(result.status, cf.Status.SUCCESS, result.reason)
+            self.assertEqual([c.seq for c in chunks], list(range(result.chunks)))
+            self.assertEqual(b"".join(c.data for c in chunks if c.stream == cf.OutputStream.STDOUT), result.stdout)
+            self.assertEqual(result.stdout, b"line1\nline2\nline3\nline4\nline5\n")
+            # After the end: replayed whole.
+            with other.follow(rid, timeout=60) as again:
+                self.assertEqual([c.data for c in again], [c.data for c in chunks])
+            self.assertEqual(again.result.id, rid)
+            # An id nobody sent: no result, said as a timeout.
+            with self.assertRaises(cf.Timeout):
+                list(other.follow("never-sent-py-0001", timeout=2))
+
+        async def main():
+            async with cf.AsyncClient(settings(), request_topic=REQ, result_topic=RES) as aclient:
+                stream = aclient.follow(rid, timeout=60)
+                got = [c async for c in stream]
+                return got, stream.result
+
+        got, aresult = asyncio.run(main())
+        self.assertEqual([c.data for c in got], [c.data for c in chunks])
+        self.assertEqual(aresult.id, rid)
+
     # -- cancel and batch -------------------------------------------------
 
     def test_cancel_a_running_request(self):
