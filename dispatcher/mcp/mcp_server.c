@@ -121,6 +121,7 @@ typedef struct mcp_call {
     int64_t progress_sent;    /* notifications sent for the call: chunks and keep-alives */
     json_t *keepalive_token;  /* the call's progress token, streamed or not */
     int64_t last_progress_us; /* when the last one went out (or the watch began) */
+    bool replaying; /* get_result: its chunks come from a reader of its own (replay_chunk), not on_chunk */
 } mcp_call;
 
 struct mcp {
@@ -332,10 +333,12 @@ static queued *next_message(mcp *m, int64_t timeout_us, bool *eof)
 static mcp_call *watcher_of(mcp *m, const char *id)
 {
     for (mcp_call *c = m->running; c; c = c->next)
-        if (c->progress_token && strcmp(c->exec_id, id) == 0)
+        if (c->progress_token && !c->replaying && strcmp(c->exec_id, id) == 0)
             return c;
     return NULL;
 }
+
+static void chunk_progress_locked(mcp *m, mcp_call *c, const cf_chunk *ch);
 
 /* Output chunks of the executions being waited for, as progress of the
  * call that waits.  Sent while holding mu, so none can follow the call's
@@ -346,16 +349,29 @@ static void on_chunk(void *ctx, const cf_chunk *ch)
     mcp *m = ctx;
     pthread_mutex_lock(&m->mu);
     mcp_call *c = watcher_of(m, ch->id);
-    if (!c) {
-        pthread_mutex_unlock(&m->mu);
-        return;
-    }
+    if (c)
+        chunk_progress_locked(m, c, ch);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* get_result's own reader (replay from the output topic): only its call. */
+static void replay_chunk(void *ctx, const cf_chunk *ch)
+{
+    mcp_call *c = ctx;
+    mcp *m = c->m;
+    pthread_mutex_lock(&m->mu);
+    if (c->replaying && c->progress_token && strcmp(c->exec_id, ch->id) == 0)
+        chunk_progress_locked(m, c, ch);
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* One chunk of c's execution as a progress notification (under mu). */
+static void chunk_progress_locked(mcp *m, mcp_call *c, const cf_chunk *ch)
+{
     if (!c->exec_run[0])
         snprintf(c->exec_run, sizeof(c->exec_run), "%s", ch->run);
-    if (strcmp(c->exec_run, ch->run) != 0) { /* another run of the same id */
-        pthread_mutex_unlock(&m->mu);
+    if (strcmp(c->exec_run, ch->run) != 0) /* another run of the same id */
         return;
-    }
     ++c->progress;
     int64_t progress = ++c->progress_sent;
     c->last_progress_us = cf_mono_us();
@@ -382,7 +398,6 @@ static void on_chunk(void *ctx, const cf_chunk *ch)
                           text ? text : ""));
     free(text);
     pthread_cond_broadcast(&m->progress_cv);
-    pthread_mutex_unlock(&m->mu);
 }
 
 /* The execution whose chunks become c's progress (id NULL: none). */
@@ -871,17 +886,66 @@ static json_t *tool_execute_waiting(mcp_call *c, const json_t *args, json_t *pro
     return out;
 }
 
-static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, bool *no_answer);
+static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, json_t *progress_token, bool *no_answer);
 
 static json_t *tool_get_result(mcp_call *c, const json_t *args, json_t *progress_token, bool *no_answer)
 {
     watch_keepalive(c, progress_token);
-    json_t *r = tool_get_result_waiting(c, args, no_answer);
+    json_t *r = tool_get_result_waiting(c, args, progress_token, no_answer);
     watch_keepalive(c, NULL);
     return r;
 }
 
-static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, bool *no_answer)
+/* Reattach (get_result with a progress token): a reader of its own replays
+ * the execution's output chunks from the output topic (the last hour,
+ * its id's partition) and follows them, as c's progress.  The watch is
+ * set first, so no chunk the reader finds is dropped.  NULL (no replay,
+ * keep-alives only) when the reader cannot start. */
+static cf_dispatcher *replay_open(mcp_call *c, const char *id, json_t *token)
+{
+    mcp *m = c->m;
+    watch_execution(c, id, token);
+    pthread_mutex_lock(&m->mu);
+    c->replaying = true;
+    pthread_mutex_unlock(&m->mu);
+    cf_dispatcher_config cfg = {
+        .brokers = m->g->brokers,
+        .request_topic = m->g->request_topic,
+        .result_topic = m->g->result_topic,
+        .client_id = "codefleet-mcp",
+        .kafka = &m->g->kafka,
+        .on_chunk = replay_chunk,
+        .on_chunk_ctx = c,
+        .output_since_us = cf_now_us() - 3600 * 1000000LL,
+        .output_key = id,
+    };
+    cf_dispatcher *r = NULL;
+    cf_error err = {0};
+    if (cf_dispatcher_new(&cfg, &r, &err) < 0) {
+        cf_log_warn(LOG_SUB, "get_result %s: its output cannot be replayed (%s): keep-alives only", id, err.msg);
+        pthread_mutex_lock(&m->mu);
+        c->replaying = false;
+        pthread_mutex_unlock(&m->mu);
+        watch_execution(c, NULL, NULL);
+        return NULL;
+    }
+    return r;
+}
+
+/* Ends the replay before the call's response: no chunk follows it. */
+static void replay_close(mcp_call *c, cf_dispatcher *r)
+{
+    if (!r)
+        return;
+    mcp *m = c->m;
+    pthread_mutex_lock(&m->mu);
+    c->replaying = false;
+    pthread_mutex_unlock(&m->mu);
+    watch_execution(c, NULL, NULL);
+    cf_dispatcher_destroy(r);
+}
+
+static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, json_t *progress_token, bool *no_answer)
 {
     mcp *m = c->m;
     const char *id = mcp_str_arg(args, "id");
@@ -901,8 +965,14 @@ static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, bool *no
         return mcp_tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
     cf_result res = {0};
     cf_error err = {0};
+    cf_dispatcher *replay = m->streaming && (json_is_string(progress_token) || json_is_integer(progress_token))
+                                ? replay_open(c, id, progress_token)
+                                : NULL;
     /* Its result may have come before this call, while nobody waited. */
     int rc = wait_result(c, id, cf_now_us() - 3600 * 1000000LL, wait_ms * 1000, false, &res, &err);
+    if (rc == 0 && replay)
+        progress_catch_up(c, &res);
+    replay_close(c, replay);
     if (rc == 1) {
         *no_answer = true;
         return NULL;

@@ -461,12 +461,20 @@ def client_timeouts(fleet):
         check(seen, "the program started (its first output came as progress)")
         srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                   "params": {"requestId": rid, "reason": "McpError: MCP error -32001: Request timed out"}})
-        r = srv.call({"name": "get_result", "arguments": {"wait_timeout_ms": 120000}}, others=(left := []))
+        # Reattach: get_result with a progress token replays the output
+        # the program printed before it (from the output topic), then the
+        # rest as it comes, before the result (E2B#1074).
+        r = srv.call({"name": "get_result", "_meta": {"progressToken": "re"}, "arguments": {"wait_timeout_ms": 120000}},
+                     others=(left := []))
         sc = r["result"].get("structuredContent", {})
         check(not any(m.get("id") == rid and ("result" in m or "error" in m) for m in left),
               "no response for the timed-out call")
         check(sc.get("status") == "success" and sc.get("stdout") == "started\nfinished anyway\n",
               "after the client's timeout the program ran on; get_result picked it up: %s" % sc.get("status"))
+        replayed = "".join(m["params"].get("message", "") for m in left
+                           if m.get("method") == "notifications/progress" and m["params"].get("progressToken") == "re")
+        check(replayed == "started\nfinished anyway\n",
+              "get_result with a progress token replays the output, then the rest: %r" % replayed)
         r = srv.call({"name": "get_result", "arguments": {}})
         check(r["result"]["isError"] is True, "once picked up, it is off the list")
         # get_result waits with keep-alives too (its result does not stream).
