@@ -71,7 +71,8 @@ static const cf_conf_prop profile_props[] = {
     {"max-output", CF_CONF_SIZE, OFF(max_output_bytes), 0, 64 * MIB, "0", NULL,
      "Largest stdout/stderr cap (0: the worker's max-output).", NULL},
     {"max-file-size", CF_CONF_SIZE, OFF(max_file_size_bytes), 0, 1024 * 1024 * MIB, "0", NULL,
-     "Largest file a program may write; requests setting none get this (0: no profile cap).", NULL},
+     "Largest file a program, or a workspace op, may write; requests setting none get this (0: no profile "
+     "cap).", NULL},
     {"images", CF_CONF_STRING, OFF(images), 0, 1024, "*", NULL,
      "Container images (names from the worker's container-images) a request of the `container` backend may "
      "name, comma-separated; the first runs requests that name none. `*`: every image of the worker, the "

@@ -259,7 +259,20 @@ static bool patch_path_ok(const char *path, void *arg, char *why, size_t wsz)
 }
 
 /* apply_patch: the checkout copied, the patch applied to the copy. */
-static bool op_apply_patch(const cf_wstate *st, const cf_workspace_op *o, cf_wstate_run *run, cf_result *res)
+/* The profile's max-file-size (the request's policy, which admission
+ * lowered to it) holds for what an op writes as for what a program
+ * writes: the operator decides, not the op. */
+static bool over_file_cap(int64_t max, const char *op, const char *path, size_t len, cf_result *res)
+{
+    if (max <= 0 || (uint64_t)len <= (uint64_t)max)
+        return false;
+    fail(res, CF_STATUS_FAILED, "%s: %s would be %zu bytes, over max-file-size (%" PRId64 " bytes, the profile's "
+         "or the request's); nothing written", op, path, len, max);
+    return true;
+}
+
+static bool op_apply_patch(const cf_wstate *st, const cf_workspace_op *o, int64_t max_file, cf_wstate_run *run,
+                           cf_result *res)
 {
     cf_file *set = calloc(run->snap.n ? run->snap.n : 1, sizeof(*set));
     size_t n = 0;
@@ -282,6 +295,15 @@ static bool op_apply_patch(const cf_wstate *st, const cf_workspace_op *o, cf_wst
         return false;
     }
     set_collected(run, set, n);
+    /* Only what the patch changes is held to the cap: a file the cap was
+     * lowered under stays as it is. */
+    for (size_t i = 0; i < n; i++) {
+        const cf_ws_entry *e = find(run, set[i].path);
+        bool same = e && e->size == set[i].content.len &&
+                    (e->size == 0 || memcmp(e->data, set[i].content.data, e->size) == 0);
+        if (!same && over_file_cap(max_file, "apply_patch", set[i].path, set[i].content.len, res))
+            return false;
+    }
     /* Sorted, a file and a directory of one name are neighbours but for
      * names between them ("a", "a-b", "a/c"): each path against the ones
      * after it up to the first that no longer starts with it. */
@@ -329,7 +351,7 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
         op_grep(o, run, cap, res);
         return false;
     case CF_WS_OP_APPLY_PATCH:
-        return op_apply_patch(st, o, run, res);
+        return op_apply_patch(st, o, req->policy.max_file_size_bytes, run, res);
     default:
         break;
     }
@@ -350,7 +372,8 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
     case CF_WS_OP_WRITE:
         if (e && e->size == o->content.len && (e->size == 0 || memcmp(e->data, o->content.data, e->size) == 0))
             return false; /* the same bytes: no new revision */
-        if (!e && shadowed(run, o->path, res))
+        if ((!e && shadowed(run, o->path, res)) ||
+            over_file_cap(req->policy.max_file_size_bytes, "write", o->path, o->content.len, res))
             return false;
         if (change(run, o->path, o->content.data, o->content.len, false) < 0)
             goto nomem;
@@ -364,8 +387,9 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
         int rc = o->op == CF_WS_OP_INSERT ? op_insert(o, e, &data, &len, res) : op_str_replace(o, e, &data, &len, res);
         if (rc < 0)
             return false;
-        if (len == e->size && (len == 0 || memcmp(data, e->data, len) == 0)) {
-            free(data); /* the same bytes (new_str == old_str): no new revision */
+        if ((len == e->size && (len == 0 || memcmp(data, e->data, len) == 0)) ||
+            over_file_cap(req->policy.max_file_size_bytes, cf_ws_op_name(o->op), o->path, len, res)) {
+            free(data); /* the same bytes (new_str == old_str): no new revision; or too big */
             return false;
         }
         rc = change(run, o->path, data, len, false);

@@ -28,12 +28,13 @@ typedef struct fleet {
 } fleet;
 
 /* Two tenants, each a profile with its own request topic and state
- * prefix; tenant 0's workspaces are held to 64 KiB. */
+ * prefix; tenant 0's workspaces are held to 64 KiB, tenant 1's files to
+ * 2 MiB. */
 static void fleet_start(fleet *f)
 {
     memset(f, 0, sizeof(*f));
     it_topics_create(&f->t, "wsops", 1);
-    static char a_redis[300], a[8][200];
+    static char a_redis[300], a[10][200];
     snprintf(a_redis, sizeof(a_redis), "--redis=%s", it_redis());
     for (int i = 0; i < 2; i++) {
         char name[64];
@@ -41,15 +42,16 @@ static void fleet_start(fleet *f)
         snprintf(f->prefix[i], sizeof(f->prefix[i]), "%s.", name);
         snprintf(f->topic[i], sizeof(f->topic[i]), "%s.req", name);
         it_request_topic_create(f->topic[i], 1);
-        snprintf(a[4 * i], sizeof(a[0]), "--profile.%s.topic=%s", name, f->topic[i]);
-        snprintf(a[4 * i + 1], sizeof(a[0]), "--profile.%s.backends=process", name);
-        snprintf(a[4 * i + 2], sizeof(a[0]), "--profile.%s.state-prefix=%s", name, f->prefix[i]);
-        snprintf(a[4 * i + 3], sizeof(a[0]), i ? "--profile.%s.network=enabled" : "--profile.%s.max-workspace-bytes=64KiB",
+        snprintf(a[5 * i], sizeof(a[0]), "--profile.%s.topic=%s", name, f->topic[i]);
+        snprintf(a[5 * i + 1], sizeof(a[0]), "--profile.%s.backends=process", name);
+        snprintf(a[5 * i + 2], sizeof(a[0]), "--profile.%s.state-prefix=%s", name, f->prefix[i]);
+        snprintf(a[5 * i + 3], sizeof(a[0]), i ? "--profile.%s.network=enabled" : "--profile.%s.max-workspace-bytes=64KiB",
                  name);
+        snprintf(a[5 * i + 4], sizeof(a[0]), i ? "--profile.%s.max-file-size=2MiB" : "--profile.%s.weight=1", name);
     }
     const char *extra[] = {a_redis, "--backends=process", "--profile.default.backends=process",
                            "--profile.default.network=enabled", a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7],
-                           NULL};
+                           a[8], a[9], NULL};
     it_worker_start(&f->w, &f->t, "wsops-w1", extra);
     if (!it_worker_wait_log(&f->w, "reading cancels from", 60000)) {
         it_worker_dump_log(&f->w);
@@ -426,6 +428,62 @@ static void a_write_over_the_quota_is_refused(void **state)
 }
 
 
+/* What an op writes is held to the profile's max-file-size, as what a
+ * program writes is: a write, a str_replace that grows a file past it and
+ * a patch that adds one are refused and change nothing; exactly the cap
+ * is fine. */
+static void ops_are_held_to_max_file_size(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    char ws[128];
+    snprintf(ws, sizeof(ws), "%scap", f.prefix[1]);
+    enum { CAP = 2 * 1024 * 1024 };
+    char *at_cap = malloc(CAP + 1), *over = malloc(CAP + 2);
+    memset(at_cap, 'a', CAP);
+    at_cap[0] = 'X'; /* one place for the str_replace below */
+    at_cap[CAP] = '\0';
+    memset(over, 'b', CAP + 1);
+    over[CAP + 1] = '\0';
+    cf_request req;
+    cf_result res;
+    content_request(&req, ws, CF_WS_OP_WRITE, "fits", at_cap);
+    run_op(f.d[1], &req, &res, CF_STATUS_SUCCESS, "a write of exactly max-file-size");
+    assert_int_equal(res.workspace_revision, 1);
+    cf_result_clear(&res);
+    content_request(&req, ws, CF_WS_OP_WRITE, "over", over);
+    run_op(f.d[1], &req, &res, CF_STATUS_FAILED, "a write one byte over max-file-size");
+    assert_reason(&res, "over max-file-size (2097152 bytes");
+    assert_int_equal(res.workspace_revision, 1);
+    cf_result_clear(&res);
+    cf_workspace_op *o = op_request(&req, ws, CF_WS_OP_STR_REPLACE, "fits");
+    set_bytes(&o->old_str, "X");
+    set_bytes(&o->new_str, "XY");
+    o->has_new_str = true;
+    run_op(f.d[1], &req, &res, CF_STATUS_FAILED, "a str_replace that grows a file past max-file-size");
+    assert_reason(&res, "max-file-size");
+    cf_result_clear(&res);
+    char *patch = malloc(CAP + 80);
+    snprintf(patch, CAP + 80, "*** Begin Patch\n*** Add File: added\n+%s\n*** End Patch\n", over);
+    content_request(&req, ws, CF_WS_OP_APPLY_PATCH, NULL, patch);
+    run_op(f.d[1], &req, &res, CF_STATUS_FAILED, "a patch adding a file past max-file-size");
+    assert_reason(&res, "apply_patch: added would be");
+    cf_result_clear(&res);
+    op_request(&req, ws, CF_WS_OP_LIST, NULL);
+    run_op(f.d[1], &req, &res, CF_STATUS_SUCCESS, "list after the refusals");
+    assert_int_equal(res.workspace_revision, 1);
+    assert_int_equal(res.n_files, 1);
+    assert_string_equal(res.files[0].path, "fits");
+    assert_int_equal(res.files[0].size, CAP);
+    cf_result_clear(&res);
+    free(patch);
+    free(at_cap);
+    free(over);
+    fleet_stop(&f);
+}
+
 /* apply_patch (OpenAI's V4A format): several files as one revision; a hunk
  * that does not apply is said with its file and line, and nothing of the
  * patch is written, not even its files that would apply. */
@@ -655,6 +713,7 @@ int main(void)
         cmocka_unit_test(every_op_through_the_fleet),
         cmocka_unit_test(tenants_reach_only_their_own_workspaces),
         cmocka_unit_test(a_write_over_the_quota_is_refused),
+        cmocka_unit_test(ops_are_held_to_max_file_size),
         cmocka_unit_test(apply_patch_through_the_fleet),
         cmocka_unit_test(the_cli_does_them_through_the_fleet),
         cmocka_unit_test(a_lost_race_is_a_failure),
