@@ -118,6 +118,8 @@ typedef struct follow_state {
     char run[CF_CHUNK_RUN_MAX + 1]; /* the run followed (the first one seen) */
     int64_t seen;        /* chunks of that run */
     size_t printed[2];   /* bytes of each stream written so far */
+    bool replay;         /* follow: chunks replayed from --since, not read live from the submit on */
+    bool started[2];     /* a chunk of each stream seen (replay: one starting past 0 began before --since) */
     uint8_t carry[2][4]; /* a UTF-8 sequence cut at a chunk's end (terminals) */
     size_t ncarry[2];
 } follow_state;
@@ -185,7 +187,18 @@ static void follow_chunk(void *ctx, const cf_chunk *c)
         }
         free(txt);
         json_decref(o);
-    } else if ((size_t)c->offset <= fs->printed[k] && (size_t)c->offset + c->data.len > fs->printed[k]) {
+    } else {
+        if (fs->replay && !fs->started[k] && c->offset > 0) {
+            /* Replayed from --since and the run began earlier: say what
+             * is missing rather than show nothing until the result (live,
+             * as submit --follow, the gap is filled from the result). */
+            fprintf(stderr, "codefleet: the first %" PRId64 " bytes of %s are not shown (published before --since, "
+                    "or lost)\n", c->offset, k ? "stderr" : "stdout");
+            fs->printed[k] = (size_t)c->offset;
+        }
+        fs->started[k] = true;
+    }
+    if (!fs->json && (size_t)c->offset <= fs->printed[k] && (size_t)c->offset + c->data.len > fs->printed[k]) {
         /* Contiguous only: a gap (a chunk lost) is filled from the result. */
         size_t skip = fs->printed[k] - (size_t)c->offset;
         write_output(fs, k, c->data.data + skip, c->data.len - skip, false);
@@ -224,6 +237,14 @@ static void follow_finish(follow_state *fs, const cf_result *res)
         }
     }
     fs->id = ""; /* no more output after the result */
+    pthread_mutex_unlock(&fs->mu);
+}
+
+/* A follow that ends without a result: no chunk after its last word. */
+static void follow_stop(follow_state *fs)
+{
+    pthread_mutex_lock(&fs->mu);
+    fs->id = "";
     pthread_mutex_unlock(&fs->mu);
 }
 
@@ -510,12 +531,8 @@ static int cmd_submit(const cf_cli_globals *g, int argc, char **argv)
         }
         goto out;
     }
-    if (opts.follow) {
-        rc = emit_followed_result(g, &fs, &res);
-    } else {
-        rc = emit_result(g, &res);
-        run_not_called_hint(&req, &res);
-    }
+    rc = opts.follow ? emit_followed_result(g, &fs, &res) : emit_result(g, &res);
+    run_not_called_hint(&req, &res);
     cf_result_clear(&res);
 out:
     cf_dispatcher_destroy(d);
@@ -708,7 +725,7 @@ static int cmd_follow(const cf_cli_globals *g, int argc, char **argv)
         return rc;
     cf_error err = {0};
     follow_state fs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .json = g->json,
-                       .tty = {isatty(STDOUT_FILENO) == 1, isatty(STDERR_FILENO) == 1}, .id = id};
+                       .tty = {isatty(STDOUT_FILENO) == 1, isatty(STDERR_FILENO) == 1}, .id = id, .replay = true};
     cf_dispatcher_config cfg = {
         .brokers = g->brokers,
         .request_topic = g->request_topic,
@@ -719,16 +736,26 @@ static int cmd_follow(const cf_cli_globals *g, int argc, char **argv)
         .on_chunk_ctx = &fs,
         .output_since_us = since_us > 0 ? since_us : 1,
         .output_key = id,
+        .chunks_only = true,
     };
     cf_dispatcher *d = NULL;
-    if (cf_dispatcher_new(&cfg, &d, &err) < 0)
-        return fail(&err, NULL);
+    if (cf_dispatcher_new(&cfg, &d, &err) < 0) {
+        /* No output topic (a fleet that does not stream): the result
+         * still says everything. */
+        cf_log_debug("cli", "follow %s without output chunks: %s", id, err.msg);
+        cf_error_clear(&err);
+        cfg.on_chunk = NULL;
+        if (cf_dispatcher_new(&cfg, &d, &err) < 0)
+            return fail(&err, NULL);
+    }
     cf_result res = {0};
-    if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0)
+    if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0) {
+        follow_stop(&fs); /* nothing follows the answer below */
         rc = err.code == CF_E_TIMEOUT ? report_no_result(d, NULL, id, since_us, g->timeout_us, NULL, false)
                                      : fail(&err, "follow");
-    else
+    } else {
         rc = emit_followed_result(g, &fs, &res);
+    }
     cf_result_clear(&res);
     cf_dispatcher_destroy(d);
     return rc;

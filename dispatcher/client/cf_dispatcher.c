@@ -318,7 +318,14 @@ static void *chunk_reader_main(void *arg)
     return NULL;
 }
 
-static void *keeper_main(void *arg)
+/* A CLOCK_MONOTONIC deadline (the condition variables here wait on it). */
+static struct timespec abs_deadline(int64_t deadline_mono_us)
+{
+    struct timespec ts = {.tv_sec = deadline_mono_us / 1000000, .tv_nsec = (deadline_mono_us % 1000000) * 1000};
+    return ts;
+}
+
+static void *producer_keeper_main(void *arg)
 {
     cf_dispatcher *d = arg;
     cf_kafka_heal heal = {0};
@@ -326,13 +333,8 @@ static void *keeper_main(void *arg)
     while (!atomic_load(&d->stop)) {
         if (cf_kafka_heal_check(d->producer, &heal, cf_mono_us()))
             atomic_fetch_add(&d->n_producer_heals, 1);
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += 500 * 1000000L; /* heal checks want a look every second or more often */
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        /* Heal checks want a look every second or more often. */
+        struct timespec until = abs_deadline(cf_mono_us() + 500 * 1000LL);
         pthread_cond_timedwait(&d->keeper_cond, &d->keeper_mu, &until);
     }
     pthread_mutex_unlock(&d->keeper_mu);
@@ -349,7 +351,7 @@ static int start_keeper(cf_dispatcher *d, cf_error *err)
     if (e)
         return cf_error_set_errno(err, CF_E_SYSTEM, e, "pthread_cond_init");
     pthread_mutex_init(&d->keeper_mu, NULL);
-    e = pthread_create(&d->keeper, NULL, keeper_main, d);
+    e = pthread_create(&d->keeper, NULL, producer_keeper_main, d);
     if (e) {
         pthread_cond_destroy(&d->keeper_cond);
         pthread_mutex_destroy(&d->keeper_mu);
@@ -441,14 +443,23 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
         cf_error_set(err, CF_E_NOMEM, "dispatcher: out of memory");
         goto fail;
     }
-    d->producer = cf_kafka_producer_new(d->brokers, d->client_id, &d->kafka, &d->dr, "producer", err);
-    if (!d->producer || start_keeper(d, err) < 0)
-        goto fail;
+    if (!cfg->chunks_only) {
+        d->producer = cf_kafka_producer_new(d->brokers, d->client_id, &d->kafka, &d->dr, "producer", err);
+        if (!d->producer)
+            goto fail;
+    }
     if (cfg->on_chunk && start_chunk_reader(d, cfg, err) < 0)
         goto fail;
     if (cfg->collect_results && start_collector(d, err) < 0)
         goto fail;
-    cf_kafka_warm_topic(d->producer, d->request_topic);
+    /* The keeper last: while the readers' assigns wait on a broker that is
+     * slow to answer, its warning ("has known no broker") would only add
+     * to their one-line error. */
+    if (d->producer) {
+        if (start_keeper(d, err) < 0)
+            goto fail;
+        cf_kafka_warm_topic(d->producer, d->request_topic);
+    }
     *out = d;
     return 0;
 fail:
@@ -506,9 +517,17 @@ void cf_dispatcher_destroy(cf_dispatcher *d)
 
 /* Produces one message.  With own_value the payload (malloc'd) is handed to
  * librdkafka on success (RD_KAFKA_MSG_F_FREE) and stays the caller's on error. */
+/* A dispatcher made with chunks_only sends nothing. */
+static int need_producer(const cf_dispatcher *d, cf_error *err)
+{
+    return d->producer ? 0 : cf_error_set(err, CF_E_INVALID, "dispatcher: made with chunks_only, it sends nothing");
+}
+
 static int produce(cf_dispatcher *d, const char *topic, const void *key, size_t keylen, void *value, size_t len,
                    bool own_value, cf_error *err)
 {
+    if (need_producer(d, err) < 0)
+        return -1;
     rd_kafka_resp_err_t e = cf_kafka_produce(d->producer, topic, key, keylen, value, len,
                                              own_value ? RD_KAFKA_MSG_F_FREE : RD_KAFKA_MSG_F_COPY);
     if (!e)
@@ -545,6 +564,8 @@ int cf_dispatcher_submit(cf_dispatcher *d, const cf_request *req, cf_error *err)
 
 int cf_dispatcher_cancel(cf_dispatcher *d, const char *id, const char *reason, int64_t timeout_us, cf_error *err)
 {
+    if (need_producer(d, err) < 0)
+        return -1;
     if (cf_kafka_dr_take(&d->dr, err) < 0)
         return cf_error_wrap(err, "earlier submit");
     /* librdkafka holds a message for a topic it has no metadata for until
@@ -583,13 +604,9 @@ int cf_dispatcher_produce_raw(cf_dispatcher *d, const char *topic, const void *k
 
 int cf_dispatcher_flush(cf_dispatcher *d, int64_t timeout_us, cf_error *err)
 {
+    if (need_producer(d, err) < 0)
+        return -1;
     return cf_kafka_flush(d->producer, &d->dr, timeout_us, "message", err);
-}
-
-static struct timespec abs_deadline(int64_t deadline_mono_us)
-{
-    struct timespec ts = {.tv_sec = deadline_mono_us / 1000000, .tv_nsec = (deadline_mono_us % 1000000) * 1000};
-    return ts;
 }
 
 /* Shared wait loop: id NULL takes the oldest entry of any id. */

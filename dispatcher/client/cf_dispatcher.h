@@ -54,10 +54,14 @@ typedef struct cf_dispatcher_config {
     const char *output_topic;  /* NULL = result_topic + ".output" */
     /* Replay (codefleet follow): with output_since_us > 0 the chunk reader
      * starts at the first output message at or after it (epoch us)
-     * instead of the end, and with output_key only on that key's
-     * partition (chunks are keyed by their request's id). */
+     * instead of the end, and with output_key (only with output_since_us)
+     * only on that key's partition (chunks are keyed by their request's
+     * id). */
     int64_t output_since_us;
     const char *output_key;
+    /* No producer (nor its keeper thread): a reader of results or chunks
+     * only; submit, cancel and flush then fail. */
+    bool chunks_only;
 } cf_dispatcher_config;
 
 /* Counters, for tests and the CLI's diagnostics. */
@@ -74,7 +78,8 @@ typedef struct cf_dispatcher_stats {
                                   servers again (cf_kafka_heal.h) */
 } cf_dispatcher_stats;
 
-/* Creates the producer and, with collect_results, the collector: the result
+/* Creates the producer (with a thread that heals it, cf_kafka_heal.h;
+ * none with chunks_only) and, with collect_results, the collector: the result
  * topic must then exist (its partitions are assigned at their current high
  * watermarks before this returns, so no result of a later submit is missed).
  * The config strings are copied. */

@@ -400,11 +400,14 @@ static void chunk_progress_locked(mcp *m, mcp_call *c, const cf_chunk *ch)
     pthread_cond_broadcast(&m->progress_cv);
 }
 
-/* The execution whose chunks become c's progress (id NULL: none). */
-static void watch_execution(mcp_call *c, const char *id, json_t *token)
+/* The execution whose chunks become c's progress (id NULL: none), from
+ * the shared reader or (replaying) from the call's own: set together,
+ * so no chunk comes from both. */
+static void watch_execution_from(mcp_call *c, const char *id, json_t *token, bool replaying)
 {
     mcp *m = c->m;
     pthread_mutex_lock(&m->mu);
+    c->replaying = replaying;
     snprintf(c->exec_id, sizeof(c->exec_id), "%s", id ? id : "");
     c->exec_run[0] = '\0';
     c->ncarry[0] = c->ncarry[1] = 0;
@@ -412,6 +415,11 @@ static void watch_execution(mcp_call *c, const char *id, json_t *token)
     c->progress_token = token ? json_incref(token) : NULL;
     c->progress = 0;
     pthread_mutex_unlock(&m->mu);
+}
+
+static void watch_execution(mcp_call *c, const char *id, json_t *token)
+{
+    watch_execution_from(c, id, token, false);
 }
 
 /* The call's progress token for keep-alives (NULL: none): they go to it
@@ -570,7 +578,10 @@ static void progress_catch_up(mcp_call *c, const cf_result *res)
     mcp *m = c->m;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 1;
+    /* A replay reads the output from an hour back: give it longer. */
+    pthread_mutex_lock(&m->mu);
+    until.tv_sec += c->replaying ? 5 : 1;
+    pthread_mutex_unlock(&m->mu);
     pthread_mutex_lock(&m->mu);
     while (res->meta.run && (!c->exec_run[0] || strcmp(c->exec_run, res->meta.run) == 0) &&
            c->progress < res->chunks)
@@ -904,10 +915,7 @@ static json_t *tool_get_result(mcp_call *c, const json_t *args, json_t *progress
 static cf_dispatcher *replay_open(mcp_call *c, const char *id, json_t *token)
 {
     mcp *m = c->m;
-    watch_execution(c, id, token);
-    pthread_mutex_lock(&m->mu);
-    c->replaying = true;
-    pthread_mutex_unlock(&m->mu);
+    watch_execution_from(c, id, token, true);
     cf_dispatcher_config cfg = {
         .brokers = m->g->brokers,
         .request_topic = m->g->request_topic,
@@ -918,29 +926,23 @@ static cf_dispatcher *replay_open(mcp_call *c, const char *id, json_t *token)
         .on_chunk_ctx = c,
         .output_since_us = cf_now_us() - 3600 * 1000000LL,
         .output_key = id,
+        .chunks_only = true,
     };
     cf_dispatcher *r = NULL;
     cf_error err = {0};
     if (cf_dispatcher_new(&cfg, &r, &err) < 0) {
-        cf_log_warn(LOG_SUB, "get_result %s: its output cannot be replayed (%s): keep-alives only", id, err.msg);
-        pthread_mutex_lock(&m->mu);
-        c->replaying = false;
-        pthread_mutex_unlock(&m->mu);
-        watch_execution(c, NULL, NULL);
+        /* What comes from now on still comes, from the shared reader. */
+        cf_log_warn(LOG_SUB, "get_result %s: its earlier output cannot be replayed (%s)", id, err.msg);
+        watch_execution_from(c, id, token, false);
         return NULL;
     }
     return r;
 }
 
-/* Ends the replay before the call's response: no chunk follows it. */
+/* Ends the watch (and the replay, r may be NULL) before the call's
+ * response: no chunk follows it. */
 static void replay_close(mcp_call *c, cf_dispatcher *r)
 {
-    if (!r)
-        return;
-    mcp *m = c->m;
-    pthread_mutex_lock(&m->mu);
-    c->replaying = false;
-    pthread_mutex_unlock(&m->mu);
     watch_execution(c, NULL, NULL);
     cf_dispatcher_destroy(r);
 }
@@ -965,12 +967,15 @@ static json_t *tool_get_result_waiting(mcp_call *c, const json_t *args, json_t *
         return mcp_tool_error("wait_timeout_ms: an integer from 1 to %d", MCP_MAX_WAIT_MS);
     cf_result res = {0};
     cf_error err = {0};
-    cf_dispatcher *replay = m->streaming && (json_is_string(progress_token) || json_is_integer(progress_token))
-                                ? replay_open(c, id, progress_token)
-                                : NULL;
+    bool replaying = m->streaming && (json_is_string(progress_token) || json_is_integer(progress_token));
+    int64_t t0 = cf_mono_us();
+    cf_dispatcher *replay = replaying ? replay_open(c, id, progress_token) : NULL;
+    /* The reader's start counts against the wait, and a cancel that came
+     * meanwhile is heard by wait_result at once. */
+    int64_t left_us = wait_ms * 1000 - (cf_mono_us() - t0);
     /* Its result may have come before this call, while nobody waited. */
-    int rc = wait_result(c, id, cf_now_us() - 3600 * 1000000LL, wait_ms * 1000, false, &res, &err);
-    if (rc == 0 && replay)
+    int rc = wait_result(c, id, cf_now_us() - 3600 * 1000000LL, left_us > 1000 ? left_us : 1000, false, &res, &err);
+    if (rc == 0 && replaying)
         progress_catch_up(c, &res);
     replay_close(c, replay);
     if (rc == 1) {

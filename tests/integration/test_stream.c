@@ -341,8 +341,9 @@ static bool file_has(const char *path, const char *text)
 }
 
 /* codefleet follow (issue 31, reattach): a client that did not send the
- * request attaches to it while it runs and gets what it printed before
- * (replayed from the output topic), what it prints after, and the result;
+ * request attaches to it while it runs, after its first output was
+ * published, and gets that output (replayed from the output topic), what
+ * it prints after, and the result;
  * attached after the end, the same output and result; an id nobody sent
  * ends in "no result" (exit 5), saying what it knows. */
 static void stream_cli_reattach(void **state)
@@ -370,6 +371,21 @@ static void stream_cli_reattach(void **state)
     snprintf(id, sizeof(id), "%.*s", (int)strcspn(out, "\n"), out);
     assert_true(cf_id_valid(id, strlen(id)));
 
+    /* Until "before" is on the output topic (a short follow shows it as a
+     * chunk line, then ends without a result): the follow below then
+     * attaches after it was published, and must replay it. */
+    const char *peek[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "1s", "--json",
+                          "follow", id, NULL};
+    int64_t published_by = cf_mono_us() + 90 * SEC;
+    bool published = false;
+    while (!published && cf_mono_us() < published_by) {
+        assert_int_equal(it_cli_run(peek, tmp, out, sizeof(out), err, sizeof(err)), 5);
+        published = strstr(out, "{\"chunk\":") != NULL;
+    }
+    if (!published) {
+        it_worker_dump_log(&w);
+        fail_msg("'before' was not published within 90 s");
+    }
     const char *fol[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "120s",
                          "follow", id, NULL};
     pid_t pid = cli_spawn(fol, out_path);

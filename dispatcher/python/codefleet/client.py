@@ -116,8 +116,10 @@ class _Counters:
 
 
 def _assign_at_end(consumer: Consumer, topic: str, timeout: float, problems: Optional[_BrokerProblems] = None,
-                   brokers: str = "") -> None:
-    """Assigns every partition of `topic` at its current high watermark.
+                   brokers: str = "", since_us: Optional[int] = None) -> None:
+    """Assigns every partition of `topic` at its current high watermark
+    (with `since_us`: at its first message at or after that epoch time,
+    or the high watermark when none is).
 
     Explicit offsets, not OFFSET_END: the logical end is resolved only when
     fetching starts, after which a message produced in between would be
@@ -133,7 +135,15 @@ def _assign_at_end(consumer: Consumer, topic: str, timeout: float, problems: Opt
             meta = consumer.list_topics(topic, timeout=max(min(left, slice_s), 0.1)).topics.get(topic)
             if meta is not None and meta.error is None and meta.partitions:
                 offsets = []
+                found = {}
+                if since_us is not None:
+                    wanted = [TopicPartition(topic, p, max(since_us // 1000, 0)) for p in sorted(meta.partitions)]
+                    found = {tp.partition: tp.offset for tp in consumer.offsets_for_times(
+                        wanted, timeout=max(deadline - time.monotonic(), 0.1)) if tp.error is None}
                 for p in sorted(meta.partitions):
+                    if found.get(p, -1) >= 0:
+                        offsets.append(TopicPartition(topic, p, found[p]))
+                        continue
                     tp = TopicPartition(topic, p)
                     _, high = consumer.get_watermark_offsets(tp, timeout=max(deadline - time.monotonic(), 0.1),
                                                              cached=False)
@@ -161,28 +171,6 @@ def _assign_at_end(consumer: Consumer, topic: str, timeout: float, problems: Opt
         if give_up:
             raise ClientError(f"topic {topic}: {problem}")
         time.sleep(0.2)
-
-
-def _assign_at_time(consumer: Consumer, topic: str, since_us: int, timeout: float) -> None:
-    """Assigns every partition of `topic` at its first message at or after
-    `since_us` (epoch microseconds); a partition with none from then on at
-    its end."""
-    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        problem = str(meta.error) if meta is not None and meta.error is not None else "no partitions"
-        raise ClientError(f"topic {topic}: {problem}")
-    wanted = [TopicPartition(topic, p, max(since_us // 1000, 0)) for p in sorted(meta.partitions)]
-    found = consumer.offsets_for_times(wanted, timeout=timeout)
-    offsets = []
-    for tp in found:
-        if tp.error is not None:
-            raise ClientError(f"topic {topic}[{tp.partition}]: {tp.error}")
-        if tp.offset < 0:  # nothing at or after that time: from the end
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout,
-                                                     cached=False)
-            tp = TopicPartition(topic, tp.partition, high)
-        offsets.append(tp)
-    consumer.assign(offsets)
 
 
 def _unreachable_message(brokers: str, said: str) -> str:
@@ -452,10 +440,7 @@ class Client:
             **self.settings.kafka,
         })
         try:
-            if since_us is None:
-                _assign_at_end(consumer, topic, self._connect_timeout, self._problems, self.settings.brokers)
-            else:
-                _assign_at_time(consumer, topic, since_us, self._connect_timeout)
+            _assign_at_end(consumer, topic, self._connect_timeout, self._problems, self.settings.brokers, since_us)
         except BaseException:
             consumer.close()
             raise
@@ -974,10 +959,16 @@ class FollowStream(ChunkStream):
         self._result_at = 0.0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._results: Optional[Consumer] = None
-        self._consumer = client._new_consumer(client.settings.output_topic, since_us)
+        self._consumer = None
+        self._results: Optional[Consumer] = client._new_consumer(client.settings.result_topic, since_us)
+        self._no_output = False
         try:
-            self._results = client._new_consumer(client.settings.result_topic, since_us)
+            try:
+                self._consumer = client._new_consumer(client.settings.output_topic, since_us)
+            except ClientError as e:
+                if not str(e).startswith(f"topic {client.settings.output_topic}:"):
+                    raise
+                self._no_output = True  # a fleet that does not stream: the result says everything
             client._own(self)
         except BaseException:
             self._release()
@@ -985,11 +976,29 @@ class FollowStream(ChunkStream):
         self._deadline = time.monotonic() + timeout
         self._timeout = timeout
 
-    def _result_now(self) -> Optional[Result]:
+    def _step(self) -> Chunk:
+        if not self._no_output:
+            return super()._step()
+        while self.result is None and not self._stop.is_set() and self._results is not None:
+            if time.monotonic() >= self._deadline:
+                raise Timeout(f"no result for request {self.id} within {self._timeout:g} s", self.id)
+            self.result = self._result_now(_POLL_SLICE)
+        raise StopIteration
+
+    def _accept(self, msg: Optional[Message]) -> Optional[Chunk]:
+        # Chunks are keyed by their request's id: others are not decoded.
+        if msg is not None and msg.error() is None and msg.key() is not None and msg.key() != self.id.encode():
+            return None
+        return super()._accept(msg)
+
+    def _result_now(self, wait: float = 0.0) -> Optional[Result]:
+        """The result if it has come: the result consumer drained (its
+        first poll waits up to `wait` seconds)."""
         if self._results is None:
             return None
         while True:
-            msg = self._results.poll(0)
+            msg = self._results.poll(wait)
+            wait = 0.0
             if msg is None or msg.error() is not None:
                 return None
             value = msg.value()
@@ -1007,6 +1016,7 @@ class FollowStream(ChunkStream):
             self._results.close()
             self._results = None
         super()._release()
+        self._client._disown(self)  # (without an output consumer the base does not)
 
 
 class EventSubscription(Iterator[Event]):

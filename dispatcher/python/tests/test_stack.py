@@ -316,6 +316,24 @@ class StackTest(unittest.TestCase):
         self.assertEqual([c.data for c in got], [c.data for c in chunks])
         self.assertEqual(aresult.id, rid)
 
+    def test_follow_without_an_output_topic(self):
+        # A fleet that does not stream has no <result topic>.output: follow
+        # still gives the result (and no chunks).
+        from confluent_kafka import Producer
+        noout = f"{PREFIX}.noout"
+        create_topics([noout])
+        try:
+            producer = Producer(kafka_conf())
+            forged = cf.Result("noout-1", cf.Status.SUCCESS, stdout=b"whole\n")
+            producer.produce(noout, key=b"noout-1", value=forged.encode())
+            self.assertEqual(producer.flush(30), 0)
+            with cf.Client(settings(), request_topic=REQ, result_topic=noout) as other:
+                with other.follow("noout-1", timeout=60) as stream:
+                    self.assertEqual(list(stream), [])
+                self.assertEqual(stream.result.stdout, b"whole\n")
+        finally:
+            delete_topics([noout])
+
     # -- cancel and batch -------------------------------------------------
 
     def test_cancel_a_running_request(self):
