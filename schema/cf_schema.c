@@ -457,6 +457,13 @@ static int workspace_op_check(const cf_request *req, cf_error *err)
         return cf_error_set(err, CF_E_INVALID, "workspace_op.insert_line: only for insert");
     if (o->has_insert_line && o->insert_line < 0)
         return cf_error_set(err, CF_E_INVALID, "workspace_op.insert_line: expected non-negative integer");
+    if ((o->has_first_line || o->has_last_line) && o->op != CF_WS_OP_READ)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.%s: only for read",
+                            o->has_first_line ? "first_line" : "last_line");
+    if (o->has_first_line && o->first_line < 1)
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.first_line: lines count from 1");
+    if (o->has_last_line && o->last_line < (o->has_first_line ? o->first_line : 1))
+        return cf_error_set(err, CF_E_INVALID, "workspace_op.last_line: before first_line");
     if (o->has_expected_revision && !cf_ws_op_writes(o->op))
         return cf_error_set(err, CF_E_INVALID,
                             "workspace_op.expected_revision: only for write, delete, str_replace, insert and "
@@ -983,6 +990,14 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
             enc_key(&oe, "expected_revision");
             enc_ok(&oe, msgpack_pack_int64(&oe.pk, o->expected_revision));
         }
+        if (o->has_first_line) {
+            enc_key(&oe, "first_line");
+            enc_ok(&oe, msgpack_pack_int64(&oe.pk, o->first_line));
+        }
+        if (o->has_last_line) {
+            enc_key(&oe, "last_line");
+            enc_ok(&oe, msgpack_pack_int64(&oe.pk, o->last_line));
+        }
         put_map(&e, "workspace_op", &oe);
         enc_free(&oe);
     }
@@ -1427,9 +1442,11 @@ static const char *const rq_keys[RQ__COUNT] = {
     "workspace_op",
 };
 
-enum { WO_OP, WO_PATH, WO_PATTERN, WO_CONTENT, WO_OLD, WO_NEW, WO_INSERT_LINE, WO_EXPECTED_REV, WO__COUNT };
-static const char *const wo_keys[WO__COUNT] = {"op",      "path",    "pattern",     "content",
-                                               "old_str", "new_str", "insert_line", "expected_revision"};
+enum { WO_OP, WO_PATH, WO_PATTERN, WO_CONTENT, WO_OLD, WO_NEW, WO_INSERT_LINE, WO_EXPECTED_REV, WO_FIRST_LINE,
+       WO_LAST_LINE, WO__COUNT };
+static const char *const wo_keys[WO__COUNT] = {"op",          "path",       "pattern",   "content",
+                                               "old_str",     "new_str",    "insert_line", "expected_revision",
+                                               "first_line",  "last_line"};
 
 enum { CA_NAME, CA_STDIN, CA_INPUT, CA_ARGV, CA_EXPECT, CA__COUNT };
 static const char *const ca_keys[CA__COUNT] = {"name", "stdin", "input", "argv", "expect_stdout"};
@@ -1545,6 +1562,8 @@ static int workspace_op_field(dec *d, void *obj, int idx, const char *path, unsi
     case WO_OLD: return dec_bytes(d, path, &o->old_str);
     case WO_NEW: o->has_new_str = true; return dec_bytes(d, path, &o->new_str);
     case WO_INSERT_LINE: o->has_insert_line = true; return dec_nonneg(d, path, &o->insert_line);
+    case WO_FIRST_LINE: o->has_first_line = true; return dec_nonneg(d, path, &o->first_line);
+    case WO_LAST_LINE: o->has_last_line = true; return dec_nonneg(d, path, &o->last_line);
     default: o->has_expected_revision = true; return dec_nonneg(d, path, &o->expected_revision);
     }
 }

@@ -148,8 +148,10 @@ typedef struct cf_workspace_op {
     cf_bytes content;        /* write: the file's bytes; apply_patch: the patch */
     cf_bytes old_str;        /* str_replace: non-empty */
     cf_bytes new_str;        /* str_replace, insert */
-    bool has_content, has_new_str, has_insert_line, has_expected_revision;
+    bool has_content, has_new_str, has_insert_line, has_expected_revision, has_first_line, has_last_line;
     int64_t insert_line;     /* insert: 0 = at the top */
+    int64_t first_line;      /* read: the first line to answer (1-based; absent: 1) */
+    int64_t last_line;       /* read: the last one, included (absent: to the end) */
     int64_t expected_revision; /* the writing ops: only if the workspace is at this revision */
 } cf_workspace_op;
 

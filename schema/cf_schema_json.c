@@ -486,6 +486,10 @@ json_t *cf_request_to_json(const cf_request *req)
                 jset(oj, "insert_line", json_integer((json_int_t)wo->insert_line), &ok);
             if (wo->has_expected_revision)
                 jset(oj, "expected_revision", json_integer((json_int_t)wo->expected_revision), &ok);
+            if (wo->has_first_line)
+                jset(oj, "first_line", json_integer((json_int_t)wo->first_line), &ok);
+            if (wo->has_last_line)
+                jset(oj, "last_line", json_integer((json_int_t)wo->last_line), &ok);
         }
         jset(o, "workspace_op", oj, &ok);
     }
@@ -854,12 +858,16 @@ static int workspace_op_from_json(const json_t *wo, cf_request *r, cf_error *err
     op->has_new_str = jget(wo, "new_str") != NULL;
     op->has_insert_line = jget(wo, "insert_line") != NULL;
     op->has_expected_revision = jget(wo, "expected_revision") != NULL;
+    op->has_first_line = jget(wo, "first_line") != NULL;
+    op->has_last_line = jget(wo, "last_line") != NULL;
     if (jstr(wo, "workspace_op", "path", &op->path, err) < 0 ||
         jstr(wo, "workspace_op", "pattern", &op->pattern, err) < 0 ||
         jbytes(wo, "content", &op->content, err) < 0 || jbytes(wo, "old_str", &op->old_str, err) < 0 ||
         jbytes(wo, "new_str", &op->new_str, err) < 0 ||
         jnonneg(wo, "workspace_op", "insert_line", &op->insert_line, err) < 0 ||
-        jnonneg(wo, "workspace_op", "expected_revision", &op->expected_revision, err) < 0)
+        jnonneg(wo, "workspace_op", "expected_revision", &op->expected_revision, err) < 0 ||
+        jnonneg(wo, "workspace_op", "first_line", &op->first_line, err) < 0 ||
+        jnonneg(wo, "workspace_op", "last_line", &op->last_line, err) < 0)
         return cf_error_wrap(err, "workspace_op");
     /* An empty old_str is said as such, not as a missing one. */
     if (jget(wo, "old_str") && !op->old_str.data && cf_bytes_set(&op->old_str, "", 0) < 0)

@@ -33,7 +33,9 @@ static size_t line_of(const uint8_t *data, size_t off)
     return line;
 }
 
-static int add_listed(cf_result *res, const cf_ws_entry *e, const uint8_t *content, size_t len)
+/* e in the answer: listed (content NULL), or with content, cut short of
+ * what was asked by the output cap when cut. */
+static int add_listed(cf_result *res, const cf_ws_entry *e, const uint8_t *content, size_t len, bool cut)
 {
     cf_out_file *v = realloc(res->files, (res->n_files + 1) * sizeof(*v));
     if (!v)
@@ -49,8 +51,8 @@ static int add_listed(cf_result *res, const cf_ws_entry *e, const uint8_t *conte
     if (content) {
         if (cf_bytes_set(&f->content, content, len) < 0)
             return -1;
-        f->truncated = len < e->size;
-        res->files_truncated |= f->truncated;
+        f->truncated = cut;
+        res->files_truncated |= cut;
     }
     return 0;
 }
@@ -113,6 +115,46 @@ static int change(cf_wstate_run *run, const char *path, const uint8_t *data, siz
     }
     run->op_change = true;
     return 0;
+}
+
+/* read: the file, or its lines first_line..last_line (1-based, the last
+ * included, each with its newline; last_line past the end: to the end),
+ * cut at the output cap.  A first_line past the last line is an error,
+ * as text_editor's view_range makes it. */
+static void op_read(const cf_workspace_op *o, const cf_ws_entry *e, int64_t cap, cf_result *res)
+{
+    const uint8_t *d = e->data ? e->data : (const uint8_t *)"";
+    size_t from = 0, to = e->size;
+    if (o->has_first_line || o->has_last_line) {
+        int64_t first = o->has_first_line ? o->first_line : 1;
+        int64_t last = o->has_last_line ? o->last_line : INT64_MAX;
+        int64_t lines = 0;
+        for (const uint8_t *p = d, *end = d + e->size; p < end; lines++) {
+            const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
+            p = nl ? nl + 1 : end;
+        }
+        if (first > (lines ? lines : 1)) {
+            fail(res, CF_STATUS_FAILED, "read: %s has %" PRId64 " line(s): first_line %" PRId64 " is past its end",
+                 o->path, lines, first);
+            return;
+        }
+        int64_t line = 1;
+        for (size_t i = 0; i < e->size; line++) {
+            const uint8_t *nl = memchr(d + i, '\n', e->size - i);
+            size_t next = nl ? (size_t)(nl - d) + 1 : e->size;
+            if (line == first)
+                from = i;
+            if (line == last) {
+                to = next;
+                break;
+            }
+            i = next;
+        }
+    }
+    size_t want = to - from;
+    size_t keep = (uint64_t)want > (uint64_t)cap ? (size_t)cap : want;
+    if (add_listed(res, e, d + from, keep, keep < want) < 0)
+        fail(res, CF_STATUS_INTERNAL_ERROR, "read: out of memory");
 }
 
 static void op_grep(const cf_workspace_op *o, const cf_wstate_run *run, int64_t cap, cf_result *res)
@@ -342,7 +384,7 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
     case CF_WS_OP_LIST:
         for (size_t i = 0; i < run->snap.n; i++)
             if ((!o->pattern || cf_glob_match(o->pattern, run->snap.entries[i].path, CF_GLOB_ANY_DEPTH)) &&
-                add_listed(res, &run->snap.entries[i], NULL, 0) < 0) {
+                add_listed(res, &run->snap.entries[i], NULL, 0, false) < 0) {
                 fail(res, CF_STATUS_INTERNAL_ERROR, "list: out of memory");
                 return false;
             }
@@ -363,12 +405,9 @@ bool ws_op_apply(const cf_wstate *st, const cf_request *req, cf_wstate_run *run,
     uint8_t *data = NULL;
     size_t len = 0;
     switch (o->op) {
-    case CF_WS_OP_READ: {
-        size_t keep = (int64_t)e->size > cap ? (size_t)cap : e->size;
-        if (add_listed(res, e, e->data ? e->data : (const uint8_t *)"", keep) < 0)
-            fail(res, CF_STATUS_INTERNAL_ERROR, "read: out of memory");
+    case CF_WS_OP_READ:
+        op_read(o, e, cap, res);
         return false;
-    }
     case CF_WS_OP_WRITE:
         if (e && e->size == o->content.len && (e->size == 0 || memcmp(e->data, o->content.data, e->size) == 0))
             return false; /* the same bytes: no new revision */

@@ -28,7 +28,8 @@ static const char files_help[] =
     "the workspace is at revision N (exit 8 otherwise).\n"
     "\n"
     "  ls WS [GLOB]                 paths and sizes (GLOB: '*' within a directory, '**/' at any depth)\n"
-    "  cat WS PATH                  the file's bytes on stdout (cut at the output cap: exit 1)\n"
+    "  cat WS PATH [FIRST:LAST]     the file's bytes on stdout, or only lines FIRST..LAST (1-based;\n"
+    "                               FIRST: or FIRST = to the end); cut at the output cap: exit 1\n"
     "  put WS PATH [LOCAL | -]      write the file from LOCAL or stdin (created if missing)\n"
     "  rm WS PATH                   delete the file\n"
     "  grep WS TEXT [GLOB]          lines holding TEXT (a fixed string) as path:line:text\n"
@@ -61,10 +62,34 @@ typedef struct sub {
 } sub;
 
 static const sub subs[] = {
-    {"ls", CF_WS_OP_LIST, 0, 1},         {"cat", CF_WS_OP_READ, 1, 1},   {"put", CF_WS_OP_WRITE, 1, 2},
+    {"ls", CF_WS_OP_LIST, 0, 1},         {"cat", CF_WS_OP_READ, 1, 2},   {"put", CF_WS_OP_WRITE, 1, 2},
     {"rm", CF_WS_OP_DELETE, 1, 1},       {"grep", CF_WS_OP_GREP, 1, 2},  {"replace", CF_WS_OP_STR_REPLACE, 2, 3},
     {"insert", CF_WS_OP_INSERT, 3, 3},   {"patch", CF_WS_OP_APPLY_PATCH, 0, 1},
 };
+
+/* cat's FIRST:LAST, FIRST: or FIRST (1-based lines; no LAST: to the end). */
+static int parse_lines(const char *arg, cf_workspace_op *o, char *why, size_t wsz)
+{
+    char *end = NULL;
+    long long first = strtoll(arg, &end, 10), last = 0;
+    bool ok = end != arg && first >= 1;
+    if (ok && *end == ':' && end[1]) {
+        const char *l = end + 1;
+        last = strtoll(l, &end, 10);
+        ok = end != l && last >= first;
+        o->has_last_line = true;
+    } else if (ok && *end == ':') {
+        end++;
+    }
+    if (!ok || *end) {
+        snprintf(why, wsz, "lines '%.40s': FIRST:LAST, FIRST: or FIRST (1-based, LAST at least FIRST)", arg);
+        return -1;
+    }
+    o->first_line = first;
+    o->last_line = last;
+    o->has_first_line = true;
+    return 0;
+}
 
 /* The op's fields from the arguments after WORKSPACE. */
 static int fill_op(const sub *s, char **a, int n, cf_workspace_op *o, char *why, size_t wsz)
@@ -111,7 +136,11 @@ static int fill_op(const sub *s, char **a, int n, cf_workspace_op *o, char *why,
             return -1;
         return 0;
     }
-    default: /* cat, rm */
+    case CF_WS_OP_READ:
+        if (n > 1 && parse_lines(a[1], o, why, wsz) < 0)
+            return -1;
+        return (o->path = strdup(a[0])) ? 0 : -1;
+    default: /* rm */
         return (o->path = strdup(a[0])) ? 0 : -1;
     }
 }
@@ -127,8 +156,9 @@ static void print_human(const sub *s, const cf_request *req, const cf_result *re
     } else if (s->op == CF_WS_OP_READ && res->n_files == 1) {
         fwrite(res->files[0].content.data, 1, res->files[0].content.len, stdout);
         if (res->files[0].truncated)
-            fprintf(stderr, "codefleet files cat: cut at the output cap: %zu of %" PRId64 " bytes (raise it with "
-                    "the profile's max-output)\n", res->files[0].content.len, res->files[0].size);
+            fprintf(stderr, "codefleet files cat: cut at the output cap: %zu bytes came, the file has %" PRId64
+                    " (read it in parts: files cat WS PATH FIRST:LAST)\n", res->files[0].content.len,
+                    res->files[0].size);
     } else if (s->op == CF_WS_OP_GREP) {
         fwrite(res->stdout_data.data, 1, res->stdout_data.len, stdout);
         if (res->stdout_truncated)

@@ -1064,6 +1064,15 @@ static json_t *file_op_request(const char *tool, const json_t *args, const char 
     json_t *patch = json_object_get(args, "patch");
     if (o && patch)
         json_object_set(o, "content", patch);
+    /* text_editor's view_range [first, last] (-1: to the end); checked by
+     * tool_file_op. */
+    json_t *range = json_object_get(args, "view_range");
+    if (o && range) {
+        json_object_set(o, "first_line", json_array_get(range, 0));
+        json_int_t last = json_integer_value(json_array_get(range, 1));
+        if (last != -1)
+            json_object_set(o, "last_line", json_array_get(range, 1));
+    }
     /* str_replace without new_str deletes old_str (text_editor's rule). */
     if (o && strcmp(tool, "str_replace") == 0 && !json_object_get(o, "new_str"))
         json_object_set_new(o, "new_str", json_string(""));
@@ -1155,6 +1164,10 @@ static json_t *tool_file_op(mcp_call *c, const char *tool, const json_t *args, b
     const char *ws_id = mcp_str_arg(args, "workspace"), *path = mcp_str_arg(args, "path");
     if (!ws_id || !ws_id[0])
         return mcp_tool_error("workspace: a workspace id");
+    const json_t *range = json_object_get(args, "view_range");
+    if (range && (!json_is_array(range) || json_array_size(range) != 2 ||
+                  !json_is_integer(json_array_get(range, 0)) || !json_is_integer(json_array_get(range, 1))))
+        return mcp_tool_error("view_range: [first line, last line] (1-based; -1 as the last: to the end)");
     char id[CF_ID_MAX + 1];
     cf_error err = {0};
     if (cf_dispatcher_new_id(id, sizeof(id), &err) < 0)

@@ -181,7 +181,8 @@ static const tool_def tool_defs[] = {
      "Paths and sizes of a workspace's files at its current revision; pattern (a glob, \"**/*.py\") narrows them.",
      true, false, true},
     {"read_file", "Read a workspace file",
-     "One file of a workspace (text, or {\"base64\": ...} for other bytes), cut at the output cap (truncated says so).",
+     "One file of a workspace (text, or {\"base64\": ...} for other bytes), or its lines view_range, cut at the "
+     "output cap (truncated says so).",
      true, false, true},
     {"write_file", "Write a workspace file",
      "Write one file into a workspace (created if missing) as a new revision; executions with that workspace "
@@ -287,6 +288,11 @@ static json_t *tool_schema(const char *name)
     }
     json_object_set_new(p, "path", prop("string", path_is));
     if (strcmp(name, "read_file") == 0) {
+        json_object_set_new(p, "view_range",
+                            json_pack("{s:s, s:{s:s}, s:i, s:i, s:s}", "type", "array", "items", "type", "integer",
+                                      "minItems", 2, "maxItems", 2, "description",
+                                      "Only these lines: [first, last], 1-based, the last included (-1: to the "
+                                      "end), as text_editor's view takes them: read a big file in parts."));
         static const char *const req[] = {"workspace", "path"};
         return object_schema(p, req, 2);
     }

@@ -279,6 +279,17 @@ EXPECTED = {
             "expected_revision": 3,
         },
     },
+    "request_workspace_read": {
+        "v": 1,
+        "id": "req-wsop-0002",
+        "workspace": "tenant-a.repo",
+        "workspace_op": {
+            "op": "read",
+            "path": "src/app.py",
+            "first_line": 10,
+            "last_line": 20,
+        },
+    },
     "request_stream": {
         "v": 1,
         "id": "req-stream-0001",

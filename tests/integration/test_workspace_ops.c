@@ -484,6 +484,66 @@ static void ops_are_held_to_max_file_size(void **state)
     fleet_stop(&f);
 }
 
+/* A read of some lines (a big file read in parts): each line with its
+ * newline, the last line without one as it is, past the end clipped;
+ * a first line past the end is a failure that says how many there are;
+ * and the CLI's cat FIRST:LAST. */
+static void a_read_of_some_lines(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    char ws[128];
+    snprintf(ws, sizeof(ws), "%slines", f.prefix[0]);
+    cf_request req;
+    cf_result res;
+    content_request(&req, ws, CF_WS_OP_WRITE, "five.txt", "l1\nl2\nl3\nl4\nl5");
+    run_op(f.d[0], &req, &res, CF_STATUS_SUCCESS, "write five lines");
+    cf_result_clear(&res);
+    static const struct {
+        int64_t first, last; /* 0: absent */
+        const char *want;
+    } reads[] = {{2, 3, "l2\nl3\n"}, {4, 0, "l4\nl5"}, {0, 1, "l1\n"}, {5, 99, "l5"}, {3, 3, "l3\n"}};
+    for (size_t i = 0; i < sizeof(reads) / sizeof(reads[0]); i++) {
+        cf_workspace_op *o = op_request(&req, ws, CF_WS_OP_READ, "five.txt");
+        o->first_line = reads[i].first;
+        o->has_first_line = reads[i].first > 0;
+        o->last_line = reads[i].last;
+        o->has_last_line = reads[i].last > 0;
+        run_op(f.d[0], &req, &res, CF_STATUS_SUCCESS, "a read of some lines");
+        assert_int_equal(res.n_files, 1);
+        assert_int_equal(res.files[0].size, 14); /* the whole file's */
+        assert_false(res.files[0].truncated);
+        if (res.files[0].content.len != strlen(reads[i].want) ||
+            memcmp(res.files[0].content.data, reads[i].want, strlen(reads[i].want)) != 0)
+            fail_msg("read %zu: '%.*s', not '%s'", i, (int)res.files[0].content.len,
+                     (const char *)res.files[0].content.data, reads[i].want);
+        cf_result_clear(&res);
+    }
+    cf_workspace_op *o = op_request(&req, ws, CF_WS_OP_READ, "five.txt");
+    o->first_line = 6;
+    o->has_first_line = true;
+    run_op(f.d[0], &req, &res, CF_STATUS_FAILED, "a first line past the end");
+    assert_reason(&res, "five.txt has 5 line(s): first_line 6 is past its end");
+    cf_result_clear(&res);
+    char tmp[] = "/tmp/cf-it-lines-XXXXXX", out[4096], err[4096];
+    assert_non_null(mkdtemp(tmp));
+    char topic[160], result_topic[160];
+    snprintf(topic, sizeof(topic), "--request-topic=%s", f.topic[0]);
+    snprintf(result_topic, sizeof(result_topic), "--result-topic=%s", f.t.results);
+    const char *cat[] = {topic, result_topic, "files", "cat", ws, "five.txt", "2:3", NULL};
+    assert_int_equal(it_cli_run(cat, tmp, out, sizeof(out), err, sizeof(err)), 0);
+    assert_string_equal(out, "l2\nl3\n");
+    const char *bad[] = {topic, result_topic, "files", "cat", ws, "five.txt", "3:2", NULL};
+    assert_int_equal(it_cli_run(bad, tmp, out, sizeof(out), err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "FIRST:LAST"));
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
+    assert_int_equal(system(cmd), 0);
+    fleet_stop(&f);
+}
+
 /* apply_patch (OpenAI's V4A format): several files as one revision; a hunk
  * that does not apply is said with its file and line, and nothing of the
  * patch is written, not even its files that would apply. */
@@ -714,6 +774,7 @@ int main(void)
         cmocka_unit_test(tenants_reach_only_their_own_workspaces),
         cmocka_unit_test(a_write_over_the_quota_is_refused),
         cmocka_unit_test(ops_are_held_to_max_file_size),
+        cmocka_unit_test(a_read_of_some_lines),
         cmocka_unit_test(apply_patch_through_the_fleet),
         cmocka_unit_test(the_cli_does_them_through_the_fleet),
         cmocka_unit_test(a_lost_race_is_a_failure),

@@ -108,6 +108,21 @@ static void make_workspace_op_request(cf_request *r)
     r->workspace_op->has_expected_revision = true;
 }
 
+/* A read of lines 10..20 of a file (a big file read in parts). */
+static void make_workspace_read_request(cf_request *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = strdup("req-wsop-0002");
+    r->workspace = strdup("tenant-a.repo");
+    r->workspace_op = calloc(1, sizeof(*r->workspace_op));
+    r->workspace_op->op = CF_WS_OP_READ;
+    r->workspace_op->path = strdup("src/app.py");
+    r->workspace_op->first_line = 10;
+    r->workspace_op->has_first_line = true;
+    r->workspace_op->last_line = 20;
+    r->workspace_op->has_last_line = true;
+}
+
 /* Its result: two chunks published by run "3f2a9c0d1e4b5a67-42". */
 static void make_stream_result(cf_result *r)
 {
@@ -402,6 +417,10 @@ static void assert_request_eq(const cf_request *a, const cf_request *b)
         assert_int_equal(x->insert_line, y->insert_line);
         assert_int_equal(x->has_expected_revision, y->has_expected_revision);
         assert_int_equal(x->expected_revision, y->expected_revision);
+        assert_int_equal(x->has_first_line, y->has_first_line);
+        assert_int_equal(x->first_line, y->first_line);
+        assert_int_equal(x->has_last_line, y->has_last_line);
+        assert_int_equal(x->last_line, y->last_line);
     }
     assert_int_equal(a->n_cases, b->n_cases);
     for (size_t i = 0; i < a->n_cases; i++) {
@@ -746,6 +765,12 @@ static void test_golden_request_workspace_op(void **state)
 {
     (void)state;
     golden_request("request_workspace_op", make_workspace_op_request);
+}
+
+static void test_golden_request_workspace_read(void **state)
+{
+    (void)state;
+    golden_request("request_workspace_read", make_workspace_read_request);
 }
 
 static void test_golden_result_stream(void **state)
@@ -1987,6 +2012,12 @@ static void test_workspace_op(void **state)
          "\"new_str\":\"l\"}}", "insert needs insert_line and new_str"},
         {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"read\",\"path\":\"a\","
          "\"expected_revision\":3}}", "expected_revision: only for"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"grep\",\"pattern\":\"a\","
+         "\"first_line\":3}}", "first_line: only for read"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"read\",\"path\":\"a\","
+         "\"first_line\":0}}", "first_line: lines count from 1"},
+        {"{\"v\":1,\"id\":\"x\",\"workspace\":\"w\",\"workspace_op\":{\"op\":\"read\",\"path\":\"a\","
+         "\"first_line\":5,\"last_line\":4}}", "last_line: before first_line"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         json_error_t je;
@@ -2052,6 +2083,7 @@ int main(void)
         cmocka_unit_test(test_golden_result_compiled),
         cmocka_unit_test(test_golden_request_stream),
         cmocka_unit_test(test_golden_request_workspace_op),
+        cmocka_unit_test(test_golden_request_workspace_read),
         cmocka_unit_test(test_golden_start_notice),
         cmocka_unit_test(test_golden_result_stream),
         cmocka_unit_test(test_golden_chunk),

@@ -11,8 +11,8 @@ import asyncio
 import functools
 from typing import Any, Callable, Iterable, List, Optional, Tuple, TypeVar, Union
 
-from .client import (ChunkStream, Client, ClientStats, FollowStream, ResultOrError, WorkspaceEntry, _ws_content, _ws_format,
-                     _ws_listing, _ws_matches, _ws_request)
+from .client import (ChunkStream, Client, ClientStats, FollowStream, ResultOrError, WorkspaceEntry, _ws_content,
+                     _ws_format, _ws_lines, _ws_listing, _ws_matches, _ws_request)
 from .config import Settings
 from .errors import BatchTimeout, ClientClosed, Timeout, WorkspaceOpError
 from .wire import Chunk, Event, Request, Result, Status
@@ -239,9 +239,10 @@ class AsyncWorkspaceFiles:
     async def list(self, pattern: Optional[str] = None) -> List[WorkspaceEntry]:
         return _ws_listing(await self._op("list", pattern=pattern))
 
-    async def read(self, path: str, format: str = "text") -> Union[str, bytes]:
+    async def read(self, path: str, format: str = "text", *, lines: Optional[Tuple[int, Optional[int]]] = None
+                   ) -> Union[str, bytes]:
         _ws_format(format)
-        return _ws_content(await self._op("read", path=path), path, format)
+        return _ws_content(await self._op("read", path=path, **_ws_lines(lines)), path, format)
 
     async def write(self, path: str, data: Union[str, bytes], *, expected_revision: Optional[int] = None) -> int:
         return (await self._op("write", path=path, content=data, expected_revision=expected_revision)).workspace_revision

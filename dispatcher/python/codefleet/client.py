@@ -708,10 +708,18 @@ def _ws_listing(res: Result) -> List[WorkspaceEntry]:
     return [WorkspaceEntry(f.path, f.size) for f in res.files]
 
 
+def _ws_lines(lines: Optional[Tuple[int, Optional[int]]]) -> Dict[str, int]:
+    if lines is None:
+        return {}
+    first, last = lines
+    return {"first_line": first} if last is None else {"first_line": first, "last_line": last}
+
+
 def _ws_content(res: Result, path: str, format: str) -> Union[str, bytes]:
     f = res.files[0]
     if f.truncated:
-        raise ClientError(f"{path}: {f.size} bytes, more than the output cap ({len(f.content)} came back)")
+        raise ClientError(f"{path}: more than the output cap asked for ({len(f.content)} bytes came back, the file "
+                          f"has {f.size}): read it in parts (lines=)")
     return f.content.decode() if format == "text" else f.content
 
 
@@ -767,12 +775,15 @@ class WorkspaceFiles:
         leading ``**/`` at any depth)."""
         return _ws_listing(self._op("list", pattern=pattern))
 
-    def read(self, path: str, format: str = "text") -> Union[str, bytes]:
+    def read(self, path: str, format: str = "text", *, lines: Optional[Tuple[int, Optional[int]]] = None
+             ) -> Union[str, bytes]:
         """The file: ``str`` (``format="text"``, UTF-8) or ``bytes``
-        (``format="bytes"``).  A file over the output cap raises
+        (``format="bytes"``); with ``lines=(first, last)`` only those lines
+        (1-based, `last` included; ``None``: to the end), as a big file is
+        read in parts.  What is over the output cap raises
         :class:`ClientError` rather than handing back part of it."""
         _ws_format(format)
-        return _ws_content(self._op("read", path=path), path, format)
+        return _ws_content(self._op("read", path=path, **_ws_lines(lines)), path, format)
 
     def write(self, path: str, data: Union[str, bytes], *, expected_revision: Optional[int] = None) -> int:
         """Creates or replaces the file; returns the workspace's revision."""

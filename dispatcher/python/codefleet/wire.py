@@ -301,6 +301,8 @@ class WorkspaceOp:
     new_str: Optional[bytes] = None
     insert_line: Optional[int] = None
     expected_revision: Optional[int] = None
+    first_line: Optional[int] = None  # read: from this line (1-based)
+    last_line: Optional[int] = None   # read: up to this line, included
 
     def __post_init__(self) -> None:
         self.content = _to_bytes(self.content)
@@ -1067,6 +1069,8 @@ _WORKSPACE_OP = _Spec([
     ("new_str", _d_bytes, True),
     ("insert_line", _d_uint, True),
     ("expected_revision", _d_uint, True),
+    ("first_line", _d_uint, True),
+    ("last_line", _d_uint, True),
 ], lambda got: WorkspaceOp(**got) if "op" in got else _no_op())
 
 
@@ -1398,6 +1402,13 @@ def _check_workspace_op(req: Request) -> None:
     if o.expected_revision is not None and op not in _OP_WRITES:
         raise WireError("workspace_op.expected_revision",
                         "only for write, delete, str_replace, insert and apply_patch")
+    for name in ("first_line", "last_line"):
+        if getattr(o, name) is not None and op != "read":
+            raise WireError(f"workspace_op.{name}", "only for read")
+    if o.first_line is not None and o.first_line < 1:
+        raise WireError("workspace_op.first_line", "lines count from 1")
+    if o.last_line is not None and o.last_line < (o.first_line if o.first_line is not None else 1):
+        raise WireError("workspace_op.last_line", "before first_line")
 
 
 def _check_request(req: Request) -> None:
@@ -1791,7 +1802,7 @@ def _encode_workspace_op(o: WorkspaceOp) -> bytes:
         value = getattr(o, name)
         if value is not None:
             m.put(name, _text_out(_as_bytes(value, f"workspace_op.{name}")))
-    for name in ("insert_line", "expected_revision"):  # written when given, even 0
+    for name in ("insert_line", "expected_revision", "first_line", "last_line"):  # written when given, even 0
         value = getattr(o, name)
         if value is not None:
             m.put(name, _e_int(value, f"workspace_op.{name}", 0, _INT64_MAX, "non-negative integer"))

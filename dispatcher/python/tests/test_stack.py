@@ -193,6 +193,11 @@ class StackTest(unittest.TestCase):
                                            "@@\n-print(x)\n+print(x + 1)\n*** End Patch\n"),
                          ["data.bin", "src/app.py"])
         self.assertEqual(files.read("src/app.py"), "import os\nx = 41\nprint(x + 1)\n")
+        self.assertEqual(files.read("src/app.py", lines=(2, 3)), "x = 41\nprint(x + 1)\n")
+        self.assertEqual(files.read("src/app.py", lines=(3, None)), "print(x + 1)\n")
+        with self.assertRaises(cf.WorkspaceOpError) as cm:
+            files.read("src/app.py", lines=(4, None))
+        self.assertIn("has 3 line(s)", str(cm.exception))
         with self.assertRaises(cf.WorkspaceOpError) as cm:
             files.read("data.bin")
         self.assertIn("no file data.bin", str(cm.exception))

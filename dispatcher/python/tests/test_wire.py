@@ -123,6 +123,8 @@ EXPECTED = {
     ),
     "request_workspace_op": cf.Request(id="req-wsop-0001", workspace="tenant-a.repo", workspace_op=cf.WorkspaceOp(
         cf.WorkspaceOpKind.STR_REPLACE, path="src/app.py", old_str=b"x = 1", new_str=b"x = 41", expected_revision=3)),
+    "request_workspace_read": cf.Request(id="req-wsop-0002", workspace="tenant-a.repo", workspace_op=cf.WorkspaceOp(
+        cf.WorkspaceOpKind.READ, path="src/app.py", first_line=10, last_line=20)),
     "result_stream": cf.Result(id="req-stream-0001", status=cf.Status.SUCCESS, exit_code=0, stdout=b"a\n",
                                stderr=b"b\n", metadata=cf.Metadata(backend="sandbox", run="3f2a9c0d1e4b5a67-42"),
                                chunks=2),
