@@ -743,6 +743,15 @@ static void put_int(enc *e, const char *k, int64_t v)
     enc_ok(e, msgpack_pack_int64(&e->pk, v));
 }
 
+/* An integer written whenever it is given, 0 included. */
+static void put_int_given(enc *e, const char *k, bool given, int64_t v)
+{
+    if (!given)
+        return;
+    enc_key(e, k);
+    enc_ok(e, msgpack_pack_int64(&e->pk, v));
+}
+
 static void put_true(enc *e, const char *k, bool v)
 {
     if (!v)
@@ -982,22 +991,10 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
             enc_key(&oe, "new_str");
             pack_text(&oe, &o->new_str);
         }
-        if (o->has_insert_line) {
-            enc_key(&oe, "insert_line");
-            enc_ok(&oe, msgpack_pack_int64(&oe.pk, o->insert_line));
-        }
-        if (o->has_expected_revision) {
-            enc_key(&oe, "expected_revision");
-            enc_ok(&oe, msgpack_pack_int64(&oe.pk, o->expected_revision));
-        }
-        if (o->has_first_line) {
-            enc_key(&oe, "first_line");
-            enc_ok(&oe, msgpack_pack_int64(&oe.pk, o->first_line));
-        }
-        if (o->has_last_line) {
-            enc_key(&oe, "last_line");
-            enc_ok(&oe, msgpack_pack_int64(&oe.pk, o->last_line));
-        }
+        put_int_given(&oe, "insert_line", o->has_insert_line, o->insert_line);
+        put_int_given(&oe, "expected_revision", o->has_expected_revision, o->expected_revision);
+        put_int_given(&oe, "first_line", o->has_first_line, o->first_line);
+        put_int_given(&oe, "last_line", o->has_last_line, o->last_line);
         put_map(&e, "workspace_op", &oe);
         enc_free(&oe);
     }
@@ -1083,10 +1080,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     put_int(&e, "v", CF_SCHEMA_VERSION);
     put_str(&e, "id", res->id);
     put_str(&e, "status", cf_status_name(res->status));
-    if (res->has_exit_code) {
-        enc_key(&e, "exit_code");
-        enc_ok(&e, msgpack_pack_int64(&e.pk, res->exit_code));
-    }
+    put_int_given(&e, "exit_code", res->has_exit_code, res->exit_code);
     put_int(&e, "signal", res->signal);
     if (res->stdout_data.len) {
         enc_key(&e, "stdout");
@@ -1148,10 +1142,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
             enc_init(&ce);
             put_str(&ce, "name", c->name);
             put_str(&ce, "status", cf_status_name(c->status));
-            if (c->has_exit_code) {
-                enc_key(&ce, "exit_code");
-                enc_ok(&ce, msgpack_pack_int64(&ce.pk, c->exit_code));
-            }
+            put_int_given(&ce, "exit_code", c->has_exit_code, c->exit_code);
             put_int(&ce, "signal", c->signal);
             if (c->stdout_data.len) {
                 enc_key(&ce, "stdout");
@@ -1184,8 +1175,7 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
             enc fe;
             enc_init(&fe);
             put_str(&fe, "path", f->path);
-            enc_key(&fe, "size");
-            enc_ok(&fe, msgpack_pack_int64(&fe.pk, f->size));
+            put_int_given(&fe, "size", true, f->size);
             if (!f->listed) {
                 enc_key(&fe, "content");
                 pack_bin(&fe, &f->content);
@@ -1444,9 +1434,8 @@ static const char *const rq_keys[RQ__COUNT] = {
 
 enum { WO_OP, WO_PATH, WO_PATTERN, WO_CONTENT, WO_OLD, WO_NEW, WO_INSERT_LINE, WO_EXPECTED_REV, WO_FIRST_LINE,
        WO_LAST_LINE, WO__COUNT };
-static const char *const wo_keys[WO__COUNT] = {"op",          "path",       "pattern",   "content",
-                                               "old_str",     "new_str",    "insert_line", "expected_revision",
-                                               "first_line",  "last_line"};
+static const char *const wo_keys[WO__COUNT] = {"op", "path", "pattern", "content", "old_str", "new_str",
+                                               "insert_line", "expected_revision", "first_line", "last_line"};
 
 enum { CA_NAME, CA_STDIN, CA_INPUT, CA_ARGV, CA_EXPECT, CA__COUNT };
 static const char *const ca_keys[CA__COUNT] = {"name", "stdin", "input", "argv", "expect_stdout"};
