@@ -645,6 +645,15 @@ static int cmd_cancel(const cf_cli_globals *g, int argc, char **argv)
     return rc;
 }
 
+/* wait or follow stopped by Ctrl-C (or SIGTERM): the request goes on. */
+static int interrupted(const char *cmd, const char *id)
+{
+    char msg[400];
+    snprintf(msg, sizeof(msg), "interrupted before the result of %s: the request goes on ('codefleet follow %s' "
+             "reattaches, 'codefleet cancel %s' stops it)", id, id, id);
+    return cf_cli_report(cmd, CF_EXIT_NO_RESULT, msg);
+}
+
 /* wait and follow: ID [--since DURATION-AGO | --since-us EPOCH_US]
  * (default: 10 minutes ago).  Returns -1 with *rc set when the command
  * ends here (help, a usage error). */
@@ -698,12 +707,16 @@ static int cmd_wait(const cf_cli_globals *g, int argc, char **argv)
         return rc;
     cf_error err = {0};
     cf_dispatcher *d = NULL;
-    if (open_dispatcher(g, false, &d, &err) < 0)
+    cf_dispatcher_config cfg = {.brokers = g->brokers, .request_topic = g->request_topic,
+                                .result_topic = g->result_topic, .client_id = "codefleet-cli", .kafka = &g->kafka,
+                                .chunks_only = true, .interrupt = &cf_cli_stop};
+    if (cf_dispatcher_new(&cfg, &d, &err) < 0)
         return fail(&err, NULL);
     cf_result res = {0};
     if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0)
-        rc = err.code == CF_E_TIMEOUT ? report_no_result(d, NULL, id, since_us, g->timeout_us, NULL, false)
-                                     : fail(&err, "wait");
+        rc = cf_cli_stop               ? interrupted("wait", id)
+             : err.code == CF_E_TIMEOUT ? report_no_result(d, NULL, id, since_us, g->timeout_us, NULL, false)
+                                        : fail(&err, "wait");
     else
         rc = emit_result(g, &res);
     cf_result_clear(&res);
@@ -737,6 +750,7 @@ static int cmd_follow(const cf_cli_globals *g, int argc, char **argv)
         .output_since_us = since_us > 0 ? since_us : 1,
         .output_key = id,
         .chunks_only = true,
+        .interrupt = &cf_cli_stop,
     };
     cf_dispatcher *d = NULL;
     if (cf_dispatcher_new(&cfg, &d, &err) < 0) {
@@ -751,8 +765,9 @@ static int cmd_follow(const cf_cli_globals *g, int argc, char **argv)
     cf_result res = {0};
     if (cf_dispatcher_wait_since(d, id, since_us, g->timeout_us, &res, &err) < 0) {
         follow_stop(&fs); /* nothing follows the answer below */
-        rc = err.code == CF_E_TIMEOUT ? report_no_result(d, NULL, id, since_us, g->timeout_us, NULL, false)
-                                     : fail(&err, "follow");
+        rc = cf_cli_stop               ? interrupted("follow", id)
+             : err.code == CF_E_TIMEOUT ? report_no_result(d, NULL, id, since_us, g->timeout_us, NULL, false)
+                                        : fail(&err, "follow");
     } else {
         rc = emit_followed_result(g, &fs, &res);
     }

@@ -204,6 +204,7 @@ struct cf_dispatcher {
     atomic_uint_fast64_t n_chunks;
     atomic_uint_fast64_t n_chunks_malformed;
     atomic_uint_fast64_t n_producer_heals;
+    volatile sig_atomic_t *interrupt; /* the application's (config) */
 };
 
 /* A consumer of the result topic, assigned by the caller. */
@@ -413,6 +414,7 @@ int cf_dispatcher_new(const cf_dispatcher_config *cfg, cf_dispatcher **out, cf_e
     cf_kafka_dr_init(&d->dr);
     pthread_mutex_init(&d->mu, NULL);
     atomic_init(&d->stop, false);
+    d->interrupt = cfg->interrupt;
     d->map.max = cfg->max_pending ? cfg->max_pending : CF_DISPATCHER_MAX_PENDING_DEFAULT;
     d->map.max_bytes = cfg->max_pending_bytes ? cfg->max_pending_bytes : CF_DISPATCHER_MAX_PENDING_BYTES_DEFAULT;
 
@@ -743,9 +745,13 @@ int cf_dispatcher_wait_since(cf_dispatcher *d, const char *id, int64_t since_us,
     }
     find_ctx f = {.id = id, .idlen = strlen(id), .out = out};
     bool found = false;
-    if (scan_results(d, CF_KAFKA_FROM_TIME, since_us, NULL, timeout_us > 0 ? timeout_us : 1, find_cb, &f, &found,
-                     err) < 0)
+    if (scan_results(d, CF_KAFKA_FROM_TIME, since_us, d->interrupt, timeout_us > 0 ? timeout_us : 1, find_cb, &f,
+                     &found, err) < 0)
         return cf_error_wrap(err, "wait for %s", id);
+    if (!found && d->interrupt && *d->interrupt) { /* the caller's time ran out early */
+        cf_error_set(err, CF_E_TIMEOUT, "interrupted before the result of %s came", id);
+        return cf_error_set_retriable(err, true);
+    }
     if (!found) {
         cf_error_set(err, CF_E_TIMEOUT, "no result for %s within %" PRId64 " ms", id, timeout_us / 1000);
         return cf_error_set_retriable(err, true);

@@ -62,6 +62,9 @@ typedef struct cf_dispatcher_config {
     /* No producer (nor its keeper thread): a reader of results or chunks
      * only; submit, cancel and flush then fail. */
     bool chunks_only;
+    /* A flag the application sets (a signal handler: Ctrl-C) to end
+     * cf_dispatcher_wait_since early; NULL: none. */
+    volatile sig_atomic_t *interrupt;
 } cf_dispatcher_config;
 
 /* Counters, for tests and the CLI's diagnostics. */

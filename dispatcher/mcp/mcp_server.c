@@ -87,6 +87,9 @@ typedef struct mcp_batch {
 
 typedef struct mcp mcp;
 
+/* What the client said of a call (its notifications/cancelled). */
+enum { CALL_GOES_ON, CALL_CANCELLED, CALL_TIMED_OUT };
+
 /* A tools/call that waits (execute_code, get_result): it runs on a thread
  * of its own, so calls overlap and the main thread keeps reading (pings,
  * cancels, other calls).  The fields below `thread` are guarded by the
@@ -360,7 +363,8 @@ static void replay_chunk(void *ctx, const cf_chunk *ch)
     mcp_call *c = ctx;
     mcp *m = c->m;
     pthread_mutex_lock(&m->mu);
-    if (c->replaying && c->progress_token && strcmp(c->exec_id, ch->id) == 0)
+    /* A cancelled call sends nothing more (its wait may still be ending). */
+    if (c->replaying && c->progress_token && c->abort == CALL_GOES_ON && strcmp(c->exec_id, ch->id) == 0)
         chunk_progress_locked(m, c, ch);
     pthread_mutex_unlock(&m->mu);
 }
@@ -592,8 +596,6 @@ static void progress_catch_up(mcp_call *c, const cf_result *res)
 
 static void call_start_waiting_locked(mcp *m);
 
-/* What the client said of a call (its notifications/cancelled). */
-enum { CALL_GOES_ON, CALL_CANCELLED, CALL_TIMED_OUT };
 
 /* A cancel a client sends because its own request timeout passed, not
  * because someone asked: the TypeScript SDK's reason is "McpError: MCP

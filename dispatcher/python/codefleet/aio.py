@@ -180,6 +180,7 @@ class AsyncChunkStream:
         self._grace = grace
         self._follow = follow  # (request id, since): AsyncClient.follow
         self._stream: Optional[ChunkStream] = None
+        self._opening: Optional["asyncio.Future[ChunkStream]"] = None
 
     @property
     def id(self) -> Optional[str]:
@@ -196,19 +197,30 @@ class AsyncChunkStream:
 
     async def __anext__(self) -> Chunk:
         if self._stream is None:
-            client = await self._client.start()
-            if self._follow is not None:
-                rid, since = self._follow
-                self._stream = await _in_thread(FollowStream, client, rid, self._timeout, self._grace, since)
-            else:
-                self._stream = await _in_thread(ChunkStream, client, self._request, self._timeout, self._grace)
+            if self._opening is None:
+                self._opening = asyncio.ensure_future(self._open())
+            # Shielded: a cancelled first __anext__ leaves the opening to
+            # finish, and aclose() then closes what it opened.
+            self._stream = await asyncio.shield(self._opening)
         chunk = await _in_thread(next, self._stream, _END)
         if chunk is _END:
             raise StopAsyncIteration
         return chunk
 
+    async def _open(self) -> ChunkStream:
+        client = await self._client.start()
+        if self._follow is not None:
+            rid, since = self._follow
+            return await _in_thread(FollowStream, client, rid, self._timeout, self._grace, since)
+        return await _in_thread(ChunkStream, client, self._request, self._timeout, self._grace)
+
     async def aclose(self) -> None:
         """Stops the stream early and releases its consumer."""
+        if self._stream is None and self._opening is not None:
+            try:
+                self._stream = await self._opening
+            except BaseException:  # it never opened: nothing to release
+                pass
         if self._stream is not None:
             await _in_thread(self._stream.close)
 

@@ -35,7 +35,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from .config import Settings
 from .errors import BatchTimeout, ClientClosed, ClientError, DeliveryError, Timeout, WireError, WorkspaceOpError
-from .wire import Cancel, Chunk, Event, EventKind, Request, Result, StartNotice, Status, WorkspaceOp, new_id, peek_id
+from .wire import (Cancel, Chunk, Event, EventKind, Request, Result, StartNotice, Status, WorkspaceOp, id_valid,
+                   new_id, peek_id)
 
 __all__ = ["Client", "ChunkStream", "EventSubscription", "ClientStats"]
 
@@ -115,11 +116,42 @@ class _Counters:
             return dataclasses.replace(self._stats)
 
 
+def _murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (the Java client's, and librdkafka's murmur2_random
+    for a key): which partition a key's messages are on."""
+    m, r = 0x5BD1E995, 24
+    h = (0x9747B28C ^ len(data)) & 0xFFFFFFFF
+    n4 = len(data) // 4
+    for i in range(n4):
+        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest = data[4 * n4:]
+    if len(rest) == 3:
+        h ^= rest[2] << 16
+    if len(rest) >= 2:
+        h ^= rest[1] << 8
+    if rest:
+        h ^= rest[0]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h
+
+
+def _key_partition(key: str, partitions: int) -> int:
+    return (_murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
 def _assign_at_end(consumer: Consumer, topic: str, timeout: float, problems: Optional[_BrokerProblems] = None,
-                   brokers: str = "", since_us: Optional[int] = None) -> None:
+                   brokers: str = "", since_us: Optional[int] = None, key: Optional[str] = None) -> None:
     """Assigns every partition of `topic` at its current high watermark
     (with `since_us`: at its first message at or after that epoch time,
-    or the high watermark when none is).
+    or the high watermark when none is; with `key`: only the partition
+    that key's messages are on).
 
     Explicit offsets, not OFFSET_END: the logical end is resolved only when
     fetching starts, after which a message produced in between would be
@@ -136,11 +168,14 @@ def _assign_at_end(consumer: Consumer, topic: str, timeout: float, problems: Opt
             if meta is not None and meta.error is None and meta.partitions:
                 offsets = []
                 found = {}
+                parts = sorted(meta.partitions)
+                if key is not None:
+                    parts = [_key_partition(key, len(parts))]
                 if since_us is not None:
-                    wanted = [TopicPartition(topic, p, max(since_us // 1000, 0)) for p in sorted(meta.partitions)]
+                    wanted = [TopicPartition(topic, p, max(since_us // 1000, 0)) for p in parts]
                     found = {tp.partition: tp.offset for tp in consumer.offsets_for_times(
                         wanted, timeout=max(deadline - time.monotonic(), 0.1)) if tp.error is None}
-                for p in sorted(meta.partitions):
+                for p in parts:
                     if found.get(p, -1) >= 0:
                         offsets.append(TopicPartition(topic, p, found[p]))
                         continue
@@ -422,7 +457,7 @@ class Client:
         except KafkaException as e:  # e.g. an unknown or invalid property in the settings
             raise ClientError(f"cannot create a Kafka {cls.__name__.lower()}: {e.args[0] if e.args else e}") from None
 
-    def _new_consumer(self, topic: str, since_us: Optional[int] = None) -> Consumer:
+    def _new_consumer(self, topic: str, since_us: Optional[int] = None, key: Optional[str] = None) -> Consumer:
         """A consumer assigned at the end of `topic` (with `since_us`: at
         its first message at or after that time).  It needs a group.id
         for assign() but never joins that group or commits to it, so a
@@ -440,7 +475,8 @@ class Client:
             **self.settings.kafka,
         })
         try:
-            _assign_at_end(consumer, topic, self._connect_timeout, self._problems, self.settings.brokers, since_us)
+            _assign_at_end(consumer, topic, self._connect_timeout, self._problems, self.settings.brokers, since_us,
+                           key)
         except BaseException:
             consumer.close()
             raise
@@ -960,6 +996,12 @@ class FollowStream(ChunkStream):
         # Not ChunkStream.__init__: nothing is sent, and the result is read
         # from the result topic here, not from the client's collector.
         client._check_open()
+        if not id_valid(request_id):
+            raise ClientError(f"follow: {request_id!r:.80} is not a request id")
+        if not (isinstance(since, (int, float)) and 0 <= since < 10 * 365 * 86400):
+            raise ClientError("follow: since must be seconds ago, from 0 to ten years")
+        if not (isinstance(timeout, (int, float)) and 0 < timeout < float("inf")):
+            raise ClientError("follow: timeout must be a positive, finite number of seconds")
         since_us = _now_us() - int(since * 1_000_000)
         self._client = client
         self.id = request_id
@@ -975,7 +1017,7 @@ class FollowStream(ChunkStream):
         self._no_output = False
         try:
             try:
-                self._consumer = client._new_consumer(client.settings.output_topic, since_us)
+                self._consumer = client._new_consumer(client.settings.output_topic, since_us, request_id)
             except ClientError as e:
                 if not str(e).startswith(f"topic {client.settings.output_topic}:"):
                     raise
@@ -1000,7 +1042,12 @@ class FollowStream(ChunkStream):
         # Chunks are keyed by their request's id: others are not decoded.
         if msg is not None and msg.error() is None and msg.key() is not None and msg.key() != self.id.encode():
             return None
-        return super()._accept(msg)
+        chunk = super()._accept(msg)
+        if chunk is not None and self.result is not None:
+            # A replay may still be catching up after the result came: the
+            # grace counts from its last chunk.
+            self._result_at = time.monotonic()
+        return chunk
 
     def _result_now(self, wait: float = 0.0) -> Optional[Result]:
         """The result if it has come: the result consumer drained (its

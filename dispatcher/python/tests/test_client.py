@@ -8,7 +8,7 @@ import unittest
 import msgpack
 
 import codefleet as cf
-from codefleet.client import ChunkStream, _Counters, _ResultCollector
+from codefleet.client import ChunkStream, _Counters, _murmur2, _ResultCollector
 
 
 class FakeConsumer:
@@ -149,6 +149,19 @@ class Collector(unittest.TestCase):
         stats = self.stats.snapshot()
         self.assertEqual((stats.results_malformed, stats.results_seen), (3, 1))
         self.assertEqual(c.pending_count(), 0)
+
+
+class KeyPartition(unittest.TestCase):
+    def test_murmur2_is_kafkas(self):
+        # The Java client's test vectors (Utils.murmur2): follow reads only
+        # the partition its id's chunks are on, as the worker's producer
+        # (murmur2_random) put them.
+        def signed(x):
+            return x - (1 << 32) if x >= 1 << 31 else x
+        for key, want in [("21", -973932308), ("foobar", -790332482), ("a-little-bit-long-string", -985981536),
+                          ("a-little-bit-longer-string", -1486304829),
+                          ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971), ("abc", 479470107)]:
+            self.assertEqual(signed(_murmur2(key.encode())), want, key)
 
 
 class StartNoticesInAStream(unittest.TestCase):

@@ -321,6 +321,25 @@ class StackTest(unittest.TestCase):
         self.assertEqual([c.data for c in got], [c.data for c in chunks])
         self.assertEqual(aresult.id, rid)
 
+    def test_follow_refuses_bad_arguments_and_leaks_nothing(self):
+        for bad in (dict(request_id=""), dict(request_id="a b"), dict(request_id="x", since=float("inf")),
+                    dict(request_id="x", timeout=float("nan"))):
+            rid = bad.pop("request_id")
+            with self.assertRaises(cf.ClientError):
+                client.follow(rid, **bad)
+
+        async def main():
+            async with cf.AsyncClient(settings(), request_topic=REQ, result_topic=RES) as aclient:
+                inner = await aclient.start()
+                for _ in range(3):
+                    stream = aclient.follow("never-sent-py-0002", timeout=30)
+                    with self.assertRaises(asyncio.TimeoutError):
+                        await asyncio.wait_for(stream.__anext__(), 0.01)  # cancelled while it opens
+                    await stream.aclose()
+                return len(inner._owned)
+
+        self.assertEqual(asyncio.run(main()), 0)
+
     def test_follow_without_an_output_topic(self):
         # A fleet that does not stream has no <result topic>.output: follow
         # still gives the result (and no chunks).
