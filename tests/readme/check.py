@@ -87,6 +87,9 @@ EXPECT = {
         has("step 0\nstep 1\nstep 2\nstep 3\nstep 4\n"),
     "echo '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}' | build/dispatcher/codefleet mcp":
         has('"execute_code"'),
+    "build/dispatcher/codefleet submit --no-wait --stream -l shell --code "
+    "'for i in 1 2 3; do echo $i; sleep 1; done'": an_id,
+    "build/dispatcher/codefleet follow ID": has("1\n2\n3\n"),
     "build/dispatcher/codefleet submit --no-wait --timeout-exec 10m -- /bin/sleep 600   # prints its id": an_id,
     "build/dispatcher/codefleet cancel ID --reason 'not needed any more' --wait":
         lambda out, err, rc: rc == 9 and "cancelled" in out and "not needed any more" in out,
@@ -179,11 +182,11 @@ def main():
             if cmd not in EXPECT:
                 continue
             run = cmd.replace("build/dispatcher/codefleet", shlex.quote(os.path.join(bindir, "dispatcher", "codefleet")))
-            if " ID " in run:
+            if re.search(r" ID( |$)", run):
                 if not request_id:
                     check(False, "%s: no id from the --no-wait command" % cmd)
                     continue
-                run = run.replace(" ID ", " %s " % shlex.quote(request_id))
+                run = re.sub(r" ID( |$)", lambda m: " %s%s" % (shlex.quote(request_id), m.group(1)), run)
             try:
                 p = subprocess.run(["bash", "-c", 'eval "$(deploy/stack.sh env)"\n' + run], cwd=REPO, env=env,
                                    stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
