@@ -342,13 +342,21 @@ static void *producer_keeper_main(void *arg)
     return NULL;
 }
 
-static int start_keeper(cf_dispatcher *d, cf_error *err)
+/* A condition variable whose timed waits take CLOCK_MONOTONIC deadlines
+ * (abs_deadline): the wall clock may jump. */
+static int cond_init_monotonic(pthread_cond_t *c)
 {
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int e = pthread_cond_init(&d->keeper_cond, &ca);
+    int e = pthread_cond_init(c, &ca);
     pthread_condattr_destroy(&ca);
+    return e;
+}
+
+static int start_keeper(cf_dispatcher *d, cf_error *err)
+{
+    int e = cond_init_monotonic(&d->keeper_cond);
     if (e)
         return cf_error_set_errno(err, CF_E_SYSTEM, e, "pthread_cond_init");
     pthread_mutex_init(&d->keeper_mu, NULL);
@@ -382,11 +390,7 @@ static int start_chunk_reader(cf_dispatcher *d, const cf_dispatcher_config *cfg,
 
 static int start_collector(cf_dispatcher *d, cf_error *err)
 {
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int e = pthread_cond_init(&d->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    int e = cond_init_monotonic(&d->cond);
     if (e)
         return cf_error_set_errno(err, CF_E_SYSTEM, e, "pthread_cond_init");
     d->collecting = true;

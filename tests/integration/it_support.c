@@ -485,7 +485,10 @@ static void slurp(const char *path, char *buf, size_t size)
     buf[n] = '\0';
 }
 
-int it_cli_run(const char *const *args, const char *tmpdir, char *out, size_t out_size, char *err, size_t err_size)
+/* The CLI with the stack's settings and args, stdout and stderr to files;
+ * its pid, or -1 (why in err). */
+static pid_t cli_spawn(const char *const *args, const char *out_path, const char *err_path, char *err,
+                       size_t err_size)
 {
     const char *argv[64];
     int n = 0;
@@ -502,19 +505,37 @@ int it_cli_run(const char *const *args, const char *tmpdir, char *out, size_t ou
     for (size_t i = 0; args[i] && n < 63; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    char outp[512], errp[512];
-    snprintf(outp, sizeof(outp), "%s/cli.out", tmpdir);
-    snprintf(errp, sizeof(errp), "%s/cli.err", tmpdir);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     pid_t pid;
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
         snprintf(err, err_size, "posix_spawn %s: %s", argv[0], strerror(rc));
+        return -1;
+    }
+    return pid;
+}
+
+pid_t it_cli_start(const char *const *args, const char *out_path, const char *err_path)
+{
+    char err[600];
+    pid_t pid = cli_spawn(args, out_path, err_path, err, sizeof(err));
+    if (pid < 0)
+        fail_msg("%s", err);
+    return pid;
+}
+
+int it_cli_run(const char *const *args, const char *tmpdir, char *out, size_t out_size, char *err, size_t err_size)
+{
+    char outp[512], errp[512];
+    snprintf(outp, sizeof(outp), "%s/cli.out", tmpdir);
+    snprintf(errp, sizeof(errp), "%s/cli.err", tmpdir);
+    pid_t pid = cli_spawn(args, outp, errp, err, err_size);
+    if (pid < 0) {
         out[0] = '\0';
         return -1;
     }

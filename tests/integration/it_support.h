@@ -126,6 +126,9 @@ void it_submit_wait(cf_dispatcher *d, const cf_request *req, int64_t timeout_us,
  * exit status, or -1 when the CLI died of a signal. */
 int it_cli_run(const char *const *args, const char *tmpdir, char *out, size_t out_size, char *err,
                size_t err_size);
+/* The same CLI in the background (a follower the test watches), stdout
+ * and stderr to those files; its pid (the test fails if it cannot start). */
+pid_t it_cli_start(const char *const *args, const char *out_path, const char *err_path);
 
 /* A consumed message, copied out of librdkafka. */
 typedef struct it_message {

@@ -8,19 +8,17 @@
  * missing output topic, an output topic that is one of the fleet's own). */
 #include "it_support.h"
 
-#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <spawn.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "cf_kafka.h"
 #include "cf_util.h"
@@ -300,34 +298,6 @@ static void stream_cli_follow(void **state)
     assert_true(it_worker_stop(&w, SIGTERM, 30000) >= 0);
 }
 
-/* `codefleet follow ID` in the background, its stdout to out_path. */
-static pid_t cli_spawn(const char *const *args, const char *out_path)
-{
-    const char *argv[32];
-    int n = 0;
-    char bin[1024], brokers[512], config[1100];
-    const char *b = getenv("CF_BINARY_DIR");
-    snprintf(bin, sizeof(bin), "%s/dispatcher/codefleet", b ? b : "build");
-    argv[n++] = bin;
-    if (it_client_config()) {
-        snprintf(config, sizeof(config), "--config=%s", it_client_config());
-        argv[n++] = config;
-    }
-    snprintf(brokers, sizeof(brokers), "--brokers=%s", it_brokers());
-    argv[n++] = brokers;
-    for (size_t i = 0; args[i] && n < 31; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, (char **)argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    return pid;
-}
-
 static bool file_has(const char *path, const char *text)
 {
     char buf[4096] = {0};
@@ -388,7 +358,9 @@ static void stream_cli_reattach(void **state)
     }
     const char *fol[] = {"--request-topic", t.requests, "--result-topic", t.results, "--timeout", "120s",
                          "follow", id, NULL};
-    pid_t pid = cli_spawn(fol, out_path);
+    char err_path[120];
+    snprintf(err_path, sizeof(err_path), "%s/follow.err", tmp);
+    pid_t pid = it_cli_start(fol, out_path, err_path);
     int64_t until = cf_mono_us() + 90 * SEC;
     while (!file_has(out_path, "before\n") && cf_mono_us() < until)
         usleep(20 * 1000);
