@@ -14,9 +14,16 @@
 #include "cf_msgpack.h"
 #include "cf_schema.h"
 
+/* The workspace ops, as an error message lists them. */
+#define CF_WS_OP_CHOICES "list, read, write, delete, grep, str_replace, insert, apply_patch"
+
 /* Validation shared by the msgpack and JSON forms (and run by encoders). */
 int cf_request_check(const cf_request *req, cf_error *err);
 int cf_result_check(const cf_result *res, cf_error *err);
+/* The same, with check_values false for decoders, whose first pass already
+ * checked the values' structure. */
+int cf_request_check_mode(const cf_request *req, bool check_values, cf_error *err);
+int cf_result_check_mode(const cf_result *res, bool check_values, cf_error *err);
 /* Validates an input/output value that sits at depth 2 of a message. */
 int cf_value_check(const cf_bytes *v, const char *field, cf_error *err);
 
