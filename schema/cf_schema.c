@@ -255,6 +255,7 @@ void cf_request_clear(cf_request *req)
         free(req->workspace_op->new_str.data);
         free(req->workspace_op);
     }
+    free(req->session);
     memset(req, 0, sizeof(*req));
 }
 
@@ -276,6 +277,7 @@ void cf_result_clear(cf_result *res)
     free(res->reply_to_error);
     free_strv(res->changed_paths, res->n_changed_paths);
     free(res->checkpoint_id);
+    free_strv(res->session_lost, res->n_session_lost);
     free(res->meta.toolchain);
     free(res->meta.sandbox);
     free(res->meta.run);
@@ -629,6 +631,7 @@ int cf_request_encode(const cf_request *req, cf_bytes *out, cf_error *err)
         put_map(&e, "workspace_op", &oe);
         enc_free(&oe);
     }
+    put_str(&e, "session", req->session);
 
     int rc = enc_finish(&e, out, err);
     enc_free(&fs);
@@ -818,6 +821,9 @@ int cf_result_encode(const cf_result *res, cf_bytes *out, cf_error *err)
     }
     put_true(&e, "files_truncated", res->files_truncated);
     put_int(&e, "chunks", res->chunks);
+    put_int(&e, "session_cell", res->session_cell);
+    put_true(&e, "session_restored", res->session_restored);
+    put_strv(&e, "session_lost", res->session_lost, res->n_session_lost, false);
 
     int rc = enc_finish(&e, out, err);
     enc_free(&meta);
@@ -1054,13 +1060,13 @@ enum {
     RQ_V, RQ_ID, RQ_LANGUAGE, RQ_BACKEND, RQ_CODE, RQ_ARGV, RQ_MODULE, RQ_STDIN, RQ_INPUT, RQ_ENV, RQ_FILES,
     RQ_POLICY, RQ_WORKSPACE, RQ_THREAD, RQ_IDENTITY, RQ_REPLY_TO, RQ_DEADLINE, RQ_CREATED, RQ_TRACE,
     RQ_HARNESS, RQ_COMPILE_FLAGS, RQ_CASES, RQ_STOP_ON_FAILURE, RQ_COLLECT, RQ_STREAM, RQ_IMAGE, RQ_NOTIFY_START,
-    RQ_WORKSPACE_OP, RQ__COUNT
+    RQ_WORKSPACE_OP, RQ_SESSION, RQ__COUNT
 };
 static const char *const rq_keys[RQ__COUNT] = {
     "v", "id", "language", "backend", "code", "argv", "module", "stdin", "input", "env", "files",
     "policy", "workspace", "thread", "identity", "reply_to", "deadline_us", "created_us", "trace",
     "harness", "compile_flags", "cases", "stop_on_failure", "collect", "stream", "image", "notify_start",
-    "workspace_op",
+    "workspace_op", "session",
 };
 
 enum { WO_OP, WO_PATH, WO_PATTERN, WO_CONTENT, WO_OLD, WO_NEW, WO_INSERT_LINE, WO_EXPECTED_REV, WO_FIRST_LINE,
@@ -1240,6 +1246,7 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
         if (!(req->workspace_op = calloc(1, sizeof(*req->workspace_op))))
             return cf_error_set(d->err, CF_E_NOMEM, "%s: out of memory", path);
         return dec_object(d, path, depth, wo_keys, WO__COUNT, workspace_op_field, req->workspace_op, NULL);
+    case RQ_SESSION: return dec_str(d, path, &req->session);
     case RQ_TRACE: return dec_strmap(d, path, depth, &req->trace, &req->n_trace);
     default: return cf_error_set(d->err, CF_E_INVALID, "%s: unexpected field", path);
     }
@@ -1248,13 +1255,15 @@ static int request_field(dec *d, void *obj, int idx, const char *path, unsigned 
 enum {
     RS_V, RS_ID, RS_STATUS, RS_EXIT, RS_SIGNAL, RS_STDOUT, RS_STDERR, RS_STDOUT_TR, RS_STDERR_TR, RS_OUTPUT,
     RS_DIAG, RS_WALL, RS_CPU, RS_PEAK, RS_META, RS_REASON, RS_REPLY_ERR, RS_WSREV, RS_CHANGED, RS_CONFLICT,
-    RS_CP_ID, RS_CP_CONFLICT, RS_FINISHED, RS_COMPILE, RS_CASES, RS_FILES, RS_FILES_TR, RS_CHUNKS, RS__COUNT
+    RS_CP_ID, RS_CP_CONFLICT, RS_FINISHED, RS_COMPILE, RS_CASES, RS_FILES, RS_FILES_TR, RS_CHUNKS,
+    RS_SESSION_CELL, RS_SESSION_RESTORED, RS_SESSION_LOST, RS__COUNT
 };
 static const char *const rs_keys[RS__COUNT] = {
     "v", "id", "status", "exit_code", "signal", "stdout", "stderr", "stdout_truncated", "stderr_truncated",
     "output", "diagnostics", "wall_time_us", "cpu_time_us", "peak_memory_bytes", "metadata", "reason",
     "reply_to_error", "workspace_revision", "changed_paths", "workspace_conflict", "checkpoint_id", "checkpoint_conflict",
     "finished_us", "compile", "cases", "files", "files_truncated", "chunks",
+    "session_cell", "session_restored", "session_lost",
 };
 
 enum { CP_CACHED, CP_WALL, CP_CPU, CP_PEAK, CP__COUNT };
@@ -1513,6 +1522,9 @@ static int result_field(dec *d, void *obj, int idx, const char *path, unsigned d
     case RS_FILES: return dec_out_files(d, path, depth, res);
     case RS_FILES_TR: return dec_bool(d, path, &res->files_truncated);
     case RS_CHUNKS: return dec_nonneg(d, path, &res->chunks);
+    case RS_SESSION_CELL: return dec_nonneg(d, path, &res->session_cell);
+    case RS_SESSION_RESTORED: return dec_bool(d, path, &res->session_restored);
+    case RS_SESSION_LOST: return dec_strv(d, path, depth, &res->session_lost, &res->n_session_lost);
     default: return dec_nonneg(d, path, &res->finished_us);
     }
 }

@@ -203,6 +203,7 @@ typedef struct cf_request {
     bool notify_start;    /* the worker publishes a start notice when it takes the request into a slot
                            * (SPEC.md "Start notices"): a waiting client can tell queued from running */
     cf_workspace_op *workspace_op; /* NULL: a program runs; else this op on `workspace`, and language is NONE */
+    char *session; /* session id (SPEC 3.6): a python cell whose variables persist in the workspace */
 } cf_request;
 
 typedef struct cf_diagnostic {
@@ -306,7 +307,16 @@ typedef struct cf_result {
     size_t n_files;
     bool files_truncated;     /* some matching file was left out or cut (byte cap) */
     int64_t chunks;           /* streaming: output chunks published (seq 0..chunks-1) */
+    /* Session outcome (SPEC 3.6): set for a request that named a session. */
+    int64_t session_cell;     /* this cell's number in the session (1 = it started empty); 0 = absent */
+    bool session_restored;    /* the cell started from the session's saved state */
+    char **session_lost;      /* names the cell left that could not be saved ("name: why") */
+    size_t n_session_lost;
 } cf_result;
+
+/* Where a session keeps its state in its workspace (SPEC 3.6):
+ * <dir>/<session>.python, a workspace file like any other. */
+#define CF_SESSION_STATE_DIR ".codefleet/sessions"
 
 /* Limits applied by every decoder before anything is allocated. */
 typedef struct cf_decode_limits {

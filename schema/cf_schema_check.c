@@ -111,6 +111,7 @@ static int workspace_op_check(const cf_request *req, cf_error *err)
         {"harness", req->harness != CF_HARNESS_NONE}, {"compile_flags", req->n_compile_flags > 0},
         {"cases", req->n_cases > 0},                 {"collect", req->n_collect > 0},
         {"stream", req->stream},                     {"image", req->image != NULL},
+        {"session", req->session != NULL},
         {"policy.network", req->policy.network != CF_NET_UNSPECIFIED},
         {"policy.filesystem", req->policy.fs_mode != CF_FS_UNSPECIFIED || req->policy.n_fs_read_only ||
                                   req->policy.n_fs_read_write},
@@ -170,6 +171,28 @@ static int workspace_op_check(const cf_request *req, cf_error *err)
     return strmap_check(req->trace, req->n_trace, "trace", false, err);
 }
 
+/* A session cell (SPEC 3.6): python code run in the session's workspace,
+ * whose variables the worker's session driver keeps; nothing that runs the
+ * code another way, and no other view of the workspace. */
+static int session_check(const cf_request *req, cf_error *err)
+{
+    const char *s = req->session;
+    size_t n = strlen(s);
+    if (n == 0 || n > 128 || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n)
+        return cf_error_set(err, CF_E_INVALID, "session: must be 1..128 characters of [A-Za-z0-9._-]");
+    if (req->language != CF_LANG_PYTHON)
+        return cf_error_set(err, CF_E_INVALID, "session: only language \"python\" has sessions (not \"%s\")",
+                            cf_language_name(req->language));
+    if (req->harness != CF_HARNESS_NONE || req->n_cases || req->thread)
+        return cf_error_set(err, CF_E_INVALID, "session: not with %s (a cell is one run of the session's code)",
+                            req->harness != CF_HARNESS_NONE ? "harness" : req->n_cases ? "cases" : "thread");
+    if (req->policy.fs_mode != CF_FS_UNSPECIFIED && req->policy.fs_mode != CF_FS_WORKSPACE_RW)
+        return cf_error_set(err, CF_E_INVALID,
+                            "session: policy.filesystem.mode must be workspace_rw or absent (a cell saves its state "
+                            "into the workspace)");
+    return 0;
+}
+
 /* check_values: re-validate input/output.  The decoders skip it: they
  * already validated the value under the caller's (maybe larger) limits. */
 int cf_request_check_mode(const cf_request *req, bool check_values, cf_error *err)
@@ -198,6 +221,8 @@ int cf_request_check_mode(const cf_request *req, bool check_values, cf_error *er
             return cf_error_set(err, CF_E_INVALID, "code: required for language \"%s\"", ln);
         break;
     }
+    if (req->session && session_check(req, err) < 0)
+        return -1;
     if (strv_check(req->argv, req->argc, "argv", err) < 0)
         return -1;
     if (req->image && !cf_image_name_valid(req->image))
@@ -338,6 +363,8 @@ int cf_result_check_mode(const cf_result *res, bool check_values, cf_error *err)
     NONNEG(res->workspace_revision, "workspace_revision");
     NONNEG(res->finished_us, "finished_us");
     NONNEG(res->chunks, "chunks");
+    if (strv_check(res->session_lost, res->n_session_lost, "session_lost", err) < 0)
+        return -1;
     if (strv_check(res->changed_paths, res->n_changed_paths, "changed_paths", err) < 0)
         return -1;
     if (res->checkpoint_id && !cf_id_valid(res->checkpoint_id, strlen(res->checkpoint_id)))

@@ -493,6 +493,7 @@ json_t *cf_request_to_json(const cf_request *req)
         }
         jset(o, "workspace_op", oj, &ok);
     }
+    jset_str(o, "session", req->session, &ok);
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -678,6 +679,11 @@ json_t *cf_result_to_json(const cf_result *res)
     if (res->files_truncated)
         jset(o, "files_truncated", json_true(), &ok);
     jset_int(o, "chunks", res->chunks, &ok);
+    jset_int(o, "session_cell", res->session_cell, &ok);
+    if (res->session_restored)
+        jset(o, "session_restored", json_true(), &ok);
+    if (res->n_session_lost)
+        jset(o, "session_lost", strv_json(res->session_lost, res->n_session_lost), &ok);
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -962,6 +968,7 @@ static int request_from_json(const json_t *o, cf_request *r, cf_error *err)
     }
     if (jstr(o, "", "workspace", &r->workspace, err) < 0 || jstr(o, "", "thread", &r->thread, err) < 0 ||
         jstr(o, "", "identity", &r->identity, err) < 0 || jstr(o, "", "reply_to", &r->reply_to, err) < 0 || jstr(o, "", "image", &r->image, err) < 0 ||
+        jstr(o, "", "session", &r->session, err) < 0 ||
         jnonneg(o, "", "deadline_us", &r->deadline_us, err) < 0 ||
         jnonneg(o, "", "created_us", &r->created_us, err) < 0 ||
         jstrmap(o, "trace", &r->trace, &r->n_trace, err) < 0)
@@ -1112,7 +1119,10 @@ static int result_from_json(const json_t *o, cf_result *r, cf_error *err)
         jbool(o, "checkpoint_conflict", &r->checkpoint_conflict, err) < 0 ||
         jnonneg(o, "", "finished_us", &r->finished_us, err) < 0 ||
         jbool(o, "files_truncated", &r->files_truncated, err) < 0 ||
-        jnonneg(o, "", "chunks", &r->chunks, err) < 0)
+        jnonneg(o, "", "chunks", &r->chunks, err) < 0 ||
+        jnonneg(o, "", "session_cell", &r->session_cell, err) < 0 ||
+        jbool(o, "session_restored", &r->session_restored, err) < 0 ||
+        jstrv(o, "", "session_lost", &r->session_lost, &r->n_session_lost, NULL, err) < 0)
         return -1;
     const json_t *cp = jget(o, "compile");
     if (cp) {

@@ -67,6 +67,13 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
     const cf_worker_config *c = w->cfg;
     const cf_profile *prof = j->profile;
     cf_request *req = &j->req;
+    /* A session lives in its workspace (SPEC 3.6): the session's own id
+     * when the request names no other, so that the profile's state prefix
+     * and the workspace's lease, fence and quota apply as to any run. */
+    if (req->session && !req->workspace && cf_str_set(&req->workspace, req->session) < 0) {
+        snprintf(reason, rsz, "out of memory");
+        return -1;
+    }
     const char *bname = cf_profile_backend_for(prof, req);
     cf_policy *p = &req->policy;
     /* Defaults first, never above the profile's maxima. */

@@ -4,9 +4,11 @@
 #include "cf_runner.h"
 
 #include "cf_log.h"
+#include "cf_msgpack.h"
 #include "cf_util.h"
 #include "cf_workdir.h"
 #include "diagnostics_int.h"
+#include "session_int.h"
 #include "cf_exec.h"
 
 #include <errno.h>
@@ -33,8 +35,9 @@
 #define ARGV_MAX 256
 #define CASES_OUTPUT_BYTES (16u << 20) /* stdout + stderr of all cases of a request */
 
-enum { H_PYTHON, H_JAVASCRIPT, H_TYPESCRIPT, H_RUST, H__COUNT };
-static const char *const harness_file[H__COUNT] = {"python.py", "javascript.js", "typescript.ts", "rust.rs"};
+enum { H_PYTHON, H_JAVASCRIPT, H_TYPESCRIPT, H_RUST, H_SESSION_PYTHON, H__COUNT };
+static const char *const harness_file[H__COUNT] = {"python.py", "javascript.js", "typescript.ts", "rust.rs",
+                                                   "session_python.py"};
 #define HARNESS_MAX_BYTES (64 * 1024)
 
 typedef struct toolchain {
@@ -400,7 +403,9 @@ void cf_pipeline_describe(const cf_pipeline *p, char *buf, size_t size)
     int n = snprintf(buf + used, size - used, "; function harness:%s%s%s%s", p->harness[H_PYTHON] ? " python" : "",
                      p->harness[H_JAVASCRIPT] ? " javascript" : "", p->harness[H_TYPESCRIPT] ? " typescript" : "",
                      p->harness[H_RUST] ? " rust" : "");
-    (void)n;
+    if (n > 0 && (size_t)n < size - used)
+        snprintf(buf + used + n, size - used - n, "; sessions: %s",
+                 p->harness[H_SESSION_PYTHON] ? "python" : "none");
 }
 
 void cf_pipeline_stats_get(cf_pipeline *p, cf_pipeline_stats *out)
@@ -418,7 +423,7 @@ void cf_pipeline_stats_get(cf_pipeline *p, cf_pipeline_stats *out)
 bool cf_pipeline_needed(const cf_request *req)
 {
     return cf_language_compiled(req->language) || req->harness != CF_HARNESS_NONE || req->n_cases > 0 ||
-           req->n_collect > 0;
+           req->n_collect > 0 || req->session;
 }
 
 /* ---- compile cache ---- */
@@ -1472,17 +1477,7 @@ static void collect_into(const cf_pipeline *p, const cf_request *req, const cf_e
     if (!f->collected) {
         if (f->collect_error) {
             res->files_truncated = true;
-            cf_diagnostic *v = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*v));
-            if (v) {
-                res->diagnostics = v;
-                memset(&v[res->n_diagnostics], 0, sizeof(*v));
-                cf_str_set(&v[res->n_diagnostics].level, "warning");
-                char msg[400];
-                snprintf(msg, sizeof(msg), "collect: the work directory could not be read: %.300s",
-                         f->collect_error);
-                cf_str_set(&v[res->n_diagnostics].message, msg);
-                res->n_diagnostics++;
-            }
+            cf_result_add_warning(res, "collect: the work directory could not be read: %.300s", f->collect_error);
         }
         return;
     }
@@ -1588,6 +1583,9 @@ static int check_request(const cf_pipeline *p, const cf_exec_ctx *ctx, const cf_
         if (!p || h < 0 || !p->harness[h])
             return cf_exec_reject(res, "harness function: not available for %s on this worker", ln);
     }
+    if (req->session && (!p || !p->harness[H_SESSION_PYTHON]))
+        return cf_exec_reject(res, "session: this worker has no session driver (%s/%s)",
+                              p && p->cfg.harness_dir ? "harness" : "harness-dir", harness_file[H_SESSION_PYTHON]);
     if (req->n_cases) {
         if (ctx->files && ctx->files->collect)
             return cf_exec_reject(res, "cases cannot write a workspace back: use fs_mode workspace_ro");
@@ -1855,8 +1853,8 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
     cf_bytes source = req->code;
     cf_bytes harnessed = {0};
     int rc = -1;
-    if (req->harness == CF_HARNESS_FUNCTION) {
-        if (with_harness(p, req, &harnessed) < 0)
+    if (req->harness == CF_HARNESS_FUNCTION || req->session) {
+        if ((req->session ? cf_session_program(p->harness[H_SESSION_PYTHON], p->harness_len[H_SESSION_PYTHON], req, &harnessed) : with_harness(p, req, &harnessed)) < 0)
             return cf_error_set(err, CF_E_NOMEM, "pipeline: out of memory");
         source = harnessed;
     }
@@ -1876,7 +1874,7 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
         prog = (cf_exec_program){.name = art.name, .data = art.data.data, .len = art.data.len,
                                  .interp = art.run_with};
         progp = &prog;
-    } else if (req->harness == CF_HARNESS_FUNCTION) {
+    } else if (req->harness == CF_HARNESS_FUNCTION || req->session) {
         prog = (cf_exec_program){.name = req->language == CF_LANG_PYTHON ? "main.py" : "main.js",
                                  .data = harnessed.data, .len = harnessed.len, .interp = req->language};
         progp = &prog;
@@ -1890,6 +1888,8 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
     else
         rc = run_cases(b, ctx, req, progp, deadline_us, total_us, res, err);
     build_said_merge(res, &said, req);
+    if (rc == 0 && req->session)
+        cf_session_outcome(req, res);
 out:
     free(art.data.data);
     free(harnessed.data);

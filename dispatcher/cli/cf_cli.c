@@ -682,6 +682,7 @@ enum {
     OPT_FILESYSTEM,
     OPT_ENV_ALLOW,
     OPT_WORKSPACE,
+    OPT_SESSION,
     OPT_THREAD,
     OPT_IDENTITY,
     OPT_REPLY_TO,
@@ -723,6 +724,7 @@ static const struct option submit_longopts[] = {
     {"filesystem", required_argument, NULL, OPT_FILESYSTEM},
     {"env-allow", required_argument, NULL, OPT_ENV_ALLOW},
     {"workspace", required_argument, NULL, OPT_WORKSPACE},
+    {"session", required_argument, NULL, OPT_SESSION},
     {"thread", required_argument, NULL, OPT_THREAD},
     {"identity", required_argument, NULL, OPT_IDENTITY},
     {"reply-to", required_argument, NULL, OPT_REPLY_TO},
@@ -1222,6 +1224,8 @@ static int routing_flag(int c, const char *v, cf_request *req, cf_cli_submit_opt
     switch (c) {
     case OPT_WORKSPACE:
         return set_str(&req->workspace, v, err);
+    case OPT_SESSION:
+        return set_str(&req->session, v, err);
     case OPT_THREAD:
         return set_str(&req->thread, v, err);
     case OPT_IDENTITY:
@@ -1755,6 +1759,13 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
     if (res->workspace_revision || res->workspace_conflict)
         fprintf(out, "workspace: revision %" PRId64 "%s, %zu changed path(s)\n", res->workspace_revision,
                 res->workspace_conflict ? " (conflict)" : "", res->n_changed_paths);
+    if (res->session_cell) {
+        fprintf(out, "session:  cell %" PRId64 ", %s", res->session_cell,
+                res->session_restored ? "restored from its saved state" : "a new session");
+        for (size_t i = 0; i < res->n_session_lost; i++)
+            fprintf(out, "%s%s", i ? ", " : "; not saved: ", res->session_lost[i]);
+        fputc('\n', out);
+    }
     if (res->output.len) {
         json_t *j = cf_msgpack_to_json(res->output.data, res->output.len, NULL);
         char *s = j ? json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY) : NULL;

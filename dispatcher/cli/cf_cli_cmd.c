@@ -357,6 +357,8 @@ static const char submit_help[] =
     "  --network disabled|enabled\n"
     "  --filesystem none|workspace_ro|workspace_rw\n"
     "  --workspace ID, --thread ID, --identity NAME, --reply-to TOPIC\n"
+    "  --session ID            python: run the code as a cell of session ID, whose variables\n"
+    "                          persist from cell to cell in its workspace (ID, or --workspace)\n"
     "  --deadline DURATION     reject if not started within DURATION from now\n"
     "  --no-wait               do not wait: print the id once the broker has the request\n"
     "  --stream                ask for output chunks while the program runs (SPEC.md \"Output\n"

@@ -558,6 +558,7 @@ int cf_dispatcher_submit(cf_dispatcher *d, const cf_request *req, cf_error *err)
      * they run in order and the worker can fence checkpoint writers by
      * offset. */
     const char *key = req->workspace && req->workspace[0] ? req->workspace
+                      : req->session && req->session[0]   ? req->session /* its workspace (SPEC 3.6) */
                       : req->thread && req->thread[0]     ? req->thread
                                                           : req->id;
     if (produce(d, d->request_topic, key, strlen(key), enc.data, enc.len, true, err) < 0) {

@@ -123,6 +123,33 @@ static void make_workspace_read_request(cf_request *r)
     r->workspace_op->has_last_line = true;
 }
 
+/* A session's cell (SPEC 3.6): its workspace is the session's own. */
+static void make_session_request(cf_request *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = strdup("req-cell-0002");
+    r->language = CF_LANG_PYTHON;
+    set_bytes(&r->code, "print(x + 1)\n", 13);
+    r->session = strdup("tenant-a.s1");
+}
+
+/* Its answer: the second cell, restored, one name not saved. */
+static void make_session_result(cf_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = strdup("req-cell-0002");
+    r->status = CF_STATUS_SUCCESS;
+    r->has_exit_code = true;
+    set_bytes(&r->stdout_data, "42\n", 3);
+    r->workspace_revision = 3;
+    r->changed_paths = strv(1, ".codefleet/sessions/tenant-a.s1.python");
+    r->n_changed_paths = 1;
+    r->session_cell = 2;
+    r->session_restored = true;
+    r->session_lost = strv(1, "lock");
+    r->n_session_lost = 1;
+}
+
 /* Its result: two chunks published by run "3f2a9c0d1e4b5a67-42". */
 static void make_stream_result(cf_result *r)
 {
@@ -773,6 +800,17 @@ static void test_golden_request_workspace_read(void **state)
     golden_request("request_workspace_read", make_workspace_read_request);
 }
 
+static void test_golden_request_session(void **state)
+{
+    (void)state;
+    golden_request("request_session_cell", make_session_request);
+}
+
+static void test_golden_result_session(void **state)
+{
+    golden_result("result_session_cell", make_session_result);
+}
+
 static void test_golden_result_stream(void **state)
 {
     golden_result("result_stream", make_stream_result);
@@ -1039,6 +1077,53 @@ static void test_encoder_rejects_invalid(void **state)
     assert_int_equal(cf_result_encode(&res, &b, &err), -1);
     assert_non_null(strstr(err.msg, "status"));
     cf_result_clear(&res);
+}
+
+/* SPEC 3.6: what a session's cell may not be, each refused by name. */
+static void test_session_rules(void **state)
+{
+    (void)state;
+    cf_request r;
+    cf_error err = {0};
+    cf_bytes b = {0};
+    struct {
+        const char *session;
+        cf_language lang;
+        bool cases_, thread, ro;
+        const char *says;
+    } bad[] = {
+        {"tenant-a.s1", CF_LANG_SHELL, false, false, false, "only language \"python\" has sessions"},
+        {"tenant a", CF_LANG_PYTHON, false, false, false, "session: must be 1..128 characters"},
+        {"", CF_LANG_PYTHON, false, false, false, "session: must be 1..128 characters"},
+        {"tenant-a.s1", CF_LANG_PYTHON, false, true, false, "session: not with thread"},
+        {"tenant-a.s1", CF_LANG_PYTHON, false, false, true, "policy.filesystem.mode must be workspace_rw"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        make_session_request(&r);
+        free(r.session);
+        r.session = strdup(bad[i].session);
+        r.language = bad[i].lang;
+        if (bad[i].thread)
+            r.thread = strdup("t1");
+        if (bad[i].ro)
+            r.policy.fs_mode = CF_FS_WORKSPACE_RO;
+        assert_int_equal(cf_request_encode(&r, &b, &err), -1);
+        if (!strstr(err.msg, bad[i].says))
+            fail_msg("case %zu: '%s' does not say '%s'", i, err.msg, bad[i].says);
+        cf_request_clear(&r);
+    }
+    /* And not on a workspace op. */
+    make_workspace_read_request(&r);
+    r.session = strdup("tenant-a.repo");
+    assert_int_equal(cf_request_encode(&r, &b, &err), -1);
+    assert_non_null(strstr(err.msg, "session: not with workspace_op"));
+    cf_request_clear(&r);
+    /* A valid one encodes; rw given explicitly is fine. */
+    make_session_request(&r);
+    r.policy.fs_mode = CF_FS_WORKSPACE_RW;
+    assert_int_equal(cf_request_encode(&r, &b, &err), 0);
+    free(b.data);
+    cf_request_clear(&r);
 }
 
 /* ---- hand-built messages for malformed-input tests ---------------------- */
@@ -2085,6 +2170,9 @@ int main(void)
         cmocka_unit_test(test_golden_request_workspace_op),
         cmocka_unit_test(test_golden_request_workspace_read),
         cmocka_unit_test(test_golden_start_notice),
+        cmocka_unit_test(test_golden_request_session),
+        cmocka_unit_test(test_session_rules),
+        cmocka_unit_test(test_golden_result_session),
         cmocka_unit_test(test_golden_result_stream),
         cmocka_unit_test(test_golden_chunk),
         cmocka_unit_test(test_result_reply_to_error),

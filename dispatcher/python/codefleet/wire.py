@@ -344,6 +344,7 @@ class Request:
     image: Optional[str] = None
     notify_start: bool = False
     workspace_op: Optional[WorkspaceOp] = None
+    session: Optional[str] = None  # a python cell of this session (SPEC 3.6)
 
     def __post_init__(self) -> None:
         self.code = _to_bytes(self.code)
@@ -357,7 +358,7 @@ class Request:
         """The Kafka key SPEC.md section 1 asks for: the workspace, else the
         thread, else the id (so a workspace's or thread's requests stay
         ordered on one partition)."""
-        return self.workspace or self.thread or self.id
+        return self.workspace or self.session or self.thread or self.id
 
     def encode(self) -> bytes:
         """The canonical msgpack bytes; :class:`WireError` if invalid."""
@@ -475,6 +476,9 @@ class Result:
     files: List[OutFile] = field(default_factory=list)
     files_truncated: bool = False
     chunks: int = 0
+    session_cell: int = 0  # a session's cell: its number (1 = the session started empty)
+    session_restored: bool = False  # the cell started from the session's saved state
+    session_lost: List[str] = field(default_factory=list)  # names the cell left that were not saved
 
     @property
     def ok(self) -> bool:
@@ -1116,6 +1120,7 @@ _REQUEST = _Spec([
     ("image", _d_str, True),
     ("notify_start", _d_bool, True),
     ("workspace_op", _d_object(_WORKSPACE_OP), True),
+    ("session", _d_str, True),
 ], _build_request)
 
 def _d_diagnostics(r: _Reader, path: str, depth: int) -> List[Diagnostic]:
@@ -1221,6 +1226,9 @@ _RESULT = _Spec([
     ("files", _d_list_of(_OUT_FILE), True),
     ("files_truncated", _d_bool, True),
     ("chunks", _d_uint, True),
+    ("session_cell", _d_uint, True),
+    ("session_restored", _d_bool, True),
+    ("session_lost", _d_strlist, True),
 ], _build_result)
 
 
@@ -1365,7 +1373,7 @@ def _check_workspace_op(req: Request) -> None:
                ("stdin", bool(req.stdin)), ("input", req.input is not ABSENT), ("env", bool(req.env)),
                ("files", bool(req.files)), ("thread", req.thread is not None), ("harness", req.harness is not None),
                ("compile_flags", bool(req.compile_flags)), ("cases", bool(req.cases)), ("collect", bool(req.collect)),
-               ("stream", req.stream), ("image", req.image is not None),
+               ("stream", req.stream), ("image", req.image is not None), ("session", req.session is not None),
                ("policy.network", req.policy.network is not None),
                ("policy.filesystem", fs.mode is not None or bool(fs.read_only) or bool(fs.read_write)),
                ("policy.env_allow", req.policy.env_allow is not None)]
@@ -1411,6 +1419,23 @@ def _check_workspace_op(req: Request) -> None:
         raise WireError("workspace_op.last_line", "before first_line")
 
 
+def _check_session(req: Request, lang: "Language") -> None:
+    """SPEC 3.6: a python cell, run no other way, in a read-write workspace."""
+    if not _SESSION_ID.fullmatch(req.session or ""):
+        raise WireError("session", "must be 1..128 characters of [A-Za-z0-9._-]")
+    if lang != Language.PYTHON:
+        raise WireError("session", f'only language "python" has sessions (not "{lang}")')
+    for name, on in (("harness", req.harness is not None), ("cases", bool(req.cases)), ("thread", req.thread)):
+        if on:
+            raise WireError("session", f"not with {name} (a cell is one run of the session's code)")
+    if req.policy.filesystem.mode not in (None, FsMode.WORKSPACE_RW, "workspace_rw"):
+        raise WireError("session", "policy.filesystem.mode must be workspace_rw or absent "
+                                   "(a cell saves its state into the workspace)")
+
+
+_SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
 def _check_request(req: Request) -> None:
     _check_id(req.id, "id")
     if req.workspace_op is not None:
@@ -1429,6 +1454,8 @@ def _check_request(req: Request) -> None:
             raise WireError("module", f'required for language "{lang}"')
     elif req.code is None:
         raise WireError("code", f'required for language "{lang}"')
+    if req.session is not None:
+        _check_session(req, lang)
     for name in req.env:
         if name == "" or "=" in name:
             raise WireError("env", "invalid variable name")
@@ -1788,6 +1815,7 @@ def _encode_request(req: Request) -> bytes:
     m.put_flag("notify_start", req.notify_start, "notify_start")
     if req.workspace_op is not None:
         m.put("workspace_op", _encode_workspace_op(_typed(req.workspace_op, WorkspaceOp, "workspace_op")))
+    m.put_str("session", req.session, "session")
     out = _finish(m, "request")
     _check_request(req)
     return out
@@ -1905,6 +1933,9 @@ def _encode_result(res: Result) -> bytes:
         m.put("files", _list_out(res.files, "files", OutFile, _encode_out_file))
     m.put_flag("files_truncated", res.files_truncated, "files_truncated")
     m.put_int("chunks", res.chunks, "chunks")
+    m.put_int("session_cell", res.session_cell, "session_cell")
+    m.put_flag("session_restored", res.session_restored, "session_restored")
+    m.put_strlist("session_lost", res.session_lost, "session_lost")
     out = _finish(m, "result")
     _check_result(res)
     return out

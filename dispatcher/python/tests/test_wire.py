@@ -125,6 +125,12 @@ EXPECTED = {
         cf.WorkspaceOpKind.STR_REPLACE, path="src/app.py", old_str=b"x = 1", new_str=b"x = 41", expected_revision=3)),
     "request_workspace_read": cf.Request(id="req-wsop-0002", workspace="tenant-a.repo", workspace_op=cf.WorkspaceOp(
         cf.WorkspaceOpKind.READ, path="src/app.py", first_line=10, last_line=20)),
+    "request_session_cell": cf.Request(id="req-cell-0002", language=cf.Language.PYTHON, code=b"print(x + 1)\n",
+                                       session="tenant-a.s1"),
+    "result_session_cell": cf.Result(id="req-cell-0002", status=cf.Status.SUCCESS, exit_code=0, stdout=b"42\n",
+                                     workspace_revision=3,
+                                     changed_paths=[".codefleet/sessions/tenant-a.s1.python"], session_cell=2,
+                                     session_restored=True, session_lost=["lock"]),
     "result_stream": cf.Result(id="req-stream-0001", status=cf.Status.SUCCESS, exit_code=0, stdout=b"a\n",
                                stderr=b"b\n", metadata=cf.Metadata(backend="sandbox", run="3f2a9c0d1e4b5a67-42"),
                                chunks=2),

@@ -1,0 +1,139 @@
+# --- codefleet session driver (python): one cell of a session, see backends/languages/harness/README.md ---
+# The worker puts two lines before this file: __codefleet_cell (the cell's
+# source, base64) and __codefleet_state (the state file's path in the
+# workspace, which is the working directory).  The cell runs in a namespace
+# restored from that file; after a cell that succeeded the namespace is saved
+# back there, and the workspace's write-back makes it a revision.  A cell that
+# fails saves nothing: the session stays as it was before the cell.
+def __codefleet_session(cell_b64, state_path):
+    import builtins as B
+    import ast
+    import base64
+    import json
+    import os
+    import pickle
+    import sys
+    import traceback
+    import types
+
+    try:
+        import cloudpickle as saver  # functions, classes and lambdas by value
+
+        saver_name = "cloudpickle"
+    except B.ImportError:
+        saver = pickle
+        saver_name = "pickle"
+
+    out_path = os.environ.get("CODEFLEET_OUTPUT")
+    report = {"cell": 1, "restored": False, "lost": [], "saver": saver_name}
+
+    def write_report():
+        if not out_path:
+            return
+        try:
+            with B.open(out_path, "w", encoding="utf-8") as f:
+                json.dump(report, f)
+        except B.Exception:
+            pass
+
+    def flush():
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except B.BaseException:
+                pass
+
+    def describe(e):
+        name = B.type(e).__name__
+        try:
+            text = B.str(e)
+        except B.BaseException:
+            text = ""
+        return name + ": " + text if text else name
+
+    ns = {"__name__": "__main__", "__builtins__": B}
+    if os.path.exists(state_path):
+        try:
+            with B.open(state_path, "rb") as f:
+                saved = pickle.load(f)
+            for name, module in saved.get("modules", {}).items():
+                ns[name] = __import__(module, fromlist=["_"]) if "." in module else __import__(module)
+            ns.update(saved.get("names", {}))
+            report["cell"] = B.int(saved.get("cells", 0)) + 1
+            report["restored"] = True
+        except B.BaseException as e:
+            report["cell"] = 0  # no cell of the session ran
+            report["error"] = "its saved state (" + state_path + ") cannot be restored: " + describe(e)
+            write_report()
+            sys.stderr.write("codefleet session: " + report["error"] + "\n")
+            flush()
+            raise B.SystemExit(3)
+
+    source = base64.b64decode(cell_b64).decode("utf-8", "surrogateescape")
+    status = 0
+    try:
+        tree = ast.parse(source, "<cell>", "exec")
+        last = None
+        if tree.body and B.isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(B.compile(tree, "<cell>", "exec"), ns)
+        if last is not None:
+            value = eval(B.compile(last, "<cell>", "eval"), ns)
+            if value is not None:
+                ns["_"] = value
+                print(B.repr(value))
+    except B.SystemExit as e:
+        status = 0 if e.code is None or e.code == 0 else (e.code if B.isinstance(e.code, B.int) else 1)
+        if not B.isinstance(e.code, (B.int, B.type(None))):
+            sys.stderr.write(B.str(e.code) + "\n")
+    except B.BaseException as e:
+        flush()
+        tb = e.__traceback__
+        traceback.print_exception(B.type(e), e, tb.tb_next if tb is not None else None)  # not our frame
+        status = 1
+    flush()
+    if status != 0:
+        report["error_cell"] = True
+        write_report()
+        raise B.SystemExit(status)
+
+    # Save: modules by name, everything else by value in one pickle (so two
+    # names of one object stay one object); what cannot be pickled is named.
+    modules, values, lost, why = {}, {}, [], []
+    for name, value in B.list(ns.items()):
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        if B.isinstance(value, types.ModuleType):
+            modules[name] = value.__name__
+        else:
+            values[name] = value
+    try:
+        blob = saver.dumps({"v": 1, "cells": report["cell"], "modules": modules, "names": values})
+    except B.BaseException:
+        for name in B.sorted(values):
+            try:
+                saver.dumps(values[name])
+            except B.BaseException as e:
+                lost.append(name)
+                why.append(describe(e)[:300])
+                del values[name]
+        try:
+            blob = saver.dumps({"v": 1, "cells": report["cell"], "modules": modules, "names": values})
+        except B.BaseException as e:
+            lost += B.sorted(values)
+            why += [describe(e)[:300]] * B.len(values)
+            blob = saver.dumps({"v": 1, "cells": report["cell"], "modules": modules, "names": {}})
+    report["lost"] = lost
+    report["lost_why"] = why
+    d = os.path.dirname(state_path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    tmp = state_path + ".tmp"
+    with B.open(tmp, "wb") as f:
+        f.write(blob)
+    os.replace(tmp, state_path)
+    report["state_bytes"] = B.len(blob)
+    write_report()
+
+
+__codefleet_session(__codefleet_cell, __codefleet_state)

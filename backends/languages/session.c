@@ -1,0 +1,134 @@
+/* session: a Python session's cell (SPEC.md section 3.6), the pipeline's
+ * side of it.  The driver (harness/session_python.py) does the restoring,
+ * running and saving inside the backend; here the program is put together
+ * and the driver's report becomes the result's session fields. */
+#include "session_int.h"
+
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cf_msgpack.h"
+#include "cf_util.h"
+
+/* One warning diagnostic (nothing when memory runs out: it is a remark). */
+void cf_result_add_warning(cf_result *res, const char *fmt, ...)
+{
+    cf_diagnostic *v = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*v));
+    if (!v)
+        return;
+    res->diagnostics = v;
+    memset(&v[res->n_diagnostics], 0, sizeof(*v));
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    cf_diagnostic *d = &v[res->n_diagnostics];
+    if (cf_str_set(&d->level, "warning") == 0 && cf_str_set(&d->message, msg) == 0) {
+        res->n_diagnostics++;
+        return;
+    }
+    free(d->level);
+    free(d->message);
+}
+
+/* A session cell (SPEC 3.6): two lines naming the cell (base64, so no
+ * byte of it is Python syntax here) and the state file, then the driver,
+ * which compiles the cell on its own as "<cell>". */
+int cf_session_program(const char *driver, size_t driver_len, const cf_request *req, cf_bytes *out)
+{
+    size_t b64 = 4 * ((req->code.len + 2) / 3);
+    size_t hl = driver_len;
+    size_t n = b64 + strlen(req->session) + hl + 128;
+    char *buf = malloc(n + 1);
+    if (!buf)
+        return -1;
+    size_t used = (size_t)snprintf(buf, n, "__codefleet_cell = \"");
+    used += (size_t)EVP_EncodeBlock((unsigned char *)buf + used, req->code.data ? req->code.data : (const uint8_t *)"",
+                                    (int)req->code.len);
+    used += (size_t)snprintf(buf + used, n - used, "\"\n__codefleet_state = \"" CF_SESSION_STATE_DIR "/%s.python\"\n",
+                             req->session);
+    memcpy(buf + used, driver, hl);
+    out->data = (uint8_t *)buf;
+    out->len = used + hl;
+    return 0;
+}
+
+/* The driver's report (its output.json: cell, restored, lost, lost_why,
+ * error) becomes the result's session fields; a cell has no other output. */
+void cf_session_outcome(const cf_request *req, cf_result *res)
+{
+    cf_mp_reader r;
+    cf_error e;
+    cf_error_clear(&e);
+    uint32_t n = 0;
+    cf_mp_reader_init(&r, res->output.data, res->output.len, NULL);
+    if (!res->output.len || cf_mp_read_map(&r, 1, &n, &e) < 0)
+        n = 0;
+    char **why = NULL;
+    size_t n_why = 0;
+    char error[600] = "";
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *k;
+        size_t kl;
+        if (cf_mp_read_str(&r, 64, &k, &kl, &e) < 0)
+            break;
+        char key[65];
+        memcpy(key, k, kl);
+        key[kl] = '\0';
+        cf_mp_kind kind = cf_mp_peek(&r);
+        if (strcmp(key, "cell") == 0 && kind == CF_MP_UINT) {
+            int64_t v;
+            if (cf_mp_read_int(&r, &v, &e) == 0 && v > 0)
+                res->session_cell = v;
+        } else if (strcmp(key, "restored") == 0 && kind == CF_MP_BOOL) {
+            cf_mp_read_bool(&r, &res->session_restored, &e);
+        } else if ((strcmp(key, "lost") == 0 || strcmp(key, "lost_why") == 0) && kind == CF_MP_ARRAY) {
+            bool names = key[4] == '\0';
+            uint32_t m;
+            if (cf_mp_read_array(&r, 2, &m, &e) < 0)
+                break;
+            char **v = m ? calloc(m, sizeof(char *)) : NULL;
+            size_t got = 0;
+            for (uint32_t j = 0; j < m; j++) {
+                const uint8_t *s;
+                size_t sl;
+                if (cf_mp_read_str(&r, 4096, &s, &sl, &e) < 0)
+                    break;
+                if (v && (v[got] = malloc(sl + 1))) {
+                    memcpy(v[got], s, sl);
+                    v[got++][sl] = '\0';
+                }
+            }
+            if (names) {
+                res->session_lost = v;
+                res->n_session_lost = got;
+            } else {
+                why = v;
+                n_why = got;
+            }
+        } else if (strcmp(key, "error") == 0 && kind == CF_MP_STR) {
+            const uint8_t *s;
+            size_t sl;
+            if (cf_mp_read_str(&r, 4096, &s, &sl, &e) == 0)
+                cf_sanitize_text((const char *)s, sl, false, error, sizeof(error));
+        } else if (cf_mp_skip(&r, 2, &e) < 0) {
+            break;
+        }
+    }
+    for (size_t i = 0; i < res->n_session_lost; i++)
+        cf_result_add_warning(res, "session '%s': '%s' was not saved: %s", req->session, res->session_lost[i],
+                         i < n_why && why[i] ? why[i] : "it cannot be pickled");
+    for (size_t i = 0; i < n_why; i++)
+        free(why[i]);
+    free(why);
+    free(res->output.data);
+    res->output = (cf_bytes){0};
+    if (error[0]) {
+        res->status = CF_STATUS_FAILED;
+        cf_result_set_reason(res, "session '%s': %s", req->session, error);
+    }
+}
