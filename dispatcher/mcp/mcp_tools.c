@@ -146,6 +146,11 @@ static json_t *execute_schema(void)
     json_object_set_new(p, "collect", collect);
     json_object_set_new(p, "workspace", prop("string", "Run against this workspace's files (see list_files)."));
     json_object_set_new(p, "thread", prop("string", "Thread id: groups the checkpoints of one conversation."));
+    json_object_set_new(p, "session",
+                        prop("string", "Python only: run the code as the next cell of this session, whose variables, "
+                                       "functions and classes persist from cell to cell (kept in the workspace of the "
+                                       "same id, or `workspace`). A failing cell saves nothing; names that cannot be "
+                                       "saved are listed in session_lost; the value of a last expression is printed."));
     json_object_set_new(p, "wait", prop("boolean", "Wait for the result (default true). false: return the "
                                                    "request id at once; then get_result or cancel."));
     json_object_set_new(p, "wait_timeout_ms", prop("integer", "How long to wait for the result (default 120000)."));
@@ -223,6 +228,12 @@ static json_t *output_schema(const char *name)
                                            "internal_error, cancelled; \"submitted\" for wait=false."));
         json_object_set_new(p, "exit_code", prop("integer", "The program's exit code, when it exited."));
         json_object_set_new(p, "reason", prop("string", "Why it ended so (timeout, rejection, signal, ...)."));
+        json_object_set_new(p, "session_cell", prop("integer", "A session's cell: its number in the session."));
+        json_object_set_new(p, "session_restored",
+                            prop("boolean", "The cell started from the session's saved state."));
+        json_t *lost = prop("array", "Names the cell left that could not be saved.");
+        json_object_set_new(lost, "items", json_pack("{s:s}", "type", "string"));
+        json_object_set_new(p, "session_lost", lost);
         json_object_set_new(p, "stdout", json_pack("{s:s}", "description", "Standard output (SPEC.md section 7 bytes)."));
         json_object_set_new(p, "stderr", json_pack("{s:s}", "description", "Standard error (SPEC.md section 7 bytes)."));
     } else if (strcmp(name, "cancel") == 0) {
@@ -401,7 +412,8 @@ json_t *mcp_request_json(const json_t *args, const char *id, bool stream, char *
     json_t *r = json_pack("{s:i, s:s}", "v", 1, "id", id);
     static const char *const same[] = {"language", "code",  "argv",          "stdin",           "input",
                                        "files",    "env",   "backend",       "workspace",       "thread",
-                                       "image",    "cases", "compile_flags", "stop_on_failure", "collect"};
+                                       "image",    "cases", "compile_flags", "stop_on_failure", "collect",
+                                       "session"};
     for (size_t i = 0; r && i < sizeof(same) / sizeof(same[0]); i++) {
         json_t *v = json_object_get(args, same[i]);
         if (v)

@@ -48,6 +48,19 @@ async def session(fleet):
               "progress callback got the output as it came: %r" % seen)
         r = await client.call_tool("execute_code", {"language": "python", "code": "x", "bogus": 1})
         check(r.is_error, "a bad argument is a tool error")
+        if os.environ.get("CF_TEST_REDIS"):
+            # A Python session (SPEC.md 3.6): the second cell sees the first's names.
+            sid = "%s-nb" % fleet.group
+            r = await client.call_tool("execute_code", {"language": "python", "code": "def f(v):\n    return v * 3\nn = 14",
+                                                        "session": sid})
+            sc = r.structured_content or {}
+            check(sc.get("status") == "success" and sc.get("session_cell") == 1, "a session's first cell: %s" % sc)
+            r = await client.call_tool("execute_code", {"language": "python", "code": "f(n)", "session": sid})
+            sc = r.structured_content or {}
+            check(sc.get("stdout") == "42\n" and sc.get("session_restored") is True and sc.get("session_cell") == 2,
+                  "the next cell has its names: %s" % sc)
+            check(any("restored from its saved state" in getattr(c, "text", "") for c in r.content),
+                  "the text says the cell was restored")
 
 
 def main():

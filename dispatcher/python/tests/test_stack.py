@@ -205,6 +205,51 @@ class StackTest(unittest.TestCase):
         res = client.run(cf.Request("shell", "cat src/app.py", workspace=files.workspace), timeout=60)
         self.assertEqual(res.stdout, b"import os\nx = 41\nprint(x + 1)\n", res.reason)
 
+    def test_session(self):
+        """Issue 31: a Python session through the fleet, E2B's shape: cells
+        whose names persist, a shell command and the files of its
+        workspace, what could not be saved, a failing cell that saves
+        nothing."""
+        if not REDIS:
+            self.skipTest("CF_TEST_REDIS is not set: no sessions")
+        s = client.session(f"{PREFIX}-nb")
+        res = s.run_code("import math\ndef area(r):\n    return round(math.pi * r * r, 2)\nradius = 2\n")
+        self.assertEqual((res.status, res.session_cell, res.session_restored), (cf.Status.SUCCESS, 1, False),
+                         res.reason)
+        res = s.run_code("area(radius)")
+        self.assertEqual((res.stdout, res.session_cell, res.session_restored), (b"12.57\n", 2, True), res.reason)
+        self.assertEqual(s.cells, 2)
+        res = s.commands.run("echo 3 > radius.txt; ls .codefleet/sessions")
+        self.assertEqual(res.stdout, f"{PREFIX}-nb.python\n".encode(), res.reason)
+        self.assertEqual(s.files.read("radius.txt"), "3\n")
+        res = s.run_code("radius = int(open('radius.txt').read())\nimport threading\nguard = threading.Lock()\n")
+        self.assertEqual((res.status, res.session_lost, s.lost), (cf.Status.SUCCESS, ["guard"], ["guard"]),
+                         res.reason)
+        res = s.run_code("radius = 100\nraise RuntimeError('stop')")
+        self.assertEqual(res.status, cf.Status.FAILED)
+        self.assertIn(b"RuntimeError: stop", res.stderr)
+        res = s.run_code("print(area(radius), 'guard' in dir())")
+        self.assertEqual(res.stdout, b"28.27 False\n", res.reason)
+        with self.assertRaises(TypeError):
+            s.run_code("1", workspace="elsewhere")
+
+    def test_async_session(self):
+        if not REDIS:
+            self.skipTest("CF_TEST_REDIS is not set: no sessions")
+
+        async def go():
+            async with cf.AsyncClient(settings(), request_topic=REQ, result_topic=RES) as ac:
+                s = ac.session(f"{PREFIX}-anb")
+                first = await s.run_code("n = 20")
+                second = await s.run_code("n + 1")
+                listed = await s.files.list()
+                return first, second, listed
+
+        first, second, listed = asyncio.run(go())
+        self.assertEqual((first.status, second.stdout, second.session_restored), (cf.Status.SUCCESS, b"21\n", True),
+                         second.reason)
+        self.assertEqual([e.path for e in listed], [f".codefleet/sessions/{PREFIX}-anb.python"])
+
     def test_async_workspace_files(self):
         if not REDIS:
             self.skipTest("CF_TEST_REDIS is not set: no workspaces")
