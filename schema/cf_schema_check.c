@@ -180,8 +180,9 @@ static int session_check(const cf_request *req, cf_error *err)
     size_t n = strlen(s);
     if (n == 0 || n > 128 || strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != n)
         return cf_error_set(err, CF_E_INVALID, "session: must be 1..128 characters of [A-Za-z0-9._-]");
-    if (req->language != CF_LANG_PYTHON)
-        return cf_error_set(err, CF_E_INVALID, "session: only language \"python\" has sessions (not \"%s\")",
+    if (req->language != CF_LANG_PYTHON && req->language != CF_LANG_SHELL)
+        return cf_error_set(err, CF_E_INVALID,
+                            "session: only languages \"python\" and \"shell\" have sessions (not \"%s\")",
                             cf_language_name(req->language));
     if (req->harness != CF_HARNESS_NONE || req->n_cases || req->thread)
         return cf_error_set(err, CF_E_INVALID, "session: not with %s (a cell is one run of the session's code)",

@@ -35,9 +35,9 @@
 #define ARGV_MAX 256
 #define CASES_OUTPUT_BYTES (16u << 20) /* stdout + stderr of all cases of a request */
 
-enum { H_PYTHON, H_JAVASCRIPT, H_TYPESCRIPT, H_RUST, H_SESSION_PYTHON, H__COUNT };
+enum { H_PYTHON, H_JAVASCRIPT, H_TYPESCRIPT, H_RUST, H_SESSION_PYTHON, H_SESSION_SHELL, H__COUNT };
 static const char *const harness_file[H__COUNT] = {"python.py", "javascript.js", "typescript.ts", "rust.rs",
-                                                   "session_python.py"};
+                                                   "session_python.py", "session_shell.sh"};
 #define HARNESS_MAX_BYTES (64 * 1024)
 
 typedef struct toolchain {
@@ -405,7 +405,9 @@ void cf_pipeline_describe(const cf_pipeline *p, char *buf, size_t size)
                      p->harness[H_RUST] ? " rust" : "");
     if (n > 0 && (size_t)n < size - used)
         snprintf(buf + used + n, size - used - n, "; sessions: %s",
-                 p->harness[H_SESSION_PYTHON] ? "python" : "none");
+                 p->harness[H_SESSION_PYTHON] ? (p->harness[H_SESSION_SHELL] ? "python shell" : "python")
+                 : p->harness[H_SESSION_SHELL]  ? "shell"
+                                                : "none");
 }
 
 void cf_pipeline_stats_get(cf_pipeline *p, cf_pipeline_stats *out)
@@ -590,6 +592,12 @@ static const char *source_name(cf_language l)
     case CF_LANG_TYPESCRIPT: return "main.ts";
     default: return NULL;
     }
+}
+
+/* The session driver of a session request's language (python or shell). */
+static int session_driver(const cf_request *req)
+{
+    return req->language == CF_LANG_SHELL ? H_SESSION_SHELL : H_SESSION_PYTHON;
 }
 
 static int harness_index(cf_language l)
@@ -1583,9 +1591,9 @@ static int check_request(const cf_pipeline *p, const cf_exec_ctx *ctx, const cf_
         if (!p || h < 0 || !p->harness[h])
             return cf_exec_reject(res, "harness function: not available for %s on this worker", ln);
     }
-    if (req->session && (!p || !p->harness[H_SESSION_PYTHON]))
-        return cf_exec_reject(res, "session: this worker has no session driver (%s/%s)",
-                              p && p->cfg.harness_dir ? "harness" : "harness-dir", harness_file[H_SESSION_PYTHON]);
+    if (req->session && (!p || !p->harness[session_driver(req)]))
+        return cf_exec_reject(res, "session: this worker has no %s session driver (harness/%s)", ln,
+                              harness_file[session_driver(req)]);
     if (req->n_cases) {
         if (ctx->files && ctx->files->collect)
             return cf_exec_reject(res, "cases cannot write a workspace back: use fs_mode workspace_ro");
@@ -1854,7 +1862,9 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
     cf_bytes harnessed = {0};
     int rc = -1;
     if (req->harness == CF_HARNESS_FUNCTION || req->session) {
-        if ((req->session ? cf_session_program(p->harness[H_SESSION_PYTHON], p->harness_len[H_SESSION_PYTHON], req, &harnessed) : with_harness(p, req, &harnessed)) < 0)
+        if ((req->session ? cf_session_program(p->harness[session_driver(req)], p->harness_len[session_driver(req)],
+                                               req, &harnessed)
+                          : with_harness(p, req, &harnessed)) < 0)
             return cf_error_set(err, CF_E_NOMEM, "pipeline: out of memory");
         source = harnessed;
     }
@@ -1875,7 +1885,9 @@ int cf_pipeline_execute(cf_pipeline *p, const cf_backend *b, const char *profile
                                  .interp = art.run_with};
         progp = &prog;
     } else if (req->harness == CF_HARNESS_FUNCTION || req->session) {
-        prog = (cf_exec_program){.name = req->language == CF_LANG_PYTHON ? "main.py" : "main.js",
+        prog = (cf_exec_program){.name = req->language == CF_LANG_PYTHON  ? "main.py"
+                                         : req->language == CF_LANG_SHELL ? "main.sh"
+                                                                          : "main.js",
                                  .data = harnessed.data, .len = harnessed.len, .interp = req->language};
         progp = &prog;
     }

@@ -36,8 +36,9 @@ void cf_result_add_warning(cf_result *res, const char *fmt, ...)
 }
 
 /* A session cell (SPEC 3.6): two lines naming the cell (base64, so no
- * byte of it is Python syntax here) and the state file, then the driver,
- * which compiles the cell on its own as "<cell>". */
+ * byte of it is syntax here) and the state file, then the driver, which
+ * compiles (python) or evals (shell) the cell on its own.  The two
+ * assignments read the same in Python and in sh. */
 int cf_session_program(const char *driver, size_t driver_len, const cf_request *req, cf_bytes *out)
 {
     size_t b64 = 4 * ((req->code.len + 2) / 3);
@@ -46,11 +47,11 @@ int cf_session_program(const char *driver, size_t driver_len, const cf_request *
     char *buf = malloc(n + 1);
     if (!buf)
         return -1;
-    size_t used = (size_t)snprintf(buf, n, "__codefleet_cell = \"");
+    size_t used = (size_t)snprintf(buf, n, "__codefleet_cell=\"");
     used += (size_t)EVP_EncodeBlock((unsigned char *)buf + used, req->code.data ? req->code.data : (const uint8_t *)"",
                                     (int)req->code.len);
-    used += (size_t)snprintf(buf + used, n - used, "\"\n__codefleet_state = \"" CF_SESSION_STATE_DIR "/%s.python\"\n",
-                             req->session);
+    used += (size_t)snprintf(buf + used, n - used, "\"\n__codefleet_state=\"" CF_SESSION_STATE_DIR "/%s.%s\"\n",
+                             req->session, cf_language_name(req->language));
     memcpy(buf + used, driver, hl);
     out->data = (uint8_t *)buf;
     out->len = used + hl;

@@ -147,8 +147,8 @@ static json_t *execute_schema(void)
     json_object_set_new(p, "workspace", prop("string", "Run against this workspace's files (see list_files)."));
     json_object_set_new(p, "thread", prop("string", "Thread id: groups the checkpoints of one conversation."));
     json_object_set_new(p, "session",
-                        prop("string", "Python only: run the code as the next cell of this session, whose variables, "
-                                       "functions and classes persist from cell to cell (kept in the workspace of the "
+                        prop("string", "python or shell: run the code as the next cell of this session, whose variables, "
+                                       "functions and classes (shell: cwd, variables, functions) persist from cell to cell (kept in the workspace of the "
                                        "same id, or `workspace`). A failing cell saves nothing; names that cannot be "
                                        "saved are listed in session_lost; the value of a last expression is printed."));
     json_object_set_new(p, "wait", prop("boolean", "Wait for the result (default true). false: return the "

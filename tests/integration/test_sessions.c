@@ -77,14 +77,16 @@ static void fleet_stop(fleet *f)
     assert_int_equal(it_worker_stop(&f->w, SIGTERM, 30000), 0);
 }
 
-/* One cell of session s; the result in *res, its status checked. */
-static void cell(cf_dispatcher *d, const char *s, const char *code, cf_status want, cf_result *res)
+/* One cell of session s in language lang; the result in *res, its status
+ * checked. */
+static void cell_in(cf_dispatcher *d, cf_language lang, const char *s, const char *code, cf_status want,
+                    cf_result *res)
 {
     cf_request req = {0};
     char id[64];
     it_unique_name("cell", id, sizeof(id));
     req.id = strdup(id);
-    req.language = CF_LANG_PYTHON;
+    req.language = lang;
     assert_int_equal(cf_bytes_set(&req.code, code, strlen(code)), 0);
     req.session = strdup(s);
     it_submit_wait(d, &req, 120 * SEC, res);
@@ -93,6 +95,11 @@ static void cell(cf_dispatcher *d, const char *s, const char *code, cf_status wa
         fail_msg("cell '%s': status %s (want %s), reason: %s, stderr: %.*s", code, cf_status_name(res->status),
                  cf_status_name(want), res->reason ? res->reason : "-", (int)res->stderr_data.len,
                  (const char *)res->stderr_data.data);
+}
+
+static void cell(cf_dispatcher *d, const char *s, const char *code, cf_status want, cf_result *res)
+{
+    cell_in(d, CF_LANG_PYTHON, s, code, want, res);
 }
 
 static void assert_stdout(const cf_result *res, const char *want)
@@ -233,6 +240,37 @@ static void a_killed_worker_loses_nothing(void **state)
     fleet_stop(&f);
 }
 
+/* A shell session keeps its working directory, exported and plain
+ * variables and functions; the environment reaches its children; a
+ * failing cell saves nothing. */
+static void a_shell_session_keeps_dir_variables_and_functions(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    char s[128];
+    snprintf(s, sizeof(s), "%sterm", f.prefix[0]);
+    cf_result res = {0};
+    cell_in(f.d[0], CF_LANG_SHELL, s,
+            "x=41\nexport GREETING='hello there'\nsay() { echo \"$GREETING $1\"; }\nmkdir -p src/lib && cd src/lib\n",
+            CF_STATUS_SUCCESS, &res);
+    assert_int_equal(res.session_cell, 1);
+    cf_result_clear(&res);
+    cell_in(f.d[0], CF_LANG_SHELL, s, "say $x\nbasename \"$PWD\"\nsh -c 'echo child: $GREETING'\n",
+            CF_STATUS_SUCCESS, &res);
+    assert_stdout(&res, "hello there 41\nlib\nchild: hello there\n");
+    assert_true(res.session_restored);
+    assert_int_equal(res.session_cell, 2);
+    cf_result_clear(&res);
+    cell_in(f.d[0], CF_LANG_SHELL, s, "x=1\ncd /\nfalse\n", CF_STATUS_FAILED, &res);
+    cf_result_clear(&res);
+    cell_in(f.d[0], CF_LANG_SHELL, s, "echo $x; basename \"$PWD\"", CF_STATUS_SUCCESS, &res);
+    assert_stdout(&res, "41\nlib\n");
+    cf_result_clear(&res);
+    fleet_stop(&f);
+}
+
 /* Tenant b names tenant a's session, directly or as the workspace of a
  * session of its own: both rejected, and tenant a's state is untouched. */
 static void a_tenant_reaches_only_its_own_sessions(void **state)
@@ -276,6 +314,7 @@ int main(void)
         cmocka_unit_test(what_cannot_be_saved_is_named),
         cmocka_unit_test(a_failing_cell_changes_nothing_and_a_broken_state_is_an_error),
         cmocka_unit_test(a_killed_worker_loses_nothing),
+        cmocka_unit_test(a_shell_session_keeps_dir_variables_and_functions),
         cmocka_unit_test(a_tenant_reaches_only_its_own_sessions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

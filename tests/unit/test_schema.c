@@ -1092,7 +1092,7 @@ static void test_session_rules(void **state)
         bool cases_, thread, ro;
         const char *says;
     } bad[] = {
-        {"tenant-a.s1", CF_LANG_SHELL, false, false, false, "only language \"python\" has sessions"},
+        {"tenant-a.s1", CF_LANG_JAVASCRIPT, false, false, false, "only languages \"python\" and \"shell\""},
         {"tenant a", CF_LANG_PYTHON, false, false, false, "session: must be 1..128 characters"},
         {"", CF_LANG_PYTHON, false, false, false, "session: must be 1..128 characters"},
         {"tenant-a.s1", CF_LANG_PYTHON, false, true, false, "session: not with thread"},

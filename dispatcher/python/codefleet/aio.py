@@ -94,11 +94,11 @@ class AsyncClient:
         """Submits and waits (see :meth:`Client.run`)."""
         return await self.wait(await self.submit(request), timeout)
 
-    def session(self, session_id: str, workspace: Optional[str] = None, timeout: float = 60.0,
-                **fields: Any) -> "AsyncSession":
+    def session(self, session_id: str, workspace: Optional[str] = None, timeout: float = 60.0, *,
+                language: str = "python", **fields: Any) -> "AsyncSession":
         """:meth:`codefleet.Client.session` for asyncio."""
         from .session import AsyncSession
-        return AsyncSession(self, session_id, workspace, timeout, **fields)
+        return AsyncSession(self, session_id, workspace, timeout, language=language, **fields)
 
     def files(self, workspace: str, timeout: float = 60.0) -> "AsyncWorkspaceFiles":
         """See :meth:`Client.files`: the same operations, awaited."""

@@ -586,16 +586,16 @@ class Client:
         request topic (no Redis settings needed)."""
         return WorkspaceFiles(self, workspace, timeout)
 
-    def session(self, session_id: str, workspace: Optional[str] = None, timeout: float = 60.0,
-                **fields: Any) -> "Session":
-        """A Python session (SPEC.md section 3.6): ``run_code`` runs cells
+    def session(self, session_id: str, workspace: Optional[str] = None, timeout: float = 60.0, *,
+                language: str = "python", **fields: Any) -> "Session":
+        """A session (SPEC.md section 3.6; `language` python or shell): ``run_code`` runs cells
         whose variables, functions and classes persist, in the workspace
         `workspace` (default: the session id; the tenant's state prefix
         applies); ``commands.run`` runs shell in it; ``files`` are its
         files.  `fields` (``policy``, ``backend``, ...) go into every
         request of the session."""
         from .session import Session
-        return Session(self, session_id, workspace, timeout, **fields)
+        return Session(self, session_id, workspace, timeout, language=language, **fields)
 
     def stream(self, request: Request, timeout: float = 60.0, *, grace: float = 2.0) -> "ChunkStream":
         """Submits `request` with ``stream`` set and returns an iterator of

@@ -36,9 +36,13 @@ def _fields(defaults: Dict[str, Any], given: Dict[str, Any]) -> Dict[str, Any]:
 
 
 class _SessionBase:
-    def __init__(self, session_id: str, workspace: Optional[str], timeout: float, fields: Dict[str, Any]) -> None:
+    def __init__(self, session_id: str, workspace: Optional[str], timeout: float, language: str,
+                 fields: Dict[str, Any]) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise TypeError("session_id: a non-empty str is required")
+        if language not in ("python", "shell"):
+            raise ValueError(f"language: python or shell, not {language!r}")
+        self.language = language
         self.id = session_id
         self.workspace = workspace or session_id
         self.timeout = timeout
@@ -47,7 +51,7 @@ class _SessionBase:
         self.lost: List[str] = []  # names the last cell left unsaved
 
     def _cell(self, code: str, fields: Dict[str, Any]) -> Request:
-        return Request("python", code, session=self.id,
+        return Request(self.language, code, session=self.id,
                        workspace=None if self.workspace == self.id else self.workspace, **_fields(self._defaults, fields))
 
     def _command(self, cmd: str, fields: Dict[str, Any]) -> Request:
@@ -65,8 +69,8 @@ class Session(_SessionBase):
     cells of one session run one after another anyway."""
 
     def __init__(self, client: "Client", session_id: str, workspace: Optional[str] = None, timeout: float = 60.0,
-                 **fields: Any) -> None:
-        super().__init__(session_id, workspace, timeout, fields)
+                 *, language: str = "python", **fields: Any) -> None:
+        super().__init__(session_id, workspace, timeout, language, fields)
         self.client = client
         self.commands = SessionCommands(self)
 
@@ -76,7 +80,8 @@ class Session(_SessionBase):
         return self.client.files(self.workspace, self.timeout)
 
     def run_code(self, code: str, *, timeout: Optional[float] = None, **fields: Any) -> Result:
-        """Runs `code` as the session's next cell and returns its result:
+        """Runs `code` (in the session's `language`) as its next cell and
+        returns its result:
         ``stdout`` (with the ``repr`` of a last expression), ``status``
         (``failed`` with the traceback in ``stderr`` when it raised),
         ``session_cell``, ``session_restored`` and ``session_lost``.
@@ -101,8 +106,8 @@ class AsyncSession(_SessionBase):
     """:class:`Session` for asyncio (``AsyncClient.session``)."""
 
     def __init__(self, client: "AsyncClient", session_id: str, workspace: Optional[str] = None,
-                 timeout: float = 60.0, **fields: Any) -> None:
-        super().__init__(session_id, workspace, timeout, fields)
+                 timeout: float = 60.0, *, language: str = "python", **fields: Any) -> None:
+        super().__init__(session_id, workspace, timeout, language, fields)
         self.client = client
         self.commands = AsyncSessionCommands(self)
 

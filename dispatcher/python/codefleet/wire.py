@@ -1423,8 +1423,8 @@ def _check_session(req: Request, lang: "Language") -> None:
     """SPEC 3.6: a python cell, run no other way, in a read-write workspace."""
     if not _SESSION_ID.fullmatch(req.session or ""):
         raise WireError("session", "must be 1..128 characters of [A-Za-z0-9._-]")
-    if lang != Language.PYTHON:
-        raise WireError("session", f'only language "python" has sessions (not "{lang}")')
+    if lang not in (Language.PYTHON, Language.SHELL):
+        raise WireError("session", f'only languages "python" and "shell" have sessions (not "{lang}")')
     for name, on in (("harness", req.harness is not None), ("cases", bool(req.cases)), ("thread", req.thread)):
         if on:
             raise WireError("session", f"not with {name} (a cell is one run of the session's code)")

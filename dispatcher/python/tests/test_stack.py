@@ -233,6 +233,17 @@ class StackTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             s.run_code("1", workspace="elsewhere")
 
+    def test_shell_session(self):
+        if not REDIS:
+            self.skipTest("CF_TEST_REDIS is not set: no sessions")
+        s = client.session(f"{PREFIX}-sh", language="shell")
+        res = s.run_code("count=2; export MODE=fast; twice() { echo $(( $1 * 2 )); }; mkdir -p d && cd d")
+        self.assertEqual((res.status, res.session_cell), (cf.Status.SUCCESS, 1), res.reason)
+        res = s.run_code('twice $count; echo "$MODE ${PWD##*/}"')
+        self.assertEqual((res.stdout, res.session_restored), (b"4\nfast d\n", True), res.reason)
+        with self.assertRaises(ValueError):
+            client.session("x", language="javascript")
+
     def test_async_session(self):
         if not REDIS:
             self.skipTest("CF_TEST_REDIS is not set: no sessions")

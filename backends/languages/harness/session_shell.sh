@@ -1,0 +1,112 @@
+# --- codefleet session driver (shell): one cell of a session, see backends/languages/harness/README.md ---
+# The worker puts two lines before this file: __codefleet_cell (the cell's
+# source, base64) and __codefleet_state (the state file's path in the
+# workspace, the working directory).  What persists: the working directory,
+# exported variables, plain variables the session set, and functions.  The
+# cell runs in this shell (eval), so `cd`, `export` and function
+# definitions take effect; its status is the last command's.  A cell that
+# fails saves nothing.  Shell sessions need bash (declare, compgen): the
+# worker's shell may be a POSIX sh, so this file re-runs itself under bash.
+if [ -z "${BASH_VERSION:-}" ]; then
+    if command -v bash >/dev/null 2>&1; then
+        exec bash "$0" "$@"
+    fi
+    echo "codefleet session: shell sessions need bash, which this sandbox does not have" >&2
+    printf '{"cell": 0, "error": "shell sessions need bash, which this sandbox does not have"}' >"${CODEFLEET_OUTPUT:-/dev/null}"
+    exit 3
+fi
+
+__cf_report() { # cell restored lost-json error
+    [ -n "${CODEFLEET_OUTPUT:-}" ] || return 0
+    printf '{"cell": %s, "restored": %s%s}' "$1" "$2" "$3" >"$CODEFLEET_OUTPUT" 2>/dev/null || true
+}
+
+__cf_root=$PWD
+__cf_cell=1
+__cf_restored=false
+# What the shell had before the session's state: only what the session
+# changes is saved (not the worker's environment, which differs per run).
+declare -A __cf_env0=()
+for __cf_n in $(compgen -v); do
+    __cf_env0[$__cf_n]=1
+done
+declare -A __cf_exp0=()
+for __cf_n in $(compgen -e); do
+    __cf_exp0[$__cf_n]=${!__cf_n}
+done
+unset __cf_n
+
+if [ -f "$__codefleet_state" ]; then
+    if ! __cf_err=$( (. "./$__codefleet_state") 2>&1 >/dev/null) || ! . "./$__codefleet_state" 2>/dev/null; then
+        __cf_msg="its saved state ($__codefleet_state) cannot be restored: ${__cf_err:-it does not source}"
+        __cf_msg=${__cf_msg//\\/\\\\}
+        __cf_msg=${__cf_msg//\"/\\\"}
+        __cf_msg=${__cf_msg//[[:cntrl:]]/ }
+        echo "codefleet session: its saved state ($__codefleet_state) cannot be restored" >&2
+        __cf_report 0 false ", \"error\": \"$__cf_msg\""
+        exit 3
+    fi
+    __cf_cell=$((${__cf_cells:-0} + 1))
+    __cf_restored=true
+    # The directory the last cell ended in; one inside the workspace is
+    # made again if it was empty (a workspace keeps files, not directories).
+    case ${__cf_dir-.} in
+    /*) cd "$__cf_dir" 2>/dev/null || echo "codefleet session: cannot return to $__cf_dir" >&2 ;;
+    *) mkdir -p "$__cf_root/${__cf_dir-.}" 2>/dev/null; cd "$__cf_root/${__cf_dir-.}" 2>/dev/null ||
+        echo "codefleet session: cannot return to ${__cf_dir-.}" >&2 ;;
+    esac
+fi
+
+__cf_save() {
+    # Locals are named __cf_* too: compgen -v lists them.
+    local __cf_d=$PWD __cf_rel __cf_out
+    case $__cf_d in
+    "$__cf_root") __cf_rel=. ;;
+    "$__cf_root"/*) __cf_rel=${__cf_d#"$__cf_root"/} ;;
+    *) __cf_rel=$__cf_d ;;
+    esac
+    __cf_out=$(
+        printf '__cf_cells=%s\n' "$__cf_cell"
+        printf '__cf_dir=%q\n' "$__cf_rel"
+        local __cf_n
+        for __cf_n in $(compgen -v); do
+            case $__cf_n in
+            __cf_* | __codefleet_* | CODEFLEET_* | BASH* | FUNCNAME | PIPESTATUS | RANDOM | SECONDS | LINENO | \
+                SRANDOM | EPOCH* | PWD | OLDPWD | SHLVL | _ | GROUPS | HOSTNAME | HOSTTYPE | MACHTYPE | OSTYPE | \
+                PPID | UID | EUID | SHELLOPTS | IFS | OPTIND | OPTERR | DIRSTACK | COMP_* | HISTCMD | PS4 | COLUMNS | LINES)
+                continue ;;
+            esac
+            if [ -n "${__cf_env0[$__cf_n]+x}" ]; then
+                # A name the shell started with: kept when exported and changed.
+                [ -n "${__cf_exp0[$__cf_n]+x}" ] && [ "${__cf_exp0[$__cf_n]}" != "${!__cf_n}" ] || continue
+            fi
+            declare -p "$__cf_n" 2>/dev/null | sed '1s/^declare -\([a-zA-Z-]*\) /declare -g\1 /; 1s/^declare -g- /declare -g /'
+        done
+        for __cf_n in $(compgen -A function); do
+            case $__cf_n in __cf_*) continue ;; esac
+            declare -f "$__cf_n"
+        done
+    )
+    mkdir -p "$(dirname "$__cf_root/$__codefleet_state")" &&
+        printf '%s\n' "$__cf_out" >"$__cf_root/$__codefleet_state.tmp" &&
+        mv "$__cf_root/$__codefleet_state.tmp" "$__cf_root/$__codefleet_state"
+}
+
+__cf_finish() {
+    local __cf_rc=$1
+    trap - EXIT
+    if [ "$__cf_rc" -eq 0 ]; then
+        if ! __cf_save; then
+            echo "codefleet session: the session's state could not be written" >&2
+            __cf_report "$__cf_cell" "$__cf_restored" ""
+            exit 4
+        fi
+    fi
+    __cf_report "$__cf_cell" "$__cf_restored" ""
+    exit "$__cf_rc"
+}
+
+trap '__cf_finish $?' EXIT
+__cf_src=$(printf '%s' "$__codefleet_cell" | base64 -d) || exit 4
+unset __codefleet_cell
+eval "$__cf_src"
