@@ -310,7 +310,7 @@ typedef struct cf_result {
     /* Session outcome (SPEC 3.6): set for a request that named a session. */
     int64_t session_cell;     /* this cell's number in the session (1 = it started empty); 0 = absent */
     bool session_restored;    /* the cell started from the session's saved state */
-    char **session_lost;      /* names the cell left that could not be saved ("name: why") */
+    char **session_lost;      /* names the cell left that could not be saved (a warning each says why) */
     size_t n_session_lost;
 } cf_result;
 

@@ -358,6 +358,7 @@ int cf_result_check_mode(const cf_result *res, bool check_values, cf_error *err)
         }
     }
     NONNEG(res->wall_time_us, "wall_time_us");
+    NONNEG(res->session_cell, "session_cell");
     NONNEG(res->cpu_time_us, "cpu_time_us");
     NONNEG(res->peak_memory_bytes, "peak_memory_bytes");
     NONNEG(res->meta.attempt, "metadata.attempt");

@@ -1012,8 +1012,19 @@ int cf_wstate_finish(cf_wstate *st, cf_request *req, cf_wstate_run *run, bool ex
     if (!executed)
         return 0;
     bool ws_ok = true;
+    bool ran_ok = res->status == CF_STATUS_SUCCESS;
     if (run->ws_active && finish_workspace(st, req, run, res, &ws_ok, err) < 0)
         return -1;
+    if (req->session && run->ws_active && run->ws_rw && ran_ok && !ws_ok) {
+        /* A session's cell is all or nothing (SPEC 3.6): one whose state
+         * did not land (a cap, the quota, a conflict) did not happen, and
+         * the next cell will not see it. */
+        char *why = res->reason ? cf_strdup(res->reason) : NULL;
+        res->status = CF_STATUS_FAILED;
+        cf_result_set_reason(res, "session '%s': the cell ran, but nothing of it was saved: %s", req->session,
+                             why ? why : "its changes were not written back");
+        free(why);
+    }
     if (run->cp_active && finish_thread(st, req, run, !run->ws_active || !run->ws_rw || ws_ok, res, err) < 0)
         return -1;
     return 0;

@@ -13,7 +13,24 @@
 #include "cf_msgpack.h"
 #include "cf_util.h"
 
+#define SESSION_LOST_MAX 256 /* names listed in session_lost, each with a warning */
+
 /* One warning diagnostic (nothing when memory runs out: it is a remark). */
+/* Drops a character vsnprintf cut in two at the end of s: the wire takes
+ * valid UTF-8 only, and the cut text may be the tenant's. */
+static void utf8_trim_cut(char *s)
+{
+    size_t n = strlen(s), i = n;
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+        i--;
+    if (i == 0)
+        return;
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (n - (i - 1) < want)
+        s[i - 1] = '\0';
+}
+
 void cf_result_add_warning(cf_result *res, const char *fmt, ...)
 {
     cf_diagnostic *v = realloc(res->diagnostics, (res->n_diagnostics + 1) * sizeof(*v));
@@ -26,6 +43,7 @@ void cf_result_add_warning(cf_result *res, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    utf8_trim_cut(msg);
     cf_diagnostic *d = &v[res->n_diagnostics];
     if (cf_str_set(&d->level, "warning") == 0 && cf_str_set(&d->message, msg) == 0) {
         res->n_diagnostics++;
@@ -119,6 +137,15 @@ void cf_session_outcome(const cf_request *req, cf_result *res)
         } else if (cf_mp_skip(&r, 2, &e) < 0) {
             break;
         }
+    }
+    /* The report is the cell's to write: a few hundred names are told one
+     * by one, the rest in one line (a result must stay a Kafka message). */
+    if (res->n_session_lost > SESSION_LOST_MAX) {
+        size_t more = res->n_session_lost - SESSION_LOST_MAX;
+        for (size_t i = SESSION_LOST_MAX; i < res->n_session_lost; i++)
+            free(res->session_lost[i]);
+        res->n_session_lost = SESSION_LOST_MAX;
+        cf_result_add_warning(res, "session '%s': %zu more names were not saved (not listed)", req->session, more);
     }
     for (size_t i = 0; i < res->n_session_lost; i++)
         cf_result_add_warning(res, "session '%s': '%s' was not saved: %s", req->session, res->session_lost[i],

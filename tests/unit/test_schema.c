@@ -1096,6 +1096,7 @@ static void test_session_rules(void **state)
         {"tenant a", CF_LANG_PYTHON, false, false, false, "session: must be 1..128 characters"},
         {"", CF_LANG_PYTHON, false, false, false, "session: must be 1..128 characters"},
         {"tenant-a.s1", CF_LANG_PYTHON, false, true, false, "session: not with thread"},
+        {"tenant-a.s1", CF_LANG_PYTHON, true, false, false, "session: not with harness"},
         {"tenant-a.s1", CF_LANG_PYTHON, false, false, true, "policy.filesystem.mode must be workspace_rw"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -1105,6 +1106,8 @@ static void test_session_rules(void **state)
         r.language = bad[i].lang;
         if (bad[i].thread)
             r.thread = strdup("t1");
+        if (bad[i].cases_)
+            r.harness = CF_HARNESS_FUNCTION;
         if (bad[i].ro)
             r.policy.fs_mode = CF_FS_WORKSPACE_RO;
         assert_int_equal(cf_request_encode(&r, &b, &err), -1);

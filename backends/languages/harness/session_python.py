@@ -25,6 +25,10 @@ def __codefleet_session(cell_b64, state_path):
         saver_name = "pickle"
 
     out_path = os.environ.get("CODEFLEET_OUTPUT")
+    # Fixed before the cell runs: a cell that changes directory still saves
+    # into the workspace.
+    root = os.getcwd()
+    state_path = os.path.join(root, state_path)
     report = {"cell": 1, "restored": False, "lost": [], "saver": saver_name}
 
     def write_report():
@@ -95,7 +99,8 @@ def __codefleet_session(cell_b64, state_path):
     if status != 0:
         report["error_cell"] = True
         write_report()
-        raise B.SystemExit(status)
+        # An exit status is 8 bits: 256 would read as success.
+        raise B.SystemExit(status if 0 < status < 256 else 1)
 
     # Save: modules by name, everything else by value in one pickle (so two
     # names of one object stay one object); what cannot be pickled is named.
@@ -103,8 +108,8 @@ def __codefleet_session(cell_b64, state_path):
     for name, value in B.list(ns.items()):
         if name.startswith("__") and name.endswith("__"):
             continue
-        if B.isinstance(value, types.ModuleType):
-            modules[name] = value.__name__
+        if B.isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is value:
+            modules[name] = value.__name__  # imported again by name
         else:
             values[name] = value
     try:
@@ -125,13 +130,23 @@ def __codefleet_session(cell_b64, state_path):
             blob = saver.dumps({"v": 1, "cells": report["cell"], "modules": modules, "names": {}})
     report["lost"] = lost
     report["lost_why"] = why
-    d = os.path.dirname(state_path)
-    if d:
+    try:
+        pickle.loads(blob)  # what the next cell will do: fail here, not there
+        d = os.path.dirname(state_path)
+        real_root = os.path.realpath(root)
+        if os.path.commonpath([os.path.realpath(d), real_root]) != real_root:
+            raise B.OSError(os.path.dirname(os.path.relpath(state_path, root)) + " leads out of the workspace")
         os.makedirs(d, exist_ok=True)
-    tmp = state_path + ".tmp"
-    with B.open(tmp, "wb") as f:
-        f.write(blob)
-    os.replace(tmp, state_path)
+        tmp = state_path + ".tmp"
+        with B.open(tmp, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, state_path)
+    except B.BaseException as e:
+        report["error"] = "the cell ran, but its state could not be saved: " + describe(e)[:300]
+        write_report()
+        sys.stderr.write("codefleet session: " + report["error"] + "\n")
+        flush()
+        raise B.SystemExit(4)
     report["state_bytes"] = B.len(blob)
     write_report()
 

@@ -87,8 +87,16 @@ __cf_save() {
             declare -f "$__cf_n"
         done
     )
-    mkdir -p "$(dirname "$__cf_root/$__codefleet_state")" &&
-        printf '%s\n' "$__cf_out" >"$__cf_root/$__codefleet_state.tmp" &&
+    local __cf_sd
+    __cf_sd=$(dirname "$__cf_root/$__codefleet_state")
+    mkdir -p "$__cf_sd" || return 1
+    # A state directory the cell made a symlink out of the workspace would
+    # be written where the workspace does not keep it.
+    case $(cd "$__cf_sd" && pwd -P)/ in
+    "$(cd "$__cf_root" && pwd -P)"/*) ;;
+    *) echo "codefleet session: ${__codefleet_state%/*} leads out of the workspace" >&2; return 1 ;;
+    esac
+    printf '%s\n' "$__cf_out" >"$__cf_root/$__codefleet_state.tmp" &&
         mv "$__cf_root/$__codefleet_state.tmp" "$__cf_root/$__codefleet_state"
 }
 
@@ -97,8 +105,8 @@ __cf_finish() {
     trap - EXIT
     if [ "$__cf_rc" -eq 0 ]; then
         if ! __cf_save; then
-            echo "codefleet session: the session's state could not be written" >&2
-            __cf_report "$__cf_cell" "$__cf_restored" ""
+            echo "codefleet session: the cell ran, but its state could not be saved" >&2
+            __cf_report "$__cf_cell" "$__cf_restored" ', "error": "the cell ran, but its state could not be saved"'
             exit 4
         fi
     fi

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from .wire import Request, Result
+from .errors import ClientError
+from .wire import Request, Result, Status
 
 if TYPE_CHECKING:  # the clients import this module lazily
     from .aio import AsyncClient, AsyncWorkspaceFiles
@@ -58,6 +59,11 @@ class _SessionBase:
         return Request("shell", cmd, workspace=self.workspace, **_fields(self._defaults, fields))
 
     def _note(self, res: Result) -> Result:
+        if res.status == Status.SUCCESS and not res.session_cell:
+            # A worker that predates sessions runs the code as a plain
+            # program: nothing of it was kept.
+            raise ClientError(f"request {res.id}: the worker that ran it ({res.metadata.worker or '?'}) does not "
+                              "know sessions: the code ran, but nothing of it was kept")
         if res.session_cell:
             self.cells = res.session_cell
             self.lost = list(res.session_lost)
