@@ -85,6 +85,10 @@ EXPECT = {
     "build/dispatcher/codefleet submit --follow -l python --code 'import time\n"
     "for i in range(5): print(\"step\", i, flush=True); time.sleep(1)'":
         has("step 0\nstep 1\nstep 2\nstep 3\nstep 4\n"),
+    "build/dispatcher/codefleet submit -l python --session readme.nb --code 'import math; r = 2'":
+        has("status:   success", "session:  cell"),
+    "build/dispatcher/codefleet submit -l python --session readme.nb --code 'round(math.pi * r * r, 2)'":
+        has("12.57\n", "restored from its saved state"),
     "echo '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}' | build/dispatcher/codefleet mcp":
         has('"execute_code"'),
     "build/dispatcher/codefleet submit --no-wait --stream -l shell --code "
