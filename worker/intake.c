@@ -70,7 +70,8 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
     /* A session lives in its workspace (SPEC 3.6): the session's own id
      * when the request names no other, so that the profile's state prefix
      * and the workspace's lease, fence and quota apply as to any run. */
-    if (req->session && !req->workspace && cf_str_set(&req->workspace, req->session) < 0) {
+    bool session_ws = req->session && !req->workspace;
+    if (session_ws && cf_str_set(&req->workspace, req->session) < 0) {
         snprintf(reason, rsz, "out of memory");
         return -1;
     }
@@ -85,8 +86,12 @@ static int admit(cf_worker *w, job *j, char *reason, size_t rsz)
         p->max_stderr_bytes = min_set(c->default_output_bytes, prof->max_output_bytes);
     if (p->memory_bytes == 0 && prof->default_memory_bytes > 0)
         p->memory_bytes = min_set(prof->default_memory_bytes, prof->max_memory_bytes);
-    if (cf_profile_admit(prof, w->profiles, bname, req, reason, rsz) < 0)
+    if (cf_profile_admit(prof, w->profiles, bname, req, reason, rsz) < 0) {
+        size_t used = strlen(reason);
+        if (session_ws && used < rsz)
+            snprintf(reason + used, rsz - used, " (session '%s' lives in the workspace of its own id)", req->session);
         return -1;
+    }
     j->backend = cf_backend_set_select_as(w->backends, bname, req, reason, rsz);
     if (!j->backend)
         return -1;

@@ -4,6 +4,7 @@
  * and the driver's report becomes the result's session fields. */
 #include "session_int.h"
 
+#include <inttypes.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -90,6 +91,8 @@ void cf_session_outcome(const cf_request *req, cf_result *res)
     char **why = NULL;
     size_t n_why = 0;
     char error[600] = "";
+    bool reported = false; /* the driver got to its report */
+    int64_t more = 0;      /* lost names it did not list */
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *k;
         size_t kl;
@@ -103,6 +106,10 @@ void cf_session_outcome(const cf_request *req, cf_result *res)
             int64_t v;
             if (cf_mp_read_int(&r, &v, &e) == 0 && v > 0)
                 res->session_cell = v;
+            reported = true;
+        } else if (strcmp(key, "lost_more") == 0 && kind == CF_MP_UINT) {
+            if (cf_mp_read_int(&r, &more, &e) < 0)
+                more = 0;
         } else if (strcmp(key, "restored") == 0 && kind == CF_MP_BOOL) {
             cf_mp_read_bool(&r, &res->session_restored, &e);
         } else if ((strcmp(key, "lost") == 0 || strcmp(key, "lost_why") == 0) && kind == CF_MP_ARRAY) {
@@ -141,12 +148,14 @@ void cf_session_outcome(const cf_request *req, cf_result *res)
     /* The report is the cell's to write: a few hundred names are told one
      * by one, the rest in one line (a result must stay a Kafka message). */
     if (res->n_session_lost > SESSION_LOST_MAX) {
-        size_t more = res->n_session_lost - SESSION_LOST_MAX;
+        more += (int64_t)(res->n_session_lost - SESSION_LOST_MAX);
         for (size_t i = SESSION_LOST_MAX; i < res->n_session_lost; i++)
             free(res->session_lost[i]);
         res->n_session_lost = SESSION_LOST_MAX;
-        cf_result_add_warning(res, "session '%s': %zu more names were not saved (not listed)", req->session, more);
     }
+    if (more > 0)
+        cf_result_add_warning(res, "session '%s': %" PRId64 " more names were not saved (not listed)", req->session,
+                              more);
     for (size_t i = 0; i < res->n_session_lost; i++)
         cf_result_add_warning(res, "session '%s': '%s' was not saved: %s", req->session, res->session_lost[i],
                          i < n_why && why[i] ? why[i] : "it cannot be pickled");
@@ -158,5 +167,13 @@ void cf_session_outcome(const cf_request *req, cf_result *res)
     if (error[0]) {
         res->status = CF_STATUS_FAILED;
         cf_result_set_reason(res, "session '%s': %s", req->session, error);
+    } else if (!reported && res->status == CF_STATUS_SUCCESS) {
+        /* It exited 0 without the driver's last word (os._exit, exec, a
+         * replaced EXIT trap): its names were not saved, so neither are its
+         * files (a cell is all or nothing). */
+        res->status = CF_STATUS_FAILED;
+        cf_result_set_reason(res, "session '%s': the cell ended without the session driver (os._exit, exec, a "
+                                  "replaced EXIT trap, or a report over the output cap): nothing of it was saved",
+                             req->session);
     }
 }

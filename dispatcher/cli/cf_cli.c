@@ -1759,7 +1759,10 @@ void cf_cli_print_result(FILE *out, const cf_result *res)
     if (res->workspace_revision || res->workspace_conflict)
         fprintf(out, "workspace: revision %" PRId64 "%s, %zu changed path(s)\n", res->workspace_revision,
                 res->workspace_conflict ? " (conflict)" : "", res->n_changed_paths);
-    if (res->session_cell) {
+    if (res->session_cell && res->status != CF_STATUS_SUCCESS) {
+        fprintf(out, "session:  cell %" PRId64 " did not succeed: nothing of it was saved (the next cell runs as cell "
+                     "%" PRId64 " again)\n", res->session_cell, res->session_cell);
+    } else if (res->session_cell) {
         fprintf(out, "session:  cell %" PRId64 ", %s", res->session_cell,
                 res->session_restored ? "restored from its saved state" : "a new session");
         for (size_t i = 0; i < res->n_session_lost; i++)

@@ -5,6 +5,7 @@
  *   bench_fleet publish    --brokers B --requests T [-n 20000]
  *   bench_fleet cancel     --brokers B --requests T --results T [-n 20]
  *   bench_fleet wsops      --brokers B --requests T --results T [-n 15] (needs a worker with Redis)
+ *   bench_fleet session    --brokers B --requests T --results T [-n 15] (needs a worker with Redis)
  *   (each with --kind command|wasm|js|python: the trivial request, see trivial_request;
  *   --notify-start: each request asks for a start notice, SPEC.md 13.1)
  *
@@ -289,6 +290,59 @@ static void ws_bench(cf_dispatcher *d, int n)
            (long long)p50[4], (double)p50[3] / (double)p50[4]);
 }
 
+/* ---- sessions ---- */
+
+/* One program on a workspace (python or shell), as a session's cell when
+ * session is set; the round trip (us). */
+static int64_t sess_run(cf_dispatcher *d, cf_language lang, const char *ws, const char *session, const char *code)
+{
+    cf_request req = {.language = lang, .code = {.data = (uint8_t *)code, .len = strlen(code)},
+                      .workspace = session ? NULL : (char *)ws, .session = (char *)session};
+    return ws_round_trip(d, &req, session ? "session cell" : "run");
+}
+
+/* Issue 31 part 9 as far as sessions go today (no live interpreter): a
+ * trivial cell against a trivial run on a workspace (the anchor: the same
+ * snapshot, write-back and interpreter start), for python and shell, and a
+ * python cell whose session holds about 1 MiB of state. */
+static void sess_bench(cf_dispatcher *d, int n)
+{
+    char ws[5][64];
+    for (int k = 0; k < 5; k++)
+        cf_dispatcher_new_id(ws[k], sizeof(ws[k]), NULL);
+    sess_run(d, CF_LANG_PYTHON, NULL, ws[1], "x = 1");
+    sess_run(d, CF_LANG_PYTHON, NULL, ws[2], "blob = bytes(1 << 20)\nrows = list(range(10000))");
+    sess_run(d, CF_LANG_SHELL, NULL, ws[4], "x=1; f() { :; }");
+    static const char *const what[5] = {"python run on a workspace", "python cell", "python cell, 1 MiB state",
+                                        "shell run on a workspace", "shell cell"};
+    int64_t *lat[5];
+    for (int k = 0; k < 5; k++)
+        lat[k] = calloc((size_t)n, sizeof(int64_t));
+    for (int r = 0; r < n + 3; r++) { /* 3 rounds to warm up */
+        int64_t v[5];
+        v[0] = sess_run(d, CF_LANG_PYTHON, ws[0], NULL, "x = 1");
+        v[1] = sess_run(d, CF_LANG_PYTHON, NULL, ws[1], "x = 1");
+        v[2] = sess_run(d, CF_LANG_PYTHON, NULL, ws[2], "x = 1");
+        v[3] = sess_run(d, CF_LANG_SHELL, ws[3], NULL, "x=1");
+        v[4] = sess_run(d, CF_LANG_SHELL, NULL, ws[4], "x=1");
+        for (int k = 0; r >= 3 && k < 5; k++)
+            lat[k][r - 3] = v[k];
+    }
+    int64_t p50[5];
+    for (int k = 0; k < 5; k++) {
+        qsort(lat[k], (size_t)n, sizeof(int64_t), cmp_i64);
+        p50[k] = pct(lat[k], n, 0.5);
+        free(lat[k]);
+        printf("%-28s p50=%lldus\n", what[k], (long long)p50[k]);
+    }
+    printf("RESULT session_cell lang=python p50_us=%lld run_p50_us=%lld ratio_to_run=%.2f\n", (long long)p50[1],
+           (long long)p50[0], (double)p50[1] / (double)p50[0]);
+    printf("RESULT session_cell_1mib lang=python p50_us=%lld run_p50_us=%lld ratio_to_run=%.2f\n",
+           (long long)p50[2], (long long)p50[0], (double)p50[2] / (double)p50[0]);
+    printf("RESULT session_cell lang=shell p50_us=%lld run_p50_us=%lld ratio_to_run=%.2f\n", (long long)p50[4],
+           (long long)p50[3], (double)p50[4] / (double)p50[3]);
+}
+
 /* A stack settings file: kafka.sasl.* for the authenticated broker; its
  * Redis keys are accepted and unused. */
 typedef struct bench_settings {
@@ -365,7 +419,7 @@ static void on_chunk_lat(void *ctx, const cf_chunk *c)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_fleet latency|throughput|publish|cancel|stream|wsops --brokers B --requests T --results T "
+        fprintf(stderr, "usage: bench_fleet latency|throughput|publish|cancel|stream|wsops|session --brokers B --requests T --results T "
                         "[-n N]\n");
         return 2;
     }
@@ -560,6 +614,8 @@ int main(int argc, char **argv)
         free(cl.v);
     } else if (strcmp(mode, "wsops") == 0) {
         ws_bench(d, n ? n : 15);
+    } else if (strcmp(mode, "session") == 0) {
+        sess_bench(d, n ? n : 15);
     } else if (publish) {
         n = n ? n : 20000;
         int64_t t0 = cf_mono_us();

@@ -147,6 +147,18 @@ static void variables_survive_fifty_cells(void **state)
     assert_int_equal(res.session_cell, 51);
     assert_true(res.session_restored);
     cf_result_clear(&res);
+
+    /* Restored functions read and set the namespace the cells see, and a
+     * module of the workspace's own imports again on the next cell. */
+    cell(f.d[0], s,
+         "def get():\n    return n\ndef bump_n():\n    global n\n    n += 100\nimport os, sys\n"
+         "os.makedirs('lib', exist_ok=True)\nopen('lib/helper.py', 'w').write('def hi():\\n    return \"hi\"\\n')\n"
+         "sys.path.insert(0, 'lib')\nimport helper\n",
+         CF_STATUS_SUCCESS, &res);
+    cf_result_clear(&res);
+    cell(f.d[0], s, "n = 1\nbump_n()\nprint(get(), n, helper.hi())", CF_STATUS_SUCCESS, &res);
+    assert_stdout(&res, "101 101 hi\n");
+    cf_result_clear(&res);
     fleet_stop(&f);
 }
 
@@ -197,6 +209,15 @@ static void a_failing_cell_changes_nothing_and_a_broken_state_is_an_error(void *
     assert_non_null(strstr(res.reason, "ValueError: no"));
     cf_result_clear(&res);
     cell(f.d[0], s, "import os\nprint(x, os.path.exists('made.txt'))", CF_STATUS_SUCCESS, &res);
+    assert_stdout(&res, "1 False\n");
+    cf_result_clear(&res);
+
+    /* A cell that leaves without the driver (os._exit) keeps nothing:
+     * neither its names nor its files. */
+    cell(f.d[0], s, "x = 3\nopen('exited.txt', 'w').write('1')\nimport os\nos._exit(0)\n", CF_STATUS_FAILED, &res);
+    assert_non_null(strstr(res.reason, "ended without the session driver"));
+    cf_result_clear(&res);
+    cell(f.d[0], s, "import os\nprint(x, os.path.exists('exited.txt'))", CF_STATUS_SUCCESS, &res);
     assert_stdout(&res, "1 False\n");
     cf_result_clear(&res);
 
@@ -283,6 +304,15 @@ static void a_shell_session_keeps_dir_variables_and_functions(void **state)
     cf_result_clear(&res);
     cell_in(f.d[0], CF_LANG_SHELL, s, "echo $x; basename \"$PWD\"", CF_STATUS_SUCCESS, &res);
     assert_stdout(&res, "41\nlib\n");
+    cf_result_clear(&res);
+    /* What the cell leaves for the driver (IFS, functions named like the
+     * commands it uses) does not stop the save. */
+    cell_in(f.d[0], CF_LANG_SHELL, s,
+            "y=2\nIFS=,\ncd() { echo no; }\nmv() { :; }\nmkdir() { :; }\nprintf() { :; }\n", CF_STATUS_SUCCESS,
+            &res);
+    cf_result_clear(&res);
+    cell_in(f.d[0], CF_LANG_SHELL, s, "echo $x $y; say y", CF_STATUS_SUCCESS, &res);
+    assert_stdout(&res, "41 2\nhello there y\n");
     cf_result_clear(&res);
     fleet_stop(&f);
 }

@@ -56,13 +56,36 @@ def __codefleet_session(cell_b64, state_path):
         return name + ": " + text if text else name
 
     ns = {"__name__": "__main__", "__builtins__": B}
+    initial_path = B.list(sys.path)
+    lost, why = [], []  # names lost at restore, then at save
     if os.path.exists(state_path):
         try:
             with B.open(state_path, "rb") as f:
                 saved = pickle.load(f)
+            names = saved.get("names", {})
+            # cloudpickle gives the session's functions (and the methods of its
+            # classes) one new globals dict of their own: it becomes the
+            # namespace, so that they see and set what the cells do.
+            module_dicts = {B.id(m.__dict__) for m in B.list(sys.modules.values()) if B.hasattr(m, "__dict__")}
+            for value in names.values():
+                fns = [value] if B.isinstance(value, types.FunctionType) else (
+                    [a for a in B.vars(value).values() if B.isinstance(a, types.FunctionType)]
+                    if B.isinstance(value, B.type) else [])
+                shared = next((fn.__globals__ for fn in fns if B.id(fn.__globals__) not in module_dicts), None)
+                if shared is not None:
+                    shared.update(ns)
+                    ns = shared
+                    break
+            # Directories the session put on sys.path, so its own modules
+            # import again.
+            sys.path[:0] = [d for d in saved.get("sys_path", []) if d not in sys.path]
             for name, module in saved.get("modules", {}).items():
-                ns[name] = __import__(module, fromlist=["_"]) if "." in module else __import__(module)
-            ns.update(saved.get("names", {}))
+                try:
+                    ns[name] = __import__(module, fromlist=["_"]) if "." in module else __import__(module)
+                except B.Exception as e:
+                    lost.append(name)
+                    why.append("module " + module + " could not be imported again: " + describe(e)[:250])
+            ns.update(names)
             report["cell"] = B.int(saved.get("cells", 0)) + 1
             report["restored"] = True
         except B.BaseException as e:
@@ -102,9 +125,13 @@ def __codefleet_session(cell_b64, state_path):
         # An exit status is 8 bits: 256 would read as success.
         raise B.SystemExit(status if 0 < status < 256 else 1)
 
+    def state(modules, values):
+        added = [d for d in sys.path if d not in initial_path and B.isinstance(d, B.str)]
+        return {"v": 1, "cells": report["cell"], "modules": modules, "names": values, "sys_path": added}
+
     # Save: modules by name, everything else by value in one pickle (so two
     # names of one object stay one object); what cannot be pickled is named.
-    modules, values, lost, why = {}, {}, [], []
+    modules, values = {}, {}
     for name, value in B.list(ns.items()):
         if name.startswith("__") and name.endswith("__"):
             continue
@@ -113,7 +140,7 @@ def __codefleet_session(cell_b64, state_path):
         else:
             values[name] = value
     try:
-        blob = saver.dumps({"v": 1, "cells": report["cell"], "modules": modules, "names": values})
+        blob = saver.dumps(state(modules, values))
     except B.BaseException:
         for name in B.sorted(values):
             try:
@@ -123,13 +150,16 @@ def __codefleet_session(cell_b64, state_path):
                 why.append(describe(e)[:300])
                 del values[name]
         try:
-            blob = saver.dumps({"v": 1, "cells": report["cell"], "modules": modules, "names": values})
+            blob = saver.dumps(state(modules, values))
         except B.BaseException as e:
             lost += B.sorted(values)
             why += [describe(e)[:300]] * B.len(values)
-            blob = saver.dumps({"v": 1, "cells": report["cell"], "modules": modules, "names": {}})
-    report["lost"] = lost
-    report["lost_why"] = why
+            blob = saver.dumps(state(modules, {}))
+    # The report stays small whatever the cell left (the worker drops an
+    # output file over its cap, and with it the report).
+    report["lost"] = [n[:200] for n in lost[:256]]
+    report["lost_why"] = [w[:300] for w in why[:256]]
+    report["lost_more"] = B.max(0, B.len(lost) - 256)
     try:
         pickle.loads(blob)  # what the next cell will do: fail here, not there
         d = os.path.dirname(state_path)

@@ -16,9 +16,12 @@ if [ -z "${BASH_VERSION:-}" ]; then
     exit 3
 fi
 
-__cf_report() { # cell restored lost-json error
-    [ -n "${CODEFLEET_OUTPUT:-}" ] || return 0
-    printf '{"cell": %s, "restored": %s%s}' "$1" "$2" "$3" >"$CODEFLEET_OUTPUT" 2>/dev/null || true
+# The cell may define functions named like any command (cd, printf, mv),
+# change IFS or PATH: the driver's own steps use builtins, [[ ]] and
+# `command -p` for the few external tools, with IFS set locally.
+__cf_report() { # cell restored extra-json
+    [[ -n ${CODEFLEET_OUTPUT:-} ]] || return 0
+    builtin printf '{"cell": %s, "restored": %s%s}' "$1" "$2" "$3" >"$CODEFLEET_OUTPUT" 2>/dev/null || builtin true
 }
 
 __cf_root=$PWD
@@ -26,95 +29,110 @@ __cf_cell=1
 __cf_restored=false
 # What the shell had before the session's state: only what the session
 # changes is saved (not the worker's environment, which differs per run).
-declare -A __cf_env0=()
-for __cf_n in $(compgen -v); do
+declare -A __cf_env0=() # (no user function exists yet: the state is not sourced)
+for __cf_n in $(builtin compgen -v); do
     __cf_env0[$__cf_n]=1
 done
 declare -A __cf_exp0=()
-for __cf_n in $(compgen -e); do
+for __cf_n in $(builtin compgen -e); do
     __cf_exp0[$__cf_n]=${!__cf_n}
 done
-unset __cf_n
+builtin unset __cf_n
 
-if [ -f "$__codefleet_state" ]; then
-    if ! __cf_err=$( (. "./$__codefleet_state") 2>&1 >/dev/null) || ! . "./$__codefleet_state" 2>/dev/null; then
+if [[ -f $__codefleet_state ]]; then
+    if ! __cf_err=$( (builtin source "./$__codefleet_state") 2>&1 >/dev/null) ||
+        ! builtin source "./$__codefleet_state" 2>/dev/null; then
         __cf_msg="its saved state ($__codefleet_state) cannot be restored: ${__cf_err:-it does not source}"
         __cf_msg=${__cf_msg//\\/\\\\}
         __cf_msg=${__cf_msg//\"/\\\"}
         __cf_msg=${__cf_msg//[[:cntrl:]]/ }
-        echo "codefleet session: its saved state ($__codefleet_state) cannot be restored" >&2
+        builtin echo "codefleet session: its saved state ($__codefleet_state) cannot be restored" >&2
         __cf_report 0 false ", \"error\": \"$__cf_msg\""
-        exit 3
+        builtin exit 3
     fi
     __cf_cell=$((${__cf_cells:-0} + 1))
     __cf_restored=true
     # The directory the last cell ended in; one inside the workspace is
     # made again if it was empty (a workspace keeps files, not directories).
     case ${__cf_dir-.} in
-    /*) cd "$__cf_dir" 2>/dev/null || echo "codefleet session: cannot return to $__cf_dir" >&2 ;;
-    *) mkdir -p "$__cf_root/${__cf_dir-.}" 2>/dev/null; cd "$__cf_root/${__cf_dir-.}" 2>/dev/null ||
-        echo "codefleet session: cannot return to ${__cf_dir-.}" >&2 ;;
+    /*)
+        builtin cd "$__cf_dir" 2>/dev/null || builtin echo "codefleet session: cannot return to $__cf_dir" >&2
+        builtin echo "codefleet session: the working directory $__cf_dir is outside the workspace: files" \
+            "written there are not kept" >&2 ;;
+    *)
+        builtin command -p mkdir -p "$__cf_root/${__cf_dir-.}" 2>/dev/null
+        builtin cd "$__cf_root/${__cf_dir-.}" 2>/dev/null ||
+            builtin echo "codefleet session: cannot return to ${__cf_dir-.}" >&2 ;;
     esac
 fi
 
 __cf_save() {
     # Locals are named __cf_* too: compgen -v lists them.
-    local __cf_d=$PWD __cf_rel __cf_out
+    builtin local IFS=$' \t\n' __cf_d=$PWD __cf_rel __cf_out __cf_n __cf_line __cf_sd
     case $__cf_d in
     "$__cf_root") __cf_rel=. ;;
     "$__cf_root"/*) __cf_rel=${__cf_d#"$__cf_root"/} ;;
     *) __cf_rel=$__cf_d ;;
     esac
     __cf_out=$(
-        printf '__cf_cells=%s\n' "$__cf_cell"
-        printf '__cf_dir=%q\n' "$__cf_rel"
-        local __cf_n
-        for __cf_n in $(compgen -v); do
+        builtin printf '__cf_cells=%s\n' "$__cf_cell"
+        builtin printf '__cf_dir=%q\n' "$__cf_rel"
+        for __cf_n in $(builtin compgen -v); do
             case $__cf_n in
             __cf_* | __codefleet_* | CODEFLEET_* | BASH* | FUNCNAME | PIPESTATUS | RANDOM | SECONDS | LINENO | \
                 SRANDOM | EPOCH* | PWD | OLDPWD | SHLVL | _ | GROUPS | HOSTNAME | HOSTTYPE | MACHTYPE | OSTYPE | \
                 PPID | UID | EUID | SHELLOPTS | IFS | OPTIND | OPTERR | DIRSTACK | COMP_* | HISTCMD | PS4 | COLUMNS | LINES)
                 continue ;;
             esac
-            if [ -n "${__cf_env0[$__cf_n]+x}" ]; then
+            if [[ -n ${__cf_env0[$__cf_n]+x} ]]; then
                 # A name the shell started with: kept when exported and changed.
-                [ -n "${__cf_exp0[$__cf_n]+x}" ] && [ "${__cf_exp0[$__cf_n]}" != "${!__cf_n}" ] || continue
+                [[ -n ${__cf_exp0[$__cf_n]+x} && ${__cf_exp0[$__cf_n]} != "${!__cf_n}" ]] || continue
             fi
-            declare -p "$__cf_n" 2>/dev/null | sed '1s/^declare -\([a-zA-Z-]*\) /declare -g\1 /; 1s/^declare -g- /declare -g /'
+            # `declare -g`, so that sourcing it in a function would still
+            # make globals: "declare -- x=1" -> "declare -g x=1",
+            # "declare -ax a=(...)" -> "declare -gax a=(...)".
+            __cf_line=$(builtin declare -p "$__cf_n" 2>/dev/null) || continue
+            case $__cf_line in
+            "declare -- "*) builtin printf 'declare -g %s\n' "${__cf_line#declare -- }" ;;
+            "declare -"*) builtin printf 'declare -g%s\n' "${__cf_line#declare -}" ;;
+            esac
         done
-        for __cf_n in $(compgen -A function); do
+        for __cf_n in $(builtin compgen -A function); do
             case $__cf_n in __cf_*) continue ;; esac
-            declare -f "$__cf_n"
+            builtin declare -f "$__cf_n"
         done
     )
-    local __cf_sd
-    __cf_sd=$(dirname "$__cf_root/$__codefleet_state")
-    mkdir -p "$__cf_sd" || return 1
+    __cf_sd=$__cf_root/$__codefleet_state
+    __cf_sd=${__cf_sd%/*}
+    builtin command -p mkdir -p "$__cf_sd" || return 1
     # A state directory the cell made a symlink out of the workspace would
     # be written where the workspace does not keep it.
-    case $(cd "$__cf_sd" && pwd -P)/ in
-    "$(cd "$__cf_root" && pwd -P)"/*) ;;
-    *) echo "codefleet session: ${__codefleet_state%/*} leads out of the workspace" >&2; return 1 ;;
+    case $(builtin cd "$__cf_sd" && builtin pwd -P)/ in
+    "$(builtin cd "$__cf_root" && builtin pwd -P)"/*) ;;
+    *) builtin echo "codefleet session: ${__codefleet_state%/*} leads out of the workspace" >&2; return 1 ;;
     esac
-    printf '%s\n' "$__cf_out" >"$__cf_root/$__codefleet_state.tmp" &&
-        mv "$__cf_root/$__codefleet_state.tmp" "$__cf_root/$__codefleet_state"
+    if ! { builtin printf '%s\n' "$__cf_out" >"$__cf_root/$__codefleet_state.tmp" &&
+        builtin command -p mv -f "$__cf_root/$__codefleet_state.tmp" "$__cf_root/$__codefleet_state"; }; then
+        builtin command -p rm -f "$__cf_root/$__codefleet_state.tmp"
+        return 1
+    fi
 }
 
 __cf_finish() {
-    local __cf_rc=$1
-    trap - EXIT
-    if [ "$__cf_rc" -eq 0 ]; then
+    builtin local __cf_rc=$1
+    builtin trap - EXIT
+    if [[ $__cf_rc -eq 0 ]]; then
         if ! __cf_save; then
-            echo "codefleet session: the cell ran, but its state could not be saved" >&2
+            builtin echo "codefleet session: the cell ran, but its state could not be saved" >&2
             __cf_report "$__cf_cell" "$__cf_restored" ', "error": "the cell ran, but its state could not be saved"'
-            exit 4
+            builtin exit 4
         fi
     fi
     __cf_report "$__cf_cell" "$__cf_restored" ""
-    exit "$__cf_rc"
+    builtin exit "$__cf_rc"
 }
 
-trap '__cf_finish $?' EXIT
-__cf_src=$(printf '%s' "$__codefleet_cell" | base64 -d) || exit 4
-unset __codefleet_cell
-eval "$__cf_src"
+builtin trap '__cf_finish $?' EXIT
+__cf_src=$(builtin printf '%s' "$__codefleet_cell" | builtin command -p base64 -d) || builtin exit 4
+builtin unset __codefleet_cell
+builtin eval "$__cf_src"
