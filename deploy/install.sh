@@ -44,7 +44,7 @@ done
 
 packages=(build-essential cmake ninja-build ccache pkg-config curl libssl-dev libsasl2-dev libzstd-dev zlib1g-dev
     libmsgpack-dev libseccomp-dev libhiredis-dev libcmocka-dev libjansson-dev libinih-dev redis-server redis-tools kcat bubblewrap
-    python3 python3-dev python3-cloudpickle nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev
+    python3 python3-dev python3-cloudpickle python3-numpy python3-pandas python3-matplotlib nodejs ca-certificates slirp4netns iproute2 clang-14 libfuzzer-14-dev libclang-rt-14-dev
     rustc golang-go lld-14 wasi-libc libclang-rt-14-dev-wasm32 wabt
     qemu-system-x86 busybox-static kmod cpio xz-utils zstd
     crun debootstrap
@@ -52,7 +52,9 @@ packages=(build-essential cmake ninja-build ccache pkg-config curl libssl-dev li
 # (curl, libssl, libsasl2, libzstd, zlib: librdkafka, built by
 #  deploy/librdkafka.sh from a pinned crates.io source, not Debian's 2.0.2.)
 # (python3-cloudpickle: a Python session saves the functions, classes and
-#  lambdas its cells define by value; without it they are reported lost.)
+#  lambdas its cells define by value; without it they are reported lost.
+#  numpy, pandas, matplotlib: what agents' cells import first; a session's
+#  matplotlib figures come back as PNGs.)
 # (qemu, busybox, kmod, cpio: tests/vm/run.sh boots cgroup v2 kernels.)
 # (crun, debootstrap: the container backend and its default image.)
 # (libmicrohttpd: the worker's /metrics and health endpoints; libcurl: OTLP

@@ -5,13 +5,13 @@
 #include "session_int.h"
 
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cf_msgpack.h"
+#include "cf_schema_json.h"
 #include "cf_util.h"
 
 #define SESSION_LOST_MAX 256 /* names listed in session_lost, each with a warning */
@@ -67,8 +67,16 @@ int cf_session_program(const char *driver, size_t driver_len, const cf_request *
     if (!buf)
         return -1;
     size_t used = (size_t)snprintf(buf, n, "__codefleet_cell=\"");
-    used += (size_t)EVP_EncodeBlock((unsigned char *)buf + used, req->code.data ? req->code.data : (const uint8_t *)"",
-                                    (int)req->code.len);
+    size_t enc_len = 0;
+    char *enc = cf_base64_encode(req->code.data ? req->code.data : (const uint8_t *)"", req->code.len, &enc_len);
+    if (!enc || enc_len > b64) {
+        free(enc);
+        free(buf);
+        return -1;
+    }
+    memcpy(buf + used, enc, enc_len);
+    used += enc_len;
+    free(enc);
     used += (size_t)snprintf(buf + used, n - used, "\"\n__codefleet_state=\"" CF_SESSION_STATE_DIR "/%s.%s\"\n",
                              req->session, cf_language_name(req->language));
     memcpy(buf + used, driver, hl);
@@ -77,8 +85,54 @@ int cf_session_program(const char *driver, size_t driver_len, const cf_request *
     return 0;
 }
 
+/* One figure of the report ({"path": "figure-1.png", "png": base64}) as a
+ * file of the result.  0, or -1 when the report is malformed. */
+static int add_figure(cf_mp_reader *r, cf_result *res, cf_error *e)
+{
+    uint32_t n;
+    if (cf_mp_read_map(r, 3, &n, e) < 0)
+        return -1;
+    char path[80] = "figure.png";
+    const uint8_t *png = NULL;
+    size_t png_len = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *k, *s;
+        size_t kl, sl;
+        if (cf_mp_read_str(r, 16, &k, &kl, e) < 0)
+            return -1;
+        if (cf_mp_peek(r) != CF_MP_STR) {
+            if (cf_mp_skip(r, 4, e) < 0)
+                return -1;
+            continue;
+        }
+        if (cf_mp_read_str(r, 1u << 20, &s, &sl, e) < 0)
+            return -1;
+        if (kl == 4 && memcmp(k, "path", 4) == 0 && sl > 0 && sl < 64 && !memchr(s, '/', sl))
+            cf_sanitize_text((const char *)s, sl, false, path, sizeof(path));
+        else if (kl == 3 && memcmp(k, "png", 3) == 0) {
+            png = s;
+            png_len = sl;
+        }
+    }
+    cf_bytes data = {0};
+    cf_error derr;
+    if (!png || cf_base64_decode((const char *)png, png_len, png_len, &data, &derr) < 0)
+        return 0; /* not a figure: left out */
+    cf_out_file *v = realloc(res->files, (res->n_files + 1) * sizeof(*v));
+    char *name = v ? cf_strdup(path) : NULL;
+    if (v)
+        res->files = v;
+    if (!name) {
+        free(data.data);
+        return 0;
+    }
+    v[res->n_files++] = (cf_out_file){.path = name, .size = (int64_t)data.len, .content = data};
+    return 0;
+}
+
 /* The driver's report (its output.json: cell, restored, lost, lost_why,
- * error) becomes the result's session fields; a cell has no other output. */
+ * error, value, figures) becomes the result's session fields, its output
+ * (a last expression's JSON value) and files (the figures). */
 void cf_session_outcome(const cf_request *req, cf_result *res)
 {
     cf_mp_reader r;
@@ -92,6 +146,7 @@ void cf_session_outcome(const cf_request *req, cf_result *res)
     size_t n_why = 0;
     char error[600] = "";
     bool reported = false; /* the driver got to its report */
+    cf_bytes value = {0};  /* the last expression's value, msgpack */
     int64_t more = 0;      /* lost names it did not list */
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *k;
@@ -136,6 +191,28 @@ void cf_session_outcome(const cf_request *req, cf_result *res)
                 why = v;
                 n_why = got;
             }
+        } else if (strcmp(key, "value") == 0) {
+            const uint8_t *at = r.p;
+            if (cf_mp_skip(&r, 2, &e) < 0)
+                break;
+            free(value.data);
+            value = (cf_bytes){0};
+            if (cf_bytes_set(&value, at, (size_t)(r.p - at)) < 0)
+                value = (cf_bytes){0};
+        } else if (strcmp(key, "figures") == 0 && kind == CF_MP_ARRAY) {
+            uint32_t m;
+            if (cf_mp_read_array(&r, 2, &m, &e) < 0)
+                break;
+            uint32_t j = 0;
+            while (j < m && add_figure(&r, res, &e) == 0)
+                j++;
+            if (j < m)
+                break;
+        } else if (strcmp(key, "figures_dropped") == 0 && kind == CF_MP_UINT) {
+            int64_t dropped = 0;
+            if (cf_mp_read_int(&r, &dropped, &e) == 0 && dropped > 0)
+                cf_result_add_warning(res, "session '%s': %" PRId64 " figure(s) left out: the figures of a cell "
+                                           "come back up to 600 KiB", req->session, dropped);
         } else if (strcmp(key, "error") == 0 && kind == CF_MP_STR) {
             const uint8_t *s;
             size_t sl;
@@ -163,7 +240,7 @@ void cf_session_outcome(const cf_request *req, cf_result *res)
         free(why[i]);
     free(why);
     free(res->output.data);
-    res->output = (cf_bytes){0};
+    res->output = value;
     if (error[0]) {
         res->status = CF_STATUS_FAILED;
         cf_result_set_reason(res, "session '%s': %s", req->session, error);

@@ -162,6 +162,40 @@ static void variables_survive_fifty_cells(void **state)
     fleet_stop(&f);
 }
 
+/* Rich outputs (issue 31 part 5): numpy and pandas import, a matplotlib
+ * figure comes back as a PNG file of the result, and a last expression
+ * with a JSON form is the result's output besides its repr on stdout. */
+static void figures_and_values_come_back(void **state)
+{
+    (void)state;
+    IT_REQUIRE_REDIS();
+    fleet f;
+    fleet_start(&f);
+    char s[128];
+    snprintf(s, sizeof(s), "%splots", f.prefix[0]);
+    cf_result res = {0};
+    cell(f.d[0], s,
+         "import numpy as np, pandas as pd, matplotlib.pyplot as plt\n"
+         "df = pd.DataFrame({'x': np.arange(10)})\nplt.plot(df.x, df.x ** 2)\n{'total': int(df.x.sum())}",
+         CF_STATUS_SUCCESS, &res);
+    assert_stdout(&res, "{'total': 45}\n");
+    assert_int_equal(res.n_files, 1);
+    assert_string_equal(res.files[0].path, "figure-1.png");
+    assert_true(res.files[0].content.len > 1000);
+    assert_int_equal(res.files[0].size, (int64_t)res.files[0].content.len);
+    assert_memory_equal(res.files[0].content.data, "\x89PNG\r\n\x1a\n", 8);
+    /* {"total": 45} in msgpack */
+    assert_int_equal(res.output.len, 8);
+    assert_memory_equal(res.output.data, "\x81\xa5total\x2d", 8);
+    cf_result_clear(&res);
+    /* The figure was shown once: the next cell has none; the frame stays. */
+    cell(f.d[0], s, "len(df)", CF_STATUS_SUCCESS, &res);
+    assert_int_equal(res.n_files, 0);
+    assert_stdout(&res, "10\n");
+    cf_result_clear(&res);
+    fleet_stop(&f);
+}
+
 /* A lock cannot be pickled: the cell succeeds, the result names it (and a
  * warning says why), the next cell has everything else. */
 static void what_cannot_be_saved_is_named(void **state)
@@ -359,6 +393,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(variables_survive_fifty_cells),
         cmocka_unit_test(what_cannot_be_saved_is_named),
+        cmocka_unit_test(figures_and_values_come_back),
         cmocka_unit_test(a_failing_cell_changes_nothing_and_a_broken_state_is_an_error),
         cmocka_unit_test(a_killed_worker_loses_nothing),
         cmocka_unit_test(a_shell_session_keeps_dir_variables_and_functions),

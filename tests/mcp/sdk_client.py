@@ -61,6 +61,11 @@ async def session(fleet):
                   "the next cell has its names: %s" % sc)
             check(any("restored from its saved state" in getattr(c, "text", "") for c in r.content),
                   "the text says the cell was restored")
+            r = await client.call_tool("execute_code", {"language": "python", "session": sid, "code":
+                                                        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nn"})
+            images = [c for c in r.content if getattr(c, "type", "") == "image"]
+            check(len(images) == 1 and getattr(images[0], "mimeType", getattr(images[0], "mime_type", None)) == "image/png" and len(images[0].data) > 1000,
+                  "a figure comes back as an image: %s" % [getattr(c, "type", "?") for c in r.content])
 
 
 def main():

@@ -55,6 +55,32 @@ def __codefleet_session(cell_b64, state_path):
             text = ""
         return name + ": " + text if text else name
 
+    def figures(report):
+        # The figures the cell left open (matplotlib), as Jupyter shows
+        # them: PNGs in the result, at most 600 KiB of them; then closed.
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        import io
+
+        out, total, dropped = [], 0, 0
+        try:
+            for num in plt.get_fignums():
+                buf = io.BytesIO()
+                plt.figure(num).savefig(buf, format="png")
+                data = buf.getvalue()
+                if total + B.len(data) > 600 * 1024:
+                    dropped += 1
+                    continue
+                total += B.len(data)
+                out.append({"path": "figure-%d.png" % num, "png": base64.b64encode(data).decode("ascii")})
+            plt.close("all")
+        except B.Exception as e:
+            sys.stderr.write("codefleet session: a figure could not be drawn: " + describe(e) + "\n")
+        report["figures"] = out
+        if dropped:
+            report["figures_dropped"] = dropped
+
     ns = {"__name__": "__main__", "__builtins__": B}
     initial_path = B.list(sys.path)
     lost, why = [], []  # names lost at restore, then at save
@@ -96,6 +122,8 @@ def __codefleet_session(cell_b64, state_path):
             flush()
             raise B.SystemExit(3)
 
+    # A figure is drawn, not shown on a screen: it comes back as a PNG.
+    os.environ.setdefault("MPLBACKEND", "Agg")
     source = base64.b64decode(cell_b64).decode("utf-8", "surrogateescape")
     status = 0
     try:
@@ -109,6 +137,11 @@ def __codefleet_session(cell_b64, state_path):
             if value is not None:
                 ns["_"] = value
                 print(B.repr(value))
+                try:  # also as the result's output when it has a JSON form
+                    if B.len(json.dumps(value, allow_nan=False)) <= 65536:
+                        report["value"] = value
+                except B.Exception:
+                    pass
     except B.SystemExit as e:
         status = 0 if e.code is None or e.code == 0 else (e.code if B.isinstance(e.code, B.int) else 1)
         if not B.isinstance(e.code, (B.int, B.type(None))):
@@ -119,6 +152,7 @@ def __codefleet_session(cell_b64, state_path):
         traceback.print_exception(B.type(e), e, tb.tb_next if tb is not None else None)  # not our frame
         status = 1
     flush()
+    figures(report)
     if status != 0:
         report["error_cell"] = True
         write_report()
