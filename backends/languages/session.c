@@ -54,30 +54,49 @@ void cf_result_add_warning(cf_result *res, const char *fmt, ...)
     free(d->message);
 }
 
-/* A session cell (SPEC 3.6): two lines naming the cell (base64, so no
- * byte of it is syntax here) and the state file, then the driver, which
- * compiles (python) or evals (shell) the cell on its own.  The two
- * assignments read the same in Python and in sh. */
+/* A session cell (SPEC 3.6): two lines naming the cell (python: base64;
+ * sh: single-quoted; so no byte of it is syntax here) and the state file,
+ * then the driver, which compiles (python) or evals (shell) the cell on
+ * its own. */
 int cf_session_program(const char *driver, size_t driver_len, const cf_request *req, cf_bytes *out)
 {
-    size_t b64 = 4 * ((req->code.len + 2) / 3);
+    /* Room for the cell as base64 (python), or as sh quotes it: at most 4
+     * bytes for each of its bytes either way. */
+    size_t b64 = 4 * req->code.len + 4;
     size_t hl = driver_len;
     size_t n = b64 + strlen(req->session) + hl + 128;
     char *buf = malloc(n + 1);
     if (!buf)
         return -1;
-    size_t used = (size_t)snprintf(buf, n, "__codefleet_cell=\"");
-    size_t enc_len = 0;
-    char *enc = cf_base64_encode(req->code.data ? req->code.data : (const uint8_t *)"", req->code.len, &enc_len);
-    if (!enc || enc_len > b64) {
+    size_t used;
+    if (req->language == CF_LANG_SHELL) {
+        /* sh: the cell single-quoted, each ' as '\'' (the driver then
+         * needs no base64 and no fork to read it). */
+        used = (size_t)snprintf(buf, n, "__codefleet_cell='");
+        for (size_t i = 0; i < req->code.len; i++) {
+            if (req->code.data[i] == '\'') {
+                memcpy(buf + used, "'\\''", 4);
+                used += 4;
+            } else {
+                buf[used++] = (char)req->code.data[i];
+            }
+        }
+        buf[used++] = '\'';
+    } else {
+        used = (size_t)snprintf(buf, n, "__codefleet_cell=\"");
+        size_t enc_len = 0;
+        char *enc = cf_base64_encode(req->code.data ? req->code.data : (const uint8_t *)"", req->code.len, &enc_len);
+        if (!enc || enc_len > b64) {
+            free(enc);
+            free(buf);
+            return -1;
+        }
+        memcpy(buf + used, enc, enc_len);
+        used += enc_len;
         free(enc);
-        free(buf);
-        return -1;
+        buf[used++] = '"';
     }
-    memcpy(buf + used, enc, enc_len);
-    used += enc_len;
-    free(enc);
-    used += (size_t)snprintf(buf + used, n - used, "\"\n__codefleet_state=\"" CF_SESSION_STATE_DIR "/%s.%s\"\n",
+    used += (size_t)snprintf(buf + used, n - used, "\n__codefleet_state=\"" CF_SESSION_STATE_DIR "/%s.%s\"\n",
                              req->session, cf_language_name(req->language));
     memcpy(buf + used, driver, hl);
     out->data = (uint8_t *)buf;

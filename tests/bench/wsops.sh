@@ -2,12 +2,17 @@
 # Workspace operations through the fleet (issue 31 part 4), on the stack's
 # broker and Redis, medians:
 #
-#   tests/bench/wsops.sh [-n ROUNDS]
+#   tests/bench/wsops.sh [-n ROUNDS] [--mode wsops|session]
 #
 # One worker (2 slots, the process backend) with Redis; bench_fleet wsops:
 # an apply_patch changing a line in each of 10 files, against the same
 # change as 10 write ops and as one run writing the 10 files back, and a
 # read op against a run of `cat` (the variants interleaved, each round).
+# --mode session (issue 31 part 9, as far as sessions go: no live
+# interpreter yet): bench_fleet session: a trivial python cell of a session
+# against a trivial python run on a workspace (the anchor: the same
+# snapshot, write-back and interpreter start), a cell whose session holds
+# about 1 MiB of state, and the same pair for shell.
 # Needs the stack up and its environment (eval "$(deploy/stack.sh env)").
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -15,9 +20,11 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$REPO/deploy/common.sh"
 
 n=15
+mode=wsops
 while (($#)); do
     case $1 in
     -n) n=$2; shift ;;
+    --mode) mode=$2; shift ;;
     *) cf_die "unknown argument '$1'" ;;
     esac
     shift
@@ -47,5 +54,5 @@ for _ in $(seq 1 120); do
     "$BIN/tests/bench_fleet" latency --config "$conf" --brokers "$CF_TEST_BROKERS" --requests "$b.req" \
         --results "$b.res" -n 1 >/dev/null 2>&1 && break
 done
-"$BIN/tests/bench_fleet" wsops --config "$conf" --brokers "$CF_TEST_BROKERS" --requests "$b.req" --results "$b.res" \
+"$BIN/tests/bench_fleet" "$mode" --config "$conf" --brokers "$CF_TEST_BROKERS" --requests "$b.req" --results "$b.res" \
     -n "$n" || { tail -20 "$dir/worker.log" >&2; exit 1; }

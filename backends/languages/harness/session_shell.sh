@@ -1,11 +1,11 @@
 # --- codefleet session driver (shell): one cell of a session, see backends/languages/harness/README.md ---
 # The worker puts two lines before this file: __codefleet_cell (the cell's
-# source, base64) and __codefleet_state (the state file's path in the
+# source, single-quoted) and __codefleet_state (the state file's path in the
 # workspace, the working directory).  What persists: the working directory,
 # exported variables, plain variables the session set, and functions.  The
 # cell runs in this shell (eval), so `cd`, `export` and function
 # definitions take effect; its status is the last command's.  A cell that
-# fails saves nothing.  Shell sessions need bash (declare, compgen): the
+# fails saves nothing.  Shell sessions need bash (declare, ${!x@}): the
 # worker's shell may be a POSIX sh, so this file re-runs itself under bash.
 if [ -z "${BASH_VERSION:-}" ]; then
     if command -v bash >/dev/null 2>&1; then
@@ -16,12 +16,19 @@ if [ -z "${BASH_VERSION:-}" ]; then
     exit 3
 fi
 
-# The cell may define functions named like any command (cd, printf, mv),
-# change IFS or PATH: the driver's own steps use builtins, [[ ]] and
-# `command -p` for the few external tools, with IFS set locally.
-__cf_report() { # cell restored extra-json
-    [[ -n ${CODEFLEET_OUTPUT:-} ]] || return 0
-    builtin printf '{"cell": %s, "restored": %s%s}' "$1" "$2" "$3" >"$CODEFLEET_OUTPUT" 2>/dev/null || builtin true
+# A cell costs what its forks cost (about a millisecond each in a sandbox):
+# the driver forks nothing on its way (names come from ${!X@}, files are
+# read with read and written with redirections).  And the cell may define
+# functions named like any command (cd, printf, mv), change IFS or PATH:
+# the driver's own steps use builtins and [[ ]], with IFS set locally.
+
+# Every variable name, without a fork: ${!A@} ... ${!_@}.
+__cf_names() {
+    builtin local IFS=$' \t\n'
+    __cf_all=(${!A@} ${!B@} ${!C@} ${!D@} ${!E@} ${!F@} ${!G@} ${!H@} ${!I@} ${!J@} ${!K@} ${!L@} ${!M@}
+        ${!N@} ${!O@} ${!P@} ${!Q@} ${!R@} ${!S@} ${!T@} ${!U@} ${!V@} ${!W@} ${!X@} ${!Y@} ${!Z@}
+        ${!a@} ${!b@} ${!c@} ${!d@} ${!e@} ${!f@} ${!g@} ${!h@} ${!i@} ${!j@} ${!k@} ${!l@} ${!m@}
+        ${!n@} ${!o@} ${!p@} ${!q@} ${!r@} ${!s@} ${!t@} ${!u@} ${!v@} ${!w@} ${!x@} ${!y@} ${!z@} ${!_@})
 }
 
 __cf_root=$PWD
@@ -29,55 +36,65 @@ __cf_cell=1
 __cf_restored=false
 # What the shell had before the session's state: only what the session
 # changes is saved (not the worker's environment, which differs per run).
-declare -A __cf_env0=() # (no user function exists yet: the state is not sourced)
-for __cf_n in $(builtin compgen -v); do
+declare -A __cf_env0=() __cf_exp0=() # (no user function exists yet: the state is not sourced)
+__cf_names
+for __cf_n in "${__cf_all[@]}"; do
     __cf_env0[$__cf_n]=1
+    [[ ${!__cf_n@a} == *x* ]] && __cf_exp0[$__cf_n]=${!__cf_n}
 done
-declare -A __cf_exp0=()
-for __cf_n in $(builtin compgen -e); do
-    __cf_exp0[$__cf_n]=${!__cf_n}
-done
-builtin unset __cf_n
+unset __cf_n
 
 if [[ -f $__codefleet_state ]]; then
-    if ! __cf_err=$( (builtin source "./$__codefleet_state") 2>&1 >/dev/null) ||
-        ! builtin source "./$__codefleet_state" 2>/dev/null; then
+    __cf_errf=${CODEFLEET_OUTPUT:-/tmp/cf-session}.restore-errors
+    if ! builtin source "./$__codefleet_state" 2>"$__cf_errf"; then
+        __cf_err=
+        IFS= builtin read -r -d '' __cf_err <"$__cf_errf"
         __cf_msg="its saved state ($__codefleet_state) cannot be restored: ${__cf_err:-it does not source}"
         __cf_msg=${__cf_msg//\\/\\\\}
         __cf_msg=${__cf_msg//\"/\\\"}
         __cf_msg=${__cf_msg//[[:cntrl:]]/ }
         builtin echo "codefleet session: its saved state ($__codefleet_state) cannot be restored" >&2
-        __cf_report 0 false ", \"error\": \"$__cf_msg\""
+        [[ -n ${CODEFLEET_OUTPUT:-} ]] &&
+            builtin printf '{"cell": 0, "restored": false, "error": "%s"}' "$__cf_msg" >"$CODEFLEET_OUTPUT"
         builtin exit 3
     fi
     __cf_cell=$((${__cf_cells:-0} + 1))
     __cf_restored=true
-    # The directory the last cell ended in; one inside the workspace is
-    # made again if it was empty (a workspace keeps files, not directories).
-    case ${__cf_dir-.} in
-    /*)
-        builtin cd "$__cf_dir" 2>/dev/null || builtin echo "codefleet session: cannot return to $__cf_dir" >&2
-        builtin echo "codefleet session: the working directory $__cf_dir is outside the workspace: files" \
-            "written there are not kept" >&2 ;;
-    *)
-        builtin command -p mkdir -p "$__cf_root/${__cf_dir-.}" 2>/dev/null
-        builtin cd "$__cf_root/${__cf_dir-.}" 2>/dev/null ||
-            builtin echo "codefleet session: cannot return to ${__cf_dir-.}" >&2 ;;
-    esac
 fi
 
+# Defined after the state is sourced: a state cannot replace them.
+__cf_report() { # cell restored extra-json
+    [[ -n ${CODEFLEET_OUTPUT:-} ]] || return 0
+    builtin printf '{"cell": %s, "restored": %s%s}' "$1" "$2" "$3" >"$CODEFLEET_OUTPUT" 2>/dev/null || builtin true
+}
+
 __cf_save() {
-    # Locals are named __cf_* too: compgen -v lists them.
-    builtin local IFS=$' \t\n' __cf_d=$PWD __cf_rel __cf_out __cf_n __cf_line __cf_sd
+    # Locals are named __cf_* too: ${!_@} lists them.
+    builtin local IFS=$' \t\n' __cf_d=$PWD __cf_rel __cf_n __cf_sd __cf_real __cf_top
+    builtin local __cf_fnf=${CODEFLEET_OUTPUT:-/tmp/cf-session}.functions
     case $__cf_d in
     "$__cf_root") __cf_rel=. ;;
     "$__cf_root"/*) __cf_rel=${__cf_d#"$__cf_root"/} ;;
     *) __cf_rel=$__cf_d ;;
     esac
-    __cf_out=$(
+    __cf_sd=$__cf_root/$__codefleet_state
+    __cf_sd=${__cf_sd%/*}
+    if [[ ! -d $__cf_sd ]]; then
+        builtin command -p mkdir -p "$__cf_sd" || return 1
+    fi
+    # A state directory the cell made a symlink out of the workspace would
+    # be written where the workspace does not keep it.
+    builtin cd -P "$__cf_root" && __cf_top=$PWD && builtin cd -P "$__cf_sd" && __cf_real=$PWD || return 1
+    builtin cd "$__cf_d" 2>/dev/null || builtin cd "$__cf_root"
+    if [[ $__cf_real/ != "$__cf_top"/* ]]; then
+        builtin echo "codefleet session: ${__codefleet_state%/*} leads out of the workspace" >&2
+        return 1
+    fi
+    __cf_names
+    {
         builtin printf '__cf_cells=%s\n' "$__cf_cell"
         builtin printf '__cf_dir=%q\n' "$__cf_rel"
-        for __cf_n in $(builtin compgen -v); do
+        for __cf_n in "${__cf_all[@]}"; do
             case $__cf_n in
             __cf_* | __codefleet_* | CODEFLEET_* | BASH* | FUNCNAME | PIPESTATUS | RANDOM | SECONDS | LINENO | \
                 SRANDOM | EPOCH* | PWD | OLDPWD | SHLVL | _ | GROUPS | HOSTNAME | HOSTTYPE | MACHTYPE | OSTYPE | \
@@ -88,39 +105,23 @@ __cf_save() {
                 # A name the shell started with: kept when exported and changed.
                 [[ -n ${__cf_exp0[$__cf_n]+x} && ${__cf_exp0[$__cf_n]} != "${!__cf_n}" ]] || continue
             fi
-            # `declare -g`, so that sourcing it in a function would still
-            # make globals: "declare -- x=1" -> "declare -g x=1",
-            # "declare -ax a=(...)" -> "declare -gax a=(...)".
-            __cf_line=$(builtin declare -p "$__cf_n" 2>/dev/null) || continue
-            case $__cf_line in
-            "declare -- "*) builtin printf 'declare -g %s\n' "${__cf_line#declare -- }" ;;
-            "declare -"*) builtin printf 'declare -g%s\n' "${__cf_line#declare -}" ;;
-            esac
+            # As declare prints it: the state is sourced at the top level,
+            # where declare makes globals.
+            builtin declare -p "$__cf_n" 2>/dev/null
         done
-        for __cf_n in $(builtin compgen -A function); do
-            case $__cf_n in __cf_*) continue ;; esac
-            builtin declare -f "$__cf_n"
-        done
-    )
-    __cf_sd=$__cf_root/$__codefleet_state
-    __cf_sd=${__cf_sd%/*}
-    builtin command -p mkdir -p "$__cf_sd" || return 1
-    # A state directory the cell made a symlink out of the workspace would
-    # be written where the workspace does not keep it.
-    case $(builtin cd "$__cf_sd" && builtin pwd -P)/ in
-    "$(builtin cd "$__cf_root" && builtin pwd -P)"/*) ;;
-    *) builtin echo "codefleet session: ${__codefleet_state%/*} leads out of the workspace" >&2; return 1 ;;
-    esac
-    if ! { builtin printf '%s\n' "$__cf_out" >"$__cf_root/$__codefleet_state.tmp" &&
-        builtin command -p mv -f "$__cf_root/$__codefleet_state.tmp" "$__cf_root/$__codefleet_state"; }; then
-        builtin command -p rm -f "$__cf_root/$__codefleet_state.tmp"
-        return 1
-    fi
+        # The session's functions, not the driver's (declare -F's lines,
+        # "declare -f NAME", read back from a file: no fork).
+        builtin declare -F >"$__cf_fnf"
+        while builtin read -r _ _ __cf_n; do
+            [[ $__cf_n == __cf_* ]] || builtin declare -f "$__cf_n"
+        done <"$__cf_fnf"
+    } >"$__cf_root/$__codefleet_state"
 }
 
 __cf_finish() {
     builtin local __cf_rc=$1
     builtin trap - EXIT
+    builtin set +eu # the cell's shell options are not the driver's
     if [[ $__cf_rc -eq 0 ]]; then
         if ! __cf_save; then
             builtin echo "codefleet session: the cell ran, but its state could not be saved" >&2
@@ -132,7 +133,23 @@ __cf_finish() {
     builtin exit "$__cf_rc"
 }
 
+# The directory the last cell ended in; one inside the workspace is made
+# again if it was empty (a workspace keeps files, not directories).
+if [[ $__cf_restored == true ]]; then
+    case ${__cf_dir-.} in
+    .) ;;
+    /*)
+        builtin cd "$__cf_dir" 2>/dev/null || builtin echo "codefleet session: cannot return to $__cf_dir" >&2
+        builtin echo "codefleet session: the working directory $__cf_dir is outside the workspace: files" \
+            "written there are not kept" >&2 ;;
+    *)
+        [[ -d $__cf_root/$__cf_dir ]] || builtin command -p mkdir -p "$__cf_root/$__cf_dir" 2>/dev/null
+        builtin cd "$__cf_root/$__cf_dir" 2>/dev/null ||
+            builtin echo "codefleet session: cannot return to $__cf_dir" >&2 ;;
+    esac
+fi
+
 builtin trap '__cf_finish $?' EXIT
-__cf_src=$(builtin printf '%s' "$__codefleet_cell" | builtin command -p base64 -d) || builtin exit 4
+__cf_src=$__codefleet_cell
 builtin unset __codefleet_cell
 builtin eval "$__cf_src"
