@@ -1591,6 +1591,9 @@ static int check_request(const cf_pipeline *p, const cf_exec_ctx *ctx, const cf_
         if (!p || h < 0 || !p->harness[h])
             return cf_exec_reject(res, "harness function: not available for %s on this worker", ln);
     }
+    if (req->session && req->language == CF_LANG_SHELL && req->code.len &&
+        memchr(req->code.data, '\0', req->code.len))
+        return cf_exec_reject(res, "session: a shell cell cannot hold a NUL byte");
     if (req->session && (!p || !p->harness[session_driver(req)]))
         return cf_exec_reject(res, "session: this worker has no %s session driver (harness/%s)", ln,
                               harness_file[session_driver(req)]);

@@ -231,7 +231,7 @@ void cf_session_outcome(const cf_request *req, cf_result *res)
             int64_t dropped = 0;
             if (cf_mp_read_int(&r, &dropped, &e) == 0 && dropped > 0)
                 cf_result_add_warning(res, "session '%s': %" PRId64 " figure(s) left out: the figures of a cell "
-                                           "come back up to 600 KiB", req->session, dropped);
+                                           "come back up to 384 KiB", req->session, dropped);
         } else if (strcmp(key, "error") == 0 && kind == CF_MP_STR) {
             const uint8_t *s;
             size_t sl;

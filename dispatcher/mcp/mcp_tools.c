@@ -496,15 +496,18 @@ json_t *mcp_result_tool_result(const cf_result *res)
     json_t *structured = cf_result_to_json(res);
     bool is_error = res->status == CF_STATUS_REJECTED || res->status == CF_STATUS_INTERNAL_ERROR;
     json_t *r = mcp_tool_result(clean ? clean : "(see structuredContent)", structured, is_error);
-    /* A PNG the run returned whole (a session's figure, a collected plot)
-     * as an image the agent can look at. */
-    json_t *content = r ? json_object_get(r, "content") : NULL;
+    /* A session's figures as images the agent can look at: at most 4 and
+     * 1 MiB (they are in structuredContent's files too). */
+    json_t *content = r && res->session_cell ? json_object_get(r, "content") : NULL;
+    size_t shown = 0, bytes = 0;
     for (size_t i = 0; content && i < res->n_files; i++) {
         const cf_out_file *of = &res->files[i];
-        size_t pl = of->path ? strlen(of->path) : 0;
-        if (of->truncated || of->content.len < 8 || pl < 4 || strcmp(of->path + pl - 4, ".png") != 0 ||
-            memcmp(of->content.data, "\x89PNG\r\n\x1a\n", 8) != 0)
+        if (of->truncated || of->content.len < 8 || !of->path || strncmp(of->path, "figure-", 7) != 0 ||
+            memcmp(of->content.data, "\x89PNG\r\n\x1a\n", 8) != 0 || shown == 4 ||
+            bytes + of->content.len > (1u << 20))
             continue;
+        shown++;
+        bytes += of->content.len;
         char *b64 = cf_base64_encode(of->content.data, of->content.len, NULL);
         if (b64)
             json_array_append_new(content, json_pack("{s:s, s:s, s:s}", "type", "image", "data", b64, "mimeType",

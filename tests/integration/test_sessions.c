@@ -159,6 +159,19 @@ static void variables_survive_fifty_cells(void **state)
     cell(f.d[0], s, "n = 1\nbump_n()\nprint(get(), n, helper.hi())", CF_STATUS_SUCCESS, &res);
     assert_stdout(&res, "101 101 hi\n");
     cf_result_clear(&res);
+    /* A name bound by reference to that module (from ... import) loads
+     * again too: the session's sys.path comes back before the names. */
+    cell(f.d[0], s, "from helper import hi as greet", CF_STATUS_SUCCESS, &res);
+    cf_result_clear(&res);
+    cell(f.d[0], s, "greet()", CF_STATUS_SUCCESS, &res);
+    assert_stdout(&res, "'hi'\n");
+    cf_result_clear(&res);
+    /* A last value without a form on the wire (an int past 64 bits) is
+     * printed, not the output, and does not fail the cell. */
+    cell(f.d[0], s, "2 ** 64", CF_STATUS_SUCCESS, &res);
+    assert_stdout(&res, "18446744073709551616\n");
+    assert_int_equal(res.output.len, 0);
+    cf_result_clear(&res);
     fleet_stop(&f);
 }
 
@@ -342,8 +355,8 @@ static void a_shell_session_keeps_dir_variables_and_functions(void **state)
     /* What the cell leaves for the driver (IFS, functions named like the
      * commands it uses) does not stop the save. */
     cell_in(f.d[0], CF_LANG_SHELL, s,
-            "y=2\nIFS=,\ncd() { echo no; }\nmv() { :; }\nmkdir() { :; }\nprintf() { :; }\n", CF_STATUS_SUCCESS,
-            &res);
+            "y=2\nIFS=,\nset -Cu\ncd() { echo no; }\nmv() { :; }\nmkdir() { :; }\nprintf() { :; }\n",
+            CF_STATUS_SUCCESS, &res);
     cf_result_clear(&res);
     cell_in(f.d[0], CF_LANG_SHELL, s, "echo $x $y; say y", CF_STATUS_SUCCESS, &res);
     assert_stdout(&res, "41 2\nhello there y\n");

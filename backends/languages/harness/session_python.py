@@ -68,9 +68,26 @@ def __codefleet_session(cell_b64, state_path):
             text = ""
         return name + ": " + text if text else name
 
+    def wire_json(v, depth):
+        # What the worker's JSON reader takes: int64 integers, string keys
+        # (no two alike once written), at most 24 levels.
+        if depth > 24:
+            return False
+        if v is None or B.isinstance(v, (B.bool, B.str, B.float)):
+            return True
+        if B.isinstance(v, B.int):
+            return -(1 << 63) <= v < (1 << 63)
+        if B.isinstance(v, (B.list, B.tuple)):
+            return B.all(wire_json(x, depth + 1) for x in v)
+        if B.isinstance(v, B.dict):
+            return B.all(B.type(k) is B.str for k in v) and B.all(wire_json(x, depth + 1) for x in v.values())
+        return False
+
     def figures(report):
         # The figures the cell left open (matplotlib), as Jupyter shows
-        # them: PNGs in the result, at most 600 KiB of them; then closed.
+        # them: PNGs in the result, at most 384 KiB of them (the report,
+        # base64 and all, stays under the worker's 1 MiB output cap); then
+        # closed.
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is None:
             return
@@ -82,7 +99,7 @@ def __codefleet_session(cell_b64, state_path):
                 buf = io.BytesIO()
                 plt.figure(num).savefig(buf, format="png")
                 data = buf.getvalue()
-                if total + B.len(data) > 600 * 1024:
+                if total + B.len(data) > 384 * 1024:
                     dropped += 1
                     continue
                 total += B.len(data)
@@ -94,13 +111,21 @@ def __codefleet_session(cell_b64, state_path):
         if dropped:
             report["figures_dropped"] = dropped
 
+    # A figure is drawn, not shown on a screen: it comes back as a PNG (set
+    # before the restore, which may import pyplot again).
+    os.environ.setdefault("MPLBACKEND", "Agg")
     ns = {"__name__": "__main__", "__builtins__": B}
     initial_path = B.list(sys.path)
     lost, why = [], []  # names lost at restore, then at save
     if os.path.exists(state_path):
         try:
             with B.open(state_path, "rb") as f:
-                saved = pickle.load(f)
+                # Two pickles: a small header, then the names.  The
+                # directories the session put on sys.path go back first, so
+                # that objects pickled by reference to its own modules load.
+                header = pickle.load(f)
+                sys.path[:0] = [d for d in header.get("sys_path", []) if d not in sys.path]
+                saved = header if header.get("v") == 1 else pickle.load(f)  # v1: one pickle
             names = saved.get("names", {})
             # cloudpickle gives the session's functions (and the methods of its
             # classes) one new globals dict of their own: it becomes the
@@ -110,14 +135,12 @@ def __codefleet_session(cell_b64, state_path):
                 fns = [value] if B.isinstance(value, types.FunctionType) else (
                     [a for a in B.vars(value).values() if B.isinstance(a, types.FunctionType)]
                     if B.isinstance(value, B.type) else [])
-                shared = next((fn.__globals__ for fn in fns if B.id(fn.__globals__) not in module_dicts), None)
+                shared = next((fn.__globals__ for fn in fns if fn.__code__.co_filename == "<cell>" and
+                               B.id(fn.__globals__) not in module_dicts), None)
                 if shared is not None:
                     shared.update(ns)
                     ns = shared
                     break
-            # Directories the session put on sys.path, so its own modules
-            # import again.
-            sys.path[:0] = [d for d in saved.get("sys_path", []) if d not in sys.path]
             for name, module in saved.get("modules", {}).items():
                 try:
                     ns[name] = __import__(module, fromlist=["_"]) if "." in module else __import__(module)
@@ -125,7 +148,7 @@ def __codefleet_session(cell_b64, state_path):
                     lost.append(name)
                     why.append("module " + module + " could not be imported again: " + describe(e)[:250])
             ns.update(names)
-            report["cell"] = B.int(saved.get("cells", 0)) + 1
+            report["cell"] = B.int(header.get("cells", 0)) + 1
             report["restored"] = True
         except B.BaseException as e:
             report["cell"] = 0  # no cell of the session ran
@@ -135,8 +158,6 @@ def __codefleet_session(cell_b64, state_path):
             flush()
             raise B.SystemExit(3)
 
-    # A figure is drawn, not shown on a screen: it comes back as a PNG.
-    os.environ.setdefault("MPLBACKEND", "Agg")
     source = base64.b64decode(cell_b64).decode("utf-8", "surrogateescape")
     status = 0
     try:
@@ -151,7 +172,7 @@ def __codefleet_session(cell_b64, state_path):
                 ns["_"] = value
                 print(B.repr(value))
                 try:  # also as the result's output when it has a JSON form
-                    if B.len(json.dumps(value, allow_nan=False)) <= 65536:
+                    if wire_json(value, 0) and B.len(json.dumps(value, allow_nan=False)) <= 65536:
                         report["value"] = value
                 except B.Exception:
                     pass
@@ -175,8 +196,10 @@ def __codefleet_session(cell_b64, state_path):
         raise B.SystemExit(status if 0 < status < 256 else 1)
 
     def state(modules, values):
-        added = [d for d in sys.path if d not in initial_path and B.isinstance(d, B.str)]
-        return {"v": 1, "cells": report["cell"], "modules": modules, "names": values, "sys_path": added}
+        return {"modules": modules, "names": values}
+
+    added = [d for d in sys.path if d not in initial_path and B.isinstance(d, B.str)]
+    header = pickle.dumps({"v": 2, "cells": report["cell"], "sys_path": added}, protocol=pickle.HIGHEST_PROTOCOL)
 
     # Save: modules by name, everything else by value in one pickle (so two
     # names of one object stay one object); what cannot be pickled is named.
@@ -206,11 +229,12 @@ def __codefleet_session(cell_b64, state_path):
             blob = saver.dumps(state(modules, {}))
     # The report stays small whatever the cell left (the worker drops an
     # output file over its cap, and with it the report).
-    report["lost"] = [n[:200] for n in lost[:256]]
-    report["lost_why"] = [w[:300] for w in why[:256]]
+    report["lost"] = [n[:100] for n in lost[:256]]
+    report["lost_why"] = [w[:200] for w in why[:256]]
     report["lost_more"] = B.max(0, B.len(lost) - 256)
     try:
         pickle.loads(blob)  # what the next cell will do: fail here, not there
+        blob = header + blob
         d = os.path.dirname(state_path)
         real_root = os.path.realpath(root)
         if os.path.commonpath([os.path.realpath(d), real_root]) != real_root:

@@ -49,7 +49,9 @@ if [[ -f $__codefleet_state ]]; then
     if ! builtin source "./$__codefleet_state" 2>"$__cf_errf"; then
         __cf_err=
         IFS= builtin read -r -d '' __cf_err <"$__cf_errf"
+        __cf_err=${__cf_err:0:300}
         __cf_msg="its saved state ($__codefleet_state) cannot be restored: ${__cf_err:-it does not source}"
+        LC_ALL=C __cf_msg=${__cf_msg//[^ -~]/?} # printable ASCII: the report is JSON
         __cf_msg=${__cf_msg//\\/\\\\}
         __cf_msg=${__cf_msg//\"/\\\"}
         __cf_msg=${__cf_msg//[[:cntrl:]]/ }
@@ -115,13 +117,13 @@ __cf_save() {
         while builtin read -r _ _ __cf_n; do
             [[ $__cf_n == __cf_* ]] || builtin declare -f "$__cf_n"
         done <"$__cf_fnf"
-    } >"$__cf_root/$__codefleet_state"
+    } >|"$__cf_root/$__codefleet_state"
 }
 
 __cf_finish() {
     builtin local __cf_rc=$1
     builtin trap - EXIT
-    builtin set +eu # the cell's shell options are not the driver's
+    builtin set +euC # the cell's shell options are not the driver's
     if [[ $__cf_rc -eq 0 ]]; then
         if ! __cf_save; then
             builtin echo "codefleet session: the cell ran, but its state could not be saved" >&2
